@@ -1,0 +1,1 @@
+"""Event and alert records (the wire format) and the pure detection models."""

@@ -1,0 +1,1 @@
+"""Everything that publishes to Kafka: simulator, training callback, node agent."""

@@ -1,0 +1,1 @@
+"""Faust app and agents: thin adapters around the detection core."""
