@@ -1,0 +1,243 @@
+"""Sync-aware straggler detection by peer comparison.
+
+In synchronous training every rank's wall-clock step time is nearly the same, because
+all ranks wait for each other in the collectives. A slow rank shows up in what happens
+*before* it enters the collective: its compute time, or equivalently its arrival at the
+collective (it arrives last and waits least). So each step, each rank's signal is
+compared with the median of its peers (same group, e.g. the same pipeline stage):
+
+* ``ratio = x / median`` and a robust ``z = (x - median) / spread`` where ``spread`` is the
+  normal-scaled median absolute deviation, floored at ``spread_floor * median``;
+* a step is slow for a rank when ``ratio >= ratio_threshold`` and ``z >= z_threshold``;
+* the rank becomes a straggler when ``min_flagged`` of its last ``window`` steps were slow,
+  and stops being one after ``clear_after`` consecutive clean steps.
+
+A slowdown of every rank moves the median with it and flags nobody; a single GC spike or
+data-loader hiccup is one slow step out of ``window`` and flags nobody either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import median_abs_deviation
+
+from .alerts import Alert, alert_id
+from .assembly import GroupStep
+
+SIGNALS = ("compute_time", "arrival", "step_time")
+
+
+@dataclass(frozen=True, slots=True)
+class StepVerdict:
+    """What the detector concluded about one step (for status views and tests)."""
+
+    step: int
+    signal: str
+    ranks: np.ndarray
+    ratio: np.ndarray
+    z: np.ndarray
+    slow: np.ndarray
+
+
+def choose_signal(step: GroupStep) -> tuple[str, np.ndarray] | None:
+    """The best signal every rank of this step reported, with its values."""
+    if not np.isnan(step.compute_time).any():
+        return "compute_time", step.compute_time
+    if not (np.isnan(step.comm_time).any() or np.isnan(step.step_time).any()):
+        # Time before the rank entered its collectives: the last to arrive waits least.
+        return "arrival", np.maximum(step.step_time - step.comm_time, 0.0)
+    if not np.isnan(step.step_time).any():
+        return "step_time", step.step_time
+    return None
+
+
+class StragglerDetector:
+    """Peer-comparison straggler rule for one (job, group); feed it closed steps in order."""
+
+    def __init__(self, *, job: str, group: str = "", ratio_threshold: float = 1.10, z_threshold: float = 3.5,
+                 min_flagged: int = 3, window: int = 5, clear_after: int = 10, spread_floor: float = 0.02,
+                 min_peers: int = 4, warmup_steps: int = 10, critical_ratio: float = 1.5,
+                 evidence_window: int = 20) -> None:
+        if not 1 <= min_flagged <= window:
+            raise ValueError("need 1 <= min_flagged <= window")
+        self.job = job
+        self.group = group
+        self.ratio_threshold = ratio_threshold
+        self.z_threshold = z_threshold
+        self.min_flagged = min_flagged
+        self.window = window
+        self.clear_after = clear_after
+        self.spread_floor = spread_floor
+        self.min_peers = min_peers
+        self.warmup_steps = warmup_steps
+        self.critical_ratio = critical_ratio
+        self.evidence_window = evidence_window
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        # Per-rank state lives in arrays indexed by a dense slot per rank (grown on demand).
+        self._slot: dict[int, int] = {}
+        self._ranks = np.zeros(0, dtype=np.int64)
+        self._slow_ring = np.zeros((0, self.window), dtype=bool)  # last `window` verdicts
+        self._ratio_ring = np.full((0, self.evidence_window), np.nan)  # for evidence
+        self._z_ring = np.full((0, self.evidence_window), np.nan)
+        self._value_ring = np.full((0, self.evidence_window), np.nan)
+        self._peer_ring = np.full((0, self.evidence_window), np.nan)
+        self._clean_run = np.zeros(0, dtype=np.int64)
+        self._episode_start = np.full(0, -1, dtype=np.int64)  # first slow step of the current run
+        self._nodes: list[str | None] = []
+        self._firing: dict[int, Alert] = {}
+        self._evaluated = 0
+        self._first_step: int | None = None
+        self.last_verdict: StepVerdict | None = None
+
+    # -- state management ------------------------------------------------------------------
+
+    def _slots_for(self, ranks: np.ndarray) -> np.ndarray:
+        slot = self._slot
+        new = [int(r) for r in ranks if int(r) not in slot]
+        if new:
+            start = len(slot)
+            for i, r in enumerate(new):
+                slot[r] = start + i
+            grow = len(new)
+            self._ranks = np.concatenate([self._ranks, np.asarray(new, dtype=np.int64)])
+            self._slow_ring = np.vstack([self._slow_ring, np.zeros((grow, self.window), dtype=bool)])
+            for name in ("_ratio_ring", "_z_ring", "_value_ring", "_peer_ring"):
+                ring = getattr(self, name)
+                setattr(self, name, np.vstack([ring, np.full((grow, self.evidence_window), np.nan)]))
+            self._clean_run = np.concatenate([self._clean_run, np.zeros(grow, dtype=np.int64)])
+            self._episode_start = np.concatenate([self._episode_start, np.full(grow, -1, dtype=np.int64)])
+            self._nodes.extend([None] * grow)
+        return np.fromiter((slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
+
+    @property
+    def firing(self) -> dict[int, Alert]:
+        """Open straggler alerts by rank."""
+        return dict(self._firing)
+
+    # -- the rule -------------------------------------------------------------------------
+
+    def update(self, step: GroupStep) -> list[Alert]:
+        """Judge one closed step; return alerts that fired or resolved because of it."""
+        if self._first_step is None:
+            self._first_step = step.step
+        if step.phase != "train" or step.step < self._first_step + self.warmup_steps:
+            return []
+        if len(step.ranks) < self.min_peers:
+            return []
+        chosen = choose_signal(step)
+        if chosen is None:
+            return []
+        signal, x = chosen
+        median = float(np.median(x))
+        if median <= 0:
+            return []
+        mad = float(median_abs_deviation(x, scale="normal"))
+        spread = max(mad, self.spread_floor * median, 1e-9)
+        ratio = x / median
+        z = (x - median) / spread
+        slow = (ratio >= self.ratio_threshold) & (z >= self.z_threshold)
+        self.last_verdict = StepVerdict(step.step, signal, step.ranks, ratio, z, slow)
+
+        slots = self._slots_for(step.ranks)
+        col = self._evaluated % self.window
+        ecol = self._evaluated % self.evidence_window
+        self._evaluated += 1
+        self._slow_ring[slots, col] = slow
+        self._ratio_ring[slots, ecol] = ratio
+        self._z_ring[slots, ecol] = z
+        self._value_ring[slots, ecol] = x
+        self._peer_ring[slots, ecol] = median
+        for slot, node in zip(slots, step.nodes):
+            if node is not None:
+                self._nodes[slot] = node
+        # Ranks missing from this step carry their old verdicts; they neither fire nor clear.
+        counts = self._slow_ring[slots].sum(axis=1)
+        new_episode = slow & (counts == 1) & (self._episode_start[slots] < 0)
+        self._episode_start[slots[new_episode]] = step.step
+        self._clean_run[slots] = np.where(slow, 0, self._clean_run[slots] + 1)
+        self._episode_start[slots[counts == 0]] = -1
+
+        out: list[Alert] = []
+        for i in np.flatnonzero(counts >= self.min_flagged):
+            rank = int(step.ranks[i])
+            if rank not in self._firing:
+                alert = self._fire(rank, int(slots[i]), signal, step)
+                self._firing[rank] = alert
+                out.append(alert)
+        for rank in [r for r, a in self._firing.items() if self._clean_run[self._slot[r]] >= self.clear_after]:
+            out.append(self._resolve(rank, step))
+        return out
+
+    def _evidence(self, slot: int, signal: str) -> dict:
+        # The last `window` judged steps: the ones that made the rule true (or clear).
+        recent = (self._evaluated - 1 - np.arange(min(self.window, self._evaluated))) % self.evidence_window
+        values = self._value_ring[slot, recent]
+        peers = self._peer_ring[slot, recent]
+        ok = ~np.isnan(values)
+        rank_median = float(np.median(values[ok])) if ok.any() else None
+        peer_median = float(np.median(peers[ok])) if ok.any() else None
+        return {
+            "signal": signal,
+            "group": self.group or None,
+            "rank_median": _round(rank_median),
+            "peer_median": _round(peer_median),
+            "ratio": _round(rank_median / peer_median) if rank_median and peer_median else None,
+            "robust_z": _round(float(np.median(self._z_ring[slot, recent][ok]))) if ok.any() else None,
+            "slow_steps": int(self._slow_ring[slot].sum()),
+            "window": self.window,
+            "recent_ratios": [_round(float(r), 3) for r in self._ratio_ring[slot, recent][ok]],
+            "ratio_threshold": self.ratio_threshold,
+            "z_threshold": self.z_threshold,
+        }
+
+    def _fire(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
+        first_step = int(self._episode_start[slot]) if self._episode_start[slot] >= 0 else step.step
+        evidence = self._evidence(slot, signal)
+        evidence.update(first_step=first_step, detected_step=step.step)
+        ratio = evidence["ratio"] or float(self._ratio_ring[slot, (self._evaluated - 1) % self.evidence_window])
+        node = self._nodes[slot]
+        where = f"rank {rank}" + (f" on node {node}" if node else "")
+        group = f" among group {self.group}" if self.group else ""
+        summary = (f"straggler: {where} is {ratio:.2f}x slower than its peers{group} "
+                   f"({signal} {evidence['rank_median']}s vs peer median {evidence['peer_median']}s, "
+                   f"robust z {evidence['robust_z']}) since step {first_step}")
+        return Alert(
+            id=alert_id(self.job, "straggler", self.group, rank, first_step),
+            status="firing",
+            type="straggler",
+            severity="critical" if ratio >= self.critical_ratio else "warning",
+            job=self.job,
+            ranks=(rank,),
+            nodes=(node,) if node else (),
+            starts_at=step.ts,
+            summary=summary,
+            evidence=evidence,
+        )
+
+    def _resolve(self, rank: int, step: GroupStep) -> Alert:
+        alert = self._firing.pop(rank)
+        slot = self._slot[rank]
+        evidence = dict(alert.evidence)
+        evidence.update(resolved_step=step.step, clean_steps=int(self._clean_run[slot]))
+        return alert.resolved(
+            at=step.ts,
+            summary=f"resolved: rank {rank} back in line with its peers since step "
+                    f"{step.step - int(self._clean_run[slot]) + 1} ({alert.summary})",
+            evidence=evidence,
+        )
+
+    def close_all(self, *, at: float, reason: str) -> list[Alert]:
+        """Resolve every open alert (the job ended)."""
+        out = []
+        for rank in list(self._firing):
+            alert = self._firing.pop(rank)
+            out.append(alert.resolved(at=at, summary=f"resolved ({reason}): {alert.summary}"))
+        return out
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,128 @@
+"""One immutable configuration object, with documented defaults and env-var overrides.
+
+Every setting has a default that suits a typical synchronous data-parallel job.
+Each one can be overridden from the environment as ``STEPWATCH_<SECTION>_<FIELD>``
+(for example ``STEPWATCH_STRAGGLER_RATIO_THRESHOLD=1.2``); the Kafka bootstrap
+servers also honour the shorter ``KAFKA_BOOTSTRAP``. Build it with
+``Settings.from_env()``; override single fields with ``dataclasses.replace``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class StragglerSettings:
+    """Peer-comparison straggler rule (see models/straggler.py)."""
+
+    #: A step is "slow" for a rank when its signal is at least this multiple of the peer median ...
+    ratio_threshold: float = 1.10
+    #: ... and its robust z-score (MAD-based) is at least this.
+    z_threshold: float = 3.5
+    #: Fire when at least ``min_flagged`` of the last ``window`` evaluated steps were slow.
+    min_flagged: int = 3
+    window: int = 5
+    #: Resolve after this many consecutive clean steps (hysteresis).
+    clear_after: int = 10
+    #: Floor on the spread used by the z-score, as a fraction of the peer median: stops a
+    #: perfectly uniform group (MAD ~ 0) from turning 0.1% differences into huge z-scores.
+    spread_floor: float = 0.02
+    #: Groups with fewer ranks than this are not compared (a median of 2 says nothing).
+    min_peers: int = 4
+    #: Steps ignored at the start of a job (and after each restart of the step counter).
+    warmup_steps: int = 10
+    #: Ratio at and above which a straggler alert is critical rather than a warning.
+    critical_ratio: float = 1.5
+    #: Steps of per-rank history kept for the evidence of an alert.
+    evidence_window: int = 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssemblySettings:
+    """How per-rank step events are gathered into one comparable step."""
+
+    #: A step is evaluated once every known rank of its group reported, or once a step
+    #: this many steps newer has arrived (late ranks are then left out of that step) ...
+    max_lag_steps: int = 3
+    #: ... or once it has waited this many seconds of event time.
+    max_wait_seconds: float = 30.0
+    #: Bound on steps held open per group (memory bound for jobs with missing ranks).
+    max_pending_steps: int = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaSettings:
+    """Where the worker, producers and CLI connect, and the topic names."""
+
+    #: Bootstrap servers; empty means "none configured" (demo starts a local broker).
+    bootstrap: str = ""
+    #: Prefix for every topic name, so several deployments (or tests) share a cluster.
+    topic_prefix: str = "stepwatch."
+    events_topic: str = "events"
+    alerts_topic: str = "alerts"
+    deadletter_topic: str = "deadletter"
+    #: Partitions for topics stepwatch creates; jobs are spread over partitions by key.
+    partitions: int = 4
+    #: Faust application id (also the consumer group).
+    app_id: str = "stepwatch"
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    #: How often the worker's timer runs time-driven rules (hang checks, step flush), seconds.
+    tick_interval: float = 1.0
+    #: Port of the worker's web server (metrics, status); 0 disables it.
+    web_port: int = 6066
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    straggler: StragglerSettings = field(default_factory=StragglerSettings)
+    assembly: AssemblySettings = field(default_factory=AssemblySettings)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+        """Defaults overridden by ``STEPWATCH_<SECTION>_<FIELD>`` variables.
+
+        Raises ``ValueError`` naming the variable when a value does not parse.
+        """
+        env = os.environ if environ is None else environ
+        sections: dict[str, Any] = {}
+        for section_field in dataclasses.fields(cls):
+            default_section = section_field.default_factory()  # type: ignore[misc]
+            overrides = {}
+            for f in dataclasses.fields(default_section):
+                var = f"STEPWATCH_{section_field.name}_{f.name}".upper()
+                if var in env:
+                    overrides[f.name] = _parse(var, env[var], type(getattr(default_section, f.name)))
+            sections[section_field.name] = dataclasses.replace(default_section, **overrides)
+        if "KAFKA_BOOTSTRAP" in env and "STEPWATCH_KAFKA_BOOTSTRAP" not in env:
+            sections["kafka"] = dataclasses.replace(sections["kafka"], bootstrap=env["KAFKA_BOOTSTRAP"])
+        return cls(**sections)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _parse(var: str, raw: str, kind: type) -> Any:
+    try:
+        if kind is bool:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{var}={raw!r} is not a valid {kind.__name__}") from None
