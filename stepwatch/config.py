@@ -68,6 +68,8 @@ class KafkaSettings:
     deadletter_topic: str = "deadletter"
     #: Partitions for topics stepwatch creates; jobs are spread over partitions by key.
     partitions: int = 4
+    #: Replication factor for topics stepwatch creates (1 suits a single local broker).
+    replication_factor: int = 1
     #: Faust application id (also the consumer group).
     app_id: str = "stepwatch"
 
@@ -81,6 +83,8 @@ class WorkerSettings:
     tick_interval: float = 1.0
     #: Port of the worker's web server (metrics, status); 0 disables it.
     web_port: int = 6066
+    #: Where Faust keeps local state; empty means ~/.cache/stepwatch/<app_id>.
+    datadir: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

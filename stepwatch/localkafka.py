@@ -97,7 +97,7 @@ def ensure_jars(*, cache_dir: str | os.PathLike | None = None, quiet: bool = Tru
     # same jar on one classpath would be a nasty surprise.
     if libs.exists():
         shutil.rmtree(libs)
-    cmd = [mvn, "-B", "-f", str(POM), f"-Dkafka.libs.dir={libs}", "package"]
+    cmd = [mvn, "-B", "-Dstyle.color=never", "-f", str(POM), f"-Dkafka.libs.dir={libs}", "package"]
     if quiet:
         cmd.insert(1, "-q")
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
@@ -507,56 +507,8 @@ class LocalKafka:
 # ---------------------------------------------------------------------- topics
 
 
-def create_topics(
-    bootstrap: str,
-    names: Iterable[str],
-    partitions: int = 1,
-    *,
-    compacted: Iterable[str] = (),
-    timeout: float = 30,
-) -> None:
-    """Create topics (one replica each); existing topics are left as they are.
-
-    Names in ``compacted`` get ``cleanup.policy=compact``. Returns once every
-    partition has a leader, so producers can write at once.
-    """
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    names = list(dict.fromkeys(names))
-    compacted = set(compacted)
-    names += [n for n in compacted if n not in names]
-    if not names:
-        return
-
-    def configs(name: str) -> dict[str, str]:
-        return {"cleanup.policy": "compact"} if name in compacted else {}
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="stepwatch-create-topics")
-    try:
-        if hasattr(admin, "wait_for_topics"):  # kafka-python >= 3
-            spec = {
-                n: {"num_partitions": partitions, "replication_factor": 1, "configs": configs(n)}
-                for n in names
-            }
-            result = admin.create_topics(spec, timeout_ms=int(timeout * 1000), raise_errors=False)
-            for topic in result.get("topics", []):
-                code = topic.get("error_code", 0)
-                if code not in (0, TopicAlreadyExistsError.errno):
-                    raise LocalKafkaError(f"creating topic {topic.get('name')!r} failed: {topic}")
-            admin.wait_for_topics(names, timeout_ms=int(timeout * 1000))
-        else:  # kafka-python 2.x
-            for n in names:
-                try:
-                    admin.create_topics(
-                        [NewTopic(n, partitions, 1, topic_configs=configs(n))],
-                        timeout_ms=int(timeout * 1000),
-                    )
-                except TopicAlreadyExistsError:
-                    pass
-    finally:
-        admin.close()
+# create_topics lives in stepwatch.topics; kept importable from here for the tests.
+from stepwatch.topics import create_topics  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------- foreground

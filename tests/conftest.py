@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> str:
+def kafka_bootstrap() -> Iterator[str]:
     """``host:port`` of a running Kafka broker for this test session."""
     external = os.environ.get("KAFKA_BOOTSTRAP", "").strip()
     if external:
@@ -51,3 +52,32 @@ def topic_prefix(request: pytest.FixtureRequest) -> str:
 def consumer_group(request: pytest.FixtureRequest) -> str:
     """Unique consumer group id for one test, e.g. ``g-faust-forward-1a2b3c4d``."""
     return f"g-{_short_test_name(request)}-{uuid.uuid4().hex[:8]}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3.0.x loads its protocol schemas with the legacy
+    # importlib.resources API; hundreds of identical warnings hide real ones.
+    for msg in ("read_text is deprecated", "open_text is deprecated"):
+        config.addinivalue_line("filterwarnings", f"ignore:{msg}:DeprecationWarning")
+
+
+@pytest.fixture
+def start_worker(kafka_bootstrap, topic_prefix, tmp_path):
+    """Factory: ``start_worker(**env)`` runs ``stepwatch worker`` on this test's topics, ready to consume.
+
+    Returns the ``support.WorkerProcess``; every worker started is stopped after the test.
+    """
+    from support import WorkerProcess, stepwatch_env
+
+    started = []
+
+    def start(**extra_env: str):
+        env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_WORKER_DATADIR=str(tmp_path / "faust"),
+                            **extra_env)
+        worker = WorkerProcess(env, tmp_path / f"worker-{len(started)}.log")
+        started.append(worker)
+        return worker.wait_ready()
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,70 @@
+"""Creating stepwatch's topics with the configured partition count (idempotent)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from stepwatch.config import KafkaSettings
+
+
+def topic_names(kafka: KafkaSettings) -> list[str]:
+    return [kafka.topic(kafka.events_topic), kafka.topic(kafka.alerts_topic), kafka.topic(kafka.deadletter_topic)]
+
+
+def ensure_topics(kafka: KafkaSettings, *, timeout: float = 30) -> None:
+    """Create the events, alerts and dead-letter topics if they do not exist yet."""
+    create_topics(kafka.bootstrap, topic_names(kafka), kafka.partitions,
+                  replication_factor=kafka.replication_factor, timeout=timeout)
+
+
+def create_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    partitions: int = 1,
+    *,
+    replication_factor: int = 1,
+    compacted: Iterable[str] = (),
+    timeout: float = 30,
+) -> None:
+    """Create topics; existing topics are left as they are.
+
+    Names in ``compacted`` get ``cleanup.policy=compact``. Returns once every
+    partition has a leader, so producers can write at once.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    names = list(dict.fromkeys(names))
+    compacted = set(compacted)
+    names += [n for n in compacted if n not in names]
+    if not names:
+        return
+
+    def configs(name: str) -> dict[str, str]:
+        return {"cleanup.policy": "compact"} if name in compacted else {}
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="stepwatch-create-topics")
+    try:
+        if hasattr(admin, "wait_for_topics"):  # kafka-python >= 3
+            spec = {
+                n: {"num_partitions": partitions, "replication_factor": replication_factor, "configs": configs(n)}
+                for n in names
+            }
+            result = admin.create_topics(spec, timeout_ms=int(timeout * 1000), raise_errors=False)
+            for topic in result.get("topics", []):
+                code = topic.get("error_code", 0)
+                if code not in (0, TopicAlreadyExistsError.errno):
+                    raise RuntimeError(f"creating topic {topic.get('name')!r} failed: {topic}")
+            admin.wait_for_topics(names, timeout_ms=int(timeout * 1000))
+        else:  # kafka-python 2.x
+            for n in names:
+                try:
+                    admin.create_topics(
+                        [NewTopic(n, partitions, replication_factor, topic_configs=configs(n))],
+                        timeout_ms=int(timeout * 1000),
+                    )
+                except TopicAlreadyExistsError:
+                    pass
+    finally:
+        admin.close()

@@ -1,0 +1,85 @@
+"""Test helpers for the real-broker tests: a worker subprocess and an alerts reader."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+from kafka import KafkaConsumer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def stepwatch_env(bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
+    """Environment pointing every stepwatch command at one test's topics and app id."""
+    env = dict(os.environ)
+    env.update(
+        KAFKA_BOOTSTRAP=bootstrap,
+        STEPWATCH_KAFKA_TOPIC_PREFIX=prefix,
+        STEPWATCH_KAFKA_APP_ID=prefix.rstrip(".") + "-worker",
+        STEPWATCH_WORKER_WEB_PORT="0",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def run_stepwatch(*args: str, env: dict[str, str], timeout: float = 120, check: bool = True,
+                  **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stepwatch.cli", *args], env=env, timeout=timeout, check=check,
+                          capture_output=True, text=True, cwd=REPO, **kwargs)
+
+
+class WorkerProcess:
+    """``stepwatch worker`` in a subprocess; ``wait_ready`` blocks until it consumes."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "stepwatch.cli", "worker"], env=env, cwd=REPO,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60) -> "WorkerProcess":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+            if "Worker]: Ready" in self.log_text():
+                return self
+            time.sleep(0.2)
+        raise TimeoutError(f"worker not ready after {timeout} s:\n{self.log_text()[-4000:]}")
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def read_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90) -> list[dict]:
+    """Read alerts from the start of ``topic`` until ``until(alerts)`` is true or ``timeout`` passes."""
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None, consumer_timeout_ms=1000)
+    alerts: list[dict] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not until(alerts):
+            for record in consumer:
+                alerts.append(orjson.loads(record.value))
+                if until(alerts):
+                    break
+    finally:
+        consumer.close()
+    return alerts
