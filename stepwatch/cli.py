@@ -103,8 +103,6 @@ def build_spec(args: argparse.Namespace):
         start = min(60, max(args.steps // 4, 15))
         stragglers.append(StragglerFault(rank=min(17, args.ranks - 1), start_step=start, factor=1.3,
                                          end_step=start + max(args.steps // 3, 30)))
-    if args.scenario == "healthy" and stragglers:
-        raise SystemExit("stepwatch simulate: --scenario healthy does not take --straggler")
     start_time = args.start_time if args.start_time is not None else (
         1_700_000_000.0 if args.out else time.time())
     return SimulationSpec(
@@ -296,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "injected faults. Deterministic for a given --seed.")
     _add_kafka_args(p)
     p.add_argument("--scenario", choices=["healthy", "straggler"], default="healthy",
-                   help="'straggler' adds one rank 30%% slower for a third of the run unless --straggler is given")
+                   help="'straggler' adds one rank 30%% slower for a third of the run unless --straggler is given; "
+                        "faults given by flags are injected whatever the scenario")
     p.add_argument("--job", default="sim-job", help="job id (default: sim-job)")
     p.add_argument("--ranks", type=int, default=64, help="number of ranks (default 64)")
     p.add_argument("--ranks-per-node", type=int, default=8, help="GPUs per node (default 8)")

@@ -30,8 +30,12 @@ def stepwatch_env(bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
 
 def run_stepwatch(*args: str, env: dict[str, str], timeout: float = 120, check: bool = True,
                   **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepwatch.cli", *args], env=env, timeout=timeout, check=check,
-                          capture_output=True, text=True, cwd=REPO, **kwargs)
+    """Run ``stepwatch ARGS`` to completion; with ``check``, a failure shows the command's stderr."""
+    result = subprocess.run([sys.executable, "-m", "stepwatch.cli", *args], env=env, timeout=timeout,
+                            capture_output=True, text=True, cwd=REPO, **kwargs)
+    if check and result.returncode != 0:
+        raise AssertionError(f"stepwatch {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}")
+    return result
 
 
 class WorkerProcess:

@@ -1,0 +1,104 @@
+"""End to end on the real broker: simulator -> Kafka -> Faust worker -> alerts topic."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import orjson
+import pytest
+from kafka import KafkaProducer
+
+from support import read_alerts, run_stepwatch, stepwatch_env
+
+pytestmark = pytest.mark.kafka
+
+
+def test_straggler_alert_fires_then_resolves_with_the_right_rank(kafka_bootstrap, topic_prefix, start_worker):
+    worker = start_worker()
+    env = worker.env
+    run_stepwatch("simulate", "--ranks", "32", "--steps", "140", "--straggler", "13:40:1.3:90", "--speed", "0",
+                  env=env)
+    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                         until=lambda a: any(x["status"] == "resolved" for x in a))
+    assert [a["status"] for a in alerts] == ["firing", "resolved"], worker.log_text()[-3000:]
+    firing, resolved = alerts
+    assert firing["type"] == "straggler" and firing["ranks"] == [13] and firing["nodes"] == ["node-001"]
+    assert firing["evidence"]["first_step"] == 40
+    assert firing["evidence"]["signal"] == "compute_time"
+    assert firing["id"] == resolved["id"]
+    assert resolved["ends_at"] >= firing["starts_at"]
+    assert firing["labels"]["alertname"] == "stepwatch_straggler"
+
+
+def test_healthy_run_produces_no_alert(kafka_bootstrap, topic_prefix, start_worker):
+    worker = start_worker()
+    run_stepwatch("simulate", "--ranks", "32", "--steps", "150", "--checkpoint-every", "40", "--speed", "0",
+                  env=worker.env)
+    # The marker job's straggler proves the worker got past the healthy job's events.
+    run_stepwatch("simulate", "--job", "marker", "--ranks", "8", "--steps", "40", "--straggler", "2:15:2.0",
+                  "--speed", "0", env=worker.env)
+    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: any(x["job"] == "marker"
+                                                                                       for x in a))
+    assert [a["job"] for a in alerts if a["status"] == "firing"] == ["marker"]
+    assert not [a for a in alerts if a["job"] == "sim-job"]
+
+
+def test_bad_input_is_dead_lettered_and_the_worker_goes_on(kafka_bootstrap, topic_prefix, start_worker):
+    from kafka import KafkaConsumer
+
+    worker = start_worker()
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    events_topic = topic_prefix + "events"
+    bad_messages = [b"{not json", b"[1,2,3]", orjson.dumps({"v": 1, "kind": "step", "job": "j"}),
+                    orjson.dumps({"v": 9, "kind": "step"}), b"\xff\xfe\x00"]
+    for raw in bad_messages:
+        producer.send(events_topic, key=b"j", value=raw)
+    producer.flush()
+    producer.close()
+    # After the garbage, a real straggler must still be found.
+    run_stepwatch("simulate", "--job", "after-garbage", "--ranks", "8", "--steps", "40", "--straggler", "5:15:2.0",
+                  "--speed", "0", env=worker.env)
+    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: bool(a))
+    assert alerts and alerts[0]["job"] == "after-garbage" and alerts[0]["ranks"] == [5]
+
+    consumer = KafkaConsumer(topic_prefix + "deadletter", bootstrap_servers=kafka_bootstrap,
+                             auto_offset_reset="earliest", consumer_timeout_ms=5000, group_id=None)
+    dead = [orjson.loads(r.value) for r in consumer]
+    consumer.close()
+    assert len(dead) == len(bad_messages)
+    assert [base64.b64decode(d["value_b64"]) for d in dead] == bad_messages
+    assert all(d["topic"] == events_topic and d["offset"] is not None and d["reason"] for d in dead)
+    assert "malformed JSON" in dead[0]["reason"]
+    assert "missing required field" in dead[2]["reason"]
+    assert worker.proc.poll() is None  # still running
+
+
+def test_replay_of_a_recording_names_the_same_straggler(tmp_path):
+    recording = tmp_path / "run.jsonl"
+    run_stepwatch("simulate", "--ranks", "64", "--steps", "200", "--straggler", "42:60:1.15", "--seed", "3",
+                  "--out", str(recording), env=stepwatch_env("unused:1", "x."))
+    first = run_stepwatch("replay", str(recording), env=stepwatch_env("unused:1", "x."))
+    second = run_stepwatch("replay", str(recording), env=stepwatch_env("unused:1", "x."))
+    alerts = [orjson.loads(line) for line in first.stdout.splitlines()]
+    assert first.stdout == second.stdout
+    assert [(a["status"], a["ranks"]) for a in alerts] == [("firing", [42]), ("resolved", [42])]
+    assert "1 alerts" not in first.stderr and "2 alerts" in first.stderr
+
+    healthy = tmp_path / "healthy.jsonl"
+    run_stepwatch("simulate", "--steps", "500", "--checkpoint-every", "100", "--out", str(healthy),
+                  env=stepwatch_env("unused:1", "x."))
+    assert run_stepwatch("replay", str(healthy), env=stepwatch_env("unused:1", "x.")).stdout == ""
+
+
+def test_cli_errors_are_clear(tmp_path):
+    env = stepwatch_env("", "x.")
+    env.pop("KAFKA_BOOTSTRAP")
+    result = run_stepwatch("simulate", "--steps", "5", env=env, check=False)
+    assert result.returncode != 0 and "no Kafka configured" in result.stderr
+    result = run_stepwatch("simulate", "--straggler", "nonsense", "--out", "-", env=env, check=False)
+    assert result.returncode == 2 and "RANK:START_STEP" in result.stderr
+    result = run_stepwatch("replay", str(tmp_path / "missing.jsonl"), env=env, check=False)
+    assert result.returncode != 0 and "no such file" in result.stderr
+    result = run_stepwatch("replay", "-", env=dict(env, STEPWATCH_STRAGGLER_WINDOW="x"), check=False, input="")
+    assert result.returncode == 2 and "STEPWATCH_STRAGGLER_WINDOW" in result.stderr
