@@ -17,16 +17,18 @@ from stepwatch.config import Settings
 from .alerts import Alert
 from .assembly import GroupStep, StepAssembler
 from .events import Event, PhaseEvent, StepEvent
+from .hang import HangDetector
 from .straggler import StragglerDetector
 
 
 class JobState:
     """Everything the engine holds for one job."""
 
-    __slots__ = ("job", "assemblers", "stragglers", "phase", "ended", "last_ts", "latest_step", "ranks")
+    __slots__ = ("job", "assemblers", "stragglers", "hang", "phase", "ended", "last_ts", "latest_step", "ranks")
 
-    def __init__(self, job: str) -> None:
+    def __init__(self, job: str, hang: HangDetector) -> None:
         self.job = job
+        self.hang = hang
         self.assemblers: dict[str, StepAssembler] = {}
         self.stragglers: dict[str, StragglerDetector] = {}
         self.phase = "train"
@@ -42,6 +44,7 @@ class DetectionEngine:
         self.jobs: dict[str, JobState] = {}
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
+        self._job_timeouts = self.settings.hang.job_timeout_map()
 
     # -- input ----------------------------------------------------------------------------
 
@@ -52,14 +55,25 @@ class DetectionEngine:
             self.clock = event.ts
         job = self.jobs.get(event.job)
         if job is None:
-            job = self.jobs[event.job] = JobState(event.job)
+            job = self.jobs[event.job] = JobState(event.job, self._hang_detector(event.job))
         if event.ts > job.last_ts:
             job.last_ts = event.ts
+        out = job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
         if isinstance(event, StepEvent):
-            return self._on_step(job, event)
-        if isinstance(event, PhaseEvent):
-            return self._on_phase(job, event)
-        return []
+            out.extend(self._on_step(job, event))
+        elif isinstance(event, PhaseEvent):
+            out.extend(self._on_phase(job, event))
+        return out
+
+    def _hang_detector(self, job: str) -> HangDetector:
+        h = self.settings.hang
+        return HangDetector(
+            job=job, timeout_seconds=self._job_timeouts.get(job, h.timeout_seconds),
+            checkpoint_timeout_seconds=h.checkpoint_timeout_seconds,
+            first_step_timeout_seconds=h.first_step_timeout_seconds, warning_factor=h.warning_factor,
+            warning_floor_seconds=h.warning_floor_seconds, warning_min_steps=h.warning_min_steps,
+            step_history=h.step_history, heartbeat_timeout_seconds=h.heartbeat_timeout_seconds,
+            heartbeat_timeout_factor=h.heartbeat_timeout_factor, max_listed_ranks=h.max_listed_ranks)
 
     def process_many(self, events: Iterable[Event]) -> list[Alert]:
         out: list[Alert] = []
@@ -68,13 +82,14 @@ class DetectionEngine:
         return out
 
     def tick(self, now: float) -> list[Alert]:
-        """Run the time-driven rules at ``now`` (close steps that waited too long)."""
+        """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs)."""
         if now > self.clock:
             self.clock = now
         out: list[Alert] = []
         for job in self.jobs.values():
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(now)))
+            out.extend(job.hang.check(now))
         return out
 
     # -- handlers -------------------------------------------------------------------------
@@ -127,7 +142,9 @@ class DetectionEngine:
     # -- views ----------------------------------------------------------------------------
 
     def open_alerts(self) -> list[Alert]:
-        return [a for job in self.jobs.values() for d in job.stragglers.values() for a in d.firing.values()]
+        out = [a for job in self.jobs.values() for d in job.stragglers.values() for a in d.firing.values()]
+        out.extend(a for job in self.jobs.values() for a in job.hang.firing.values())
+        return out
 
 
 def replay(events: Iterable[Event], *, settings: Settings | None = None,

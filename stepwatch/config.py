@@ -56,6 +56,60 @@ class AssemblySettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HangSettings:
+    """Hang rule: a job whose step counter stops advancing (see models/hang.py, docs/hang.md)."""
+
+    #: Critical once no step completed for this many seconds (the user's N).
+    timeout_seconds: float = 600.0
+    #: Used instead while the job is in the ``checkpoint`` phase (never below the job's timeout).
+    checkpoint_timeout_seconds: float = 1800.0
+    #: Used instead before the job's first step completed, e.g. model loading (never below the job's timeout).
+    first_step_timeout_seconds: float = 1200.0
+    #: Per-job overrides of ``timeout_seconds``: ``"jobA=300,jobB=900"``.
+    job_timeouts: str = ""
+    #: Early warning once no step completed for ``warning_factor`` x the p99 of recent train step times ...
+    warning_factor: float = 10.0
+    #: ... but never sooner than this many seconds (one slow step is not a hang).
+    warning_floor_seconds: float = 30.0
+    #: Train steps needed in the history before the early warning applies.
+    warning_min_steps: int = 5
+    #: Recent train step times kept for the p99 (bounded memory).
+    step_history: int = 256
+    #: A rank is silent after no event from it for max(this, ``heartbeat_timeout_factor`` x the
+    #: observed heartbeat interval) seconds, counted from the job's latest event.
+    heartbeat_timeout_seconds: float = 15.0
+    heartbeat_timeout_factor: float = 3.0
+    #: Most ranks listed per category in an alert's evidence (counts are always complete).
+    max_listed_ranks: int = 32
+
+    def __post_init__(self) -> None:
+        self.job_timeout_map()  # fail early, naming the setting, on a malformed value
+
+    def job_timeout_map(self) -> dict[str, float]:
+        """``job_timeouts`` parsed: job id -> timeout seconds."""
+        out: dict[str, float] = {}
+        for item in self.job_timeouts.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            job, sep, value = item.rpartition("=")
+            try:
+                if not sep or not job.strip():
+                    raise ValueError
+                seconds = float(value)
+                if not seconds > 0:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"hang.job_timeouts: expected 'JOB=SECONDS[,JOB=SECONDS...]' with positive "
+                                 f"seconds, got {item!r}") from None
+            out[job.strip()] = seconds
+        return out
+
+    def timeout_for(self, job: str) -> float:
+        return self.job_timeout_map().get(job, self.timeout_seconds)
+
+
+@dataclass(frozen=True, kw_only=True)
 class KafkaSettings:
     """Where the worker, producers and CLI connect, and the topic names."""
 
@@ -91,6 +145,7 @@ class WorkerSettings:
 class Settings:
     straggler: StragglerSettings = field(default_factory=StragglerSettings)
     assembly: AssemblySettings = field(default_factory=AssemblySettings)
+    hang: HangSettings = field(default_factory=HangSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
 

@@ -102,3 +102,14 @@ def test_cli_errors_are_clear(tmp_path):
     assert result.returncode != 0 and "no such file" in result.stderr
     result = run_stepwatch("replay", "-", env=dict(env, STEPWATCH_STRAGGLER_WINDOW="x"), check=False, input="")
     assert result.returncode == 2 and "STEPWATCH_STRAGGLER_WINDOW" in result.stderr
+
+
+def test_demo_command_shows_the_straggler_and_its_resolution(kafka_bootstrap, topic_prefix):
+    # The README's first command, here on the session's broker (KAFKA_BOOTSTRAP set: nothing started).
+    result = run_stepwatch("demo", "--ranks", "16", "--steps", "120", "--speed", "40", "--timeout", "90",
+                           env=stepwatch_env(kafka_bootstrap, topic_prefix), timeout=180)
+    out = result.stdout
+    assert "FIRING" in out and "RESOLVED" in out, out
+    assert "rank 15 on node node-001" in out
+    assert out.index("FIRING") < out.index("RESOLVED")
+    assert "done: the straggler was flagged and then resolved" in out

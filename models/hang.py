@@ -1,0 +1,550 @@
+"""Hang detection that names the culprit, from steps, heartbeats and collective sequence numbers.
+
+The rule (the user's definition): a job whose step counter (the highest completed step of
+any rank) has not advanced for ``timeout_seconds`` is hung (``critical``). The timeout is
+``checkpoint_timeout_seconds`` while the job is in the ``checkpoint`` phase and
+``first_step_timeout_seconds`` before its first step completed (model loading). Before
+that, in the ``train`` phase, an early ``warning`` fires once no step completed for
+``warning_factor`` x the p99 of the job's recent train step times (never sooner than
+``warning_floor_seconds``). A job that sent ``phase: end`` is finished and never hung.
+
+The same alert (one id) goes from warning to critical to resolved; a new version with the
+same id is published whenever the severity or the diagnosis changes. It resolves when the
+job completes a step again, or ends.
+
+The diagnosis comes from each rank's latest heartbeat (which keeps flowing from a
+background thread while the training thread is stuck) and collective events:
+
+* ``silent_ranks``: ranks that sent nothing for the heartbeat timeout while the rest of the
+  job still does (process dead, frozen, node unreachable), named with their last heartbeat;
+* ``culprit_before_collective``: every rank is alive, and the ranks whose last issued
+  collective (``seq_started``) is behind the others never reached the collective the rest
+  are waiting in (those are "waiting": they started it and never completed it);
+* ``partial_hang``: some live ranks are stuck while others still complete steps;
+* ``undetermined``: the data cannot tell (no heartbeats at all, or every live rank at the
+  same collective); the alert says so instead of guessing.
+
+Everything runs on the clock it is given: event time in replay, wall time live. Memory is
+bounded: per-rank latest values in arrays, bounded deques of step times and heartbeat gaps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .alerts import Alert, alert_id
+from .events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StepEvent
+
+CASES = ("culprit_before_collective", "silent_ranks", "partial_hang", "undetermined")
+
+
+@dataclass(frozen=True, slots=True)
+class HangDiagnosis:
+    """Who is where while a job is stuck (the localization part of a hang alert)."""
+
+    case: str
+    reason: str
+    culprits: tuple[int, ...]  # most likely cause first
+    silent: tuple[int, ...]
+    behind: tuple[int, ...]  # live ranks whose seq_started is behind the max
+    waiting: tuple[int, ...]  # live ranks inside the max collective (started, not completed)
+    stepping: tuple[int, ...]  # ranks still completing steps
+    stuck: tuple[int, ...]  # live ranks not completing steps (partial hang)
+    collective_seq: int | None  # the collective the waiting ranks are in (max seq_started of live ranks)
+    heartbeat_timeout: float
+    job_silent: bool
+
+
+@dataclass(slots=True)
+class _Episode:
+    """One hang, from first firing to resolution (mutable, internal)."""
+
+    alert: Alert
+    kind: str  # "job": the job's step counter stopped; "partial": some ranks stopped
+    job_step: int  # the job's step counter when it fired
+    stuck_steps: dict[int, int] = field(default_factory=dict)  # partial: rank -> its step when stuck
+    key: tuple = ()
+
+
+class HangDetector:
+    """Hang rule and culprit localization for one job; feed it every event, ``check(now)`` on a timer."""
+
+    def __init__(self, *, job: str, timeout_seconds: float = 600.0, checkpoint_timeout_seconds: float = 1800.0,
+                 first_step_timeout_seconds: float = 1200.0, warning_factor: float = 10.0,
+                 warning_floor_seconds: float = 30.0, warning_min_steps: int = 5, step_history: int = 256,
+                 heartbeat_timeout_seconds: float = 15.0, heartbeat_timeout_factor: float = 3.0,
+                 max_listed_ranks: int = 32) -> None:
+        if timeout_seconds <= 0 or checkpoint_timeout_seconds <= 0 or first_step_timeout_seconds <= 0:
+            raise ValueError("hang timeouts must be positive")
+        if step_history < 1 or warning_min_steps < 1:
+            raise ValueError("step_history and warning_min_steps must be >= 1")
+        self.job = job
+        self.timeout_seconds = timeout_seconds
+        self.checkpoint_timeout_seconds = checkpoint_timeout_seconds
+        self.first_step_timeout_seconds = first_step_timeout_seconds
+        self.warning_factor = warning_factor
+        self.warning_floor_seconds = warning_floor_seconds
+        self.warning_min_steps = warning_min_steps
+        self.step_history = step_history
+        self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
+        self.heartbeat_timeout_factor = heartbeat_timeout_factor
+        self.max_listed_ranks = max_listed_ranks
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        # Job-level state.
+        self._started_at: float | None = None  # first event of this run of the job
+        self._latest_ts = 0.0  # latest event time from any rank of the job
+        self._max_step = -1  # the job's step counter: highest completed step of any rank
+        self._completed_any = False  # a step completed since start (a heartbeat's first value is a baseline)
+        self._progress_ts = 0.0  # when the counter last advanced (or the start)
+        self._phase = "train"  # job-wide phase from phase events without a rank
+        self._ended = False
+        self._has_heartbeats = False
+        self._has_step_events = False
+        self._world_size: int | None = None
+        self._step_times: deque[float] = deque(maxlen=self.step_history)  # recent train step times
+        self._hb_gaps: deque[float] = deque(maxlen=64)  # recent heartbeat intervals (any rank)
+        self._episode: _Episode | None = None
+        # Per-rank latest values, in arrays indexed by a dense slot (grown on demand).
+        self._slot: dict[int, int] = {}
+        self._n = 0
+        self._ranks = np.zeros(0, dtype=np.int64)
+        self._step = np.zeros(0, dtype=np.int64)  # highest completed step (-1: unknown)
+        self._rank_progress = np.zeros(0)  # when the rank's step last advanced (or was first seen)
+        self._last_seen = np.zeros(0)  # latest event of any kind from the rank
+        self._last_hb = np.zeros(0)  # latest heartbeat (NaN: none)
+        self._seq_started = np.zeros(0, dtype=np.int64)  # -1: unknown
+        self._seq_completed = np.zeros(0, dtype=np.int64)
+        self._nodes: list[str | None] = []
+        self._rank_phase: list[str | None] = []
+
+    def _slot_of(self, rank: int, ts: float) -> int:
+        slot = self._slot.get(rank)
+        if slot is not None:
+            return slot
+        slot = self._slot[rank] = self._n
+        self._n += 1
+        if slot >= len(self._ranks):
+            grow = max(8, len(self._ranks))
+            self._ranks = np.concatenate([self._ranks, np.zeros(grow, dtype=np.int64)])
+            self._step = np.concatenate([self._step, np.full(grow, -1, dtype=np.int64)])
+            self._rank_progress = np.concatenate([self._rank_progress, np.zeros(grow)])
+            self._last_seen = np.concatenate([self._last_seen, np.zeros(grow)])
+            self._last_hb = np.concatenate([self._last_hb, np.full(grow, np.nan)])
+            self._seq_started = np.concatenate([self._seq_started, np.full(grow, -1, dtype=np.int64)])
+            self._seq_completed = np.concatenate([self._seq_completed, np.full(grow, -1, dtype=np.int64)])
+        self._ranks[slot] = rank
+        self._rank_progress[slot] = ts
+        self._last_seen[slot] = ts
+        self._nodes.append(None)
+        self._rank_phase.append(None)
+        return slot
+
+    # -- views ----------------------------------------------------------------------------
+
+    @property
+    def firing(self) -> dict[str, Alert]:
+        """The open hang alert by id (at most one)."""
+        return {self._episode.alert.id: self._episode.alert} if self._episode else {}
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def step(self) -> int:
+        """The job's step counter (-1 before any step is known)."""
+        return self._max_step
+
+    def thresholds(self) -> tuple[float | None, float, str]:
+        """``(warning after, critical after, which timeout)`` for the job's current state, seconds."""
+        if not self._completed_any:
+            return None, max(self.first_step_timeout_seconds, self.timeout_seconds), "first_step"
+        if self._in_checkpoint():
+            return None, max(self.checkpoint_timeout_seconds, self.timeout_seconds), "checkpoint"
+        critical = self.timeout_seconds
+        if self._phase not in ("train", "warmup") or len(self._step_times) < self.warning_min_steps:
+            return None, critical, self._phase
+        warn = max(self.warning_factor * self.p99_step_time(), self.warning_floor_seconds)
+        return (warn if warn < critical else None), critical, self._phase
+
+    def p99_step_time(self) -> float:
+        return float(np.percentile(np.fromiter(self._step_times, float), 99)) if self._step_times else 0.0
+
+    def heartbeat_timeout(self) -> float:
+        if not self._hb_gaps:
+            return self.heartbeat_timeout_seconds
+        gap = float(np.median(np.fromiter(self._hb_gaps, float)))
+        return max(self.heartbeat_timeout_seconds, self.heartbeat_timeout_factor * gap)
+
+    def _in_checkpoint(self) -> bool:
+        return self._phase == "checkpoint" or "checkpoint" in self._rank_phase
+
+    # -- input ----------------------------------------------------------------------------
+
+    def update(self, event: Event) -> list[Alert]:
+        """Learn from one event; return a resolved alert when it ends a hang."""
+        if self._ended:
+            # Stray heartbeats after the end are ignored; new steps or phases mean a restart.
+            if isinstance(event, StepEvent) or (isinstance(event, PhaseEvent) and event.rank is None
+                                                and event.phase != "end"):
+                self._reset_state()
+            else:
+                return []
+        ts = event.ts
+        if self._started_at is None:
+            self._started_at = ts
+            self._progress_ts = ts
+        if ts > self._latest_ts:
+            self._latest_ts = ts
+        if isinstance(event, PhaseEvent):
+            return self._on_phase(event)
+        slot = self._slot_of(event.rank, ts)
+        if ts > self._last_seen[slot]:
+            self._last_seen[slot] = ts
+        if event.node is not None:
+            self._nodes[slot] = event.node
+        if isinstance(event, StepEvent):
+            return self._on_step(slot, event)
+        if isinstance(event, HeartbeatEvent):
+            return self._on_heartbeat(slot, event)
+        if isinstance(event, CollectiveEvent):
+            if event.seq > self._seq_started[slot]:
+                self._seq_started[slot] = event.seq
+            if event.seq > self._seq_completed[slot]:
+                self._seq_completed[slot] = event.seq
+        return []
+
+    def _on_phase(self, event: PhaseEvent) -> list[Alert]:
+        if event.rank is not None:
+            self._rank_phase[self._slot_of(event.rank, event.ts)] = event.phase
+            return []
+        if event.phase == "end":
+            out = self.close(at=event.ts, reason="job ended")
+            self._ended = True
+            return out
+        self._phase = event.phase
+        return []
+
+    def _on_step(self, slot: int, event: StepEvent) -> list[Alert]:
+        self._has_step_events = True
+        if event.world_size is not None:
+            self._world_size = event.world_size
+        advanced = self._rank_step(slot, event.step, event.ts)
+        first = not self._completed_any
+        self._completed_any = True
+        if event.step > self._max_step:
+            if (not first and self._max_step >= 0 and self._episode is None and event.phase == "train"
+                    and self._phase == "train"):
+                self._step_times.append(event.step_time)
+            return self._job_advanced(event.step, event.ts)
+        if first:  # a completion at or below a heartbeat's baseline still ends the first-step wait
+            self._progress_ts = max(self._progress_ts, event.ts)
+        return self._maybe_resolve_partial(slot) if advanced else []
+
+    def _on_heartbeat(self, slot: int, event: HeartbeatEvent) -> list[Alert]:
+        self._has_heartbeats = True
+        last = self._last_hb[slot]
+        if not np.isnan(last) and event.ts > last:
+            self._hb_gaps.append(event.ts - last)
+        if np.isnan(last) or event.ts > last:
+            self._last_hb[slot] = event.ts
+        if event.seq_started is not None and event.seq_started > self._seq_started[slot]:
+            self._seq_started[slot] = event.seq_started
+        if event.seq_completed is not None and event.seq_completed > self._seq_completed[slot]:
+            self._seq_completed[slot] = event.seq_completed
+        self._rank_phase[slot] = event.phase
+        if self._max_step < 0:
+            # The first value is a baseline (a restarted job resumes at its checkpoint's step).
+            self._max_step = event.step
+            self._step[slot] = event.step
+            return []
+        advanced = self._rank_step(slot, event.step, event.ts)
+        if event.step > self._max_step:
+            if not self._has_step_events and self._completed_any and self._episode is None:
+                # Heartbeat-only jobs: the time per step between two advances of the counter.
+                self._step_times.append((event.ts - self._progress_ts) / (event.step - self._max_step))
+            self._completed_any = True
+            return self._job_advanced(event.step, event.ts)
+        return self._maybe_resolve_partial(slot) if advanced else []
+
+    def _rank_step(self, slot: int, step: int, ts: float) -> bool:
+        if step > self._step[slot]:
+            self._step[slot] = step
+            self._rank_progress[slot] = ts
+            return True
+        return False
+
+    def _job_advanced(self, step: int, ts: float) -> list[Alert]:
+        self._max_step = step
+        self._progress_ts = max(self._progress_ts, ts)
+        ep = self._episode
+        if ep is None or ep.kind != "job" or step <= ep.job_step:
+            return self._maybe_resolve_partial(None)
+        return [self._resolve(at=ts, summary=f"resolved: job {self.job} completed step {step} again")]
+
+    def _maybe_resolve_partial(self, slot: int | None) -> list[Alert]:
+        ep = self._episode
+        if ep is None or ep.kind != "partial":
+            return []
+        if slot is not None and int(self._ranks[slot]) not in ep.stuck_steps:
+            return []
+        if any(self._step[self._slot[r]] <= s for r, s in ep.stuck_steps.items()):
+            return []
+        ranks = ",".join(str(r) for r in ep.stuck_steps)
+        return [self._resolve(at=self._latest_ts, summary=f"resolved: stuck rank(s) {ranks} of job {self.job} "
+                                                         f"complete steps again")]
+
+    # -- the rule -------------------------------------------------------------------------
+
+    def check(self, now: float) -> list[Alert]:
+        """Evaluate the rule at ``now``; return a new or updated alert when something changed."""
+        if self._ended or self._started_at is None:
+            return []
+        warn, critical, timeout_kind = self.thresholds()
+        first = warn if warn is not None else critical
+        stalled = now - self._progress_ts
+        kind = None
+        stuck_mask = None
+        if stalled >= first:
+            kind = "job"
+        elif self._n and self._has_heartbeats:
+            stuck_mask = self._partial_stuck(now, first)
+            if stuck_mask is not None:
+                kind = "partial"
+                stalled = now - float(self._rank_progress[:self._n][stuck_mask].max())
+        if kind is None:
+            return []  # an open episode stays open until the job advances or ends
+        severity = "critical" if stalled >= critical else "warning"
+        diagnosis = self.diagnose(now, stuck_after=first)
+        ep = self._episode
+        key = (severity, diagnosis.case, diagnosis.culprits)
+        if ep is not None and ep.key == key and not (kind == "job" and ep.kind == "partial"):
+            return []
+        if ep is not None and ep.alert.severity == "critical" and severity == "warning":
+            severity = "critical"  # never de-escalate within one episode
+            key = (severity, diagnosis.case, diagnosis.culprits)
+            if ep.key == key:
+                return []
+        since = self._progress_ts if kind == "job" else now - stalled
+        stop_step = self._max_step if kind == "job" else int(self._step[:self._n][stuck_mask].min())
+        if ep is None:
+            ident = alert_id(self.job, "hang", stop_step, round(since, 3))
+            starts_at = now
+        else:
+            ident, starts_at = ep.alert.id, ep.alert.starts_at
+        alert = self._alert(ident, severity, starts_at, now, since, stalled, stop_step, warn, critical,
+                            timeout_kind, diagnosis)
+        if ep is None or (kind == "job" and ep.kind == "partial"):
+            stuck_steps = {}
+            if kind == "partial":
+                slots = np.flatnonzero(stuck_mask)
+                stuck_steps = {int(self._ranks[s]): int(self._step[s]) for s in slots}
+            self._episode = _Episode(alert=alert, kind=kind, job_step=self._max_step, stuck_steps=stuck_steps,
+                                     key=key)
+        else:
+            ep.alert, ep.key = alert, key
+        return [alert]
+
+    def _partial_stuck(self, now: float, stuck_after: float) -> np.ndarray | None:
+        """Live ranks whose own step stopped while other ranks still complete steps, or None."""
+        n = self._n
+        step = self._step[:n]
+        known = step >= 0
+        quiet = (now - self._rank_progress[:n]) >= stuck_after
+        if not (known & quiet).any():
+            return None
+        stepping = known & ~quiet
+        if not stepping.any():
+            return None
+        live = (self._latest_ts - self._last_seen[:n]) < self.heartbeat_timeout()
+        stuck = live & known & quiet & (step < self._max_step)
+        return stuck if stuck.any() else None
+
+    def diagnose(self, now: float, *, stuck_after: float) -> HangDiagnosis:
+        """Classify every rank from its latest heartbeat and collective sequence numbers."""
+        n = self._n
+        hb_timeout = self.heartbeat_timeout()
+        ranks = self._ranks[:n]
+        step = self._step[:n]
+        # Silence is measured against the job's own latest event, so that ingestion lag or the
+        # end of a recording does not make every rank look silent; a job that went quiet as a
+        # whole is flagged instead.
+        job_silent = bool(self._has_heartbeats and now - self._latest_ts >= hb_timeout)
+        if self._has_heartbeats:
+            silent_mask = (self._latest_ts - self._last_seen[:n]) >= hb_timeout
+        else:
+            silent_mask = np.zeros(n, dtype=bool)
+        live = ~silent_mask
+        seq = self._seq_started[:n]
+        done = self._seq_completed[:n]
+        with_seq = live & (seq >= 0)
+        collective_seq = int(seq[with_seq].max()) if with_seq.any() else None
+        if collective_seq is not None:
+            behind_mask = with_seq & (seq < collective_seq)
+            waiting_mask = with_seq & (seq == collective_seq) & (done < seq)
+        else:
+            behind_mask = waiting_mask = np.zeros(n, dtype=bool)
+        known = step >= 0
+        stepping_mask = known & live & ((now - self._rank_progress[:n]) < stuck_after)
+        stuck_mask = known & live & ~stepping_mask
+        # Lowest (seq, step) first: the rank furthest behind is the likeliest cause.
+        order = np.lexsort((ranks, step, np.where(seq >= 0, seq, -1)))
+
+        def pick(mask: np.ndarray) -> tuple[int, ...]:
+            return tuple(int(ranks[i]) for i in order if mask[i])
+
+        silent = pick(silent_mask) + self._unseen_ranks()
+        behind, waiting, stepping, stuck = pick(behind_mask), pick(waiting_mask), pick(stepping_mask), pick(
+            stuck_mask)
+        if not self._has_heartbeats:
+            case, culprits = "undetermined", ()
+            reason = "no heartbeats from this job: the ranks' positions are unknown, so no culprit is named"
+        elif stepping and (stuck or silent):
+            case = "partial_hang"
+            stuck_set, behind_set = set(stuck), set(behind)
+            culprits = silent + tuple(r for r in behind if r in stuck_set) + tuple(
+                r for r in stuck if r not in behind_set)
+            reason = (f"{len(stepping)} rank(s) still complete steps while {len(stuck) + len(silent)} "
+                      f"do not")
+        elif silent:
+            case = "silent_ranks"
+            culprits = silent + behind
+            reason = (f"{len(silent)} rank(s) sent nothing for {hb_timeout:g}s while the others still send "
+                      f"heartbeats (process dead, frozen, or node unreachable)")
+        elif behind:
+            case, culprits = "culprit_before_collective", behind
+            reason = (f"{len(behind)} live rank(s) never issued collective {collective_seq}, which "
+                      f"{len(waiting)} rank(s) started and wait in")
+        else:
+            case, culprits = "undetermined", ()
+            if job_silent:
+                reason = (f"every rank of the job went silent {now - self._latest_ts:.0f}s ago (job killed, or "
+                          f"its events no longer reach stepwatch)")
+            elif collective_seq is None:
+                reason = "heartbeats carry no collective sequence numbers: cannot tell which rank is behind"
+            else:
+                reason = f"every live rank is at collective {collective_seq}: cannot tell which rank is behind"
+        return HangDiagnosis(case=case, reason=reason, culprits=culprits, silent=silent, behind=behind,
+                             waiting=waiting, stepping=stepping, stuck=stuck, collective_seq=collective_seq,
+                             heartbeat_timeout=hb_timeout, job_silent=job_silent)
+
+    def _unseen_ranks(self) -> tuple[int, ...]:
+        """Ranks below the reported world size that never sent anything (listed up to the cap)."""
+        if not self._has_heartbeats or self._world_size is None or self._n >= self._world_size:
+            return ()
+        out = []
+        for r in range(self._world_size):
+            if r not in self._slot:
+                out.append(r)
+                if len(out) >= self.max_listed_ranks:
+                    break
+        return tuple(out)
+
+    # -- alerts ---------------------------------------------------------------------------
+
+    def _rank_info(self, rank: int) -> dict:
+        slot = self._slot.get(rank)
+        if slot is None:
+            return {"rank": rank, "node": None, "step": None, "seq_started": None, "seq_completed": None,
+                    "last_heartbeat": None, "last_seen": None}
+        hb = float(self._last_hb[slot])
+        return {
+            "rank": rank,
+            "node": self._nodes[slot],
+            "step": int(self._step[slot]) if self._step[slot] >= 0 else None,
+            "seq_started": int(self._seq_started[slot]) if self._seq_started[slot] >= 0 else None,
+            "seq_completed": int(self._seq_completed[slot]) if self._seq_completed[slot] >= 0 else None,
+            "last_heartbeat": None if np.isnan(hb) else round(hb, 6),
+            "last_seen": round(float(self._last_seen[slot]), 6),
+        }
+
+    def _listed(self, ranks: tuple[int, ...]) -> dict:
+        cap = self.max_listed_ranks
+        return {"count": len(ranks), "ranks": list(ranks[:cap])}
+
+    def _alert(self, ident: str, severity: str, starts_at: float, now: float, since: float, stalled: float,
+               stop_step: int, warn: float | None, critical: float, timeout_kind: str,
+               d: HangDiagnosis) -> Alert:
+        cap = self.max_listed_ranks
+        culprits = d.culprits[:cap]
+        silent_set = set(d.silent)
+        listed = list(dict.fromkeys(d.culprits + d.waiting + d.stuck))[:cap]
+        nodes = [self._rank_info(r)["node"] for r in listed]
+        nodes = tuple(dict.fromkeys(n for n in nodes if n))
+        evidence = {
+            "case": d.case,
+            "reason": d.reason,
+            "stalled_since": round(since, 6),
+            "stalled_seconds": round(stalled, 3),
+            "checked_at": round(now, 6),
+            "step": stop_step if stop_step >= 0 else None,
+            "job_step": self._max_step if self._max_step >= 0 else None,
+            "collective_seq": d.collective_seq,
+            "phase": "checkpoint" if self._in_checkpoint() else self._phase,
+            "timeout": timeout_kind,
+            "warning_after_seconds": None if warn is None else round(warn, 3),
+            "critical_after_seconds": round(critical, 3),
+            "p99_step_time": round(self.p99_step_time(), 4) if self._step_times else None,
+            "step_samples": len(self._step_times),
+            "heartbeat_timeout_seconds": round(d.heartbeat_timeout, 3),
+            "job_silent": d.job_silent,
+            "ranks_known": self._n,
+            "world_size": self._world_size,
+            "culprits": [dict(self._rank_info(r), state="silent" if r in silent_set else
+                              ("behind" if r in d.behind else "stuck")) for r in culprits],
+            "silent": [self._rank_info(r) for r in d.silent[:cap]],
+            "behind": self._listed(d.behind),
+            "waiting": self._listed(d.waiting),
+            "stepping": self._listed(d.stepping),
+            "stuck": self._listed(d.stuck),
+        }
+        return Alert(id=ident, status="firing", type="hang", severity=severity, job=self.job,
+                     ranks=tuple(listed), nodes=nodes, starts_at=starts_at,
+                     summary=self._summary(severity, stalled, stop_step, d), evidence=evidence)
+
+    def _where(self, rank: int) -> str:
+        node = self._rank_info(rank)["node"]
+        return f"rank {rank}" + (f" on {node}" if node else "")
+
+    def _summary(self, severity: str, stalled: float, stop_step: int, d: HangDiagnosis) -> str:
+        step = f"step {stop_step}" if stop_step >= 0 else "the first step"
+        seq = f", collective seq {d.collective_seq}" if d.collective_seq is not None else ""
+        if d.case == "partial_hang":
+            head = (f"hang ({severity}): {len(d.stuck) + len(d.silent)} rank(s) of job {self.job} stopped at "
+                    f"{step}{seq} {stalled:.0f}s ago while {len(d.stepping)} still step")
+        else:
+            done = f"after {step}" if stop_step >= 0 else "yet"
+            head = f"hang ({severity}): job {self.job} has completed no step for {stalled:.0f}s ({done}{seq})"
+        named = ", ".join(self._where(r) for r in d.culprits[:5]) + (" ..." if len(d.culprits) > 5 else "")
+        if d.case == "silent_ranks":
+            first = d.culprits[0]
+            hb = self._rank_info(first)["last_heartbeat"]
+            when = f"last heartbeat at {hb:.3f}" if hb is not None else "never heard from"
+            tail = f"silent: {named} ({when}); {len(d.waiting)} rank(s) wait in collective {d.collective_seq}"
+        elif d.case == "culprit_before_collective":
+            tail = (f"culprit: {named} never reached collective {d.collective_seq} that {len(d.waiting)} "
+                    f"rank(s) wait in")
+        elif d.case == "partial_hang":
+            tail = f"stuck: {named}"
+        else:
+            tail = f"culprit undetermined: {d.reason}"
+        return f"{head}; {tail}"
+
+    def _resolve(self, *, at: float, summary: str) -> Alert:
+        ep = self._episode
+        self._episode = None
+        evidence = dict(ep.alert.evidence)
+        evidence.update(resolved_step=self._max_step if self._max_step >= 0 else None,
+                        hung_seconds=round(at - evidence["stalled_since"], 3))
+        return ep.alert.resolved(at=at, summary=f"{summary} ({ep.alert.summary})", evidence=evidence)
+
+    def close(self, *, at: float, reason: str) -> list[Alert]:
+        """Resolve the open alert, if any (the job ended)."""
+        if self._episode is None:
+            return []
+        return [self._resolve(at=at, summary=f"resolved ({reason})")]
