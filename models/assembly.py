@@ -30,6 +30,7 @@ class GroupStep:
     compute_time: np.ndarray
     comm_time: np.ndarray
     data_time: np.ndarray
+    tokens: np.ndarray
     nodes: tuple[str | None, ...]
     phase: str  # "train" unless some rank reported another phase
 
@@ -129,6 +130,7 @@ class StepAssembler:
             compute_time=_column(rows, "compute_time"),
             comm_time=_column(rows, "comm_time"),
             data_time=_column(rows, "data_time"),
+            tokens=_column(rows, "tokens"),
             nodes=tuple(e.node for e in rows),
             phase=open_step.phase,
         )

@@ -1,0 +1,136 @@
+"""Job-wide rules on recorded sequences: throughput drop, communication slowdown, checkpoint staleness."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stepwatch.models.assembly import GroupStep
+from stepwatch.models.checkpoint import CheckpointDetector
+from stepwatch.models.comm import CommSlowdownDetector
+from stepwatch.models.events import CollectiveEvent
+from stepwatch.models.throughput import ThroughputDetector, sample_from
+
+
+def group_step(step, *, ranks=16, compute=0.8, comm=0.15, data=0.02, tokens=4096.0, rng):
+    compute_v = compute * (1 + 0.01 * rng.standard_normal(ranks))
+    data_v = data * (1 + 0.05 * rng.standard_normal(ranks))
+    step_time = float((compute_v + data_v).max() + comm)
+    return GroupStep(job="j", group="", step=step, ts=1000.0 + step, ranks=np.arange(ranks),
+                     step_time=np.full(ranks, step_time), compute_time=compute_v,
+                     comm_time=step_time - compute_v - data_v, data_time=data_v,
+                     tokens=np.full(ranks, tokens), nodes=(None,) * ranks, phase="train")
+
+
+def run_throughput(profile, **kwargs):
+    """profile(step) -> dict of group_step keyword overrides."""
+    rng = np.random.default_rng(0)
+    detector = ThroughputDetector(job="j", **kwargs)
+    alerts = []
+    for step in range(400):
+        alerts += detector.update(sample_from(group_step(step, rng=rng, **profile(step))))
+    return alerts
+
+
+def test_30_percent_compute_drop_is_reported_within_a_few_steps_with_the_layer():
+    alerts = run_throughput(lambda s: {"compute": 0.8 * (1.3 if 200 <= s < 300 else 1.0)})
+    assert [a.status for a in alerts] == ["firing", "resolved"]
+    firing = alerts[0]
+    assert firing.type == "throughput_drop" and firing.evidence["layer"] == "compute"
+    assert 200 <= firing.evidence["onset_step"] <= 201
+    assert firing.evidence["detected_step"] - 200 <= 5
+    assert 0.2 <= firing.evidence["slowdown"] <= 0.35
+    assert firing.evidence["recent_tokens_per_second"] < firing.evidence["baseline_tokens_per_second"]
+
+
+def test_communication_and_input_pipeline_layers_are_named():
+    comm = run_throughput(lambda s: {"comm": 0.15 + (0.35 if s >= 200 else 0.0)})
+    assert comm and comm[0].evidence["layer"] == "communication"
+    data = run_throughput(lambda s: {"data": 0.02 + (0.4 if s >= 200 else 0.0)})
+    assert data and data[0].evidence["layer"] == "input pipeline"
+
+
+def test_diurnal_drift_and_single_slow_steps_stay_quiet():
+    # A 2% sinusoidal drift over the run, and a 3x step every 50 steps (GC, hiccups).
+    def profile(s):
+        factor = 1 + 0.02 * np.sin(2 * np.pi * s / 400)
+        if s % 50 == 25:
+            factor *= 3
+        return {"compute": 0.8 * factor}
+
+    assert run_throughput(profile) == []
+
+
+def test_tokens_per_second_drop_without_step_time_change():
+    alerts = run_throughput(lambda s: {"tokens": 4096.0 if s < 200 else 2048.0})
+    assert alerts and alerts[0].type == "throughput_drop"
+
+
+def collectives(detector, seq_range, *, ranks=8, base=0.010, slow_from=None, factor=1.0, straggler=None):
+    alerts = []
+    rng = np.random.default_rng(1)
+    for seq in seq_range:
+        transfer = base * (factor if slow_from is not None and seq >= slow_from else 1.0)
+        for rank in range(ranks):
+            wait = 0.0 if rank == straggler else (0.05 if straggler is not None else rng.uniform(0, 0.002))
+            alerts += detector.update(CollectiveEvent(
+                job="j", rank=rank, seq=seq, op="all_reduce", ts=1000.0 + seq * 0.1,
+                duration=transfer * (1 + 0.02 * rng.standard_normal()) + wait, node=f"n{rank // 4}",
+                bytes=25 * 2**20))
+    return alerts
+
+
+def test_35_percent_all_reduce_latency_rise_fires_and_10_percent_does_not():
+    fired = collectives(CommSlowdownDetector(job="j"), range(300), slow_from=150, factor=1.35)
+    assert [a.type for a in fired] == ["comm_slowdown"]
+    assert fired[0].evidence["op"] == "all_reduce" and fired[0].evidence["increase"] >= 0.3
+    assert fired[0].evidence["detected_seq"] - 150 <= 25
+    assert collectives(CommSlowdownDetector(job="j"), range(300), slow_from=150, factor=1.10) == []
+
+
+def test_a_straggler_does_not_look_like_a_network_problem():
+    # Everyone but rank 3 waits 50 ms in each collective for rank 3: durations balloon, transfer doesn't.
+    detector = CommSlowdownDetector(job="j")
+    collectives(detector, range(100))
+    assert collectives(detector, range(100, 300), straggler=3) == []
+
+
+def test_checkpoint_staleness_fires_at_its_threshold_and_resolves_at_the_next_checkpoint():
+    det = CheckpointDetector(job="j", max_age_seconds=600)
+    det.observe(0.0, 0)
+    assert det.on_phase(10.0, "checkpoint", 10) == []
+    assert det.on_phase(40.0, "train", 10) == []
+    assert det.check(600.0) == []  # 560 s since the checkpoint ended
+    fired = det.check(641.0)
+    assert [a.type for a in fired] == ["checkpoint_stale"] and fired[0].evidence["reason"] == "age"
+    assert det.check(700.0) == []  # still open: not fired twice
+    det.on_phase(900.0, "checkpoint", 900)
+    resolved = det.on_phase(930.0, "train", 900)
+    assert [(a.status, a.id) for a in resolved] == [("resolved", fired[0].id)]
+
+
+def test_checkpoint_staleness_by_steps_and_without_any_checkpoint():
+    det = CheckpointDetector(job="j", max_age_seconds=0, max_age_steps=1000)
+    det.observe(0.0, 0)
+    det.on_phase(5.0, "checkpoint", 0)
+    det.on_phase(6.0, "train", 0)
+    det.observe(100.0, 1000)
+    assert det.check(100.0) == []
+    det.observe(101.0, 1001)
+    assert det.check(101.0)[0].evidence["steps_since"] == 1001
+    never = CheckpointDetector(job="k", max_age_seconds=3600)
+    never.observe(0.0, 0)
+    assert "no checkpoint since the job started" in never.check(3601.0)[0].summary
+
+
+def test_a_checkpoint_much_slower_than_usual_fires():
+    det = CheckpointDetector(job="j", max_age_seconds=0)
+    t = 0.0
+    for i in range(4):
+        det.on_phase(t, "checkpoint", i * 100)
+        assert det.on_phase(t + 20.0, "train", i * 100) == []
+        t += 1000
+    det.on_phase(t, "checkpoint", 400)
+    slow = det.on_phase(t + 90.0, "train", 400)
+    assert [a.evidence["reason"] for a in slow] == ["slow"]
+    det.on_phase(t + 1000, "checkpoint", 500)
+    assert [a.status for a in det.on_phase(t + 1020, "train", 500)] == ["resolved"]
