@@ -1,4 +1,4 @@
-"""The ``stepwatch`` command line: worker, simulate, replay, alerts, demo, broker."""
+"""The ``stepwatch`` command line: worker, simulate, replay, alerts, status, config, demo, broker."""
 
 from __future__ import annotations
 
@@ -94,6 +94,40 @@ def _parse_slowdown(text: str):
     return JobSlowdown(start_step=start, factor=factor, end_step=end)
 
 
+def _hang_parser(kind: str):
+    def parse(text: str):
+        parts = text.split(":")
+        try:
+            if not 2 <= len(parts) <= 3:
+                raise ValueError
+            rank, step = int(parts[0]), int(parts[1])
+            duration = float(parts[2]) if len(parts) > 2 and parts[2] else None
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected RANK:STEP[:DURATION], got {text!r}") from None
+        if duration is not None and duration <= 0:
+            raise argparse.ArgumentTypeError("DURATION must be positive")
+        return kind, rank, step, duration
+
+    return parse
+
+
+#: Scenarios about hangs; they turn heartbeats on by default.
+HANG_SCENARIOS = ("hang", "frozen", "dead", "slow-checkpoint")
+
+
+def _hang_faults(args: argparse.Namespace) -> list:
+    from stepwatch.producers.simulator import HangFault
+
+    given = list(args.hang or []) + list(args.frozen or []) + list(args.dead or [])
+    if args.scenario in ("hang", "frozen", "dead") and not any(kind == args.scenario for kind, *_ in given):
+        # The scenario's default fault: rank 5 stops a third of the way in.
+        given.append((args.scenario, min(5, args.ranks - 1), min(max(args.steps // 3, 10), max(args.steps - 1, 0)),
+                      None))
+    return [HangFault(kind=kind, rank=rank, step=step,
+                      duration=duration if duration is not None else args.hang_duration,
+                      recover=not args.no_recover) for kind, rank, step, duration in given]
+
+
 def build_spec(args: argparse.Namespace):
     from stepwatch.producers.simulator import SimulationSpec, StragglerFault
 
@@ -103,13 +137,24 @@ def build_spec(args: argparse.Namespace):
         start = min(60, max(args.steps // 4, 15))
         stragglers.append(StragglerFault(rank=min(17, args.ranks - 1), start_step=start, factor=1.3,
                                          end_step=start + max(args.steps // 3, 30)))
+    hangs = _hang_faults(args)
+    heartbeat_interval = args.heartbeat_interval
+    if heartbeat_interval is None:
+        heartbeat_interval = 5.0 if (args.scenario in HANG_SCENARIOS or hangs) else 0.0
+    checkpoint_every, checkpoint_seconds = args.checkpoint_every, args.checkpoint_seconds
+    if args.scenario == "slow-checkpoint":
+        # One long but legitimate checkpoint half-way: past the hang timeout, within the checkpoint timeout.
+        checkpoint_every = checkpoint_every or max(args.steps // 2, 1)
+        checkpoint_seconds = checkpoint_seconds if checkpoint_seconds is not None else 900.0
     start_time = args.start_time if args.start_time is not None else (
         1_700_000_000.0 if args.out else time.time())
     return SimulationSpec(
         job=args.job, ranks=args.ranks, ranks_per_node=args.ranks_per_node, stages=args.stages,
         steps=args.steps, compute_time=args.compute_time, jitter=args.jitter,
-        checkpoint_every=args.checkpoint_every, seed=args.seed, start_time=start_time,
+        checkpoint_every=checkpoint_every, seed=args.seed, start_time=start_time,
         stragglers=tuple(stragglers), slowdowns=tuple(args.slowdown or []),
+        checkpoint_seconds=checkpoint_seconds if checkpoint_seconds is not None else 20.0,
+        heartbeat_interval=heartbeat_interval, collectives_per_step=args.collectives_per_step, hangs=tuple(hangs),
     )
 
 
@@ -143,9 +188,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _require_bootstrap(settings)
-    ensure_topics(settings.kafka)
+    from stepwatch.security import client_config
+
+    ensure_topics(settings.kafka, client_config=client_config(settings))
     topic = settings.kafka.topic(settings.kafka.events_topic)
-    with EventPublisher(bootstrap=settings.kafka.bootstrap, topic=topic) as publisher:
+    with EventPublisher(bootstrap=settings.kafka.bootstrap, topic=topic, **client_config(settings)) as publisher:
         last_report = time.monotonic()
         for i, (_, batch) in enumerate(_paced(sim.steps(), speed)):
             publisher.send(spec.job, batch)
@@ -220,6 +267,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def follow_alerts(settings: Settings, *, from_beginning: bool, timeout: float | None) -> Iterator[dict]:
     from kafka import KafkaConsumer
 
+    from stepwatch.security import client_config
+
     consumer = KafkaConsumer(
         settings.kafka.topic(settings.kafka.alerts_topic),
         bootstrap_servers=settings.kafka.bootstrap,
@@ -227,6 +276,7 @@ def follow_alerts(settings: Settings, *, from_beginning: bool, timeout: float | 
         enable_auto_commit=False,
         group_id=None,
         consumer_timeout_ms=int(timeout * 1000) if timeout else float("inf"),
+        **client_config(settings),
     )
     try:
         for record in consumer:
@@ -239,16 +289,200 @@ def follow_alerts(settings: Settings, *, from_beginning: bool, timeout: float | 
         consumer.close()
 
 
+def alert_matches(alert: dict, *, jobs: list[str] | None = None, types: list[str] | None = None,
+                  statuses: list[str] | None = None) -> bool:
+    """The ``stepwatch alerts`` filters; each given list matches any of its values."""
+    return ((not jobs or alert.get("job") in jobs) and (not types or alert.get("type") in types)
+            and (not statuses or alert.get("status") in statuses))
+
+
+ALERT_COLUMNS = (("TIME (UTC)", 20), ("STATUS", 8), ("SEVERITY", 8), ("TYPE", 9), ("JOB", 18), ("RANKS", 12))
+
+
+def alert_table_header() -> str:
+    return "  ".join(f"{name:<{width}}" for name, width in ALERT_COLUMNS) + "  SUMMARY"
+
+
+def alert_table_row(alert: dict, *, width: int | None = None) -> str:
+    """One fixed-width row of the readable alerts table (the summary is cut to the terminal width)."""
+    from stepwatch.models.alerts import _iso
+
+    when = alert.get("ends_at") if alert.get("status") == "resolved" else alert.get("starts_at")
+    ranks = ",".join(str(r) for r in alert.get("ranks") or [])
+    cells = [_iso(when) if isinstance(when, (int, float)) else "?", str(alert.get("status", "?")).upper(),
+             str(alert.get("severity", "?")), str(alert.get("type", "?")), str(alert.get("job", "?")),
+             ranks if len(ranks) <= 12 else ranks[:11] + "+"]
+    row = "  ".join(f"{_cut(c, w):<{w}}" for c, (_, w) in zip(cells, ALERT_COLUMNS))
+    summary = str(alert.get("summary", ""))
+    if width:
+        summary = _cut(summary, max(20, width - len(row) - 2))
+    return f"{row}  {summary}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "~"
+
+
 def cmd_alerts(args: argparse.Namespace) -> int:
-    from stepwatch.models.alerts import format_alert
+    import shutil
 
     settings = _settings(args)
     _require_bootstrap(settings)
+    width = shutil.get_terminal_size((160, 24)).columns if sys.stdout.isatty() else None
+    header = False
     try:
         for alert in follow_alerts(settings, from_beginning=args.from_beginning, timeout=args.timeout):
-            print(orjson.dumps(alert).decode() if args.json else format_alert(alert), flush=True)
+            if not alert_matches(alert, jobs=args.job, types=args.type, statuses=args.status):
+                continue
+            if args.json:
+                print(orjson.dumps(alert).decode(), flush=True)
+                continue
+            if not header:
+                print(alert_table_header(), flush=True)
+                header = True
+            print(alert_table_row(alert, width=width), flush=True)
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+# -- status ---------------------------------------------------------------------------------
+
+
+def fetch_json(url: str, *, timeout: float = 10.0) -> tuple[int, object]:
+    """GET a JSON document; (HTTP status, body). Raises OSError when nothing answers."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, orjson.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        try:
+            return exc.code, orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return exc.code, {"error": body.decode("utf-8", "replace")[:500]}
+
+
+def _num(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_jobs(body: dict) -> str:
+    lines = [f"worker {body.get('worker')}  partitions {body.get('partitions')}",
+             f"{'JOB':<24} {'RANKS':>6} {'STEP':>8} {'PHASE':<10} {'STEPS/S':>8} {'TOKENS/S':>10} {'AGE S':>7} "
+             f"{'ALERTS':>6}"]
+    for j in body.get("jobs", []):
+        lines.append(f"{_cut(j['job'], 24):<24} {j['ranks']:>6} {j['latest_step']:>8} "
+                     f"{j['phase'] + (' (end)' if j.get('ended') else ''):<10} {_num(j.get('step_rate')):>8} "
+                     f"{_num(j.get('tokens_per_second'), 0):>10} {_num(j.get('last_event_age'), 1):>7} "
+                     f"{j['open_alerts']:>6}")
+        for a in j.get("alerts", []):
+            lines.append(f"    {a['severity'].upper():<8} {a['type']:<9} {_cut(a['summary'], 110)}")
+    if not body.get("jobs"):
+        lines.append("(no jobs on this worker)")
+    return "\n".join(lines)
+
+
+def format_job(body: dict, *, all_ranks: bool = False, limit: int = 20) -> str:
+    s = body.get("settings") or {}
+    straggler = s.get("straggler") or {}
+    lines = [f"job {body['job']}: {body['ranks']} ranks, step {body['latest_step']}, phase {body['phase']}"
+             f"{' (ended)' if body.get('ended') else ''}, {_num(body.get('step_rate'))} steps/s, "
+             f"tokens/s {_num(body.get('tokens_per_second'), 0)}, last event {_num(body.get('last_event_age'), 1)} s ago",
+             f"settings ({s.get('source', '?')}): ratio_threshold {straggler.get('ratio_threshold')}, "
+             f"z_threshold {straggler.get('z_threshold')}, min_flagged {straggler.get('min_flagged')}/"
+             f"{straggler.get('window')}, clear_after {straggler.get('clear_after')}"]
+    alerts = body.get("alerts", [])
+    lines.append(f"open alerts: {len(alerts)}")
+    for a in alerts:
+        lines.append(f"  {a['severity'].upper():<8} {a['type']:<9} ranks {a['ranks']}  {a['summary']}")
+        ev = a.get("evidence") or {}
+        brief = {k: v for k, v in ev.items() if not isinstance(v, (dict, list)) and v is not None}
+        if brief:
+            lines.append("           evidence: " + ", ".join(f"{k}={v}" for k, v in list(brief.items())[:10]))
+    ranks = body.get("ranks", [])
+    shown = ranks if all_ranks else sorted(
+        ranks, key=lambda r: (r.get("alert") is None, -(r.get("ratio") or 0)))[:limit]
+    lines.append(f"{'RANK':>6} {'NODE':<14} {'STEP':>8} {'AGE S':>7} {'RATIO':>7} {'ROBUST Z':>9} {'PHASE':<10} ALERT")
+    for r in shown:
+        lines.append(f"{r['rank']:>6} {_cut(str(r.get('node') or '-'), 14):<14} "
+                     f"{r['step'] if r.get('step') is not None else '-':>8} {_num(r.get('last_event_age'), 1):>7} "
+                     f"{_num(r.get('ratio'), 3):>7} {_num(r.get('robust_z'), 1):>9} {str(r.get('phase')):<10} "
+                     f"{r.get('alert') or ''}")
+    if len(shown) < len(ranks):
+        lines.append(f"... {len(ranks) - len(shown)} more ranks (most suspicious first; --all shows every rank)")
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from urllib.parse import quote
+
+    base = args.url.rstrip("/")
+    url = f"{base}/jobs/{quote(args.job, safe='')}" if args.job else f"{base}/jobs"
+    try:
+        status, body = fetch_json(url, timeout=args.timeout)
+    except OSError as exc:
+        print(f"stepwatch status: cannot reach the worker at {base}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
+    elif status != 200:
+        print(f"stepwatch status: HTTP {status}: {body.get('error') if isinstance(body, dict) else body}",
+              file=sys.stderr)
+        if isinstance(body, dict) and body.get("owner"):
+            print(f"the job's partition ({body.get('partition')}) is on {body['owner']}", file=sys.stderr)
+    else:
+        print(format_job(body, all_ranks=args.all) if args.job else format_jobs(body))
+    return 0 if status == 200 else 1
+
+
+# -- config ---------------------------------------------------------------------------------
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from stepwatch.runtime_config import GLOBAL, parse_assignments, read_topic, validate, write_topic
+
+    settings = _settings(args)
+    _require_bootstrap(settings)
+    key = args.job or GLOBAL
+    if args.config_command == "show":
+        scopes = read_topic(settings)
+        if args.job:
+            scopes = {k: v for k, v in scopes.items() if k == args.job}
+        if args.json:
+            print(orjson.dumps(scopes, option=orjson.OPT_INDENT_2).decode())
+            return 0
+        if not scopes:
+            print("no runtime settings: every job uses the worker's own settings")
+        for scope in sorted(scopes, key=lambda k: (k != GLOBAL, k)):
+            name = "all jobs (*)" if scope == GLOBAL else f"job {scope}"
+            values = ", ".join(f"{sec}.{k}={v}" for sec, kv in scopes[scope].items() for k, v in sorted(kv.items()))
+            print(f"{name}: {values}")
+        return 0
+    current = read_topic(settings).get(key, {})
+    if args.config_command == "set":
+        changes = parse_assignments(args.assignments)
+        merged = {sec: dict(current.get(sec, {})) for sec in set(current) | set(changes)}
+        for sec, kv in changes.items():
+            merged[sec].update(kv)
+        validate(merged, settings.straggler)
+    else:  # unset
+        merged = {sec: dict(kv) for sec, kv in current.items()}
+        for name in args.names:
+            sec, dot, field = name.rpartition(".")
+            merged.get(sec if dot else "straggler", {}).pop(field, None)
+        if not args.names:
+            merged = {}
+    merged = {sec: kv for sec, kv in merged.items() if kv}
+    write_topic(settings, key, merged or None)
+    scope = "all jobs" if key == GLOBAL else f"job {key}"
+    if merged:
+        values = ", ".join(f"{sec}.{k}={v}" for sec, kv in merged.items() for k, v in sorted(kv.items()))
+        print(f"stepwatch config: {scope}: {values} (workers apply it within seconds)")
+    else:
+        print(f"stepwatch config: {scope}: no runtime settings (back to the defaults)")
     return 0
 
 
@@ -265,6 +499,60 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from stepwatch.localkafka import run_foreground
 
     run_foreground(port=args.port)
+    return 0
+
+
+# -- import and scenarios --------------------------------------------------------------------
+
+
+def _parse_col(text: str) -> tuple[str, str]:
+    field, sep, column = text.partition("=")
+    if not sep or not field.strip() or not column.strip():
+        raise argparse.ArgumentTypeError(f"expected FIELD=COLUMN, got {text!r}")
+    return field.strip(), column.strip()
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from stepwatch import importer
+
+    columns = dict(args.col or [])
+    extra = dict(args.extra or [])
+    try:
+        mapping = importer.mapping_from_args(args.preset, columns, time_scale=args.time_scale,
+                                             step_period=args.step_period)
+        if extra:
+            mapping = dataclasses.replace(mapping, extra={**mapping.extra, **extra})
+        events = importer.convert(args.files, mapping, job=args.job, t0=args.start_time)
+        importer.validate(events)
+    except ValueError as exc:  # TraceImportError, or InvalidEvent naming the bad field
+        raise SystemExit(f"stepwatch import: {exc}") from None
+    out = sys.stdout.buffer if args.out == "-" else open(args.out, "wb")
+    try:
+        n, lines = importer.write_jsonl(events, out, batch=not args.single)
+    finally:
+        if out is not sys.stdout.buffer:
+            out.close()
+    steps = sum(1 for e in events if e["kind"] == "step")
+    print(f"stepwatch import: {n} events ({steps} step events) in {lines} lines"
+          + ("" if args.out == "-" else f" to {args.out}"), file=sys.stderr)
+    return 0
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    from stepwatch.producers import scenarios
+
+    if args.write is None:
+        for row in scenarios.describe():
+            problems = ", ".join(row["problems"]) or "healthy"
+            print(f"{row['name']:32} {row['ranks']:>6} ranks  {problems:40} {row['description']}")
+        return 0
+    names = args.name or scenarios.names()
+    for name in names:
+        try:
+            recording, labels = scenarios.write(scenarios.get(name), args.write)
+        except KeyError as exc:
+            raise SystemExit(f"stepwatch scenarios: {exc.args[0]}") from None
+        print(f"stepwatch scenarios: wrote {recording} and {labels.name}", file=sys.stderr)
     return 0
 
 
@@ -293,8 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Generate the events of a simulated training job with realistic noise and "
                                    "injected faults. Deterministic for a given --seed.")
     _add_kafka_args(p)
-    p.add_argument("--scenario", choices=["healthy", "straggler"], default="healthy",
+    p.add_argument("--scenario", choices=["healthy", "straggler", *HANG_SCENARIOS], default="healthy",
                    help="'straggler' adds one rank 30%% slower for a third of the run unless --straggler is given; "
+                        "'hang' (a rank stops before a collective, its heartbeats go on), 'frozen' (a rank stops "
+                        "sending anything, like SIGSTOP) and 'dead' (a rank's process exits) stop rank 5 a third "
+                        "of the way in unless --hang/--frozen/--dead is given; 'slow-checkpoint' adds one long but "
+                        "legitimate checkpoint pause half-way (about 1.2 x --checkpoint-seconds, default 900); "
                         "faults given by flags are injected whatever the scenario")
     p.add_argument("--job", default="sim-job", help="job id (default: sim-job)")
     p.add_argument("--ranks", type=int, default=64, help="number of ranks (default 64)")
@@ -308,6 +600,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="make RANK compute FACTOR (default 1.3) times slower from step START until END; repeatable")
     p.add_argument("--slowdown", type=_parse_slowdown, action="append", metavar="START:FACTOR[:END]",
                    help="slow every rank down together (not a straggler); repeatable")
+    p.add_argument("--checkpoint-seconds", type=float, metavar="S",
+                   help="length of a checkpoint pause (default 20; 900 with --scenario slow-checkpoint)")
+    p.add_argument("--hang", type=_hang_parser("hang"), action="append", metavar="RANK:STEP[:DURATION]",
+                   help="RANK stops before the first collective of STEP for DURATION simulated seconds while its "
+                        "heartbeats go on; repeatable")
+    p.add_argument("--frozen", type=_hang_parser("frozen"), action="append", metavar="RANK:STEP[:DURATION]",
+                   help="RANK's process is frozen (SIGSTOP) at STEP for DURATION: it sends nothing; repeatable")
+    p.add_argument("--dead", type=_hang_parser("dead"), action="append", metavar="RANK:STEP[:DURATION]",
+                   help="RANK's process exits at STEP; the others wait DURATION, then the run stops; repeatable")
+    p.add_argument("--hang-duration", type=float, default=660.0, metavar="S",
+                   help="default DURATION of --hang/--frozen/--dead (default 660, past the 600 s hang timeout)")
+    p.add_argument("--no-recover", action="store_true",
+                   help="a hung or frozen rank does not resume after DURATION: the run stops there (job killed)")
+    p.add_argument("--heartbeat-interval", type=float, metavar="S",
+                   help="simulated seconds between heartbeats of each rank, 0 for none "
+                        "(default 5 with a hang scenario or fault, else 0)")
+    p.add_argument("--collectives-per-step", type=int, default=2, metavar="N",
+                   help="collectives (all-reduce buckets) per step, for the heartbeats' sequence numbers (default 2)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--start-time", type=float, help="Unix time of the first step (default: now, or a fixed "
                                                     "time with --out so that files are reproducible)")
@@ -323,12 +633,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE", help="recording(s) in the wire format; '-' reads stdin")
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("alerts", help="follow the alerts topic and print alerts")
+    p = sub.add_parser("alerts", help="follow the alerts topic and print alerts (a table, or JSON)")
     _add_kafka_args(p)
     p.add_argument("--json", action="store_true", help="print raw JSON, one alert per line")
     p.add_argument("--from-beginning", action="store_true", help="start at the oldest alert kept")
     p.add_argument("--timeout", type=float, help="stop after this many seconds without a new alert")
+    p.add_argument("--job", action="append", metavar="JOB", help="only this job's alerts; repeatable")
+    p.add_argument("--type", action="append", choices=["straggler", "hang"], help="only alerts of this type; "
+                                                                                 "repeatable")
+    p.add_argument("--status", action="append", choices=["firing", "resolved"], help="only firing or resolved")
     p.set_defaults(func=cmd_alerts)
+
+    p = sub.add_parser("status", help="print a worker's status API view (jobs, or one job's ranks and alerts)",
+                       description="Ask a running worker's web server (GET /jobs or /jobs/JOB) and print it.")
+    p.add_argument("job", nargs="?", metavar="JOB", help="one job in detail (default: every job of the worker)")
+    p.add_argument("--url", default="http://127.0.0.1:6066", help="the worker's web server "
+                                                                  "(default http://127.0.0.1:6066)")
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    p.add_argument("--all", action="store_true", help="list every rank (default: the 20 most suspicious)")
+    p.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("config", help="change detector settings of running workers (config topic)",
+                       description="Runtime settings live in the compacted <prefix>config topic, keyed by job "
+                                   "id or '*' (all jobs); workers apply them within seconds, no restart.")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    c = csub.add_parser("set", help="set settings, e.g. straggler.ratio_threshold=1.2")
+    _add_kafka_args(c)
+    c.add_argument("--job", help="only this job (default: every job, '*')")
+    c.add_argument("assignments", nargs="+", metavar="SECTION.FIELD=VALUE")
+    c.set_defaults(func=cmd_config)
+    c = csub.add_parser("unset", help="drop settings (all of the scope's without names)")
+    _add_kafka_args(c)
+    c.add_argument("--job", help="only this job (default: every job, '*')")
+    c.add_argument("names", nargs="*", metavar="SECTION.FIELD")
+    c.set_defaults(func=cmd_config)
+    c = csub.add_parser("show", help="print the settings in the config topic")
+    _add_kafka_args(c)
+    c.add_argument("--job", help="only this job's")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_config)
 
     p = sub.add_parser("demo", help="broker + worker + simulated straggler, alerts printed; ends by itself",
                        description="Start a local Kafka broker (unless KAFKA_BOOTSTRAP/--bootstrap is set), a "
@@ -345,6 +689,36 @@ def build_parser() -> argparse.ArgumentParser:
                                    "127.0.0.1 until interrupted.")
     p.add_argument("--port", type=int, default=9092)
     p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("import", help="convert CSV/Parquet step timings (e.g. public traces) to wire-format JSON Lines",
+                       description="Map the columns of a CSV or Parquet file (one row per rank and step, or one row "
+                                   "per operation with a preset) to step events, validated, in time order. "
+                                   "Presets: alibaba-pai, bytedance-straggler. Parquet needs pyarrow "
+                                   "(pip install 'stepwatch[import]').")
+    p.add_argument("files", nargs="+", metavar="FILE", help="input .csv or .parquet file(s)")
+    p.add_argument("--preset", choices=["alibaba-pai", "bytedance-straggler"], help="column mapping of a known trace")
+    p.add_argument("--col", type=_parse_col, action="append", metavar="FIELD=COLUMN",
+                   help="map a wire field (job, rank, step, ts, step_time, compute_time, data_time, comm_time, "
+                        "group, node) to an input column; repeatable; overrides the preset's")
+    p.add_argument("--extra", type=_parse_col, action="append", metavar="NAME=COLUMN",
+                   help="copy a column into the events as an extra field; repeatable")
+    p.add_argument("--job", help="job id (default: the job column, else the file name)")
+    p.add_argument("--time-scale", type=float, metavar="X", help="multiply durations by X (e.g. 0.001 for ms)")
+    p.add_argument("--step-period", type=float, metavar="S",
+                   help="without a ts column: step N ends at start + N*S (default: cumulated median step time)")
+    p.add_argument("--start-time", type=float, default=1_700_000_000.0,
+                   help="Unix time of the synthesized clock's start (default 1700000000)")
+    p.add_argument("--single", action="store_true", help="one event per line instead of one envelope per step")
+    p.add_argument("-o", "--out", default="-", metavar="FILE", help="output JSON Lines file (default: stdout)")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("scenarios", help="list the labelled scenario suite, or write recordings with their labels",
+                       description="The scenario library of producers/scenarios.py (used by bench/quality.py). "
+                                   "Without --write: list it. With --write DIR: write NAME.jsonl and "
+                                   "NAME.labels.json (ground truth: problem type, ranks, nodes, onset, end).")
+    p.add_argument("name", nargs="*", help="scenario name(s) to write (default: all)")
+    p.add_argument("--write", metavar="DIR", help="write recordings and labels into DIR")
+    p.set_defaults(func=cmd_scenarios)
     return parser
 
 
@@ -360,6 +734,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a Kafka client error: one clear line, not a traceback
+        from kafka.errors import KafkaError
+
+        if not isinstance(exc, KafkaError):
+            raise
+        bootstrap = getattr(args, "bootstrap", None) or Settings.from_env().kafka.bootstrap
+        print(f"stepwatch {args.command}: cannot talk to Kafka at {bootstrap}: {exc} "
+              "(check the address and the STEPWATCH_SECURITY_* settings)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

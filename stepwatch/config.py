@@ -120,6 +120,8 @@ class KafkaSettings:
     events_topic: str = "events"
     alerts_topic: str = "alerts"
     deadletter_topic: str = "deadletter"
+    #: Runtime settings (compacted, keyed by job id or ``*``; see docs/operations.md).
+    config_topic: str = "config"
     #: Partitions for topics stepwatch creates; jobs are spread over partitions by key.
     partitions: int = 4
     #: Replication factor for topics stepwatch creates (1 suits a single local broker).
@@ -139,6 +141,117 @@ class WorkerSettings:
     web_port: int = 6066
     #: Where Faust keeps local state; empty means ~/.cache/stepwatch/<app_id>.
     datadir: str = ""
+    #: How other workers reach this one's web server (status requests for a job on another
+    #: worker are proxied there); empty means http://127.0.0.1:<web_port>.
+    canonical_url: str = ""
+    #: Recent judged steps kept per job for the dashboard's heatmap and step-rate line.
+    status_history_steps: int = 60
+    #: The dashboard's heatmap shows at most this many rows: per node, then per node range, beyond it.
+    dashboard_max_rows: int = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertmanagerSettings:
+    """Optional delivery of alerts to Prometheus Alertmanager (the alerts topic stays the primary output)."""
+
+    #: Base URL, e.g. http://alertmanager:9093; empty disables the sink.
+    url: str = ""
+    #: Firing alerts are sent again this often (seconds), as Prometheus does.
+    resend_interval: float = 60.0
+    #: Per-request timeout, seconds.
+    timeout: float = 10.0
+    #: Alerts waiting to be sent; when full the oldest waiting update is dropped (detection never waits).
+    queue_size: int = 1000
+    #: Retry a failed POST with exponential backoff from this many seconds ...
+    backoff_initial: float = 0.5
+    #: ... up to this many seconds between attempts ...
+    backoff_max: float = 30.0
+    #: ... for at most this many attempts.
+    max_attempts: int = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class TelemetrySettings:
+    """Node telemetry: the node agent, counter spikes, GPU/link alerts, correlation (models/telemetry.py)."""
+
+    #: Topic of node telemetry (keyed by node), under the Kafka topic prefix.
+    topic: str = "telemetry"
+    #: Seconds between two samples of the node agent.
+    agent_interval: float = 1.0
+    #: Root of sysfs for the agent (tests point it at a recorded tree).
+    sysfs_root: str = "/sys"
+    #: Batches the agent holds while Kafka is slow or away; beyond, new samples are dropped and counted.
+    agent_queue_size: int = 600
+    #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
+    agent_max_block_ms: int = 1000
+    #: Seconds between two topology events from the agent.
+    topology_interval: float = 60.0
+    #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).
+    correlation_window: float = 60.0
+    #: Samples of each rate's own recent baseline (bounded memory).
+    baseline_samples: int = 120
+    #: Samples a baseline needs before a rate is judged against it.
+    baseline_min_samples: int = 10
+    #: A rate (xmit_wait, CNPs) is a spike at this multiple of its baseline median (and above its floor).
+    rate_factor: float = 4.0
+    #: Bandwidth below this fraction of its baseline (while the baseline is busy) is a collapse.
+    bandwidth_collapse_ratio: float = 0.3
+    #: Throttling counts as a fault once the SM clock is below this fraction of its baseline.
+    clock_drop_ratio: float = 0.85
+    #: Consecutive throttled samples before a gpu_fault for throttling fires.
+    throttle_min_samples: int = 3
+    #: A port has sustained errors (link_errors alert) when its error counters rose in
+    #: ``link_error_min_samples`` of its last ``link_error_window`` samples.
+    link_error_window: int = 10
+    link_error_min_samples: int = 3
+    #: A condition-based alert (throttling, link errors, link down) resolves after this many clean samples.
+    clear_after: int = 30
+    #: An event-based fault (Xid, ECC double-bit error) resolves this long after its last occurrence.
+    fault_hold_seconds: float = 300.0
+    #: Xid codes caused by the application, not the hardware: no gpu_fault.
+    app_xids: str = "13,31,43,45,68"
+    #: A straggler whose data_time is at least this multiple of its peers' points at the input pipeline.
+    data_time_ratio: float = 3.0
+    #: Spikes remembered per node for correlation (oldest dropped first).
+    max_spikes_per_node: int = 512
+    #: Suspected causes listed per alert.
+    max_causes: int = 5
+    #: Enrichment updates (new versions) published per alert at most.
+    max_enrichment_updates: int = 5
+    #: The worker's global telemetry feed starts this many seconds back in the topic.
+    feed_lookback_seconds: float = 300.0
+
+    def app_xid_set(self) -> frozenset[int]:
+        try:
+            return frozenset(int(x) for x in self.app_xids.split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"telemetry.app_xids: expected comma-separated integers, got {self.app_xids!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecuritySettings:
+    """How every Kafka client (worker, producers, agent, CLI) connects: the usual Kafka client settings.
+
+    Secrets come from the environment or from files and are never logged: ``repr`` and
+    ``Settings.as_dict`` leave them out.
+    """
+
+    #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    protocol: str = "PLAINTEXT"
+    #: CA bundle (PEM) that signed the brokers' certificates; empty: the system's trust store.
+    ssl_cafile: str = ""
+    #: Client certificate and key (PEM) for mutual TLS.
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    #: Check that the broker's certificate names the host connected to.
+    ssl_check_hostname: bool = True
+    #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str = ""
+    #: The SASL password itself (prefer ``sasl_password_file``).
+    sasl_password: str = field(default="", repr=False)
+    #: A file holding the SASL password (e.g. a mounted Kubernetes secret).
+    sasl_password_file: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +261,9 @@ class Settings:
     hang: HangSettings = field(default_factory=HangSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
+    security: SecuritySettings = field(default_factory=SecuritySettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
@@ -170,7 +286,11 @@ class Settings:
         return cls(**sections)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every setting, secrets redacted (safe to log or serve in the status API)."""
+        out = dataclasses.asdict(self)
+        if out["security"]["sasl_password"]:
+            out["security"]["sasl_password"] = "***"
+        return out
 
 
 def _parse(var: str, raw: str, kind: type) -> Any:

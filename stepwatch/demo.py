@@ -52,7 +52,10 @@ def run_demo(settings: Settings, *, ranks: int = 64, steps: int = 220, speed: fl
         kafka = dataclasses.replace(settings.kafka, bootstrap=bootstrap, topic_prefix=f"stepwatch-demo-{run_id}.",
                                     app_id=f"stepwatch-demo-{run_id}")
         settings = dataclasses.replace(settings, kafka=kafka)
-        ensure_topics(kafka)
+        from stepwatch.security import client_config
+
+        security = client_config(settings)
+        ensure_topics(kafka, client_config=security)
 
         env = dict(os.environ, KAFKA_BOOTSTRAP=bootstrap, STEPWATCH_KAFKA_TOPIC_PREFIX=kafka.topic_prefix,
                    STEPWATCH_KAFKA_APP_ID=kafka.app_id, STEPWATCH_WORKER_DATADIR=str(workdir / "faust"),
@@ -79,7 +82,7 @@ def run_demo(settings: Settings, *, ranks: int = 64, steps: int = 220, speed: fl
         def simulate() -> None:
             from stepwatch.cli import _paced
 
-            with EventPublisher(bootstrap=bootstrap, topic=kafka.topic(kafka.events_topic)) as publisher:
+            with EventPublisher(bootstrap=bootstrap, topic=kafka.topic(kafka.events_topic), **security) as publisher:
                 for i, (_, batch) in enumerate(_paced(ClusterSimulator(spec).steps(), speed)):
                     if stop.is_set():
                         return

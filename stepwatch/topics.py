@@ -11,10 +11,20 @@ def topic_names(kafka: KafkaSettings) -> list[str]:
     return [kafka.topic(kafka.events_topic), kafka.topic(kafka.alerts_topic), kafka.topic(kafka.deadletter_topic)]
 
 
-def ensure_topics(kafka: KafkaSettings, *, timeout: float = 30) -> None:
-    """Create the events, alerts and dead-letter topics if they do not exist yet."""
+def ensure_topics(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:
+    """Create the events, alerts, dead-letter and config topics if they do not exist yet.
+
+    ``client_config``: kafka-python connection settings (TLS/SASL, see stepwatch.security).
+    """
     create_topics(kafka.bootstrap, topic_names(kafka), kafka.partitions,
-                  replication_factor=kafka.replication_factor, timeout=timeout)
+                  replication_factor=kafka.replication_factor, timeout=timeout, client_config=client_config)
+    ensure_config_topic(kafka, timeout=timeout, client_config=client_config)
+
+
+def ensure_config_topic(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:
+    """The runtime-settings topic: one partition (one order), compacted (latest value per key)."""
+    create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor,
+                  compacted=[kafka.topic(kafka.config_topic)], timeout=timeout, client_config=client_config)
 
 
 def create_topics(
@@ -25,6 +35,7 @@ def create_topics(
     replication_factor: int = 1,
     compacted: Iterable[str] = (),
     timeout: float = 30,
+    client_config: dict | None = None,
 ) -> None:
     """Create topics; existing topics are left as they are.
 
@@ -44,7 +55,8 @@ def create_topics(
     def configs(name: str) -> dict[str, str]:
         return {"cleanup.policy": "compact"} if name in compacted else {}
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="stepwatch-create-topics")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="stepwatch-create-topics",
+                             **(client_config or {}))
     try:
         if hasattr(admin, "wait_for_topics"):  # kafka-python >= 3
             spec = {

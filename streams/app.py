@@ -6,37 +6,35 @@ the valid events to the ``DetectionEngine`` and publishes the alerts it returns.
 not decode or validate goes to the dead-letter topic with the reason and its source
 coordinates; the worker never stops on bad input. A timer runs the time-driven rules
 with the wall clock.
+
+The operator surface lives next to it: Prometheus metrics (streams/metrics.py), the status
+API and dashboard (streams/web.py, models/status.py), runtime settings from the config
+topic (stepwatch/runtime_config.py) and the optional Alertmanager sink
+(streams/alertmanager.py); see docs/operations.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import time
-from collections import Counter
 from pathlib import Path
 
 import faust
 import orjson
 
 from stepwatch.config import Settings
+from stepwatch.security import faust_credentials
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import Rejected, decode_message
+from stepwatch.models.status import StatusRecorder
+from stepwatch.runtime_config import GLOBAL, RuntimeConfig
+
+from .metrics import WorkerMetrics, WorkerStats  # noqa: F401  (WorkerStats: the former name)
 
 log = logging.getLogger("stepwatch.worker")
-
-
-class WorkerStats:
-    """Counters behind the worker's metrics (no per-rank labels)."""
-
-    def __init__(self) -> None:
-        self.messages = 0
-        self.events_by_kind: Counter[str] = Counter()
-        self.rejected = 0
-        self.deadlettered = 0
-        self.alerts: Counter[tuple[str, str]] = Counter()  # (type, status)
-        self.detection_seconds = 0.0
 
 
 def deadletter_record(rejected: Rejected, *, topic: str, partition: int | None, offset: int | None,
@@ -66,6 +64,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
     if not kafka.bootstrap:
         raise ValueError("no Kafka bootstrap servers configured (set KAFKA_BOOTSTRAP)")
     datadir = Path(settings.worker.datadir or Path.home() / ".cache" / "stepwatch" / kafka.app_id)
+    web_port = settings.worker.web_port or 6066
+    canonical_url = settings.worker.canonical_url or f"http://127.0.0.1:{web_port}"
     app = faust.App(
         kafka.app_id,
         broker=[f"kafka://{b.strip()}" for b in kafka.bootstrap.split(",")],
@@ -75,37 +75,131 @@ def create_app(settings: Settings | None = None) -> faust.App:
         topic_replication_factor=kafka.replication_factor,
         consumer_auto_offset_reset="earliest",
         web_enabled=settings.worker.web_port > 0,
-        web_port=settings.worker.web_port or 6066,
+        web_port=web_port,
         web_host="127.0.0.1",
+        canonical_url=canonical_url,
         datadir=str(datadir),
         # Faust's own leader-election topic is not needed: no agent here relies on it.
         topic_disable_leader=True,
+        broker_credentials=faust_credentials(settings.security),
     )
     events_topic = app.topic(kafka.topic(kafka.events_topic), value_serializer="raw", key_serializer="raw")
     alerts_topic = app.topic(kafka.topic(kafka.alerts_topic), value_serializer="raw", key_serializer="raw")
     deadletter_topic = app.topic(kafka.topic(kafka.deadletter_topic), value_serializer="raw",
                                  key_serializer="raw")
     engine = DetectionEngine(settings)
-    stats = WorkerStats()
+    recorder = StatusRecorder(settings.worker.status_history_steps).attach(engine)
+    stats = metrics = WorkerMetrics(engine)
+    runtime = RuntimeConfig(settings)
+    state = {"ready": False}
     app.stepwatch_engine = engine  # type: ignore[attr-defined]
     app.stepwatch_stats = stats  # type: ignore[attr-defined]
+    app.stepwatch_recorder = recorder  # type: ignore[attr-defined]
+    app.stepwatch_runtime = runtime  # type: ignore[attr-defined]
+
+    def is_ready() -> bool:
+        return state["ready"] and not app.rebalancing
+
+    @app.on_rebalance_complete.connect
+    async def _consuming(sender, **kwargs) -> None:
+        state["ready"] = True
+
+    def consumer_lag():
+        """(topic, partition, lag) per assigned events partition: highwater - last read offset - 1."""
+        consumer = app.consumer
+        read = consumer._read_offset
+        committed = getattr(consumer, "_committed_offset", {})
+        for tp in sorted(consumer.assignment()):
+            if tp.topic != events_topic.get_topic_name():
+                continue
+            high = consumer.highwater(tp)
+            if high is None:
+                continue
+            last = read.get(tp)
+            position = last + 1 if last is not None else committed.get(tp)
+            if position is None:
+                position = 0
+            yield tp.topic, tp.partition, max(0, high - position)
+
+    metrics.ready_source = is_ready
+    metrics.lag_source = consumer_lag
+
+    sink = None
+    if settings.alertmanager.url:
+        from .alertmanager import AlertmanagerSink
+
+        sink = AlertmanagerSink(settings.alertmanager, metrics=metrics,
+                                generator_url=canonical_url if settings.worker.web_port > 0 else "")
+        metrics.alertmanager_queue = sink.queue.qsize
+        app.stepwatch_alertmanager = sink  # type: ignore[attr-defined]
+
+        @app.task
+        async def alertmanager_sink() -> None:
+            while True:
+                try:
+                    await sink.run()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # never let the sink die; detection does not depend on it
+                    log.exception("Alertmanager sink failed; restarting it")
+                    await asyncio.sleep(1.0)
 
     async def publish(alerts: list[Alert]) -> None:
         for alert in alerts:
-            stats.alerts[(alert.type, alert.status)] += 1
+            metrics.alert_published(alert)
             log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
             await alerts_topic.send(key=alert.job.encode(), value=orjson.dumps(alert.to_dict()))
+            if sink is not None:
+                sink.submit(alert)
+
+    @app.task
+    async def runtime_settings() -> None:
+        """Read the whole config topic (no consumer group: every worker sees every scope), apply as it comes."""
+        from aiokafka import AIOKafkaConsumer
+
+        topic = kafka.topic(kafka.config_topic)
+        while True:
+            consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap.split(","), group_id=None,
+                                        enable_auto_commit=False, auto_offset_reset="earliest")
+            try:
+                await consumer.start()
+                while True:
+                    batches = await consumer.getmany(timeout_ms=1000)
+                    for records in batches.values():
+                        for record in records:
+                            key = record.key.decode("utf-8", "replace") if record.key else GLOBAL
+                            try:
+                                runtime.apply(engine, key, record.value)
+                            except ValueError as exc:
+                                metrics.config_updates.labels("rejected").inc()
+                                log.warning("ignored runtime settings for %r: %s", key, exc)
+                            else:
+                                metrics.config_updates.labels("applied").inc()
+                                log.info("runtime settings for %r: %s", key, runtime.scopes.get(key))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("config topic reader failed; retrying")
+                await asyncio.sleep(2.0)
+            finally:
+                await consumer.stop()
+
+    if settings.worker.web_port > 0:
+        from .web import install_pages
+
+        install_pages(app, engine=engine, recorder=recorder, metrics=metrics, runtime=runtime,
+                      events_topic=events_topic, settings=settings, is_ready=is_ready)
 
     @app.agent(events_topic, name="stepwatch-detect")
     async def detect(stream):
         async for event in stream.events():
             message = event.message
             raw = message.value
-            stats.messages += 1
+            metrics.messages.inc()
             events, rejected = decode_message(raw)
             for bad in rejected:
-                stats.rejected += 1
-                stats.deadlettered += 1
+                metrics.decode_failures.inc()
+                metrics.deadlettered.labels("decode").inc()
                 log.warning("dead-lettered event from %s[%s]@%s: %s", message.topic, message.partition,
                             message.offset, bad.reason)
                 await deadletter_topic.send(
@@ -117,7 +211,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
             started = time.perf_counter()
             alerts = []
             for ev in events:
-                stats.events_by_kind[ev.kind] += 1
+                metrics.events.labels(ev.kind).inc()
+                recorder.observe(ev)
                 try:
                     alerts.extend(engine.process(ev))
                 except Exception as exc:  # a detector bug must not stop the worker; keep the event
@@ -127,17 +222,20 @@ def create_app(settings: Settings | None = None) -> faust.App:
                         value=deadletter_record(Rejected(f"detector error: {exc!r}", None), topic=message.topic,
                                                 partition=message.partition, offset=message.offset,
                                                 key=message.key, raw=raw))
-                    stats.deadlettered += 1
-            stats.detection_seconds += time.perf_counter() - started
+                    metrics.deadlettered.labels("detector").inc()
+            metrics.detection.labels("events").observe(time.perf_counter() - started)
             await publish(alerts)
 
     @app.timer(interval=settings.worker.tick_interval)
     async def tick():
+        started = time.perf_counter()
         try:
             alerts = engine.tick(time.time())
         except Exception:
             log.exception("timer rules failed")
             return
+        finally:
+            metrics.detection.labels("tick").observe(time.perf_counter() - started)
         await publish(alerts)
 
     return app
@@ -150,6 +248,8 @@ def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> N
     from stepwatch.topics import ensure_topics
 
     settings = settings or Settings.from_env()
-    ensure_topics(settings.kafka)
+    from stepwatch.security import client_config
+
+    ensure_topics(settings.kafka, client_config=client_config(settings))
     app = create_app(settings)
     Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

@@ -72,10 +72,10 @@ class WorkerProcess:
         self._log.close()
 
 
-def read_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90) -> list[dict]:
+def read_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90, **consumer_config) -> list[dict]:
     """Read alerts from the start of ``topic`` until ``until(alerts)`` is true or ``timeout`` passes."""
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, group_id=None, consumer_timeout_ms=1000)
+                             enable_auto_commit=False, group_id=None, consumer_timeout_ms=1000, **consumer_config)
     alerts: list[dict] = []
     deadline = time.monotonic() + timeout
     try:
