@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
 from stepwatch.models.events import encode_events
 
@@ -23,9 +24,15 @@ MAX_EVENTS_PER_MESSAGE = 256
 
 
 class EventPublisher:
-    """Thin wrapper over ``KafkaProducer`` for wire-format events (dicts)."""
+    """Thin wrapper over ``KafkaProducer`` for wire-format events (dicts).
 
-    def __init__(self, *, bootstrap: str, topic: str, linger_ms: int = 20, max_block_ms: int = 10_000,
+    It never raises on a Kafka outage: a batch that cannot be queued within
+    ``max_block_ms`` (buffer full, no metadata) or that fails delivery after the
+    producer's own retries is dropped and counted in ``events_dropped``; the rest is
+    delivered once the broker is back.
+    """
+
+    def __init__(self, *, bootstrap: str, topic: str, linger_ms: int = 20, max_block_ms: int = 2_000,
                  compression_type: str | None = "gzip", **producer_config) -> None:
         self.topic = topic
         self._producer = KafkaProducer(
@@ -37,6 +44,8 @@ class EventPublisher:
         )
         self.messages_sent = 0
         self.events_sent = 0
+        self.events_delivered = 0
+        self.events_dropped = 0
 
     def send(self, key: str, events: Iterable[dict]) -> None:
         """Send events under one key, in batch envelopes of at most MAX_EVENTS_PER_MESSAGE."""
@@ -50,15 +59,33 @@ class EventPublisher:
             self._send(key, batch)
 
     def _send(self, key: str, batch: list[dict]) -> None:
-        self._producer.send(self.topic, key=key.encode(), value=encode_events(batch))
+        n = len(batch)
+        try:
+            future = self._producer.send(self.topic, key=key.encode(), value=encode_events(batch))
+        except KafkaError as exc:
+            self.events_dropped += n
+            log.warning("dropped %d events: %s", n, exc)
+            return
+        future.add_callback(self._delivered, n)
+        future.add_errback(self._failed, n)
         self.messages_sent += 1
-        self.events_sent += len(batch)
+        self.events_sent += n
+
+    def _delivered(self, n: int, _metadata) -> None:
+        self.events_delivered += n
+
+    def _failed(self, n: int, exc) -> None:
+        self.events_dropped += n
+        log.warning("delivery of %d events failed: %s", n, exc)
 
     def flush(self, timeout: float | None = 30.0) -> None:
-        self._producer.flush(timeout=timeout)
+        try:
+            self._producer.flush(timeout=timeout)
+        except KafkaError as exc:
+            log.warning("flush incomplete: %s", exc)
 
     def close(self, timeout: float = 30.0) -> None:
-        self._producer.flush(timeout=timeout)
+        self.flush(timeout)
         self._producer.close(timeout=timeout)
 
     def __enter__(self) -> "EventPublisher":

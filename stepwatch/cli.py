@@ -201,7 +201,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 last_report = time.monotonic()
     print(f"stepwatch simulate: sent {publisher.events_sent} events in {publisher.messages_sent} messages "
-          f"to {topic}", file=sys.stderr)
+          f"to {topic}; delivered {publisher.events_delivered}, dropped {publisher.events_dropped}", file=sys.stderr)
     return 0
 
 
@@ -388,7 +388,7 @@ def format_jobs(body: dict) -> str:
 def format_job(body: dict, *, all_ranks: bool = False, limit: int = 20) -> str:
     s = body.get("settings") or {}
     straggler = s.get("straggler") or {}
-    lines = [f"job {body['job']}: {body['ranks']} ranks, step {body['latest_step']}, phase {body['phase']}"
+    lines = [f"job {body['job']}: {body.get('rank_count')} ranks, step {body['latest_step']}, phase {body['phase']}"
              f"{' (ended)' if body.get('ended') else ''}, {_num(body.get('step_rate'))} steps/s, "
              f"tokens/s {_num(body.get('tokens_per_second'), 0)}, last event {_num(body.get('last_event_age'), 1)} s ago",
              f"settings ({s.get('source', '?')}): ratio_threshold {straggler.get('ratio_threshold')}, "
@@ -461,9 +461,9 @@ def cmd_config(args: argparse.Namespace) -> int:
             values = ", ".join(f"{sec}.{k}={v}" for sec, kv in scopes[scope].items() for k, v in sorted(kv.items()))
             print(f"{name}: {values}")
         return 0
+    changes = parse_assignments(args.assignments) if args.config_command == "set" else {}
     current = read_topic(settings).get(key, {})
     if args.config_command == "set":
-        changes = parse_assignments(args.assignments)
         merged = {sec: dict(current.get(sec, {})) for sec in set(current) | set(changes)}
         for sec, kv in changes.items():
             merged[sec].update(kv)
@@ -553,6 +553,52 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         except KeyError as exc:
             raise SystemExit(f"stepwatch scenarios: {exc.args[0]}") from None
         print(f"stepwatch scenarios: wrote {recording} and {labels.name}", file=sys.stderr)
+    return 0
+
+
+# -- agent ----------------------------------------------------------------------------------
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    """The node agent: GPU (NVML) and InfiniBand (sysfs) telemetry to Kafka, keyed by node."""
+    from stepwatch.producers.agent import KafkaSender, NodeAgent
+
+    settings = _settings(args)
+    t = settings.telemetry
+    overrides = {}
+    if args.interval is not None:
+        overrides["agent_interval"] = args.interval
+    if args.sysfs_root is not None:
+        overrides["sysfs_root"] = args.sysfs_root
+    if overrides:
+        settings = dataclasses.replace(settings, telemetry=dataclasses.replace(t, **overrides))
+    to_stdout = args.stdout or (args.once and not settings.kafka.bootstrap)
+    sender = None
+    if to_stdout:
+        def sink(key: str, events: list[dict]) -> None:
+            for event in events:
+                sys.stdout.write(orjson.dumps(event).decode() + "\n")
+            sys.stdout.flush()
+    else:
+        _require_bootstrap(settings)
+        sender = KafkaSender(bootstrap=settings.kafka.bootstrap, topic=settings.kafka.topic(settings.telemetry.topic),
+                             queue_size=settings.telemetry.agent_queue_size,
+                             max_block_ms=settings.telemetry.agent_max_block_ms,
+                             partitions=settings.kafka.partitions,
+                             replication_factor=settings.kafka.replication_factor).start()
+        sink = sender.offer
+    agent = NodeAgent(node=args.node, settings=settings, sink=sink)
+    try:
+        agent.discover()
+        agent.run(once=args.once, max_samples=args.samples)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        agent.close()
+        if sender is not None:
+            sender.close()
+            print(f"stepwatch agent: {agent.samples} samples, {sender.sent} batches sent, {sender.dropped} dropped "
+                  f"(queue full), {sender.failed} not sent (Kafka unavailable)", file=sys.stderr)
     return 0
 
 
@@ -689,6 +735,21 @@ def build_parser() -> argparse.ArgumentParser:
                                    "127.0.0.1 until interrupted.")
     p.add_argument("--port", type=int, default=9092)
     p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("agent", help="run the node agent: GPU and InfiniBand telemetry to Kafka",
+                       description="Sample every GPU (NVML, pip install 'stepwatch[agent]') and InfiniBand/RoCE port "
+                                   "(sysfs) of this node every --interval seconds and publish gpu, xid, link and "
+                                   "topology events keyed by node to the telemetry topic. What the node lacks is "
+                                   "reported once and skipped.")
+    _add_kafka_args(p)
+    p.add_argument("--node", help="node name (default: the host name)")
+    p.add_argument("--interval", type=float, metavar="S", help="seconds between samples (default 1)")
+    p.add_argument("--sysfs-root", metavar="DIR", help="root of sysfs (default /sys)")
+    p.add_argument("--once", action="store_true",
+                   help="take one sample and exit (printed as JSON Lines unless Kafka is configured)")
+    p.add_argument("--samples", type=int, metavar="N", help="stop after N samples")
+    p.add_argument("--stdout", action="store_true", help="print the events as JSON Lines instead of publishing")
+    p.set_defaults(func=cmd_agent)
 
     p = sub.add_parser("import", help="convert CSV/Parquet step timings (e.g. public traces) to wire-format JSON Lines",
                        description="Map the columns of a CSV or Parquet file (one row per rank and step, or one row "
