@@ -12,13 +12,14 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from stepwatch.config import Settings
+from stepwatch.config import Settings, StragglerSettings
 
 from .alerts import Alert
 from .assembly import GroupStep, StepAssembler
 from .events import Event, PhaseEvent, StepEvent
 from .hang import HangDetector
 from .straggler import StragglerDetector
+from .telemetry import TELEMETRY_KINDS, TelemetryHub
 
 
 class JobState:
@@ -45,6 +46,12 @@ class DetectionEngine:
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._job_timeouts = self.settings.hang.job_timeout_map()
+        #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
+        self.telemetry = TelemetryHub(self.settings.telemetry)
+        #: Per-job straggler settings changed at run time (see ``apply_settings``).
+        self.straggler_overrides: dict[str, StragglerSettings] = {}
+        #: Given to every straggler detector as its ``on_verdict`` hook (status views).
+        self.verdict_listener = None
 
     # -- input ----------------------------------------------------------------------------
 
@@ -53,6 +60,8 @@ class DetectionEngine:
         self.events_by_kind[event.kind] += 1
         if event.ts > self.clock:
             self.clock = event.ts
+        if event.kind in TELEMETRY_KINDS:  # node telemetry is keyed by node, not by job
+            return self.telemetry.process(event)
         job = self.jobs.get(event.job)
         if job is None:
             job = self.jobs[event.job] = JobState(event.job, self._hang_detector(event.job))
@@ -60,10 +69,11 @@ class DetectionEngine:
             job.last_ts = event.ts
         out = job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
         if isinstance(event, StepEvent):
+            self.telemetry.observe_step(event)  # rank -> (node, gpu), data_time
             out.extend(self._on_step(job, event))
         elif isinstance(event, PhaseEvent):
             out.extend(self._on_phase(job, event))
-        return out
+        return self.telemetry.enrich(out)
 
     def _hang_detector(self, job: str) -> HangDetector:
         h = self.settings.hang
@@ -90,7 +100,7 @@ class DetectionEngine:
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(now)))
             out.extend(job.hang.check(now))
-        return out
+        return self.telemetry.enrich(out) + self.telemetry.tick(now)
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -117,12 +127,13 @@ class DetectionEngine:
         for step in steps:
             detector = job.stragglers.get(step.group)
             if detector is None:
-                s = self.settings.straggler
+                s = self.straggler_settings(job.job)
                 detector = job.stragglers[step.group] = StragglerDetector(
                     job=job.job, group=step.group, ratio_threshold=s.ratio_threshold, z_threshold=s.z_threshold,
                     min_flagged=s.min_flagged, window=s.window, clear_after=s.clear_after,
                     spread_floor=s.spread_floor, min_peers=s.min_peers, warmup_steps=s.warmup_steps,
                     critical_ratio=s.critical_ratio, evidence_window=s.evidence_window)
+                detector.on_verdict = self.verdict_listener
             out.extend(detector.update(step))
         return out
 
@@ -138,6 +149,33 @@ class DetectionEngine:
             return out
         job.phase = event.phase
         return []
+
+    # -- runtime settings -----------------------------------------------------------------
+
+    def straggler_settings(self, job: str) -> StragglerSettings:
+        return self.straggler_overrides.get(job, self.settings.straggler)
+
+    def apply_settings(self, job: str | None, straggler: StragglerSettings | None) -> None:
+        """Change the straggler rule's settings while running, existing detectors included.
+
+        ``job=None`` sets the default of every job without its own; ``straggler=None`` for a
+        job drops its own settings (back to the default).
+        """
+        if job is None:
+            if straggler is None:
+                raise ValueError("the default settings cannot be removed")
+            self.settings = dataclasses.replace(self.settings, straggler=straggler)
+            targets = [j for name, j in self.jobs.items() if name not in self.straggler_overrides]
+        else:
+            if straggler is None:
+                self.straggler_overrides.pop(job, None)
+            else:
+                self.straggler_overrides[job] = straggler
+            targets = [self.jobs[job]] if job in self.jobs else []
+        for state in targets:
+            values = dataclasses.asdict(self.straggler_settings(state.job))
+            for detector in state.stragglers.values():
+                detector.reconfigure(**values)
 
     # -- views ----------------------------------------------------------------------------
 

@@ -108,6 +108,7 @@ class HangDetector:
         self._world_size: int | None = None
         self._step_times: deque[float] = deque(maxlen=self.step_history)  # recent train step times
         self._hb_gaps: deque[float] = deque(maxlen=64)  # recent heartbeat intervals (any rank)
+        self._advances: deque[tuple[int, float]] = deque(maxlen=self.step_history)  # (new job step, when)
         self._episode: _Episode | None = None
         # Per-rank latest values, in arrays indexed by a dense slot (grown on demand).
         self._slot: dict[int, int] = {}
@@ -115,6 +116,7 @@ class HangDetector:
         self._ranks = np.zeros(0, dtype=np.int64)
         self._step = np.zeros(0, dtype=np.int64)  # highest completed step (-1: unknown)
         self._rank_progress = np.zeros(0)  # when the rank's step last advanced (or was first seen)
+        self._stepped = np.zeros(0, dtype=bool)  # the rank's step advanced at least once
         self._last_seen = np.zeros(0)  # latest event of any kind from the rank
         self._last_hb = np.zeros(0)  # latest heartbeat (NaN: none)
         self._seq_started = np.zeros(0, dtype=np.int64)  # -1: unknown
@@ -133,6 +135,7 @@ class HangDetector:
             self._ranks = np.concatenate([self._ranks, np.zeros(grow, dtype=np.int64)])
             self._step = np.concatenate([self._step, np.full(grow, -1, dtype=np.int64)])
             self._rank_progress = np.concatenate([self._rank_progress, np.zeros(grow)])
+            self._stepped = np.concatenate([self._stepped, np.zeros(grow, dtype=bool)])
             self._last_seen = np.concatenate([self._last_seen, np.zeros(grow)])
             self._last_hb = np.concatenate([self._last_hb, np.full(grow, np.nan)])
             self._seq_started = np.concatenate([self._seq_started, np.full(grow, -1, dtype=np.int64)])
@@ -242,8 +245,8 @@ class HangDetector:
                     and self._phase == "train"):
                 self._step_times.append(event.step_time)
             return self._job_advanced(event.step, event.ts)
-        if first:  # a completion at or below a heartbeat's baseline still ends the first-step wait
-            self._progress_ts = max(self._progress_ts, event.ts)
+        if first:  # a completion at or below a heartbeat's baseline still ends the wait for the first step
+            return self._job_advanced(self._max_step, event.ts, first=True)
         return self._maybe_resolve_partial(slot) if advanced else []
 
     def _on_heartbeat(self, slot: int, event: HeartbeatEvent) -> list[Alert]:
@@ -274,16 +277,20 @@ class HangDetector:
 
     def _rank_step(self, slot: int, step: int, ts: float) -> bool:
         if step > self._step[slot]:
+            if self._step[slot] >= 0:
+                self._stepped[slot] = True
             self._step[slot] = step
             self._rank_progress[slot] = ts
             return True
         return False
 
-    def _job_advanced(self, step: int, ts: float) -> list[Alert]:
-        self._max_step = step
+    def _job_advanced(self, step: int, ts: float, *, first: bool = False) -> list[Alert]:
+        if step > self._max_step:
+            self._max_step = step
+            self._advances.append((step, ts))
         self._progress_ts = max(self._progress_ts, ts)
         ep = self._episode
-        if ep is None or ep.kind != "job" or step <= ep.job_step:
+        if ep is None or ep.kind != "job" or (step <= ep.job_step and not first):
             return self._maybe_resolve_partial(None)
         return [self._resolve(at=ts, summary=f"resolved: job {self.job} completed step {step} again")]
 
@@ -304,6 +311,11 @@ class HangDetector:
     def check(self, now: float) -> list[Alert]:
         """Evaluate the rule at ``now``; return a new or updated alert when something changed."""
         if self._ended or self._started_at is None:
+            return []
+        # Cheap exit on every tick of a healthy job: no threshold can be shorter than this.
+        shortest = min(self.warning_floor_seconds, self.timeout_seconds)
+        if self._episode is None and now - self._progress_ts < shortest and (
+                not self._n or now - float(self._rank_progress[:self._n].min()) < shortest):
             return []
         warn, critical, timeout_kind = self.thresholds()
         first = warn if warn is not None else critical
@@ -358,11 +370,20 @@ class HangDetector:
         quiet = (now - self._rank_progress[:n]) >= stuck_after
         if not (known & quiet).any():
             return None
-        stepping = known & ~quiet
+        stepping = known & self._stepped[:n] & ~quiet
         if not stepping.any():
             return None
         live = (self._latest_ts - self._last_seen[:n]) < self.heartbeat_timeout()
         stuck = live & known & quiet & (step < self._max_step)
+        if not stuck.any():
+            return None
+        # Only ranks the job left behind ``stuck_after`` ago or earlier: while a step's events
+        # arrive, the ranks not yet reported are not stuck.
+        steps = np.fromiter((a[0] for a in self._advances), dtype=np.int64, count=len(self._advances))
+        times = np.fromiter((a[1] for a in self._advances), dtype=float, count=len(self._advances))
+        idx = np.searchsorted(steps, step, side="right")  # first advance past each rank's step
+        passed_at = np.where(idx > 0, times[np.minimum(idx, len(times) - 1)], -np.inf)
+        stuck &= (now - passed_at) >= stuck_after
         return stuck if stuck.any() else None
 
     def diagnose(self, now: float, *, stuck_after: float) -> HangDiagnosis:
@@ -390,8 +411,10 @@ class HangDetector:
         else:
             behind_mask = waiting_mask = np.zeros(n, dtype=bool)
         known = step >= 0
-        stepping_mask = known & live & ((now - self._rank_progress[:n]) < stuck_after)
+        stepping_mask = known & live & self._stepped[:n] & ((now - self._rank_progress[:n]) < stuck_after)
         stuck_mask = known & live & ~stepping_mask
+        if not self._has_heartbeats:
+            stuck_mask = np.zeros(n, dtype=bool)  # without heartbeats, where a rank is is unknown
         # Lowest (seq, step) first: the rank furthest behind is the likeliest cause.
         order = np.lexsort((ranks, step, np.where(seq >= 0, seq, -1)))
 
@@ -518,8 +541,11 @@ class HangDetector:
             head = (f"hang ({severity}): {len(d.stuck) + len(d.silent)} rank(s) of job {self.job} stopped at "
                     f"{step}{seq} {stalled:.0f}s ago while {len(d.stepping)} still step")
         else:
-            done = f"after {step}" if stop_step >= 0 else "yet"
-            head = f"hang ({severity}): job {self.job} has completed no step for {stalled:.0f}s ({done}{seq})"
+            if not self._completed_any:
+                head = (f"hang ({severity}): job {self.job} has not completed its first step {stalled:.0f}s "
+                        f"after it started{seq.replace(', ', ' (', 1) + ')' if seq else ''}")
+            else:
+                head = f"hang ({severity}): job {self.job} has completed no step for {stalled:.0f}s (after {step}{seq})"
         named = ", ".join(self._where(r) for r in d.culprits[:5]) + (" ..." if len(d.culprits) > 5 else "")
         if d.case == "silent_ranks":
             first = d.culprits[0]

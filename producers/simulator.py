@@ -6,6 +6,13 @@ there for the slowest rank. So, as on a real cluster, all ranks share (nearly) t
 Healthy noise is always on: per-rank jitter, rare GC spikes, data-loader hiccups, warm-up
 steps, checkpoint pauses, and optionally a slowdown of the whole job. Output is
 deterministic for a given seed.
+
+With ``heartbeat_interval > 0`` every rank also sends a heartbeat every that many
+simulated seconds (as a background thread would, also while its training thread is
+stuck), carrying its last completed step and its collective sequence numbers: each step
+issues ``collectives_per_step`` collectives (gradient buckets) in order, and a rank issues
+the next one only once the previous one completed. Hang faults (``HangFault``) stop one
+rank before the first collective of a step: the others issue it and wait inside it.
 """
 
 from __future__ import annotations
@@ -41,6 +48,31 @@ class JobSlowdown:
         return step >= self.start_step and (self.end_step is None or step < self.end_step)
 
 
+HANG_KINDS = ("hang", "frozen", "dead")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HangFault:
+    """``rank`` stops at ``step``, before issuing that step's first collective; the others wait in it.
+
+    ``kind``: ``hang`` the training thread blocks but the process lives on (heartbeats continue);
+    ``frozen`` the whole process stops (SIGSTOP: no heartbeats either); ``dead`` the process
+    exits. After ``duration`` simulated seconds a ``hang`` or ``frozen`` rank resumes and the job
+    carries on when ``recover``; otherwise (and always when ``dead``) the remaining ranks are
+    killed too (NCCL watchdog) and the run stops there, without a ``phase: end``.
+    """
+
+    rank: int
+    step: int
+    kind: str = "hang"
+    duration: float = 660.0
+    recover: bool = True
+
+    @property
+    def resumes(self) -> bool:
+        return self.recover and self.kind != "dead"
+
+
 @dataclass(frozen=True, kw_only=True)
 class SimulationSpec:
     job: str = "sim-job"
@@ -68,6 +100,14 @@ class SimulationSpec:
     tokens_per_step: int = 4096
     stragglers: tuple[StragglerFault, ...] = field(default_factory=tuple)
     slowdowns: tuple[JobSlowdown, ...] = field(default_factory=tuple)
+    #: Simulated seconds between two heartbeats of a rank; 0 sends none.
+    heartbeat_interval: float = 0.0
+    #: Collectives (e.g. all-reduce buckets) per step: how far the sequence numbers advance.
+    collectives_per_step: int = 2
+    hangs: tuple[HangFault, ...] = field(default_factory=tuple)
+    #: Extra perturbations (``RampStraggler``, ``IntermittentStraggler``, ``DataStall``, ``Drift``, or any
+    #: object with ``apply(step, compute, data, spec)``), applied in order after the built-in noise.
+    effects: tuple = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.ranks_per_node < 1 or self.stages < 1 or self.steps < 0:
@@ -77,6 +117,19 @@ class SimulationSpec:
         for fault in self.stragglers:
             if not 0 <= fault.rank < self.ranks:
                 raise ValueError(f"straggler rank {fault.rank} is outside 0..{self.ranks - 1}")
+        if self.heartbeat_interval < 0 or self.collectives_per_step < 1:
+            raise ValueError("heartbeat_interval must be >= 0 and collectives_per_step >= 1")
+        seen_steps = set()
+        for fault in self.hangs:
+            if not 0 <= fault.rank < self.ranks:
+                raise ValueError(f"hang rank {fault.rank} is outside 0..{self.ranks - 1}")
+            if fault.kind not in HANG_KINDS:
+                raise ValueError(f"hang kind {fault.kind!r} is not one of {HANG_KINDS}")
+            if fault.duration <= 0:
+                raise ValueError("hang duration must be positive")
+            if fault.step in seen_steps:
+                raise ValueError(f"two hangs at step {fault.step}")
+            seen_steps.add(fault.step)
 
     def node_of(self, rank: int) -> str:
         return f"node-{rank // self.ranks_per_node:03d}"
@@ -94,10 +147,22 @@ class ClusterSimulator:
         self._gpus = np.arange(spec.ranks) % spec.ranks_per_node
 
     def steps(self) -> Iterator[tuple[float, list[dict]]]:
-        """Yield ``(time the step ended, events of that step)`` for every step, in order."""
+        """Yield ``(time, events)`` batches in time order: each step's events at its end.
+
+        With heartbeats on, each heartbeat round is its own batch at its own time, and phase
+        markers at a step's start are a batch at that start, so that a paced live run sends
+        them when they happen (a long checkpoint or hang is visible while it lasts).
+        """
         spec = self.spec
         rng = self._rng
         clock = spec.start_time
+        heartbeats = spec.heartbeat_interval > 0
+        hangs = {fault.step: fault for fault in spec.hangs}
+        n_coll = spec.collectives_per_step
+        # Heartbeat state: the last completed step (a baseline before the first) and collective seqs.
+        self._hb_next = spec.start_time + spec.heartbeat_interval
+        self._last_completed = max(spec.first_step - 1, 0)
+        self._seq_base = 0
         yield clock, [self._phase(clock, "warmup")] if spec.warmup_steps else []
         for i in range(spec.steps):
             step = spec.first_step + i
@@ -109,6 +174,9 @@ class ClusterSimulator:
             if checkpoint:
                 events.append(self._phase(clock, "checkpoint", step=step))
                 phase = "checkpoint"
+            if heartbeats and events:
+                yield clock, events
+                events = []
 
             compute = spec.compute_time * (1 + spec.stage_skew * self._stage)
             compute = compute * (1 + spec.jitter * rng.standard_normal(spec.ranks))
@@ -129,12 +197,45 @@ class ClusterSimulator:
             data = spec.data_time * (1 + 0.1 * rng.standard_normal(spec.ranks)).clip(0.5)
             hiccup = rng.random(spec.ranks) < spec.hiccup_probability
             data = data + hiccup * spec.hiccup_seconds
+            for effect in spec.effects:
+                compute, data = effect.apply(step, compute, data, spec)
 
+            hang = hangs.get(step)
+            stop_at = None
+            if hang is not None:
+                # The rank stops where it would issue the step's first collective.
+                stop_at = clock + float(data[hang.rank] + compute[hang.rank] / n_coll)
+                if hang.resumes:
+                    compute[hang.rank] += hang.duration
             arrival = data + compute  # when each rank enters the step's collectives
             comm_own = spec.comm_time * (1 + 0.02 * rng.standard_normal(spec.ranks)).clip(0.5)
             step_end = float(arrival.max() + comm_own.max())
             comm = step_end - arrival  # waiting for the slowest rank plus the transfer itself
             send_delay = rng.uniform(0.0, 0.005, spec.ranks)
+
+            if heartbeats:
+                # When each rank is ready to issue each of the step's collectives (ranks x n).
+                frac = np.arange(1, n_coll + 1) / n_coll
+                own = clock + data[:, None] + compute[:, None] * frac[None, :]
+                stopped = None
+                if hang is not None:
+                    if hang.resumes:
+                        own[hang.rank, :] += hang.duration * (1 - frac)  # the whole stall before the first
+                    else:
+                        own[hang.rank, :] = np.inf
+                        stopped = stop_at + hang.duration
+                # A collective a rank never issues never completes: no clipping to the step's end then.
+                end = clock + step_end if stopped is None else np.inf
+                issue, done = self._block(own, float(comm_own.max()) / n_coll, end)
+                silent = None
+                if hang is not None and hang.kind in ("frozen", "dead"):
+                    silent = (hang.rank, stop_at, stop_at + hang.duration if hang.resumes else np.inf)
+                window_end = clock + step_end if stopped is None else stopped
+                for t in self._heartbeat_ticks(window_end):
+                    yield t, self._heartbeat_batch(t, issue, done, phase, silent)
+                if stopped is not None:
+                    return  # the job died there: no more steps, no end marker
+
             for rank in range(spec.ranks):
                 event = {
                     "v": 1, "kind": "step", "job": spec.job, "rank": rank, "step": step,
@@ -152,10 +253,51 @@ class ClusterSimulator:
                     event["phase"] = phase
                 events.append(event)
             clock += step_end
+            self._last_completed = step
+            self._seq_base += n_coll
             if checkpoint:
                 events.append(self._phase(clock, "train", step=step))
             yield clock, events
         yield clock, [self._phase(clock, "end")]
+
+    # -- heartbeats --------------------------------------------------------------------------
+
+    @staticmethod
+    def _block(own: np.ndarray, transfer: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        # A rank issues collective j once it is ready and collective j-1 completed; j completes
+        # once every rank issued it (inf while one never does).
+        issue = own.copy()
+        done = np.empty(own.shape[1])
+        prev = -np.inf
+        for j in range(own.shape[1]):
+            issue[:, j] = np.maximum(issue[:, j], prev)
+            done[j] = min(float(issue[:, j].max()) + transfer, end)
+            issue[:, j] = np.minimum(issue[:, j], done[j])
+            prev = done[j]
+        return issue, done
+
+    def _heartbeat_ticks(self, until: float) -> Iterator[float]:
+        while self._hb_next <= until:
+            t = self._hb_next
+            self._hb_next = round(self._hb_next + self.spec.heartbeat_interval, 9)
+            yield t
+
+    def _heartbeat_batch(self, t: float, issue: np.ndarray, done: np.ndarray, phase: str,
+                         silent: tuple[int, float, float] | None) -> list[dict]:
+        spec = self.spec
+        started = self._seq_base + (issue <= t).sum(axis=1)
+        completed = self._seq_base + int((done <= t).sum())
+        batch = []
+        for rank in range(spec.ranks):
+            if silent is not None and rank == silent[0] and silent[1] <= t < silent[2]:
+                continue
+            hb = {"v": 1, "kind": "heartbeat", "job": spec.job, "rank": rank, "ts": round(t, 6),
+                  "step": self._last_completed, "node": self._nodes[rank],
+                  "seq_started": int(started[rank]), "seq_completed": completed}
+            if phase != "train":
+                hb["phase"] = phase
+            batch.append(hb)
+        return batch
 
     def events(self) -> Iterator[dict]:
         for _, batch in self.steps():
@@ -166,3 +308,87 @@ class ClusterSimulator:
         if step is not None:
             event["step"] = step
         return event
+
+
+# -- effects: extra faults and noise as small objects the step loop applies (see ``effects``) --------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RampStraggler:
+    """Gradual slowdown of ``rank`` (thermal throttling): its compute factor grows linearly from 1
+    at ``start_step`` to ``factor`` at ``start_step + ramp_steps``, then stays there until ``end_step``."""
+
+    rank: int
+    start_step: int
+    factor: float
+    ramp_steps: int = 100
+    end_step: int | None = None
+
+    def factor_at(self, step: int) -> float:
+        if step < self.start_step or (self.end_step is not None and step >= self.end_step):
+            return 1.0
+        progress = min((step - self.start_step) / max(self.ramp_steps, 1), 1.0)
+        return 1.0 + (self.factor - 1.0) * progress
+
+    def apply(self, step: int, compute: np.ndarray, data: np.ndarray, spec: "SimulationSpec"):
+        f = self.factor_at(step)
+        if f != 1.0:
+            compute[self.rank] *= f
+        return compute, data
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntermittentStraggler:
+    """``rank`` computes ``factor`` times slower in bursts of ``burst`` steps every ``period`` steps,
+    from ``start_step`` until ``end_step`` (exclusive)."""
+
+    rank: int
+    start_step: int
+    factor: float
+    burst: int = 8
+    period: int = 40
+    end_step: int | None = None
+
+    def active(self, step: int) -> bool:
+        return (step >= self.start_step and (self.end_step is None or step < self.end_step)
+                and (step - self.start_step) % self.period < self.burst)
+
+    def apply(self, step: int, compute: np.ndarray, data: np.ndarray, spec: "SimulationSpec"):
+        if self.active(step):
+            compute[self.rank] *= self.factor
+        return compute, data
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataStall:
+    """``rank``'s input pipeline stalls: ``seconds`` more data-loader wait every step from
+    ``start_step`` until ``end_step`` (exclusive). Its compute is normal; it arrives late."""
+
+    rank: int
+    start_step: int
+    seconds: float
+    end_step: int | None = None
+
+    def apply(self, step: int, compute: np.ndarray, data: np.ndarray, spec: "SimulationSpec"):
+        if step >= self.start_step and (self.end_step is None or step < self.end_step):
+            data[self.rank] += self.seconds
+        return compute, data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drift:
+    """Slow periodic drift of compute speed (diurnal temperature): every rank's compute is
+    scaled by ``1 + amplitude * sin(2 pi step / period_steps + phase)``, where each node's
+    phase differs from the job's by up to ``node_phase_spread`` radians (racks warm unevenly)."""
+
+    amplitude: float = 0.02
+    period_steps: int = 400
+    node_phase_spread: float = 0.5
+    seed: int = 0
+
+    def apply(self, step: int, compute: np.ndarray, data: np.ndarray, spec: "SimulationSpec"):
+        n_nodes = -(-spec.ranks // spec.ranks_per_node)
+        phases = np.random.default_rng(self.seed).uniform(-self.node_phase_spread, self.node_phase_spread, n_nodes)
+        node = np.arange(spec.ranks) // spec.ranks_per_node
+        angle = 2 * np.pi * step / self.period_steps + phases[node]
+        return compute * (1 + self.amplitude * np.sin(angle)), data

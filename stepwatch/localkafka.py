@@ -159,8 +159,12 @@ def free_port() -> int:
 
 
 def _random_cluster_id() -> str:
-    # Same format as `kafka-storage random-uuid`: base64url of 16 bytes, no padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    # Same format as `kafka-storage random-uuid`: base64url of 16 bytes, no padding. An id
+    # starting with '-' would be read as an option by the storage tool, so draw again.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _file_tail(path: Path, lines: int = 60) -> str:
