@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from stepwatch.config import KafkaSettings
 from stepwatch.models.events import PHASES, encode_events
@@ -241,7 +241,8 @@ class RankMonitor:
                  heartbeat_interval: float | None = None, queue_size: int | None = None,
                  collective_events: bool | None = None, flush_interval: float = 0.1, close_timeout: float = 5.0,
                  producer_config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
-                 start_step: int = 0) -> None:
+                 start_step: int = 0, sink: Callable[[list[dict]], None] | None = None,
+                 job_phases: bool | None = None) -> None:
         self.config = cfg = MonitorConfig(
             job=job, rank=rank, world_size=world_size, node=node, gpu=gpu, group=group, bootstrap=bootstrap,
             topic=topic, enabled=enabled, heartbeat_interval=heartbeat_interval, queue_size=queue_size,
@@ -249,6 +250,8 @@ class RankMonitor:
             producer_config=producer_config, environ=environ)
         self.job, self.rank, self.node = cfg.job, cfg.rank, cfg.node
         self.enabled = cfg.enabled
+        #: Instead of Kafka, hand each batch of wire-form events to this callable (tests, files).
+        self._sink = sink
         self._key = cfg.job.encode()
         # Fields every event of this rank carries; step events add theirs to a copy.
         self._step_base: dict[str, Any] = {"v": 1, "kind": "step", "job": cfg.job, "rank": cfg.rank}
@@ -259,6 +262,11 @@ class RankMonitor:
         self._rank_base: dict[str, Any] = {"job": cfg.job, "rank": cfg.rank}
         if cfg.node:
             self._rank_base["node"] = cfg.node
+        # Phase events of rank 0 speak for the whole job (no ``rank`` field: see docs/events.md),
+        # so a job-wide eval/checkpoint/end is announced once; other ranks mark their own phase.
+        self.job_phases = (cfg.rank == 0) if job_phases is None else bool(job_phases)
+        self._phase_base: dict[str, Any] = {"job": cfg.job} if self.job_phases else {"job": cfg.job,
+                                                                                      "rank": cfg.rank}
 
         # Queue and counters. The lock guards the queue and every counter: it is held for
         # a few hundred nanoseconds at a time and never while talking to Kafka.
@@ -474,7 +482,7 @@ class RankMonitor:
             if name not in PHASES:
                 raise ValueError(f"unknown phase {name!r} (expected one of {sorted(PHASES)})")
             self._phase = name
-            event = {"v": 1, "kind": "phase", **self._rank_base, "ts": _wall(), "phase": name}
+            event = {"v": 1, "kind": "phase", **self._phase_base, "ts": _wall(), "phase": name}
             at = step if step is not None else self.last_step
             if at is not None:
                 event["step"] = at
@@ -667,6 +675,12 @@ class RankMonitor:
     def _send_loop(self) -> None:
         backoff = 0.5
         while not self._stop.is_set():
+            if self._sink is not None:
+                batch = self._take()
+                if batch:
+                    self._sink_publish(batch)
+                self._stop.wait(self.config.flush_interval)
+                continue
             if self._producer is None:
                 try:
                     producer = self._make_producer()
@@ -686,8 +700,21 @@ class RankMonitor:
             self._stop.wait(self.config.flush_interval)
         self._finish_sender()
 
+    def _sink_publish(self, batch: list[dict]) -> None:
+        try:
+            self._sink(batch)
+        except Exception as exc:
+            self._on_failed(len(batch))(exc)
+        else:
+            self._on_sent(len(batch))(None)
+
     def _finish_sender(self) -> None:
         """Last flush and close of the producer, within the close deadline (sender thread)."""
+        if self._sink is not None:
+            batch = self._take()
+            if batch:
+                self._sink_publish(batch)
+            return
         producer = self._producer
         if producer is None:
             return

@@ -1,0 +1,219 @@
+"""Hot-path overhead of the rank monitor, and training speed with the broker down.
+
+    .venv/bin/python bench/overhead.py                 # starts a local broker (or uses $KAFKA_BOOTSTRAP)
+    .venv/bin/python bench/overhead.py --no-broker     # without Kafka: "on" publishes into a sink
+    .venv/bin/python bench/overhead.py --write         # also update the section in BENCHMARKS.md
+
+Measured side by side in one run (needs torch: ``pip install -e '.[train-test]'``):
+
+1. **Hot path alone**: what the training thread pays per step for ``with monitor.step()``
+   (+ a ``monitor.data()`` marker and one timed collective), monitor enabled vs disabled,
+   over many iterations; the publisher, heartbeat and Kafka run on their own threads.
+2. **Real model** (modes: no hook; torch's own Python ``allreduce_hook`` as the baseline of any
+   Python comm hook; stepwatch on; stepwatch with the broker down): a small MLP under single-rank ``DistributedDataParallel`` (gloo, CPU,
+   1 thread), a full forward/backward/SGD step plus an idle wait that pads it to the target
+   step time (standing in for accelerator time). Modes run interleaved in blocks, so drift
+   hits them alike: monitor off (no hook); monitor on, comm hook attached, publishing to
+   Kafka; monitor on with the broker down (bootstrap at a closed port). Reported: median
+   step time per mode and its difference to "off", and the events sent/dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def closed_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def hot_path_us(iterations: int) -> dict[str, float]:
+    from stepwatch.producers.monitor import RankMonitor
+
+    out = {}
+    for label, enabled in (("off", False), ("on", True), ("off ", False), ("on ", True)):
+        m = RankMonitor(job="bench", rank=0, enabled=enabled, sink=lambda batch: None, heartbeat_interval=1.0,
+                        queue_size=iterations + 10, environ={})
+        perf = time.perf_counter
+        t0 = perf()
+        for _ in range(iterations):
+            with m.step(samples=32):
+                with m.data():
+                    pass
+                with m.collective():
+                    pass
+        elapsed = perf() - t0
+        m.close(timeout=5)
+        out.setdefault(label.strip(), []).append(elapsed / iterations * 1e6)
+    return {k: min(v) for k, v in out.items()}
+
+
+def model_bench(step_ms: float, steps: int, blocks: int, bootstrap: str | None) -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from stepwatch.producers.monitor import RankMonitor
+    from stepwatch.producers.torch_hooks import attach_ddp
+
+    torch.set_num_threads(1)
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+        dist.init_process_group("gloo", rank=0, world_size=1)
+
+    def make():
+        torch.manual_seed(0)
+        model = DDP(nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                  nn.Linear(512, 10)), bucket_cap_mb=0.5)
+        return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    loss_fn = nn.CrossEntropyLoss()
+    modes = {"off": None, "plain allreduce_hook": None, "on": bootstrap, "broker down": closed_port()}
+    setups = {}
+    for mode, boot in modes.items():
+        model, opt = make()
+        monitor = None
+        if mode == "plain allreduce_hook":  # any Python comm hook, without stepwatch: the baseline cost
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+            model.register_comm_hook(None, allreduce_hook)
+        elif mode != "off":
+            sink = (lambda batch: None) if boot is None else None
+            monitor = RankMonitor(job="bench-overhead", rank=0, world_size=1, bootstrap=boot or "unused:1",
+                                  sink=sink, heartbeat_interval=1.0, queue_size=10_000,
+                                  topic="stepwatch.bench-events", environ={})
+            attach_ddp(model, monitor)
+        setups[mode] = (model, opt, monitor)
+
+    def train_step(model, opt):
+        t_end = time.perf_counter() + step_ms / 1000
+        loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        now = time.perf_counter()
+        busy.append(now - (t_end - step_ms / 1000))
+        left = t_end - now
+        if left > 0:
+            time.sleep(left)  # idle "device" time: the CPU waits, as for an accelerator
+
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    busies: dict[str, list[float]] = {m: [] for m in modes}
+    busy: list[float] = []
+    for m in modes:  # warm-up
+        model, opt, monitor = setups[m]
+        for _ in range(5):
+            train_step(model, opt)
+    for _ in range(blocks):
+        for mode in modes:
+            model, opt, monitor = setups[mode]
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                if monitor is None:
+                    train_step(model, opt)
+                else:
+                    with monitor.step(samples=64):
+                        train_step(model, opt)
+                times[mode].append(time.perf_counter() - t0)
+                busies[mode].append(busy[-1])
+    counters = {}
+    for mode, (_, _, monitor) in setups.items():
+        if monitor is not None:
+            monitor.close(timeout=10)
+            counters[mode] = monitor.stats()
+    return {"times": times, "busy": busies, "counters": counters}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-broker", action="store_true", help="'on' publishes into a sink, not Kafka")
+    parser.add_argument("--iterations", type=int, default=200_000)
+    parser.add_argument("--step-ms", type=float, nargs="+", default=[10.0, 100.0])
+    parser.add_argument("--steps", type=int, default=20, help="steps per block")
+    parser.add_argument("--blocks", type=int, default=10)
+    parser.add_argument("--write", action="store_true", help="update the 'overhead' section of BENCHMARKS.md")
+    args = parser.parse_args()
+
+    hot = hot_path_us(args.iterations)
+    hot_delta = hot["on"] - hot["off"]
+
+    broker = None
+    bootstrap = None
+    if not args.no_broker:
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "").strip() or None
+        if bootstrap is None:
+            from stepwatch.localkafka import LocalKafka
+
+            broker = LocalKafka().start()
+            bootstrap = broker.bootstrap
+    try:
+        results = {ms: model_bench(ms, args.steps, args.blocks, bootstrap) for ms in args.step_ms}
+    finally:
+        if broker is not None:
+            broker.stop()
+
+    lines = ["## Monitor overhead (bench/overhead.py)", ""]
+    try:
+        from _report import stamp
+
+        lines.append(stamp("python bench/overhead.py" + (" --no-broker" if args.no_broker else "")))
+    except Exception:
+        pass
+    lines += [
+        "Hot path alone (training thread, per step: `with monitor.step()` + a `data()` marker + one timed "
+        f"collective; {args.iterations:,} iterations, best of 2):",
+        "",
+        "| monitor off | monitor on | overhead per step | share of a 100 ms step |",
+        "|---:|---:|---:|---:|",
+        f"| {hot['off']:.2f} µs | {hot['on']:.2f} µs | {hot_delta:.2f} µs | {hot_delta / 100_000 * 100:.4f} % |",
+        "",
+        "Small real model (single-rank DDP on gloo with the comm hook, forward/backward/SGD padded with idle "
+        f"'device' time to the target step; {args.blocks} interleaved blocks of {args.steps} steps per mode; "
+        f"'on' publishes to {'a sink' if args.no_broker else 'a local Kafka broker'}):",
+        "",
+        "| target step | mode | median compute (fwd+bwd+SGD) | vs off | median step | vs off | events sent | "
+        "events dropped |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for ms, res in results.items():
+        off = statistics.median(res["times"]["off"])
+        boff = statistics.median(res["busy"]["off"])
+        for mode, values in res["times"].items():
+            med = statistics.median(values)
+            bmed = statistics.median(res["busy"][mode])
+            c = res["counters"].get(mode)
+            delta = "" if mode == "off" else f"{(med - off) * 1e6:+.0f} µs ({(med - off) / off * 100:+.2f} %)"
+            bdelta = "" if mode == "off" else f"{(bmed - boff) * 1e6:+.0f} µs"
+            lines.append(f"| {ms:g} ms | {mode} | {bmed * 1000:.3f} ms | {bdelta} | {med * 1000:.3f} ms | {delta} | "
+                         f"{c['sent'] if c else ''} | {c['dropped'] if c else ''} |")
+    lines += ["", "'compute' includes the DDP comm hook (Python hook + future callback per gradient bucket) and "
+              "background threads competing for the GIL; 'step' is the padded step as the training loop sees it. "
+              "Differences of a few tens of µs are within run-to-run noise of CPU training; the hot-path row is "
+              "the monitor's own cost on the training thread. With the broker down, training runs at the same "
+              "speed and every undelivered event is counted as dropped."]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        from _report import update_section
+
+        update_section("overhead", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Hugging Face ``transformers`` adapter: ``Trainer(..., callbacks=[StepwatchTrainerCallback()])``.
+
+Each optimizer step is a step (numbered by ``state.global_step``). Evaluation is the
+``eval`` phase and checkpoint saving the ``checkpoint`` phase: the Trainer decides in
+``on_step_end`` (``control.should_evaluate`` / ``should_save``) and then evaluates and saves,
+so the phase is announced *before* the pause, when a hang detector needs it. The end of
+training sends ``end``. Configuration as for :class:`RankMonitor`; rank, world size and
+local GPU come from ``TrainingArguments``.
+
+Imports ``transformers`` when this module is imported; ``import stepwatch`` never does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from transformers import TrainerCallback
+
+from .monitor import RankMonitor
+
+log = logging.getLogger(__name__)
+
+__all__ = ["StepwatchTrainerCallback"]
+
+
+class StepwatchTrainerCallback(TrainerCallback):
+    """Reports steps and phases of this rank to stepwatch; never raises into training."""
+
+    def __init__(self, monitor: RankMonitor | None = None, **monitor_kwargs: Any) -> None:
+        self.monitor = monitor
+        self._own_monitor = monitor is None
+        self._monitor_kwargs = monitor_kwargs
+
+    def _phase(self, name: str) -> None:
+        try:
+            if self.monitor is not None and self.monitor.current_phase != name:
+                self.monitor.phase(name)
+        except Exception as exc:
+            self.monitor._error("hf phase", exc)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.monitor is None:
+            try:
+                params = dict(rank=args.process_index, world_size=args.world_size, gpu=args.local_process_index)
+                params.update(self._monitor_kwargs)
+                self.monitor = RankMonitor(**params)
+            except Exception as exc:
+                log.warning("stepwatch: monitor not started: %r", exc)
+                return
+        try:
+            self.monitor.phase("train")  # announce the start, even though "train" is the initial phase
+        except Exception as exc:
+            self.monitor._error("hf phase", exc)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.monitor is not None:
+            if self.monitor.current_phase != "train":
+                self._phase("train")
+            self.monitor.begin_step(state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        m = self.monitor
+        if m is None:
+            return
+        samples = None
+        try:
+            samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        except Exception:
+            pass
+        m.end_step(samples=samples)
+        # DefaultFlowCallback (first in the list) has decided what the Trainer does next.
+        if getattr(control, "should_evaluate", False):
+            self._phase("eval")
+        elif getattr(control, "should_save", False):
+            self._phase("checkpoint")
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        if self.monitor is not None and self.monitor.current_phase != "eval":
+            self._phase("eval")
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._phase("checkpoint" if getattr(control, "should_save", False) else "train")
+
+    def on_save(self, args, state, control, **kwargs):
+        self._phase("train")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.monitor is None:
+            return
+        self.monitor.end()
+        if self._own_monitor:
+            self.monitor.close()

@@ -1,0 +1,118 @@
+"""Real DDP training (torch.distributed, gloo, 4 CPU processes) monitored by stepwatch.
+
+Each rank is an OS process running tests/train_rank.py: a small MLP under
+DistributedDataParallel with the stepwatch comm hook, publishing through RankMonitor to
+the real broker, judged by a running ``stepwatch worker``. Skipped without torch
+(``pip install -e '.[train-test]'``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+
+import orjson
+import pytest
+
+pytest.importorskip("torch", reason="torch not installed (pip install -e '.[train-test]')")
+
+from kafka import KafkaConsumer  # noqa: E402
+from support import read_alerts, stepwatch_env  # noqa: E402
+from train_support import run_ddp_job  # noqa: E402
+
+from stepwatch.models.events import decode_message  # noqa: E402
+
+pytestmark = pytest.mark.kafka
+
+WORLD = 4
+STEPS = "70"
+
+
+def read_events(bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout: float = 60) -> list:
+    """Every event on ``topic`` (batch envelopes decoded), until nothing new for ``idle_s``; asserts none is rejected."""
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None, consumer_timeout_ms=int(idle_s * 1000))
+    events, rejected = [], []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            before = len(events) + len(rejected)
+            for record in consumer:
+                good, bad = decode_message(record.value)
+                events.extend(good)
+                rejected.extend(bad)
+            if len(events) + len(rejected) == before and events:
+                break
+    finally:
+        consumer.close()
+    assert not rejected, rejected[:3]
+    return events
+
+
+def by_rank(events, kind: str, field: str, phase: str = "train") -> dict[int, list[float]]:
+    out: dict[int, list[float]] = defaultdict(list)
+    for e in events:
+        if e.kind == kind and getattr(e, "phase", None) == phase and e.step >= 10:
+            out[e.rank].append(getattr(e, field))
+    return out
+
+
+def test_slow_rank_is_named_by_compute_time_while_step_times_look_alike(kafka_bootstrap, topic_prefix, start_worker,
+                                                                        tmp_path):
+    worker = start_worker()
+    env = dict(worker.env, STEPWATCH_JOB="ddp-slow")
+    stats = run_ddp_job(env, tmp_path, world=WORLD, args=("--steps", STEPS, "--slow-rank", "2"))
+    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                         until=lambda a: any(x["type"] == "straggler" and x["status"] == "firing" for x in a))
+    firing = [a for a in alerts if a["status"] == "firing" and a["type"] == "straggler"]
+    assert firing, f"no straggler alert; worker log:\n{worker.log_text()[-3000:]}"
+    assert {tuple(a["ranks"]) for a in firing} == {(2,)}, firing
+    assert firing[0]["job"] == "ddp-slow"
+    assert firing[0]["evidence"]["signal"] == "compute_time"
+
+    # What the worker saw: every event well formed; step_time alike on all ranks, compute_time not.
+    events = read_events(kafka_bootstrap, topic_prefix + "events")
+    step_time = {r: statistics.median(v) for r, v in by_rank(events, "step", "step_time").items()}
+    compute = {r: statistics.median(v) for r, v in by_rank(events, "step", "compute_time").items()}
+    assert sorted(step_time) == list(range(WORLD))
+    assert max(step_time.values()) / min(step_time.values()) < 1.10, step_time
+    others = statistics.median(compute[r] for r in compute if r != 2)
+    assert compute[2] / others > 1.3, compute
+    kinds = {e.kind for e in events}
+    assert {"step", "heartbeat", "phase"} <= kinds
+    assert {e.phase for e in events if e.kind == "phase"} >= {"warmup", "train", "end"}
+    # Every rank numbered the same all-reduces and completed them all.
+    assert len({(s["seq_started"], s["seq_completed"]) for s in stats}) == 1 and stats[0]["seq_started"] > 0
+    steps = [e for e in events if e.kind == "step"]
+    assert all(e.extra.get("comm_calls", 0) >= 1 for e in steps if e.step > 0)
+    for s in stats:
+        assert s["dropped"] == 0 and s["sent"] == s["produced"], s
+
+
+def test_healthy_ddp_run_raises_no_alert(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+    worker = start_worker()
+    run_ddp_job(dict(worker.env, STEPWATCH_JOB="ddp-healthy"), tmp_path, world=WORLD, args=("--steps", STEPS))
+    # A marker job with a straggler, sent afterwards, proves the worker got past the healthy job's events.
+    (tmp_path / "marker").mkdir()
+    run_ddp_job(dict(worker.env, STEPWATCH_JOB="ddp-marker"), tmp_path / "marker", world=WORLD,
+                args=("--steps", "40", "--slow-rank", "1"))
+    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                         until=lambda a: any(x["job"] == "ddp-marker" for x in a))
+    assert [a["job"] for a in alerts if a["status"] == "firing"] == ["ddp-marker"], alerts
+    assert not [a for a in alerts if a["job"] == "ddp-healthy"]
+
+
+def test_broker_down_training_completes_and_counts_every_drop(tmp_path):
+    from train_support import free_port
+
+    env = stepwatch_env(f"127.0.0.1:{free_port()}", "t-down.", STEPWATCH_JOB="ddp-down")  # nothing listens there
+    started = time.monotonic()
+    stats = run_ddp_job(env, tmp_path, world=WORLD, args=("--steps", "40"))
+    assert time.monotonic() - started < 120
+    for s in stats:
+        assert s["sent"] == 0 and not s["connected"], s
+        # 40 steps + phases (warmup, train, end) + heartbeats: all produced, none sent, all counted as dropped.
+        assert s["produced"] >= 43
+        assert s["dropped"] == s["produced"], s
+        assert s["seq_started"] == s["seq_completed"] > 0
