@@ -16,8 +16,11 @@ from stepwatch.config import Settings, StragglerSettings
 
 from .alerts import Alert
 from .assembly import GroupStep, StepAssembler
-from .events import Event, PhaseEvent, StepEvent
+from .checkpoint import CheckpointDetector
+from .comm import CommSlowdownDetector
+from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang import HangDetector
+from .throughput import ThroughputDetector, sample_from
 from .straggler import StragglerDetector
 from .telemetry import TELEMETRY_KINDS, TelemetryHub
 
@@ -25,11 +28,17 @@ from .telemetry import TELEMETRY_KINDS, TelemetryHub
 class JobState:
     """Everything the engine holds for one job."""
 
-    __slots__ = ("job", "assemblers", "stragglers", "hang", "phase", "ended", "last_ts", "latest_step", "ranks")
+    __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
+                 "last_ts", "latest_step", "ranks", "last_seen")
 
-    def __init__(self, job: str, hang: HangDetector) -> None:
+    def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
+                 checkpoint: CheckpointDetector) -> None:
         self.job = job
         self.hang = hang
+        self.throughput = throughput
+        self.comm = comm
+        self.checkpoint = checkpoint
+        self.last_seen = 0.0  # engine clock when the job last sent anything (for eviction)
         self.assemblers: dict[str, StepAssembler] = {}
         self.stragglers: dict[str, StragglerDetector] = {}
         self.phase = "train"
@@ -64,16 +73,34 @@ class DetectionEngine:
             return self.telemetry.process(event)
         job = self.jobs.get(event.job)
         if job is None:
-            job = self.jobs[event.job] = JobState(event.job, self._hang_detector(event.job))
+            job = self.jobs[event.job] = self._new_job(event.job)
+            if len(self.jobs) > self.settings.retention.max_jobs:
+                self._evict(min(self.jobs.values(), key=lambda j: j.last_seen), "too many jobs tracked")
         if event.ts > job.last_ts:
             job.last_ts = event.ts
+        job.last_seen = self.clock
         out = job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
         if isinstance(event, StepEvent):
             self.telemetry.observe_step(event)  # rank -> (node, gpu), data_time
+            job.checkpoint.observe(event.ts, event.step)
             out.extend(self._on_step(job, event))
+        elif isinstance(event, CollectiveEvent):
+            out.extend(job.comm.update(event))
         elif isinstance(event, PhaseEvent):
             out.extend(self._on_phase(job, event))
         return self.telemetry.enrich(out)
+
+    def _new_job(self, job: str) -> JobState:
+        h = self.settings.job_health
+        return JobState(
+            job, self._hang_detector(job),
+            ThroughputDetector(job=job, min_effect=h.throughput_min_effect, threshold=h.throughput_threshold,
+                               persistence=h.throughput_persistence, baseline_steps=h.throughput_baseline_steps,
+                               warmup_steps=self.settings.straggler.warmup_steps),
+            CommSlowdownDetector(job=job, threshold=h.comm_threshold, window=h.comm_window,
+                                 persistence=h.comm_persistence),
+            CheckpointDetector(job=job, max_age_seconds=h.checkpoint_max_age_seconds,
+                               max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor))
 
     def _hang_detector(self, job: str) -> HangDetector:
         h = self.settings.hang
@@ -96,11 +123,25 @@ class DetectionEngine:
         if now > self.clock:
             self.clock = now
         out: list[Alert] = []
-        for job in self.jobs.values():
+        retention = self.settings.retention
+        for job in list(self.jobs.values()):
+            idle = self.clock - job.last_seen
+            if idle > (retention.ended_job_seconds if job.ended else retention.job_idle_seconds):
+                out.extend(self._evict(job, f"no events for {idle:.0f} s"))
+                continue
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(now)))
             out.extend(job.hang.check(now))
+            if not job.ended:
+                out.extend(job.checkpoint.check(now))
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
+
+    def _evict(self, job: JobState, reason: str) -> list[Alert]:
+        """Forget a job; its open alerts resolve, saying why."""
+        self.jobs.pop(job.job, None)
+        at = max(self.clock, job.last_ts)
+        return [alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}")
+                for alert in self._job_open_alerts(job)]
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -135,20 +176,23 @@ class DetectionEngine:
                     critical_ratio=s.critical_ratio, evidence_window=s.evidence_window)
                 detector.on_verdict = self.verdict_listener
             out.extend(detector.update(step))
+            out.extend(job.throughput.update(sample_from(step), phase=step.phase))
         return out
 
     def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
         if event.rank is not None:
             return []  # a single rank's phase is carried by its own step events
+        out = job.checkpoint.on_phase(event.ts, event.phase, event.step)
         if event.phase == "end":
             job.ended = True
             job.phase = "train"
-            out: list[Alert] = []
             for detector in job.stragglers.values():
                 out.extend(detector.close_all(at=event.ts, reason="job ended"))
+            for rule in (job.throughput, job.comm, job.checkpoint):
+                out.extend(rule.close(at=event.ts, reason="job ended"))
             return out
         job.phase = event.phase
-        return []
+        return out
 
     # -- runtime settings -----------------------------------------------------------------
 
@@ -180,8 +224,16 @@ class DetectionEngine:
     # -- views ----------------------------------------------------------------------------
 
     def open_alerts(self) -> list[Alert]:
-        out = [a for job in self.jobs.values() for d in job.stragglers.values() for a in d.firing.values()]
-        out.extend(a for job in self.jobs.values() for a in job.hang.firing.values())
+        return [a for job in self.jobs.values() for a in self._job_open_alerts(job)]
+
+    @staticmethod
+    def _job_open_alerts(job: JobState) -> list[Alert]:
+        out = [a for d in job.stragglers.values() for a in d.firing.values()]
+        out.extend(job.hang.firing.values())
+        if job.throughput.firing is not None:
+            out.append(job.throughput.firing)
+        out.extend(job.comm.open_alerts())
+        out.extend(job.checkpoint.open_alerts())
         return out
 
 

@@ -1,17 +1,19 @@
 """Job-wide throughput regression: the slowdown the straggler rule deliberately ignores.
 
-Per job, a one-sided CUSUM (Page's change-point test) on the step time relative to the
-job's own healthy baseline, and on tokens/s where reported:
+Per job, on the step time and on the time per token (where tokens are reported), against
+the job's own baseline:
 
-* ``r = step_time / baseline - 1`` each training step (warm-up, eval and checkpoint steps
-  are left out), ``S = max(0, S + r - drift)`` with ``drift = min_effect / 2``, so a steady
-  1-2% drift keeps ``S`` at zero;
-* the alarm needs ``S > threshold`` **and** the median of the last ``persistence`` steps at
-  least ``min_effect`` above the baseline, so one slow step (a GC pause, a hiccup) never
-  fires however large it is;
-* the baseline is the median of recent healthy steps and stops learning while ``S`` is
-  building up, so a regression is not absorbed into it;
-* the onset is the step where ``S`` last left zero (Page's estimate of the change point).
+* a one-sided CUSUM (Page's test): ``S = max(0, S + min(x / baseline - 1, 1) - drift)`` with
+  ``drift = min_effect / 2``, so a steady 1-2% drift keeps ``S`` at zero and one huge step
+  cannot finish it alone; its onset (where ``S`` left zero) estimates the change point;
+* the alarm needs ``S > threshold``, the lower quartile of the steps since the onset (at
+  least ``persistence`` of them) at least ``min_effect`` above the baseline's (a slowdown
+  makes even the best steps slower; hiccups only add slow steps beside fast ones), **and** a one-sided
+  Mann-Whitney rank test of those steps against the baseline below ``alpha``: one slow step
+  or a stationary but bimodal job (occasional hiccups on some rank) does not pass it, a
+  real shift does within a few steps;
+* values join the baseline only after leaving the recent window, and not while an alert
+  is open, so a regression is never absorbed into its own baseline.
 
 The alert names the layer that moved with it: communication (``comm_time``), compute
 (``compute_time`` of all ranks), input pipeline (``data_time``), or unknown.
@@ -23,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import mannwhitneyu
 
 from .alerts import Alert, alert_id
 from .assembly import GroupStep
@@ -37,6 +40,10 @@ class StepSample:
     step: int
     ts: float
     step_time: float
+    #: What the step would take at the pace of a typical rank: the median rank's time before
+    #: the collectives plus the pure transfer time. One slow rank (a straggler, a GC pause, a
+    #: data-loader hiccup) moves ``step_time`` but not this; a job-wide slowdown moves both.
+    typical_step_time: float
     compute: float
     comm: float
     data: float
@@ -49,65 +56,104 @@ def sample_from(step: GroupStep) -> StepSample:
         return float(np.median(ok)) if ok.size else float("nan")
 
     step_time = med(step.step_time)
+    typical = step_time
+    before = step.step_time - step.comm_time  # time before entering the collectives
+    if before.size and not np.isnan(before).any():
+        # The last rank to arrive waits least: its comm_time is the transfer itself.
+        typical = float(np.median(before) + np.min(step.comm_time))
     tokens = step.tokens[~np.isnan(step.tokens)] if step.tokens is not None else np.zeros(0)
-    tps = float(tokens.sum() / step_time) if tokens.size and step_time > 0 else float("nan")
-    return StepSample(step.step, step.ts, step_time, med(step.compute_time), med(step.comm_time),
+    tps = float(tokens.sum() / typical) if tokens.size and typical > 0 else float("nan")
+    return StepSample(step.step, step.ts, step_time, typical, med(step.compute_time), med(step.comm_time),
                       med(step.data_time), tps)
 
 
-class _Cusum:
-    """One-sided CUSUM of relative increases over a robust, frozen-while-alarming baseline."""
+class _Regression:
+    """Change-point tracking of one positive signal where larger is worse (time per step/token).
 
-    def __init__(self, *, baseline_steps: int, min_baseline: int, drift: float) -> None:
-        self.history: deque[float] = deque(maxlen=baseline_steps)
+    ``recent`` holds the last ``window`` values; a value enters the baseline ``quarantine``
+    steps after it arrived (and not while an alert is open), so a regression in progress
+    never leaks into its own baseline before it can fire, and a stationary but noisy signal
+    is learned unbiased.
+    """
+
+    def __init__(self, *, baseline_steps: int, min_baseline: int, drift: float, window: int,
+                 quarantine: int) -> None:
+        self.baseline: deque[float] = deque(maxlen=baseline_steps)
+        self.recent: deque[float] = deque(maxlen=max(window, quarantine + 1))
+        self.quarantine = quarantine
         self.min_baseline = min_baseline
         self.drift = drift
         self.score = 0.0
         self.onset: int | None = None
+        self.since_onset = 0
 
     @property
-    def baseline(self) -> float | None:
-        if len(self.history) < self.min_baseline:
-            return None
-        return float(np.median(self.history))
+    def mean(self) -> float | None:
+        return float(np.mean(self.baseline)) if len(self.baseline) >= self.min_baseline else None
 
-    def update(self, step: int, value: float, *, learn: bool) -> float | None:
-        """Feed one value; return its relative excess over the baseline (None while learning)."""
-        base = self.baseline
+    def update(self, step: int, value: float, *, learn: bool) -> None:
+        if len(self.recent) > self.quarantine and learn:
+            self.baseline.append(self.recent[-self.quarantine - 1])
+        self.recent.append(value)
+        base = self.mean
         if base is None or base <= 0:
-            self.history.append(value)
-            return None
-        rel = value / base - 1.0
+            return
         previous = self.score
-        self.score = max(0.0, self.score + rel - self.drift)
-        if self.score > 0 and previous == 0:
-            self.onset = step
-        elif self.score == 0:
-            self.onset = None
-        if learn and self.score == 0:
-            self.history.append(value)
-        return rel
+        # A single huge step (a GC pause) adds at most 1: it can start the score, not finish it.
+        self.score = max(0.0, self.score + min(value / base - 1.0, 1.0) - self.drift)
+        if self.score > 0:
+            if previous == 0:
+                self.onset, self.since_onset = step, 0
+            self.since_onset += 1
+        else:
+            self.onset, self.since_onset = None, 0
+
+    def regression(self, *, threshold: float, min_effect: float, persistence: int, alpha: float) -> float | None:
+        """The relative slowdown if the recent values are a significant, large enough regression."""
+        base = self.mean
+        if base is None or self.score <= threshold:
+            return None
+        n = min(max(self.since_onset, persistence), len(self.recent))
+        recent = list(self.recent)[-n:]
+        # Lower quartiles: a real slowdown makes even the job's best steps slower, while
+        # GC pauses and data-loader hiccups only add slow steps beside fast ones.
+        effect = float(np.quantile(recent, 0.25)) / float(np.quantile(self.baseline, 0.25)) - 1.0
+        if n < persistence or effect < min_effect:
+            return None
+        # Rank test against the baseline: a stationary but noisy job (bimodal step times from
+        # occasional hiccups) does not pass it; a real shift does within a few steps.
+        p_value = mannwhitneyu(recent, list(self.baseline), alternative="greater").pvalue
+        return effect if p_value < alpha else None
+
+    def recent_effect(self, n: int) -> float:
+        base = self.mean or float("nan")
+        return float(np.mean(list(self.recent)[-n:])) / base - 1.0 if self.recent else 0.0
 
 
 class ThroughputDetector:
     """Throughput regression rule for one job; feed it one sample per training step."""
 
-    def __init__(self, *, job: str, min_effect: float = 0.10, threshold: float = 0.4, persistence: int = 5,
-                 baseline_steps: int = 200, min_baseline_steps: int = 20, clear_after: int = 10,
-                 warmup_steps: int = 10, critical_effect: float = 0.3) -> None:
+    def __init__(self, *, job: str, min_effect: float = 0.10, threshold: float = 0.4, persistence: int = 3,
+                 alpha: float = 1e-3, window: int = 30, quarantine: int = 10, baseline_steps: int = 200,
+                 min_baseline_steps: int = 20,
+                 clear_after: int = 10, warmup_steps: int = 10, critical_effect: float = 0.3) -> None:
         self.job = job
         self.min_effect = min_effect
         self.threshold = threshold
         self.persistence = persistence
+        self.alpha = alpha
+        self.window = window
+        self.quarantine = quarantine
         self.baseline_steps = baseline_steps
         self.min_baseline_steps = min_baseline_steps
         self.clear_after = clear_after
         self.warmup_steps = warmup_steps
         self.critical_effect = critical_effect
-        drift = min_effect / 2
-        self._step_time = _Cusum(baseline_steps=baseline_steps, min_baseline=min_baseline_steps, drift=drift)
-        self._tokens = _Cusum(baseline_steps=baseline_steps, min_baseline=min_baseline_steps, drift=drift)
-        self._recent: deque[StepSample] = deque(maxlen=persistence)
+        kw = dict(baseline_steps=baseline_steps, min_baseline=min_baseline_steps, drift=min_effect / 2,
+                  window=window, quarantine=quarantine)
+        self._step_time = _Regression(**kw)
+        self._per_token = _Regression(**kw)  # seconds per token: fewer tokens/s is a regression
+        self._recent: deque[StepSample] = deque(maxlen=window)
         self._baseline_samples: deque[StepSample] = deque(maxlen=baseline_steps)
         self._first_step: int | None = None
         self._last_step = -1
@@ -120,45 +166,42 @@ class ThroughputDetector:
         self._last_step = sample.step
         if self._first_step is None:
             self._first_step = sample.step
-        if phase != "train" or sample.step < self._first_step + self.warmup_steps or not sample.step_time > 0:
+        if phase != "train" or sample.step < self._first_step + self.warmup_steps or not sample.typical_step_time > 0:
             return []
+        learn = self.firing is None
+        if len(self._recent) > self.quarantine and learn:
+            self._baseline_samples.append(self._recent[-self.quarantine - 1])
         self._recent.append(sample)
-        rel = self._step_time.update(sample.step, sample.step_time, learn=self.firing is None)
-        tps_rel = None
-        if sample.tokens_per_second == sample.tokens_per_second:  # not NaN
-            # Fewer tokens per second is the regression: track the inverse as "time per token".
-            tps_rel = self._tokens.update(sample.step, 1.0 / max(sample.tokens_per_second, 1e-12),
-                                          learn=self.firing is None)
-        if rel is None:
-            return []
-        if self._step_time.score == 0:
-            self._baseline_samples.append(sample)
-        recent_rel = float(np.median([s.step_time for s in self._recent])) / self._step_time.baseline - 1.0
+        self._step_time.update(sample.step, sample.typical_step_time, learn=learn)
+        if sample.tokens_per_second > 0:
+            self._per_token.update(sample.step, 1.0 / sample.tokens_per_second, learn=learn)
         if self.firing is None:
-            tokens_drop = tps_rel is not None and self._tokens.score > self.threshold and self._recent_tokens_drop()
-            if (self._step_time.score > self.threshold and recent_rel >= self.min_effect
-                    and len(self._recent) >= self.persistence) or tokens_drop:
-                self.firing = self._fire(sample, recent_rel)
+            gate = dict(threshold=self.threshold, min_effect=self.min_effect, persistence=self.persistence,
+                        alpha=self.alpha)
+            effect = self._step_time.regression(**gate)
+            if effect is None:
+                effect = self._per_token.regression(**gate)
+            if effect is not None:
+                self.firing = self._fire(sample, effect)
                 self._clean = 0
                 return [self.firing]
             return []
-        self._clean = self._clean + 1 if recent_rel < self.min_effect / 2 else 0
+        recent = max(self._step_time.recent_effect(self.persistence), self._per_token.recent_effect(self.persistence)
+                     if self._per_token.mean else -1.0)
+        self._clean = self._clean + 1 if recent < self.min_effect / 2 else 0
         if self._clean >= self.clear_after:
             alert, self.firing = self.firing, None
-            self._step_time.score = self._tokens.score = 0.0
+            for tracker in (self._step_time, self._per_token):
+                tracker.score, tracker.onset, tracker.since_onset = 0.0, None, 0
             return [alert.resolved(at=sample.ts, summary=f"resolved: throughput of job {self.job} back to "
                                                          f"baseline at step {sample.step} ({alert.summary})")]
         return []
 
-    def _recent_tokens_drop(self) -> bool:
-        base = self._tokens.baseline
-        values = [1.0 / s.tokens_per_second for s in self._recent if s.tokens_per_second > 0]
-        return bool(base and len(values) >= self.persistence and np.median(values) / base - 1 >= self.min_effect)
-
     def _layer(self) -> tuple[str, dict]:
         """Which layer's time grew with the step time: the one explaining most of the increase."""
-        before, after = list(self._baseline_samples), list(self._recent)
-        step_delta = _median(after, "step_time") - _median(before, "step_time")
+        n = max(self._step_time.since_onset, self.persistence)
+        before, after = list(self._baseline_samples), list(self._recent)[-n:]
+        step_delta = _median(after, "typical_step_time") - _median(before, "typical_step_time")
         moves = {}
         for name, attr in LAYERS:
             delta = _median(after, attr) - _median(before, attr)
@@ -169,34 +212,37 @@ class ThroughputDetector:
             return "unknown", moves
         return best, moves
 
-    def _fire(self, sample: StepSample, recent_rel: float) -> Alert:
+    def _fire(self, sample: StepSample, effect: float) -> Alert:
         layer, moves = self._layer()
-        onset = self._step_time.onset if self._step_time.onset is not None else self._tokens.onset
+        onset = self._step_time.onset if self._step_time.onset is not None else self._per_token.onset
         onset = onset if onset is not None else sample.step
-        base = self._step_time.baseline
-        base_tps = self._tokens.baseline
-        recent_tps = [s.tokens_per_second for s in self._recent if s.tokens_per_second == s.tokens_per_second]
+        base = self._step_time.mean
+        n = max(self._step_time.since_onset, self.persistence)
+        recent_step = float(np.median([s.typical_step_time for s in list(self._recent)[-n:]]))
+        tps = [s.tokens_per_second for s in list(self._recent)[-n:] if s.tokens_per_second > 0]
         evidence = {
+            "signal": "typical_step_time",
             "baseline_step_time": round(base, 6),
-            "recent_step_time": round(base * (1 + recent_rel), 6),
-            "slowdown": round(recent_rel, 4),
-            "cusum": round(self._step_time.score, 4),
+            "recent_step_time": round(recent_step, 6),
+            "slowdown": round(effect, 4),
+            "cusum": round(max(self._step_time.score, self._per_token.score), 4),
             "onset_step": onset,
             "detected_step": sample.step,
             "layer": layer,
             "layer_deltas_seconds": moves,
             "min_effect": self.min_effect,
         }
-        if base_tps and recent_tps:
-            evidence["baseline_tokens_per_second"] = round(1.0 / base_tps, 2)
-            evidence["recent_tokens_per_second"] = round(float(np.median(recent_tps)), 2)
-        drop = 1 - 1 / (1 + recent_rel) if recent_rel > -1 else 0.0
-        summary = (f"throughput drop: job {self.job} is {drop:.0%} slower (step time {evidence['recent_step_time']}s "
-                   f"vs baseline {evidence['baseline_step_time']}s) since step {onset}; layer: {layer}")
+        if self._per_token.mean and tps:
+            evidence["baseline_tokens_per_second"] = round(1.0 / self._per_token.mean, 2)
+            evidence["recent_tokens_per_second"] = round(float(np.mean(tps)), 2)
+        drop = 1 - 1 / (1 + effect)
+        summary = (f"throughput drop: job {self.job} lost {drop:.0%} of its throughput (step time "
+                   f"{evidence['recent_step_time']}s vs baseline {evidence['baseline_step_time']}s) since step "
+                   f"{onset}; layer: {layer}")
         return Alert(
             id=alert_id(self.job, "throughput_drop", onset),
             status="firing", type="throughput_drop",
-            severity="critical" if recent_rel >= self.critical_effect else "warning",
+            severity="critical" if effect >= self.critical_effect else "warning",
             job=self.job, ranks=(), nodes=(), starts_at=sample.ts, summary=summary, evidence=evidence)
 
     def close(self, *, at: float, reason: str) -> list[Alert]:

@@ -229,6 +229,44 @@ class TelemetrySettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobHealthSettings:
+    """Job-wide rules: throughput drop, communication slowdown, checkpoint staleness (issue 9)."""
+
+    #: Throughput drop: smallest slowdown worth an alert (fraction of the baseline step time).
+    throughput_min_effect: float = 0.10
+    #: CUSUM alarm level (sum of relative excess over ``min_effect / 2``).
+    throughput_threshold: float = 0.4
+    #: Steps whose median must be ``min_effect`` above the baseline (one slow step never fires).
+    throughput_persistence: int = 5
+    #: Healthy steps the baseline is the median of.
+    throughput_baseline_steps: int = 200
+    #: Communication slowdown: collective transfer time this fraction above its baseline ...
+    comm_threshold: float = 0.30
+    #: ... as a median over this many collectives ...
+    comm_window: int = 20
+    #: ... for this many consecutive collectives.
+    comm_persistence: int = 10
+    #: Checkpoint staleness: the last successful checkpoint older than this (seconds; 0 = off) ...
+    checkpoint_max_age_seconds: float = 3600.0
+    #: ... or this many steps (0 = off) ...
+    checkpoint_max_age_steps: int = 0
+    #: ... or a checkpoint taking this many times its usual duration.
+    checkpoint_slow_factor: float = 3.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionSettings:
+    """Bounds on the engine's state: nothing grows without limit."""
+
+    #: A job with no event for this long is forgotten (its open alerts resolve as "evicted").
+    job_idle_seconds: float = 6 * 3600.0
+    #: A job that sent ``phase: end`` is forgotten this long after its last event.
+    ended_job_seconds: float = 600.0
+    #: At most this many jobs are tracked; beyond, the least recently active is forgotten.
+    max_jobs: int = 10_000
+
+
+@dataclass(frozen=True, kw_only=True)
 class SecuritySettings:
     """How every Kafka client (worker, producers, agent, CLI) connects: the usual Kafka client settings.
 
@@ -264,6 +302,8 @@ class Settings:
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    job_health: JobHealthSettings = field(default_factory=JobHealthSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":

@@ -55,7 +55,11 @@ def test_healthy_noise_over_thousands_of_steps_raises_nothing(seed):
 
 def test_every_rank_slowing_down_together_is_not_a_straggler():
     spec = SimulationSpec(ranks=64, steps=300, slowdowns=(JobSlowdown(start_step=50, factor=1.6, end_step=200),))
-    assert CapturingEngine().run(spec) == []
+    alerts = CapturingEngine().run(spec)
+    assert straggler_alerts(alerts) == []
+    # It is a job-wide throughput drop instead, in the compute layer.
+    assert [(a.type, a.status) for a in alerts] == [("throughput_drop", "firing"), ("throughput_drop", "resolved")]
+    assert alerts[0].evidence["layer"] == "compute" and alerts[0].evidence["onset_step"] == 50
 
 
 def test_checkpoint_phase_is_skipped():
