@@ -20,6 +20,7 @@ from .checkpoint import CheckpointDetector
 from .comm import CommSlowdownDetector
 from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang import HangDetector
+from .sli import JobSLI
 from .throughput import ThroughputDetector, sample_from
 from .straggler import StragglerDetector
 from .telemetry import TELEMETRY_KINDS, TelemetryHub
@@ -29,7 +30,7 @@ class JobState:
     """Everything the engine holds for one job."""
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
-                 "last_ts", "latest_step", "ranks", "last_seen")
+                 "last_ts", "latest_step", "ranks", "last_seen", "sli")
 
     def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
                  checkpoint: CheckpointDetector) -> None:
@@ -39,6 +40,7 @@ class JobState:
         self.comm = comm
         self.checkpoint = checkpoint
         self.last_seen = 0.0  # engine clock when the job last sent anything (for eviction)
+        self.sli = JobSLI()
         self.assemblers: dict[str, StepAssembler] = {}
         self.stragglers: dict[str, StragglerDetector] = {}
         self.phase = "train"
@@ -79,10 +81,13 @@ class DetectionEngine:
         if event.ts > job.last_ts:
             job.last_ts = event.ts
         job.last_seen = self.clock
+        job.sli.observe(event.ts)
         out = job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
         if isinstance(event, StepEvent):
             self.telemetry.observe_step(event)  # rank -> (node, gpu), data_time
             job.checkpoint.observe(event.ts, event.step)
+            if event.extra and "model_flops_per_token" in event.extra:
+                _set_flops(job.sli, event.extra)
             out.extend(self._on_step(job, event))
         elif isinstance(event, CollectiveEvent):
             out.extend(job.comm.update(event))
@@ -132,6 +137,7 @@ class DetectionEngine:
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(now)))
             out.extend(job.hang.check(now))
+            job.sli.on_tick(now, hung=bool(job.hang.firing))
             if not job.ended:
                 out.extend(job.checkpoint.check(now))
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
@@ -177,6 +183,7 @@ class DetectionEngine:
                 detector.on_verdict = self.verdict_listener
             out.extend(detector.update(step))
             out.extend(job.throughput.update(sample_from(step), phase=step.phase))
+            job.sli.on_step(step)
         return out
 
     def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
@@ -223,6 +230,11 @@ class DetectionEngine:
 
     # -- views ----------------------------------------------------------------------------
 
+    def job_sli(self, job: str) -> dict | None:
+        """Effective-compute SLIs of a job (see models/sli.py), None for an unknown job."""
+        state = self.jobs.get(job)
+        return state.sli.snapshot() if state is not None else None
+
     def open_alerts(self) -> list[Alert]:
         return [a for job in self.jobs.values() for a in self._job_open_alerts(job)]
 
@@ -254,3 +266,11 @@ def replay(events: Iterable[Event], *, settings: Settings | None = None,
         elif engine.clock >= next_tick:
             yield from engine.tick(engine.clock)
             next_tick = engine.clock + interval
+
+
+def _set_flops(sli: JobSLI, extra: dict) -> None:
+    """MFU inputs reported by the job as extra step fields (ignored unless positive numbers)."""
+    for name in ("model_flops_per_token", "peak_flops_per_gpu"):
+        value = extra.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e30:
+            setattr(sli, name, float(value))

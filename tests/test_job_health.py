@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from stepwatch.models.assembly import GroupStep
 from stepwatch.models.checkpoint import CheckpointDetector
@@ -134,3 +135,29 @@ def test_a_checkpoint_much_slower_than_usual_fires():
     assert [a.evidence["reason"] for a in slow] == ["slow"]
     det.on_phase(t + 1000, "checkpoint", 500)
     assert [a.status for a in det.on_phase(t + 1020, "train", 500)] == ["resolved"]
+
+
+def test_slis_measure_straggler_waste_productive_share_and_mfu():
+    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.events import parse_event
+    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+
+    def run(spec, extra=None):
+        engine = DetectionEngine()
+        for event in ClusterSimulator(spec).events():
+            if extra and event["kind"] == "step":
+                event.update(extra)
+            engine.process(parse_event(event))
+        return engine.job_sli("sim-job")
+
+    healthy = run(SimulationSpec(ranks=16, steps=200, checkpoint_every=100),
+                  {"model_flops_per_token": 6e9, "peak_flops_per_gpu": 1e12})
+    slow = run(SimulationSpec(ranks=16, steps=200, checkpoint_every=100,
+                              stragglers=(StragglerFault(rank=3, start_step=20, factor=1.5),)))
+    # Rank 3 is 0.4 s late on each of ~170 train steps, and 16 GPUs wait for it.
+    assert slow["straggler_gpu_seconds"] > healthy["straggler_gpu_seconds"] + 0.35 * 16 * 150
+    assert 0.8 < healthy["steps_per_second"] < 1.1  # ~0.97 s steps
+    assert healthy["tokens_per_second"] == pytest.approx(16 * 4096 * healthy["steps_per_second"], rel=0.05)
+    assert 0.85 < healthy["productive_share"] < 1.0  # a 20 s checkpoint pause in ~200 s
+    assert healthy["mfu"] == pytest.approx(healthy["tokens_per_second"] * 6e9 / (1e12 * 16), rel=1e-3)
+    assert slow["mfu"] is None
