@@ -186,7 +186,101 @@ _HEARTBEAT_FIELDS = frozenset("v kind job rank ts step node seq_started seq_comp
 _PHASE_FIELDS = frozenset("v kind job ts phase rank step".split())
 
 
+class _Slow(Exception):
+    """The fast path met something it does not handle; the checked path decides (and says why)."""
+
+
+_INF = math.inf
+
+
+def _fast_duration(value: Any) -> float | None:
+    if value is None:
+        return None
+    t = type(value)
+    if t is float:
+        if 0.0 <= value <= MAX_DURATION:
+            return value
+    elif t is int and 0 <= value <= MAX_DURATION:
+        return float(value)
+    raise _Slow
+
+
+def _fast_number(value: Any) -> float | None:
+    if value is None:
+        return None
+    t = type(value)
+    if (t is float or t is int) and 0 <= value < _INF:
+        return float(value)
+    raise _Slow
+
+
+def _fast_name(value: Any) -> str | None:
+    if value is None or (type(value) is str and 0 < len(value) <= MAX_NAME_LEN):
+        return value
+    raise _Slow
+
+
+def _fast_int(value: Any) -> int | None:
+    if value is None or (type(value) is int and 0 <= value <= MAX_COUNTER):
+        return value
+    raise _Slow
+
+
+def _parse_step_fast(o: dict) -> StepEvent:
+    """The common, well-typed step event without per-field error reporting (same result as the
+    checked path; anything unusual, e.g. ``3.0`` for an integer or a bad value, raises ``_Slow``)."""
+    get = o.get
+    job = get("job")
+    rank = get("rank")
+    step = get("step")
+    ts = get("ts")
+    if not (type(job) is str and 0 < len(job) <= MAX_NAME_LEN and type(rank) is int and 0 <= rank <= MAX_COUNTER
+            and type(step) is int and 0 <= step <= MAX_COUNTER):
+        raise _Slow
+    if type(ts) is not float or not 0.0 <= ts < _INF:
+        ts = _fast_number(ts)
+        if ts is None:
+            raise _Slow
+    step_time = _fast_duration(get("step_time"))
+    if step_time is None:
+        raise _Slow
+    world_size = _fast_int(get("world_size"))
+    if world_size is not None and rank >= world_size:
+        raise _Slow
+    group = get("group")
+    if group is not None:
+        if type(group) is int:
+            group = str(group)
+        elif not (type(group) is str and 0 < len(group) <= MAX_NAME_LEN):
+            raise _Slow
+    loss = get("loss")
+    if loss is not None:
+        if type(loss) is not float and type(loss) is not int:
+            raise _Slow
+        loss = float(loss)
+    phase = get("phase")
+    if phase is None:
+        phase = "train"
+    elif type(phase) is not str or phase not in STEP_PHASES:
+        raise _Slow
+    return StepEvent(
+        job=job, rank=rank, step=step, ts=ts, step_time=step_time,
+        node=_fast_name(get("node")), gpu=_fast_int(get("gpu")),
+        compute_time=_fast_duration(get("compute_time")), data_time=_fast_duration(get("data_time")),
+        comm_time=_fast_duration(get("comm_time")), group=group, world_size=world_size,
+        tokens=_fast_number(get("tokens")), samples=_fast_number(get("samples")), loss=loss, phase=phase,
+        extra=_extra(o, _STEP_FIELDS),
+    )
+
+
 def _parse_step(o: dict) -> StepEvent:
+    try:
+        return _parse_step_fast(o)
+    except _Slow:
+        return _parse_step_checked(o)
+
+
+def _parse_step_checked(o: dict) -> StepEvent:
     rank = _int(o, "rank", required=True)
     world_size = _int(o, "world_size", required=False)
     if world_size is not None and rank >= world_size:
@@ -348,3 +442,243 @@ def encode_events(events: list[dict[str, Any]]) -> bytes:
     if len(events) == 1:
         return orjson.dumps(events[0])
     return orjson.dumps({"v": WIRE_VERSION, "kind": "batch", "events": events})
+
+
+# -- node telemetry (issue 4) ---------------------------------------------------------------
+#
+# Keyed by ``node``, not by job: the node agent (producers/agent.py) samples every GPU
+# (NVML) and every InfiniBand/RoCE port (sysfs) of its host. Counters are the raw
+# cumulative values as read; the worker turns them into deltas and rates
+# (models/telemetry.py), so a lost message loses no increments.
+
+
+@dataclass(frozen=True, slots=True)
+class GpuEvent:
+    node: str
+    ts: float
+    gpu: int
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    util: float | None = None  # percent of time a kernel ran
+    mem_util: float | None = None
+    sm_active: float | None = None  # percent, where the driver reports it
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None
+    temp: float | None = None  # degrees C
+    power: float | None = None  # watts
+    power_limit: float | None = None
+    sm_clock: float | None = None  # MHz
+    sm_clock_max: float | None = None
+    throttle: int | None = None  # NVML clock event (throttle) reason bitmask
+    ecc_sbe: int | None = None  # cumulative corrected (single-bit) ECC errors
+    ecc_dbe: int | None = None  # cumulative uncorrected (double-bit) ECC errors
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    nvlinks: tuple[dict[str, Any], ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kind = "gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    node: str
+    ts: float
+    gpu: int
+    xid: int
+    uuid: str | None = None
+    message: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kind = "xid"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    node: str
+    ts: float
+    device: str  # e.g. mlx5_2
+    port: int
+    state: str | None = None  # ACTIVE, DOWN, INIT, ARMED, ...
+    phys_state: str | None = None  # LinkUp, Polling, Disabled, ...
+    rate: float | None = None  # Gb/s
+    link_layer: str | None = None  # InfiniBand or Ethernet (RoCE)
+    netdev: str | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kind = "link"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyEvent:
+    node: str
+    ts: float
+    gpus: tuple[dict[str, Any], ...] = ()  # {"gpu": 0, "pci_bus_id": ..., "nics": ["mlx5_0"]}
+    nics: tuple[dict[str, Any], ...] = ()  # {"device": "mlx5_0", "pci_bus_id": ..., "ports": [1]}
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kind = "topology"
+
+
+TelemetryEvent = Union[GpuEvent, XidEvent, LinkEvent, TopologyEvent]
+TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology"})
+#: Most NVLinks per GPU, counters per port, and GPUs/NICs per topology event accepted.
+MAX_NVLINKS = 64
+MAX_COUNTERS = 256
+MAX_TOPOLOGY_ITEMS = 1024
+
+_GPU_FIELDS = frozenset(
+    "v kind node ts gpu uuid pci_bus_id util mem_util sm_active mem_used mem_total temp power power_limit "
+    "sm_clock sm_clock_max throttle ecc_sbe ecc_dbe pcie_gen pcie_gen_max pcie_width pcie_width_max "
+    "nvlinks".split()
+)
+_XID_FIELDS = frozenset("v kind node ts gpu xid uuid message".split())
+_LINK_FIELDS = frozenset("v kind node ts device port state phys_state rate link_layer netdev counters".split())
+_TOPOLOGY_FIELDS = frozenset("v kind node ts gpus nics".split())
+_NVLINK_INTS = ("tx_bytes", "rx_bytes", "crc_errors", "replay_errors", "recovery_errors")
+
+
+def _list(obj: dict, name: str, limit: int) -> list:
+    value = obj.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidEvent(f"'{name}' must be a list")
+    if len(value) > limit:
+        raise InvalidEvent(f"'{name}' has more than {limit} items")
+    for item in value:
+        if not isinstance(item, dict):
+            raise InvalidEvent(f"'{name}' items must be objects")
+    return value
+
+
+def _nvlink(item: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {"link": _int(item, "link", required=True)}
+    up = item.get("up")
+    if up is not None:
+        if not isinstance(up, bool):
+            raise InvalidEvent("nvlink 'up' must be true or false")
+        out["up"] = up
+    for name in _NVLINK_INTS:
+        value = _int(item, name, required=False)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _parse_gpu(o: dict) -> GpuEvent:
+    return GpuEvent(
+        node=_str(o, "node", required=True),
+        ts=_num(o, "ts", required=True),
+        gpu=_int(o, "gpu", required=True),
+        uuid=_str(o, "uuid", required=False),
+        pci_bus_id=_str(o, "pci_bus_id", required=False),
+        util=_num(o, "util", required=False),
+        mem_util=_num(o, "mem_util", required=False),
+        sm_active=_num(o, "sm_active", required=False),
+        mem_used=_int(o, "mem_used", required=False),
+        mem_total=_int(o, "mem_total", required=False),
+        temp=_num(o, "temp", required=False),
+        power=_num(o, "power", required=False),
+        power_limit=_num(o, "power_limit", required=False),
+        sm_clock=_num(o, "sm_clock", required=False),
+        sm_clock_max=_num(o, "sm_clock_max", required=False),
+        throttle=_int(o, "throttle", required=False),
+        ecc_sbe=_int(o, "ecc_sbe", required=False),
+        ecc_dbe=_int(o, "ecc_dbe", required=False),
+        pcie_gen=_int(o, "pcie_gen", required=False),
+        pcie_gen_max=_int(o, "pcie_gen_max", required=False),
+        pcie_width=_int(o, "pcie_width", required=False),
+        pcie_width_max=_int(o, "pcie_width_max", required=False),
+        nvlinks=tuple(_nvlink(item) for item in _list(o, "nvlinks", MAX_NVLINKS)),
+        extra=_extra(o, _GPU_FIELDS),
+    )
+
+
+def _parse_xid(o: dict) -> XidEvent:
+    message = o.get("message")
+    if message is not None and not isinstance(message, str):
+        raise InvalidEvent("'message' must be a string")
+    return XidEvent(
+        node=_str(o, "node", required=True),
+        ts=_num(o, "ts", required=True),
+        gpu=_int(o, "gpu", required=True),
+        xid=_int(o, "xid", required=True),
+        uuid=_str(o, "uuid", required=False),
+        message=message[:1024] if message else None,
+        extra=_extra(o, _XID_FIELDS),
+    )
+
+
+def _counters(o: dict) -> dict[str, int]:
+    value = o.get("counters")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidEvent("'counters' must be an object of name -> integer")
+    if len(value) > MAX_COUNTERS:
+        raise InvalidEvent(f"'counters' has more than {MAX_COUNTERS} entries")
+    out: dict[str, int] = {}
+    for name in value:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_LEN:
+            raise InvalidEvent("counter names must be non-empty strings")
+        count = value[name]
+        # Counters are raw cumulative values: unsigned, up to 64 bits.
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < 2**64:
+            raise InvalidEvent(f"counter {name!r} must be a non-negative 64-bit integer")
+        out[name] = count
+    return out
+
+
+def _parse_link(o: dict) -> LinkEvent:
+    return LinkEvent(
+        node=_str(o, "node", required=True),
+        ts=_num(o, "ts", required=True),
+        device=_str(o, "device", required=True),
+        port=_int(o, "port", required=True),
+        state=_str(o, "state", required=False),
+        phys_state=_str(o, "phys_state", required=False),
+        rate=_num(o, "rate", required=False),
+        link_layer=_str(o, "link_layer", required=False),
+        netdev=_str(o, "netdev", required=False),
+        counters=_counters(o),
+        extra=_extra(o, _LINK_FIELDS),
+    )
+
+
+def _topology_gpu(item: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {"gpu": _int(item, "gpu", required=True)}
+    bus = _str(item, "pci_bus_id", required=False)
+    if bus:
+        out["pci_bus_id"] = bus
+    nics = item.get("nics", [])
+    if not isinstance(nics, list) or not all(isinstance(n, str) and n for n in nics):
+        raise InvalidEvent("topology gpu 'nics' must be a list of device names")
+    out["nics"] = nics[:64]
+    return out
+
+
+def _topology_nic(item: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {"device": _str(item, "device", required=True)}
+    bus = _str(item, "pci_bus_id", required=False)
+    if bus:
+        out["pci_bus_id"] = bus
+    ports = item.get("ports", [])
+    if not isinstance(ports, list) or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                                              for p in ports):
+        raise InvalidEvent("topology nic 'ports' must be a list of port numbers")
+    out["ports"] = ports[:64]
+    return out
+
+
+def _parse_topology(o: dict) -> TopologyEvent:
+    return TopologyEvent(
+        node=_str(o, "node", required=True),
+        ts=_num(o, "ts", required=True),
+        gpus=tuple(_topology_gpu(item) for item in _list(o, "gpus", MAX_TOPOLOGY_ITEMS)),
+        nics=tuple(_topology_nic(item) for item in _list(o, "nics", MAX_TOPOLOGY_ITEMS)),
+        extra=_extra(o, _TOPOLOGY_FIELDS),
+    )
+
+
+_PARSERS.update({"gpu": _parse_gpu, "xid": _parse_xid, "link": _parse_link, "topology": _parse_topology})
+EVENT_KINDS = frozenset(_PARSERS)

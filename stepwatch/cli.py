@@ -128,6 +128,34 @@ def _hang_faults(args: argparse.Namespace) -> list:
                       recover=not args.no_recover) for kind, rank, step, duration in given]
 
 
+def _telemetry_fault_parser(where: str):
+    def parse(text: str):
+        from stepwatch.producers.telemetry_sim import GPU_FAULTS, LINK_FAULTS, TelemetryFault
+
+        kinds = GPU_FAULTS if where == "gpu" else LINK_FAULTS
+        parts = text.split(":")
+        try:
+            if not 3 <= len(parts) <= 5 or parts[0] not in kinds:
+                raise ValueError
+            factor = float(parts[3]) if len(parts) > 3 and parts[3] else 1.3
+            end = int(parts[4]) if len(parts) > 4 and parts[4] else None
+            return TelemetryFault(kind=parts[0], rank=int(parts[1]), start_step=int(parts[2]), factor=factor,
+                                  end_step=end)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected KIND:RANK:START[:FACTOR[:END]] with KIND one of "
+                                             f"{', '.join(kinds)}, got {text!r}") from None
+    return parse
+
+
+def _telemetry_simulator(spec, args: argparse.Namespace):
+    faults = tuple(getattr(args, "gpu_fault", None) or ()) + tuple(getattr(args, "link_fault", None) or ())
+    if not faults and not getattr(args, "telemetry", False):
+        return None
+    from stepwatch.producers.telemetry_sim import TelemetrySimulator, TelemetrySpec
+
+    return TelemetrySimulator(spec, TelemetrySpec(faults=faults, seed=spec.seed + 1))
+
+
 def build_spec(args: argparse.Namespace):
     from stepwatch.producers.simulator import SimulationSpec, StragglerFault
 
@@ -165,7 +193,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         spec = build_spec(args)
     except ValueError as exc:
         raise SystemExit(f"stepwatch simulate: {exc}") from None
-    sim = ClusterSimulator(spec)
+    sim = _telemetry_simulator(spec, args) or ClusterSimulator(spec)
     speed = args.speed if args.speed is not None else (0.0 if args.out else 1.0)
     if args.out:
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
@@ -670,6 +698,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, help="simulated seconds per wall second; 0 = as fast as possible "
                                                "(default: 1 to Kafka, 0 with --out)")
     p.add_argument("--out", metavar="FILE", help="write JSON Lines to FILE ('-' for stdout) instead of Kafka")
+    p.add_argument("--telemetry", action="store_true",
+                   help="also emit node telemetry (gpu, link, topology events per node per second); implied by "
+                        "--gpu-fault/--link-fault. It goes with the job's events (keyed by job)")
+    p.add_argument("--gpu-fault", type=_telemetry_fault_parser("gpu"), action="append",
+                   metavar="KIND:RANK:START[:FACTOR[:END]]",
+                   help="GPU fault on RANK's GPU from step START: thermal, power, ecc, xid, nvlink; the rank computes "
+                        "FACTOR (default 1.3) times slower; repeatable")
+    p.add_argument("--link-fault", type=_telemetry_fault_parser("link"), action="append",
+                   metavar="KIND:RANK:START[:FACTOR[:END]]",
+                   help="fault on the IB port nearest to RANK's GPU from step START: ib_errors, congestion, "
+                        "link_down; the rank computes FACTOR (default 1.3) times slower; repeatable")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("replay", help="run the detectors offline over recorded events, print alerts",

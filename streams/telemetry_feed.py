@@ -1,0 +1,197 @@
+"""The worker's global view of node telemetry.
+
+Job events are keyed by job and node telemetry by node, so a job's events and its nodes'
+telemetry usually sit in different partitions, handled by different workers. Every worker
+therefore reads **all** partitions of the telemetry topic (a consumer without a group, in
+a daemon thread, starting ``feed_lookback_seconds`` back) and feeds them to its own
+engine, so correlation works whatever partition a job is on. Node alerts (``gpu_fault``,
+``link_errors``) are published only by the worker that owns the node's partition of the
+events topic (the same hash Kafka's default partitioner uses), so each goes out once.
+
+``attach_telemetry(app, engine, settings)`` adds this to a Faust app made by
+``streams.app.create_app``; ``python -m stepwatch.streams.telemetry_feed`` runs such a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+import orjson
+
+from stepwatch.config import Settings
+from stepwatch.models.events import decode_message
+from stepwatch.models.telemetry import TELEMETRY_KINDS
+
+log = logging.getLogger("stepwatch.worker.telemetry")
+
+NODE_ALERT_TYPES = frozenset({"gpu_fault", "link_errors"})
+
+
+class TelemetryFeed:
+    """A daemon thread reading every partition of the telemetry topic into a bounded queue."""
+
+    def __init__(self, settings: Settings, *, maxsize: int = 100_000) -> None:
+        self.settings = settings
+        self.topic = settings.kafka.topic(settings.telemetry.topic)
+        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stepwatch-telemetry-feed", daemon=True)
+        self.received = 0
+        self.dropped = 0
+        self.rejected = 0
+
+    def start(self) -> "TelemetryFeed":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def drain(self, limit: int = 20_000) -> list:
+        out = []
+        try:
+            while len(out) < limit:
+                out.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        return out
+
+    def _consumer(self):
+        from kafka import KafkaConsumer, TopicPartition
+
+        from stepwatch.topics import create_topics
+
+        k = self.settings.kafka
+        create_topics(k.bootstrap, [self.topic], k.partitions, replication_factor=k.replication_factor)
+        consumer = KafkaConsumer(bootstrap_servers=k.bootstrap, group_id=None, enable_auto_commit=False,
+                                 auto_offset_reset="earliest")
+        partitions = consumer.partitions_for_topic(self.topic) or set()
+        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        since_ms = int((time.time() - self.settings.telemetry.feed_lookback_seconds) * 1000)
+        offsets = consumer.offsets_for_times({tp: since_ms for tp in tps})
+        for tp in tps:
+            found = offsets.get(tp)
+            if found is not None:
+                consumer.seek(tp, found.offset)
+            else:
+                consumer.seek_to_end(tp)  # nothing that recent: only what comes next
+        return consumer
+
+    def _run(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                consumer = self._consumer()
+            except Exception as exc:
+                log.warning("telemetry feed cannot start (%s); retrying", exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+                continue
+            backoff = 1.0
+            try:
+                while not self._stop.is_set():
+                    for records in consumer.poll(timeout_ms=500).values():
+                        for record in records:
+                            self._take(record.value)
+            except Exception as exc:
+                log.warning("telemetry feed failed (%s); reconnecting", exc)
+            finally:
+                try:
+                    consumer.close()
+                except Exception:
+                    pass
+
+    def _take(self, raw: bytes) -> None:
+        events, rejected = decode_message(raw)
+        self.rejected += len(rejected)
+        for event in events:
+            if event.kind not in TELEMETRY_KINDS:
+                continue
+            self.received += 1
+            try:
+                self._queue.put_nowait(event)
+            except queue.Full:
+                self.dropped += 1
+
+
+def owned_partitions(app, topic: str) -> set[int] | None:
+    """Partitions of ``topic`` assigned to this worker (None when unknown)."""
+    try:
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
+    except Exception:
+        return None
+
+
+def partition_of(key: str, partitions: int) -> int:
+    from kafka.partitioner.default import murmur2
+
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def attach_telemetry(app, engine, settings: Settings):
+    """Give a worker the global telemetry view; idempotent."""
+    if getattr(app, "stepwatch_telemetry_feed", None) is not None:
+        return app.stepwatch_telemetry_feed
+    kafka = settings.kafka
+    feed = TelemetryFeed(settings)
+    app.stepwatch_telemetry_feed = feed
+    alerts_topic = app.topic(kafka.topic(kafka.alerts_topic), value_serializer="raw", key_serializer="raw")
+    events_topic = kafka.topic(kafka.events_topic)
+    n_partitions = kafka.partitions
+    started = []
+
+    @app.timer(interval=0.25)
+    async def drain_telemetry():
+        if not started:
+            started.append(feed.start())
+        events = feed.drain()
+        if not events:
+            return
+        owned = owned_partitions(app, events_topic)
+        out = []
+        for event in events:
+            try:
+                alerts = engine.process(event)
+            except Exception:
+                log.exception("telemetry rule failed on an event")
+                continue
+            for alert in alerts:
+                # Every worker sees every node; the owner of the node's partition speaks for it.
+                if alert.type in NODE_ALERT_TYPES and owned is not None and alert.nodes and \
+                        partition_of(alert.nodes[0], n_partitions) not in owned:
+                    continue
+                out.append(alert)
+        for alert in out:
+            log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
+            await alerts_topic.send(key=(alert.job or alert.nodes[0] if alert.nodes else alert.job).encode(),
+                                    value=orjson.dumps(alert.to_dict()))
+
+    return feed
+
+
+def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:
+    """``stepwatch worker`` with the global telemetry view attached."""
+    from faust.worker import Worker
+
+    from stepwatch.streams.app import create_app
+    from stepwatch.topics import create_topics, ensure_topics
+
+    settings = settings or Settings.from_env()
+    ensure_topics(settings.kafka)
+    k = settings.kafka
+    create_topics(k.bootstrap, [k.topic(settings.telemetry.topic)], k.partitions,
+                  replication_factor=k.replication_factor)
+    app = create_app(settings)
+    attach_telemetry(app, app.stepwatch_engine, settings)
+    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.argv = sys.argv[:1] + ["worker"]  # Faust's command line: run the worker
+    run_worker()
