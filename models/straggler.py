@@ -74,6 +74,8 @@ class StragglerDetector:
         self.warmup_steps = warmup_steps
         self.critical_ratio = critical_ratio
         self.evidence_window = evidence_window
+        #: Called as ``on_verdict(detector, verdict)`` after every judged step (status views).
+        self.on_verdict = None
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -113,6 +115,45 @@ class StragglerDetector:
             self._nodes.extend([None] * grow)
         return np.fromiter((slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
 
+    TUNABLE = ("ratio_threshold", "z_threshold", "min_flagged", "window", "clear_after", "spread_floor",
+               "min_peers", "warmup_steps", "critical_ratio", "evidence_window")
+    _INTS = frozenset({"min_flagged", "window", "clear_after", "min_peers", "warmup_steps", "evidence_window"})
+
+    def settings(self) -> dict:
+        """The rule's current settings (the names of ``StragglerSettings``)."""
+        return {name: getattr(self, name) for name in self.TUNABLE}
+
+    def reconfigure(self, **settings) -> None:
+        """Change settings in place while running; per-rank history and open alerts are kept.
+
+        A new ``window`` or ``evidence_window`` keeps the most recent verdicts that fit.
+        Unknown names are ignored (settings of other rules may be passed along).
+        """
+        new = {k: v for k, v in settings.items() if k in self.TUNABLE}
+        window = int(new.get("window", self.window))
+        if not 1 <= int(new.get("min_flagged", self.min_flagged)) <= window:
+            raise ValueError("need 1 <= min_flagged <= window")
+        evidence_window = int(new.get("evidence_window", self.evidence_window))
+        if evidence_window < 1:
+            raise ValueError("need evidence_window >= 1")
+        if window != self.window:
+            self._slow_ring = self._resized(self._slow_ring, self.window, window, False)
+        if evidence_window != self.evidence_window:
+            for name in ("_ratio_ring", "_z_ring", "_value_ring", "_peer_ring"):
+                setattr(self, name, self._resized(getattr(self, name), self.evidence_window, evidence_window,
+                                                  np.nan))
+        for name, value in new.items():
+            setattr(self, name, int(value) if name in self._INTS else float(value))
+
+    def _resized(self, ring: np.ndarray, old: int, new: int, fill) -> np.ndarray:
+        # Columns are written at ``_evaluated % width``: keep the newest ones that fit, placed
+        # where the new width expects them, so the next write lands after them.
+        out = np.full((ring.shape[0], new), fill, dtype=ring.dtype)
+        keep = min(self._evaluated, old, new)
+        for k in range(1, keep + 1):
+            out[:, (self._evaluated - k) % new] = ring[:, (self._evaluated - k) % old]
+        return out
+
     @property
     def firing(self) -> dict[int, Alert]:
         """Open straggler alerts by rank."""
@@ -141,6 +182,8 @@ class StragglerDetector:
         z = (x - median) / spread
         slow = (ratio >= self.ratio_threshold) & (z >= self.z_threshold)
         self.last_verdict = StepVerdict(step.step, signal, step.ranks, ratio, z, slow)
+        if self.on_verdict is not None:
+            self.on_verdict(self, self.last_verdict)
 
         slots = self._slots_for(step.ranks)
         col = self._evaluated % self.window

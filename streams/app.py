@@ -236,6 +236,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
             return
         finally:
             metrics.detection.labels("tick").observe(time.perf_counter() - started)
+        recorder.prune(engine.jobs)  # the engine evicts idle and ended jobs
         await publish(alerts)
 
     return app

@@ -1,0 +1,218 @@
+"""Detector settings changed while the worker runs, through a compacted Kafka topic.
+
+The config topic (``<prefix>config``, one partition, ``cleanup.policy=compact``) holds one
+message per scope: the key is a job id, or ``*`` for the default of every job; the value is
+the complete set of overrides for that scope::
+
+    {"v": 1, "kind": "config", "straggler": {"ratio_threshold": 1.2}, "updated_at": 1700000000.0}
+
+A null value (tombstone) removes the scope's overrides. Every worker reads the whole topic
+from the beginning (no consumer group) and applies each message to its engine at once.
+A job's effective settings are the worker's environment settings, overridden by ``*``,
+overridden by the job's own. ``stepwatch config set/unset/show`` write and read the topic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import orjson
+
+from stepwatch.config import Settings, StragglerSettings, _parse
+
+GLOBAL = "*"
+#: Sections that can be changed at run time, with their settings class.
+SECTIONS: dict[str, type] = {"straggler": StragglerSettings}
+
+
+def parse_assignments(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``["straggler.ratio_threshold=1.2", ...]`` -> ``{"straggler": {"ratio_threshold": 1.2}}``.
+
+    A bare field name means the straggler section. Raises ``ValueError`` naming what is wrong.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"expected SECTION.FIELD=VALUE, got {item!r}")
+        section, dot, field = name.rpartition(".")
+        section = section if dot else "straggler"
+        out.setdefault(section, {})[field] = _convert(section, field, raw.strip())
+    validate(out)
+    return out
+
+
+def _convert(section: str, field: str, raw: Any) -> Any:
+    cls = SECTIONS.get(section)
+    if cls is None:
+        raise ValueError(f"unknown section {section!r}: runtime settings exist for {', '.join(SECTIONS)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if field not in fields:
+        raise ValueError(f"unknown setting {section}.{field}; known: {', '.join(sorted(fields))}")
+    kind = type(getattr(cls(), field))
+    if isinstance(raw, str):
+        return _parse(f"{section}.{field}", raw, kind)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise ValueError(f"{section}.{field}={raw!r} is not a valid {kind.__name__}")
+    if kind is int and float(raw) != int(raw):
+        raise ValueError(f"{section}.{field}={raw!r} is not a valid int")
+    return kind(raw)
+
+
+def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | None = None) -> StragglerSettings:
+    """The straggler settings ``overrides`` give on top of ``base``; ``ValueError`` when not usable."""
+    for section, values in overrides.items():
+        for field, value in values.items():
+            _convert(section, field, value)
+    settings = dataclasses.replace(base or StragglerSettings(), **overrides.get("straggler", {}))
+    if not 1 <= settings.min_flagged <= settings.window:
+        raise ValueError("straggler: need 1 <= min_flagged <= window")
+    for name in ("ratio_threshold", "critical_ratio"):
+        if not getattr(settings, name) > 0:
+            raise ValueError(f"straggler.{name} must be positive")
+    for name in ("evidence_window", "clear_after", "min_peers"):
+        if getattr(settings, name) < 1:
+            raise ValueError(f"straggler.{name} must be at least 1")
+    return settings
+
+
+def encode(overrides: dict[str, dict[str, Any]] | None) -> bytes | None:
+    if overrides is None:
+        return None
+    return orjson.dumps({"v": 1, "kind": "config", **overrides, "updated_at": time.time()})
+
+
+def decode(value: bytes | None) -> dict[str, dict[str, Any]] | None:
+    """A config message's overrides (None for a tombstone); ``ValueError`` when malformed."""
+    if value is None:
+        return None
+    try:
+        record = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"config message is not JSON: {exc}") from None
+    if not isinstance(record, dict) or record.get("kind") != "config":
+        raise ValueError("config message is not a {'kind': 'config'} object")
+    out = {}
+    for section in SECTIONS:
+        values = record.get(section) or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"config message: {section!r} must be an object")
+        out[section] = {k: _convert(section, k, v) for k, v in values.items()}
+    return {k: v for k, v in out.items() if v}
+
+
+class RuntimeConfig:
+    """The overrides read from the config topic so far, and what they make of each job's settings."""
+
+    def __init__(self, base: Settings) -> None:
+        self.base = base
+        self.scopes: dict[str, dict[str, dict[str, Any]]] = {}  # GLOBAL or job -> overrides
+        self.updated_at: dict[str, float] = {}
+        self.updates = 0
+        self.errors: list[str] = []  # the latest few rejected messages, for the status API
+
+    def effective(self, job: str | None = None) -> StragglerSettings:
+        settings = validate(self.scopes.get(GLOBAL, {}), self.base.straggler)
+        if job is not None and job in self.scopes:
+            settings = validate(self.scopes[job], settings)
+        return settings
+
+    def source(self, job: str) -> str:
+        if job in self.scopes:
+            return "job"
+        return "global" if GLOBAL in self.scopes else "default"
+
+    def apply(self, engine, key: str, value: bytes | None, *, now: float | None = None) -> None:
+        """Apply one config message to ``engine`` (``DetectionEngine.apply_settings``).
+
+        Raises ``ValueError`` for a malformed or unusable message and changes nothing then.
+        """
+        overrides = decode(value)
+        old = self.scopes.get(key)
+        if overrides:
+            self.scopes[key] = overrides
+        else:
+            self.scopes.pop(key, None)
+        try:
+            if key == GLOBAL:
+                engine.apply_settings(None, self.effective())
+                for job in [j for j in self.scopes if j != GLOBAL]:
+                    engine.apply_settings(job, self.effective(job))
+            else:
+                engine.apply_settings(key, self.effective(key) if key in self.scopes else None)
+        except ValueError as exc:
+            if old is None:
+                self.scopes.pop(key, None)
+            else:
+                self.scopes[key] = old
+            self.errors = (self.errors + [f"{key}: {exc}"])[-5:]
+            raise
+        self.updated_at[key] = time.time() if now is None else now
+        self.updates += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "default": dataclasses.asdict(self.base.straggler),
+            "global": self.scopes.get(GLOBAL, {}),
+            "jobs": {k: v for k, v in self.scopes.items() if k != GLOBAL},
+            "effective_default": {"straggler": dataclasses.asdict(self.effective())},
+            "updates": self.updates,
+            "errors": list(self.errors),
+        }
+
+
+# -- the topic, for the CLI (kafka-python) ------------------------------------------------------
+
+
+def read_topic(settings: Settings, *, timeout: float = 10.0) -> dict[str, dict[str, dict[str, Any]]]:
+    """The current overrides in the config topic: scope -> overrides (tombstoned scopes left out)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from stepwatch.topics import ensure_config_topic
+
+    ensure_config_topic(settings.kafka)
+    topic = settings.kafka.topic(settings.kafka.config_topic)
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    scopes: dict[str, dict[str, dict[str, Any]]] = {}
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        end = consumer.end_offsets(parts)
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {topic} to its end within {timeout} s")
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    key = record.key.decode("utf-8", "replace") if record.key else GLOBAL
+                    try:
+                        overrides = decode(record.value)
+                    except ValueError:
+                        continue
+                    if overrides:
+                        scopes[key] = overrides
+                    else:
+                        scopes.pop(key, None)
+    finally:
+        consumer.close()
+    return scopes
+
+
+def write_topic(settings: Settings, key: str, overrides: dict[str, dict[str, Any]] | None) -> None:
+    """Publish a scope's complete overrides (None: remove them)."""
+    from kafka import KafkaProducer
+
+    from stepwatch.topics import ensure_config_topic
+
+    ensure_config_topic(settings.kafka)
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all")
+    try:
+        producer.send(settings.kafka.topic(settings.kafka.config_topic), key=key.encode(),
+                      value=encode(overrides or None)).get(timeout=30)
+    finally:
+        producer.close()

@@ -1,0 +1,226 @@
+"""The worker's dashboard: one self-contained HTML page (inline CSS and JS, nothing fetched from
+elsewhere) that polls ``/jobs/{job}/heatmap`` every 1.5 s and draws
+
+* a rows x recent-steps heatmap of each rank's compute-time ratio to its peers' median (a
+  straggler is a warm horizontal stripe; rows become nodes, then node ranges, on big jobs),
+  with the rows named by open alerts marked;
+* the step-rate line;
+* the open alerts with their suspected cause and evidence.
+
+Without a job (``/dashboard``) it lists the worker's jobs.
+"""
+
+from __future__ import annotations
+
+import html
+
+PAGE = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>stepwatch __TITLE__</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+:root { --bg:#12151a; --panel:#1a1e25; --fg:#d8dde6; --dim:#8a93a3; --hot:#ff3b30; --warn:#f0a020; --ok:#3fb950; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--bg); color:var(--fg); font:13px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; }
+header { display:flex; flex-wrap:wrap; gap:18px; align-items:baseline; padding:10px 16px; background:var(--panel);
+         border-bottom:1px solid #2a303a; }
+header h1 { font-size:16px; margin:0; }
+.kv { color:var(--dim); } .kv b { color:var(--fg); font-weight:600; }
+#conn.bad { color:var(--hot); } #conn.good { color:var(--ok); }
+main { display:grid; grid-template-columns: minmax(420px, 1fr) 420px; gap:12px; padding:12px; }
+section { background:var(--panel); border:1px solid #2a303a; border-radius:6px; padding:10px; min-width:0; }
+h2 { font-size:13px; margin:0 0 8px; color:var(--dim); text-transform:uppercase; letter-spacing:.05em; }
+#heat { display:flex; align-items:flex-start; overflow:auto; max-height:92vh; }
+#labels { flex:none; width:150px; font:11px/1 ui-monospace, Menlo, monospace; }
+#labels .row { white-space:nowrap; overflow:hidden; color:var(--dim); padding-right:6px; text-align:right;
+               display:flex; align-items:center; justify-content:flex-end; border-right:3px solid transparent; }
+#labels .row.marked { color:#fff; font-weight:700; border-right-color:var(--hot); overflow:visible; }
+#labels .row.marked.hang { border-right-color:var(--warn); }
+#labels.tiny .row:not(.marked) { font-size:0; }
+canvas { image-rendering: pixelated; display:block; }
+#axis { display:flex; justify-content:space-between; color:var(--dim); font-size:11px; margin-left:150px; }
+.legend { display:flex; gap:10px; align-items:center; color:var(--dim); font-size:11px; margin-top:6px; flex-wrap:wrap; }
+.legend i { display:inline-block; width:14px; height:10px; vertical-align:middle; margin-right:3px; }
+.alert { border-left:4px solid var(--warn); padding:6px 8px; margin-bottom:8px; background:#20252e; }
+.alert.critical { border-left-color:var(--hot); }
+.alert .sev { font-weight:700; text-transform:uppercase; font-size:11px; }
+.alert .cause { margin-top:4px; } .alert .cause b { color:#fff; }
+.alert table { font-size:11px; color:var(--dim); border-collapse:collapse; margin-top:4px; }
+.alert td { padding:1px 6px 1px 0; vertical-align:top; word-break:break-all; }
+#none { color:var(--dim); }
+svg text { fill:var(--dim); font-size:10px; }
+ul#jobs a { color:#6cb6ff; }
+</style></head>
+<body>
+<header>
+  <h1>stepwatch &middot; <span id="job">__TITLE__</span></h1>
+  <span class="kv">step <b id="step">-</b></span>
+  <span class="kv">rate <b id="rate">-</b> steps/s</span>
+  <span class="kv">tokens/s <b id="tokens">-</b></span>
+  <span class="kv">ranks <b id="ranks">-</b></span>
+  <span class="kv">phase <b id="phase">-</b></span>
+  <span class="kv">open alerts <b id="nalerts">-</b></span>
+  <span class="kv">threshold <b id="thr">-</b></span>
+  <span class="kv" id="conn">connecting...</span>
+</header>
+<main id="main">
+  <section>
+    <h2>Compute time / peer median, per <span id="level">rank</span> &times; recent step</h2>
+    <div id="heat"><div id="labels"></div><canvas id="canvas" width="10" height="10"></canvas></div>
+    <div id="axis"><span id="s0"></span><span id="s1"></span></div>
+    <div class="legend"><span><i style="background:#2b5d8a"></i>faster</span><span><i style="background:#2d3440"></i>= peers</span>
+      <span><i style="background:#c9a227"></i>slower</span><span><i style="background:#e8702a"></i>&ge; threshold</span>
+      <span><i style="background:#ff2d2d"></i>&ge; critical</span><span><i style="background:#1b1e24;border:1px solid #333"></i>not judged</span>
+      <span id="rowsinfo"></span></div>
+  </section>
+  <div>
+    <section><h2>Step rate (steps/s)</h2><svg id="rateplot" width="400" height="120"></svg></section>
+    <section style="margin-top:12px"><h2>Open alerts</h2><div id="alerts"><div id="none">none</div></div></section>
+  </div>
+</main>
+<script>
+"use strict";
+const JOB = __JOB__;
+const POLL_MS = 1500;
+const $ = (id) => document.getElementById(id);
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;","'":"&#39;"}[c]));
+const fmt = (v, d) => (v === null || v === undefined) ? "-" : Number(v).toFixed(d);
+
+function mix(a, b, t) {
+  const pa = [1,3,5].map(i => parseInt(a.substr(i,2),16)), pb = [1,3,5].map(i => parseInt(b.substr(i,2),16));
+  return "rgb(" + pa.map((x, i) => Math.round(x + (pb[i]-x)*Math.max(0, Math.min(1, t)))).join(",") + ")";
+}
+function color(r, thr, crit) {
+  if (r === null || r === undefined) return "#1b1e24";
+  // Quadratic below the threshold: the noise around 1.0 stays quiet, what nears the threshold shows.
+  if (r <= 1) return mix("#2d3440", "#2b5d8a", Math.pow((1 - r) / 0.1, 2));
+  if (r < thr) return mix("#2d3440", "#c9a227", Math.pow((r - 1) / Math.max(1e-6, thr - 1), 2));
+  return mix("#e8702a", "#ff2d2d", (r - thr) / Math.max(1e-6, crit - thr));
+}
+
+function drawHeatmap(d) {
+  const rows = d.rows, steps = d.steps, n = rows.length, m = Math.max(1, steps.length);
+  const rowH = Math.max(2, Math.min(14, Math.floor(800 / Math.max(1, n))));
+  const cellW = Math.max(4, Math.min(14, Math.floor(720 / m)));
+  const MARK = 8;  // marker strip right of the cells
+  const cv = $("canvas"); cv.width = m * cellW + MARK; cv.height = Math.max(1, n) * rowH;
+  const ctx = cv.getContext("2d");
+  ctx.fillStyle = "#1b1e24"; ctx.fillRect(0, 0, cv.width, cv.height);
+  for (let i = 0; i < n; i++) {
+    const vals = d.values[i];
+    for (let j = 0; j < steps.length; j++) {
+      ctx.fillStyle = color(vals[j], d.thresholds.ratio, d.thresholds.critical);
+      ctx.fillRect(j * cellW, i * rowH, cellW - (cellW > 5 ? 1 : 0), rowH - (rowH > 4 ? 1 : 0));
+    }
+    if (rows[i].marked) {  // a marker at both ends of the row; the cells themselves stay readable
+      ctx.fillStyle = rows[i].mark === "hang" ? "#f0a020" : "#ff3b30";
+      ctx.fillRect(m * cellW + 2, i * rowH - (rowH < 6 ? 2 : 0), MARK - 2, Math.max(rowH, 6));
+    }
+  }
+  const labels = $("labels");
+  labels.className = rowH < 9 ? "tiny" : "";
+  labels.innerHTML = rows.map((r, i) =>
+    '<div class="row' + (r.marked ? " marked " + esc(r.mark || "") : "") + '" style="height:' + rowH + 'px" ' +
+    'data-row="' + i + '" data-ranks="' + esc(r.ranks.join("-")) + '"' +
+    (r.marked ? ' data-marked-ranks="' + esc(r.marked_ranks.join(",")) + '"' : "") +
+    ' title="' + esc(r.label) + '">' + (r.marked ? "&#9664; " : "") + esc(r.label) + "</div>").join("");
+  $("axis").style.width = (cv.width + 150) + "px";
+  $("s0").textContent = steps.length ? "step " + steps[0] : "no judged steps yet";
+  $("s1").textContent = steps.length ? "step " + steps[steps.length - 1] : "";
+  $("level").textContent = d.level;
+  $("rowsinfo").textContent = d.rank_count + " ranks" + (d.level !== "rank" ? " in " + n + " rows (max per row)" : "");
+  cv.onmousemove = (e) => {
+    const i = Math.floor(e.offsetY / rowH), j = Math.floor(e.offsetX / cellW);
+    if (i < n && j < steps.length) cv.title = rows[i].label + ", step " + steps[j] + ": " + fmt(d.values[i][j], 3);
+  };
+}
+
+function drawRate(series) {
+  const svg = $("rateplot"), W = 400, H = 120, pad = 28;
+  if (series.length < 2) { svg.innerHTML = '<text x="10" y="60">waiting for steps...</text>'; return; }
+  const xs = series.map(p => p.step), ys = series.map(p => p.rate);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs), y1 = Math.max(...ys) * 1.1 || 1;
+  const px = (x) => pad + (W - pad - 6) * (x - x0) / Math.max(1, x1 - x0);
+  const py = (y) => H - 16 - (H - 24) * y / y1;
+  const pts = series.map(p => px(p.step).toFixed(1) + "," + py(p.rate).toFixed(1)).join(" ");
+  svg.innerHTML = '<polyline fill="none" stroke="#6cb6ff" stroke-width="1.5" points="' + pts + '"/>' +
+    '<text x="2" y="12">' + y1.toFixed(2) + '</text><text x="2" y="' + (H - 16) + '">0</text>' +
+    '<text x="' + pad + '" y="' + (H - 2) + '">step ' + x0 + '</text>' +
+    '<text x="' + (W - 70) + '" y="' + (H - 2) + '">step ' + x1 + '</text>';
+}
+
+function cause(a) {
+  const e = a.evidence || {};
+  const c = e.suspected_causes || e.suspected_cause || e.causes || e.cause;
+  const one = (x) => typeof x !== "object" || x === null ? String(x) :
+      x.category ? x.category + ": " + (x.component || "") + (x.node ? " on " + x.node : "") + (x.hint ? " (" + x.hint + ")" : "") :
+      (x.cause || x.name || JSON.stringify(x));
+  if (c) return Array.isArray(c) ? c.map(one).join("; ") : one(c);
+  if (a.type === "hang") return (e.case || "") + (e.reason ? ": " + e.reason : "");
+  if (a.type === "straggler") return "rank(s) " + a.ranks.join(",") + (a.nodes.length ? " on " + a.nodes.join(",") : "") +
+      ": " + (e.signal || "") + " " + fmt(e.ratio, 2) + "x peer median (robust z " + fmt(e.robust_z, 1) + ")";
+  return "";
+}
+
+function drawAlerts(alerts) {
+  const box = $("alerts");
+  if (!alerts.length) { box.innerHTML = '<div id="none">none</div>'; return; }
+  box.innerHTML = alerts.map(a => {
+    const ev = Object.entries(a.evidence || {}).filter(([k, v]) => typeof v !== "object" || v === null || Array.isArray(v))
+      .slice(0, 24).map(([k, v]) => "<tr><td>" + esc(k) + "</td><td>" + esc(Array.isArray(v) ? v.slice(0, 20).join(", ") : v) + "</td></tr>").join("");
+    return '<div class="alert ' + esc(a.severity) + '" data-alert-id="' + esc(a.id) + '" data-ranks="' + esc(a.ranks.join(",")) + '">' +
+      '<span class="sev">' + esc(a.severity) + " " + esc(a.type) + "</span> &middot; since " +
+      esc(new Date(a.starts_at * 1000).toISOString().substr(11, 8)) + "Z<div>" + esc(a.summary) + "</div>" +
+      '<div class="cause">suspected cause: <b>' + esc(cause(a)) + "</b></div>" +
+      "<details><summary>evidence</summary><table>" + ev + "</table></details></div>";
+  }).join("");
+}
+
+function render(d) {
+  const s = d.summary;
+  $("step").textContent = s.latest_step; $("rate").textContent = fmt(s.step_rate, 2);
+  $("tokens").textContent = s.tokens_per_second === null ? "-" : Math.round(s.tokens_per_second).toLocaleString("en-US");
+  $("ranks").textContent = s.ranks; $("phase").textContent = s.phase + (s.ended ? " (ended)" : "");
+  $("nalerts").textContent = s.open_alerts;
+  $("thr").textContent = d.thresholds.ratio + "x / " + d.thresholds.critical + "x";
+  drawHeatmap(d); drawRate(d.series); drawAlerts(d.alerts);
+  document.body.dataset.ready = "1";
+}
+
+async function poll() {
+  try {
+    const r = await fetch("/jobs/" + encodeURIComponent(JOB) + "/heatmap", {cache: "no-store"});
+    if (!r.ok) throw new Error("HTTP " + r.status + " " + (await r.text()).slice(0, 200));
+    render(await r.json());
+    $("conn").textContent = "live " + new Date().toISOString().substr(11, 8) + "Z"; $("conn").className = "kv good";
+  } catch (err) {
+    $("conn").textContent = "no data: " + err.message; $("conn").className = "kv bad";
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+async function listJobs() {
+  if (!$("jobs")) $("main").innerHTML = '<section><h2>Jobs on this worker</h2><ul id="jobs"></ul></section>';
+  try {
+    const r = await fetch("/jobs", {cache: "no-store"}); const d = await r.json();
+    $("jobs").innerHTML = d.jobs.map(j => '<li><a href="/dashboard/' + encodeURIComponent(j.job) + '">' + esc(j.job) +
+      "</a> &middot; " + j.ranks + " ranks, step " + j.latest_step + ", " + j.open_alerts + " open alerts</li>").join("") || "<li>none yet</li>";
+    $("conn").textContent = ""; document.body.dataset.ready = "1";
+  } catch (err) { $("conn").textContent = "no data: " + err.message; }
+  setTimeout(listJobs, 5000);
+}
+
+if (JOB) poll(); else listJobs();
+</script>
+</body></html>
+"""
+
+
+def render_dashboard(job: str | None) -> str:
+    """The page for ``job`` (or the job list when None); the job id is escaped for HTML and JS."""
+    import json
+
+    title = html.escape(job) if job else "jobs"
+    # json.dumps gives a JS string literal; </ is escaped so a job id cannot close the script.
+    literal = json.dumps(job).replace("</", "<\\/") if job else "null"
+    return PAGE.replace("__TITLE__", title).replace("__JOB__", literal)

@@ -1,0 +1,139 @@
+"""The worker's Prometheus metrics (served at ``/metrics``), on a registry of its own.
+
+Counters are updated as the worker goes; gauges (jobs, ranks, open alerts, consumer lag,
+readiness, the Alertmanager queue) are read from the engine and the consumer at scrape
+time. Names have the ``stepwatch_`` prefix, base units (seconds), ``_total`` on counters,
+and no per-rank or per-job labels: cardinality is bounded by the number of event kinds,
+alert types and the events topic's partitions, whatever the size of the cluster.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable
+
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, disable_created_metrics,
+                               generate_latest)
+from prometheus_client.core import GaugeMetricFamily
+
+# The *_created series (one per labelled child) double the output and nobody here reads them.
+disable_created_metrics()
+
+__all__ = ["CONTENT_TYPE_LATEST", "WorkerMetrics", "WorkerStats"]
+
+DETECTION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                     5.0)
+ALERT_TYPES = ("straggler", "hang")
+EVENT_KINDS = ("step", "collective", "heartbeat", "phase")
+
+
+class WorkerMetrics:
+    """Every metric of one worker. ``engine`` is read at scrape time; the hooks are set by the worker."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        #: () -> iterable of (topic, partition, lag in messages); set by the worker once consuming.
+        self.lag_source: Callable[[], Iterable[tuple[str, int, int]]] | None = None
+        #: () -> bool: the worker consumes (the /health answer).
+        self.ready_source: Callable[[], bool] = lambda: False
+        #: () -> int: alerts waiting for the Alertmanager sink.
+        self.alertmanager_queue: Callable[[], int] | None = None
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.messages = Counter("stepwatch_messages_consumed", "Kafka messages consumed from the events topic.",
+                                registry=r)
+        self.events = Counter("stepwatch_events_consumed", "Valid events fed to the detectors, by kind.", ["kind"],
+                              registry=r)
+        self.decode_failures = Counter("stepwatch_decode_failures",
+                                       "Messages or events in a batch that did not decode or validate.", registry=r)
+        self.deadlettered = Counter("stepwatch_events_deadlettered",
+                                    "Records sent to the dead-letter topic, by cause (decode, detector).", ["cause"],
+                                    registry=r)
+        self.alerts_published = Counter("stepwatch_alerts_published",
+                                        "Alert records published to the alerts topic, by type and status "
+                                        "(a firing alert is published again when its severity or diagnosis changes).",
+                                        ["type", "status"], registry=r)
+        self.alerts_fired = Counter("stepwatch_alerts_fired", "Alerts that started firing, by type.", ["type"],
+                                    registry=r)
+        self.alerts_resolved = Counter("stepwatch_alerts_resolved", "Alerts that resolved, by type.", ["type"],
+                                       registry=r)
+        self.detection = Histogram("stepwatch_detection_duration_seconds",
+                                   "Time spent in the detectors: per consumed message (loop=events) and per "
+                                   "timer run (loop=tick).", ["loop"], buckets=DETECTION_BUCKETS, registry=r)
+        self.config_updates = Counter("stepwatch_config_updates",
+                                      "Runtime-settings messages read from the config topic, by result "
+                                      "(applied, rejected).", ["result"], registry=r)
+        self.alertmanager_posts = Counter("stepwatch_alertmanager_posts",
+                                          "POSTs to Alertmanager by result (ok, retry, failed).", ["result"],
+                                          registry=r)
+        self.alertmanager_dropped = Counter("stepwatch_alertmanager_dropped",
+                                            "Alert updates dropped because the Alertmanager queue was full.",
+                                            registry=r)
+        for kind in EVENT_KINDS:
+            self.events.labels(kind)
+        for t in ALERT_TYPES:
+            self.alerts_fired.labels(t)
+            self.alerts_resolved.labels(t)
+        for cause in ("decode", "detector"):
+            self.deadlettered.labels(cause)
+        for loop in ("events", "tick"):
+            self.detection.labels(loop)
+        r.register(_ScrapeTimeCollector(self))
+        self._open_ids: set[str] = set()
+
+    def alert_published(self, alert) -> None:
+        self.alerts_published.labels(alert.type, alert.status).inc()
+        if alert.status == "firing":
+            if alert.id not in self._open_ids:
+                self._open_ids.add(alert.id)
+                self.alerts_fired.labels(alert.type).inc()
+        else:
+            self._open_ids.discard(alert.id)
+            self.alerts_resolved.labels(alert.type).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _ScrapeTimeCollector:
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.m = metrics
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        engine = self.m.engine
+        firing = GaugeMetricFamily("stepwatch_alerts_firing", "Alerts currently firing, by type and severity.",
+                                   labels=["type", "severity"])
+        tally = Tally((a.type, a.severity) for a in engine.open_alerts())
+        for t in ALERT_TYPES:
+            for sev in ("warning", "critical"):
+                tally.setdefault((t, sev), 0)
+        for (t, sev), n in sorted(tally.items()):
+            firing.add_metric([t, sev], n)
+        yield firing
+        yield GaugeMetricFamily("stepwatch_jobs_tracked", "Jobs this worker holds state for.",
+                                value=len(engine.jobs))
+        yield GaugeMetricFamily("stepwatch_jobs_active", "Jobs not ended.",
+                                value=sum(1 for j in engine.jobs.values() if not j.ended))
+        yield GaugeMetricFamily("stepwatch_ranks_tracked", "Ranks this worker holds state for (all jobs).",
+                                value=sum(len(j.ranks) for j in engine.jobs.values()))
+        yield GaugeMetricFamily("stepwatch_worker_ready", "1 once the worker consumes the events topic.",
+                                value=1 if self.m.ready_source() else 0)
+        lag = GaugeMetricFamily("stepwatch_consumer_lag",
+                                "Messages in the events topic not yet consumed, per assigned partition "
+                                "(highwater - last read offset - 1).", labels=["topic", "partition"])
+        if self.m.lag_source is not None:
+            try:
+                for topic, partition, behind in self.m.lag_source():
+                    lag.add_metric([topic, str(partition)], behind)
+            except Exception:  # the consumer is (re)starting: leave the series out this scrape
+                pass
+        yield lag
+        if self.m.alertmanager_queue is not None:
+            yield GaugeMetricFamily("stepwatch_alertmanager_queue_length", "Alert updates waiting to be sent.",
+                                    value=self.m.alertmanager_queue())
+
+
+#: The worker's counters before metrics were added; kept as a name for code that imports it.
+WorkerStats = WorkerMetrics

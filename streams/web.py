@@ -1,0 +1,143 @@
+"""The worker's web endpoints (Faust pages): metrics, health, status API, config, dashboard.
+
+========================  =====================================================================
+``/metrics``              Prometheus text format (streams/metrics.py)
+``/health``               200 ``{"status": "ok"}`` once the worker consumes, 503 before
+``/jobs``                 the jobs this worker holds (models/status.py ``jobs_view``)
+``/jobs/{job}``           per-rank detail, open alerts with evidence, settings in effect
+``/jobs/{job}/heatmap``   the dashboard's data (rows x recent steps of compute-time ratio)
+``/config``               runtime settings read from the config topic
+``/dashboard/{job}``      the live dashboard (``/dashboard`` lists the jobs; ``?job=`` works too)
+========================  =====================================================================
+
+A job lives on the worker that owns its events partition (events are keyed by job). A
+request for a job this worker does not hold is proxied to the worker that owns the job's
+partition, as Faust's partition assignor knows it from the consumer group's assignment
+(each worker announces its ``worker.canonical_url``); the partition is the producers'
+default (murmur2 of the job id). When this worker owns the partition itself, the owner is
+unknown, or the request was already proxied once, the answer is 404 with ``partition`` and
+``owner`` in the body; 502 when the owner does not answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import orjson
+
+from stepwatch.models.status import heatmap_view, job_view, jobs_view
+
+from .dashboard import render_dashboard
+from .metrics import CONTENT_TYPE_LATEST
+
+log = logging.getLogger("stepwatch.web")
+
+JSON = "application/json"
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str).decode()
+
+
+def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, settings, is_ready) -> None:
+    """Register the pages on ``app`` (a faust.App with its web server enabled)."""
+
+    def job_settings(job: str) -> dict[str, Any]:
+        return {"source": runtime.source(job),
+                "straggler": dataclasses.asdict(engine.straggler_settings(job))}
+
+    def owner_of(job: str) -> dict[str, Any]:
+        """Where the job's events partition lives, as far as this worker can tell."""
+        from faust.types import TP
+        from kafka.partitioner.default import murmur2
+
+        topic = events_topic.get_topic_name()
+        info: dict[str, Any] = {"worker": str(app.conf.canonical_url), "owner": None}
+        try:
+            count = app.consumer.topic_partitions(topic) or settings.kafka.partitions
+        except Exception:
+            count = settings.kafka.partitions
+        # The producers' default partitioner (murmur2 of the key, as Kafka's Java client).
+        info["partition"] = partition = (murmur2(job.encode()) & 0x7FFFFFFF) % count
+        owner = getattr(app.assignor, "_external_tps_url", {}).get(TP(topic, partition))
+        if owner:
+            info["owner"] = str(owner).rstrip("/")
+        return info
+
+    async def proxy(view, request, owner: str):
+        url = owner + request.path_qs
+        async with app.http_client.get(url, headers={"X-Stepwatch-Proxied": "1"}) as response:
+            body = await response.read()
+            return view.bytes(body, content_type=response.content_type, status=response.status)
+
+    async def local_or_routed(view, request, job: str, build):
+        now = time.time()
+        body = build(job, now)
+        if body is not None:
+            return view.text(_dumps(body), content_type=JSON)
+        where = owner_of(job)
+        owner = where["owner"]
+        if owner and owner != where["worker"].rstrip("/") and "X-Stepwatch-Proxied" not in request.headers:
+            try:
+                return await proxy(view, request, owner)
+            except Exception as exc:  # the owner is unreachable
+                log.warning("proxying %s to %s failed: %r", request.path, owner, exc)
+                return view.text(_dumps({"error": f"job {job!r} lives on {owner}, which did not answer: {exc!r}",
+                                         **where}), content_type=JSON, status=502)
+        why = ("this worker owns its partition but has no event of it" if owner == where["worker"].rstrip("/")
+               else "its partition's owner is unknown" if not owner else "not on this worker")
+        return view.text(_dumps({"error": f"unknown job {job!r}: {why}", **where}), content_type=JSON, status=404)
+
+    @app.page("/metrics")
+    async def metrics_page(self, request):
+        from aiohttp.web import Response
+
+        return Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}, status=200)
+
+    @app.page("/health")
+    async def health_page(self, request):
+        ready = is_ready()
+        body = {"status": "ok" if ready else "starting", "consuming": ready, "worker": str(app.conf.canonical_url),
+                "jobs": len(engine.jobs)}
+        return self.text(_dumps(body), content_type=JSON, status=200 if ready else 503)
+
+    @app.page("/jobs")
+    async def jobs_page(self, request):
+        try:
+            partitions = sorted(tp.partition for tp in app.consumer.assignment()
+                                if tp.topic == events_topic.get_topic_name())
+        except Exception:
+            partitions = []
+        body = {"worker": str(app.conf.canonical_url), "partitions": partitions,
+                "jobs": jobs_view(engine, recorder, time.time())}
+        return self.text(_dumps(body), content_type=JSON)
+
+    @app.page("/jobs/{job}")
+    async def job_page(self, request, job):
+        return await local_or_routed(self, request, job, lambda j, now: job_view(
+            engine, recorder, j, now, settings=job_settings(j)))
+
+    @app.page("/jobs/{job}/heatmap")
+    async def heatmap_page(self, request, job):
+        max_rows = settings.worker.dashboard_max_rows
+        try:
+            max_rows = max(1, int(request.query.get("rows", max_rows)))
+        except ValueError:
+            pass
+        return await local_or_routed(self, request, job, lambda j, now: heatmap_view(
+            engine, recorder, j, now, max_rows=max_rows, settings=job_settings(j)))
+
+    @app.page("/config")
+    async def config_page(self, request):
+        return self.text(_dumps(runtime.as_dict()), content_type=JSON)
+
+    @app.page("/dashboard")
+    async def dashboard_index(self, request):
+        return self.html(render_dashboard(request.query.get("job") or None))
+
+    @app.page("/dashboard/{job}")
+    async def dashboard_page(self, request, job):
+        return self.html(render_dashboard(job))

@@ -1,0 +1,88 @@
+"""The dashboard in a real headless Chromium against a running worker.
+
+Needs Debian's ``chromium`` package (``apt-get install -y chromium``); skipped without it.
+Screenshots go to ``artifacts/`` (gitignored): ``dashboard.png`` (32 ranks, one straggler)
+and ``dashboard-4096.png`` (4,096 ranks, aggregated rows).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from opsupport import free_port, get, send_steps, wait_for
+from support import read_alerts
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package at /usr/bin/chromium "
+                                                     "(apt-get install -y chromium)"),
+]
+
+
+def chromium(url: str, tmp_path: Path, *args: str) -> str:
+    profile = tmp_path / f"chromium-{len(list(tmp_path.glob('chromium-*')))}"
+    result = subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--window-size=1400,900", *args, url],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def row_count(dom: str) -> int:
+    return len(re.findall(r'<div class="row[^"]*" style=', dom))
+
+
+def marked_rows(dom: str) -> list[str]:
+    return re.findall(r'<div class="row marked straggler"[^>]*data-ranks="([^"]+)"', dom)
+
+
+def test_dashboard_shows_the_straggler_stripe_live(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    worker = start_worker(STEPWATCH_WORKER_WEB_PORT=str(port), STEPWATCH_STRAGGLER_WARMUP_STEPS="2",
+                          STEPWATCH_HANG_WARNING_FLOOR_SECONDS="600")
+    events = topic_prefix + "events"
+    send_steps(kafka_bootstrap, events, job="demo", ranks=32, steps=range(0, 60), slow_rank=13, factor=1.3)
+    read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: any(x["job"] == "demo" for x in a))
+    wait_for(lambda: b'"latest_step":59' in get(base + "/jobs")[1], what="every step consumed")
+
+    dom = chromium(f"{base}/dashboard/demo", tmp_path, "--dump-dom")
+    assert 'data-ready="1"' in dom, dom[-2000:]  # the page fetched and rendered the data
+    assert marked_rows(dom) == ["13"]  # the straggler's row, and only it, is marked
+    assert row_count(dom) == 32
+    assert 'data-ranks="13"' in dom and "rank 13 on node node-001" in dom  # the open alert
+    assert "suspected cause" in dom and "compute_time" in dom
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard.png"
+    shot.unlink(missing_ok=True)
+    chromium(f"{base}/dashboard/demo", tmp_path, f"--screenshot={shot}")
+    assert shot.stat().st_size > 10_000
+
+    # The job list, and ?job= as an alternative path.
+    dom = chromium(f"{base}/dashboard", tmp_path, "--dump-dom")
+    assert 'href="/dashboard/demo"' in dom, dom[dom.index("<main"):dom.index("<script")]
+    assert marked_rows(chromium(f"{base}/dashboard?job=demo", tmp_path, "--dump-dom")) == ["13"]
+
+    # 4,096 ranks: rows become node ranges; the straggler's range is the one marked.
+    send_steps(kafka_bootstrap, events, job="big", ranks=4096, steps=range(0, 12), slow_rank=1234, factor=1.5)
+    read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: any(x["job"] == "big" for x in a),
+                timeout=120)
+    dom = chromium(f"{base}/dashboard/big", tmp_path, "--dump-dom")
+    assert row_count(dom) == 256
+    [rows] = marked_rows(dom)
+    first, last = map(int, rows.split("-"))
+    assert first <= 1234 <= last
+    shot = ARTIFACTS / "dashboard-4096.png"
+    shot.unlink(missing_ok=True)
+    chromium(f"{base}/dashboard/big", tmp_path, f"--screenshot={shot}")
+    assert shot.stat().st_size > 10_000
+    assert worker.proc.poll() is None
