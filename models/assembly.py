@@ -99,7 +99,9 @@ class StepAssembler:
         expected = self._expected()
         if expected is not None and len(open_step.rows) >= expected:
             closed.extend(self._close_through(step))
-        closed.extend(self._close_through(self._newest_step - self.max_lag_steps))
+        limit = self._newest_step - self.max_lag_steps
+        if self._open and min(self._open) <= limit:  # usually nothing is due: skip the sort
+            closed.extend(self._close_through(limit))
         while len(self._open) > self.max_pending_steps:
             closed.extend(self._close_through(min(self._open)))
         return closed

@@ -1,0 +1,268 @@
+"""Detection quality on the labelled scenario suite (producers/scenarios.py).
+
+    .venv/bin/python bench/quality.py            # whole suite, table into BENCHMARKS.md
+    .venv/bin/python bench/quality.py --only straggler-30pct-64 --no-write -v
+
+Every scenario is written to a temporary folder (recording + labels JSON) and replayed through
+the same code as ``stepwatch replay`` (``stepwatch.cli._read_events`` feeding
+``models.engine.replay`` with ``Settings.from_env()``), then scored against its labels:
+
+* a problem is **detected** when an alert of its type fires within ``deadline_s`` of its onset
+  (for stragglers the alert must name one of the labelled ranks; a hang alert is about the job,
+  whether its diagnosis names the culprit is scored in the next item);
+* **right rank**: of the alerts that fired inside a problem's window (onset .. end + grace) in
+  that job, the share that name one of the labelled ranks;
+* **false alarms**: firing alerts (one per alert id) that match no problem window, including
+  every alert before a problem's onset, per 1,000 rank-hours of healthy rank time (all rank
+  time minus the labelled ranks' problem windows);
+* delays from onset to the first correct alert, in seconds and in steps (``detected_step -
+  onset_step`` for step-based alerts, else seconds / the job's median step time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+#: An alert that fires up to this long after a problem's end still belongs to it.
+GRACE_S = 15.0
+
+
+def replay_file(recording: Path) -> tuple[list[dict], dict]:
+    """Alerts of ``stepwatch replay RECORDING`` (same functions, in process) and its counters."""
+    from stepwatch.cli import _read_events
+    from stepwatch.config import Settings
+    from stepwatch.models.engine import replay
+
+    stats = {"events": 0, "rejected": 0, "alerts": 0}
+    alerts = [a.to_dict() for a in replay(_read_events([str(recording)], stats), settings=Settings.from_env())]
+    stats["alerts"] = len(alerts)
+    return alerts, stats
+
+
+def _first_firing(alerts: list[dict]) -> list[dict]:
+    seen: set[str] = set()
+    out = []
+    for a in alerts:
+        if a["status"] == "firing" and a["id"] not in seen:
+            seen.add(a["id"])
+            out.append(a)
+    return out
+
+
+def _named_ranks(alert: dict) -> set[int]:
+    """The ranks an alert blames: a hang alert's culprits when it names some, else its ranks."""
+    culprits = (alert.get("evidence") or {}).get("culprits")
+    if alert["type"] == "hang" and isinstance(culprits, list):
+        return {c["rank"] for c in culprits if isinstance(c, dict) and "rank" in c}
+    return set(alert.get("ranks") or ())
+
+
+def score(labels: dict, alerts: list[dict]) -> dict:
+    """Score one scenario's alerts against its labels (see the module doc)."""
+    jobs = {j["job"]: j for j in labels["jobs"]}
+    problems = labels["problems"]
+    results = [{"type": p["type"], "alert_type": p["alert_type"], "detected": False, "delay_s": None,
+                "delay_steps": None, "late_s": None, "in_window": 0, "right_rank": 0} for p in problems]
+    false_alarms = []
+    for a in _first_firing(alerts):
+        t = a["starts_at"]
+        ranks = _named_ranks(a)
+        in_window = [i for i, p in enumerate(problems)
+                     if p["job"] == a["job"] and (p["alert_type"] == a["type"] or a["type"] in p.get("accepts", ()))
+                     and p["onset_ts"] is not None and p["onset_ts"] <= t <= p["end_ts"] + GRACE_S]
+        if not in_window:
+            false_alarms.append({"type": a["type"], "job": a["job"], "ranks": sorted(ranks), "starts_at": t,
+                                 "summary": a["summary"][:160]})
+            continue
+        own = [i for i in in_window if problems[i]["alert_type"] == a["type"]]
+        if not own:
+            continue  # an accepted side effect (e.g. a throughput drop caused by a straggler): not scored
+        in_window = own
+        named = [i for i in in_window if ranks & set(problems[i]["ranks"])]
+        for i in (named[:1] or in_window[:1]):
+            r = results[i]
+            p = problems[i]
+            if p["ranks"]:  # job-level problems name no rank
+                r["in_window"] += 1
+                r["right_rank"] += bool(named)
+            localized = p["alert_type"] == "straggler" and bool(p["ranks"])
+            if (named or not localized) and r["late_s"] is None and t > p["onset_ts"] + p["deadline_s"]:
+                r["late_s"] = t - p["onset_ts"]
+            if (named or not localized) and t <= p["onset_ts"] + p["deadline_s"] and not r["detected"]:
+                r["detected"] = True
+                r["delay_s"] = t - p["onset_ts"]
+                detected_step = (a.get("evidence") or {}).get("detected_step")
+                step_time = jobs[p["job"]]["step_time"] or 1.0
+                r["delay_steps"] = (detected_step - p["onset_step"] if detected_step is not None
+                                    else r["delay_s"] / step_time)
+    rank_hours = sum(j["ranks"] * (j["end_ts"] - j["start_ts"]) for j in labels["jobs"]) / 3600
+    sick_hours = sum(len(p["ranks"]) * max((p["end_ts"] or 0) - (p["onset_ts"] or 0), 0) for p in problems) / 3600
+    return {"scenario": labels["scenario"], "healthy": labels["healthy"], "problems": results,
+            "false_alarms": false_alarms, "healthy_rank_hours": rank_hours - sick_hours}
+
+
+def run_one(name: str, workdir: str) -> dict:
+    from stepwatch.producers import scenarios
+
+    scenario = scenarios.get(name)
+    started = time.perf_counter()
+    recording, label_path = scenarios.write(scenario, workdir)
+    generated = time.perf_counter()
+    alerts, stats = replay_file(recording)
+    replayed = time.perf_counter()
+    labels = json.loads(label_path.read_text())
+    result = score(labels, alerts)
+    result.update(events=stats["events"], generate_s=generated - started, replay_s=replayed - generated,
+                  ranks=sum(j["ranks"] for j in labels["jobs"]), tags=labels["tags"])
+    recording.unlink()  # keep the labels; the recording is large and reproducible
+    return result
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    k = (len(values) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def aggregate(results: list[dict]) -> dict:
+    by_type: dict[str, dict] = defaultdict(lambda: {"n": 0, "detected": 0, "delays_s": [], "delays_steps": [],
+                                                    "in_window": 0, "right_rank": 0, "late": []})
+    for res in results:
+        for p in res["problems"]:
+            row = by_type[p["type"]]
+            row["n"] += 1
+            row["alert_type"] = p["alert_type"]
+            row["in_window"] += p["in_window"]
+            row["right_rank"] += p["right_rank"]
+            if p["late_s"] is not None and not p["detected"]:
+                row["late"].append(p["late_s"])
+            if p["detected"]:
+                row["detected"] += 1
+                row["delays_s"].append(p["delay_s"])
+                row["delays_steps"].append(p["delay_steps"])
+    healthy_hours = sum(r["healthy_rank_hours"] for r in results)
+    false_by_type: dict[str, int] = defaultdict(int)
+    for r in results:
+        for fa in r["false_alarms"]:
+            false_by_type[fa["type"]] += 1
+    return {"by_type": dict(by_type), "healthy_rank_hours": healthy_hours, "false_by_type": dict(false_by_type)}
+
+
+def markdown(results: list[dict], agg: dict, command: str, wall_s: float) -> str:
+    from _report import stamp
+
+    from stepwatch.producers.scenarios import get
+
+    lines = ["## Detection quality (`bench/quality.py`)", "", stamp(command).rstrip(),
+             f"- Suite: {len(results)} scenarios, {sum(r['events'] for r in results):,} events, "
+             f"{sum(r['ranks'] for r in results):,} ranks in all; run took {wall_s:.0f} s",
+             "- Detector settings: defaults (`stepwatch.config.Settings`), as `stepwatch replay` uses them", "",
+             "### Per problem type", "",
+             "Recall: problems caught within the deadline (stragglers: by an alert naming a labelled rank). "
+             "Delays: onset to first correct alert, over the detected ones. Right rank: share of the alerts "
+             "fired inside the problem windows that name a labelled rank.", "",
+             "| problem | alert | n | recall | deadline | delay p50 s (steps) | delay p90 s (steps) | right rank | caught late |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    deadlines: dict[str, set] = defaultdict(set)
+    for r in results:
+        for p in get(r["scenario"]).problems:
+            from stepwatch.producers.scenarios import DEFAULT_DEADLINE_S
+            deadlines[p.type].add(p.deadline_s or DEFAULT_DEADLINE_S.get(p.alert_type, 60.0))
+    for kind, row in sorted(agg["by_type"].items(), key=lambda kv: (kv[1]["alert_type"], kv[0])):
+        ds, dn = row["delays_s"], row["delays_steps"]
+        share = f"{row['right_rank'] / row['in_window']:.0%} ({row['right_rank']}/{row['in_window']})" \
+            if row["in_window"] else "-"
+        lines.append(
+            f"| {kind} | {row['alert_type']} | {row['n']} | {row['detected'] / row['n']:.0%} "
+            f"({row['detected']}/{row['n']}) | {'/'.join(f'{d:.0f}' for d in sorted(deadlines[kind]))} s | "
+            f"{_fmt(_pct(ds, 0.5))} ({_fmt(_pct(dn, 0.5))}) | {_fmt(_pct(ds, 0.9))} ({_fmt(_pct(dn, 0.9))}) | "
+            f"{share} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
+    hours = agg["healthy_rank_hours"]
+    total_false = sum(agg["false_by_type"].values())
+    lines += ["", "### False alarms", "",
+              f"{total_false} false alarm(s) over {hours:,.1f} healthy rank-hours: "
+              f"**{1000 * total_false / hours:.2f} per 1,000 rank-hours** "
+              f"({', '.join(f'{k}: {v}' for k, v in sorted(agg['false_by_type'].items())) or 'none'}). "
+              "Alerts before a problem's onset count as false.", "",
+              "| scenario | ranks | events | healthy rank-h | false alarms | detected | replay s |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        det = sum(p["detected"] for p in r["problems"])
+        lines.append(f"| {r['scenario']} | {r['ranks']} | {r['events']:,} | {r['healthy_rank_hours']:.1f} | "
+                     f"{len(r['false_alarms'])} | {det}/{len(r['problems'])} | {r['replay_s']:.1f} |")
+    shown = [(r["scenario"], fa) for r in results for fa in r["false_alarms"]][:10]
+    if shown:
+        lines += ["", "False alarms (first 10):", ""]
+        lines += [f"- {name}: {fa['type']} ranks {fa['ranks']}: {fa['summary']}" for name, fa in shown]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from stepwatch.producers import scenarios
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", metavar="NAME", help="run only this scenario (repeatable)")
+    ap.add_argument("--tags", action="append", help="run only scenarios with this tag (repeatable)")
+    ap.add_argument("--exclude", action="append", default=[], help="skip scenarios with this tag")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="scenarios replayed in parallel (default 1)")
+    ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
+    ap.add_argument("--json", metavar="FILE", help="also write the per-scenario results as JSON")
+    ap.add_argument("--keep", metavar="DIR", help="keep the labels (and alerts) in DIR instead of a temp folder")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+
+    if args.only:
+        names = args.only
+    else:
+        names = [s.name for s in scenarios.suite(args.tags, exclude=args.exclude)]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="stepwatch-quality-") as tmp:
+        workdir = args.keep or tmp
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        if args.jobs > 1:
+            with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+                results = pool.starmap(run_one, [(n, workdir) for n in names])
+        else:
+            results = []
+            for n in names:
+                results.append(run_one(n, workdir))
+                if args.verbose:
+                    r = results[-1]
+                    print(f"{n}: {r['events']} events in {r['replay_s']:.1f} s, detected "
+                          f"{sum(p['detected'] for p in r['problems'])}/{len(r['problems'])}, "
+                          f"{len(r['false_alarms'])} false", file=sys.stderr)
+    wall = time.perf_counter() - started
+    agg = aggregate(results)
+    command = ".venv/bin/python bench/quality.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
+                                                      if (argv if argv is not None else sys.argv[1:]) else "")
+    text = markdown(results, agg, command, wall)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results}, indent=1, default=str))
+    if not args.no_write:
+        from _report import update_section
+
+        update_section("quality", text)
+        print("updated BENCHMARKS.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,516 @@
+"""A library of named, labelled scenarios on top of the simulator, for the quality benchmark.
+
+Each scenario is one or more simulated jobs (``SimulationSpec``) with realistic healthy noise,
+plus ground-truth labels for every problem injected in it: its type, the alert type a correct
+detector raises, the job, ranks and nodes, the onset step and time, and the end. ``write``
+puts, next to each recording (JSON Lines, one batch envelope per line, the wire format that
+``stepwatch replay`` reads), a ``<name>.labels.json``::
+
+    {"v": 1, "scenario": "straggler-30pct-64", "description": "...", "tags": ["problem"],
+     "recording": "straggler-30pct-64.jsonl",
+     "jobs": [{"job": "...", "ranks": 64, "nodes": 8, "stages": 1, "steps": 300,
+               "start_ts": ..., "end_ts": ..., "step_time": 0.97}],
+     "noise": ["jitter 1%", "gc spikes", ...],
+     "problems": [{"type": "straggler-30%", "alert_type": "straggler", "job": "...",
+                   "ranks": [17], "nodes": ["node-002"], "onset_step": 100, "onset_ts": ...,
+                   "end_step": null, "end_ts": ..., "deadline_s": 60.0, "detail": {"factor": 1.3}}]}
+
+``end_step`` is exclusive (null: until the job ends); ``onset_ts`` is when the onset step
+started, ``end_ts`` when ``end_step`` started (or the job's last event). Alerts before
+``onset_ts`` are false alarms.
+
+The library is a registry: ``@register`` a function returning a :class:`Scenario` (tags
+``healthy``/``problem``, ``hang``, ``large``, ``multi-job``, ...) and it is part of the suite.
+Hang scenarios register themselves when the simulator has ``HangFault``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import simulator as sim
+from .simulator import (ClusterSimulator, DataStall, Drift, IntermittentStraggler, JobSlowdown, RampStraggler,
+                        SimulationSpec, StragglerFault)
+
+LABELS_VERSION = 1
+#: Default time a detector is given to catch each kind of problem (seconds after onset).
+DEFAULT_DEADLINE_S = {"straggler": 60.0, "hang": 120.0}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """Ground truth for one injected problem (times are filled in when the scenario runs)."""
+
+    type: str  # the problem, e.g. "straggler-30%", "intermittent", "thermal-ramp", "dataloader-stall", "hang"
+    alert_type: str  # the alert a correct detector raises: "straggler" or "hang"
+    job: str
+    ranks: tuple[int, ...]
+    onset_step: int
+    end_step: int | None = None  # exclusive; None: until the job ends
+    deadline_s: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    #: Other alert types that are true (not false alarms) during this problem, e.g. a straggler also
+    #: lowers the job's throughput. Only ``alert_type`` counts for detection.
+    accepts: tuple[str, ...] = ("throughput_drop",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: str
+    description: str
+    specs: tuple[SimulationSpec, ...]
+    problems: tuple[Problem, ...] = ()
+    tags: tuple[str, ...] = ()
+    noise: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    @property
+    def events(self) -> int:
+        """Step events the recording holds (a size estimate; heartbeats not counted)."""
+        return sum(s.ranks * s.steps for s in self.specs)
+
+
+# -- registry ---------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, Callable[[], Scenario]] = {}
+
+
+def register(fn: Callable[[], Scenario]) -> Callable[[], Scenario]:
+    """Add a scenario builder to the suite (its name is the built scenario's ``name``)."""
+    name = fn().name
+    if name in _REGISTRY:
+        raise ValueError(f"scenario {name!r} registered twice")
+    _REGISTRY[name] = fn
+    return fn
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def get(name: str) -> Scenario:
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise KeyError(f"unknown scenario {name!r} (known: {', '.join(_REGISTRY)})") from None
+
+
+def suite(tags: Iterable[str] | None = None, *, exclude: Iterable[str] = ()) -> list[Scenario]:
+    """Every registered scenario (with any of ``tags`` if given, none of ``exclude``)."""
+    want = set(tags or ())
+    skip = set(exclude)
+    out = []
+    for fn in _REGISTRY.values():
+        s = fn()
+        if want and not want & set(s.tags):
+            continue
+        if skip & set(s.tags):
+            continue
+        out.append(s)
+    return out
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def batches(scenario: Scenario) -> Iterator[tuple[float, list[dict]]]:
+    """The scenario's event batches in time order (several jobs interleaved by time)."""
+    streams = [ClusterSimulator(spec).steps() for spec in scenario.specs]
+    counter = itertools.count()  # ties: keep a stable order, never compare the lists
+    keyed = [((t, next(counter), b) for t, b in stream) for stream in streams]
+    for t, _, batch in heapq.merge(*keyed, key=lambda x: (x[0], x[1])):
+        yield t, batch
+
+
+class _Clock:
+    """Start time of each step of each job, and each job's span, seen while generating."""
+
+    def __init__(self, wanted: dict[str, set[int]]) -> None:
+        self.wanted = wanted
+        self.step_start: dict[tuple[str, int], float] = {}
+        self.step_end: dict[tuple[str, int], float] = {}
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.step_times: dict[str, list[float]] = {}
+
+    def start_of(self, job: str, step: int) -> float | None:
+        """When ``step`` started: from its own events, else when the step before it ended (a step
+        that never completes, e.g. the one a dead rank stopped in, has no events of its own)."""
+        start = self.step_start.get((job, step))
+        return start if start is not None else self.step_end.get((job, step - 1))
+
+    def see(self, batch: list[dict]) -> None:
+        for e in batch:
+            job = e.get("job")
+            ts = e.get("ts")
+            if job is None or ts is None:
+                continue
+            if job not in self.first or ts < self.first[job]:
+                self.first[job] = ts
+            if ts > self.last.get(job, 0.0):
+                self.last[job] = ts
+            if e.get("kind") != "step":
+                continue
+            step = e["step"]
+            wanted = self.wanted.get(job, ())
+            key = (job, step)
+            if step in wanted:
+                start = ts - e["step_time"]
+                if key not in self.step_start or start < self.step_start[key]:
+                    self.step_start[key] = start
+            if step + 1 in wanted and (key not in self.step_end or ts < self.step_end[key]):
+                self.step_end[key] = ts  # the next step starts then (send delays of a few ms aside)
+            if e["rank"] == 0 and e.get("phase") is None:
+                self.step_times.setdefault(job, []).append(e["step_time"])
+
+
+def labels(scenario: Scenario, clock: _Clock, *, recording: str | None = None, seeds: Iterable[int] = ()) -> dict:
+    jobs = []
+    for spec in scenario.specs:
+        times = sorted(clock.step_times.get(spec.job, [])) or [0.0]
+        jobs.append({
+            "job": spec.job, "ranks": spec.ranks, "nodes": -(-spec.ranks // spec.ranks_per_node),
+            "stages": spec.stages, "steps": spec.steps, "start_ts": clock.first.get(spec.job),
+            "end_ts": clock.last.get(spec.job), "step_time": round(times[len(times) // 2], 6),
+        })
+    by_job = {spec.job: spec for spec in scenario.specs}
+    problems = []
+    for p in scenario.problems:
+        spec = by_job[p.job]
+        end_ts = clock.start_of(p.job, p.end_step) if p.end_step is not None else None
+        problems.append({
+            "type": p.type, "alert_type": p.alert_type, "job": p.job, "ranks": list(p.ranks),
+            "nodes": sorted({spec.node_of(r) for r in p.ranks}), "onset_step": p.onset_step,
+            "onset_ts": clock.start_of(p.job, p.onset_step), "end_step": p.end_step,
+            "end_ts": end_ts if end_ts is not None else clock.last.get(p.job),
+            "deadline_s": p.deadline_s if p.deadline_s is not None else DEFAULT_DEADLINE_S.get(p.alert_type, 60.0),
+            "detail": p.detail, "accepts": list(p.accepts),
+        })
+    out = {"v": LABELS_VERSION, "scenario": scenario.name, "description": scenario.description,
+           "tags": list(scenario.tags), "healthy": scenario.healthy, "noise": list(scenario.noise),
+           "seeds": sorted({s.seed for s in scenario.specs}), "jobs": jobs, "problems": problems}
+    if recording is not None:
+        out["recording"] = recording
+    return out
+
+
+def write(scenario: Scenario, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``<name>.jsonl`` (one batch envelope per line) and ``<name>.labels.json`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recording = out_dir / f"{scenario.name}.jsonl"
+    label_path = out_dir / f"{scenario.name}.labels.json"
+    wanted: dict[str, set[int]] = {}
+    for p in scenario.problems:
+        wanted.setdefault(p.job, set()).update(s for s in (p.onset_step, p.end_step) if s is not None)
+    clock = _Clock(wanted)
+    with open(recording, "wb") as f:
+        for _, batch in batches(scenario):
+            if not batch:
+                continue
+            clock.see(batch)
+            if len(batch) == 1:
+                f.write(orjson.dumps(batch[0]))
+            else:
+                f.write(orjson.dumps({"v": 1, "kind": "batch", "events": batch}))
+            f.write(b"\n")
+    label_path.write_text(json.dumps(labels(scenario, clock, recording=recording.name), indent=1) + "\n")
+    return recording, label_path
+
+
+# -- the suite ------------------------------------------------------------------------------------
+
+BASE_NOISE = ("per-rank compute jitter (CoV 1%)", "GC spikes (0.2% of rank-steps, +0.25 s)",
+              "data-loader hiccups on single ranks (0.2%, +0.5 s)", "warm-up (5 steps, phase marked)")
+T0 = 1_700_000_000.0
+
+
+def _spec(job: str, ranks: int, steps: int = 300, seed: int = 0, **kw: Any) -> SimulationSpec:
+    kw.setdefault("checkpoint_every", 100)
+    return SimulationSpec(job=job, ranks=ranks, steps=steps, seed=seed, start_time=T0, **kw)
+
+
+def _noise(spec: SimulationSpec, *extra: str) -> tuple[str, ...]:
+    out = list(BASE_NOISE)
+    if spec.jitter != 0.01:
+        out[0] = f"per-rank compute jitter (CoV {spec.jitter:.0%})"
+    if spec.checkpoint_every:
+        out.append(f"checkpoint pause every {spec.checkpoint_every} steps ({spec.checkpoint_seconds:.0f} s)")
+    if spec.stages > 1:
+        out.append(f"{spec.stages} pipeline stages, each {spec.stage_skew:.0%} slower than the one before")
+    out.extend(extra)
+    return tuple(out)
+
+
+def _single(name: str, description: str, spec: SimulationSpec, problems: Iterable[Problem] = (),
+            tags: Iterable[str] = (), extra_noise: Iterable[str] = ()) -> Scenario:
+    problems = tuple(problems)
+    return Scenario(name=name, description=description, specs=(spec,), problems=problems,
+                    tags=("problem" if problems else "healthy", *tags), noise=_noise(spec, *extra_noise))
+
+
+# healthy -------------------------------------------------------------------------------------
+
+
+@register
+def healthy_64() -> Scenario:
+    return _single("healthy-64", "64 ranks, baseline noise, checkpoints", _spec("healthy-64", 64, seed=11))
+
+
+@register
+def healthy_8() -> Scenario:
+    return _single("healthy-8", "the smallest job: 8 ranks on one node", _spec("healthy-8", 8, seed=12))
+
+
+@register
+def healthy_varlen_128() -> Scenario:
+    return _single("healthy-varlen-128", "variable sequence lengths: per-rank compute CoV 10%",
+                   _spec("healthy-varlen-128", 128, seed=13, jitter=0.10))
+
+
+@register
+def healthy_spiky_256() -> Scenario:
+    return _single("healthy-spiky-256", "5x more GC spikes and data-loader hiccups, frequent checkpoints",
+                   _spec("healthy-spiky-256", 256, seed=14, gc_probability=0.01, hiccup_probability=0.01,
+                         hiccup_seconds=1.0, checkpoint_every=50))
+
+
+@register
+def healthy_drift_128() -> Scenario:
+    spec = _spec("healthy-drift-128", 128, seed=15, effects=(Drift(amplitude=0.02, period_steps=150, seed=15),))
+    return _single("healthy-drift-128", "2% periodic drift, nodes out of phase (diurnal temperature)", spec,
+                   extra_noise=("2% drift, node phases spread 0.5 rad",))
+
+
+@register
+def job_slowdown_64() -> Scenario:
+    # Healthy for the straggler rule (a shared cause flags no rank); a throughput drop is true here.
+    name = "job-slowdown-64"
+    spec = _spec(name, 64, seed=16, slowdowns=(JobSlowdown(start_step=80, factor=1.3, end_step=130),
+                                               JobSlowdown(start_step=210, factor=2.0, end_step=230)))
+    problems = [Problem(type="job-slowdown", alert_type="throughput_drop", job=name, ranks=(), onset_step=80,
+                        end_step=130, detail={"factor": 1.3}, deadline_s=120.0),
+                Problem(type="job-slowdown", alert_type="throughput_drop", job=name, ranks=(), onset_step=210,
+                        end_step=230, detail={"factor": 2.0}, deadline_s=120.0)]
+    return _single(name, "whole-job slowdowns (1.3x for 50 steps, 2x for 20): a shared cause, no straggler",
+                   spec, problems, extra_noise=("whole-job slowdowns 1.3x and 2x",))
+
+
+@register
+def healthy_pipeline_64() -> Scenario:
+    return _single("healthy-pipeline-64", "4 pipeline stages of different speeds (peer groups)",
+                   _spec("healthy-pipeline-64", 64, seed=17, stages=4))
+
+
+@register
+def healthy_4096() -> Scenario:
+    return _single("healthy-4096", "4,096 ranks, short run", _spec("healthy-4096", 4096, steps=60, seed=18,
+                                                                     checkpoint_every=0), tags=("large",))
+
+
+# persistent stragglers: 5%, 10%, 30%, 2x at several sizes -----------------------------------------
+
+_FACTORS = {"5pct": (1.05, "straggler-5%"), "10pct": (1.10, "straggler-10%"), "30pct": (1.30, "straggler-30%"),
+            "2x": (2.0, "straggler-2x")}
+_SIZES = ((8, 65), (32, 90), (64, 110), (256, 150), (512, 130))
+
+
+def _persistent(key: str, ranks: int, onset: int, seed: int) -> Callable[[], Scenario]:
+    factor, kind = _FACTORS[key]
+
+    def build() -> Scenario:
+        name = f"straggler-{key}-{ranks}"
+        rank = (seed * 7919) % ranks
+        end = onset + 120
+        spec = _spec(name, ranks, steps=onset + 150, seed=seed,
+                     stragglers=(StragglerFault(rank=rank, start_step=onset, factor=factor, end_step=end),))
+        problem = Problem(type=kind, alert_type="straggler", job=name, ranks=(rank,), onset_step=onset,
+                          end_step=end, detail={"factor": factor})
+        return _single(name, f"rank {rank} of {ranks} computes {factor}x slower for 120 steps", spec, [problem])
+
+    build.__name__ = f"straggler_{key}_{ranks}"
+    return build
+
+
+for _i, (_key, (_ranks, _onset)) in enumerate(itertools.product(_FACTORS, _SIZES)):
+    register(_persistent(_key, _ranks, _onset, seed=100 + _i))
+
+
+@register
+def straggler_30pct_4096() -> Scenario:
+    name = "straggler-30pct-4096"
+    spec = _spec(name, 4096, steps=60, seed=200, checkpoint_every=0,
+                 stragglers=(StragglerFault(rank=1234, start_step=25, factor=1.3),
+                             StragglerFault(rank=3001, start_step=25, factor=2.0)))
+    problems = [Problem(type="straggler-30%", alert_type="straggler", job=name, ranks=(1234,), onset_step=25,
+                        detail={"factor": 1.3}),
+                Problem(type="straggler-2x", alert_type="straggler", job=name, ranks=(3001,), onset_step=25,
+                        detail={"factor": 2.0})]
+    return _single(name, "4,096 ranks: one rank 1.3x and one 2x slower from step 25", spec, problems, tags=("large",))
+
+
+@register
+def straggler_30pct_pipeline_64() -> Scenario:
+    name = "straggler-30pct-pipeline-64"
+    spec = _spec(name, 64, seed=201, stages=4,
+                 stragglers=(StragglerFault(rank=53, start_step=110, factor=1.3, end_step=220),))
+    problem = Problem(type="straggler-30%", alert_type="straggler", job=name, ranks=(53,), onset_step=110,
+                      end_step=220, detail={"factor": 1.3, "stage": 3})
+    return _single(name, "4 pipeline stages; rank 53 (last, slowest stage) 1.3x slower than its stage", spec,
+                   [problem])
+
+
+@register
+def straggler_30pct_varlen_128() -> Scenario:
+    name = "straggler-30pct-varlen-128"
+    spec = _spec(name, 128, seed=202, jitter=0.10,
+                 stragglers=(StragglerFault(rank=77, start_step=110, factor=1.3, end_step=220),))
+    problem = Problem(type="straggler-30% in 10% noise", alert_type="straggler", job=name, ranks=(77,),
+                      onset_step=110, end_step=220, detail={"factor": 1.3, "jitter": 0.10})
+    return _single(name, "variable sequence lengths (CoV 10%) hide part of a 1.3x straggler", spec, [problem])
+
+
+# intermittent, ramp, data-loader stall ---------------------------------------------------------------
+
+
+def _intermittent(ranks: int, seed: int) -> Callable[[], Scenario]:
+    def build() -> Scenario:
+        name = f"intermittent-{ranks}"
+        rank = (seed * 31) % ranks
+        effect = IntermittentStraggler(rank=rank, start_step=80, factor=1.4, burst=10, period=50, end_step=260)
+        spec = _spec(name, ranks, seed=seed, effects=(effect,))
+        problem = Problem(type="intermittent", alert_type="straggler", job=name, ranks=(rank,), onset_step=80,
+                          end_step=260, detail={"factor": 1.4, "burst_steps": 10, "period_steps": 50})
+        return _single(name, f"rank {rank} 1.4x slower for 10 steps out of every 50", spec, [problem])
+
+    build.__name__ = f"intermittent_{ranks}"
+    return build
+
+
+register(_intermittent(64, 301))
+register(_intermittent(256, 302))
+
+
+def _ramp(ranks: int, seed: int) -> Callable[[], Scenario]:
+    def build() -> Scenario:
+        name = f"thermal-ramp-{ranks}"
+        rank = (seed * 17) % ranks
+        effect = RampStraggler(rank=rank, start_step=80, factor=1.4, ramp_steps=150)
+        spec = _spec(name, ranks, seed=seed, effects=(effect,))
+        problem = Problem(type="thermal-ramp", alert_type="straggler", job=name, ranks=(rank,), onset_step=80,
+                          deadline_s=150.0, detail={"factor": 1.4, "ramp_steps": 150,
+                                                    "note": "onset = start of the ramp (1.0x); 1.1x is reached "
+                                                            "after 37 steps"})
+        return _single(name, f"rank {rank} slows gradually from 1.0x to 1.4x over 150 steps", spec, [problem])
+
+    build.__name__ = f"thermal_ramp_{ranks}"
+    return build
+
+
+register(_ramp(64, 401))
+register(_ramp(512, 402))
+
+
+@register
+def dataloader_stall_64() -> Scenario:
+    name = "dataloader-stall-64"
+    spec = _spec(name, 64, seed=501, effects=(DataStall(rank=9, start_step=110, seconds=0.4, end_step=170),))
+    problem = Problem(type="dataloader-stall", alert_type="straggler", job=name, ranks=(9,), onset_step=110,
+                      end_step=170, detail={"extra_data_seconds": 0.4})
+    return _single(name, "rank 9's input pipeline waits 0.4 s more every step for 60 steps", spec, [problem])
+
+
+# several problems, several jobs -------------------------------------------------------------------------
+
+
+@register
+def multi_problem_256() -> Scenario:
+    name = "multi-problem-256"
+    spec = _spec(name, 256, seed=601, stages=2,
+                 stragglers=(StragglerFault(rank=10, start_step=90, factor=1.3, end_step=200),
+                             StragglerFault(rank=200, start_step=150, factor=2.0)),
+                 slowdowns=(JobSlowdown(start_step=120, factor=1.25, end_step=160),),
+                 effects=(RampStraggler(rank=131, start_step=60, factor=1.35, ramp_steps=100),
+                          IntermittentStraggler(rank=66, start_step=104, factor=1.5, burst=6, period=40,
+                                                end_step=260)))
+    problems = [
+        Problem(type="straggler-30%", alert_type="straggler", job=name, ranks=(10,), onset_step=90, end_step=200,
+                detail={"factor": 1.3}),
+        Problem(type="job-slowdown", alert_type="throughput_drop", job=name, ranks=(), onset_step=120, end_step=160,
+                detail={"factor": 1.25}, deadline_s=120.0),
+        Problem(type="straggler-2x", alert_type="straggler", job=name, ranks=(200,), onset_step=150,
+                detail={"factor": 2.0}),
+        Problem(type="thermal-ramp", alert_type="straggler", job=name, ranks=(131,), onset_step=60,
+                deadline_s=150.0, detail={"factor": 1.35, "ramp_steps": 100}),
+        Problem(type="intermittent", alert_type="straggler", job=name, ranks=(66,), onset_step=104, end_step=260,
+                detail={"factor": 1.5, "burst_steps": 6, "period_steps": 40}),
+    ]
+    return _single(name, "2 stages, 4 overlapping problems and a whole-job slowdown", spec, problems,
+                   extra_noise=("whole-job slowdown 1.25x",))
+
+
+@register
+def multi_job_3() -> Scenario:
+    a = _spec("mj-healthy-64", 64, seed=701)
+    b = _spec("mj-straggler-128", 128, seed=702,
+              stragglers=(StragglerFault(rank=100, start_step=120, factor=1.3, end_step=240),))
+    c = _spec("mj-varlen-64", 64, seed=703, jitter=0.10, stages=2,
+              stragglers=(StragglerFault(rank=5, start_step=150, factor=2.0),))
+    problems = (Problem(type="straggler-30%", alert_type="straggler", job=b.job, ranks=(100,), onset_step=120,
+                        end_step=240, detail={"factor": 1.3}),
+                Problem(type="straggler-2x", alert_type="straggler", job=c.job, ranks=(5,), onset_step=150,
+                        detail={"factor": 2.0, "jitter": 0.10}))
+    return Scenario(name="multi-job-3", description="3 jobs on shared nodes and one worker: healthy, 1.3x straggler, "
+                                                    "2x straggler in a noisy 2-stage job",
+                    specs=(a, b, c), problems=problems, tags=("problem", "multi-job"),
+                    noise=_noise(a, "second job with CoV 10% and 2 stages"))
+
+
+# hangs (when the simulator has them) ---------------------------------------------------------------------
+
+if hasattr(sim, "HangFault"):
+    from .simulator import HangFault
+
+    def _hang(kind: str, seed: int) -> Callable[[], Scenario]:
+        def build() -> Scenario:
+            name = f"hang-{kind}-64"
+            fault = HangFault(rank=21, step=120, kind=kind, duration=660.0, recover=kind != "dead")
+            spec = _spec(name, 64, steps=200, seed=seed, heartbeat_interval=5.0, hangs=(fault,))
+            end = 121 if fault.resumes else None
+            what = {"hang": "stops before a collective (heartbeats go on)", "frozen": "freezes (no heartbeats)",
+                    "dead": "dies; the job is killed 660 s later"}[kind]
+            problem = Problem(type=f"hang ({kind})", alert_type="hang", job=name, ranks=(21,), onset_step=120,
+                              end_step=end, detail={"kind": kind, "duration_s": 660.0})
+            return _single(name, f"rank 21 {what} at step 120", spec, [problem], tags=("hang",),
+                           extra_noise=("heartbeats every 5 s",))
+
+        build.__name__ = f"hang_{kind}_64"
+        return build
+
+    for _j, _kind in enumerate(("hang", "frozen", "dead")):
+        register(_hang(_kind, 800 + _j))
+
+
+def describe() -> list[dict[str, Any]]:
+    """One row per registered scenario (for ``stepwatch scenarios``)."""
+    out = []
+    for s in suite():
+        out.append({"name": s.name, "tags": list(s.tags), "jobs": len(s.specs),
+                    "ranks": sum(x.ranks for x in s.specs), "step_events": s.events,
+                    "problems": [p.type for p in s.problems], "description": s.description})
+    return out
+
+
+__all__ = ["Problem", "Scenario", "register", "names", "get", "suite", "batches", "labels", "write", "describe",
+           "replace"]
