@@ -9,7 +9,7 @@ it returns, so every live alert can be reproduced offline.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 
 from stepwatch.config import Settings, StragglerSettings
@@ -30,7 +30,7 @@ class JobState:
     """Everything the engine holds for one job."""
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
-                 "last_ts", "latest_step", "ranks", "last_seen", "sli")
+                 "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags")
 
     def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
                  checkpoint: CheckpointDetector) -> None:
@@ -39,8 +39,13 @@ class JobState:
         self.throughput = throughput
         self.comm = comm
         self.checkpoint = checkpoint
-        self.last_seen = 0.0  # engine clock when the job last sent anything (for eviction)
+        # The timer's clock when the job last sent anything (for eviction): event time in
+        # replay, wall time live; None until the first tick after the job appeared.
+        self.last_seen: float | None = None
         self.sli = JobSLI()
+        # Arrival time minus event time of recent events: the job's clock offset against the
+        # timer's clock (0 in replay), so time-driven rules judge the job on its own clock.
+        self.lags: deque[float] = deque(maxlen=256)
         self.assemblers: dict[str, StepAssembler] = {}
         self.stragglers: dict[str, StragglerDetector] = {}
         self.phase = "train"
@@ -49,6 +54,9 @@ class JobState:
         self.latest_step = -1
         self.ranks: set[int] = set()
 
+    def clock_offset(self) -> float:
+        return min(self.lags) if self.lags else 0.0
+
 
 class DetectionEngine:
     def __init__(self, settings: Settings | None = None) -> None:
@@ -56,6 +64,7 @@ class DetectionEngine:
         self.jobs: dict[str, JobState] = {}
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
+        self._tick_clock: float | None = None  # ``now`` of the latest tick
         self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
         self.telemetry = TelemetryHub(self.settings.telemetry)
@@ -66,23 +75,32 @@ class DetectionEngine:
 
     # -- input ----------------------------------------------------------------------------
 
-    def process(self, event: Event) -> list[Alert]:
-        """Feed one valid event; return the alerts it caused (firing or resolved)."""
+    def process(self, event: Event, *, arrival: float | None = None) -> list[Alert]:
+        """Feed one valid event; return the alerts it caused (firing or resolved).
+
+        ``arrival``: when the event reached the worker, on the timer's clock (live: wall
+        time). It lets the time-driven rules allow for producers whose clocks differ from
+        the worker's; replay leaves it out (the event's own time is the clock).
+        """
         self.events_by_kind[event.kind] += 1
         if event.ts > self.clock:
             self.clock = event.ts
         if event.kind in TELEMETRY_KINDS:  # node telemetry is keyed by node, not by job
             return self.telemetry.process(event)
         job = self.jobs.get(event.job)
+        evicted: list[Alert] = []
         if job is None:
             job = self.jobs[event.job] = self._new_job(event.job)
             if len(self.jobs) > self.settings.retention.max_jobs:
-                self._evict(min(self.jobs.values(), key=lambda j: j.last_seen), "too many jobs tracked")
+                oldest = min((j for j in self.jobs.values() if j is not job), key=lambda j: j.last_seen or 0.0)
+                evicted = self._evict(oldest, "too many jobs tracked")
         if event.ts > job.last_ts:
             job.last_ts = event.ts
-        job.last_seen = self.clock
+        job.last_seen = self._tick_clock
+        if arrival is not None:
+            job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
-        out = job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
+        out = evicted + job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
         if isinstance(event, StepEvent):
             self.telemetry.observe_step(event)  # rank -> (node, gpu), data_time
             job.checkpoint.observe(event.ts, event.step)
@@ -127,19 +145,23 @@ class DetectionEngine:
         """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs)."""
         if now > self.clock:
             self.clock = now
+        self._tick_clock = now
         out: list[Alert] = []
         retention = self.settings.retention
         for job in list(self.jobs.values()):
-            idle = self.clock - job.last_seen
+            if job.last_seen is None:
+                job.last_seen = now
+            idle = now - job.last_seen
             if idle > (retention.ended_job_seconds if job.ended else retention.job_idle_seconds):
                 out.extend(self._evict(job, f"no events for {idle:.0f} s"))
                 continue
+            job_now = now - job.clock_offset()  # the same instant on the job's own clock
             for assembler in job.assemblers.values():
-                out.extend(self._judge(job, assembler.flush(now)))
-            out.extend(job.hang.check(now))
-            job.sli.on_tick(now, hung=bool(job.hang.firing))
+                out.extend(self._judge(job, assembler.flush(job_now)))
+            out.extend(job.hang.check(job_now))
+            job.sli.on_tick(job_now, hung=bool(job.hang.firing))
             if not job.ended:
-                out.extend(job.checkpoint.check(now))
+                out.extend(job.checkpoint.check(job_now))
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
 
     def _evict(self, job: JobState, reason: str) -> list[Alert]:

@@ -141,6 +141,14 @@ class WorkerSettings:
     web_port: int = 6066
     #: Where Faust keeps local state; empty means ~/.cache/stepwatch/<app_id>.
     datadir: str = ""
+    #: On (re)assignment, messages per events partition read back before the committed
+    #: offset to rebuild the detectors' windows (streams/recovery.py); 0 disables it.
+    recovery_messages: int = 1000
+    #: Alerts per alerts-topic partition read back to learn which alerts are open.
+    recovery_alerts_lookback: int = 5000
+    #: Consumer-group session timeout, seconds: how long a crashed worker's partitions stay
+    #: with it before another worker (or its restart) takes them over.
+    session_timeout: float = 30.0
     #: How other workers reach this one's web server (status requests for a job on another
     #: worker are proxied there); empty means http://127.0.0.1:<web_port>.
     canonical_url: str = ""

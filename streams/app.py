@@ -33,6 +33,7 @@ from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 
 from .metrics import WorkerMetrics, WorkerStats  # noqa: F401  (WorkerStats: the former name)
+from .recovery import PublishedAlerts, read_recovery_span, rebuild
 
 log = logging.getLogger("stepwatch.worker")
 
@@ -78,6 +79,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
         web_port=web_port,
         web_host="127.0.0.1",
         canonical_url=canonical_url,
+        broker_session_timeout=settings.worker.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.worker.session_timeout / 3),
         datadir=str(datadir),
         # Faust's own leader-election topic is not needed: no agent here relies on it.
         topic_disable_leader=True,
@@ -144,11 +147,19 @@ def create_app(settings: Settings | None = None) -> faust.App:
                     log.exception("Alertmanager sink failed; restarting it")
                     await asyncio.sleep(1.0)
 
+    published = PublishedAlerts()
+    job_partition: dict[str, int] = {}  # which events partition each job came from
+
     async def publish(alerts: list[Alert]) -> None:
         for alert in alerts:
+            alert = published.rewrite(alert)
+            if published.is_duplicate(alert):
+                continue  # already on the topic (e.g. re-derived after a restart)
+            published.remember(alert.to_dict())
             metrics.alert_published(alert)
             log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
-            await alerts_topic.send(key=alert.job.encode(), value=orjson.dumps(alert.to_dict()))
+            key = alert.job or (alert.nodes[0] if alert.nodes else "")  # node alerts have no job
+            await alerts_topic.send(key=key.encode(), value=orjson.dumps(alert.to_dict()))
             if sink is not None:
                 sink.submit(alert)
 
@@ -159,8 +170,11 @@ def create_app(settings: Settings | None = None) -> faust.App:
 
         topic = kafka.topic(kafka.config_topic)
         while True:
+            from stepwatch.security import client_config
+
             consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap.split(","), group_id=None,
-                                        enable_auto_commit=False, auto_offset_reset="earliest")
+                                        enable_auto_commit=False, auto_offset_reset="earliest",
+                                        **client_config(settings))
             try:
                 await consumer.start()
                 while True:
@@ -190,9 +204,67 @@ def create_app(settings: Settings | None = None) -> faust.App:
         install_pages(app, engine=engine, recorder=recorder, metrics=metrics, runtime=runtime,
                       events_topic=events_topic, settings=settings, is_ready=is_ready)
 
+    recovered: set[int] = set()
+    # Cleared while a recovery runs: the agent waits, so replayed history always comes
+    # before the live events that follow it.
+    processing_allowed = asyncio.Event()
+    processing_allowed.set()
+
+    @app.on_partitions_assigned.connect
+    async def _recover(sender, assigned, **kwargs) -> None:
+        """Rebuild the windows of newly assigned events partitions before consuming them."""
+        from stepwatch.security import client_config
+
+        topic_name = events_topic.get_topic_name()
+        mine = {tp.partition for tp in assigned if tp.topic == topic_name}
+        new = mine - recovered
+        recovered.intersection_update(mine)
+        if not new or settings.worker.recovery_messages <= 0:
+            recovered.update(new)
+            return
+        processing_allowed.clear()
+        state["recovering"] = True
+        try:
+            span = await asyncio.get_running_loop().run_in_executor(None, lambda: read_recovery_span(
+                bootstrap=kafka.bootstrap, group_id=kafka.app_id, events_topic=topic_name,
+                alerts_topic=kafka.topic(kafka.alerts_topic), partitions=new,
+                replay_messages=settings.worker.recovery_messages,
+                alerts_lookback=settings.worker.recovery_alerts_lookback, client_config=client_config(settings)))
+            def observe(event, partition: int) -> None:
+                recorder.observe(event)
+                if getattr(event, "job", None):
+                    job_partition[event.job] = partition
+
+            report, reconcile = rebuild(engine, published, span, observe=observe)
+            log.info("recovered partitions %s: %d messages, %d events replayed; %d alerts read back, %d of them "
+                     "open, %d re-published, %d resolved while down (%.2f s)", sorted(new), report.messages_replayed,
+                     report.events_replayed, len(span.alerts), report.open_on_topic, report.republished_firing,
+                     report.resolved_while_down, report.seconds)
+            await publish(reconcile)
+        except Exception:  # recovery is best effort: detection goes on from the committed offsets
+            log.exception("recovery of partitions %s failed; continuing without rebuilt windows", sorted(new))
+        finally:
+            state["recovering"] = False
+            recovered.update(new)
+            processing_allowed.set()
+
+    @app.on_partitions_revoked.connect
+    async def _forget(sender, revoked, **kwargs) -> None:
+        """Jobs of revoked partitions now belong to another worker: drop their state quietly."""
+        topic_name = events_topic.get_topic_name()
+        gone = {tp.partition for tp in revoked if tp.topic == topic_name}
+        if not gone:
+            return
+        recovered.difference_update(gone)
+        for job in [j for j, p in job_partition.items() if p in gone]:
+            engine.jobs.pop(job, None)
+            job_partition.pop(job, None)
+
     @app.agent(events_topic, name="stepwatch-detect")
     async def detect(stream):
         async for event in stream.events():
+            if not processing_allowed.is_set():
+                await processing_allowed.wait()
             message = event.message
             raw = message.value
             metrics.messages.inc()
@@ -209,12 +281,15 @@ def create_app(settings: Settings | None = None) -> faust.App:
             if not events:
                 continue
             started = time.perf_counter()
+            arrival = time.time()
             alerts = []
             for ev in events:
                 metrics.events.labels(ev.kind).inc()
                 recorder.observe(ev)
+                if getattr(ev, "job", None):
+                    job_partition[ev.job] = message.partition
                 try:
-                    alerts.extend(engine.process(ev))
+                    alerts.extend(engine.process(ev, arrival=arrival))
                 except Exception as exc:  # a detector bug must not stop the worker; keep the event
                     log.exception("detector failed on an event")
                     await deadletter_topic.send(
@@ -226,8 +301,14 @@ def create_app(settings: Settings | None = None) -> faust.App:
             metrics.detection.labels("events").observe(time.perf_counter() - started)
             await publish(alerts)
 
+    from .telemetry_feed import attach_telemetry
+
+    attach_telemetry(app, engine, settings, publish=publish)
+
     @app.timer(interval=settings.worker.tick_interval)
     async def tick():
+        if state.get("recovering"):
+            return  # the engine is being rebuilt; the next tick runs the rules
         started = time.perf_counter()
         try:
             alerts = engine.tick(time.time())

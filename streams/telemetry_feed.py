@@ -62,12 +62,15 @@ class TelemetryFeed:
     def _consumer(self):
         from kafka import KafkaConsumer, TopicPartition
 
+        from stepwatch.security import client_config
         from stepwatch.topics import create_topics
 
         k = self.settings.kafka
-        create_topics(k.bootstrap, [self.topic], k.partitions, replication_factor=k.replication_factor)
+        security = client_config(self.settings)
+        create_topics(k.bootstrap, [self.topic], k.partitions, replication_factor=k.replication_factor,
+                      client_config=security)
         consumer = KafkaConsumer(bootstrap_servers=k.bootstrap, group_id=None, enable_auto_commit=False,
-                                 auto_offset_reset="earliest")
+                                 auto_offset_reset="earliest", **security)
         partitions = consumer.partitions_for_topic(self.topic) or set()
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
@@ -132,8 +135,12 @@ def partition_of(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-def attach_telemetry(app, engine, settings: Settings):
-    """Give a worker the global telemetry view; idempotent."""
+def attach_telemetry(app, engine, settings: Settings, *, publish=None):
+    """Give a worker the global telemetry view; idempotent.
+
+    ``publish``: the worker's own alert publisher (metrics, deduplication, Alertmanager);
+    without it alerts go straight to the alerts topic.
+    """
     if getattr(app, "stepwatch_telemetry_feed", None) is not None:
         return app.stepwatch_telemetry_feed
     kafka = settings.kafka
@@ -165,6 +172,9 @@ def attach_telemetry(app, engine, settings: Settings):
                         partition_of(alert.nodes[0], n_partitions) not in owned:
                     continue
                 out.append(alert)
+        if publish is not None:
+            await publish(out)
+            return
         for alert in out:
             log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
             await alerts_topic.send(key=(alert.job or alert.nodes[0] if alert.nodes else alert.job).encode(),
@@ -174,20 +184,10 @@ def attach_telemetry(app, engine, settings: Settings):
 
 
 def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:
-    """``stepwatch worker`` with the global telemetry view attached."""
-    from faust.worker import Worker
+    """``stepwatch worker`` (it attaches the telemetry feed itself); kept for ``python -m``."""
+    from stepwatch.streams.app import run_worker as run_app_worker
 
-    from stepwatch.streams.app import create_app
-    from stepwatch.topics import create_topics, ensure_topics
-
-    settings = settings or Settings.from_env()
-    ensure_topics(settings.kafka)
-    k = settings.kafka
-    create_topics(k.bootstrap, [k.topic(settings.telemetry.topic)], k.partitions,
-                  replication_factor=k.replication_factor)
-    app = create_app(settings)
-    attach_telemetry(app, app.stepwatch_engine, settings)
-    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    run_app_worker(settings, loglevel=loglevel)
 
 
 if __name__ == "__main__":

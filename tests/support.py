@@ -22,6 +22,7 @@ def stepwatch_env(bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
         STEPWATCH_KAFKA_TOPIC_PREFIX=prefix,
         STEPWATCH_KAFKA_APP_ID=prefix.rstrip(".") + "-worker",
         STEPWATCH_WORKER_WEB_PORT="0",
+        STEPWATCH_WORKER_SESSION_TIMEOUT="6",  # a killed worker's partitions move on quickly
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)

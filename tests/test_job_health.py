@@ -161,3 +161,59 @@ def test_slis_measure_straggler_waste_productive_share_and_mfu():
     assert 0.85 < healthy["productive_share"] < 1.0  # a 20 s checkpoint pause in ~200 s
     assert healthy["mfu"] == pytest.approx(healthy["tokens_per_second"] * 6e9 / (1e12 * 16), rel=1e-3)
     assert slow["mfu"] is None
+
+
+def test_idle_and_ended_jobs_are_evicted_and_their_alerts_resolved():
+    from stepwatch.config import RetentionSettings, Settings
+    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.events import parse_event
+    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+    import dataclasses
+
+    settings = dataclasses.replace(Settings(), retention=RetentionSettings(job_idle_seconds=600,
+                                                                           ended_job_seconds=60, max_jobs=2))
+    engine = DetectionEngine(settings)
+    spec = SimulationSpec(job="idle", ranks=8, steps=60, stragglers=(StragglerFault(rank=1, start_step=20,
+                                                                                    factor=1.5),))
+    events = [parse_event(e) for e in ClusterSimulator(spec).events() if e.get("phase") != "end"]
+    now = events[0].ts
+    for event in events:
+        engine.process(event)
+        if event.ts - now >= 1:
+            now = event.ts
+            engine.tick(now)
+    assert [a.type for a in engine.open_alerts()] == ["straggler"]
+    hang = engine.tick(now + 599)  # the job stopped stepping without an end: a hang first
+    assert [(a.type, a.status) for a in hang] == [("hang", "firing")] and "idle" in engine.jobs
+    evicted = engine.tick(now + 601)
+    assert sorted((a.status, a.type) for a in evicted) == [("resolved", "hang"), ("resolved", "straggler")]
+    assert all("state evicted" in a.summary for a in evicted) and "idle" not in engine.jobs
+    # A job that ended goes sooner; more jobs than max_jobs pushes out the least recently active.
+    for job in ("a", "b", "c"):
+        engine.process(parse_event({"v": 1, "kind": "phase", "job": job, "ts": now + 700, "phase": "train"}))
+        engine.tick(now + 700 + ord(job))
+    assert set(engine.jobs) == {"b", "c"}
+    engine.process(parse_event({"v": 1, "kind": "phase", "job": "c", "ts": now + 900, "phase": "end"}))
+    engine.tick(now + 900)
+    engine.tick(now + 1000)
+    assert set(engine.jobs) == {"b"}
+
+
+def test_producer_clock_offset_is_allowed_for_by_time_driven_rules():
+    # A live worker ticks with its wall clock; a job whose clock is far behind (or whose
+    # recording is replayed into a live worker) is neither idle nor hung because of it.
+    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.events import parse_event
+
+    engine = DetectionEngine()
+    offset = 7.0e8
+    for step in range(30):
+        for rank in range(8):
+            ts = 1.0e9 + step
+            engine.process(parse_event({"v": 1, "kind": "step", "job": "old", "rank": rank, "step": step,
+                                        "ts": ts, "step_time": 1.0, "compute_time": 0.8}), arrival=ts + offset)
+        assert engine.tick(1.0e9 + step + offset + 0.5) == []
+    assert "old" in engine.jobs
+    # Then the job stops stepping: on its own clock, the hang warning still comes.
+    alerts = [a for t in range(1, 120) for a in engine.tick(1.0e9 + 30 + offset + t)]
+    assert [(a.type, a.severity) for a in alerts][:1] == [("hang", "warning")]

@@ -50,3 +50,49 @@ def test_broker_outage_producer_and_worker_recover_without_restart(own_broker, t
         if simulator is not None and simulator.poll() is None:
             simulator.kill()
         worker.stop()
+
+
+def _publish(bootstrap: str, topic: str, spec, *, drop_end: bool = True) -> None:
+    from stepwatch.producers.publisher import EventPublisher
+    from stepwatch.producers.simulator import ClusterSimulator
+
+    with EventPublisher(bootstrap=bootstrap, topic=topic) as publisher:
+        for _, batch in ClusterSimulator(spec).steps():
+            if drop_end:
+                batch = [e for e in batch if e.get("phase") != "end"]
+            publisher.send(spec.job, batch)
+
+
+def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstrap, topic_prefix, start_worker):
+    from stepwatch.producers.simulator import SimulationSpec, StragglerFault
+
+    events_topic, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"
+    worker = start_worker()
+    # Job A: rank 7 turns slow at step 30 and stays slow; the job goes on (no end yet).
+    first = SimulationSpec(job="job-a", ranks=16, steps=120, start_time=1_700_000_000.0,
+                           stragglers=(StragglerFault(rank=7, start_step=30, factor=1.4),))
+    _publish(kafka_bootstrap, events_topic, first)
+    fired = read_alerts(kafka_bootstrap, alerts_topic, until=lambda a: bool(a))
+    assert [(a["status"], a["job"], a["ranks"]) for a in fired] == [("firing", "job-a", [7])]
+    time.sleep(4)  # let Faust commit its offsets (every ~3 s)
+    worker.proc.kill()  # SIGKILL: no shutdown, no last commit
+    worker.proc.wait()
+
+    # While the worker is down: job A's straggler recovers, and job B gets one.
+    end_a = 1_700_000_000.0 + 130
+    _publish(kafka_bootstrap, events_topic, SimulationSpec(job="job-a", ranks=16, steps=80, first_step=120,
+                                                           warmup_steps=0, start_time=end_a, seed=1))
+    _publish(kafka_bootstrap, events_topic, SimulationSpec(
+        job="job-b", ranks=8, steps=80, start_time=end_a, stragglers=(StragglerFault(rank=3, start_step=30,
+                                                                                     factor=1.5),)))
+    restarted = start_worker()
+
+    def done(alerts):
+        return any(a["job"] == "job-a" and a["status"] == "resolved" for a in alerts) and \
+            any(a["job"] == "job-b" for a in alerts)
+
+    alerts = read_alerts(kafka_bootstrap, alerts_topic, until=done, timeout=120)
+    job_a = [(a["status"], a["id"]) for a in alerts if a["job"] == "job-a"]
+    assert job_a == [("firing", fired[0]["id"]), ("resolved", fired[0]["id"])], restarted.log_text()[-3000:]
+    assert [(a["status"], a["ranks"]) for a in alerts if a["job"] == "job-b"][:1] == [("firing", [3])]
+    assert "recovered partitions" in restarted.log_text()

@@ -1,0 +1,228 @@
+"""Restart recovery: rebuild the detectors' windows and learn which alerts are already open.
+
+The detection state lives in memory; Kafka keeps the history. When a worker is assigned
+partitions of the events topic (at start, after a crash, or in a rebalance) it
+
+1. reads back a bounded recent span of each assigned partition, up to the group's
+   committed offset, and feeds it to the engine with publishing held back (the windows,
+   heartbeats and open problems are rebuilt as they were);
+2. reads the recent alerts topic to learn which alert ids are open (published ``firing``
+   and not yet ``resolved``) for the jobs on those partitions;
+3. reconciles: an alert open on the topic that the rebuilt engine also holds open is not
+   published again; one the engine holds open but the topic never got is published (it
+   was lost in the crash); one open on the topic that the engine no longer holds is
+   published as ``resolved`` (it cleared while the worker was down).
+
+Consumption then resumes from the committed offset, so a problem that began while the
+worker was down is still seen. The guarantee is at-least-once with idempotent alert ids:
+a consumer may see the same (id, status, severity) twice, never a second ``firing`` of an
+id it already saw firing from the same worker generation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import orjson
+from kafka import KafkaConsumer, TopicPartition
+
+from stepwatch.models.alerts import Alert
+from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.events import decode_message
+
+log = logging.getLogger("stepwatch.recovery")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    partitions: tuple[int, ...]
+    messages_replayed: int
+    events_replayed: int
+    open_on_topic: int
+    republished_firing: int
+    resolved_while_down: int
+    seconds: float
+
+
+class PublishedAlerts:
+    """What this worker (or its previous life) last published per alert id.
+
+    Used to suppress a second identical publication: a ``firing`` already on the topic
+    with the same severity and summary is not sent again.
+    """
+
+    def __init__(self, max_ids: int = 100_000) -> None:
+        self.max_ids = max_ids
+        self._last: dict[str, tuple[str, str, str]] = {}
+        self.open: dict[str, dict] = {}  # id -> alert dict, for firing alerts
+        # The rebuilt engine may name a problem it saw from the middle with another id than
+        # the one already published (e.g. a later first step): publish it under the old id.
+        self.alias: dict[str, tuple[str, float]] = {}  # engine id -> (published id, its starts_at)
+
+    def remember(self, alert: dict) -> None:
+        self._last[alert["id"]] = (alert.get("status"), alert.get("severity"), alert.get("summary"))
+        if alert.get("status") == "firing":
+            self.open[alert["id"]] = alert
+        else:
+            self.open.pop(alert["id"], None)
+        while len(self._last) > self.max_ids:  # bounded: forget the oldest ids
+            oldest = next(iter(self._last))
+            self._last.pop(oldest)
+            self.open.pop(oldest, None)
+
+    def is_duplicate(self, alert: Alert) -> bool:
+        return self._last.get(alert.id) == (alert.status, alert.severity, alert.summary)
+
+    def rewrite(self, alert: Alert) -> Alert:
+        """The alert under the id it was first published with."""
+        alias = self.alias.get(alert.id)
+        if alias is None:
+            return alert
+        if alert.status == "resolved":
+            self.alias.pop(alert.id, None)
+        return dataclasses.replace(alert, id=alias[0], starts_at=alias[1])
+
+
+def read_span(consumer: KafkaConsumer, partitions: Iterable[TopicPartition], ends: dict[TopicPartition, int],
+              starts: dict[TopicPartition, int], *, timeout: float = 60.0):
+    """Yield the records of each partition from ``starts[tp]`` (inclusive) to ``ends[tp]`` (exclusive)."""
+    partitions = [tp for tp in partitions if ends[tp] > starts[tp]]
+    if not partitions:
+        return
+    consumer.assign(partitions)
+    for tp in partitions:
+        consumer.seek(tp, starts[tp])
+    remaining = set(partitions)
+    deadline = time.monotonic() + timeout
+    while remaining and time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=500, max_records=5000)
+        for tp, records in batch.items():
+            for record in records:
+                if record.offset < ends[tp]:
+                    yield record
+            if consumer.position(tp) >= ends[tp]:
+                remaining.discard(tp)
+                consumer.pause(tp)
+        for tp in list(remaining):
+            if consumer.position(tp) >= ends[tp]:
+                remaining.discard(tp)
+    if remaining:
+        log.warning("recovery read stopped at its time limit; partitions not fully read: %s", sorted(remaining))
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySpan:
+    """What was read back from Kafka for a set of partitions (raw, bounded)."""
+
+    partitions: tuple[int, ...]
+    event_messages: list[tuple[int, bytes]]  # (partition, value)
+    alerts: list[dict]
+
+
+def read_recovery_span(*, bootstrap: str, group_id: str, events_topic: str, alerts_topic: str,
+                       partitions: Iterable[int], replay_messages: int, alerts_lookback: int,
+                       client_config: dict | None = None, timeout: float = 20.0) -> RecoverySpan:
+    """Read the recent events before the group's committed offsets, and the recent alerts.
+
+    Blocking (kafka-python): the worker runs it in a thread, then hands the result to
+    :func:`rebuild` on its own loop, so the engine is only ever touched by one thread.
+    """
+    config = dict(client_config or {})
+    partitions = tuple(sorted(partitions))
+    event_tps = [TopicPartition(events_topic, p) for p in partitions]
+    group = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False, **config)
+    try:
+        committed = {tp: group.committed(tp) for tp in event_tps}
+        beginnings = group.beginning_offsets(event_tps) if event_tps else {}
+    finally:
+        group.close()
+    ends = {tp: committed[tp] or 0 for tp in event_tps}
+    starts = {tp: max(beginnings[tp], ends[tp] - replay_messages) for tp in event_tps}
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **config)
+    try:
+        messages = [(r.partition, r.value) for r in read_span(reader, event_tps, ends, starts, timeout=timeout)]
+        alerts: list[dict] = []
+        reader.topics()  # fetch metadata: partitions_for_topic only answers from what is cached
+        alert_tps = [TopicPartition(alerts_topic, p) for p in (reader.partitions_for_topic(alerts_topic) or ())]
+        if alert_tps:
+            alert_ends = reader.end_offsets(alert_tps)
+            alert_begin = reader.beginning_offsets(alert_tps)
+            alert_starts = {tp: max(alert_begin[tp], alert_ends[tp] - alerts_lookback) for tp in alert_tps}
+            for record in read_span(reader, alert_tps, alert_ends, alert_starts, timeout=timeout):
+                try:
+                    alert = orjson.loads(record.value)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(alert, dict) and isinstance(alert.get("id"), str):
+                    alerts.append(alert)
+    finally:
+        reader.close()
+    return RecoverySpan(partitions, messages, alerts)
+
+
+def rebuild(engine: DetectionEngine, published: PublishedAlerts, span: RecoverySpan, *,
+            observe=None) -> tuple[RecoveryReport, list[Alert]]:
+    """Feed the span to the engine (alerts held back) and return the alerts that reconcile it.
+
+    ``observe(event, partition)``: called with every replayed event too (e.g. the status recorder).
+    """
+    started = time.monotonic()
+    events = 0
+    jobs: set[str] = set()
+    for partition, raw in span.event_messages:
+        decoded, _ = decode_message(raw)  # rejects were dead-lettered the first time
+        for event in decoded:
+            events += 1
+            if getattr(event, "job", ""):
+                jobs.add(event.job)
+            if observe is not None:
+                observe(event, partition)
+            engine.process(event)
+    for alert in span.alerts:
+        published.remember(alert)
+    topic_open = {i: a for i, a in published.open.items() if a.get("job") in jobs}
+    by_problem = {_problem(a): i for i, a in topic_open.items()}
+    engine_open: dict[str, Alert] = {}
+    for alert in engine.open_alerts():
+        if alert.job not in jobs:
+            continue
+        published_id = alert.id if alert.id in topic_open else by_problem.get(
+            (alert.job, alert.type, tuple(alert.ranks)))
+        if published_id is not None and published_id != alert.id:
+            published.alias[alert.id] = (published_id, topic_open[published_id].get("starts_at") or alert.starts_at)
+        engine_open[published_id or alert.id] = alert
+    out: list[Alert] = []
+    for alert in engine_open.values():
+        if alert.id in published.alias:  # the same problem, already open under its published id
+            continue
+        if alert.id not in topic_open or not published.is_duplicate(alert):
+            out.append(alert)
+    now = time.time()
+    resolved = 0
+    for alert_id_, alert in topic_open.items():
+        if alert_id_ not in engine_open:
+            out.append(_resolved_while_down(alert, now))
+            resolved += 1
+    report = RecoveryReport(partitions=span.partitions, messages_replayed=len(span.event_messages),
+                            events_replayed=events, open_on_topic=len(topic_open),
+                            republished_firing=len(out) - resolved, resolved_while_down=resolved,
+                            seconds=round(time.monotonic() - started, 3))
+    return report, out
+
+
+def _problem(alert: dict) -> tuple:
+    return alert.get("job"), alert.get("type"), tuple(alert.get("ranks") or ())
+
+
+def _resolved_while_down(alert: dict, now: float) -> Alert:
+    return Alert(
+        id=alert["id"], status="resolved", type=alert.get("type", "unknown"),
+        severity=alert.get("severity", "warning"), job=alert.get("job", "?"),
+        ranks=tuple(alert.get("ranks") or ()), nodes=tuple(alert.get("nodes") or ()),
+        starts_at=alert.get("starts_at") or now, ends_at=now,
+        summary=f"resolved (cleared while the worker was down): {alert.get('summary', '')}",
+        evidence=alert.get("evidence") or {})
