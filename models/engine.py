@@ -12,6 +12,8 @@ import dataclasses
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 
+import numpy as np
+
 from stepwatch.config import Settings, StragglerSettings
 
 from .alerts import Alert
@@ -55,7 +57,8 @@ class JobState:
         self.ranks: set[int] = set()
 
     def clock_offset(self) -> float:
-        return min(self.lags) if self.lags else 0.0
+        # The median: a few events with absurd timestamps cannot move the job's clock.
+        return float(np.median(self.lags)) if self.lags else 0.0
 
 
 class DetectionEngine:

@@ -146,6 +146,9 @@ class WorkerSettings:
     recovery_messages: int = 1000
     #: Alerts per alerts-topic partition read back to learn which alerts are open.
     recovery_alerts_lookback: int = 5000
+    #: Events stamped further than this ahead of the worker's clock are dead-lettered (a
+    #: sender clock or unit bug); older timestamps are fine (recordings, clock offsets).
+    max_future_seconds: float = 86_400.0
     #: Consumer-group session timeout, seconds: how long a crashed worker's partitions stay
     #: with it before another worker (or its restart) takes them over.
     session_timeout: float = 30.0

@@ -28,7 +28,7 @@ from stepwatch.config import Settings
 from stepwatch.security import faust_credentials
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import Rejected, decode_message
+from stepwatch.models.events import Rejected, decode_message, event_to_dict
 from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 
@@ -283,7 +283,15 @@ def create_app(settings: Settings | None = None) -> faust.App:
             started = time.perf_counter()
             arrival = time.time()
             alerts = []
+            too_far = arrival + settings.worker.max_future_seconds
             for ev in events:
+                if ev.ts > too_far:
+                    metrics.deadlettered.labels("future").inc()
+                    await deadletter_topic.send(key=message.key, value=deadletter_record(
+                        Rejected(f"timestamp {ev.ts:.0f} is {ev.ts - arrival:.0f} s ahead of the worker's clock",
+                                 event_to_dict(ev)), topic=message.topic, partition=message.partition, offset=message.offset,
+                        key=message.key, raw=raw))
+                    continue
                 metrics.events.labels(ev.kind).inc()
                 recorder.observe(ev)
                 if getattr(ev, "job", None):

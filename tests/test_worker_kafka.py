@@ -50,8 +50,10 @@ def test_bad_input_is_dead_lettered_and_the_worker_goes_on(kafka_bootstrap, topi
     worker = start_worker()
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     events_topic = topic_prefix + "events"
+    far_future = {"v": 1, "kind": "step", "job": "j", "rank": 0, "step": 1, "ts": time.time() + 10 * 86_400,
+                  "step_time": 1.0}
     bad_messages = [b"{not json", b"[1,2,3]", orjson.dumps({"v": 1, "kind": "step", "job": "j"}),
-                    orjson.dumps({"v": 9, "kind": "step"}), b"\xff\xfe\x00"]
+                    orjson.dumps({"v": 9, "kind": "step"}), b"\xff\xfe\x00", orjson.dumps(far_future)]
     for raw in bad_messages:
         producer.send(events_topic, key=b"j", value=raw)
     producer.flush()
@@ -71,6 +73,7 @@ def test_bad_input_is_dead_lettered_and_the_worker_goes_on(kafka_bootstrap, topi
     assert all(d["topic"] == events_topic and d["offset"] is not None and d["reason"] for d in dead)
     assert "malformed JSON" in dead[0]["reason"]
     assert "missing required field" in dead[2]["reason"]
+    assert "ahead of the worker's clock" in dead[5]["reason"] and dead[5]["event"]["step"] == 1
     assert worker.proc.poll() is None  # still running
 
 
