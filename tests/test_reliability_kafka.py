@@ -96,3 +96,35 @@ def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstr
     assert job_a == [("firing", fired[0]["id"]), ("resolved", fired[0]["id"])], restarted.log_text()[-3000:]
     assert [(a["status"], a["ranks"]) for a in alerts if a["job"] == "job-b"][:1] == [("firing", [3])]
     assert "recovered partitions" in restarted.log_text()
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def test_burst_builds_lag_that_drains_and_memory_stays_bounded(kafka_bootstrap, topic_prefix, start_worker):
+    from stepwatch.producers.simulator import SimulationSpec, StragglerFault
+
+    worker = start_worker()
+    events_topic, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"
+    # Nominal: one 64-rank job. Then a burst far above it: 12 jobs' worth of history at once.
+    _publish(kafka_bootstrap, events_topic, SimulationSpec(job="nominal", ranks=64, steps=100), drop_end=False)
+    time.sleep(3)
+    rss_before = _rss_bytes(worker.proc.pid)
+    for i in range(12):
+        _publish(kafka_bootstrap, events_topic, SimulationSpec(job=f"burst-{i}", ranks=64, steps=150, seed=i),
+                 drop_end=False)
+    # A problem behind the burst is still found once the lag has drained.
+    _publish(kafka_bootstrap, events_topic, SimulationSpec(job="after-burst", ranks=8, steps=50,
+                                                           stragglers=(StragglerFault(rank=2, start_step=20,
+                                                                                      factor=1.5),)))
+    alerts = read_alerts(kafka_bootstrap, alerts_topic, until=lambda a: any(x["job"] == "after-burst" for x in a),
+                         timeout=240)
+    assert [(a["job"], a["ranks"]) for a in alerts if a["status"] == "firing"] == [("after-burst", [2])]
+    growth = _rss_bytes(worker.proc.pid) - rss_before
+    # ~115k events of 13 finished jobs went through; what stays is bounded per job, not per event.
+    assert growth < 150 * 2**20, f"worker RSS grew by {growth / 2**20:.0f} MiB"
