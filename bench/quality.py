@@ -12,6 +12,8 @@ the same code as ``stepwatch replay`` (``stepwatch.cli._read_events`` feeding
   whether its diagnosis names the culprit is scored in the next item);
 * **right rank**: of the alerts that fired inside a problem's window (onset .. end + grace) in
   that job, the share that name one of the labelled ranks;
+* **right layer**: for a whole-job slowdown labelled with its cause (``detail.layer``), whether
+  the first ``throughput_drop`` alert that caught it names that layer (``evidence.layer``);
 * **false alarms**: firing alerts (one per alert id) that match no problem window, including
   every alert before a problem's onset, per 1,000 rank-hours of healthy rank time (all rank
   time minus the labelled ranks' problem windows);
@@ -72,7 +74,8 @@ def score(labels: dict, alerts: list[dict]) -> dict:
     jobs = {j["job"]: j for j in labels["jobs"]}
     problems = labels["problems"]
     results = [{"type": p["type"], "alert_type": p["alert_type"], "detected": False, "delay_s": None,
-                "delay_steps": None, "late_s": None, "in_window": 0, "right_rank": 0} for p in problems]
+                "delay_steps": None, "late_s": None, "in_window": 0, "right_rank": 0,
+                "layer": (p.get("detail") or {}).get("layer"), "right_layer": None} for p in problems]
     false_alarms = []
     for a in _first_firing(alerts):
         t = a["starts_at"]
@@ -101,6 +104,8 @@ def score(labels: dict, alerts: list[dict]) -> dict:
             if (named or not localized) and t <= p["onset_ts"] + p["deadline_s"] and not r["detected"]:
                 r["detected"] = True
                 r["delay_s"] = t - p["onset_ts"]
+                if r["layer"] is not None:
+                    r["right_layer"] = (a.get("evidence") or {}).get("layer") == r["layer"]
                 detected_step = (a.get("evidence") or {}).get("detected_step")
                 step_time = jobs[p["job"]]["step_time"] or 1.0
                 r["delay_steps"] = (detected_step - p["onset_step"] if detected_step is not None
@@ -143,7 +148,8 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 
 def aggregate(results: list[dict]) -> dict:
     by_type: dict[str, dict] = defaultdict(lambda: {"n": 0, "detected": 0, "delays_s": [], "delays_steps": [],
-                                                    "in_window": 0, "right_rank": 0, "late": []})
+                                                    "in_window": 0, "right_rank": 0, "late": [],
+                                                    "layered": 0, "right_layer": 0})
     for res in results:
         for p in res["problems"]:
             row = by_type[p["type"]]
@@ -153,6 +159,9 @@ def aggregate(results: list[dict]) -> dict:
             row["right_rank"] += p["right_rank"]
             if p["late_s"] is not None and not p["detected"]:
                 row["late"].append(p["late_s"])
+            if p.get("right_layer") is not None:
+                row["layered"] += 1
+                row["right_layer"] += p["right_layer"]
             if p["detected"]:
                 row["detected"] += 1
                 row["delays_s"].append(p["delay_s"])
@@ -177,9 +186,11 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float) -> str
              "### Per problem type", "",
              "Recall: problems caught within the deadline (stragglers: by an alert naming a labelled rank). "
              "Delays: onset to first correct alert, over the detected ones. Right rank: share of the alerts "
-             "fired inside the problem windows that name a labelled rank.", "",
-             "| problem | alert | n | recall | deadline | delay p50 s (steps) | delay p90 s (steps) | right rank | caught late |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "fired inside the problem windows that name a labelled rank. Right layer: share of the caught whole-job "
+             "slowdowns whose first `throughput_drop` alert names the labelled cause (`evidence.layer`).", "",
+             "| problem | alert | n | recall | deadline | delay p50 s (steps) | delay p90 s (steps) | right rank | "
+             "right layer | caught late |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     deadlines: dict[str, set] = defaultdict(set)
     for r in results:
         for p in get(r["scenario"]).problems:
@@ -189,11 +200,13 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float) -> str
         ds, dn = row["delays_s"], row["delays_steps"]
         share = f"{row['right_rank'] / row['in_window']:.0%} ({row['right_rank']}/{row['in_window']})" \
             if row["in_window"] else "-"
+        layer = f"{row['right_layer'] / row['layered']:.0%} ({row['right_layer']}/{row['layered']})" \
+            if row["layered"] else "-"
         lines.append(
             f"| {kind} | {row['alert_type']} | {row['n']} | {row['detected'] / row['n']:.0%} "
             f"({row['detected']}/{row['n']}) | {'/'.join(f'{d:.0f}' for d in sorted(deadlines[kind]))} s | "
             f"{_fmt(_pct(ds, 0.5))} ({_fmt(_pct(dn, 0.5))}) | {_fmt(_pct(ds, 0.9))} ({_fmt(_pct(dn, 0.9))}) | "
-            f"{share} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
+            f"{share} | {layer} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
     hours = agg["healthy_rank_hours"]
     total_false = sum(agg["false_by_type"].values())
     lines += ["", "### False alarms", "",

@@ -45,7 +45,7 @@ class StepSample:
     #: data-loader hiccup) moves ``step_time`` but not this; a job-wide slowdown moves both.
     typical_step_time: float
     compute: float
-    comm: float
+    comm: float  # the transfer time: the smallest comm_time of the step (see ``sample_from``)
     data: float
     tokens_per_second: float
 
@@ -63,7 +63,12 @@ def sample_from(step: GroupStep) -> StepSample:
         typical = float(np.median(before) + np.min(step.comm_time))
     tokens = step.tokens[~np.isnan(step.tokens)] if step.tokens is not None else np.zeros(0)
     tps = float(tokens.sum() / typical) if tokens.size and typical > 0 else float("nan")
-    return StepSample(step.step, step.ts, step_time, typical, med(step.compute_time), med(step.comm_time),
+    # The communication layer is the transfer itself (the smallest comm_time: the last rank to arrive
+    # waits for nobody). The median rank's comm_time also holds its wait for the slowest rank, so a
+    # data-loader hiccup or GC pause on any rank would move it and blame the network for an input stall.
+    comm = step.comm_time[~np.isnan(step.comm_time)]
+    transfer = float(comm.min()) if comm.size else float("nan")
+    return StepSample(step.step, step.ts, step_time, typical, med(step.compute_time), transfer,
                       med(step.data_time), tps)
 
 

@@ -37,12 +37,13 @@ from typing import Any
 import orjson
 
 from . import simulator as sim
-from .simulator import (ClusterSimulator, DataStall, Drift, IntermittentStraggler, JobSlowdown, RampStraggler,
-                        SimulationSpec, StragglerFault)
+from .simulator import (ClusterSimulator, CommSlowdown, DataStall, Drift, InputStall, IntermittentStraggler,
+                        JobSlowdown, NoisyNeighbour, RampStraggler, SimulationSpec, StragglerFault)
 
 LABELS_VERSION = 1
 #: Default time a detector is given to catch each kind of problem (seconds after onset).
-DEFAULT_DEADLINE_S = {"straggler": 60.0, "hang": 120.0}
+DEFAULT_DEADLINE_S = {"straggler": 60.0, "hang": 120.0, "throughput_drop": 120.0, "comm_slowdown": 60.0,
+                      "checkpoint_stale": 60.0}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,9 +301,9 @@ def job_slowdown_64() -> Scenario:
     spec = _spec(name, 64, seed=16, slowdowns=(JobSlowdown(start_step=80, factor=1.3, end_step=130),
                                                JobSlowdown(start_step=210, factor=2.0, end_step=230)))
     problems = [Problem(type="job-slowdown", alert_type="throughput_drop", job=name, ranks=(), onset_step=80,
-                        end_step=130, detail={"factor": 1.3}, deadline_s=120.0),
+                        end_step=130, detail={"factor": 1.3, "layer": "compute"}, deadline_s=120.0),
                 Problem(type="job-slowdown", alert_type="throughput_drop", job=name, ranks=(), onset_step=210,
-                        end_step=230, detail={"factor": 2.0}, deadline_s=120.0)]
+                        end_step=230, detail={"factor": 2.0, "layer": "compute"}, deadline_s=120.0)]
     return _single(name, "whole-job slowdowns (1.3x for 50 steps, 2x for 20): a shared cause, no straggler",
                    spec, problems, extra_noise=("whole-job slowdowns 1.3x and 2x",))
 
@@ -448,7 +449,7 @@ def multi_problem_256() -> Scenario:
         Problem(type="straggler-30%", alert_type="straggler", job=name, ranks=(10,), onset_step=90, end_step=200,
                 detail={"factor": 1.3}),
         Problem(type="job-slowdown", alert_type="throughput_drop", job=name, ranks=(), onset_step=120, end_step=160,
-                detail={"factor": 1.25}, deadline_s=120.0),
+                detail={"factor": 1.25, "layer": "compute"}, deadline_s=120.0),
         Problem(type="straggler-2x", alert_type="straggler", job=name, ranks=(200,), onset_step=150,
                 detail={"factor": 2.0}),
         Problem(type="thermal-ramp", alert_type="straggler", job=name, ranks=(131,), onset_step=60,
@@ -475,6 +476,129 @@ def multi_job_3() -> Scenario:
                                                     "2x straggler in a noisy 2-stage job",
                     specs=(a, b, c), problems=problems, tags=("problem", "multi-job"),
                     noise=_noise(a, "second job with CoV 10% and 2 stages"))
+
+
+# job health: whole-job slowdowns by cause, communication, checkpoints (issue 9) ---------------------------
+#
+# A throughput_drop problem carries the layer a correct alert names in ``detail["layer"]`` (the
+# throughput rule's names: "communication", "compute", "input pipeline"); bench/quality.py scores it.
+
+_COLLECTIVES = "collective events (2 all-reduce buckets of 25 MiB per step per rank)"
+
+
+def _comm_slowdown(ranks: int, factor: float, seed: int) -> Callable[[], Scenario]:
+    def build() -> Scenario:
+        name = f"comm-slowdown-{factor:g}x-{ranks}"
+        spec = _spec(name, ranks, seed=seed, collective_events=True,
+                     effects=(CommSlowdown(start_step=110, factor=factor, end_step=200),))
+        # ~0.15 s of the ~0.97 s step is transfer: 2.5x costs ~19% throughput, 1.4x only ~6% (below 10%).
+        problems = [Problem(type=f"comm-slowdown-{factor:g}x", alert_type="comm_slowdown", job=name, ranks=(),
+                            onset_step=110, end_step=200, detail={"transfer_factor": factor})]
+        if (factor - 1) * spec.comm_time / (spec.compute_time + spec.comm_time) >= 0.15:
+            problems.append(Problem(type="job-slowdown (network)", alert_type="throughput_drop", job=name,
+                                    ranks=(), onset_step=110, end_step=200,
+                                    detail={"transfer_factor": factor, "layer": "communication"}))
+        return _single(name, f"the network slows every collective's transfer {factor:g}x for 90 steps (all ranks)",
+                       spec, problems, extra_noise=(_COLLECTIVES,))
+
+    build.__name__ = f"comm_slowdown_{ranks}"
+    return build
+
+
+register(_comm_slowdown(64, 2.5, 901))
+register(_comm_slowdown(128, 1.4, 902))
+
+
+def _input_stall(ranks: int, seconds: float, seed: int) -> Callable[[], Scenario]:
+    def build() -> Scenario:
+        name = f"input-stall-{ranks}"
+        spec = _spec(name, ranks, seed=seed, effects=(InputStall(start_step=110, seconds=seconds, end_step=200,
+                                                                 seed=seed),))
+        problem = Problem(type="job-slowdown (input pipeline)", alert_type="throughput_drop", job=name, ranks=(),
+                          onset_step=110, end_step=200,
+                          detail={"extra_data_seconds": seconds, "layer": "input pipeline"})
+        return _single(name, f"every rank's input pipeline waits {seconds:g} s (+-20%) more per step for 90 steps",
+                       spec, [problem])
+
+    build.__name__ = f"input_stall_{ranks}"
+    return build
+
+
+register(_input_stall(64, 0.3, 903))
+register(_input_stall(256, 0.15, 904))
+
+
+@register
+def noisy_neighbour_64() -> Scenario:
+    name = "noisy-neighbour-64"
+    effect = NoisyNeighbour(nodes=(0, 1, 2, 3, 4, 5), start_step=110, factor=1.3, end_step=200)
+    spec = _spec(name, 64, seed=905, effects=(effect,))
+    # Most nodes are slow: the peer median moves with them, so no rank stands out (no straggler);
+    # the job as a whole is ~25% slower, in its compute.
+    problem = Problem(type="job-slowdown (noisy neighbour, 6 of 8 nodes)", alert_type="throughput_drop", job=name,
+                      ranks=(), onset_step=110, end_step=200,
+                      detail={"factor": 1.3, "nodes": list(effect.nodes), "layer": "compute"})
+    return _single(name, "a co-tenant on 6 of 8 nodes makes their ranks compute 1.3x slower for 90 steps", spec,
+                   [problem])
+
+
+@register
+def noisy_neighbour_node_64() -> Scenario:
+    name = "noisy-neighbour-node-64"
+    effect = NoisyNeighbour(nodes=(3,), start_step=110, factor=1.3, end_step=200)
+    spec = _spec(name, 64, seed=906, effects=(effect,))
+    # One node of eight: its 8 ranks are a set of stragglers (one straggler alert per rank); the
+    # typical rank is not slower, so the throughput rule stays quiet (an alert would be accepted).
+    problem = Problem(type="noisy neighbour (1 node)", alert_type="straggler", job=name, ranks=effect.ranks(spec),
+                      onset_step=110, end_step=200, detail={"factor": 1.3, "nodes": [3]})
+    return _single(name, "a co-tenant on node 3 makes its 8 ranks compute 1.3x slower for 90 steps", spec, [problem])
+
+
+#: Long steps (10 s) so that the default staleness (1 h) is reached in a short recording.
+_LONG = dict(compute_time=10.0, checkpoint_every=100, checkpoint_seconds=60.0)
+
+
+@register
+def checkpoint_stops_16() -> Scenario:
+    name = "checkpoint-stops-16"
+    spec = _spec(name, 16, steps=600, seed=907, checkpoint_until=201, **_LONG)
+    # Checkpoints at steps 100 and 200 (~17 min apart), then none. The last one ends with step 200;
+    # 3,600 s (the default max age) later the job is in step 548: the onset (that step's start is
+    # before the threshold, its end after it).
+    problem = Problem(type="checkpoint-stopped", alert_type="checkpoint_stale", job=name, ranks=(),
+                      onset_step=548, deadline_s=60.0,
+                      detail={"last_checkpoint_step": 200, "checkpoint_every": 100, "max_age_seconds": 3600,
+                              "note": "onset = the step in which the last checkpoint turns 1 h old "
+                                      "(STEPWATCH_JOB_HEALTH_CHECKPOINT_MAX_AGE_SECONDS default)"})
+    return _single(name, "10 s steps; checkpoints every 100 steps until step 200, then never again", spec,
+                   [problem], extra_noise=("10 s steps",))
+
+
+@register
+def healthy_long_steps_16() -> Scenario:
+    return _single("healthy-long-steps-16", "10 s steps and a 60 s checkpoint every 100 steps for 100 min",
+                   _spec("healthy-long-steps-16", 16, steps=600, seed=908, **_LONG), extra_noise=("10 s steps",))
+
+
+@register
+def healthy_comm_64() -> Scenario:
+    name = "healthy-comm-64"
+    spec = _spec(name, 64, seed=909, collective_events=True,
+                 effects=(CommSlowdown(start_step=150, factor=1.1),))
+    return _single(name, "collective events; transfer time 10% up from step 150 (below the 30% threshold)", spec,
+                   extra_noise=(_COLLECTIVES, "collective transfer time +10% from step 150"))
+
+
+@register
+def straggler_2x_comm_64() -> Scenario:
+    # Everyone waits in the collectives for rank 45: durations balloon, the transfer time does not.
+    name = "straggler-2x-comm-64"
+    spec = _spec(name, 64, seed=910, collective_events=True,
+                 stragglers=(StragglerFault(rank=45, start_step=110, factor=2.0, end_step=230),))
+    problem = Problem(type="straggler-2x", alert_type="straggler", job=name, ranks=(45,), onset_step=110,
+                      end_step=230, detail={"factor": 2.0})
+    return _single(name, "rank 45 2x slower for 120 steps, with collective events (no comm_slowdown expected)",
+                   spec, [problem], extra_noise=(_COLLECTIVES,))
 
 
 # hangs (when the simulator has them) ---------------------------------------------------------------------

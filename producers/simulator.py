@@ -13,6 +13,15 @@ stuck), carrying its last completed step and its collective sequence numbers: ea
 issues ``collectives_per_step`` collectives (gradient buckets) in order, and a rank issues
 the next one only once the previous one completed. Hang faults (``HangFault``) stop one
 rank before the first collective of a step: the others issue it and wait inside it.
+
+With ``collective_events`` every rank also reports each of the step's collectives as a
+``collective`` event (``all_reduce`` on process group ``default``, ``collective_bytes``
+each). They run one after the other once the slowest rank arrived, splitting the step's
+transfer time: a rank's first one includes its wait for the slowest rank, so the minimum
+duration over ranks is the transfer time, and a rank's durations add up to its ``comm_time``.
+Job-wide causes for the job-health rules: ``CommSlowdown`` (transfer time up for all ranks),
+``InputStall`` (data_time up for all ranks), ``NoisyNeighbour`` (compute up on some nodes),
+and ``checkpoint_until`` (the job stops checkpointing).
 """
 
 from __future__ import annotations
@@ -107,7 +116,14 @@ class SimulationSpec:
     hangs: tuple[HangFault, ...] = field(default_factory=tuple)
     #: Extra perturbations (``RampStraggler``, ``IntermittentStraggler``, ``DataStall``, ``Drift``, or any
     #: object with ``apply(step, compute, data, spec)``), applied in order after the built-in noise.
+    #: One that also has ``comm_factor(step)`` (``CommSlowdown``) scales the collectives' transfer time.
     effects: tuple = field(default_factory=tuple)
+    #: Also emit one ``collective`` event per rank for each of the step's ``collectives_per_step``.
+    collective_events: bool = False
+    #: Message size of each collective (a DDP gradient bucket: 25 MiB).
+    collective_bytes: int = 25 * 2**20
+    #: No checkpoint from this step on (the job stops checkpointing); None: checkpoints throughout.
+    checkpoint_until: int | None = None
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.ranks_per_node < 1 or self.stages < 1 or self.steps < 0:
@@ -141,6 +157,8 @@ class ClusterSimulator:
     def __init__(self, spec: SimulationSpec) -> None:
         self.spec = spec
         self._rng = np.random.default_rng(spec.seed)
+        # Its own stream: turning collective events on leaves every other event as it was.
+        self._collective_rng = np.random.default_rng((spec.seed, 1))
         per_stage = spec.ranks // spec.stages
         self._stage = np.arange(spec.ranks) // per_stage
         self._nodes = [spec.node_of(r) for r in range(spec.ranks)]
@@ -171,6 +189,8 @@ class ClusterSimulator:
             if i == spec.warmup_steps and spec.warmup_steps:
                 events.append(self._phase(clock, "train"))
             checkpoint = spec.checkpoint_every and i and i % spec.checkpoint_every == 0
+            if spec.checkpoint_until is not None and step >= spec.checkpoint_until:
+                checkpoint = False
             if checkpoint:
                 events.append(self._phase(clock, "checkpoint", step=step))
                 phase = "checkpoint"
@@ -209,6 +229,10 @@ class ClusterSimulator:
                     compute[hang.rank] += hang.duration
             arrival = data + compute  # when each rank enters the step's collectives
             comm_own = spec.comm_time * (1 + 0.02 * rng.standard_normal(spec.ranks)).clip(0.5)
+            for effect in spec.effects:
+                comm_factor = getattr(effect, "comm_factor", None)
+                if comm_factor is not None:
+                    comm_own = comm_own * comm_factor(step)
             step_end = float(arrival.max() + comm_own.max())
             comm = step_end - arrival  # waiting for the slowest rank plus the transfer itself
             send_delay = rng.uniform(0.0, 0.005, spec.ranks)
@@ -252,6 +276,8 @@ class ClusterSimulator:
                 if phase != "train":
                     event["phase"] = phase
                 events.append(event)
+            if spec.collective_events:
+                events.extend(self._collectives(step, clock, arrival, float(comm_own.max()), send_delay))
             clock += step_end
             self._last_completed = step
             self._seq_base += n_coll
@@ -298,6 +324,27 @@ class ClusterSimulator:
                 hb["phase"] = phase
             batch.append(hb)
         return batch
+
+    def _collectives(self, step: int, clock: float, arrival: np.ndarray, transfer: float,
+                     send_delay: np.ndarray) -> list[dict]:
+        """The step's collectives, in order, once the slowest rank arrived (see the module doc)."""
+        spec = self.spec
+        n = spec.collectives_per_step
+        share = (1 + 0.05 * self._collective_rng.standard_normal(n)).clip(0.5) if n > 1 else np.ones(1)
+        ends = clock + float(arrival.max()) + np.cumsum(transfer * share / share.sum())
+        starts = np.concatenate(([np.nan], ends[:-1]))
+        out = []
+        for j in range(n):
+            # The first collective starts when each rank arrives; the next ones when the previous ended.
+            begin = clock + arrival if j == 0 else np.full(spec.ranks, starts[j])
+            for rank in range(spec.ranks):
+                out.append({"v": 1, "kind": "collective", "job": spec.job, "rank": rank,
+                            "seq": self._seq_base + j + 1, "op": "all_reduce", "pg": "default",
+                            "bytes": spec.collective_bytes, "step": step, "node": self._nodes[rank],
+                            "start_ts": round(float(begin[rank]), 6),
+                            "ts": round(float(ends[j] + send_delay[rank]), 6),
+                            "duration": round(float(ends[j] - begin[rank]), 6)})
+        return out
 
     def events(self) -> Iterator[dict]:
         for _, batch in self.steps():
@@ -392,3 +439,65 @@ class Drift:
         node = np.arange(spec.ranks) // spec.ranks_per_node
         angle = 2 * np.pi * step / self.period_steps + phases[node]
         return compute * (1 + self.amplitude * np.sin(angle)), data
+
+
+# -- job-wide causes: what the job-health rules (throughput_drop, comm_slowdown) are about ---------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommSlowdown:
+    """The network slows down (congestion, a degraded link or switch, a fabric shared with another
+    job): every collective's transfer takes ``factor`` times longer for all ranks from ``start_step``
+    until ``end_step`` (exclusive). Compute and data are unchanged; every rank's ``comm_time`` grows."""
+
+    start_step: int
+    factor: float
+    end_step: int | None = None
+
+    def comm_factor(self, step: int) -> float:
+        active = step >= self.start_step and (self.end_step is None or step < self.end_step)
+        return self.factor if active else 1.0
+
+    def apply(self, step: int, compute: np.ndarray, data: np.ndarray, spec: "SimulationSpec"):
+        return compute, data
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputStall:
+    """The input pipeline of every rank stalls (shared storage or a data service slows down): each
+    rank waits ``seconds`` more for its batch, within +-``spread`` (relative, per rank and step),
+    from ``start_step`` until ``end_step`` (exclusive). Compute is unchanged."""
+
+    start_step: int
+    seconds: float
+    end_step: int | None = None
+    spread: float = 0.2
+    seed: int = 0
+
+    def apply(self, step: int, compute: np.ndarray, data: np.ndarray, spec: "SimulationSpec"):
+        if step >= self.start_step and (self.end_step is None or step < self.end_step):
+            rng = np.random.default_rng((self.seed, step))
+            data = data + self.seconds * rng.uniform(1 - self.spread, 1 + self.spread, spec.ranks)
+        return compute, data
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoisyNeighbour:
+    """Another tenant's processes share ``nodes`` (node indices) and compete for their CPUs, memory
+    bandwidth and PCIe: the ranks on those nodes compute ``factor`` times slower from ``start_step``
+    until ``end_step`` (exclusive). On most of the job's nodes it is a whole-job slowdown (compute
+    layer); on a few nodes it is a set of stragglers."""
+
+    nodes: tuple[int, ...]
+    start_step: int
+    factor: float
+    end_step: int | None = None
+
+    def ranks(self, spec: "SimulationSpec") -> tuple[int, ...]:
+        return tuple(r for r in range(spec.ranks) if r // spec.ranks_per_node in self.nodes)
+
+    def apply(self, step: int, compute: np.ndarray, data: np.ndarray, spec: "SimulationSpec"):
+        if step >= self.start_step and (self.end_step is None or step < self.end_step):
+            node = np.arange(spec.ranks) // spec.ranks_per_node
+            compute = compute * np.where(np.isin(node, self.nodes), self.factor, 1.0)
+        return compute, data

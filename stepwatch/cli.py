@@ -724,8 +724,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-beginning", action="store_true", help="start at the oldest alert kept")
     p.add_argument("--timeout", type=float, help="stop after this many seconds without a new alert")
     p.add_argument("--job", action="append", metavar="JOB", help="only this job's alerts; repeatable")
-    p.add_argument("--type", action="append", choices=["straggler", "hang"], help="only alerts of this type; "
-                                                                                 "repeatable")
+    p.add_argument("--type", action="append", help="only alerts of this type (straggler, hang, throughput_drop, "
+                                                   "comm_slowdown, checkpoint_stale, gpu_fault, link_errors); "
+                                                   "repeatable")
     p.add_argument("--status", action="append", choices=["firing", "resolved"], help="only firing or resolved")
     p.set_defaults(func=cmd_alerts)
 

@@ -217,3 +217,28 @@ def test_producer_clock_offset_is_allowed_for_by_time_driven_rules():
     # Then the job stops stepping: on its own clock, the hang warning still comes.
     alerts = [a for t in range(1, 120) for a in engine.tick(1.0e9 + 30 + offset + t)]
     assert [(a.type, a.severity) for a in alerts][:1] == [("hang", "warning")]
+
+
+def test_input_stall_is_not_blamed_on_the_network_when_single_ranks_hiccup():
+    # 256 ranks: in 4 steps out of 10 one rank's data loader hiccups (+0.5 s) and every other rank
+    # waits for it inside the collectives: the median rank's comm_time jumps with that wait, the
+    # transfer does not. A job-wide input stall (+0.15 s data on every rank) is the input pipeline,
+    # also when most of the few steps since its onset had a hiccup.
+    rng = np.random.default_rng(3)
+    detector = ThroughputDetector(job="j")
+    alerts = []
+    for step in range(300):
+        ranks = 256
+        compute = 0.8 * (1 + 0.01 * rng.standard_normal(ranks))
+        data = np.full(ranks, 0.02) + (0.15 * rng.uniform(0.8, 1.2, ranks) if step >= 150 else 0.0)
+        if step % 10 in (0, 2, 4, 5):
+            data = data + (np.arange(ranks) == step * 7 % ranks) * 0.5
+        step_time = float((compute + data).max() + 0.15)
+        gs = GroupStep(job="j", group="", step=step, ts=1000.0 + step, ranks=np.arange(ranks),
+                       step_time=np.full(ranks, step_time), compute_time=compute,
+                       comm_time=step_time - compute - data, data_time=data, tokens=np.full(ranks, 4096.0),
+                       nodes=(None,) * ranks, phase="train")
+        alerts += detector.update(sample_from(gs))
+    firing = [a for a in alerts if a.status == "firing"]
+    assert firing and firing[0].evidence["layer"] == "input pipeline"
+    assert abs(firing[0].evidence["layer_deltas_seconds"]["communication"]) < 0.02

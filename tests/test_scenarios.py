@@ -30,8 +30,13 @@ def test_suite_covers_the_problem_types_and_sizes():
     assert len(names) == len(set(names))
     kinds = {p.type for s in suite for p in s.problems}
     for kind in ("straggler-5%", "straggler-10%", "straggler-30%", "straggler-2x", "intermittent",
-                 "thermal-ramp", "dataloader-stall"):
+                 "thermal-ramp", "dataloader-stall", "job-slowdown (network)", "job-slowdown (input pipeline)",
+                 "job-slowdown (noisy neighbour, 6 of 8 nodes)", "noisy neighbour (1 node)", "checkpoint-stopped"):
         assert kind in kinds
+    alert_types = {p.alert_type for s in suite for p in s.problems}
+    assert {"straggler", "hang", "throughput_drop", "comm_slowdown", "checkpoint_stale"} <= alert_types
+    layers = {p.detail.get("layer") for s in suite for p in s.problems if p.alert_type == "throughput_drop"}
+    assert layers == {"communication", "compute", "input pipeline"}
     sizes = [spec.ranks for s in suite for spec in s.specs]
     assert min(sizes) == 8 and max(sizes) == 4096
     assert any(len(s.problems) >= 3 for s in suite) and any(len(s.specs) >= 2 for s in suite)
@@ -109,6 +114,46 @@ def test_new_simulator_effects_do_what_they_say():
     assert c == pytest.approx(np.full(16, 1.02))
 
 
+def test_job_wide_causes_collective_events_and_stopped_checkpoints():
+    from stepwatch.producers.simulator import CommSlowdown, InputStall, NoisyNeighbour
+
+    base = dict(job="e", ranks=16, steps=40, warmup_steps=0, seed=4)
+
+    def by_step(spec):
+        steps, colls, phases = {}, {}, []
+        for e in ClusterSimulator(spec).events():
+            if e["kind"] == "step":
+                steps.setdefault(e["step"], {})[e["rank"]] = e
+            elif e["kind"] == "collective":
+                colls.setdefault(e["step"], []).append(e)
+            elif e["kind"] == "phase":
+                phases.append((e["phase"], e.get("step")))
+        return steps, colls, phases
+
+    flat_steps, _, _ = by_step(SimulationSpec(**base))
+    steps, colls, _ = by_step(SimulationSpec(**base, collective_events=True,
+                                             effects=(CommSlowdown(start_step=20, factor=2.0),)))
+    # Events of the job are unchanged before the fault, collectives aside.
+    assert steps[10][3]["comm_time"] == flat_steps[10][3]["comm_time"]
+    for step in (10, 30):
+        cs = colls[step]
+        assert len(cs) == 2 * 16 and sorted({c["seq"] for c in cs}) == [2 * step + 1, 2 * step + 2]
+        assert {(c["op"], c["pg"], c["bytes"]) for c in cs} == {("all_reduce", "default", 25 * 2**20)}
+        for rank in range(16):  # a rank's collectives add up to its comm_time
+            total = sum(c["duration"] for c in cs if c["rank"] == rank)
+            assert total == pytest.approx(steps[step][rank]["comm_time"], abs=1e-5)
+    transfer = {s: sum(min(c["duration"] for c in colls[s] if c["seq"] == q) for q in (2 * s + 1, 2 * s + 2))
+                for s in (10, 30)}
+    assert transfer[30] == pytest.approx(2 * transfer[10], rel=0.1)  # the min over ranks is the transfer
+    stalled, _, _ = by_step(SimulationSpec(**base, effects=(InputStall(start_step=20, seconds=0.3),)))
+    assert all(0.24 <= stalled[30][r]["data_time"] - flat_steps[30][r]["data_time"] <= 0.36 for r in range(16))
+    noisy, _, _ = by_step(SimulationSpec(**base, effects=(NoisyNeighbour(nodes=(1,), start_step=20, factor=1.5),)))
+    assert noisy[30][9]["compute_time"] == pytest.approx(1.5 * flat_steps[30][9]["compute_time"], rel=1e-4)
+    assert noisy[30][2]["compute_time"] == pytest.approx(flat_steps[30][2]["compute_time"])
+    _, _, phases = by_step(SimulationSpec(**base, checkpoint_every=10, checkpoint_until=21))
+    assert [s for p, s in phases if p == "checkpoint"] == [10, 20]
+
+
 def test_scorer_counts_detections_false_alarms_and_ranks():
     q = _load_quality()
     labels = {"scenario": "s", "healthy": False,
@@ -131,6 +176,23 @@ def test_scorer_counts_detections_false_alarms_and_ranks():
     assert (p["right_rank"], p["in_window"]) == (1, 2)
     assert len(res["false_alarms"]) == 2
     assert res["healthy_rank_hours"] == pytest.approx(10 - 100 / 3600)
+
+
+def test_scorer_checks_the_layer_of_a_throughput_drop():
+    q = _load_quality()
+    labels = {"scenario": "s", "healthy": False,
+              "jobs": [{"job": "j", "ranks": 8, "start_ts": 0.0, "end_ts": 3600.0, "step_time": 1.0}],
+              "problems": [{"type": "job-slowdown (network)", "alert_type": "throughput_drop", "job": "j",
+                            "ranks": [], "onset_step": 100, "onset_ts": 100.0, "end_step": 200, "end_ts": 200.0,
+                            "deadline_s": 120.0, "detail": {"layer": "communication"}}]}
+    drop = {"id": "1", "status": "firing", "type": "throughput_drop", "job": "j", "ranks": [], "starts_at": 105.0,
+            "summary": "x", "evidence": {"layer": "compute", "detected_step": 105}}
+    (p,) = q.score(labels, [drop])["problems"]
+    assert p["detected"] and p["right_layer"] is False and p["delay_steps"] == 5
+    drop["evidence"]["layer"] = "communication"
+    (p,) = q.score(labels, [drop])["problems"]
+    assert p["right_layer"] is True
+    assert q.aggregate([q.score(labels, [drop])])["by_type"]["job-slowdown (network)"]["right_layer"] == 1
 
 
 @pytest.mark.parametrize("name", ["straggler-30pct-8", "healthy-8"])
