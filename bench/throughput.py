@@ -52,7 +52,7 @@ def encode(events: list[dict], per_message: int) -> list[bytes]:
 
 def core(ranks: int = 1024, steps: int = 40, rounds: int = 2) -> dict:
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import decode_message
+    from stepwatch.models.events import decode_message, decode_message_columns
 
     events = sim_events(ranks, steps)
     single = encode(events, 1)
@@ -75,28 +75,41 @@ def core(ranks: int = 1024, steps: int = 40, rounds: int = 2) -> dict:
                 engine.process(ev)
         return n / (time.perf_counter() - t)
 
+    def decode_columns(msgs):
+        t = time.perf_counter()
+        for m in msgs:
+            decode_message_columns(m)
+        return n / (time.perf_counter() - t)
+
+    def full_columns(msgs):  # what the worker does: columns for plain step envelopes, one call per message
+        engine = DetectionEngine()
+        t = time.perf_counter()
+        for m in msgs:
+            engine.process_batch(decode_message_columns(m)[0])
+        return n / (time.perf_counter() - t)
+
     out = {"events": n, "ranks": ranks, "steps": steps}
     for name, fn, msgs in (("decode_single", decode_only, single), ("decode_batched", decode_only, batched),
-                           ("full_single", full, single), ("full_batched", full, batched)):
+                           ("full_single", full, single), ("full_batched", full, batched),
+                           ("decode_columns", decode_columns, batched), ("full_columns", full_columns, batched)):
         out[name] = max(fn(msgs) for _ in range(rounds))
     return out
 
 
 def profile(ranks: int = 1024, steps: int = 30, top: int = 8) -> list[tuple[str, float]]:
-    """Own-time share of the hottest functions on the batched core path (cProfile)."""
+    """Own-time share of the hottest functions on the batched core path, as the worker runs it (cProfile)."""
     import cProfile
     import pstats
 
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import decode_message
+    from stepwatch.models.events import decode_message_columns
 
     msgs = encode(sim_events(ranks, steps), BATCH)
     engine = DetectionEngine()
     prof = cProfile.Profile()
     prof.enable()
     for m in msgs:
-        for ev in decode_message(m)[0]:
-            engine.process(ev)
+        engine.process_batch(decode_message_columns(m)[0])
     prof.disable()
     st = pstats.Stats(prof)
     total = sum(v[2] for v in st.stats.values())
@@ -235,7 +248,7 @@ def _child(code: str, args: list[str], out: Path, timeout: float) -> dict:
 async def _bare(bootstrap: str, topic: str, count: int) -> dict:
     from aiokafka import AIOKafkaConsumer
 
-    from stepwatch.models.events import decode_message
+    from stepwatch.models.events import decode_message_columns
 
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                                 enable_auto_commit=False, group_id=None)
@@ -250,7 +263,7 @@ async def _bare(bootstrap: str, topic: str, count: int) -> dict:
                     first = time.perf_counter()
                     # Like the Faust runs: the clock starts at the first record (it is counted below).
                 for rec in records:
-                    events += len(decode_message(rec.value)[0])
+                    events += len(decode_message_columns(rec.value)[0])  # as the worker decodes
                     seen += 1
         return {"messages": seen, "events": events, "seconds": time.perf_counter() - first}
     finally:
@@ -272,7 +285,9 @@ def kafka(single_events: int = 30_000, batched_events: int = 400_000) -> dict:
     from stepwatch.localkafka import LocalKafka, create_topics
 
     results: dict = {}
-    with tempfile.TemporaryDirectory(prefix="stepwatch-tput-") as tmp, LocalKafka(heap="768m") as broker:
+    # The first rebalance of a group waits a little, so that two workers started together share it.
+    with tempfile.TemporaryDirectory(prefix="stepwatch-tput-") as tmp, LocalKafka(
+            heap="768m", extra_config={"group.initial.rebalance.delay.ms": 3000}) as broker:
         tmpd = Path(tmp)
         bootstrap = broker.bootstrap
         events = sim_events(1024, -(-batched_events // 1024))[:batched_events]
@@ -303,7 +318,243 @@ def kafka(single_events: int = 30_000, batched_events: int = 400_000) -> dict:
                 row["trivial_events_s"] = row["trivial_messages_s"] * BATCH
             results[kind] = row
             print(f"kafka {kind}: {row}", file=sys.stderr)
+        results["latency"] = latency(bootstrap, tmpd)
+        results["scale"] = scale(bootstrap, tmpd)
     return results
+
+
+# -- (d) alert latency and (e) two workers, through the broker -------------------------------------
+
+WORKER_CHILD = r"""
+import json, os, sys, time
+sys.path.insert(0, sys.argv[4])
+from stepwatch.config import Settings
+from stepwatch.streams.app import create_app
+bootstrap, prefix, partitions, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5]
+os.environ.update(KAFKA_BOOTSTRAP=bootstrap, STEPWATCH_KAFKA_TOPIC_PREFIX=prefix, STEPWATCH_KAFKA_PARTITIONS=partitions,
+                  STEPWATCH_KAFKA_APP_ID=prefix + "stepwatch", STEPWATCH_WORKER_WEB_PORT="0",
+                  STEPWATCH_WORKER_DATADIR=out + ".faust")
+app = create_app(Settings.from_env())
+engine = app.stepwatch_engine
+events_topic = prefix + "events"
+state = {"first": None, "last": None, "n": -1}
+@app.timer(interval=0.02)
+async def watch():  # progress for the parent: events seen, first and last time the count moved
+    n = sum(engine.events_by_kind.values())
+    assigned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == events_topic)
+    if n != state["n"] or assigned != state.get("assigned"):
+        now = time.time()
+        if n > 0 and state["first"] is None:
+            state["first"] = now
+        if n != state["n"]:
+            state["last"] = now
+        state["n"], state["assigned"] = n, assigned
+        with open(out + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(out + ".tmp", out)
+from faust.worker import Worker
+Worker(app, loglevel="warning", quiet=True).execute_from_commandline()
+"""
+
+
+class _Workers:
+    """Worker processes of one consumer group, read through their progress files."""
+
+    def __init__(self, bootstrap: str, prefix: str, partitions: int, count: int, tmp: Path) -> None:
+        self.outs = [tmp / f"{prefix}w{i}.json" for i in range(count)]
+        self.procs = [subprocess.Popen([PY, "-c", WORKER_CHILD, bootstrap, prefix, str(partitions), str(REPO), str(o)],
+                                       stdout=open(str(o) + ".log", "w"), stderr=subprocess.STDOUT, cwd=REPO)
+                      for o in self.outs]
+
+    def states(self) -> list[dict]:
+        out = []
+        for o in self.outs:
+            try:
+                out.append(json.loads(o.read_text()))
+            except (OSError, ValueError):
+                out.append({"n": 0, "assigned": [], "first": None, "last": None})
+        return out
+
+    def wait(self, cond, timeout: float, what: str) -> list[dict]:
+        end = time.time() + timeout
+        while time.time() < end:
+            st = self.states()
+            if cond(st):
+                return st
+            for p, o in zip(self.procs, self.outs):
+                if p.poll() is not None:
+                    raise RuntimeError(f"worker exited: {Path(str(o) + '.log').read_text()[-2000:]}")
+            time.sleep(0.05)
+        raise RuntimeError(f"timed out waiting for {what}: {self.states()}")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def _ensure(bootstrap: str, prefix: str, partitions: int) -> None:
+    from stepwatch.config import Settings
+    from stepwatch.topics import ensure_topics
+
+    ensure_topics(Settings.from_env({"KAFKA_BOOTSTRAP": bootstrap, "STEPWATCH_KAFKA_TOPIC_PREFIX": prefix,
+                                     "STEPWATCH_KAFKA_PARTITIONS": str(partitions)}).kafka)
+
+
+def _multi_job_messages(jobs: int, ranks: int, total: int) -> list[tuple[bytes, bytes]]:
+    """(key, envelope) for ``jobs`` jobs of ``ranks`` ranks, interleaved by step, ``total`` events in all."""
+    from kafka.partitioner.default import murmur2
+
+    # Job names that the producer's partitioner spreads evenly over the 2 partitions.
+    names, count, i = [], [0, 0], 0
+    while len(names) < jobs:
+        name = f"bench-mj{i}"
+        i += 1
+        p = (murmur2(name.encode()) & 0x7fffffff) % 2  # as the producer's default partitioner
+        if count[p] < jobs // 2 + jobs % 2:
+            count[p] += 1
+            names.append(name)
+    per_job = [encode(sim_events_job(name, ranks, -(-total // (jobs * ranks)), seed=j), BATCH)
+               for j, name in enumerate(names)]
+    out = []
+    for i in range(max(map(len, per_job))):
+        for name, msgs in zip(names, per_job):
+            if i < len(msgs):
+                out.append((name.encode(), msgs[i]))
+    return out
+
+
+def sim_events_job(job: str, ranks: int, steps: int, seed: int) -> list[dict]:
+    events = sim_events(ranks, steps, seed=seed)
+    for e in events:
+        e["job"] = job
+    return events
+
+
+def scale(bootstrap: str, tmp: Path, *, jobs: int = 8, ranks: int = 512, total: int = 400_000) -> dict:
+    """One worker vs two workers of one group on a 2-partition events topic (jobs keyed to partitions)."""
+    messages = _multi_job_messages(jobs, ranks, total)
+    n_events = sum(len(orjson_loads(m)["events"]) for _, m in messages)
+    out = {"jobs": jobs, "ranks": ranks, "events": n_events, "messages": len(messages)}
+    for count in (1, 2):
+        prefix = f"bs{count}{uuid.uuid4().hex[:6]}."
+        _ensure(bootstrap, prefix, 2)
+        # The load is on the topic before the workers start (the producer would be the limit
+        # otherwise); the bench broker delays a group's first rebalance, so both workers join it.
+        _produce_keyed(bootstrap, prefix + "events", messages)
+        workers = _Workers(bootstrap, prefix, 2, count, tmp)
+        try:
+            st = workers.wait(lambda st: sum(s["n"] for s in st) >= n_events, 300, "all events")
+            first = min(s["first"] for s in st if s["first"])
+            last = max(s["last"] for s in st)
+            out[f"w{count}_events_s"] = n_events / (last - first)
+            out[f"w{count}_split"] = [s["n"] for s in st]
+            out[f"w{count}_assigned"] = [s["assigned"] for s in st]
+        finally:
+            workers.stop()
+        print(f"scale {count} worker(s): {out}", file=sys.stderr)
+    return out
+
+
+def orjson_loads(raw: bytes):
+    import orjson
+
+    return orjson.loads(raw)
+
+
+def _produce_keyed(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 20,
+                             max_request_size=8 << 20, acks=1)
+    for key, m in messages:
+        producer.send(topic, key=key, value=m)
+    producer.flush()
+    producer.close()
+
+
+async def _latency_run(bootstrap: str, prefix: str, *, jobs: int, ranks: int, period: float, steps: int) -> dict:
+    """Live load: each job sends one envelope per step (event time = now); one straggler per job
+    from a step of its own. Latency: the send of the envelope of the step the alert names as
+    ``detected_step`` to the alert's arrival at a consumer of the alerts topic."""
+    import random
+
+    import orjson
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    rng = random.Random(7)
+    onset = {f"lat{j}": 14 + (j * 7) % max(1, steps - 20) for j in range(jobs)}
+    sent: dict[tuple[str, int], float] = {}
+    got: dict[str, float] = {}
+    consumer = AIOKafkaConsumer(prefix + "alerts", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                group_id=None, fetch_max_wait_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, max_request_size=8 << 20)
+    await consumer.start()
+    await producer.start()
+
+    async def read_alerts():
+        while True:
+            batch = await consumer.getmany(timeout_ms=50)
+            now = time.time()
+            for records in batch.values():
+                for rec in records:
+                    a = orjson.loads(rec.value)
+                    if a["type"] == "straggler" and a["status"] == "firing" and a["job"] not in got:
+                        step = a["evidence"].get("detected_step")
+                        if (a["job"], step) in sent:
+                            got[a["job"]] = now - sent[(a["job"], step)]
+
+    reader = asyncio.ensure_future(read_alerts())
+    try:
+        t0 = time.time()
+        for step in range(steps):
+            for j in range(jobs):
+                job = f"lat{j}"
+                now = time.time()
+                events = []
+                for r in range(ranks):
+                    slow = 1.5 if (r == 3 and step >= onset[job]) else 1.0
+                    compute = 0.8 * period * slow * (1 + rng.gauss(0, 0.01))
+                    events.append({"v": 1, "kind": "step", "job": job, "rank": r, "step": step, "ts": now,
+                                   "step_time": compute + 0.2 * period, "compute_time": compute,
+                                   "comm_time": 0.2 * period, "node": f"n{r // 8}", "gpu": r % 8,
+                                   "world_size": ranks})
+                sent[(job, step)] = time.time()
+                await producer.send(prefix + "events", key=job.encode(), value=encode(events, len(events))[0])
+            await asyncio.sleep(max(0.0, t0 + (step + 1) * period - time.time()))
+        end = time.time() + 10
+        while len(got) < jobs and time.time() < end:
+            await asyncio.sleep(0.1)
+    finally:
+        reader.cancel()
+        await producer.stop()
+        await consumer.stop()
+    import numpy as np
+
+    lat = np.array(sorted(got.values()))
+    return {"jobs": jobs, "ranks": ranks, "period": period, "alerts": len(lat), "events_s": jobs * ranks / period,
+            "p50": float(np.percentile(lat, 50)) if len(lat) else None,
+            "p99": float(np.percentile(lat, 99)) if len(lat) else None,
+            "max": float(lat.max()) if len(lat) else None}
+
+
+def latency(bootstrap: str, tmp: Path, *, jobs: int = 100, ranks: int = 16, period: float = 0.25,
+            steps: int = 45) -> dict:
+    prefix = f"bl{uuid.uuid4().hex[:6]}."
+    _ensure(bootstrap, prefix, 1)
+    workers = _Workers(bootstrap, prefix, 1, 1, tmp)
+    try:
+        workers.wait(lambda st: st[0]["assigned"] == [0], 120, "partition assignment")
+        out = asyncio.run(_latency_run(bootstrap, prefix, jobs=jobs, ranks=ranks, period=period, steps=steps))
+    finally:
+        workers.stop()
+    print(f"latency: {out}", file=sys.stderr)
+    return out
 
 
 # -- report ------------------------------------------------------------------------------------------
@@ -326,14 +577,18 @@ def markdown(core_r: dict | None, kafka_r: dict | None, mem_r: list | None, comm
                   f"| decode + `DetectionEngine.process` | {k(c['full_single'])} ev/s | {k(c['full_batched'])} ev/s | "
                   f"{c['full_batched'] / c['full_single']:.2f}x |",
                   f"| detection share of the batched path | | {1 - c['full_batched'] / c['decode_batched']:.0%} "
-                  f"of the time | |", ""]
+                  f"of the time | |",
+                  f"| worker's path: `decode_message_columns` + `process_batch` | | {k(c['full_columns'])} ev/s "
+                  f"(decode alone {k(c['decode_columns'])}) | **{c['full_columns'] / c['full_batched']:.2f}x** "
+                  f"the per-event path |", ""]
     if kafka_r:
         b, s = kafka_r["batched"], kafka_r["single"]
         lines += ["### (b) End to end through a local Kafka broker, one worker process", "",
                   "Clocks start at the first message each consumer sees (startup and group join excluded); "
                   "all consumers read the same messages from one partition, one after another.", "",
                   "| consumer | batch envelopes (256 ev/msg) | single-event messages |", "|---|---:|---:|",
-                  f"| bare aiokafka consumer, read + `decode_message` | {k(b['bare_events_s'])} ev/s | "
+                  f"| bare aiokafka consumer, read + decode as the worker does (`decode_message_columns`) | "
+                  f"{k(b['bare_events_s'])} ev/s | "
                   f"{k(s['bare_events_s'])} ev/s |",
                   f"| stepwatch Faust worker (full detection) | {k(b['stepwatch_events_s'])} ev/s | "
                   f"{k(s['stepwatch_events_s'])} ev/s |",
@@ -345,6 +600,28 @@ def markdown(core_r: dict | None, kafka_r: dict | None, mem_r: list | None, comm
                   f"**{s['stepwatch_events_s'] / s['trivial_messages_s']:.2f}** |",
                   f"| messages / events | {b['messages']:,} / {b['events']:,} | {s['messages']:,} / {s['events']:,} |",
                   ""]
+        lat, sc = kafka_r.get("latency"), kafka_r.get("scale")
+        if lat:
+            ms = lambda x: "-" if x is None else f"{1000 * x:,.0f} ms"  # noqa: E731
+            lines += ["### (d) Alert latency through the broker and one worker", "",
+                      f"{lat['jobs']} live jobs of {lat['ranks']} ranks, one batch envelope per job and step every "
+                      f"{lat['period']:g} s ({k(lat['events_s'])} events/s), one straggler (1.5x compute) per job "
+                      "from a step of its own. Latency: from sending the envelope of the step the alert names as "
+                      "`detected_step` (the event that makes the rule true) to the alert's arrival at a consumer "
+                      "of the alerts topic.", "",
+                      "| alerts measured | p50 | p99 | max |", "|---:|---:|---:|---:|",
+                      f"| {lat['alerts']} / {lat['jobs']} | {ms(lat['p50'])} | {ms(lat['p99'])} | {ms(lat['max'])} |",
+                      ""]
+        if sc:
+            lines += ["### (e) Two workers on one machine, one consumer group, events topic of 2 partitions", "",
+                      f"{sc['jobs']} jobs of {sc['ranks']} ranks keyed by job ({sc['events']:,} events in "
+                      f"{sc['messages']:,} envelopes of {BATCH}, half of the jobs on each partition), on the topic "
+                      "before the workers start; clock from the first event any worker processes to the last. The "
+                      "workers and the broker share the machine's cores.", "",
+                      "| workers | events/s (all workers) | events per worker | vs one worker |", "|---:|---:|---|---:|",
+                      f"| 1 | {k(sc['w1_events_s'])} | {', '.join(f'{x:,}' for x in sc['w1_split'])} | 1.00x |",
+                      f"| 2 | {k(sc['w2_events_s'])} | {', '.join(f'{x:,}' for x in sc['w2_split'])} | "
+                      f"**{sc['w2_events_s'] / sc['w1_events_s']:.2f}x** |", ""]
     if mem_r:
         lines += ["### (c) Memory and CPU per tracked rank (fresh process per size, 20 steps through the engine)", "",
                   "| ranks | engine memory (tracemalloc) | per rank | RSS growth | process RSS | CPU per event |",
@@ -366,23 +643,25 @@ def markdown(core_r: dict | None, kafka_r: dict | None, mem_r: list | None, comm
 
 TARGETS = """### Against the targets, and what to do next
 
-- 200k events/s batched through the full path and at least half the bare consumer: **not met** (see the
-  ratios above). The batched worker is bound by per-event Python work in the core, not by Faust or Kafka:
-  the trivial Faust agent moves envelopes far faster than the core can judge their events, and the core
-  alone (part a) is not much faster than the batched worker. The step-event fast path in `models/events.py` (1.6x on
-  validation) and the cheaper lag check in `models/assembly.py` are in; what remains is structural:
-  1. a columnar envelope path: decode a batch envelope of step events straight into per-(job, group, step)
-     numpy columns (`orjson.loads` once, no `StepEvent` per rank) and give `DetectionEngine` a
-     `process_batch` that feeds `StepAssembler` whole columns; the per-event objects, validation calls and
-     dict updates (most of the hot spots) go away;
-  2. the per-event `HangDetector.update` and telemetry bookkeeping in `DetectionEngine.process` done once per
-     envelope (latest step and time per rank with `np.maximum.at`);
-  3. then spread one large job over workers (rank-shard pre-aggregation stage, as issue 6 describes).
-- Single-event messages at 3x a trivial Faust agent: **not met**. Faust's per-message cost dominates; the
-  bare aiokafka consumer shows the machine could decode an order of magnitude more. Options: consume the events topic with
-  a raw aiokafka consumer run as a Faust service (`getmany` batches, no per-message Event objects), or at
-  least `stream.take(n, within=...)` in the agent, uvloop, and larger `broker_max_poll_records`.
-- 16k ranks under 1 GiB RSS: **met** (part c)."""
+- Batched path: the worker decodes a batch envelope of plain step events column by column
+  (`decode_message_columns`: `orjson.loads` once, one list per field, types checked per column, ranges
+  with numpy; no `StepEvent` per rank) and feeds it to `DetectionEngine.process_batch`, which gives the same
+  alerts and state as `process` per event (tests/test_batch_path.py replays labelled scenarios both ways):
+  hang bookkeeping as array writes, node-telemetry placement per run, status per run of one step, and the
+  assembler keeps a tuple per rank. Envelopes with anything else (other kinds, extra fields, odd types, a
+  bad event) and jobs with an open hang take the per-event path. 200k events/s and half the bare consumer
+  (which now decodes the same fast way): **not met yet**, close: 164-190k events/s and 0.40-0.44x bare over
+  three runs on 2026-11-30 (before: 65k, 0.31x of a bare consumer that decoded the slow way). Left: the loop in
+  `StepAssembler.add_rows` (a step's ranks could be added as one run), `orjson.loads` and the column
+  building, then Faust's per-message cost.
+- Single-event messages at 3x a trivial Faust agent: **not met**. Faust's per-message cost dominates (the
+  worker does little per single event beyond it). The way out is a plain aiokafka consumer for the events
+  topic inside the worker (`getmany` batches into `process_batch`), which must take over what Faust does
+  now: consumer-group membership, commits after processing, and the `_recover` hook on assignment.
+- Two workers (e): on this 2-core machine the broker and two workers compete for the cores, so the
+  aggregate says little about more machines; the partitions do split the jobs (events per worker).
+- One large job over several workers (rank-shard pre-aggregation): not done.
+- 16k ranks under 1 GiB RSS: **met** (part c; measured on the per-event path)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,9 +39,17 @@ class _OpenStep:
     __slots__ = ("rows", "first_seen", "phase")
 
     def __init__(self, first_seen: float) -> None:
-        self.rows: dict[int, StepEvent] = {}
+        # rank -> (ts, step_time, compute_time, comm_time, data_time, tokens, node), NaN where absent:
+        # a plain tuple per rank, so that batch envelopes need no StepEvent per rank.
+        self.rows: dict[int, tuple] = {}
         self.first_seen = first_seen
         self.phase = "train"
+
+
+def step_row(event: StepEvent) -> tuple:
+    """What an open step keeps of one rank's step event."""
+    return (event.ts, event.step_time, _nan(event.compute_time), _nan(event.comm_time), _nan(event.data_time),
+            _nan(event.tokens), event.node)
 
 
 class StepAssembler:
@@ -73,38 +81,54 @@ class StepAssembler:
         return len(self.members)
 
     def add(self, event: StepEvent) -> list[GroupStep]:
-        step = event.step
-        if step <= self.last_closed:
-            if step < self.last_closed - self.max_pending_steps:
-                # The step counter went far back: the job restarted from a checkpoint.
-                self._reset()
-                self.restarts += 1
-            else:
-                self.late_events += 1
-                return []
-        if self._first_step is None:
-            self._first_step = step
-        self.members.add(event.rank)
-        if event.world_size is not None:
-            self.world_size_hint = event.world_size
-        if step > self._newest_step:
-            self._newest_step = step
-        open_step = self._open.get(step)
-        if open_step is None:
-            open_step = self._open[step] = _OpenStep(event.ts)
-        open_step.rows[event.rank] = event  # a duplicate replaces the earlier copy
-        if event.phase != "train":
-            open_step.phase = event.phase
-        closed = []
-        expected = self._expected()
-        if expected is not None and len(open_step.rows) >= expected:
-            closed.extend(self._close_through(step))
-        limit = self._newest_step - self.max_lag_steps
-        if self._open and min(self._open) <= limit:  # usually nothing is due: skip the sort
-            closed.extend(self._close_through(limit))
-        while len(self._open) > self.max_pending_steps:
-            closed.extend(self._close_through(min(self._open)))
-        return closed
+        closed = self.add_rows((event.rank,), (event.step,), (event.world_size,), (event.phase,), (step_row(event),))
+        return closed[0][1] if closed else []
+
+    def add_rows(self, ranks, steps, world_sizes, phases, rows) -> list[tuple[int, list[GroupStep]]]:
+        """``add`` for several events in order (columns of equal length; ``rows`` as ``step_row`` makes them).
+
+        Returns ``(i, steps closed by the i-th event)`` for the events that closed steps.
+        """
+        out = []
+        open_steps = self._open
+        members = self.members
+        for i, (rank, step, world_size, phase, row) in enumerate(zip(ranks, steps, world_sizes, phases, rows)):
+            if step <= self.last_closed:
+                if step < self.last_closed - self.max_pending_steps:
+                    # The step counter went far back: the job restarted from a checkpoint.
+                    self._reset()
+                    self.restarts += 1
+                else:
+                    self.late_events += 1
+                    continue
+            if self._first_step is None:
+                self._first_step = step
+            members.add(rank)
+            if world_size is not None:
+                self.world_size_hint = world_size
+            advanced = step > self._newest_step
+            if advanced:
+                self._newest_step = step
+            open_step = open_steps.get(step)
+            if open_step is None:
+                open_step = open_steps[step] = _OpenStep(row[0])
+            open_step.rows[rank] = row  # a duplicate replaces the earlier copy
+            if phase != "train":
+                open_step.phase = phase
+            closed = None
+            expected = self._expected()
+            if expected is not None and len(open_step.rows) >= expected:
+                closed = self._close_through(step)
+            limit = self._newest_step - self.max_lag_steps
+            # Every open step is newer than the limit after each add, so only a newer step (the
+            # limit moved) or an old one can make a step due; usually nothing is: skip the scan.
+            if (advanced or step <= limit) and open_steps and min(open_steps) <= limit:
+                closed = (closed or []) + self._close_through(limit)
+            while len(open_steps) > self.max_pending_steps:
+                closed = (closed or []) + self._close_through(min(open_steps))
+            if closed:
+                out.append((i, closed))
+        return out
 
     def flush(self, now: float) -> list[GroupStep]:
         """Close steps that have waited too long (called from the timer)."""
@@ -121,19 +145,20 @@ class StepAssembler:
         return out
 
     def _build(self, step: int, open_step: _OpenStep) -> GroupStep:
-        rows = [open_step.rows[r] for r in sorted(open_step.rows)]
+        order = sorted(open_step.rows)
+        ts, step_time, compute_time, comm_time, data_time, tokens, nodes = zip(*map(open_step.rows.__getitem__, order))
         return GroupStep(
             job=self.job,
             group=self.group,
             step=step,
-            ts=max(e.ts for e in rows),
-            ranks=np.fromiter((e.rank for e in rows), dtype=np.int64, count=len(rows)),
-            step_time=_column(rows, "step_time"),
-            compute_time=_column(rows, "compute_time"),
-            comm_time=_column(rows, "comm_time"),
-            data_time=_column(rows, "data_time"),
-            tokens=_column(rows, "tokens"),
-            nodes=tuple(e.node for e in rows),
+            ts=max(ts),
+            ranks=np.array(order, dtype=np.int64),
+            step_time=np.array(step_time, dtype=np.float64),
+            compute_time=np.array(compute_time, dtype=np.float64),
+            comm_time=np.array(comm_time, dtype=np.float64),
+            data_time=np.array(data_time, dtype=np.float64),
+            tokens=np.array(tokens, dtype=np.float64),
+            nodes=nodes,
             phase=open_step.phase,
         )
 
@@ -144,7 +169,5 @@ class StepAssembler:
         self.last_closed = -1
 
 
-def _column(rows: list[StepEvent], name: str) -> np.ndarray:
-    return np.fromiter(
-        (NAN if (v := getattr(e, name)) is None else v for e in rows), dtype=np.float64, count=len(rows)
-    )
+def _nan(value: float | None) -> float:
+    return NAN if value is None else value

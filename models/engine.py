@@ -20,7 +20,7 @@ from .alerts import Alert
 from .assembly import GroupStep, StepAssembler
 from .checkpoint import CheckpointDetector
 from .comm import CommSlowdownDetector
-from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
+from .events import CollectiveEvent, Event, PhaseEvent, StepColumns, StepEvent
 from .hang import HangDetector
 from .sli import JobSLI
 from .throughput import ThroughputDetector, sample_from
@@ -116,6 +116,88 @@ class DetectionEngine:
             out.extend(self._on_phase(job, event))
         return self.telemetry.enrich(out)
 
+    def process_batch(self, events: list[Event] | StepColumns, *, arrival: float | None = None) -> list[Alert]:
+        """Feed one message's events in order: the same alerts, and the same state after, as ``process``
+        for each event, cheaper for a batch envelope of step events (``StepColumns``)."""
+        if not isinstance(events, StepColumns):
+            out: list[Alert] = []
+            for event in events:
+                out.extend(self.process(event, arrival=arrival))
+            return out
+        out = []
+        for job, lo, hi in events.job_runs():
+            out.extend(self._process_steps(job, events, lo, hi, arrival))
+        return out
+
+    def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
+        """Step events ``lo:hi`` of one job: ``process`` for each, by columns.
+
+        Only the straggler path makes alerts here (the hang rule makes none while no hang is
+        open: a hang open, or a job that ended, takes the per-event path), so the work of the
+        other rules is done for the whole run at once; node telemetry is caught up before
+        each alert is enriched, as one by one.
+        """
+        job = self.jobs.get(name)
+        if job is not None and (job.hang.firing or job.hang.ended):
+            out: list[Alert] = []
+            for event in cols.events()[lo:hi]:
+                out.extend(self.process(event, arrival=arrival))
+            return out
+        evicted: list[Alert] = []
+        if job is None:
+            job = self.jobs[name] = self._new_job(name)
+            if len(self.jobs) > self.settings.retention.max_jobs:
+                oldest = min((j for j in self.jobs.values() if j is not job), key=lambda j: j.last_seen or 0.0)
+                evicted = self._evict(oldest, "too many jobs tracked")
+        ranks, steps, ts = cols.rank[lo:hi], cols.step[lo:hi], cols.ts[lo:hi]
+        nodes, phases = cols.node[lo:hi], cols.phase[lo:hi]
+        self.events_by_kind["step"] += hi - lo
+        latest, earliest = max(ts), min(ts)
+        if latest > self.clock:
+            self.clock = latest
+        if latest > job.last_ts:
+            job.last_ts = latest
+        job.last_seen = self._tick_clock
+        if arrival is not None:
+            job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
+        job.sli.observe(earliest)
+        job.sli.observe(latest)
+        job.hang.update_steps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes, cols.world_size[lo:hi])
+        job.checkpoint.observe(ts[0], max(steps))
+        # _on_step for the run
+        job.ended = False
+        job.ranks.update(ranks)
+        if max(steps) > job.latest_step:
+            job.latest_step = max(steps)
+        if job.phase != "train":  # job-wide phase markers cover steps without a phase of their own
+            phases = [job.phase if p == "train" else p for p in phases]
+        rows = list(zip(ts, cols.step_time[lo:hi], cols.compute_time[lo:hi], cols.comm_time[lo:hi],
+                        cols.data_time[lo:hi], cols.tokens[lo:hi], nodes))
+        groups = cols.group[lo:hi]
+        closes: list[tuple[int, list[GroupStep]]] = []
+        start = 0
+        for i in range(1, len(groups) + 1):  # runs of one group (usually the whole run)
+            if i < len(groups) and groups[i] == groups[start]:
+                continue
+            for j, closed in self._assembler(job, groups[start] or "").add_rows(
+                    ranks[start:i], steps[start:i], cols.world_size[lo + start:lo + i], phases[start:i],
+                    rows[start:i]):
+                closes.append((start + j, closed))
+            start = i
+        out = []
+        seen = 0  # events observed by node telemetry so far (it names suspected causes)
+        for i, closed in sorted(closes, key=lambda c: c[0]):
+            alerts = evicted + self._judge(job, closed)
+            evicted = []
+            if alerts:
+                self.telemetry.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1],
+                                             cols.gpu[lo + seen:lo + i + 1], cols.data_time[lo + seen:lo + i + 1])
+                seen = i + 1
+                out.extend(self.telemetry.enrich(alerts))
+        self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
+                                     cols.data_time[lo + seen:hi])
+        return self.telemetry.enrich(evicted) + out if evicted else out
+
     def _new_job(self, job: str) -> JobState:
         h = self.settings.job_health
         return JobState(
@@ -185,14 +267,16 @@ class DetectionEngine:
         if event.phase == "train" and job.phase != "train":
             # Job-wide phase markers cover steps that do not carry a phase of their own.
             event = dataclasses.replace(event, phase=job.phase)
-        group = event.group or ""
+        return self._judge(job, self._assembler(job, event.group or "").add(event))
+
+    def _assembler(self, job: JobState, group: str) -> StepAssembler:
         assembler = job.assemblers.get(group)
         if assembler is None:
             a = self.settings.assembly
             assembler = job.assemblers[group] = StepAssembler(
                 job=job.job, group=group, max_lag_steps=a.max_lag_steps, max_wait_seconds=a.max_wait_seconds,
                 max_pending_steps=a.max_pending_steps)
-        return self._judge(job, assembler.add(event))
+        return assembler
 
     def _judge(self, job: JobState, steps: list[GroupStep]) -> list[Alert]:
         out: list[Alert] = []

@@ -222,6 +222,60 @@ class HangDetector:
                 self._seq_completed[slot] = event.seq
         return []
 
+    def update_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
+                     phases: list[str], nodes: list[str | None], world_sizes: list[int | None]) -> None:
+        """``update`` for valid step events in order (columns), while no hang is open and the job has
+        not ended: then ``update`` returns nothing, and per-rank values become array writes."""
+        assert self._episode is None and not self._ended
+        if self._started_at is None:
+            self._started_at = self._progress_ts = ts[0]
+        latest = max(ts)
+        if latest > self._latest_ts:
+            self._latest_ts = latest
+        slot_of = self._slot.get
+        slots = [slot_of(r) for r in ranks]
+        if None in slots:
+            for i, slot in enumerate(slots):
+                if slot is None:
+                    slots[i] = self._slot_of(ranks[i], ts[i])
+        idx = np.array(slots, dtype=np.int64)
+        ts_a = np.array(ts, dtype=np.float64)
+        np.maximum.at(self._last_seen, idx, ts_a)
+        node_list = self._nodes
+        for slot, node in zip(slots, nodes):
+            if node is not None:
+                node_list[slot] = node
+        self._has_step_events = True
+        for w in reversed(world_sizes):
+            if w is not None:
+                self._world_size = w
+                break
+        if len(set(slots)) == len(slots):  # each rank once (the usual envelope): whole-array writes
+            steps_a = np.array(steps, dtype=np.int64)
+            current = self._step[idx]
+            advanced = steps_a > current
+            if advanced.any():
+                self._stepped[idx[advanced & (current >= 0)]] = True
+                self._step[idx[advanced]] = steps_a[advanced]
+                self._rank_progress[idx[advanced]] = ts_a[advanced]
+        else:
+            for slot, step, t in zip(slots, steps, ts):
+                self._rank_step(slot, step, t)
+        # The job's step counter, in order (usually one advance per envelope and step).
+        first = not self._completed_any
+        self._completed_any = True
+        top = self._max_step
+        for i, step in enumerate(steps):
+            if step > top:
+                if not (first and i == 0) and top >= 0 and phases[i] == "train" and self._phase == "train":
+                    self._step_times.append(step_times[i])
+                top = self._max_step = step
+                self._advances.append((step, ts[i]))
+                if ts[i] > self._progress_ts:
+                    self._progress_ts = ts[i]
+            elif first and i == 0 and ts[0] > self._progress_ts:
+                self._progress_ts = ts[0]
+
     def _on_phase(self, event: PhaseEvent) -> list[Alert]:
         if event.rank is not None:
             self._rank_phase[self._slot_of(event.rank, event.ts)] = event.phase

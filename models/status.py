@@ -90,6 +90,54 @@ class StatusRecorder:
             if event.phase is not None:
                 rank.phase = event.phase
 
+    def observe_steps(self, cols) -> None:
+        """``observe`` for each event of a batch envelope's :class:`~stepwatch.models.events.StepColumns`."""
+        for name, lo, hi in cols.job_runs():
+            job = self._job(name)
+            records = job.ranks
+            for rank, step, ts, node, phase, group in zip(cols.rank[lo:hi], cols.step[lo:hi], cols.ts[lo:hi],
+                                                          cols.node[lo:hi], cols.phase[lo:hi], cols.group[lo:hi]):
+                record = records.get(rank)
+                if record is None:
+                    record = records[rank] = _Rank()
+                if ts > record.ts:
+                    record.ts = ts
+                if node is not None:
+                    record.node = node
+                if step > record.step or step < record.step - 1000:
+                    record.step = step
+                record.phase = phase
+                if group is not None:
+                    record.group = group
+            # Per step: latest end time and token/sample sums, one run of equal steps at a time.
+            steps, ts, tokens, samples = cols.step, cols.ts, cols.tokens, cols.samples
+            start = lo
+            for i in range(lo + 1, hi + 1):
+                if i < hi and steps[i] == steps[start]:
+                    continue
+                self._step_run(job, steps[start], ts[start:i], tokens[start:i], samples[start:i])
+                start = i
+
+    def _step_run(self, job: _Job, step: int, ts: list[float], tokens: list[float], samples: list[float]) -> None:
+        """``_step`` for consecutive events of one step (NaN: not reported); sums add in the same order."""
+        steps = job.steps
+        entry = steps.get(step)
+        if entry is None:
+            if len(steps) >= self.history and step < min(steps):
+                return  # older than everything kept
+            entry = steps[step] = [ts[0], None, None]
+            while len(steps) > self.history:
+                del steps[min(steps)]
+        latest = max(ts)
+        if latest > entry[0]:
+            entry[0] = latest
+        for k, values in ((1, tokens), (2, samples)):
+            total = entry[k]
+            for v in values:
+                if v == v:
+                    total = (total or 0.0) + v
+            entry[k] = total
+
     @staticmethod
     def _rank(job: _Job, rank: int, ts: float) -> _Rank:
         record = job.ranks.get(rank)

@@ -691,6 +691,27 @@ class TelemetryCorrelator:
                 ring = times[event.rank] = deque(maxlen=self.data_history)
             ring.append(event.data_time)
 
+    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float]) -> None:
+        """``observe_step`` for several step events of one job in order (absent data_time: NaN)."""
+        placement = self._placement.get(job)
+        if placement is None:
+            placement = self._placement[job] = {}
+        if None not in nodes:
+            placement.update(zip(ranks, zip(nodes, gpus)))  # later events win, as one by one
+        else:
+            for rank, node, gpu in zip(ranks, nodes, gpus):
+                if node is not None or gpu is not None:
+                    placement[rank] = (node, gpu)
+        times = None
+        for rank, value in zip(ranks, data_times):
+            if value == value:  # not NaN: reported
+                if times is None:
+                    times = self._data_time.setdefault(job, {})
+                ring = times.get(rank)
+                if ring is None:
+                    ring = times[rank] = deque(maxlen=self.data_history)
+                ring.append(value)
+
     def forget_job(self, job: str) -> None:
         self._placement.pop(job, None)
         self._data_time.pop(job, None)
@@ -790,7 +811,9 @@ def _median(values: list[float]) -> float | None:
 class TelemetryHub:
     """What the detection engine holds for telemetry: tracker, correlator, and alert enrichment."""
 
-    ENRICHED_TYPES = ("straggler", "hang")
+    #: A communication slowdown is joined with the link spikes on the nodes of the ranks
+    #: whose collectives slowed most, like a straggler with those of its own node.
+    ENRICHED_TYPES = ("straggler", "hang", "comm_slowdown")
 
     def __init__(self, settings=None) -> None:
         if settings is None:
@@ -819,6 +842,9 @@ class TelemetryHub:
     def observe_step(self, event: StepEvent) -> None:
         self.correlator.observe_step(event)
 
+    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float]) -> None:
+        self.correlator.observe_steps(job, ranks, nodes, gpus, data_times)
+
     def _reference_time(self, alert: Alert) -> float:
         since = alert.evidence.get("stalled_since") if alert.type == "hang" else None
         return float(since) if isinstance(since, (int, float)) else alert.starts_at
@@ -837,7 +863,7 @@ class TelemetryHub:
         return replace(base, summary=f"{base.summary}; suspected cause: {hint}", evidence=evidence), signature
 
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
-        """Add ``suspected_causes`` (and a hint in the summary) to straggler and hang alerts."""
+        """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts."""
         if not alerts:
             return alerts
         out = []

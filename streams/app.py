@@ -28,7 +28,7 @@ from stepwatch.config import Settings
 from stepwatch.security import faust_credentials
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import Rejected, decode_message, event_to_dict
+from stepwatch.models.events import Rejected, StepColumns, decode_message_columns, event_to_dict
 from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 
@@ -268,7 +268,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
             message = event.message
             raw = message.value
             metrics.messages.inc()
-            events, rejected = decode_message(raw)
+            # A batch envelope of plain step events comes as columns (see process_batch).
+            events, rejected = decode_message_columns(raw)
             for bad in rejected:
                 metrics.decode_failures.inc()
                 metrics.deadlettered.labels("decode").inc()
@@ -284,6 +285,25 @@ def create_app(settings: Settings | None = None) -> faust.App:
             arrival = time.time()
             alerts = []
             too_far = arrival + settings.worker.max_future_seconds
+            if isinstance(events, StepColumns):
+                if max(events.ts) <= too_far:
+                    metrics.events.labels("step").inc(len(events))
+                    recorder.observe_steps(events)
+                    for job in events.jobs:
+                        job_partition[job] = message.partition
+                    try:
+                        alerts.extend(engine.process_batch(events, arrival=arrival))
+                    except Exception as exc:  # a detector bug must not stop the worker; keep the message
+                        log.exception("detector failed on a batch of %d events", len(events))
+                        await deadletter_topic.send(
+                            key=message.key,
+                            value=deadletter_record(Rejected(f"detector error: {exc!r}", None), topic=message.topic,
+                                                    partition=message.partition, offset=message.offset,
+                                                    key=message.key, raw=raw))
+                        metrics.deadlettered.labels("detector").inc()
+                    events = []
+                else:
+                    events = events.events()  # some are too far ahead: dead-letter those one by one
             for ev in events:
                 if ev.ts > too_far:
                     metrics.deadlettered.labels("future").inc()

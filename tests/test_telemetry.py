@@ -321,3 +321,26 @@ def test_simulate_cli_injects_faults_that_replay_attributes(tmp_path):
     straggler = next(a for a in alerts if a["type"] == "straggler" and a["status"] == "firing")
     assert straggler["ranks"] == [5] and straggler["evidence"]["cause_hint"] == "compute: GPU 5 thermal throttling"
     assert any(a["type"] == "gpu_fault" for a in alerts)
+
+
+def test_communication_slowdown_is_joined_with_link_spikes_on_its_nodes():
+    from stepwatch.models.events import CollectiveEvent
+
+    engine = DetectionEngine()
+    engine.process(parse_event({"v": 1, "kind": "topology", "node": "n1", "ts": T0,
+                                "gpus": [{"gpu": 0, "nics": ["mlx5_0"]}],
+                                "nics": [{"device": "mlx5_0", "ports": [1]}]}))
+    alerts = []
+    for seq in range(200):
+        at = 0.1 * seq
+        if seq % 10 == 0:  # the port's symbol errors climb once the slowdown starts
+            engine.process(link(at, symbol_error=0 if seq < 100 else seq * 10))
+        for rank in range(8):
+            slow = 2.0 if seq >= 100 else 1.0
+            alerts += engine.process(CollectiveEvent(job="j", rank=rank, seq=seq, op="all_reduce", ts=T0 + at,
+                                                     duration=0.01 * slow * (1 + 0.01 * rank), node="n1",
+                                                     bytes=2**20))
+    fired = [a for a in alerts if a.type == "comm_slowdown" and a.status == "firing"]
+    assert fired, "the slowdown fires"
+    causes = fired[-1].evidence.get("suspected_causes", [])
+    assert causes and causes[0]["component"] == "mlx5_0/1" and "symbol errors" in fired[-1].summary
