@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from stepwatch.config import Settings, StragglerSettings
+from stepwatch.config import HangSettings, Settings, StragglerSettings
 
 from .alerts import Alert
 from .assembly import GroupStep, StepAssembler
@@ -26,6 +26,12 @@ from .sli import JobSLI
 from .throughput import ThroughputDetector, sample_from
 from .straggler import StragglerDetector
 from .telemetry import TELEMETRY_KINDS, TelemetryHub
+
+
+#: Hang settings that can change while running (``step_history`` sizes buffers: start-up only).
+RUNTIME_HANG_FIELDS = ("timeout_seconds", "checkpoint_timeout_seconds", "first_step_timeout_seconds",
+                       "warning_factor", "warning_floor_seconds", "warning_min_steps", "heartbeat_timeout_seconds",
+                       "heartbeat_timeout_factor", "max_listed_ranks")
 
 
 class JobState:
@@ -71,6 +77,9 @@ class DetectionEngine:
         self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
         self.telemetry = TelemetryHub(self.settings.telemetry)
+        #: Hang settings changed at run time: per job, and the default (None: the environment's).
+        self.hang_overrides: dict[str, HangSettings] = {}
+        self.hang_default: HangSettings | None = None
         #: Per-job straggler settings changed at run time (see ``apply_settings``).
         self.straggler_overrides: dict[str, StragglerSettings] = {}
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
@@ -210,15 +219,19 @@ class DetectionEngine:
             CheckpointDetector(job=job, max_age_seconds=h.checkpoint_max_age_seconds,
                                max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor))
 
+    def hang_settings(self, job: str) -> HangSettings:
+        """The hang rule's settings for ``job``: run-time overrides, else the environment's."""
+        if job in self.hang_overrides:
+            return self.hang_overrides[job]
+        h = self.hang_default or self.settings.hang
+        if job in self._job_timeouts and self.hang_default is None:
+            h = dataclasses.replace(h, timeout_seconds=self._job_timeouts[job])
+        return h
+
     def _hang_detector(self, job: str) -> HangDetector:
-        h = self.settings.hang
-        return HangDetector(
-            job=job, timeout_seconds=self._job_timeouts.get(job, h.timeout_seconds),
-            checkpoint_timeout_seconds=h.checkpoint_timeout_seconds,
-            first_step_timeout_seconds=h.first_step_timeout_seconds, warning_factor=h.warning_factor,
-            warning_floor_seconds=h.warning_floor_seconds, warning_min_steps=h.warning_min_steps,
-            step_history=h.step_history, heartbeat_timeout_seconds=h.heartbeat_timeout_seconds,
-            heartbeat_timeout_factor=h.heartbeat_timeout_factor, max_listed_ranks=h.max_listed_ranks)
+        h = self.hang_settings(job)
+        return HangDetector(job=job, step_history=h.step_history,
+                            **{name: getattr(h, name) for name in RUNTIME_HANG_FIELDS})
 
     def process_many(self, events: Iterable[Event]) -> list[Alert]:
         out: list[Alert] = []
@@ -336,6 +349,24 @@ class DetectionEngine:
             values = dataclasses.asdict(self.straggler_settings(state.job))
             for detector in state.stragglers.values():
                 detector.reconfigure(**values)
+
+    def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
+        """Change the hang rule's settings while running (like ``apply_settings``)."""
+        if job is None:
+            if hang is None:
+                raise ValueError("the default settings cannot be removed")
+            self.hang_default = hang
+            targets = [j for name, j in self.jobs.items() if name not in self.hang_overrides]
+        else:
+            if hang is None:
+                self.hang_overrides.pop(job, None)
+            else:
+                self.hang_overrides[job] = hang
+            targets = [self.jobs[job]] if job in self.jobs else []
+        for state in targets:
+            h = self.hang_settings(state.job)
+            for name in RUNTIME_HANG_FIELDS:  # plain attributes, read at each check
+                setattr(state.hang, name, getattr(h, name))
 
     # -- views ----------------------------------------------------------------------------
 

@@ -20,11 +20,14 @@ from typing import Any
 
 import orjson
 
-from stepwatch.config import Settings, StragglerSettings, _parse
+from stepwatch.config import HangSettings, Settings, StragglerSettings, _parse
+from stepwatch.models.engine import RUNTIME_HANG_FIELDS
 
 GLOBAL = "*"
 #: Sections that can be changed at run time, with their settings class.
-SECTIONS: dict[str, type] = {"straggler": StragglerSettings}
+SECTIONS: dict[str, type] = {"straggler": StragglerSettings, "hang": HangSettings}
+#: Fields that cannot change at run time (they size buffers or name jobs): environment only.
+STARTUP_ONLY = {"hang": {"step_history", "job_timeouts"}}
 
 
 def parse_assignments(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -50,6 +53,9 @@ def _convert(section: str, field: str, raw: Any) -> Any:
     if cls is None:
         raise ValueError(f"unknown section {section!r}: runtime settings exist for {', '.join(SECTIONS)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    if field in STARTUP_ONLY.get(section, ()):
+        raise ValueError(f"{section}.{field} can only be set at start-up "
+                         f"(STEPWATCH_{section.upper()}_{field.upper()})")
     if field not in fields:
         raise ValueError(f"unknown setting {section}.{field}; known: {', '.join(sorted(fields))}")
     kind = type(getattr(cls(), field))
@@ -76,6 +82,21 @@ def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | Non
     for name in ("evidence_window", "clear_after", "min_peers"):
         if getattr(settings, name) < 1:
             raise ValueError(f"straggler.{name} must be at least 1")
+    return settings
+
+
+def validate_hang(overrides: dict[str, Any], base: HangSettings) -> HangSettings:
+    """The hang settings ``overrides`` (one scope's ``hang`` section) give on top of ``base``."""
+    values = overrides.get("hang", {})
+    for field, value in values.items():
+        _convert("hang", field, value)
+    settings = dataclasses.replace(base, **values)
+    for name in ("timeout_seconds", "checkpoint_timeout_seconds", "first_step_timeout_seconds",
+                 "warning_factor", "heartbeat_timeout_seconds"):
+        if not getattr(settings, name) > 0:
+            raise ValueError(f"hang.{name} must be positive")
+    if settings.warning_min_steps < 1 or settings.max_listed_ranks < 1:
+        raise ValueError("hang.warning_min_steps and hang.max_listed_ranks must be at least 1")
     return settings
 
 
@@ -120,6 +141,13 @@ class RuntimeConfig:
             settings = validate(self.scopes[job], settings)
         return settings
 
+    def effective_hang(self, engine_base: HangSettings, job: str | None = None) -> HangSettings:
+        """Hang settings: ``engine_base`` (the environment's, per job), then ``*``, then the job's."""
+        settings = validate_hang(self.scopes.get(GLOBAL, {}), engine_base)
+        if job is not None and job in self.scopes:
+            settings = validate_hang(self.scopes[job], settings)
+        return settings
+
     def source(self, job: str) -> str:
         if job in self.scopes:
             return "job"
@@ -137,12 +165,16 @@ class RuntimeConfig:
         else:
             self.scopes.pop(key, None)
         try:
+            base_hang = self.base.hang
             if key == GLOBAL:
                 engine.apply_settings(None, self.effective())
+                engine.apply_hang_settings(None, self.effective_hang(base_hang))
                 for job in [j for j in self.scopes if j != GLOBAL]:
                     engine.apply_settings(job, self.effective(job))
+                    engine.apply_hang_settings(job, self.effective_hang(base_hang, job))
             else:
                 engine.apply_settings(key, self.effective(key) if key in self.scopes else None)
+                engine.apply_hang_settings(key, self.effective_hang(base_hang, key) if key in self.scopes else None)
         except ValueError as exc:
             if old is None:
                 self.scopes.pop(key, None)
@@ -158,7 +190,8 @@ class RuntimeConfig:
             "default": dataclasses.asdict(self.base.straggler),
             "global": self.scopes.get(GLOBAL, {}),
             "jobs": {k: v for k, v in self.scopes.items() if k != GLOBAL},
-            "effective_default": {"straggler": dataclasses.asdict(self.effective())},
+            "effective_default": {"straggler": dataclasses.asdict(self.effective()),
+                                  "hang": dataclasses.asdict(self.effective_hang(self.base.hang))},
             "updates": self.updates,
             "errors": list(self.errors),
         }
@@ -171,12 +204,14 @@ def read_topic(settings: Settings, *, timeout: float = 10.0) -> dict[str, dict[s
     """The current overrides in the config topic: scope -> overrides (tombstoned scopes left out)."""
     from kafka import KafkaConsumer, TopicPartition
 
+    from stepwatch.security import client_config
     from stepwatch.topics import ensure_config_topic
 
-    ensure_config_topic(settings.kafka)
+    security = client_config(settings)
+    ensure_config_topic(settings.kafka, client_config=security)
     topic = settings.kafka.topic(settings.kafka.config_topic)
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest")
+                             enable_auto_commit=False, auto_offset_reset="earliest", **security)
     scopes: dict[str, dict[str, dict[str, Any]]] = {}
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
@@ -207,10 +242,12 @@ def write_topic(settings: Settings, key: str, overrides: dict[str, dict[str, Any
     """Publish a scope's complete overrides (None: remove them)."""
     from kafka import KafkaProducer
 
+    from stepwatch.security import client_config
     from stepwatch.topics import ensure_config_topic
 
-    ensure_config_topic(settings.kafka)
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all")
+    security = client_config(settings)
+    ensure_config_topic(settings.kafka, client_config=security)
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all", **security)
     try:
         producer.send(settings.kafka.topic(settings.kafka.config_topic), key=key.encode(),
                       value=encode(overrides or None)).get(timeout=30)

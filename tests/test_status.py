@@ -128,7 +128,8 @@ def test_reconfigure_keeps_history_and_applies_new_thresholds():
 def test_runtime_config_scopes_and_validation():
     assert parse_assignments(["straggler.ratio_threshold=1.2", "window=6"]) == {
         "straggler": {"ratio_threshold": 1.2, "window": 6}}
-    for bad in (["straggler.nope=1"], ["hang.timeout_seconds=1"], ["straggler.window=x"], ["ratio_threshold"],
+    for bad in (["straggler.nope=1"], ["hang.step_history=1"], ["telemetry.rate_factor=2"], ["straggler.window=x"],
+                ["ratio_threshold"],
                 ["straggler.min_flagged=9"]):
         with pytest.raises(ValueError):
             parse_assignments(bad)
