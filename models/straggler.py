@@ -94,6 +94,12 @@ class StragglerDetector:
         self._evaluated = 0
         self._first_step: int | None = None
         self.last_verdict: StepVerdict | None = None
+        # Input-pipeline channel: consecutive steps each rank waited far longer for data than
+        # its peers, and its recent data waits (and the peers' median) for the evidence.
+        self._data_run = np.zeros(0, dtype=np.int64)
+        self._data_compute = 0.0
+        self._data_ring = np.full((0, self.window), np.nan)
+        self._data_peer_ring = np.full((0, self.window), np.nan)
 
     # -- state management ------------------------------------------------------------------
 
@@ -111,6 +117,10 @@ class StragglerDetector:
                 ring = getattr(self, name)
                 setattr(self, name, np.vstack([ring, np.full((grow, self.evidence_window), np.nan)]))
             self._clean_run = np.concatenate([self._clean_run, np.zeros(grow, dtype=np.int64)])
+            self._data_run = np.concatenate([self._data_run, np.zeros(grow, dtype=np.int64)])
+            for name in ("_data_ring", "_data_peer_ring"):
+                ring = getattr(self, name)
+                setattr(self, name, np.vstack([ring, np.full((grow, ring.shape[1]), np.nan)]))
             self._episode_start = np.concatenate([self._episode_start, np.full(grow, -1, dtype=np.int64)])
             self._nodes.extend([None] * grow)
         return np.fromiter((slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
@@ -138,6 +148,8 @@ class StragglerDetector:
             raise ValueError("need evidence_window >= 1")
         if window != self.window:
             self._slow_ring = self._resized(self._slow_ring, self.window, window, False)
+            for name in ("_data_ring", "_data_peer_ring"):
+                setattr(self, name, self._resized(getattr(self, name), self.window, window, np.nan))
         if evidence_window != self.evidence_window:
             for name in ("_ratio_ring", "_z_ring", "_value_ring", "_peer_ring"):
                 setattr(self, name, self._resized(getattr(self, name), self.evidence_window, evidence_window,
@@ -197,11 +209,13 @@ class StragglerDetector:
         for slot, node in zip(slots, step.nodes):
             if node is not None:
                 self._nodes[slot] = node
+        data_slow = self._judge_data(step, slots, col, median) if signal == "compute_time" else None
         # Ranks missing from this step carry their old verdicts; they neither fire nor clear.
         counts = self._slow_ring[slots].sum(axis=1)
         new_episode = slow & (counts == 1) & (self._episode_start[slots] < 0)
         self._episode_start[slots[new_episode]] = step.step
-        self._clean_run[slots] = np.where(slow, 0, self._clean_run[slots] + 1)
+        busy = slow if data_slow is None else slow | data_slow
+        self._clean_run[slots] = np.where(busy, 0, self._clean_run[slots] + 1)
         self._episode_start[slots[counts == 0]] = -1
 
         out: list[Alert] = []
@@ -211,9 +225,60 @@ class StragglerDetector:
                 alert = self._fire(rank, int(slots[i]), signal, step)
                 self._firing[rank] = alert
                 out.append(alert)
+        if data_slow is not None:
+            for i in np.flatnonzero(self._data_run[slots] >= self.window):
+                rank = int(step.ranks[i])
+                if rank not in self._firing:
+                    alert = self._fire_data(rank, int(slots[i]), step)
+                    self._firing[rank] = alert
+                    out.append(alert)
         for rank in [r for r, a in self._firing.items() if self._clean_run[self._slot[r]] >= self.clear_after]:
             out.append(self._resolve(rank, step))
         return out
+
+    def _judge_data(self, step: GroupStep, slots: np.ndarray, col: int, compute_median: float) -> np.ndarray | None:
+        """Input-pipeline channel: a rank whose data wait exceeds its peers' by the straggler
+        margin of a typical compute time (and by the robust z threshold) on every one of the
+        last ``window`` steps. Stricter than the compute rule (all of the window, not k of it):
+        single data-loader hiccups are common and harmless, a stall is persistent."""
+        d = step.data_time
+        if np.isnan(d).any():
+            return None
+        peer = float(np.median(d))
+        spread = max(float(median_abs_deviation(d, scale="normal")), self.spread_floor * compute_median, 1e-9)
+        excess = d - peer
+        data_slow = (excess >= (self.ratio_threshold - 1.0) * compute_median) & (excess / spread >= self.z_threshold)
+        self._data_run[slots] = np.where(data_slow, self._data_run[slots] + 1, 0)
+        self._data_ring[slots, col] = d
+        self._data_peer_ring[slots, col] = peer
+        self._data_compute = compute_median
+        return data_slow
+
+    def _fire_data(self, rank: int, slot: int, step: GroupStep) -> Alert:
+        waits = self._data_ring[slot]
+        ok = ~np.isnan(waits)
+        rank_wait = float(np.median(waits[ok]))
+        peer_wait = float(np.median(self._data_peer_ring[slot][ok]))
+        compute = self._data_compute
+        # How much longer this rank makes the step: its extra wait on top of a typical step.
+        ratio = (compute + rank_wait) / (compute + peer_wait) if compute + peer_wait > 0 else float("nan")
+        first_step = step.step - self.window + 1
+        node = self._nodes[slot]
+        where = f"rank {rank}" + (f" on node {node}" if node else "")
+        evidence = {
+            "signal": "data_time", "group": self.group or None, "rank_median": _round(rank_wait),
+            "peer_median": _round(peer_wait), "compute_median": _round(compute), "ratio": _round(ratio),
+            "slow_steps": self.window, "window": self.window, "first_step": first_step,
+            "detected_step": step.step, "cause": "input pipeline",
+            "ratio_threshold": self.ratio_threshold, "z_threshold": self.z_threshold,
+        }
+        summary = (f"straggler: {where} waits {rank_wait - peer_wait:.3f}s longer for input data than its peers "
+                   f"every step (data_time {evidence['rank_median']}s vs peer median {evidence['peer_median']}s), "
+                   f"making steps {ratio:.2f}x slower, since step {first_step}: input pipeline")
+        return Alert(id=alert_id(self.job, "straggler", self.group, rank, first_step), status="firing",
+                     type="straggler", severity="critical" if ratio >= self.critical_ratio else "warning",
+                     job=self.job, ranks=(rank,), nodes=(node,) if node else (), starts_at=step.ts,
+                     summary=summary, evidence=evidence)
 
     def _evidence(self, slot: int, signal: str) -> dict:
         # The last `window` judged steps: the ones that made the rule true (or clear).

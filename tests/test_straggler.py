@@ -162,3 +162,21 @@ def test_replay_is_deterministic():
     first = [a.to_dict() for a in replay(events)]
     second = [a.to_dict() for a in replay(events)]
     assert first and first == second
+
+
+def test_a_rank_whose_input_pipeline_stalls_is_a_straggler_named_by_data_time():
+    from stepwatch.producers.simulator import DataStall
+
+    spec = SimulationSpec(ranks=32, steps=160, effects=(DataStall(rank=9, start_step=60, seconds=0.4,
+                                                                   end_step=110),))
+    alerts = straggler_alerts(CapturingEngine().run(spec))
+    assert [(a.status, a.ranks) for a in alerts] == [("firing", (9,)), ("resolved", (9,))]
+    firing = alerts[0]
+    assert firing.evidence["signal"] == "data_time" and firing.evidence["cause"] == "input pipeline"
+    assert firing.evidence["first_step"] == 60 and firing.evidence["detected_step"] <= 60 + 5
+    assert "input data" in firing.summary and 1.3 < firing.evidence["ratio"] < 1.6
+
+
+def test_frequent_single_data_loader_hiccups_are_not_a_stall():
+    spec = SimulationSpec(ranks=32, steps=3000, seed=4, hiccup_probability=0.05)
+    assert straggler_alerts(CapturingEngine().run(spec)) == []
