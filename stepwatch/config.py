@@ -159,6 +159,13 @@ class WorkerSettings:
     status_history_steps: int = 60
     #: The dashboard's heatmap shows at most this many rows: per node, then per node range, beyond it.
     dashboard_max_rows: int = 256
+    #: Who consumes the events topic: ``faust`` (a Faust agent, one message at a time) or ``aiokafka``
+    #: (the worker's own consumer in the group ``<app_id>-events``, ``getmany`` batches into the engine).
+    consumer: str = "faust"
+
+    def __post_init__(self) -> None:
+        if self.consumer not in ("faust", "aiokafka"):
+            raise ValueError(f"worker.consumer: expected 'faust' or 'aiokafka', got {self.consumer!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,10 @@
 
 One agent consumes the events topic (keyed by job, so a job's events stay in one
 partition and one worker), decodes each message (single event or batch envelope), feeds
-the valid events to the ``DetectionEngine`` and publishes the alerts it returns. What does
+the valid events to the ``DetectionEngine`` and publishes the alerts it returns. With
+``STEPWATCH_WORKER_CONSUMER=aiokafka`` the worker's own ``AIOKafkaConsumer`` (group
+``<app_id>-events``) does that instead, a ``getmany`` batch at a time
+(``install_events_consumer``); recovery, dead-lettering and metrics are shared. What does
 not decode or validate goes to the dead-letter topic with the reason and its source
 coordinates; the worker never stops on bad input. A timer runs the time-driven rules
 with the wall clock.
@@ -82,8 +85,9 @@ def create_app(settings: Settings | None = None) -> faust.App:
         broker_session_timeout=settings.worker.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.worker.session_timeout / 3),
         datadir=str(datadir),
-        # Faust's own leader-election topic is not needed: no agent here relies on it.
-        topic_disable_leader=True,
+        # Faust's own leader-election topic is not needed: no agent here relies on it. With the
+        # aiokafka events consumer it is Faust's only subscription (Faust cannot run subscribed to nothing).
+        topic_disable_leader=settings.worker.consumer == "faust",
         broker_credentials=faust_credentials(settings.security),
     )
     events_topic = app.topic(kafka.topic(kafka.events_topic), value_serializer="raw", key_serializer="raw")
@@ -101,6 +105,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
     app.stepwatch_runtime = runtime  # type: ignore[attr-defined]
 
     def is_ready() -> bool:
+        if settings.worker.consumer == "aiokafka":  # the events consumer is ours, not Faust's
+            return state.get("events_assigned", False) and not state.get("events_rebalancing")
         return state["ready"] and not app.rebalancing
 
     @app.on_rebalance_complete.connect
@@ -125,7 +131,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
             yield tp.topic, tp.partition, max(0, high - position)
 
     metrics.ready_source = is_ready
-    metrics.lag_source = consumer_lag
+    metrics.lag_source = consumer_lag  # replaced by the aiokafka consumer's own in that mode
 
     sink = None
     if settings.alertmanager.url:
@@ -210,13 +216,18 @@ def create_app(settings: Settings | None = None) -> faust.App:
     processing_allowed = asyncio.Event()
     processing_allowed.set()
 
-    @app.on_partitions_assigned.connect
-    async def _recover(sender, assigned, **kwargs) -> None:
-        """Rebuild the windows of newly assigned events partitions before consuming them."""
+    events_group = kafka.app_id if settings.worker.consumer == "faust" else kafka.app_id + "-events"
+
+    async def recover_partitions(mine: set[int]) -> None:
+        """Rebuild the windows of newly assigned events partitions before consuming them.
+
+        ``mine``: every events partition now assigned. Shared by the Faust agent's and the
+        aiokafka consumer's assignment hooks; ``events_group`` is the group whose committed
+        offsets end the span read back.
+        """
         from stepwatch.security import client_config
 
         topic_name = events_topic.get_topic_name()
-        mine = {tp.partition for tp in assigned if tp.topic == topic_name}
         new = mine - recovered
         recovered.intersection_update(mine)
         if not new or settings.worker.recovery_messages <= 0:
@@ -226,7 +237,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
         state["recovering"] = True
         try:
             span = await asyncio.get_running_loop().run_in_executor(None, lambda: read_recovery_span(
-                bootstrap=kafka.bootstrap, group_id=kafka.app_id, events_topic=topic_name,
+                bootstrap=kafka.bootstrap, group_id=events_group, events_topic=topic_name,
                 alerts_topic=kafka.topic(kafka.alerts_topic), partitions=new,
                 replay_messages=settings.worker.recovery_messages,
                 alerts_lookback=settings.worker.recovery_alerts_lookback, client_config=client_config(settings)))
@@ -248,11 +259,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
             recovered.update(new)
             processing_allowed.set()
 
-    @app.on_partitions_revoked.connect
-    async def _forget(sender, revoked, **kwargs) -> None:
+    def forget_partitions(gone: set[int]) -> None:
         """Jobs of revoked partitions now belong to another worker: drop their state quietly."""
-        topic_name = events_topic.get_topic_name()
-        gone = {tp.partition for tp in revoked if tp.topic == topic_name}
         if not gone:
             return
         recovered.difference_update(gone)
@@ -260,74 +268,89 @@ def create_app(settings: Settings | None = None) -> faust.App:
             engine.jobs.pop(job, None)
             job_partition.pop(job, None)
 
-    @app.agent(events_topic, name="stepwatch-detect")
-    async def detect(stream):
-        async for event in stream.events():
-            if not processing_allowed.is_set():
-                await processing_allowed.wait()
-            message = event.message
-            raw = message.value
-            metrics.messages.inc()
-            # A batch envelope of plain step events comes as columns (see process_batch).
-            events, rejected = decode_message_columns(raw)
-            for bad in rejected:
-                metrics.decode_failures.inc()
-                metrics.deadlettered.labels("decode").inc()
-                log.warning("dead-lettered event from %s[%s]@%s: %s", message.topic, message.partition,
-                            message.offset, bad.reason)
-                await deadletter_topic.send(
-                    key=message.key,
-                    value=deadletter_record(bad, topic=message.topic, partition=message.partition,
-                                            offset=message.offset, key=message.key, raw=raw))
-            if not events:
-                continue
-            started = time.perf_counter()
-            arrival = time.time()
-            alerts = []
-            too_far = arrival + settings.worker.max_future_seconds
-            if isinstance(events, StepColumns):
-                if max(events.ts) <= too_far:
-                    metrics.events.labels("step").inc(len(events))
-                    recorder.observe_steps(events)
-                    for job in events.jobs:
-                        job_partition[job] = message.partition
-                    try:
-                        alerts.extend(engine.process_batch(events, arrival=arrival))
-                    except Exception as exc:  # a detector bug must not stop the worker; keep the message
-                        log.exception("detector failed on a batch of %d events", len(events))
-                        await deadletter_topic.send(
-                            key=message.key,
-                            value=deadletter_record(Rejected(f"detector error: {exc!r}", None), topic=message.topic,
-                                                    partition=message.partition, offset=message.offset,
-                                                    key=message.key, raw=raw))
-                        metrics.deadlettered.labels("detector").inc()
-                    events = []
-                else:
-                    events = events.events()  # some are too far ahead: dead-letter those one by one
-            for ev in events:
-                if ev.ts > too_far:
-                    metrics.deadlettered.labels("future").inc()
-                    await deadletter_topic.send(key=message.key, value=deadletter_record(
-                        Rejected(f"timestamp {ev.ts:.0f} is {ev.ts - arrival:.0f} s ahead of the worker's clock",
-                                 event_to_dict(ev)), topic=message.topic, partition=message.partition, offset=message.offset,
-                        key=message.key, raw=raw))
-                    continue
-                metrics.events.labels(ev.kind).inc()
-                recorder.observe(ev)
-                if getattr(ev, "job", None):
-                    job_partition[ev.job] = message.partition
+    async def deadletter(bad: Rejected, *, topic: str, partition: int, offset: int, key: bytes | None,
+                         raw: bytes | None) -> None:
+        await deadletter_topic.send(key=key, value=deadletter_record(bad, topic=topic, partition=partition,
+                                                                      offset=offset, key=key, raw=raw))
+
+    async def process_message(topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None) -> None:
+        """One events message: decode, dead-letter what does not decode, detect, publish."""
+        metrics.messages.inc()
+        # A batch envelope of plain step events comes as columns (see process_batch).
+        events, rejected = decode_message_columns(raw)
+        for bad in rejected:
+            metrics.decode_failures.inc()
+            metrics.deadlettered.labels("decode").inc()
+            log.warning("dead-lettered event from %s[%s]@%s: %s", topic, partition, offset, bad.reason)
+            await deadletter(bad, topic=topic, partition=partition, offset=offset, key=key, raw=raw)
+        if not events:
+            return
+        started = time.perf_counter()
+        arrival = time.time()
+        alerts = []
+        too_far = arrival + settings.worker.max_future_seconds
+        if isinstance(events, StepColumns):
+            if max(events.ts) <= too_far:
+                metrics.events.labels("step").inc(len(events))
+                recorder.observe_steps(events)
+                for job in events.jobs:
+                    job_partition[job] = partition
                 try:
-                    alerts.extend(engine.process(ev, arrival=arrival))
-                except Exception as exc:  # a detector bug must not stop the worker; keep the event
-                    log.exception("detector failed on an event")
-                    await deadletter_topic.send(
-                        key=message.key,
-                        value=deadletter_record(Rejected(f"detector error: {exc!r}", None), topic=message.topic,
-                                                partition=message.partition, offset=message.offset,
-                                                key=message.key, raw=raw))
+                    alerts.extend(engine.process_batch(events, arrival=arrival))
+                except Exception as exc:  # a detector bug must not stop the worker; keep the message
+                    log.exception("detector failed on a batch of %d events", len(events))
+                    await deadletter(Rejected(f"detector error: {exc!r}", None), topic=topic, partition=partition,
+                                     offset=offset, key=key, raw=raw)
                     metrics.deadlettered.labels("detector").inc()
-            metrics.detection.labels("events").observe(time.perf_counter() - started)
-            await publish(alerts)
+                events = []
+            else:
+                events = events.events()  # some are too far ahead: dead-letter those one by one
+        for ev in events:
+            if ev.ts > too_far:
+                metrics.deadlettered.labels("future").inc()
+                await deadletter(
+                    Rejected(f"timestamp {ev.ts:.0f} is {ev.ts - arrival:.0f} s ahead of the worker's clock",
+                             event_to_dict(ev)), topic=topic, partition=partition, offset=offset, key=key, raw=raw)
+                continue
+            metrics.events.labels(ev.kind).inc()
+            recorder.observe(ev)
+            if getattr(ev, "job", None):
+                job_partition[ev.job] = partition
+            try:
+                alerts.extend(engine.process(ev, arrival=arrival))
+            except Exception as exc:  # a detector bug must not stop the worker; keep the event
+                log.exception("detector failed on an event")
+                await deadletter(Rejected(f"detector error: {exc!r}", None), topic=topic, partition=partition,
+                                 offset=offset, key=key, raw=raw)
+                metrics.deadlettered.labels("detector").inc()
+        metrics.detection.labels("events").observe(time.perf_counter() - started)
+        await publish(alerts)
+
+    if settings.worker.consumer == "faust":
+        @app.on_partitions_assigned.connect
+        async def _recover(sender, assigned, **kwargs) -> None:
+            topic_name = events_topic.get_topic_name()
+            await recover_partitions({tp.partition for tp in assigned if tp.topic == topic_name})
+
+        @app.on_partitions_revoked.connect
+        async def _forget(sender, revoked, **kwargs) -> None:
+            topic_name = events_topic.get_topic_name()
+            forget_partitions({tp.partition for tp in revoked if tp.topic == topic_name})
+
+        @app.agent(events_topic, name="stepwatch-detect")
+        async def detect(stream):
+            async for event in stream.events():
+                if not processing_allowed.is_set():
+                    await processing_allowed.wait()
+                message = event.message
+                await process_message(message.topic, message.partition, message.offset, message.key,
+                                      message.value)
+    else:
+        install_events_consumer(app, settings, topic_name=events_topic.get_topic_name(), group_id=events_group,
+                                state=state, metrics=metrics, recorder=recorder, engine=engine,
+                                job_partition=job_partition, processing_allowed=processing_allowed,
+                                recover_partitions=recover_partitions, forget_partitions=forget_partitions,
+                                process_message=process_message, deadletter=deadletter, publish=publish)
 
     from .telemetry_feed import attach_telemetry
 
@@ -349,6 +372,293 @@ def create_app(settings: Settings | None = None) -> faust.App:
         await publish(alerts)
 
     return app
+
+
+# -- the opt-in aiokafka consumer of the events topic (STEPWATCH_WORKER_CONSUMER=aiokafka) -------------
+
+#: getmany: at most this many messages per call, and this long a wait for the first one.
+FAST_MAX_RECORDS = 1000
+FAST_TIMEOUT_MS = 200
+#: Commit processed offsets at least this often (seconds), after this many messages, on revoke and on stop.
+FAST_COMMIT_INTERVAL = 1.0
+FAST_COMMIT_EVERY = 20_000
+#: Step events merged into one column batch at most (bounds the lists of one ``process_batch`` call).
+FAST_MAX_RUN_EVENTS = 65_536
+
+
+def _step_items(raw) -> list | tuple | None:
+    """The event dicts of a lone step event or a batch envelope, for merging into one column batch.
+
+    None: not that kind of message (or not decodable): the per-message path takes it, as the Faust
+    agent would. Every item is still validated by the column decoder, all or nothing.
+    """
+    from stepwatch.models.events import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
+
+    if type(raw) is not bytes or len(raw) > MAX_MESSAGE_BYTES or raw[:1] != b"{":
+        return None
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict:
+        return None
+    kind = obj.get("kind")
+    if kind == "step":
+        return (obj,)
+    if kind == "batch" and obj.get("v") == WIRE_VERSION:
+        items = obj.get("events")
+        if type(items) is list and 0 < len(items) <= MAX_BATCH_EVENTS:
+            return items
+    return None
+
+
+def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: str, group_id: str, state: dict,
+                            metrics, recorder, engine, job_partition: dict, processing_allowed: asyncio.Event,
+                            recover_partitions, forget_partitions, process_message, deadletter, publish) -> None:
+    """Consume the events topic with the worker's own ``AIOKafkaConsumer`` (group ``group_id``).
+
+    Same recovery on assignment and forgetting on revocation as the Faust agent (the functions
+    are shared); ``getmany`` batches: the step events of consecutive messages of one partition are
+    decoded column-wise together and go through ``DetectionEngine.process_batch`` at once; any other
+    message (or a run that does not decode cleanly) takes the Faust agent's per-message path, with
+    the same dead-lettering and metrics. Offsets are committed after processing (at-least-once).
+    A ``mode.Service`` of the app: it starts before the worker logs "Ready" and waits (bounded)
+    for its first assignment and recovery, so "Ready" still means "consuming".
+    """
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from mode import Service
+
+    from stepwatch.models.events import _step_columns
+    from stepwatch.security import client_config
+
+    from . import telemetry_feed
+
+    owned: set[int] = set()
+    pending: dict = {}  # TopicPartition -> next offset to commit (processed, not yet committed)
+    position: dict = {}  # TopicPartition -> next offset after the last processed message
+    lock = asyncio.Lock()  # processing a batch, a rebalance hook and a commit never interleave
+    assigned_once = asyncio.Event()
+    holder: dict = {"consumer": None, "last_commit": time.monotonic(), "uncommitted": 0}
+    max_future = settings.worker.max_future_seconds
+
+    # Node alerts are spoken by the owner of the node's events partition (streams/telemetry_feed.py):
+    # that owner is this consumer's assignment, not the Faust consumer's.
+    app.stepwatch_events_owned = (topic_name, owned)  # type: ignore[attr-defined]
+    if not getattr(telemetry_feed.owned_partitions, "_stepwatch_wrapped", False):
+        faust_owned = telemetry_feed.owned_partitions
+
+        def owned_partitions(app_, topic: str):
+            mine = getattr(app_, "stepwatch_events_owned", None)
+            if mine is not None and mine[0] == topic:
+                return set(mine[1])
+            return faust_owned(app_, topic)
+
+        owned_partitions._stepwatch_wrapped = True  # type: ignore[attr-defined]
+        telemetry_feed.owned_partitions = owned_partitions
+
+    def lag():
+        consumer = holder["consumer"]
+        if consumer is None:
+            return
+        for tp in sorted(consumer.assignment()):
+            high = consumer.highwater(tp)
+            if high is None or tp not in position:
+                continue
+            yield tp.topic, tp.partition, max(0, high - position[tp])
+
+    metrics.lag_source = lag
+
+    async def commit(tps=None) -> None:
+        offsets = {tp: o for tp, o in pending.items() if tps is None or tp in tps}
+        if not offsets:
+            return
+        try:
+            await holder["consumer"].commit(offsets)
+        except Exception as exc:  # e.g. during a rebalance: these messages may be processed again
+            log.warning("committing events offsets failed (will retry): %r", exc)
+            return
+        for tp, offset in offsets.items():
+            if pending.get(tp) == offset:
+                del pending[tp]
+        holder["last_commit"] = time.monotonic()
+        holder["uncommitted"] = 0
+
+    def faust_committed(partitions: list[int]) -> dict[int, int]:
+        """The Faust agent's group's committed offsets (blocking, kafka-python)."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        group = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=settings.kafka.app_id,
+                              enable_auto_commit=False, **client_config(settings))
+        try:
+            found = {p: group.committed(TopicPartition(topic_name, p)) for p in partitions}
+        finally:
+            group.close()
+        return {p: o for p, o in found.items() if o is not None}
+
+    async def adopt_faust_offsets(assigned: list) -> None:
+        """Switching from the Faust agent: a partition this group never committed starts where the agent's
+        group (``<app_id>``) left it, and its recovery reads back the span before that, as after a restart."""
+        consumer = holder["consumer"]
+        fresh = [tp for tp in assigned if await consumer.committed(tp) is None]
+        if not fresh:
+            return
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(
+                None, faust_committed, [tp.partition for tp in fresh])
+            offsets = {tp: found[tp.partition] for tp in fresh if tp.partition in found}
+            if not offsets:
+                return
+            await consumer.commit(offsets)
+            for tp, offset in offsets.items():
+                consumer.seek(tp, offset)
+            log.info("events partitions %s: starting from the Faust agent group's committed offsets %s",
+                     sorted(tp.partition for tp in offsets), {tp.partition: o for tp, o in offsets.items()})
+        except Exception:  # then from this group's own start (auto_offset_reset)
+            log.exception("could not adopt the Faust agent group's offsets")
+
+    class Rebalance(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked) -> None:
+            state["events_rebalancing"] = True
+            async with lock:
+                await commit(set(revoked))  # what was processed is not read again by the next owner
+                gone = {tp.partition for tp in revoked if tp.topic == topic_name}
+                owned.difference_update(gone)
+                for tp in list(pending):
+                    if tp in revoked:
+                        del pending[tp]
+                for tp in list(position):
+                    if tp in revoked:
+                        del position[tp]
+                forget_partitions(gone)
+
+        async def on_partitions_assigned(self, assigned) -> None:
+            async with lock:
+                mine = {tp.partition for tp in assigned if tp.topic == topic_name}
+                owned.clear()
+                owned.update(mine)
+                try:
+                    await adopt_faust_offsets([tp for tp in assigned if tp.topic == topic_name])
+                    await recover_partitions(mine)
+                finally:
+                    state["events_assigned"] = True
+                    state["events_rebalancing"] = False
+                    assigned_once.set()
+
+    async def process_run(tp, records: list, items: list) -> None:
+        """Consecutive messages of one partition whose step events decode as one column batch."""
+        if len(records) == 1:
+            rec = records[0]
+            await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
+            return
+        cols = _step_columns(items)
+        arrival = time.time()
+        if cols is None or max(cols.ts) > arrival + max_future:
+            for rec in records:  # something in it needs the per-message path (dead-lettering with its coordinates)
+                await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
+            return
+        metrics.messages.inc(len(records))
+        started = time.perf_counter()
+        metrics.events.labels("step").inc(len(cols))
+        recorder.observe_steps(cols)
+        for job in cols.jobs:
+            job_partition[job] = tp.partition
+        try:
+            alerts = engine.process_batch(cols, arrival=arrival)
+        except Exception as exc:  # a detector bug must not stop the worker; keep the messages
+            log.exception("detector failed on a batch of %d events from %d messages", len(cols), len(records))
+            alerts = []
+            for rec in records:
+                await deadletter(Rejected(f"detector error: {exc!r}", None), topic=rec.topic,
+                                 partition=rec.partition, offset=rec.offset, key=rec.key, raw=rec.value)
+                metrics.deadlettered.labels("detector").inc()
+        metrics.detection.labels("events").observe(time.perf_counter() - started)
+        await publish(alerts)
+
+    async def process_records(tp, records: list) -> None:
+        run: list = []
+        items: list = []
+        for rec in records:
+            found = _step_items(rec.value)
+            if found is None:
+                if run:
+                    await process_run(tp, run, items)
+                    run, items = [], []
+                await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
+                continue
+            if run and len(items) + len(found) > FAST_MAX_RUN_EVENTS:
+                await process_run(tp, run, items)
+                run, items = [], []
+            run.append(rec)
+            items.extend(found)
+        if run:
+            await process_run(tp, run, items)
+
+    async def consume() -> None:
+        consumer = holder["consumer"]
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=FAST_TIMEOUT_MS, max_records=FAST_MAX_RECORDS)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reading the events topic failed; retrying")
+                await asyncio.sleep(1.0)
+                continue
+            async with lock:
+                if not processing_allowed.is_set():
+                    await processing_allowed.wait()
+                for tp, records in batches.items():
+                    if tp.topic != topic_name or tp.partition not in owned or not records:
+                        continue  # fetched before a rebalance took the partition away
+                    try:
+                        await process_records(tp, records)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:  # never lose the consumer; the messages are committed as processed
+                        log.exception("processing %d events messages from %s failed", len(records), tp)
+                    pending[tp] = position[tp] = records[-1].offset + 1
+                    holder["uncommitted"] += len(records)
+                if pending and (holder["uncommitted"] >= FAST_COMMIT_EVERY
+                                or time.monotonic() - holder["last_commit"] >= FAST_COMMIT_INTERVAL):
+                    await commit()
+
+    @app.service
+    class EventsConsumer(Service):
+        """The events topic's consumer task (see install_events_consumer)."""
+
+        _task: asyncio.Future | None = None
+
+        async def on_start(self) -> None:
+            sec = client_config(settings)
+            session_ms = int(settings.worker.session_timeout * 1000)
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=settings.kafka.bootstrap.split(","), group_id=group_id,
+                client_id=f"{settings.kafka.app_id}-events", enable_auto_commit=False,
+                auto_offset_reset="earliest", session_timeout_ms=session_ms,
+                heartbeat_interval_ms=min(3000, session_ms // 3), max_partition_fetch_bytes=8 << 20,
+                fetch_max_bytes=64 << 20, **sec)
+            holder["consumer"] = consumer
+            await consumer.start()
+            consumer.subscribe([topic_name], listener=Rebalance())
+            log.info("events consumer (aiokafka) started in group %s", group_id)
+            try:  # "Ready" after the first assignment and its recovery, as with the Faust agent
+                await asyncio.wait_for(assigned_once.wait(), timeout=max(60.0, 2 * settings.worker.session_timeout))
+            except asyncio.TimeoutError:
+                log.warning("no events partition assigned yet; consuming once the group assigns some")
+            self._task = asyncio.ensure_future(consume())
+
+        async def on_stop(self) -> None:
+            if self._task is not None:
+                self._task.cancel()
+                try:
+                    await self._task
+                except (asyncio.CancelledError, Exception):
+                    pass
+            consumer = holder["consumer"]
+            if consumer is not None:
+                async with lock:
+                    await commit()
+                await consumer.stop()
 
 
 def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:

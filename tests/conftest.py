@@ -61,8 +61,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("filterwarnings", f"ignore:{msg}:DeprecationWarning")
 
 
+#: Both ways the worker can consume the events topic (``STEPWATCH_WORKER_CONSUMER``).
+WORKER_CONSUMERS = ["faust", "aiokafka"]
+
+
 @pytest.fixture
-def start_worker(kafka_bootstrap, topic_prefix, tmp_path):
+def worker_consumer() -> str:
+    """How ``start_worker`` consumes the events topic: the environment's choice, else ``faust``.
+
+    A test runs in both modes with ``@pytest.mark.parametrize("worker_consumer", WORKER_CONSUMERS)``;
+    the whole suite runs in one mode with ``STEPWATCH_WORKER_CONSUMER=aiokafka pytest``.
+    """
+    return os.environ.get("STEPWATCH_WORKER_CONSUMER", "faust")
+
+
+@pytest.fixture
+def start_worker(kafka_bootstrap, topic_prefix, tmp_path, worker_consumer):
     """Factory: ``start_worker(**env)`` runs ``stepwatch worker`` on this test's topics, ready to consume.
 
     Returns the ``support.WorkerProcess``; every worker started is stopped after the test.
@@ -72,6 +86,7 @@ def start_worker(kafka_bootstrap, topic_prefix, tmp_path):
     started = []
 
     def start(**extra_env: str):
+        extra_env.setdefault("STEPWATCH_WORKER_CONSUMER", worker_consumer)
         env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_WORKER_DATADIR=str(tmp_path / "faust"),
                             **extra_env)
         worker = WorkerProcess(env, tmp_path / f"worker-{len(started)}.log")

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from stepwatch.localkafka import LocalKafka
+from conftest import WORKER_CONSUMERS
 from support import REPO, WorkerProcess, read_alerts, stepwatch_env
 
 pytestmark = pytest.mark.kafka
@@ -63,7 +64,12 @@ def _publish(bootstrap: str, topic: str, spec, *, drop_end: bool = True) -> None
             publisher.send(spec.job, batch)
 
 
-def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstrap, topic_prefix, start_worker):
+@pytest.mark.parametrize("worker_consumer, restart_consumer",
+                         [(mode, mode) for mode in WORKER_CONSUMERS] + [("faust", "aiokafka")])
+def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstrap, topic_prefix, start_worker,
+                                                                   restart_consumer):
+    """Also across a switch of STEPWATCH_WORKER_CONSUMER: the aiokafka consumer's new group starts where
+    the Faust agent's group left off."""
     from stepwatch.producers.simulator import SimulationSpec, StragglerFault
 
     events_topic, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"
@@ -74,7 +80,7 @@ def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstr
     _publish(kafka_bootstrap, events_topic, first)
     fired = read_alerts(kafka_bootstrap, alerts_topic, until=lambda a: bool(a))
     assert [(a["status"], a["job"], a["ranks"]) for a in fired] == [("firing", "job-a", [7])]
-    time.sleep(4)  # let Faust commit its offsets (every ~3 s)
+    time.sleep(4)  # let the worker commit its offsets (Faust: every ~3 s; aiokafka mode: every 1 s)
     worker.proc.kill()  # SIGKILL: no shutdown, no last commit
     worker.proc.wait()
 
@@ -85,7 +91,7 @@ def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstr
     _publish(kafka_bootstrap, events_topic, SimulationSpec(
         job="job-b", ranks=8, steps=80, start_time=end_a, stragglers=(StragglerFault(rank=3, start_step=30,
                                                                                      factor=1.5),)))
-    restarted = start_worker()
+    restarted = start_worker(STEPWATCH_WORKER_CONSUMER=restart_consumer)
 
     def done(alerts):
         return any(a["job"] == "job-a" and a["status"] == "resolved" for a in alerts) and \

@@ -9,11 +9,14 @@ import orjson
 import pytest
 from kafka import KafkaProducer
 
+from conftest import WORKER_CONSUMERS
 from support import read_alerts, run_stepwatch, stepwatch_env
 
 pytestmark = pytest.mark.kafka
+both_consumers = pytest.mark.parametrize("worker_consumer", WORKER_CONSUMERS)
 
 
+@both_consumers
 def test_straggler_alert_fires_then_resolves_with_the_right_rank(kafka_bootstrap, topic_prefix, start_worker):
     worker = start_worker()
     env = worker.env
@@ -31,6 +34,7 @@ def test_straggler_alert_fires_then_resolves_with_the_right_rank(kafka_bootstrap
     assert firing["labels"]["alertname"] == "stepwatch_straggler"
 
 
+@both_consumers
 def test_healthy_run_produces_no_alert(kafka_bootstrap, topic_prefix, start_worker):
     worker = start_worker()
     run_stepwatch("simulate", "--ranks", "32", "--steps", "150", "--checkpoint-every", "40", "--speed", "0",
@@ -44,6 +48,7 @@ def test_healthy_run_produces_no_alert(kafka_bootstrap, topic_prefix, start_work
     assert not [a for a in alerts if a["job"] == "sim-job"]
 
 
+@both_consumers
 def test_bad_input_is_dead_lettered_and_the_worker_goes_on(kafka_bootstrap, topic_prefix, start_worker):
     from kafka import KafkaConsumer
 
