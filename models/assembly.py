@@ -9,6 +9,7 @@ step ``max_lag_steps`` newer has arrived, or when it has waited ``max_wait_secon
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
 
 import numpy as np
 
@@ -88,47 +89,128 @@ class StepAssembler:
         """``add`` for several events in order (columns of equal length; ``rows`` as ``step_row`` makes them).
 
         Returns ``(i, steps closed by the i-th event)`` for the events that closed steps.
+
+        Events arrive in runs of one step (a batch envelope holds one step of many ranks): the
+        first event of a run goes through ``_add_one``; the rest of the run, while the size of a
+        complete step cannot change under it, is added in bulk, up to the event that completes
+        the step (the same state and closes as one by one).
         """
         out = []
-        open_steps = self._open
-        members = self.members
-        for i, (rank, step, world_size, phase, row) in enumerate(zip(ranks, steps, world_sizes, phases, rows)):
-            if step <= self.last_closed:
-                if step < self.last_closed - self.max_pending_steps:
-                    # The step counter went far back: the job restarted from a checkpoint.
-                    self._reset()
-                    self.restarts += 1
-                else:
-                    self.late_events += 1
-                    continue
-            if self._first_step is None:
-                self._first_step = step
-            members.add(rank)
-            if world_size is not None:
-                self.world_size_hint = world_size
-            advanced = step > self._newest_step
-            if advanced:
-                self._newest_step = step
-            open_step = open_steps.get(step)
-            if open_step is None:
-                open_step = open_steps[step] = _OpenStep(row[0])
-            open_step.rows[rank] = row  # a duplicate replaces the earlier copy
-            if phase != "train":
-                open_step.phase = phase
-            closed = None
-            expected = self._expected()
-            if expected is not None and len(open_step.rows) >= expected:
-                closed = self._close_through(step)
-            limit = self._newest_step - self.max_lag_steps
-            # Every open step is newer than the limit after each add, so only a newer step (the
-            # limit moved) or an old one can make a step due; usually nothing is: skip the scan.
-            if (advanced or step <= limit) and open_steps and min(open_steps) <= limit:
-                closed = (closed or []) + self._close_through(limit)
-            while len(open_steps) > self.max_pending_steps:
-                closed = (closed or []) + self._close_through(min(open_steps))
+        n = len(steps)
+        i = 0
+        if n and steps.count(steps[0]) == n:  # one step throughout (the usual envelope)
+            runs = ((steps[0], n),)
+        else:
+            runs = ((step, sum(1 for _ in run)) for step, run in groupby(steps))
+        for step, length in runs:
+            e = i + length
+            closed = self._add_one(ranks[i], step, world_sizes[i], phases[i], rows[i])
             if closed:
                 out.append((i, closed))
+            p = i + 1
+            while p < e:
+                if step <= self.last_closed:
+                    if step < self.last_closed - self.max_pending_steps:
+                        closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                        if closed:
+                            out.append((p, closed))
+                        p += 1
+                        continue
+                    self.late_events += e - p  # the rest of the run is late
+                    break
+                open_step = self._open.get(step)
+                expected = self._bulk_expected(ranks, world_sizes, p, e)
+                if open_step is None or expected is False:
+                    closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                    if closed:
+                        out.append((p, closed))
+                    p += 1
+                    continue
+                if expected is None:
+                    q = e
+                else:
+                    need = expected - len(open_step.rows)
+                    if need <= 0:
+                        closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                        if closed:
+                            out.append((p, closed))
+                        p += 1
+                        continue
+                    q = min(e, p + need)
+                chunk_ranks = ranks[p:q]
+                self.members.update(chunk_ranks)
+                for w in reversed(world_sizes[p:q]):
+                    if w is not None:
+                        self.world_size_hint = w
+                        break
+                open_step.rows.update(zip(chunk_ranks, rows[p:q]))  # duplicates: the later copy wins
+                chunk_phases = phases[p:q]
+                if chunk_phases.count("train") != len(chunk_phases):
+                    for ph in reversed(chunk_phases):
+                        if ph != "train":
+                            open_step.phase = ph
+                            break
+                # With ``need`` events the step completes only if each added a rank, i.e. at the last.
+                if expected is not None and len(open_step.rows) >= expected:
+                    out.append((q - 1, self._close_through(step)))
+                p = q
+            i = e
+        assert i == n
         return out
+
+    def _bulk_expected(self, ranks, world_sizes, lo: int, hi: int):
+        """The size of a complete step while events ``lo:hi`` of a run (not its first) are added,
+        if that cannot change under them (``None``: not known yet); ``False`` if it might."""
+        hint = self.world_size_hint
+        if self.group == "":
+            sizes = set(world_sizes[lo:hi])
+            sizes.discard(None)
+            if sizes and sizes != {hint}:
+                return False  # the hint, and so the size, may change
+            if hint is not None:
+                return hint
+        expected = self._expected()
+        if expected is not None and not self.members.issuperset(ranks[lo:hi]):
+            return False  # membership may grow
+        return expected
+
+    def _add_one(self, rank, step, world_size, phase, row) -> list[GroupStep] | None:
+        """One event: the steps it closed, if any."""
+        open_steps = self._open
+        if step <= self.last_closed:
+            if step < self.last_closed - self.max_pending_steps:
+                # The step counter went far back: the job restarted from a checkpoint.
+                self._reset()
+                self.restarts += 1
+            else:
+                self.late_events += 1
+                return None
+        if self._first_step is None:
+            self._first_step = step
+        self.members.add(rank)
+        if world_size is not None:
+            self.world_size_hint = world_size
+        advanced = step > self._newest_step
+        if advanced:
+            self._newest_step = step
+        open_step = open_steps.get(step)
+        if open_step is None:
+            open_step = open_steps[step] = _OpenStep(row[0])
+        open_step.rows[rank] = row  # a duplicate replaces the earlier copy
+        if phase != "train":
+            open_step.phase = phase
+        closed = None
+        expected = self._expected()
+        if expected is not None and len(open_step.rows) >= expected:
+            closed = self._close_through(step)
+        limit = self._newest_step - self.max_lag_steps
+        # Every open step is newer than the limit after each add, so only a newer step (the
+        # limit moved) or an old one can make a step due; usually nothing is: skip the scan.
+        if (advanced or step <= limit) and open_steps and min(open_steps) <= limit:
+            closed = (closed or []) + self._close_through(limit)
+        while len(open_steps) > self.max_pending_steps:
+            closed = (closed or []) + self._close_through(min(open_steps))
+        return closed
 
     def flush(self, now: float) -> list[GroupStep]:
         """Close steps that have waited too long (called from the timer)."""

@@ -185,7 +185,9 @@ class DetectionEngine:
         groups = cols.group[lo:hi]
         closes: list[tuple[int, list[GroupStep]]] = []
         start = 0
-        for i in range(1, len(groups) + 1):  # runs of one group (usually the whole run)
+        # runs of one group (usually the whole run: then the bounds without a scan)
+        bounds = (len(groups),) if groups.count(groups[0]) == len(groups) else range(1, len(groups) + 1)
+        for i in bounds:
             if i < len(groups) and groups[i] == groups[start]:
                 continue
             for j, closed in self._assembler(job, groups[start] or "").add_rows(

@@ -11,6 +11,7 @@ that could stop a worker.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -821,8 +822,9 @@ def _step_columns(items: list) -> StepColumns | None:
             if values is not None and (not _types(values) <= _OPT_INT_TYPES or not counters(values)):
                 return None
             setattr(c, name, values or none_column)
-        if c.world_size is not none_column and any(
-                w is not None and r >= w for r, w in zip(c.rank, c.world_size)):
+        if c.world_size is not none_column and (
+                any(map(operator.ge, c.rank, c.world_size)) if None not in c.world_size
+                else any(w is not None and r >= w for r, w in zip(c.rank, c.world_size))):
             return None
         c.node = optional("node") or none_column
         if c.node is not none_column and (not _types(c.node) <= {str, _NONE}

@@ -240,17 +240,25 @@ class HangDetector:
                     slots[i] = self._slot_of(ranks[i], ts[i])
         idx = np.array(slots, dtype=np.int64)
         ts_a = np.array(ts, dtype=np.float64)
-        np.maximum.at(self._last_seen, idx, ts_a)
+        unique = len(set(slots)) == len(slots)
+        if unique:  # each rank once (the usual envelope): a plain fancy-index write does what .at does
+            self._last_seen[idx] = np.maximum(self._last_seen[idx], ts_a)
+        else:
+            np.maximum.at(self._last_seen, idx, ts_a)
         node_list = self._nodes
-        for slot, node in zip(slots, nodes):
-            if node is not None:
-                node_list[slot] = node
+        first_slot = slots[0]
+        if None not in nodes and slots == list(range(first_slot, first_slot + len(slots))):
+            node_list[first_slot:first_slot + len(slots)] = nodes  # consecutive slots: one slice write
+        else:
+            for slot, node in zip(slots, nodes):
+                if node is not None:
+                    node_list[slot] = node
         self._has_step_events = True
         for w in reversed(world_sizes):
             if w is not None:
                 self._world_size = w
                 break
-        if len(set(slots)) == len(slots):  # each rank once (the usual envelope): whole-array writes
+        if unique:
             steps_a = np.array(steps, dtype=np.int64)
             current = self._step[idx]
             advanced = steps_a > current
@@ -265,6 +273,8 @@ class HangDetector:
         first = not self._completed_any
         self._completed_any = True
         top = self._max_step
+        if not first and max(steps) <= top:
+            return  # no step advances the job's counter: the loop below would do nothing
         for i, step in enumerate(steps):
             if step > top:
                 if not (first and i == 0) and top >= 0 and phases[i] == "train" and self._phase == "train":

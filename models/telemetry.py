@@ -702,6 +702,11 @@ class TelemetryCorrelator:
             for rank, node, gpu in zip(ranks, nodes, gpus):
                 if node is not None or gpu is not None:
                     placement[rank] = (node, gpu)
+        times = self._data_time.get(job)
+        if times is not None and _all_reported(data_times) and times.keys() >= set(ranks):
+            # every value reported and every rank's ring exists: append in order, all in C
+            deque(map(deque.append, map(times.__getitem__, ranks), data_times), maxlen=0)
+            return
         times = None
         for rank, value in zip(ranks, data_times):
             if value == value:  # not NaN: reported
@@ -906,3 +911,8 @@ class TelemetryHub:
 
     def tick(self, now: float) -> list[Alert]:
         return self.tracker.tick(now) + self.refresh()
+
+
+def _all_reported(values) -> bool:
+    """No NaN (absent) among ``values`` (floats)."""
+    return not any(map(math.isnan, values))
