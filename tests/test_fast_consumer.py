@@ -11,7 +11,7 @@ from stepwatch.config import Settings, WorkerSettings
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import _step_columns, decode_message, encode_events
 from stepwatch.producers import scenarios
-from stepwatch.streams.app import _step_items
+from stepwatch.streams.events_consumer import _step_items
 
 
 def test_step_items_takes_step_events_and_envelopes_only():

@@ -1,0 +1,305 @@
+"""The worker's own events consumer (``STEPWATCH_WORKER_CONSUMER=aiokafka``).
+
+An opt-in alternative to the Faust agent of streams/app.py for the events topic: a plain
+``AIOKafkaConsumer`` in its own group whose ``getmany`` batches are decoded column-wise and fed
+to ``DetectionEngine.process_batch`` together, which removes Faust's per-message cost. Recovery,
+forgetting, dead-lettering, metrics and publishing are the worker's own functions, passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import faust
+import orjson
+
+from stepwatch.config import Settings
+from stepwatch.models.events import Rejected
+
+log = logging.getLogger("stepwatch.worker")
+
+#: getmany: at most this many messages per call, and this long a wait for the first one.
+FAST_MAX_RECORDS = 1000
+FAST_TIMEOUT_MS = 200
+#: Commit processed offsets at least this often (seconds), after this many messages, on revoke and on stop.
+FAST_COMMIT_INTERVAL = 1.0
+FAST_COMMIT_EVERY = 20_000
+#: Step events merged into one column batch at most (bounds the lists of one ``process_batch`` call).
+FAST_MAX_RUN_EVENTS = 65_536
+
+
+def _step_items(raw) -> list | tuple | None:
+    """The event dicts of a lone step event or a batch envelope, for merging into one column batch.
+
+    None: not that kind of message (or not decodable): the per-message path takes it, as the Faust
+    agent would. Every item is still validated by the column decoder, all or nothing.
+    """
+    from stepwatch.models.events import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
+
+    if type(raw) is not bytes or len(raw) > MAX_MESSAGE_BYTES or raw[:1] != b"{":
+        return None
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict:
+        return None
+    kind = obj.get("kind")
+    if kind == "step":
+        return (obj,)
+    if kind == "batch" and obj.get("v") == WIRE_VERSION:
+        items = obj.get("events")
+        if type(items) is list and 0 < len(items) <= MAX_BATCH_EVENTS:
+            return items
+    return None
+
+
+def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: str, group_id: str, state: dict,
+                            metrics, recorder, engine, job_partition: dict, processing_allowed: asyncio.Event,
+                            recover_partitions, forget_partitions, process_message, deadletter, publish) -> None:
+    """Consume the events topic with the worker's own ``AIOKafkaConsumer`` (group ``group_id``).
+
+    Same recovery on assignment and forgetting on revocation as the Faust agent (the functions
+    are shared); ``getmany`` batches: the step events of consecutive messages of one partition are
+    decoded column-wise together and go through ``DetectionEngine.process_batch`` at once; any other
+    message (or a run that does not decode cleanly) takes the Faust agent's per-message path, with
+    the same dead-lettering and metrics. Offsets are committed after processing (at-least-once).
+    A ``mode.Service`` of the app: it starts before the worker logs "Ready" and waits (bounded)
+    for its first assignment and recovery, so "Ready" still means "consuming".
+    """
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from mode import Service
+
+    from stepwatch.models.events import _step_columns
+    from stepwatch.security import client_config
+
+    from . import telemetry_feed
+
+    owned: set[int] = set()
+    pending: dict = {}  # TopicPartition -> next offset to commit (processed, not yet committed)
+    position: dict = {}  # TopicPartition -> next offset after the last processed message
+    lock = asyncio.Lock()  # processing a batch, a rebalance hook and a commit never interleave
+    assigned_once = asyncio.Event()
+    holder: dict = {"consumer": None, "last_commit": time.monotonic(), "uncommitted": 0}
+    max_future = settings.worker.max_future_seconds
+
+    # Node alerts are spoken by the owner of the node's events partition (streams/telemetry_feed.py):
+    # that owner is this consumer's assignment, not the Faust consumer's.
+    app.stepwatch_events_owned = (topic_name, owned)  # type: ignore[attr-defined]
+    if not getattr(telemetry_feed.owned_partitions, "_stepwatch_wrapped", False):
+        faust_owned = telemetry_feed.owned_partitions
+
+        def owned_partitions(app_, topic: str):
+            mine = getattr(app_, "stepwatch_events_owned", None)
+            if mine is not None and mine[0] == topic:
+                return set(mine[1])
+            return faust_owned(app_, topic)
+
+        owned_partitions._stepwatch_wrapped = True  # type: ignore[attr-defined]
+        telemetry_feed.owned_partitions = owned_partitions
+
+    def lag():
+        consumer = holder["consumer"]
+        if consumer is None:
+            return
+        for tp in sorted(consumer.assignment()):
+            high = consumer.highwater(tp)
+            if high is None or tp not in position:
+                continue
+            yield tp.topic, tp.partition, max(0, high - position[tp])
+
+    metrics.lag_source = lag
+
+    async def commit(tps=None) -> None:
+        offsets = {tp: o for tp, o in pending.items() if tps is None or tp in tps}
+        if not offsets:
+            return
+        try:
+            await holder["consumer"].commit(offsets)
+        except Exception as exc:  # e.g. during a rebalance: these messages may be processed again
+            log.warning("committing events offsets failed (will retry): %r", exc)
+            return
+        for tp, offset in offsets.items():
+            if pending.get(tp) == offset:
+                del pending[tp]
+        holder["last_commit"] = time.monotonic()
+        holder["uncommitted"] = 0
+
+    def faust_committed(partitions: list[int]) -> dict[int, int]:
+        """The Faust agent's group's committed offsets (blocking, kafka-python)."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        group = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=settings.kafka.app_id,
+                              enable_auto_commit=False, **client_config(settings))
+        try:
+            found = {p: group.committed(TopicPartition(topic_name, p)) for p in partitions}
+        finally:
+            group.close()
+        return {p: o for p, o in found.items() if o is not None}
+
+    async def adopt_faust_offsets(assigned: list) -> None:
+        """Switching from the Faust agent: a partition this group never committed starts where the agent's
+        group (``<app_id>``) left it, and its recovery reads back the span before that, as after a restart."""
+        consumer = holder["consumer"]
+        fresh = [tp for tp in assigned if await consumer.committed(tp) is None]
+        if not fresh:
+            return
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(
+                None, faust_committed, [tp.partition for tp in fresh])
+            offsets = {tp: found[tp.partition] for tp in fresh if tp.partition in found}
+            if not offsets:
+                return
+            await consumer.commit(offsets)
+            for tp, offset in offsets.items():
+                consumer.seek(tp, offset)
+            log.info("events partitions %s: starting from the Faust agent group's committed offsets %s",
+                     sorted(tp.partition for tp in offsets), {tp.partition: o for tp, o in offsets.items()})
+        except Exception:  # then from this group's own start (auto_offset_reset)
+            log.exception("could not adopt the Faust agent group's offsets")
+
+    class Rebalance(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked) -> None:
+            state["events_rebalancing"] = True
+            async with lock:
+                await commit(set(revoked))  # what was processed is not read again by the next owner
+                gone = {tp.partition for tp in revoked if tp.topic == topic_name}
+                owned.difference_update(gone)
+                for tp in list(pending):
+                    if tp in revoked:
+                        del pending[tp]
+                for tp in list(position):
+                    if tp in revoked:
+                        del position[tp]
+                forget_partitions(gone)
+
+        async def on_partitions_assigned(self, assigned) -> None:
+            async with lock:
+                mine = {tp.partition for tp in assigned if tp.topic == topic_name}
+                owned.clear()
+                owned.update(mine)
+                try:
+                    await adopt_faust_offsets([tp for tp in assigned if tp.topic == topic_name])
+                    await recover_partitions(mine)
+                finally:
+                    state["events_assigned"] = True
+                    state["events_rebalancing"] = False
+                    assigned_once.set()
+
+    async def process_run(tp, records: list, items: list) -> None:
+        """Consecutive messages of one partition whose step events decode as one column batch."""
+        if len(records) == 1:
+            rec = records[0]
+            await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
+            return
+        cols = _step_columns(items)
+        arrival = time.time()
+        if cols is None or max(cols.ts) > arrival + max_future:
+            for rec in records:  # something in it needs the per-message path (dead-lettering with its coordinates)
+                await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
+            return
+        metrics.messages.inc(len(records))
+        started = time.perf_counter()
+        metrics.events.labels("step").inc(len(cols))
+        recorder.observe_steps(cols)
+        for job in cols.jobs:
+            job_partition[job] = tp.partition
+        try:
+            alerts = engine.process_batch(cols, arrival=arrival)
+        except Exception as exc:  # a detector bug must not stop the worker; keep the messages
+            log.exception("detector failed on a batch of %d events from %d messages", len(cols), len(records))
+            alerts = []
+            for rec in records:
+                await deadletter(Rejected(f"detector error: {exc!r}", None), topic=rec.topic,
+                                 partition=rec.partition, offset=rec.offset, key=rec.key, raw=rec.value)
+                metrics.deadlettered.labels("detector").inc()
+        metrics.detection.labels("events").observe(time.perf_counter() - started)
+        await publish(alerts)
+
+    async def process_records(tp, records: list) -> None:
+        run: list = []
+        items: list = []
+        for rec in records:
+            found = _step_items(rec.value)
+            if found is None:
+                if run:
+                    await process_run(tp, run, items)
+                    run, items = [], []
+                await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
+                continue
+            if run and len(items) + len(found) > FAST_MAX_RUN_EVENTS:
+                await process_run(tp, run, items)
+                run, items = [], []
+            run.append(rec)
+            items.extend(found)
+        if run:
+            await process_run(tp, run, items)
+
+    async def consume() -> None:
+        consumer = holder["consumer"]
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=FAST_TIMEOUT_MS, max_records=FAST_MAX_RECORDS)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reading the events topic failed; retrying")
+                await asyncio.sleep(1.0)
+                continue
+            async with lock:
+                if not processing_allowed.is_set():
+                    await processing_allowed.wait()
+                for tp, records in batches.items():
+                    if tp.topic != topic_name or tp.partition not in owned or not records:
+                        continue  # fetched before a rebalance took the partition away
+                    try:
+                        await process_records(tp, records)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:  # never lose the consumer; the messages are committed as processed
+                        log.exception("processing %d events messages from %s failed", len(records), tp)
+                    pending[tp] = position[tp] = records[-1].offset + 1
+                    holder["uncommitted"] += len(records)
+                if pending and (holder["uncommitted"] >= FAST_COMMIT_EVERY
+                                or time.monotonic() - holder["last_commit"] >= FAST_COMMIT_INTERVAL):
+                    await commit()
+
+    @app.service
+    class EventsConsumer(Service):
+        """The events topic's consumer task (see install_events_consumer)."""
+
+        _task: asyncio.Future | None = None
+
+        async def on_start(self) -> None:
+            sec = client_config(settings)
+            session_ms = int(settings.worker.session_timeout * 1000)
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=settings.kafka.bootstrap.split(","), group_id=group_id,
+                client_id=f"{settings.kafka.app_id}-events", enable_auto_commit=False,
+                auto_offset_reset="earliest", session_timeout_ms=session_ms,
+                heartbeat_interval_ms=min(3000, session_ms // 3), max_partition_fetch_bytes=8 << 20,
+                fetch_max_bytes=64 << 20, **sec)
+            holder["consumer"] = consumer
+            await consumer.start()
+            consumer.subscribe([topic_name], listener=Rebalance())
+            log.info("events consumer (aiokafka) started in group %s", group_id)
+            try:  # "Ready" after the first assignment and its recovery, as with the Faust agent
+                await asyncio.wait_for(assigned_once.wait(), timeout=max(60.0, 2 * settings.worker.session_timeout))
+            except asyncio.TimeoutError:
+                log.warning("no events partition assigned yet; consuming once the group assigns some")
+            self._task = asyncio.ensure_future(consume())
+
+        async def on_stop(self) -> None:
+            if self._task is not None:
+                self._task.cancel()
+                try:
+                    await self._task
+                except (asyncio.CancelledError, Exception):
+                    pass
+            consumer = holder["consumer"]
+            if consumer is not None:
+                async with lock:
+                    await commit()
+                await consumer.stop()
