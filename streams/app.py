@@ -380,11 +380,10 @@ def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> N
     """Run the worker in the foreground until SIGINT/SIGTERM."""
     from faust.worker import Worker
 
+    from stepwatch.security import client_config
     from stepwatch.topics import ensure_topics
 
     settings = settings or Settings.from_env()
-    from stepwatch.security import client_config
-
     ensure_topics(settings.kafka, client_config=client_config(settings))
     app = create_app(settings)
     Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
