@@ -258,17 +258,20 @@ class HangDetector:
             if w is not None:
                 self._world_size = w
                 break
+        steps_a = np.array(steps, dtype=np.int64)
         if unique:
-            steps_a = np.array(steps, dtype=np.int64)
-            current = self._step[idx]
-            advanced = steps_a > current
-            if advanced.any():
-                self._stepped[idx[advanced & (current >= 0)]] = True
-                self._step[idx[advanced]] = steps_a[advanced]
-                self._rank_progress[idx[advanced]] = ts_a[advanced]
+            self._rank_steps(idx, steps_a, ts_a)
         else:
-            for slot, step, t in zip(slots, steps, ts):
-                self._rank_step(slot, step, t)
+            # Several steps of the same ranks (merged envelopes): one step at a time, each usually
+            # once per rank; a run with a rank twice goes event by event.
+            cuts = [0, *(np.flatnonzero(steps_a[1:] != steps_a[:-1]) + 1).tolist(), len(slots)]
+            for lo, hi in zip(cuts, cuts[1:]):
+                part = idx[lo:hi]
+                if len(set(slots[lo:hi])) == hi - lo:
+                    self._rank_steps(part, steps_a[lo:hi], ts_a[lo:hi])
+                else:
+                    for slot, step, t in zip(slots[lo:hi], steps[lo:hi], ts[lo:hi]):
+                        self._rank_step(slot, step, t)
         # The job's step counter, in order (usually one advance per envelope and step).
         first = not self._completed_any
         self._completed_any = True
@@ -338,6 +341,15 @@ class HangDetector:
             self._completed_any = True
             return self._job_advanced(event.step, event.ts)
         return self._maybe_resolve_partial(slot) if advanced else []
+
+    def _rank_steps(self, idx: np.ndarray, steps: np.ndarray, ts: np.ndarray) -> None:
+        """``_rank_step`` for distinct slots at once."""
+        current = self._step[idx]
+        advanced = steps > current
+        if advanced.any():
+            self._stepped[idx[advanced & (current >= 0)]] = True
+            self._step[idx[advanced]] = steps[advanced]
+            self._rank_progress[idx[advanced]] = ts[advanced]
 
     def _rank_step(self, slot: int, step: int, ts: float) -> bool:
         if step > self._step[slot]:
