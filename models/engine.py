@@ -34,11 +34,17 @@ RUNTIME_HANG_FIELDS = ("timeout_seconds", "checkpoint_timeout_seconds", "first_s
                        "heartbeat_timeout_factor", "max_listed_ranks")
 
 
+#: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended
+#: (ranks' clocks differ by milliseconds); a restarted job relaunches processes and loads a
+#: checkpoint first, which takes far longer.
+END_GRACE_SECONDS = 10.0
+
+
 class JobState:
     """Everything the engine holds for one job."""
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
-                 "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags")
+                 "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end")
 
     def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
                  checkpoint: CheckpointDetector) -> None:
@@ -58,6 +64,9 @@ class JobState:
         self.stragglers: dict[str, StragglerDetector] = {}
         self.phase = "train"
         self.ended = False
+        self.ended_at = 0.0  # time of the job's ``end`` phase event
+        #: Rank events stamped before the job's ``end`` that arrived after it (another path overtaken).
+        self.late_after_end = 0
         self.last_ts = 0.0
         self.latest_step = -1
         self.ranks: set[int] = set()
@@ -106,6 +115,12 @@ class DetectionEngine:
             if len(self.jobs) > self.settings.retention.max_jobs:
                 oldest = min((j for j in self.jobs.values() if j is not job), key=lambda j: j.last_seen or 0.0)
                 evicted = self._evict(oldest, "too many jobs tracked")
+        elif job.ended and event.ts <= job.ended_at + END_GRACE_SECONDS and getattr(event, "rank", None) is not None:
+            # Stamped before (or just after, on another rank's clock) the job said it ended, arriving
+            # after: overtaken on another path (e.g. a different shard stage process), not a restart,
+            # which would reopen the job's alerts.
+            job.late_after_end += 1
+            return []
         if event.ts > job.last_ts:
             job.last_ts = event.ts
         job.last_seen = self._tick_clock
@@ -316,6 +331,7 @@ class DetectionEngine:
         out = job.checkpoint.on_phase(event.ts, event.phase, event.step)
         if event.phase == "end":
             job.ended = True
+            job.ended_at = event.ts
             job.phase = "train"
             for detector in job.stragglers.values():
                 out.extend(detector.close_all(at=event.ts, reason="job ended"))

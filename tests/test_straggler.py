@@ -180,3 +180,22 @@ def test_a_rank_whose_input_pipeline_stalls_is_a_straggler_named_by_data_time():
 def test_frequent_single_data_loader_hiccups_are_not_a_stall():
     spec = SimulationSpec(ranks=32, steps=3000, seed=4, hiccup_probability=0.05)
     assert straggler_alerts(CapturingEngine().run(spec)) == []
+
+
+def test_steps_overtaken_by_the_jobs_end_do_not_reopen_its_alerts():
+    # With the shard stage, a job's `end` (keyed by job) can reach the worker before the last steps of
+    # ranks on other shards. Those steps are stamped before the end: late, not a restart.
+    spec = SimulationSpec(ranks=16, steps=80, stragglers=(StragglerFault(rank=3, start_step=30, factor=1.5),))
+    events = [parse_event(e) for e in ClusterSimulator(spec).events()]
+    end = next(i for i, e in enumerate(events) if e.kind == "phase" and e.phase == "end")
+    held = [e for e in events[:end] if e.kind == "step" and e.step >= 78 and e.rank >= 8]
+    order = [e for e in events[:end] if e not in held] + [events[end]] + held + events[end + 1:]
+    engine = DetectionEngine()
+    alerts = [a for e in order for a in engine.process(e)]
+    assert [(a.status, a.ranks) for a in alerts] == [("firing", (3,)), ("resolved", (3,))]
+    assert "job ended" in alerts[-1].summary
+    assert engine.jobs[spec.job].late_after_end == len(held)
+    # A step after the end is a restart: the job is watched again.
+    restart = dataclasses.replace(held[0], step=0, ts=events[end].ts + 60)
+    engine.process(restart)
+    assert not engine.jobs[spec.job].ended
