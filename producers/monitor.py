@@ -125,7 +125,8 @@ class MonitorConfig:
     ``STEPWATCH_KAFKA_BOOTSTRAP`` (else ``KAFKA_BOOTSTRAP``), ``STEPWATCH_KAFKA_TOPIC_PREFIX``
     + ``STEPWATCH_KAFKA_EVENTS_TOPIC`` (the worker's names), ``STEPWATCH_MONITOR_ENABLED``,
     ``STEPWATCH_MONITOR_HEARTBEAT_INTERVAL``, ``STEPWATCH_MONITOR_QUEUE_SIZE``,
-    ``STEPWATCH_MONITOR_COLLECTIVE_EVENTS``.
+    ``STEPWATCH_MONITOR_COLLECTIVE_EVENTS``, ``STEPWATCH_MONITOR_SHARD_RANKS`` (0: events keyed by
+    job; N > 0: keyed ``"job/<rank // N>"`` for the shard stage, see docs/events.md).
     """
 
     def __init__(self, *, job: str | None = None, rank: int | None = None, world_size: int | None = None,
@@ -134,7 +135,7 @@ class MonitorConfig:
                  heartbeat_interval: float | None = None, queue_size: int | None = None,
                  collective_events: bool | None = None, flush_interval: float = 0.1,
                  close_timeout: float = 5.0, producer_config: Mapping[str, Any] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, shard_ranks: int | None = None) -> None:
         env = os.environ if environ is None else environ
         dist = _torch_dist()
         self.job = job or _env(env, "STEPWATCH_JOB", "STEPWATCH_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID") \
@@ -165,6 +166,11 @@ class MonitorConfig:
                               _env_float(env, "STEPWATCH_MONITOR_QUEUE_SIZE", 10_000))
         self.collective_events = collective_events if collective_events is not None else \
             _env_bool(env, "STEPWATCH_MONITOR_COLLECTIVE_EVENTS", False)
+        if shard_ranks is None:
+            shard_ranks = _env_int(env, "STEPWATCH_MONITOR_SHARD_RANKS")
+        #: > 0: this rank's events are keyed ``f"{job}/{rank // shard_ranks}"`` (job-wide phase events
+        #: keep the job id), for the shard stage (streams/shard.py); 0: keyed by job.
+        self.shard_ranks = max(0, int(shard_ranks or 0))
         self.flush_interval = flush_interval
         self.close_timeout = close_timeout
         self.producer_config = dict(producer_config or {})
@@ -172,7 +178,12 @@ class MonitorConfig:
     def __repr__(self) -> str:
         return (f"MonitorConfig(job={self.job!r}, rank={self.rank}, world_size={self.world_size}, node={self.node!r}, "
                 f"gpu={self.gpu}, group={self.group!r}, bootstrap={self.bootstrap!r}, topic={self.topic!r}, "
-                f"enabled={self.enabled})")
+                f"enabled={self.enabled}, shard_ranks={self.shard_ranks})")
+
+    @property
+    def key(self) -> str:
+        """Kafka key of this rank's events (``stepwatch.producers.publisher.shard_key``)."""
+        return f"{self.job}/{self.rank // self.shard_ranks}" if self.shard_ranks > 0 else self.job
 
 
 class _StepComm:
@@ -242,17 +253,20 @@ class RankMonitor:
                  collective_events: bool | None = None, flush_interval: float = 0.1, close_timeout: float = 5.0,
                  producer_config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
                  start_step: int = 0, sink: Callable[[list[dict]], None] | None = None,
-                 job_phases: bool | None = None) -> None:
+                 job_phases: bool | None = None, shard_ranks: int | None = None) -> None:
         self.config = cfg = MonitorConfig(
             job=job, rank=rank, world_size=world_size, node=node, gpu=gpu, group=group, bootstrap=bootstrap,
             topic=topic, enabled=enabled, heartbeat_interval=heartbeat_interval, queue_size=queue_size,
             collective_events=collective_events, flush_interval=flush_interval, close_timeout=close_timeout,
-            producer_config=producer_config, environ=environ)
+            producer_config=producer_config, environ=environ, shard_ranks=shard_ranks)
         self.job, self.rank, self.node = cfg.job, cfg.rank, cfg.node
         self.enabled = cfg.enabled
         #: Instead of Kafka, hand each batch of wire-form events to this callable (tests, files).
         self._sink = sink
-        self._key = cfg.job.encode()
+        # Keyed by job, or by this rank's shard (shard_ranks): then job-wide phase events (no ``rank``)
+        # still go under the job id (docs/events.md).
+        self._key = cfg.key.encode()
+        self._job_key = cfg.job.encode()
         # Fields every event of this rank carries; step events add theirs to a copy.
         self._step_base: dict[str, Any] = {"v": 1, "kind": "step", "job": cfg.job, "rank": cfg.rank}
         for name, value in (("node", cfg.node), ("gpu", cfg.gpu), ("group", cfg.group),
@@ -660,12 +674,21 @@ class RankMonitor:
         return errback
 
     def _publish(self, batch: list[dict]) -> None:
+        if self._key != self._job_key and any("rank" not in event for event in batch):
+            own = [event for event in batch if "rank" in event]
+            if own:
+                self._publish_keyed(own, self._key)
+            self._publish_keyed([event for event in batch if "rank" not in event], self._job_key)
+            return
+        self._publish_keyed(batch, self._key)
+
+    def _publish_keyed(self, batch: list[dict], key: bytes) -> None:
         producer = self._producer
         for i in range(0, len(batch), MAX_EVENTS_PER_MESSAGE):
             chunk = batch[i:i + MAX_EVENTS_PER_MESSAGE]
             n = len(chunk)
             try:
-                future = producer.send(self.config.topic, key=self._key, value=encode_events(chunk))
+                future = producer.send(self.config.topic, key=key, value=encode_events(chunk))
             except Exception as exc:  # buffer full / metadata timeout after max_block_ms
                 self._on_failed(n)(exc)
                 continue

@@ -1,4 +1,4 @@
-"""The ``stepwatch`` command line: worker, simulate, replay, alerts, status, config, demo, broker."""
+"""The ``stepwatch`` command line: worker, shard, simulate, replay, alerts, status, config, demo, broker."""
 
 from __future__ import annotations
 
@@ -220,10 +220,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     ensure_topics(settings.kafka, client_config=client_config(settings))
     topic = settings.kafka.topic(settings.kafka.events_topic)
-    with EventPublisher(bootstrap=settings.kafka.bootstrap, topic=topic, **client_config(settings)) as publisher:
+    with EventPublisher(bootstrap=settings.kafka.bootstrap, topic=topic, shard_ranks=args.shard_ranks or 0,
+                        **client_config(settings)) as publisher:
         last_report = time.monotonic()
         for i, (_, batch) in enumerate(_paced(sim.steps(), speed)):
-            publisher.send(spec.job, batch)
+            publisher.send_job(spec.job, batch)
             if time.monotonic() - last_report > 5:
                 print(f"stepwatch simulate: step {i}/{spec.steps}, {publisher.events_sent} events sent",
                       file=sys.stderr)
@@ -532,6 +533,44 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(args), ranks=args.ranks, steps=args.steps, speed=args.speed, timeout=args.timeout)
 
 
+SHARD_DESCRIPTION = """\
+Optional first stage for jobs too large for one worker (thousands of ranks sending
+single-event messages). It reads the raw events topic (<prefix>events,
+STEPWATCH_KAFKA_EVENTS_TOPIC) in the consumer group <app_id>-shard, validates every
+message (bad input goes to <prefix>deadletter, as with the worker), buffers the valid
+events per job and publishes them as batch envelopes of up to 256 events, sorted by
+step and keyed by job, to <prefix>job-events (STEPWATCH_KAFKA_JOB_EVENTS_TOPIC) after
+at most --flush-interval seconds.
+
+Run several with the same settings: they split the raw topic's partitions. Producers
+key by rank shard (stepwatch simulate --shard-ranks N, STEPWATCH_MONITOR_SHARD_RANKS=N);
+workers read the output with STEPWATCH_KAFKA_EVENTS_TOPIC=job-events. Offsets are
+committed once the envelopes made from them are acknowledged (at least once).
+SIGTERM/SIGINT flushes, commits and stops."""
+
+SHARD_EPILOG = """\
+settings (environment): STEPWATCH_SHARD_FLUSH_INTERVAL (0.1 s), STEPWATCH_SHARD_MAX_EVENTS
+(256), STEPWATCH_SHARD_MAX_BUFFERED (100000), STEPWATCH_SHARD_COMMIT_INTERVAL (1.0 s),
+STEPWATCH_SHARD_METRICS_PORT (0: off). See docs/operations.md."""
+
+
+def cmd_shard(args: argparse.Namespace) -> int:
+    from stepwatch.streams.shard import run_shard
+
+    settings = _settings(args)
+    _require_bootstrap(settings)
+    overrides = {}
+    if args.flush_interval is not None:
+        overrides["flush_interval"] = args.flush_interval
+    if args.metrics_port is not None:
+        overrides["metrics_port"] = args.metrics_port
+    if overrides:
+        settings = dataclasses.replace(settings, shard=dataclasses.replace(settings.shard, **overrides))
+    logging.getLogger("stepwatch.shard").setLevel(args.loglevel.upper())
+    run_shard(settings)
+    return 0
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     from stepwatch.localkafka import run_foreground
 
@@ -718,6 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="KIND:RANK:START[:FACTOR[:END]]",
                    help="fault on the IB port nearest to RANK's GPU from step START: ib_errors, congestion, "
                         "link_down; the rank computes FACTOR (default 1.3) times slower; repeatable")
+    p.add_argument("--shard-ranks", type=int, default=0, metavar="N",
+                   help="key each rank's events by rank shard 'JOB/<rank // N>' instead of by job, for the shard "
+                        "stage ('stepwatch shard'); events without a rank keep the job id (default 0: by job)")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("replay", help="run the detectors offline over recorded events, print alerts",
@@ -784,6 +826,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "127.0.0.1 until interrupted.")
     p.add_argument("--port", type=int, default=9092)
     p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser(
+        "shard", help="run the shard stage: one large job's raw events re-batched per job for the workers",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=SHARD_DESCRIPTION, epilog=SHARD_EPILOG)
+    _add_kafka_args(p)
+    p.add_argument("--flush-interval", type=float, metavar="S",
+                   help="seconds a job's events wait at most before they go out (default 0.1)")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus metrics (stepwatch_shard_*) on this port (default: none)")
+    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=cmd_shard)
 
     p = sub.add_parser("agent", help="run the node agent: GPU and InfiniBand telemetry to Kafka",
                        description="Sample every GPU (NVML, pip install 'stepwatch[agent]') and InfiniBand/RoCE port "

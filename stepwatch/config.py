@@ -122,6 +122,12 @@ class KafkaSettings:
     deadletter_topic: str = "deadletter"
     #: Runtime settings (compacted, keyed by job id or ``*``; see docs/operations.md).
     config_topic: str = "config"
+    #: Workers registry (compacted, one partition, keyed by worker URL): which worker owns which
+    #: events partition, for the status API's proxying (streams/registry.py).
+    workers_topic: str = "workers"
+    #: Output of the optional shard stage (``stepwatch shard``): the raw events re-batched per job, keyed
+    #: by job. Detection workers read it with ``STEPWATCH_KAFKA_EVENTS_TOPIC=job-events``.
+    job_events_topic: str = "job-events"
     #: Partitions for topics stepwatch creates; jobs are spread over partitions by key.
     partitions: int = 4
     #: Replication factor for topics stepwatch creates (1 suits a single local broker).
@@ -155,17 +161,50 @@ class WorkerSettings:
     #: How other workers reach this one's web server (status requests for a job on another
     #: worker are proxied there); empty means http://127.0.0.1:<web_port>.
     canonical_url: str = ""
+    #: Seconds between two advertisements of this worker's events partitions on the workers topic
+    #: (also sent on every assignment change); entries older than 3 intervals are ignored.
+    registry_interval: float = 10.0
     #: Recent judged steps kept per job for the dashboard's heatmap and step-rate line.
     status_history_steps: int = 60
     #: The dashboard's heatmap shows at most this many rows: per node, then per node range, beyond it.
     dashboard_max_rows: int = 256
-    #: Who consumes the events topic: ``faust`` (a Faust agent, one message at a time) or ``aiokafka``
-    #: (the worker's own consumer in the group ``<app_id>-events``, ``getmany`` batches into the engine).
-    consumer: str = "faust"
+    #: Who consumes the events topic: ``aiokafka`` (the worker's own consumer in the group
+    #: ``<app_id>-events``, ``getmany`` batches into the engine; the default) or ``faust`` (a Faust
+    #: agent in the group ``<app_id>``, one message at a time).
+    consumer: str = "aiokafka"
 
     def __post_init__(self) -> None:
         if self.consumer not in ("faust", "aiokafka"):
             raise ValueError(f"worker.consumer: expected 'faust' or 'aiokafka', got {self.consumer!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardSettings:
+    """The optional first stage that spreads one large job over several processes (``stepwatch shard``,
+    streams/shard.py, docs/operations.md "One large job over several workers")."""
+
+    #: Longest time (seconds) a job's events wait in the stage before they go out as an envelope: the
+    #: latency the stage adds at most.
+    flush_interval: float = 0.1
+    #: Events per envelope at most (a job's buffer goes out at once when it holds this many).
+    max_events: int = 256
+    #: Events held per process at most, buffered or sent but not yet acknowledged; beyond, every buffer is
+    #: flushed at once and consumption waits for acknowledgements (nothing is dropped).
+    max_buffered: int = 100_000
+    #: Seconds between commits of the consumed offsets (only of events the broker acknowledged).
+    commit_interval: float = 1.0
+    #: Port of the stage's Prometheus metrics (``/metrics``); 0 serves none.
+    metrics_port: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.flush_interval > 0:
+            raise ValueError(f"shard.flush_interval: expected a positive number of seconds, "
+                             f"got {self.flush_interval!r}")
+        if not 1 <= self.max_events <= 100_000:
+            raise ValueError(f"shard.max_events: expected 1 to 100000, got {self.max_events!r}")
+        if self.max_buffered < self.max_events:
+            raise ValueError(f"shard.max_buffered: expected at least shard.max_events ({self.max_events}), "
+                             f"got {self.max_buffered!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -322,6 +361,7 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     job_health: JobHealthSettings = field(default_factory=JobHealthSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    shard: ShardSettings = field(default_factory=ShardSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":

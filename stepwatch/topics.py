@@ -12,13 +12,20 @@ def topic_names(kafka: KafkaSettings) -> list[str]:
 
 
 def ensure_topics(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:
-    """Create the events, alerts, dead-letter and config topics if they do not exist yet.
+    """Create the events, alerts, dead-letter, config and workers topics if they do not exist yet.
 
     ``client_config``: kafka-python connection settings (TLS/SASL, see stepwatch.security).
     """
     create_topics(kafka.bootstrap, topic_names(kafka), kafka.partitions,
                   replication_factor=kafka.replication_factor, timeout=timeout, client_config=client_config)
     ensure_config_topic(kafka, timeout=timeout, client_config=client_config)
+    ensure_workers_topic(kafka, timeout=timeout, client_config=client_config)
+
+
+def ensure_workers_topic(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:
+    """The workers registry (streams/registry.py): one partition, compacted (latest word per worker URL)."""
+    create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor,
+                  compacted=[kafka.topic(kafka.workers_topic)], timeout=timeout, client_config=client_config)
 
 
 def ensure_config_topic(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:

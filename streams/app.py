@@ -1,19 +1,20 @@
 """The Faust worker: a thin adapter between Kafka and the pure detection core.
 
-One agent consumes the events topic (keyed by job, so a job's events stay in one
-partition and one worker), decodes each message (single event or batch envelope), feeds
-the valid events to the ``DetectionEngine`` and publishes the alerts it returns. With
-``STEPWATCH_WORKER_CONSUMER=aiokafka`` the worker's own ``AIOKafkaConsumer`` (group
-``<app_id>-events``) does that instead, a ``getmany`` batch at a time
-(``streams/events_consumer.py``); recovery, dead-lettering and metrics are shared. What does
-not decode or validate goes to the dead-letter topic with the reason and its source
-coordinates; the worker never stops on bad input. A timer runs the time-driven rules
+The worker's own ``AIOKafkaConsumer`` (group ``<app_id>-events``, ``streams/events_consumer.py``;
+the default, ``STEPWATCH_WORKER_CONSUMER=aiokafka``) consumes the events topic (keyed by job, so a
+job's events stay in one partition and one worker) a ``getmany`` batch at a time, decodes each
+message (single event or batch envelope), feeds the valid events to the ``DetectionEngine`` and
+publishes the alerts it returns. With ``STEPWATCH_WORKER_CONSUMER=faust`` one Faust agent (group
+``<app_id>``) does that instead, one message at a time; recovery, dead-lettering and metrics are
+shared. What does not decode or validate goes to the dead-letter topic with the reason and its
+source coordinates; the worker never stops on bad input. A timer runs the time-driven rules
 with the wall clock.
 
 The operator surface lives next to it: Prometheus metrics (streams/metrics.py), the status
-API and dashboard (streams/web.py, models/status.py), runtime settings from the config
-topic (stepwatch/runtime_config.py) and the optional Alertmanager sink
-(streams/alertmanager.py); see docs/operations.md.
+API and dashboard (streams/web.py, models/status.py) with the workers registry that finds the
+owner of another worker's job (streams/registry.py), runtime settings from the config topic
+(stepwatch/runtime_config.py) and the optional Alertmanager sink (streams/alertmanager.py);
+see docs/operations.md.
 """
 
 from __future__ import annotations
@@ -204,19 +205,47 @@ def create_app(settings: Settings | None = None) -> faust.App:
             finally:
                 await consumer.stop()
 
+    events_group = kafka.app_id if settings.worker.consumer == "faust" else kafka.app_id + "-events"
+
+    def owned_events_partitions() -> set[int] | None:
+        """This worker's events partitions now (None: not known)."""
+        mine = getattr(app, "stepwatch_events_owned", None)  # the aiokafka events consumer's assignment
+        if mine is not None:
+            return set(mine[1]) if mine[0] == events_topic.get_topic_name() else None
+        if settings.worker.consumer != "faust" or not state.get("faust_assigned"):
+            return None
+        try:
+            return {tp.partition for tp in app.consumer.assignment() if tp.topic == events_topic.get_topic_name()}
+        except Exception:
+            return None
+
+    def events_partition_count() -> int | None:
+        """Partitions of the events topic, as this worker's events consumer knows them."""
+        count = getattr(app, "stepwatch_events_partition_count", None)  # the aiokafka events consumer
+        if count is not None:
+            return count()
+        return app.consumer.topic_partitions(events_topic.get_topic_name())
+
+    assignment_changed = None  # set with the workers registry: tell it at once when partitions move
     if settings.worker.web_port > 0:
+        from .registry import STALE_AFTER_INTERVALS, WorkersRegistry, install_registry
         from .web import install_pages
 
+        workers = WorkersRegistry(events_topic.get_topic_name(), group=events_group,
+                                  max_age=STALE_AFTER_INTERVALS * settings.worker.registry_interval)
+        app.stepwatch_workers = workers  # type: ignore[attr-defined]
+        assignment_changed = install_registry(app, settings, registry=workers, url=canonical_url.rstrip("/"),
+                                              owned=owned_events_partitions)
         install_pages(app, engine=engine, recorder=recorder, metrics=metrics, runtime=runtime,
-                      events_topic=events_topic, settings=settings, is_ready=is_ready)
+                      events_topic=events_topic, settings=settings, is_ready=is_ready,
+                      owned_partitions=owned_events_partitions, partition_count=events_partition_count,
+                      workers=workers)
 
     recovered: set[int] = set()
     # Cleared while a recovery runs: the agent waits, so replayed history always comes
     # before the live events that follow it.
     processing_allowed = asyncio.Event()
     processing_allowed.set()
-
-    events_group = kafka.app_id if settings.worker.consumer == "faust" else kafka.app_id + "-events"
 
     async def recover_partitions(mine: set[int]) -> None:
         """Rebuild the windows of newly assigned events partitions before consuming them.
@@ -330,12 +359,17 @@ def create_app(settings: Settings | None = None) -> faust.App:
         @app.on_partitions_assigned.connect
         async def _recover(sender, assigned, **kwargs) -> None:
             topic_name = events_topic.get_topic_name()
+            state["faust_assigned"] = True  # the assignment is known from here on (owned_events_partitions)
+            if assignment_changed is not None:
+                assignment_changed()
             await recover_partitions({tp.partition for tp in assigned if tp.topic == topic_name})
 
         @app.on_partitions_revoked.connect
         async def _forget(sender, revoked, **kwargs) -> None:
             topic_name = events_topic.get_topic_name()
             forget_partitions({tp.partition for tp in revoked if tp.topic == topic_name})
+            if assignment_changed is not None:
+                assignment_changed()
 
         @app.agent(events_topic, name="stepwatch-detect")
         async def detect(stream):
@@ -352,7 +386,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
                                 state=state, metrics=metrics, recorder=recorder, engine=engine,
                                 job_partition=job_partition, processing_allowed=processing_allowed,
                                 recover_partitions=recover_partitions, forget_partitions=forget_partitions,
-                                process_message=process_message, deadletter=deadletter, publish=publish)
+                                process_message=process_message, deadletter=deadletter, publish=publish,
+                                assignment_changed=assignment_changed)
 
     from .telemetry_feed import attach_telemetry
 

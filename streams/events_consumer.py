@@ -1,8 +1,9 @@
-"""The worker's own events consumer (``STEPWATCH_WORKER_CONSUMER=aiokafka``).
+"""The worker's own events consumer (``STEPWATCH_WORKER_CONSUMER=aiokafka``, the default).
 
-An opt-in alternative to the Faust agent of streams/app.py for the events topic: a plain
-``AIOKafkaConsumer`` in its own group whose ``getmany`` batches are decoded column-wise and fed
-to ``DetectionEngine.process_batch`` together, which removes Faust's per-message cost. Recovery,
+The events topic's consumer unless ``STEPWATCH_WORKER_CONSUMER=faust`` (then the Faust agent of
+streams/app.py): a plain ``AIOKafkaConsumer`` in its own group whose ``getmany`` batches are
+decoded column-wise and fed to ``DetectionEngine.process_batch`` together, which removes Faust's
+per-message cost. Recovery,
 forgetting, dead-lettering, metrics and publishing are the worker's own functions, passed in.
 """
 

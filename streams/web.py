@@ -12,11 +12,15 @@
 
 A job lives on the worker that owns its events partition (events are keyed by job). A
 request for a job this worker does not hold is proxied to the worker that owns the job's
-partition, as Faust's partition assignor knows it from the consumer group's assignment
-(each worker announces its ``worker.canonical_url``); the partition is the producers'
-default (murmur2 of the job id). When this worker owns the partition itself, the owner is
-unknown, or the request was already proxied once, the answer is 404 with ``partition`` and
-``owner`` in the body; 502 when the owner does not answer.
+partition; the partition is the producers' default (murmur2 of the job id). The owner: with
+the Faust agent (``worker.consumer=faust``), as Faust's partition assignor knows it from the
+consumer group's assignment (each worker announces its ``worker.canonical_url``); with the
+aiokafka events consumer (whose group Faust does not see), or when the assignor does not
+know, this worker for its own partitions and the workers registry (streams/registry.py, each
+worker advertises its partitions and ``canonical_url`` there) for the others. When this
+worker owns the partition itself, the owner is unknown, or the request was already proxied
+once, the answer is 404 with ``partition`` and ``owner`` in the body; 502 when the owner
+does not answer.
 """
 
 from __future__ import annotations
@@ -42,8 +46,22 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str).decode()
 
 
-def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, settings, is_ready) -> None:
-    """Register the pages on ``app`` (a faust.App with its web server enabled)."""
+def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, settings, is_ready,
+                  owned_partitions=None, partition_count=None, workers=None) -> None:
+    """Register the pages on ``app`` (a faust.App with its web server enabled).
+
+    ``owned_partitions()``: this worker's events partitions (None: unknown); ``partition_count()``:
+    the events topic's partitions (None: unknown, ``kafka.partitions`` is assumed); ``workers``: the
+    workers registry (streams/registry.py), who owns the other partitions.
+    """
+
+    def mine() -> set[int] | None:
+        if owned_partitions is not None:
+            return owned_partitions()
+        try:
+            return {tp.partition for tp in app.consumer.assignment() if tp.topic == events_topic.get_topic_name()}
+        except Exception:
+            return None
 
     def job_settings(job: str) -> dict[str, Any]:
         return {"source": runtime.source(job),
@@ -55,14 +73,23 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         from kafka.partitioner.default import murmur2
 
         topic = events_topic.get_topic_name()
+        me = str(app.conf.canonical_url).rstrip("/")
         info: dict[str, Any] = {"worker": str(app.conf.canonical_url), "owner": None}
         try:
-            count = app.consumer.topic_partitions(topic) or settings.kafka.partitions
+            count = (partition_count() if partition_count is not None
+                     else app.consumer.topic_partitions(topic)) or settings.kafka.partitions
         except Exception:
             count = settings.kafka.partitions
         # The producers' default partitioner (murmur2 of the key, as Kafka's Java client).
         info["partition"] = partition = (murmur2(job.encode()) & 0x7FFFFFFF) % count
-        owner = getattr(app.assignor, "_external_tps_url", {}).get(TP(topic, partition))
+        owner = None
+        if settings.worker.consumer == "faust":  # Faust's group is the events consumer's: its assignor knows
+            owner = getattr(app.assignor, "_external_tps_url", {}).get(TP(topic, partition))
+        if not owner:
+            if partition in (mine() or ()):
+                owner = me
+            elif workers is not None:
+                owner = workers.owner(partition, time.time(), exclude=me)
         if owner:
             info["owner"] = str(owner).rstrip("/")
         return info
@@ -101,17 +128,12 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
     async def health_page(self, request):
         ready = is_ready()
         body = {"status": "ok" if ready else "starting", "consuming": ready, "worker": str(app.conf.canonical_url),
-                "jobs": len(engine.jobs)}
+                "partitions": sorted(mine() or ()), "jobs": len(engine.jobs)}
         return self.text(_dumps(body), content_type=JSON, status=200 if ready else 503)
 
     @app.page("/jobs")
     async def jobs_page(self, request):
-        try:
-            partitions = sorted(tp.partition for tp in app.consumer.assignment()
-                                if tp.topic == events_topic.get_topic_name())
-        except Exception:
-            partitions = []
-        body = {"worker": str(app.conf.canonical_url), "partitions": partitions,
+        body = {"worker": str(app.conf.canonical_url), "partitions": sorted(mine() or ()),
                 "jobs": jobs_view(engine, recorder, time.time())}
         return self.text(_dumps(body), content_type=JSON)
 

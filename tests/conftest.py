@@ -67,12 +67,14 @@ WORKER_CONSUMERS = ["faust", "aiokafka"]
 
 @pytest.fixture
 def worker_consumer() -> str:
-    """How ``start_worker`` consumes the events topic: the environment's choice, else ``faust``.
+    """How ``start_worker`` consumes the events topic: the environment's choice, else the default (``aiokafka``).
 
     A test runs in both modes with ``@pytest.mark.parametrize("worker_consumer", WORKER_CONSUMERS)``;
-    the whole suite runs in one mode with ``STEPWATCH_WORKER_CONSUMER=aiokafka pytest``.
+    the whole suite runs in one mode with ``STEPWATCH_WORKER_CONSUMER=faust pytest``.
     """
-    return os.environ.get("STEPWATCH_WORKER_CONSUMER", "faust")
+    from stepwatch.config import WorkerSettings
+
+    return os.environ.get("STEPWATCH_WORKER_CONSUMER", WorkerSettings().consumer)
 
 
 @pytest.fixture
@@ -87,8 +89,8 @@ def start_worker(kafka_bootstrap, topic_prefix, tmp_path, worker_consumer):
 
     def start(**extra_env: str):
         extra_env.setdefault("STEPWATCH_WORKER_CONSUMER", worker_consumer)
-        env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_WORKER_DATADIR=str(tmp_path / "faust"),
-                            **extra_env)
+        extra_env.setdefault("STEPWATCH_WORKER_DATADIR", str(tmp_path / "faust"))
+        env = stepwatch_env(kafka_bootstrap, topic_prefix, **extra_env)
         worker = WorkerProcess(env, tmp_path / f"worker-{len(started)}.log")
         started.append(worker)
         return worker.wait_ready()

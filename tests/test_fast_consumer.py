@@ -1,4 +1,4 @@
-"""The aiokafka events consumer (``STEPWATCH_WORKER_CONSUMER=aiokafka``) merges the step events of
+"""The aiokafka events consumer (``STEPWATCH_WORKER_CONSUMER=aiokafka``, the default) merges the step events of
 consecutive messages into one column batch: that gives what the Faust agent's one message at a
 time gives. (Real-broker runs of both modes: tests/test_worker_kafka.py, test_reliability_kafka.py.)"""
 
@@ -25,8 +25,8 @@ def test_step_items_takes_step_events_and_envelopes_only():
 
 
 def test_worker_consumer_setting_is_checked():
-    assert Settings.from_env({}).worker.consumer == "faust"
-    assert Settings.from_env({"STEPWATCH_WORKER_CONSUMER": "aiokafka"}).worker.consumer == "aiokafka"
+    assert Settings.from_env({}).worker.consumer == "aiokafka"
+    assert Settings.from_env({"STEPWATCH_WORKER_CONSUMER": "faust"}).worker.consumer == "faust"
     with pytest.raises(ValueError, match="worker.consumer"):
         WorkerSettings(consumer="kafka")
 

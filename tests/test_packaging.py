@@ -27,8 +27,8 @@ def test_compose_runs_real_kafka_and_valid_stepwatch_commands():
         parser.parse_args(service["command"])  # exits on an unknown flag
 
 
-@pytest.mark.parametrize("command", ["worker", "simulate", "replay", "alerts", "demo", "broker", "agent", "status",
-                                     "config", "import", "scenarios"])
+@pytest.mark.parametrize("command", ["worker", "shard", "simulate", "replay", "alerts", "demo", "broker", "agent",
+                                     "status", "config", "import", "scenarios"])
 def test_every_subcommand_has_help(command):
     result = subprocess.run([sys.executable, "-m", "stepwatch.cli", command, "--help"], capture_output=True,
                             text=True, timeout=60)

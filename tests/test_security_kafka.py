@@ -60,7 +60,8 @@ def secure_env(broker, prefix, tmp_path, **extra):
 def test_simulator_worker_and_alerts_over_sasl_ssl(secure_broker, topic_prefix, tmp_path):
     from support import WorkerProcess
 
-    env = secure_env(secure_broker, topic_prefix, tmp_path)
+    port = free_port()  # the web server on: the workers registry (streams/registry.py) connects through TLS too
+    env = secure_env(secure_broker, topic_prefix, tmp_path, STEPWATCH_WORKER_WEB_PORT=str(port))
     worker = WorkerProcess(env, tmp_path / "worker.log")
     try:
         worker.wait_ready()
@@ -72,6 +73,10 @@ def test_simulator_worker_and_alerts_over_sasl_ssl(secure_broker, topic_prefix, 
         alerts = read_alerts(secure_broker["bootstrap"], topic_prefix + "alerts", until=lambda a: bool(a),
                              **client_config(settings))
         assert alerts and alerts[0]["ranks"] == [6]
+        advertised = read_alerts(secure_broker["bootstrap"], topic_prefix + "workers", timeout=20,
+                                 until=lambda a: any(r["partitions"] for r in a), **client_config(settings))
+        assert {r["url"] for r in advertised} == {f"http://127.0.0.1:{port}"}, worker.log_text()[-3000:]
+        assert "registry reader failed" not in worker.log_text()
         assert PASSWORD not in worker.log_text()
         assert PASSWORD not in str(alerts)
     finally:

@@ -1,0 +1,248 @@
+"""The workers registry: which worker owns which events partition, and where to reach it.
+
+Faust's assignor only knows the assignment of Faust's own consumer group, so a worker whose
+events consumer is its own (``STEPWATCH_WORKER_CONSUMER=aiokafka``, group ``<app_id>-events``)
+could not tell where a job on another worker lives. Every worker therefore advertises its
+events partitions and its ``worker.canonical_url`` on the compacted topic ``<prefix>workers``
+(``KafkaSettings.workers_topic``), keyed by that URL, value
+``{"url", "topic", "group", "partitions", "ts"}``: on every assignment change, every
+``worker.registry_interval`` seconds (10) and, with an empty partition list, on a clean stop.
+Every worker reads the topic without a consumer group and keeps partition -> (url, ts).
+
+``WorkersRegistry`` is the pure part (``apply``/``owner``, clock passed in; unit-tested in
+tests/test_registry.py); ``install_registry`` is the thin Kafka adapter (a ``mode.Service`` of
+the app with its own producer and reader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+log = logging.getLogger("stepwatch.worker.registry")
+
+#: An entry older than this many refresh intervals is ignored (its worker is gone or cut off).
+STALE_AFTER_INTERVALS = 3.0
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    url: str
+    partitions: frozenset[int]
+    ts: float
+
+
+def registry_record(*, url: str, topic: str, group: str | None, partitions, ts: float) -> bytes:
+    """The value a worker publishes (keyed by ``url``)."""
+    return orjson.dumps({"url": url, "topic": topic, "group": group,
+                         "partitions": sorted(int(p) for p in partitions), "ts": ts})
+
+
+class WorkersRegistry:
+    """Partition -> owner URL from the workers' advertisements (pure; the caller passes the clock).
+
+    ``topic``: the events topic; entries for another topic are ignored, and so are those of
+    another consumer group when both sides name one. ``max_age``: entries whose ``ts`` is older
+    than this (seconds, on the caller's clock) do not count. When two live entries claim one
+    partition (a crashed owner's last word and its successor's), the newer claim wins.
+    """
+
+    def __init__(self, topic: str, *, group: str | None = None, max_age: float = 30.0) -> None:
+        self.topic = topic
+        self.group = group
+        self.max_age = max_age
+        self.workers: dict[str, WorkerEntry] = {}
+        self.ignored = 0
+
+    def apply(self, record: bytes | dict | None, now: float, *, key: bytes | str | None = None) -> bool:
+        """Take one message of the workers topic; True when it changed what is known.
+
+        ``record``: the value (bytes or decoded); ``None`` with a ``key`` is a tombstone (the
+        worker is forgotten). ``now`` is unused except to drop entries that are already stale.
+        """
+        if isinstance(key, bytes):
+            key = key.decode("utf-8", "replace")
+        if record is None:
+            return key is not None and self.workers.pop(key.rstrip("/"), None) is not None
+        try:
+            value = orjson.loads(record) if isinstance(record, (bytes, bytearray, memoryview, str)) else record
+            if type(value) is not dict:
+                raise ValueError("not an object")
+            url = str(value["url"]).rstrip("/")
+            topic = value["topic"]
+            ts = float(value["ts"])
+            partitions = frozenset(int(p) for p in value.get("partitions") or ())
+            if not url:
+                raise ValueError("empty url")
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            self.ignored += 1
+            return False
+        group = value.get("group")
+        if topic != self.topic or (self.group and group and group != self.group):
+            self.ignored += 1
+            return False
+        known = self.workers.get(url)
+        if known is not None and known.ts > ts:
+            return False  # an older word of a worker we heard from since
+        for gone in [u for u, e in self.workers.items() if now - e.ts > self.max_age]:
+            del self.workers[gone]  # bounded by the live workers, whatever the topic remembers
+        if now - ts > self.max_age:
+            self.workers.pop(url, None)
+            return known is not None
+        self.workers[url] = WorkerEntry(url, partitions, ts)
+        return True
+
+    def owner(self, partition: int, now: float, *, exclude: str | None = None) -> str | None:
+        """The URL of the live worker that claims ``partition`` (newest claim first), or None."""
+        exclude = exclude.rstrip("/") if exclude else None
+        best: WorkerEntry | None = None
+        for entry in self.workers.values():
+            if partition not in entry.partitions or entry.url == exclude or now - entry.ts > self.max_age:
+                continue
+            if best is None or entry.ts > best.ts:
+                best = entry
+        return best.url if best is not None else None
+
+    def owners(self, now: float) -> dict[int, str]:
+        """Every partition with a live owner: partition -> URL."""
+        out: dict[int, tuple[float, str]] = {}
+        for entry in self.workers.values():
+            if now - entry.ts > self.max_age:
+                continue
+            for p in entry.partitions:
+                if p not in out or entry.ts > out[p][0]:
+                    out[p] = (entry.ts, entry.url)
+        return {p: url for p, (_, url) in sorted(out.items())}
+
+
+def install_registry(app, settings, *, registry: WorkersRegistry, url: str, owned: Callable[[], set[int] | None]):
+    """Publish this worker's events partitions on the workers topic and read everyone's into ``registry``.
+
+    ``owned()``: this worker's events partitions now (None: not known yet). Returns a function
+    to call on every assignment change (publishes at once). A ``mode.Service`` of the app: its
+    own ``AIOKafkaProducer`` (so it can still say "no partitions" on stop) and a group-less reader.
+    """
+    from mode import Service
+
+    from stepwatch.security import client_config
+
+    kafka = settings.kafka
+    topic = kafka.topic(kafka.workers_topic)
+    interval = max(0.1, settings.worker.registry_interval)
+    changed = asyncio.Event()
+    holder: dict = {"producer": None, "published": None}
+
+    def assignment_changed() -> None:
+        changed.set()
+
+    async def publish(partitions) -> None:
+        value = registry_record(url=url, topic=registry.topic, group=registry.group, partitions=partitions,
+                                ts=time.time())
+        await holder["producer"].send_and_wait(topic, key=url.encode(), value=value)
+        registry.apply(value, time.time())  # our own word counts at once (the reader sees it too)
+        if holder["published"] != sorted(partitions):
+            holder["published"] = sorted(partitions)
+            log.info("workers registry: %s owns events partitions %s", url, holder["published"])
+
+    async def advertise() -> None:
+        while True:
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=interval)
+            except asyncio.TimeoutError:
+                pass
+            changed.clear()
+            mine = owned()
+            if mine is None:
+                continue
+            try:
+                await publish(mine)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # e.g. the broker is away: the next round tries again
+                log.warning("publishing to the workers registry failed (will retry): %r", exc)
+                changed.set()
+                await asyncio.sleep(1.0)
+
+    async def read() -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        while True:
+            # No group: every partition of the topic is this consumer's (as the config topic's reader).
+            consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap.split(","), group_id=None,
+                                        enable_auto_commit=False, auto_offset_reset="earliest",
+                                        **client_config(settings))
+            try:
+                await consumer.start()
+                while not consumer.assignment():
+                    await asyncio.sleep(0.1)
+                tps = sorted(consumer.assignment())
+                # Older entries are ignored anyway: start a little before the oldest that still counts.
+                since_ms = int((time.time() - registry.max_age - interval) * 1000)
+                found = await consumer.offsets_for_times({tp: since_ms for tp in tps})
+                for tp in tps:
+                    if found.get(tp) is not None:
+                        consumer.seek(tp, found[tp].offset)
+                    else:
+                        await consumer.seek_to_end(tp)
+                while True:
+                    batches = await consumer.getmany(timeout_ms=1000)
+                    now = time.time()
+                    for records in batches.values():
+                        for record in records:
+                            registry.apply(record.value, now, key=record.key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("workers registry reader failed; retrying")
+                await asyncio.sleep(2.0)
+            finally:
+                await consumer.stop()
+
+    def ensure_topic() -> None:
+        from stepwatch.topics import ensure_workers_topic
+
+        ensure_workers_topic(kafka, client_config=client_config(settings))
+
+    @app.service
+    class WorkersRegistryService(Service):
+        """Advertises this worker's events partitions and reads the others' (see install_registry)."""
+
+        _jobs: list = []
+
+        async def on_start(self) -> None:
+            from aiokafka import AIOKafkaProducer
+
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, ensure_topic)
+            except Exception as exc:  # the reader and publisher retry; the topic may appear later
+                log.warning("could not create the workers topic %s: %r", topic, exc)
+            producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap.split(","), linger_ms=0,
+                                        **client_config(settings))
+            await producer.start()
+            holder["producer"] = producer
+            self._jobs = [asyncio.ensure_future(read()), asyncio.ensure_future(advertise())]
+
+        async def on_stop(self) -> None:
+            for task in self._jobs:
+                task.cancel()
+            for task in self._jobs:
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+            producer = holder["producer"]
+            if producer is None:
+                return
+            try:  # a clean stop: nothing is ours any more
+                await asyncio.wait_for(publish(()), timeout=5.0)
+            except Exception as exc:
+                log.warning("could not withdraw from the workers registry: %r", exc)
+            finally:
+                await producer.stop()
+
+    return assignment_changed

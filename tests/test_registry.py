@@ -1,0 +1,81 @@
+"""The workers registry (streams/registry.py): which worker owns which events partition.
+
+The pure part here; on the real broker: tests/test_proxy_kafka.py (two workers proxying to each other).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from stepwatch.streams.registry import WorkersRegistry, registry_record
+
+TOPIC = "p.events"
+
+
+def rec(url: str, partitions, ts: float, *, topic: str = TOPIC, group: str | None = "g-events") -> bytes:
+    return registry_record(url=url, topic=topic, group=group, partitions=partitions, ts=ts)
+
+
+def test_record_is_the_documented_json():
+    assert orjson.loads(rec("http://a:1", {1, 0}, 5.0)) == {"url": "http://a:1", "topic": TOPIC, "group": "g-events",
+                                                           "partitions": [0, 1], "ts": 5.0}
+
+
+def test_owner_of_each_partition_and_staleness():
+    reg = WorkersRegistry(TOPIC, group="g-events", max_age=30.0)
+    assert reg.owner(0, 100.0) is None
+    assert reg.apply(rec("http://a:1/", [0, 2], 100.0), 100.0)
+    assert reg.apply(rec("http://b:2", [1, 3], 101.0), 101.0)
+    assert [reg.owner(p, 105.0) for p in range(4)] == ["http://a:1", "http://b:2", "http://a:1", "http://b:2"]
+    assert reg.owners(105.0) == {0: "http://a:1", 1: "http://b:2", 2: "http://a:1", 3: "http://b:2"}
+    assert reg.owner(0, 105.0, exclude="http://a:1/") is None  # this worker answers for itself
+    # Entries older than max_age do not count (the worker is gone or cut off) ...
+    assert reg.owner(0, 130.5) is None and reg.owner(1, 130.5) == "http://b:2"
+    assert reg.owners(140.0) == {}
+    # ... and one that is already stale when read (the start of the topic) is not taken.
+    assert not WorkersRegistry(TOPIC, max_age=30.0).apply(rec("http://a:1", [0], 10.0), 100.0)
+
+
+def test_assignment_changes_and_clean_stop():
+    reg = WorkersRegistry(TOPIC, max_age=30.0)
+    reg.apply(rec("http://a:1", [0, 1], 100.0), 100.0)
+    # B joins: A gives up partition 1, B takes it.
+    reg.apply(rec("http://a:1", [0], 110.0), 110.0)
+    reg.apply(rec("http://b:2", [1], 110.5), 110.5)
+    assert [reg.owner(p, 111.0) for p in (0, 1)] == ["http://a:1", "http://b:2"]
+    # B stops cleanly (empty list); A takes both again.
+    reg.apply(rec("http://b:2", [], 120.0), 120.0)
+    assert reg.owner(1, 120.0) is None
+    reg.apply(rec("http://a:1", [0, 1], 121.0), 121.0)
+    assert reg.owner(1, 121.0) == "http://a:1"
+    # A tombstone forgets the worker.
+    assert reg.apply(None, 122.0, key=b"http://a:1")
+    assert reg.owner(0, 122.0) is None and "http://a:1" not in reg.workers
+    # Stale entries are dropped as news comes (the topic keeps every URL ever used).
+    reg.apply(rec("http://c:3", [2], 200.0), 200.0)
+    assert list(reg.workers) == ["http://c:3"]
+
+
+def test_a_crashed_owner_is_superseded_by_the_newer_claim():
+    reg = WorkersRegistry(TOPIC, max_age=30.0)
+    reg.apply(rec("http://a:1", [0], 100.0), 100.0)
+    reg.apply(rec("http://b:2", [1], 100.0), 100.0)  # B's last word before it crashed
+    reg.apply(rec("http://a:1", [0, 1], 108.0), 108.0)  # A took partition 1 over
+    assert reg.owner(1, 109.0) == "http://a:1"
+    # An older message of a worker heard from since changes nothing (out of order).
+    assert not reg.apply(rec("http://a:1", [0], 104.0), 109.0)
+    assert reg.owner(1, 109.0) == "http://a:1"
+
+
+def test_other_topics_groups_and_garbage_are_ignored():
+    reg = WorkersRegistry(TOPIC, group="g-events", max_age=30.0)
+    for value in (rec("http://x:1", [0], 100.0, topic="other.events"),
+                  rec("http://x:1", [0], 100.0, group="g"),  # the Faust agent's group of the same deployment
+                  b"{not json", b"[1]", orjson.dumps({"url": "http://x:1", "topic": TOPIC}),
+                  orjson.dumps({"url": "", "topic": TOPIC, "partitions": [0], "ts": 100.0}),
+                  orjson.dumps({"url": "http://x:1", "topic": TOPIC, "partitions": ["a"], "ts": 100.0})):
+        assert not reg.apply(value, 100.0)
+    assert reg.owner(0, 100.0) is None and reg.ignored == 7
+    assert reg.apply(rec("http://x:1", [0], 100.0, group=None), 100.0)  # no group named: taken
+    assert reg.apply({"url": "http://y:1", "topic": TOPIC, "partitions": [1], "ts": 100.0}, 100.0)  # decoded
+    assert reg.owners(100.0) == {0: "http://x:1", 1: "http://y:1"}
