@@ -187,6 +187,27 @@ def explain(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _job_level_note(res: dict) -> str:
+    """The job-level rules' alerts on a trace, explained."""
+    firing = [a for a in res["alerts"] if a["status"] == "firing"]
+    drops = [a for a in firing if a["type"] == "throughput_drop"]
+    stale = [a for a in firing if a["type"] == "checkpoint_stale"]
+    out = ""
+    if drops:
+        lost = [1 - 1 / (1 + a["evidence"]["slowdown"]) for a in drops]
+        out += (f" The throughput rule fires {len(drops)} time(s), on rises of the job's typical step time (the "
+                f"median rank's) that cost {min(lost):.0%}-{max(lost):.0%} of its throughput against its own "
+                "baseline for a few hundred to a couple of thousand steps, and resolves each when the step time is "
+                "back: with the median between the two classes, the same swings move the job as a whole, and a "
+                "job-level rule reports them once per episode (the trace has no compute/communication split, so "
+                "the layer is `unknown`).")
+    if stale:
+        out += (" `checkpoint_stale` fires once: the trace has no checkpoint events, so after an hour of "
+                "(synthetic) job time the job counts as never having checkpointed, which is what the rule is "
+                "for; a recording with phase events would not show it.")
+    return out
+
+
 def verdict(res: dict) -> str:
     """Why stepwatch said what it said, per trace (the interpretation part of the report)."""
     st = res["stats"]["ranks"]
@@ -221,7 +242,8 @@ def verdict(res: dict) -> str:
                 "class is the majority (worker 0 swings between the classes), the median drops into it and the "
                 "slow workers are flagged until it swings back. The ratios are real, but the rule is built for a "
                 "few slow ranks among many alike peers: half a job being 3-4x slower is heterogeneity (these "
-                "workers share GPUs) and would be better reported once, as a job-level imbalance.")
+                "workers share GPUs) and would be better reported once, as a job-level imbalance."
+                + _job_level_note(res))
     return ""
 
 
