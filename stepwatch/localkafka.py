@@ -34,7 +34,6 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Iterable
 
 __all__ = [
     "KAFKA_MAIN_CLASS",

@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 
 from stepwatch.config import HangSettings, Settings, StragglerSettings, _parse
-from stepwatch.models.engine import RUNTIME_HANG_FIELDS
 
 GLOBAL = "*"
 #: Sections that can be changed at run time, with their settings class.

@@ -39,18 +39,38 @@ def run_stepwatch(*args: str, env: dict[str, str], timeout: float = 120, check: 
     return result
 
 
-class WorkerProcess:
-    """``stepwatch worker`` in a subprocess; ``wait_ready`` blocks until it consumes."""
+class StepwatchProcess:
+    """``stepwatch COMMAND`` running in a subprocess, its output in a log file."""
+
+    command = ""
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.env = env
         self.log_path = log_path
         self._log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "stepwatch.cli", "worker"], env=env, cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "stepwatch.cli", self.command], env=env, cwd=REPO,
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then SIGKILL after ``timeout``; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+class WorkerProcess(StepwatchProcess):
+    """``stepwatch worker`` in a subprocess; ``wait_ready`` blocks until it consumes."""
+
+    command = "worker"
 
     def wait_ready(self, timeout: float = 60) -> "WorkerProcess":
         deadline = time.monotonic() + timeout
@@ -61,16 +81,6 @@ class WorkerProcess:
                 return self
             time.sleep(0.2)
         raise TimeoutError(f"worker not ready after {timeout} s:\n{self.log_text()[-4000:]}")
-
-    def stop(self, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 def read_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90, **consumer_config) -> list[dict]:

@@ -6,11 +6,8 @@ from __future__ import annotations
 import base64
 import re
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import orjson
 import pytest
@@ -19,7 +16,7 @@ from stepwatch.producers.monitor import MonitorConfig, RankMonitor
 from stepwatch.producers.publisher import group_by_key, shard_key
 from stepwatch.streams.shard import OffsetTracker, ShardBuffer
 
-from support import REPO, read_alerts, run_stepwatch, stepwatch_env
+from support import StepwatchProcess, read_alerts, run_stepwatch, stepwatch_env
 
 
 def step(job: str, rank: int, n: int, **extra) -> dict:
@@ -182,17 +179,10 @@ def test_shard_settings_from_environment_and_validation():
 # -- on the real broker --------------------------------------------------------------------------------
 
 
-class ShardProcess:
+class ShardProcess(StepwatchProcess):
     """``stepwatch shard`` in a subprocess, its log in a file."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "stepwatch.cli", "shard"], env=env, cwd=REPO,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    command = "shard"
 
     def assigned(self) -> list[int] | None:
         """Partitions of the latest assignment it logged."""
@@ -200,17 +190,6 @@ class ShardProcess:
         if not found:
             return None
         return [int(p) for p in found[-1].split(",") if p.strip()]
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
 
     def consumed(self) -> dict[int, int]:
         """Messages per partition, from the line it logs when it stops."""

@@ -12,7 +12,6 @@ import statistics
 import time
 from collections import defaultdict
 
-import orjson
 import pytest
 
 pytest.importorskip("torch", reason="torch not installed (pip install -e '.[train-test]')")
