@@ -47,7 +47,10 @@ class StepSample:
     compute: float
     comm: float  # the transfer time: the smallest comm_time of the step (see ``sample_from``)
     data: float
-    tokens_per_second: float
+    tokens_per_second: float  # the step's tokens (all reporting ranks) per typical step time
+    #: Tokens per second per reporting rank: what the tokens channel judges, so that a step closed
+    #: without some ranks (their events late, a shard stage process down) is not a throughput loss.
+    tokens_per_rank_second: float = float("nan")
 
 
 def sample_from(step: GroupStep) -> StepSample:
@@ -63,13 +66,14 @@ def sample_from(step: GroupStep) -> StepSample:
         typical = float(np.median(before) + np.min(step.comm_time))
     tokens = step.tokens[~np.isnan(step.tokens)] if step.tokens is not None else np.zeros(0)
     tps = float(tokens.sum() / typical) if tokens.size and typical > 0 else float("nan")
+    per_rank = tps / tokens.size if tokens.size else float("nan")
     # The communication layer is the transfer itself (the smallest comm_time: the last rank to arrive
     # waits for nobody). The median rank's comm_time also holds its wait for the slowest rank, so a
     # data-loader hiccup or GC pause on any rank would move it and blame the network for an input stall.
     comm = step.comm_time[~np.isnan(step.comm_time)]
     transfer = float(comm.min()) if comm.size else float("nan")
     return StepSample(step.step, step.ts, step_time, typical, med(step.compute_time), transfer,
-                      med(step.data_time), tps)
+                      med(step.data_time), tps, per_rank)
 
 
 class _Regression:
@@ -178,8 +182,8 @@ class ThroughputDetector:
             self._baseline_samples.append(self._recent[-self.quarantine - 1])
         self._recent.append(sample)
         self._step_time.update(sample.step, sample.typical_step_time, learn=learn)
-        if sample.tokens_per_second > 0:
-            self._per_token.update(sample.step, 1.0 / sample.tokens_per_second, learn=learn)
+        if sample.tokens_per_rank_second > 0:
+            self._per_token.update(sample.step, 1.0 / sample.tokens_per_rank_second, learn=learn)
         if self.firing is None:
             gate = dict(threshold=self.threshold, min_effect=self.min_effect, persistence=self.persistence,
                         alpha=self.alpha)
@@ -237,8 +241,9 @@ class ThroughputDetector:
             "layer_deltas_seconds": moves,
             "min_effect": self.min_effect,
         }
-        if self._per_token.mean and tps:
-            evidence["baseline_tokens_per_second"] = round(1.0 / self._per_token.mean, 2)
+        base_tps = [s.tokens_per_second for s in self._baseline_samples if s.tokens_per_second > 0]
+        if base_tps and tps:
+            evidence["baseline_tokens_per_second"] = round(float(np.median(base_tps)), 2)
             evidence["recent_tokens_per_second"] = round(float(np.mean(tps)), 2)
         drop = 1 - 1 / (1 + effect)
         summary = (f"throughput drop: job {self.job} lost {drop:.0%} of its throughput (step time "

@@ -4,6 +4,7 @@ two shard processes feeding one worker."""
 from __future__ import annotations
 
 import base64
+import collections
 import re
 import socket
 import time
@@ -349,3 +350,122 @@ def test_bad_input_is_dead_lettered_and_good_events_go_out_per_job(kafka_bootstr
         assert {tp: group.committed(tp) for tp in partitions} == ends
     finally:
         group.close()
+
+
+def _metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    match = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+@pytest.mark.kafka
+def test_shard_process_killed_mid_stream_the_other_takes_over_without_loss_or_second_firing(
+        kafka_bootstrap, topic_prefix, worker_consumer, start_worker, start_shard):
+    """SIGKILL (no drain, no last commit) of the shard process that owns the straggler's partition, once the
+    straggler alert fired and that process published part of its partition: the other process takes the
+    partition over from the committed offsets and replays what was not committed. Every step event reaches
+    job-events (duplicates allowed: at least once) and the worker publishes the straggler alert once."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.partitioner.default import murmur2
+
+    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+    from stepwatch.topics import create_topics
+
+    env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_KAFKA_PARTITIONS="2")
+    events_topic, job_events_topic, alerts_topic = (topic_prefix + t for t in ("events", "job-events", "alerts"))
+    create_topics(kafka_bootstrap, [events_topic], 2)
+    # The stage's consumer uses the worker's session timeout (stepwatch_env: 6 s): a dead member leaves quickly.
+    assert env["STEPWATCH_WORKER_SESSION_TIMEOUT"] == "6"
+    ports = [free_port(), free_port()]
+    # No periodic commit within the test (only on rebalance and at a clean stop): the killed process dies with
+    # everything it published uncommitted, so the survivor replays all of it (the worst case of at least once).
+    shards = [start_shard({**env, "STEPWATCH_SHARD_METRICS_PORT": str(port), "STEPWATCH_SHARD_COMMIT_INTERVAL": "600"})
+              for port in ports]
+    worker = start_worker(STEPWATCH_KAFKA_EVENTS_TOPIC="job-events", STEPWATCH_KAFKA_PARTITIONS="2")
+    logs = lambda: "\n".join(s.log_text()[-1500:] for s in shards)  # noqa: E731
+    wait_for(lambda: sorted(p for s in shards for p in (s.assigned() or [9, 9])) == [0, 1], 40,
+             "the two shard processes did not split the two partitions", logs)
+
+    spec = SimulationSpec(job="big", ranks=64, steps=110, start_time=time.time(), seed=4,
+                          stragglers=(StragglerFault(rank=37, start_step=15, factor=1.3),))
+    # The victim: the process owning the straggler's partition (its slow steps are what gets replayed).
+    straggler_partition = (murmur2(shard_key(spec.job, 37, 16).encode()) & 0x7FFFFFFF) % 2
+    victim_index = next(i for i, s in enumerate(shards) if s.assigned() == [straggler_partition])
+    victim, survivor = shards[victim_index], shards[1 - victim_index]
+
+    def straggler_fired(alerts: list[dict]) -> bool:
+        return any(a["status"] == "firing" and a["ranks"] == [37] for a in alerts)
+
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
+    published: set[tuple[int, int]] = set()
+    origin, first = time.monotonic(), None
+    survivor_log_at_kill = None
+    for sim_time, batch in ClusterSimulator(spec).steps():
+        first = sim_time if first is None else first
+        delay = origin + (sim_time - first) / 5.0 - time.monotonic()  # 5x real time: ~0.25 s per step
+        if delay > 0:
+            time.sleep(delay)
+        for event in batch:  # single-event messages
+            key = shard_key(spec.job, event.get("rank"), 16)
+            producer.send(events_topic, key=key.encode(), value=orjson.dumps(event))
+            if event["kind"] == "step":
+                published.add((event["rank"], event["step"]))
+        producer.flush()
+        if survivor_log_at_kill is None and any(e.get("step") == 35 for e in batch):  # about a third of the run
+            paused = time.monotonic()
+            assert straggler_fired(read_alerts(kafka_bootstrap, alerts_topic, until=straggler_fired, timeout=60)), \
+                worker.log_text()[-3000:] + logs()
+            wait_for(lambda: _metric(ports[victim_index], "stepwatch_shard_events_published_total") > 0, 30,
+                     "the victim published nothing", logs)
+            survivor_log_at_kill = len(survivor.log_text())
+            victim.proc.kill()  # SIGKILL: no drain, no last commit
+            victim.proc.wait()
+            origin += time.monotonic() - paused  # the same pace after the pause
+    producer.close()
+    assert survivor_log_at_kill is not None
+    assert len(published) == 64 * spec.steps
+
+    # (3) The survivor took the dead process's partition over.
+    wait_for(lambda: "assigned partitions [0, 1]" in survivor.log_text()[survivor_log_at_kill:], 60,
+             "the survivor did not take both partitions", logs)
+
+    # (2) No step event lost: every (rank, step) is on job-events, some twice (the replay).
+    seen: collections.Counter = collections.Counter()
+    out = KafkaConsumer(job_events_topic, bootstrap_servers=kafka_bootstrap, group_id=None,
+                        auto_offset_reset="earliest", consumer_timeout_ms=1000)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not published <= seen.keys():
+        for r in out:
+            value = orjson.loads(r.value)
+            for e in value["events"] if value["kind"] == "batch" else [value]:
+                if e["kind"] == "step" and e["job"] == spec.job:
+                    seen[(e["rank"], e["step"])] += 1
+    out.close()
+    missing = published - seen.keys()
+    assert not missing, f"{len(missing)} step events lost, e.g. {sorted(missing)[:10]}\n{logs()}"
+    replayed = {key for key, n in seen.items() if n > 1}
+    assert any(rank // 16 == 37 // 16 for rank, _ in replayed), sorted(replayed)[:10]  # the killed one's ranks
+
+    # The worker consumed all of job-events (its committed offsets reached the end) ...
+    group_id = env["STEPWATCH_KAFKA_APP_ID"] + ("" if worker_consumer == "faust" else "-events")
+    group = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=group_id, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(job_events_topic, p) for p in group.partitions_for_topic(job_events_topic)]
+        ends = group.end_offsets(parts)
+        wait_for(lambda: all((group.committed(tp) or 0) >= ends[tp] for tp in parts), 60,
+                 "the worker did not consume all of job-events", lambda: worker.log_text()[-3000:])
+        alert_parts = [TopicPartition(alerts_topic, p) for p in group.partitions_for_topic(alerts_topic)]
+        n_alerts = sum(group.end_offsets(alert_parts).values())
+    finally:
+        group.close()
+    # ... (1) and fired the straggler's alert once, naming rank 37: no second firing from the replayed events.
+    alerts = read_alerts(kafka_bootstrap, alerts_topic, until=lambda a: len(a) >= n_alerts, timeout=30)
+    firing = [a for a in alerts if a["status"] == "firing"]
+    straggler = [a for a in firing if a["type"] == "straggler"]
+    assert [(a["job"], a["ranks"], a["nodes"]) for a in straggler] == [(spec.job, [37], [spec.node_of(37)])], alerts
+    assert len({a["id"] for a in firing}) == len(firing), alerts  # no alert id fired twice
+
+    # The survivor read both partitions (its count for the taken-over one includes the replay).
+    assert survivor.stop() == 0
+    consumed = survivor.consumed()
+    assert consumed.get(straggler_partition, 0) > 0 and consumed.get(1 - straggler_partition, 0) > 0, consumed
