@@ -34,6 +34,9 @@ class GroupStep:
     tokens: np.ndarray
     nodes: tuple[str | None, ...]
     phase: str  # "train" unless some rank reported another phase
+    #: Ranks of the group known to the assembler that did not report this step (closed by lag or
+    #: time: late, lost, or no longer running); 0 when complete or while membership is being learned.
+    missing: int = 0
 
 
 class _OpenStep:
@@ -242,6 +245,7 @@ class StepAssembler:
             tokens=np.array(tokens, dtype=np.float64),
             nodes=nodes,
             phase=open_step.phase,
+            missing=max((self._expected() or 0) - len(order), 0),
         )
 
     def _reset(self) -> None:

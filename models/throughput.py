@@ -51,6 +51,8 @@ class StepSample:
     #: Tokens per second per reporting rank: what the tokens channel judges, so that a step closed
     #: without some ranks (their events late, a shard stage process down) is not a throughput loss.
     tokens_per_rank_second: float = float("nan")
+    #: Ranks of the step's group that did not report it (see ``GroupStep.missing``).
+    missing: int = 0
 
 
 def sample_from(step: GroupStep) -> StepSample:
@@ -73,7 +75,7 @@ def sample_from(step: GroupStep) -> StepSample:
     comm = step.comm_time[~np.isnan(step.comm_time)]
     transfer = float(comm.min()) if comm.size else float("nan")
     return StepSample(step.step, step.ts, step_time, typical, med(step.compute_time), transfer,
-                      med(step.data_time), tps, per_rank)
+                      med(step.data_time), tps, per_rank, step.missing)
 
 
 class _Regression:
@@ -145,8 +147,14 @@ class ThroughputDetector:
     def __init__(self, *, job: str, min_effect: float = 0.10, threshold: float = 0.4, persistence: int = 3,
                  alpha: float = 1e-3, window: int = 30, quarantine: int = 10, baseline_steps: int = 200,
                  min_baseline_steps: int = 20,
-                 clear_after: int = 10, warmup_steps: int = 10, critical_effect: float = 0.3) -> None:
+                 clear_after: int = 10, warmup_steps: int = 10, critical_effect: float = 0.3,
+                 max_incomplete_steps: int = 100) -> None:
         self.job = job
+        #: Steps missing some ranks are left out, up to this many in a row: the typical step time takes
+        #: the transfer time from the last rank to arrive, and when that rank's events are late or lost,
+        #: the last one present has waited for it. Beyond, they are the job's new normal.
+        self.max_incomplete_steps = max_incomplete_steps
+        self._incomplete_run = 0
         self.min_effect = min_effect
         self.threshold = threshold
         self.persistence = persistence
@@ -173,6 +181,12 @@ class ThroughputDetector:
         if sample.step <= self._last_step:
             return []  # a step already judged (another peer group of the same step)
         self._last_step = sample.step
+        if sample.missing:
+            self._incomplete_run += 1
+            if self._incomplete_run <= self.max_incomplete_steps:
+                return []
+        else:
+            self._incomplete_run = 0
         if self._first_step is None:
             self._first_step = sample.step
         if phase != "train" or sample.step < self._first_step + self.warmup_steps or not sample.typical_step_time > 0:

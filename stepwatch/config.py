@@ -297,6 +297,9 @@ class JobHealthSettings:
     throughput_persistence: int = 5
     #: Healthy steps the baseline is the median of.
     throughput_baseline_steps: int = 200
+    #: Steps missing some of their group's ranks (late or lost events) are left out, up to this many
+    #: in a row; beyond, they are judged as the job's new normal.
+    throughput_max_incomplete_steps: int = 100
     #: Communication slowdown: collective transfer time this fraction above its baseline ...
     comm_threshold: float = 0.30
     #: ... as a median over this many collectives ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,28 @@ def test_steps_closed_without_some_ranks_are_not_a_throughput_drop():
     # its partitions moved on): their steps close with 12 of 16 ranks. Fewer tokens are counted, but
     # every rank that reported ran at full speed.
     assert run_throughput(lambda s: {"ranks": 12 if 200 <= s < 240 else 16}) == []
+
+
+def test_steps_missing_the_last_rank_to_arrive_are_left_out_for_a_while():
+    # The slowest rank (1.3x compute) stops reporting for 40 steps: the last rank present waited for
+    # it, so those steps would read as a 20-30% slower job. They are left out; the same steps for
+    # longer than max_incomplete_steps become the job's new normal and are judged.
+    def slow_rank_missing(s, last):
+        rng = np.random.default_rng(s)
+        step = group_step(s, rng=rng)
+        compute = step.compute_time.copy()
+        compute[-1] *= 1.3
+        step_time = float((compute + step.data_time).max() + 0.15)
+        keep = slice(0, 15) if 200 <= s < last else slice(0, 16)
+        return dataclasses.replace(
+            step, ranks=step.ranks[keep], compute_time=compute[keep], data_time=step.data_time[keep],
+            step_time=np.full(16, step_time)[keep], comm_time=(step_time - compute - step.data_time)[keep],
+            tokens=step.tokens[keep], missing=1 if 200 <= s < last else 0)
+
+    for last, expect in ((240, []), (400, ["firing"])):
+        detector = ThroughputDetector(job="j", max_incomplete_steps=100)
+        alerts = [a for s in range(400) for a in detector.update(sample_from(slow_rank_missing(s, last)))]
+        assert [a.status for a in alerts] == expect
 
 
 def collectives(detector, seq_range, *, ranks=8, base=0.010, slow_from=None, factor=1.0, straggler=None):
