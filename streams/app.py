@@ -20,7 +20,6 @@ see docs/operations.md.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import time
 from pathlib import Path
@@ -32,35 +31,16 @@ from stepwatch.config import Settings
 from stepwatch.security import faust_credentials
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import Rejected, StepColumns, decode_message_columns, event_to_dict
+from stepwatch.models.events import (Rejected, StepColumns, deadletter_record, decode_message_columns,
+                                     event_to_dict)
 from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 
 from .metrics import WorkerMetrics, WorkerStats  # noqa: F401  (WorkerStats: the former name)
 from .recovery import PublishedAlerts, read_recovery_span, rebuild
+from .topic_reader import read_topic_forever
 
 log = logging.getLogger("stepwatch.worker")
-
-
-def deadletter_record(rejected: Rejected, *, topic: str, partition: int | None, offset: int | None,
-                      key: bytes | None, raw: bytes | None) -> bytes:
-    """The dead-letter message: the reason, where it came from, and the original bytes."""
-    original = rejected.payload if rejected.payload is not None and not isinstance(rejected.payload, bytes) else None
-    record = {
-        "v": 1,
-        "kind": "deadletter",
-        "reason": rejected.reason,
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "key": key.decode("utf-8", "replace") if key else None,
-        "ts": time.time(),
-        # The whole message as sent, base64 so that invalid UTF-8 survives too.
-        "value_b64": base64.b64encode(raw).decode() if raw is not None else None,
-        # For a bad event inside a good batch: that event alone.
-        "event": original,
-    }
-    return orjson.dumps(record, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=str)
 
 
 def create_app(settings: Settings | None = None) -> faust.App:
@@ -170,40 +150,22 @@ def create_app(settings: Settings | None = None) -> faust.App:
             if sink is not None:
                 sink.submit(alert)
 
+    def apply_runtime_settings(record) -> None:
+        key = record.key.decode("utf-8", "replace") if record.key else GLOBAL
+        try:
+            runtime.apply(engine, key, record.value)
+        except ValueError as exc:
+            metrics.config_updates.labels("rejected").inc()
+            log.warning("ignored runtime settings for %r: %s", key, exc)
+        else:
+            metrics.config_updates.labels("applied").inc()
+            log.info("runtime settings for %r: %s", key, runtime.scopes.get(key))
+
     @app.task
     async def runtime_settings() -> None:
         """Read the whole config topic (no consumer group: every worker sees every scope), apply as it comes."""
-        from aiokafka import AIOKafkaConsumer
-
-        topic = kafka.topic(kafka.config_topic)
-        while True:
-            from stepwatch.security import client_config
-
-            consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap.split(","), group_id=None,
-                                        enable_auto_commit=False, auto_offset_reset="earliest",
-                                        **client_config(settings))
-            try:
-                await consumer.start()
-                while True:
-                    batches = await consumer.getmany(timeout_ms=1000)
-                    for records in batches.values():
-                        for record in records:
-                            key = record.key.decode("utf-8", "replace") if record.key else GLOBAL
-                            try:
-                                runtime.apply(engine, key, record.value)
-                            except ValueError as exc:
-                                metrics.config_updates.labels("rejected").inc()
-                                log.warning("ignored runtime settings for %r: %s", key, exc)
-                            else:
-                                metrics.config_updates.labels("applied").inc()
-                                log.info("runtime settings for %r: %s", key, runtime.scopes.get(key))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("config topic reader failed; retrying")
-                await asyncio.sleep(2.0)
-            finally:
-                await consumer.stop()
+        await read_topic_forever(settings, kafka.topic(kafka.config_topic), apply_runtime_settings,
+                                 what="config topic reader")
 
     events_group = kafka.app_id if settings.worker.consumer == "faust" else kafka.app_id + "-events"
 

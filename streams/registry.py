@@ -169,39 +169,15 @@ def install_registry(app, settings, *, registry: WorkersRegistry, url: str, owne
                 await asyncio.sleep(1.0)
 
     async def read() -> None:
-        from aiokafka import AIOKafkaConsumer
+        from .topic_reader import read_topic_forever
 
-        while True:
-            # No group: every partition of the topic is this consumer's (as the config topic's reader).
-            consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap.split(","), group_id=None,
-                                        enable_auto_commit=False, auto_offset_reset="earliest",
-                                        **client_config(settings))
-            try:
-                await consumer.start()
-                while not consumer.assignment():
-                    await asyncio.sleep(0.1)
-                tps = sorted(consumer.assignment())
-                # Older entries are ignored anyway: start a little before the oldest that still counts.
-                since_ms = int((time.time() - registry.max_age - interval) * 1000)
-                found = await consumer.offsets_for_times({tp: since_ms for tp in tps})
-                for tp in tps:
-                    if found.get(tp) is not None:
-                        consumer.seek(tp, found[tp].offset)
-                    else:
-                        await consumer.seek_to_end(tp)
-                while True:
-                    batches = await consumer.getmany(timeout_ms=1000)
-                    now = time.time()
-                    for records in batches.values():
-                        for record in records:
-                            registry.apply(record.value, now, key=record.key)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("workers registry reader failed; retrying")
-                await asyncio.sleep(2.0)
-            finally:
-                await consumer.stop()
+        def since_ms() -> int:
+            # Older entries are ignored anyway: start a little before the oldest that still counts.
+            return int((time.time() - registry.max_age - interval) * 1000)
+
+        await read_topic_forever(settings, topic,
+                                 lambda record: registry.apply(record.value, time.time(), key=record.key),
+                                 what="workers registry reader", start_ms=since_ms)
 
     def ensure_topic() -> None:
         from stepwatch.topics import ensure_workers_topic

@@ -33,6 +33,8 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from stepwatch.config import Settings
+# The worker's dead-letter record, byte for byte; the worker's validation.
+from stepwatch.models.events import deadletter_record, decode_message, encode_events, event_to_dict
 
 log = logging.getLogger("stepwatch.shard")
 
@@ -290,11 +292,6 @@ class ShardStage:
                              "STEPWATCH_KAFKA_EVENTS_TOPIC (input) and STEPWATCH_KAFKA_JOB_EVENTS_TOPIC (output) "
                              "to different topics")
         self.group_id = f"{kafka.app_id}-shard"
-        from stepwatch.models.events import decode_message, encode_events, event_to_dict
-        from stepwatch.streams.app import deadletter_record  # the worker's dead-letter record, byte for byte
-
-        self._decode, self._encode, self._to_dict = decode_message, encode_events, event_to_dict
-        self._deadletter_record = deadletter_record
         s = settings.shard
         self.buffer = ShardBuffer(max_events=s.max_events, flush_interval=s.flush_interval,
                                   max_buffered=s.max_buffered)
@@ -318,7 +315,7 @@ class ShardStage:
     def _take_message(self, tp, rec, now: float) -> tuple[list[Envelope], list[_Out]]:
         """One raw message: dead letters for what does not validate, its valid events into the buffer."""
         self.metrics.messages.inc()
-        events, rejected = self._decode(rec.value)
+        events, rejected = decode_message(rec.value)
         source = (tp, rec.offset)
         self.tracker.consumed(tp, rec.offset, len(events) + len(rejected))
         dead = []
@@ -326,18 +323,18 @@ class ShardStage:
             self.metrics.deadlettered.inc()
             self.deadlettered += 1
             log.warning("dead-lettered event from %s[%s]@%s: %s", rec.topic, rec.partition, rec.offset, bad.reason)
-            record = self._deadletter_record(bad, topic=rec.topic, partition=rec.partition, offset=rec.offset,
+            record = deadletter_record(bad, topic=rec.topic, partition=rec.partition, offset=rec.offset,
                                              key=rec.key, raw=rec.value)
             dead.append(_Out(self.deadletter_topic, rec.key, record, 0, {source: 1}))
         if not events:
             return [], dead
         self.metrics.events.inc(len(events))
-        to_dict = self._to_dict
+        to_dict = event_to_dict
         return self.buffer.add([to_dict(ev) for ev in events], now, source), dead
 
     def _out(self, envelope: Envelope) -> _Out:
         self.metrics.flushes.labels(envelope.reason).inc()
-        return _Out(self.output_topic, envelope.job.encode(), self._encode(envelope.events), len(envelope.events),
+        return _Out(self.output_topic, envelope.job.encode(), encode_events(envelope.events), len(envelope.events),
                     envelope.sources, envelope)
 
     async def _send(self, out: _Out) -> None:
