@@ -130,6 +130,7 @@ def owned_partitions(app, topic: str) -> set[int] | None:
 
 
 def partition_of(key: str, partitions: int) -> int:
+    """The partition the producers' default partitioner puts ``key`` in (murmur2, as Kafka's Java client)."""
     from kafka.partitioner.default import murmur2
 
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions

@@ -70,7 +70,8 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
     def owner_of(job: str) -> dict[str, Any]:
         """Where the job's events partition lives, as far as this worker can tell."""
         from faust.types import TP
-        from kafka.partitioner.default import murmur2
+
+        from .telemetry_feed import partition_of
 
         topic = events_topic.get_topic_name()
         me = str(app.conf.canonical_url).rstrip("/")
@@ -81,7 +82,7 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         except Exception:
             count = settings.kafka.partitions
         # The producers' default partitioner (murmur2 of the key, as Kafka's Java client).
-        info["partition"] = partition = (murmur2(job.encode()) & 0x7FFFFFFF) % count
+        info["partition"] = partition = partition_of(job, count)
         owner = None
         if settings.worker.consumer == "faust":  # Faust's group is the events consumer's: its assignor knows
             owner = getattr(app.assignor, "_external_tps_url", {}).get(TP(topic, partition))

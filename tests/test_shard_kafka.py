@@ -223,6 +223,17 @@ def wait_for(condition, timeout: float, what: str, logs=lambda: "") -> None:
     raise TimeoutError(f"{what} after {timeout} s:\n{logs()}")
 
 
+def start_two_shards_and_a_worker(start_shard, start_worker, envs: list[dict[str, str]]):
+    """Two shard processes that have split the raw topic's 2 partitions, and the worker on their output."""
+    shards = [start_shard(env) for env in envs]
+    # The second stage: the unchanged worker, reading what the shard stage writes.
+    worker = start_worker(STEPWATCH_KAFKA_EVENTS_TOPIC="job-events", STEPWATCH_KAFKA_PARTITIONS="2")
+    logs = lambda: "\n".join(s.log_text()[-1500:] for s in shards)  # noqa: E731
+    wait_for(lambda: sorted(p for s in shards for p in (s.assigned() or [9, 9])) == [0, 1], 40,
+             "the two shard processes did not split the two partitions", logs)
+    return shards, worker, logs
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -239,12 +250,7 @@ def test_two_shard_processes_spread_a_job_and_the_worker_names_the_straggler(kaf
 
     env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_KAFKA_PARTITIONS="2")
     create_topics(kafka_bootstrap, [topic_prefix + "events"], 2)
-    shards = [start_shard(env), start_shard(env)]
-    # The second stage: the unchanged worker, reading what the shard stage writes.
-    worker = start_worker(STEPWATCH_KAFKA_EVENTS_TOPIC="job-events", STEPWATCH_KAFKA_PARTITIONS="2")
-    logs = lambda: "\n".join(s.log_text()[-1500:] for s in shards)  # noqa: E731
-    wait_for(lambda: sorted(p for s in shards for p in (s.assigned() or [9, 9])) == [0, 1], 40,
-             "the two shard processes did not split the two partitions", logs)
+    shards, worker, logs = start_two_shards_and_a_worker(start_shard, start_worker, [env, env])
 
     spec = SimulationSpec(job="big", ranks=64, steps=60, start_time=time.time(), seed=4,
                           stragglers=(StragglerFault(rank=37, start_step=20, factor=1.3),))
@@ -366,7 +372,7 @@ def test_shard_process_killed_mid_stream_the_other_takes_over_without_loss_or_se
     partition over from the committed offsets and replays what was not committed. Every step event reaches
     job-events (duplicates allowed: at least once) and the worker publishes the straggler alert once."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.partitioner.default import murmur2
+    from stepwatch.streams.telemetry_feed import partition_of
 
     from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
     from stepwatch.topics import create_topics
@@ -379,17 +385,15 @@ def test_shard_process_killed_mid_stream_the_other_takes_over_without_loss_or_se
     ports = [free_port(), free_port()]
     # No periodic commit within the test (only on rebalance and at a clean stop): the killed process dies with
     # everything it published uncommitted, so the survivor replays all of it (the worst case of at least once).
-    shards = [start_shard({**env, "STEPWATCH_SHARD_METRICS_PORT": str(port), "STEPWATCH_SHARD_COMMIT_INTERVAL": "600"})
-              for port in ports]
-    worker = start_worker(STEPWATCH_KAFKA_EVENTS_TOPIC="job-events", STEPWATCH_KAFKA_PARTITIONS="2")
-    logs = lambda: "\n".join(s.log_text()[-1500:] for s in shards)  # noqa: E731
-    wait_for(lambda: sorted(p for s in shards for p in (s.assigned() or [9, 9])) == [0, 1], 40,
-             "the two shard processes did not split the two partitions", logs)
+    shards, worker, logs = start_two_shards_and_a_worker(
+        start_shard, start_worker,
+        [{**env, "STEPWATCH_SHARD_METRICS_PORT": str(port), "STEPWATCH_SHARD_COMMIT_INTERVAL": "600"}
+         for port in ports])
 
     spec = SimulationSpec(job="big", ranks=64, steps=110, start_time=time.time(), seed=4,
                           stragglers=(StragglerFault(rank=37, start_step=15, factor=1.3),))
     # The victim: the process owning the straggler's partition (its slow steps are what gets replayed).
-    straggler_partition = (murmur2(shard_key(spec.job, 37, 16).encode()) & 0x7FFFFFFF) % 2
+    straggler_partition = partition_of(shard_key(spec.job, 37, 16), 2)
     victim_index = next(i for i, s in enumerate(shards) if s.assigned() == [straggler_partition])
     victim, survivor = shards[victim_index], shards[1 - victim_index]
 
