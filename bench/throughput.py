@@ -410,14 +410,19 @@ class _Workers:
         raise RuntimeError(f"timed out waiting for {what}: {self.states()}")
 
     def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        _terminate(self.procs, 20)
+
+
+def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
+    """SIGTERM them all, then SIGKILL whichever has not exited after ``timeout`` seconds."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _ensure(bootstrap: str, prefix: str, partitions: int) -> None:
@@ -545,14 +550,7 @@ class _ShardStages:
         """Stop them; the messages each consumed (from its last log line)."""
         import re
 
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(40)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        _terminate(self.procs, 40)  # they flush and commit on SIGTERM
         out = []
         for log in self.logs:
             m = re.search(r"consumed (\d+) messages", log.read_text())
