@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
     if not kafka.bootstrap:
         raise ValueError("no Kafka bootstrap servers configured (set KAFKA_BOOTSTRAP)")
     datadir = Path(settings.worker.datadir or Path.home() / ".cache" / "stepwatch" / kafka.app_id)
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes the directory itself, not its parents
     web_port = settings.worker.web_port or 6066
     canonical_url = settings.worker.canonical_url or f"http://127.0.0.1:{web_port}"
     app = faust.App(

@@ -1,0 +1,272 @@
+"""Recordings: capture an incident from the topics, replay it offline, or publish it again.
+
+A recording is JSON Lines, one Kafka message value per line (a wire-format event or batch
+envelope, docs/events.md). ``stepwatch record`` adds ``"_arrival"``: when the message reached
+the broker (its Kafka timestamp, Unix seconds), so that ``stepwatch replay`` runs the
+pipeline on the clock the live worker had (arrival lags, future-timestamp checks, hang
+timing). ``stepwatch simulate --out`` and hand-written files work too (no ``_arrival``:
+the events' own time is the clock).
+
+- :func:`record`: events and telemetry topics -> lines, merged in arrival order.
+- :func:`replay`: lines -> the worker's ``Pipeline`` (models/pipeline.py) -> alerts.
+- :func:`publish`: lines -> the topics, keyed as the wire format says (job events by job,
+  node telemetry by node), batched, as fast as possible or paced.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+
+import orjson
+
+from stepwatch.config import Settings
+
+PROGRESS_SECONDS = 5.0
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds, or an ISO 8601 time (UTC unless it says otherwise)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"expected Unix seconds or an ISO 8601 time, got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]:
+    """The non-empty lines of recordings ('-': stdin), with a progress line on stderr now and then."""
+    next_report = time.monotonic() + PROGRESS_SECONDS
+    for path in paths:
+        stream = sys.stdin.buffer if path == "-" else open(path, "rb")
+        try:
+            for lineno, line in enumerate(stream, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                if lineno % 4096 == 0 and time.monotonic() > next_report:
+                    print(f"stepwatch {what}: {path}: line {lineno}", file=sys.stderr, flush=True)
+                    next_report = time.monotonic() + PROGRESS_SECONDS
+                yield line
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, until: float | None = None,
+           out=None, stats: dict | None = None) -> dict:
+    """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts."""
+    from stepwatch.models.pipeline import Pipeline, run_recording
+
+    out = out or sys.stdout
+    stats = stats if stats is not None else {}
+    stats.update(events=0, rejected=0, alerts=0)
+    pipeline = Pipeline(settings=settings)
+    for outputs in run_recording(pipeline, lines, drain=drain, until=until):
+        for dead in outputs.deadletters:
+            stats["rejected"] += 1
+            if stats["rejected"] <= 10:
+                print(f"stepwatch replay: skipped ({dead.cause}): {dead.rejected.reason}", file=sys.stderr)
+        for alert in outputs.alerts:
+            stats["alerts"] += 1
+            out.write(orjson.dumps(alert.to_dict()).decode() + "\n")
+    stats["events"] = pipeline.engine.events_by_kind.total()
+    return stats
+
+
+# -- record ---------------------------------------------------------------------------------
+
+
+def _job_filter(value: dict, jobs: set[str]) -> dict | None:
+    """The message value with only ``jobs``' events (None: nothing left); node telemetry is kept whole."""
+    from stepwatch.models.events import TELEMETRY_KINDS
+
+    if value.get("kind") != "batch":
+        keep = value.get("kind") in TELEMETRY_KINDS or value.get("job") in jobs
+        return value if keep else None
+    items = value.get("events")
+    if not isinstance(items, list):
+        return None
+    kept = [e for e in items if isinstance(e, dict) and (e.get("kind") in TELEMETRY_KINDS or e.get("job") in jobs)]
+    if not kept:
+        return None
+    return value if len(kept) == len(items) else dict(value, events=kept)
+
+
+def record(settings: Settings, out, *, jobs: list[str] | None = None, since: float | None = None,
+           until: float | None = None, arrival: bool = True, timeout: float = 60.0) -> dict:
+    """Copy what the events and telemetry topics hold now (from ``since`` to ``until``, broker time) to ``out``.
+
+    Every partition is read up to its end at the start; the messages are written in arrival
+    order (partitions merged by broker timestamp, each partition's own order kept).
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    from stepwatch.security import client_config
+
+    k = settings.kafka
+    topics = [k.topic(k.events_topic), k.topic(settings.telemetry.topic)]
+    consumer = KafkaConsumer(bootstrap_servers=k.bootstrap, group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest", **client_config(settings))
+    stats = {"messages": 0, "written": 0, "skipped": 0}
+    wanted = set(jobs or ())
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+        if not tps:
+            return stats
+        ends = consumer.end_offsets(tps)
+        starts = consumer.beginning_offsets(tps)
+        if since is not None:
+            found = consumer.offsets_for_times({tp: int(since * 1000) for tp in tps})
+            starts = {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
+        tps = [tp for tp in tps if ends[tp] > starts[tp]]
+        per_partition: dict = {tp: [] for tp in tps}
+        if tps:
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, starts[tp])
+            remaining = set(tps)
+            deadline = time.monotonic() + timeout
+            while remaining and time.monotonic() < deadline:
+                for tp, records in consumer.poll(timeout_ms=500, max_records=10_000).items():
+                    for r in records:
+                        if r.offset >= ends[tp] or (until is not None and r.timestamp / 1000 > until):
+                            remaining.discard(tp)
+                            break
+                        per_partition[tp].append((r.timestamp, r.value))
+                    if tp in remaining and consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+                for tp in list(remaining):
+                    if consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+                consumer.pause(*[tp for tp in tps if tp not in remaining])
+            if remaining:
+                print(f"stepwatch record: stopped at the time limit; not fully read: "
+                      f"{sorted(f'{tp.topic}[{tp.partition}]' for tp in remaining)}", file=sys.stderr)
+    finally:
+        consumer.close()
+    for ts_ms, raw in heapq.merge(*per_partition.values(), key=lambda r: r[0]):
+        stats["messages"] += 1
+        try:
+            value = orjson.loads(raw) if raw is not None else None
+        except orjson.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):  # not an event: the worker dead-lettered it (see the dead-letter topic)
+            stats["skipped"] += 1
+            continue
+        if wanted:
+            value = _job_filter(value, wanted)
+            if value is None:
+                continue
+        if arrival:
+            value["_arrival"] = ts_ms / 1000
+        out.write(orjson.dumps(value))
+        out.write(b"\n")
+        stats["written"] += 1
+    return stats
+
+
+# -- publish --------------------------------------------------------------------------------
+
+
+def _line_events(line: bytes) -> tuple[list | None, float | None]:
+    """A line's events (dicts) and its ``_arrival``; None: not a wire-format object."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    arrival = value.pop("_arrival", None)
+    if not isinstance(arrival, (int, float)) or isinstance(arrival, bool):
+        arrival = None
+    if value.get("kind") == "batch":
+        items = value.get("events")
+        if not isinstance(items, list) or not all(isinstance(e, dict) for e in items):
+            return None, arrival
+        return items, arrival
+    return [value], arrival
+
+
+def _line_time(events: list[dict], arrival: float | None) -> float | None:
+    if arrival is not None:
+        return float(arrival)
+    stamps = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float)) and not isinstance(e["ts"], bool)]
+    return max(stamps) if stamps else None
+
+
+def publish(lines: Iterable[bytes], settings: Settings, *, speed: float = 0.0, batch_events: int = 4096) -> dict:
+    """Send recording lines to the events and telemetry topics; returns counts.
+
+    Job events are keyed by job, node telemetry by node (docs/events.md); events of one key go
+    out in batch envelopes (``EventPublisher``), in the recording's order. ``speed`` > 0: each
+    line is sent when its time (``_arrival``, else its latest event time) has come, ``speed``
+    x real time; 0: as fast as possible.
+    """
+    from stepwatch.models.events import TELEMETRY_KINDS
+    from stepwatch.producers.publisher import EventPublisher
+    from stepwatch.security import client_config
+    from stepwatch.topics import create_topics, ensure_topics
+
+    k = settings.kafka
+    security = client_config(settings)
+    ensure_topics(k, client_config=security)
+    telemetry_topic = k.topic(settings.telemetry.topic)
+    create_topics(k.bootstrap, [telemetry_topic], k.partitions, replication_factor=k.replication_factor,
+                  client_config=security)
+    stats = {"lines": 0, "skipped": 0}
+    pending: dict[tuple[str, str], list[dict]] = {}
+    count = 0
+    with EventPublisher(bootstrap=k.bootstrap, topic=k.topic(k.events_topic), **security) as events_out, \
+            EventPublisher(bootstrap=k.bootstrap, topic=telemetry_topic, **security) as telemetry_out:
+        def send() -> None:
+            nonlocal count
+            for (where, key), events in pending.items():
+                (telemetry_out if where == "telemetry" else events_out).send(key, events)
+            pending.clear()
+            count = 0
+
+        origin_wall = time.monotonic()
+        origin: float | None = None
+        for line in lines:
+            events, arrival = _line_events(line)
+            if events is None:
+                stats["skipped"] += 1
+                continue
+            stats["lines"] += 1
+            if speed > 0:
+                at = _line_time(events, arrival)
+                if at is not None:
+                    origin = at if origin is None else origin
+                    delay = origin_wall + (at - origin) / speed - time.monotonic()
+                    if delay > 0:
+                        send()  # what is due goes out before the wait
+                        time.sleep(delay)
+            for event in events:
+                if event.get("kind") in TELEMETRY_KINDS:
+                    where, key = "telemetry", str(event.get("node", ""))
+                else:
+                    where, key = "events", str(event.get("job", ""))
+                pending.setdefault((where, key), []).append(event)
+            count += len(events)
+            if count >= batch_events or speed > 0:
+                send()
+        send()
+        events_out.flush()
+        telemetry_out.flush()
+    stats["events_sent"] = events_out.events_sent + telemetry_out.events_sent
+    stats["events_dropped"] = events_out.events_dropped + telemetry_out.events_dropped
+    stats["messages_sent"] = events_out.messages_sent + telemetry_out.messages_sent
+    return stats
