@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 
@@ -45,9 +46,11 @@ MAX_RUN_EVENTS = 1_024
 NODE_ALERT_TYPES = frozenset({"gpu_fault", "link_errors"})
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One message as read from a topic: its value and where it came from (for dead letters)."""
+class Message(NamedTuple):
+    """One message as read from a topic: its value and where it came from (for dead letters).
+
+    Anything with these attributes will do (e.g. aiokafka's ``ConsumerRecord``: no copy on the hot path).
+    """
 
     value: bytes | None
     key: bytes | None = None
@@ -138,18 +141,19 @@ class Pipeline:
 
     # -- input ----------------------------------------------------------------------------
 
-    def feed(self, messages: Iterable[Message | bytes], arrival: float | None = None) -> Outputs:
+    def feed(self, messages: Iterable, arrival: float | None = None) -> Outputs:
         """Messages of one read (e.g. one ``getmany`` of a partition), in order.
 
         Consecutive step messages of one partition are decoded as one column batch (up to
         ``MAX_RUN_EVENTS`` events); anything else goes one message at a time. Both give the
-        same alerts and state (tests/test_batch_path.py, tests/test_pipeline.py).
+        same alerts and state (tests/test_batch_path.py, tests/test_pipeline.py). ``messages``: ``Message``s
+        (or records with the same attributes) or bare values.
         """
         out = Outputs()
         run: list[Message] = []
         items: list = []
         for msg in messages:
-            if not isinstance(msg, Message):
+            if msg is None or type(msg) is bytes:
                 msg = Message(msg)
             found = step_items(msg.value)
             if found is None or (run and (msg.partition != run[0].partition

@@ -16,7 +16,7 @@ import time
 import faust
 
 from stepwatch.config import Settings
-from stepwatch.models.pipeline import MAX_RUN_EVENTS, Message, Pipeline, step_items
+from stepwatch.models.pipeline import MAX_RUN_EVENTS, Pipeline, step_items
 
 log = logging.getLogger("stepwatch.worker")
 
@@ -173,8 +173,7 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
                     assigned_once.set()
 
     async def process_records(tp, records: list) -> None:
-        await send(pipeline.feed([Message(r.value, r.key, r.topic, r.partition, r.offset) for r in records],
-                                 arrival=time.time()))
+        await send(pipeline.feed(records, arrival=time.time()))  # ConsumerRecords have Message's attributes
 
     async def consume() -> None:
         consumer = holder["consumer"]
