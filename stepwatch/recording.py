@@ -200,6 +200,15 @@ def _line_events(line: bytes) -> tuple[list | None, float | None]:
     return [value], arrival
 
 
+def wire_key(event: dict) -> tuple[str, str]:
+    """Where an event goes and under which key (docs/events.md): ("telemetry", node) or ("events", job)."""
+    from stepwatch.models.events import TELEMETRY_KINDS
+
+    if event.get("kind") in TELEMETRY_KINDS:
+        return "telemetry", str(event.get("node", ""))
+    return "events", str(event.get("job", ""))
+
+
 def _line_time(events: list[dict], arrival: float | None) -> float | None:
     if arrival is not None:
         return float(arrival)
@@ -215,7 +224,6 @@ def publish(lines: Iterable[bytes], settings: Settings, *, speed: float = 0.0, b
     line is sent when its time (``_arrival``, else its latest event time) has come, ``speed``
     x real time; 0: as fast as possible.
     """
-    from stepwatch.models.events import TELEMETRY_KINDS
     from stepwatch.producers.publisher import EventPublisher
     from stepwatch.security import client_config
     from stepwatch.topics import create_topics, ensure_topics
@@ -255,11 +263,7 @@ def publish(lines: Iterable[bytes], settings: Settings, *, speed: float = 0.0, b
                         send()  # what is due goes out before the wait
                         time.sleep(delay)
             for event in events:
-                if event.get("kind") in TELEMETRY_KINDS:
-                    where, key = "telemetry", str(event.get("node", ""))
-                else:
-                    where, key = "events", str(event.get("job", ""))
-                pending.setdefault((where, key), []).append(event)
+                pending.setdefault(wire_key(event), []).append(event)
             count += len(events)
             if count >= batch_events or speed > 0:
                 send()
