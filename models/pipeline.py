@@ -170,8 +170,12 @@ class Pipeline:
             self._feed_run(run, items, arrival, out)
         return out
 
-    def feed_events(self, events: Iterable, arrival: float | None = None) -> Outputs:
-        """Already decoded events (e.g. node telemetry read by ``streams.telemetry_feed``)."""
+    def feed_events(self, events: Iterable, arrival: float | None = None, *,
+                    node_owned: Callable[[str], bool] | None = None) -> Outputs:
+        """Already decoded events (e.g. node telemetry read by ``streams.telemetry_feed``).
+
+        ``node_owned``: for these events' alerts, instead of the pipeline's own (the assignment of the moment).
+        """
         out = Outputs()
         alerts: list[Alert] = []
         for event in events:
@@ -179,7 +183,7 @@ class Pipeline:
                 alerts.extend(self.engine.process(event, arrival=arrival))
             except Exception:  # a detector bug must not stop the worker
                 log.exception("detector failed on a %s event", event.kind)
-        out.alerts = self.publishable(alerts)
+        out.alerts = self.publishable(alerts, node_owned=node_owned)
         return out
 
     def tick(self, now: float) -> Outputs:
@@ -200,13 +204,13 @@ class Pipeline:
 
     # -- output ---------------------------------------------------------------------------
 
-    def publishable(self, alerts: Iterable[Alert]) -> list[Alert]:
+    def publishable(self, alerts: Iterable[Alert], *, node_owned: Callable[[str], bool] | None = None) -> list[Alert]:
         """The alerts to publish: under their published ids, without repeats, node alerts only for owned nodes.
 
         Each one returned is remembered as published.
         """
         out = []
-        owned = self.node_owned
+        owned = node_owned or self.node_owned
         for alert in alerts:
             if owned is not None and alert.type in NODE_ALERT_TYPES and alert.nodes and not owned(alert.nodes[0]):
                 continue  # every worker sees every node; the owner of the node's partition speaks for it

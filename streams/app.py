@@ -298,7 +298,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
 
     from .telemetry_feed import attach_telemetry
 
-    attach_telemetry(app, engine, settings, publish=publish)
+    attach_telemetry(app, engine, settings, publish=publish, pipeline=pipeline, send=send)
 
     @app.timer(interval=settings.worker.tick_interval)
     async def tick():
