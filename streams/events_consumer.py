@@ -39,7 +39,8 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
     Same recovery on assignment and forgetting on revocation as the Faust agent (the functions
     are shared); each ``getmany`` batch of a partition goes through ``pipeline.feed`` at once (it decodes
     the step events of consecutive messages column-wise together; models/pipeline.py) and ``send``
-    publishes its outputs, as the Faust agent does one message at a time. Offsets are committed after processing (at-least-once).
+    publishes its outputs, as the Faust agent does one message at a time. Offsets are committed after
+    processing (at-least-once).
     A ``mode.Service`` of the app: it starts before the worker logs "Ready" and waits (bounded)
     for its first assignment and recovery, so "Ready" still means "consuming".
     ``assignment_changed()``: called when partitions come or go (the workers registry, streams/registry.py).
