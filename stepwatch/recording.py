@@ -7,7 +7,10 @@ pipeline on the clock the live worker had (arrival lags, future-timestamp checks
 timing). ``stepwatch simulate --out`` and hand-written files work too (no ``_arrival``:
 the events' own time is the clock).
 
-- :func:`record`: events and telemetry topics -> lines, merged in arrival order.
+- :func:`record`: events and telemetry topics -> lines, merged in arrival order; the config
+  topic's messages (runtime settings, ``stepwatch config``) come too, as
+  ``{"kind": "config", "_key": SCOPE, ...}`` lines, whole (compacted and small), so replay
+  judges with the settings the worker had.
 - :func:`replay`: lines -> the worker's ``Pipeline`` (models/pipeline.py) -> alerts.
 - :func:`publish`: lines -> the topics, keyed as the wire format says (job events by job,
   node telemetry by node), batched, as fast as possible or paced.
@@ -74,7 +77,7 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     stats = stats if stats is not None else {}
     stats.update(events=0, rejected=0, alerts=0)
     pipeline = Pipeline(settings=settings)
-    for outputs in run_recording(pipeline, lines, drain=drain, until=until):
+    for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
         for dead in outputs.deadletters:
             stats["rejected"] += 1
             if stats["rejected"] <= 10:
@@ -84,6 +87,31 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
             out.write(orjson.dumps(alert.to_dict()).decode() + "\n")
     stats["events"] = pipeline.engine.events_by_kind.total()
     return stats
+
+
+def _is_config(line: bytes) -> bool:
+    return b'"config"' in line and line.startswith(b"{") and b'"_key"' in line
+
+
+def _apply_config(lines: Iterable[bytes], pipeline, settings: Settings) -> Iterator[bytes]:
+    """The lines, less the config lines, which change the pipeline's settings where they stand (as live)."""
+    from stepwatch.runtime_config import RuntimeConfig
+
+    runtime = RuntimeConfig(settings)
+    for line in lines:
+        if _is_config(line):
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                record = None
+            if isinstance(record, dict) and record.get("kind") == "config" and isinstance(record.get("_key"), str):
+                try:
+                    runtime.apply(pipeline.engine, record["_key"], line)
+                except ValueError as exc:  # the worker ignored it too
+                    print(f"stepwatch replay: ignored runtime settings for {record['_key']!r}: {exc}",
+                          file=sys.stderr)
+                continue
+        yield line
 
 
 # -- record ---------------------------------------------------------------------------------
@@ -105,6 +133,20 @@ def _job_filter(value: dict, jobs: set[str]) -> dict | None:
     return value if len(kept) == len(items) else dict(value, events=kept)
 
 
+def _config_line(key: bytes | None, value: bytes | None) -> bytes | None:
+    """A config message as a recording line: its value (an empty one for a tombstone) with its key as ``_key``."""
+    from stepwatch.runtime_config import GLOBAL
+
+    try:
+        record = orjson.loads(value) if value is not None else {"v": 1, "kind": "config"}
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    record["_key"] = key.decode("utf-8", "replace") if key else GLOBAL
+    return orjson.dumps(record)
+
+
 def record(settings: Settings, out, *, jobs: list[str] | None = None, since: float | None = None,
            until: float | None = None, arrival: bool = True, timeout: float = 60.0) -> dict:
     """Copy what the events and telemetry topics hold now (from ``since`` to ``until``, broker time) to ``out``.
@@ -117,7 +159,8 @@ def record(settings: Settings, out, *, jobs: list[str] | None = None, since: flo
     from stepwatch.security import client_config
 
     k = settings.kafka
-    topics = [k.topic(k.events_topic), k.topic(settings.telemetry.topic)]
+    config_topic = k.topic(k.config_topic)
+    topics = [k.topic(k.events_topic), k.topic(settings.telemetry.topic), config_topic]
     consumer = KafkaConsumer(bootstrap_servers=k.bootstrap, group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest", **client_config(settings))
     stats = {"messages": 0, "written": 0, "skipped": 0}
@@ -128,9 +171,10 @@ def record(settings: Settings, out, *, jobs: list[str] | None = None, since: flo
             return stats
         ends = consumer.end_offsets(tps)
         starts = consumer.beginning_offsets(tps)
-        if since is not None:
-            found = consumer.offsets_for_times({tp: int(since * 1000) for tp in tps})
-            starts = {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
+        if since is not None:  # the config topic is read whole: settings set before ``since`` still hold
+            timed = [tp for tp in tps if tp.topic != config_topic]
+            found = consumer.offsets_for_times({tp: int(since * 1000) for tp in timed})
+            starts.update({tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in timed})
         tps = [tp for tp in tps if ends[tp] > starts[tp]]
         per_partition: dict = {tp: [] for tp in tps}
         if tps:
@@ -145,7 +189,10 @@ def record(settings: Settings, out, *, jobs: list[str] | None = None, since: flo
                         if r.offset >= ends[tp] or (until is not None and r.timestamp / 1000 > until):
                             remaining.discard(tp)
                             break
-                        per_partition[tp].append((r.timestamp, r.value))
+                        if tp.topic == config_topic:
+                            per_partition[tp].append((r.timestamp, _config_line(r.key, r.value)))
+                        else:
+                            per_partition[tp].append((r.timestamp, r.value))
                     if tp in remaining and consumer.position(tp) >= ends[tp]:
                         remaining.discard(tp)
                 for tp in list(remaining):
@@ -166,7 +213,7 @@ def record(settings: Settings, out, *, jobs: list[str] | None = None, since: flo
         if not isinstance(value, dict):  # not an event: the worker dead-lettered it (see the dead-letter topic)
             stats["skipped"] += 1
             continue
-        if wanted:
+        if wanted and value.get("kind") != "config":
             value = _job_filter(value, wanted)
             if value is None:
                 continue
@@ -201,11 +248,14 @@ def _line_events(line: bytes) -> tuple[list | None, float | None]:
 
 
 def wire_key(event: dict) -> tuple[str, str]:
-    """Where an event goes and under which key (docs/events.md): ("telemetry", node) or ("events", job)."""
+    """Where an event goes and under which key (docs/events.md): ("telemetry", node), ("events", job), or
+    ("config", scope) for a recorded config message (its ``_key`` taken off)."""
     from stepwatch.models.events import TELEMETRY_KINDS
 
     if event.get("kind") in TELEMETRY_KINDS:
         return "telemetry", str(event.get("node", ""))
+    if event.get("kind") == "config" and "_key" in event:
+        return "config", str(event.pop("_key"))
     return "events", str(event.get("job", ""))
 
 
@@ -234,15 +284,25 @@ def publish(lines: Iterable[bytes], settings: Settings, *, speed: float = 0.0, b
     telemetry_topic = k.topic(settings.telemetry.topic)
     create_topics(k.bootstrap, [telemetry_topic], k.partitions, replication_factor=k.replication_factor,
                   client_config=security)
+    from stepwatch.topics import ensure_config_topic
+
+    ensure_config_topic(k, client_config=security)
     stats = {"lines": 0, "skipped": 0}
     pending: dict[tuple[str, str], list[dict]] = {}
     count = 0
     with EventPublisher(bootstrap=k.bootstrap, topic=k.topic(k.events_topic), **security) as events_out, \
-            EventPublisher(bootstrap=k.bootstrap, topic=telemetry_topic, **security) as telemetry_out:
+            EventPublisher(bootstrap=k.bootstrap, topic=telemetry_topic, **security) as telemetry_out, \
+            EventPublisher(bootstrap=k.bootstrap, topic=k.topic(k.config_topic), **security) as config_out:
+        outs = {"events": events_out, "telemetry": telemetry_out}
+
         def send() -> None:
             nonlocal count
             for (where, key), events in pending.items():
-                (telemetry_out if where == "telemetry" else events_out).send(key, events)
+                if where == "config":  # one message each: the latest per scope is what counts
+                    for event in events:
+                        config_out.send(key, [event])
+                else:
+                    outs[where].send(key, events)
             pending.clear()
             count = 0
 
@@ -268,9 +328,10 @@ def publish(lines: Iterable[bytes], settings: Settings, *, speed: float = 0.0, b
             if count >= batch_events or speed > 0:
                 send()
         send()
-        events_out.flush()
-        telemetry_out.flush()
-    stats["events_sent"] = events_out.events_sent + telemetry_out.events_sent
-    stats["events_dropped"] = events_out.events_dropped + telemetry_out.events_dropped
-    stats["messages_sent"] = events_out.messages_sent + telemetry_out.messages_sent
+        for publisher in (events_out, telemetry_out, config_out):
+            publisher.flush()
+    publishers = (events_out, telemetry_out, config_out)
+    stats["events_sent"] = sum(p.events_sent for p in publishers)
+    stats["events_dropped"] = sum(p.events_dropped for p in publishers)
+    stats["messages_sent"] = sum(p.messages_sent for p in publishers)
     return stats

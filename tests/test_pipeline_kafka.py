@@ -74,3 +74,28 @@ def test_a_hang_published_at_its_own_pace_fires_as_replay_drain_says(kafka_boots
 
     assert hang_view(live) == hang_view(expected), worker.log_text()[-3000:]
     assert hang_view(live)[0][5] == [3]  # the culprit: the silent rank
+
+
+def test_record_captures_the_runtime_settings_and_replay_applies_them(kafka_bootstrap, topic_prefix, tmp_path):
+    """No worker needed: set a threshold with ``stepwatch config``, publish a recording, record, replay: the
+    capture holds the setting where it stood in arrival order."""
+    from support import stepwatch_env
+
+    env = stepwatch_env(kafka_bootstrap, topic_prefix)
+    path = recordings.write(tmp_path / "incident.jsonl",
+                            recordings.straggler_and_slowdown("incident", t0=time.time() - 7200))
+    run_stepwatch("config", "set", "--job", "incident", "straggler.ratio_threshold=3.0", env=env)
+    run_stepwatch("publish", str(path), env=env)
+    captured = tmp_path / "captured.jsonl"
+    run_stepwatch("record", "--job", "incident", "-o", str(captured), env=env)
+    config = [orjson.loads(line) for line in captured.read_bytes().splitlines() if b'"config"' in line]
+    assert [(c["_key"], c["straggler"]) for c in config] == [("incident", {"ratio_threshold": 3.0})]
+    assert {a["type"] for a in _replayed(path, env)} == {"straggler", "throughput_drop"}
+    assert {a["type"] for a in _replayed(captured, env)} == {"throughput_drop"}  # set before the events came
+
+    republished = stepwatch_env(kafka_bootstrap, topic_prefix + "again.")
+    run_stepwatch("publish", str(captured), env=republished)  # the config line goes back to the config topic
+    again = tmp_path / "again.jsonl"
+    run_stepwatch("record", "-o", str(again), env=republished)
+    assert [orjson.loads(line)["straggler"] for line in again.read_bytes().splitlines() if b'"config"' in line] == [
+        {"ratio_threshold": 3.0}]
