@@ -1,4 +1,5 @@
-"""The ``stepwatch`` command line: worker, shard, simulate, replay, alerts, status, config, demo, broker."""
+"""The ``stepwatch`` command line: worker, shard, simulate, replay, record, publish, alerts, status, config, demo,
+broker."""
 
 from __future__ import annotations
 
