@@ -34,7 +34,7 @@ from typing import Any
 from .alerts import Alert, alert_id
 from .events import GpuEvent, LinkEvent, StepEvent, TopologyEvent, XidEvent
 
-TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology"})
+TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology", "host"})
 
 #: Error counters of a port (sysfs counters/ and hw_counters/): any increase is a spike.
 #: name -> (weight, label). The weight ranks causes against each other.

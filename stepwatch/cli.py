@@ -646,6 +646,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         overrides["agent_interval"] = args.interval
     if args.sysfs_root is not None:
         overrides["sysfs_root"] = args.sysfs_root
+    if args.proc_root is not None:
+        overrides["proc_root"] = args.proc_root
     if overrides:
         settings = dataclasses.replace(settings, telemetry=dataclasses.replace(t, **overrides))
     to_stdout = args.stdout or (args.once and not settings.kafka.bootstrap)
@@ -848,6 +850,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="node name (default: the host name)")
     p.add_argument("--interval", type=float, metavar="S", help="seconds between samples (default 1)")
     p.add_argument("--sysfs-root", metavar="DIR", help="root of sysfs (default /sys)")
+    p.add_argument("--proc-root", metavar="DIR", help="root of procfs for host signals (default /proc)")
     p.add_argument("--once", action="store_true",
                    help="take one sample and exit (printed as JSON Lines unless Kafka is configured)")
     p.add_argument("--samples", type=int, metavar="N", help="stop after N samples")

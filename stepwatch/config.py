@@ -237,6 +237,8 @@ class TelemetrySettings:
     agent_interval: float = 1.0
     #: Root of sysfs for the agent (tests point it at a recorded tree).
     sysfs_root: str = "/sys"
+    #: Root of procfs for the agent's host signals (tests point it at a fake tree).
+    proc_root: str = "/proc"
     #: Batches the agent holds while Kafka is slow or away; beyond, new samples are dropped and counted.
     agent_queue_size: int = 600
     #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
