@@ -85,7 +85,7 @@ class DetectionEngine:
         self._tick_clock: float | None = None  # ``now`` of the latest tick
         self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
-        self.telemetry = TelemetryHub(self.settings.telemetry)
+        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host)
         #: Hang settings changed at run time: per job, and the default (None: the environment's).
         self.hang_overrides: dict[str, HangSettings] = {}
         self.hang_default: HangSettings | None = None
