@@ -217,11 +217,12 @@ class DetectionEngine:
             evicted = []
             if alerts:
                 self.telemetry.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1],
-                                             cols.gpu[lo + seen:lo + i + 1], cols.data_time[lo + seen:lo + i + 1])
+                                             cols.gpu[lo + seen:lo + i + 1], cols.data_time[lo + seen:lo + i + 1],
+                                             steps[seen:i + 1], cols.step_time[lo + seen:lo + i + 1])
                 seen = i + 1
                 out.extend(self.telemetry.enrich(alerts))
         self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
-                                     cols.data_time[lo + seen:hi])
+                                     cols.data_time[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi])
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:

@@ -717,6 +717,10 @@ class TelemetryCorrelator:
                     ring = times[rank] = deque(maxlen=self.data_history)
                 ring.append(value)
 
+    def placements(self) -> dict[str, dict[int, tuple[str | None, int | None]]]:
+        """job -> rank -> (node, gpu), as the step events said (read only)."""
+        return self._placement
+
     def job_nodes(self, job: str) -> list[str]:
         """The nodes the job's ranks run on (as their step events said)."""
         return sorted({node for node, _ in self._placement.get(job, {}).values() if node is not None})
@@ -849,6 +853,9 @@ class TelemetryHub:
         from .host import host_hub_parts
 
         self.host, self.host_correlator = host_hub_parts(s, host)
+        from .device_rules import device_rules
+
+        self.devices = device_rules(host, self.correlator.placements)
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
@@ -856,13 +863,19 @@ class TelemetryHub:
     def process(self, event) -> list[Alert]:
         if event.kind == "host":
             return self.host.update(event)
+        if event.kind == "gpu":
+            return self.tracker.update(event) + self.devices.update(event)
         return self.tracker.update(event)
 
     def observe_step(self, event: StepEvent) -> None:
         self.correlator.observe_step(event)
+        self.devices.observe_step(event)
 
-    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float]) -> None:
+    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
+                      steps: list[int] = (), step_times: list[float] = ()) -> None:
         self.correlator.observe_steps(job, ranks, nodes, gpus, data_times)
+        if steps:
+            self.devices.observe_steps(job, steps, step_times)
 
     def _reference_time(self, alert: Alert) -> float:
         since = alert.evidence.get("stalled_since") if alert.type == "hang" else None
