@@ -147,6 +147,23 @@ def _telemetry_fault_parser(where: str):
     return parse
 
 
+def _host_fault(text: str):
+    from stepwatch.producers.host_sim import HOST_FAULT_KINDS, HostFault
+
+    parts = text.split(":")
+    try:
+        if not 3 <= len(parts) <= 4 or parts[0] not in HOST_FAULT_KINDS:
+            raise ValueError
+        node: int | str = int(parts[1]) if parts[1].isdigit() else parts[1]
+        if not node and node != 0:
+            raise ValueError
+        end = int(parts[3]) if len(parts) > 3 and parts[3] else None
+        return HostFault(kind=parts[0], node=node, start_step=int(parts[2]), end_step=end)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected KIND:NODE:START[:END] with KIND one of {', '.join(HOST_FAULT_KINDS)} "
+                                         f"and NODE an index or a name (node-001), got {text!r}") from None
+
+
 def _telemetry_simulator(spec, args: argparse.Namespace):
     faults = tuple(getattr(args, "gpu_fault", None) or ()) + tuple(getattr(args, "link_fault", None) or ())
     if not faults and not getattr(args, "telemetry", False):
@@ -194,6 +211,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"stepwatch simulate: {exc}") from None
     sim = _telemetry_simulator(spec, args) or ClusterSimulator(spec)
+    if getattr(args, "host_fault", None) or (getattr(args, "telemetry", False) and sim is not None):
+        from stepwatch.producers.host_sim import HostSimulator
+
+        try:
+            sim = HostSimulator(spec, tuple(args.host_fault or ()), seed=spec.seed + 2,
+                                inner=lambda s: _telemetry_simulator(s, args) or ClusterSimulator(s))
+        except ValueError as exc:
+            raise SystemExit(f"stepwatch simulate: {exc}") from None
     speed = args.speed if args.speed is not None else (0.0 if args.out else 1.0)
     if args.out:
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
@@ -759,6 +784,10 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="KIND:RANK:START[:FACTOR[:END]]",
                    help="fault on the IB port nearest to RANK's GPU from step START: ib_errors, congestion, "
                         "link_down; the rank computes FACTOR (default 1.3) times slower; repeatable")
+    p.add_argument("--host-fault", type=_host_fault, action="append", metavar="KIND:NODE:START[:END]",
+                   help="host fault on NODE (index or name) from step START to END: io (IO pressure, slow disk), "
+                        "cpu (CPUs saturated), memory (memory pressure) starve the node's data loaders; oom (the "
+                        "OOM killer ends the node's first rank); adds host events of every node; repeatable")
     p.add_argument("--shard-ranks", type=int, default=0, metavar="N",
                    help="key each rank's events by rank shard 'JOB/<rank // N>' instead of by job, for the shard "
                         "stage ('stepwatch shard'); events without a rank keep the job id (default 0: by job)")
