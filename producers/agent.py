@@ -73,7 +73,7 @@ class KafkaSender:
         try:
             self._producer = KafkaProducer(
                 bootstrap_servers=self.bootstrap, max_block_ms=self.max_block_ms, linger_ms=50,
-                buffer_memory=8 * 1024 * 1024, compression_type="gzip", acks=1, retries=3,
+                compression_type="gzip", acks=1, retries=3,  # kafka-python 3 has no buffer_memory setting
                 request_timeout_ms=10_000)
         except Exception as exc:  # NoBrokersAvailable, DNS, ...: try again later
             self.connect_failures += 1
