@@ -774,8 +774,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                "(default: 1 to Kafka, 0 with --out)")
     p.add_argument("--out", metavar="FILE", help="write JSON Lines to FILE ('-' for stdout) instead of Kafka")
     p.add_argument("--telemetry", action="store_true",
-                   help="also emit node telemetry (gpu, link, topology events per node per second); implied by "
-                        "--gpu-fault/--link-fault. It goes with the job's events (keyed by job)")
+                   help="also emit node telemetry (gpu, link, topology and host events per node per second); implied by "
+                        "--gpu-fault/--link-fault (--host-fault: host events only). It goes with the job's events (keyed by job)")
     p.add_argument("--gpu-fault", type=_telemetry_fault_parser("gpu"), action="append",
                    metavar="KIND:RANK:START[:FACTOR[:END]]",
                    help="GPU fault on RANK's GPU from step START: thermal, power, ecc, xid, nvlink; the rank computes "
@@ -870,11 +870,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_shard)
 
-    p = sub.add_parser("agent", help="run the node agent: GPU and InfiniBand telemetry to Kafka",
-                       description="Sample every GPU (NVML, pip install 'stepwatch[agent]') and InfiniBand/RoCE port "
-                                   "(sysfs) of this node every --interval seconds and publish gpu, xid, link and "
-                                   "topology events keyed by node to the telemetry topic. What the node lacks is "
-                                   "reported once and skipped.")
+    p = sub.add_parser("agent", help="run the node agent: GPU, InfiniBand and host telemetry to Kafka",
+                       description="Sample every GPU (NVML, pip install 'stepwatch[agent]'), InfiniBand/RoCE port "
+                                   "(sysfs) and the host's CPU, memory, OOM and disk counters (procfs) of this node "
+                                   "every --interval seconds and publish gpu, xid, link, topology and host events "
+                                   "keyed by node to the telemetry topic. What the node lacks is reported once and "
+                                   "skipped.")
     _add_kafka_args(p)
     p.add_argument("--node", help="node name (default: the host name)")
     p.add_argument("--interval", type=float, metavar="S", help="seconds between samples (default 1)")
