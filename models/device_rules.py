@@ -93,7 +93,8 @@ class DeviceRules:
         self._jobs: dict[str, _JobSteps] = {}
         self._gpus: dict[tuple[str, int], _GpuWatch] = {}
         self._where: dict[tuple[str, int], tuple[str, int]] = {}  # (node, gpu) -> (job, rank)
-        self._where_size = -1
+        self._where_jobs = -1
+        self._since_rebuild = 0
 
     # -- the job side -----------------------------------------------------------------------
 
@@ -132,17 +133,24 @@ class DeviceRules:
     def forget_job(self, job: str) -> None:
         self._jobs.pop(job, None)
 
-    def _on_gpu_of(self, node: str, gpu: int) -> tuple[str, int] | None:
+    def rebuild(self) -> None:
+        """Rebuild the (node, gpu) -> (job, rank) index from the placement (on the engine's tick)."""
         placement = self._placement()
-        size = sum(len(r) for r in placement.values())
-        if size != self._where_size:  # ranks moved or jobs came and went: rebuild the reverse index
-            self._where = {}
-            for job, ranks in placement.items():
-                for rank, (n, g) in ranks.items():
-                    if n is not None and g is not None:
-                        self._where[(n, g)] = (job, rank)
-            self._where_size = size
-        return self._where.get((node, gpu))
+        where = {}
+        for job, ranks in placement.items():
+            for rank, (n, g) in ranks.items():
+                if n is not None and g is not None:
+                    where[(n, g)] = (job, rank)
+        self._where, self._where_jobs, self._since_rebuild = where, len(placement), 0
+
+    def _on_gpu_of(self, node: str, gpu: int) -> tuple[str, int] | None:
+        found = self._where.get((node, gpu))
+        self._since_rebuild += 1
+        # A miss: rebuild when jobs came or went, or now and then (ranks of a known job placed since).
+        if found is None and (len(self._placement()) != self._where_jobs or self._since_rebuild >= 1000):
+            self.rebuild()
+            found = self._where.get((node, gpu))
+        return found
 
     def _grace(self, job: _JobSteps | None) -> float:
         """How long after its last new step a job still counts as stepping: a few of its steps."""
@@ -228,6 +236,10 @@ class DeviceRules:
         return Alert(id=alert_id(alert_job, rule, ev.node, ev.gpu, round(began, 3)), status="firing", type=rule,
                      severity="warning", job=alert_job, ranks=(rank,) if rank is not None and alert_job else (),
                      nodes=(ev.node,), starts_at=ev.ts, summary=f"{rule}: {where}: {text}", evidence=evidence)
+
+    @property
+    def watching(self) -> bool:
+        return bool(self._gpus)
 
     def firing(self) -> list[Alert]:
         return [a for w in self._gpus.values() for a in w.alerts.values()]

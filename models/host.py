@@ -114,7 +114,14 @@ class HostTracker:
         state = self._nodes.get(node)
         if state is None:
             return []
-        return [s for s in state.samples if since <= s.ts <= until]
+        out = []
+        for s in reversed(state.samples):  # newest first; samples come (nearly) in time order
+            if s.ts < since - 30.0:
+                break
+            if since <= s.ts <= until:
+                out.append(s)
+        out.reverse()
+        return out
 
     def ooms(self, node: str) -> list[tuple[float, int, int]]:
         state = self._nodes.get(node)
@@ -275,20 +282,24 @@ class HostCorrelator:
         weight = DATA_BOUND_BOOST if data_bound else OTHER_STRAGGLER_WEIGHT
         causes: list[SuspectedCause] = []
         since, until = at - self.window, at + self.window
-        peers: dict[str, float] | None = None
+        cache: list[dict[str, float]] = []
+
+        def peers() -> dict[str, float]:  # read only for a disk slow enough to be suspect
+            if not cache:
+                cache.append(self._peer_latency(since, until))
+            return cache[0]
+
         for node in nodes:
             samples = self.tracker.samples(node, since, until)
             if len(samples) < self.min_samples:
                 continue
-            if peers is None:
-                peers = self._peer_latency(since, until)
             causes.extend(self._node_causes(node, samples, weight, peers))
         return causes
 
     # -- the conditions ---------------------------------------------------------------------
 
     def _node_causes(self, node: str, samples: list[HostSample], weight: float,
-                     peers: dict[str, float]) -> list[SuspectedCause]:
+                     peers: Callable[[], dict[str, float]]) -> list[SuspectedCause]:
         t = self.tracker
         out = []
         io = [s for s in samples if s.io_some is not None and t.outlier("io_some", s.io_some,
@@ -304,9 +315,12 @@ class HostCorrelator:
                 "baseline_some_avg10": _r(base), "iowait_peak": _r(max((s.iowait for s in io if s.iowait is not None),
                                                                         default=None), 3)}))
         # Disks: far above the disk's own baseline, or above the same period's latency on peer nodes.
-        names = sorted({d for s in samples for d in s.disks})
-        others = [v for n, v in peers.items() if n != node]
-        peer = _median(others) if others else math.nan
+        names = sorted({d for s in samples for d in s.disks
+                        if s.disks[d] >= t.disk_latency_floor_ms})  # below the floor no disk is suspect
+        peer = math.nan
+        if names:
+            others = [v for n, v in peers().items() if n != node]
+            peer = _median(others) if others else math.nan
         for disk in names:
             flagged = []
             for s in samples:

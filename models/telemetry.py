@@ -942,6 +942,8 @@ class TelemetryHub:
         return out
 
     def tick(self, now: float) -> list[Alert]:
+        if self.devices.watching:
+            self.devices.rebuild()  # ranks placed or moved since: gpu_idle/hbm_full see them
         return self.tracker.tick(now) + self.refresh()
 
 

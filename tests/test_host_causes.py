@@ -97,3 +97,28 @@ def test_counters_wrap_reset_and_disk_appearing_in_the_tracker():
     assert tracker.ooms("n") == [(4, 2, 2), (5, 1, 3)]
     tracker.update(HostEvent(node="m", ts=0, oom_kills=7))  # kills before the agent started are no news
     assert tracker.ooms("m") == []
+
+
+def test_a_disk_slow_from_the_start_is_judged_against_its_peers():
+    from stepwatch.models.alerts import Alert
+    from stepwatch.models.host import HostCorrelator
+
+    tracker = HostTracker()
+    reads = {"a": 0, "b": 0, "c": 0}
+    read_ms = {"a": 0, "b": 0, "c": 0}
+    for i in range(8):  # too few samples for any baseline: only the peers can tell
+        for node, per_read in (("a", 6.0), ("b", 0.12), ("c", 0.15)):
+            reads[node] += 1000
+            read_ms[node] += int(1000 * per_read)
+            tracker.update(HostEvent(node=node, ts=100.0 + i + (0.3 if node == "b" else 0.0),
+                                     disks=({"device": "nvme0n1", "reads": reads[node], "read_ms": read_ms[node]},)))
+    corr = HostCorrelator(tracker)
+    alert = Alert(id="x", status="firing", type="straggler", severity="warning", job="j", ranks=(3,), nodes=("a",),
+                  starts_at=105.0, summary="s", evidence={"signal": "data_time"})
+    [cause] = corr.suspects(alert, at=105.0, placement=lambda job, rank: (None, None), job_nodes=lambda job: [])
+    assert (cause.category, cause.component, cause.node) == ("host", "nvme0n1", "a")
+    ev = cause.evidence[0]
+    assert ev["read_ms_per_read"] == 6.0 and 0.12 <= ev["peers_ms_per_read"] <= 0.15 and "baseline_ms_per_read" not in ev
+    healthy = Alert(id="y", status="firing", type="straggler", severity="warning", job="j", ranks=(9,), nodes=("b",),
+                    starts_at=105.0, summary="s", evidence={"signal": "data_time"})
+    assert corr.suspects(healthy, at=105.0, placement=lambda job, rank: (None, None), job_nodes=lambda job: []) == []
