@@ -58,12 +58,14 @@ class HostSample:
     swap_used: int | None = None
     load1: float | None = None
     disks: dict[str, float] = field(default_factory=dict)  # device -> ms per completed read since last sample
-    base: dict[str, float] = field(default_factory=dict)  # baselines (medians) before this sample
+    # Baselines (medians) before this sample; consecutive samples share one dict while they do not move.
+    base: dict[str, float] = field(default_factory=dict)
     disk_base: dict[str, float] = field(default_factory=dict)
 
 
 class _HostNode:
-    __slots__ = ("cpu", "disks", "oom", "ooms", "samples", "baselines", "disk_baselines", "last_ts")
+    __slots__ = ("cpu", "disks", "oom", "ooms", "samples", "baselines", "disk_baselines", "last_ts", "last_base",
+                 "last_disk_base")
 
     def __init__(self, history: int, size: int, min_samples: int) -> None:
         self.cpu: dict[str, int] | None = None
@@ -74,6 +76,8 @@ class _HostNode:
         self.baselines = {name: Baseline(size, min_samples) for name in BASELINED}
         self.disk_baselines: dict[str, Baseline] = {}
         self.last_ts = 0.0
+        self.last_base: dict[str, float] = {}
+        self.last_disk_base: dict[str, float] = {}
 
 
 class HostTracker:
@@ -86,7 +90,7 @@ class HostTracker:
     not become normal; ``disk_min_reads`` reads between two samples to measure a latency.
     """
 
-    def __init__(self, *, history: int = 600, baseline_samples: int = 120, baseline_min_samples: int = 10,
+    def __init__(self, *, history: int = 300, baseline_samples: int = 120, baseline_min_samples: int = 10,
                  pressure_factor: float = 2.0, thresholds: dict[str, float] | None = None,
                  disk_latency_factor: float = 4.0, disk_latency_floor_ms: float = 2.0, disk_min_reads: int = 5,
                  max_nodes: int = 100_000) -> None:
@@ -158,6 +162,13 @@ class HostTracker:
                 sample.base[name] = base.median()
             if value is not None and not (base.ready and self.outlier(name, value, base.median())):
                 base.add(value)
+        # Share the baseline dicts with the previous sample while equal (most samples): bounded memory.
+        if sample.base == state.last_base:
+            sample.base = state.last_base
+        state.last_base = sample.base
+        if sample.disk_base == state.last_disk_base:
+            sample.disk_base = state.last_disk_base
+        state.last_disk_base = sample.disk_base
         state.samples.append(sample)
         return []
 
@@ -255,7 +266,10 @@ class HostCorrelator:
         self.mem_available_ratio = mem_available_ratio
         self.oom_window = oom_window
         self.max_peer_nodes = max_peer_nodes
-
+        # Causes of alerts whose window has closed on every node involved: final, so a later
+        # refresh neither recomputes them nor loses them when the samples leave the history.
+        self._final: dict[tuple[str, float], list[SuspectedCause]] = {}
+        self.max_final = 10_000
     @staticmethod
     def enriches(alert: Alert) -> bool:
         """Alert types beyond the telemetry correlator's that host evidence explains: an input-layer throughput drop."""
@@ -265,8 +279,22 @@ class HostCorrelator:
                  job_nodes: Callable[[str], list[str]]) -> list[SuspectedCause]:
         if not self.tracker.events_seen:
             return []
+        key = (alert.id, at)
+        final = self._final.get(key)
+        if final is not None:
+            return final
+        causes, nodes = self._suspects(alert, at, placement, job_nodes)
+        horizon = at + max(self.window, self.oom_window)
+        if nodes and all((state := self.tracker.node(n)) is not None and state.last_ts > horizon for n in nodes):
+            if len(self._final) >= self.max_final:
+                self._final.pop(next(iter(self._final)))
+            self._final[key] = causes
+        return causes
+
+    def _suspects(self, alert: Alert, at: float, placement: Callable[[str, int], tuple],
+                  job_nodes: Callable[[str], list[str]]) -> tuple[list[SuspectedCause], list[str]]:
         if alert.type == "hang":
-            return self._oom_causes(alert, placement)
+            return self._oom_causes(alert, placement), []  # silent ranks' last events differ: not cached
         if alert.type == "straggler":
             data_bound = alert.evidence.get("signal") == "data_time"
             nodes = list(alert.nodes)
@@ -278,7 +306,7 @@ class HostCorrelator:
             data_bound = True
             nodes = job_nodes(alert.job)
         else:
-            return []
+            return [], []
         weight = DATA_BOUND_BOOST if data_bound else OTHER_STRAGGLER_WEIGHT
         causes: list[SuspectedCause] = []
         since, until = at - self.window, at + self.window
@@ -294,7 +322,7 @@ class HostCorrelator:
             if len(samples) < self.min_samples:
                 continue
             causes.extend(self._node_causes(node, samples, weight, peers))
-        return causes
+        return causes, nodes
 
     # -- the conditions ---------------------------------------------------------------------
 

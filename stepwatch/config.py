@@ -311,8 +311,9 @@ class HostSettings:
     min_samples: int = 2
     #: A silent rank is blamed on an OOM kill of its node within this many seconds after its last event.
     oom_window_seconds: float = 60.0
-    #: Host samples kept per node (the correlation looks back ``telemetry.correlation_window`` in them).
-    history_samples: int = 600
+    #: Host samples kept per node (the correlation looks ``telemetry.correlation_window`` either side of an
+    #: alert's start; causes are kept once the window has closed). About 500 bytes each.
+    history_samples: int = 300
     #: gpu_idle: a GPU that runs a rank of a stepping job below this utilization (%) for ``gpu_idle_seconds``.
     gpu_idle_util_pct: float = 10.0
     gpu_idle_seconds: float = 300.0
