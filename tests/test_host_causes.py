@@ -122,3 +122,25 @@ def test_a_disk_slow_from_the_start_is_judged_against_its_peers():
     healthy = Alert(id="y", status="firing", type="straggler", severity="warning", job="j", ranks=(9,), nodes=("b",),
                     starts_at=105.0, summary="s", evidence={"signal": "data_time"})
     assert corr.suspects(healthy, at=105.0, placement=lambda job, rank: (None, None), job_nodes=lambda job: []) == []
+
+
+def test_causes_stay_once_the_window_closed_and_the_samples_are_gone():
+    from stepwatch.models.alerts import Alert
+    from stepwatch.models.host import HostCorrelator
+
+    tracker = HostTracker(history=100)
+    corr = HostCorrelator(tracker, window=60.0)
+    alert = Alert(id="x", status="firing", type="straggler", severity="warning", job="j", ranks=(3,), nodes=("a",),
+                  starts_at=20.0, summary="s", evidence={"signal": "data_time"})
+
+    def causes():
+        return corr.suspects(alert, at=20.0, placement=lambda job, rank: (None, None), job_nodes=lambda job: [])
+
+    for i in range(300):
+        io = 45.0 if 15 <= i < 25 else 1.0
+        tracker.update(HostEvent(node="a", ts=float(i), psi={"io": {"some_avg10": io}}))
+        if i in (30, 85):
+            first = causes()
+            assert [c.component for c in first] == ["io_pressure"]
+    assert len(tracker.node("a").samples) == 100 and tracker.node("a").samples[0].ts == 200.0
+    assert causes() == first  # computed at sample 85, when the window had closed
