@@ -205,7 +205,8 @@ class DeviceRules:
                 active["hbm_full"] = (f"HBM {used * 100:.1f}% used" + (
                     f" while job {on[0]}'s step time grew {growth:.2f}x" if growth is not None else ""),
                     {"mem_used": ev.mem_used, "mem_total": ev.mem_total, "used_ratio": round(used, 4),
-                     "threshold_ratio": self.hbm_ratio, "step_time_growth": None if growth is None else round(growth, 3)})
+                     "threshold_ratio": self.hbm_ratio,
+                     "step_time_growth": None if growth is None else round(growth, 3)})
         else:
             watch.hbm_run = 0
 

@@ -160,7 +160,8 @@ def _host_fault(text: str):
         end = int(parts[3]) if len(parts) > 3 and parts[3] else None
         return HostFault(kind=parts[0], node=node, start_step=int(parts[2]), end_step=end)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected KIND:NODE:START[:END] with KIND one of {', '.join(HOST_FAULT_KINDS)} "
+        raise argparse.ArgumentTypeError(f"expected KIND:NODE:START[:END] with KIND one of "
+                                         f"{', '.join(HOST_FAULT_KINDS)} "
                                          f"and NODE an index or a name (node-001), got {text!r}") from None
 
 

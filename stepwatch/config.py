@@ -293,15 +293,18 @@ class HostSettings:
 
     #: IO pressure: PSI io ``some avg10`` at or above this percentage (and ``pressure_factor`` x the node's baseline).
     io_pressure_pct: float = 20.0
-    #: CPU saturation: busy share of all CPUs at or above this (0-1), or PSI cpu ``some avg10`` above ``cpu_pressure_pct``.
+    #: CPU saturation: busy share of all CPUs at or above this (0-1), or PSI cpu ``some avg10`` above
+    #: ``cpu_pressure_pct``.
     cpu_busy_ratio: float = 0.95
     cpu_pressure_pct: float = 50.0
-    #: Memory pressure: PSI memory ``some avg10`` at or above this percentage, or MemAvailable below ``mem_available_ratio``.
+    #: Memory pressure: PSI memory ``some avg10`` at or above this percentage, or MemAvailable below
+    #: ``mem_available_ratio`` of MemTotal.
     memory_pressure_pct: float = 10.0
     mem_available_ratio: float = 0.05
     #: A pressure counts only at this multiple of the node's own baseline median (once it has one).
     pressure_factor: float = 2.0
-    #: A disk's read latency (ms per completed read) counts at this multiple of its baseline or of the same disk's on peer nodes...
+    #: A disk's read latency (ms per completed read) counts at this multiple of its baseline or of the peer
+    #: nodes' disks' median ...
     disk_latency_factor: float = 4.0
     #: ... and above this many ms (a fast NVMe going from 0.1 to 0.5 ms is no stall).
     disk_latency_floor_ms: float = 2.0
@@ -320,7 +323,8 @@ class HostSettings:
     #: gpu_hot: temperature at or above this (degrees C) in ``gpu_hot_samples`` consecutive samples.
     gpu_hot_temp_c: float = 85.0
     gpu_hot_samples: int = 3
-    #: hbm_full: memory used above this share of total while the job's step time grew by ``hbm_step_growth``x.
+    #: hbm_full: memory used above this share of total (``gpu_hot_samples`` samples in a row) while the job's
+    #: step time (median of its last 10 steps) grew to ``hbm_step_growth`` x its earlier median.
     hbm_full_ratio: float = 0.90
     hbm_step_growth: float = 1.1
 
