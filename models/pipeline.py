@@ -14,8 +14,9 @@ Live-only behaviour is explicit:
 - ``arrival``: when a message reached the worker (live: the wall clock; replay: the
   recording's ``_arrival``; None: unknown). Only then are events checked against
   ``max_future_seconds`` and the job's clock offset learnt.
-- ``node_owned(node)``: whether this worker speaks for a node's alerts (the owner of the
-  node's events partition); None: every node is this worker's.
+- ``speaks_for(alert)``: whether this worker publishes an alert (every worker sees every
+  node; node alerts are the business of the owner of the node's events partition,
+  ``streams.telemetry_feed``); None: all of them.
 - ``metrics``: a ``streams.metrics.WorkerMetrics`` (or None) counting what passes.
 """
 
@@ -41,10 +42,6 @@ log = logging.getLogger("stepwatch.pipeline")
 #: messages; beyond about a thousand events a batch only gets slower (the decoded dicts of many
 #: messages are alive at once: measured 1.5x slower per event at 36k than at 1k).
 MAX_RUN_EVENTS = 1_024
-
-#: Node alerts: spoken only by the worker that owns the node (see ``node_owned``).
-NODE_ALERT_TYPES = frozenset({"gpu_fault", "link_errors"})
-
 
 class Message(NamedTuple):
     """One message as read from a topic: its value and where it came from (for dead letters).
@@ -122,19 +119,19 @@ class Pipeline:
     published: what was already published (restart recovery fills it from the alerts topic).
     max_future_seconds: events stamped further ahead of their ``arrival`` are dead-lettered
         (default: ``settings.worker.max_future_seconds``); only checked when the arrival is known.
-    node_owned: ``node -> bool``, whether this worker speaks for the node's alerts (None: all).
+    speaks_for: ``alert -> bool``, whether this worker publishes the alert (None: all).
     metrics: counters to keep (``streams.metrics.WorkerMetrics``), or None.
     """
 
     def __init__(self, engine: DetectionEngine | None = None, *, settings=None, recorder=None,
                  published: PublishedAlerts | None = None, max_future_seconds: float | None = None,
-                 node_owned: Callable[[str], bool] | None = None, metrics=None) -> None:
+                 speaks_for: Callable[[Alert], bool] | None = None, metrics=None) -> None:
         self.engine = engine or DetectionEngine(settings)
         self.recorder = recorder
         self.published = published if published is not None else PublishedAlerts()
         self.max_future_seconds = (self.engine.settings.worker.max_future_seconds if max_future_seconds is None
                                    else max_future_seconds)
-        self.node_owned = node_owned
+        self.speaks_for = speaks_for
         self.metrics = metrics
         #: Which events partition each job came from, for ``forget``.
         self.job_partition: dict[str, int] = {}
@@ -175,10 +172,10 @@ class Pipeline:
         return out
 
     def feed_events(self, events: Iterable, arrival: float | None = None, *,
-                    node_owned: Callable[[str], bool] | None = None) -> Outputs:
+                    speaks_for: Callable[[Alert], bool] | None = None) -> Outputs:
         """Already decoded events (e.g. node telemetry read by ``streams.telemetry_feed``).
 
-        ``node_owned``: for these events' alerts, instead of the pipeline's own (the assignment of the moment).
+        ``speaks_for``: for these events' alerts, instead of the pipeline's own (the assignment of the moment).
         """
         out = Outputs()
         alerts: list[Alert] = []
@@ -187,7 +184,7 @@ class Pipeline:
                 alerts.extend(self.engine.process(event, arrival=arrival))
             except Exception:  # a detector bug must not stop the worker
                 log.exception("detector failed on a %s event", event.kind)
-        out.alerts = self.publishable(alerts, node_owned=node_owned)
+        out.alerts = self.publishable(alerts, speaks_for=speaks_for)
         return out
 
     def tick(self, now: float) -> Outputs:
@@ -208,16 +205,16 @@ class Pipeline:
 
     # -- output ---------------------------------------------------------------------------
 
-    def publishable(self, alerts: Iterable[Alert], *, node_owned: Callable[[str], bool] | None = None) -> list[Alert]:
-        """The alerts to publish: under their published ids, without repeats, node alerts only for owned nodes.
+    def publishable(self, alerts: Iterable[Alert], *, speaks_for: Callable[[Alert], bool] | None = None) -> list[Alert]:
+        """The alerts to publish: under their published ids, without repeats, only those this worker speaks for.
 
         Each one returned is remembered as published.
         """
         out = []
-        owned = node_owned or self.node_owned
+        speaks = speaks_for or self.speaks_for
         for alert in alerts:
-            if owned is not None and alert.type in NODE_ALERT_TYPES and alert.nodes and not owned(alert.nodes[0]):
-                continue  # every worker sees every node; the owner of the node's partition speaks for it
+            if speaks is not None and not speaks(alert):
+                continue
             alert = self.published.rewrite(alert)
             if self.published.is_duplicate(alert):
                 continue  # already on the topic (e.g. re-derived after a restart)

@@ -162,8 +162,11 @@ def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=
             return
         owned = owned_partitions(app, events_topic)
         if pipeline is not None and send is not None:
-            await send(pipeline.feed_events(events, node_owned=None if owned is None else (
-                lambda node: partition_of(node, n_partitions) in owned)))
+            def speaks_for(alert) -> bool:  # every worker sees every node; the owner of its partition speaks
+                return not (alert.type in NODE_ALERT_TYPES and owned is not None and alert.nodes
+                            and partition_of(alert.nodes[0], n_partitions) not in owned)
+
+            await send(pipeline.feed_events(events, speaks_for=speaks_for))
             return
         out = []
         for event in events:

@@ -165,3 +165,14 @@ def test_forget_drops_the_jobs_of_revoked_partitions():
                    Message(encode_events(job_steps("b", ranks=2, steps=1)[0]), partition=1)])
     pipeline.forget({1})
     assert set(pipeline.engine.jobs) == {"a"} and pipeline.job_partition == {"a": 0}
+
+
+def test_speaks_for_keeps_back_the_alerts_another_worker_publishes():
+    scenario = scenarios.get("straggler-2x-8")
+    messages = [encode_events(batch) for _, batch in scenarios.batches(scenario)]
+    everything = capture(run_recording(Pipeline(), messages)).alerts
+    assert everything
+    quiet = Pipeline(speaks_for=lambda alert: alert.type != "straggler")
+    assert [key(a) for a in capture(run_recording(quiet, messages)).alerts] == [
+        key(a) for a in everything if a.type != "straggler"]
+    assert not quiet.published.open  # what it keeps back is not recorded as published either
