@@ -31,7 +31,8 @@ from .telemetry import TELEMETRY_KINDS, TelemetryHub
 #: Hang settings that can change while running (``step_history`` sizes buffers: start-up only).
 RUNTIME_HANG_FIELDS = ("timeout_seconds", "checkpoint_timeout_seconds", "first_step_timeout_seconds",
                        "warning_factor", "warning_floor_seconds", "warning_min_steps", "heartbeat_timeout_seconds",
-                       "heartbeat_timeout_factor", "max_listed_ranks")
+                       "heartbeat_timeout_factor", "max_listed_ranks", "stacks", "stack_waiting_ranks",
+                       "stack_timeout_seconds", "stack_min_interval_seconds")
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended
