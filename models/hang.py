@@ -101,6 +101,7 @@ class _StackState:
     requests: int = 1
     answers: dict[int, StackEvent] = field(default_factory=dict)
     final: bool = False
+    sent: bool = False  # the worker sent it (replay sends nothing: no answer expected, none missing)
 
 class HangDetector:
     """Hang rule and culprit localization for one job; feed it every event, ``check(now)`` on a timer."""
@@ -109,7 +110,7 @@ class HangDetector:
                  first_step_timeout_seconds: float = 1200.0, warning_factor: float = 10.0,
                  warning_floor_seconds: float = 30.0, warning_min_steps: int = 5, step_history: int = 256,
                  heartbeat_timeout_seconds: float = 15.0, heartbeat_timeout_factor: float = 3.0,
-                 max_listed_ranks: int = 32, stacks: bool = True, stack_waiting_ranks: int = 3,
+                 max_listed_ranks: int = 32, stacks: bool = False, stack_waiting_ranks: int = 3,
                  stack_timeout_seconds: float = 10.0, stack_min_interval_seconds: float = 60.0) -> None:
         if timeout_seconds <= 0 or checkpoint_timeout_seconds <= 0 or first_step_timeout_seconds <= 0:
             raise ValueError("hang timeouts must be positive")
@@ -473,6 +474,12 @@ class HangDetector:
         out, self.pending_requests = self.pending_requests, []
         return out
 
+    def mark_sent(self, request_id: str) -> None:
+        """The worker sent this request: from now on, ranks that do not answer count as missing."""
+        st = self._stack
+        if st is not None and st.request.request_id == request_id:
+            st.sent = True
+
     def _maybe_request_stacks(self, now: float, ident: str, d: HangDiagnosis) -> None:
         if not self.stacks:
             return
@@ -507,8 +514,8 @@ class HangDetector:
         st = self._stack
         if st is None:
             return ()
-        if not st.final and (all(r in st.answers for r in st.request.ranks)
-                             or now - st.request.ts >= self.stack_timeout_seconds):
+        if not st.final and (st.sent or st.answers) and (all(r in st.answers for r in st.request.ranks)
+                                                         or now - st.request.ts >= self.stack_timeout_seconds):
             st.final = True
         return (st.request.request_id, len(st.answers), st.final)
 
