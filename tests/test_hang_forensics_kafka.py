@@ -70,8 +70,7 @@ def test_rank_stuck_before_a_subgroup_collective_is_named_with_its_group_and_its
         assert set(ev["waiting"]["ranks"]) == {0, 1, 3}
         assert list(ev["stacks"])[0] == "2"
         assert any(line.endswith(" load_shard_slowly") for line in ev["stacks"]["2"]), ev["stacks"]["2"]
-        assert "load_shard_slowly" in alert["summary"] or "time.sleep" in alert["summary"] or "sleep" in alert[
-            "summary"] or "rank 2 is in" in alert["summary"]
+        assert "rank 2 is in" in alert["summary"] and "load_shard_slowly" in alert["summary"]
         # The waiting ranks asked answer from inside the collective.
         assert set(ev["stack_request"]["ranks"]) >= {2, 3}
     finally:
