@@ -50,3 +50,13 @@ def frame_lines(event: StackEvent, limit: int = ALERT_FRAMES) -> list[str]:
         return []
     _, frames = event.threads[0]
     return [f"{file}:{line} {function}" for file, line, function in frames[-limit:]]
+
+
+def culprit_stack(evidence: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """``(rank, frames)`` of the first rank in a hang alert's ``evidence.stacks`` (the culprit when it
+    answered), or None; what ``stepwatch status`` and the dashboard show."""
+    stacks = evidence.get("stacks") if isinstance(evidence, dict) else None
+    if not isinstance(stacks, dict) or not stacks:
+        return None
+    rank, lines = next(iter(stacks.items()))
+    return str(rank), [str(line) for line in lines] if isinstance(lines, list) else []

@@ -266,3 +266,26 @@ def test_stack_event_wire_round_trip_and_bounds():
         assert not events and rejected and rejected[0].reason
     events, rejected = decode_message(orjson.dumps(dict(raw, threads=[{"name": "x", "frames": "nope"}])))
     assert not events and "frames" in rejected[0].reason
+
+
+def test_status_and_dashboard_show_the_culprits_stack():
+    from stepwatch.cli import format_job
+    from stepwatch.models.status import StatusRecorder, job_view
+    from stepwatch.streams.dashboard import render_dashboard
+
+    frames = [("train.py", 88, "<module>"), ("model.py", 190, "load_shard_slowly")]
+    engine = DetectionEngine(Settings(hang=HangSettings()))
+    recorder = StatusRecorder(64).attach(engine)
+    events = [parse_event(e) for e in recording(positions(stuck_tp_rank=13), stacks={13: frames, 8: frames})]
+    for e in events:
+        recorder.observe(e)
+    list(replay(events, engine=engine))
+    engine.tick(engine.clock)
+    body = job_view(engine, recorder, JOB, engine.clock)
+    body.setdefault("settings", {})
+    text = format_job(body)
+    assert "process group tp1 (ranks 8,9,10,11,12,13,14,15), collective 22" in text
+    assert "stack of rank 13 (innermost last):\n             train.py:88 <module>\n" \
+           "             model.py:190 load_shard_slowly" in text
+    page = render_dashboard(JOB)
+    assert "function stack(e)" in page and "stack(a.evidence || {})" in page
