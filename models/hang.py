@@ -776,10 +776,17 @@ class HangDetector:
         if not with_culprits:
             return {"culprits": (), "waiting": all_waiting, "groups": [f[3] for f in found]}
         _, _, _, name, top, culprits, waiting = with_culprits[0]
-        more = set().union(*(f[5] for f in with_culprits[1:])) - culprits
+        # Further groups only where they accuse someone else (the DP group behind a stuck TP rank
+        # accuses that same rank: nothing new).
+        others, named = [], set(culprits)
+        for f in with_culprits[1:]:
+            if f[5] - named:
+                others.append(f)
+                named |= f[5]
+        more = named - culprits
         return {"culprits": pick(culprits) + pick(more), "waiting": all_waiting, "name": name,
                 "ranks": self._pg_ranks.get(name), "seq": int(top), "group_waiting": pick(waiting),
-                "others": tuple(f[3] for f in with_culprits[1:]), "groups": [f[3] for f in found]}
+                "others": tuple(f[3] for f in others), "groups": [f[3] for f in found]}
 
     def _unseen_ranks(self) -> tuple[int, ...]:
         """Ranks below the reported world size that never sent anything (listed up to the cap)."""

@@ -129,6 +129,17 @@ def test_rank_stuck_before_its_tp_collective_is_named_alone_first_with_its_group
     assert sorted(ev["waiting"]["ranks"]) == sorted(set(range(WORLD)) - {13})
     assert "rank 13" in first.summary and "process group tp1" in first.summary
     assert all([c["rank"] for c in a.evidence["culprits"]] == [13] for a in alerts if a.status == "firing")
+    assert "other_process_groups" not in ev  # the DP group's disagreement is explained by rank 13 too
+
+
+def test_two_stuck_ranks_in_two_tp_groups_are_both_named():
+    pos = positions(stuck_tp_rank=13)
+    other = positions(stuck_tp_rank=26)
+    for r in range(24, 32):
+        pos[r] = other[r]
+    ev = hangs(run(recording(pos)))[0].evidence
+    assert [c["rank"] for c in ev["culprits"]] == [13, 26]
+    assert ev["process_group"] == "tp1" and ev["other_process_groups"] == ["tp3"]
 
 
 def test_rank_stuck_before_the_dp_collective_names_the_dp_group():
