@@ -100,3 +100,52 @@ def test_flight_recorder_dump_is_triggered_where_torch_has_it(tmp_path, monkeypa
         assert raw["flight_recorder"] == str(tmp_path / "fr_3_r_2.pkl") and os.path.exists(raw["flight_recorder"])
     finally:
         m.close()
+
+
+TRACKER_SCRIPT = r'''
+import os, sys, json
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % int(sys.argv[1]), rank=0, world_size=1)
+from stepwatch.producers.monitor import RankMonitor
+sent = []
+m = RankMonitor(job="j", rank=0, world_size=1, sink=sent.extend, heartbeat_interval=0)
+tp = dist.new_group([0])
+idle = dist.new_group([0])  # no collective on it: still reported, with started 0
+t = torch.ones(2)
+dist.all_reduce(t)                            # default group
+dist.all_reduce(t, group=tp)                  # keyword group
+dist.all_reduce(t, dist.ReduceOp.SUM, tp)     # positional group
+dist.all_reduce(t, group=tp, async_op=True).wait()
+out = [None]
+dist.all_gather_object(out, {"a": 1}, group=tp)   # calls all_gather inside: counted once
+m.heartbeat()
+m.flush(5)
+hb = [e for e in sent if e["kind"] == "heartbeat"][-1]
+names = {"tp": m._pg_tracker.name_of(tp), "idle": m._pg_tracker.name_of(idle)}
+print(json.dumps({"pgs": hb["pgs"], "names": names, "snapshot": m._pg_tracker.snapshot()}))
+m.close()
+dist.destroy_process_group()
+'''
+
+
+def test_process_group_tracker_on_a_real_gloo_group(tmp_path):
+    """One real gloo process: groups appear in heartbeats with their ranks, also before their first
+    collective; keyword, positional, async and nested calls are each numbered once."""
+    pytest.importorskip("torch", reason="process-group tracking needs torch")
+    import subprocess
+    import sys
+
+    from pg_rank_procs import free_port
+
+    script = tmp_path / "track.py"
+    script.write_text(TRACKER_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), str(free_port())], capture_output=True, text=True,
+                            timeout=300, env=dict(os.environ, STEPWATCH_MONITOR_STACKS="0"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = orjson.loads(result.stdout.strip().splitlines()[-1])
+    pgs, names = out["pgs"], out["names"]
+    assert pgs["default"] == {"started": 1, "completed": 1}
+    assert pgs[names["tp"]] == {"started": 4, "completed": 4, "ranks": [0]}
+    assert pgs[names["idle"]] == {"started": 0, "completed": 0, "ranks": [0]}
+    # PyTorch's own counter, for comparison: all_gather_object issues two all_gathers inside.
+    assert out["snapshot"][names["tp"]]["torch_seq"] == 5
