@@ -14,7 +14,13 @@ already imported (``STEPWATCH_MONITOR_PROCESS_GROUPS=0`` turns it off), or expli
   wrapped: each call is numbered on its group when issued (``started``) and marked completed
   when it returns, or, with ``async_op=True``, when its work completes. FSDP, DDP buckets
   (without the timing hook), tensor-parallel layers and explicit calls all go through these
-  functions. Nested calls (``all_gather_object`` calls ``all_gather``) count once.
+  functions. Nested calls (``all_gather_object`` calls ``all_gather``) count once. On CUDA
+  tensors (NCCL) a blocking call returns once the collective is *enqueued*, so completion is
+  an event recorded on the current stream after the call, queried (never synchronized) from
+  the heartbeat thread and at step ends: a rank waiting in a NCCL collective shows
+  ``started > completed`` like one waiting in gloo. Functional collectives
+  (``torch.ops._c10d_functional``: DTensor, ``torch.compile``) do not go through these
+  functions and are not counted.
 
 Why not PyTorch's own per-group counter (``ProcessGroup._get_sequence_number_for_group``)?
 It counts point-to-point ``send``/``recv`` too (measured on gloo, torch 2.x), and pipeline
@@ -77,9 +83,14 @@ class ProcessGroupTracker:
         self._names: dict[int, str] = {}  # id(pg) -> name
         self._registry_size = -1
         self._originals: dict[tuple[Any, str], Any] = {}
+        # CUDA collectives not known complete yet: (seq, group name, event recorded after the call).
+        self._pending: list[tuple[int, str, Any]] = []
+        self._pending_lock = threading.Lock()
+        self.pending_max = 4096
         pollers = getattr(monitor, "_pollers", None)
         if pollers is not None:
             pollers.append(self.refresh)
+            pollers.append(self.poll)
 
     # -- groups -----------------------------------------------------------------------------
 
@@ -172,7 +183,7 @@ class ProcessGroupTracker:
         tracker = self
 
         @functools.wraps(fn)
-        def counted(*args, **kwargs):
+        def counted(*args, **kwargs):  # noqa: C901 (one flat wrapper: cheap on the hot path)
             if _depth():
                 return fn(*args, **kwargs)
             monitor = tracker.monitor
@@ -202,6 +213,8 @@ class ProcessGroupTracker:
                     return result
                 except Exception:
                     pass  # no future (some backends): counted as completed when issued
+            if _on_cuda(args) and tracker._after_on_stream(seq, name):
+                return result
             tracker._done(seq, op, name, start)
             return result
 
@@ -209,7 +222,65 @@ class ProcessGroupTracker:
         return counted
 
     def _done(self, seq: int, op: str, name: str, start: float) -> None:
-        self.monitor.collective_end(seq, op=op, pg=name, start=start, end=_perf())
+        monitor = self.monitor
+        if getattr(monitor, "_step_t0", None) is None:
+            # Outside a step there is no step to charge the time to: only the number moves
+            # (the step's interval list would grow until the next step otherwise).
+            self._completed(seq, name)
+            return
+        monitor.collective_end(seq, op=op, pg=name, start=start, end=_perf())
+
+    def _completed(self, seq: int, name: str) -> None:
+        monitor = self.monitor
+        with monitor._comm_lock:
+            if seq > monitor.seq_completed.get(name, 0):
+                monitor.seq_completed[name] = seq
+
+    def _after_on_stream(self, seq: int, name: str) -> bool:
+        """Mark ``seq`` completed when the current CUDA stream passes this point (False: cannot tell)."""
+        try:
+            import torch
+
+            if torch.cuda.is_current_stream_capturing():
+                return False  # inside a CUDA graph capture: no event to query
+            event = torch.cuda.Event()
+            event.record()
+        except Exception:
+            return False
+        with self._pending_lock:
+            if len(self._pending) >= self.pending_max:
+                old_seq, old_name, _ = self._pending.pop(0)
+                self._completed(old_seq, old_name)  # bounded: the oldest is assumed done
+            self._pending.append((seq, name, event))
+        return True
+
+    def poll(self) -> int:
+        """Mark the CUDA collectives whose events passed as completed (non-blocking ``Event.query``)."""
+        if not self._pending:
+            return 0
+        done = 0
+        with self._pending_lock:
+            keep = []
+            for item in self._pending:
+                seq, name, event = item
+                try:
+                    finished = event.query()
+                except Exception:
+                    finished = True  # a broken event must not hold the number back forever
+                if finished:
+                    self._completed(seq, name)
+                    done += 1
+                else:
+                    keep.append(item)
+            self._pending = keep
+        return done
+
+
+def _on_cuda(args: tuple) -> bool:
+    x = args[0] if args else None
+    if isinstance(x, (list, tuple)) and x:
+        x = x[0]
+    return bool(getattr(x, "is_cuda", False))
 
 
 def _perf() -> float:
