@@ -146,7 +146,10 @@ class ControlListener:
         security = {k: v for k, v in cfg.producer_config.items() if k in _SECURITY_KEYS}
         consumer = KafkaConsumer(bootstrap_servers=cfg.bootstrap, enable_auto_commit=False, group_id=None,
                                  client_id=f"stepwatch-control-{self.monitor.job}-r{self.monitor.rank}",
-                                 request_timeout_ms=30_000, bootstrap_timeout_ms=2000, **security)
+                                 request_timeout_ms=30_000, bootstrap_timeout_ms=2000,
+                                 # Long polls: an idle rank costs the broker one fetch per 5 s, and a
+                                 # request still arrives at once (the broker answers when data comes).
+                                 fetch_max_wait_ms=5000, **security)
         partitions = consumer.partitions_for_topic(self.topic)
         if not partitions:
             consumer.close()
