@@ -86,7 +86,7 @@ class DetectionEngine:
         self._tick_clock: float | None = None  # ``now`` of the latest tick
         self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
-        self.telemetry = TelemetryHub(self.settings.telemetry)
+        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host)
         #: Hang settings changed at run time: per job, and the default (None: the environment's).
         self.hang_overrides: dict[str, HangSettings] = {}
         self.hang_default: HangSettings | None = None
@@ -220,11 +220,12 @@ class DetectionEngine:
             evicted = []
             if alerts:
                 self.telemetry.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1],
-                                             cols.gpu[lo + seen:lo + i + 1], cols.data_time[lo + seen:lo + i + 1])
+                                             cols.gpu[lo + seen:lo + i + 1], cols.data_time[lo + seen:lo + i + 1],
+                                             steps[seen:i + 1], cols.step_time[lo + seen:lo + i + 1])
                 seen = i + 1
                 out.extend(self.telemetry.enrich(alerts))
         self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
-                                     cols.data_time[lo + seen:hi])
+                                     cols.data_time[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi])
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:

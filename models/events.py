@@ -663,8 +663,8 @@ class TopologyEvent:
     kind = "topology"
 
 
-TelemetryEvent = Union[GpuEvent, XidEvent, LinkEvent, TopologyEvent]
-TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology"})
+TelemetryEvent = Union[GpuEvent, XidEvent, LinkEvent, TopologyEvent, "HostEvent"]
+TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology", "host"})
 #: Most NVLinks per GPU, counters per port, and GPUs/NICs per topology event accepted.
 MAX_NVLINKS = 64
 MAX_COUNTERS = 256
@@ -825,6 +825,102 @@ def _parse_topology(o: dict) -> TopologyEvent:
 
 
 _PARSERS.update({"gpu": _parse_gpu, "xid": _parse_xid, "link": _parse_link, "topology": _parse_topology})
+
+
+# -- host signals (issue 17) -------------------------------------------------------------------
+#
+# One ``host`` event per agent sample (producers/procfs_host.py): PSI averages, the raw
+# cumulative CPU jiffies, load, memory, OOM kills, per-disk and per-NIC counters.
+# models/host.py turns the counters into rates.
+
+HOST_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+HOST_DISK_FIELDS = ("reads", "read_ms", "writes", "write_ms", "io_ms")
+HOST_NETDEV_FIELDS = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
+MAX_HOST_DEVICES = 256
+_HOST_FIELDS = frozenset("v kind node ts psi cpu load1 mem_total mem_available swap_used oom_kills disks "
+                         "netdevs".split())
+
+
+@dataclass(frozen=True, slots=True)
+class HostEvent:
+    node: str
+    ts: float
+    psi: dict[str, dict[str, float]] | None = None  # {"io": {"some_avg10": %, "full_avg10": %}, ...}
+    cpu: dict[str, int] | None = None  # raw cumulative jiffies of /proc/stat's cpu line
+    load1: float | None = None
+    mem_total: int | None = None  # bytes
+    mem_available: int | None = None
+    swap_used: int | None = None
+    oom_kills: int | None = None  # cumulative, /proc/vmstat oom_kill
+    disks: tuple[dict[str, Any], ...] = ()  # {"device", "reads", "read_ms", "writes", "write_ms", "io_ms"}
+    netdevs: tuple[dict[str, Any], ...] = ()  # {"name", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors"}
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kind = "host"
+
+
+def _uint(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise InvalidEvent(f"{what} must be a non-negative 64-bit integer")
+    return value
+
+
+def _host_psi(o: dict) -> dict[str, dict[str, float]] | None:
+    value = o.get("psi")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidEvent("'psi' must be an object")
+    out: dict[str, dict[str, float]] = {}
+    for resource in ("cpu", "io", "memory"):
+        item = value.get(resource)
+        if item is None:
+            continue
+        if not isinstance(item, dict):
+            raise InvalidEvent(f"'psi.{resource}' must be an object")
+        out[resource] = {}
+        for name in ("some_avg10", "full_avg10"):
+            number = _num(item, name, required=False)
+            if number is not None:
+                if number > 100:
+                    raise InvalidEvent(f"'psi.{resource}.{name}' is a percentage")
+                out[resource][name] = number
+    return out or None
+
+
+def _host_items(o: dict, name: str, key: str, fields: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
+    out = []
+    for item in _list(o, name, MAX_HOST_DEVICES):
+        entry: dict[str, Any] = {key: _str(item, key, required=True)}
+        for f in fields:
+            if item.get(f) is not None:
+                entry[f] = _uint(item[f], f"{name} '{f}'")
+        out.append(entry)
+    return tuple(out)
+
+
+def _parse_host(o: dict) -> HostEvent:
+    cpu = o.get("cpu")
+    if cpu is not None:
+        if not isinstance(cpu, dict):
+            raise InvalidEvent("'cpu' must be an object of jiffies")
+        cpu = {name: _uint(cpu[name], f"cpu '{name}'") for name in HOST_CPU_FIELDS if cpu.get(name) is not None}
+    return HostEvent(
+        node=_str(o, "node", required=True),
+        ts=_num(o, "ts", required=True),
+        psi=_host_psi(o),
+        cpu=cpu or None,
+        load1=_num(o, "load1", required=False),
+        mem_total=_int(o, "mem_total", required=False),
+        mem_available=_int(o, "mem_available", required=False),
+        swap_used=_int(o, "swap_used", required=False),
+        oom_kills=_int(o, "oom_kills", required=False),
+        disks=_host_items(o, "disks", "device", HOST_DISK_FIELDS),
+        netdevs=_host_items(o, "netdevs", "name", HOST_NETDEV_FIELDS),
+        extra=_extra(o, _HOST_FIELDS),
+    )
+
+
+_PARSERS["host"] = _parse_host
 EVENT_KINDS = frozenset(_PARSERS)
 
 
