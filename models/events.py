@@ -85,6 +85,9 @@ class HeartbeatEvent:
     seq_started: int | None = None
     seq_completed: int | None = None
     phase: str | None = None
+    #: Per-process-group sequence numbers ``((name, started, completed, ranks or None), ...)``, from
+    #: ``pgs`` (or the older ``seqs``); None when the heartbeat carries neither.
+    pgs: tuple[tuple[str, int, int, tuple[int, ...] | None], ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "heartbeat"
 
@@ -100,7 +103,23 @@ class PhaseEvent:
     kind = "phase"
 
 
-Event = Union[StepEvent, CollectiveEvent, HeartbeatEvent, PhaseEvent]
+@dataclass(frozen=True, slots=True)
+class StackEvent:
+    """A rank's answer to a stack request: its Python threads, training thread first, frames outermost
+    first (``threads``: ``((name, ((file, line, function), ...)), ...)``)."""
+
+    job: str
+    rank: int
+    ts: float
+    threads: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...]
+    request_id: str | None = None
+    node: str | None = None
+    flight_recorder: str | None = None  # path of the Flight Recorder dump this request triggered
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kind = "stack"
+
+
+Event = Union[StepEvent, CollectiveEvent, HeartbeatEvent, PhaseEvent, StackEvent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +227,13 @@ _STEP_FIELDS = frozenset(
     "tokens samples loss phase".split()
 )
 _COLLECTIVE_FIELDS = frozenset("v kind job rank seq op ts duration node step pg bytes start_ts".split())
-_HEARTBEAT_FIELDS = frozenset("v kind job rank ts step node seq_started seq_completed phase".split())
+_HEARTBEAT_FIELDS = frozenset("v kind job rank ts step node seq_started seq_completed phase pgs seqs".split())
+_STACK_FIELDS = frozenset("v kind job rank ts request_id threads node flight_recorder".split())
+#: Bounds of a stack event (docs/events.md): longer lists are cut, not rejected.
+MAX_STACK_THREADS = 8
+MAX_STACK_FRAMES = 64
+#: Most process groups read from one heartbeat.
+MAX_HEARTBEAT_PGS = 1024
 _PHASE_FIELDS = frozenset("v kind job ts phase rank step".split())
 
 
@@ -369,7 +394,93 @@ def _parse_heartbeat(o: dict) -> HeartbeatEvent:
         seq_started=_int(o, "seq_started", required=False),
         seq_completed=_int(o, "seq_completed", required=False),
         phase=_phase(o, allowed=PHASES, required=False, default=None),
+        pgs=_pgs(o),
         extra=_extra(o, _HEARTBEAT_FIELDS),
+    )
+
+
+def _counter(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()) or not 0 <= value <= MAX_COUNTER:
+        raise InvalidEvent(f"{what} must be a non-negative integer")
+    return int(value)
+
+
+def _pgs(o: dict) -> tuple | None:
+    """``pgs: {name: {started, completed, ranks?}}``, or the older ``seqs: {name: [started, completed]}``."""
+    pgs = o.get("pgs")
+    legacy = pgs is None
+    if legacy:
+        pgs = o.get("seqs")
+        if pgs is None:
+            return None
+    field_name = "seqs" if legacy else "pgs"
+    if not isinstance(pgs, dict):
+        raise InvalidEvent(f"'{field_name}' must be an object keyed by process group")
+    if len(pgs) > MAX_HEARTBEAT_PGS:
+        raise InvalidEvent(f"'{field_name}' has more than {MAX_HEARTBEAT_PGS} process groups")
+    out = []
+    for name, value in pgs.items():
+        if not name or len(name) > MAX_NAME_LEN:
+            raise InvalidEvent(f"'{field_name}' has an empty or too long group name")
+        what = f"{field_name}[{name!r}]"
+        ranks = None
+        if legacy:
+            if not isinstance(value, list) or len(value) != 2:
+                raise InvalidEvent(f"{what} must be [started, completed]")
+            started, completed = _counter(value[0], what), _counter(value[1], what)
+        else:
+            if not isinstance(value, dict):
+                raise InvalidEvent(f"{what} must be an object with started and completed")
+            started = _counter(value.get("started"), f"{what}.started")
+            completed = _counter(value.get("completed"), f"{what}.completed")
+            raw = value.get("ranks")
+            if raw is not None:
+                if not isinstance(raw, list):
+                    raise InvalidEvent(f"{what}.ranks must be a list of ranks")
+                ranks = tuple(_counter(r, f"{what}.ranks") for r in raw)
+        out.append((name, started, completed, ranks))
+    return tuple(out)
+
+
+def _frames(value: Any, what: str) -> tuple[tuple[str, int, str], ...]:
+    if not isinstance(value, list):
+        raise InvalidEvent(f"{what} must be a list of frames")
+    out = []
+    for frame in value[-MAX_STACK_FRAMES:]:  # too deep: keep the innermost, where it is stuck
+        if not isinstance(frame, dict):
+            raise InvalidEvent(f"{what} must hold objects with file, line, function")
+        file, line, function = frame.get("file"), frame.get("line"), frame.get("function")
+        if not isinstance(file, str) or not isinstance(function, str):
+            raise InvalidEvent(f"{what}: file and function must be strings")
+        out.append((file[-1024:], _counter(line if line is not None else 0, f"{what}.line"), function[:MAX_NAME_LEN]))
+    return tuple(out)
+
+
+def _parse_stack(o: dict) -> StackEvent:
+    threads = o.get("threads")
+    if not isinstance(threads, list):
+        raise InvalidEvent("'threads' must be a list")
+    parsed = []
+    for i, thread in enumerate(threads[:MAX_STACK_THREADS]):
+        if not isinstance(thread, dict):
+            raise InvalidEvent("'threads' must hold objects with name and frames")
+        name = thread.get("name")
+        parsed.append((name[:MAX_NAME_LEN] if isinstance(name, str) else f"thread-{i}",
+                       _frames(thread.get("frames"), f"threads[{i}].frames")))
+    request_id = o.get("request_id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidEvent("'request_id' must be a string")
+    path = o.get("flight_recorder")
+    return StackEvent(
+        job=_str(o, "job", required=True),
+        rank=_int(o, "rank", required=True),
+        ts=_num(o, "ts", required=True),
+        threads=tuple(parsed),
+        request_id=request_id[:MAX_NAME_LEN] if request_id else None,
+        node=_str(o, "node", required=False),
+        flight_recorder=path[:4096] if isinstance(path, str) and path else None,
+        extra=_extra(o, _STACK_FIELDS),
     )
 
 
@@ -389,6 +500,7 @@ _PARSERS = {
     "collective": _parse_collective,
     "heartbeat": _parse_heartbeat,
     "phase": _parse_phase,
+    "stack": _parse_stack,
 }
 EVENT_KINDS = frozenset(_PARSERS)
 
@@ -459,6 +571,12 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         value = getattr(event, name)
         if value is not None:
             out[name] = value
+    if isinstance(event, HeartbeatEvent) and event.pgs is not None:
+        out["pgs"] = {name: {"started": s, "completed": c, **({"ranks": list(r)} if r is not None else {})}
+                      for name, s, c, r in event.pgs}
+    elif isinstance(event, StackEvent):
+        out["threads"] = [{"name": name, "frames": [{"file": f, "line": ln, "function": fn} for f, ln, fn in frames]}
+                          for name, frames in event.threads]
     out.update(event.extra)
     return out
 

@@ -502,6 +502,26 @@ def format_jobs(body: dict) -> str:
     return "\n".join(lines)
 
 
+def _hang_forensics(ev: dict) -> list[str]:
+    """A hang alert's process group and the culprit's stack (docs/hang.md), indented under the alert."""
+    from stepwatch.models.stacks import culprit_stack
+
+    out = []
+    if ev.get("process_group"):
+        members = ev.get("process_group_ranks")
+        out.append(f"           process group {ev['process_group']} "
+                   f"({'ranks ' + ','.join(map(str, members)) if members else 'all ranks'}), "
+                   f"collective {ev.get('collective_seq')}")
+    stack = culprit_stack(ev)
+    if stack is not None:
+        rank, frames = stack
+        out.append(f"           stack of rank {rank} (innermost last):")
+        out.extend(f"             {frame}" for frame in frames)
+    if ev.get("stack_missing"):
+        out.append(f"           no stack from rank(s): {', '.join(map(str, ev['stack_missing']))}")
+    return out
+
+
 def format_job(body: dict, *, all_ranks: bool = False, limit: int = 20) -> str:
     s = body.get("settings") or {}
     straggler = s.get("straggler") or {}
@@ -519,6 +539,7 @@ def format_job(body: dict, *, all_ranks: bool = False, limit: int = 20) -> str:
         brief = {k: v for k, v in ev.items() if not isinstance(v, (dict, list)) and v is not None}
         if brief:
             lines.append("           evidence: " + ", ".join(f"{k}={v}" for k, v in list(brief.items())[:10]))
+        lines.extend(_hang_forensics(ev))
     ranks = body.get("ranks", [])
     shown = ranks if all_ranks else sorted(
         ranks, key=lambda r: (r.get("alert") is None, -(r.get("ratio") or 0)))[:limit]

@@ -81,6 +81,14 @@ class HangSettings:
     heartbeat_timeout_factor: float = 3.0
     #: Most ranks listed per category in an alert's evidence (counts are always complete).
     max_listed_ranks: int = 32
+    #: On a hang, ask the culprits (and ``stack_waiting_ranks`` waiting ranks) for their Python
+    #: stacks on the control topic (docs/hang.md); False: never ask.
+    stacks: bool = True
+    stack_waiting_ranks: int = 3
+    #: Ranks that have not answered this many seconds after the request are listed in ``stack_missing``.
+    stack_timeout_seconds: float = 10.0
+    #: At most one stack request per job per this many seconds.
+    stack_min_interval_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         self.job_timeout_map()  # fail early, naming the setting, on a malformed value
@@ -125,6 +133,8 @@ class KafkaSettings:
     #: Workers registry (compacted, one partition, keyed by worker URL): which worker owns which
     #: events partition, for the status API's proxying (streams/registry.py).
     workers_topic: str = "workers"
+    #: Worker -> rank monitors requests (stack requests, keyed by job; docs/hang.md).
+    control_topic: str = "control"
     #: Output of the optional shard stage (``stepwatch shard``): the raw events re-batched per job, keyed
     #: by job. Detection workers read it with ``STEPWATCH_KAFKA_EVENTS_TOPIC=job-events``.
     job_events_topic: str = "job-events"
