@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 from .alerts import Alert, alert_id
-from .events import GpuEvent, StepEvent
+from .events import GpuEvent
 
 
 class _JobSteps:
@@ -106,16 +106,8 @@ class DeviceRules:
             state = self._jobs[job] = _JobSteps(self.step_history)
         return state
 
-    def observe_step(self, event: StepEvent) -> None:
-        state = self._job(event.job)
-        state.count += 1
-        if event.step > state.last_step:
-            state.last_step = event.step
-            if event.step_time is not None:
-                state.add(event.step_time)
-
     def observe_steps(self, job: str, steps: list[int], step_times: list[float]) -> None:
-        """``observe_step`` for several step events of ``job`` in order (absent step_time: NaN)."""
+        """Step events of ``job`` in order (absent step_time: NaN): its step count and recent step times."""
         state = self._job(job)
         state.count += len(steps)
         if not steps or max(steps) <= state.last_step:

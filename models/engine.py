@@ -107,6 +107,8 @@ class DetectionEngine:
         time). It lets the time-driven rules allow for producers whose clocks differ from
         the worker's; replay leaves it out (the event's own time is the clock).
         """
+        if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
+            return self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
         self.events_by_kind[event.kind] += 1
         if event.ts > self.clock:
             self.clock = event.ts
@@ -115,15 +117,9 @@ class DetectionEngine:
         job = self.jobs.get(event.job)
         evicted: list[Alert] = []
         if job is None:
-            job = self.jobs[event.job] = self._new_job(event.job)
-            if len(self.jobs) > self.settings.retention.max_jobs:
-                oldest = min((j for j in self.jobs.values() if j is not job), key=lambda j: j.last_seen or 0.0)
-                evicted = self._evict(oldest, "too many jobs tracked")
+            job, evicted = self._add_job(event.job)
         elif job.ended and event.ts <= job.ended_at + END_GRACE_SECONDS and getattr(event, "rank", None) is not None:
-            # Stamped before (or just after, on another rank's clock) the job said it ended, arriving
-            # after: overtaken on another path (e.g. a different shard stage process), not a restart,
-            # which would reopen the job's alerts.
-            job.late_after_end += 1
+            job.late_after_end += 1  # see _process_steps
             return []
         if event.ts > job.last_ts:
             job.last_ts = event.ts
@@ -131,14 +127,8 @@ class DetectionEngine:
         if arrival is not None:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
-        out = evicted + job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
-        if isinstance(event, StepEvent):
-            self.telemetry.observe_step(event)  # rank -> (node, gpu), data_time
-            job.checkpoint.observe(event.ts, event.step)
-            if event.extra and "model_flops_per_token" in event.extra:
-                _set_flops(job.sli, event.extra)
-            out.extend(self._on_step(job, event))
-        elif isinstance(event, CollectiveEvent):
+        out = evicted + job.hang.update(event)  # heartbeats, collectives, phases, stacks
+        if isinstance(event, CollectiveEvent):
             out.extend(job.comm.update(event))
         elif isinstance(event, PhaseEvent):
             out.extend(self._on_phase(job, event))
@@ -146,7 +136,7 @@ class DetectionEngine:
 
     def process_batch(self, events: list[Event] | StepColumns, *, arrival: float | None = None) -> list[Alert]:
         """Feed one message's events in order: the same alerts, and the same state after, as ``process``
-        for each event, cheaper for a batch envelope of step events (``StepColumns``)."""
+        for each event (a batch envelope of step events, ``StepColumns``, goes by columns)."""
         if not isinstance(events, StepColumns):
             out: list[Alert] = []
             for event in events:
@@ -157,32 +147,46 @@ class DetectionEngine:
             out.extend(self._process_steps(job, events, lo, hi, arrival))
         return out
 
-    def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
-        """Step events ``lo:hi`` of one job: ``process`` for each, by columns.
+    def _add_job(self, name: str) -> tuple[JobState, list[Alert]]:
+        """A new job's state, and the alerts of the job evicted to make room for it (if any)."""
+        job = self.jobs[name] = self._new_job(name)
+        if len(self.jobs) > self.settings.retention.max_jobs:
+            oldest = min((j for j in self.jobs.values() if j is not job), key=lambda j: j.last_seen or 0.0)
+            return job, self._evict(oldest, "too many jobs tracked")
+        return job, []
 
-        Only the straggler path makes alerts here (the hang rule makes none while no hang is
-        open: a hang open, or a job that ended, takes the per-event path), so the work of the
-        other rules is done for the whole run at once; node telemetry is caught up before
-        each alert is enriched, as one by one.
+    def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
+        """Step events ``lo:hi`` of one job, in order, by columns: the only road of step events.
+
+        The work of each rule is done for the whole run at once; the alerts come out in event
+        order (for each event: the hang rule's, then the straggler/throughput rules'), node
+        telemetry caught up to the event before each alert is enriched, as one by one.
         """
-        job = self.jobs.get(name)
-        if job is not None and (job.hang.firing or job.hang.ended):
-            out: list[Alert] = []
-            for event in cols.events()[lo:hi]:
-                out.extend(self.process(event, arrival=arrival))
-            return out
-        evicted: list[Alert] = []
-        if job is None:
-            job = self.jobs[name] = self._new_job(name)
-            if len(self.jobs) > self.settings.retention.max_jobs:
-                oldest = min((j for j in self.jobs.values() if j is not job), key=lambda j: j.last_seen or 0.0)
-                evicted = self._evict(oldest, "too many jobs tracked")
-        ranks, steps, ts = cols.rank[lo:hi], cols.step[lo:hi], cols.ts[lo:hi]
-        nodes, phases = cols.node[lo:hi], cols.phase[lo:hi]
         self.events_by_kind["step"] += hi - lo
-        latest, earliest = max(ts), min(ts)
+        ts = cols.ts[lo:hi]
+        latest = max(ts)
         if latest > self.clock:
             self.clock = latest
+        job = self.jobs.get(name)
+        evicted: list[Alert] = []
+        if job is None:
+            job, evicted = self._add_job(name)
+        elif job.ended:
+            # Stamped before (or just after, on another rank's clock) the job said it ended, arriving
+            # after: overtaken on another path (e.g. a different shard stage process), not a restart,
+            # which would reopen the job's alerts. The first later step is the restart.
+            limit = job.ended_at + END_GRACE_SECONDS
+            late = next((i for i, t in enumerate(ts) if t > limit), hi - lo)
+            if late:
+                job.late_after_end += late
+                lo += late
+                if lo == hi:
+                    return []
+                ts = cols.ts[lo:hi]
+                latest = max(ts)
+        ranks, steps = cols.rank[lo:hi], cols.step[lo:hi]
+        nodes, phases = cols.node[lo:hi], cols.phase[lo:hi]
+        earliest = min(ts)
         if latest > job.last_ts:
             job.last_ts = latest
         job.last_seen = self._tick_clock
@@ -190,10 +194,14 @@ class DetectionEngine:
             job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
         job.sli.observe(latest)
-        job.hang.update_steps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes, cols.world_size[lo:hi])
+        hang_alerts = job.hang.update_steps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes,
+                                            cols.world_size[lo:hi])
         job.checkpoint.observe(ts[0], max(steps))
-        # _on_step for the run
-        job.ended = False
+        if cols.extra is not None:
+            for extra in cols.extra[lo:hi]:
+                if extra and "model_flops_per_token" in extra:
+                    _set_flops(job.sli, extra)
+        job.ended = False  # a job id that reports steps again was restarted
         job.ranks.update(ranks)
         if max(steps) > job.latest_step:
             job.latest_step = max(steps)
@@ -202,7 +210,8 @@ class DetectionEngine:
         rows = list(zip(ts, cols.step_time[lo:hi], cols.compute_time[lo:hi], cols.comm_time[lo:hi],
                         cols.data_time[lo:hi], cols.tokens[lo:hi], nodes))
         groups = cols.group[lo:hi]
-        closes: list[tuple[int, list[GroupStep]]] = []
+        # (event index, 0: hang alerts / 1: closed steps to judge), in event order
+        results: list[tuple[int, int, list]] = [(i, 0, [alert]) for i, alert in hang_alerts]
         start = 0
         # runs of one group (usually the whole run: then the bounds without a scan)
         bounds = (len(groups),) if groups.count(groups[0]) == len(groups) else range(1, len(groups) + 1)
@@ -212,12 +221,12 @@ class DetectionEngine:
             for j, closed in self._assembler(job, groups[start] or "").add_rows(
                     ranks[start:i], steps[start:i], cols.world_size[lo + start:lo + i], phases[start:i],
                     rows[start:i]):
-                closes.append((start + j, closed))
+                results.append((start + j, 1, closed))
             start = i
         out = []
         seen = 0  # events observed by node telemetry so far (it names suspected causes)
-        for i, closed in sorted(closes, key=lambda c: c[0]):
-            alerts = evicted + self._judge(job, closed)
+        for i, what, value in sorted(results, key=lambda r: r[:2]) if len(results) > 1 else results:
+            alerts = evicted + (value if what == 0 else self._judge(job, value))
             evicted = []
             if alerts:
                 self.telemetry.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1],
@@ -305,17 +314,6 @@ class DetectionEngine:
                 for alert in self._job_open_alerts(job)]
 
     # -- handlers -------------------------------------------------------------------------
-
-    def _on_step(self, job: JobState, event: StepEvent) -> list[Alert]:
-        if job.ended:
-            job.ended = False  # a job id that reports steps again was restarted
-        job.ranks.add(event.rank)
-        if event.step > job.latest_step:
-            job.latest_step = event.step
-        if event.phase == "train" and job.phase != "train":
-            # Job-wide phase markers cover steps that do not carry a phase of their own.
-            event = dataclasses.replace(event, phase=job.phase)
-        return self._judge(job, self._assembler(job, event.group or "").add(event))
 
     def _assembler(self, job: JobState, group: str) -> StepAssembler:
         assembler = job.assemblers.get(group)

@@ -943,9 +943,45 @@ class StepColumns:
     """
 
     __slots__ = ("items", "job", "rank", "step", "ts", "step_time", "compute_time", "data_time", "comm_time",
-                 "tokens", "samples", "node", "gpu", "group", "world_size", "phase", "jobs", "_events")
+                 "tokens", "samples", "node", "gpu", "group", "world_size", "phase", "jobs", "extra", "_events")
 
     kind = "step"
+
+    @classmethod
+    def of(cls, events: list[StepEvent]) -> "StepColumns":
+        """The columns of already validated step events (a lone event takes the batch road too).
+
+        ``extra`` keeps each event's extra fields (None when no event has any).
+        """
+        c = cls()
+        c.items = c._events = events
+        if len(events) == 1:  # the common case (a message of one event): no loops
+            e = events[0]
+            c.job, c.rank, c.step, c.ts, c.step_time = [e.job], [e.rank], [e.step], [e.ts], [e.step_time]
+            c.compute_time = [_nan(e.compute_time)]
+            c.data_time = [_nan(e.data_time)]
+            c.comm_time = [_nan(e.comm_time)]
+            c.tokens = [_nan(e.tokens)]
+            c.samples = [_nan(e.samples)]
+            c.node, c.gpu, c.group, c.world_size, c.phase = [e.node], [e.gpu], [e.group], [e.world_size], [e.phase]
+            c.jobs = {e.job}
+            c.extra = [e.extra] if e.extra else None
+            return c
+        c.job = [e.job for e in events]
+        c.jobs = set(c.job)
+        c.rank = [e.rank for e in events]
+        c.step = [e.step for e in events]
+        c.ts = [e.ts for e in events]
+        c.step_time = [e.step_time for e in events]
+        for name in ("compute_time", "data_time", "comm_time", "tokens", "samples"):
+            setattr(c, name, [_nan(getattr(e, name)) for e in events])
+        c.node = [e.node for e in events]
+        c.gpu = [e.gpu for e in events]
+        c.group = [e.group for e in events]
+        c.world_size = [e.world_size for e in events]
+        c.phase = [e.phase for e in events]
+        c.extra = [e.extra for e in events] if any(e.extra for e in events) else None
+        return c
 
     def __len__(self) -> int:
         return len(self.items)
@@ -966,6 +1002,10 @@ class StepColumns:
                 start = i
         out.append((jobs[start], start, len(jobs)))
         return out
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 _NONE = type(None)
@@ -1028,6 +1068,7 @@ def _step_columns(items: list) -> StepColumns | None:
         c = StepColumns()
         c.items = items
         c._events = None
+        c.extra = None  # events with extra fields take the per-event decoder
         c.job = col("job")
         if _types(c.job) != {str}:
             return None

@@ -242,10 +242,13 @@ class HangDetector:
 
     def update(self, event: Event) -> list[Alert]:
         """Learn from one event; return a resolved alert when it ends a hang."""
+        if isinstance(event, StepEvent):  # one step path: a lone step event is a run of one
+            return [alert for _, alert in self.update_steps(
+                [event.rank], [event.step], [event.ts], [event.step_time], [event.phase], [event.node],
+                [event.world_size])]
         if self._ended:
             # Stray heartbeats after the end are ignored; new steps or phases mean a restart.
-            if isinstance(event, StepEvent) or (isinstance(event, PhaseEvent) and event.rank is None
-                                                and event.phase != "end"):
+            if isinstance(event, PhaseEvent) and event.rank is None and event.phase != "end":
                 self._reset_state()
             else:
                 return []
@@ -262,8 +265,6 @@ class HangDetector:
             self._last_seen[slot] = ts
         if event.node is not None:
             self._nodes[slot] = event.node
-        if isinstance(event, StepEvent):
-            return self._on_step(slot, event)
         if isinstance(event, HeartbeatEvent):
             return self._on_heartbeat(slot, event)
         if isinstance(event, StackEvent):
@@ -277,10 +278,51 @@ class HangDetector:
         return []
 
     def update_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
+                     phases: list[str], nodes: list[str | None], world_sizes: list[int | None]
+                     ) -> list[tuple[int, Alert]]:
+        """Learn from valid step events in order (columns); return ``(i, alert)`` for each hang the
+        i-th event ended (only while one is open)."""
+        if self._ended:
+            self._reset_state()  # steps after the end: a restart
+        if self._episode is None:
+            self._quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes)
+            return []
+        out = []
+        for i, (rank, step, t, step_time, phase, node, world_size) in enumerate(
+                zip(ranks, steps, ts, step_times, phases, nodes, world_sizes)):
+            out.extend((i, alert) for alert in self._step_open(rank, step, t, step_time, phase, node, world_size))
+            if self._episode is None:  # resolved: the rest in one go
+                if i + 1 < len(ranks):
+                    j = i + 1
+                    self._quiet_steps(ranks[j:], steps[j:], ts[j:], step_times[j:], phases[j:], nodes[j:],
+                                      world_sizes[j:])
+                break
+        return out
+
+    def _step_open(self, rank: int, step: int, ts: float, step_time: float, phase: str, node: str | None,
+                   world_size: int | None) -> list[Alert]:
+        """One step event while a hang is open (it may end it)."""
+        if self._started_at is None:
+            self._started_at = ts
+            self._progress_ts = ts
+        if ts > self._latest_ts:
+            self._latest_ts = ts
+        slot = self._slot_of(rank, ts)
+        self._has_step_events = True
+        if world_size is not None:
+            self._world_size = world_size
+        advanced = self._rank_row(slot, step, ts, node)
+        first = not self._completed_any
+        self._completed_any = True
+        if step > self._max_step:
+            return self._job_advanced(step, ts)  # no step time learnt during a hang
+        if first:  # a completion at or below a heartbeat's baseline still ends the wait for the first step
+            return self._job_advanced(self._max_step, ts, first=True)
+        return self._maybe_resolve_partial(slot) if advanced else []
+
+    def _quiet_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
                      phases: list[str], nodes: list[str | None], world_sizes: list[int | None]) -> None:
-        """``update`` for valid step events in order (columns), while no hang is open and the job has
-        not ended: then ``update`` returns nothing, and per-rank values become array writes."""
-        assert self._episode is None and not self._ended
+        """``update_steps`` while no hang is open: no alert, per-rank values become array writes."""
         if self._started_at is None:
             self._started_at = self._progress_ts = ts[0]
         latest = max(ts)
@@ -292,40 +334,15 @@ class HangDetector:
             for i, slot in enumerate(slots):
                 if slot is None:
                     slots[i] = self._slot_of(ranks[i], ts[i])
-        idx = np.array(slots, dtype=np.int64)
-        ts_a = np.array(ts, dtype=np.float64)
-        unique = len(set(slots)) == len(slots)
-        if unique:  # each rank once (the usual envelope): a plain fancy-index write does what .at does
-            self._last_seen[idx] = np.maximum(self._last_seen[idx], ts_a)
-        else:
-            np.maximum.at(self._last_seen, idx, ts_a)
-        node_list = self._nodes
-        first_slot = slots[0]
-        if None not in nodes and slots == list(range(first_slot, first_slot + len(slots))):
-            node_list[first_slot:first_slot + len(slots)] = nodes  # consecutive slots: one slice write
-        else:
-            for slot, node in zip(slots, nodes):
-                if node is not None:
-                    node_list[slot] = node
         self._has_step_events = True
         for w in reversed(world_sizes):
             if w is not None:
                 self._world_size = w
                 break
-        steps_a = np.array(steps, dtype=np.int64)
-        if unique:
-            self._rank_steps(idx, steps_a, ts_a)
+        if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
+            self._rank_row(slots[0], steps[0], ts[0], nodes[0])
         else:
-            # Several steps of the same ranks (merged envelopes): one step at a time, each usually
-            # once per rank; a run with a rank twice goes event by event.
-            cuts = [0, *(np.flatnonzero(steps_a[1:] != steps_a[:-1]) + 1).tolist(), len(slots)]
-            for lo, hi in zip(cuts, cuts[1:]):
-                part = idx[lo:hi]
-                if len(set(slots[lo:hi])) == hi - lo:
-                    self._rank_steps(part, steps_a[lo:hi], ts_a[lo:hi])
-                else:
-                    for slot, step, t in zip(slots[lo:hi], steps[lo:hi], ts[lo:hi]):
-                        self._rank_step(slot, step, t)
+            self._rank_columns(slots, steps, ts, nodes)
         # The job's step counter, in order (usually one advance per envelope and step).
         first = not self._completed_any
         self._completed_any = True
@@ -354,22 +371,6 @@ class HangDetector:
         self._phase = event.phase
         return []
 
-    def _on_step(self, slot: int, event: StepEvent) -> list[Alert]:
-        self._has_step_events = True
-        if event.world_size is not None:
-            self._world_size = event.world_size
-        advanced = self._rank_step(slot, event.step, event.ts)
-        first = not self._completed_any
-        self._completed_any = True
-        if event.step > self._max_step:
-            if (not first and self._max_step >= 0 and self._episode is None and event.phase == "train"
-                    and self._phase == "train"):
-                self._step_times.append(event.step_time)
-            return self._job_advanced(event.step, event.ts)
-        if first:  # a completion at or below a heartbeat's baseline still ends the wait for the first step
-            return self._job_advanced(self._max_step, event.ts, first=True)
-        return self._maybe_resolve_partial(slot) if advanced else []
-
     def _on_heartbeat(self, slot: int, event: HeartbeatEvent) -> list[Alert]:
         self._has_heartbeats = True
         last = self._last_hb[slot]
@@ -397,6 +398,46 @@ class HangDetector:
             self._completed_any = True
             return self._job_advanced(event.step, event.ts)
         return self._maybe_resolve_partial(slot) if advanced else []
+
+    def _rank_row(self, slot: int, step: int, ts: float, node: str | None) -> bool:
+        """One step event's per-rank values; whether the rank's step advanced."""
+        if ts > self._last_seen[slot]:
+            self._last_seen[slot] = ts
+        if node is not None:
+            self._nodes[slot] = node
+        return self._rank_step(slot, step, ts)
+
+    def _rank_columns(self, slots: list[int], steps: list[int], ts: list[float], nodes: list[str | None]) -> None:
+        """Per-rank latest values of several step events (their ranks' slots) as array writes."""
+        idx = np.array(slots, dtype=np.int64)
+        ts_a = np.array(ts, dtype=np.float64)
+        unique = len(set(slots)) == len(slots)
+        if unique:  # each rank once (the usual envelope): a plain fancy-index write does what .at does
+            self._last_seen[idx] = np.maximum(self._last_seen[idx], ts_a)
+        else:
+            np.maximum.at(self._last_seen, idx, ts_a)
+        node_list = self._nodes
+        first_slot = slots[0]
+        if None not in nodes and slots == list(range(first_slot, first_slot + len(slots))):
+            node_list[first_slot:first_slot + len(slots)] = nodes  # consecutive slots: one slice write
+        else:
+            for slot, node in zip(slots, nodes):
+                if node is not None:
+                    node_list[slot] = node
+        steps_a = np.array(steps, dtype=np.int64)
+        if unique:
+            self._rank_steps(idx, steps_a, ts_a)
+        else:
+            # Several steps of the same ranks (merged envelopes): one step at a time, each usually
+            # once per rank; a run with a rank twice goes event by event.
+            cuts = [0, *(np.flatnonzero(steps_a[1:] != steps_a[:-1]) + 1).tolist(), len(slots)]
+            for lo, hi in zip(cuts, cuts[1:]):
+                part = idx[lo:hi]
+                if len(set(slots[lo:hi])) == hi - lo:
+                    self._rank_steps(part, steps_a[lo:hi], ts_a[lo:hi])
+                else:
+                    for slot, step, t in zip(slots[lo:hi], steps[lo:hi], ts[lo:hi]):
+                        self._rank_step(slot, step, t)
 
     def _rank_steps(self, idx: np.ndarray, steps: np.ndarray, ts: np.ndarray) -> None:
         """``_rank_step`` for distinct slots at once."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .alerts import Alert
-from .events import Event, HeartbeatEvent, PhaseEvent, StepEvent
+from .events import Event, HeartbeatEvent, PhaseEvent, StepColumns, StepEvent
 
 #: Seconds of recent steps the step rate and tokens/s are computed over.
 RATE_WINDOW_SECONDS = 30.0
@@ -69,6 +69,9 @@ class StatusRecorder:
         return state
 
     def observe(self, event: Event) -> None:
+        if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
+            self.observe_steps(StepColumns.of([event]))
+            return
         job = self._job(event.job)
         if isinstance(event, PhaseEvent):
             if event.rank is not None:
@@ -77,21 +80,14 @@ class StatusRecorder:
         rank = self._rank(job, event.rank, event.ts)
         if event.node is not None:
             rank.node = event.node
-        if isinstance(event, StepEvent):
-            if event.step > rank.step or event.step < rank.step - 1000:  # a restart goes back far
-                rank.step = event.step
-            rank.phase = event.phase
-            if event.group is not None:
-                rank.group = event.group
-            self._step(job, event)
-        elif isinstance(event, HeartbeatEvent):
+        if isinstance(event, HeartbeatEvent):
             if event.step > rank.step:
                 rank.step = event.step
             if event.phase is not None:
                 rank.phase = event.phase
 
     def observe_steps(self, cols) -> None:
-        """``observe`` for each event of a batch envelope's :class:`~stepwatch.models.events.StepColumns`."""
+        """``observe`` for step events, by columns (:class:`~stepwatch.models.events.StepColumns`)."""
         for name, lo, hi in cols.job_runs():
             job = self._job(name)
             records = job.ranks
@@ -104,7 +100,7 @@ class StatusRecorder:
                     record.ts = ts
                 if node is not None:
                     record.node = node
-                if step > record.step or step < record.step - 1000:
+                if step > record.step or step < record.step - 1000:  # a restart goes back far
                     record.step = step
                 record.phase = phase
                 if group is not None:
@@ -146,22 +142,6 @@ class StatusRecorder:
         if ts > record.ts:
             record.ts = ts
         return record
-
-    def _step(self, job: _Job, event: StepEvent) -> None:
-        steps = job.steps
-        entry = steps.get(event.step)
-        if entry is None:
-            if len(steps) >= self.history and event.step < min(steps):
-                return  # older than everything kept
-            entry = steps[event.step] = [event.ts, None, None]
-            while len(steps) > self.history:
-                del steps[min(steps)]
-        elif event.ts > entry[0]:
-            entry[0] = event.ts
-        if event.tokens is not None:
-            entry[1] = (entry[1] or 0.0) + event.tokens
-        if event.samples is not None:
-            entry[2] = (entry[2] or 0.0) + event.samples
 
     def record_verdict(self, detector, verdict) -> None:
         """``StragglerDetector.on_verdict`` hook: keep this step's ratio of every rank."""

@@ -679,20 +679,11 @@ class TelemetryCorrelator:
         self._data_time: dict[str, dict[int, deque[float]]] = {}
 
     def observe_step(self, event: StepEvent) -> None:
-        ranks = self._placement.get(event.job)
-        if ranks is None:
-            ranks = self._placement[event.job] = {}
-        if event.node is not None or event.gpu is not None:
-            ranks[event.rank] = (event.node, event.gpu)
-        if event.data_time is not None:
-            times = self._data_time.setdefault(event.job, {})
-            ring = times.get(event.rank)
-            if ring is None:
-                ring = times[event.rank] = deque(maxlen=self.data_history)
-            ring.append(event.data_time)
+        self.observe_steps(event.job, [event.rank], [event.node], [event.gpu],
+                           [math.nan if event.data_time is None else event.data_time])
 
     def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float]) -> None:
-        """``observe_step`` for several step events of one job in order (absent data_time: NaN)."""
+        """Where step events of one job ran and their data times, in order (absent data_time: NaN)."""
         placement = self._placement.get(job)
         if placement is None:
             placement = self._placement[job] = {}
@@ -866,10 +857,6 @@ class TelemetryHub:
         if event.kind == "gpu":
             return self.tracker.update(event) + self.devices.update(event)
         return self.tracker.update(event)
-
-    def observe_step(self, event: StepEvent) -> None:
-        self.correlator.observe_step(event)
-        self.devices.observe_step(event)
 
     def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
                       steps: list[int] = (), step_times: list[float] = ()) -> None:
