@@ -6,7 +6,7 @@
 (a) core: events/s through ``decode_message`` + ``DetectionEngine.process``, single-event
     messages vs batch envelopes of 256 events, and decode alone, on the same simulated job;
 (b) end to end through a real local broker (``stepwatch.localkafka.LocalKafka``): the stepwatch
-    worker (``streams.app.create_app``) with each events consumer (``STEPWATCH_WORKER_CONSUMER``:
+    worker (``streams.worker.Worker``) with each events consumer (``STEPWATCH_WORKER_CONSUMER``:
     the Faust agent, ``faust``, and its own aiokafka consumer, ``aiokafka``) vs a bare aiokafka
     consumer that only reads and decodes the same messages, for batch envelopes and single-event
     messages, and a trivial default Faust agent (counts raw messages) on the same messages;
@@ -192,7 +192,7 @@ os.environ.update(KAFKA_BOOTSTRAP=bootstrap, STEPWATCH_KAFKA_TOPIC_PREFIX=prefix
 settings = Settings.from_env()
 ensure_topics(settings.kafka)  # as `stepwatch worker` does (the events topic exists already)
 app = create_app(settings)
-engine = app.stepwatch_engine
+engine = app.stepwatch_worker.engine
 state = {"first": None}
 @app.timer(interval=0.02)
 async def watch():
@@ -350,14 +350,14 @@ os.environ.update(KAFKA_BOOTSTRAP=bootstrap, STEPWATCH_KAFKA_TOPIC_PREFIX=prefix
                   STEPWATCH_KAFKA_APP_ID=prefix + "stepwatch", STEPWATCH_WORKER_WEB_PORT="0",
                   STEPWATCH_WORKER_DATADIR=out + ".faust")
 app = create_app(Settings.from_env())
-engine = app.stepwatch_engine
+engine = app.stepwatch_worker.engine
 events_topic = prefix + "events"
 state = {"first": None, "last": None, "n": -1}
 @app.timer(interval=0.02)
 async def watch():  # progress for the parent: events seen, first and last time the count moved
     n = sum(engine.events_by_kind.values())
-    owned = getattr(app, "stepwatch_events_owned", None)  # STEPWATCH_WORKER_CONSUMER=aiokafka
-    assigned = sorted(owned[1]) if owned else sorted(tp.partition for tp in app.consumer.assignment()
+    owned = app.stepwatch_worker.events_owned  # STEPWATCH_WORKER_CONSUMER=aiokafka
+    assigned = sorted(owned) if owned is not None else sorted(tp.partition for tp in app.consumer.assignment()
                                                      if tp.topic == events_topic)
     if n != state["n"] or assigned != state.get("assigned"):
         now = time.time()

@@ -48,7 +48,7 @@ def _add_kafka_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from stepwatch.streams.app import run_worker
+    from stepwatch.streams.worker import run_worker
 
     settings = _settings(args)
     _require_bootstrap(settings)

@@ -1,10 +1,10 @@
 """The worker's own events consumer (``STEPWATCH_WORKER_CONSUMER=aiokafka``, the default).
 
 The events topic's consumer unless ``STEPWATCH_WORKER_CONSUMER=faust`` (then the Faust agent of
-streams/app.py): a plain ``AIOKafkaConsumer`` in its own group whose ``getmany`` batches are
+streams/worker.py): a plain ``AIOKafkaConsumer`` in its own group whose ``getmany`` batches are
 go through the worker's ``Pipeline`` (models/pipeline.py) at once, which decodes the step events of
 consecutive messages column-wise together and removes Faust's per-message cost. Recovery,
-forgetting and publishing are the worker's own functions, passed in.
+forgetting and publishing are the worker's own methods (streams/worker.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ import asyncio
 import logging
 import time
 
-import faust
-
-from stepwatch.config import Settings
-from stepwatch.models.pipeline import MAX_RUN_EVENTS, Pipeline, step_items
+from stepwatch.models.pipeline import MAX_RUN_EVENTS, step_items
 
 log = logging.getLogger("stepwatch.worker")
 
@@ -31,27 +28,26 @@ FAST_MAX_RUN_EVENTS = MAX_RUN_EVENTS
 _step_items = step_items  # its former name
 
 
-def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: str, group_id: str, state: dict,
-                            metrics, pipeline: Pipeline, send, processing_allowed: asyncio.Event,
-                            recover_partitions, forget_partitions, assignment_changed=None) -> None:
-    """Consume the events topic with the worker's own ``AIOKafkaConsumer`` (group ``group_id``).
+def install_events_consumer(worker) -> None:
+    """Consume the events topic with the worker's own ``AIOKafkaConsumer`` (group ``worker.events_group``).
 
-    Same recovery on assignment and forgetting on revocation as the Faust agent (the functions
-    are shared); each ``getmany`` batch of a partition goes through ``pipeline.feed`` at once (it decodes
-    the step events of consecutive messages column-wise together; models/pipeline.py) and ``send``
-    publishes its outputs, as the Faust agent does one message at a time. Offsets are committed after
-    processing (at-least-once).
-    A ``mode.Service`` of the app: it starts before the worker logs "Ready" and waits (bounded)
-    for its first assignment and recovery, so "Ready" still means "consuming".
-    ``assignment_changed()``: called when partitions come or go (the workers registry, streams/registry.py).
+    Same recovery on assignment and forgetting on revocation as the Faust agent (the worker's
+    ``recover_partitions`` and ``forget_partitions``); each ``getmany`` batch of a partition goes through
+    ``worker.pipeline.feed`` at once (it decodes the step events of consecutive messages column-wise
+    together; models/pipeline.py) and ``worker.send`` publishes its outputs, as the Faust agent does one
+    message at a time. Offsets are committed after processing (at-least-once).
+    A ``mode.Service`` of the worker's app: it starts before the worker logs "Ready" and waits (bounded)
+    for its first assignment and recovery, so "Ready" still means "consuming". It keeps the worker's
+    ``events_owned``, ``events_assigned`` and ``events_rebalancing`` up to date and calls
+    ``worker.assignment_changed()`` (the workers registry, streams/registry.py) when partitions move.
     """
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
     from mode import Service
 
     from stepwatch.security import client_config
 
-    from . import telemetry_feed
-
+    app, settings, pipeline, metrics = worker.app, worker.settings, worker.pipeline, worker.metrics
+    topic_name, group_id = worker.events_topic.get_topic_name(), worker.events_group
     owned: set[int] = set()
     pending: dict = {}  # TopicPartition -> next offset to commit (processed, not yet committed)
     position: dict = {}  # TopicPartition -> next offset after the last processed message
@@ -61,25 +57,14 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
 
     # Node alerts are spoken by the owner of the node's events partition (streams/telemetry_feed.py):
     # that owner is this consumer's assignment, not the Faust consumer's.
-    app.stepwatch_events_owned = (topic_name, owned)  # type: ignore[attr-defined]
-    if not getattr(telemetry_feed.owned_partitions, "_stepwatch_wrapped", False):
-        faust_owned = telemetry_feed.owned_partitions
-
-        def owned_partitions(app_, topic: str):
-            mine = getattr(app_, "stepwatch_events_owned", None)
-            if mine is not None and mine[0] == topic:
-                return set(mine[1])
-            return faust_owned(app_, topic)
-
-        owned_partitions._stepwatch_wrapped = True  # type: ignore[attr-defined]
-        telemetry_feed.owned_partitions = owned_partitions
+    worker.events_owned = owned
 
     def partition_count() -> int | None:
         consumer = holder["consumer"]
         parts = consumer.partitions_for_topic(topic_name) if consumer is not None else None
         return len(parts) if parts else None
 
-    app.stepwatch_events_partition_count = partition_count  # type: ignore[attr-defined]
+    worker.events_partition_counter = partition_count
 
     def lag():
         consumer = holder["consumer"]
@@ -143,7 +128,7 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
 
     class Rebalance(ConsumerRebalanceListener):
         async def on_partitions_revoked(self, revoked) -> None:
-            state["events_rebalancing"] = True
+            worker.events_rebalancing = True
             async with lock:
                 await commit(set(revoked))  # what was processed is not read again by the next owner
                 gone = {tp.partition for tp in revoked if tp.topic == topic_name}
@@ -154,27 +139,27 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
                 for tp in list(position):
                     if tp in revoked:
                         del position[tp]
-                forget_partitions(gone)
-            if assignment_changed is not None:
-                assignment_changed()
+                worker.forget_partitions(gone)
+            if worker.assignment_changed is not None:
+                worker.assignment_changed()
 
         async def on_partitions_assigned(self, assigned) -> None:
             async with lock:
                 mine = {tp.partition for tp in assigned if tp.topic == topic_name}
                 owned.clear()
                 owned.update(mine)
-                if assignment_changed is not None:
-                    assignment_changed()  # advertised at once; recovery (below) may take a while
+                if worker.assignment_changed is not None:
+                    worker.assignment_changed()  # advertised at once; recovery (below) may take a while
                 try:
                     await adopt_faust_offsets([tp for tp in assigned if tp.topic == topic_name])
-                    await recover_partitions(mine)
+                    await worker.recover_partitions(mine)
                 finally:
-                    state["events_assigned"] = True
-                    state["events_rebalancing"] = False
+                    worker.events_assigned = True
+                    worker.events_rebalancing = False
                     assigned_once.set()
 
     async def process_records(tp, records: list) -> None:
-        await send(pipeline.feed(records, arrival=time.time()))  # ConsumerRecords have Message's attributes
+        await worker.send(pipeline.feed(records, arrival=time.time()))  # ConsumerRecords have Message's attributes
 
     async def consume() -> None:
         consumer = holder["consumer"]
@@ -191,8 +176,8 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
             # reads the next records while these are processed (nothing else yields to the loop).
             await asyncio.sleep(0)
             async with lock:
-                if not processing_allowed.is_set():
-                    await processing_allowed.wait()
+                if not worker.processing_allowed.is_set():
+                    await worker.processing_allowed.wait()
                 for tp, records in batches.items():
                     if tp.topic != topic_name or tp.partition not in owned or not records:
                         continue  # fetched before a rebalance took the partition away

@@ -8,8 +8,8 @@ engine, so correlation works whatever partition a job is on. Node alerts (``gpu_
 ``link_errors``) are published only by the worker that owns the node's partition of the
 events topic (the same hash Kafka's default partitioner uses), so each goes out once.
 
-``attach_telemetry(app, engine, settings)`` adds this to a Faust app made by
-``streams.app.create_app``; ``python -m stepwatch.streams.telemetry_feed`` runs such a worker.
+``attach_telemetry(app, engine, settings)`` adds this to a worker's Faust app
+(``streams.worker.Worker`` does); ``python -m stepwatch.streams.telemetry_feed`` runs such a worker.
 """
 
 from __future__ import annotations
@@ -136,8 +136,10 @@ def partition_of(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=None, send=None):
+def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=None, send=None, owned=None):
     """Give a worker the global telemetry view; idempotent.
+
+    ``owned()``: the worker's events partitions now (None: unknown); default: the Faust consumer's.
 
     ``pipeline`` and ``send``: the worker's ``Pipeline`` (models/pipeline.py) and the coroutine that publishes
     its outputs: telemetry takes the same road as the events. Else ``publish``: the worker's own alert
@@ -160,11 +162,11 @@ def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=
         events = feed.drain()
         if not events:
             return
-        owned = owned_partitions(app, events_topic)
+        mine = owned() if owned is not None else owned_partitions(app, events_topic)
         if pipeline is not None and send is not None:
             def speaks_for(alert) -> bool:  # every worker sees every node; the owner of its partition speaks
-                return not (alert.type in NODE_ALERT_TYPES and owned is not None and alert.nodes
-                            and partition_of(alert.nodes[0], n_partitions) not in owned)
+                return not (alert.type in NODE_ALERT_TYPES and mine is not None and alert.nodes
+                            and partition_of(alert.nodes[0], n_partitions) not in mine)
 
             await send(pipeline.feed_events(events, speaks_for=speaks_for))
             return
@@ -177,8 +179,8 @@ def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=
                 continue
             for alert in alerts:
                 # Every worker sees every node; the owner of the node's partition speaks for it.
-                if alert.type in NODE_ALERT_TYPES and owned is not None and alert.nodes and \
-                        partition_of(alert.nodes[0], n_partitions) not in owned:
+                if alert.type in NODE_ALERT_TYPES and mine is not None and alert.nodes and \
+                        partition_of(alert.nodes[0], n_partitions) not in mine:
                     continue
                 out.append(alert)
         if publish is not None:
@@ -194,7 +196,7 @@ def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=
 
 def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:
     """``stepwatch worker`` (it attaches the telemetry feed itself); kept for ``python -m``."""
-    from stepwatch.streams.app import run_worker as run_app_worker
+    from stepwatch.streams.worker import run_worker as run_app_worker
 
     run_app_worker(settings, loglevel=loglevel)
 

@@ -1,0 +1,389 @@
+"""The worker: one object that moves bytes between Kafka and the pure detection core.
+
+``Worker`` owns everything a running worker has: the Faust app (timers, web server, producer),
+the events consumer, the ``Pipeline`` (models/pipeline.py, the one road from bytes to alerts)
+with its engine, status recorder and published-alert memory, the metrics, runtime settings,
+the workers registry, the telemetry feed and the optional Alertmanager sink. Each is a field;
+what they do together is a method (``send``, ``tick``, ``recover_partitions``, ...), so a
+reader finds the worker's state in one place instead of closures and app attributes.
+
+The events topic (keyed by job, so a job's events stay in one partition and one worker) is
+read by the worker's own ``AIOKafkaConsumer`` (group ``<app_id>-events``,
+streams/events_consumer.py; the default, ``STEPWATCH_WORKER_CONSUMER=aiokafka``) a ``getmany``
+batch at a time, or with ``STEPWATCH_WORKER_CONSUMER=faust`` by one Faust agent (group
+``<app_id>``) a message at a time; recovery, dead-lettering and metrics are shared. What does
+not decode or validate goes to the dead-letter topic with the reason and its source
+coordinates; the worker never stops on bad input. A timer runs the time-driven rules with the
+wall clock. The operator surface: docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import faust
+import orjson
+
+from stepwatch.config import Settings
+from stepwatch.models.alerts import Alert
+from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.pipeline import Message, Outputs, Pipeline
+from stepwatch.models.status import StatusRecorder
+from stepwatch.runtime_config import GLOBAL, RuntimeConfig
+from stepwatch.security import faust_credentials
+
+from .metrics import WorkerMetrics
+from .recovery import PublishedAlerts, read_recovery_span, rebuild
+from .topic_reader import read_topic_forever
+
+log = logging.getLogger("stepwatch.worker")
+
+
+class Worker:
+    """A stepwatch worker for ``settings`` (default: the environment's); ``run()`` runs it."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        settings = self.settings = settings or Settings.from_env()
+        kafka = settings.kafka
+        if not kafka.bootstrap:
+            raise ValueError("no Kafka bootstrap servers configured (set KAFKA_BOOTSTRAP)")
+        self.app = self._faust_app()
+        self.events_topic = self._topic(kafka.events_topic)
+        self.alerts_topic = self._topic(kafka.alerts_topic)
+        self.deadletter_topic = self._topic(kafka.deadletter_topic)
+        #: The events consumer's group: its committed offsets end the span recovery reads back.
+        self.events_group = kafka.app_id if settings.worker.consumer == "faust" else kafka.app_id + "-events"
+
+        self.engine = DetectionEngine(settings)
+        self.recorder = StatusRecorder(settings.worker.status_history_steps).attach(self.engine)
+        self.metrics = WorkerMetrics(self.engine)
+        self.runtime = RuntimeConfig(settings)
+        self.published = PublishedAlerts()
+        self.pipeline = Pipeline(self.engine, recorder=self.recorder, published=self.published,
+                                 max_future_seconds=settings.worker.max_future_seconds, metrics=self.metrics)
+
+        # Consumer state (written by the assignment hooks of either consumer mode).
+        self.faust_ready = False  # Faust's first rebalance completed
+        self.faust_assigned = False  # the Faust agent's assignment is known
+        self.events_assigned = False  # the aiokafka consumer got its first assignment (and recovered it)
+        self.events_rebalancing = False
+        #: The aiokafka events consumer's partitions (None in Faust mode) and partition count.
+        self.events_owned: set[int] | None = None
+        self.events_partition_counter: Callable[[], int | None] | None = None
+        #: Events partitions whose windows were rebuilt (``recover_partitions``).
+        self.recovered: set[int] = set()
+        self.recovering = False
+        # Cleared while a recovery runs: the consumer waits, so replayed history always comes
+        # before the live events that follow it.
+        self.processing_allowed = asyncio.Event()
+        self.processing_allowed.set()
+
+        self.metrics.ready_source = self.is_ready
+        self.metrics.lag_source = self.consumer_lag  # replaced by the aiokafka consumer's own in that mode
+        self.sink = self._alertmanager()
+        #: Called when events partitions come or go (the workers registry advertises them at once).
+        self.assignment_changed: Callable[[], None] | None = None
+        self.workers = self._web()
+        self._events_consumer()
+        from .telemetry_feed import attach_telemetry
+
+        self.telemetry = attach_telemetry(self.app, self.engine, settings, publish=self.publish,
+                                          pipeline=self.pipeline, send=self.send, owned=self._node_partitions)
+        from .control import install_control
+
+        install_control(self.app, self.engine, settings, self.metrics)  # stack requests of hung jobs (docs/hang.md)
+        self.app.timer(interval=settings.worker.tick_interval)(self.tick)
+        self.app.task(self.read_runtime_settings)
+        self.app.stepwatch_worker = self  # type: ignore[attr-defined]  (for code that only has the app)
+
+    # -- construction ---------------------------------------------------------------------
+
+    @property
+    def canonical_url(self) -> str:
+        w = self.settings.worker
+        return w.canonical_url or f"http://127.0.0.1:{w.web_port or 6066}"
+
+    def _faust_app(self) -> faust.App:
+        settings, kafka = self.settings, self.settings.kafka
+        datadir = Path(settings.worker.datadir or Path.home() / ".cache" / "stepwatch" / kafka.app_id)
+        datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes the directory itself, not its parents
+        app = faust.App(
+            kafka.app_id,
+            broker=[f"kafka://{b.strip()}" for b in kafka.bootstrap.split(",")],
+            key_serializer="raw",
+            value_serializer="raw",
+            topic_partitions=kafka.partitions,
+            topic_replication_factor=kafka.replication_factor,
+            consumer_auto_offset_reset="earliest",
+            web_enabled=settings.worker.web_port > 0,
+            web_port=settings.worker.web_port or 6066,
+            web_host="127.0.0.1",
+            canonical_url=self.canonical_url,
+            broker_session_timeout=settings.worker.session_timeout,
+            broker_heartbeat_interval=min(3.0, settings.worker.session_timeout / 3),
+            datadir=str(datadir),
+            # Faust's own leader-election topic is not needed: no agent here relies on it. With the
+            # aiokafka events consumer it is Faust's only subscription (Faust cannot run subscribed to nothing).
+            topic_disable_leader=settings.worker.consumer == "faust",
+            broker_credentials=faust_credentials(settings.security),
+        )
+        app.on_rebalance_complete.connect(self._rebalance_complete)
+        return app
+
+    def _topic(self, name: str):
+        return self.app.topic(self.settings.kafka.topic(name), value_serializer="raw", key_serializer="raw")
+
+    def _alertmanager(self):
+        """The optional Alertmanager sink, run as an app task that never dies."""
+        settings = self.settings
+        if not settings.alertmanager.url:
+            return None
+        from .alertmanager import AlertmanagerSink
+
+        sink = AlertmanagerSink(settings.alertmanager, metrics=self.metrics,
+                                generator_url=self.canonical_url if settings.worker.web_port > 0 else "")
+        self.metrics.alertmanager_queue = sink.queue.qsize
+
+        async def alertmanager_sink() -> None:
+            while True:
+                try:
+                    await sink.run()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # never let the sink die; detection does not depend on it
+                    log.exception("Alertmanager sink failed; restarting it")
+                    await asyncio.sleep(1.0)
+
+        self.app.task(alertmanager_sink)
+        return sink
+
+    def _web(self):
+        """Status pages and the workers registry (with the web server only); the registry or None."""
+        settings = self.settings
+        if settings.worker.web_port <= 0:
+            return None
+        from .registry import STALE_AFTER_INTERVALS, WorkersRegistry, install_registry
+        from .web import install_pages
+
+        workers = WorkersRegistry(self.events_topic.get_topic_name(), group=self.events_group,
+                                  max_age=STALE_AFTER_INTERVALS * settings.worker.registry_interval)
+        self.assignment_changed = install_registry(self.app, settings, registry=workers,
+                                                   url=self.canonical_url.rstrip("/"),
+                                                   owned=self.owned_events_partitions)
+        install_pages(self.app, engine=self.engine, recorder=self.recorder, metrics=self.metrics,
+                      runtime=self.runtime, events_topic=self.events_topic, settings=settings,
+                      is_ready=self.is_ready, owned_partitions=self.owned_events_partitions,
+                      partition_count=self.events_partition_count, workers=workers)
+        return workers
+
+    def _events_consumer(self) -> None:
+        """The events topic's consumer: the worker's own aiokafka consumer, or a Faust agent."""
+        if self.settings.worker.consumer != "faust":
+            from .events_consumer import install_events_consumer
+
+            install_events_consumer(self)
+            return
+        app = self.app
+        app.on_partitions_assigned.connect(self._faust_assigned)
+        app.on_partitions_revoked.connect(self._faust_revoked)
+
+        async def detect(stream):
+            async for event in stream.events():
+                if not self.processing_allowed.is_set():
+                    await self.processing_allowed.wait()
+                message = event.message
+                await self.process_message(message.topic, message.partition, message.offset, message.key,
+                                           message.value)
+
+        app.agent(self.events_topic, name="stepwatch-detect")(detect)
+
+    # -- state ----------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        """Consuming: the events consumer has its partitions and is not rebalancing."""
+        if self.settings.worker.consumer == "aiokafka":  # the events consumer is ours, not Faust's
+            return self.events_assigned and not self.events_rebalancing
+        return self.faust_ready and not self.app.rebalancing
+
+    def consumer_lag(self) -> Iterator[tuple[str, int, int]]:
+        """(topic, partition, lag) per assigned events partition of the Faust consumer: highwater - last read - 1."""
+        consumer = self.app.consumer
+        read = consumer._read_offset
+        committed = getattr(consumer, "_committed_offset", {})
+        topic = self.events_topic.get_topic_name()
+        for tp in sorted(consumer.assignment()):
+            if tp.topic != topic:
+                continue
+            high = consumer.highwater(tp)
+            if high is None:
+                continue
+            last = read.get(tp)
+            position = last + 1 if last is not None else committed.get(tp)
+            if position is None:
+                position = 0
+            yield tp.topic, tp.partition, max(0, high - position)
+
+    def owned_events_partitions(self) -> set[int] | None:
+        """This worker's events partitions now (None: not known)."""
+        if self.events_owned is not None:  # the aiokafka events consumer's assignment
+            return set(self.events_owned)
+        if self.settings.worker.consumer != "faust" or not self.faust_assigned:
+            return None
+        topic = self.events_topic.get_topic_name()
+        try:
+            return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == topic}
+        except Exception:
+            return None
+
+    def _node_partitions(self) -> set[int] | None:
+        """The events partitions whose nodes' alerts this worker speaks for (streams/telemetry_feed.py)."""
+        if self.events_owned is not None:
+            return set(self.events_owned)
+        from .telemetry_feed import owned_partitions
+
+        return owned_partitions(self.app, self.events_topic.get_topic_name())  # the Faust consumer's
+
+    def events_partition_count(self) -> int | None:
+        """Partitions of the events topic, as this worker's events consumer knows them."""
+        if self.events_partition_counter is not None:  # the aiokafka events consumer
+            return self.events_partition_counter()
+        return self.app.consumer.topic_partitions(self.events_topic.get_topic_name())
+
+    # -- output ---------------------------------------------------------------------------
+
+    async def send(self, out: Outputs) -> None:
+        """Publish a pipeline's outputs: dead letters, then alerts."""
+        for dead in out.deadletters:
+            await self.deadletter_topic.send(key=dead.message.key, value=dead.record())
+        await self._send_alerts(out.alerts)
+
+    async def publish(self, alerts: list[Alert]) -> None:
+        """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
+        await self._send_alerts(self.pipeline.publishable(alerts))
+
+    async def _send_alerts(self, alerts: list[Alert]) -> None:
+        for alert in alerts:
+            log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
+            key = alert.job or (alert.nodes[0] if alert.nodes else "")  # node alerts have no job
+            await self.alerts_topic.send(key=key.encode(), value=orjson.dumps(alert.to_dict()))
+            if self.sink is not None:
+                self.sink.submit(alert)
+
+    # -- input ----------------------------------------------------------------------------
+
+    async def process_message(self, topic: str, partition: int, offset: int, key: bytes | None,
+                              raw: bytes | None) -> None:
+        """One events message through the pipeline (the Faust agent's road)."""
+        await self.send(self.pipeline.feed([Message(raw, key, topic, partition, offset)], arrival=time.time()))
+
+    async def tick(self) -> None:
+        """The timer: the time-driven rules with the wall clock."""
+        if self.recovering:
+            return  # the engine is being rebuilt; the next tick runs the rules
+        try:
+            out = self.pipeline.tick(time.time())
+        except Exception:
+            log.exception("timer rules failed")
+            return
+        await self.send(out)
+
+    def apply_runtime_settings(self, record) -> None:
+        """One config topic record: settings for a job (its key) or for all (no key)."""
+        key = record.key.decode("utf-8", "replace") if record.key else GLOBAL
+        try:
+            self.runtime.apply(self.engine, key, record.value)
+        except ValueError as exc:
+            self.metrics.config_updates.labels("rejected").inc()
+            log.warning("ignored runtime settings for %r: %s", key, exc)
+        else:
+            self.metrics.config_updates.labels("applied").inc()
+            log.info("runtime settings for %r: %s", key, self.runtime.scopes.get(key))
+
+    async def read_runtime_settings(self) -> None:
+        """Read the whole config topic (no consumer group: every worker sees every scope), apply as it comes."""
+        kafka = self.settings.kafka
+        await read_topic_forever(self.settings, kafka.topic(kafka.config_topic), self.apply_runtime_settings,
+                                 what="config topic reader")
+
+    # -- partitions -----------------------------------------------------------------------
+
+    async def recover_partitions(self, mine: set[int]) -> None:
+        """Rebuild the windows of newly assigned events partitions before consuming them.
+
+        ``mine``: every events partition now assigned. Shared by both consumer modes'
+        assignment hooks; ``events_group``'s committed offsets end the span read back.
+        """
+        from stepwatch.security import client_config
+
+        settings, kafka = self.settings, self.settings.kafka
+        topic_name = self.events_topic.get_topic_name()
+        new = mine - self.recovered
+        self.recovered.intersection_update(mine)
+        if not new or settings.worker.recovery_messages <= 0:
+            self.recovered.update(new)
+            return
+        self.processing_allowed.clear()
+        self.recovering = True
+        try:
+            span = await asyncio.get_running_loop().run_in_executor(None, lambda: read_recovery_span(
+                bootstrap=kafka.bootstrap, group_id=self.events_group, events_topic=topic_name,
+                alerts_topic=kafka.topic(kafka.alerts_topic), partitions=new,
+                replay_messages=settings.worker.recovery_messages,
+                alerts_lookback=settings.worker.recovery_alerts_lookback, client_config=client_config(settings)))
+            report, reconcile = rebuild(self.pipeline, span)
+            log.info("recovered partitions %s: %d messages, %d events replayed; %d alerts read back, %d of them "
+                     "open, %d re-published, %d resolved while down (%.2f s)", sorted(new), report.messages_replayed,
+                     report.events_replayed, len(span.alerts), report.open_on_topic, report.republished_firing,
+                     report.resolved_while_down, report.seconds)
+            await self.publish(reconcile)
+        except Exception:  # recovery is best effort: detection goes on from the committed offsets
+            log.exception("recovery of partitions %s failed; continuing without rebuilt windows", sorted(new))
+        finally:
+            self.recovering = False
+            self.recovered.update(new)
+            self.processing_allowed.set()
+
+    def forget_partitions(self, gone: set[int]) -> None:
+        """Jobs of revoked partitions now belong to another worker: drop their state quietly."""
+        if not gone:
+            return
+        self.recovered.difference_update(gone)
+        self.pipeline.forget(gone)
+
+    async def _rebalance_complete(self, sender, **kwargs) -> None:
+        self.faust_ready = True
+
+    async def _faust_assigned(self, sender, assigned, **kwargs) -> None:
+        topic_name = self.events_topic.get_topic_name()
+        self.faust_assigned = True  # the assignment is known from here on (owned_events_partitions)
+        if self.assignment_changed is not None:
+            self.assignment_changed()
+        await self.recover_partitions({tp.partition for tp in assigned if tp.topic == topic_name})
+
+    async def _faust_revoked(self, sender, revoked, **kwargs) -> None:
+        topic_name = self.events_topic.get_topic_name()
+        self.forget_partitions({tp.partition for tp in revoked if tp.topic == topic_name})
+        if self.assignment_changed is not None:
+            self.assignment_changed()
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(self, *, loglevel: str = "info") -> None:
+        """Run in the foreground until SIGINT/SIGTERM."""
+        from faust.worker import Worker as FaustWorker
+
+        FaustWorker(self.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+
+
+def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:
+    """``stepwatch worker``: make the topics, then run a ``Worker`` in the foreground."""
+    from stepwatch.security import client_config
+    from stepwatch.topics import ensure_topics
+
+    settings = settings or Settings.from_env()
+    ensure_topics(settings.kafka, client_config=client_config(settings))
+    Worker(settings).run(loglevel=loglevel)
