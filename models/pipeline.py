@@ -5,7 +5,7 @@ the reason), holds back events stamped too far in the future, feeds the rest to 
 ``DetectionEngine`` (column batches for runs of step messages), records status views, and
 passes each alert through the record of what was already published (duplicates dropped,
 re-derived ids aliased to the published ones). It returns ``Outputs``; publishing them is the
-caller's job. Every road uses it: the aiokafka consumer and the Faust agent (streams/app.py,
+caller's job. Every road uses it: the aiokafka consumer and the Faust agent (streams/worker.py,
 streams/events_consumer.py), restart recovery (streams/recovery.py), ``stepwatch replay``
 and the tests, which run it on an in-memory source with :func:`run_recording`.
 
