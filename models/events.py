@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import math
 import operator
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -155,9 +156,13 @@ def deadletter_record(rejected: Rejected, *, topic: str, partition: int | None, 
 
 # -- field checks -------------------------------------------------------------------------
 
+_MAX_FLOAT = sys.float_info.max  # below it: finite
+
 
 def _str(obj: dict, name: str, *, required: bool) -> str | None:
     value = obj.get(name)
+    if type(value) is str and 0 < len(value) <= MAX_NAME_LEN:  # the common case first
+        return value
     if value is None:
         if required:
             raise InvalidEvent(f"missing required field '{name}'")
@@ -171,6 +176,8 @@ def _str(obj: dict, name: str, *, required: bool) -> str | None:
 
 def _int(obj: dict, name: str, *, required: bool) -> int | None:
     value = obj.get(name)
+    if type(value) is int and 0 <= value <= MAX_COUNTER:  # the common case first
+        return value
     if value is None:
         if required:
             raise InvalidEvent(f"missing required field '{name}'")
@@ -189,6 +196,8 @@ def _int(obj: dict, name: str, *, required: bool) -> int | None:
 
 def _num(obj: dict, name: str, *, required: bool, duration: bool = False) -> float | None:
     value = obj.get(name)
+    if type(value) is float and 0.0 <= value <= (MAX_DURATION if duration else _MAX_FLOAT):  # the common case first
+        return value
     if value is None:
         if required:
             raise InvalidEvent(f"missing required field '{name}'")
@@ -237,101 +246,9 @@ MAX_HEARTBEAT_PGS = 1024
 _PHASE_FIELDS = frozenset("v kind job ts phase rank step".split())
 
 
-class _Slow(Exception):
-    """The fast path met something it does not handle; the checked path decides (and says why)."""
-
-
-_INF = math.inf
-
-
-def _fast_duration(value: Any) -> float | None:
-    if value is None:
-        return None
-    t = type(value)
-    if t is float:
-        if 0.0 <= value <= MAX_DURATION:
-            return value
-    elif t is int and 0 <= value <= MAX_DURATION:
-        return float(value)
-    raise _Slow
-
-
-def _fast_number(value: Any) -> float | None:
-    if value is None:
-        return None
-    t = type(value)
-    if (t is float or t is int) and 0 <= value < _INF:
-        return float(value)
-    raise _Slow
-
-
-def _fast_name(value: Any) -> str | None:
-    if value is None or (type(value) is str and 0 < len(value) <= MAX_NAME_LEN):
-        return value
-    raise _Slow
-
-
-def _fast_int(value: Any) -> int | None:
-    if value is None or (type(value) is int and 0 <= value <= MAX_COUNTER):
-        return value
-    raise _Slow
-
-
-def _parse_step_fast(o: dict) -> StepEvent:
-    """The common, well-typed step event without per-field error reporting (same result as the
-    checked path; anything unusual, e.g. ``3.0`` for an integer or a bad value, raises ``_Slow``)."""
-    get = o.get
-    job = get("job")
-    rank = get("rank")
-    step = get("step")
-    ts = get("ts")
-    if not (type(job) is str and 0 < len(job) <= MAX_NAME_LEN and type(rank) is int and 0 <= rank <= MAX_COUNTER
-            and type(step) is int and 0 <= step <= MAX_COUNTER):
-        raise _Slow
-    if type(ts) is not float or not 0.0 <= ts < _INF:
-        ts = _fast_number(ts)
-        if ts is None:
-            raise _Slow
-    step_time = _fast_duration(get("step_time"))
-    if step_time is None:
-        raise _Slow
-    world_size = _fast_int(get("world_size"))
-    if world_size is not None and rank >= world_size:
-        raise _Slow
-    group = get("group")
-    if group is not None:
-        if type(group) is int:
-            group = str(group)
-        elif not (type(group) is str and 0 < len(group) <= MAX_NAME_LEN):
-            raise _Slow
-    loss = get("loss")
-    if loss is not None:
-        if type(loss) is not float and type(loss) is not int:
-            raise _Slow
-        loss = float(loss)
-    phase = get("phase")
-    if phase is None:
-        phase = "train"
-    elif type(phase) is not str or phase not in STEP_PHASES:
-        raise _Slow
-    return StepEvent(
-        job=job, rank=rank, step=step, ts=ts, step_time=step_time,
-        node=_fast_name(get("node")), gpu=_fast_int(get("gpu")),
-        compute_time=_fast_duration(get("compute_time")), data_time=_fast_duration(get("data_time")),
-        comm_time=_fast_duration(get("comm_time")), group=group, world_size=world_size,
-        tokens=_fast_number(get("tokens")), samples=_fast_number(get("samples")), loss=loss, phase=phase,
-        extra=_extra(o, _STEP_FIELDS),
-    )
-
-
 def _parse_step(o: dict) -> StepEvent:
-    try:
-        return _parse_step_fast(o)
-    except _Slow:
-        return _parse_step_checked(o)
-
-
-def _parse_step_checked(o: dict) -> StepEvent:
+    """The one validator of a step event (a batch envelope of plain step events is checked by columns,
+    ``_step_columns``; anything it does not take comes here for the per-event reasons)."""
     rank = _int(o, "rank", required=True)
     world_size = _int(o, "world_size", required=False)
     if world_size is not None and rank >= world_size:
@@ -988,7 +905,7 @@ class StepColumns:
 
     def events(self) -> list[StepEvent]:
         if self._events is None:
-            self._events = [_parse_step_fast(o) for o in self.items]
+            self._events = [_parse_step(o) for o in self.items]
         return self._events
 
     def job_runs(self) -> list[tuple[str, int, int]]:
