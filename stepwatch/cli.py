@@ -661,7 +661,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
                              queue_size=settings.telemetry.agent_queue_size,
                              max_block_ms=settings.telemetry.agent_max_block_ms,
                              partitions=settings.kafka.partitions,
-                             replication_factor=settings.kafka.replication_factor).start()
+                             replication_factor=settings.kafka.replication_factor, settings=settings).start()
         sink = sender.offer
     agent = NodeAgent(node=args.node, settings=settings, sink=sink)
     try:

@@ -237,7 +237,7 @@ class TelemetrySettings:
     agent_interval: float = 1.0
     #: Root of sysfs for the agent (tests point it at a recorded tree).
     sysfs_root: str = "/sys"
-    #: Batches the agent holds while Kafka is slow or away; beyond, new samples are dropped and counted.
+    #: Batches the agent holds while Kafka is slow or away; beyond, the oldest are dropped and counted.
     agent_queue_size: int = 600
     #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
     agent_max_block_ms: int = 1000

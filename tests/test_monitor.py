@@ -122,7 +122,7 @@ def test_full_queue_drops_the_oldest_and_counts():
         m.end_step()
     s = m.stats()
     assert (s["produced"], s["dropped"], s["queued"], s["sent"]) == (25, 15, 10, 0)
-    assert [e["step"] for e in m._queue] == list(range(15, 25))  # the freshest are kept
+    assert [e["step"] for _, events in m.transport.queued() for e in events] == list(range(15, 25))  # the freshest
     m.close(timeout=1)
     assert (m.produced, m.dropped, m.sent) == (25, 25, 0)
 
