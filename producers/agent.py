@@ -58,7 +58,7 @@ class KafkaSender:
             self.transport = Transport(
                 topic=self.topic, bootstrap=self.bootstrap, settings=self.settings, mode=DROP,
                 queue_size=self._queue_size, flush_interval=0.2, linger_ms=50, max_block_ms=self.max_block_ms,
-                acks=1, producer_config={"buffer_memory": 8 * 1024 * 1024, "retries": 3},
+                acks=1, producer_config={"retries": 3},
                 on_connect=self._create_topic, name="stepwatch-agent-sender")
         return self
 

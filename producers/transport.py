@@ -20,7 +20,7 @@ the kafka-python producer:
   from ``settings.kafka`` and every ``STEPWATCH_SECURITY_*`` setting from
   ``settings.security`` (translated by stepwatch.security), so one set of variables
   configures every client;
-* a Kafka problem is logged as one line when it starts or changes (not once per attempt),
+* a Kafka problem is logged as one line when it starts or changes (not once per retry),
   with the broker address and the reason, never the secret;
 * ``close`` flushes within a deadline and counts what is left as dropped, so afterwards
   ``sent + dropped == offered`` (events).
@@ -60,6 +60,26 @@ def security_from_env(environ: Mapping[str, str]) -> SecuritySettings:
     """
     only = {k: v for k, v in environ.items() if k.startswith("STEPWATCH_SECURITY_")}
     return Settings.from_env(only).security
+
+
+class _CauseCatcher(logging.Handler):
+    """While a producer is being built: the refused login or certificate that kafka-python logs (at
+    WARNING or above) but reports only as "Unable to bootstrap"."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.cause: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return
+        if "SaslAuthenticationFailedError" in message:
+            detail = message.rsplit("SaslAuthenticationFailedError: ", 1)[-1].split(" (backoff")[0]
+            self.cause = f"SASL login refused: {detail}"
+        elif "CERTIFICATE_VERIFY_FAILED" in message and self.cause is None:
+            self.cause = "TLS: the broker's certificate is not trusted (CERTIFICATE_VERIFY_FAILED)"
 
 
 class Transport:
@@ -179,7 +199,10 @@ class Transport:
                         self.batches_dropped += 1
                         return False
             self._queue.append((key, events))
-        if not ok and (self.batches_dropped in (1, 10, 100, 1000) or self.batches_dropped % 10_000 == 0):
+        # Before the first connection, or while a Kafka problem is reported, its line already says
+        # that events are dropped.
+        if not ok and self.connected and self._reported is None and (self.batches_dropped in (1, 10, 100, 1000)
+                                                   or self.batches_dropped % 10_000 == 0):
             log.warning("stepwatch: queue for %s full (Kafka at %s slow or away): %d events dropped so far",
                         self.topic, self.bootstrap, self.dropped)
         return ok
@@ -209,8 +232,10 @@ class Transport:
         with self._lock:
             self.errors += 1
             self.last_error = line
-            new = line != self._reported
-            self._reported = line
+            # A problem is what failed, not its detail: kafka-python words one refused login differently
+            # from one attempt to the next.
+            new = what != self._reported
+            self._reported = what
         if new:
             log.warning("stepwatch: %s; %s", line,
                         "retrying, events are dropped and counted meanwhile" if self.mode == DROP else "retrying")
@@ -225,6 +250,9 @@ class Transport:
         if self.config_error:
             self._problem(f"not connecting to Kafka at {self.bootstrap}", self.config_error)
             return False
+        cause = _CauseCatcher()
+        kafka_log = logging.getLogger("kafka")
+        kafka_log.addHandler(cause)
         try:
             config = dict(bootstrap_servers=self.bootstrap, **self._producer_args)
             config.update(kafka_python_config(self.security))
@@ -232,8 +260,10 @@ class Transport:
             self._producer = KafkaProducer(**config)
         except Exception as exc:  # NoBrokersAvailable, DNS, TLS, SASL, a bad setting: try again later
             self.connect_failures += 1
-            self._problem(f"cannot connect to Kafka at {self.bootstrap}", exc)
+            self._problem(f"cannot connect to Kafka at {self.bootstrap}", self._explain(exc, cause.cause))
             return False
+        finally:
+            kafka_log.removeHandler(cause)
         with self._lock:
             self.connected = True
             was = self._reported
@@ -246,6 +276,24 @@ class Transport:
             except Exception as exc:
                 log.info("stepwatch: on-connect hook failed: %r", exc)
         return True
+
+    def _explain(self, exc: BaseException, cause: str | None = None) -> str:
+        """The reason for a failed connection, with what to check when TLS/SASL are on.
+
+        kafka-python reports a refused login, an untrusted certificate and an unreachable broker
+        alike, as "Unable to bootstrap"; the broker closes the connection on a wrong password.
+        """
+        text = str(exc)
+        reason = text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}".rstrip(": ")
+        sec = self.security
+        if cause:
+            return f"{cause}; check the STEPWATCH_SECURITY_* settings"
+        if sec.protocol != "PLAINTEXT" and "bootstrap" in text.lower():
+            login = f", SASL {sec.sasl_mechanism} login of user {sec.sasl_username!r}" \
+                if sec.protocol.startswith("SASL") else ""
+            reason += (f": broker unreachable, or it refused this client; check the STEPWATCH_SECURITY_* settings "
+                       f"(protocol {sec.protocol}{login}, CA file {sec.ssl_cafile or 'system'})")
+        return reason
 
     def _take(self) -> list[tuple[str, list[dict]]]:
         with self._lock:
