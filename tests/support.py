@@ -149,17 +149,16 @@ def topic_messages(bootstrap: str, topic: str) -> int:
 
 
 def group_caught_up(bootstrap: str, group: str, topic: str) -> bool:
-    """Whether consumer group ``group`` has committed the end of every partition of ``topic``."""
-    from kafka import KafkaAdminClient, TopicPartition
+    """Whether consumer group ``group`` has committed the end of every partition of ``topic``.
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    Reads the group's committed offsets without joining it (no subscription, no poll).
+    """
+    from kafka import TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
         ends = consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
-        committed = admin.list_consumer_group_offsets(group)
-        return bool(ends) and all(committed.get(tp) is not None and committed[tp].offset >= end
-                                  for tp, end in ends.items())
+        return bool(ends) and all((consumer.committed(tp) or 0) >= end for tp, end in ends.items())
     finally:
-        consumer.close()
-        admin.close()
+        consumer.close(autocommit=False)
