@@ -76,6 +76,7 @@ def test_rank_monitor_keeps_training_pace_through_a_broker_crash_and_delivers_af
         # The same monitor (no restart of it) delivers again: 100 more events, and they reach the topic.
         train.until(lambda: m.sent >= sent_at_restart + 100, timeout=120, what="delivery after the restart")
         last_step = m.last_step
+        assert m.flush(60), m.stats()  # training stopped: everything queued is delivered (or dropped)
     finally:
         m.close(timeout=10)
 
@@ -86,7 +87,7 @@ def test_rank_monitor_keeps_training_pace_through_a_broker_crash_and_delivers_af
     stats = m.stats()
     assert stats["dropped"] > 0 and stats["sent"] + stats["dropped"] == stats["produced"], stats
     consumer = KafkaConsumer(topic, bootstrap_servers=own_broker.bootstrap, auto_offset_reset="earliest",
-                             group_id=None, consumer_timeout_ms=5000)
+                             group_id=None, consumer_timeout_ms=20_000)
     steps = set()
     try:
         for record in consumer:
