@@ -325,7 +325,10 @@ class RankMonitor:
         # Collective sequence numbers per process group.
         self.seq_started: dict[str, int] = {}
         self.seq_completed: dict[str, int] = {}
+        #: Global ranks of each process group but the default one (heartbeats' ``pgs``; producers/pg_tracker.py).
+        self.pg_ranks: dict[str, list[int]] = {}
         self.default_pg = DEFAULT_PG
+        self._train_ident = threading.get_ident()  # the training thread: first in stack answers
         #: Callables run at each step end and heartbeat to report timings read late (CUDA events).
         self._pollers: list = []
 
@@ -333,6 +336,7 @@ class RankMonitor:
         self._closed = False
         self._pid = os.getpid()
         self._heartbeat: threading.Thread | None = None
+        self._pg_tracker = self._control = None
         if not self.enabled:
             return
         user_sink = sink
@@ -348,6 +352,13 @@ class RankMonitor:
                                                daemon=True)
             self._heartbeat.start()
         atexit.register(self._atexit)
+        # Every process group's sequence numbers (when torch is imported), and answers to stack
+        # requests on the control topic (docs/hang.md). Both off the training thread's way.
+        from .pg_tracker import auto_track
+        from .stacks import start_control_listener
+
+        self._pg_tracker = auto_track(self, environ)
+        self._control = start_control_listener(self, environ)
 
     # -- hot path ---------------------------------------------------------------------------
 
@@ -376,6 +387,7 @@ class RankMonitor:
             return
         try:
             self._step_no = self._next_step if step is None else int(step)
+            self._train_ident = threading.get_ident()
             if self._between_t0 is not None:
                 # Waiting for this step's data before it began is part of the step.
                 t0 = self._between_t0
@@ -610,9 +622,16 @@ class RankMonitor:
         if pg in self.seq_started:
             event["seq_started"] = self.seq_started[pg]
             event["seq_completed"] = self.seq_completed.get(pg, 0)
-        if len(self.seq_started) > 1:
-            event["seqs"] = {name: [started, self.seq_completed.get(name, 0)]
-                             for name, started in list(self.seq_started.items())}
+        if self.seq_started:
+            # Every process group (docs/events.md); ``ranks`` for all but the default group.
+            pgs = {}
+            for name, started in list(self.seq_started.items()):
+                entry = {"started": started, "completed": self.seq_completed.get(name, 0)}
+                ranks = self.pg_ranks.get(name)
+                if ranks is not None and name != DEFAULT_PG:
+                    entry["ranks"] = ranks
+                pgs[name] = entry
+            event["pgs"] = pgs
         event["in_step"] = self._step_t0 is not None
         return event
 
@@ -696,6 +715,8 @@ class RankMonitor:
                 self._heartbeat.join(max(0.0, deadline - _perf()))
             if self.transport is not None:
                 lost = self.transport.close(max(0.0, deadline - _perf()))
+            if self._control is not None:
+                self._control.thread.join(max(0.0, deadline - _perf()) + 0.5)
         except Exception as exc:
             self._error("close", exc)
         if lost:
@@ -719,7 +740,8 @@ class RankMonitor:
     @property
     def threads(self) -> list[threading.Thread]:
         sender = self.transport.thread if self.transport is not None else None
-        return [t for t in (sender, self._heartbeat) if t is not None]
+        control = self._control.thread if self._control is not None else None
+        return [t for t in (sender, self._heartbeat, control) if t is not None]
 
     def __enter__(self) -> "RankMonitor":
         return self
