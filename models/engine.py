@@ -128,6 +128,8 @@ class DetectionEngine:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
         out = evicted + job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
+        if not isinstance(event, StepEvent) and getattr(event, "node", None) is not None:
+            self.telemetry.fabric.observe_node(event.job, event.node)  # the job's nodes (models/fabric.py)
         if isinstance(event, StepEvent):
             self.telemetry.observe_step(event)  # rank -> (node, gpu), data_time
             job.checkpoint.observe(event.ts, event.step)

@@ -837,11 +837,16 @@ class TelemetryHub:
         self.correlator = TelemetryCorrelator(self.tracker, window=s.correlation_window, max_causes=s.max_causes,
                                               data_time_ratio=s.data_time_ratio)
         self.max_updates = s.max_enrichment_updates
+        # Job-level alerts (comm_slowdown, ...) are judged against all of the job's nodes (models/fabric.py).
+        from .fabric import FabricCorrelator, FabricHistory
+
+        self.fabric = FabricCorrelator(FabricHistory(), window=s.correlation_window)
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
 
     def process(self, event) -> list[Alert]:
+        self.fabric.history.update(event)
         return self.tracker.update(event)
 
     def observe_step(self, event: StepEvent) -> None:
@@ -854,8 +859,15 @@ class TelemetryHub:
         since = alert.evidence.get("stalled_since") if alert.type == "hang" else None
         return float(since) if isinstance(since, (int, float)) else alert.starts_at
 
+    def _job_nodes(self, job: str) -> tuple[str, ...]:
+        placed = (node for node, _ in self.correlator._placement.get(job, {}).values() if node is not None)
+        return tuple(dict.fromkeys((*placed, *self.fabric.job_nodes(job))))
+
     def _enriched(self, base: Alert) -> tuple[Alert, tuple]:
-        causes = self.correlator.suspects(base, at=self._reference_time(base))
+        at = self._reference_time(base)
+        causes = self.correlator.suspects(base, at=at)
+        if self.fabric.applies(base):
+            return self._enriched_job_wide(base, at, causes)
         rank = 0
         listed = []
         for rank, cause in enumerate(causes, 1):
@@ -867,13 +879,37 @@ class TelemetryHub:
         signature = tuple((c.component, c.node, c.category) for c in causes)
         return replace(base, summary=f"{base.summary}; suspected cause: {hint}", evidence=evidence), signature
 
+    def _enriched_job_wide(self, base: Alert, at: float, own: list[SuspectedCause]) -> tuple[Alert, tuple]:
+        """A job-level alert: the job's nodes compared with each other (models/fabric.py); with too few
+        nodes to compare, every spike on any of them near the onset is a candidate."""
+        nodes = self._job_nodes(base.job)
+        found = self.fabric.suspects(nodes, at)
+        if found is None:
+            wide = replace(base, nodes=tuple(dict.fromkeys((*base.nodes, *nodes))), ranks=())
+            causes = self.correlator.suspects(wide, at=at)
+        else:
+            causes = [s.cause() for s in found]
+            seen = {(c.node, c.component) for c in causes}
+            causes += [c for c in own if (c.node, c.component) not in seen]  # spikes of the ranks it names
+            causes = causes[: self.correlator.max_causes]
+        listed = [c.to_dict(i) for i, c in enumerate(causes, 1)]
+        hint = causes[0].hint if causes else "unknown"
+        evidence = dict(base.evidence)
+        evidence["suspected_causes"] = listed
+        evidence["cause_hint"] = hint
+        evidence["nodes_compared"] = len(nodes)
+        named = tuple(c.node for c in causes[:1] if c.node) if found else ()
+        signature = tuple((c.component, c.node, c.category) for c in causes)
+        return replace(base, nodes=tuple(dict.fromkeys((*named, *base.nodes))), evidence=evidence,
+                       summary=f"{base.summary}; suspected cause: {hint}"), signature
+
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
         """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts."""
         if not alerts:
             return alerts
         out = []
         for alert in alerts:
-            if alert.type not in self.ENRICHED_TYPES:
+            if alert.type not in self.ENRICHED_TYPES and not self.fabric.applies(alert):
                 out.append(alert)
                 continue
             if alert.status == "firing":

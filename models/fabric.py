@@ -1,0 +1,386 @@
+"""The network layer: which node, port or NVLink a job-wide slowdown or fabric hang points at.
+
+A ring or tree all-reduce runs at the speed of its slowest link, so one degraded port slows
+**every** rank's collectives: no rank is a straggler, ``comm_slowdown`` (or a
+``throughput_drop`` of the communication layer) fires, or the whole job waits in one
+collective (a ``hang`` whose culprit is undetermined). The slow ranks say nothing about
+where the problem is; the node telemetry of the job's nodes does.
+
+:class:`FabricHistory` keeps, per node and component (``mlx5_2/1``, ``gpu3``,
+``gpu3/nvlink2``), a bounded history of per-sample features computed from the agent's raw
+counters: error-counter increases, ``port_xmit_wait`` rate, data rate, link rate, port
+state, NVLink error increases and throughput, PCIe downgrade, Xids.
+
+:class:`FabricCorrelator` judges, for one job-level alert, every node of the job against
+**the other nodes of the same job over the same window** (a robust peer comparison, like the
+straggler rule): for each feature, the node's value in the window around the onset is
+compared with the median of its peers (the same component name on the other nodes where
+they have it, else all their components), in units of the peers' normal-scaled median
+absolute deviation floored per feature. A value ``z_threshold`` spreads beyond the peers
+stands out. A fabric-wide congestion lifts every node's transmit wait and lowers every
+node's data rate together: the peers' median moves with it and nobody stands out.
+
+Clocks: every comparison is over a window of ``window`` seconds (default 60) on each side of
+the alert's reference time, read on each node's own clock; node clocks seconds apart (broken
+NTP) shift a window by seconds out of minutes. No two hosts' timestamps are subtracted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .alerts import Alert
+from .events import GpuEvent, LinkEvent, XidEvent
+from .telemetry import ERROR_COUNTERS, CounterTrack, SuspectedCause
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """How one per-sample feature is aggregated over a window and judged against peers."""
+
+    name: str
+    label: str
+    higher_is_worse: bool
+    aggregate: str  # sum | mean | max | min
+    floor: float  # smallest spread (absolute units): a smaller difference never stands out
+    rel_floor: float  # smallest spread as a fraction of the peers' median
+    weight: float
+    category: str = "network"
+    unit: str = ""
+
+
+#: Features in the order they are reported.
+FEATURES: dict[str, Feature] = {f.name: f for f in (
+    Feature("link_down", "port down", True, "max", 0.2, 0.0, 9.0),
+    Feature("link_errors", "link error counters", True, "sum", 1.0, 0.1, 6.0, unit="errors"),
+    Feature("link_rate", "link rate", False, "min", 5.0, 0.05, 6.0, unit="Gb/s"),
+    Feature("xmit_wait", "transmit wait", True, "mean", 1000.0, 0.25, 4.0, unit="ticks/s"),
+    Feature("data_rate", "data rate", False, "mean", 1e8, 0.15, 1.5, unit="B/s"),
+    Feature("xid", "Xid events", True, "sum", 0.2, 0.0, 8.0, category="compute"),
+    Feature("nvlink_down", "NVLink down", True, "max", 0.2, 0.0, 8.0, category="compute"),
+    Feature("nvlink_errors", "NVLink CRC/replay/recovery errors", True, "sum", 1.0, 0.1, 5.0, category="compute",
+            unit="errors"),
+    Feature("nvlink_rate", "NVLink throughput", False, "mean", 1e8, 0.15, 1.5, category="compute", unit="B/s"),
+    Feature("pcie_downgrade", "PCIe link downgraded", True, "max", 0.2, 0.0, 4.0, category="compute"),
+)}
+#: NVLink error counters (cumulative, per link).
+NVLINK_ERRORS = ("crc_errors", "replay_errors", "recovery_errors")
+
+
+class _Component:
+    __slots__ = ("samples", "tracks")
+
+    def __init__(self, size: int) -> None:
+        self.samples: deque[tuple[float, dict[str, float]]] = deque(maxlen=size)
+        self.tracks: dict[str, CounterTrack] = {}
+
+    def delta(self, name: str, value: int, ts: float) -> tuple[int | None, float | None]:
+        track = self.tracks.get(name)
+        if track is None:
+            track = self.tracks[name] = CounterTrack()
+        return track.update(value, ts)
+
+
+class FabricHistory:
+    """Per node and component, the recent per-sample features (bounded); feed telemetry in time order per node."""
+
+    def __init__(self, *, max_samples: int = 600, max_nodes: int = 100_000) -> None:
+        self.max_samples = max_samples
+        self.max_nodes = max_nodes
+        self._nodes: dict[str, dict[str, _Component]] = {}
+        self._last: dict[str, float] = {}
+
+    def _component(self, node: str, name: str) -> _Component:
+        comps = self._nodes.get(node)
+        if comps is None:
+            if len(self._nodes) >= self.max_nodes:  # memory bound: forget the quietest node
+                oldest = min(self._last, key=self._last.__getitem__)
+                self._nodes.pop(oldest, None)
+                self._last.pop(oldest, None)
+            comps = self._nodes[node] = {}
+        comp = comps.get(name)
+        if comp is None:
+            comp = comps[name] = _Component(self.max_samples)
+        return comp
+
+    def update(self, event) -> None:
+        if isinstance(event, LinkEvent):
+            self._link(event)
+        elif isinstance(event, GpuEvent):
+            self._gpu(event)
+        elif isinstance(event, XidEvent):
+            self._component(event.node, f"gpu{event.gpu}").samples.append((event.ts, {"xid": 1.0}))
+        else:
+            return
+        self._last[event.node] = max(self._last.get(event.node, 0.0), event.ts)
+
+    def _link(self, ev: LinkEvent) -> None:
+        comp = self._component(ev.node, f"{ev.device}/{ev.port}")
+        feats: dict[str, float] = {}
+        errors = 0
+        for name, value in ev.counters.items():
+            if name in ERROR_COUNTERS:
+                delta, _ = comp.delta(name, value, ev.ts)
+                errors += delta or 0
+            elif name == "port_xmit_wait":
+                _, rate = comp.delta(name, value, ev.ts)
+                if rate is not None:
+                    feats["xmit_wait"] = rate
+        feats["link_errors"] = float(errors)
+        if "port_xmit_data" in ev.counters and "port_rcv_data" in ev.counters:
+            # PMA data counters count 4-byte words.
+            _, rate = comp.delta("data", ev.counters["port_xmit_data"] + ev.counters["port_rcv_data"], ev.ts)
+            if rate is not None:
+                feats["data_rate"] = rate * 4
+        down = ev.state is not None and ev.state.upper() != "ACTIVE"
+        feats["link_down"] = 1.0 if down else 0.0
+        if ev.rate and not down:
+            feats["link_rate"] = float(ev.rate)
+        comp.samples.append((ev.ts, feats))
+
+    def _gpu(self, ev: GpuEvent) -> None:
+        gpu = self._component(ev.node, f"gpu{ev.gpu}")
+        feats: dict[str, float] = {}
+        down = (ev.pcie_width is not None and ev.pcie_width_max and ev.pcie_width < ev.pcie_width_max) or (
+            ev.pcie_gen is not None and ev.pcie_gen_max and ev.pcie_gen < ev.pcie_gen_max
+            and ev.util is not None and ev.util >= 50)  # idle GPUs lower their PCIe generation to save power
+        feats["pcie_downgrade"] = 1.0 if down else 0.0
+        feats["xid"] = 0.0  # Xid events add 1: a GPU sample without one is a zero to compare with
+        gpu.samples.append((ev.ts, feats))
+        for link in ev.nvlinks:
+            comp = self._component(ev.node, f"gpu{ev.gpu}/nvlink{link['link']}")
+            lf: dict[str, float] = {}
+            errors = 0
+            for name in NVLINK_ERRORS:
+                if name in link:
+                    delta, _ = comp.delta(name, link[name], ev.ts)
+                    errors += delta or 0
+            lf["nvlink_errors"] = float(errors)
+            if "tx_bytes" in link and "rx_bytes" in link:
+                _, rate = comp.delta("bytes", link["tx_bytes"] + link["rx_bytes"], ev.ts)
+                if rate is not None:
+                    lf["nvlink_rate"] = rate
+            if link.get("up") is not None:
+                lf["nvlink_down"] = 0.0 if link["up"] else 1.0
+            comp.samples.append((ev.ts, lf))
+
+    def window(self, node: str, since: float, until: float) -> dict[str, dict[str, tuple[float, float]]]:
+        """``component -> feature -> (aggregate, first ts of a bad-looking sample)`` over ``[since, until]``."""
+        out: dict[str, dict[str, tuple[float, float]]] = {}
+        for name, comp in self._nodes.get(node, {}).items():
+            values: dict[str, list[tuple[float, float]]] = {}
+            for ts, feats in reversed(comp.samples):
+                if ts < since:
+                    break
+                if ts > until:
+                    continue
+                for f, v in feats.items():
+                    values.setdefault(f, []).append((ts, v))
+            if values:
+                out[name] = {f: _aggregate(FEATURES[f], vals) for f, vals in values.items()}
+        return out
+
+
+def _aggregate(feature: Feature, values: list[tuple[float, float]]) -> tuple[float, float]:
+    nums = [v for _, v in values]
+    how = feature.aggregate
+    agg = (sum(nums) if how == "sum" else max(nums) if how == "max" else min(nums) if how == "min"
+           else sum(nums) / len(nums))
+    # When the feature first looked like its worst: the earliest sample at least halfway there.
+    if feature.higher_is_worse:
+        marks = [t for t, v in values if v > 0 and v >= (agg if how != "sum" else 0) * 0.5]
+    else:
+        marks = [t for t, v in values if v <= agg * 1.5 + 1e-9] if how == "min" else []
+    return agg, (min(marks) if marks else math.nan)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """One feature of one component that stands out from the job's other nodes."""
+
+    feature: str
+    value: float
+    peer_median: float
+    z: float
+    began: float
+
+    def describe(self) -> str:
+        f = FEATURES[self.feature]
+        if f.aggregate == "max":
+            return f.label
+        if f.aggregate == "sum":
+            return f"{f.label} +{self.value:.0f} (peers {self.peer_median:.0f})"
+        if self.peer_median > 0:
+            ratio = self.value / self.peer_median
+            if f.higher_is_worse:
+                return f"{f.label} {ratio:.1f}x peers" if ratio < 1e4 else f"{f.label} far above peers"
+            return f"{f.label} {_num(self.value, f.unit)} vs peers {_num(self.peer_median, f.unit)}"
+        return f"{f.label} {_num(self.value, f.unit)} (peers {_num(self.peer_median, f.unit)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        f = FEATURES[self.feature]
+        out: dict[str, Any] = {"signal": self.feature, "what": self.describe(), "value": _round(self.value),
+                               "peer_median": _round(self.peer_median), "robust_z": round(min(self.z, 1e6), 2)}
+        if f.unit:
+            out["unit"] = f.unit
+        if not math.isnan(self.began):
+            out["began_at"] = round(self.began, 3)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class FabricSuspect:
+    node: str
+    component: str
+    score: float
+    moved: tuple[Moved, ...] = field(default_factory=tuple)
+
+    @property
+    def category(self) -> str:
+        return FEATURES[self.moved[0].feature].category
+
+    def hint(self) -> str:
+        where = self.component
+        if "/nvlink" in where:
+            gpu, link = where.split("/", 1)
+            where = f"GPU {gpu[3:]} {link.replace('nvlink', 'NVLink ')}"
+        elif where.startswith("gpu"):
+            where = f"GPU {where[3:]}"
+        return f"{self.category}: {where} on {self.node}: " + ", ".join(m.describe() for m in self.moved[:3])
+
+    def cause(self) -> SuspectedCause:
+        began = [m.began for m in self.moved if not math.isnan(m.began)]
+        gpu = device = port = None
+        if self.component.startswith("gpu"):
+            gpu = int(self.component.split("/", 1)[0][3:])
+        elif "/" in self.component:
+            device, p = self.component.rsplit("/", 1)
+            port = int(p) if p.isdigit() else None
+        return SuspectedCause(category=self.category, node=self.node, component=self.component,
+                              score=self.score, began_at=min(began) if began else None, hint=self.hint(),
+                              gpu=gpu, device=device, port=port,
+                              evidence=tuple({"peer_comparison": True, **m.to_dict()} for m in self.moved))
+
+
+class FabricCorrelator:
+    """Peer comparison of a job's nodes' telemetry around a job-level alert.
+
+    Hyperparameters:
+
+    * ``window``: seconds on each side of the alert's reference time (each node's own clock);
+    * ``z_threshold``: robust z (spreads beyond the peers' median) a feature must reach to stand out;
+    * ``min_nodes``: nodes with telemetry a comparison needs (fewer: every spike of the job's
+      nodes is a candidate, as for a straggler on its own node);
+    * ``max_share``: a feature that stands out on more than this share of the nodes is
+      fabric-wide and names nobody;
+    * ``max_suspects``: how many candidates are kept.
+    """
+
+    def __init__(self, history: FabricHistory, *, window: float = 60.0, z_threshold: float = 5.0,
+                 min_nodes: int = 3, max_share: float = 0.25, max_suspects: int = 3) -> None:
+        self.history = history
+        self.window = window
+        self.z_threshold = z_threshold
+        self.min_nodes = min_nodes
+        self.max_share = max_share
+        self.max_suspects = max_suspects
+        self._job_nodes: dict[str, dict[str, None]] = {}
+
+    # -- which nodes a job runs on (from its ranks' ``node`` fields) ----------------------------
+
+    def observe_node(self, job: str, node: str | None) -> None:
+        if node is None:
+            return
+        nodes = self._job_nodes.get(job)
+        if nodes is None:
+            nodes = self._job_nodes[job] = {}
+        if node not in nodes:
+            nodes[node] = None
+
+    def job_nodes(self, job: str) -> tuple[str, ...]:
+        return tuple(self._job_nodes.get(job, ()))
+
+    def forget_job(self, job: str) -> None:
+        self._job_nodes.pop(job, None)
+
+    @staticmethod
+    def applies(alert: Alert) -> bool:
+        """Job-level alerts whose cause may sit on any node of the job."""
+        if alert.type == "comm_slowdown":
+            return True
+        if alert.type == "throughput_drop":
+            return alert.evidence.get("layer") == "communication"
+        if alert.type == "hang":
+            return alert.evidence.get("case") == "undetermined"
+        return False
+
+    # -- the comparison -------------------------------------------------------------------------
+
+    def suspects(self, nodes: tuple[str, ...], at: float) -> list[FabricSuspect] | None:
+        """Components of ``nodes`` that stand out from the other nodes around ``at``, best first;
+        None when too few nodes have telemetry to compare."""
+        since, until = at - self.window, at + self.window
+        windows = {n: w for n in nodes if (w := self.history.window(n, since, until))}
+        if len(windows) < self.min_nodes:
+            return None
+        # feature -> component name -> node -> value, and feature -> node -> pooled values
+        by_comp: dict[str, dict[str, dict[str, float]]] = {}
+        for node, comps in windows.items():
+            for comp, feats in comps.items():
+                for f, (value, _) in feats.items():
+                    by_comp.setdefault(f, {}).setdefault(comp, {})[node] = value
+        flagged: dict[tuple[str, str], list[Moved]] = {}
+        for f, comps in by_comp.items():
+            feature = FEATURES[f]
+            hits: dict[tuple[str, str], Moved] = {}
+            for comp, per_node in comps.items():
+                for node, value in per_node.items():
+                    peers = [v for n, v in per_node.items() if n != node]
+                    if len(peers) + 1 < self.min_nodes:  # pooled: the same feature of any component elsewhere
+                        peers = [v for c in comps.values() for n, v in c.items() if n != node]
+                    if len(peers) + 1 < self.min_nodes:
+                        continue
+                    z, med = _robust_z(feature, value, peers)
+                    if z >= self.z_threshold:
+                        hits[(node, comp)] = Moved(f, value, med, z, windows[node][comp][f][1])
+            # Standing out on many nodes at once is the fabric (or the job) itself, not one node.
+            if len({node for node, _ in hits}) > max(1, self.max_share * len(windows)):
+                continue
+            for key, moved in hits.items():
+                flagged.setdefault(key, []).append(moved)
+        out = []
+        for (node, comp), moved in flagged.items():
+            moved.sort(key=lambda m: -FEATURES[m.feature].weight * (1 + math.log10(min(m.z, 1e6))))
+            score = sum(FEATURES[m.feature].weight * (1 + math.log10(min(m.z, 1e6))) for m in moved)
+            out.append(FabricSuspect(node=node, component=comp, score=score, moved=tuple(moved)))
+        out.sort(key=lambda s: (-s.score, s.node, s.component))
+        return out[: self.max_suspects]
+
+
+def _robust_z(feature: Feature, value: float, peers: list[float]) -> tuple[float, float]:
+    ordered = sorted(peers)
+    med = _median(ordered)
+    mad = _median(sorted(abs(v - med) for v in ordered)) / 0.6744897501960817
+    spread = max(mad, feature.floor, feature.rel_floor * abs(med), 1e-12)
+    diff = value - med if feature.higher_is_worse else med - value
+    return diff / spread, med
+
+
+def _median(ordered: list[float]) -> float:
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def _round(value: float) -> float:
+    return round(value, 3) if abs(value) < 1e6 else float(f"{value:.4g}")
+
+
+def _num(value: float, unit: str) -> str:
+    if unit == "B/s":
+        return f"{value / 1e9:.2f} GB/s"
+    if unit == "Gb/s":
+        return f"{value:.0f} Gb/s"
+    return f"{value:.3g}"
