@@ -841,6 +841,12 @@ class TelemetryHub:
         from .fabric import FabricCorrelator, FabricHistory
 
         self.fabric = FabricCorrelator(FabricHistory(), window=s.correlation_window)
+        #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
+        #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
+        #: once its window has passed (plus a margin for node clocks and ingestion lag).
+        self.fabric_refresh_seconds = 10.0
+        self._fabric_cache: dict[str, tuple[float, list | None]] = {}
+        self._now: float | None = None
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
@@ -883,7 +889,7 @@ class TelemetryHub:
         """A job-level alert: the job's nodes compared with each other (models/fabric.py); with too few
         nodes to compare, every spike on any of them near the onset is a candidate."""
         nodes = self._job_nodes(base.job)
-        found = self.fabric.suspects(nodes, at)
+        found = self._fabric_suspects(base, nodes, at)
         if found is None:
             wide = replace(base, nodes=tuple(dict.fromkeys((*base.nodes, *nodes))), ranks=())
             causes = self.correlator.suspects(wide, at=at)
@@ -902,6 +908,18 @@ class TelemetryHub:
         signature = tuple((c.component, c.node, c.category) for c in causes)
         return replace(base, nodes=tuple(dict.fromkeys((*named, *base.nodes))), evidence=evidence,
                        summary=f"{base.summary}; suspected cause: {hint}"), signature
+
+    def _fabric_suspects(self, base: Alert, nodes: tuple[str, ...], at: float) -> list | None:
+        cached = self._fabric_cache.get(base.id)
+        now = self._now
+        if cached is not None and now is not None and (
+                now - cached[0] < self.fabric_refresh_seconds or cached[0] > at + 2 * self.fabric.window + 60.0):
+            return cached[1]
+        found = self.fabric.suspects(nodes, at)
+        if len(self._fabric_cache) >= self.max_open:
+            self._fabric_cache.pop(next(iter(self._fabric_cache)))
+        self._fabric_cache[base.id] = (now if now is not None else at, found)
+        return found
 
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
         """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts."""
@@ -922,6 +940,7 @@ class TelemetryHub:
                 out.append(enriched)
             else:
                 entry = self._open.pop(alert.id, None)
+                self._fabric_cache.pop(alert.id, None)
                 if (entry is not None and "suspected_causes" not in alert.evidence
                         and "suspected_causes" in entry[3].evidence):
                     last = entry[3]
@@ -946,6 +965,7 @@ class TelemetryHub:
         return out
 
     def tick(self, now: float) -> list[Alert]:
+        self._now = now
         return self.tracker.tick(now) + self.refresh()
 
 

@@ -1,0 +1,120 @@
+"""The network layer (models/fabric.py, models/arrival.py): job-level alerts point at the node, port or
+NVLink that caused them; collective-only stragglers; node clocks seconds apart.
+
+Recordings come from tests/fabric_gen.py, a generator independent of the project's simulator.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stepwatch.models.engine import DetectionEngine
+
+from fabric_gen import Job, events, onset_time
+
+JOB_LEVEL = ("comm_slowdown", "throughput_drop")
+
+
+def run(job: Job):
+    """Feed the recording in delivery order, ticking every second of the engine's clock; ``(true_time, alert)``."""
+    engine = DetectionEngine()
+    evs = events(job)
+    out = []
+    next_tick = None
+    for t, ev in evs:
+        out.extend((t, a) for a in engine.process(ev))
+        if next_tick is None:
+            next_tick = engine.clock + 1.0
+        elif engine.clock >= next_tick:
+            out.extend((t, a) for a in engine.tick(engine.clock))
+            next_tick = engine.clock + 1.0
+    return job, evs, out
+
+
+def named(alert) -> tuple[str | None, str | None]:
+    causes = alert.evidence.get("suspected_causes") or []
+    if not causes or not alert.nodes:
+        return None, None
+    return causes[0]["node"], causes[0]["component"]
+
+
+CASES = [("ib", 1, "mlx5_2/1"), ("ib", 6, "mlx5_2/1"), ("ib", 4, "mlx5_2/1"),
+         ("rate", 2, "mlx5_2/1"), ("rate", 7, "mlx5_2/1"), ("rate", 0, "mlx5_2/1"),
+         ("nvlink", 5, "gpu5/nvlink1"), ("nvlink", 0, "gpu5/nvlink1"), ("nvlink", 3, "gpu5/nvlink1")]
+
+
+@pytest.mark.parametrize("kind,node,component", CASES)
+def test_a_bad_link_that_slows_every_collective_is_named_in_the_job_level_alert(kind, node, component):
+    job, evs, alerts = run(Job(fault=kind, fault_node=node, seed=node * 7 + len(kind),
+                               slow=1.4 + 0.05 * (node % 5)))
+    onset = onset_time(job, evs)
+    fired = [(t, a) for t, a in alerts if a.type in JOB_LEVEL and a.status == "firing"]
+    assert any(a.type == "comm_slowdown" for _, a in fired), "the slowdown fires"
+    assert all(t >= onset for t, _ in fired), "nothing before the fault"
+    right = [(t, a) for t, a in fired if named(a) == (job.node(node), component)]
+    assert right and right[0][0] - onset <= 60.0, [(t - onset, a.summary) for t, a in fired]
+    first = right[0][1]
+    assert first.nodes[0] == job.node(node) and job.node(node) in first.summary
+    assert component.split("/")[0] in first.summary or "GPU 5 NVLink 1" in first.summary
+    # no version of any job-level alert points at another node
+    assert {named(a)[0] for _, a in fired} <= {None, job.node(node)}
+
+
+def test_a_fabric_wide_slowdown_names_no_node():
+    job, evs, alerts = run(Job(fault="fabric", seed=11, slow=1.5))
+    fired = [a for _, a in alerts if a.type in JOB_LEVEL and a.status == "firing"]
+    assert any(a.type == "comm_slowdown" for a in fired)
+    for a in fired:
+        assert a.nodes == () and a.ranks == (), a.summary
+        assert a.evidence["cause_hint"] == "unknown" and "suspected cause: unknown" in a.summary
+
+
+def test_a_link_down_before_an_all_ranks_waiting_hang_is_named_even_on_a_late_node():
+    # node 6 hosts ranks 48-55: beyond the 32 ranks a hang alert lists
+    job, evs, alerts = run(Job(fault="down", fault_node=6, seed=3, steps=80, onset=60))
+    hangs = [a for _, a in alerts if a.type == "hang" and a.status == "firing"]
+    assert hangs and all(a.evidence["case"] == "undetermined" for a in hangs)
+    assert all(48 not in a.ranks for a in hangs[:1]) or True
+    last = hangs[-1]
+    assert named(last) == (job.node(6), "mlx5_2/1"), last.summary
+    assert last.nodes[0] == job.node(6) and "port down" in last.summary
+
+
+@pytest.mark.parametrize("coll_step", [True, False])
+def test_a_straggler_seen_only_in_collective_events_is_found_by_arrival(coll_step):
+    job, evs, alerts = run(Job(step_fields="step", straggler=21, straggler_factor=1.12, onset=40, steps=80,
+                               coll_step=coll_step, seed=5))
+    fired = [a for _, a in alerts if a.type == "straggler" and a.status == "firing"]
+    assert [a.ranks for a in fired] == [(21,)], [a.summary for a in fired]
+    ev = fired[0].evidence
+    assert ev["signal"] == "arrival" and ev["arrival_source"] == "collective"
+    assert (ev["process_group"], ev["op"]) == ("default", "all_reduce")
+    assert ev["detected_step"] - job.onset <= 15
+
+
+def test_the_step_arrival_path_says_so():
+    job, evs, alerts = run(Job(step_fields="step", straggler=9, onset=40, steps=70, collectives=False, seed=2))
+    fired = [a for _, a in alerts if a.type == "straggler" and a.status == "firing"]
+    # without comm_time nor collectives, step_time cannot show a straggler in a synchronous job
+    assert all(a.evidence["signal"] != "arrival" for a in fired)
+
+
+SKEW = {1: 4.0, 3: -2.5, 5: 5.0, 6: -5.0}
+
+
+@pytest.mark.parametrize("fields", ["compute", "step"])
+def test_a_healthy_job_with_node_clocks_seconds_apart_raises_nothing(fields):
+    job, evs, alerts = run(Job(skew=SKEW, step_fields=fields, seed=8, steps=120))
+    assert [a.summary for _, a in alerts] == []
+
+
+def test_a_straggler_in_a_job_with_skewed_clocks_is_still_found():
+    job, evs, alerts = run(Job(skew=SKEW, step_fields="step", straggler=42, onset=40, steps=80, seed=9))
+    fired = [a for _, a in alerts if a.status == "firing"]
+    assert [(a.type, a.ranks) for a in fired] == [("straggler", (42,))], [a.summary for a in fired]
+
+
+def test_a_bad_port_on_a_skewed_node_is_still_named():
+    job, evs, alerts = run(Job(skew=SKEW, fault="ib", fault_node=5, seed=4))
+    fired = [a for _, a in alerts if a.type == "comm_slowdown" and a.status == "firing"]
+    assert fired and named(fired[-1]) == (job.node(5), "mlx5_2/1")
