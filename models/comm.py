@@ -6,8 +6,10 @@ sees: for each collective (process group, op, sequence number) the minimum durat
 ranks is its transfer time. Per (process group, op, message-size bucket) the detector keeps
 a bounded baseline of those transfer times and fires ``comm_slowdown`` when the median of
 the last ``window`` collectives stays ``threshold`` (default 30%) above the baseline median
-for ``persistence`` consecutive collectives. It names the ranks and nodes whose own
-durations grew most.
+for ``persistence`` consecutive collectives. It names ranks (and their nodes) only when their
+own durations grew more than the other ranks' by the straggler rule's robust test: a network
+slowdown slows every rank alike, and the node behind it comes from the job's telemetry
+(models/fabric.py).
 """
 
 from __future__ import annotations

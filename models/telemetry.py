@@ -816,8 +816,8 @@ def _median(values: list[float]) -> float | None:
 class TelemetryHub:
     """What the detection engine holds for telemetry: tracker, correlator, and alert enrichment."""
 
-    #: A communication slowdown is joined with the link spikes on the nodes of the ranks
-    #: whose collectives slowed most, like a straggler with those of its own node.
+    #: Job-level alerts (comm_slowdown, a communication throughput_drop, a hang with no culprit)
+    #: compare all of the job's nodes with each other (models/fabric.py, ``FabricCorrelator.applies``).
     ENRICHED_TYPES = ("straggler", "hang", "comm_slowdown")
 
     def __init__(self, settings=None) -> None:
