@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     ap.add_argument("--json", metavar="FILE", help="also write the per-scenario results as JSON")
     ap.add_argument("--keep", metavar="DIR", help="keep the labels (and alerts) in DIR instead of a temp folder")
+    ap.add_argument("--section", default="quality",
+                    help="BENCHMARKS.md section to write (default quality; e.g. quality-network for a subset)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
 
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         from _report import update_section
 
-        update_section("quality", text)
+        update_section(args.section, text)
         print("updated BENCHMARKS.md", file=sys.stderr)
     return 0
 

@@ -294,6 +294,7 @@ class DetectionEngine:
     def _evict(self, job: JobState, reason: str) -> list[Alert]:
         """Forget a job; its open alerts resolve, saying why."""
         self.jobs.pop(job.job, None)
+        self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}")
                 for alert in self._job_open_alerts(job)]
