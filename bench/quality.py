@@ -198,12 +198,13 @@ def aggregate(results: list[dict]) -> dict:
     return {"by_type": dict(by_type), "healthy_rank_hours": healthy_hours, "false_by_type": dict(false_by_type)}
 
 
-def markdown(results: list[dict], agg: dict, command: str, wall_s: float) -> str:
+def markdown(results: list[dict], agg: dict, command: str, wall_s: float, section: str = "quality") -> str:
     from _report import stamp
 
     from stepwatch.producers.scenarios import get
 
-    lines = ["## Detection quality (`bench/quality.py`)", "", stamp(command).rstrip(),
+    title = "## Detection quality (`bench/quality.py`)" + (f": {section}" if section != "quality" else "")
+    lines = [title, "", stamp(command).rstrip(),
              f"- Suite: {len(results)} scenarios, {sum(r['events'] for r in results):,} events, "
              f"{sum(r['ranks'] for r in results):,} ranks in all; run took {wall_s:.0f} s",
              "- Detector settings: defaults (`stepwatch.config.Settings`), as `stepwatch replay` uses them", "",
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     agg = aggregate(results)
     command = ".venv/bin/python bench/quality.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
                                                       if (argv if argv is not None else sys.argv[1:]) else "")
-    text = markdown(results, agg, command, wall)
+    text = markdown(results, agg, command, wall, args.section)
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results}, indent=1, default=str))
