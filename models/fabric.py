@@ -66,6 +66,8 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("nvlink_rate", "NVLink throughput", False, "mean", 1e8, 0.15, 1.5, category="compute", unit="B/s"),
     Feature("pcie_downgrade", "PCIe link downgraded", True, "max", 0.2, 0.0, 4.0, category="compute"),
 )}
+#: Throughput features that must also have fallen against the component's own earlier level.
+CHANGE_FEATURES = frozenset({"data_rate", "nvlink_rate"})
 #: NVLink error counters (cumulative, per link).
 NVLINK_ERRORS = ("crc_errors", "replay_errors", "recovery_errors")
 
@@ -276,17 +278,19 @@ class FabricCorrelator:
       nodes is a candidate, as for a straggler on its own node);
     * ``max_share``: a feature that stands out on more than this share of the nodes is
       fabric-wide and names nobody;
-    * ``max_suspects``: how many candidates are kept.
+    * ``max_suspects``: how many candidates are kept;
+    * ``before``: seconds before the window a throughput feature's own earlier level is read from.
     """
 
     def __init__(self, history: FabricHistory, *, window: float = 60.0, z_threshold: float = 5.0,
-                 min_nodes: int = 3, max_share: float = 0.25, max_suspects: int = 3) -> None:
+                 min_nodes: int = 3, max_share: float = 0.25, max_suspects: int = 3, before: float = 120.0) -> None:
         self.history = history
         self.window = window
         self.z_threshold = z_threshold
         self.min_nodes = min_nodes
         self.max_share = max_share
         self.max_suspects = max_suspects
+        self.before = before
         self._job_nodes: dict[str, dict[str, None]] = {}
 
     # -- which nodes a job runs on (from its ranks' ``node`` fields) ----------------------------
@@ -344,7 +348,7 @@ class FabricCorrelator:
                     if len(peers) + 1 < self.min_nodes:
                         continue
                     z, med = _robust_z(feature, value, peers)
-                    if z >= self.z_threshold:
+                    if z >= self.z_threshold and (f not in CHANGE_FEATURES or self._dropped(node, comp, f, value, at)):
                         hits[(node, comp)] = Moved(f, value, med, z, windows[node][comp][f][1])
             # Standing out on many nodes at once is the fabric (or the job) itself, not one node.
             if len({node for node, _ in hits}) > max(1, self.max_share * len(windows)):
@@ -358,6 +362,17 @@ class FabricCorrelator:
             out.append(FabricSuspect(node=node, component=comp, score=score, moved=tuple(moved)))
         out.sort(key=lambda s: (-s.score, s.node, s.component))
         return out[: self.max_suspects]
+
+
+    def _dropped(self, node: str, comp: str, feature: str, value: float, at: float) -> bool:
+        """Whether a throughput feature fell against the component's own level before the window: a port
+        or NVLink the job just does not use (idle before and after) is not a cause."""
+        before = self.history.window(node, at - self.window - self.before, at - self.window).get(comp, {})
+        if feature not in before:
+            return True  # no history before: judged on its peers alone
+        f = FEATURES[feature]
+        was = before[feature][0]
+        return was - value >= max(f.floor, f.rel_floor * abs(was))
 
 
 def _robust_z(feature: Feature, value: float, peers: list[float]) -> tuple[float, float]:

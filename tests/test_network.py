@@ -207,3 +207,39 @@ def test_quality_scorer_right_node():
     assert _right_node(dict(p, right_node=[]), [alert([])]) is True
     assert _right_node(dict(p, right_node=[]), [alert(["n1"])]) is False
     assert _right_node(dict(p, right_node=None), [alert(["n1"])]) is None
+
+
+def test_peer_comparison_rules():
+    """Unit level: one node's bad port stands out; a lift on every node, an idle port, or too few nodes do not."""
+    from stepwatch.models.events import LinkEvent
+    from stepwatch.models.fabric import FabricCorrelator, FabricHistory
+
+    def feed(history, node, port, t, *, errors=0, wait=2e5, words=3e9, rate=400.0):
+        c = feed.c.setdefault((node, port), {"symbol_error": 0, "port_xmit_wait": 0, "port_xmit_data": 0,
+                                             "port_rcv_data": 0})
+        c["symbol_error"] += errors
+        c["port_xmit_wait"] += int(wait)
+        c["port_xmit_data"] += int(words)
+        c["port_rcv_data"] += int(words)
+        history.update(LinkEvent(node=node, ts=t, device=port, port=1, state="ACTIVE", rate=rate, counters=dict(c)))
+
+    def build(bad=None, lift=1.0, idle=None, nodes=8):
+        feed.c = {}
+        history = FabricHistory()
+        for t in range(300):
+            for i in range(nodes):
+                for port in ("mlx5_0", "mlx5_1"):
+                    after = t >= 200
+                    wait = 2e5 * (1 + 0.1 * ((i + t) % 3)) * (lift if after else 1.0)
+                    errors = 30 if after and (i, port) == bad else 0
+                    words = 0 if (i, port) == idle else 3e9
+                    feed(history, f"n{i}", port, 1000.0 + t, errors=errors, wait=wait * (8 if errors else 1),
+                         words=words)
+        return FabricCorrelator(history).suspects(tuple(f"n{i}" for i in range(nodes)), 1230.0)
+
+    found = build(bad=(5, "mlx5_1"))
+    assert [(s.node, s.component) for s in found][:1] == [("n5", "mlx5_1/1")]
+    assert {m.feature for m in found[0].moved} == {"link_errors", "xmit_wait"}
+    assert build(lift=5.0) == []  # fabric-wide: nobody
+    assert build(idle=(2, "mlx5_0")) == []  # a port this node never uses is not a cause
+    assert build(bad=(1, "mlx5_0"), nodes=2) is None  # too few nodes to compare
