@@ -243,3 +243,14 @@ def test_peer_comparison_rules():
     assert build(lift=5.0) == []  # fabric-wide: nobody
     assert build(idle=(2, "mlx5_0")) == []  # a port this node never uses is not a cause
     assert build(bad=(1, "mlx5_0"), nodes=2) is None  # too few nodes to compare
+
+
+@pytest.mark.parametrize("fields", ["compute", "step"])
+def test_a_communication_throughput_drop_names_the_node_too(fields):
+    # all-reduces 2x slower: the step takes ~25% longer; with steps carrying only step_time, the
+    # communication layer is seen through the ranks' own collective durations
+    job, evs, alerts = run(Job(fault="rate", fault_node=4, slow=2.0, seed=3, step_fields=fields))
+    drops = [(t, a) for t, a in alerts if a.type == "throughput_drop" and a.status == "firing"]
+    assert drops and drops[0][1].evidence["layer"] == "communication"
+    assert named(drops[0][1]) == (job.node(4), "mlx5_2/1")
+    assert drops[0][0] - onset_time(job, evs) <= 60.0
