@@ -73,7 +73,7 @@ def events(job: Job) -> list[tuple[float, object]]:
     out: list[tuple[float, object]] = []
 
     def skewed(i: int, t: float) -> float:
-        return t + job.skew.get(i, 0.0)
+        return float(t) + job.skew.get(i, 0.0)
 
     t = T0
     seq = 0
@@ -107,7 +107,7 @@ def events(job: Job) -> list[tuple[float, object]]:
                     if rng.random() < job.lose:
                         continue
                     out.append((e, CollectiveEvent(
-                        job=job.name, rank=r, seq=seq + k, op="all_reduce", ts=skewed(i, e), duration=e - a,
+                        job=job.name, rank=r, seq=seq + k, op="all_reduce", ts=skewed(i, e), duration=float(e - a),
                         node=job.node(i), step=s if job.coll_step else None, pg="default", bytes=50 * 2**20,
                         start_ts=skewed(i, a))))
             step_time = done[r] - start

@@ -254,3 +254,40 @@ def test_a_communication_throughput_drop_names_the_node_too(fields):
     assert drops and drops[0][1].evidence["layer"] == "communication"
     assert named(drops[0][1]) == (job.node(4), "mlx5_2/1")
     assert drops[0][0] - onset_time(job, evs) <= 60.0
+
+
+@pytest.mark.parametrize("coll_step", [True, False])
+def test_collective_arrival_through_batch_envelopes_of_steps(coll_step):
+    """The worker's columnar path: each step's step events as one batch envelope (StepColumns),
+    collectives as their own messages, as a rank-sharded producer would send them."""
+    import orjson
+
+    from stepwatch.models.events import StepColumns, decode_message_columns, event_to_dict
+
+    job = Job(step_fields="step", straggler=13, onset=40, steps=80, coll_step=coll_step, seed=21, lose=0.0)
+    engine = DetectionEngine()
+    fired, pending, columnar = [], [], 0
+
+    def flush():
+        nonlocal columnar
+        if pending:
+            decoded, rejected = decode_message_columns(orjson.dumps(
+                {"v": 1, "kind": "batch", "events": [event_to_dict(e) for e in pending]}))
+            assert not rejected
+            columnar += isinstance(decoded, StepColumns)
+            fired.extend(engine.process_batch(decoded))
+            pending.clear()
+
+    for _, ev in events(job):
+        if type(ev).__name__ == "StepEvent":
+            if pending and pending[-1].step != ev.step:
+                flush()
+            pending.append(ev)
+        else:
+            fired.extend(engine.process(ev))
+    flush()
+    stragglers = [a for a in fired if a.type == "straggler" and a.status == "firing"]
+    assert columnar > 50
+    assert [a.ranks for a in stragglers] == [(13,)]
+    assert stragglers[0].evidence["arrival_source"] == "collective"
+    assert stragglers[0].evidence["detected_step"] - job.onset <= 15
