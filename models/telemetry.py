@@ -896,7 +896,8 @@ class TelemetryHub:
         else:
             causes = [s.cause() for s in found]
             seen = {(c.node, c.component) for c in causes}
-            causes += [c for c in own if (c.node, c.component) not in seen]  # spikes of the ranks it names
+            if base.type != "hang":  # spikes near the ranks it names (ranks that stood out); a hang's are all waiting
+                causes += [c for c in own if (c.node, c.component) not in seen]
             causes = causes[: self.correlator.max_causes]
         listed = [c.to_dict(i) for i, c in enumerate(causes, 1)]
         hint = causes[0].hint if causes else "unknown"

@@ -12,7 +12,8 @@ counters), built from first principles:
   recoveries and 10x transmit wait on one port; ``rate`` the port trains down to 200 Gb/s
   with no error; ``nvlink`` CRC and replay errors on one NVLink; ``fabric`` every node's
   transmit wait 5x (congestion: nobody's fault); ``down`` a port goes down and every rank then
-  waits in the same collective (a hang: heartbeats keep coming, steps stop);
+  waits in the same collective (a hang: heartbeats keep coming, steps stop); ``stall`` the same
+  hang with every link healthy (nothing to blame on a node);
 * messy parts: per-node port noise, a counter reset (``perfquery -R``) on a healthy node, lost
   telemetry samples and lost collective events, warm-up steps, per-node clock offsets
   (``skew``: every timestamp a node's processes write is off by that many seconds; durations
@@ -83,7 +84,7 @@ def events(job: Job) -> list[tuple[float, object]]:
         if s == 5:
             out.append((t, PhaseEvent(job=job.name, ts=t, phase="train")))
         faulty = job.fault is not None and s >= job.onset
-        if job.fault == "down" and faulty:
+        if job.fault in ("down", "stall") and faulty:
             hang_at = t
             break
         start = t
@@ -173,7 +174,7 @@ def _telemetry(job: Job, rng, start: float, end: float, hang_at: float | None) -
                     continue
                 c = cnt[(i, p)]
                 here = faulty and i == job.fault_node and p == job.fault_port
-                slow = job.slow if faulty and job.fault != "down" else 1.0
+                slow = job.slow if faulty and job.fault not in ("down", "stall") else 1.0
                 words = busy * 3e9 / slow * (1 + 0.05 * rng.standard_normal())
                 c["port_xmit_data"] += int(max(words, 0))
                 c["port_rcv_data"] += int(max(words * (1 + 0.02 * rng.standard_normal()), 0))

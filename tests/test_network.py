@@ -291,3 +291,10 @@ def test_collective_arrival_through_batch_envelopes_of_steps(coll_step):
     assert [a.ranks for a in stragglers] == [(13,)]
     assert stragglers[0].evidence["arrival_source"] == "collective"
     assert stragglers[0].evidence["detected_step"] - job.onset <= 15
+
+
+def test_an_all_ranks_waiting_hang_with_healthy_links_names_no_node():
+    job, evs, alerts = run(Job(fault="stall", seed=17, steps=80, onset=60))
+    hangs = [a for _, a in alerts if a.type == "hang" and a.status == "firing"]
+    assert hangs and all(a.evidence["case"] == "undetermined" for a in hangs)
+    assert all(a.evidence["cause_hint"] == "unknown" for a in hangs), [a.summary for a in hangs]
