@@ -28,9 +28,10 @@ NTP) shift a window by seconds out of minutes. No two hosts' timestamps are subt
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from .alerts import Alert
 from .events import GpuEvent, LinkEvent, XidEvent
@@ -72,11 +73,21 @@ CHANGE_FEATURES = frozenset({"data_rate", "nvlink_rate"})
 NVLINK_ERRORS = ("crc_errors", "replay_errors", "recovery_errors")
 
 
-class _Component:
-    __slots__ = ("samples", "tracks")
+#: Features each kind of component records, in column order.
+PORT_FEATURES = ("link_errors", "xmit_wait", "data_rate", "link_down", "link_rate")
+GPU_FEATURES = ("pcie_downgrade", "xid", "nvlink_rate")
+NVLINK_FEATURES = ("nvlink_errors", "nvlink_down")
 
-    def __init__(self, size: int) -> None:
-        self.samples: deque[tuple[float, dict[str, float]]] = deque(maxlen=size)
+
+class _Component:
+    """One component's recent samples: a ring of rows ``(ts, feature...)`` (NaN: not in that sample)."""
+
+    __slots__ = ("features", "rows", "n", "tracks")
+
+    def __init__(self, features: tuple[str, ...], size: int) -> None:
+        self.features = features
+        self.rows = np.full((size, 1 + len(features)), np.nan)
+        self.n = 0  # rows written so far
         self.tracks: dict[str, CounterTrack] = {}
 
     def delta(self, name: str, value: int, ts: float) -> tuple[int | None, float | None]:
@@ -85,17 +96,42 @@ class _Component:
             track = self.tracks[name] = CounterTrack()
         return track.update(value, ts)
 
+    def add(self, ts: float, values: dict[str, float]) -> None:
+        row = self.rows[self.n % len(self.rows)]
+        row[0] = ts
+        for j, name in enumerate(self.features, 1):
+            row[j] = values.get(name, np.nan)
+        self.n += 1
+
+    def window(self, since: float, until: float) -> dict[str, tuple[float, float]]:
+        rows = self.rows[: min(self.n, len(self.rows))]
+        ts = rows[:, 0]
+        sel = rows[(ts >= since) & (ts <= until)]
+        out = {}
+        for j, name in enumerate(self.features, 1):
+            values = sel[:, j]
+            ok = ~np.isnan(values)
+            if ok.any():
+                out[name] = _aggregate(FEATURES[name], sel[ok, 0], values[ok])
+        return out
+
 
 class FabricHistory:
-    """Per node and component, the recent per-sample features (bounded); feed telemetry in time order per node."""
+    """Per node and component, the recent per-sample features; feed telemetry in time order per node.
 
-    def __init__(self, *, max_samples: int = 600, max_nodes: int = 100_000) -> None:
+    Bounded: ``max_samples`` rows per component (a ring; 400 one-second samples cover an alert's
+    windows), ports and GPUs always, an NVLink only once it logged errors or went down (the others'
+    throughput is summed per GPU), at most ``max_nodes`` nodes. About 30 kB per port or GPU.
+    """
+
+    def __init__(self, *, max_samples: int = 400, max_nodes: int = 100_000) -> None:
         self.max_samples = max_samples
         self.max_nodes = max_nodes
         self._nodes: dict[str, dict[str, _Component]] = {}
         self._last: dict[str, float] = {}
+        self._nvlink_tracks: dict[tuple[str, int, int], dict[str, CounterTrack]] = {}
 
-    def _component(self, node: str, name: str) -> _Component:
+    def _component(self, node: str, name: str, features: tuple[str, ...]) -> _Component:
         comps = self._nodes.get(node)
         if comps is None:
             if len(self._nodes) >= self.max_nodes:  # memory bound: forget the quietest node
@@ -105,7 +141,7 @@ class FabricHistory:
             comps = self._nodes[node] = {}
         comp = comps.get(name)
         if comp is None:
-            comp = comps[name] = _Component(self.max_samples)
+            comp = comps[name] = _Component(features, self.max_samples)
         return comp
 
     def update(self, event) -> None:
@@ -114,13 +150,13 @@ class FabricHistory:
         elif isinstance(event, GpuEvent):
             self._gpu(event)
         elif isinstance(event, XidEvent):
-            self._component(event.node, f"gpu{event.gpu}").samples.append((event.ts, {"xid": 1.0}))
+            self._component(event.node, f"gpu{event.gpu}", GPU_FEATURES).add(event.ts, {"xid": 1.0})
         else:
             return
         self._last[event.node] = max(self._last.get(event.node, 0.0), event.ts)
 
     def _link(self, ev: LinkEvent) -> None:
-        comp = self._component(ev.node, f"{ev.device}/{ev.port}")
+        comp = self._component(ev.node, f"{ev.device}/{ev.port}", PORT_FEATURES)
         feats: dict[str, float] = {}
         errors = 0
         for name, value in ev.counters.items():
@@ -141,62 +177,69 @@ class FabricHistory:
         feats["link_down"] = 1.0 if down else 0.0
         if ev.rate and not down:
             feats["link_rate"] = float(ev.rate)
-        comp.samples.append((ev.ts, feats))
+        comp.add(ev.ts, feats)
 
     def _gpu(self, ev: GpuEvent) -> None:
-        gpu = self._component(ev.node, f"gpu{ev.gpu}")
-        feats: dict[str, float] = {}
+        gpu = self._component(ev.node, f"gpu{ev.gpu}", GPU_FEATURES)
         down = (ev.pcie_width is not None and ev.pcie_width_max and ev.pcie_width < ev.pcie_width_max) or (
             ev.pcie_gen is not None and ev.pcie_gen_max and ev.pcie_gen < ev.pcie_gen_max
             and ev.util is not None and ev.util >= 50)  # idle GPUs lower their PCIe generation to save power
-        feats["pcie_downgrade"] = 1.0 if down else 0.0
-        feats["xid"] = 0.0  # Xid events add 1: a GPU sample without one is a zero to compare with
-        gpu.samples.append((ev.ts, feats))
+        # Xid events add 1: a GPU sample without one is a zero to compare with.
+        feats: dict[str, float] = {"pcie_downgrade": 1.0 if down else 0.0, "xid": 0.0}
+        nv_rate = 0.0
+        nv_rates = 0
         for link in ev.nvlinks:
-            comp = self._component(ev.node, f"gpu{ev.gpu}/nvlink{link['link']}")
-            lf: dict[str, float] = {}
+            n = link["link"]
+            tracks = self._nvlink_tracks.get((ev.node, ev.gpu, n))
+            if tracks is None:
+                tracks = self._nvlink_tracks[(ev.node, ev.gpu, n)] = {}
             errors = 0
             for name in NVLINK_ERRORS:
                 if name in link:
-                    delta, _ = comp.delta(name, link[name], ev.ts)
+                    delta, _ = _track(tracks, name).update(link[name], ev.ts)
                     errors += delta or 0
-            lf["nvlink_errors"] = float(errors)
             if "tx_bytes" in link and "rx_bytes" in link:
-                _, rate = comp.delta("bytes", link["tx_bytes"] + link["rx_bytes"], ev.ts)
+                _, rate = _track(tracks, "bytes").update(link["tx_bytes"] + link["rx_bytes"], ev.ts)
                 if rate is not None:
-                    lf["nvlink_rate"] = rate
-            if link.get("up") is not None:
-                lf["nvlink_down"] = 0.0 if link["up"] else 1.0
-            comp.samples.append((ev.ts, lf))
+                    nv_rate += rate
+                    nv_rates += 1
+            down = link.get("up") is False
+            name = f"gpu{ev.gpu}/nvlink{n}"
+            known = name in self._nodes.get(ev.node, {})
+            if errors or down or known:  # a link is tracked from its first error or drop on
+                self._component(ev.node, name, NVLINK_FEATURES).add(
+                    ev.ts, {"nvlink_errors": float(errors), "nvlink_down": 1.0 if down else 0.0})
+        if nv_rates:
+            feats["nvlink_rate"] = nv_rate
+        gpu.add(ev.ts, feats)
 
     def window(self, node: str, since: float, until: float) -> dict[str, dict[str, tuple[float, float]]]:
         """``component -> feature -> (aggregate, first ts of a bad-looking sample)`` over ``[since, until]``."""
         out: dict[str, dict[str, tuple[float, float]]] = {}
         for name, comp in self._nodes.get(node, {}).items():
-            values: dict[str, list[tuple[float, float]]] = {}
-            for ts, feats in reversed(comp.samples):
-                if ts < since:
-                    break
-                if ts > until:
-                    continue
-                for f, v in feats.items():
-                    values.setdefault(f, []).append((ts, v))
+            values = comp.window(since, until)
             if values:
-                out[name] = {f: _aggregate(FEATURES[f], vals) for f, vals in values.items()}
+                out[name] = values
         return out
 
 
-def _aggregate(feature: Feature, values: list[tuple[float, float]]) -> tuple[float, float]:
-    nums = [v for _, v in values]
+def _track(tracks: dict[str, CounterTrack], name: str) -> CounterTrack:
+    track = tracks.get(name)
+    if track is None:
+        track = tracks[name] = CounterTrack()
+    return track
+
+
+def _aggregate(feature: Feature, ts: np.ndarray, values: np.ndarray) -> tuple[float, float]:
     how = feature.aggregate
-    agg = (sum(nums) if how == "sum" else max(nums) if how == "max" else min(nums) if how == "min"
-           else sum(nums) / len(nums))
+    agg = float(values.sum() if how == "sum" else values.max() if how == "max" else values.min() if how == "min"
+                else values.mean())
     # When the feature first looked like its worst: the earliest sample at least halfway there.
     if feature.higher_is_worse:
-        marks = [t for t, v in values if v > 0 and v >= (agg if how != "sum" else 0) * 0.5]
+        marks = ts[(values > 0) & (values >= (agg if how != "sum" else 0) * 0.5)]
     else:
-        marks = [t for t, v in values if v <= agg * 1.5 + 1e-9] if how == "min" else []
-    return agg, (min(marks) if marks else math.nan)
+        marks = ts[values <= agg * 1.5 + 1e-9] if how == "min" else ts[:0]
+    return agg, (float(marks.min()) if len(marks) else math.nan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,9 +383,15 @@ class FabricCorrelator:
         for f, comps in by_comp.items():
             feature = FEATURES[f]
             hits: dict[tuple[str, str], Moved] = {}
+            # Errors and flags not recorded on a node with telemetry are zero there (an NVLink is only
+            # tracked once it erred); rates not recorded are unknown.
+            zero_fill = feature.higher_is_worse and feature.aggregate in ("sum", "max")
             for comp, per_node in comps.items():
                 for node, value in per_node.items():
-                    peers = [v for n, v in per_node.items() if n != node]
+                    if zero_fill:
+                        peers = [per_node.get(n, 0.0) for n in windows if n != node]
+                    else:
+                        peers = [v for n, v in per_node.items() if n != node]
                     if len(peers) + 1 < self.min_nodes:  # pooled: the same feature of any component elsewhere
                         peers = [v for c in comps.values() for n, v in c.items() if n != node]
                     if len(peers) + 1 < self.min_nodes:
