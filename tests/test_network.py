@@ -298,3 +298,31 @@ def test_an_all_ranks_waiting_hang_with_healthy_links_names_no_node():
     hangs = [a for _, a in alerts if a.type == "hang" and a.status == "firing"]
     assert hangs and all(a.evidence["case"] == "undetermined" for a in hangs)
     assert all(a.evidence["cause_hint"] == "unknown" for a in hangs), [a.summary for a in hangs]
+
+
+def test_comm_slowdown_names_ranks_only_when_their_growth_stands_out():
+    import numpy as np
+
+    from stepwatch.models.comm import CommSlowdownDetector
+    from stepwatch.models.events import CollectiveEvent
+
+    def feed(own_factor):
+        det = CommSlowdownDetector(job="j")
+        rng = np.random.default_rng(4)
+        out = []
+        for seq in range(200):
+            slow = seq >= 100
+            transfer = 0.01 * (1.6 if slow else 1.0)
+            for rank in range(16):
+                extra = own_factor(rank) if slow else 1.0
+                out += det.update(CollectiveEvent(job="j", rank=rank, seq=seq, op="all_reduce", ts=1e9 + seq,
+                                                  duration=transfer * extra * (1 + 0.02 * rng.standard_normal()),
+                                                  node=f"n{rank // 4}", bytes=2**20))
+        return [a for a in out if a.status == "firing"]
+
+    uniform = feed(lambda r: 1.0)
+    assert uniform and uniform[0].ranks == () and uniform[0].nodes == ()
+    assert "every rank slowed alike" in uniform[0].summary
+    # ranks 4 and 5 (on n1) also wait on their own slow path: their growth stands out
+    skewed = feed(lambda r: 1.5 if r in (4, 5) else 1.0)
+    assert skewed and set(skewed[0].ranks) == {4, 5} and skewed[0].nodes == ("n1",)
