@@ -91,7 +91,7 @@ def test_a_straggler_seen_only_in_collective_events_is_found_by_arrival(coll_ste
     assert ev["detected_step"] - job.onset <= 15
 
 
-def test_the_step_arrival_path_says_so():
+def test_without_collectives_or_comm_time_there_is_no_arrival_signal():
     job, evs, alerts = run(Job(step_fields="step", straggler=9, onset=40, steps=70, collectives=False, seed=2))
     fired = [a for _, a in alerts if a.type == "straggler" and a.status == "firing"]
     # without comm_time nor collectives, step_time cannot show a straggler in a synchronous job
