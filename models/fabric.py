@@ -69,8 +69,6 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
 )}
 #: Throughput features that must also have fallen against the component's own earlier level.
 CHANGE_FEATURES = frozenset({"data_rate", "nvlink_rate"})
-#: NVLink error counters (cumulative, per link).
-NVLINK_ERRORS = ("crc_errors", "replay_errors", "recovery_errors")
 
 
 #: Features each kind of component records, in column order.
@@ -97,10 +95,8 @@ class _Component:
         return track.update(value, ts)
 
     def add(self, ts: float, values: dict[str, float]) -> None:
-        row = self.rows[self.n % len(self.rows)]
-        row[0] = ts
-        for j, name in enumerate(self.features, 1):
-            row[j] = values.get(name, np.nan)
+        get = values.get
+        self.rows[self.n % len(self.rows)] = [ts, *[get(name, math.nan) for name in self.features]]
         self.n += 1
 
     def window(self, since: float, until: float) -> dict[str, tuple[float, float]]:
@@ -129,7 +125,7 @@ class FabricHistory:
         self.max_nodes = max_nodes
         self._nodes: dict[str, dict[str, _Component]] = {}
         self._last: dict[str, float] = {}
-        self._nvlink_tracks: dict[tuple[str, int, int], dict[str, CounterTrack]] = {}
+        self._nvlink_tracks: dict[tuple[str, int], dict[int, tuple[CounterTrack, CounterTrack]]] = {}
 
     def _component(self, node: str, name: str, features: tuple[str, ...]) -> _Component:
         comps = self._nodes.get(node)
@@ -188,26 +184,30 @@ class FabricHistory:
         feats: dict[str, float] = {"pcie_downgrade": 1.0 if down else 0.0, "xid": 0.0}
         nv_rate = 0.0
         nv_rates = 0
+        per_gpu = self._nvlink_tracks.get((ev.node, ev.gpu))
+        if per_gpu is None:
+            per_gpu = self._nvlink_tracks[(ev.node, ev.gpu)] = {}
+        known = self._nodes.get(ev.node, {})
         for link in ev.nvlinks:
             n = link["link"]
-            tracks = self._nvlink_tracks.get((ev.node, ev.gpu, n))
+            tracks = per_gpu.get(n)
             if tracks is None:
-                tracks = self._nvlink_tracks[(ev.node, ev.gpu, n)] = {}
+                tracks = per_gpu[n] = (CounterTrack(), CounterTrack())
             errors = 0
-            for name in NVLINK_ERRORS:
-                if name in link:
-                    delta, _ = _track(tracks, name).update(link[name], ev.ts)
-                    errors += delta or 0
+            if "crc_errors" in link or "replay_errors" in link or "recovery_errors" in link:
+                # One track of the three counters' sum: a reset of any shows as a decrease, as for one.
+                delta, _ = tracks[0].update(link.get("crc_errors", 0) + link.get("replay_errors", 0)
+                                            + link.get("recovery_errors", 0), ev.ts)
+                errors = delta or 0
             if "tx_bytes" in link and "rx_bytes" in link:
-                _, rate = _track(tracks, "bytes").update(link["tx_bytes"] + link["rx_bytes"], ev.ts)
+                _, rate = tracks[1].update(link["tx_bytes"] + link["rx_bytes"], ev.ts)
                 if rate is not None:
                     nv_rate += rate
                     nv_rates += 1
             down = link.get("up") is False
-            name = f"gpu{ev.gpu}/nvlink{n}"
-            known = name in self._nodes.get(ev.node, {})
-            if errors or down or known:  # a link is tracked from its first error or drop on
-                self._component(ev.node, name, NVLINK_FEATURES).add(
+            if errors or down or (known and f"gpu{ev.gpu}/nvlink{n}" in known):
+                # a link is tracked on its own from its first error or drop on
+                self._component(ev.node, f"gpu{ev.gpu}/nvlink{n}", NVLINK_FEATURES).add(
                     ev.ts, {"nvlink_errors": float(errors), "nvlink_down": 1.0 if down else 0.0})
         if nv_rates:
             feats["nvlink_rate"] = nv_rate
@@ -221,13 +221,6 @@ class FabricHistory:
             if values:
                 out[name] = values
         return out
-
-
-def _track(tracks: dict[str, CounterTrack], name: str) -> CounterTrack:
-    track = tracks.get(name)
-    if track is None:
-        track = tracks[name] = CounterTrack()
-    return track
 
 
 def _aggregate(feature: Feature, ts: np.ndarray, values: np.ndarray) -> tuple[float, float]:
