@@ -249,7 +249,7 @@ class TelemetrySettings:
     sysfs_root: str = "/sys"
     #: Root of procfs for the agent's host signals (tests point it at a fake tree).
     proc_root: str = "/proc"
-    #: Batches the agent holds while Kafka is slow or away; beyond, new samples are dropped and counted.
+    #: Batches the agent holds while Kafka is slow or away; beyond, the oldest are dropped and counted.
     agent_queue_size: int = 600
     #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
     agent_max_block_ms: int = 1000

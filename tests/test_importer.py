@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from conftest import in_ci
 from stepwatch import importer
 from stepwatch.models.engine import replay
 from stepwatch.models.events import decode_message, parse_event
@@ -133,9 +134,22 @@ def test_cli_import_writes_a_file(tmp_path):
 def _shared(rel: str) -> Path:
     path = SHARED / rel
     if not path.exists():
-        pytest.skip(f"shared trace {rel} not found under {SHARED} (CI and the dev machines have ../shared/data "
-                    f"beside the clone)")
+        message = f"shared trace {rel} not found under {SHARED} (CI and the dev machines have ../shared/data " \
+                  f"beside the clone)"
+        if in_ci():  # CI checkouts have the traces: missing means a broken checkout, not an optional extra
+            pytest.fail(message)
+        pytest.skip(message)
     return path
+
+
+def test_missing_shared_traces_fail_in_ci_and_skip_elsewhere(monkeypatch, tmp_path):
+    monkeypatch.setattr(__import__(__name__), "SHARED", tmp_path / "no-shared-data")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="not found under"):
+        _shared("trace.parquet")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="not found under"):
+        _shared("trace.parquet")
 
 
 @pytest.mark.parametrize("name", ["SE", "ST"])
