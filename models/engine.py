@@ -93,6 +93,8 @@ class DetectionEngine:
         self.straggler_overrides: dict[str, StragglerSettings] = {}
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
+        #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
+        self.straggler_flaps: Counter[str] = Counter()
 
     # -- input ----------------------------------------------------------------------------
 
@@ -319,12 +321,18 @@ class DetectionEngine:
                     job=job.job, group=step.group, ratio_threshold=s.ratio_threshold, z_threshold=s.z_threshold,
                     min_flagged=s.min_flagged, window=s.window, clear_after=s.clear_after,
                     spread_floor=s.spread_floor, min_peers=s.min_peers, warmup_steps=s.warmup_steps,
-                    critical_ratio=s.critical_ratio, evidence_window=s.evidence_window)
+                    critical_ratio=s.critical_ratio, evidence_window=s.evidence_window,
+                    coincidence_p=s.coincidence_p, spike_rate_floor=s.spike_rate_floor,
+                    holdoff_steps=s.holdoff_steps)
                 detector.on_verdict = self.verdict_listener
+                detector.on_flap = self._count_flap
             out.extend(detector.update(step))
             out.extend(job.throughput.update(sample_from(step), phase=step.phase))
             job.sli.on_step(step)
         return out
+
+    def _count_flap(self, detector: StragglerDetector, outcome: str) -> None:
+        self.straggler_flaps[outcome] += 1
 
     def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
         if event.rank is not None:

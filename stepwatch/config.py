@@ -40,6 +40,13 @@ class StragglerSettings:
     critical_ratio: float = 1.5
     #: Steps of per-rank history kept for the evidence of an alert.
     evidence_window: int = 20
+    #: Fire only when so many slow steps have at most this chance of being independent spikes at
+    #: the job's learned background rate (1 disables the test: plain k of n).
+    coincidence_p: float = 1e-7
+    #: Lowest background rate of slow rank-steps assumed (also the prior before it is learned).
+    spike_rate_floor: float = 0.001
+    #: A rank whose alert resolved fires again within this many steps only when clearly worse.
+    holdoff_steps: int = 200
 
 
 @dataclass(frozen=True, kw_only=True)
