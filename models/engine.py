@@ -237,7 +237,8 @@ class DetectionEngine:
             CommSlowdownDetector(job=job, threshold=h.comm_threshold, window=h.comm_window,
                                  persistence=h.comm_persistence),
             CheckpointDetector(job=job, max_age_seconds=h.checkpoint_max_age_seconds,
-                               max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor))
+                               max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor,
+                               required=h.checkpoint_required))
 
     def hang_settings(self, job: str) -> HangSettings:
         """The hang rule's settings for ``job``: run-time overrides, else the environment's."""

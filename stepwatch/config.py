@@ -319,6 +319,9 @@ class JobHealthSettings:
     checkpoint_max_age_steps: int = 0
     #: ... or a checkpoint taking this many times its usual duration.
     checkpoint_slow_factor: float = 3.0
+    #: Policy: every job must checkpoint, so the age rule also runs for a job that never reported a
+    #: checkpoint. Off: only jobs that have reported one (then stopped) can be stale.
+    checkpoint_required: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
