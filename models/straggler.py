@@ -17,8 +17,8 @@ data-loader hiccup is one slow step out of ``window`` and flags nobody either.
 
 No coincidences: in a big job some ranks see several independent spikes (GC, page faults,
 ECC retries) within ``window`` steps by chance. The rule learns the job's background rate of
-slow rank-steps (decayed, from verdicts that left the window of ranks that were not
-candidates, floored at ``spike_rate_floor``) and fires only when the binomial chance of so
+slow rank-steps (decayed, from isolated slow verdicts as they leave the window, floored at
+``spike_rate_floor``) and fires only when the binomial chance of so
 many slow steps from independent spikes is at most ``coincidence_p`` (over the window or the
 longer evidence window). A real straggler is slow nearly every step and passes within a step
 or two of the plain k-of-n rule.
@@ -92,7 +92,7 @@ class StragglerDetector:
     def __init__(self, *, job: str, group: str = "", ratio_threshold: float = 1.10, z_threshold: float = 3.5,
                  min_flagged: int = 3, window: int = 5, clear_after: int = 10, spread_floor: float = 0.02,
                  min_peers: int = 4, warmup_steps: int = 10, critical_ratio: float = 1.5,
-                 evidence_window: int = 20, coincidence_p: float = 1e-7, spike_rate_floor: float = 0.001,
+                 evidence_window: int = 20, coincidence_p: float = 2e-7, spike_rate_floor: float = 0.001,
                  holdoff_steps: int = 200) -> None:
         if not 1 <= min_flagged <= window:
             raise ValueError("need 1 <= min_flagged <= window")
@@ -327,10 +327,11 @@ class StragglerDetector:
         return peers, spreads
 
     def _learn_background(self, ranks: np.ndarray, slots: np.ndarray, col: int) -> None:
-        # The verdicts about to leave the window, of ranks that were neither candidates nor firing:
-        # what independent spikes look like in this job.
+        # The verdicts about to leave the window, of ranks with no other slow step in it and not
+        # firing: what isolated spikes look like in this job (a rank slow on and off, e.g. warming
+        # up to a straggler, is left out, or one rank of 64 would inflate the rate by 1.5%).
         counts = self._slow_ring[slots].sum(axis=1)
-        keep = counts < self.min_flagged
+        keep = counts <= 1
         if self._firing:
             keep &= ~np.isin(ranks, np.fromiter(self._firing, dtype=np.int64))
         decay = 0.5 ** (1.0 / self._BG_HALFLIFE)

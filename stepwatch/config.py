@@ -42,7 +42,7 @@ class StragglerSettings:
     evidence_window: int = 20
     #: Fire only when so many slow steps have at most this chance of being independent spikes at
     #: the job's learned background rate (1 disables the test: plain k of n).
-    coincidence_p: float = 1e-7
+    coincidence_p: float = 2e-7
     #: Lowest background rate of slow rank-steps assumed (also the prior before it is learned).
     spike_rate_floor: float = 0.001
     #: A rank whose alert resolved fires again within this many steps only when clearly worse.
