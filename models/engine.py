@@ -25,6 +25,7 @@ from .hang import HangDetector
 from .sli import JobSLI
 from .throughput import ThroughputDetector, sample_from
 from .straggler import StragglerDetector
+from .long_straggler import LongStragglerDetector
 from .telemetry import TELEMETRY_KINDS, TelemetryHub
 
 
@@ -44,7 +45,8 @@ class JobState:
     """Everything the engine holds for one job."""
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
-                 "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end")
+                 "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end",
+                 "long_stragglers")
 
     def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
                  checkpoint: CheckpointDetector) -> None:
@@ -62,6 +64,8 @@ class JobState:
         self.lags: deque[float] = deque(maxlen=256)
         self.assemblers: dict[str, StepAssembler] = {}
         self.stragglers: dict[str, StragglerDetector] = {}
+        #: The long-horizon straggler rule per group (models/long_straggler.py).
+        self.long_stragglers: dict[str, LongStragglerDetector] = {}
         self.phase = "train"
         self.ended = False
         self.ended_at = 0.0  # time of the job's ``end`` phase event
@@ -328,9 +332,22 @@ class DetectionEngine:
                 detector.on_verdict = self.verdict_listener
                 detector.on_flap = self._count_flap
             out.extend(detector.update(step))
+            out.extend(self._judge_long(job, step, detector))
             out.extend(job.throughput.update(sample_from(step), phase=step.phase))
             job.sli.on_step(step)
         return out
+
+    def _judge_long(self, job: JobState, step: GroupStep, short: StragglerDetector) -> list[Alert]:
+        s = self.straggler_settings(job.job)
+        if s.long_min_effect <= 0:
+            return []
+        long = job.long_stragglers.get(step.group)
+        if long is None:
+            long = job.long_stragglers[step.group] = LongStragglerDetector(
+                job=job.job, group=step.group, min_effect=s.long_min_effect, window=s.long_window,
+                min_peers=s.min_peers, warmup_steps=s.warmup_steps)
+        long.rank_class = short.rank_class
+        return long.update(step, job_ranks=len(job.ranks), exclude=short._firing)
 
     def _count_flap(self, detector: StragglerDetector, outcome: str) -> None:
         self.straggler_flaps[outcome] += 1
@@ -343,7 +360,7 @@ class DetectionEngine:
             job.ended = True
             job.ended_at = event.ts
             job.phase = "train"
-            for detector in job.stragglers.values():
+            for detector in [*job.stragglers.values(), *job.long_stragglers.values()]:
                 out.extend(detector.close_all(at=event.ts, reason="job ended"))
             for rule in (job.throughput, job.comm, job.checkpoint):
                 out.extend(rule.close(at=event.ts, reason="job ended"))
@@ -408,7 +425,7 @@ class DetectionEngine:
 
     @staticmethod
     def _job_open_alerts(job: JobState) -> list[Alert]:
-        out = [a for d in job.stragglers.values() for a in d.firing.values()]
+        out = [a for d in [*job.stragglers.values(), *job.long_stragglers.values()] for a in d.firing.values()]
         out.extend(job.hang.firing.values())
         if job.throughput.firing is not None:
             out.append(job.throughput.firing)

@@ -47,6 +47,11 @@ class StragglerSettings:
     spike_rate_floor: float = 0.001
     #: A rank whose alert resolved fires again within this many steps only when clearly worse.
     holdoff_steps: int = 200
+    #: Long-horizon rule (models/long_straggler.py, severity info): smallest steady slowdown
+    #: reported (0 = off) ...
+    long_min_effect: float = 0.03
+    #: ... judged over this many steps of per-rank history.
+    long_window: int = 200
 
 
 @dataclass(frozen=True, kw_only=True)

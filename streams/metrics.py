@@ -107,7 +107,7 @@ class _ScrapeTimeCollector:
                                    labels=["type", "severity"])
         tally = Tally((a.type, a.severity) for a in engine.open_alerts())
         for t in ALERT_TYPES:
-            for sev in ("warning", "critical"):
+            for sev in ("info", "warning", "critical"):
                 tally.setdefault((t, sev), 0)
         for (t, sev), n in sorted(tally.items()):
             firing.add_metric([t, sev], n)
