@@ -160,7 +160,10 @@ class LongStragglerDetector:
         out: list[Alert] = []
         for i in np.flatnonzero(new >= self.threshold):
             rank = int(step.ranks[i])
-            if rank in self._firing or rank in exclude:
+            if rank in self._firing:
+                continue
+            if rank in exclude:  # the short rule speaks for it; start afresh once it is done
+                self._cusum[slots[i]] = 0.0
                 continue
             slot = int(slots[i])
             r = self._ratio[slot, self._since_onset(slot, step.step)]
