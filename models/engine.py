@@ -26,6 +26,7 @@ from .sli import JobSLI
 from .throughput import ThroughputDetector, sample_from
 from .straggler import StragglerDetector
 from .long_straggler import LongStragglerDetector
+from .imbalance import ImbalanceDetector
 from .telemetry import TELEMETRY_KINDS, TelemetryHub
 
 
@@ -46,7 +47,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
                  "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end",
-                 "long_stragglers")
+                 "long_stragglers", "imbalance")
 
     def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
                  checkpoint: CheckpointDetector) -> None:
@@ -66,6 +67,8 @@ class JobState:
         self.stragglers: dict[str, StragglerDetector] = {}
         #: The long-horizon straggler rule per group (models/long_straggler.py).
         self.long_stragglers: dict[str, LongStragglerDetector] = {}
+        #: Stage imbalance and rank classes (models/imbalance.py), made at the job's first step.
+        self.imbalance = ImbalanceDetector(job=job)
         self.phase = "train"
         self.ended = False
         self.ended_at = 0.0  # time of the job's ``end`` phase event
@@ -319,6 +322,7 @@ class DetectionEngine:
     def _judge(self, job: JobState, steps: list[GroupStep]) -> list[Alert]:
         out: list[Alert] = []
         for step in steps:
+            out.extend(job.imbalance.update(step))  # first: classes known before the per-rank rules judge
             detector = job.stragglers.get(step.group)
             if detector is None:
                 s = self.straggler_settings(job.job)
@@ -331,6 +335,7 @@ class DetectionEngine:
                     holdoff_steps=s.holdoff_steps)
                 detector.on_verdict = self.verdict_listener
                 detector.on_flap = self._count_flap
+            detector.rank_class = job.imbalance.class_of(step.group)
             out.extend(detector.update(step))
             out.extend(self._judge_long(job, step, detector))
             out.extend(job.throughput.update(sample_from(step), phase=step.phase))
@@ -364,7 +369,7 @@ class DetectionEngine:
             job.phase = "train"
             for detector in [*job.stragglers.values(), *job.long_stragglers.values()]:
                 out.extend(detector.close_all(at=event.ts, reason="job ended"))
-            for rule in (job.throughput, job.comm, job.checkpoint):
+            for rule in (job.throughput, job.comm, job.checkpoint, job.imbalance):
                 out.extend(rule.close(at=event.ts, reason="job ended"))
             return out
         job.phase = event.phase
@@ -433,6 +438,7 @@ class DetectionEngine:
             out.append(job.throughput.firing)
         out.extend(job.comm.open_alerts())
         out.extend(job.checkpoint.open_alerts())
+        out.extend(job.imbalance.open_alerts())
         return out
 
 
