@@ -252,6 +252,7 @@ class StragglerDetector:
         if peer <= 0:
             return []
         spread = max(normal_mad(x, peer), self.spread_floor * peer, 1e-9)
+        peers = None
         if self.rank_class:
             peers, spreads = self._class_peers(step.ranks, x, peer, spread)
             ratio = x / peers
@@ -274,7 +275,7 @@ class StragglerDetector:
         self._ratio_ring[slots, ecol] = ratio
         self._z_ring[slots, ecol] = z
         self._value_ring[slots, ecol] = x
-        self._peer_ring[slots, ecol] = peer if not self.rank_class else x / ratio
+        self._peer_ring[slots, ecol] = peers if self.rank_class else peer
         for slot, node in zip(slots, step.nodes):
             if node is not None:
                 self._nodes[slot] = node
