@@ -16,8 +16,7 @@ steps are seen, so this rule looks at the long run:
   against "with probability 1/2" is summed (never below 0); at ``threshold`` (16: odds of
   about 10^7 to 1) the evidence is very strong;
 * it fires when, in addition, the rank's median ratio since the CUSUM left 0 (at most
-  ``window`` steps) is at least ``1 + 0.9 * min_effect`` (allowing for the estimate's noise;
-  a rank steadily 1.6% slow in very quiet noise passes the sign test but is below the effect
+  ``window`` steps) is at least ``1 + min_effect`` (a rank steadily 1.6% slow in very quiet noise passes the sign test but is below the effect
   worth reporting), and the short rule is neither firing for it nor holding it off;
 * it resolves when the median ratio of the last ``resolve_steps`` steps is back under
   ``1 + min_effect / 2``.
@@ -168,7 +167,7 @@ class LongStragglerDetector:
             slot = int(slots[i])
             r = self._ratio[slot, self._since_onset(slot, step.step)]
             r = r[~np.isnan(r)]
-            if len(r) and float(np.median(r)) >= 1.0 + 0.9 * self.min_effect:
+            if len(r) and float(np.median(r)) >= 1.0 + self.min_effect:
                 alert = self._fire(rank, slot, signal, step, job_ranks or len(step.ranks))
                 self._firing[rank] = alert
                 out.append(alert)
