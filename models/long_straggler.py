@@ -18,8 +18,8 @@ steps are seen, so this rule looks at the long run:
 * it fires when, in addition, the rank's median ratio since the CUSUM left 0 (at most
   ``window`` steps) is at least ``1 + min_effect`` (a rank steadily 1.6% slow in very quiet noise passes the sign test but is below the effect
   worth reporting), and the short rule is neither firing for it nor holding it off;
-* it resolves when the median ratio of the last ``resolve_steps`` steps is back under
-  ``1 + min_effect / 2``.
+* it resolves when the median ratio of the last ``resolve_steps`` steps (all after the alert
+  fired) is back under ``1 + min_effect / 2``.
 
 Its cost is measured, not assumed: each step the job waits for a rank by how much the rank's
 time exceeds the slowest of the others (0 when another rank is slower still), averaged over
@@ -172,6 +172,8 @@ class LongStragglerDetector:
                 self._firing[rank] = alert
                 out.append(alert)
         for rank in list(self._firing):
+            if step.step - self._firing[rank].evidence["detected_step"] < self.resolve_steps:
+                continue  # judge "back" on steps after the alert only (the window before holds healthy ones)
             slot = self._slot[rank]
             recent = (self._evaluated - 1 - np.arange(min(self.resolve_steps, self._evaluated))) % self.window
             r = self._ratio[slot, recent]
