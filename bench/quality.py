@@ -250,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     ap.add_argument("--json", metavar="FILE", help="also write the per-scenario results as JSON")
     ap.add_argument("--keep", metavar="DIR", help="keep the labels (and alerts) in DIR instead of a temp folder")
+    ap.add_argument("--section", default="quality", metavar="KEY",
+                    help="BENCHMARKS.md section to write (default quality: the whole suite; e.g. steady for "
+                         "--tags steady, so a partial run does not replace the suite's table)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
 
@@ -278,13 +281,16 @@ def main(argv: list[str] | None = None) -> int:
     command = ".venv/bin/python bench/quality.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
                                                       if (argv if argv is not None else sys.argv[1:]) else "")
     text = markdown(results, agg, command, wall)
+    if args.section != "quality":
+        text = text.replace("## Detection quality (`bench/quality.py`)",
+                            f"## Detection quality: {args.section} scenarios (`bench/quality.py`)", 1)
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results}, indent=1, default=str))
     if not args.no_write:
         from _report import update_section
 
-        update_section("quality", text)
+        update_section(args.section, text)
         print("updated BENCHMARKS.md", file=sys.stderr)
     return 0
 
