@@ -352,6 +352,7 @@ class DetectionEngine:
                 job=job.job, group=step.group, min_effect=s.long_min_effect, window=s.long_window,
                 min_peers=s.min_peers, warmup_steps=s.warmup_steps)
         long.rank_class = short.rank_class
+        long.min_effect = s.long_min_effect  # settings changed at run time apply at once
         # The short rule speaks for ranks it is firing for or holding off (no second alert by the back door).
         exclude = short._firing.keys() | short._suppressed if short._suppressed else short._firing
         return long.update(step, job_ranks=len(job.ranks), exclude=exclude)

@@ -34,13 +34,14 @@ import numpy as np
 
 from .alerts import Alert, alert_id
 from .assembly import GroupStep
-from .straggler import choose_signal
+from .straggler import choose_signal, median
 
 
 class _GroupHistory:
     """Per-step medians and per-rank values of one peer group."""
 
-    __slots__ = ("medians", "step_times", "slot", "ranks", "values", "nodes", "count", "classes", "class_map", "pending")
+    __slots__ = ("medians", "step_times", "slot", "ranks", "values", "nodes", "count", "classes", "class_map", "pending",
+                 "last")
 
     def __init__(self, window: int) -> None:
         self.medians: deque[float] = deque(maxlen=window)
@@ -53,6 +54,7 @@ class _GroupHistory:
         self.classes: list[list[int]] = []  # current classes, slowest first ([] = none)
         self.class_map: dict[int, int] = {}  # rank -> index in ``classes``
         self.pending: int | None = None  # a new class count seen once, waiting for confirmation
+        self.last: tuple[np.ndarray, np.ndarray] | None = None  # (ranks, slots) of the previous step
 
 
 class ImbalanceDetector:
@@ -106,21 +108,26 @@ class ImbalanceDetector:
         g = self._groups.get(step.group)
         if g is None:
             g = self._groups[step.group] = _GroupHistory(self.window)
-        new = [int(r) for r in step.ranks if int(r) not in g.slot]
-        if new:
-            for r in new:
-                g.slot[r] = len(g.ranks)
-                g.ranks.append(r)
-            g.values = np.vstack([g.values, np.full((len(new), self.window), np.nan)])
-        slots = np.fromiter((g.slot[int(r)] for r in step.ranks), dtype=np.int64, count=len(step.ranks))
+        changed = g.last is None or not np.array_equal(step.ranks, g.last[0])
+        if changed:  # most steps have the same ranks as the one before
+            new = [int(r) for r in step.ranks if int(r) not in g.slot]
+            if new:
+                for r in new:
+                    g.slot[r] = len(g.ranks)
+                    g.ranks.append(r)
+                g.values = np.vstack([g.values, np.full((len(new), self.window), np.nan)])
+            g.last = (step.ranks.copy(), np.fromiter((g.slot[int(r)] for r in step.ranks), dtype=np.int64,
+                                                     count=len(step.ranks)))
+        slots = g.last[1]
         g.values[slots, g.count % self.window] = x
         g.count += 1
-        g.medians.append(float(np.median(x)))
+        g.medians.append(median(x))
         st = step.step_time[~np.isnan(step.step_time)]
         g.step_times.append(float(np.median(st)) if len(st) else float("nan"))
-        for r, node in zip(step.ranks, step.nodes):
-            if node is not None:
-                g.nodes[int(r)] = node
+        if changed or g.count % 100 == 1:  # nodes rarely change: not every step
+            for r, node in zip(step.ranks, step.nodes):
+                if node is not None:
+                    g.nodes[int(r)] = node
         self._steps += 1
         out: list[Alert] = []
         due = g.count == self.min_steps or (g.count > self.min_steps and g.count % self.every == 0)

@@ -82,12 +82,17 @@ class LongStragglerDetector:
         self._evaluated = 0
         self._first_step: int | None = None
         self._firing: dict[int, Alert] = {}
+        self._last_lookup: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     @property
     def firing(self) -> dict[int, Alert]:
         return dict(self._firing)
 
-    def _slots_for(self, ranks: np.ndarray) -> np.ndarray:
+    def _slots_for(self, ranks: np.ndarray) -> tuple[np.ndarray, bool]:
+        """Slots of ``ranks``, and whether they differ from the previous step's (most steps: same ranks)."""
+        last_ranks, last_slots = self._last_lookup
+        if len(ranks) == len(last_ranks) and np.array_equal(ranks, last_ranks):
+            return last_slots, False
         new = [int(r) for r in ranks if int(r) not in self._slot]
         if new:
             for r in new:
@@ -99,12 +104,14 @@ class LongStragglerDetector:
             self._cusum = np.concatenate([self._cusum, np.zeros(grow)])
             self._onset = np.concatenate([self._onset, np.full(grow, -1, dtype=np.int64)])
             self._nodes.extend([None] * grow)
-        return np.fromiter((self._slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
+        slots = np.fromiter((self._slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
+        self._last_lookup = (ranks.copy(), slots)
+        return slots, True
 
-    def _peers(self, ranks: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    def _peers(self, ranks: np.ndarray, x: np.ndarray) -> np.ndarray | float | None:
         if not self.rank_class:
             peer = median(x)
-            return np.full(len(x), peer) if peer > 0 else None
+            return peer if peer > 0 else None
         cls = np.fromiter((self.rank_class.get(int(r), -1) for r in ranks), dtype=np.int64, count=len(ranks))
         peers = np.full(len(x), median(x))
         for c in np.unique(cls[cls >= 0]):
@@ -128,24 +135,25 @@ class LongStragglerDetector:
         peers = self._peers(step.ranks, x)
         if peers is None:
             return []
-        slots = self._slots_for(step.ranks)
+        slots, changed = self._slots_for(step.ranks)
         col = self._evaluated % self.window
         self._evaluated += 1
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = x / peers
         self._ratio[slots, col] = ratio
         # What the group waited for each rank: its excess over the slowest of the others.
-        wait = np.zeros(len(x))
+        self._wait[slots, col] = 0.0
         if len(x) > 1:
             top = int(np.argmax(x))
-            wait[top] = x[top] - np.max(np.delete(x, top))
-        self._wait[slots, col] = wait
+            second, first = np.partition(x, len(x) - 2)[-2:]
+            self._wait[slots[top], col] = first - second
         st = step.step_time[~np.isnan(step.step_time)]
         self._step_time[col] = float(np.median(st)) if len(st) else float(np.nanmax(x))
-        self._peer[col] = float(np.nanmedian(peers))
-        for slot, node in zip(slots, step.nodes):
-            if node is not None:
-                self._nodes[slot] = node
+        self._peer[col] = peers if isinstance(peers, float) else float(np.nanmedian(peers))
+        if changed or self._evaluated % 100 == 1:  # nodes rarely change: not every step
+            for slot, node in zip(slots, step.nodes):
+                if node is not None:
+                    self._nodes[slot] = node
 
         above = ratio > 1.0 + self.min_effect / 2  # NaN (no class peers) is never above
         judged = ~np.isnan(ratio)
