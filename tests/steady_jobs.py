@@ -36,6 +36,8 @@ class SteadyJob:
     stage_of: list[int] | None = None  # rank -> pipeline stage (group "stage-N")
     stage_factor: dict[int, float] = field(default_factory=dict)
     rank_factor: dict[int, float] = field(default_factory=dict)  # whole-job per-rank factor (classes)
+    drop_rate: float = 0.0  # share of step events lost on the way
+    shuffle: bool = False  # events of a step arrive in random order
     seed: int = 0
 
     def node(self, rank: int) -> str:
@@ -70,7 +72,11 @@ class SteadyJob:
                       "comm_time": step_time - float(x[r]), "node": self.node(r), "world_size": n}
                 if self.stage_of is not None:
                     ev["group"] = f"stage-{self.stage_of[r]}"
+                if self.drop_rate and rng.random() < self.drop_rate:
+                    continue
                 events.append(ev)
+            if self.shuffle:
+                rng.shuffle(events)
             yield orjson.dumps({"v": 1, "kind": "batch", "events": events})
 
     def run(self, engine: DetectionEngine | None = None, *, tick_every: int = 50):

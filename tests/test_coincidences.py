@@ -69,3 +69,13 @@ def test_after_the_holdoff_the_same_ratio_fires_again():
     engine, alerts = _flapping_job(1.25).run(DetectionEngine(settings))
     assert [a.ranks for a in firing(alerts, "straggler")] == [(5,), (5,)]
     assert sum(engine.straggler_flaps.values()) == 0
+
+
+def test_flaps_and_info_alerts_are_in_the_metrics():
+    from stepwatch.streams.metrics import WorkerMetrics
+
+    engine, _ = _flapping_job(1.25).run()
+    text = WorkerMetrics(engine).render().decode()
+    assert 'stepwatch_straggler_flaps_total{outcome="suppressed"} 1.0' in text
+    assert 'stepwatch_straggler_flaps_total{outcome="refired"} 0.0' in text
+    assert 'stepwatch_alerts_firing{severity="info",type="straggler"} 0.0' in text
