@@ -24,7 +24,7 @@ __all__ = ["CONTENT_TYPE_LATEST", "WorkerMetrics", "WorkerStats"]
 DETECTION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                      5.0)
 ALERT_TYPES = ("straggler", "hang")
-EVENT_KINDS = ("step", "collective", "heartbeat", "phase")
+EVENT_KINDS = ("step", "collective", "heartbeat", "phase", "stack")
 
 
 class WorkerMetrics:
