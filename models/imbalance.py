@@ -65,7 +65,8 @@ class ImbalanceDetector:
     * ``window``: steps of history per group (stage medians, per-rank medians).
     * ``min_steps``: steps a group needs before it is judged (classes must be known before the
       per-rank rule starts judging, i.e. within its warm-up).
-    * ``every``: steps between evaluations once a picture was judged.
+    * ``every``: steps between evaluations (classes: for the first ``window`` steps, then every
+  ``window / 2``).
     * ``stage_min_effect``: slowest stage over the median stage at least ``1 +`` this.
     * ``class_gap``: ratio between neighbouring rank medians that separates two classes.
     * ``min_class_share``: smallest share of a group's ranks (and at least 2) a class holds.
@@ -130,7 +131,11 @@ class ImbalanceDetector:
                     g.nodes[int(r)] = node
         self._steps += 1
         out: list[Alert] = []
-        due = g.count == self.min_steps or (g.count > self.min_steps and g.count % self.every == 0)
+        # Classes are judged early (before the per-rank rule starts), then every ``every`` steps for the
+        # first ``window`` steps, then every ``window / 2``: they change slowly, and the per-rank medians
+        # of a big job are the costliest part of this rule.
+        cadence = self.every if g.count <= self.window else max(self.every, self.window // 2)
+        due = g.count == self.min_steps or (g.count > self.min_steps and g.count % cadence == 0)
         if due:
             out.extend(self._judge_classes(step, g))
         if len(self._groups) > 1 and self._steps % self.every == 0:
@@ -198,8 +203,12 @@ class ImbalanceDetector:
         filled = min(g.count, self.window)
         if n < 4 or filled < self.min_steps:
             return []
-        with np.errstate(all="ignore"):
-            meds = np.nanmedian(g.values[:, :filled] if g.count <= self.window else g.values, axis=1)
+        vals = g.values[:, :filled] if g.count <= self.window else g.values
+        if np.isnan(vals).any():
+            with np.errstate(all="ignore"):
+                meds = np.nanmedian(vals, axis=1)
+        else:
+            meds = np.median(vals, axis=1)
         ok = np.flatnonzero(np.isfinite(meds) & (meds > 0))
         if len(ok) < 4:
             return []
