@@ -298,7 +298,9 @@ def create_app(settings: Settings | None = None) -> faust.App:
 
     from .telemetry_feed import attach_telemetry
 
-    attach_telemetry(app, engine, settings, publish=publish, pipeline=pipeline, send=send)
+    telemetry = attach_telemetry(app, engine, settings, publish=publish, pipeline=pipeline, send=send)
+    metrics.telemetry_lag_source = telemetry.lag
+    metrics.telemetry_offset_source = lambda: sorted(telemetry.applied.items())
 
     from .control import install_control
 

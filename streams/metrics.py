@@ -36,6 +36,10 @@ class WorkerMetrics:
         self.lag_source: Callable[[], Iterable[tuple[str, int, int]]] | None = None
         #: () -> bool: the worker consumes (the /health answer).
         self.ready_source: Callable[[], bool] = lambda: False
+        #: () -> iterable of (partition, messages) / (partition, offset): the telemetry feed's lag and the
+        #: position up to which its events are applied (streams/telemetry_feed.py); set by the worker.
+        self.telemetry_lag_source: Callable[[], Iterable[tuple[int, int]]] | None = None
+        self.telemetry_offset_source: Callable[[], Iterable[tuple[int, int]]] | None = None
         #: () -> int: alerts waiting for the Alertmanager sink.
         self.alertmanager_queue: Callable[[], int] | None = None
         r = self.registry = CollectorRegistry(auto_describe=True)
@@ -130,9 +134,29 @@ class _ScrapeTimeCollector:
             except Exception:  # the consumer is (re)starting: leave the series out this scrape
                 pass
         yield lag
+        yield from self._telemetry_feed()
         if self.m.alertmanager_queue is not None:
             yield GaugeMetricFamily("stepwatch_alertmanager_queue_length", "Alert updates waiting to be sent.",
                                     value=self.m.alertmanager_queue())
+
+
+    def _telemetry_feed(self):
+        lag = GaugeMetricFamily("stepwatch_telemetry_feed_lag",
+                                "Messages of the telemetry topic whose events this worker has not applied yet, per "
+                                "partition (every worker reads every partition).", labels=["partition"])
+        offset = GaugeMetricFamily("stepwatch_telemetry_feed_offset",
+                                   "Next offset of each telemetry topic partition whose events are not yet all "
+                                   "applied by this worker: everything before it is.", labels=["partition"])
+        for family, source in ((lag, self.m.telemetry_lag_source), (offset, self.m.telemetry_offset_source)):
+            if source is None:
+                continue
+            try:
+                for partition, value in source():
+                    family.add_metric([str(partition)], value)
+            except Exception:  # the feed is (re)connecting: leave the series out this scrape
+                pass
+        yield lag
+        yield offset
 
 
 #: The worker's counters before metrics were added; kept as a name for code that imports it.

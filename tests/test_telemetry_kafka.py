@@ -15,7 +15,8 @@ from stepwatch.producers.telemetry_sim import TelemetryFault, TelemetrySimulator
 from stepwatch.streams.telemetry_feed import partition_of
 from stepwatch.topics import create_topics
 
-from support import REPO, WorkerProcess, read_alerts, stepwatch_env
+from opsupport import free_port, get
+from support import REPO, WorkerProcess, read_alerts, stepwatch_env, wait_until
 
 pytestmark = pytest.mark.kafka
 PARTITIONS = 4
@@ -70,12 +71,36 @@ def pick(name: str, partition: int) -> str:
     raise AssertionError
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        return {tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()}
+    finally:
+        consumer.close()
+
+
+def telemetry_applied(port: int) -> dict[int, int]:
+    """A worker's ``stepwatch_telemetry_feed_offset``: per partition, the offset up to which its events are applied."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, body = get(f"http://127.0.0.1:{port}/metrics")
+    if status != 200:
+        return {}
+    return {int(s.labels["partition"]): int(s.value) for family in text_string_to_metric_families(body.decode())
+            if family.name == "stepwatch_telemetry_feed_offset" for s in family.samples}
+
+
 def test_stragglers_name_their_telemetry_cause_across_workers(kafka_bootstrap, topic_prefix, tmp_path):
     env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_KAFKA_PARTITIONS=str(PARTITIONS))
     create_topics(kafka_bootstrap, [topic_prefix + n for n in ("events", "alerts", "deadletter", "telemetry")],
                   PARTITIONS)
-    workers = [TelemetryWorker(dict(env, STEPWATCH_WORKER_DATADIR=str(tmp_path / f"faust-{i}")),
-                               tmp_path / f"worker-{i}.log") for i in range(2)]
+    ports = [free_port() for _ in range(2)]
+    workers = [TelemetryWorker(dict(env, STEPWATCH_WORKER_DATADIR=str(tmp_path / f"faust-{i}"),
+                                    STEPWATCH_WORKER_WEB_PORT=str(port)),
+                               tmp_path / f"worker-{i}.log") for i, port in enumerate(ports)]
     try:
         for w in workers:
             w.wait_ready(timeout=90)
@@ -92,7 +117,11 @@ def test_stragglers_name_their_telemetry_cause_across_workers(kafka_bootstrap, t
                 {node: events for _, telemetry in sims.values() for node, events in telemetry.items()})
         read_alerts(kafka_bootstrap, topic_prefix + "alerts",
                     until=lambda a: {"gpu_fault", "link_errors"} <= {x["type"] for x in a}, timeout=90)
-        time.sleep(2)
+        # ... and each worker has applied all of it (its feed's applied offsets reached the topic's end).
+        ends = end_offsets(kafka_bootstrap, topic_prefix + "telemetry")
+        for port in ports:
+            wait_until(lambda port=port: all(telemetry_applied(port).get(p, -1) >= end for p, end in ends.items()),
+                       timeout=90, what=f"the worker on port {port} to apply the telemetry up to {ends}", interval=0.5)
         publish(kafka_bootstrap, topic_prefix + "events", {job: batches for job, (batches, _) in sims.items()})
 
         def straggler_with_cause(alerts, job):
