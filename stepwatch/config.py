@@ -133,6 +133,8 @@ class KafkaSettings:
     #: Workers registry (compacted, one partition, keyed by worker URL): which worker owns which
     #: events partition, for the status API's proxying (streams/registry.py).
     workers_topic: str = "workers"
+    #: Persistent link baselines (compacted, keyed by node; streams/link_baselines.py, docs/network.md).
+    link_baselines_topic: str = "link-baselines"
     #: Worker -> rank monitors requests (stack requests, keyed by job; docs/hang.md).
     control_topic: str = "control"
     #: Output of the optional shard stage (``stepwatch shard``): the raw events re-batched per job, keyed
@@ -289,6 +291,12 @@ class TelemetrySettings:
     max_enrichment_updates: int = 5
     #: The worker's global telemetry feed starts this many seconds back in the topic.
     feed_lookback_seconds: float = 300.0
+    #: Persistent link baselines (models/link_baseline.py, docs/network.md): a sample's weight halves
+    #: after this many seconds of the node's clock; a port's own baseline counts after this many samples;
+    #: the owner of a node's partition writes the node's baselines to the compacted topic this often.
+    link_baseline_half_life: float = 21600.0
+    link_baseline_min_samples: int = 120
+    link_baseline_publish_interval: float = 60.0
 
     def app_xid_set(self) -> frozenset[int]:
         try:
