@@ -437,7 +437,7 @@ class FabricCorrelator:
         if len(windows) < self.min_nodes:
             # Too few peers: each node against its own and the fleet's usual level (seed 003's
             # slow-node baseline); nothing there leaves the caller's fallback (spikes near the onset).
-            return self._baseline_suspects(tuple(windows), since, until) or None
+            return self._baseline_suspects(tuple(windows), since, until)
         # feature -> component name -> node -> value, and feature -> node -> pooled values
         by_comp: dict[str, dict[str, dict[str, float]]] = {}
         for node, comps in windows.items():
@@ -480,11 +480,13 @@ class FabricCorrelator:
         out.sort(key=lambda s: (-s.score, s.node, s.component))
         return out[: self.max_suspects]
 
-    def _baseline_suspects(self, nodes: tuple[str, ...], since: float, until: float) -> list[FabricSuspect]:
-        """Components of ``nodes`` whose link rates stand out from their own or the fleet's baseline."""
+    def _baseline_suspects(self, nodes: tuple[str, ...], since: float, until: float) -> list[FabricSuspect] | None:
+        """Components of ``nodes`` whose link rates stand out from their own or the fleet's baseline; an
+        empty list when the only thing off its baseline is a lift of many nodes at once (the fabric);
+        None when nothing stands out (the caller falls back to spikes near the onset)."""
         baselines = self.history.baselines
         if baselines is None or not nodes:
-            return []
+            return None
         hits: dict[str, dict[tuple[str, str], Moved]] = {}
         for node in nodes:
             for comp, feats in self.history.levels(node, since, until).items():
@@ -495,12 +497,16 @@ class FabricCorrelator:
                         hits.setdefault(f, {})[(node, comp)] = Moved(f, value, j.baseline, j.z, began,
                                                                      reference="baseline", basis=j.reference)
         flagged: dict[tuple[str, str], list[Moved]] = {}
+        fabric_wide = False
         for f, found in hits.items():
             # Off its baseline on many of the job's nodes at once: the fabric (congestion), not one node.
             if len({node for node, _ in found}) > max(1, self.max_share * len(nodes)):
+                fabric_wide = True
                 continue
             for key, moved in found.items():
                 flagged.setdefault(key, []).append(moved)
+        if not flagged:
+            return [] if fabric_wide else None
         return self._ranked(flagged)
 
 

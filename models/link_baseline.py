@@ -139,8 +139,9 @@ class LinkBaselines:
                 entry.stats[name] = [x, 0.0, 1]
                 continue
             mean, dev, n = st
-            floor, rel = BASELINE_FEATURES[name]
-            spread = max(_MAD_TO_SIGMA * dev, floor, rel * abs(mean))
+            # Clipped at the sample spread (the relative floor is for judging only: clipping at a share
+            # of the mean would let a sustained bad level grow the baseline geometrically).
+            spread = max(_MAD_TO_SIGMA * dev, BASELINE_FEATURES[name][0])
             x = min(max(x, mean - self.clip * spread), mean + self.clip * spread)
             # A running mean while young, then exponential forgetting by time.
             alpha = max(1.0 / (n + 1), decay)
