@@ -300,6 +300,10 @@ def create_app(settings: Settings | None = None) -> faust.App:
 
     attach_telemetry(app, engine, settings, publish=publish, pipeline=pipeline, send=send)
 
+    from .link_baselines import install_link_baselines
+
+    install_link_baselines(app, engine, settings, owned=owned_events_partitions)  # docs/network.md
+
     from .control import install_control
 
     install_control(app, engine, settings, metrics)  # stack requests of hung jobs (docs/hang.md)
