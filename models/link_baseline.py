@@ -44,6 +44,7 @@ BASELINE_FEATURES: dict[str, tuple[float, float]] = {
 HIGHER_IS_WORSE = {"link_errors": True, "xmit_wait": True, "link_rate": False, "nvlink_errors": True}
 #: Mean absolute deviation -> standard deviation of a normal distribution.
 _MAD_TO_SIGMA = 1.2533141373155001
+_LN2 = math.log(2.0)
 RECORD_VERSION = 1
 
 
@@ -88,8 +89,8 @@ class LinkBaselines:
     * ``clip``: samples beyond this many spreads from the baseline are learned as if they were there
       (a bad spell moves the baseline slowly);
     * ``fleet_min``: components with a settled baseline the fleet comparison needs;
-    * ``max_nodes``, ``max_components``: memory bounds (the node updated longest ago is dropped first;
-      a node's components beyond the bound are not learned).
+    * ``max_nodes``, ``max_components``: memory bounds (the node seen first is dropped first; a
+      node's components beyond the bound are not learned).
     """
 
     def __init__(self, *, half_life: float = 21_600.0, min_samples: int = 120, clip: float = 3.0,
@@ -116,39 +117,56 @@ class LinkBaselines:
         comps = self._nodes.get(node)
         if comps is None:
             if len(self._nodes) >= self.max_nodes:
-                self._nodes.pop(next(iter(self._nodes)))  # insertion order: the oldest node
+                self._nodes.pop(next(iter(self._nodes)))  # the node seen first goes first
             comps = self._nodes[node] = {}
-        else:
-            self._nodes[node] = self._nodes.pop(node)  # most recently updated last
         entry = comps.get(component)
         if entry is None:
             if len(comps) >= self.max_components:
                 return
             entry = comps[component] = _Entry()
-        dt = None if entry.last is None else ts - entry.last
-        if dt is not None and dt <= 0:
+        last = entry.last
+        if last is not None and ts <= last:
             return  # a repeated or reordered sample: its time was learned already
         entry.last = ts
         self._updates += 1
-        decay = 1.0 - math.exp(-math.log(2.0) * dt / self.half_life) if dt is not None else 0.0
+        self._dirty.add(node)
+        if last is None:
+            decay = 0.0
+        else:
+            decay = _LN2 * (ts - last) / self.half_life
+            if decay > 1e-3:
+                decay = 1.0 - math.exp(-decay)
+        stats = entry.stats
         for name, x in values.items():
-            if name not in BASELINE_FEATURES or not math.isfinite(x):
-                continue
-            st = entry.stats.get(name)
+            st = stats.get(name)
             if st is None:
-                entry.stats[name] = [x, 0.0, 1]
+                if name in BASELINE_FEATURES and math.isfinite(x):
+                    stats[name] = [x, 0.0, 1]
                 continue
             mean, dev, n = st
+            if x == mean and dev == 0.0:  # the usual healthy sample (no errors, the same rate): counted only
+                st[2] = n + 1
+                continue
+            if not math.isfinite(x):
+                continue
             # Clipped at the sample spread (the relative floor is for judging only: clipping at a share
             # of the mean would let a sustained bad level grow the baseline geometrically).
-            spread = max(_MAD_TO_SIGMA * dev, BASELINE_FEATURES[name][0])
-            x = min(max(x, mean - self.clip * spread), mean + self.clip * spread)
+            spread = _MAD_TO_SIGMA * dev
+            floor = BASELINE_FEATURES[name][0]
+            if spread < floor:
+                spread = floor
+            lim = self.clip * spread
+            if x > mean + lim:
+                x = mean + lim
+            elif x < mean - lim:
+                x = mean - lim
             # A running mean while young, then exponential forgetting by time.
-            alpha = max(1.0 / (n + 1), decay)
+            alpha = 1.0 / (n + 1)
+            if alpha < decay:
+                alpha = decay
             st[0] = mean + alpha * (x - mean)
             st[1] = dev + alpha * (abs(x - mean) - dev)
-            st[2] = min(n + 1, 1_000_000_000)
-        self._dirty.add(node)
+            st[2] = n + 1
 
     # -- judging ---------------------------------------------------------------------------------
 
