@@ -481,9 +481,9 @@ class FabricCorrelator:
         return out[: self.max_suspects]
 
     def _baseline_suspects(self, nodes: tuple[str, ...], since: float, until: float) -> list[FabricSuspect] | None:
-        """Components of ``nodes`` whose link rates stand out from their own or the fleet's baseline; an
-        empty list when the only thing off its baseline is a lift of many nodes at once (the fabric);
-        None when nothing stands out (the caller falls back to spikes near the onset)."""
+        """Components of ``nodes`` whose link rates stand out from their own or the fleet's baseline; None
+        when nothing does (the caller falls back to spikes near the onset, which name no node: a port
+        down in a small job's hang is still found there)."""
         baselines = self.history.baselines
         if baselines is None or not nodes:
             return None
@@ -497,17 +497,13 @@ class FabricCorrelator:
                         hits.setdefault(f, {})[(node, comp)] = Moved(f, value, j.baseline, j.z, began,
                                                                      reference="baseline", basis=j.reference)
         flagged: dict[tuple[str, str], list[Moved]] = {}
-        fabric_wide = False
         for f, found in hits.items():
             # Off its baseline on many of the job's nodes at once: the fabric (congestion), not one node.
             if len({node for node, _ in found}) > max(1, self.max_share * len(nodes)):
-                fabric_wide = True
                 continue
             for key, moved in found.items():
                 flagged.setdefault(key, []).append(moved)
-        if not flagged:
-            return [] if fabric_wide else None
-        return self._ranked(flagged)
+        return self._ranked(flagged) or None
 
 
     def _dropped(self, node: str, comp: str, feature: str, value: float, at: float) -> bool:
