@@ -75,7 +75,7 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
     if baselines is None:
         return
     interval = max(0.1, settings.telemetry.link_baseline_publish_interval)
-    holder: dict = {"producer": None}
+    holder: dict = {"producer": None, "read": False}
     unsent: set[str] = set()
 
     async def publish() -> int:
@@ -96,11 +96,27 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
         return sent
 
     async def run() -> None:
+        from aiokafka import AIOKafkaProducer
+
+        while holder["producer"] is None:  # the broker may be away at start: detection does not wait
+            producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap.split(","), linger_ms=50,
+                                        **client_config(settings))
+            try:
+                await producer.start()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("link baselines: no producer yet (will retry): %r", exc)
+                await producer.stop()
+                await asyncio.sleep(2.0)
+            else:
+                holder["producer"] = producer
         while True:
             try:
                 count = await read_baselines(settings, topic, baselines)
                 log.info("link baselines: read %d records back from %s (%d nodes known, %d rejected)",
                          count, topic, len(baselines.nodes()), baselines.rejected)
+                holder["read"] = True
                 break
             except asyncio.CancelledError:
                 raise
@@ -118,6 +134,13 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
             except Exception as exc:  # kept in ``unsent``: the next round tries again
                 log.warning("writing link baselines failed (will retry): %r", exc)
 
+    async def start() -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, ensure_topic)
+        except Exception as exc:  # the reader and writer retry; the topic may appear later
+            log.warning("could not create the link baselines topic %s: %r", topic, exc)
+        await run()
+
     def ensure_topic() -> None:
         from stepwatch.topics import ensure_link_baselines_topic
 
@@ -130,17 +153,7 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
         _task = None
 
         async def on_start(self) -> None:
-            from aiokafka import AIOKafkaProducer
-
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, ensure_topic)
-            except Exception as exc:  # the reader and writer retry; the topic may appear later
-                log.warning("could not create the link baselines topic %s: %r", topic, exc)
-            producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap.split(","), linger_ms=50,
-                                        **client_config(settings))
-            await producer.start()
-            holder["producer"] = producer
-            self._task = asyncio.ensure_future(run())
+            self._task = asyncio.ensure_future(start())
 
         async def on_stop(self) -> None:
             if self._task is not None:
@@ -153,6 +166,8 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
             if producer is None:
                 return
             try:  # a clean stop: what was learned since the last round is not lost
+                if not holder["read"]:
+                    return  # never overwrite a record this worker did not read back first
                 await asyncio.wait_for(publish(), timeout=5.0)
             except Exception as exc:
                 log.warning("could not write the link baselines on stop: %r", exc)
