@@ -1,0 +1,107 @@
+"""Which jobs run on which node: the view that attributes node alerts to jobs.
+
+Node alerts (``gpu_fault``, ``link_errors``) come from node telemetry, keyed by node; the
+jobs' ranks report their node and GPU in their step events, keyed by job. Each worker sees
+its own jobs' step events; workers share what they see through a compacted topic (one record
+per job, written by the job's owner: ``snapshot``; read by every worker: ``merge``), so the
+worker that publishes a node's alerts can name the jobs on that node even when they live on
+other workers.
+
+Times are the jobs' own event times; a node alert is matched against them within
+``window`` seconds (minutes), far wider than the clock differences of hosts in one cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PlacementView:
+    """job -> node -> (GPUs, ranks, last seen).
+
+    Hyperparameters (keyword-only):
+
+    * ``window``: seconds around a node alert in which a job counts as being on the node;
+    * ``max_jobs``: jobs remembered (the least recently seen is forgotten beyond).
+    """
+
+    def __init__(self, *, window: float = 300.0, max_jobs: int = 10_000) -> None:
+        self.window = window
+        self.max_jobs = max_jobs
+        # job -> node -> [gpus set, ranks set, last ts]
+        self._jobs: dict[str, dict[str, list]] = {}
+        self._remote: dict[str, dict[str, list]] = {}  # the same, from other workers
+        self.changed: set[str] = set()  # jobs whose placement changed since the last snapshot
+
+    def observe(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
+        """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the job is new on that node."""
+        if not node:
+            return False
+        nodes = self._jobs.get(job)
+        if nodes is None:
+            if len(self._jobs) >= self.max_jobs:
+                oldest = min(self._jobs, key=lambda j: max((e[2] for e in self._jobs[j].values()), default=0.0))
+                self._jobs.pop(oldest)
+            nodes = self._jobs[job] = {}
+        entry = nodes.get(node)
+        new = entry is None
+        if new:
+            entry = nodes[node] = [set(), set(), ts]
+        if gpu is not None and gpu == gpu and gpu not in entry[0]:
+            entry[0].add(int(gpu))
+            self.changed.add(job)
+        if rank not in entry[1]:
+            entry[1].add(rank)
+            self.changed.add(job)
+        if ts > entry[2]:
+            if ts - entry[2] > self.window / 4:
+                self.changed.add(job)  # refresh the shared copy now and then
+            entry[2] = ts
+        return new
+
+    def jobs_on(self, node: str, *, at: float, gpu: int | None = None) -> list[dict[str, Any]]:
+        """``[{"job", "ranks"}]`` with ranks on ``node`` (on ``gpu`` where GPUs are known) within the window."""
+        out: dict[str, set[int]] = {}
+        for source in (self._remote, self._jobs):  # local knowledge wins
+            for job, nodes in source.items():
+                entry = nodes.get(node)
+                if entry is None or abs(at - entry[2]) > self.window and entry[2] < at:
+                    continue
+                if gpu is not None and entry[0] and gpu not in entry[0]:
+                    continue
+                out[job] = set(entry[1])
+        return [{"job": job, "ranks": sorted(ranks)} for job, ranks in sorted(out.items())]
+
+    def nodes_of(self, job: str) -> list[str]:
+        return sorted(set(self._jobs.get(job, {})) | set(self._remote.get(job, {})))
+
+    def snapshot(self, job: str) -> dict[str, Any] | None:
+        """This worker's placement of ``job`` as a JSON-able record (None: unknown)."""
+        nodes = self._jobs.get(job)
+        if nodes is None:
+            return None
+        return {"job": job, "nodes": [{"node": n, "gpus": sorted(e[0]), "ranks": sorted(e[1]), "last_ts": e[2]}
+                                      for n, e in sorted(nodes.items())]}
+
+    def merge(self, record: dict[str, Any]) -> list[tuple[str, str]]:
+        """Another worker's snapshot of a job; returns the (job, node) pairs new to this view."""
+        job = record.get("job")
+        if not isinstance(job, str) or job in self._jobs:
+            return []
+        nodes: dict[str, list] = {}
+        new = []
+        known = self._remote.get(job, {})
+        for item in record.get("nodes") or ():
+            try:
+                node = str(item["node"])
+                nodes[node] = [set(int(g) for g in item.get("gpus") or ()), set(int(r) for r in item.get("ranks") or ()),
+                               float(item.get("last_ts") or 0.0)]
+            except (KeyError, TypeError, ValueError):
+                continue
+            if node not in known:
+                new.append((job, node))
+        self._remote[job] = nodes
+        return new
+
+    def forget(self, job: str) -> None:
+        self._jobs.pop(job, None)
