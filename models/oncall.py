@@ -98,6 +98,8 @@ class OnCall:
         for alert in alerts:
             if not alert.job and alert.nodes and alert.type != "node_suspect":
                 alert = self._attribute(alert)
+            elif alert.job and "onset_ts" not in alert.evidence:
+                alert = self._onset_from_steps(alert)
             alert = self.classifier.annotate(alert)
             out.append(alert)
             self._remember(alert)
@@ -124,6 +126,18 @@ class OnCall:
         if jobs:
             summary += "; jobs: " + ", ".join(j["job"] for j in jobs)
         return alert.__class__(**{**_fields(alert), "evidence": evidence, "summary": summary})
+
+    def _onset_from_steps(self, alert: Alert) -> Alert:
+        """Rules that name the step a problem began at (straggler, throughput drop): its time, estimated
+        from the job's typical step time (the detectors know steps, not the time they began)."""
+        ev = alert.evidence
+        first = ev.get("first_step", ev.get("onset_step"))
+        detected = ev.get("detected_step")
+        state = self.restarts._jobs.get(alert.job)
+        if not isinstance(first, int) or not isinstance(detected, int) or state is None or state.step_time <= 0:
+            return alert
+        onset = round(alert.starts_at - max(detected - first, 0) * state.step_time, 6)
+        return alert.__class__(**{**_fields(alert), "evidence": {**ev, "onset_ts": onset}})
 
     def _remember(self, alert: Alert) -> None:
         if not alert.job and alert.nodes and alert.type not in ("node_suspect",):
@@ -212,7 +226,7 @@ class OnCall:
 
 def _priority(kind: str) -> int:
     # A device fault or hang explains a restart better than a slowdown that preceded it.
-    return {"gpu_fault": 3, "hang": 3, "link_errors": 2}.get(kind, 1)
+    return {"gpu_fault": 4, "hang": 3, "link_errors": 3}.get(kind, 1)
 
 
 def _fields(alert: Alert) -> dict[str, Any]:

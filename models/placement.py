@@ -28,49 +28,54 @@ class PlacementView:
     def __init__(self, *, window: float = 300.0, max_jobs: int = 10_000) -> None:
         self.window = window
         self.max_jobs = max_jobs
-        # job -> node -> [gpus set, ranks set, last ts]
+        # job -> node -> [{rank: gpu or None}, last ts]
         self._jobs: dict[str, dict[str, list]] = {}
         self._remote: dict[str, dict[str, list]] = {}  # the same, from other workers
         self.changed: set[str] = set()  # jobs whose placement changed since the last snapshot
 
     def observe(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
-        """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the job is new on that node."""
+        """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the rank is new there (or moved GPU)."""
         if not node:
             return False
         nodes = self._jobs.get(job)
         if nodes is None:
             if len(self._jobs) >= self.max_jobs:
-                oldest = min(self._jobs, key=lambda j: max((e[2] for e in self._jobs[j].values()), default=0.0))
+                oldest = min(self._jobs, key=lambda j: max((e[1] for e in self._jobs[j].values()), default=0.0))
                 self._jobs.pop(oldest)
             nodes = self._jobs[job] = {}
         entry = nodes.get(node)
-        new = entry is None
+        if entry is None:
+            entry = nodes[node] = [{}, ts]
+        gpu = None if gpu is None or gpu != gpu else int(gpu)
+        ranks = entry[0]
+        new = rank not in ranks or ranks[rank] != gpu
         if new:
-            entry = nodes[node] = [set(), set(), ts]
-        if gpu is not None and gpu == gpu and gpu not in entry[0]:
-            entry[0].add(int(gpu))
+            ranks[rank] = gpu
             self.changed.add(job)
-        if rank not in entry[1]:
-            entry[1].add(rank)
-            self.changed.add(job)
-        if ts > entry[2]:
-            if ts - entry[2] > self.window / 4:
+        if ts > entry[1]:
+            if ts - entry[1] > self.window / 4:
                 self.changed.add(job)  # refresh the shared copy now and then
-            entry[2] = ts
+            entry[1] = ts
         return new
 
     def jobs_on(self, node: str, *, at: float, gpu: int | None = None) -> list[dict[str, Any]]:
-        """``[{"job", "ranks"}]`` with ranks on ``node`` (on ``gpu`` where GPUs are known) within the window."""
-        out: dict[str, set[int]] = {}
+        """``[{"job", "ranks"}]`` with ranks on ``node`` (on ``gpu`` where known) seen since ``at - window``."""
+        out: dict[str, list[int]] = {}
         for source in (self._remote, self._jobs):  # local knowledge wins
             for job, nodes in source.items():
                 entry = nodes.get(node)
-                if entry is None or abs(at - entry[2]) > self.window and entry[2] < at:
+                if entry is None or entry[1] < at - self.window:
                     continue
-                if gpu is not None and entry[0] and gpu not in entry[0]:
-                    continue
-                out[job] = set(entry[1])
-        return [{"job": job, "ranks": sorted(ranks)} for job, ranks in sorted(out.items())]
+                ranks = entry[0]
+                if gpu is not None and any(g is not None for g in ranks.values()):
+                    chosen = sorted(r for r, g in ranks.items() if g == gpu)
+                else:
+                    chosen = sorted(ranks)
+                if chosen:
+                    out[job] = chosen
+                else:
+                    out.pop(job, None)
+        return [{"job": job, "ranks": ranks} for job, ranks in sorted(out.items())]
 
     def nodes_of(self, job: str) -> list[str]:
         return sorted(set(self._jobs.get(job, {})) | set(self._remote.get(job, {})))
@@ -80,7 +85,7 @@ class PlacementView:
         nodes = self._jobs.get(job)
         if nodes is None:
             return None
-        return {"job": job, "nodes": [{"node": n, "gpus": sorted(e[0]), "ranks": sorted(e[1]), "last_ts": e[2]}
+        return {"job": job, "nodes": [{"node": n, "ranks": [[r, g] for r, g in sorted(e[0].items())], "last_ts": e[1]}
                                       for n, e in sorted(nodes.items())]}
 
     def merge(self, record: dict[str, Any]) -> list[tuple[str, str]]:
@@ -94,7 +99,7 @@ class PlacementView:
         for item in record.get("nodes") or ():
             try:
                 node = str(item["node"])
-                nodes[node] = [set(int(g) for g in item.get("gpus") or ()), set(int(r) for r in item.get("ranks") or ()),
+                nodes[node] = [{int(r): (None if g is None else int(g)) for r, g in item.get("ranks") or ()},
                                float(item.get("last_ts") or 0.0)]
             except (KeyError, TypeError, ValueError):
                 continue
