@@ -113,9 +113,15 @@ class NodeLedger:
         self.incidents: dict[str, dict[str, Incident]] = {}
         self.open: dict[str, Alert] = {}
         self.owns: Callable[[str], bool] | None = None
+        self.clock = 0.0  # latest time seen (incidents, ticks)
+        #: (node, alert id) of incidents that left the window since last cleared (the worker tombstones them).
+        self.pruned: list[tuple[str, str]] = []
 
     def add(self, incident: Incident) -> tuple[bool, list[Alert]]:
         """Record one incident (idempotent per node and alert id); the node_suspect alerts it causes."""
+        if incident.starts_at < self.clock - self.window_seconds:
+            return False, []  # already out of the window (read back after a restart)
+        self.clock = max(self.clock, incident.starts_at)
         known = self.incidents.get(incident.node)
         if known is None:
             if len(self.incidents) >= self.max_nodes:
@@ -175,11 +181,14 @@ class NodeLedger:
     def tick(self, now: float) -> list[Alert]:
         """Forget incidents older than the window; resolve the suspects whose node has been clean for it."""
         out = []
+        self.clock = max(self.clock, now)
         horizon = now - self.window_seconds
         for node in list(self.incidents):
             known = self.incidents[node]
             for key in [k for k, i in known.items() if i.starts_at < horizon]:
                 del known[key]
+                if len(self.pruned) < 100_000:
+                    self.pruned.append((node, key))
             if not known:
                 del self.incidents[node]
                 alert = self.open.pop(node, None)

@@ -137,8 +137,12 @@ def create_app(settings: Settings | None = None) -> faust.App:
     published = PublishedAlerts()
     job_partition: dict[str, int] = {}  # which events partition each job came from
 
+    speaks_for = None  # set below (streams/oncall_feed.py): node alerts go out from the node's owner only
+
     async def publish(alerts: list[Alert]) -> None:
         for alert in alerts:
+            if speaks_for is not None and not speaks_for(alert):
+                continue
             alert = published.rewrite(alert)
             if published.is_duplicate(alert):
                 continue  # already on the topic (e.g. re-derived after a restart)
@@ -350,6 +354,10 @@ def create_app(settings: Settings | None = None) -> faust.App:
                                 recover_partitions=recover_partitions, forget_partitions=forget_partitions,
                                 process_message=process_message, deadletter=deadletter, publish=publish,
                                 assignment_changed=assignment_changed)
+
+    from .oncall_feed import install_oncall
+
+    speaks_for = install_oncall(app, engine, settings, owned=owned_events_partitions, publish=publish)
 
     from .telemetry_feed import attach_telemetry
 
