@@ -58,6 +58,8 @@ class OnCall:
         #: Incidents recorded here that other workers have not seen yet (the worker sends them).
         self.new_incidents: list[Incident] = []
         self.restarts_seen = 0
+        #: job -> its SLI snapshot (the engine's ``job_sli``): resolved job alerts carry its effective compute.
+        self.sli_of = None
 
     # -- input --------------------------------------------------------------------------------
 
@@ -101,6 +103,8 @@ class OnCall:
             elif alert.job and "onset_ts" not in alert.evidence:
                 alert = self._onset_from_steps(alert)
             alert = self.classifier.annotate(alert)
+            if alert.job and alert.status == "resolved":
+                alert = self._with_effective_compute(alert)
             out.append(alert)
             self._remember(alert)
             out.extend(self._record(alert))
@@ -126,6 +130,13 @@ class OnCall:
         if jobs:
             summary += "; jobs: " + ", ".join(j["job"] for j in jobs)
         return alert.__class__(**{**_fields(alert), "evidence": evidence, "summary": summary})
+
+    def _with_effective_compute(self, alert: Alert) -> Alert:
+        sli = self.sli_of(alert.job) if self.sli_of is not None else None
+        share = sli.get("productive_share") if sli else None
+        if share is None:
+            return alert
+        return alert.__class__(**{**_fields(alert), "evidence": {**alert.evidence, "effective_compute": share}})
 
     def _onset_from_steps(self, alert: Alert) -> Alert:
         """Rules that name the step a problem began at (straggler, throughput drop): its time, estimated
@@ -207,7 +218,7 @@ class OnCall:
             fired = fired.__class__(**{**_fields(fired), "scope": fc.scope, "recommended_action":
                                        fc.sentence.replace("{nodes}", ", ".join(nodes) or "the nodes"),
                                        "evidence": {**fired.evidence, "action": action}})
-        return [fired, fired.resolved(at=r.at, summary=f"resolved: job resumed ({summary})")]
+        return [fired, self._with_effective_compute(fired.resolved(at=r.at, summary=f"resolved: job resumed ({summary})"))]
 
     def _republish(self, pairs: list[tuple[str, str]]) -> list[Alert]:
         nodes = {node for _, node in pairs}
@@ -240,6 +251,8 @@ def leaving_engine(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         oncall: OnCall = self.oncall
+        if oncall.sli_of is None:
+            oncall.sli_of = self.job_sli
         if oncall.depth:
             return method(self, *args, **kwargs)
         oncall.depth += 1
