@@ -11,7 +11,8 @@ newest alert read, so a replay of an old recording reports on its own week):
 * the worst nodes: incidents implicating each node (``evidence.action.nodes``; node_suspect
   verdicts are not incidents of their own) and the distinct jobs they hit;
 * GPU-hours lost per cause (``evidence.failure_class``): ``job_restart`` alerts'
-  ``gpu_hours_lost`` and hangs' ``hung_seconds`` x ranks; slowdowns are left out (their cost is in
+  ``gpu_hours_lost`` and hangs' ``hung_seconds`` x ranks (a hang named as a restart's preceding
+  alert is left out: the restart's downtime covers it); slowdowns are left out (their cost is in
   the effective compute share);
 * effective compute share per job: the latest ``evidence.effective_compute`` its alerts carry
   (the job's productive share when the alert resolved, models/sli.py).
@@ -183,7 +184,12 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
              for n, incs in nodes.items()]
     worst.sort(key=lambda r: (-r["incidents"], -len(r["jobs"]), r["node"]))
     lost: dict[str, float] = {}
+    # A hang that ended in a restart lasted through the restart's downtime: counted once, in the restart.
+    before_restart = {str(((i.last.get("evidence") or {}).get("preceding_alert") or {}).get("id"))
+                      for i in chosen if i.type == "job_restart"}
     for inc in chosen:
+        if inc.id in before_restart:
+            continue
         hours = _gpu_hours_lost(inc)
         if hours:
             lost[inc.cause] = lost.get(inc.cause, 0.0) + hours
@@ -286,12 +292,14 @@ def _timeline(report: dict[str, Any], width: int = 900, height: int = 220) -> st
     events = report["_timeline"]
     if not events:
         return '<p class="empty" data-chart="timeline">no incident in the window</p>'
-    span = max(w["until"] - w["since"], 1.0)
+    # From the first incident (or the window's start, if later) to the newest alert.
+    start = max(w["since"], min(ts for ts, *_ in events))
+    span = max(w["until"] - start, 1.0)
     buckets = 28 if span > 2 * DAY else 24
     size = span / buckets
     counts = [dict.fromkeys(COLORS, 0) for _ in range(buckets)]
     for ts, _, scope in events:
-        k = min(int((ts - w["since"]) / size), buckets - 1)
+        k = min(int((ts - start) / size), buckets - 1)
         counts[k][scope if scope in COLORS else "unknown"] += 1
     top = max(sum(c.values()) for c in counts) or 1
     left, bottom = 40, 30
@@ -311,9 +319,9 @@ def _timeline(report: dict[str, Any], width: int = 900, height: int = 220) -> st
             y -= h
             parts.append(f'<rect class="bar" x="{left + k * col + 1:.1f}" y="{y:.1f}" width="{col - 2:.1f}" '
                          f'height="{h:.1f}" fill="{COLORS[scope]}"><title>{n} {scope} incident(s)</title></rect>')
-    for k in (0, buckets // 2, buckets - 1):
-        ts = w["since"] + k * size
-        parts.append(f'<text x="{left + k * col:.1f}" y="{height - 10}" font-size="11">{_iso(ts)}</text>')
+    for k, anchor in ((0, "start"), (buckets // 2, "middle"), (buckets, "end")):
+        parts.append(f'<text x="{left + k * col:.1f}" y="{height - 10}" font-size="11" text-anchor="{anchor}">'
+                     f'{_iso(start + k * size)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
