@@ -138,6 +138,9 @@ def create_app(settings: Settings | None = None) -> faust.App:
     job_partition: dict[str, int] = {}  # which events partition each job came from
 
     speaks_for = None  # set below (streams/oncall_feed.py): node alerts go out from the node's owner only
+    from .action_sink import install_action_sink
+
+    action_sink = install_action_sink(app, settings)  # None unless action hooks are on
 
     async def publish(alerts: list[Alert]) -> None:
         for alert in alerts:
@@ -153,6 +156,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
             await alerts_topic.send(key=key.encode(), value=orjson.dumps(alert.to_dict()))
             if sink is not None:
                 sink.submit(alert)
+            if action_sink is not None:
+                action_sink.offer(alert)
 
     def apply_runtime_settings(record) -> None:
         key = record.key.decode("utf-8", "replace") if record.key else GLOBAL
