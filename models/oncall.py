@@ -60,6 +60,8 @@ class OnCall:
         self.restarts_seen = 0
         #: job -> its SLI snapshot (the engine's ``job_sli``): resolved job alerts carry its effective compute.
         self.sli_of = None
+        self.engine = None  # the engine it serves (set on its first call)
+        self._share: dict[str, float] = {}  # job -> productive share at the latest tick
 
     # -- input --------------------------------------------------------------------------------
 
@@ -117,6 +119,13 @@ class OnCall:
         return out
 
     def tick(self, now: float) -> list[Alert]:
+        if self.engine is not None:
+            shares = {}
+            for name, job in self.engine.jobs.items():
+                sli = job.sli
+                if sli.first_ts is not None and sli.last_ts is not None and sli.last_ts > sli.first_ts:
+                    shares[name] = round(min(sli.productive_seconds / (sli.last_ts - sli.first_ts), 1.0), 4)
+            self._share = shares
         return [self.classifier.annotate(a) for a in self.ledger.tick(now)]
 
     def _attribute(self, alert: Alert, jobs: list[dict] | None = None) -> Alert:
@@ -132,23 +141,35 @@ class OnCall:
         return alert.__class__(**{**_fields(alert), "evidence": evidence, "summary": summary})
 
     def _with_effective_compute(self, alert: Alert) -> Alert:
-        sli = self.sli_of(alert.job) if self.sli_of is not None else None
-        share = sli.get("productive_share") if sli else None
+        """The job's productive share (models/sli.py) as sampled at the latest timer tick: the timer runs
+        between messages, so events one by one and batch envelopes give the same value."""
+        share = self._share.get(alert.job)
         if share is None:
             return alert
         return alert.__class__(**{**_fields(alert), "evidence": {**alert.evidence, "effective_compute": share}})
 
     def _onset_from_steps(self, alert: Alert) -> Alert:
-        """Rules that name the step a problem began at (straggler, throughput drop): its time, estimated
-        from the job's typical step time (the detectors know steps, not the time they began)."""
+        """Rules that name the step a problem began at (straggler, throughput drop): when that step ended,
+        minus its duration, from the job's recent judged steps (models/sli.py); older than those: the
+        detection time minus the steps since at their median duration."""
         ev = alert.evidence
         first = ev.get("first_step", ev.get("onset_step"))
         detected = ev.get("detected_step")
-        state = self.restarts._jobs.get(alert.job)
-        if not isinstance(first, int) or not isinstance(detected, int) or state is None or state.step_time <= 0:
+        job = self.engine.jobs.get(alert.job) if self.engine is not None else None
+        if not isinstance(first, int) or not isinstance(detected, int) or job is None:
             return alert
-        onset = round(alert.starts_at - max(detected - first, 0) * state.step_time, 6)
-        return alert.__class__(**{**_fields(alert), "evidence": {**ev, "onset_ts": onset}})
+        steps = list(job.sli._steps)  # (step, end ts, step time, tokens), oldest first
+        onset = None
+        for step, end, duration, _ in steps:
+            if step == first:
+                onset = end - duration
+                break
+        if onset is None and steps:
+            typical = sorted(d for _, _, d, _ in steps)[len(steps) // 2]
+            onset = alert.starts_at - max(detected - first + 1, 0) * typical
+        if onset is None:
+            return alert
+        return alert.__class__(**{**_fields(alert), "evidence": {**ev, "onset_ts": round(min(onset, alert.starts_at), 6)}})
 
     def _remember(self, alert: Alert) -> None:
         if not alert.job and alert.nodes and alert.type not in ("node_suspect",):
@@ -251,7 +272,8 @@ def leaving_engine(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         oncall: OnCall = self.oncall
-        if oncall.sli_of is None:
+        if oncall.engine is None:
+            oncall.engine = self
             oncall.sli_of = self.job_sli
         if oncall.depth:
             return method(self, *args, **kwargs)

@@ -9,7 +9,7 @@ it from the step events and says how much it cost:
   after (one rank's own clock: never two hosts' timestamps subtracted);
 * ``steps_recomputed``: the highest step reached before minus the step resumed at, plus one
   (steps ``resumed .. highest`` are done twice);
-* ``gpu_hours_lost``: ranks (one GPU each) x (downtime + steps_recomputed x typical step time).
+* ``gpu_hours_lost``: ranks (one GPU each) x (downtime + steps_recomputed x mean step time).
 
 Late or reordered events are not restarts: a rank's event stamped no later than that rank's
 previous one never counts, and neither does a small step back.
@@ -36,13 +36,18 @@ class Restart:
 
 
 class _Job:
-    __slots__ = ("high", "last_ts", "step_time", "ranks")
+    __slots__ = ("high", "last_ts", "time_sum", "time_count")
 
     def __init__(self) -> None:
         self.high = -1
         self.last_ts: dict[int, float] = {}
-        self.step_time = 0.0  # running typical step time (exponential average)
-        self.ranks = 0
+        # Mean step time: summed in event order, so one event at a time and a batch give the same.
+        self.time_sum = 0.0
+        self.time_count = 0
+
+    @property
+    def step_time(self) -> float:
+        return self.time_sum / self.time_count if self.time_count else 0.0
 
 
 class RestartTracker:
@@ -89,7 +94,8 @@ class RestartTracker:
         if prev is None or ts > prev:
             state.last_ts[rank] = ts
         if step_time == step_time and step_time > 0:  # not NaN
-            state.step_time = step_time if state.step_time == 0 else 0.95 * state.step_time + 0.05 * step_time
+            state.time_sum += step_time
+            state.time_count += 1
         return found
 
     def update_many(self, job: str, ranks, steps, ts, step_times) -> list[Restart]:
@@ -102,10 +108,12 @@ class RestartTracker:
             for rank, t in zip(ranks, ts):
                 if t > last.get(rank, -1e300):
                     last[rank] = t
-            valid = [x for x in step_times if x == x and x > 0]
-            if valid:
-                mean = sum(valid) / len(valid)
-                state.step_time = mean if state.step_time == 0 else 0.95 * state.step_time + 0.05 * mean
+            total, count = state.time_sum, state.time_count
+            for x in step_times:
+                if x == x and x > 0:
+                    total += x
+                    count += 1
+            state.time_sum, state.time_count = total, count
             return []
         out = []
         for args in zip(ranks, steps, ts, step_times):
