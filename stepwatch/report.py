@@ -11,8 +11,8 @@ newest alert read, so a replay of an old recording reports on its own week):
 * the worst nodes: incidents implicating each node (``evidence.action.nodes``; node_suspect
   verdicts are not incidents of their own) and the distinct jobs they hit;
 * GPU-hours lost per cause (``evidence.failure_class``): ``job_restart`` alerts'
-  ``gpu_hours_lost`` and hangs' ``hung_seconds`` x ranks (a hang named as a restart's preceding
-  alert is left out: the restart's downtime covers it); slowdowns are left out (their cost is in
+  ``gpu_hours_lost`` and hangs' ``hung_seconds`` x ranks (a hang that began during a restart's
+  silence is left out: the restart's downtime covers it); slowdowns are left out (their cost is in
   the effective compute share);
 * effective compute share per job: the latest ``evidence.effective_compute`` its alerts carry
   (the job's productive share when the alert resolved, models/sli.py).
@@ -184,11 +184,10 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
              for n, incs in nodes.items()]
     worst.sort(key=lambda r: (-r["incidents"], -len(r["jobs"]), r["node"]))
     lost: dict[str, float] = {}
-    # A hang that ended in a restart lasted through the restart's downtime: counted once, in the restart.
-    before_restart = {str(((i.last.get("evidence") or {}).get("preceding_alert") or {}).get("id"))
-                      for i in chosen if i.type == "job_restart"}
+    # A hang during a restart's silence lasted through its downtime: counted once, in the restart.
+    silences = [(i.job, i.starts_at, i.ends_at) for i in chosen if i.type == "job_restart" and i.ends_at is not None]
     for inc in chosen:
-        if inc.id in before_restart:
+        if inc.type == "hang" and any(job == inc.job and lo <= inc.starts_at <= hi for job, lo, hi in silences):
             continue
         hours = _gpu_hours_lost(inc)
         if hours:

@@ -89,7 +89,7 @@ class WorkerMetrics:
             self.detection.labels(loop)
         r.register(_ScrapeTimeCollector(self))
         self._open_ids: set[str] = set()
-        self._hang_lost: dict[str, float] = {}  # recent hangs' GPU-seconds lost, by id
+        self._hang_lost: dict[str, tuple[float, float]] = {}  # job -> its last hang's (starts_at, GPU-seconds)
 
     def alert_published(self, alert) -> None:
         self.alerts_published.labels(alert.type, alert.status).inc()
@@ -110,11 +110,13 @@ class WorkerMetrics:
         lost = 0.0
         if alert.type == "job_restart" and isinstance(ev.get("gpu_hours_lost"), (int, float)):
             lost = ev["gpu_hours_lost"] * 3600.0
-            # The hang before a restart lasted through its downtime: counted once, here.
-            lost -= self._hang_lost.pop((ev.get("preceding_alert") or {}).get("id"), 0.0)
+            # A hang of the job during the restart's silence lasted through its downtime: counted once, here.
+            began, hang_lost = self._hang_lost.pop(alert.job, (None, 0.0))
+            if began is not None and began >= alert.starts_at:
+                lost = max(lost - hang_lost, 0.0)
         elif alert.type == "hang" and isinstance(ev.get("hung_seconds"), (int, float)):
             lost = ev["hung_seconds"] * float(ev.get("ranks_known") or 0)
-            self._hang_lost[alert.id] = lost
+            self._hang_lost[alert.job] = (alert.starts_at, lost)
             while len(self._hang_lost) > 10_000:
                 self._hang_lost.pop(next(iter(self._hang_lost)))
         if lost > 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import orjson
 import pytest
@@ -337,3 +338,27 @@ def test_ledger_owner_publishes():
 def test_oncall_settings_documented():
     for f in dataclasses.fields(OnCallSettings):
         assert f.name in open(OnCallSettings.__module__.replace(".", "/") + ".py").read()
+
+
+def test_prometheus_incident_metrics():
+    from stepwatch.streams.metrics import WorkerMetrics
+
+    r = dataclasses.replace(restart_job(), name="job-r")
+    engine = DetectionEngine(Settings())
+    metrics = WorkerMetrics(engine)
+    a = Job("job-a", ["n1", "n3", "n4"], slow_node="n3", start=T0 + 300)
+    b = Job("job-b", ["n3", "n5", "n6"], slow_node="n3", start=T0 + 500)
+    events = merge(job_events(r), background(), job_events(a), job_events(b), [xid_event("n2", 2, 79, T0 + 94.0)])
+    alerts = list(replay((parse_event(e) for e in events), engine=engine))
+    for x in alerts:
+        metrics.alert_published(x)
+    text = metrics.render().decode()
+    restart = next(x for x in alerts if x.type == "job_restart")
+    hang = [x for x in alerts if x.type == "hang" and x.job == "job-r" and x.status == "resolved"]
+    assert hang  # the silence was a hang too, counted once (in the restart)
+    lost = re.search(r'stepwatch_gpu_seconds_lost_total\{cause="xid_79_off_bus"\} (\S+)', text)
+    assert float(lost.group(1)) == pytest.approx(restart.evidence["gpu_hours_lost"] * 3600, rel=1e-6)
+    assert re.search(r'stepwatch_incident_duration_seconds_count\{scope="job",type="job_restart"\} 1.0', text)
+    assert re.search(r'stepwatch_incident_duration_seconds_count\{scope="device",type="straggler"\} 2.0', text)
+    assert re.search(r"^stepwatch_node_suspects 2.0$", text, re.M)  # n2 (Xid 79) and n3 (two jobs)
+    assert "job-" not in text and "rank" not in text.replace("stepwatch_ranks_tracked", "")
