@@ -335,9 +335,15 @@ def test_ledger_owner_publishes():
     assert "n1" in ledger.open  # but the verdict is known here too
 
 
-def test_oncall_settings_documented():
+def test_oncall_settings_and_failure_classes_documented():
+    from pathlib import Path
+
+    ops = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
     for f in dataclasses.fields(OnCallSettings):
-        assert f.name in open(OnCallSettings.__module__.replace(".", "/") + ".py").read()
+        var = f"STEPWATCH_ONCALL_{f.name.upper()}"
+        assert var in ops or (f.name == "placement_topic" and "_PLACEMENT_TOPIC" in ops), var
+    for name, fc in FAILURE_CLASSES.items():
+        assert f"| `{name}` | {fc.scope} | `{fc.kind}` |" in ops, name
 
 
 def test_prometheus_incident_metrics():
