@@ -70,18 +70,22 @@ class OnCall:
         if isinstance(item, StepEvent):
             if self.placement.observe(item.job, item.rank, item.node, item.gpu, item.ts):
                 self._new_pairs.append((item.job, item.node))
-            found = self.restarts.update(item.job, item.rank, item.step, item.ts, item.step_time)
+            found = self.restarts.update(item.job, item.rank, item.step, item.ts)
             if found is not None:
                 self._restarts.append(found)
         elif isinstance(item, StepColumns):
-            for job, lo, hi in item.job_runs():
-                ranks, ts = item.rank[lo:hi], item.ts[lo:hi]
-                latest = max(ts)
-                for rank, node, gpu in set(zip(ranks, item.node[lo:hi], item.gpu[lo:hi])):
-                    if self.placement.observe(job, rank, node, None if gpu != gpu else gpu, latest):
-                        self._new_pairs.append((job, node))
-                self._restarts.extend(self.restarts.update_many(job, ranks, item.step[lo:hi], ts,
-                                                                item.step_time[lo:hi]))
+            runs = item.job_runs()
+            for job, lo, hi in runs:
+                if len(runs) == 1:  # the usual envelope: one job, no copies
+                    ranks, ts, nodes, gpus, steps = item.rank, item.ts, item.node, item.gpu, item.step
+                else:
+                    ranks, ts, nodes = item.rank[lo:hi], item.ts[lo:hi], item.node[lo:hi]
+                    gpus, steps = item.gpu[lo:hi], item.step[lo:hi]
+                if self.placement.observe_run(job, ranks, nodes, gpus, max(ts)):
+                    self._new_pairs.extend((job, node) for node in set(nodes) if node)
+                found = self.restarts.update_many(job, ranks, steps, ts)
+                if found:
+                    self._restarts.extend(found)
         elif isinstance(item, list):
             for one in item:
                 self.observe(one)
@@ -212,22 +216,33 @@ class OnCall:
             return None
         return {"id": best[1], "type": best[2], "failure_class": best[3], "starts_at": best[0]}
 
+    def _typical_step_time(self, job: str) -> float:
+        """Median duration of the job's recent judged steps (models/sli.py; a restart's resumed steps are
+        not judged again until they pass the old highest step, so these are the steps before it)."""
+        state = self.engine.jobs.get(job) if self.engine is not None else None
+        if state is None or not state.sli._steps:
+            return 0.0
+        durations = sorted(d for _, _, d, _ in state.sli._steps)
+        return round(durations[len(durations) // 2], 6)
+
     def _restart_alerts(self, r: Restart) -> list[Alert]:
         self.restarts_seen += 1
         preceding = self._preceding(r)
         cls = preceding["failure_class"] if preceding else "unknown"
         nodes = tuple(self.placement.nodes_of(r.job))[:64]
+        step_time = self._typical_step_time(r.job)
+        lost = r.cost(step_time)
         evidence = {
             "downtime_seconds": r.downtime_seconds, "steps_recomputed": r.steps_recomputed,
-            "gpu_hours_lost": r.gpu_hours_lost, "highest_step": r.highest_step, "resumed_step": r.resumed_step,
-            "ranks": r.ranks, "step_time": r.step_time, "reporting_rank": r.rank,
+            "gpu_hours_lost": lost, "highest_step": r.highest_step, "resumed_step": r.resumed_step,
+            "ranks": r.ranks, "step_time": step_time, "reporting_rank": r.rank,
             "preceding_alert": preceding, "failure_class": cls, "onset_ts": r.silence_began_at,
             "silence_began_at": r.silence_began_at, "cause": cls,
         }
         why = f" after {preceding['type']} ({cls})" if preceding else ""
         summary = (f"job_restart: job {r.job} restarted{why}: down {r.downtime_seconds:.0f} s, resumed at step "
                    f"{r.resumed_step} (had reached {r.highest_step}: {r.steps_recomputed} steps recomputed), "
-                   f"{r.gpu_hours_lost:.2f} GPU-hours lost")
+                   f"{lost:.2f} GPU-hours lost")
         fired = Alert(id=alert_id(r.job, "job_restart", r.resumed_step, round(r.at, 3)), status="firing",
                       type="job_restart", severity="warning", job=r.job, ranks=(), nodes=nodes,
                       starts_at=r.silence_began_at, summary=summary, evidence=evidence)

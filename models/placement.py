@@ -32,6 +32,7 @@ class PlacementView:
         self._jobs: dict[str, dict[str, list]] = {}
         self._remote: dict[str, dict[str, list]] = {}  # the same, from other workers
         self.changed: set[str] = set()  # jobs whose placement changed since the last snapshot
+        self._pairs: dict[str, set] = {}  # job -> (rank, node) pairs seen (the batch path's shortcut)
 
     def observe(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
         """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the rank is new there (or moved GPU)."""
@@ -41,7 +42,7 @@ class PlacementView:
         if nodes is None:
             if len(self._jobs) >= self.max_jobs:
                 oldest = min(self._jobs, key=lambda j: max((e[1] for e in self._jobs[j].values()), default=0.0))
-                self._jobs.pop(oldest)
+                self.forget(oldest)
             nodes = self._jobs[job] = {}
         entry = nodes.get(node)
         if entry is None:
@@ -56,6 +57,30 @@ class PlacementView:
             if ts - entry[1] > self.window / 4:
                 self.changed.add(job)  # refresh the shared copy now and then
             entry[1] = ts
+        return new
+
+    def observe_run(self, job: str, ranks: list[int], nodes: list, gpus: list, ts: float) -> bool:
+        """``observe`` for a run of one job's step events at once (the batch path); True when a rank is new
+        on a node. Only (rank, node) pairs not seen before are looked at one by one."""
+        known = self._pairs.get(job)
+        if known is None:
+            known = self._pairs[job] = set()
+        pairs = set(zip(ranks, nodes))
+        fresh = pairs - known
+        new = False
+        if fresh:
+            for rank, node, gpu in zip(ranks, nodes, gpus):
+                if (rank, node) in fresh:
+                    new = self.observe(job, rank, node, gpu, ts) or new
+            known |= fresh
+        entries = self._jobs.get(job)
+        if entries:
+            for node in set(nodes):
+                entry = entries.get(node)
+                if entry is not None and ts > entry[1]:
+                    if ts - entry[1] > self.window / 4:
+                        self.changed.add(job)
+                    entry[1] = ts
         return new
 
     def jobs_on(self, node: str, *, at: float, gpu: int | None = None) -> list[dict[str, Any]]:
@@ -110,3 +135,4 @@ class PlacementView:
 
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
+        self._pairs.pop(job, None)

@@ -9,7 +9,8 @@ it from the step events and says how much it cost:
   after (one rank's own clock: never two hosts' timestamps subtracted);
 * ``steps_recomputed``: the highest step reached before minus the step resumed at, plus one
   (steps ``resumed .. highest`` are done twice);
-* ``gpu_hours_lost``: ranks (one GPU each) x (downtime + steps_recomputed x mean step time).
+* ``gpu_hours_lost``: ranks (one GPU each) x (downtime + steps_recomputed x typical step time),
+  with the typical step time given by the caller (``cost``; the engine's judged steps).
 
 Late or reordered events are not restarts: a rank's event stamped no later than that rank's
 previous one never counts, and neither does a small step back.
@@ -31,23 +32,18 @@ class Restart:
     resumed_step: int
     steps_recomputed: int
     ranks: int
-    step_time: float
-    gpu_hours_lost: float
+
+    def cost(self, step_time: float) -> float:
+        """GPU-hours lost: every rank idle through the downtime, then redoing the recomputed steps."""
+        return round(self.ranks * (self.downtime_seconds + self.steps_recomputed * step_time) / 3600.0, 6)
 
 
 class _Job:
-    __slots__ = ("high", "last_ts", "time_sum", "time_count")
+    __slots__ = ("high", "last_ts")
 
     def __init__(self) -> None:
         self.high = -1
-        self.last_ts: dict[int, float] = {}
-        # Mean step time: summed in event order, so one event at a time and a batch give the same.
-        self.time_sum = 0.0
-        self.time_count = 0
-
-    @property
-    def step_time(self) -> float:
-        return self.time_sum / self.time_count if self.time_count else 0.0
+        self.last_ts: dict[int, float] = {}  # rank -> time of its latest event (in arrival order)
 
 
 class RestartTracker:
@@ -74,49 +70,32 @@ class RestartTracker:
             job = self._jobs[name] = _Job()
         return job
 
-    def update(self, job: str, rank: int, step: int, ts: float, step_time: float) -> Restart | None:
+    def update(self, job: str, rank: int, step: int, ts: float) -> Restart | None:
         """One step event; the restart it reveals, if any."""
         state = self._job(job)
         prev = state.last_ts.get(rank)
         found = None
         if (state.high >= 0 and step <= state.high - self.min_steps_back and prev is not None
                 and ts - prev >= self.min_silence_seconds):
-            recomputed = state.high - step + 1
-            ranks = max(len(state.last_ts), 1)
-            downtime = ts - prev
-            lost = ranks * (downtime + recomputed * state.step_time) / 3600.0
-            found = Restart(job=job, rank=rank, at=ts, silence_began_at=prev, downtime_seconds=round(downtime, 3),
-                            highest_step=state.high, resumed_step=step, steps_recomputed=recomputed, ranks=ranks,
-                            step_time=round(state.step_time, 6), gpu_hours_lost=round(lost, 6))
+            found = Restart(job=job, rank=rank, at=ts, silence_began_at=prev, downtime_seconds=round(ts - prev, 3),
+                            highest_step=state.high, resumed_step=step, steps_recomputed=state.high - step + 1,
+                            ranks=max(len(state.last_ts), 1))
             state.high = step
         elif step > state.high:
             state.high = step
-        if prev is None or ts > prev:
-            state.last_ts[rank] = ts
-        if step_time == step_time and step_time > 0:  # not NaN
-            state.time_sum += step_time
-            state.time_count += 1
+        state.last_ts[rank] = ts
         return found
 
-    def update_many(self, job: str, ranks, steps, ts, step_times) -> list[Restart]:
+    def update_many(self, job: str, ranks, steps, ts) -> list[Restart]:
         """``update`` for a run of one job's step events (cheap when no step goes back)."""
         state = self._jobs.get(job)
         if state is not None and state.high >= 0 and min(steps) > state.high - self.min_steps_back:
-            # Nothing can be a restart: keep the bookkeeping, all in bulk.
+            # Nothing can be a restart: the same bookkeeping, in bulk.
             state.high = max(state.high, max(steps))
-            last = state.last_ts
-            for rank, t in zip(ranks, ts):
-                if t > last.get(rank, -1e300):
-                    last[rank] = t
-            total, count = state.time_sum, state.time_count
-            for x in step_times:
-                if x == x and x > 0:
-                    total += x
-                    count += 1
-            state.time_sum, state.time_count = total, count
+            state.last_ts.update(zip(ranks, ts))
             return []
         out = []
-        for args in zip(ranks, steps, ts, step_times):
+        for args in zip(ranks, steps, ts):
             found = self.update(job, *args)
             if found is not None:
                 out.append(found)
