@@ -68,7 +68,7 @@ class OnCall:
     def observe(self, item: Any) -> None:
         """An event or a StepColumns batch about to enter the engine."""
         if isinstance(item, StepEvent):
-            if self.placement.observe(item.job, item.rank, item.node, item.gpu, item.ts):
+            if self.placement.observe_one(item.job, item.rank, item.node, item.gpu, item.ts):
                 self._new_pairs.append((item.job, item.node))
             found = self.restarts.update(item.job, item.rank, item.step, item.ts)
             if found is not None:

@@ -59,6 +59,23 @@ class PlacementView:
             entry[1] = ts
         return new
 
+    def observe_one(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
+        """``observe`` with the batch path's shortcut: a known (rank, node) pair only refreshes the time."""
+        if not node:
+            return False
+        known = self._pairs.get(job)
+        if known is not None and (rank, node) in known:
+            entry = self._jobs.get(job, {}).get(node)
+            if entry is not None and ts > entry[1]:
+                if ts - entry[1] > self.window / 4:
+                    self.changed.add(job)
+                entry[1] = ts
+            return False
+        if known is None:
+            known = self._pairs[job] = set()
+        known.add((rank, node))
+        return self.observe(job, rank, node, gpu, ts)
+
     def observe_run(self, job: str, ranks: list[int], nodes: list, gpus: list, ts: float) -> bool:
         """``observe`` for a run of one job's step events at once (the batch path); True when a rank is new
         on a node. Only (rank, node) pairs not seen before are looked at one by one."""
