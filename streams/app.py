@@ -13,8 +13,9 @@ with the wall clock.
 The operator surface lives next to it: Prometheus metrics (streams/metrics.py), the status
 API and dashboard (streams/web.py, models/status.py) with the workers registry that finds the
 owner of another worker's job (streams/registry.py), runtime settings from the config topic
-(stepwatch/runtime_config.py) and the optional Alertmanager sink (streams/alertmanager.py);
-see docs/operations.md.
+(stepwatch/runtime_config.py), the optional Alertmanager sink (streams/alertmanager.py), and the
+on-call state shared between workers (placement and node ledger, streams/oncall_feed.py) with the
+optional action hooks (streams/action_sink.py); see docs/operations.md.
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
         for alert in alerts:
             if speaks_for is not None and not speaks_for(alert):
                 continue
+            if not alert.scope:  # made outside the engine (recovery's "resolved while down"): classify it too
+                alert = engine.oncall.classifier.annotate(alert)
             alert = published.rewrite(alert)
             if published.is_duplicate(alert):
                 continue  # already on the topic (e.g. re-derived after a restart)
