@@ -179,6 +179,8 @@ class OnCall:
         if not alert.job and alert.nodes and alert.type not in ("node_suspect",):
             if alert.status == "firing":
                 self.open_node_alerts[alert.id] = alert
+                if len(self.open_node_alerts) > 100_000:  # bound: a forgotten node's faults never resolve
+                    self.open_node_alerts.pop(next(iter(self.open_node_alerts)))
             else:
                 self.open_node_alerts.pop(alert.id, None)
         if alert.status != "firing" or alert.type in ("job_restart", "node_suspect"):

@@ -147,7 +147,10 @@ class PlacementView:
                 continue
             if node not in known:
                 new.append((job, node))
-        self._remote[job] = nodes
+        self._remote.pop(job, None)
+        self._remote[job] = nodes  # newest last
+        if len(self._remote) > self.max_jobs:
+            self._remote.pop(next(iter(self._remote)))
         return new
 
     def forget(self, job: str) -> None:

@@ -368,3 +368,24 @@ def test_prometheus_incident_metrics():
     assert re.search(r'stepwatch_incident_duration_seconds_count\{scope="device",type="straggler"\} 2.0', text)
     assert re.search(r"^stepwatch_node_suspects 2.0$", text, re.M)  # n2 (Xid 79) and n3 (two jobs)
     assert "job-" not in text and "rank" not in text.replace("stepwatch_ranks_tracked", "")
+
+
+def test_placement_shared_between_two_engines_names_the_job_on_a_fault():
+    """What two workers do through the placement topic: the job's owner writes its placement, the
+    node's owner reads it, and its open fault is published again naming the job."""
+    job_owner, node_owner = DetectionEngine(Settings()), DetectionEngine(Settings())
+    c = Job("job-c", ["n6", "n7"], start=T0)
+    for e in job_events(c)[:40]:
+        job_owner.process(parse_event(e))
+    fault = node_owner.process(parse_event(xid_event("n7", 1, 79, T0 + 5.0)))
+    assert [a.evidence["jobs"] for a in fault if a.type == "gpu_fault"] == [[]]
+    records = [json.loads(json.dumps(job_owner.oncall.placement.snapshot(j)))
+               for j in sorted(job_owner.oncall.placement.changed)]
+    assert [r["job"] for r in records] == ["job-c"]
+    for r in records:
+        node_owner.oncall.merge_placement(r)
+    again = node_owner.oncall.finish([])
+    faults = [a for a in again if a.type == "gpu_fault"]
+    assert len(faults) == 1 and faults[0].id == fault[0].id and faults[0].status == "firing"
+    assert faults[0].evidence["jobs"] == [{"job": "job-c", "ranks": [5]}]
+    assert node_owner.oncall.finish([]) == []  # nothing new: not published again
