@@ -12,7 +12,8 @@ jobs, every worker
   topic, keyed ``node|alert id``, and reads the whole topic into its ``NodeLedger``; the owner
   of a node sends a tombstone when the incident leaves the window.
 
-A restarted worker reads both topics back from the beginning, so the ledger survives restarts;
+A restarted worker reads both topics back from the beginning, so the ledger survives restarts
+(incidents already older than the window, by the wall clock, are skipped);
 ``node_suspect`` and node alerts are published only by the node's owner (``speaks_for``).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import orjson
 
@@ -52,6 +54,9 @@ def install_oncall(app, engine, settings: Settings, *, owned, publish, interval:
         return mine is None or partition_of(node, n_partitions) in mine
 
     oncall.ledger.owns = owns_node
+    # A live worker's window ends now (wall clock), not at the newest incident: incidents read back from
+    # the topic, or replayed from old recordings, that are already out of the window never fire.
+    oncall.ledger.clock = max(oncall.ledger.clock, time.time())
 
     def speaks_for(alert) -> bool:
         """Node alerts (no job) go out from the node's owner only."""

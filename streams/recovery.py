@@ -119,7 +119,7 @@ class RecoverySpan:
     """What was read back from Kafka for a set of partitions (raw, bounded)."""
 
     partitions: tuple[int, ...]
-    event_messages: list[tuple[int, bytes]]  # (partition, value)
+    event_messages: list[tuple]  # (partition, value[, Kafka timestamp in seconds])
     alerts: list[dict]
 
 
@@ -144,7 +144,8 @@ def read_recovery_span(*, bootstrap: str, group_id: str, events_topic: str, aler
     starts = {tp: max(beginnings[tp], ends[tp] - replay_messages) for tp in event_tps}
     reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **config)
     try:
-        messages = [(r.partition, r.value) for r in read_span(reader, event_tps, ends, starts, timeout=timeout)]
+        messages = [(r.partition, r.value, r.timestamp / 1000 if r.timestamp and r.timestamp > 0 else None)
+                    for r in read_span(reader, event_tps, ends, starts, timeout=timeout)]
         alerts: list[dict] = []
         reader.topics()  # fetch metadata: partitions_for_topic only answers from what is cached
         alert_tps = [TopicPartition(alerts_topic, p) for p in (reader.partitions_for_topic(alerts_topic) or ())]
@@ -173,15 +174,18 @@ def rebuild(engine: DetectionEngine, published: PublishedAlerts, span: RecoveryS
     started = time.monotonic()
     events = 0
     jobs: set[str] = set()
-    for partition, raw in span.event_messages:
+    for partition, raw, *stamp in span.event_messages:
         decoded, _ = decode_message(raw)  # rejects were dead-lettered the first time
+        # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
+        # so a timer tick before the live events resume judges each job on its own clock.
+        arrival = stamp[0] if stamp else None
         for event in decoded:
             events += 1
             if getattr(event, "job", ""):
                 jobs.add(event.job)
             if observe is not None:
                 observe(event, partition)
-            engine.process(event)
+            engine.process(event, arrival=arrival)
     for alert in span.alerts:
         published.remember(alert)
     topic_open = {i: a for i, a in published.open.items() if a.get("job") in jobs}
