@@ -3,6 +3,7 @@ node_suspect, and a restart of the workers keeps the ledger (the compacted ledge
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from stepwatch.producers.publisher import EventPublisher
 from stepwatch.streams.telemetry_feed import partition_of
 from stepwatch.topics import create_topics
 
-from support import WorkerProcess, read_alerts, stepwatch_env
+from support import WorkerProcess, read_alerts, run_stepwatch, stepwatch_env
 
 pytestmark = pytest.mark.kafka
 PARTITIONS = 4
@@ -104,3 +105,11 @@ def test_node_suspect_across_workers_and_restarts(kafka_bootstrap, topic_prefix,
     finally:
         for w in workers:
             w.stop()
+
+    # stepwatch report, from the alerts topic itself
+    report = json.loads(run_stepwatch("report", "--json", env=env).stdout)
+    assert report["by_type"]["node_suspect"]["count"] == 2
+    assert report["by_type"]["straggler"]["count"] >= PARTITIONS + 2  # a culprit in each job
+    worst = {row["node"]: row for row in report["nodes"]}
+    assert report["nodes"][0]["node"] == "bad" and worst["bad"]["jobs"] == names
+    assert worst["once"]["jobs"] == sorted([jobs[-1].name, again.name])
