@@ -14,6 +14,9 @@ the same code as ``stepwatch replay`` (``stepwatch.cli._read_events`` feeding
   that job, the share that name one of the labelled ranks;
 * **right layer**: for a whole-job slowdown labelled with its cause (``detail.layer``), whether
   the first ``throughput_drop`` alert that caught it names that layer (``evidence.layer``);
+* **right cause**: for a problem labelled with its cause (``detail.cause``: category, node and
+  accepted components, e.g. a host fault), whether the first suspected cause of the alert that
+  caught it (``evidence.suspected_causes[0]``) is that one;
 * **false alarms**: firing alerts (one per alert id) that match no problem window, including
   every alert before a problem's onset, per 1,000 rank-hours of healthy rank time (all rank
   time minus the labelled ranks' problem windows);
@@ -74,13 +77,24 @@ def _named_ranks(alert: dict) -> set[int]:
     return set(alert.get("ranks") or ())
 
 
+def _right_cause(alert: dict, cause: dict) -> bool:
+    """The alert's first suspected cause is the labelled one (category, node, one of the components)."""
+    causes = (alert.get("evidence") or {}).get("suspected_causes") or []
+    if not causes:
+        return False
+    first = causes[0]
+    return (first.get("category") == cause.get("category") and first.get("node") == cause.get("node")
+            and first.get("component") in cause.get("components", ()))
+
+
 def score(labels: dict, alerts: list[dict]) -> dict:
     """Score one scenario's alerts against its labels (see the module doc)."""
     jobs = {j["job"]: j for j in labels["jobs"]}
     problems = labels["problems"]
     results = [{"type": p["type"], "alert_type": p["alert_type"], "detected": False, "delay_s": None,
                 "delay_steps": None, "late_s": None, "in_window": 0, "right_rank": 0,
-                "layer": (p.get("detail") or {}).get("layer"), "right_layer": None} for p in problems]
+                "layer": (p.get("detail") or {}).get("layer"), "right_layer": None,
+                "cause": (p.get("detail") or {}).get("cause"), "right_cause": None} for p in problems]
     false_alarms = []
     for a in _first_firing(alerts):
         t = a["starts_at"]
@@ -111,6 +125,8 @@ def score(labels: dict, alerts: list[dict]) -> dict:
                 r["delay_s"] = t - p["onset_ts"]
                 if r["layer"] is not None:
                     r["right_layer"] = (a.get("evidence") or {}).get("layer") == r["layer"]
+                if r["cause"] is not None:
+                    r["right_cause"] = _right_cause(a, r["cause"])
                 detected_step = (a.get("evidence") or {}).get("detected_step")
                 step_time = jobs[p["job"]]["step_time"] or 1.0
                 r["delay_steps"] = (detected_step - p["onset_step"] if detected_step is not None
@@ -154,7 +170,8 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 def aggregate(results: list[dict]) -> dict:
     by_type: dict[str, dict] = defaultdict(lambda: {"n": 0, "detected": 0, "delays_s": [], "delays_steps": [],
                                                     "in_window": 0, "right_rank": 0, "late": [],
-                                                    "layered": 0, "right_layer": 0})
+                                                    "layered": 0, "right_layer": 0, "caused": 0,
+                                                    "right_cause": 0})
     for res in results:
         for p in res["problems"]:
             row = by_type[p["type"]]
@@ -164,6 +181,9 @@ def aggregate(results: list[dict]) -> dict:
             row["right_rank"] += p["right_rank"]
             if p["late_s"] is not None and not p["detected"]:
                 row["late"].append(p["late_s"])
+            if p.get("right_cause") is not None:
+                row["caused"] += 1
+                row["right_cause"] += p["right_cause"]
             if p.get("right_layer") is not None:
                 row["layered"] += 1
                 row["right_layer"] += p["right_layer"]
@@ -179,12 +199,12 @@ def aggregate(results: list[dict]) -> dict:
     return {"by_type": dict(by_type), "healthy_rank_hours": healthy_hours, "false_by_type": dict(false_by_type)}
 
 
-def markdown(results: list[dict], agg: dict, command: str, wall_s: float) -> str:
+def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title: str = "") -> str:
     from _report import stamp
 
     from stepwatch.producers.scenarios import get
 
-    lines = ["## Detection quality (`bench/quality.py`)", "", stamp(command).rstrip(),
+    lines = [f"## Detection quality (`bench/quality.py`){title}", "", stamp(command).rstrip(),
              f"- Suite: {len(results)} scenarios, {sum(r['events'] for r in results):,} events, "
              f"{sum(r['ranks'] for r in results):,} ranks in all; run took {wall_s:.0f} s",
              "- Detector settings: defaults (`stepwatch.config.Settings`), as `stepwatch replay` uses them", "",
@@ -192,10 +212,12 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float) -> str
              "Recall: problems caught within the deadline (stragglers: by an alert naming a labelled rank). "
              "Delays: onset to first correct alert, over the detected ones. Right rank: share of the alerts "
              "fired inside the problem windows that name a labelled rank. Right layer: share of the caught whole-job "
-             "slowdowns whose first `throughput_drop` alert names the labelled cause (`evidence.layer`).", "",
+             "slowdowns whose first `throughput_drop` alert names the labelled cause (`evidence.layer`). Right cause: "
+             "share of the caught problems labelled with a cause (host faults) whose alert's first suspected cause "
+             "is it (category, node, component).", "",
              "| problem | alert | n | recall | deadline | delay p50 s (steps) | delay p90 s (steps) | right rank | "
-             "right layer | caught late |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "right layer | right cause | caught late |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     deadlines: dict[str, set] = defaultdict(set)
     for r in results:
         for p in get(r["scenario"]).problems:
@@ -207,11 +229,13 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float) -> str
             if row["in_window"] else "-"
         layer = f"{row['right_layer'] / row['layered']:.0%} ({row['right_layer']}/{row['layered']})" \
             if row["layered"] else "-"
+        cause = f"{row['right_cause'] / row['caused']:.0%} ({row['right_cause']}/{row['caused']})" \
+            if row["caused"] else "-"
         lines.append(
             f"| {kind} | {row['alert_type']} | {row['n']} | {row['detected'] / row['n']:.0%} "
             f"({row['detected']}/{row['n']}) | {'/'.join(f'{d:.0f}' for d in sorted(deadlines[kind]))} s | "
             f"{_fmt(_pct(ds, 0.5))} ({_fmt(_pct(dn, 0.5))}) | {_fmt(_pct(ds, 0.9))} ({_fmt(_pct(dn, 0.9))}) | "
-            f"{share} | {layer} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
+            f"{share} | {layer} | {cause} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
     hours = agg["healthy_rank_hours"]
     total_false = sum(agg["false_by_type"].values())
     lines += ["", "### False alarms", "",
@@ -243,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not update BENCHMARKS.md")
     ap.add_argument("--json", metavar="FILE", help="also write the per-scenario results as JSON")
     ap.add_argument("--keep", metavar="DIR", help="keep the labels (and alerts) in DIR instead of a temp folder")
+    ap.add_argument("--section", default="quality",
+                    help="BENCHMARKS.md section to write (default quality; e.g. quality-host for --tags host)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
 
@@ -270,14 +296,15 @@ def main(argv: list[str] | None = None) -> int:
     agg = aggregate(results)
     command = ".venv/bin/python bench/quality.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
                                                       if (argv if argv is not None else sys.argv[1:]) else "")
-    text = markdown(results, agg, command, wall)
+    text = markdown(results, agg, command, wall,
+                    "" if args.section == "quality" else f": {', '.join(args.tags or args.only or [args.section])}")
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results}, indent=1, default=str))
     if not args.no_write:
         from _report import update_section
 
-        update_section("quality", text)
+        update_section(args.section, text)
         print("updated BENCHMARKS.md", file=sys.stderr)
     return 0
 

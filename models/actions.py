@@ -41,6 +41,9 @@ link_errors                  platform  check_link       yes        no       port
 link_down                    platform  check_link       no         yes      port down
 network_congestion           platform  check_link       yes        no       xmit wait, CNPs, bandwidth
 input_pipeline               job       fix_application  no         no       data_time far above peers
+host_io                      platform  investigate      yes        no       IO pressure, slow disk
+host_cpu_memory              device    investigate      yes        no       CPU saturation, memory pressure
+host_oom                     job       fix_application  no         no       OOM killer on a rank's node
 straggler_unexplained        device    investigate      yes        no       slow rank, no cause seen
 hang_silent_ranks            job       restart_job      yes        no       ranks stopped reporting
 hang_culprit                 job       restart_job      yes        no       ranks never reached a coll.
@@ -144,6 +147,14 @@ FAILURE_CLASSES: dict[str, FailureClass] = {
                               "Network congestion near {nodes}: check the fabric (congestion control, routing)."),
     "input_pipeline": _fc("job", "fix_application", False, False,
                           "The input pipeline is slow on {nodes}: check data loader workers and storage throughput."),
+    "host_io": _fc("platform", "investigate", True, False,
+                   "IO pressure or a slow disk on {nodes}: check the node's storage and the shared file system."),
+    "host_cpu_memory": _fc("device", "investigate", True, False,
+                           "CPU or memory pressure on {nodes}: look for other processes on the node; drain it if "
+                           "they are not the job's."),
+    "host_oom": _fc("job", "fix_application", False, False,
+                    "The kernel's OOM killer hit a rank on {nodes}: lower the job's host memory use (data loader "
+                    "workers, pinned memory), then restart."),
     "straggler_unexplained": _fc("device", "investigate", True, False,
                                  "A rank on {nodes} is slower than its peers and no telemetry explains it: "
                                  "investigate the node; drain it if it keeps straggling."),
@@ -298,6 +309,10 @@ class Classifier:
         top = signals[0] if signals else None
         if category == "input_pipeline":
             return "input_pipeline"
+        if category == "host":  # models/host.py: node IO, CPU, memory pressure, OOM kills
+            if top == "oom_kill":
+                return "host_oom"
+            return "host_io" if top in ("psi_io", "disk_read_latency") else "host_cpu_memory"
         if category == "application":
             return "app_xid"
         if category == "compute":

@@ -32,7 +32,8 @@ from .telemetry import TELEMETRY_KINDS, TelemetryHub
 #: Hang settings that can change while running (``step_history`` sizes buffers: start-up only).
 RUNTIME_HANG_FIELDS = ("timeout_seconds", "checkpoint_timeout_seconds", "first_step_timeout_seconds",
                        "warning_factor", "warning_floor_seconds", "warning_min_steps", "heartbeat_timeout_seconds",
-                       "heartbeat_timeout_factor", "max_listed_ranks")
+                       "heartbeat_timeout_factor", "max_listed_ranks", "stacks", "stack_waiting_ranks",
+                       "stack_timeout_seconds", "stack_min_interval_seconds")
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended
@@ -86,7 +87,7 @@ class DetectionEngine:
         self._tick_clock: float | None = None  # ``now`` of the latest tick
         self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
-        self.telemetry = TelemetryHub(self.settings.telemetry)
+        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host)
         #: Hang settings changed at run time: per job, and the default (None: the environment's).
         self.hang_overrides: dict[str, HangSettings] = {}
         self.hang_default: HangSettings | None = None
@@ -96,6 +97,8 @@ class DetectionEngine:
         self.verdict_listener = None
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger (models/oncall.py).
         self.oncall = OnCall(self.settings.oncall)
+        #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
+        self.stack_requests: list = []
 
     # -- input ----------------------------------------------------------------------------
 
@@ -222,11 +225,12 @@ class DetectionEngine:
             evicted = []
             if alerts:
                 self.telemetry.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1],
-                                             cols.gpu[lo + seen:lo + i + 1], cols.data_time[lo + seen:lo + i + 1])
+                                             cols.gpu[lo + seen:lo + i + 1], cols.data_time[lo + seen:lo + i + 1],
+                                             steps[seen:i + 1], cols.step_time[lo + seen:lo + i + 1])
                 seen = i + 1
                 out.extend(self.telemetry.enrich(alerts))
         self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
-                                     cols.data_time[lo + seen:hi])
+                                     cols.data_time[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi])
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:
@@ -256,6 +260,15 @@ class DetectionEngine:
         return HangDetector(job=job, step_history=h.step_history,
                             **{name: getattr(h, name) for name in RUNTIME_HANG_FIELDS})
 
+    def take_stack_requests(self) -> list:
+        """Stack requests of hung jobs made since the last call (the worker sends them on the control topic)."""
+        out, self.stack_requests = self.stack_requests, []
+        for request in out:
+            job = self.jobs.get(request.job)
+            if job is not None:
+                job.hang.mark_sent(request.request_id)
+        return out
+
     def process_many(self, events: Iterable[Event]) -> list[Alert]:
         out: list[Alert] = []
         for event in events:
@@ -281,6 +294,9 @@ class DetectionEngine:
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(job_now)))
             out.extend(job.hang.check(job_now))
+            if job.hang.pending_requests:
+                self.stack_requests.extend(job.hang.take_stack_requests())
+                del self.stack_requests[:-1000]  # replay takes none: bounded all the same
             job.sli.on_tick(job_now, hung=bool(job.hang.firing))
             if not job.ended:
                 out.extend(job.checkpoint.check(job_now))

@@ -85,6 +85,9 @@ class HeartbeatEvent:
     seq_started: int | None = None
     seq_completed: int | None = None
     phase: str | None = None
+    #: Per-process-group sequence numbers ``((name, started, completed, ranks or None), ...)``, from
+    #: ``pgs`` (or the older ``seqs``); None when the heartbeat carries neither.
+    pgs: tuple[tuple[str, int, int, tuple[int, ...] | None], ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "heartbeat"
 
@@ -100,7 +103,23 @@ class PhaseEvent:
     kind = "phase"
 
 
-Event = Union[StepEvent, CollectiveEvent, HeartbeatEvent, PhaseEvent]
+@dataclass(frozen=True, slots=True)
+class StackEvent:
+    """A rank's answer to a stack request: its Python threads, training thread first, frames outermost
+    first (``threads``: ``((name, ((file, line, function), ...)), ...)``)."""
+
+    job: str
+    rank: int
+    ts: float
+    threads: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...]
+    request_id: str | None = None
+    node: str | None = None
+    flight_recorder: str | None = None  # path of the Flight Recorder dump this request triggered
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kind = "stack"
+
+
+Event = Union[StepEvent, CollectiveEvent, HeartbeatEvent, PhaseEvent, StackEvent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +227,13 @@ _STEP_FIELDS = frozenset(
     "tokens samples loss phase".split()
 )
 _COLLECTIVE_FIELDS = frozenset("v kind job rank seq op ts duration node step pg bytes start_ts".split())
-_HEARTBEAT_FIELDS = frozenset("v kind job rank ts step node seq_started seq_completed phase".split())
+_HEARTBEAT_FIELDS = frozenset("v kind job rank ts step node seq_started seq_completed phase pgs seqs".split())
+_STACK_FIELDS = frozenset("v kind job rank ts request_id threads node flight_recorder".split())
+#: Bounds of a stack event (docs/events.md): longer lists are cut, not rejected.
+MAX_STACK_THREADS = 8
+MAX_STACK_FRAMES = 64
+#: Most process groups read from one heartbeat.
+MAX_HEARTBEAT_PGS = 1024
 _PHASE_FIELDS = frozenset("v kind job ts phase rank step".split())
 
 
@@ -369,7 +394,93 @@ def _parse_heartbeat(o: dict) -> HeartbeatEvent:
         seq_started=_int(o, "seq_started", required=False),
         seq_completed=_int(o, "seq_completed", required=False),
         phase=_phase(o, allowed=PHASES, required=False, default=None),
+        pgs=_pgs(o),
         extra=_extra(o, _HEARTBEAT_FIELDS),
+    )
+
+
+def _counter(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()) or not 0 <= value <= MAX_COUNTER:
+        raise InvalidEvent(f"{what} must be a non-negative integer")
+    return int(value)
+
+
+def _pgs(o: dict) -> tuple | None:
+    """``pgs: {name: {started, completed, ranks?}}``, or the older ``seqs: {name: [started, completed]}``."""
+    pgs = o.get("pgs")
+    legacy = pgs is None
+    if legacy:
+        pgs = o.get("seqs")
+        if pgs is None:
+            return None
+    field_name = "seqs" if legacy else "pgs"
+    if not isinstance(pgs, dict):
+        raise InvalidEvent(f"'{field_name}' must be an object keyed by process group")
+    if len(pgs) > MAX_HEARTBEAT_PGS:
+        raise InvalidEvent(f"'{field_name}' has more than {MAX_HEARTBEAT_PGS} process groups")
+    out = []
+    for name, value in pgs.items():
+        if not name or len(name) > MAX_NAME_LEN:
+            raise InvalidEvent(f"'{field_name}' has an empty or too long group name")
+        what = f"{field_name}[{name!r}]"
+        ranks = None
+        if legacy:
+            if not isinstance(value, list) or len(value) != 2:
+                raise InvalidEvent(f"{what} must be [started, completed]")
+            started, completed = _counter(value[0], what), _counter(value[1], what)
+        else:
+            if not isinstance(value, dict):
+                raise InvalidEvent(f"{what} must be an object with started and completed")
+            started = _counter(value.get("started"), f"{what}.started")
+            completed = _counter(value.get("completed"), f"{what}.completed")
+            raw = value.get("ranks")
+            if raw is not None:
+                if not isinstance(raw, list):
+                    raise InvalidEvent(f"{what}.ranks must be a list of ranks")
+                ranks = tuple(_counter(r, f"{what}.ranks") for r in raw)
+        out.append((name, started, completed, ranks))
+    return tuple(out)
+
+
+def _frames(value: Any, what: str) -> tuple[tuple[str, int, str], ...]:
+    if not isinstance(value, list):
+        raise InvalidEvent(f"{what} must be a list of frames")
+    out = []
+    for frame in value[-MAX_STACK_FRAMES:]:  # too deep: keep the innermost, where it is stuck
+        if not isinstance(frame, dict):
+            raise InvalidEvent(f"{what} must hold objects with file, line, function")
+        file, line, function = frame.get("file"), frame.get("line"), frame.get("function")
+        if not isinstance(file, str) or not isinstance(function, str):
+            raise InvalidEvent(f"{what}: file and function must be strings")
+        out.append((file[-1024:], _counter(line if line is not None else 0, f"{what}.line"), function[:MAX_NAME_LEN]))
+    return tuple(out)
+
+
+def _parse_stack(o: dict) -> StackEvent:
+    threads = o.get("threads")
+    if not isinstance(threads, list):
+        raise InvalidEvent("'threads' must be a list")
+    parsed = []
+    for i, thread in enumerate(threads[:MAX_STACK_THREADS]):
+        if not isinstance(thread, dict):
+            raise InvalidEvent("'threads' must hold objects with name and frames")
+        name = thread.get("name")
+        parsed.append((name[:MAX_NAME_LEN] if isinstance(name, str) else f"thread-{i}",
+                       _frames(thread.get("frames"), f"threads[{i}].frames")))
+    request_id = o.get("request_id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidEvent("'request_id' must be a string")
+    path = o.get("flight_recorder")
+    return StackEvent(
+        job=_str(o, "job", required=True),
+        rank=_int(o, "rank", required=True),
+        ts=_num(o, "ts", required=True),
+        threads=tuple(parsed),
+        request_id=request_id[:MAX_NAME_LEN] if request_id else None,
+        node=_str(o, "node", required=False),
+        flight_recorder=path[:4096] if isinstance(path, str) and path else None,
+        extra=_extra(o, _STACK_FIELDS),
     )
 
 
@@ -389,6 +500,7 @@ _PARSERS = {
     "collective": _parse_collective,
     "heartbeat": _parse_heartbeat,
     "phase": _parse_phase,
+    "stack": _parse_stack,
 }
 EVENT_KINDS = frozenset(_PARSERS)
 
@@ -459,6 +571,12 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         value = getattr(event, name)
         if value is not None:
             out[name] = value
+    if isinstance(event, HeartbeatEvent) and event.pgs is not None:
+        out["pgs"] = {name: {"started": s, "completed": c, **({"ranks": list(r)} if r is not None else {})}
+                      for name, s, c, r in event.pgs}
+    elif isinstance(event, StackEvent):
+        out["threads"] = [{"name": name, "frames": [{"file": f, "line": ln, "function": fn} for f, ln, fn in frames]}
+                          for name, frames in event.threads]
     out.update(event.extra)
     return out
 
@@ -545,8 +663,8 @@ class TopologyEvent:
     kind = "topology"
 
 
-TelemetryEvent = Union[GpuEvent, XidEvent, LinkEvent, TopologyEvent]
-TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology"})
+TelemetryEvent = Union[GpuEvent, XidEvent, LinkEvent, TopologyEvent, "HostEvent"]
+TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology", "host"})
 #: Most NVLinks per GPU, counters per port, and GPUs/NICs per topology event accepted.
 MAX_NVLINKS = 64
 MAX_COUNTERS = 256
@@ -707,6 +825,102 @@ def _parse_topology(o: dict) -> TopologyEvent:
 
 
 _PARSERS.update({"gpu": _parse_gpu, "xid": _parse_xid, "link": _parse_link, "topology": _parse_topology})
+
+
+# -- host signals (issue 17) -------------------------------------------------------------------
+#
+# One ``host`` event per agent sample (producers/procfs_host.py): PSI averages, the raw
+# cumulative CPU jiffies, load, memory, OOM kills, per-disk and per-NIC counters.
+# models/host.py turns the counters into rates.
+
+HOST_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+HOST_DISK_FIELDS = ("reads", "read_ms", "writes", "write_ms", "io_ms")
+HOST_NETDEV_FIELDS = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
+MAX_HOST_DEVICES = 256
+_HOST_FIELDS = frozenset("v kind node ts psi cpu load1 mem_total mem_available swap_used oom_kills disks "
+                         "netdevs".split())
+
+
+@dataclass(frozen=True, slots=True)
+class HostEvent:
+    node: str
+    ts: float
+    psi: dict[str, dict[str, float]] | None = None  # {"io": {"some_avg10": %, "full_avg10": %}, ...}
+    cpu: dict[str, int] | None = None  # raw cumulative jiffies of /proc/stat's cpu line
+    load1: float | None = None
+    mem_total: int | None = None  # bytes
+    mem_available: int | None = None
+    swap_used: int | None = None
+    oom_kills: int | None = None  # cumulative, /proc/vmstat oom_kill
+    disks: tuple[dict[str, Any], ...] = ()  # {"device", "reads", "read_ms", "writes", "write_ms", "io_ms"}
+    netdevs: tuple[dict[str, Any], ...] = ()  # {"name", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors"}
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    kind = "host"
+
+
+def _uint(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise InvalidEvent(f"{what} must be a non-negative 64-bit integer")
+    return value
+
+
+def _host_psi(o: dict) -> dict[str, dict[str, float]] | None:
+    value = o.get("psi")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidEvent("'psi' must be an object")
+    out: dict[str, dict[str, float]] = {}
+    for resource in ("cpu", "io", "memory"):
+        item = value.get(resource)
+        if item is None:
+            continue
+        if not isinstance(item, dict):
+            raise InvalidEvent(f"'psi.{resource}' must be an object")
+        out[resource] = {}
+        for name in ("some_avg10", "full_avg10"):
+            number = _num(item, name, required=False)
+            if number is not None:
+                if number > 100:
+                    raise InvalidEvent(f"'psi.{resource}.{name}' is a percentage")
+                out[resource][name] = number
+    return out or None
+
+
+def _host_items(o: dict, name: str, key: str, fields: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
+    out = []
+    for item in _list(o, name, MAX_HOST_DEVICES):
+        entry: dict[str, Any] = {key: _str(item, key, required=True)}
+        for f in fields:
+            if item.get(f) is not None:
+                entry[f] = _uint(item[f], f"{name} '{f}'")
+        out.append(entry)
+    return tuple(out)
+
+
+def _parse_host(o: dict) -> HostEvent:
+    cpu = o.get("cpu")
+    if cpu is not None:
+        if not isinstance(cpu, dict):
+            raise InvalidEvent("'cpu' must be an object of jiffies")
+        cpu = {name: _uint(cpu[name], f"cpu '{name}'") for name in HOST_CPU_FIELDS if cpu.get(name) is not None}
+    return HostEvent(
+        node=_str(o, "node", required=True),
+        ts=_num(o, "ts", required=True),
+        psi=_host_psi(o),
+        cpu=cpu or None,
+        load1=_num(o, "load1", required=False),
+        mem_total=_int(o, "mem_total", required=False),
+        mem_available=_int(o, "mem_available", required=False),
+        swap_used=_int(o, "swap_used", required=False),
+        oom_kills=_int(o, "oom_kills", required=False),
+        disks=_host_items(o, "disks", "device", HOST_DISK_FIELDS),
+        netdevs=_host_items(o, "netdevs", "name", HOST_NETDEV_FIELDS),
+        extra=_extra(o, _HOST_FIELDS),
+    )
+
+
+_PARSERS["host"] = _parse_host
 EVENT_KINDS = frozenset(_PARSERS)
 
 

@@ -19,10 +19,21 @@ background thread while the training thread is stuck) and collective events:
   job still does (process dead, frozen, node unreachable), named with their last heartbeat;
 * ``culprit_before_collective``: every rank is alive, and the ranks whose last issued
   collective (``seq_started``) is behind the others never reached the collective the rest
-  are waiting in (those are "waiting": they started it and never completed it);
+  are waiting in (those are "waiting": they started it and never completed it). With
+  per-process-group sequence numbers (heartbeats' ``pgs``) this is decided group by group:
+  the group whose members disagree (some started collective N+1 and wait in it, others did
+  not) holds the culprit, and a rank behind in one group but waiting in another is only
+  waiting (docs/hang.md). The alert names the group (``evidence.process_group``);
 * ``partial_hang``: some live ranks are stuck while others still complete steps;
 * ``undetermined``: the data cannot tell (no heartbeats at all, or every live rank at the
   same collective); the alert says so instead of guessing.
+
+Stacks on demand: when an episode opens (or its culprits change), the detector queues a
+stack request for the culprits and a few waiting ranks (``take_stack_requests``; the worker
+sends it on the control topic, rate-limited per job). The ranks' ``stack`` events come back
+on the events topic; the alert is re-published (same id) with ``evidence.stacks`` once every
+asked rank answered or ``stack_timeout_seconds`` passed, naming the silent ones in
+``evidence.stack_missing``.
 
 Everything runs on the clock it is given: event time in replay, wall time live. Memory is
 bounded: per-rank latest values in arrays, bounded deques of step times and heartbeat gaps.
@@ -30,13 +41,21 @@ bounded: per-rank latest values in arrays, bounded deques of step times and hear
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .alerts import Alert, alert_id
-from .events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StepEvent
+from .events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
+from .stacks import StackRequest, frame_lines
+
+DEFAULT_PG = "default"
+#: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
+MAX_PGS = 4096
+#: Culprits asked for their stacks per request (waiting ranks come on top, ``stack_waiting_ranks``).
+MAX_STACK_CULPRITS = 4
 
 CASES = ("culprit_before_collective", "silent_ranks", "partial_hang", "undetermined")
 
@@ -56,6 +75,10 @@ class HangDiagnosis:
     collective_seq: int | None  # the collective the waiting ranks are in (max seq_started of live ranks)
     heartbeat_timeout: float
     job_silent: bool
+    process_group: str | None = None  # the group whose members disagree (holds the culprit)
+    process_group_ranks: tuple[int, ...] | None = None  # its global ranks (None: every rank, the default group)
+    group_waiting: tuple[int, ...] = ()  # ranks waiting in that group's collective
+    other_groups: tuple[str, ...] = ()  # further disagreeing groups with culprits of their own
 
 
 @dataclass(slots=True)
@@ -67,7 +90,18 @@ class _Episode:
     job_step: int  # the job's step counter when it fired
     stuck_steps: dict[int, int] = field(default_factory=dict)  # partial: rank -> its step when stuck
     key: tuple = ()
+    base: Alert | None = None  # the alert before stack evidence was added
 
+
+@dataclass(slots=True)
+class _StackState:
+    """Stack requests of one episode and the answers (mutable, internal)."""
+
+    request: StackRequest
+    requests: int = 1
+    answers: dict[int, StackEvent] = field(default_factory=dict)
+    final: bool = False
+    sent: bool = False  # the worker sent it (replay sends nothing: no answer expected, none missing)
 
 class HangDetector:
     """Hang rule and culprit localization for one job; feed it every event, ``check(now)`` on a timer."""
@@ -76,7 +110,8 @@ class HangDetector:
                  first_step_timeout_seconds: float = 1200.0, warning_factor: float = 10.0,
                  warning_floor_seconds: float = 30.0, warning_min_steps: int = 5, step_history: int = 256,
                  heartbeat_timeout_seconds: float = 15.0, heartbeat_timeout_factor: float = 3.0,
-                 max_listed_ranks: int = 32) -> None:
+                 max_listed_ranks: int = 32, stacks: bool = False, stack_waiting_ranks: int = 3,
+                 stack_timeout_seconds: float = 10.0, stack_min_interval_seconds: float = 60.0) -> None:
         if timeout_seconds <= 0 or checkpoint_timeout_seconds <= 0 or first_step_timeout_seconds <= 0:
             raise ValueError("hang timeouts must be positive")
         if step_history < 1 or warning_min_steps < 1:
@@ -92,6 +127,15 @@ class HangDetector:
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
         self.heartbeat_timeout_factor = heartbeat_timeout_factor
         self.max_listed_ranks = max_listed_ranks
+        #: Ask culprits (and ``stack_waiting_ranks`` waiting ranks) for their stacks when a hang opens;
+        #: answers missing after ``stack_timeout_seconds`` are listed; one request per
+        #: ``stack_min_interval_seconds`` at most.
+        self.stacks = stacks
+        self.stack_waiting_ranks = stack_waiting_ranks
+        self.stack_timeout_seconds = stack_timeout_seconds
+        self.stack_min_interval_seconds = stack_min_interval_seconds
+        self._last_request_at: float | None = None
+        self._old_alert_ids: deque[str] = deque(maxlen=16)
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -123,6 +167,13 @@ class HangDetector:
         self._seq_completed = np.zeros(0, dtype=np.int64)
         self._nodes: list[str | None] = []
         self._rank_phase: list[str | None] = []
+        # Per-process-group sequence numbers from heartbeats' ``pgs``: group -> slot -> (started,
+        # completed), and the group's global ranks (None: not told, e.g. the default group).
+        self._pg_seq: dict[str, dict[int, tuple[int, int]]] = {}
+        self._pg_ranks: dict[str, tuple[int, ...] | None] = {}
+        self._stack: _StackState | None = None
+        #: Stack requests made by ``check`` and not yet taken by the worker.
+        self.pending_requests: list[StackRequest] = []
 
     def _slot_of(self, rank: int, ts: float) -> int:
         slot = self._slot.get(rank)
@@ -215,6 +266,9 @@ class HangDetector:
             return self._on_step(slot, event)
         if isinstance(event, HeartbeatEvent):
             return self._on_heartbeat(slot, event)
+        if isinstance(event, StackEvent):
+            self._on_stack(event)
+            return []
         if isinstance(event, CollectiveEvent):
             if event.seq > self._seq_started[slot]:
                 self._seq_started[slot] = event.seq
@@ -327,6 +381,8 @@ class HangDetector:
             self._seq_started[slot] = event.seq_started
         if event.seq_completed is not None and event.seq_completed > self._seq_completed[slot]:
             self._seq_completed[slot] = event.seq_completed
+        if event.pgs:
+            self._on_pgs(slot, event.pgs)
         self._rank_phase[slot] = event.phase
         if self._max_step < 0:
             # The first value is a baseline (a restarted job resumes at its checkpoint's step).
@@ -382,6 +438,113 @@ class HangDetector:
         return [self._resolve(at=self._latest_ts, summary=f"resolved: stuck rank(s) {ranks} of job {self.job} "
                                                          f"complete steps again")]
 
+    def _on_pgs(self, slot: int, pgs) -> None:
+        for name, started, completed, ranks in pgs:
+            seqs = self._pg_seq.get(name)
+            if seqs is None:
+                if len(self._pg_seq) >= MAX_PGS:
+                    continue
+                seqs = self._pg_seq[name] = {}
+                self._pg_ranks[name] = None
+            if ranks is not None and self._pg_ranks[name] is None:
+                self._pg_ranks[name] = ranks
+            old = seqs.get(slot)
+            if old is None:
+                seqs[slot] = (started, completed)
+            elif started > old[0] or completed > old[1]:
+                seqs[slot] = (max(started, old[0]), max(completed, old[1]))
+            if name == DEFAULT_PG:  # the default group's numbers are also the top-level ones
+                if started > self._seq_started[slot]:
+                    self._seq_started[slot] = started
+                if completed > self._seq_completed[slot]:
+                    self._seq_completed[slot] = completed
+
+    def _on_stack(self, event: StackEvent) -> None:
+        st = self._stack
+        if st is None or st.final and event.rank in st.answers:
+            return  # no hang open: nobody asked (or this rank answered already)
+        rid = event.request_id
+        if rid is not None and any(rid.startswith(old + "/") for old in self._old_alert_ids):
+            return  # an answer to a request of an earlier hang, arriving late
+        if event.rank not in st.answers:
+            st.answers[event.rank] = event
+
+    def take_stack_requests(self) -> list[StackRequest]:
+        """The stack requests made since the last call (the worker sends them on the control topic)."""
+        out, self.pending_requests = self.pending_requests, []
+        return out
+
+    def mark_sent(self, request_id: str) -> None:
+        """The worker sent this request: from now on, ranks that do not answer count as missing."""
+        st = self._stack
+        if st is not None and st.request.request_id == request_id:
+            st.sent = True
+
+    def _maybe_request_stacks(self, now: float, ident: str, d: HangDiagnosis) -> None:
+        if not self.stacks:
+            return
+        st = self._stack
+        asked = set(st.request.ranks) if st is not None else set()
+        culprits = [r for r in d.culprits if r not in asked][:MAX_STACK_CULPRITS]
+        if st is not None and not culprits:
+            return  # everyone accused was asked already
+        if self._last_request_at is not None and now - self._last_request_at < self.stack_min_interval_seconds:
+            return
+        ranks = list(culprits or d.culprits[:MAX_STACK_CULPRITS])
+        for r in (d.group_waiting or d.waiting) + d.waiting + d.stuck:
+            if len(ranks) >= len(culprits) + self.stack_waiting_ranks:
+                break
+            if r not in ranks and r not in asked:
+                ranks.append(r)
+        if not ranks:
+            return
+        n = st.requests + 1 if st is not None else 1
+        request = StackRequest(job=self.job, ranks=tuple(ranks), request_id=f"{ident}/{n}", ts=now)
+        if st is None:
+            self._stack = _StackState(request=request)
+        else:
+            # A second request (new culprits): its ranks join the first's, answers so far are kept.
+            st.request = StackRequest(job=self.job, ranks=st.request.ranks + request.ranks,
+                                      request_id=request.request_id, ts=now)
+            st.requests, st.final = n, False
+        self._last_request_at = now
+        self.pending_requests.append(request)
+
+    def _stack_key(self, now: float) -> tuple:
+        st = self._stack
+        if st is None:
+            return ()
+        if not st.final and (st.sent or st.answers) and (all(r in st.answers for r in st.request.ranks)
+                                                         or now - st.request.ts >= self.stack_timeout_seconds):
+            st.final = True
+        return (st.request.request_id, len(st.answers), st.final)
+
+    def _with_stacks(self, alert: Alert) -> Alert:
+        """``alert`` with the stack evidence gathered so far (culprits' stacks first)."""
+        st = self._stack
+        if st is None:
+            return alert
+        evidence = dict(alert.evidence)
+        order = list(dict.fromkeys(list(alert.ranks) + list(st.request.ranks)))
+        answered = [r for r in order if r in st.answers] + [r for r in st.answers if r not in order]
+        evidence["stack_request"] = {"request_id": st.request.request_id, "ranks": list(st.request.ranks),
+                                     "requested_at": round(st.request.ts, 6)}
+        evidence["stacks"] = {str(r): frame_lines(st.answers[r]) for r in answered}
+        recorder = {str(r): st.answers[r].flight_recorder for r in answered if st.answers[r].flight_recorder}
+        if recorder:
+            evidence["flight_recorder"] = recorder
+        missing = [r for r in st.request.ranks if r not in st.answers]
+        if st.final:
+            evidence["stack_missing"] = missing
+        summary = alert.summary
+        culprit = next((r for r in alert.ranks if r in st.answers), None)
+        lines = evidence["stacks"].get(str(culprit)) if culprit is not None else None
+        if lines:
+            summary += f"; rank {culprit} is in {lines[-1]}"
+        if st.final and missing:
+            summary += f"; no stack from rank(s) {', '.join(str(r) for r in missing[:8])}"
+        return dataclasses.replace(alert, evidence=evidence, summary=summary)
+
     # -- the rule -------------------------------------------------------------------------
 
     def check(self, now: float) -> list[Alert]:
@@ -406,18 +569,25 @@ class HangDetector:
                 kind = "partial"
                 stalled = now - float(self._rank_progress[:self._n][stuck_mask].max())
         if kind is None:
-            return []  # an open episode stays open until the job advances or ends
+            # An open episode stays open until the job advances or ends; stack answers still update it.
+            ep = self._episode
+            if ep is not None and ep.base is not None and self._stack is not None:
+                stack_key = self._stack_key(now)
+                if ep.key[3:] != stack_key:
+                    ep.key = ep.key[:3] + stack_key
+                    ep.alert = self._with_stacks(ep.base)
+                    return [ep.alert]
+            return []
         severity = "critical" if stalled >= critical else "warning"
         diagnosis = self.diagnose(now, stuck_after=first)
         ep = self._episode
-        key = (severity, diagnosis.case, diagnosis.culprits)
-        if ep is not None and ep.key == key and not (kind == "job" and ep.kind == "partial"):
-            return []
         if ep is not None and ep.alert.severity == "critical" and severity == "warning":
             severity = "critical"  # never de-escalate within one episode
-            key = (severity, diagnosis.case, diagnosis.culprits)
-            if ep.key == key:
-                return []
+        if ep is not None:
+            self._maybe_request_stacks(now, ep.alert.id, diagnosis)
+        key = (severity, diagnosis.case, diagnosis.culprits) + self._stack_key(now)
+        if ep is not None and ep.key == key and not (kind == "job" and ep.kind == "partial"):
+            return []
         since = self._progress_ts if kind == "job" else now - stalled
         stop_step = self._max_step if kind == "job" else int(self._step[:self._n][stuck_mask].min())
         if ep is None:
@@ -425,17 +595,21 @@ class HangDetector:
             starts_at = now
         else:
             ident, starts_at = ep.alert.id, ep.alert.starts_at
-        alert = self._alert(ident, severity, starts_at, now, since, stalled, stop_step, warn, critical,
-                            timeout_kind, diagnosis)
+        base = self._alert(ident, severity, starts_at, now, since, stalled, stop_step, warn, critical,
+                           timeout_kind, diagnosis)
+        if ep is None:
+            self._maybe_request_stacks(now, ident, diagnosis)
+            key = (severity, diagnosis.case, diagnosis.culprits) + self._stack_key(now)
+        alert = self._with_stacks(base)
         if ep is None or (kind == "job" and ep.kind == "partial"):
             stuck_steps = {}
             if kind == "partial":
                 slots = np.flatnonzero(stuck_mask)
                 stuck_steps = {int(self._ranks[s]): int(self._step[s]) for s in slots}
             self._episode = _Episode(alert=alert, kind=kind, job_step=self._max_step, stuck_steps=stuck_steps,
-                                     key=key)
+                                     key=key, base=base)
         else:
-            ep.alert, ep.key = alert, key
+            ep.alert, ep.key, ep.base = alert, key, base
         return [alert]
 
     def _partial_stuck(self, now: float, stuck_after: float) -> np.ndarray | None:
@@ -500,6 +674,19 @@ class HangDetector:
         silent = pick(silent_mask) + self._unseen_ranks()
         behind, waiting, stepping, stuck = pick(behind_mask), pick(waiting_mask), pick(stepping_mask), pick(
             stuck_mask)
+        groups = self._pg_verdict(live, order) if self._pg_seq else None
+        pg_name = pg_ranks = None
+        group_waiting: tuple[int, ...] = ()
+        others: tuple[str, ...] = ()
+        cycle = None
+        if groups is not None:
+            waiting = groups["waiting"]
+            if groups["culprits"]:
+                behind = groups["culprits"]
+                pg_name, pg_ranks, collective_seq = groups["name"], groups["ranks"], groups["seq"]
+                group_waiting, others = groups["group_waiting"], groups["others"]
+            else:
+                behind, cycle = (), groups["groups"]
         if not self._has_heartbeats:
             case, culprits = "undetermined", ()
             reason = "no heartbeats from this job: the ranks' positions are unknown, so no culprit is named"
@@ -515,13 +702,22 @@ class HangDetector:
             culprits = silent + behind
             reason = (f"{len(silent)} rank(s) sent nothing for {hb_timeout:g}s while the others still send "
                       f"heartbeats (process dead, frozen, or node unreachable)")
+        elif behind and pg_name is not None:
+            case, culprits = "culprit_before_collective", behind
+            reason = (f"{len(behind)} live rank(s) never issued collective {collective_seq} of process group "
+                      f"{pg_name}, which {len(group_waiting)} of its rank(s) started and wait in; "
+                      f"{len(waiting) - len(group_waiting)} more rank(s) wait in other groups")
         elif behind:
             case, culprits = "culprit_before_collective", behind
             reason = (f"{len(behind)} live rank(s) never issued collective {collective_seq}, which "
                       f"{len(waiting)} rank(s) started and wait in")
         else:
             case, culprits = "undetermined", ()
-            if job_silent:
+            if cycle:
+                reason = (f"the ranks behind in process group(s) {', '.join(cycle[:4])} all wait in other "
+                          f"groups' collectives (collectives issued in different orders?): no rank is simply "
+                          f"behind")
+            elif job_silent:
                 reason = (f"every rank of the job went silent {now - self._latest_ts:.0f}s ago (job killed, or "
                           f"its events no longer reach stepwatch)")
             elif collective_seq is None:
@@ -530,7 +726,67 @@ class HangDetector:
                 reason = f"every live rank is at collective {collective_seq}: cannot tell which rank is behind"
         return HangDiagnosis(case=case, reason=reason, culprits=culprits, silent=silent, behind=behind,
                              waiting=waiting, stepping=stepping, stuck=stuck, collective_seq=collective_seq,
-                             heartbeat_timeout=hb_timeout, job_silent=job_silent)
+                             heartbeat_timeout=hb_timeout, job_silent=job_silent, process_group=pg_name,
+                             process_group_ranks=pg_ranks, group_waiting=group_waiting, other_groups=others)
+
+    def _pg_verdict(self, live: np.ndarray, order: np.ndarray) -> dict | None:
+        """Group by group: which groups' members disagree, and who is behind without waiting anywhere.
+
+        A group disagrees when some live members started its collective N (the highest) and wait in
+        it while others never started it. Those others are culprits unless they wait in a collective
+        of another group (then that group's disagreement explains them). The group named is the most
+        specific one holding a culprit (fewest members behind, then fewest members). None when no
+        group disagrees."""
+        rank_slot = self._slot
+        # Every live rank inside a collective of some group, and where.
+        in_collective: set[int] = set()
+        for seqs in self._pg_seq.values():
+            for slot, (started, completed) in seqs.items():
+                if started > completed and live[slot]:
+                    in_collective.add(slot)
+        found = []
+        for name, seqs in self._pg_seq.items():
+            members = dict(seqs)
+            ranks = self._pg_ranks.get(name)
+            if ranks is not None:  # a member that never reported the group has issued none of its collectives
+                for r in ranks:
+                    slot = rank_slot.get(r)
+                    if slot is not None and slot not in members:
+                        members[slot] = (0, 0)
+            live_members = {slot: v for slot, v in members.items() if live[slot]}
+            if len(live_members) < 2:
+                continue
+            top = max(started for started, _ in live_members.values())
+            behind = [slot for slot, (started, _) in live_members.items() if started < top]
+            waiting = [slot for slot, (started, completed) in live_members.items() if started == top and completed < top]
+            if not behind or not waiting:
+                continue
+            culprits = [slot for slot in behind if slot not in in_collective]
+            found.append((not culprits, len(behind), len(members), name, top, set(culprits), set(waiting)))
+        if not found:
+            return None
+        found.sort(key=lambda f: f[:4])
+        ranks_of = self._ranks
+
+        def pick(slots: set[int]) -> tuple[int, ...]:
+            return tuple(int(ranks_of[i]) for i in order if i in slots)
+
+        all_waiting = pick(in_collective)
+        with_culprits = [f for f in found if f[5]]
+        if not with_culprits:
+            return {"culprits": (), "waiting": all_waiting, "groups": [f[3] for f in found]}
+        _, _, _, name, top, culprits, waiting = with_culprits[0]
+        # Further groups only where they accuse someone else (the DP group behind a stuck TP rank
+        # accuses that same rank: nothing new).
+        others, named = [], set(culprits)
+        for f in with_culprits[1:]:
+            if f[5] - named:
+                others.append(f)
+                named |= f[5]
+        more = named - culprits
+        return {"culprits": pick(culprits) + pick(more), "waiting": all_waiting, "name": name,
+                "ranks": self._pg_ranks.get(name), "seq": int(top), "group_waiting": pick(waiting),
+                "others": tuple(f[3] for f in others), "groups": [f[3] for f in found]}
 
     def _unseen_ranks(self) -> tuple[int, ...]:
         """Ranks below the reported world size that never sent anything (listed up to the cap)."""
@@ -602,6 +858,17 @@ class HangDetector:
             "stepping": self._listed(d.stepping),
             "stuck": self._listed(d.stuck),
         }
+        if d.process_group is not None:
+            evidence["process_group"] = d.process_group
+            evidence["process_group_ranks"] = list(d.process_group_ranks) if d.process_group_ranks else None
+            evidence["process_group_waiting"] = self._listed(d.group_waiting)
+            if d.other_groups:
+                evidence["other_process_groups"] = list(d.other_groups[:cap])
+            seqs = self._pg_seq.get(d.process_group, {})
+            for info in evidence["culprits"]:
+                slot = self._slot.get(info["rank"])
+                if slot in seqs:
+                    info["pg_seq_started"], info["pg_seq_completed"] = seqs[slot]
         return Alert(id=ident, status="firing", type="hang", severity=severity, job=self.job,
                      ranks=tuple(listed), nodes=nodes, starts_at=starts_at,
                      summary=self._summary(severity, stalled, stop_step, d), evidence=evidence)
@@ -628,6 +895,11 @@ class HangDetector:
             hb = self._rank_info(first)["last_heartbeat"]
             when = f"last heartbeat at {hb:.3f}" if hb is not None else "never heard from"
             tail = f"silent: {named} ({when}); {len(d.waiting)} rank(s) wait in collective {d.collective_seq}"
+        elif d.case == "culprit_before_collective" and d.process_group is not None:
+            size = f"{len(d.process_group_ranks)} ranks" if d.process_group_ranks else "all ranks"
+            tail = (f"culprit: {named} never reached collective {d.collective_seq} of process group "
+                    f"{d.process_group} ({size}) that {len(d.group_waiting)} of its rank(s) wait in; "
+                    f"{len(d.waiting) - len(d.group_waiting)} rank(s) wait in other groups")
         elif d.case == "culprit_before_collective":
             tail = (f"culprit: {named} never reached collective {d.collective_seq} that {len(d.waiting)} "
                     f"rank(s) wait in")
@@ -640,6 +912,9 @@ class HangDetector:
     def _resolve(self, *, at: float, summary: str) -> Alert:
         ep = self._episode
         self._episode = None
+        self._stack = None
+        self.pending_requests = []
+        self._old_alert_ids.append(ep.alert.id)
         evidence = dict(ep.alert.evidence)
         evidence.update(resolved_step=self._max_step if self._max_step >= 0 else None,
                         hung_seconds=round(at - evidence["stalled_since"], 3))

@@ -5,7 +5,7 @@ culprit tomorrow, a ``link_errors`` next week (seed 000, section 10; seed 003, 4
 An alert implicates a node when the node hosts one of its culprit ranks, is the node of its
 first suspected cause, or is the node of a node alert (``gpu_fault``, ``link_errors``)
 (``models.actions.implicated_nodes``). Incidents whose class blames the job itself (input
-pipeline, application Xids) implicate no node.
+pipeline, application Xids, a host OOM kill) implicate no node.
 
 A ``node_suspect`` alert (job empty, scope device; id from the node) fires when a node was
 implicated in ``min_jobs`` or more distinct jobs within ``window_seconds``, or at once on a
@@ -30,7 +30,7 @@ from .alerts import Alert, alert_id
 #: Alert types whose nodes are implicated (plus any alert carrying suspected causes).
 IMPLICATING_TYPES = frozenset({"straggler", "hang", "gpu_fault", "link_errors"})
 #: Failure classes that blame the job, not the node.
-JOB_CLASSES = frozenset({"input_pipeline", "app_xid"})
+JOB_CLASSES = frozenset({"input_pipeline", "app_xid", "host_oom"})
 
 
 @dataclass(frozen=True, slots=True)

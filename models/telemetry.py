@@ -34,7 +34,7 @@ from typing import Any
 from .alerts import Alert, alert_id
 from .events import GpuEvent, LinkEvent, StepEvent, TopologyEvent, XidEvent
 
-TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology"})
+TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology", "host"})
 
 #: Error counters of a port (sysfs counters/ and hw_counters/): any increase is a spike.
 #: name -> (weight, label). The weight ranks causes against each other.
@@ -717,6 +717,14 @@ class TelemetryCorrelator:
                     ring = times[rank] = deque(maxlen=self.data_history)
                 ring.append(value)
 
+    def placements(self) -> dict[str, dict[int, tuple[str | None, int | None]]]:
+        """job -> rank -> (node, gpu), as the step events said (read only)."""
+        return self._placement
+
+    def job_nodes(self, job: str) -> list[str]:
+        """The nodes the job's ranks run on (as their step events said)."""
+        return sorted({node for node, _ in self._placement.get(job, {}).values() if node is not None})
+
     def forget_job(self, job: str) -> None:
         self._placement.pop(job, None)
         self._data_time.pop(job, None)
@@ -820,11 +828,15 @@ class TelemetryHub:
     #: whose collectives slowed most, like a straggler with those of its own node.
     ENRICHED_TYPES = ("straggler", "hang", "comm_slowdown")
 
-    def __init__(self, settings=None) -> None:
+    def __init__(self, settings=None, host=None) -> None:
         if settings is None:
             from stepwatch.config import TelemetrySettings
 
             settings = TelemetrySettings()
+        if host is None:
+            from stepwatch.config import HostSettings
+
+            host = HostSettings()
         s = settings
         self.settings = s
         self.tracker = TelemetryTracker(
@@ -837,25 +849,45 @@ class TelemetryHub:
         self.correlator = TelemetryCorrelator(self.tracker, window=s.correlation_window, max_causes=s.max_causes,
                                               data_time_ratio=s.data_time_ratio)
         self.max_updates = s.max_enrichment_updates
+        # Host signals (models/host.py) and the device-layer rules (models/device_rules.py).
+        from .host import host_hub_parts
+
+        self.host, self.host_correlator = host_hub_parts(s, host)
+        from .device_rules import device_rules
+
+        self.devices = device_rules(host, self.correlator.placements)
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
 
     def process(self, event) -> list[Alert]:
+        if event.kind == "host":
+            return self.host.update(event)
+        if event.kind == "gpu":
+            return self.tracker.update(event) + self.devices.update(event)
         return self.tracker.update(event)
 
     def observe_step(self, event: StepEvent) -> None:
         self.correlator.observe_step(event)
+        self.devices.observe_step(event)
 
-    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float]) -> None:
+    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
+                      steps: list[int] = (), step_times: list[float] = ()) -> None:
         self.correlator.observe_steps(job, ranks, nodes, gpus, data_times)
+        if steps:
+            self.devices.observe_steps(job, steps, step_times)
 
     def _reference_time(self, alert: Alert) -> float:
         since = alert.evidence.get("stalled_since") if alert.type == "hang" else None
         return float(since) if isinstance(since, (int, float)) else alert.starts_at
 
     def _enriched(self, base: Alert) -> tuple[Alert, tuple]:
-        causes = self.correlator.suspects(base, at=self._reference_time(base))
+        at = self._reference_time(base)
+        causes = self.correlator.suspects(base, at=at)
+        from .host import merge_causes
+
+        causes = merge_causes(causes, self.host_correlator.suspects(
+            base, at=at, placement=self.correlator.placement, job_nodes=self.correlator.job_nodes), self.correlator.max_causes)
         rank = 0
         listed = []
         for rank, cause in enumerate(causes, 1):
@@ -873,12 +905,12 @@ class TelemetryHub:
             return alerts
         out = []
         for alert in alerts:
-            if alert.type not in self.ENRICHED_TYPES:
+            if alert.type not in self.ENRICHED_TYPES and not self.host_correlator.enriches(alert):
                 out.append(alert)
                 continue
             if alert.status == "firing":
                 enriched, signature = self._enriched(alert)
-                if not signature and not self.tracker.events_seen:
+                if not signature and not self.tracker.events_seen and not self.host.events_seen:
                     enriched = alert  # no agent deployed (yet) and no other clue: left as it is
                 if len(self._open) >= self.max_open:
                     self._open.pop(next(iter(self._open)))
@@ -910,6 +942,8 @@ class TelemetryHub:
         return out
 
     def tick(self, now: float) -> list[Alert]:
+        if self.devices.watching:
+            self.devices.rebuild()  # ranks placed or moved since: gpu_idle/hbm_full see them
         return self.tracker.tick(now) + self.refresh()
 
 

@@ -1,8 +1,8 @@
-"""The node agent: samples GPUs (NVML) and InfiniBand/RoCE ports (sysfs) and publishes node telemetry.
+"""The node agent: samples GPUs (NVML), InfiniBand/RoCE ports (sysfs) and host signals (procfs); publishes them.
 
 Runs on every node (``stepwatch agent``). Every ``interval`` seconds it sends one batch
-keyed by the node name to the telemetry topic: a ``gpu`` event per GPU and a ``link``
-event per port, with raw cumulative counters; ``xid`` events go out as soon as NVML
+keyed by the node name to the telemetry topic: a ``gpu`` event per GPU, a ``link``
+event per port and one ``host`` event (producers/procfs_host.py), with raw cumulative counters; ``xid`` events go out as soon as NVML
 reports them; a ``topology`` event (GPU -> nearest NICs) at the start and every
 ``topology_interval`` seconds. What the node lacks (no GPU, no NVML, no InfiniBand) is
 reported once and skipped.
@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from stepwatch.config import Settings
 
 from .nvml_sampler import NvmlSampler
+from .procfs_host import HostReader
 from .sysfs_ib import IbReader, normalize_bus_id
 
 log = logging.getLogger("stepwatch.agent")
@@ -72,7 +73,7 @@ class KafkaSender:
         try:
             self._producer = KafkaProducer(
                 bootstrap_servers=self.bootstrap, max_block_ms=self.max_block_ms, linger_ms=50,
-                buffer_memory=8 * 1024 * 1024, compression_type="gzip", acks=1, retries=3,
+                compression_type="gzip", acks=1, retries=3,  # kafka-python 3 has no buffer_memory setting
                 request_timeout_ms=10_000)
         except Exception as exc:  # NoBrokersAvailable, DNS, ...: try again later
             self.connect_failures += 1
@@ -130,7 +131,7 @@ class NodeAgent:
     """Discovers what the node has, samples it, and hands batches to ``sink(key, events)``."""
 
     def __init__(self, *, node: str | None = None, settings: Settings | None = None, sysfs_root: str | None = None,
-                 nvml: Any = None, sink: Callable[[str, list[dict]], Any], report: TextIO | None = None,
+                 proc_root: str | None = None, nvml: Any = None, sink: Callable[[str, list[dict]], Any], report: TextIO | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings or Settings.from_env()
         t = self.settings.telemetry
@@ -138,6 +139,8 @@ class NodeAgent:
         self.interval = t.agent_interval
         self.topology_interval = t.topology_interval
         self.ib = IbReader(sysfs_root if sysfs_root is not None else t.sysfs_root)
+        self.host = HostReader(proc_root if proc_root is not None else t.proc_root,
+                               sysfs_root if sysfs_root is not None else t.sysfs_root)
         self.gpus = NvmlSampler(self.node, nvml=nvml)
         self.sink = sink
         self.report = report if report is not None else sys.stderr
@@ -163,6 +166,11 @@ class NodeAgent:
             self.found.append(f"{len(devices)} RDMA device(s) with {ports} port(s) under {self.ib.class_dir}")
         else:
             self.skipped.append(f"link events (no InfiniBand/RoCE device under {self.ib.class_dir})")
+        if self.host.available:
+            psi = "with PSI" if self.host.psi() else "no PSI"
+            self.found.append(f"host signals under {self.host.proc} ({psi}, {len(self.host.disks())} disk(s))")
+        else:
+            self.skipped.append(f"host events (cannot read {self.host.proc / 'stat'})")
         if not (self.gpus.available and devices):
             self.skipped.append("topology (needs both GPUs and RDMA devices)")
         found = "; ".join(self.found) or "nothing to sample"
@@ -190,6 +198,9 @@ class NodeAgent:
                 log.exception("GPU sampling failed")
         for port in self.ib.read_all():
             events.append(port.to_event(self.node, now))
+        host = self.host.to_event(self.node, now)
+        if host is not None:
+            events.append(host)
         self.samples += 1
         return events
 

@@ -310,7 +310,10 @@ class RankMonitor:
         # Collective sequence numbers per process group.
         self.seq_started: dict[str, int] = {}
         self.seq_completed: dict[str, int] = {}
+        #: Global ranks of each process group but the default one (heartbeats' ``pgs``; producers/pg_tracker.py).
+        self.pg_ranks: dict[str, list[int]] = {}
         self.default_pg = DEFAULT_PG
+        self._train_ident = threading.get_ident()  # the training thread: first in stack answers
         #: Callables run at each step end and heartbeat to report timings read late (CUDA events).
         self._pollers: list = []
 
@@ -320,6 +323,7 @@ class RankMonitor:
         self._producer = None
         self._sender: threading.Thread | None = None
         self._heartbeat: threading.Thread | None = None
+        self._pg_tracker = self._control = None
         if not self.enabled:
             return
         self._sender = threading.Thread(target=self._send_loop, name=f"stepwatch-sender-r{cfg.rank}", daemon=True)
@@ -329,6 +333,13 @@ class RankMonitor:
                                                daemon=True)
             self._heartbeat.start()
         atexit.register(self._atexit)
+        # Every process group's sequence numbers (when torch is imported), and answers to stack
+        # requests on the control topic (docs/hang.md). Both off the training thread's way.
+        from .pg_tracker import auto_track
+        from .stacks import start_control_listener
+
+        self._pg_tracker = auto_track(self, environ)
+        self._control = start_control_listener(self, environ)
 
     # -- hot path ---------------------------------------------------------------------------
 
@@ -358,6 +369,7 @@ class RankMonitor:
             return
         try:
             self._step_no = self._next_step if step is None else int(step)
+            self._train_ident = threading.get_ident()
             if self._between_t0 is not None:
                 # Waiting for this step's data before it began is part of the step.
                 t0 = self._between_t0
@@ -592,9 +604,16 @@ class RankMonitor:
         if pg in self.seq_started:
             event["seq_started"] = self.seq_started[pg]
             event["seq_completed"] = self.seq_completed.get(pg, 0)
-        if len(self.seq_started) > 1:
-            event["seqs"] = {name: [started, self.seq_completed.get(name, 0)]
-                             for name, started in list(self.seq_started.items())}
+        if self.seq_started:
+            # Every process group (docs/events.md); ``ranks`` for all but the default group.
+            pgs = {}
+            for name, started in list(self.seq_started.items()):
+                entry = {"started": started, "completed": self.seq_completed.get(name, 0)}
+                ranks = self.pg_ranks.get(name)
+                if ranks is not None and name != DEFAULT_PG:
+                    entry["ranks"] = ranks
+                pgs[name] = entry
+            event["pgs"] = pgs
         event["in_step"] = self._step_t0 is not None
         return event
 
@@ -794,6 +813,8 @@ class RankMonitor:
                 self._heartbeat.join(max(0.0, self._deadline - _perf()))
             if self._sender is not None:
                 self._sender.join(max(0.0, self._deadline - _perf()) + 0.5)
+            if self._control is not None:
+                self._control.thread.join(max(0.0, self._deadline - _perf()) + 0.5)
         except Exception as exc:
             self._error("close", exc)
         with self._lock:
@@ -821,7 +842,8 @@ class RankMonitor:
 
     @property
     def threads(self) -> list[threading.Thread]:
-        return [t for t in (self._sender, self._heartbeat) if t is not None]
+        control = self._control.thread if self._control is not None else None
+        return [t for t in (self._sender, self._heartbeat, control) if t is not None]
 
     def __enter__(self) -> "RankMonitor":
         return self

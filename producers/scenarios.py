@@ -71,6 +71,10 @@ class Scenario:
     problems: tuple[Problem, ...] = ()
     tags: tuple[str, ...] = ()
     noise: tuple[str, ...] = ()
+    #: Host faults (producers/host_sim.py) of the (single) job; with ``host`` also set, every node sends
+    #: ``host`` events.
+    host_faults: tuple = ()
+    host: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -127,11 +131,19 @@ def suite(tags: Iterable[str] | None = None, *, exclude: Iterable[str] = ()) -> 
 
 def batches(scenario: Scenario) -> Iterator[tuple[float, list[dict]]]:
     """The scenario's event batches in time order (several jobs interleaved by time)."""
-    streams = [ClusterSimulator(spec).steps() for spec in scenario.specs]
+    streams = [_simulator(scenario, spec).steps() for spec in scenario.specs]
     counter = itertools.count()  # ties: keep a stable order, never compare the lists
     keyed = [((t, next(counter), b) for t, b in stream) for stream in streams]
     for t, _, batch in heapq.merge(*keyed, key=lambda x: (x[0], x[1])):
         yield t, batch
+
+
+def _simulator(scenario: Scenario, spec: SimulationSpec):
+    if scenario.host or scenario.host_faults:
+        from .host_sim import HostSimulator
+
+        return HostSimulator(spec, scenario.host_faults, seed=spec.seed + 2)
+    return ClusterSimulator(spec)
 
 
 class _Clock:
@@ -624,6 +636,51 @@ if hasattr(sim, "HangFault"):
 
     for _j, _kind in enumerate(("hang", "frozen", "dead")):
         register(_hang(_kind, 800 + _j))
+
+
+# host signals (producers/host_sim.py) --------------------------------------------------------------------
+
+
+def _host(kind: str, seed: int) -> Callable[[], Scenario]:
+    from .host_sim import HostFault
+
+    what = {"io": ("IO pressure and a slow nvme0n1 under node-002's data loaders", "straggler",
+                   ("io_pressure", "nvme0n1")),
+            "cpu": ("node-002's CPUs saturated, its data-loader workers starved", "straggler", ("cpu",)),
+            "memory": ("memory pressure on node-002 (2% available, swapping) slows its data loaders", "straggler",
+                       ("memory",)),
+            "oom": ("the OOM killer ends rank 16 on node-002; the others wait in the collective", "hang",
+                    ("oom_kill",))}
+    description, alert_type, components = what[kind]
+
+    def build() -> Scenario:
+        name = f"host-{kind}-64"
+        end = None if kind == "oom" else 210
+        fault = HostFault(kind=kind, node=2, start_step=130, end_step=end)  # clear of the checkpoint at step 100
+        spec = _spec(name, 64, steps=260, seed=seed, heartbeat_interval=5.0 if kind == "oom" else 0.0)
+        ranks = (16,) if kind == "oom" else fault.ranks(spec)
+        problem = Problem(type=f"host-{kind}", alert_type=alert_type, job=name, ranks=ranks, onset_step=130,
+                          end_step=end, detail={"cause": {"category": "host", "node": "node-002",
+                                                          "components": list(components)}})
+        return replace(_single(name, description + " from step 130", spec, [problem], tags=("host",),
+                               extra_noise=("host events of every node every second (PSI, CPU, memory, nvme0n1, "
+                                            "a read-time counter wrapping at 2**32)",)),
+                       host_faults=(fault,), host=True)
+
+    build.__name__ = f"host_{kind}_64"
+    return build
+
+
+for _j, _kind in enumerate(("io", "cpu", "memory", "oom")):
+    register(_host(_kind, 900 + _j))
+
+
+@register
+def host_healthy_64() -> Scenario:
+    spec = _spec("host-healthy-64", 64, steps=300, seed=910)
+    return replace(_single("host-healthy-64", "healthy job with host events of every node (normal host noise)", spec,
+                           tags=("host", "healthy"), extra_noise=("host events of every node every second",)),
+                   host=True)
 
 
 def describe() -> list[dict[str, Any]]:

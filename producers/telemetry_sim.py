@@ -73,7 +73,7 @@ def split_batch(batch: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
     job_events: list[dict] = []
     by_node: dict[str, list[dict]] = {}
     for event in batch:
-        if event.get("kind") in ("gpu", "xid", "link", "topology"):
+        if event.get("kind") in ("gpu", "xid", "link", "topology", "host"):
             by_node.setdefault(event["node"], []).append(event)
         else:
             job_events.append(event)

@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from .monitor import DEFAULT_PG, RankMonitor
+from .pg_tracker import suppressed
 
 __all__ = ["CollectiveTimer", "attach_ddp"]
 
@@ -135,7 +136,8 @@ class CollectiveTimer:
         """Time a blocking collective: ``with timer.time("all_gather"): dist.all_gather(...)``."""
         token = self.begin(pg)
         try:
-            yield token[0]
+            with suppressed():  # numbered here already (producers/pg_tracker.py)
+                yield token[0]
         finally:
             self.finish(token, op, nbytes)
 
@@ -149,7 +151,8 @@ class CollectiveTimer:
             token = self.begin(pg)
             nbytes = _nbytes(args[0]) if args else None
             try:
-                result = fn(*args, **kwargs)
+                with suppressed():  # numbered here already (producers/pg_tracker.py)
+                    result = fn(*args, **kwargs)
             except BaseException:
                 self.finish(token, op, nbytes)
                 raise
@@ -225,7 +228,8 @@ def _timed_allreduce_hook(state, bucket):  # no annotations: DDP checks them at 
         monitor._error("ddp hook", exc)
         return allreduce_hook(state.process_group, bucket)
 
-    fut = allreduce_hook(state.process_group, bucket)
+    with suppressed():  # numbered here already: the tracker's all_reduce wrapper must not count it again
+        fut = allreduce_hook(state.process_group, bucket)
 
     def done(f):
         timer.finish((seq, state.pg_name, start), "allreduce", nbytes)

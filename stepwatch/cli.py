@@ -147,6 +147,24 @@ def _telemetry_fault_parser(where: str):
     return parse
 
 
+def _host_fault(text: str):
+    from stepwatch.producers.host_sim import HOST_FAULT_KINDS, HostFault
+
+    parts = text.split(":")
+    try:
+        if not 3 <= len(parts) <= 4 or parts[0] not in HOST_FAULT_KINDS:
+            raise ValueError
+        node: int | str = int(parts[1]) if parts[1].isdigit() else parts[1]
+        if not node and node != 0:
+            raise ValueError
+        end = int(parts[3]) if len(parts) > 3 and parts[3] else None
+        return HostFault(kind=parts[0], node=node, start_step=int(parts[2]), end_step=end)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected KIND:NODE:START[:END] with KIND one of "
+                                         f"{', '.join(HOST_FAULT_KINDS)} "
+                                         f"and NODE an index or a name (node-001), got {text!r}") from None
+
+
 def _telemetry_simulator(spec, args: argparse.Namespace):
     faults = tuple(getattr(args, "gpu_fault", None) or ()) + tuple(getattr(args, "link_fault", None) or ())
     if not faults and not getattr(args, "telemetry", False):
@@ -194,6 +212,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"stepwatch simulate: {exc}") from None
     sim = _telemetry_simulator(spec, args) or ClusterSimulator(spec)
+    if getattr(args, "host_fault", None) or (getattr(args, "telemetry", False) and sim is not None):
+        from stepwatch.producers.host_sim import HostSimulator
+
+        try:
+            sim = HostSimulator(spec, tuple(args.host_fault or ()), seed=spec.seed + 2,
+                                inner=lambda s: _telemetry_simulator(s, args) or ClusterSimulator(s))
+        except ValueError as exc:
+            raise SystemExit(f"stepwatch simulate: {exc}") from None
     speed = args.speed if args.speed is not None else (0.0 if args.out else 1.0)
     if args.out:
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
@@ -423,6 +449,26 @@ def format_jobs(body: dict) -> str:
     return "\n".join(lines)
 
 
+def _hang_forensics(ev: dict) -> list[str]:
+    """A hang alert's process group and the culprit's stack (docs/hang.md), indented under the alert."""
+    from stepwatch.models.stacks import culprit_stack
+
+    out = []
+    if ev.get("process_group"):
+        members = ev.get("process_group_ranks")
+        out.append(f"           process group {ev['process_group']} "
+                   f"({'ranks ' + ','.join(map(str, members)) if members else 'all ranks'}), "
+                   f"collective {ev.get('collective_seq')}")
+    stack = culprit_stack(ev)
+    if stack is not None:
+        rank, frames = stack
+        out.append(f"           stack of rank {rank} (innermost last):")
+        out.extend(f"             {frame}" for frame in frames)
+    if ev.get("stack_missing"):
+        out.append(f"           no stack from rank(s): {', '.join(map(str, ev['stack_missing']))}")
+    return out
+
+
 def format_job(body: dict, *, all_ranks: bool = False, limit: int = 20) -> str:
     s = body.get("settings") or {}
     straggler = s.get("straggler") or {}
@@ -440,6 +486,7 @@ def format_job(body: dict, *, all_ranks: bool = False, limit: int = 20) -> str:
         brief = {k: v for k, v in ev.items() if not isinstance(v, (dict, list)) and v is not None}
         if brief:
             lines.append("           evidence: " + ", ".join(f"{k}={v}" for k, v in list(brief.items())[:10]))
+        lines.extend(_hang_forensics(ev))
     ranks = body.get("ranks", [])
     shown = ranks if all_ranks else sorted(
         ranks, key=lambda r: (r.get("alert") is None, -(r.get("ratio") or 0)))[:limit]
@@ -646,6 +693,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         overrides["agent_interval"] = args.interval
     if args.sysfs_root is not None:
         overrides["sysfs_root"] = args.sysfs_root
+    if args.proc_root is not None:
+        overrides["proc_root"] = args.proc_root
     if overrides:
         settings = dataclasses.replace(settings, telemetry=dataclasses.replace(t, **overrides))
     to_stdout = args.stdout or (args.once and not settings.kafka.bootstrap)
@@ -747,8 +796,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                "(default: 1 to Kafka, 0 with --out)")
     p.add_argument("--out", metavar="FILE", help="write JSON Lines to FILE ('-' for stdout) instead of Kafka")
     p.add_argument("--telemetry", action="store_true",
-                   help="also emit node telemetry (gpu, link, topology events per node per second); implied by "
-                        "--gpu-fault/--link-fault. It goes with the job's events (keyed by job)")
+                   help="also emit node telemetry (gpu, link, topology and host events per node per second); implied by "
+                        "--gpu-fault/--link-fault (--host-fault: host events only). It goes with the job's events (keyed by job)")
     p.add_argument("--gpu-fault", type=_telemetry_fault_parser("gpu"), action="append",
                    metavar="KIND:RANK:START[:FACTOR[:END]]",
                    help="GPU fault on RANK's GPU from step START: thermal, power, ecc, xid, nvlink; the rank computes "
@@ -757,6 +806,10 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="KIND:RANK:START[:FACTOR[:END]]",
                    help="fault on the IB port nearest to RANK's GPU from step START: ib_errors, congestion, "
                         "link_down; the rank computes FACTOR (default 1.3) times slower; repeatable")
+    p.add_argument("--host-fault", type=_host_fault, action="append", metavar="KIND:NODE:START[:END]",
+                   help="host fault on NODE (index or name) from step START to END: io (IO pressure, slow disk), "
+                        "cpu (CPUs saturated), memory (memory pressure) starve the node's data loaders; oom (the "
+                        "OOM killer ends the node's first rank); adds host events of every node; repeatable")
     p.add_argument("--shard-ranks", type=int, default=0, metavar="N",
                    help="key each rank's events by rank shard 'JOB/<rank // N>' instead of by job, for the shard "
                         "stage ('stepwatch shard'); events without a rank keep the job id (default 0: by job)")
@@ -839,15 +892,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_shard)
 
-    p = sub.add_parser("agent", help="run the node agent: GPU and InfiniBand telemetry to Kafka",
-                       description="Sample every GPU (NVML, pip install 'stepwatch[agent]') and InfiniBand/RoCE port "
-                                   "(sysfs) of this node every --interval seconds and publish gpu, xid, link and "
-                                   "topology events keyed by node to the telemetry topic. What the node lacks is "
-                                   "reported once and skipped.")
+    p = sub.add_parser("agent", help="run the node agent: GPU, InfiniBand and host telemetry to Kafka",
+                       description="Sample every GPU (NVML, pip install 'stepwatch[agent]'), InfiniBand/RoCE port "
+                                   "(sysfs) and the host's CPU, memory, OOM and disk counters (procfs) of this node "
+                                   "every --interval seconds and publish gpu, xid, link, topology and host events "
+                                   "keyed by node to the telemetry topic. What the node lacks is reported once and "
+                                   "skipped.")
     _add_kafka_args(p)
     p.add_argument("--node", help="node name (default: the host name)")
     p.add_argument("--interval", type=float, metavar="S", help="seconds between samples (default 1)")
     p.add_argument("--sysfs-root", metavar="DIR", help="root of sysfs (default /sys)")
+    p.add_argument("--proc-root", metavar="DIR", help="root of procfs for host signals (default /proc)")
     p.add_argument("--once", action="store_true",
                    help="take one sample and exit (printed as JSON Lines unless Kafka is configured)")
     p.add_argument("--samples", type=int, metavar="N", help="stop after N samples")

@@ -81,6 +81,14 @@ class HangSettings:
     heartbeat_timeout_factor: float = 3.0
     #: Most ranks listed per category in an alert's evidence (counts are always complete).
     max_listed_ranks: int = 32
+    #: On a hang, ask the culprits (and ``stack_waiting_ranks`` waiting ranks) for their Python
+    #: stacks on the control topic (docs/hang.md); False: never ask.
+    stacks: bool = True
+    stack_waiting_ranks: int = 3
+    #: Ranks that have not answered this many seconds after the request are listed in ``stack_missing``.
+    stack_timeout_seconds: float = 10.0
+    #: At most one stack request per job per this many seconds.
+    stack_min_interval_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         self.job_timeout_map()  # fail early, naming the setting, on a malformed value
@@ -125,6 +133,8 @@ class KafkaSettings:
     #: Workers registry (compacted, one partition, keyed by worker URL): which worker owns which
     #: events partition, for the status API's proxying (streams/registry.py).
     workers_topic: str = "workers"
+    #: Worker -> rank monitors requests (stack requests, keyed by job; docs/hang.md).
+    control_topic: str = "control"
     #: Output of the optional shard stage (``stepwatch shard``): the raw events re-batched per job, keyed
     #: by job. Detection workers read it with ``STEPWATCH_KAFKA_EVENTS_TOPIC=job-events``.
     job_events_topic: str = "job-events"
@@ -237,6 +247,8 @@ class TelemetrySettings:
     agent_interval: float = 1.0
     #: Root of sysfs for the agent (tests point it at a recorded tree).
     sysfs_root: str = "/sys"
+    #: Root of procfs for the agent's host signals (tests point it at a fake tree).
+    proc_root: str = "/proc"
     #: Batches the agent holds while Kafka is slow or away; beyond, new samples are dropped and counted.
     agent_queue_size: int = 600
     #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
@@ -283,6 +295,48 @@ class TelemetrySettings:
             return frozenset(int(x) for x in self.app_xids.split(",") if x.strip())
         except ValueError:
             raise ValueError(f"telemetry.app_xids: expected comma-separated integers, got {self.app_xids!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostSettings:
+    """Host signals as causes (models/host.py) and the device-layer rules of seed 003 (models/device_rules.py)."""
+
+    #: IO pressure: PSI io ``some avg10`` at or above this percentage (and ``pressure_factor`` x the node's baseline).
+    io_pressure_pct: float = 20.0
+    #: CPU saturation: busy share of all CPUs at or above this (0-1), or PSI cpu ``some avg10`` above
+    #: ``cpu_pressure_pct``.
+    cpu_busy_ratio: float = 0.95
+    cpu_pressure_pct: float = 50.0
+    #: Memory pressure: PSI memory ``some avg10`` at or above this percentage, or MemAvailable below
+    #: ``mem_available_ratio`` of MemTotal.
+    memory_pressure_pct: float = 10.0
+    mem_available_ratio: float = 0.05
+    #: A pressure counts only at this multiple of the node's own baseline median (once it has one).
+    pressure_factor: float = 2.0
+    #: A disk's read latency (ms per completed read) counts at this multiple of its baseline or of the peer
+    #: nodes' disks' median ...
+    disk_latency_factor: float = 4.0
+    #: ... and above this many ms (a fast NVMe going from 0.1 to 0.5 ms is no stall).
+    disk_latency_floor_ms: float = 2.0
+    #: Reads between two samples below which a latency is not measured (too few to mean anything).
+    disk_min_reads: int = 5
+    #: Host samples in the correlation window a condition must hold in to be evidence.
+    min_samples: int = 2
+    #: A silent rank is blamed on an OOM kill of its node within this many seconds after its last event.
+    oom_window_seconds: float = 60.0
+    #: Host samples kept per node (the correlation looks ``telemetry.correlation_window`` either side of an
+    #: alert's start; causes are kept once the window has closed). About 500 bytes each.
+    history_samples: int = 300
+    #: gpu_idle: a GPU that runs a rank of a stepping job below this utilization (%) for ``gpu_idle_seconds``.
+    gpu_idle_util_pct: float = 10.0
+    gpu_idle_seconds: float = 300.0
+    #: gpu_hot: temperature at or above this (degrees C) in ``gpu_hot_samples`` consecutive samples.
+    gpu_hot_temp_c: float = 85.0
+    gpu_hot_samples: int = 3
+    #: hbm_full: memory used above this share of total (``gpu_hot_samples`` samples in a row) while the job's
+    #: step time (median of its last 10 steps) grew to ``hbm_step_growth`` x its earlier median.
+    hbm_full_ratio: float = 0.90
+    hbm_step_growth: float = 1.1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -401,6 +455,7 @@ class Settings:
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     shard: ShardSettings = field(default_factory=ShardSettings)
     oncall: OnCallSettings = field(default_factory=OnCallSettings)
+    host: HostSettings = field(default_factory=HostSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":

@@ -371,6 +371,10 @@ def create_app(settings: Settings | None = None) -> faust.App:
 
     attach_telemetry(app, engine, settings, publish=publish)
 
+    from .control import install_control
+
+    install_control(app, engine, settings, metrics)  # stack requests of hung jobs (docs/hang.md)
+
     @app.timer(interval=settings.worker.tick_interval)
     async def tick():
         if state.get("recovering"):

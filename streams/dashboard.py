@@ -45,6 +45,7 @@ canvas { image-rendering: pixelated; display:block; }
 .alert.critical { border-left-color:var(--hot); }
 .alert .sev { font-weight:700; text-transform:uppercase; font-size:11px; }
 .alert .cause { margin-top:4px; } .alert .cause b { color:#fff; }
+.alert pre.stack { font-size:11px; margin:2px 0 0 0; white-space:pre-wrap; word-break:break-all; color:#cfd6e0; }
 .alert table { font-size:11px; color:var(--dim); border-collapse:collapse; margin-top:4px; }
 .alert td { padding:1px 6px 1px 0; vertical-align:top; word-break:break-all; }
 #none { color:var(--dim); }
@@ -162,6 +163,18 @@ function cause(a) {
   return "";
 }
 
+function stack(e) {
+  // A hang's culprit stack (evidence.stacks: culprits first, innermost frame last), and who did not answer.
+  const ranks = Object.keys(e.stacks || {});
+  let out = e.process_group ? '<div class="cause">process group <b>' + esc(e.process_group) + "</b>" +
+      (e.process_group_ranks ? " (ranks " + esc(e.process_group_ranks.join(",")) + ")" : "") +
+      ", collective " + esc(e.collective_seq) + "</div>" : "";
+  if (ranks.length) out += '<div class="cause">stack of rank <b>' + esc(ranks[0]) + '</b>:</div><pre class="stack">' +
+      e.stacks[ranks[0]].map(esc).join("\n") + "</pre>";
+  if ((e.stack_missing || []).length) out += '<div class="cause">no stack from rank(s) ' + esc(e.stack_missing.join(", ")) + "</div>";
+  return out;
+}
+
 function drawAlerts(alerts) {
   const box = $("alerts");
   if (!alerts.length) { box.innerHTML = '<div id="none">none</div>'; return; }
@@ -172,6 +185,7 @@ function drawAlerts(alerts) {
       '<span class="sev">' + esc(a.severity) + " " + esc(a.type) + "</span> &middot; since " +
       esc(new Date(a.starts_at * 1000).toISOString().substr(11, 8)) + "Z<div>" + esc(a.summary) + "</div>" +
       '<div class="cause">suspected cause: <b>' + esc(cause(a)) + "</b></div>" +
+      stack(a.evidence || {}) +
       "<details><summary>evidence</summary><table>" + ev + "</table></details></div>";
   }).join("");
 }

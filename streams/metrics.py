@@ -26,7 +26,7 @@ DETECTION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 ALERT_TYPES = ("straggler", "hang")
 #: Incident durations: from a minute to a day.
 INCIDENT_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
-EVENT_KINDS = ("step", "collective", "heartbeat", "phase")
+EVENT_KINDS = ("step", "collective", "heartbeat", "phase", "stack")
 
 
 class WorkerMetrics:

@@ -27,7 +27,7 @@ from stepwatch.models.telemetry import TELEMETRY_KINDS
 
 log = logging.getLogger("stepwatch.worker.telemetry")
 
-NODE_ALERT_TYPES = frozenset({"gpu_fault", "link_errors"})
+NODE_ALERT_TYPES = frozenset({"gpu_fault", "link_errors", "gpu_hot"})
 
 
 class TelemetryFeed:

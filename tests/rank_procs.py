@@ -16,11 +16,13 @@ import time
 
 
 def rank_main(rank: int, world: int, env: dict, barrier, progress, steps: int, step_s: float, heartbeat_s: float,
-              stall_rank: int, stall_step: int) -> None:
+              stall_rank: int, stall_step: int, wait_control: bool = False) -> None:
     os.environ.update(env)
     from stepwatch.producers.monitor import RankMonitor
 
     monitor = RankMonitor(rank=rank, world_size=world, node=f"node-{rank // 2}", heartbeat_interval=heartbeat_s)
+    if wait_control:  # stack requests need the control reader in place first
+        monitor._control.ready.wait(120)
     for step in range(steps):
         with monitor.step():
             time.sleep(step_s)
@@ -34,12 +36,13 @@ def rank_main(rank: int, world: int, env: dict, barrier, progress, steps: int, s
 
 
 def start_ranks(env: dict, *, world: int = 4, steps: int = 400, step_s: float = 0.05, heartbeat_s: float = 0.5,
-                stall_rank: int = -1, stall_step: int = -1):
+                stall_rank: int = -1, stall_step: int = -1, wait_control: bool = False):
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(world)
     progress = ctx.Array("i", [-1] * world)
     procs = [ctx.Process(target=rank_main, args=(r, world, env, barrier, progress, steps, step_s, heartbeat_s,
-                                                 stall_rank, stall_step), daemon=True) for r in range(world)]
+                                                 stall_rank, stall_step, wait_control), daemon=True)
+             for r in range(world)]
     for p in procs:
         p.start()
     procs.append(barrier)  # keep the barrier alive until the children have unpickled it

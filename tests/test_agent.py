@@ -252,7 +252,7 @@ def test_agent_sample_has_topology_gpus_and_links(sysfs, capsys):
     [(key, events)] = batches
     assert key == "gpu-052"
     kinds = [e["kind"] for e in events]
-    assert kinds == ["topology", "gpu", "gpu", "link", "link"]
+    assert kinds == ["topology", "gpu", "gpu", "link", "link", "host"]  # host: this machine's /proc
     topo = parse_event(events[0])
     assert [g["nics"] for g in topo.gpus] == [["mlx5_0"], ["mlx5_1"]]
     for event in events:
@@ -264,7 +264,7 @@ def test_agent_sample_has_topology_gpus_and_links(sysfs, capsys):
 def test_agent_on_a_node_without_gpu_or_infiniband_reports_what_it_skipped(tmp_path, capsys):
     nv = fake_nvml(count=0)
     batches = []
-    agent = NodeAgent(node="cpu-1", settings=Settings(), sysfs_root=str(tmp_path), nvml=nv,
+    agent = NodeAgent(node="cpu-1", settings=Settings(), sysfs_root=str(tmp_path), proc_root=str(tmp_path), nvml=nv,
                       sink=lambda key, events: batches.append(events))
     agent.discover()
     agent.run(max_samples=2)
@@ -272,6 +272,7 @@ def test_agent_on_a_node_without_gpu_or_infiniband_reports_what_it_skipped(tmp_p
     report = capsys.readouterr().err
     assert report.count("\n") == 1  # said once
     assert "skipped: gpu and xid events (NVML found no GPU)" in report and "link events" in report
+    assert "host events (cannot read" in report
 
 
 def test_sender_drops_and_counts_when_kafka_is_unreachable():

@@ -184,7 +184,7 @@ def test_heartbeats_continue_while_the_training_thread_is_blocked():
 def test_close_is_bounded_and_joins_its_threads():
     before = len(stepwatch_threads())
     m = RankMonitor(job="j", bootstrap=closed_port(), heartbeat_interval=0.05, environ={})
-    assert len(stepwatch_threads()) == before + 2
+    assert len(stepwatch_threads()) == before + 3  # sender, heartbeat, control reader (stack requests)
     for _ in range(5):
         with m.step():
             pass

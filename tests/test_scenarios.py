@@ -204,3 +204,35 @@ def test_quality_bench_runs_a_small_scenario_end_to_end(name, tmp_path):
     else:
         assert res["problems"][0]["detected"] and res["problems"][0]["right_rank"] >= 1
     assert (tmp_path / f"{name}.labels.json").exists()
+
+
+def test_scorer_checks_the_first_suspected_cause():
+    q = _load_quality()
+    cause = {"category": "host", "node": "node-002", "components": ["io_pressure", "nvme0n1"]}
+    labels = {"scenario": "s", "healthy": False,
+              "jobs": [{"job": "j", "ranks": 16, "start_ts": 0.0, "end_ts": 3600.0, "step_time": 1.0}],
+              "problems": [{"type": "host-io", "alert_type": "straggler", "job": "j", "ranks": [5],
+                            "onset_step": 100, "onset_ts": 100.0, "end_step": 200, "end_ts": 200.0,
+                            "deadline_s": 60.0, "detail": {"cause": cause}}]}
+
+    def alert(*causes):
+        return {"id": "1", "status": "firing", "type": "straggler", "job": "j", "ranks": [5], "starts_at": 104.0,
+                "summary": "x", "evidence": {"detected_step": 104, "suspected_causes": [
+                    {"category": c, "node": n, "component": k} for c, n, k in causes]}}
+
+    right = alert(("host", "node-002", "nvme0n1"), ("input_pipeline", "node-002", "rank5/data_loader"))
+    (p,) = q.score(labels, [right])["problems"]
+    assert p["detected"] and p["right_cause"] is True
+    for wrong in (alert(("input_pipeline", "node-002", "rank5/data_loader"), ("host", "node-002", "nvme0n1")),
+                  alert(("host", "node-003", "nvme0n1")), alert(("host", "node-002", "cpu")), alert()):
+        (p,) = q.score(labels, [wrong])["problems"]
+        assert p["detected"] and p["right_cause"] is False
+    assert q.aggregate([q.score(labels, [right])])["by_type"]["host-io"]["right_cause"] == 1
+
+
+@pytest.mark.parametrize("name", ["host-io-64", "host-oom-64"])
+def test_host_scenarios_are_caught_with_the_right_cause(name, tmp_path):
+    q = _load_quality()
+    res = q.run_one(name, str(tmp_path))
+    (p,) = res["problems"]
+    assert p["detected"] and p["right_cause"] is True and res["false_alarms"] == []

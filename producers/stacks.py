@@ -1,0 +1,231 @@
+"""A rank's answer to a stack request: its Python stacks, and a Flight Recorder dump where torch has one.
+
+While a job hangs, stepwatch's worker asks the culprits and a few waiting ranks where they
+are (a ``stack_request`` on ``<prefix>control``, keyed by job; models/stacks.py). Each rank
+monitor runs :class:`ControlListener`, a daemon thread that reads that topic (no consumer
+group: it reads its job's partition from the end) and answers with a ``stack`` event on the
+events topic, through the monitor's ordinary queue and sender:
+
+* ``threads``: Python frames of every thread from ``sys._current_frames()`` (no debugger,
+  no extra tool), the training thread first, frames outermost first and innermost last as
+  in a traceback, at most 8 threads and 64 frames each (the innermost kept);
+* ``flight_recorder``: where the installed torch has a Flight Recorder
+  (``torch._C._distributed_c10d._dump_fr_trace``/``_dump_nccl_trace``), the path of the dump
+  this request triggered (written to ``TORCH_FR_DUMP_TEMP_FILE``'s folder, else the temp folder).
+
+The training thread is never touched: capturing reads other threads' frames under the GIL,
+which a thread blocked in a collective, a sleep or I/O does not hold. A frozen (SIGSTOPped)
+or dead process answers nothing, which the alert reports as ``stack_missing``.
+``STEPWATCH_MONITOR_STACKS=0`` turns the listener off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from stepwatch.models.events import MAX_STACK_FRAMES, MAX_STACK_THREADS
+from stepwatch.models.stacks import StackRequest, parse_request
+
+log = logging.getLogger(__name__)
+
+__all__ = ["capture_threads", "stack_event", "flight_recorder_dump", "ControlListener", "start_control_listener"]
+
+#: Kafka client settings the control reader takes over from the monitor's producer settings (TLS/SASL).
+_SECURITY_KEYS = ("security_protocol", "ssl_context", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname",
+                  "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider")
+
+
+def capture_threads(train_ident: int | None = None, *, max_threads: int = MAX_STACK_THREADS,
+                    max_frames: int = MAX_STACK_FRAMES) -> list[dict]:
+    """Every Python thread's stack: ``[{"name", "frames": [{"file", "line", "function"}]}]``, the
+    thread ``train_ident`` first (then the main thread, then by name), frames outermost first."""
+    frames = sys._current_frames()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    me = threading.get_ident()
+    main = threading.main_thread().ident
+
+    def rank(ident: int) -> tuple:
+        return (ident != train_ident, ident != main, ident == me, names.get(ident, ""))
+
+    out = []
+    for ident in sorted(frames, key=rank)[:max_threads]:
+        summary = traceback.extract_stack(frames[ident])[-max_frames:]
+        out.append({"name": names.get(ident, f"thread-{ident}"),
+                    "frames": [{"file": f.filename, "line": f.lineno or 0, "function": f.name} for f in summary]})
+    return out
+
+
+def flight_recorder_dump(rank: int, tag: str) -> str | None:
+    """Trigger torch's Flight Recorder dump and return its file, or None where torch has none (or it fails)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        c10d = torch._C._distributed_c10d
+        dump = getattr(c10d, "_dump_fr_trace", None)
+        backend = "gloo"
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            backend = str(dist.get_backend())
+        if backend == "nccl" and hasattr(c10d, "_dump_nccl_trace"):
+            data = c10d._dump_nccl_trace()
+        elif dump is not None:
+            data = dump(backend=backend)
+        else:
+            return None
+        prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.path.join(tempfile.gettempdir(), "stepwatch_fr_")
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in tag)[:80]
+        path = f"{prefix}{rank}_{safe}.pkl"
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+    except Exception as exc:
+        log.warning("stepwatch: Flight Recorder dump failed: %r", exc)
+        return None
+
+
+def stack_event(monitor: Any, request: StackRequest) -> dict:
+    """The ``stack`` event answering ``request`` for ``monitor``'s rank (docs/events.md)."""
+    event: dict[str, Any] = {"v": 1, "kind": "stack", "job": monitor.job, "rank": monitor.rank, "ts": time.time(),
+                             "request_id": request.request_id,
+                             "threads": capture_threads(getattr(monitor, "_train_ident", None))}
+    if monitor.node:
+        event["node"] = monitor.node
+    path = flight_recorder_dump(monitor.rank, request.request_id)
+    if path:
+        event["flight_recorder"] = path
+    return event
+
+
+def answer(monitor: Any, request: StackRequest) -> bool:
+    """Queue the answer if ``request`` asks this rank of this job; True if it did."""
+    if request.job != monitor.job or monitor.rank not in request.ranks:
+        return False
+    monitor._enqueue(stack_event(monitor, request))
+    return True
+
+
+def _env(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name)
+    return value.strip() if value is not None and value.strip() else default
+
+
+class ControlListener:
+    """Reads the job's partition of the control topic and answers stack requests (daemon thread)."""
+
+    def __init__(self, monitor: Any, topic: str, *, poll_seconds: float = 0.5) -> None:
+        self.monitor = monitor
+        self.topic = topic
+        self.poll_seconds = poll_seconds
+        self.answered = 0
+        self.ready = threading.Event()  # set once reading from the partition's end
+        self._thread = threading.Thread(target=self._run, name=f"stepwatch-control-r{monitor.rank}", daemon=True)
+
+    def start(self) -> "ControlListener":
+        self._thread.start()
+        return self
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def _consumer(self):
+        from kafka import KafkaConsumer, TopicPartition
+
+        cfg = self.monitor.config
+        security = {k: v for k, v in cfg.producer_config.items() if k in _SECURITY_KEYS}
+        consumer = KafkaConsumer(bootstrap_servers=cfg.bootstrap, enable_auto_commit=False, group_id=None,
+                                 client_id=f"stepwatch-control-{self.monitor.job}-r{self.monitor.rank}",
+                                 request_timeout_ms=30_000, bootstrap_timeout_ms=2000,
+                                 # Long polls: an idle rank costs the broker one fetch per 5 s, and a
+                                 # request still arrives at once (the broker answers when data comes).
+                                 fetch_max_wait_ms=5000, **security)
+        partitions = consumer.partitions_for_topic(self.topic)
+        if not partitions:
+            consumer.close()
+            return None
+        from kafka.partitioner.default import murmur2
+
+        # Keyed by job: the producers' default partitioner puts the job's requests in one partition.
+        count = len(partitions)
+        tp = TopicPartition(self.topic, (murmur2(self.monitor.job.encode()) & 0x7FFFFFFF) % count)
+        consumer.assign([tp])
+        consumer.seek_to_end(tp)
+        consumer.position(tp)  # resolve now: only requests made from here on are answered
+        return consumer
+
+    def _run(self) -> None:
+        stop = self.monitor._stop
+        backoff = 1.0
+        consumer = None
+        while not stop.is_set():
+            if consumer is None:
+                if not self.monitor.connected and getattr(self.monitor, "_sink", None) is None:
+                    stop.wait(0.5)  # the broker is not reachable yet (the sender retries): nothing to ask
+                    continue
+                try:
+                    consumer = self._consumer()
+                except Exception as exc:
+                    self.monitor._error("control topic", exc)
+                    consumer = None
+                if consumer is None:  # no broker or no topic yet: try again later
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    continue
+                self.ready.set()
+            try:
+                batches = consumer.poll(timeout_ms=int(self.poll_seconds * 1000))
+            except Exception as exc:
+                self.monitor._error("control topic", exc)
+                stop.wait(backoff)
+                continue
+            for records in batches.values():
+                for record in records:
+                    self._handle(record.value)
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception:
+                pass
+
+    def _handle(self, raw: bytes | None) -> None:
+        try:
+            request = parse_request(orjson.loads(raw)) if raw else None
+        except orjson.JSONDecodeError:
+            request = None
+        if request is None:
+            return
+        try:
+            if answer(self.monitor, request):
+                self.answered += 1
+        except Exception as exc:  # never let a bad request stop the listener
+            self.monitor._error("stack answer", exc)
+
+
+def control_topic(environ: Mapping[str, str] | None = None) -> str:
+    from stepwatch.config import KafkaSettings
+
+    env = os.environ if environ is None else environ
+    kafka = KafkaSettings()
+    prefix = env.get("STEPWATCH_KAFKA_TOPIC_PREFIX", kafka.topic_prefix)
+    return prefix + _env(env, "STEPWATCH_KAFKA_CONTROL_TOPIC", kafka.control_topic)
+
+
+def start_control_listener(monitor: Any, environ: Mapping[str, str] | None = None) -> ControlListener | None:
+    """What ``RankMonitor`` calls: listen unless disabled, sending to a sink (tests), or ``STEPWATCH_MONITOR_STACKS=0``."""
+    env = os.environ if environ is None else environ
+    if not monitor.enabled or getattr(monitor, "_sink", None) is not None:
+        return None
+    if _env(env, "STEPWATCH_MONITOR_STACKS", "1").lower() in ("0", "false", "no", "off"):
+        return None
+    return ControlListener(monitor, control_topic(env)).start()
