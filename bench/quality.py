@@ -4,8 +4,8 @@
     .venv/bin/python bench/quality.py --only straggler-30pct-64 --no-write -v
 
 Every scenario is written to a temporary folder (recording + labels JSON) and replayed through
-the same code as ``stepwatch replay`` (``stepwatch.cli._read_events`` feeding
-``models.engine.replay`` with ``Settings.from_env()``), then scored against its labels:
+the same code as ``stepwatch replay`` (the worker's ``Pipeline`` fed by ``stepwatch.recording.read_lines``;
+with ``Settings.from_env()``), then scored against its labels:
 
 * a problem is **detected** when an alert of its type fires within ``deadline_s`` of its onset
   (for stragglers the alert must name one of the labelled ranks; a hang alert is about the job,
@@ -44,12 +44,16 @@ GRACE_S = 15.0
 
 def replay_file(recording: Path) -> tuple[list[dict], dict]:
     """Alerts of ``stepwatch replay RECORDING`` (same functions, in process) and its counters."""
-    from stepwatch.cli import _read_events
     from stepwatch.config import Settings
-    from stepwatch.models.engine import replay
+    from stepwatch.models.pipeline import Pipeline, run_recording
+    from stepwatch.recording import read_lines
 
-    stats = {"events": 0, "rejected": 0, "alerts": 0}
-    alerts = [a.to_dict() for a in replay(_read_events([str(recording)], stats), settings=Settings.from_env())]
+    pipeline = Pipeline(settings=Settings.from_env())  # the worker's own pipeline, as `stepwatch replay`
+    alerts, rejected = [], 0
+    for out in run_recording(pipeline, read_lines([str(recording)])):
+        alerts.extend(a.to_dict() for a in out.alerts)
+        rejected += len(out.deadletters)
+    stats = {"events": pipeline.engine.events_by_kind.total(), "rejected": rejected}
     stats["alerts"] = len(alerts)
     return alerts, stats
 

@@ -43,16 +43,18 @@ TRACES = [
 def replay_events(events: list[dict], tmp: Path, name: str) -> list[dict]:
     """Write the events as ``stepwatch import`` does and replay them as ``stepwatch replay`` does."""
     from stepwatch import importer
-    from stepwatch.cli import _read_events
     from stepwatch.config import Settings
-    from stepwatch.models.engine import replay
+    from stepwatch.models.pipeline import Pipeline, run_recording
+    from stepwatch.recording import read_lines
 
     path = tmp / f"{name}.jsonl"
     with open(path, "wb") as f:
         importer.write_jsonl(events, f)
-    stats = {"events": 0, "rejected": 0, "alerts": 0}
-    alerts = [a.to_dict() for a in replay(_read_events([str(path)], stats), settings=Settings.from_env())]
-    assert stats["rejected"] == 0, stats
+    alerts, rejected = [], []
+    for out in run_recording(Pipeline(settings=Settings.from_env()), read_lines([str(path)])):
+        alerts.extend(a.to_dict() for a in out.alerts)
+        rejected.extend(d.rejected.reason for d in out.deadletters)
+    assert not rejected, rejected[:5]
     return alerts
 
 

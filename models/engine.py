@@ -1,9 +1,10 @@
 """The detection core: routes events to per-job detectors, driven by an explicit clock.
 
-``DetectionEngine`` knows nothing of Kafka or Faust. The Faust worker feeds it decoded
-events and calls ``tick(now)`` from a timer with the wall clock; ``stepwatch replay`` feeds
-it a recording and ticks it with the recording's own event time. Both publish exactly what
-it returns, so every live alert can be reproduced offline.
+``DetectionEngine`` knows nothing of Kafka or Faust. It is driven through ``Pipeline``
+(models/pipeline.py): the worker feeds it what arrives and ticks it from a timer with the
+wall clock; ``stepwatch replay`` feeds it a recording and ticks it with the recording's own
+clock. Both publish exactly what the pipeline returns, so every live alert can be
+reproduced offline.
 """
 
 from __future__ import annotations

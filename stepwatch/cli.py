@@ -1,4 +1,5 @@
-"""The ``stepwatch`` command line: worker, shard, simulate, replay, alerts, status, config, demo, broker."""
+"""The ``stepwatch`` command line: worker, shard, simulate, replay, record, publish, alerts, status, config, demo,
+broker."""
 
 from __future__ import annotations
 
@@ -56,8 +57,25 @@ def cmd_worker(args: argparse.Namespace) -> int:
         overrides["web_port"] = args.web_port
     if overrides:
         settings = dataclasses.replace(settings, worker=dataclasses.replace(settings.worker, **overrides))
+    _require_reachable(settings, "worker")
     run_worker(settings, loglevel=args.loglevel)
     return 0
+
+
+def _require_reachable(settings: Settings, command: str, timeout: float = 5.0) -> None:
+    """One clear line, at once, when no bootstrap server accepts a connection (not Kafka's retry logs)."""
+    import socket
+
+    errors = []
+    for server in settings.kafka.bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout).close()
+            return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{server.strip()}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
+    raise SystemExit(f"stepwatch {command}: Kafka broker unreachable ({'; '.join(errors)}); check --bootstrap or "
+                     "KAFKA_BOOTSTRAP (`stepwatch broker` starts a local one)")
 
 
 # -- simulate -------------------------------------------------------------------------------
@@ -308,21 +326,56 @@ def _read_events(paths: list[str], stats: dict) -> Iterator:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from stepwatch.models.engine import replay
+    from stepwatch.recording import parse_time, read_lines, replay
 
     settings = Settings.from_env()
-    stats = {"events": 0, "rejected": 0, "alerts": 0}
+    stats: dict = {"events": 0, "rejected": 0, "alerts": 0}
     started = time.monotonic()
-    try:
-        for alert in replay(_read_events(args.files, stats), settings=settings):
-            stats["alerts"] += 1
-            sys.stdout.write(orjson.dumps(alert.to_dict()).decode() + "\n")
+    until = parse_time(args.until) if args.until else None
+    try:  # the worker's own pipeline (models/pipeline.py), on the recording's clock
+        replay(read_lines(args.files), settings, drain=args.drain, until=until, stats=stats)
     except FileNotFoundError as exc:
         raise SystemExit(f"stepwatch replay: {exc.filename}: no such file") from None
     sys.stdout.flush()
     print(f"stepwatch replay: {stats['events']} events, {stats['rejected']} rejected, {stats['alerts']} alerts "
           f"in {time.monotonic() - started:.2f} s", file=sys.stderr)
     return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from stepwatch.recording import parse_time, record
+
+    settings = _settings(args)
+    _require_bootstrap(settings)
+    since = parse_time(args.since) if args.since else None
+    until = parse_time(args.until) if args.until else None
+    out = sys.stdout.buffer if args.out == "-" else open(args.out, "wb")
+    try:
+        stats = record(settings, out, jobs=args.job, since=since, until=until, arrival=not args.no_arrival)
+    finally:
+        if out is not sys.stdout.buffer:
+            out.close()
+        else:
+            out.flush()
+    print(f"stepwatch record: {stats['written']} messages written of {stats['messages']} read "
+          f"({stats['skipped']} not events)" + ("" if args.out == "-" else f" to {args.out}"), file=sys.stderr)
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from stepwatch.recording import publish, read_lines
+
+    settings = _settings(args)
+    _require_bootstrap(settings)
+    started = time.monotonic()
+    try:
+        stats = publish(read_lines(args.files, what="publish"), settings, speed=args.speed)
+    except FileNotFoundError as exc:
+        raise SystemExit(f"stepwatch publish: {exc.filename}: no such file") from None
+    print(f"stepwatch publish: {stats['events_sent']} events in {stats['messages_sent']} messages from "
+          f"{stats['lines']} lines ({stats['skipped']} not events, {stats['events_dropped']} dropped) in "
+          f"{time.monotonic() - started:.2f} s", file=sys.stderr)
+    return 1 if stats["events_dropped"] else 0
 
 
 # -- alerts ---------------------------------------------------------------------------------
@@ -820,7 +873,33 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the same detection core as the worker, on the events' own clock. Alerts go "
                                    "to stdout as JSON Lines, progress to stderr. Same input, same alerts.")
     p.add_argument("files", nargs="+", metavar="FILE", help="recording(s) in the wire format; '-' reads stdin")
+    p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
+                   help="after the last event, run the timer rules this many seconds on (hangs at the end fire)")
+    p.add_argument("--until", metavar="TIME", help="after the last event, run the timer rules up to this time "
+                   "(Unix seconds or ISO 8601, UTC)")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("record", help="copy the events and telemetry topics to a JSON Lines recording",
+                       description="Write what the events and telemetry topics hold now (one message per line, "
+                                   "in arrival order) for `stepwatch replay` or `stepwatch publish`. Each line "
+                                   "keeps its broker time as \"_arrival\" (Unix seconds).")
+    _add_kafka_args(p)
+    p.add_argument("-o", "--out", default="-", metavar="FILE", help="where to write ('-': stdout, the default)")
+    p.add_argument("--job", action="append", metavar="JOB",
+                   help="only this job's events (node telemetry is kept whole); repeatable")
+    p.add_argument("--since", metavar="TIME", help="from this broker time (Unix seconds or ISO 8601, UTC)")
+    p.add_argument("--until", metavar="TIME", help="up to this broker time")
+    p.add_argument("--no-arrival", action="store_true", help="leave out \"_arrival\"")
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("publish", help="send a recording to the events and telemetry topics",
+                       description="Publish a JSON Lines recording: job events keyed by job, node telemetry "
+                                   "by node, in batch envelopes; as fast as possible, or paced with --speed.")
+    _add_kafka_args(p)
+    p.add_argument("files", nargs="+", metavar="FILE", help="recording(s); '-' reads stdin")
+    p.add_argument("--speed", type=float, default=0.0,
+                   help="x real time by each line's \"_arrival\" (else its event time); 0: as fast as possible")
+    p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("alerts", help="follow the alerts topic and print alerts (a table, or JSON)")
     _add_kafka_args(p)

@@ -32,8 +32,7 @@ from stepwatch.config import Settings
 from stepwatch.security import faust_credentials
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import (Rejected, StepColumns, deadletter_record, decode_message_columns,
-                                     event_to_dict)
+from stepwatch.models.pipeline import Message, Outputs, Pipeline
 from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 
@@ -50,6 +49,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
     if not kafka.bootstrap:
         raise ValueError("no Kafka bootstrap servers configured (set KAFKA_BOOTSTRAP)")
     datadir = Path(settings.worker.datadir or Path.home() / ".cache" / "stepwatch" / kafka.app_id)
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes the directory itself, not its parents
     web_port = settings.worker.web_port or 6066
     canonical_url = settings.worker.canonical_url or f"http://127.0.0.1:{web_port}"
     app = faust.App(
@@ -136,24 +136,29 @@ def create_app(settings: Settings | None = None) -> faust.App:
                     await asyncio.sleep(1.0)
 
     published = PublishedAlerts()
-    job_partition: dict[str, int] = {}  # which events partition each job came from
+    # The one road from bytes to alerts (models/pipeline.py); this module only moves its outputs to Kafka.
+    pipeline = Pipeline(engine, recorder=recorder, published=published,
+                        max_future_seconds=settings.worker.max_future_seconds, metrics=metrics)
+    app.stepwatch_pipeline = pipeline  # type: ignore[attr-defined]
 
-    speaks_for = None  # set below (streams/oncall_feed.py): node alerts go out from the node's owner only
+    async def send(out: Outputs) -> None:
+        """Publish a pipeline's outputs: dead letters, then alerts."""
+        for dead in out.deadletters:
+            await deadletter_topic.send(key=dead.message.key, value=dead.record())
+        await send_alerts(out.alerts)
+
     from .action_sink import install_action_sink
 
     action_sink = install_action_sink(app, settings)  # None unless action hooks are on
 
     async def publish(alerts: list[Alert]) -> None:
+        """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
+        # Made outside the engine (recovery's "resolved while down"): classified here (models/actions.py).
+        alerts = [a if a.scope else engine.oncall.classifier.annotate(a) for a in alerts]
+        await send_alerts(pipeline.publishable(alerts))
+
+    async def send_alerts(alerts: list[Alert]) -> None:
         for alert in alerts:
-            if speaks_for is not None and not speaks_for(alert):
-                continue
-            if not alert.scope:  # made outside the engine (recovery's "resolved while down"): classify it too
-                alert = engine.oncall.classifier.annotate(alert)
-            alert = published.rewrite(alert)
-            if published.is_duplicate(alert):
-                continue  # already on the topic (e.g. re-derived after a restart)
-            published.remember(alert.to_dict())
-            metrics.alert_published(alert)
             log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
             key = alert.job or (alert.nodes[0] if alert.nodes else "")  # node alerts have no job
             await alerts_topic.send(key=key.encode(), value=orjson.dumps(alert.to_dict()))
@@ -244,12 +249,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
                 alerts_topic=kafka.topic(kafka.alerts_topic), partitions=new,
                 replay_messages=settings.worker.recovery_messages,
                 alerts_lookback=settings.worker.recovery_alerts_lookback, client_config=client_config(settings)))
-            def observe(event, partition: int) -> None:
-                recorder.observe(event)
-                if getattr(event, "job", None):
-                    job_partition[event.job] = partition
-
-            report, reconcile = rebuild(engine, published, span, observe=observe)
+            report, reconcile = rebuild(pipeline, span)
             log.info("recovered partitions %s: %d messages, %d events replayed; %d alerts read back, %d of them "
                      "open, %d re-published, %d resolved while down (%.2f s)", sorted(new), report.messages_replayed,
                      report.events_replayed, len(span.alerts), report.open_on_topic, report.republished_firing,
@@ -267,67 +267,11 @@ def create_app(settings: Settings | None = None) -> faust.App:
         if not gone:
             return
         recovered.difference_update(gone)
-        for job in [j for j, p in job_partition.items() if p in gone]:
-            engine.jobs.pop(job, None)
-            job_partition.pop(job, None)
-
-    async def deadletter(bad: Rejected, *, topic: str, partition: int, offset: int, key: bytes | None,
-                         raw: bytes | None) -> None:
-        await deadletter_topic.send(key=key, value=deadletter_record(bad, topic=topic, partition=partition,
-                                                                      offset=offset, key=key, raw=raw))
+        pipeline.forget(gone)
 
     async def process_message(topic: str, partition: int, offset: int, key: bytes | None, raw: bytes | None) -> None:
-        """One events message: decode, dead-letter what does not decode, detect, publish."""
-        metrics.messages.inc()
-        # A batch envelope of plain step events comes as columns (see process_batch).
-        events, rejected = decode_message_columns(raw)
-        for bad in rejected:
-            metrics.decode_failures.inc()
-            metrics.deadlettered.labels("decode").inc()
-            log.warning("dead-lettered event from %s[%s]@%s: %s", topic, partition, offset, bad.reason)
-            await deadletter(bad, topic=topic, partition=partition, offset=offset, key=key, raw=raw)
-        if not events:
-            return
-        started = time.perf_counter()
-        arrival = time.time()
-        alerts = []
-        too_far = arrival + settings.worker.max_future_seconds
-        if isinstance(events, StepColumns):
-            if max(events.ts) <= too_far:
-                metrics.events.labels("step").inc(len(events))
-                recorder.observe_steps(events)
-                for job in events.jobs:
-                    job_partition[job] = partition
-                try:
-                    alerts.extend(engine.process_batch(events, arrival=arrival))
-                except Exception as exc:  # a detector bug must not stop the worker; keep the message
-                    log.exception("detector failed on a batch of %d events", len(events))
-                    await deadletter(Rejected(f"detector error: {exc!r}", None), topic=topic, partition=partition,
-                                     offset=offset, key=key, raw=raw)
-                    metrics.deadlettered.labels("detector").inc()
-                events = []
-            else:
-                events = events.events()  # some are too far ahead: dead-letter those one by one
-        for ev in events:
-            if ev.ts > too_far:
-                metrics.deadlettered.labels("future").inc()
-                await deadletter(
-                    Rejected(f"timestamp {ev.ts:.0f} is {ev.ts - arrival:.0f} s ahead of the worker's clock",
-                             event_to_dict(ev)), topic=topic, partition=partition, offset=offset, key=key, raw=raw)
-                continue
-            metrics.events.labels(ev.kind).inc()
-            recorder.observe(ev)
-            if getattr(ev, "job", None):
-                job_partition[ev.job] = partition
-            try:
-                alerts.extend(engine.process(ev, arrival=arrival))
-            except Exception as exc:  # a detector bug must not stop the worker; keep the event
-                log.exception("detector failed on an event")
-                await deadletter(Rejected(f"detector error: {exc!r}", None), topic=topic, partition=partition,
-                                 offset=offset, key=key, raw=raw)
-                metrics.deadlettered.labels("detector").inc()
-        metrics.detection.labels("events").observe(time.perf_counter() - started)
-        await publish(alerts)
+        """One events message through the pipeline (the Faust agent's road)."""
+        await send(pipeline.feed([Message(raw, key, topic, partition, offset)], arrival=time.time()))
 
     if settings.worker.consumer == "faust":
         @app.on_partitions_assigned.connect
@@ -357,19 +301,18 @@ def create_app(settings: Settings | None = None) -> faust.App:
         from .events_consumer import install_events_consumer
 
         install_events_consumer(app, settings, topic_name=events_topic.get_topic_name(), group_id=events_group,
-                                state=state, metrics=metrics, recorder=recorder, engine=engine,
-                                job_partition=job_partition, processing_allowed=processing_allowed,
-                                recover_partitions=recover_partitions, forget_partitions=forget_partitions,
-                                process_message=process_message, deadletter=deadletter, publish=publish,
-                                assignment_changed=assignment_changed)
+                                state=state, metrics=metrics, pipeline=pipeline, send=send,
+                                processing_allowed=processing_allowed, recover_partitions=recover_partitions,
+                                forget_partitions=forget_partitions, assignment_changed=assignment_changed)
 
     from .oncall_feed import install_oncall
 
-    speaks_for = install_oncall(app, engine, settings, owned=owned_events_partitions, publish=publish)
+    # Node alerts (node_suspect, a fault re-published naming a job) go out from the node's owner only.
+    pipeline.speaks_for = install_oncall(app, engine, settings, owned=owned_events_partitions, publish=publish)
 
     from .telemetry_feed import attach_telemetry
 
-    attach_telemetry(app, engine, settings, publish=publish)
+    attach_telemetry(app, engine, settings, publish=publish, pipeline=pipeline, send=send)
 
     from .control import install_control
 
@@ -379,16 +322,12 @@ def create_app(settings: Settings | None = None) -> faust.App:
     async def tick():
         if state.get("recovering"):
             return  # the engine is being rebuilt; the next tick runs the rules
-        started = time.perf_counter()
         try:
-            alerts = engine.tick(time.time())
+            out = pipeline.tick(time.time())
         except Exception:
             log.exception("timer rules failed")
             return
-        finally:
-            metrics.detection.labels("tick").observe(time.perf_counter() - started)
-        recorder.prune(engine.jobs)  # the engine evicts idle and ended jobs
-        await publish(alerts)
+        await send(out)
 
     return app
 

@@ -2,9 +2,9 @@
 
 The events topic's consumer unless ``STEPWATCH_WORKER_CONSUMER=faust`` (then the Faust agent of
 streams/app.py): a plain ``AIOKafkaConsumer`` in its own group whose ``getmany`` batches are
-decoded column-wise and fed to ``DetectionEngine.process_batch`` together, which removes Faust's
-per-message cost. Recovery,
-forgetting, dead-lettering, metrics and publishing are the worker's own functions, passed in.
+go through the worker's ``Pipeline`` (models/pipeline.py) at once, which decodes the step events of
+consecutive messages column-wise together and removes Faust's per-message cost. Recovery,
+forgetting and publishing are the worker's own functions, passed in.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import logging
 import time
 
 import faust
-import orjson
 
 from stepwatch.config import Settings
-from stepwatch.models.events import Rejected
+from stepwatch.models.pipeline import MAX_RUN_EVENTS, Pipeline, step_items
 
 log = logging.getLogger("stepwatch.worker")
 
@@ -27,49 +26,21 @@ FAST_TIMEOUT_MS = 200
 #: Commit processed offsets at least this often (seconds), after this many messages, on revoke and on stop.
 FAST_COMMIT_INTERVAL = 1.0
 FAST_COMMIT_EVERY = 20_000
-#: Step events merged into one column batch at most. Merging amortises the per-call cost for small
-#: messages; beyond about a thousand events a batch only gets slower (the decoded dicts of many
-#: messages are alive at once: measured 1.5x slower per event at 36k than at 1k).
-FAST_MAX_RUN_EVENTS = 1_024
-
-
-def _step_items(raw) -> list | tuple | None:
-    """The event dicts of a lone step event or a batch envelope, for merging into one column batch.
-
-    None: not that kind of message (or not decodable): the per-message path takes it, as the Faust
-    agent would. Every item is still validated by the column decoder, all or nothing.
-    """
-    from stepwatch.models.events import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
-
-    if type(raw) is not bytes or len(raw) > MAX_MESSAGE_BYTES or raw[:1] != b"{":
-        return None
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if type(obj) is not dict:
-        return None
-    kind = obj.get("kind")
-    if kind == "step":
-        return (obj,)
-    if kind == "batch" and obj.get("v") == WIRE_VERSION:
-        items = obj.get("events")
-        if type(items) is list and 0 < len(items) <= MAX_BATCH_EVENTS:
-            return items
-    return None
+#: Step events merged into one column batch at most (models/pipeline.py merges them).
+FAST_MAX_RUN_EVENTS = MAX_RUN_EVENTS
+_step_items = step_items  # its former name
 
 
 def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: str, group_id: str, state: dict,
-                            metrics, recorder, engine, job_partition: dict, processing_allowed: asyncio.Event,
-                            recover_partitions, forget_partitions, process_message, deadletter, publish,
-                            assignment_changed=None) -> None:
+                            metrics, pipeline: Pipeline, send, processing_allowed: asyncio.Event,
+                            recover_partitions, forget_partitions, assignment_changed=None) -> None:
     """Consume the events topic with the worker's own ``AIOKafkaConsumer`` (group ``group_id``).
 
     Same recovery on assignment and forgetting on revocation as the Faust agent (the functions
-    are shared); ``getmany`` batches: the step events of consecutive messages of one partition are
-    decoded column-wise together and go through ``DetectionEngine.process_batch`` at once; any other
-    message (or a run that does not decode cleanly) takes the Faust agent's per-message path, with
-    the same dead-lettering and metrics. Offsets are committed after processing (at-least-once).
+    are shared); each ``getmany`` batch of a partition goes through ``pipeline.feed`` at once (it decodes
+    the step events of consecutive messages column-wise together; models/pipeline.py) and ``send``
+    publishes its outputs, as the Faust agent does one message at a time. Offsets are committed after
+    processing (at-least-once).
     A ``mode.Service`` of the app: it starts before the worker logs "Ready" and waits (bounded)
     for its first assignment and recovery, so "Ready" still means "consuming".
     ``assignment_changed()``: called when partitions come or go (the workers registry, streams/registry.py).
@@ -77,7 +48,6 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
     from mode import Service
 
-    from stepwatch.models.events import _step_columns
     from stepwatch.security import client_config
 
     from . import telemetry_feed
@@ -88,7 +58,6 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
     lock = asyncio.Lock()  # processing a batch, a rebalance hook and a commit never interleave
     assigned_once = asyncio.Event()
     holder: dict = {"consumer": None, "last_commit": time.monotonic(), "uncommitted": 0}
-    max_future = settings.worker.max_future_seconds
 
     # Node alerts are spoken by the owner of the node's events partition (streams/telemetry_feed.py):
     # that owner is this consumer's assignment, not the Faust consumer's.
@@ -204,54 +173,8 @@ def install_events_consumer(app: faust.App, settings: Settings, *, topic_name: s
                     state["events_rebalancing"] = False
                     assigned_once.set()
 
-    async def process_run(tp, records: list, items: list) -> None:
-        """Consecutive messages of one partition whose step events decode as one column batch."""
-        if len(records) == 1:
-            rec = records[0]
-            await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
-            return
-        cols = _step_columns(items)
-        arrival = time.time()
-        if cols is None or max(cols.ts) > arrival + max_future:
-            for rec in records:  # something in it needs the per-message path (dead-lettering with its coordinates)
-                await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
-            return
-        metrics.messages.inc(len(records))
-        started = time.perf_counter()
-        metrics.events.labels("step").inc(len(cols))
-        recorder.observe_steps(cols)
-        for job in cols.jobs:
-            job_partition[job] = tp.partition
-        try:
-            alerts = engine.process_batch(cols, arrival=arrival)
-        except Exception as exc:  # a detector bug must not stop the worker; keep the messages
-            log.exception("detector failed on a batch of %d events from %d messages", len(cols), len(records))
-            alerts = []
-            for rec in records:
-                await deadletter(Rejected(f"detector error: {exc!r}", None), topic=rec.topic,
-                                 partition=rec.partition, offset=rec.offset, key=rec.key, raw=rec.value)
-                metrics.deadlettered.labels("detector").inc()
-        metrics.detection.labels("events").observe(time.perf_counter() - started)
-        await publish(alerts)
-
     async def process_records(tp, records: list) -> None:
-        run: list = []
-        items: list = []
-        for rec in records:
-            found = _step_items(rec.value)
-            if found is None:
-                if run:
-                    await process_run(tp, run, items)
-                    run, items = [], []
-                await process_message(rec.topic, rec.partition, rec.offset, rec.key, rec.value)
-                continue
-            if run and len(items) + len(found) > FAST_MAX_RUN_EVENTS:
-                await process_run(tp, run, items)
-                run, items = [], []
-            run.append(rec)
-            items.extend(found)
-        if run:
-            await process_run(tp, run, items)
+        await send(pipeline.feed(records, arrival=time.time()))  # ConsumerRecords have Message's attributes
 
     async def consume() -> None:
         consumer = holder["consumer"]

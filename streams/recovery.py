@@ -21,7 +21,6 @@ id it already saw firing from the same worker generation.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Iterable
@@ -31,8 +30,8 @@ import orjson
 from kafka import KafkaConsumer, TopicPartition
 
 from stepwatch.models.alerts import Alert
-from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import decode_message
+from stepwatch.models.pipeline import Message, Pipeline
+from stepwatch.models.published import PublishedAlerts  # noqa: F401  (its former home)
 
 log = logging.getLogger("stepwatch.recovery")
 
@@ -46,45 +45,6 @@ class RecoveryReport:
     republished_firing: int
     resolved_while_down: int
     seconds: float
-
-
-class PublishedAlerts:
-    """What this worker (or its previous life) last published per alert id.
-
-    Used to suppress a second identical publication: a ``firing`` already on the topic
-    with the same severity and summary is not sent again.
-    """
-
-    def __init__(self, max_ids: int = 100_000) -> None:
-        self.max_ids = max_ids
-        self._last: dict[str, tuple[str, str, str]] = {}
-        self.open: dict[str, dict] = {}  # id -> alert dict, for firing alerts
-        # The rebuilt engine may name a problem it saw from the middle with another id than
-        # the one already published (e.g. a later first step): publish it under the old id.
-        self.alias: dict[str, tuple[str, float]] = {}  # engine id -> (published id, its starts_at)
-
-    def remember(self, alert: dict) -> None:
-        self._last[alert["id"]] = (alert.get("status"), alert.get("severity"), alert.get("summary"))
-        if alert.get("status") == "firing":
-            self.open[alert["id"]] = alert
-        else:
-            self.open.pop(alert["id"], None)
-        while len(self._last) > self.max_ids:  # bounded: forget the oldest ids
-            oldest = next(iter(self._last))
-            self._last.pop(oldest)
-            self.open.pop(oldest, None)
-
-    def is_duplicate(self, alert: Alert) -> bool:
-        return self._last.get(alert.id) == (alert.status, alert.severity, alert.summary)
-
-    def rewrite(self, alert: Alert) -> Alert:
-        """The alert under the id it was first published with."""
-        alias = self.alias.get(alert.id)
-        if alias is None:
-            return alert
-        if alert.status == "resolved":
-            self.alias.pop(alert.id, None)
-        return dataclasses.replace(alert, id=alias[0], starts_at=alias[1])
 
 
 def read_span(consumer: KafkaConsumer, partitions: Iterable[TopicPartition], ends: dict[TopicPartition, int],
@@ -165,27 +125,27 @@ def read_recovery_span(*, bootstrap: str, group_id: str, events_topic: str, aler
     return RecoverySpan(partitions, messages, alerts)
 
 
-def rebuild(engine: DetectionEngine, published: PublishedAlerts, span: RecoverySpan, *,
-            observe=None) -> tuple[RecoveryReport, list[Alert]]:
-    """Feed the span to the engine (alerts held back) and return the alerts that reconcile it.
+def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, list[Alert]]:
+    """Feed the span through the worker's pipeline (alerts and dead letters held back, nothing counted) and
+    return the alerts that reconcile it with the alerts topic.
 
-    ``observe(event, partition)``: called with every replayed event too (e.g. the status recorder).
+    Rejects were dead-lettered the first time; the status views see the replayed events too.
     """
     started = time.monotonic()
-    events = 0
-    jobs: set[str] = set()
-    for partition, raw, *stamp in span.event_messages:
-        decoded, _ = decode_message(raw)  # rejects were dead-lettered the first time
-        # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
-        # so a timer tick before the live events resume judges each job on its own clock.
-        arrival = stamp[0] if stamp else None
-        for event in decoded:
-            events += 1
-            if getattr(event, "job", ""):
-                jobs.add(event.job)
-            if observe is not None:
-                observe(event, partition)
-            engine.process(event, arrival=arrival)
+    engine, published = pipeline.engine, pipeline.published
+    events_before = engine.events_by_kind.total()
+    metrics, pipeline.metrics = pipeline.metrics, None  # live counters count live messages only
+    held = pipeline.published
+    pipeline.published = PublishedAlerts()  # what the replay re-derives is not published from here
+    try:
+        for partition, raw, *stamp in span.event_messages:
+            # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
+            # so a timer tick before the live events resume judges each job on its own clock.
+            pipeline.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None)
+    finally:
+        pipeline.metrics, pipeline.published = metrics, held
+    events = engine.events_by_kind.total() - events_before
+    jobs = {job for job, p in pipeline.job_partition.items() if p in span.partitions}
     for alert in span.alerts:
         published.remember(alert)
     topic_open = {i: a for i, a in published.open.items() if a.get("job") in jobs}

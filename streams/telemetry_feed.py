@@ -136,11 +136,12 @@ def partition_of(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-def attach_telemetry(app, engine, settings: Settings, *, publish=None):
+def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=None, send=None):
     """Give a worker the global telemetry view; idempotent.
 
-    ``publish``: the worker's own alert publisher (metrics, deduplication, Alertmanager);
-    without it alerts go straight to the alerts topic.
+    ``pipeline`` and ``send``: the worker's ``Pipeline`` (models/pipeline.py) and the coroutine that publishes
+    its outputs: telemetry takes the same road as the events. Else ``publish``: the worker's own alert
+    publisher; without either, alerts go straight to the alerts topic.
     """
     if getattr(app, "stepwatch_telemetry_feed", None) is not None:
         return app.stepwatch_telemetry_feed
@@ -160,6 +161,13 @@ def attach_telemetry(app, engine, settings: Settings, *, publish=None):
         if not events:
             return
         owned = owned_partitions(app, events_topic)
+        if pipeline is not None and send is not None:
+            def speaks_for(alert) -> bool:  # every worker sees every node; the owner of its partition speaks
+                return not (alert.type in NODE_ALERT_TYPES and owned is not None and alert.nodes
+                            and partition_of(alert.nodes[0], n_partitions) not in owned)
+
+            await send(pipeline.feed_events(events, speaks_for=speaks_for))
+            return
         out = []
         for event in events:
             try:

@@ -34,7 +34,7 @@ def test_compose_runs_real_kafka_and_valid_stepwatch_commands():
 
 
 @pytest.mark.parametrize("command", ["worker", "shard", "simulate", "replay", "alerts", "demo", "broker", "agent",
-                                     "status", "config", "import", "scenarios"])
+                                     "status", "config", "import", "scenarios", "record", "publish"])
 def test_every_subcommand_has_help(command):
     result = subprocess.run([sys.executable, "-m", "stepwatch.cli", command, "--help"], capture_output=True,
                             text=True, timeout=60)

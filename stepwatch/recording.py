@@ -1,0 +1,337 @@
+"""Recordings: capture an incident from the topics, replay it offline, or publish it again.
+
+A recording is JSON Lines, one Kafka message value per line (a wire-format event or batch
+envelope, docs/events.md). ``stepwatch record`` adds ``"_arrival"``: when the message reached
+the broker (its Kafka timestamp, Unix seconds), so that ``stepwatch replay`` runs the
+pipeline on the clock the live worker had (arrival lags, future-timestamp checks, hang
+timing). ``stepwatch simulate --out`` and hand-written files work too (no ``_arrival``:
+the events' own time is the clock).
+
+- :func:`record`: events and telemetry topics -> lines, merged in arrival order; the config
+  topic's messages (runtime settings, ``stepwatch config``) come too, as
+  ``{"kind": "config", "_key": SCOPE, ...}`` lines, whole (compacted and small), so replay
+  judges with the settings the worker had.
+- :func:`replay`: lines -> the worker's ``Pipeline`` (models/pipeline.py) -> alerts.
+- :func:`publish`: lines -> the topics, keyed as the wire format says (job events by job,
+  node telemetry by node), batched, as fast as possible or paced.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+
+import orjson
+
+from stepwatch.config import Settings
+
+PROGRESS_SECONDS = 5.0
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds, or an ISO 8601 time (UTC unless it says otherwise)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"expected Unix seconds or an ISO 8601 time, got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]:
+    """The non-empty lines of recordings ('-': stdin), with a progress line on stderr now and then."""
+    next_report = time.monotonic() + PROGRESS_SECONDS
+    for path in paths:
+        stream = sys.stdin.buffer if path == "-" else open(path, "rb")
+        try:
+            for lineno, line in enumerate(stream, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                if lineno % 4096 == 0 and time.monotonic() > next_report:
+                    print(f"stepwatch {what}: {path}: line {lineno}", file=sys.stderr, flush=True)
+                    next_report = time.monotonic() + PROGRESS_SECONDS
+                yield line
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, until: float | None = None,
+           out=None, stats: dict | None = None) -> dict:
+    """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts."""
+    from stepwatch.models.pipeline import Pipeline, run_recording
+
+    out = out or sys.stdout
+    stats = stats if stats is not None else {}
+    stats.update(events=0, rejected=0, alerts=0)
+    pipeline = Pipeline(settings=settings)
+    for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
+        for dead in outputs.deadletters:
+            stats["rejected"] += 1
+            if stats["rejected"] <= 10:
+                print(f"stepwatch replay: skipped ({dead.cause}): {dead.rejected.reason}", file=sys.stderr)
+        for alert in outputs.alerts:
+            stats["alerts"] += 1
+            out.write(orjson.dumps(alert.to_dict()).decode() + "\n")
+    stats["events"] = pipeline.engine.events_by_kind.total()
+    return stats
+
+
+def _is_config(line: bytes) -> bool:
+    return b'"config"' in line and line.startswith(b"{") and b'"_key"' in line
+
+
+def _apply_config(lines: Iterable[bytes], pipeline, settings: Settings) -> Iterator[bytes]:
+    """The lines, less the config lines, which change the pipeline's settings where they stand (as live)."""
+    from stepwatch.runtime_config import RuntimeConfig
+
+    runtime = RuntimeConfig(settings)
+    for line in lines:
+        if _is_config(line):
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                record = None
+            if isinstance(record, dict) and record.get("kind") == "config" and isinstance(record.get("_key"), str):
+                try:
+                    runtime.apply(pipeline.engine, record["_key"], line)
+                except ValueError as exc:  # the worker ignored it too
+                    print(f"stepwatch replay: ignored runtime settings for {record['_key']!r}: {exc}",
+                          file=sys.stderr)
+                continue
+        yield line
+
+
+# -- record ---------------------------------------------------------------------------------
+
+
+def _job_filter(value: dict, jobs: set[str]) -> dict | None:
+    """The message value with only ``jobs``' events (None: nothing left); node telemetry is kept whole."""
+    from stepwatch.models.events import TELEMETRY_KINDS
+
+    if value.get("kind") != "batch":
+        keep = value.get("kind") in TELEMETRY_KINDS or value.get("job") in jobs
+        return value if keep else None
+    items = value.get("events")
+    if not isinstance(items, list):
+        return None
+    kept = [e for e in items if isinstance(e, dict) and (e.get("kind") in TELEMETRY_KINDS or e.get("job") in jobs)]
+    if not kept:
+        return None
+    return value if len(kept) == len(items) else dict(value, events=kept)
+
+
+def _config_line(key: bytes | None, value: bytes | None) -> bytes | None:
+    """A config message as a recording line: its value (an empty one for a tombstone) with its key as ``_key``."""
+    from stepwatch.runtime_config import GLOBAL
+
+    try:
+        record = orjson.loads(value) if value is not None else {"v": 1, "kind": "config"}
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    record["_key"] = key.decode("utf-8", "replace") if key else GLOBAL
+    return orjson.dumps(record)
+
+
+def record(settings: Settings, out, *, jobs: list[str] | None = None, since: float | None = None,
+           until: float | None = None, arrival: bool = True, timeout: float = 60.0) -> dict:
+    """Copy what the events and telemetry topics hold now (from ``since`` to ``until``, broker time) to ``out``.
+
+    Every partition is read up to its end at the start; the messages are written in arrival
+    order (partitions merged by broker timestamp, each partition's own order kept).
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    from stepwatch.security import client_config
+
+    k = settings.kafka
+    config_topic = k.topic(k.config_topic)
+    topics = [k.topic(k.events_topic), k.topic(settings.telemetry.topic), config_topic]
+    consumer = KafkaConsumer(bootstrap_servers=k.bootstrap, group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest", **client_config(settings))
+    stats = {"messages": 0, "written": 0, "skipped": 0}
+    wanted = set(jobs or ())
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+        if not tps:
+            return stats
+        ends = consumer.end_offsets(tps)
+        starts = consumer.beginning_offsets(tps)
+        if since is not None:  # the config topic is read whole: settings set before ``since`` still hold
+            timed = [tp for tp in tps if tp.topic != config_topic]
+            found = consumer.offsets_for_times({tp: int(since * 1000) for tp in timed})
+            starts.update({tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in timed})
+        tps = [tp for tp in tps if ends[tp] > starts[tp]]
+        per_partition: dict = {tp: [] for tp in tps}
+        if tps:
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, starts[tp])
+            remaining = set(tps)
+            deadline = time.monotonic() + timeout
+            while remaining and time.monotonic() < deadline:
+                for tp, records in consumer.poll(timeout_ms=500, max_records=10_000).items():
+                    for r in records:
+                        if r.offset >= ends[tp] or (until is not None and r.timestamp / 1000 > until):
+                            remaining.discard(tp)
+                            break
+                        if tp.topic == config_topic:
+                            per_partition[tp].append((r.timestamp, _config_line(r.key, r.value)))
+                        else:
+                            per_partition[tp].append((r.timestamp, r.value))
+                    if tp in remaining and consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+                for tp in list(remaining):
+                    if consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+                consumer.pause(*[tp for tp in tps if tp not in remaining])
+            if remaining:
+                print(f"stepwatch record: stopped at the time limit; not fully read: "
+                      f"{sorted(f'{tp.topic}[{tp.partition}]' for tp in remaining)}", file=sys.stderr)
+    finally:
+        consumer.close()
+    for ts_ms, raw in heapq.merge(*per_partition.values(), key=lambda r: r[0]):
+        stats["messages"] += 1
+        try:
+            value = orjson.loads(raw) if raw is not None else None
+        except orjson.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):  # not an event: the worker dead-lettered it (see the dead-letter topic)
+            stats["skipped"] += 1
+            continue
+        if wanted and value.get("kind") != "config":
+            value = _job_filter(value, wanted)
+            if value is None:
+                continue
+        if arrival:
+            value["_arrival"] = ts_ms / 1000
+        out.write(orjson.dumps(value))
+        out.write(b"\n")
+        stats["written"] += 1
+    return stats
+
+
+# -- publish --------------------------------------------------------------------------------
+
+
+def _line_events(line: bytes) -> tuple[list | None, float | None]:
+    """A line's events (dicts) and its ``_arrival``; None: not a wire-format object."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    arrival = value.pop("_arrival", None)
+    if not isinstance(arrival, (int, float)) or isinstance(arrival, bool):
+        arrival = None
+    if value.get("kind") == "batch":
+        items = value.get("events")
+        if not isinstance(items, list) or not all(isinstance(e, dict) for e in items):
+            return None, arrival
+        return items, arrival
+    return [value], arrival
+
+
+def wire_key(event: dict) -> tuple[str, str]:
+    """Where an event goes and under which key (docs/events.md): ("telemetry", node), ("events", job), or
+    ("config", scope) for a recorded config message (its ``_key`` taken off)."""
+    from stepwatch.models.events import TELEMETRY_KINDS
+
+    if event.get("kind") in TELEMETRY_KINDS:
+        return "telemetry", str(event.get("node", ""))
+    if event.get("kind") == "config" and "_key" in event:
+        return "config", str(event.pop("_key"))
+    return "events", str(event.get("job", ""))
+
+
+def _line_time(events: list[dict], arrival: float | None) -> float | None:
+    if arrival is not None:
+        return float(arrival)
+    stamps = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float)) and not isinstance(e["ts"], bool)]
+    return max(stamps) if stamps else None
+
+
+def publish(lines: Iterable[bytes], settings: Settings, *, speed: float = 0.0, batch_events: int = 4096) -> dict:
+    """Send recording lines to the events and telemetry topics; returns counts.
+
+    Job events are keyed by job, node telemetry by node (docs/events.md); events of one key go
+    out in batch envelopes (``EventPublisher``), in the recording's order. ``speed`` > 0: each
+    line is sent when its time (``_arrival``, else its latest event time) has come, ``speed``
+    x real time; 0: as fast as possible.
+    """
+    from stepwatch.producers.publisher import EventPublisher
+    from stepwatch.security import client_config
+    from stepwatch.topics import create_topics, ensure_topics
+
+    k = settings.kafka
+    security = client_config(settings)
+    ensure_topics(k, client_config=security)
+    telemetry_topic = k.topic(settings.telemetry.topic)
+    create_topics(k.bootstrap, [telemetry_topic], k.partitions, replication_factor=k.replication_factor,
+                  client_config=security)
+    from stepwatch.topics import ensure_config_topic
+
+    ensure_config_topic(k, client_config=security)
+    stats = {"lines": 0, "skipped": 0}
+    pending: dict[tuple[str, str], list[dict]] = {}
+    count = 0
+    with EventPublisher(bootstrap=k.bootstrap, topic=k.topic(k.events_topic), **security) as events_out, \
+            EventPublisher(bootstrap=k.bootstrap, topic=telemetry_topic, **security) as telemetry_out, \
+            EventPublisher(bootstrap=k.bootstrap, topic=k.topic(k.config_topic), **security) as config_out:
+        outs = {"events": events_out, "telemetry": telemetry_out}
+
+        def send() -> None:
+            nonlocal count
+            for (where, key), events in pending.items():
+                if where == "config":  # one message each: the latest per scope is what counts
+                    for event in events:
+                        config_out.send(key, [event])
+                else:
+                    outs[where].send(key, events)
+            pending.clear()
+            count = 0
+
+        origin_wall = time.monotonic()
+        origin: float | None = None
+        for line in lines:
+            events, arrival = _line_events(line)
+            if events is None:
+                stats["skipped"] += 1
+                continue
+            stats["lines"] += 1
+            if speed > 0:
+                at = _line_time(events, arrival)
+                if at is not None:
+                    origin = at if origin is None else origin
+                    delay = origin_wall + (at - origin) / speed - time.monotonic()
+                    if delay > 0:
+                        send()  # what is due goes out before the wait
+                        time.sleep(delay)
+            for event in events:
+                pending.setdefault(wire_key(event), []).append(event)
+            count += len(events)
+            if count >= batch_events or speed > 0:
+                send()
+        send()
+        for publisher in (events_out, telemetry_out, config_out):
+            publisher.flush()
+    publishers = (events_out, telemetry_out, config_out)
+    stats["events_sent"] = sum(p.events_sent for p in publishers)
+    stats["events_dropped"] = sum(p.events_dropped for p in publishers)
+    stats["messages_sent"] = sum(p.messages_sent for p in publishers)
+    return stats
