@@ -66,7 +66,10 @@ def test_node_suspect_across_workers_and_restarts(kafka_bootstrap, topic_prefix,
 
         def all_named(alerts):
             found = suspects(alerts, "bad")
-            return found and [j["job"] for j in found[-1]["evidence"]["jobs"]] == names
+            culprits = {a["job"] for a in alerts if a["type"] == "straggler" and a["status"] == "firing"}
+            # the verdict and every job's own straggler (published by either worker, in any order)
+            return (found and [j["job"] for j in found[-1]["evidence"]["jobs"]] == names
+                    and culprits >= set(names) | {jobs[-1].name})
 
         alerts = read_alerts(kafka_bootstrap, alerts_topic, until=all_named, timeout=150)
         logs = "\n".join(w.log_text()[-3000:] for w in workers)
