@@ -14,6 +14,11 @@ with ``Settings.from_env()``), then scored against its labels:
   that job, the share that name one of the labelled ranks;
 * **right layer**: for a whole-job slowdown labelled with its cause (``detail.layer``), whether
   the first ``throughput_drop`` alert that caught it names that layer (``evidence.layer``);
+* **right node**: for a network fault labelled with its node (``right_node``), whether every
+  version (first and enriched) of the job-level alerts of its type fired in its window that names
+  a node names that one, and one does; for a fabric-wide cause (``right_node: []``), that none
+  names a node. Node alerts (``link_errors``, ``gpu_fault``) inside such a window on the labelled
+  node are true, elsewhere false alarms;
 * **right cause**: for a problem labelled with its cause (``detail.cause``: category, node and
   accepted components, e.g. a host fault), whether the first suspected cause of the alert that
   caught it (``evidence.suspected_causes[0]``) is that one;
@@ -98,13 +103,15 @@ def score(labels: dict, alerts: list[dict]) -> dict:
     results = [{"type": p["type"], "alert_type": p["alert_type"], "detected": False, "delay_s": None,
                 "delay_steps": None, "late_s": None, "in_window": 0, "right_rank": 0,
                 "layer": (p.get("detail") or {}).get("layer"), "right_layer": None,
+                "right_node": _right_node(p, alerts),
                 "cause": (p.get("detail") or {}).get("cause"), "right_cause": None} for p in problems]
     false_alarms = []
     for a in _first_firing(alerts):
         t = a["starts_at"]
         ranks = _named_ranks(a)
         in_window = [i for i, p in enumerate(problems)
-                     if p["job"] == a["job"] and (p["alert_type"] == a["type"] or a["type"] in p.get("accepts", ()))
+                     if (p["job"] == a["job"] or (not a["job"] and set(a["nodes"]) & set(p.get("right_node") or ())))
+                     and (p["alert_type"] == a["type"] or a["type"] in p.get("accepts", ()))
                      and p["onset_ts"] is not None and p["onset_ts"] <= t <= p["end_ts"] + GRACE_S]
         if not in_window:
             false_alarms.append({"type": a["type"], "job": a["job"], "ranks": sorted(ranks), "starts_at": t,
@@ -141,6 +148,19 @@ def score(labels: dict, alerts: list[dict]) -> dict:
             "false_alarms": false_alarms, "healthy_rank_hours": rank_hours - sick_hours}
 
 
+def _right_node(p: dict, alerts: list[dict]) -> bool | None:
+    """Whether the job-level alerts of a network problem name its labelled node (see the module doc)."""
+    want = p.get("right_node")
+    if want is None or p["onset_ts"] is None:
+        return None
+    named = [a["nodes"][0] if a["nodes"] else None for a in alerts
+             if a["status"] == "firing" and a["job"] == p["job"] and a["type"] == p["alert_type"]
+             and p["onset_ts"] <= a["starts_at"] <= p["end_ts"] + GRACE_S]
+    if not want:
+        return bool(named) and all(n is None for n in named)
+    return any(n in want for n in named) and all(n is None or n in want for n in named)
+
+
 def run_one(name: str, workdir: str) -> dict:
     from stepwatch.producers import scenarios
 
@@ -174,8 +194,8 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 def aggregate(results: list[dict]) -> dict:
     by_type: dict[str, dict] = defaultdict(lambda: {"n": 0, "detected": 0, "delays_s": [], "delays_steps": [],
                                                     "in_window": 0, "right_rank": 0, "late": [],
-                                                    "layered": 0, "right_layer": 0, "caused": 0,
-                                                    "right_cause": 0})
+                                                    "layered": 0, "right_layer": 0, "noded": 0,
+                                                    "right_node": 0, "caused": 0, "right_cause": 0})
     for res in results:
         for p in res["problems"]:
             row = by_type[p["type"]]
@@ -185,6 +205,9 @@ def aggregate(results: list[dict]) -> dict:
             row["right_rank"] += p["right_rank"]
             if p["late_s"] is not None and not p["detected"]:
                 row["late"].append(p["late_s"])
+            if p.get("right_node") is not None:
+                row["noded"] += 1
+                row["right_node"] += p["right_node"]
             if p.get("right_cause") is not None:
                 row["caused"] += 1
                 row["right_cause"] += p["right_cause"]
@@ -216,12 +239,14 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
              "Recall: problems caught within the deadline (stragglers: by an alert naming a labelled rank). "
              "Delays: onset to first correct alert, over the detected ones. Right rank: share of the alerts "
              "fired inside the problem windows that name a labelled rank. Right layer: share of the caught whole-job "
-             "slowdowns whose first `throughput_drop` alert names the labelled cause (`evidence.layer`). Right cause: "
+             "slowdowns whose first `throughput_drop` alert names the labelled cause (`evidence.layer`). Right node: "
+             "share of the network faults whose job-level alerts name the labelled node first and no other "
+             "(fabric-wide: name none). Right cause: "
              "share of the caught problems labelled with a cause (host faults) whose alert's first suspected cause "
              "is it (category, node, component).", "",
              "| problem | alert | n | recall | deadline | delay p50 s (steps) | delay p90 s (steps) | right rank | "
-             "right layer | right cause | caught late |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "right layer | right node | right cause | caught late |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     deadlines: dict[str, set] = defaultdict(set)
     for r in results:
         for p in get(r["scenario"]).problems:
@@ -233,13 +258,15 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
             if row["in_window"] else "-"
         layer = f"{row['right_layer'] / row['layered']:.0%} ({row['right_layer']}/{row['layered']})" \
             if row["layered"] else "-"
+        noded = f"{row['right_node'] / row['noded']:.0%} ({row['right_node']}/{row['noded']})" \
+            if row["noded"] else "-"
         cause = f"{row['right_cause'] / row['caused']:.0%} ({row['right_cause']}/{row['caused']})" \
             if row["caused"] else "-"
         lines.append(
             f"| {kind} | {row['alert_type']} | {row['n']} | {row['detected'] / row['n']:.0%} "
             f"({row['detected']}/{row['n']}) | {'/'.join(f'{d:.0f}' for d in sorted(deadlines[kind]))} s | "
             f"{_fmt(_pct(ds, 0.5))} ({_fmt(_pct(dn, 0.5))}) | {_fmt(_pct(ds, 0.9))} ({_fmt(_pct(dn, 0.9))}) | "
-            f"{share} | {layer} | {cause} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
+            f"{share} | {layer} | {noded} | {cause} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
     hours = agg["healthy_rank_hours"]
     total_false = sum(agg["false_by_type"].values())
     lines += ["", "### False alarms", "",

@@ -37,6 +37,10 @@ class GroupStep:
     #: Ranks of the group known to the assembler that did not report this step (closed by lag or
     #: time: late, lost, or no longer running); 0 when complete or while membership is being learned.
     missing: int = 0
+    #: Where ``comm_time`` came from: ``step`` (the step events) or ``collective`` (the ranks' own
+    #: collective durations, models/arrival.py), with the (process group, op) used.
+    comm_source: str = "step"
+    comm_ops: tuple[str, str] | None = None
 
 
 class _OpenStep:

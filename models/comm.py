@@ -6,8 +6,10 @@ sees: for each collective (process group, op, sequence number) the minimum durat
 ranks is its transfer time. Per (process group, op, message-size bucket) the detector keeps
 a bounded baseline of those transfer times and fires ``comm_slowdown`` when the median of
 the last ``window`` collectives stays ``threshold`` (default 30%) above the baseline median
-for ``persistence`` consecutive collectives. It names the ranks and nodes whose own
-durations grew most.
+for ``persistence`` consecutive collectives. It names ranks (and their nodes) only when their
+own durations grew more than the other ranks' by the straggler rule's robust test: a network
+slowdown slows every rank alike, and the node behind it comes from the job's telemetry
+(models/fabric.py).
 """
 
 from __future__ import annotations
@@ -127,12 +129,15 @@ class CommSlowdownDetector:
                 if b > 0:
                     growth.append((float(np.median(recent_durations)) / b - 1.0, rank))
         growth.sort(reverse=True)
-        top = [rank for _, rank in growth[: self.top_ranks]]
+        # A network slowdown slows every rank alike: the ranks that "grew most" are noise unless
+        # their growth stands out from the others' by the straggler rule's robust test.
+        top = [rank for g, rank in growth[: self.top_ranks] if _stands_out(g, [x for x, _ in growth])]
         nodes = tuple(dict.fromkeys(n for r in top if (n := ranks.get(r, (0, 0, None))[2])))
         pg, op, bucket = key
         summary = (f"communication slowdown: job {self.job} {op} on process group {pg} (messages {bucket}) "
                    f"takes {rel:.0%} longer than its baseline ({recent * 1e3:.2f} ms vs {base * 1e3:.2f} ms); "
-                   f"slowed most: ranks {', '.join(map(str, top)) or '?'}")
+                   + (f"slowed most: ranks {', '.join(map(str, top))}" if top else
+                      "every rank slowed alike (a network or fabric cause)"))
         return Alert(
             id=alert_id(self.job, "comm_slowdown", pg, op, bucket, seq),
             status="firing", type="comm_slowdown",
@@ -141,7 +146,8 @@ class CommSlowdownDetector:
             evidence={"process_group": pg, "op": op, "size_bucket": bucket,
                       "baseline_transfer_seconds": round(base, 6), "recent_transfer_seconds": round(recent, 6),
                       "increase": round(rel, 4), "threshold": self.threshold, "detected_seq": seq,
-                      "rank_growth": {str(r): round(g, 4) for g, r in growth[: self.top_ranks]}})
+                      "rank_growth": {str(r): round(g, 4) for g, r in growth[: self.top_ranks]},
+                      "median_rank_growth": round(float(np.median([g for g, _ in growth])), 4) if growth else None})
 
     def open_alerts(self) -> list[Alert]:
         return [s.firing for s in self._keys.values() if s.firing is not None]
@@ -153,3 +159,16 @@ class CommSlowdownDetector:
                 out.append(state.firing.resolved(at=at, summary=f"resolved ({reason}): {state.firing.summary}"))
                 state.firing = None
         return out
+
+
+def _stands_out(growth: float, all_growth: list[float], *, ratio: float = 1.10, z: float = 3.5,
+                spread_floor: float = 0.02) -> bool:
+    """The straggler rule on ``1 + growth`` against every rank's: ``ratio`` and robust ``z`` both met."""
+    if len(all_growth) < 4:
+        return False
+    values = np.asarray(all_growth) + 1.0
+    med = float(np.median(values))
+    if med <= 0:
+        return False
+    spread = max(float(np.median(np.abs(values - med))) / 0.6744897501960817, spread_floor * med)
+    return (1.0 + growth) / med >= ratio and (1.0 + growth - med) / spread >= z

@@ -18,6 +18,7 @@ import numpy as np
 from stepwatch.config import HangSettings, Settings, StragglerSettings
 
 from .alerts import Alert
+from .arrival import CollectiveArrival
 from .assembly import GroupStep, StepAssembler
 from .checkpoint import CheckpointDetector
 from .comm import CommSlowdownDetector
@@ -47,7 +48,8 @@ class JobState:
     """Everything the engine holds for one job."""
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
-                 "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end")
+                 "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end",
+                 "arrival")
 
     def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
                  checkpoint: CheckpointDetector) -> None:
@@ -56,6 +58,8 @@ class JobState:
         self.throughput = throughput
         self.comm = comm
         self.checkpoint = checkpoint
+        #: Ranks' own collective durations per step: the arrival signal when steps lack comm_time.
+        self.arrival = CollectiveArrival()
         # The timer's clock when the job last sent anything (for eviction): event time in
         # replay, wall time live; None until the first tick after the job appeared.
         self.last_seen: float | None = None
@@ -136,13 +140,18 @@ class DetectionEngine:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
         out = evicted + job.hang.update(event)  # every kind: steps, heartbeats, collectives, phases
+        if not isinstance(event, StepEvent) and getattr(event, "node", None) is not None:
+            self.telemetry.fabric.observe_node(event.job, event.node)  # the job's nodes (models/fabric.py)
         if isinstance(event, StepEvent):
             self.telemetry.observe_step(event)  # rank -> (node, gpu), data_time
+            if job.arrival.active:
+                job.arrival.observe_step(event.rank, event.step, event.ts)
             job.checkpoint.observe(event.ts, event.step)
             if event.extra and "model_flops_per_token" in event.extra:
                 _set_flops(job.sli, event.extra)
             out.extend(self._on_step(job, event))
         elif isinstance(event, CollectiveEvent):
+            job.arrival.observe_collective(event)
             out.extend(job.comm.update(event))
         elif isinstance(event, PhaseEvent):
             out.extend(self._on_phase(job, event))
@@ -197,6 +206,8 @@ class DetectionEngine:
         job.sli.observe(latest)
         job.hang.update_steps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes, cols.world_size[lo:hi])
         job.checkpoint.observe(ts[0], max(steps))
+        if job.arrival.active:
+            job.arrival.observe_steps(ranks, steps, ts)
         # _on_step for the run
         job.ended = False
         job.ranks.update(ranks)
@@ -306,6 +317,7 @@ class DetectionEngine:
     def _evict(self, job: JobState, reason: str) -> list[Alert]:
         """Forget a job; its open alerts resolve, saying why."""
         self.jobs.pop(job.job, None)
+        self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}")
                 for alert in self._job_open_alerts(job)]
@@ -335,6 +347,11 @@ class DetectionEngine:
     def _judge(self, job: JobState, steps: list[GroupStep]) -> list[Alert]:
         out: list[Alert] = []
         for step in steps:
+            if job.arrival.active and np.isnan(step.compute_time).any() and np.isnan(step.comm_time).any():
+                comm = job.arrival.comm_times(step.step, step.ranks)
+                if comm is not None:  # arrival skew from the ranks' own collective durations
+                    step = dataclasses.replace(step, comm_time=comm, comm_source="collective",
+                                               comm_ops=job.arrival.dominant())
             detector = job.stragglers.get(step.group)
             if detector is None:
                 s = self.straggler_settings(job.job)

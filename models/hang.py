@@ -43,11 +43,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .alerts import Alert, alert_id
+from .clocks import ClockOffsets
 from .events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
 from .stacks import StackRequest, frame_lines
 
@@ -127,6 +128,8 @@ class HangDetector:
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
         self.heartbeat_timeout_factor = heartbeat_timeout_factor
         self.max_listed_ranks = max_listed_ranks
+        #: The job's hosts' clock offsets (kept across restarts: a host's clock does not restart).
+        self.clocks = ClockOffsets()
         #: Ask culprits (and ``stack_waiting_ranks`` waiting ranks) for their stacks when a hang opens;
         #: answers missing after ``stack_timeout_seconds`` are listed; one request per
         #: ``stack_min_interval_seconds`` at most.
@@ -250,6 +253,17 @@ class HangDetector:
             else:
                 return []
         ts = event.ts
+        if not isinstance(event, PhaseEvent):
+            # Every host's time on the job's median clock (models/clocks.py): silence and progress
+            # compare timestamps written by different hosts.
+            node = getattr(event, "node", None)
+            node = node if node is not None else (
+                self._nodes[self._slot[event.rank]] if event.rank in self._slot else None)
+            if isinstance(event, StepEvent):
+                self.clocks.observe(node, event.step, ts)
+            if self.clocks.offsets:
+                ts -= self.clocks.offset(node)
+                event = replace(event, ts=ts)
         if self._started_at is None:
             self._started_at = ts
             self._progress_ts = ts
@@ -281,6 +295,10 @@ class HangDetector:
         """``update`` for valid step events in order (columns), while no hang is open and the job has
         not ended: then ``update`` returns nothing, and per-rank values become array writes."""
         assert self._episode is None and not self._ended
+        self.clocks.observe_many(nodes, steps, ts)
+        if self.clocks.offsets:  # on the job's median clock (see ``update``)
+            offset = self.clocks.offset
+            ts = [t - offset(n) for t, n in zip(ts, nodes)]
         if self._started_at is None:
             self._started_at = self._progress_ts = ts[0]
         latest = max(ts)

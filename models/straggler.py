@@ -334,6 +334,10 @@ class StragglerDetector:
         first_step = int(self._episode_start[slot]) if self._episode_start[slot] >= 0 else step.step
         evidence = self._evidence(slot, signal)
         evidence.update(first_step=first_step, detected_step=step.step)
+        if signal == "arrival":
+            evidence["arrival_source"] = step.comm_source
+            if step.comm_ops is not None:
+                evidence["process_group"], evidence["op"] = step.comm_ops
         ratio = evidence["ratio"] or float(self._ratio_ring[slot, (self._evaluated - 1) % self.evidence_window])
         node = self._nodes[slot]
         where = f"rank {rank}" + (f" on node {node}" if node else "")

@@ -824,8 +824,8 @@ def _median(values: list[float]) -> float | None:
 class TelemetryHub:
     """What the detection engine holds for telemetry: tracker, correlator, and alert enrichment."""
 
-    #: A communication slowdown is joined with the link spikes on the nodes of the ranks
-    #: whose collectives slowed most, like a straggler with those of its own node.
+    #: Job-level alerts (comm_slowdown, a communication throughput_drop, a hang with no culprit)
+    #: compare all of the job's nodes with each other (models/fabric.py, ``FabricCorrelator.applies``).
     ENRICHED_TYPES = ("straggler", "hang", "comm_slowdown")
 
     def __init__(self, settings=None, host=None) -> None:
@@ -849,6 +849,16 @@ class TelemetryHub:
         self.correlator = TelemetryCorrelator(self.tracker, window=s.correlation_window, max_causes=s.max_causes,
                                               data_time_ratio=s.data_time_ratio)
         self.max_updates = s.max_enrichment_updates
+        # Job-level alerts (comm_slowdown, ...) are judged against all of the job's nodes (models/fabric.py).
+        from .fabric import FabricCorrelator, FabricHistory
+
+        self.fabric = FabricCorrelator(FabricHistory(), window=s.correlation_window)
+        #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
+        #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
+        #: once its window has passed (plus a margin for node clocks and ingestion lag).
+        self.fabric_refresh_seconds = 10.0
+        self._fabric_cache: dict[str, tuple[float, list | None]] = {}
+        self._now: float | None = None
         # Host signals (models/host.py) and the device-layer rules (models/device_rules.py).
         from .host import host_hub_parts
 
@@ -861,6 +871,7 @@ class TelemetryHub:
         self.max_open = 10_000
 
     def process(self, event) -> list[Alert]:
+        self.fabric.history.update(event)
         if event.kind == "host":
             return self.host.update(event)
         if event.kind == "gpu":
@@ -881,6 +892,10 @@ class TelemetryHub:
         since = alert.evidence.get("stalled_since") if alert.type == "hang" else None
         return float(since) if isinstance(since, (int, float)) else alert.starts_at
 
+    def _job_nodes(self, job: str) -> tuple[str, ...]:
+        placed = (node for node, _ in self.correlator._placement.get(job, {}).values() if node is not None)
+        return tuple(dict.fromkeys((*placed, *self.fabric.job_nodes(job))))
+
     def _enriched(self, base: Alert) -> tuple[Alert, tuple]:
         at = self._reference_time(base)
         causes = self.correlator.suspects(base, at=at)
@@ -888,6 +903,8 @@ class TelemetryHub:
 
         causes = merge_causes(causes, self.host_correlator.suspects(
             base, at=at, placement=self.correlator.placement, job_nodes=self.correlator.job_nodes), self.correlator.max_causes)
+        if self.fabric.applies(base):
+            return self._enriched_job_wide(base, at, causes)
         rank = 0
         listed = []
         for rank, cause in enumerate(causes, 1):
@@ -899,13 +916,52 @@ class TelemetryHub:
         signature = tuple((c.component, c.node, c.category) for c in causes)
         return replace(base, summary=f"{base.summary}; suspected cause: {hint}", evidence=evidence), signature
 
+    def _enriched_job_wide(self, base: Alert, at: float, own: list[SuspectedCause]) -> tuple[Alert, tuple]:
+        """A job-level alert: the job's nodes compared with each other (models/fabric.py); with too few
+        nodes to compare, every spike on any of them near the onset is a candidate."""
+        nodes = self._job_nodes(base.job)
+        found = self._fabric_suspects(base, nodes, at)
+        host = [c for c in own if c.category == "host"]  # host signals (models/host.py) judged on their own
+        if found is None:
+            wide = replace(base, nodes=tuple(dict.fromkeys((*base.nodes, *nodes))), ranks=())
+            causes = self.correlator.suspects(wide, at=at) + host
+        else:
+            causes = [s.cause() for s in found]
+            seen = {(c.node, c.component) for c in causes}
+            # Spikes near the ranks it names (ranks that stood out); a hang's listed ranks are all waiting.
+            causes += [c for c in (own if base.type != "hang" else host) if (c.node, c.component) not in seen]
+        causes = causes[: self.correlator.max_causes]
+        listed = [c.to_dict(i) for i, c in enumerate(causes, 1)]
+        hint = causes[0].hint if causes else "unknown"
+        evidence = dict(base.evidence)
+        evidence["suspected_causes"] = listed
+        evidence["cause_hint"] = hint
+        evidence["nodes_compared"] = len(nodes)
+        named = tuple(c.node for c in causes[:1] if c.node) if found else ()
+        signature = tuple((c.component, c.node, c.category) for c in causes)
+        return replace(base, nodes=tuple(dict.fromkeys((*named, *base.nodes))), evidence=evidence,
+                       summary=f"{base.summary}; suspected cause: {hint}"), signature
+
+    def _fabric_suspects(self, base: Alert, nodes: tuple[str, ...], at: float) -> list | None:
+        cached = self._fabric_cache.get(base.id)
+        now = self._now
+        if cached is not None and now is not None and (
+                now - cached[0] < self.fabric_refresh_seconds or cached[0] > at + 2 * self.fabric.window + 60.0):
+            return cached[1]
+        found = self.fabric.suspects(nodes, at)
+        if len(self._fabric_cache) >= self.max_open:
+            self._fabric_cache.pop(next(iter(self._fabric_cache)))
+        self._fabric_cache[base.id] = (now if now is not None else at, found)
+        return found
+
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
         """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts."""
         if not alerts:
             return alerts
         out = []
         for alert in alerts:
-            if alert.type not in self.ENRICHED_TYPES and not self.host_correlator.enriches(alert):
+            if (alert.type not in self.ENRICHED_TYPES and not self.host_correlator.enriches(alert)
+                    and not self.fabric.applies(alert)):
                 out.append(alert)
                 continue
             if alert.status == "firing":
@@ -918,6 +974,7 @@ class TelemetryHub:
                 out.append(enriched)
             else:
                 entry = self._open.pop(alert.id, None)
+                self._fabric_cache.pop(alert.id, None)
                 if (entry is not None and "suspected_causes" not in alert.evidence
                         and "suspected_causes" in entry[3].evidence):
                     last = entry[3]
@@ -942,6 +999,7 @@ class TelemetryHub:
         return out
 
     def tick(self, now: float) -> list[Alert]:
+        self._now = now
         if self.devices.watching:
             self.devices.rebuild()  # ranks placed or moved since: gpu_idle/hbm_full see them
         return self.tracker.tick(now) + self.refresh()

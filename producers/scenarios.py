@@ -61,6 +61,9 @@ class Problem:
     #: Other alert types that are true (not false alarms) during this problem, e.g. a straggler also
     #: lowers the job's throughput. Only ``alert_type`` counts for detection.
     accepts: tuple[str, ...] = ("throughput_drop",)
+    #: The node(s) a correct alert names first (``nodes[0]``): a network fault's node; ``()``: it must
+    #: name none (a fabric-wide cause). None: not scored by node (the nodes of ``ranks`` are labelled).
+    nodes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +74,10 @@ class Scenario:
     problems: tuple[Problem, ...] = ()
     tags: tuple[str, ...] = ()
     noise: tuple[str, ...] = ()
+    #: Per spec (same order), node telemetry to simulate alongside (a ``TelemetrySpec``) or None.
+    telemetry: tuple = ()
+    #: ``(node, seconds)``: every timestamp written on that node is that far off (broken NTP).
+    clock_skew: tuple[tuple[str, float], ...] = ()
     #: Host faults (producers/host_sim.py) of the (single) job; with ``host`` also set, every node sends
     #: ``host`` events.
     host_faults: tuple = ()
@@ -131,14 +138,20 @@ def suite(tags: Iterable[str] | None = None, *, exclude: Iterable[str] = ()) -> 
 
 def batches(scenario: Scenario) -> Iterator[tuple[float, list[dict]]]:
     """The scenario's event batches in time order (several jobs interleaved by time)."""
-    streams = [_simulator(scenario, spec).steps() for spec in scenario.specs]
+    telemetry = tuple(scenario.telemetry) + (None,) * (len(scenario.specs) - len(scenario.telemetry))
+    streams = [_simulator(scenario, spec, tel).steps() for spec, tel in zip(scenario.specs, telemetry)]
     counter = itertools.count()  # ties: keep a stable order, never compare the lists
     keyed = [((t, next(counter), b) for t, b in stream) for stream in streams]
+    skew = dict(scenario.clock_skew)
     for t, _, batch in heapq.merge(*keyed, key=lambda x: (x[0], x[1])):
-        yield t, batch
+        yield t, sim.apply_clock_skew(batch, skew)
 
 
-def _simulator(scenario: Scenario, spec: SimulationSpec):
+def _simulator(scenario: Scenario, spec: SimulationSpec, telemetry=None):
+    if telemetry is not None:  # node telemetry alongside (a TelemetrySpec)
+        from .telemetry_sim import TelemetrySimulator
+
+        return TelemetrySimulator(spec, telemetry)
     if scenario.host or scenario.host_faults:
         from .host_sim import HostSimulator
 
@@ -204,7 +217,8 @@ def labels(scenario: Scenario, clock: _Clock, *, recording: str | None = None, s
         end_ts = clock.start_of(p.job, p.end_step) if p.end_step is not None else None
         problems.append({
             "type": p.type, "alert_type": p.alert_type, "job": p.job, "ranks": list(p.ranks),
-            "nodes": sorted({spec.node_of(r) for r in p.ranks}), "onset_step": p.onset_step,
+            "nodes": list(p.nodes) if p.nodes is not None else sorted({spec.node_of(r) for r in p.ranks}),
+            "right_node": list(p.nodes) if p.nodes is not None else None, "onset_step": p.onset_step,
             "onset_ts": clock.start_of(p.job, p.onset_step), "end_step": p.end_step,
             "end_ts": end_ts if end_ts is not None else clock.last.get(p.job),
             "deadline_s": p.deadline_s if p.deadline_s is not None else DEFAULT_DEADLINE_S.get(p.alert_type, 60.0),
@@ -611,6 +625,80 @@ def straggler_2x_comm_64() -> Scenario:
                       end_step=230, detail={"factor": 2.0})
     return _single(name, "rank 45 2x slower for 120 steps, with collective events (no comm_slowdown expected)",
                    spec, [problem], extra_noise=(_COLLECTIVES,))
+
+
+# the network layer (models/fabric.py): a fault behind one node slows every rank's collectives ---------------
+
+_TELEMETRY = "node telemetry every second (GPUs, 2 IB ports and 4 NVLinks per GPU per node)"
+_SKEW = (("node-001", 4.0), ("node-003", -2.5), ("node-005", 5.0), ("node-006", -5.0))
+
+
+def _network(kind: str, rank: int, seed: int, factor: float = 1.5) -> Callable[[], Scenario]:
+    from .telemetry_sim import TelemetryFault, TelemetrySpec
+
+    def build() -> Scenario:
+        name = f"net-{kind.replace('_', '-')}-64"
+        spec = _spec(name, 64, seed=seed, collective_events=True)
+        node = spec.node_of(rank)
+        fault = TelemetryFault(kind=kind, rank=rank, start_step=110, end_step=200, factor=1.0, comm_factor=factor)
+        what = {"ib_errors": "an IB port logs symbol errors and transmit waits",
+                "rate_down": "an IB port trains down to 200 of 400 Gb/s (no errors)",
+                "nvlink_errors": "an NVLink logs CRC and replay errors"}[kind]
+        problem = Problem(type=f"network ({kind})", alert_type="comm_slowdown", job=name, ranks=(),
+                          onset_step=110, end_step=200, nodes=(node,),
+                          accepts=("throughput_drop", "link_errors", "gpu_fault"),
+                          detail={"fault": kind, "transfer_factor": factor, "node": node})
+        return replace(_single(name, f"{what} on {node}; every all-reduce {factor:g}x slower for 90 steps", spec,
+                               [problem], tags=("network",), extra_noise=(_COLLECTIVES, _TELEMETRY)),
+                       telemetry=(TelemetrySpec(faults=(fault,), seed=seed),))
+
+    build.__name__ = f"network_{kind}_64"
+    return build
+
+
+register(_network("ib_errors", 26, 921))
+register(_network("rate_down", 50, 922))
+register(_network("nvlink_errors", 13, 923))
+
+
+@register
+def net_fabric_congestion_64() -> Scenario:
+    from .telemetry_sim import TelemetryFault, TelemetrySpec
+
+    name = "net-fabric-congestion-64"
+    spec = _spec(name, 64, seed=924, collective_events=True,
+                 effects=(CommSlowdown(start_step=110, factor=1.5, end_step=200),))
+    faults = tuple(TelemetryFault(kind="congestion", rank=r, start_step=110, end_step=200, factor=1.0)
+                   for r in range(0, 64, 8))  # every node's port: the fabric, nobody's node
+    problem = Problem(type="network (fabric-wide congestion)", alert_type="comm_slowdown", job=name, ranks=(),
+                      onset_step=110, end_step=200, nodes=(), detail={"transfer_factor": 1.5})
+    return replace(_single(name, "fabric-wide congestion: every node's transmit wait up, every all-reduce 1.5x "
+                                 "slower for 90 steps (no node to blame)", spec, [problem], tags=("network",),
+                           extra_noise=(_COLLECTIVES, _TELEMETRY)),
+                   telemetry=(TelemetrySpec(faults=faults, seed=924),))
+
+
+@register
+def healthy_skew_64() -> Scenario:
+    from .telemetry_sim import TelemetrySpec
+
+    name = "healthy-skew-64"
+    spec = _spec(name, 64, seed=925, collective_events=True)
+    return replace(_single(name, "healthy; 4 nodes' clocks off by +4, -2.5, +5 and -5 s", spec, tags=("network",),
+                           extra_noise=(_COLLECTIVES, _TELEMETRY, "node clocks +-5 s off")),
+                   telemetry=(TelemetrySpec(seed=925),), clock_skew=_SKEW)
+
+
+@register
+def straggler_skew_64() -> Scenario:
+    name = "straggler-skew-64"
+    spec = _spec(name, 64, seed=926, collective_events=True,
+                 stragglers=(StragglerFault(rank=45, start_step=110, factor=1.3, end_step=230),))
+    problem = Problem(type="straggler-30% (clocks skewed)", alert_type="straggler", job=name, ranks=(45,),
+                      onset_step=110, end_step=230, detail={"factor": 1.3})
+    return replace(_single(name, "rank 45 (on node-005, clock +5 s) 1.3x slower; 4 nodes' clocks +-5 s off", spec,
+                           [problem], tags=("network",), extra_noise=(_COLLECTIVES, "node clocks +-5 s off")),
+                   clock_skew=_SKEW)
 
 
 # hangs (when the simulator has them) ---------------------------------------------------------------------

@@ -501,3 +501,25 @@ class NoisyNeighbour:
             node = np.arange(spec.ranks) // spec.ranks_per_node
             compute = compute * np.where(np.isin(node, self.nodes), self.factor, 1.0)
         return compute, data
+
+
+#: Event fields that are timestamps on the clock of the host that wrote the event.
+_CLOCK_FIELDS = ("ts", "start_ts")
+
+
+def apply_clock_skew(batch: list[dict], skew: dict[str, float]) -> list[dict]:
+    """``batch`` as written by hosts whose clocks are off: every timestamp of an event from node ``n``
+    (steps, collectives, heartbeats, telemetry) moves by ``skew[n]`` seconds; durations do not (they are
+    differences on one clock), nor does the order events arrive in."""
+    if not skew:
+        return batch
+    out = []
+    for event in batch:
+        offset = skew.get(event.get("node"))
+        if offset:
+            event = dict(event)
+            for name in _CLOCK_FIELDS:
+                if isinstance(event.get(name), (int, float)):
+                    event[name] = round(event[name] + offset, 6)
+        out.append(event)
+    return out

@@ -20,15 +20,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .simulator import ClusterSimulator, SimulationSpec, StragglerFault
+from .simulator import ClusterSimulator, CommSlowdown, SimulationSpec, StragglerFault
 
 #: thermal / power: throttling with a clock drop; ecc: a double-bit error (and Xid 48); xid: an
 #: Xid (``xid``, default 74, NVLink error); nvlink: NVLink replay/recovery errors, then the link
 #: goes down; ib_errors: symbol errors, link error recoveries and transmit wait on the rank's
-#: NIC; congestion: transmit wait and CNPs up, bandwidth down; link_down: the port goes down.
-FAULT_KINDS = ("thermal", "power", "ecc", "xid", "nvlink", "ib_errors", "congestion", "link_down")
-GPU_FAULTS = ("thermal", "power", "ecc", "xid", "nvlink")
-LINK_FAULTS = ("ib_errors", "congestion", "link_down")
+#: NIC; congestion: transmit wait and CNPs up, bandwidth down; link_down: the port goes down;
+#: nvlink_errors: CRC and replay errors on one NVLink that stays up; rate_down: the port trains
+#: down to half its rate (400 -> 200 Gb/s) without a single error.
+FAULT_KINDS = ("thermal", "power", "ecc", "xid", "nvlink", "nvlink_errors", "ib_errors", "congestion", "link_down",
+               "rate_down")
+GPU_FAULTS = ("thermal", "power", "ecc", "xid", "nvlink", "nvlink_errors")
+LINK_FAULTS = ("ib_errors", "congestion", "link_down", "rate_down")
 
 MIB = 1 << 20
 SM_CLOCK_MAX = 1980.0  # H100 SXM5 max SM clock, MHz
@@ -47,6 +50,9 @@ class TelemetryFault:
     factor: float = 1.3
     end_step: int | None = None
     xid: int = 74
+    #: How much longer every collective's transfer takes for **all** ranks while the fault lasts (a ring
+    #: runs at its slowest link): 1.0 none. Needs the job's collective events to show.
+    comm_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -90,7 +96,10 @@ class TelemetrySimulator:
                 raise ValueError(f"fault rank {fault.rank} is outside 0..{spec.ranks - 1}")
         slow = tuple(StragglerFault(rank=f.rank, start_step=f.start_step, factor=f.factor, end_step=f.end_step)
                      for f in telemetry.faults if f.factor != 1.0)
-        self.spec = dataclasses.replace(spec, stragglers=tuple(spec.stragglers) + slow)
+        comm = tuple(CommSlowdown(start_step=f.start_step, factor=f.comm_factor, end_step=f.end_step)
+                     for f in telemetry.faults if f.comm_factor != 1.0)
+        self.spec = dataclasses.replace(spec, stragglers=tuple(spec.stragglers) + slow,
+                                        effects=tuple(spec.effects) + comm)
         self.telemetry = telemetry
         self.cluster = ClusterSimulator(self.spec)
         self._rng = np.random.default_rng(telemetry.seed)
@@ -203,9 +212,12 @@ class TelemetrySimulator:
                 extra.append(_xid(node, gpu, ts, fault.xid, f"Xid {fault.xid} (simulated)"))
         links = []
         nvlink_fault = next(((i, f) for i, f in faults if f.kind == "nvlink"), None)
+        erroring = any(f.kind == "nvlink_errors" for _, f in faults)
         for n in range(self.telemetry.nvlinks_per_gpu):
             up = True
-            replay = recovery = 0.0
+            replay = recovery = crc = 0.0
+            if erroring and n == 0:  # a marginal NVLink: CRC errors and replays, still up
+                crc, replay = float(rng.integers(20, 200)), float(rng.integers(1, 20))
             if nvlink_fault is not None and n == 0:
                 replay, recovery = float(rng.integers(5, 40)), float(rng.integers(0, 2))
                 up = ts - self._onset[nvlink_fault[0]] < 5.0  # errors first, then the link drops
@@ -213,7 +225,7 @@ class TelemetrySimulator:
             links.append({"link": n, "up": up,
                           "tx_bytes": self._count((node, gpu, n, "tx"), busy * rng.uniform(0.95, 1.05)),
                           "rx_bytes": self._count((node, gpu, n, "rx"), busy * rng.uniform(0.95, 1.05)),
-                          "crc_errors": self._count((node, gpu, n, "crc"), 0),
+                          "crc_errors": self._count((node, gpu, n, "crc"), crc),
                           "replay_errors": self._count((node, gpu, n, "replay"), replay),
                           "recovery_errors": self._count((node, gpu, n, "recovery"), recovery)})
         if links:
@@ -225,6 +237,8 @@ class TelemetrySimulator:
         kinds = {f.kind for f in faults}
         down = "link_down" in kinds
         bw = 0.0 if down else 24e9 * dt * (0.6 if "congestion" in kinds else 1.0) * rng.uniform(0.95, 1.05)
+        if "rate_down" in kinds:
+            bw *= 0.5
         wait = 2.0e5 * dt * rng.uniform(0.8, 1.2)
         if "ib_errors" in kinds:
             wait *= 8
@@ -262,7 +276,8 @@ class TelemetrySimulator:
             self._state.pop(key + ("was_down",), None)
         return {"v": 1, "kind": "link", "node": node, "ts": round(ts, 6), "device": dev, "port": 1,
                 "state": "DOWN" if down else "ACTIVE", "phys_state": "Polling" if down else "LinkUp",
-                "rate": PORT_RATE, "link_layer": "InfiniBand", "counters": c}
+                "rate": PORT_RATE / 2 if "rate_down" in kinds else PORT_RATE, "link_layer": "InfiniBand",
+                "counters": c}
 
 
 def _xid(node: str, gpu: int, ts: float, xid: int, message: str) -> dict:

@@ -151,18 +151,33 @@ def _telemetry_fault_parser(where: str):
         from stepwatch.producers.telemetry_sim import GPU_FAULTS, LINK_FAULTS, TelemetryFault
 
         kinds = GPU_FAULTS if where == "gpu" else LINK_FAULTS
+        if where == "comm":
+            kinds = LINK_FAULTS + ("nvlink_errors",)
         parts = text.split(":")
         try:
             if not 3 <= len(parts) <= 5 or parts[0] not in kinds:
                 raise ValueError
-            factor = float(parts[3]) if len(parts) > 3 and parts[3] else 1.3
+            factor = float(parts[3]) if len(parts) > 3 and parts[3] else (1.5 if where == "comm" else 1.3)
             end = int(parts[4]) if len(parts) > 4 and parts[4] else None
+            if where == "comm":  # every rank's collectives slow down, nobody computes slower
+                return TelemetryFault(kind=parts[0], rank=int(parts[1]), start_step=int(parts[2]), factor=1.0,
+                                      comm_factor=factor, end_step=end)
             return TelemetryFault(kind=parts[0], rank=int(parts[1]), start_step=int(parts[2]), factor=factor,
                                   end_step=end)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected KIND:RANK:START[:FACTOR[:END]] with KIND one of "
                                              f"{', '.join(kinds)}, got {text!r}") from None
     return parse
+
+
+def _clock_skew(text: str) -> tuple[str, float]:
+    node, _, seconds = text.rpartition(":")
+    try:
+        if not node:
+            raise ValueError
+        return node, float(seconds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NODE:SECONDS, got {text!r}") from None
 
 
 def _host_fault(text: str):
@@ -184,10 +199,14 @@ def _host_fault(text: str):
 
 
 def _telemetry_simulator(spec, args: argparse.Namespace):
-    faults = tuple(getattr(args, "gpu_fault", None) or ()) + tuple(getattr(args, "link_fault", None) or ())
+    comm = tuple(getattr(args, "comm_fault", None) or ())
+    faults = tuple(getattr(args, "gpu_fault", None) or ()) + tuple(getattr(args, "link_fault", None) or ()) + comm
     if not faults and not getattr(args, "telemetry", False):
         return None
     from stepwatch.producers.telemetry_sim import TelemetrySimulator, TelemetrySpec
+
+    if comm:
+        spec = dataclasses.replace(spec, collective_events=True)
 
     return TelemetrySimulator(spec, TelemetrySpec(faults=faults, seed=spec.seed + 1))
 
@@ -239,11 +258,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SystemExit(f"stepwatch simulate: {exc}") from None
     speed = args.speed if args.speed is not None else (0.0 if args.out else 1.0)
+    stream = sim.steps()
+    skew = dict(getattr(args, "clock_skew", None) or ())
+    if skew:  # the hosts' clocks are off, the order events arrive in is not
+        from stepwatch.producers.simulator import apply_clock_skew
+
+        stream = ((t, apply_clock_skew(batch, skew)) for t, batch in stream)
     if args.out:
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
         n = 0
         try:
-            for _, batch in _paced(sim.steps(), speed):
+            for _, batch in _paced(stream, speed):
                 for event in batch:
                     out.write(orjson.dumps(event).decode())
                     out.write("\n")
@@ -267,7 +292,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     with EventPublisher(bootstrap=settings.kafka.bootstrap, topic=topic, shard_ranks=args.shard_ranks or 0,
                         **client_config(settings)) as publisher:
         last_report = time.monotonic()
-        for i, (_, batch) in enumerate(_paced(sim.steps(), speed)):
+        for i, (_, batch) in enumerate(_paced(stream, speed)):
             publisher.send_job(spec.job, batch)
             if time.monotonic() - last_report > 5:
                 print(f"stepwatch simulate: step {i}/{spec.steps}, {publisher.events_sent} events sent",
@@ -859,6 +884,15 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="KIND:RANK:START[:FACTOR[:END]]",
                    help="fault on the IB port nearest to RANK's GPU from step START: ib_errors, congestion, "
                         "link_down; the rank computes FACTOR (default 1.3) times slower; repeatable")
+    p.add_argument("--comm-fault", type=_telemetry_fault_parser("comm"), action="append",
+                   metavar="KIND:RANK:START[:FACTOR[:END]]",
+                   help="network fault behind RANK's node that slows EVERY rank's collectives FACTOR (default 1.5) "
+                        "times (a ring runs at its slowest link); KIND: ib_errors (symbol errors + transmit wait on "
+                        "the NIC nearest RANK's GPU), rate_down (that port at 200 of 400 Gb/s, no errors), "
+                        "nvlink_errors (CRC/replay errors on RANK's GPU's NVLink 0), congestion, link_down; turns "
+                        "on collective events; repeatable")
+    p.add_argument("--clock-skew", type=_clock_skew, action="append", metavar="NODE:SECONDS",
+                   help="every timestamp written on NODE is SECONDS off (broken NTP; negative: behind); repeatable")
     p.add_argument("--host-fault", type=_host_fault, action="append", metavar="KIND:NODE:START[:END]",
                    help="host fault on NODE (index or name) from step START to END: io (IO pressure, slow disk), "
                         "cpu (CPUs saturated), memory (memory pressure) starve the node's data loaders; oom (the "

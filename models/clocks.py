@@ -1,0 +1,78 @@
+"""Per-host clock offsets of one job, estimated from its own step events.
+
+Clocks of different hosts disagree (broken NTP: seconds). In synchronous training every rank
+leaves a step's last collective at the same instant, so the ranks' step-end timestamps of one
+step differ by each host's clock offset (plus milliseconds). :class:`ClockOffsets` keeps, per
+step, each node's earliest step-end time; once a step is old (``max_open`` newer steps seen) and
+``min_nodes`` nodes reported it, each node's deviation from the median node is one sample of its
+offset, and the node's offset is the median of its last ``history`` samples (a straggler or a
+late event cannot move it). Offsets below ``min_offset`` are taken as 0.
+
+Rules that compare timestamps written by different hosts (the hang rule: silence, stuck ranks,
+the job's progress) subtract the writer's offset first, which puts every host on the job's
+median clock. A job that sends no step events (heartbeats only) gets no estimate.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class ClockOffsets:
+    def __init__(self, *, min_nodes: int = 3, history: int = 16, max_open: int = 4, min_offset: float = 0.25) -> None:
+        self.min_nodes = min_nodes
+        self.history = history
+        self.max_open = max_open
+        self.min_offset = min_offset
+        self._ends: dict[int, dict[str, float]] = {}  # step -> node -> earliest step end
+        self._closed = -1
+        self._devs: dict[str, deque[float]] = {}
+        #: node -> seconds its clock is ahead of the job's median node (only those beyond ``min_offset``)
+        self.offsets: dict[str, float] = {}
+
+    def observe(self, node: str | None, step: int, ts: float) -> None:
+        if node is None:
+            return
+        if step <= self._closed:
+            if step + 4 * self.max_open >= self._closed:
+                return  # a late event of a step already judged
+            self._ends.clear()  # the job restarted from an earlier step
+            self._closed = -1
+        ends = self._ends.get(step)
+        if ends is None:
+            ends = self._ends[step] = {}
+            while len(self._ends) > self.max_open:
+                self._close(min(self._ends))
+        prev = ends.get(node)
+        if prev is None or ts < prev:
+            ends[node] = ts
+
+    def observe_many(self, nodes, steps, ts) -> None:
+        for node, step, t in zip(nodes, steps, ts):
+            self.observe(node, step, t)
+
+    def _close(self, step: int) -> None:
+        ends = self._ends.pop(step)
+        self._closed = max(self._closed, step)
+        if len(ends) < self.min_nodes:
+            return
+        ordered = sorted(ends.values())
+        mid = _median(ordered)
+        for node, t in ends.items():
+            devs = self._devs.get(node)
+            if devs is None:
+                devs = self._devs[node] = deque(maxlen=self.history)
+            devs.append(t - mid)
+            offset = _median(sorted(devs))
+            if abs(offset) >= self.min_offset:
+                self.offsets[node] = offset
+            else:
+                self.offsets.pop(node, None)
+
+    def offset(self, node: str | None) -> float:
+        return self.offsets.get(node, 0.0) if node is not None else 0.0
+
+
+def _median(ordered: list[float]) -> float:
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
