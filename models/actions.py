@@ -210,7 +210,7 @@ NON_RECOVERABLE = frozenset({"xid_79_off_bus", "xid_48_dbe", "ecc_dbe", "nvlink_
                              "xid_95_uncontained_ecc"})
 #: Network signals of a port that mean congestion rather than a broken link.
 CONGESTION_SIGNALS = frozenset({"port_xmit_wait", "np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets",
-                                "bandwidth"})
+                                "bandwidth", "xmit_wait", "data_rate"})  # the last two: models/fabric.py
 
 
 def load_overrides(text: str) -> dict[str, Any]:

@@ -90,6 +90,7 @@ class WorkerMetrics:
         r.register(_ScrapeTimeCollector(self))
         self._open_ids: set[str] = set()
         self._hang_lost: dict[str, tuple[float, float]] = {}  # job -> its last hang's (starts_at, GPU-seconds)
+        self._restart_silence: dict[str, tuple[float, float]] = {}  # job -> its last restart's silence
 
     def alert_published(self, alert) -> None:
         self.alerts_published.labels(alert.type, alert.status).inc()
@@ -113,8 +114,14 @@ class WorkerMetrics:
             # A hang of the job during the restart's silence lasted through its downtime: counted once, here.
             began, hang_lost = self._hang_lost.pop(alert.job, (None, 0.0))
             if began is not None and began >= alert.starts_at:
-                lost = max(lost - hang_lost, 0.0)
+                lost = max(lost - hang_lost, 0.0)  # the hang resolved first
+            self._restart_silence[alert.job] = (alert.starts_at, alert.ends_at or alert.starts_at)
+            while len(self._restart_silence) > 10_000:
+                self._restart_silence.pop(next(iter(self._restart_silence)))
         elif alert.type == "hang" and isinstance(ev.get("hung_seconds"), (int, float)):
+            silence = self._restart_silence.get(alert.job)
+            if silence is not None and silence[0] <= alert.starts_at <= silence[1]:
+                return  # the restart, resolved first, counted this time already
             lost = ev["hung_seconds"] * float(ev.get("ranks_known") or 0)
             self._hang_lost[alert.job] = (alert.starts_at, lost)
             while len(self._hang_lost) > 10_000:
