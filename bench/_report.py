@@ -19,7 +19,7 @@ rewritten by its command; ratios are measured side by side in one run on the sam
 times are context only.
 """
 
-ORDER = ("quality", "traces", "throughput")
+ORDER = ("quality", "steady", "traces", "throughput")
 
 
 def cpu_model() -> str:

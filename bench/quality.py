@@ -145,7 +145,17 @@ def score(labels: dict, alerts: list[dict]) -> dict:
     rank_hours = sum(j["ranks"] * (j["end_ts"] - j["start_ts"]) for j in labels["jobs"]) / 3600
     sick_hours = sum(len(p["ranks"]) * max((p["end_ts"] or 0) - (p["onset_ts"] or 0), 0) for p in problems) / 3600
     return {"scenario": labels["scenario"], "healthy": labels["healthy"], "problems": results,
-            "false_alarms": false_alarms, "healthy_rank_hours": rank_hours - sick_hours}
+            "false_alarms": false_alarms, "healthy_rank_hours": rank_hours - sick_hours, "flaps": flaps(alerts)}
+
+
+def flaps(alerts: list[dict]) -> int:
+    """Alerts that fired again for the same thing (job, type, ranks, horizon or kind) after a first one:
+    each repeat is a flap (one steady problem should give one alert)."""
+    seen: dict[tuple, int] = defaultdict(int)
+    for a in _first_firing(alerts):
+        ev = a.get("evidence") or {}
+        seen[(a["job"], a["type"], tuple(a.get("ranks") or ()), ev.get("horizon"), ev.get("kind"))] += 1
+    return sum(n - 1 for n in seen.values())
 
 
 def _right_node(p: dict, alerts: list[dict]) -> bool | None:
@@ -273,13 +283,15 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
               f"{total_false} false alarm(s) over {hours:,.1f} healthy rank-hours: "
               f"**{1000 * total_false / hours:.2f} per 1,000 rank-hours** "
               f"({', '.join(f'{k}: {v}' for k, v in sorted(agg['false_by_type'].items())) or 'none'}). "
-              "Alerts before a problem's onset count as false.", "",
-              "| scenario | ranks | events | healthy rank-h | false alarms | detected | replay s |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+              "Alerts before a problem's onset count as false. Flaps: alerts that fired again for the same "
+              "job, type, ranks and horizon/kind after a first one.", "",
+              "| scenario | ranks | events | healthy rank-h | false alarms | detected | flaps | replay s |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         det = sum(p["detected"] for p in r["problems"])
         lines.append(f"| {r['scenario']} | {r['ranks']} | {r['events']:,} | {r['healthy_rank_hours']:.1f} | "
-                     f"{len(r['false_alarms'])} | {det}/{len(r['problems'])} | {r['replay_s']:.1f} |")
+                     f"{len(r['false_alarms'])} | {det}/{len(r['problems'])} | {r.get('flaps', 0)} | "
+                     f"{r['replay_s']:.1f} |")
     shown = [(r["scenario"], fa) for r in results for fa in r["false_alarms"]][:10]
     if shown:
         lines += ["", "False alarms (first 10):", ""]

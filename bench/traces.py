@@ -189,6 +189,22 @@ def explain(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _imbalance_cell(firing: list[dict]) -> str:
+    """The imbalance findings of a trace, briefly: stage (slow stages, ratio) or classes (sizes, ratio)."""
+    out = []
+    for a in firing:
+        if a["type"] != "imbalance":
+            continue
+        ev = a["evidence"]
+        if ev["kind"] == "stage":
+            out.append(f"stage: {', '.join(map(str, ev['slow_groups']))} {ev['ratio']}x the median stage, "
+                       f"others wait {ev['wait_share']:.0%}")
+        else:
+            out.append(f"classes: {' / '.join(str(len(c['ranks'])) for c in ev['classes'])} ranks, "
+                       f"{ev['ratio']}x")
+    return "; ".join(out) or "none"
+
+
 def _job_level_note(res: dict) -> str:
     """The job-level rules' alerts on a trace, explained."""
     firing = [a for a in res["alerts"] if a["status"] == "firing"]
@@ -218,7 +234,10 @@ def verdict(res: dict) -> str:
     if title.startswith("ByteDance SE"):
         return ("Quiet, as it should be: compute varies from step to step with the sequence lengths, so a rank is "
                 "slow on some steps but never on enough consecutive ones; per rank the median ratio stays near "
-                "1.0, and the comparison is within each pipeline stage.")
+                "1.0, and the comparison is within each pipeline stage. Across stages there is a real imbalance "
+                "(the stage-blind ratios above: the second stage computes ~1.5x the first), which the stage rule "
+                "reports once as an `imbalance` (info); with two stages the median stage is their mean, hence "
+                "the ratio of ~1.2.")
     if title.startswith("ByteDance ST"):
         b = res["blind"]
         n = len([a for a in b["alerts"] if a["status"] == "firing"]) if b else 0
@@ -226,15 +245,16 @@ def verdict(res: dict) -> str:
                 "(`group` = stage), and here a stage has 2 data-parallel ranks, below `min_peers`, so no within-stage "
                 "comparison is made at all (the ratios above show the two replicas of a stage are alike anyway). "
                 f"Comparing across stages would flag the slow stage ({n} alert(s) in the stage-blind run): a stage "
-                "imbalance is a partitioning problem, not a bad worker; stepwatch has no stage-imbalance rule yet to "
-                "report it as what it is.")
+                "imbalance is a partitioning problem, not a bad worker, and the stage rule (models/imbalance.py) "
+                "reports it as what it is: one `imbalance` alert (kind stage, info) naming the last stage, the share "
+                "of each step the other stages wait for it and the step time a balanced partition would give.")
     if title.endswith("job_2"):
         worst = max(v["median_ratio"] for v in st.values())
         return (f"Quiet. The per-worker offsets are real and persistent, but the slowest worker is only "
                 f"{worst:.2f}x the median of all ten, under the {res['stats']['settings'].ratio_threshold}x "
                 "threshold, and the offsets themselves widen the MAD-based spread, so the robust z stays low. "
-                "With no onset there is no episode to catch; a persistent few-percent offset is reported by no "
-                "rule (a long-horizon rule comparing ranks' medians over hours would be the place for it).")
+                "With no onset there is no episode for the short rule; the persistent offset is the long-horizon "
+                "rule's (models/long_straggler.py): it reports the slow worker(s) once, as `info`, with the cost.")
     if title.endswith("job_4"):
         ranks = sorted({r for a in firing for r in a["ranks"]})
         return (f"Alerts on ranks {ranks}, on and off. The ten workers form two stable classes: five at about "
@@ -244,7 +264,10 @@ def verdict(res: dict) -> str:
                 "class is the majority (worker 0 swings between the classes), the median drops into it and the "
                 "slow workers are flagged until it swings back. The ratios are real, but the rule is built for a "
                 "few slow ranks among many alike peers: half a job being 3-4x slower is heterogeneity (these "
-                "workers share GPUs) and would be better reported once, as a job-level imbalance."
+                "workers share GPUs). The class rule (models/imbalance.py) now reports it once, as an `imbalance` "
+                "of kind classes within the first steps, and the per-rank rules compare workers within their "
+                "class; the picture changes once, when two workers move to ~0.95 (three classes). The remaining "
+                "per-rank alerts are within-class episodes (a worker of one class slower than its class)."
                 + _job_level_note(res))
     return ""
 
@@ -263,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
              "(ByteDance: compute = forward + backward + optimizer per rank and step, group = pipeline stage, "
              "collectives from reduce-scatter/all-gather/all-reduce; Alibaba: step_time = batch_time_norm/1000, "
              "one synthetic second per sample index).", "",
-             "| trace | ranks | steps | groups | straggler alerts | hang alerts | expected |",
-             "|---|---:|---:|---:|---|---|---|"]
+             "| trace | ranks | steps | groups | straggler alerts (short / long) | imbalance | hang alerts | expected |",
+             "|---|---:|---:|---:|---|---|---|---|"]
     details = []
     with tempfile.TemporaryDirectory(prefix="stepwatch-traces-") as tmp:
         for title, rel, preset, truth in TRACES:
@@ -274,11 +297,15 @@ def main(argv: list[str] | None = None) -> int:
             res = analyse(title, rel, preset, truth, Path(tmp))
             firing = [a for a in res["alerts"] if a["status"] == "firing"]
             strag = [a for a in firing if a["type"] == "straggler"]
+            short = [a for a in strag if a["evidence"].get("horizon") != "long"]
             hang = [a for a in firing if a["type"] == "hang"]
-            expected = "no per-rank straggler" if "ByteDance" in title else "-"
+            expected = {"ByteDance ST": "stage imbalance (last stage), no per-rank straggler",
+                        "Alibaba PAI job_4": "rank classes"}.get(title, "no per-rank straggler"
+                                                                   if "ByteDance" in title else "-")
             parts.append(f"| {title} | {res['ranks']} | {res['steps']} | {res['groups']} | "
-                         f"{len(strag)} (ranks {sorted({r for a in strag for r in a['ranks']}) or '-'}) | {len(hang)} | "
-                         f"{expected} |")
+                         f"{len(short)} / {len(strag) - len(short)} (ranks "
+                         f"{sorted({r for a in strag for r in a['ranks']}) or '-'}) | {_imbalance_cell(firing)} | "
+                         f"{len(hang)} | {expected} |")
             details.append(explain(res) + "\n- Why: " + verdict(res))
             print(details[-1] + "\n", file=sys.stderr)
     text = "\n".join(parts) + "\n\n" + "\n\n".join(details) + "\n"

@@ -27,7 +27,7 @@ class Alert:
     id: str
     status: str  # firing | resolved
     type: str  # straggler | hang | ...
-    severity: str  # warning | critical
+    severity: str  # info | warning | critical (info: steady waste worth a ticket, not a page)
     job: str
     ranks: tuple[int, ...]
     nodes: tuple[str, ...]

@@ -5,7 +5,11 @@ returns to ``train`` (or another non-end phase) afterwards. The detector fires
 ``checkpoint_stale`` when
 
 * the last successful checkpoint (or the job's start, if there was none) is older than
-  ``max_age_seconds`` or ``max_age_steps`` (0 disables either), checked by the timer; or
+  ``max_age_seconds`` or ``max_age_steps`` (0 disables either), checked by the timer, but only
+  on evidence that the job should checkpoint: it has reported a checkpoint before (then
+  stopped), or a configured policy requires one (``required``). A job whose producer never
+  sends checkpoint phases is not stale, it is silent about checkpoints. The alert says which
+  (``evidence.basis``: ``"reported"`` or ``"policy"``); or
 * a checkpoint took more than ``slow_factor`` times the median of the previous ones
   (at least ``min_history`` of them).
 
@@ -24,8 +28,11 @@ from .alerts import Alert, alert_id
 
 class CheckpointDetector:
     def __init__(self, *, job: str, max_age_seconds: float = 3600.0, max_age_steps: int = 0,
-                 slow_factor: float = 3.0, min_history: int = 3, history: int = 20) -> None:
+                 slow_factor: float = 3.0, min_history: int = 3, history: int = 20, required: bool = False) -> None:
         self.job = job
+        #: A policy requires checkpoints of this job: the age rule runs even before the first one.
+        self.required = required
+        self.seen_checkpoint = False  # the job reported a checkpoint phase at least once
         self.max_age_seconds = max_age_seconds
         self.max_age_steps = max_age_steps
         self.slow_factor = slow_factor
@@ -50,6 +57,7 @@ class CheckpointDetector:
     def on_phase(self, ts: float, phase: str, step: int | None) -> list[Alert]:
         self.observe(ts, step)
         if phase == "checkpoint":
+            self.seen_checkpoint = True
             if self._started is None:
                 self._started = (ts, step)
             return []
@@ -89,6 +97,8 @@ class CheckpointDetector:
         """Timer rule: is the last successful checkpoint too old?"""
         if self._age_alert is not None or self._job_start is None:
             return []
+        if not (self.seen_checkpoint or self.required):
+            return []  # no evidence this job checkpoints at all (or must)
         since_ts = self.last_success_ts if self.last_success_ts is not None else self._job_start
         since_step = self.last_success_step if self.last_success_step is not None else None
         age = now - since_ts
@@ -99,11 +109,14 @@ class CheckpointDetector:
             return []
         what = (f"last successful checkpoint at step {since_step}, {age / 60:.0f} min and {steps} steps ago"
                 if since_step is not None else f"no checkpoint since the job started {age / 60:.0f} min ago")
+        basis = "reported" if self.seen_checkpoint else "policy"
+        why = ("the job reported checkpoints before, then stopped" if basis == "reported"
+               else "the checkpoint policy requires one")
         self._age_alert = Alert(
             id=alert_id(self.job, "checkpoint_stale", "age", since_ts),
             status="firing", type="checkpoint_stale", severity="warning", job=self.job, ranks=(), nodes=(),
-            starts_at=now, summary=f"checkpoint stale: job {self.job}: {what}",
-            evidence={"reason": "age", "age_seconds": round(age, 1), "steps_since": steps,
+            starts_at=now, summary=f"checkpoint stale: job {self.job}: {what} ({why})",
+            evidence={"reason": "age", "basis": basis, "age_seconds": round(age, 1), "steps_since": steps,
                       "last_checkpoint_step": since_step, "max_age_seconds": self.max_age_seconds,
                       "max_age_steps": self.max_age_steps})
         return [self._age_alert]

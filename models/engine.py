@@ -28,6 +28,8 @@ from .oncall import OnCall, leaving_engine
 from .sli import JobSLI
 from .throughput import ThroughputDetector, sample_from
 from .straggler import StragglerDetector
+from .long_straggler import LongStragglerDetector
+from .imbalance import ImbalanceDetector
 from .telemetry import TELEMETRY_KINDS, TelemetryHub
 
 
@@ -49,7 +51,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
                  "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end",
-                 "arrival")
+                 "long_stragglers", "imbalance", "arrival")
 
     def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
                  checkpoint: CheckpointDetector) -> None:
@@ -69,6 +71,10 @@ class JobState:
         self.lags: deque[float] = deque(maxlen=256)
         self.assemblers: dict[str, StepAssembler] = {}
         self.stragglers: dict[str, StragglerDetector] = {}
+        #: The long-horizon straggler rule per group (models/long_straggler.py).
+        self.long_stragglers: dict[str, LongStragglerDetector] = {}
+        #: Stage imbalance and rank classes (models/imbalance.py), made at the job's first step.
+        self.imbalance = ImbalanceDetector(job=job)
         self.phase = "train"
         self.ended = False
         self.ended_at = 0.0  # time of the job's ``end`` phase event
@@ -102,6 +108,8 @@ class DetectionEngine:
         self.verdict_listener = None
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger (models/oncall.py).
         self.oncall = OnCall(self.settings.oncall)
+        #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
+        self.straggler_flaps: Counter[str] = Counter()
         #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
         self.stack_requests: list = []
 
@@ -256,7 +264,8 @@ class DetectionEngine:
             CommSlowdownDetector(job=job, threshold=h.comm_threshold, window=h.comm_window,
                                  persistence=h.comm_persistence),
             CheckpointDetector(job=job, max_age_seconds=h.checkpoint_max_age_seconds,
-                               max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor))
+                               max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor,
+                               required=h.checkpoint_required))
 
     def hang_settings(self, job: str) -> HangSettings:
         """The hang rule's settings for ``job``: run-time overrides, else the environment's."""
@@ -352,6 +361,7 @@ class DetectionEngine:
                 if comm is not None:  # arrival skew from the ranks' own collective durations
                     step = dataclasses.replace(step, comm_time=comm, comm_source="collective",
                                                comm_ops=job.arrival.dominant())
+            out.extend(job.imbalance.update(step))  # first: classes known before the per-rank rules judge
             detector = job.stragglers.get(step.group)
             if detector is None:
                 s = self.straggler_settings(job.job)
@@ -359,12 +369,35 @@ class DetectionEngine:
                     job=job.job, group=step.group, ratio_threshold=s.ratio_threshold, z_threshold=s.z_threshold,
                     min_flagged=s.min_flagged, window=s.window, clear_after=s.clear_after,
                     spread_floor=s.spread_floor, min_peers=s.min_peers, warmup_steps=s.warmup_steps,
-                    critical_ratio=s.critical_ratio, evidence_window=s.evidence_window)
+                    critical_ratio=s.critical_ratio, evidence_window=s.evidence_window,
+                    coincidence_p=s.coincidence_p, spike_rate_floor=s.spike_rate_floor,
+                    holdoff_steps=s.holdoff_steps)
                 detector.on_verdict = self.verdict_listener
+                detector.on_flap = self._count_flap
+            detector.rank_class = job.imbalance.class_of(step.group)
             out.extend(detector.update(step))
+            out.extend(self._judge_long(job, step, detector))
             out.extend(job.throughput.update(sample_from(step), phase=step.phase))
             job.sli.on_step(step)
         return out
+
+    def _judge_long(self, job: JobState, step: GroupStep, short: StragglerDetector) -> list[Alert]:
+        s = self.straggler_settings(job.job)
+        if s.long_min_effect <= 0:
+            return []
+        long = job.long_stragglers.get(step.group)
+        if long is None:
+            long = job.long_stragglers[step.group] = LongStragglerDetector(
+                job=job.job, group=step.group, min_effect=s.long_min_effect, window=s.long_window,
+                min_peers=s.min_peers, warmup_steps=s.warmup_steps)
+        long.rank_class = short.rank_class
+        long.min_effect = s.long_min_effect  # settings changed at run time apply at once
+        # The short rule speaks for ranks it is firing for or holding off (no second alert by the back door).
+        exclude = short._firing.keys() | short._suppressed if short._suppressed else short._firing
+        return long.update(step, job_ranks=len(job.ranks), exclude=exclude)
+
+    def _count_flap(self, detector: StragglerDetector, outcome: str) -> None:
+        self.straggler_flaps[outcome] += 1
 
     def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
         if event.rank is not None:
@@ -374,9 +407,9 @@ class DetectionEngine:
             job.ended = True
             job.ended_at = event.ts
             job.phase = "train"
-            for detector in job.stragglers.values():
+            for detector in [*job.stragglers.values(), *job.long_stragglers.values()]:
                 out.extend(detector.close_all(at=event.ts, reason="job ended"))
-            for rule in (job.throughput, job.comm, job.checkpoint):
+            for rule in (job.throughput, job.comm, job.checkpoint, job.imbalance):
                 out.extend(rule.close(at=event.ts, reason="job ended"))
             return out
         job.phase = event.phase
@@ -439,12 +472,13 @@ class DetectionEngine:
 
     @staticmethod
     def _job_open_alerts(job: JobState) -> list[Alert]:
-        out = [a for d in job.stragglers.values() for a in d.firing.values()]
+        out = [a for d in [*job.stragglers.values(), *job.long_stragglers.values()] for a in d.firing.values()]
         out.extend(job.hang.firing.values())
         if job.throughput.firing is not None:
             out.append(job.throughput.firing)
         out.extend(job.comm.open_alerts())
         out.extend(job.checkpoint.open_alerts())
+        out.extend(job.imbalance.open_alerts())
         return out
 
 

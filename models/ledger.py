@@ -5,7 +5,7 @@ culprit tomorrow, a ``link_errors`` next week (seed 000, section 10; seed 003, 4
 An alert implicates a node when the node hosts one of its culprit ranks, is the node of its
 first suspected cause, or is the node of a node alert (``gpu_fault``, ``link_errors``)
 (``models.actions.implicated_nodes``). Incidents whose class blames the job itself (input
-pipeline, application Xids, a host OOM kill) implicate no node.
+pipeline, application Xids, a host OOM kill) implicate no node, and neither do ``info`` alerts.
 
 A ``node_suspect`` alert (job empty, scope device; id from the node) fires when a node was
 implicated in ``min_jobs`` or more distinct jobs within ``window_seconds``, or at once on a
@@ -58,7 +58,7 @@ class Incident:
 def incidents_of(alert: Alert) -> list[Incident]:
     """The incidents an alert (already classified: ``evidence.failure_class``) records, one per implicated node."""
     ev = alert.evidence
-    if alert.status != "firing":
+    if alert.status != "firing" or alert.severity == "info":  # info: steady waste worth a ticket, not an incident
         return []
     if alert.type not in IMPLICATING_TYPES and not ev.get("suspected_causes"):
         return []

@@ -14,11 +14,25 @@ compared with the median of its peers (same group, e.g. the same pipeline stage)
 
 A slowdown of every rank moves the median with it and flags nobody; a single GC spike or
 data-loader hiccup is one slow step out of ``window`` and flags nobody either.
+
+No coincidences: in a big job some ranks see several independent spikes (GC, page faults,
+ECC retries) within ``window`` steps by chance. The rule learns the job's background rate of
+slow rank-steps (decayed, from isolated slow verdicts as they leave the window, floored at
+``spike_rate_floor``) and fires only when the binomial chance of so
+many slow steps from independent spikes is at most ``coincidence_p`` (over the window or the
+longer evidence window). A real straggler is slow nearly every step and passes within a step
+or two of the plain k-of-n rule.
+
+No flapping: a rank whose alert resolved does not fire again within ``holdoff_steps`` unless it
+got clearly worse (its excess ratio is half as large again as the resolved episode's, or it
+crosses ``critical_ratio``); each re-fire attempt inside the hold-off is a flap (``flaps``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import math
 
 import numpy as np
 
@@ -78,7 +92,8 @@ class StragglerDetector:
     def __init__(self, *, job: str, group: str = "", ratio_threshold: float = 1.10, z_threshold: float = 3.5,
                  min_flagged: int = 3, window: int = 5, clear_after: int = 10, spread_floor: float = 0.02,
                  min_peers: int = 4, warmup_steps: int = 10, critical_ratio: float = 1.5,
-                 evidence_window: int = 20) -> None:
+                 evidence_window: int = 20, coincidence_p: float = 2e-7, spike_rate_floor: float = 0.001,
+                 holdoff_steps: int = 200) -> None:
         if not 1 <= min_flagged <= window:
             raise ValueError("need 1 <= min_flagged <= window")
         self.job = job
@@ -93,6 +108,15 @@ class StragglerDetector:
         self.warmup_steps = warmup_steps
         self.critical_ratio = critical_ratio
         self.evidence_window = evidence_window
+        self.coincidence_p = coincidence_p
+        self.spike_rate_floor = spike_rate_floor
+        self.holdoff_steps = holdoff_steps
+        #: Re-fire attempts within the hold-off: ``{"suppressed": n, "refired": n}``.
+        self.flaps = {"suppressed": 0, "refired": 0}
+        #: Called as ``on_flap(detector, outcome)`` for each flap (metrics).
+        self.on_flap = None
+        #: Ranks compared within their own class (see models/imbalance.py): rank -> class index.
+        self.rank_class: dict[int, int] = {}
         #: Called as ``on_verdict(detector, verdict)`` after every judged step (status views).
         self.on_verdict = None
         self._reset_state()
@@ -120,6 +144,11 @@ class StragglerDetector:
         self._data_compute = 0.0
         self._data_ring = np.full((0, self.window), np.nan)
         self._data_peer_ring = np.full((0, self.window), np.nan)
+        # Background rate of slow rank-steps (decayed sums), and resolved episodes for the hold-off.
+        self._bg_slow = 0.0
+        self._bg_n = 0.0
+        self._resolved: dict[int, tuple[int, float]] = {}  # rank -> (resolved step, episode ratio)
+        self._suppressed: set[int] = set()
 
     # -- state management ------------------------------------------------------------------
 
@@ -155,8 +184,13 @@ class StragglerDetector:
         return np.fromiter((slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
 
     TUNABLE = ("ratio_threshold", "z_threshold", "min_flagged", "window", "clear_after", "spread_floor",
-               "min_peers", "warmup_steps", "critical_ratio", "evidence_window")
-    _INTS = frozenset({"min_flagged", "window", "clear_after", "min_peers", "warmup_steps", "evidence_window"})
+               "min_peers", "warmup_steps", "critical_ratio", "evidence_window", "coincidence_p", "spike_rate_floor",
+               "holdoff_steps")
+    _INTS = frozenset({"min_flagged", "window", "clear_after", "min_peers", "warmup_steps", "evidence_window",
+                       "holdoff_steps"})
+    #: Weight (rank-steps) of the ``spike_rate_floor`` prior in the background rate; its decay half-life (steps).
+    _BG_PRIOR = 1000.0
+    _BG_HALFLIFE = 200.0
 
     def settings(self) -> dict:
         """The rule's current settings (the names of ``StragglerSettings``)."""
@@ -218,8 +252,14 @@ class StragglerDetector:
         if peer <= 0:
             return []
         spread = max(normal_mad(x, peer), self.spread_floor * peer, 1e-9)
-        ratio = x / peer
-        z = (x - peer) / spread
+        peers = None
+        if self.rank_class:
+            peers, spreads = self._class_peers(step.ranks, x, peer, spread)
+            ratio = x / peers
+            z = (x - peers) / spreads
+        else:
+            ratio = x / peer
+            z = (x - peer) / spread
         slow = (ratio >= self.ratio_threshold) & (z >= self.z_threshold)
         self.last_verdict = StepVerdict(step.step, signal, step.ranks, ratio, z, slow)
         if self.on_verdict is not None:
@@ -228,12 +268,14 @@ class StragglerDetector:
         slots = self._slots_for(step.ranks)
         col = self._evaluated % self.window
         ecol = self._evaluated % self.evidence_window
+        if self._evaluated >= self.window:
+            self._learn_background(step.ranks, slots, col)
         self._evaluated += 1
         self._slow_ring[slots, col] = slow
         self._ratio_ring[slots, ecol] = ratio
         self._z_ring[slots, ecol] = z
         self._value_ring[slots, ecol] = x
-        self._peer_ring[slots, ecol] = peer
+        self._peer_ring[slots, ecol] = peers if self.rank_class else peer
         for slot, node in zip(slots, step.nodes):
             if node is not None:
                 self._nodes[slot] = node
@@ -247,9 +289,14 @@ class StragglerDetector:
         self._episode_start[slots[counts == 0]] = -1
 
         out: list[Alert] = []
-        for i in np.flatnonzero(counts >= self.min_flagged):
+        for rank in [r for r in self._suppressed if self._slow_ring[self._slot[r]].sum() == 0]:
+            self._suppressed.discard(rank)  # that episode is over
+        candidates = np.flatnonzero(counts >= self.min_flagged)
+        rate = self.spike_rate() if len(candidates) else 0.0
+        for i in candidates:
             rank = int(step.ranks[i])
-            if rank not in self._firing:
+            if rank not in self._firing and self._not_coincidence(int(slots[i]), int(counts[i]), rate) \
+                    and self._past_holdoff(rank, int(slots[i]), step.step):
                 alert = self._fire(rank, int(slots[i]), signal, step)
                 self._firing[rank] = alert
                 out.append(alert)
@@ -263,6 +310,68 @@ class StragglerDetector:
         for rank in [r for r, a in self._firing.items() if self._clean_run[self._slot[r]] >= self.clear_after]:
             out.append(self._resolve(rank, step))
         return out
+
+    def _class_peers(self, ranks: np.ndarray, x: np.ndarray, peer: float, spread: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Peer median and spread of each rank's own class (ranks without one: the whole group's)."""
+        peers = np.full(len(x), peer)
+        spreads = np.full(len(x), spread)
+        cls = np.fromiter((self.rank_class.get(int(r), -1) for r in ranks), dtype=np.int64, count=len(ranks))
+        for c in np.unique(cls[cls >= 0]):
+            members = cls == c
+            if members.sum() < self.min_peers:
+                peers[members] = np.inf  # too few alike peers to judge: never slow
+                continue
+            m = median(x[members])
+            peers[members] = m
+            spreads[members] = max(normal_mad(x[members], m), self.spread_floor * m, 1e-9)
+        return peers, spreads
+
+    def _learn_background(self, ranks: np.ndarray, slots: np.ndarray, col: int) -> None:
+        # The verdicts about to leave the window, of ranks with no other slow step in it and not
+        # firing: what isolated spikes look like in this job (a rank slow on and off, e.g. warming
+        # up to a straggler, is left out, or one rank of 64 would inflate the rate by 1.5%).
+        counts = self._slow_ring[slots].sum(axis=1)
+        keep = counts <= 1
+        if self._firing:
+            keep &= ~np.isin(ranks, np.fromiter(self._firing, dtype=np.int64))
+        decay = 0.5 ** (1.0 / self._BG_HALFLIFE)
+        self._bg_slow = decay * self._bg_slow + float(self._slow_ring[slots[keep], col].sum())
+        self._bg_n = decay * self._bg_n + float(keep.sum())
+
+    def spike_rate(self) -> float:
+        """The job's background rate of slow rank-steps (independent spikes), floored."""
+        floor = self.spike_rate_floor
+        return max(floor, (self._bg_slow + floor * self._BG_PRIOR) / (self._bg_n + self._BG_PRIOR))
+
+    def _not_coincidence(self, slot: int, count: int, rate: float) -> bool:
+        """Too many slow steps to be independent spikes at the background ``rate``?"""
+        if self.coincidence_p >= 1.0:
+            return True
+        if _binomial_tail(count, self.window, rate) <= self.coincidence_p:
+            return True
+        r, z = self._ratio_ring[slot], self._z_ring[slot]
+        seen = ~np.isnan(r)
+        k = int(((r[seen] >= self.ratio_threshold) & (z[seen] >= self.z_threshold)).sum())
+        return int(seen.sum()) > self.window and _binomial_tail(k, int(seen.sum()), rate) <= self.coincidence_p
+
+    def _past_holdoff(self, rank: int, slot: int, step: int) -> bool:
+        """A rank that resolved recently fires again only when clearly worse; else it is a flap."""
+        resolved = self._resolved.get(rank)
+        if resolved is None or step - resolved[0] > self.holdoff_steps:
+            return True
+        recent = (self._evaluated - 1 - np.arange(min(self.window, self._evaluated))) % self.evidence_window
+        ratios = self._ratio_ring[slot, recent]
+        ratio = float(np.median(ratios[~np.isnan(ratios)]))
+        worse = ratio >= self.critical_ratio or ratio - 1.0 >= 1.5 * (resolved[1] - 1.0)
+        if rank not in self._suppressed:
+            outcome = "refired" if worse else "suppressed"
+            self.flaps[outcome] += 1
+            if self.on_flap is not None:
+                self.on_flap(self, outcome)
+            if not worse:
+                self._suppressed.add(rank)
+        return worse
 
     def _judge_data(self, step: GroupStep, slots: np.ndarray, col: int, compute_median: float) -> np.ndarray | None:
         """Input-pipeline channel: a rank whose data wait exceeds its peers' by the straggler
@@ -294,7 +403,7 @@ class StragglerDetector:
         node = self._nodes[slot]
         where = f"rank {rank}" + (f" on node {node}" if node else "")
         evidence = {
-            "signal": "data_time", "group": self.group or None, "rank_median": _round(rank_wait),
+            "signal": "data_time", "horizon": "short", "group": self.group or None, "rank_median": _round(rank_wait),
             "peer_median": _round(peer_wait), "compute_median": _round(compute), "ratio": _round(ratio),
             "slow_steps": self.window, "window": self.window, "first_step": first_step,
             "detected_step": step.step, "cause": "input pipeline",
@@ -318,6 +427,7 @@ class StragglerDetector:
         peer_median = float(np.median(peers[ok])) if ok.any() else None
         return {
             "signal": signal,
+            "horizon": "short",
             "group": self.group or None,
             "rank_median": _round(rank_median),
             "peer_median": _round(peer_median),
@@ -361,6 +471,8 @@ class StragglerDetector:
     def _resolve(self, rank: int, step: GroupStep) -> Alert:
         alert = self._firing.pop(rank)
         slot = self._slot[rank]
+        ratio = alert.evidence.get("ratio")
+        self._resolved[rank] = (step.step, float(ratio) if isinstance(ratio, (int, float)) else self.ratio_threshold)
         evidence = dict(alert.evidence)
         evidence.update(resolved_step=step.step, clean_steps=int(self._clean_run[slot]))
         return alert.resolved(
@@ -377,6 +489,11 @@ class StragglerDetector:
             alert = self._firing.pop(rank)
             out.append(alert.resolved(at=at, summary=f"resolved ({reason}): {alert.summary}"))
         return out
+
+
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, j) * p ** j * (1.0 - p) ** (n - j) for j in range(max(k, 0), n + 1))
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:

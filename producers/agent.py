@@ -7,16 +7,16 @@ reports them; a ``topology`` event (GPU -> nearest NICs) at the start and every
 ``topology_interval`` seconds. What the node lacks (no GPU, no NVML, no InfiniBand) is
 reported once and skipped.
 
-It must never take the node down: the sampler never blocks on Kafka. Batches go through a
-bounded queue to a daemon sender thread; when the queue is full new batches are dropped
-and counted; the producer's own buffer is bounded and a send blocks at most
-``max_block_ms``; while Kafka is away the sender keeps retrying to connect with a backoff.
+It must never take the node down: the sampler never blocks on Kafka. Batches go through
+the producer transport (producers/transport.py, drop mode): a bounded queue to a daemon
+sender thread; when the queue is full the oldest batches are dropped and counted; a send
+blocks the sender at most ``max_block_ms``; while Kafka is away the sender keeps retrying
+to connect with a backoff. TLS/SASL: the ``STEPWATCH_SECURITY_*`` settings, as for the worker.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import socket
 import sys
 import threading
@@ -28,103 +28,79 @@ from stepwatch.config import Settings
 
 from .nvml_sampler import NvmlSampler
 from .procfs_host import HostReader
+from .transport import DROP, Transport
 from .sysfs_ib import IbReader, normalize_bus_id
 
 log = logging.getLogger("stepwatch.agent")
 
 
 class KafkaSender:
-    """Bounded queue + daemon thread in front of a kafka-python producer; never blocks the caller."""
+    """The producer transport (producers/transport.py) in its drop mode, set up for node telemetry.
 
-    def __init__(self, *, bootstrap: str, topic: str, queue_size: int = 600, max_block_ms: int = 1000,
-                 partitions: int = 4, replication_factor: int = 1) -> None:
-        self.bootstrap = bootstrap
+    ``offer`` never blocks the sampler; a full queue drops its oldest batch (fresh samples
+    matter more), counted. TLS/SASL and the bootstrap come from ``settings`` (default
+    ``Settings.from_env()``), like the worker's. On each (re)connection the telemetry topic
+    is created if missing.
+    """
+
+    def __init__(self, *, bootstrap: str | None = None, topic: str, queue_size: int = 600, max_block_ms: int = 1000,
+                 partitions: int = 4, replication_factor: int = 1, settings: Settings | None = None) -> None:
+        self.settings = settings if settings is not None else Settings.from_env()
+        self.bootstrap = bootstrap or self.settings.kafka.bootstrap
         self.topic = topic
         self.max_block_ms = max_block_ms
         self.partitions = partitions
         self.replication_factor = replication_factor
-        self._queue: queue.Queue = queue.Queue(maxsize=max(queue_size, 1))
-        self._producer = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stepwatch-agent-sender", daemon=True)
-        self.sent = 0
-        self.dropped = 0  # batches dropped because the queue was full
-        self.failed = 0  # batches the producer could not take (Kafka away too long)
-        self.connect_failures = 0
+        self._queue_size = queue_size
+        self.transport: Transport | None = None
 
     def start(self) -> "KafkaSender":
-        self._thread.start()
+        if self.transport is None:
+            self.transport = Transport(
+                topic=self.topic, bootstrap=self.bootstrap, settings=self.settings, mode=DROP,
+                queue_size=self._queue_size, flush_interval=0.2, linger_ms=50, max_block_ms=self.max_block_ms,
+                acks=1, producer_config={"retries": 3},
+                on_connect=self._create_topic, name="stepwatch-agent-sender")
         return self
 
-    def offer(self, key: str, events: list[dict]) -> bool:
-        """Queue one batch; False (dropped and counted) when the queue is full."""
-        try:
-            self._queue.put_nowait((key, events))
-            return True
-        except queue.Full:
-            self.dropped += 1
-            if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
-                log.warning("telemetry queue full (Kafka slow or away): %d batches dropped so far", self.dropped)
-            return False
-
-    def _connect(self) -> bool:
-        from kafka import KafkaProducer
+    def _create_topic(self) -> None:
+        from stepwatch.security import client_config
+        from stepwatch.topics import create_topics
 
         try:
-            self._producer = KafkaProducer(
-                bootstrap_servers=self.bootstrap, max_block_ms=self.max_block_ms, linger_ms=50,
-                compression_type="gzip", acks=1, retries=3,  # kafka-python 3 has no buffer_memory setting
-                request_timeout_ms=10_000)
-        except Exception as exc:  # NoBrokersAvailable, DNS, ...: try again later
-            self.connect_failures += 1
-            if self.connect_failures in (1, 10) or self.connect_failures % 100 == 0:
-                log.warning("cannot reach Kafka at %s (%s); retrying", self.bootstrap, exc)
-            return False
-        try:
-            from stepwatch.topics import create_topics
-
             create_topics(self.bootstrap, [self.topic], self.partitions, replication_factor=self.replication_factor,
-                          timeout=10)
+                          timeout=10, client_config=client_config(self.settings))
         except Exception as exc:  # the topic may exist, or be created by the operator
             log.info("could not create %s: %s", self.topic, exc)
-        return True
 
-    def _run(self) -> None:
-        from stepwatch.models.events import encode_events
+    def offer(self, key: str, events: list[dict]) -> bool:
+        """Queue one batch; False when the queue was full (its oldest batch was dropped and counted)."""
+        if self.transport is None:
+            self.start()
+        return self.transport.offer(key, events)
 
-        backoff = 0.5
-        while not self._stop.is_set() or not self._queue.empty():
-            try:
-                key, events = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            while self._producer is None and not self._stop.is_set():
-                if self._connect():
-                    backoff = 0.5
-                    break
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
-            if self._producer is None:
-                self.failed += 1
-                continue
-            try:
-                self._producer.send(self.topic, key=key.encode(), value=encode_events(events))
-                self.sent += 1
-            except Exception as exc:  # KafkaTimeoutError: buffer full or no metadata within max_block_ms
-                self.failed += 1
-                if self.failed in (1, 10, 100) or self.failed % 1000 == 0:
-                    log.warning("telemetry batch not sent (%s): %d failed so far", exc, self.failed)
+    @property
+    def sent(self) -> int:
+        """Batches Kafka acknowledged."""
+        return self.transport.batches_sent if self.transport is not None else 0
+
+    @property
+    def dropped(self) -> int:
+        """Batches dropped because the queue was full."""
+        return self.transport.batches_dropped if self.transport is not None else 0
+
+    @property
+    def failed(self) -> int:
+        """Batches that left the queue but were not delivered (Kafka away too long, or left at close)."""
+        return self.transport.batches_failed if self.transport is not None else 0
+
+    @property
+    def connect_failures(self) -> int:
+        return self.transport.connect_failures if self.transport is not None else 0
 
     def close(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if self._producer is not None:
-            try:
-                self._producer.flush(timeout=timeout)
-                self._producer.close(timeout=timeout)
-            except Exception:
-                pass
+        if self.transport is not None:
+            self.transport.close(timeout)
 
 
 class NodeAgent:

@@ -17,9 +17,12 @@ Guarantees (see docs/training.md):
 * the queue is bounded (``queue_size`` events); when it is full the *oldest* event is
   dropped and counted in :attr:`RankMonitor.dropped` (fresh heartbeats matter more than
   old ones when a broker comes back);
-* a daemon sender thread batches events into wire-format batch envelopes and publishes
-  them with kafka-python (linger, gzip, short ``max_block_ms``). A broker that is down
-  at start is retried in that thread; the constructor never fails because of Kafka;
+* the queue and the daemon sender thread are the producer transport
+  (:mod:`stepwatch.producers.transport`, in its drop mode): it batches events into
+  wire-format batch envelopes and publishes them with kafka-python (linger, gzip, short
+  ``max_block_ms``). A broker that is down at start, or goes away, is retried in that
+  thread; the constructor never fails because of Kafka. TLS/SASL come from the same
+  ``STEPWATCH_SECURITY_*`` settings as the worker's (or a ``settings`` object);
 * a daemon heartbeat thread reports the last completed step and the collective sequence
   numbers every ``heartbeat_interval`` seconds, also while the training thread is blocked
   (in a hung collective, say): that is what lets stepwatch name the culprit of a hang;
@@ -36,7 +39,6 @@ out even though every rank's ``step_time`` is the same.
 from __future__ import annotations
 
 import atexit
-import collections
 import logging
 import os
 import socket
@@ -47,8 +49,10 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from stepwatch.config import KafkaSettings
-from stepwatch.models.events import PHASES, encode_events
+from stepwatch.config import KafkaSettings, SecuritySettings, Settings  # noqa: F401 (SecuritySettings: docs)
+from stepwatch.models.events import PHASES
+
+from .transport import DROP, MAX_EVENTS_PER_MESSAGE, Transport, security_from_env
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +60,6 @@ __all__ = ["RankMonitor", "MonitorConfig", "DEFAULT_PG"]
 
 #: Name of the default process group in sequence numbers (heartbeats report this one).
 DEFAULT_PG = "default"
-#: Events per Kafka message (one batch envelope); well below Kafka's 1 MiB message limit.
-MAX_EVENTS_PER_MESSAGE = 256
 
 _perf = time.perf_counter
 _wall = time.time
@@ -126,7 +128,12 @@ class MonitorConfig:
     + ``STEPWATCH_KAFKA_EVENTS_TOPIC`` (the worker's names), ``STEPWATCH_MONITOR_ENABLED``,
     ``STEPWATCH_MONITOR_HEARTBEAT_INTERVAL``, ``STEPWATCH_MONITOR_QUEUE_SIZE``,
     ``STEPWATCH_MONITOR_COLLECTIVE_EVENTS``, ``STEPWATCH_MONITOR_SHARD_RANKS`` (0: events keyed by
-    job; N > 0: keyed ``"job/<rank // N>"`` for the shard stage, see docs/events.md).
+    job; N > 0: keyed ``"job/<rank // N>"`` for the shard stage, see docs/events.md), and every
+    ``STEPWATCH_SECURITY_*`` setting (TLS/SASL, as for the worker).
+
+    ``settings``: a ``stepwatch.config.Settings`` (e.g. the worker's ``Settings.from_env()``):
+    then bootstrap, topic names and security come from it instead of the environment
+    (explicit ``bootstrap``/``topic`` arguments still win).
     """
 
     def __init__(self, *, job: str | None = None, rank: int | None = None, world_size: int | None = None,
@@ -135,7 +142,8 @@ class MonitorConfig:
                  heartbeat_interval: float | None = None, queue_size: int | None = None,
                  collective_events: bool | None = None, flush_interval: float = 0.1,
                  close_timeout: float = 5.0, producer_config: Mapping[str, Any] | None = None,
-                 environ: Mapping[str, str] | None = None, shard_ranks: int | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, shard_ranks: int | None = None,
+                 settings: Settings | None = None) -> None:
         env = os.environ if environ is None else environ
         dist = _torch_dist()
         self.job = job or _env(env, "STEPWATCH_JOB", "STEPWATCH_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID") \
@@ -154,10 +162,23 @@ class MonitorConfig:
         self.gpu = gpu if gpu is not None else _env_int(env, "STEPWATCH_GPU", "LOCAL_RANK", "SLURM_LOCALID")
         self.group = group if group is not None else _env(env, "STEPWATCH_GROUP")
         kafka = KafkaSettings()
-        self.bootstrap = bootstrap or _env(env, "STEPWATCH_KAFKA_BOOTSTRAP", "KAFKA_BOOTSTRAP") or "localhost:9092"
-        if topic is None:
-            prefix = env.get("STEPWATCH_KAFKA_TOPIC_PREFIX", kafka.topic_prefix)
-            topic = prefix + (_env(env, "STEPWATCH_KAFKA_EVENTS_TOPIC") or kafka.events_topic)
+        #: TLS/SASL for the producer; None: a STEPWATCH_SECURITY_* value did not parse (``security_error``).
+        self.security: SecuritySettings | None
+        self.security_error: str | None = None
+        if settings is not None:
+            kafka = settings.kafka
+            self.bootstrap = bootstrap or kafka.bootstrap or "localhost:9092"
+            topic = topic if topic is not None else kafka.topic(kafka.events_topic)
+            self.security = settings.security
+        else:
+            self.bootstrap = bootstrap or _env(env, "STEPWATCH_KAFKA_BOOTSTRAP", "KAFKA_BOOTSTRAP") or "localhost:9092"
+            if topic is None:
+                prefix = env.get("STEPWATCH_KAFKA_TOPIC_PREFIX", kafka.topic_prefix)
+                topic = prefix + (_env(env, "STEPWATCH_KAFKA_EVENTS_TOPIC") or kafka.events_topic)
+            try:
+                self.security = security_from_env(env)
+            except ValueError as exc:
+                self.security, self.security_error = None, str(exc)
         self.topic = topic
         self.enabled = enabled if enabled is not None else _env_bool(env, "STEPWATCH_MONITOR_ENABLED", True)
         self.heartbeat_interval = heartbeat_interval if heartbeat_interval is not None else \
@@ -253,20 +274,21 @@ class RankMonitor:
                  collective_events: bool | None = None, flush_interval: float = 0.1, close_timeout: float = 5.0,
                  producer_config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
                  start_step: int = 0, sink: Callable[[list[dict]], None] | None = None,
-                 job_phases: bool | None = None, shard_ranks: int | None = None) -> None:
+                 job_phases: bool | None = None, shard_ranks: int | None = None,
+                 settings: Settings | None = None) -> None:
         self.config = cfg = MonitorConfig(
             job=job, rank=rank, world_size=world_size, node=node, gpu=gpu, group=group, bootstrap=bootstrap,
             topic=topic, enabled=enabled, heartbeat_interval=heartbeat_interval, queue_size=queue_size,
             collective_events=collective_events, flush_interval=flush_interval, close_timeout=close_timeout,
-            producer_config=producer_config, environ=environ, shard_ranks=shard_ranks)
+            producer_config=producer_config, environ=environ, shard_ranks=shard_ranks, settings=settings)
         self.job, self.rank, self.node = cfg.job, cfg.rank, cfg.node
         self.enabled = cfg.enabled
         #: Instead of Kafka, hand each batch of wire-form events to this callable (tests, files).
         self._sink = sink
         # Keyed by job, or by this rank's shard (shard_ranks): then job-wide phase events (no ``rank``)
         # still go under the job id (docs/events.md).
-        self._key = cfg.key.encode()
-        self._job_key = cfg.job.encode()
+        self._key = cfg.key
+        self._job_key = cfg.job
         # Fields every event of this rank carries; step events add theirs to a copy.
         self._step_base: dict[str, Any] = {"v": 1, "kind": "step", "job": cfg.job, "rank": cfg.rank}
         for name, value in (("node", cfg.node), ("gpu", cfg.gpu), ("group", cfg.group),
@@ -282,18 +304,12 @@ class RankMonitor:
         self._phase_base: dict[str, Any] = {"job": cfg.job} if self.job_phases else {"job": cfg.job,
                                                                                       "rank": cfg.rank}
 
-        # Queue and counters. The lock guards the queue and every counter: it is held for
-        # a few hundred nanoseconds at a time and never while talking to Kafka.
-        self._queue: collections.deque[dict] = collections.deque(maxlen=max(1, cfg.queue_size))
-        self._lock = threading.Lock()
-        self.produced = 0
-        self.dropped = 0
-        self.sent = 0
-        self._in_flight = 0
+        # Hot-path errors (bad arguments, ...); Kafka problems are the transport's (see stats()).
         self.errors = 0
         self.last_error: str | None = None
         self._last_error_log = 0.0
-        self.connected = False
+        #: The queue, sender thread and producer (None while disabled).
+        self.transport: Transport | None = None
 
         # Step state (training thread).
         self._phase = "train"
@@ -304,7 +320,6 @@ class RankMonitor:
         self._data_time = 0.0
         self._data_t0: float | None = None
         self._between_t0: float | None = None  # start of a data wait before the step began
-        self._final = False
         self._comm = _StepComm()
         self._comm_lock = threading.Lock()
         # Collective sequence numbers per process group.
@@ -320,14 +335,18 @@ class RankMonitor:
         self._stop = threading.Event()
         self._closed = False
         self._pid = os.getpid()
-        self._producer = None
-        self._sender: threading.Thread | None = None
         self._heartbeat: threading.Thread | None = None
         self._pg_tracker = self._control = None
         if not self.enabled:
             return
-        self._sender = threading.Thread(target=self._send_loop, name=f"stepwatch-sender-r{cfg.rank}", daemon=True)
-        self._sender.start()
+        user_sink = sink
+        self.transport = Transport(
+            topic=cfg.topic, bootstrap=cfg.bootstrap, settings=settings or Settings(), security=cfg.security,
+            config_error=cfg.security_error, mode=DROP,
+            queue_size=cfg.queue_size, flush_interval=cfg.flush_interval, linger_ms=50, max_block_ms=1000,
+            client_id=f"stepwatch-{self.job}-r{self.rank}", producer_config=cfg.producer_config,
+            sink=(lambda _key, events: user_sink(events)) if user_sink is not None else None,
+            on_connect=self._connected, name=f"stepwatch-sender-r{cfg.rank}")
         if cfg.heartbeat_interval and cfg.heartbeat_interval > 0:
             self._heartbeat = threading.Thread(target=self._heartbeat_loop, name=f"stepwatch-heartbeat-r{cfg.rank}",
                                                daemon=True)
@@ -344,11 +363,10 @@ class RankMonitor:
     # -- hot path ---------------------------------------------------------------------------
 
     def _enqueue(self, event: dict) -> None:
-        with self._lock:
-            self.produced += 1
-            if len(self._queue) == self._queue.maxlen:
-                self.dropped += 1  # the deque evicts the oldest event on append
-            self._queue.append(event)
+        # Job-wide phase events (no rank) go under the job id even when this rank's are keyed by shard.
+        transport = self.transport
+        if transport is not None:
+            transport.offer(self._key if "rank" in event else self._job_key, [event])
 
     def _error(self, where: str, exc: BaseException) -> None:
         # Never raises: a broken monitor must not break training.
@@ -643,152 +661,35 @@ class RankMonitor:
 
     # -- sender --------------------------------------------------------------------------------
 
-    def _make_producer(self):
-        from kafka import KafkaProducer
+    def _connected(self) -> None:
+        # kafka-python registers an atexit close of its own; ours must run first so it can flush.
+        if not self._closed:
+            atexit.unregister(self._atexit)
+            atexit.register(self._atexit)
 
-        config = dict(
-            bootstrap_servers=self.config.bootstrap,
-            linger_ms=50,
-            compression_type="gzip",
-            max_block_ms=1000,
-            request_timeout_ms=10_000,
-            delivery_timeout_ms=30_000,
-            bootstrap_timeout_ms=2000,
-            retries=5,
-            acks=1,
-            enable_idempotence=False,
-            client_id=f"stepwatch-{self.job}-r{self.rank}",
-        )
-        config.update(self.config.producer_config)
-        return KafkaProducer(**config)
+    # Counters (events): produced (queued by this rank), sent (acknowledged by Kafka or the sink), dropped.
 
-    def _take(self) -> list[dict]:
-        with self._lock:
-            # Bound what waits inside the producer too: while the broker does not acknowledge,
-            # events stay in (and drop from) the bounded queue instead.
-            if not self._queue or self._in_flight >= self._queue.maxlen:
-                return []
-            batch = list(self._queue)
-            self._queue.clear()
-            self._in_flight += len(batch)
-        return batch
+    @property
+    def produced(self) -> int:
+        return self.transport.offered if self.transport is not None else 0
 
-    def _on_sent(self, n: int):
-        def callback(_metadata):
-            with self._lock:
-                if self._final:
-                    return
-                self._in_flight -= n
-                self.sent += n
-        return callback
+    @property
+    def sent(self) -> int:
+        return self.transport.sent if self.transport is not None else 0
 
-    def _on_failed(self, n: int):
-        def errback(exc):
-            with self._lock:
-                if self._final:
-                    return
-                self._in_flight -= n
-                self.dropped += n
-            self._error("kafka delivery", exc)
-        return errback
+    @property
+    def dropped(self) -> int:
+        return self.transport.dropped if self.transport is not None else 0
 
-    def _publish(self, batch: list[dict]) -> None:
-        if self._key != self._job_key and any("rank" not in event for event in batch):
-            own = [event for event in batch if "rank" in event]
-            if own:
-                self._publish_keyed(own, self._key)
-            self._publish_keyed([event for event in batch if "rank" not in event], self._job_key)
-            return
-        self._publish_keyed(batch, self._key)
-
-    def _publish_keyed(self, batch: list[dict], key: bytes) -> None:
-        producer = self._producer
-        for i in range(0, len(batch), MAX_EVENTS_PER_MESSAGE):
-            chunk = batch[i:i + MAX_EVENTS_PER_MESSAGE]
-            n = len(chunk)
-            try:
-                future = producer.send(self.config.topic, key=key, value=encode_events(chunk))
-            except Exception as exc:  # buffer full / metadata timeout after max_block_ms
-                self._on_failed(n)(exc)
-                continue
-            future.add_callback(self._on_sent(n))
-            future.add_errback(self._on_failed(n))
-
-    def _send_loop(self) -> None:
-        backoff = 0.5
-        while not self._stop.is_set():
-            if self._sink is not None:
-                batch = self._take()
-                if batch:
-                    self._sink_publish(batch)
-                self._stop.wait(self.config.flush_interval)
-                continue
-            if self._producer is None:
-                try:
-                    producer = self._make_producer()
-                except Exception as exc:
-                    self._error("connect", exc)
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 10.0)
-                    continue
-                self._producer = producer
-                self.connected = True
-                # kafka-python registers an atexit close of its own; ours must run first so it can flush.
-                atexit.unregister(self._atexit)
-                atexit.register(self._atexit)
-            batch = self._take()
-            if batch:
-                self._publish(batch)
-            self._stop.wait(self.config.flush_interval)
-        self._finish_sender()
-
-    def _sink_publish(self, batch: list[dict]) -> None:
-        try:
-            self._sink(batch)
-        except Exception as exc:
-            self._on_failed(len(batch))(exc)
-        else:
-            self._on_sent(len(batch))(None)
-
-    def _finish_sender(self) -> None:
-        """Last flush and close of the producer, within the close deadline (sender thread)."""
-        if self._sink is not None:
-            batch = self._take()
-            if batch:
-                self._sink_publish(batch)
-            return
-        producer = self._producer
-        if producer is None:
-            return
-        try:
-            batch = self._take()
-            if batch:
-                self._publish(batch)
-            remaining = max(0.0, self._deadline - _perf())
-            producer.flush(timeout=remaining)
-        except Exception as exc:
-            self._error("flush", exc)
-        try:
-            producer.close(timeout=max(0.0, self._deadline - _perf()), null_logger=True)
-        except Exception as exc:
-            self._error("close", exc)
-        self._producer = None
+    @property
+    def connected(self) -> bool:
+        return self.transport.connected if self.transport is not None else False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    _deadline = 0.0
-
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued event was delivered or dropped; True if that happened in time."""
-        deadline = _perf() + timeout
-        while _perf() < deadline:
-            with self._lock:
-                if not self._queue and self._in_flight == 0:
-                    return True
-            if self._sender is None or not self._sender.is_alive():
-                return False
-            time.sleep(0.01)
-        return False
+        return self.transport.flush(timeout) if self.transport is not None else False
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the threads, flush what is queued within ``timeout`` seconds, and account for the rest.
@@ -806,23 +707,18 @@ class RankMonitor:
         if not self.enabled or os.getpid() != self._pid:
             return
         timeout = self.config.close_timeout if timeout is None else timeout
-        self._deadline = _perf() + timeout
+        deadline = _perf() + timeout
         self._stop.set()
+        lost = 0
         try:
             if self._heartbeat is not None:
-                self._heartbeat.join(max(0.0, self._deadline - _perf()))
-            if self._sender is not None:
-                self._sender.join(max(0.0, self._deadline - _perf()) + 0.5)
+                self._heartbeat.join(max(0.0, deadline - _perf()))
+            if self.transport is not None:
+                lost = self.transport.close(max(0.0, deadline - _perf()))
             if self._control is not None:
-                self._control.thread.join(max(0.0, self._deadline - _perf()) + 0.5)
+                self._control.thread.join(max(0.0, deadline - _perf()) + 0.5)
         except Exception as exc:
             self._error("close", exc)
-        with self._lock:
-            lost = len(self._queue) + self._in_flight
-            self._queue.clear()
-            self._in_flight = 0
-            self.dropped += lost
-            self._final = True
         if lost:
             log.warning("stepwatch monitor: %d events not delivered at close (dropped %d in all, sent %d)",
                         lost, self.dropped, self.sent)
@@ -835,15 +731,17 @@ class RankMonitor:
 
     def stats(self) -> dict[str, Any]:
         """Counters for logs and tests."""
-        with self._lock:
-            return {"produced": self.produced, "sent": self.sent, "dropped": self.dropped, "queued": len(self._queue),
-                    "in_flight": self._in_flight, "errors": self.errors, "connected": self.connected,
-                    "last_error": self.last_error}
+        t = self.transport.stats() if self.transport is not None else {}
+        return {"produced": t.get("offered", 0), "sent": t.get("sent", 0), "dropped": t.get("dropped", 0),
+                "queued": t.get("queued", 0), "in_flight": t.get("in_flight", 0),
+                "errors": self.errors + t.get("errors", 0), "connected": t.get("connected", False),
+                "last_error": self.last_error or t.get("last_error")}
 
     @property
     def threads(self) -> list[threading.Thread]:
+        sender = self.transport.thread if self.transport is not None else None
         control = self._control.thread if self._control is not None else None
-        return [t for t in (self._sender, self._heartbeat, control) if t is not None]
+        return [t for t in (sender, self._heartbeat, control) if t is not None]
 
     def __enter__(self) -> "RankMonitor":
         return self

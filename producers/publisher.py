@@ -1,4 +1,4 @@
-"""Publishing wire-format events to Kafka with kafka-python.
+"""Publishing wire-format events to Kafka (through the producer transport, producers/transport.py).
 
 Events of one job are keyed by the job id, so they all land in one partition and one
 worker sees the whole job. Several events go out as one batch envelope (see
@@ -14,16 +14,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from kafka import KafkaProducer
-from kafka.errors import KafkaError
+from stepwatch.config import Settings
 
-from stepwatch.models.events import encode_events
+from .transport import MAX_EVENTS_PER_MESSAGE, WAIT, Transport
 
 log = logging.getLogger(__name__)
 
-#: Events per batch envelope: large enough to amortise per-message costs, small enough
-#: to stay far below Kafka's default 1 MiB message limit (~250 bytes per event).
-MAX_EVENTS_PER_MESSAGE = 256
 
 
 def shard_key(job: str, rank: int | None, shard_ranks: int = 0) -> str:
@@ -48,30 +44,45 @@ def group_by_key(events: Iterable[dict], shard_ranks: int = 0, *, job: str | Non
 
 
 class EventPublisher:
-    """Thin wrapper over ``KafkaProducer`` for wire-format events (dicts).
+    """Wire-format events (dicts) to Kafka through the producer transport in its wait mode.
 
-    It never raises on a Kafka outage: a batch that cannot be queued within
-    ``max_block_ms`` (buffer full, no metadata) or that fails delivery after the
-    producer's own retries is dropped and counted in ``events_dropped``; the rest is
-    delivered once the broker is back.
+    ``send`` waits while the transport's queue is full (Kafka slow or away) instead of
+    dropping: nothing to protect here but the data. It never raises on a Kafka outage; a
+    message the producer could not deliver after its own retries, or still undelivered
+    when ``close`` times out, is counted in ``events_dropped``. Connection settings,
+    TLS/SASL included, come from ``settings`` (default ``Settings.from_env()``, the
+    worker's); ``producer_config`` keywords (kafka-python) win over them.
     """
 
     def __init__(self, *, bootstrap: str, topic: str, linger_ms: int = 20, max_block_ms: int = 2_000,
-                 compression_type: str | None = "gzip", shard_ranks: int = 0, **producer_config) -> None:
+                 compression_type: str | None = "gzip", shard_ranks: int = 0, settings: Settings | None = None,
+                 queue_size: int = 1000, **producer_config) -> None:
         self.topic = topic
         #: > 0: ``send_job`` keys each rank's events by its rank shard (``shard_key``), not by the job.
         self.shard_ranks = max(0, int(shard_ranks))
-        self._producer = KafkaProducer(
-            bootstrap_servers=bootstrap,
-            linger_ms=linger_ms,
-            max_block_ms=max_block_ms,
-            compression_type=compression_type,
-            **producer_config,
-        )
-        self.messages_sent = 0
-        self.events_sent = 0
-        self.events_delivered = 0
-        self.events_dropped = 0
+        self._transport = Transport(
+            topic=topic, bootstrap=bootstrap, settings=settings, mode=WAIT, queue_size=queue_size,
+            flush_interval=max(0.005, linger_ms / 1000), linger_ms=linger_ms, max_block_ms=max_block_ms,
+            compression_type=compression_type, acks=producer_config.pop("acks", 1), producer_config=producer_config,
+            name="stepwatch-publisher")
+
+    @property
+    def messages_sent(self) -> int:
+        """Messages handed to the producer."""
+        return self._transport.messages
+
+    @property
+    def events_sent(self) -> int:
+        """Events accepted by ``send`` (delivered, dropped or still on their way)."""
+        return self._transport.offered
+
+    @property
+    def events_delivered(self) -> int:
+        return self._transport.sent
+
+    @property
+    def events_dropped(self) -> int:
+        return self._transport.dropped
 
     def send(self, key: str, events: Iterable[dict]) -> None:
         """Send events under one key, in batch envelopes of at most MAX_EVENTS_PER_MESSAGE."""
@@ -79,10 +90,10 @@ class EventPublisher:
         for event in events:
             batch.append(event)
             if len(batch) >= MAX_EVENTS_PER_MESSAGE:
-                self._send(key, batch)
+                self._transport.offer(key, batch)
                 batch = []
         if batch:
-            self._send(key, batch)
+            self._transport.offer(key, batch)
 
     def send_job(self, job: str, events: Iterable[dict]) -> None:
         """Send events of ``job``: under the job id, or per rank shard with ``shard_ranks`` (see ``shard_key``)."""
@@ -92,35 +103,15 @@ class EventPublisher:
         for key, group in group_by_key(events, self.shard_ranks, job=job).items():
             self.send(key, group)
 
-    def _send(self, key: str, batch: list[dict]) -> None:
-        n = len(batch)
-        try:
-            future = self._producer.send(self.topic, key=key.encode(), value=encode_events(batch))
-        except KafkaError as exc:
-            self.events_dropped += n
-            log.warning("dropped %d events: %s", n, exc)
-            return
-        future.add_callback(self._delivered, n)
-        future.add_errback(self._failed, n)
-        self.messages_sent += 1
-        self.events_sent += n
-
-    def _delivered(self, n: int, _metadata) -> None:
-        self.events_delivered += n
-
-    def _failed(self, n: int, exc) -> None:
-        self.events_dropped += n
-        log.warning("delivery of %d events failed: %s", n, exc)
-
-    def flush(self, timeout: float | None = 30.0) -> None:
-        try:
-            self._producer.flush(timeout=timeout)
-        except KafkaError as exc:
-            log.warning("flush incomplete: %s", exc)
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        done = self._transport.flush(1e9 if timeout is None else timeout)
+        if not done:
+            log.warning("flush incomplete after %s s", timeout)
+        return done
 
     def close(self, timeout: float = 30.0) -> None:
         self.flush(timeout)
-        self._producer.close(timeout=timeout)
+        self._transport.close(timeout)
 
     def __enter__(self) -> "EventPublisher":
         return self

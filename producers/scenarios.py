@@ -43,7 +43,7 @@ from .simulator import (ClusterSimulator, CommSlowdown, DataStall, Drift, InputS
 LABELS_VERSION = 1
 #: Default time a detector is given to catch each kind of problem (seconds after onset).
 DEFAULT_DEADLINE_S = {"straggler": 60.0, "hang": 120.0, "throughput_drop": 120.0, "comm_slowdown": 60.0,
-                      "checkpoint_stale": 60.0}
+                      "checkpoint_stale": 60.0, "imbalance": 120.0}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,10 +334,21 @@ def job_slowdown_64() -> Scenario:
                    spec, problems, extra_noise=("whole-job slowdowns 1.3x and 2x",))
 
 
+def _stage_skew(job: str, spec: SimulationSpec) -> Problem:
+    """The simulator's stages differ by ``stage_skew`` each by design: the last is a stage imbalance."""
+    last = [r for r in range(spec.ranks) if r // (spec.ranks // spec.stages) == spec.stages - 1]
+    return Problem(type="stage-imbalance (by design)", alert_type="imbalance", job=job, ranks=tuple(last),
+                   onset_step=0, detail={"stage_skew": spec.stage_skew, "stages": spec.stages},
+                   accepts=("throughput_drop", "straggler"))
+
+
 @register
 def healthy_pipeline_64() -> Scenario:
-    return _single("healthy-pipeline-64", "4 pipeline stages of different speeds (peer groups)",
-                   _spec("healthy-pipeline-64", 64, seed=17, stages=4))
+    # No bad rank; the stages' built-in 15% skew (the last stage 1.18x the median stage) is labelled as
+    # the stage imbalance it is.
+    spec = _spec("healthy-pipeline-64", 64, seed=17, stages=4)
+    return _single("healthy-pipeline-64", "4 pipeline stages of different speeds (peer groups)", spec,
+                   [_stage_skew("healthy-pipeline-64", spec)])
 
 
 @register
@@ -395,7 +406,7 @@ def straggler_30pct_pipeline_64() -> Scenario:
     problem = Problem(type="straggler-30%", alert_type="straggler", job=name, ranks=(53,), onset_step=110,
                       end_step=220, detail={"factor": 1.3, "stage": 3})
     return _single(name, "4 pipeline stages; rank 53 (last, slowest stage) 1.3x slower than its stage", spec,
-                   [problem])
+                   [problem, _stage_skew(name, spec)])
 
 
 @register
@@ -724,6 +735,66 @@ if hasattr(sim, "HangFault"):
 
     for _j, _kind in enumerate(("hang", "frozen", "dead")):
         register(_hang(_kind, 800 + _j))
+
+
+# small and steady (issue 19): few-percent stragglers, stage imbalance, rank classes --------------------
+
+#: Step time of ``_spec`` jobs (compute 0.8 + data 0.02 + comm 0.15 s): deadlines in steps become seconds.
+_STEP_S = 0.97
+
+
+def _steady(pct: int, noise: int, ranks: int, seed: int) -> Callable[[], Scenario]:
+    def build() -> Scenario:
+        name = f"steady-{pct}pct-noise{noise}-{ranks}"
+        rank = (seed * 7919) % ranks
+        factor = 1 + pct / 100
+        spec = _spec(name, ranks, steps=450, seed=seed, jitter=noise / 100,
+                     stragglers=(StragglerFault(rank=rank, start_step=100, factor=factor),))
+        problem = Problem(type=f"steady-{pct}%", alert_type="straggler", job=name, ranks=(rank,), onset_step=100,
+                          deadline_s=300 * _STEP_S, detail={"factor": factor, "jitter": noise / 100,
+                                                            "deadline_steps": 300})
+        return _single(name, f"rank {rank} of {ranks} computes {factor}x slower from step 100 to the end "
+                             f"({noise}% jitter)", spec, [problem], tags=("steady",))
+
+    build.__name__ = f"steady_{pct}pct_noise{noise}_{ranks}"
+    return build
+
+
+for _k, (_pct, _jit, _n) in enumerate([(5, 1, 64), (5, 1, 128), (5, 1, 256), (5, 4, 64), (5, 4, 128), (5, 4, 256),
+                                       (3, 1, 128), (3, 4, 128)]):
+    register(_steady(_pct, _jit, _n, seed=950 + _k))
+
+
+@register
+def healthy_heavy_tail_128() -> Scenario:
+    name = "healthy-heavy-tail-128"
+    spec = _spec(name, 128, steps=1500, seed=960, gc_probability=0.01, gc_seconds=0.8)
+    return _single(name, "128 ranks, 1% of rank-steps 2x slower at random (GC, page faults, ECC retries)",
+                   spec, tags=("steady",), extra_noise=("heavy tail: 1% of rank-steps +0.8 s (2x compute)",))
+
+
+@register
+def pipeline_slow_stage_32() -> Scenario:
+    name = "pipeline-slow-stage-32"
+    last = tuple(range(24, 32))
+    spec = _spec(name, 32, steps=300, seed=961, stages=4, stage_skew=0.0,
+                 stragglers=tuple(StragglerFault(rank=r, start_step=0, factor=1.6) for r in last))
+    problem = Problem(type="stage-imbalance (stage 3 at 1.6x)", alert_type="imbalance", job=name, ranks=last,
+                      onset_step=0, detail={"stage": 3, "factor": 1.6}, accepts=("throughput_drop",))
+    return _single(name, "4 balanced pipeline stages of 8 ranks, but stage 3 computes 1.6x slower", spec,
+                   [problem], tags=("steady",))
+
+
+@register
+def rank_classes_16() -> Scenario:
+    name = "rank-classes-16"
+    slow = tuple(range(1, 16, 2))
+    spec = _spec(name, 16, steps=600, seed=962,
+                 stragglers=tuple(StragglerFault(rank=r, start_step=0, factor=3.0) for r in slow))
+    problem = Problem(type="rank-classes (half the ranks 3x)", alert_type="imbalance", job=name, ranks=slow,
+                      onset_step=0, detail={"factor": 3.0}, accepts=("throughput_drop",))
+    return _single(name, "16 ranks, every other one 3x slower for the whole job (shared GPUs)", spec, [problem],
+                   tags=("steady",))
 
 
 # host signals (producers/host_sim.py) --------------------------------------------------------------------

@@ -142,8 +142,13 @@ class ControlListener:
     def _consumer(self):
         from kafka import KafkaConsumer, TopicPartition
 
+        from stepwatch.security import kafka_python_config
+
         cfg = self.monitor.config
-        security = {k: v for k, v in cfg.producer_config.items() if k in _SECURITY_KEYS}
+        # The STEPWATCH_SECURITY_* settings (or the monitor's settings object), as for its producer;
+        # explicit producer_config keywords win there too.
+        security = kafka_python_config(cfg.security) if cfg.security is not None else {}
+        security.update({k: v for k, v in cfg.producer_config.items() if k in _SECURITY_KEYS})
         consumer = KafkaConsumer(bootstrap_servers=cfg.bootstrap, enable_auto_commit=False, group_id=None,
                                  client_id=f"stepwatch-control-{self.monitor.job}-r{self.monitor.rank}",
                                  request_timeout_ms=30_000, bootstrap_timeout_ms=2000,

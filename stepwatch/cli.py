@@ -777,6 +777,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, telemetry=dataclasses.replace(t, **overrides))
     to_stdout = args.stdout or (args.once and not settings.kafka.bootstrap)
     sender = None
+    if not args.verbose:  # the transport says in one line what is wrong with Kafka; kafka-python's retries are noise
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda record: not record.name.startswith("kafka."))
     if to_stdout:
         def sink(key: str, events: list[dict]) -> None:
             for event in events:
@@ -788,7 +791,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
                              queue_size=settings.telemetry.agent_queue_size,
                              max_block_ms=settings.telemetry.agent_max_block_ms,
                              partitions=settings.kafka.partitions,
-                             replication_factor=settings.kafka.replication_factor).start()
+                             replication_factor=settings.kafka.replication_factor, settings=settings).start()
         sink = sender.offer
     agent = NodeAgent(node=args.node, settings=settings, sink=sink)
     try:

@@ -40,6 +40,18 @@ class StragglerSettings:
     critical_ratio: float = 1.5
     #: Steps of per-rank history kept for the evidence of an alert.
     evidence_window: int = 20
+    #: Fire only when so many slow steps have at most this chance of being independent spikes at
+    #: the job's learned background rate (1 disables the test: plain k of n).
+    coincidence_p: float = 2e-7
+    #: Lowest background rate of slow rank-steps assumed (also the prior before it is learned).
+    spike_rate_floor: float = 0.001
+    #: A rank whose alert resolved fires again within this many steps only when clearly worse.
+    holdoff_steps: int = 200
+    #: Long-horizon rule (models/long_straggler.py, severity info): smallest steady slowdown
+    #: reported (0 = off) ...
+    long_min_effect: float = 0.03
+    #: ... judged over this many steps of per-rank history.
+    long_window: int = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,7 +261,7 @@ class TelemetrySettings:
     sysfs_root: str = "/sys"
     #: Root of procfs for the agent's host signals (tests point it at a fake tree).
     proc_root: str = "/proc"
-    #: Batches the agent holds while Kafka is slow or away; beyond, new samples are dropped and counted.
+    #: Batches the agent holds while Kafka is slow or away; beyond, the oldest are dropped and counted.
     agent_queue_size: int = 600
     #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
     agent_max_block_ms: int = 1000
@@ -366,6 +378,9 @@ class JobHealthSettings:
     checkpoint_max_age_steps: int = 0
     #: ... or a checkpoint taking this many times its usual duration.
     checkpoint_slow_factor: float = 3.0
+    #: Policy: every job must checkpoint, so the age rule also runs for a job that never reported a
+    #: checkpoint. Off: only jobs that have reported one (then stopped) can be stale.
+    checkpoint_required: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -78,9 +78,13 @@ def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | Non
     for name in ("ratio_threshold", "critical_ratio"):
         if not getattr(settings, name) > 0:
             raise ValueError(f"straggler.{name} must be positive")
-    for name in ("evidence_window", "clear_after", "min_peers"):
+    for name in ("evidence_window", "clear_after", "min_peers", "long_window"):
         if getattr(settings, name) < 1:
             raise ValueError(f"straggler.{name} must be at least 1")
+    if not 0 < settings.coincidence_p <= 1:
+        raise ValueError("straggler.coincidence_p must be in (0, 1]")
+    if settings.holdoff_steps < 0 or settings.long_min_effect < 0 or settings.spike_rate_floor < 0:
+        raise ValueError("straggler.holdoff_steps, long_min_effect and spike_rate_floor must not be negative")
     return settings
 
 

@@ -43,6 +43,7 @@ canvas { image-rendering: pixelated; display:block; }
 .legend i { display:inline-block; width:14px; height:10px; vertical-align:middle; margin-right:3px; }
 .alert { border-left:4px solid var(--warn); padding:6px 8px; margin-bottom:8px; background:#20252e; }
 .alert.critical { border-left-color:var(--hot); }
+.alert.info { border-left-color:var(--dim); }
 .alert .sev { font-weight:700; text-transform:uppercase; font-size:11px; }
 .alert .cause { margin-top:4px; } .alert .cause b { color:#fff; }
 .alert pre.stack { font-size:11px; margin:2px 0 0 0; white-space:pre-wrap; word-break:break-all; color:#cfd6e0; }

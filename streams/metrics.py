@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, disable_created_metrics,
                                generate_latest)
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 # The *_created series (one per labelled child) double the output and nobody here reads them.
 disable_created_metrics()
@@ -146,7 +146,7 @@ class _ScrapeTimeCollector:
                                    labels=["type", "severity"])
         tally = Tally((a.type, a.severity) for a in engine.open_alerts())
         for t in ALERT_TYPES:
-            for sev in ("warning", "critical"):
+            for sev in ("info", "warning", "critical"):
                 tally.setdefault((t, sev), 0)
         for (t, sev), n in sorted(tally.items()):
             firing.add_metric([t, sev], n)
@@ -157,6 +157,12 @@ class _ScrapeTimeCollector:
             yield GaugeMetricFamily("stepwatch_node_suspects",
                                     "Nodes with a firing node_suspect alert that this worker speaks for.",
                                     value=sum(1 for n in oncall.ledger.open if owns is None or owns(n)))
+        flaps = CounterMetricFamily("stepwatch_straggler_flaps", "Straggler alerts of a rank that tried to fire "
+                                    "again within the hold-off after resolving, by outcome (suppressed, refired).",
+                                    labels=["outcome"])
+        for outcome in ("suppressed", "refired"):
+            flaps.add_metric([outcome], getattr(engine, "straggler_flaps", {}).get(outcome, 0))
+        yield flaps
         yield GaugeMetricFamily("stepwatch_jobs_tracked", "Jobs this worker holds state for.",
                                 value=len(engine.jobs))
         yield GaugeMetricFamily("stepwatch_jobs_active", "Jobs not ended.",

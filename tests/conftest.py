@@ -8,6 +8,9 @@ fixture never start a JVM.
 
 Isolation on a shared broker comes from names, not from fresh brokers:
 ``topic_prefix`` and ``consumer_group`` are unique per test.
+
+Skips: every skipped test is listed at the end with its reason; in CI (``CI=true``) a skip
+not on the allow-list (tests/allowed_skips.py) makes the run fail.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
+from allowed_skips import allowed
 
 
 @pytest.fixture(scope="session")
@@ -98,3 +103,53 @@ def start_worker(kafka_bootstrap, topic_prefix, tmp_path, worker_consumer):
     yield start
     for worker in started:
         worker.stop()
+
+
+# -- no silent skips ---------------------------------------------------------------------------------
+
+_skips: list[tuple[str, str]] = []  # (node id, reason) of every test or module that skipped
+
+
+def in_ci(environ=os.environ) -> bool:
+    return environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_collectreport(report) -> None:
+    if report.skipped:  # a module-level skip (importorskip at import) hides all its tests
+        _skips.append((report.nodeid, _skip_reason(report)))
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skips.append((report.nodeid, _skip_reason(report)))
+
+
+def unexpected_skips() -> list[tuple[str, str]]:
+    return [(nodeid, reason) for nodeid, reason in _skips if allowed(nodeid) is None]
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if in_ci() and unexpected_skips() and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not _skips:
+        return
+    ci = in_ci()
+    terminalreporter.section("skipped tests", sep="=", yellow=True)
+    for nodeid, reason in _skips:
+        why = allowed(nodeid)
+        mark = f"allowed: {why}" if why is not None else ("NOT ALLOWED IN CI" if ci else "would fail in CI")
+        terminalreporter.write_line(f"SKIPPED {nodeid}: {reason} [{mark}]")
+    bad = unexpected_skips()
+    if ci and bad:
+        terminalreporter.write_line(f"FAIL: {len(bad)} skipped test(s) not on the allow-list (tests/allowed_skips.py); "
+                                    "CI=true runs every test", red=True, bold=True)

@@ -83,8 +83,14 @@ class WorkerProcess(StepwatchProcess):
         raise TimeoutError(f"worker not ready after {timeout} s:\n{self.log_text()[-4000:]}")
 
 
-def read_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90, **consumer_config) -> list[dict]:
-    """Read alerts from the start of ``topic`` until ``until(alerts)`` is true or ``timeout`` passes."""
+def read_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90, quiet: float = 0.0,
+                **consumer_config) -> list[dict]:
+    """Read alerts from the start of ``topic`` until ``until(alerts)`` is true or ``timeout`` passes.
+
+    ``quiet`` > 0 ("exactly these alerts"): once ``until`` holds, go on reading until no message came
+    for ``quiet`` seconds, so that a second, spurious alert right behind the expected ones is in the
+    list too and a test comparing the whole list catches it. See ``read_all_alerts``.
+    """
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                              enable_auto_commit=False, group_id=None, consumer_timeout_ms=1000, **consumer_config)
     alerts: list[dict] = []
@@ -95,6 +101,64 @@ def read_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90, **con
                 alerts.append(orjson.loads(record.value))
                 if until(alerts):
                     break
+        if quiet > 0 and until(alerts):
+            last = time.monotonic()
+            while time.monotonic() - last < quiet:
+                for record in consumer:  # returns after 1 s without a message
+                    alerts.append(orjson.loads(record.value))
+                    last = time.monotonic()
     finally:
         consumer.close()
     return alerts
+
+
+#: How long the alerts topic must stay silent before "exactly these alerts" is decided: longer than a
+#: worker tick and the alert publisher's linger on a loaded machine.
+QUIET_SECONDS = 5.0
+
+
+def read_all_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90, quiet: float = QUIET_SECONDS,
+                    **consumer_config) -> list[dict]:
+    """Every alert of ``topic`` once ``until`` holds and the topic then stayed quiet ``quiet`` seconds."""
+    return read_alerts(bootstrap, topic, until=until, timeout=timeout, quiet=quiet, **consumer_config)
+
+
+def wait_until(condition, *, timeout: float, what: str, interval: float = 0.2):
+    """Poll ``condition()`` until it returns something true (returned) or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def topic_messages(bootstrap: str, topic: str) -> int:
+    """Messages in ``topic`` now (sum of its partitions' end offsets)."""
+    from kafka import TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        return sum(ends.values())
+    finally:
+        consumer.close()
+
+
+def group_caught_up(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether consumer group ``group`` has committed the end of every partition of ``topic``.
+
+    Reads the group's committed offsets without joining it (no subscription, no poll).
+    """
+    from kafka import TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        return bool(ends) and all((consumer.committed(tp) or 0) >= end for tp, end in ends.items())
+    finally:
+        consumer.close(autocommit=False)

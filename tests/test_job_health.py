@@ -134,6 +134,7 @@ def test_checkpoint_staleness_fires_at_its_threshold_and_resolves_at_the_next_ch
     assert det.check(600.0) == []  # 560 s since the checkpoint ended
     fired = det.check(641.0)
     assert [a.type for a in fired] == ["checkpoint_stale"] and fired[0].evidence["reason"] == "age"
+    assert fired[0].evidence["basis"] == "reported" and "reported checkpoints before" in fired[0].summary
     assert det.check(700.0) == []  # still open: not fired twice
     det.on_phase(900.0, "checkpoint", 900)
     resolved = det.on_phase(930.0, "train", 900)
@@ -149,9 +150,15 @@ def test_checkpoint_staleness_by_steps_and_without_any_checkpoint():
     assert det.check(100.0) == []
     det.observe(101.0, 1001)
     assert det.check(101.0)[0].evidence["steps_since"] == 1001
-    never = CheckpointDetector(job="k", max_age_seconds=3600)
+    # A job that never reported a checkpoint is stale only where a policy requires checkpoints.
+    silent = CheckpointDetector(job="k", max_age_seconds=3600)
+    silent.observe(0.0, 0)
+    assert silent.check(3601.0) == [] and silent.check(99_999.0) == []
+    never = CheckpointDetector(job="k", max_age_seconds=3600, required=True)
     never.observe(0.0, 0)
-    assert "no checkpoint since the job started" in never.check(3601.0)[0].summary
+    alert = never.check(3601.0)[0]
+    assert "no checkpoint since the job started" in alert.summary and "policy requires" in alert.summary
+    assert alert.evidence["basis"] == "policy"
 
 
 def test_a_checkpoint_much_slower_than_usual_fires():
@@ -273,3 +280,22 @@ def test_input_stall_is_not_blamed_on_the_network_when_single_ranks_hiccup():
     firing = [a for a in alerts if a.status == "firing"]
     assert firing and firing[0].evidence["layer"] == "input pipeline"
     assert abs(firing[0].evidence["layer_deltas_seconds"]["communication"]) < 0.02
+
+
+def test_a_job_that_never_reports_checkpoints_is_not_stale_unless_a_policy_requires_them():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from steady_jobs import SteadyJob, firing
+
+    from stepwatch.config import JobHealthSettings, Settings
+    from stepwatch.models.engine import DetectionEngine
+
+    job = SteadyJob(ranks=8, steps=2500, compute=1.5, noise=0.015, seed=4)  # 75 min, no checkpoint phases
+    _, alerts = job.run()
+    assert firing(alerts, "checkpoint_stale") == []
+    policy = dataclasses.replace(Settings(), job_health=JobHealthSettings(checkpoint_required=True))
+    _, alerts = job.run(DetectionEngine(policy))
+    stale = firing(alerts, "checkpoint_stale")
+    assert len(stale) == 1 and stale[0].evidence["basis"] == "policy"

@@ -14,9 +14,13 @@ from support import read_alerts
 pytestmark = pytest.mark.kafka
 
 # Short hang settings (seconds) so each test takes seconds: warning after 2 s without a
-# step, critical after 8 s, a rank silent after 3 s without any event (heartbeats every 0.5 s).
-HANG_ENV = dict(STEPWATCH_HANG_TIMEOUT_SECONDS="8", STEPWATCH_HANG_WARNING_FLOOR_SECONDS="2",
-                STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS="3", STEPWATCH_HANG_FIRST_STEP_TIMEOUT_SECONDS="30")
+# step, critical after 12 s, a rank silent after 6 s without any event (heartbeats every 0.5 s:
+# on a loaded 2-core machine, with four ranks, a worker and a JVM, a heartbeat can come seconds
+# late; 12 heartbeats missed in a row is a frozen rank, not a busy machine).
+HANG_ENV = dict(STEPWATCH_HANG_TIMEOUT_SECONDS="12", STEPWATCH_HANG_WARNING_FLOOR_SECONDS="2",
+                STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS="6", STEPWATCH_HANG_FIRST_STEP_TIMEOUT_SECONDS="60")
+#: Deadlines for conditions (not expected durations): generous for a loaded machine.
+ALERT_TIMEOUT = 150
 
 
 def hang_alerts(alerts: list[dict], job: str) -> list[dict]:
@@ -30,9 +34,9 @@ def test_sigstopped_rank_is_named_silent_and_the_hang_resolves_when_it_resumes(k
     env["STEPWATCH_JOB"] = "frozen-job"
     procs, progress = start_ranks(env)
     try:
-        wait_progress(progress, 1, 20)
+        wait_progress(progress, 1, 20, timeout=120)
         os.kill(procs[1].pid, signal.SIGSTOP)  # frozen: no step, no heartbeat, nothing
-        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=60, until=lambda a: any(
+        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=ALERT_TIMEOUT, until=lambda a: any(
             x["evidence"].get("case") == "silent_ranks" for x in hang_alerts(a, "frozen-job")))
         silent = [a for a in hang_alerts(alerts, "frozen-job") if a["evidence"].get("case") == "silent_ranks"]
         assert silent, f"no silent_ranks hang alert: {alerts}\n{worker.log_text()[-3000:]}"
@@ -46,7 +50,7 @@ def test_sigstopped_rank_is_named_silent_and_the_hang_resolves_when_it_resumes(k
         assert "silent" in alert["summary"] and "rank 1" in alert["summary"]
 
         os.kill(procs[1].pid, signal.SIGCONT)  # it resumes: the job steps again, the alert resolves
-        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=60, until=lambda a: any(
+        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=ALERT_TIMEOUT, until=lambda a: any(
             x["status"] == "resolved" for x in hang_alerts(a, "frozen-job")))
         resolved = [a for a in hang_alerts(alerts, "frozen-job") if a["status"] == "resolved"]
         assert resolved and resolved[0]["id"] == alert["id"]
@@ -61,7 +65,7 @@ def test_rank_stuck_before_a_collective_is_the_culprit_while_its_heartbeats_go_o
     env["STEPWATCH_JOB"] = "stuck-job"
     procs, progress = start_ranks(env, stall_rank=2, stall_step=25)
     try:
-        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=60, until=lambda a: any(
+        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=ALERT_TIMEOUT, until=lambda a: any(
             x["severity"] == "critical" for x in hang_alerts(a, "stuck-job")))
         hangs = hang_alerts(alerts, "stuck-job")
         assert hangs, f"no hang alert: {alerts}\n{worker.log_text()[-3000:]}"

@@ -367,7 +367,8 @@ def test_prometheus_incident_metrics():
     assert re.search(r'stepwatch_incident_duration_seconds_count\{scope="job",type="job_restart"\} 1.0', text)
     assert re.search(r'stepwatch_incident_duration_seconds_count\{scope="device",type="straggler"\} 2.0', text)
     assert re.search(r"^stepwatch_node_suspects 2.0$", text, re.M)  # n2 (Xid 79) and n3 (two jobs)
-    assert "job-" not in text and "rank" not in text.replace("stepwatch_ranks_tracked", "")
+    assert not re.search(r'\{[^}]*\b(job|rank|node)="', text)  # no per-job, per-rank or per-node label
+    assert "job-r" not in text and 'cause="' in text
 
 
 def test_placement_shared_between_two_engines_names_the_job_on_a_fault():

@@ -12,7 +12,7 @@ from opsupport import FakeAlertmanager, free_port, get, get_json, send_steps, wa
 from stepwatch.config import AlertmanagerSettings
 from stepwatch.models.alerts import Alert
 from stepwatch.streams.alertmanager import AlertmanagerSink
-from support import read_alerts, run_stepwatch
+from support import read_all_alerts, run_stepwatch
 
 
 def _ts(text: str) -> float:
@@ -82,7 +82,7 @@ def test_metrics_status_and_a_runtime_threshold_change_on_a_running_worker(kafka
         assert wait_for(lambda: get(base + "/health")[0] == 200, what="/health 200")
         events = topic_prefix + "events"
         send_steps(kafka_bootstrap, events, job="live", ranks=32, steps=range(0, 40), slow_rank=13, factor=1.3)
-        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: bool(a))
+        alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: bool(a))
         assert [(a["status"], a["ranks"]) for a in alerts] == [("firing", [13])], worker.log_text()[-3000:]
 
         # Status API: the job, its straggler's ratio and score, the alert with its evidence.
@@ -132,7 +132,7 @@ def test_metrics_status_and_a_runtime_threshold_change_on_a_running_worker(kafka
         assert job["settings"]["source"] == "job" and job["settings"]["straggler"]["ratio_threshold"] == 1.5
         assert get_json(base + "/config")[1]["jobs"] == {"live": {"straggler": {"ratio_threshold": 1.5}}}
         send_steps(kafka_bootstrap, events, job="live", ranks=32, steps=range(40, 70), slow_rank=13, factor=1.3)
-        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: len(a) >= 2)
+        alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: len(a) >= 2)
         assert [(a["status"], a["ranks"]) for a in alerts] == [("firing", [13]), ("resolved", [13])]
         assert alerts[1]["evidence"]["resolved_step"] >= 40  # judged under the new threshold
 

@@ -84,12 +84,14 @@ def test_record_captures_the_runtime_settings_and_replay_applies_them(kafka_boot
     env = stepwatch_env(kafka_bootstrap, topic_prefix)
     path = recordings.write(tmp_path / "incident.jsonl",
                             recordings.straggler_and_slowdown("incident", t0=time.time() - 7200))
-    run_stepwatch("config", "set", "--job", "incident", "straggler.ratio_threshold=3.0", env=env)
+    run_stepwatch("config", "set", "--job", "incident", "straggler.ratio_threshold=3.0",
+                  "straggler.long_min_effect=0", env=env)  # long-horizon rule off too: it would report the 1.4x rank
     run_stepwatch("publish", str(path), env=env)
     captured = tmp_path / "captured.jsonl"
     run_stepwatch("record", "--job", "incident", "-o", str(captured), env=env)
     config = [orjson.loads(line) for line in captured.read_bytes().splitlines() if b'"config"' in line]
-    assert [(c["_key"], c["straggler"]) for c in config] == [("incident", {"ratio_threshold": 3.0})]
+    assert [(c["_key"], c["straggler"]) for c in config] == [("incident", {"ratio_threshold": 3.0,
+                                                                           "long_min_effect": 0.0})]
     assert {a["type"] for a in _replayed(path, env)} == {"straggler", "throughput_drop"}
     assert {a["type"] for a in _replayed(captured, env)} == {"throughput_drop"}  # set before the events came
 
@@ -98,4 +100,4 @@ def test_record_captures_the_runtime_settings_and_replay_applies_them(kafka_boot
     again = tmp_path / "again.jsonl"
     run_stepwatch("record", "-o", str(again), env=republished)
     assert [orjson.loads(line)["straggler"] for line in again.read_bytes().splitlines() if b'"config"' in line] == [
-        {"ratio_threshold": 3.0}]
+        {"ratio_threshold": 3.0, "long_min_effect": 0.0}]

@@ -62,12 +62,13 @@ def test_publish_reads_arrival_and_keys_as_the_wire_format_says():
 
 def test_replay_applies_recorded_runtime_settings_where_they_stand(tmp_path):
     """A ``stepwatch config set`` captured by ``stepwatch record`` (a config line) changes the thresholds from there on,
-    as it did live: here a straggler threshold no rank reaches, so the straggler is not reported."""
+    as it did live: here a straggler threshold no rank reaches (and the long-horizon straggler rule off), so the
+    straggler is not reported."""
     events = recordings.straggler_and_slowdown("incident", t0=T0)
     env = stepwatch_env("", "t.")
     plain = recordings.write(tmp_path / "plain.jsonl", events)
     tuned = tmp_path / "tuned.jsonl"
-    config = {"v": 1, "kind": "config", "straggler": {"ratio_threshold": 3.0}, "_key": "incident", "_arrival": T0}
+    config = {"v": 1, "kind": "config", "straggler": {"ratio_threshold": 3.0, "long_min_effect": 0.0}, "_key": "incident", "_arrival": T0}
     tuned.write_bytes(orjson.dumps(config) + b"\n" + plain.read_bytes())
 
     def types(path):

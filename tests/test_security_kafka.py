@@ -1,9 +1,13 @@
 """TLS + SASL: a broker with a SASL_SSL listener (self-signed certificate made here); the
-simulator (kafka-python), the worker (Faust/aiokafka) and the alerts reader connect through it."""
+simulator (kafka-python), the worker (Faust/aiokafka), the alerts reader, a training rank's monitor
+(through the Lightning callback) and ``stepwatch agent`` connect through it, configured by the
+``STEPWATCH_SECURITY_*`` variables alone (``-k "monitor or agent"`` selects the last two)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -98,3 +102,129 @@ def test_plaintext_client_cannot_use_the_secure_listener(secure_broker, topic_pr
     result = run_stepwatch("simulate", "--ranks", "8", "--steps", "5", "--speed", "0", env=env, check=False,
                            timeout=120)
     assert result.returncode == 1 and "cannot talk to Kafka at" in result.stderr
+
+
+# -- the training side and the node agent (issue 15): only STEPWATCH_SECURITY_* configure them --------------------
+
+#: One rank of a tiny Lightning fit with the stepwatch callback; the callback's monitor reads its whole
+#: configuration, TLS/SASL included, from the environment. Prints how long the fit took and the counters.
+LIGHTNING_RANK = r"""
+import json, sys, time
+import torch
+import lightning.pytorch as pl
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from stepwatch.producers.lightning import StepwatchCallback
+
+class Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(8, 2)
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+steps = int(sys.argv[1])
+callback = StepwatchCallback(heartbeat_interval=0.5)
+trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False, enable_checkpointing=False, callbacks=[callback])
+data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+t0 = time.monotonic()
+trainer.fit(Tiny(), DataLoader(data, batch_size=4))
+fit_s = time.monotonic() - t0
+print(json.dumps({"fit_s": fit_s, **callback.monitor.stats()}), flush=True)
+"""
+
+
+def lightning_rank(env, steps: int, timeout: float = 240) -> tuple[dict, str]:
+    pytest.importorskip("lightning.pytorch", reason="lightning not installed (pip install -e '.[train-test]')")
+    result = subprocess.run([sys.executable, "-c", LIGHTNING_RANK, str(steps)], env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+def read_topic(broker, topic: str, settings, until, timeout: float = 60) -> list[dict]:
+    """Wire events (batch envelopes unpacked) read through the secure listener until ``until(events)``."""
+    from stepwatch.security import client_config
+
+    messages = read_alerts(broker["bootstrap"], topic, until=lambda ms: until(unpack(ms)), timeout=timeout,
+                           **client_config(settings))
+    return unpack(messages)
+
+
+def unpack(messages: list[dict]) -> list[dict]:
+    return [e for m in messages for e in (m["events"] if m.get("kind") == "batch" else [m])]
+
+
+def kafka_problem_lines(stderr: str) -> list[str]:
+    """stepwatch's own lines about Kafka (kafka-python's loggers are not ours)."""
+    return [line for line in stderr.splitlines() if "stepwatch: " in line and "Kafka" in line]
+
+
+def test_rank_monitor_through_lightning_callback_publishes_over_sasl_ssl(secure_broker, topic_prefix, tmp_path):
+    from stepwatch.config import Settings
+    from stepwatch.security import client_config
+    from stepwatch.topics import create_topics
+
+    env = secure_env(secure_broker, topic_prefix, tmp_path, STEPWATCH_JOB="secure-fit")
+    settings = Settings.from_env(env)
+    create_topics(secure_broker["bootstrap"], [topic_prefix + "events"], 1, client_config=client_config(settings))
+    stats, stderr = lightning_rank(env, steps=12)
+    assert (stats["sent"], stats["dropped"], stats["connected"]) == (stats["produced"], 0, True), stderr[-3000:]
+    events = read_topic(secure_broker, topic_prefix + "events", settings,
+                        until=lambda evs: sum(e["kind"] == "step" for e in evs) >= 12)
+    assert [e["step"] for e in events if e["kind"] == "step"] == list(range(12))
+    assert {e["job"] for e in events} == {"secure-fit"}
+    assert PASSWORD not in stderr
+
+
+def test_rank_monitor_with_wrong_password_says_so_once_and_training_is_not_blocked(secure_broker, topic_prefix,
+                                                                                    tmp_path):
+    env = secure_env(secure_broker, topic_prefix, tmp_path, STEPWATCH_JOB="refused-fit",
+                     STEPWATCH_MONITOR_QUEUE_SIZE="50")
+    (tmp_path / "sasl-password").write_text("wrong-" + PASSWORD)
+    stats, stderr = lightning_rank(env, steps=120)
+    # Every step trained; none reached Kafka; what did not fit the queue is counted, the rest dropped at close.
+    assert (stats["sent"], stats["connected"]) == (0, False)
+    assert stats["produced"] >= 120 and stats["dropped"] == stats["produced"]
+    # A hot path waiting on Kafka (up to max_block_ms = 1 s a call) would take minutes; 120 tiny steps take seconds.
+    assert stats["fit_s"] < 60
+    problems = kafka_problem_lines(stderr)
+    assert len(problems) == 1, stderr[-3000:]
+    assert f"stepwatch: cannot connect to Kafka at {secure_broker['bootstrap']}" in problems[0]
+    assert "check the STEPWATCH_SECURITY_* settings" in problems[0]
+    assert "Traceback" not in stderr and PASSWORD not in stderr
+
+
+def test_agent_once_publishes_over_sasl_ssl(secure_broker, topic_prefix, tmp_path):
+    from stepwatch.config import Settings
+    from test_agent import make_sysfs
+
+    env = secure_env(secure_broker, topic_prefix, tmp_path)
+    sysfs = make_sysfs(tmp_path / "sys")
+    result = run_stepwatch("agent", "--once", "--node", "secure-node", "--sysfs-root", str(sysfs), env=env,
+                           timeout=120)
+    assert "1 batches sent, 0 dropped (queue full), 0 not sent" in result.stderr, result.stderr[-3000:]
+    events = read_topic(secure_broker, topic_prefix + "telemetry", Settings.from_env(env),
+                        until=lambda evs: any(e["kind"] == "link" for e in evs))
+    assert sorted((e["node"], e["device"]) for e in events if e["kind"] == "link") == [
+        ("secure-node", "mlx5_0"), ("secure-node", "mlx5_1")]
+    assert PASSWORD not in result.stderr
+
+
+def test_agent_once_with_wrong_password_says_so_once_and_exits(secure_broker, topic_prefix, tmp_path):
+    from test_agent import make_sysfs
+
+    env = secure_env(secure_broker, topic_prefix, tmp_path)
+    (tmp_path / "sasl-password").write_text("wrong-" + PASSWORD)
+    result = run_stepwatch("agent", "--once", "--node", "secure-node", "--sysfs-root",
+                           str(make_sysfs(tmp_path / "sys")), env=env, timeout=120)
+    assert "0 batches sent, 0 dropped (queue full), 1 not sent" in result.stderr, result.stderr[-3000:]
+    problems = kafka_problem_lines(result.stderr)
+    assert len(problems) == 1, result.stderr[-3000:]
+    assert f"stepwatch: cannot connect to Kafka at {secure_broker['bootstrap']}" in problems[0]
+    assert "check the STEPWATCH_SECURITY_* settings" in problems[0]
+    assert "Traceback" not in result.stderr and PASSWORD not in result.stderr

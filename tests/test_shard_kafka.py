@@ -40,23 +40,6 @@ def test_shard_key_spreads_ranks_and_keeps_job_wide_events_on_the_job():
     assert list(group_by_key([step("j", 5, 1)], 0)) == ["j"]
 
 
-class FakeProducer:
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, dict]] = []
-
-    def send(self, topic, *, key, value):
-        self.sent.append((key, orjson.loads(value)))
-
-        class Future:
-            def add_callback(self, fn):
-                pass
-
-            def add_errback(self, fn):
-                pass
-
-        return Future()
-
-
 def test_rank_monitor_keys_by_shard_from_argument_or_environment():
     assert MonitorConfig(environ={"STEPWATCH_RANK": "37"}, enabled=False).key == "default"
     cfg = MonitorConfig(environ={"STEPWATCH_RANK": "37", "STEPWATCH_JOB": "big", "STEPWATCH_MONITOR_SHARD_RANKS": "16"},
@@ -64,18 +47,31 @@ def test_rank_monitor_keys_by_shard_from_argument_or_environment():
     assert (cfg.shard_ranks, cfg.key) == (16, "big/2")
     assert MonitorConfig(environ={"STEPWATCH_MONITOR_SHARD_RANKS": "16"}, rank=3, shard_ranks=0).key == "default"
 
-    m = RankMonitor(job="big", rank=37, shard_ranks=16, enabled=False, environ={})
-    m._producer = producer = FakeProducer()
-    phase = {"v": 1, "kind": "phase", "job": "big", "ts": 1.0, "phase": "eval"}
-    m._publish([step("big", 37, 1), phase, step("big", 37, 2)])
-    keyed = [(key, [e.get("step") for e in (value["events"] if value["kind"] == "batch" else [value])])
-             for key, value in producer.sent]
-    assert keyed == [(b"big/2", [1, 2]), (b"big", [None])]
+    def keyed_messages(monitor: RankMonitor) -> list[tuple[str, list]]:
+        """The messages the monitor's transport sends (its sink records their keys)."""
+        sent: list[tuple[str, list]] = []
+        monitor.transport.sink = lambda key, events: sent.append((key, [e.get("step") for e in events]))
+        return sent
 
-    m = RankMonitor(job="small", rank=3, enabled=False, environ={})
-    m._producer = producer = FakeProducer()
-    m._publish([step("small", 3, 1), {"v": 1, "kind": "phase", "job": "small", "ts": 1.0, "phase": "end"}])
-    assert [key for key, _ in producer.sent] == [b"small"]  # unchanged without shards: one message
+    m = RankMonitor(job="big", rank=37, shard_ranks=16, sink=lambda events: None, heartbeat_interval=0,
+                    flush_interval=60, job_phases=True, environ={})
+    sent = keyed_messages(m)
+    with m.step(1):
+        pass
+    m.phase("eval")
+    with m.step(2):
+        pass
+    m.close()
+    assert sent == [("big/2", [1, 2]), ("big", [1])]  # the job-wide phase event keeps the job id
+
+    m = RankMonitor(job="small", rank=3, sink=lambda events: None, heartbeat_interval=0, flush_interval=60,
+                    job_phases=True, environ={})
+    sent = keyed_messages(m)
+    with m.step(1):
+        pass
+    m.end()
+    m.close()
+    assert [key for key, _ in sent] == ["small"]  # unchanged without shards: one message
 
 
 # -- buffering and offsets (pure, explicit clock) ------------------------------------------------------

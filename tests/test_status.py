@@ -130,9 +130,11 @@ def test_runtime_config_scopes_and_validation():
         "straggler": {"ratio_threshold": 1.2, "window": 6}}
     for bad in (["straggler.nope=1"], ["hang.step_history=1"], ["telemetry.rate_factor=2"], ["straggler.window=x"],
                 ["ratio_threshold"],
-                ["straggler.min_flagged=9"]):
+                ["straggler.min_flagged=9"], ["straggler.coincidence_p=0"], ["straggler.long_min_effect=-0.1"]):
         with pytest.raises(ValueError):
             parse_assignments(bad)
+    assert parse_assignments(["straggler.long_min_effect=0.05", "straggler.holdoff_steps=50"]) == {
+        "straggler": {"long_min_effect": 0.05, "holdoff_steps": 50}}
     assert decode(None) is None
     assert decode(encode({"straggler": {"z_threshold": 2.5}})) == {"straggler": {"z_threshold": 2.5}}
     with pytest.raises(ValueError):

@@ -344,3 +344,39 @@ def test_communication_slowdown_is_joined_with_link_spikes_on_its_nodes():
     assert fired, "the slowdown fires"
     causes = fired[-1].evidence.get("suspected_causes", [])
     assert causes and causes[0]["component"] == "mlx5_0/1" and "symbol errors" in fired[-1].summary
+
+
+@pytest.mark.parametrize("fault, component, hint", [
+    # What an operator would read next to the straggler: the faulty part of the straggler's own GPU.
+    ("nvlink_down", "gpu5/nvlink2", "compute: GPU 5 NVLink 2 down"),
+    ("nvlink_errors", "gpu5/nvlink2", "compute: GPU 5 NVLink 2 errors"),
+    ("ecc_dbe", "gpu5", "compute: GPU 5 ECC double-bit errors"),
+    ("xid", "gpu5", "compute: GPU 5 Xid 79 (GPU has fallen off the bus)"),
+])
+def test_nvlink_ecc_and_xid_faults_of_its_gpu_are_the_top_suspected_cause_of_a_straggler(fault, component, hint):
+    """Rank 5 runs on GPU 5 of n1; GPU 5 has the fault, and GPU 1 of the same node the same fault, smaller or
+    later, so only locality and size (not being the only candidate) put GPU 5's first."""
+    from stepwatch.models.events import StepEvent, XidEvent
+
+    tracker = TelemetryTracker()
+    corr = TelemetryCorrelator(tracker, window=60)
+    links = lambda up, replay: ({"link": 2, "up": up, "replay_errors": replay},)  # noqa: E731
+    for g in (1, 5):  # healthy baselines
+        tracker.update(gpu(0, gpu=g, nvlinks=links(True, 0)))
+    for g, size in ((1, 1), (5, 40)):
+        if fault == "nvlink_down":
+            tracker.update(gpu(90, gpu=g, nvlinks=links(False, 0)))
+        elif fault == "nvlink_errors":
+            tracker.update(gpu(90, gpu=g, nvlinks=links(True, size * 1000)))
+        elif fault == "ecc_dbe":
+            tracker.update(gpu(90, gpu=g, ecc_dbe=size, nvlinks=links(True, 0)))
+        else:
+            tracker.update(XidEvent(node="n1", ts=T0 + 90 + (5 if g == 1 else 0), gpu=g, xid=79))
+    for rank in range(8):
+        corr.observe_step(StepEvent(job="j", rank=rank, step=1, ts=T0 + 100, step_time=1.0, node="n1", gpu=rank,
+                                    data_time=0.02))
+    causes = corr.suspects(straggler(5, "n1", 100))
+    assert causes, "no suspected cause"
+    top = causes[0]
+    assert (top.component, top.near_rank, top.hint) == (component, True, hint), causes
+    assert {c.component.split("/")[0] for c in causes} <= {"gpu1", "gpu5"}

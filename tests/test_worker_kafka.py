@@ -10,7 +10,7 @@ import pytest
 from kafka import KafkaProducer
 
 from conftest import WORKER_CONSUMERS
-from support import read_alerts, run_stepwatch, stepwatch_env
+from support import read_alerts, read_all_alerts, run_stepwatch, stepwatch_env
 
 pytestmark = pytest.mark.kafka
 both_consumers = pytest.mark.parametrize("worker_consumer", WORKER_CONSUMERS)
@@ -22,8 +22,8 @@ def test_straggler_alert_fires_then_resolves_with_the_right_rank(kafka_bootstrap
     env = worker.env
     run_stepwatch("simulate", "--ranks", "32", "--steps", "140", "--straggler", "13:40:1.3:90", "--speed", "0",
                   env=env)
-    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts",
-                         until=lambda a: any(x["status"] == "resolved" for x in a))
+    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                             until=lambda a: any(x["status"] == "resolved" for x in a))
     assert [a["status"] for a in alerts] == ["firing", "resolved"], worker.log_text()[-3000:]
     firing, resolved = alerts
     assert firing["type"] == "straggler" and firing["ranks"] == [13] and firing["nodes"] == ["node-001"]
@@ -42,8 +42,8 @@ def test_healthy_run_produces_no_alert(kafka_bootstrap, topic_prefix, start_work
     # The marker job's straggler proves the worker got past the healthy job's events.
     run_stepwatch("simulate", "--job", "marker", "--ranks", "8", "--steps", "40", "--straggler", "2:15:2.0",
                   "--speed", "0", env=worker.env)
-    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: any(x["job"] == "marker"
-                                                                                       for x in a))
+    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: any(x["job"] == "marker"
+                                                                                           for x in a))
     assert [a["job"] for a in alerts if a["status"] == "firing"] == ["marker"]
     assert not [a for a in alerts if a["job"] == "sim-job"]
 
