@@ -131,7 +131,7 @@ class PlacementView:
                                       for n, e in sorted(nodes.items())]}
 
     def merge(self, record: dict[str, Any]) -> list[tuple[str, str]]:
-        """Another worker's snapshot of a job; returns the (job, node) pairs new to this view."""
+        """Another worker's snapshot of a job; returns the (job, node) pairs new to this view (or whose ranks changed)."""
         job = record.get("job")
         if not isinstance(job, str) or job in self._jobs:
             return []
@@ -145,7 +145,7 @@ class PlacementView:
                                float(item.get("last_ts") or 0.0)]
             except (KeyError, TypeError, ValueError):
                 continue
-            if node not in known:
+            if node not in known or known[node][0] != nodes[node][0]:  # new on the node, or other ranks/GPUs
                 new.append((job, node))
         self._remote.pop(job, None)
         self._remote[job] = nodes  # newest last

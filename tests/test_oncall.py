@@ -390,3 +390,15 @@ def test_placement_shared_between_two_engines_names_the_job_on_a_fault():
     assert len(faults) == 1 and faults[0].id == fault[0].id and faults[0].status == "firing"
     assert faults[0].evidence["jobs"] == [{"job": "job-c", "ranks": [5]}]
     assert node_owner.oncall.finish([]) == []  # nothing new: not published again
+
+
+def test_placement_records_that_add_ranks_on_a_known_node_republish_the_fault():
+    node_owner = DetectionEngine(Settings())
+    fault = node_owner.process(parse_event(xid_event("n7", 1, 79, T0 + 5.0)))[0]
+    first = {"job": "j", "nodes": [{"node": "n7", "ranks": [[4, 0]], "last_ts": T0 + 6}]}
+    node_owner.oncall.merge_placement(first)
+    assert node_owner.oncall.finish([]) == []  # rank 4 is on GPU 0, not on the faulty GPU 1
+    node_owner.oncall.merge_placement({"job": "j", "nodes": [{"node": "n7", "ranks": [[4, 0], [5, 1]],
+                                                              "last_ts": T0 + 7}]})
+    again = [a for a in node_owner.oncall.finish([]) if a.type == "gpu_fault"]
+    assert [(a.id, a.evidence["jobs"]) for a in again] == [(fault.id, [{"job": "j", "ranks": [5]}])]
