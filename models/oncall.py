@@ -140,8 +140,9 @@ class OnCall:
         evidence = dict(alert.evidence)
         evidence["jobs"] = jobs
         summary = alert.summary.split("; jobs: ", 1)[0]
-        if jobs:
-            summary += "; jobs: " + ", ".join(j["job"] for j in jobs)
+        if jobs:  # with the rank counts: a version naming more ranks is a new version, not a repeat
+            summary += "; jobs: " + ", ".join(f"{j['job']} ({len(j['ranks'])} rank{'s' * (len(j['ranks']) != 1)})"
+                                              for j in jobs)
         return alert.__class__(**{**_fields(alert), "evidence": evidence, "summary": summary})
 
     def _with_effective_compute(self, alert: Alert) -> Alert:
