@@ -79,7 +79,7 @@ class RecoverySpan:
     """What was read back from Kafka for a set of partitions (raw, bounded)."""
 
     partitions: tuple[int, ...]
-    event_messages: list[tuple[int, bytes]]  # (partition, value)
+    event_messages: list[tuple]  # (partition, value[, Kafka timestamp in seconds])
     alerts: list[dict]
 
 
@@ -104,7 +104,8 @@ def read_recovery_span(*, bootstrap: str, group_id: str, events_topic: str, aler
     starts = {tp: max(beginnings[tp], ends[tp] - replay_messages) for tp in event_tps}
     reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **config)
     try:
-        messages = [(r.partition, r.value) for r in read_span(reader, event_tps, ends, starts, timeout=timeout)]
+        messages = [(r.partition, r.value, r.timestamp / 1000 if r.timestamp and r.timestamp > 0 else None)
+                    for r in read_span(reader, event_tps, ends, starts, timeout=timeout)]
         alerts: list[dict] = []
         reader.topics()  # fetch metadata: partitions_for_topic only answers from what is cached
         alert_tps = [TopicPartition(alerts_topic, p) for p in (reader.partitions_for_topic(alerts_topic) or ())]
@@ -137,8 +138,10 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
     held = pipeline.published
     pipeline.published = PublishedAlerts()  # what the replay re-derives is not published from here
     try:
-        for partition, raw in span.event_messages:
-            pipeline.feed([Message(raw, partition=partition)])
+        for partition, raw, *stamp in span.event_messages:
+            # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
+            # so a timer tick before the live events resume judges each job on its own clock.
+            pipeline.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None)
     finally:
         pipeline.metrics, pipeline.published = metrics, held
     events = engine.events_by_kind.total() - events_before
