@@ -13,8 +13,9 @@ with the wall clock.
 The operator surface lives next to it: Prometheus metrics (streams/metrics.py), the status
 API and dashboard (streams/web.py, models/status.py) with the workers registry that finds the
 owner of another worker's job (streams/registry.py), runtime settings from the config topic
-(stepwatch/runtime_config.py) and the optional Alertmanager sink (streams/alertmanager.py);
-see docs/operations.md.
+(stepwatch/runtime_config.py), the optional Alertmanager sink (streams/alertmanager.py), and the
+on-call state shared between workers (placement and node ledger, streams/oncall_feed.py) with the
+optional action hooks (streams/action_sink.py); see docs/operations.md.
 """
 
 from __future__ import annotations
@@ -146,8 +147,14 @@ def create_app(settings: Settings | None = None) -> faust.App:
             await deadletter_topic.send(key=dead.message.key, value=dead.record())
         await send_alerts(out.alerts)
 
+    from .action_sink import install_action_sink
+
+    action_sink = install_action_sink(app, settings)  # None unless action hooks are on
+
     async def publish(alerts: list[Alert]) -> None:
         """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
+        # Made outside the engine (recovery's "resolved while down"): classified here (models/actions.py).
+        alerts = [a if a.scope else engine.oncall.classifier.annotate(a) for a in alerts]
         await send_alerts(pipeline.publishable(alerts))
 
     async def send_alerts(alerts: list[Alert]) -> None:
@@ -157,6 +164,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
             await alerts_topic.send(key=key.encode(), value=orjson.dumps(alert.to_dict()))
             if sink is not None:
                 sink.submit(alert)
+            if action_sink is not None:
+                action_sink.offer(alert)
 
     def apply_runtime_settings(record) -> None:
         key = record.key.decode("utf-8", "replace") if record.key else GLOBAL
@@ -296,11 +305,20 @@ def create_app(settings: Settings | None = None) -> faust.App:
                                 processing_allowed=processing_allowed, recover_partitions=recover_partitions,
                                 forget_partitions=forget_partitions, assignment_changed=assignment_changed)
 
+    from .oncall_feed import install_oncall
+
+    # Node alerts (node_suspect, a fault re-published naming a job) go out from the node's owner only.
+    pipeline.speaks_for = install_oncall(app, engine, settings, owned=owned_events_partitions, publish=publish)
+
     from .telemetry_feed import attach_telemetry
 
     telemetry = attach_telemetry(app, engine, settings, publish=publish, pipeline=pipeline, send=send)
     metrics.telemetry_lag_source = telemetry.lag
     metrics.telemetry_offset_source = lambda: sorted(telemetry.applied.items())
+
+    from .link_baselines import install_link_baselines
+
+    install_link_baselines(app, engine, settings, owned=owned_events_partitions)  # docs/network.md
 
     from .control import install_control
 

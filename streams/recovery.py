@@ -82,8 +82,7 @@ class RecoverySpan:
     """What was read back from Kafka for a set of partitions (raw, bounded)."""
 
     partitions: tuple[int, ...]
-    #: (partition, value, record time in Unix seconds or None): the record time stands in for the arrival.
-    event_messages: list[tuple[int, bytes, float | None]]
+    event_messages: list[tuple]  # (partition, value[, Kafka timestamp in seconds])
     alerts: list[dict]
 
 
@@ -108,7 +107,7 @@ def read_recovery_span(*, bootstrap: str, group_id: str, events_topic: str, aler
     starts = {tp: max(beginnings[tp], ends[tp] - replay_messages) for tp in event_tps}
     reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **config)
     try:
-        messages = [(r.partition, r.value, record_time(r))
+        messages = [(r.partition, r.value, r.timestamp / 1000 if r.timestamp and r.timestamp > 0 else None)
                     for r in read_span(reader, event_tps, ends, starts, timeout=timeout)]
         alerts: list[dict] = []
         reader.topics()  # fetch metadata: partitions_for_topic only answers from what is cached
@@ -142,8 +141,10 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
     held = pipeline.published
     pipeline.published = PublishedAlerts()  # what the replay re-derives is not published from here
     try:
-        for partition, raw, arrival in span.event_messages:
-            pipeline.feed([Message(raw, partition=partition)], arrival=arrival)
+        for partition, raw, *stamp in span.event_messages:
+            # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
+            # so a timer tick before the live events resume judges each job on its own clock.
+            pipeline.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None)
     finally:
         pipeline.metrics, pipeline.published = metrics, held
     events = engine.events_by_kind.total() - events_before
@@ -178,12 +179,6 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
                             republished_firing=len(out) - resolved, resolved_while_down=resolved,
                             seconds=round(time.monotonic() - started, 3))
     return report, out
-
-
-def record_time(record) -> float | None:
-    """A record's timestamp in Unix seconds (the producer's send time, or the broker's append time), or None."""
-    ts = getattr(record, "timestamp", None)
-    return ts / 1000.0 if isinstance(ts, int) and ts > 0 else None
 
 
 def _problem(alert: dict) -> tuple:
