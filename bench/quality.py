@@ -63,11 +63,16 @@ def replay_file(recording: Path) -> tuple[list[dict], dict]:
     return alerts, stats
 
 
+#: Verdicts derived from other alerts or from the job's own restarts (issue 16), not detections of a
+#: labelled problem: not scored (a node_suspect names a node that other, scored, alerts implicated).
+DERIVED_TYPES = frozenset({"node_suspect", "job_restart"})
+
+
 def _first_firing(alerts: list[dict]) -> list[dict]:
     seen: set[str] = set()
     out = []
     for a in alerts:
-        if a["status"] == "firing" and a["id"] not in seen:
+        if a["status"] == "firing" and a["id"] not in seen and a["type"] not in DERIVED_TYPES:
             seen.add(a["id"])
             out.append(a)
     return out

@@ -35,24 +35,34 @@ class Alert:
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
     ends_at: float | None = None
+    #: device | platform | job (models/actions.py), set where alerts leave the engine.
+    scope: str = ""
+    #: One sentence for the on-call SRE (models/actions.py).
+    recommended_action: str = ""
 
     @property
     def labels(self) -> dict[str, str]:
-        return {
+        out = {
             "alertname": f"stepwatch_{self.type}",
             "job": self.job,
             "severity": self.severity,
             "source": "stepwatch",
         }
+        if self.scope:
+            out["scope"] = self.scope
+        return out
 
     @property
     def annotations(self) -> dict[str, str]:
-        return {
+        out = {
             "summary": self.summary,
             "ranks": ",".join(str(r) for r in self.ranks),
             "nodes": ",".join(self.nodes),
             "alert_id": self.id,
         }
+        if self.recommended_action:
+            out["recommended_action"] = self.recommended_action
+        return out
 
     def resolved(self, *, at: float, summary: str | None = None, evidence: dict[str, Any] | None = None) -> "Alert":
         return replace(

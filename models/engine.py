@@ -24,6 +24,7 @@ from .checkpoint import CheckpointDetector
 from .comm import CommSlowdownDetector
 from .events import CollectiveEvent, Event, PhaseEvent, StepColumns, StepEvent
 from .hang import HangDetector
+from .oncall import OnCall, leaving_engine
 from .sli import JobSLI
 from .throughput import ThroughputDetector, sample_from
 from .straggler import StragglerDetector
@@ -105,6 +106,8 @@ class DetectionEngine:
         self.straggler_overrides: dict[str, StragglerSettings] = {}
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
+        #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger (models/oncall.py).
+        self.oncall = OnCall(self.settings.oncall)
         #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
         self.straggler_flaps: Counter[str] = Counter()
         #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
@@ -112,6 +115,7 @@ class DetectionEngine:
 
     # -- input ----------------------------------------------------------------------------
 
+    @leaving_engine
     def process(self, event: Event, *, arrival: float | None = None) -> list[Alert]:
         """Feed one valid event; return the alerts it caused (firing or resolved).
 
@@ -149,6 +153,7 @@ class DetectionEngine:
             out.extend(self._on_phase(job, event))
         return self.telemetry.enrich(out)
 
+    @leaving_engine
     def process_batch(self, events: list[Event] | StepColumns, *, arrival: float | None = None) -> list[Alert]:
         """Feed one message's events in order: the same alerts, and the same state after, as ``process``
         for each event (a batch envelope of step events, ``StepColumns``, goes by columns)."""
@@ -298,6 +303,7 @@ class DetectionEngine:
             out.extend(self.process(event))
         return out
 
+    @leaving_engine
     def tick(self, now: float) -> list[Alert]:
         """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs)."""
         if now > self.clock:

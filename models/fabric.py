@@ -35,6 +35,7 @@ import numpy as np
 
 from .alerts import Alert
 from .events import GpuEvent, LinkEvent, XidEvent
+from .link_baseline import BASELINE_FEATURES, LinkBaselines
 from .telemetry import ERROR_COUNTERS, CounterTrack, SuspectedCause
 
 
@@ -111,6 +112,23 @@ class _Component:
                 out[name] = _aggregate(FEATURES[name], sel[ok, 0], values[ok])
         return out
 
+    def levels(self, since: float, until: float) -> dict[str, tuple[float, float]]:
+        """Like :meth:`window` for the baselined features, counts (sums) as per-second rates."""
+        out = {}
+        for name, (value, began) in self.window(since, until).items():
+            if name not in BASELINE_FEATURES:
+                continue
+            if FEATURES[name].aggregate == "sum":
+                rows = self.rows[: min(self.n, len(self.rows))]
+                j = 1 + self.features.index(name)
+                sel = rows[(rows[:, 0] >= since) & (rows[:, 0] <= until) & ~np.isnan(rows[:, j]), 0]
+                if len(sel) < 2 or sel.max() <= sel.min():
+                    continue
+                # n samples cover about n intervals of the node's own clock
+                value = value / ((sel.max() - sel.min()) * len(sel) / (len(sel) - 1))
+            out[name] = (value, began)
+        return out
+
 
 class FabricHistory:
     """Per node and component, the recent per-sample features; feed telemetry in time order per node.
@@ -120,9 +138,12 @@ class FabricHistory:
     throughput is summed per GPU), at most ``max_nodes`` nodes. About 30 kB per port or GPU.
     """
 
-    def __init__(self, *, max_samples: int = 400, max_nodes: int = 100_000) -> None:
+    def __init__(self, *, max_samples: int = 400, max_nodes: int = 100_000,
+                 baselines: LinkBaselines | None = None) -> None:
         self.max_samples = max_samples
         self.max_nodes = max_nodes
+        #: Long-lived per-component baselines (models/link_baseline.py), learned from the same samples.
+        self.baselines = baselines
         self._nodes: dict[str, dict[str, _Component]] = {}
         self._last: dict[str, float] = {}
         self._nvlink_tracks: dict[tuple[str, int], dict[int, tuple[CounterTrack, CounterTrack]]] = {}
@@ -155,10 +176,13 @@ class FabricHistory:
         comp = self._component(ev.node, f"{ev.device}/{ev.port}", PORT_FEATURES)
         feats: dict[str, float] = {}
         errors = 0
+        err_rate: float | None = None
         for name, value in ev.counters.items():
             if name in ERROR_COUNTERS:
-                delta, _ = comp.delta(name, value, ev.ts)
+                delta, rate = comp.delta(name, value, ev.ts)
                 errors += delta or 0
+                if rate is not None:
+                    err_rate = (err_rate or 0.0) + rate
             elif name == "port_xmit_wait":
                 _, rate = comp.delta(name, value, ev.ts)
                 if rate is not None:
@@ -174,6 +198,12 @@ class FabricHistory:
         if ev.rate and not down:
             feats["link_rate"] = float(ev.rate)
         comp.add(ev.ts, feats)
+        if self.baselines is not None:
+            learn = {"link_errors": err_rate} if err_rate is not None else {}
+            for name in ("xmit_wait", "link_rate"):
+                if name in feats:
+                    learn[name] = feats[name]
+            self.baselines.observe(ev.node, f"{ev.device}/{ev.port}", ev.ts, learn)
 
     def _gpu(self, ev: GpuEvent) -> None:
         gpu = self._component(ev.node, f"gpu{ev.gpu}", GPU_FEATURES)
@@ -184,6 +214,8 @@ class FabricHistory:
         feats: dict[str, float] = {"pcie_downgrade": 1.0 if down else 0.0, "xid": 0.0}
         nv_rate = 0.0
         nv_rates = 0
+        nv_err_rate: float | None = None
+        baselines = self.baselines
         per_gpu = self._nvlink_tracks.get((ev.node, ev.gpu))
         if per_gpu is None:
             per_gpu = self._nvlink_tracks[(ev.node, ev.gpu)] = {}
@@ -196,9 +228,11 @@ class FabricHistory:
             errors = 0
             if "crc_errors" in link or "replay_errors" in link or "recovery_errors" in link:
                 # One track of the three counters' sum: a reset of any shows as a decrease, as for one.
-                delta, _ = tracks[0].update(link.get("crc_errors", 0) + link.get("replay_errors", 0)
-                                            + link.get("recovery_errors", 0), ev.ts)
+                delta, err_rate = tracks[0].update(link.get("crc_errors", 0) + link.get("replay_errors", 0)
+                                                   + link.get("recovery_errors", 0), ev.ts)
                 errors = delta or 0
+                if err_rate is not None:
+                    nv_err_rate = (nv_err_rate or 0.0) + err_rate
             if "tx_bytes" in link and "rx_bytes" in link:
                 _, rate = tracks[1].update(link["tx_bytes"] + link["rx_bytes"], ev.ts)
                 if rate is not None:
@@ -209,15 +243,29 @@ class FabricHistory:
                 # a link is tracked on its own from its first error or drop on
                 self._component(ev.node, f"gpu{ev.gpu}/nvlink{n}", NVLINK_FEATURES).add(
                     ev.ts, {"nvlink_errors": float(errors), "nvlink_down": 1.0 if down else 0.0})
+                if baselines is not None and err_rate is not None:
+                    baselines.observe(ev.node, f"gpu{ev.gpu}/nvlink{n}", ev.ts, {"nvlink_errors": err_rate})
         if nv_rates:
             feats["nvlink_rate"] = nv_rate
         gpu.add(ev.ts, feats)
+        if baselines is not None and nv_err_rate is not None:
+            # The GPU's NVLinks together: a bound for each link that has no baseline of its own yet.
+            baselines.observe(ev.node, f"gpu{ev.gpu}", ev.ts, {"nvlink_errors": nv_err_rate})
 
     def window(self, node: str, since: float, until: float) -> dict[str, dict[str, tuple[float, float]]]:
         """``component -> feature -> (aggregate, first ts of a bad-looking sample)`` over ``[since, until]``."""
         out: dict[str, dict[str, tuple[float, float]]] = {}
         for name, comp in self._nodes.get(node, {}).items():
             values = comp.window(since, until)
+            if values:
+                out[name] = values
+        return out
+
+    def levels(self, node: str, since: float, until: float) -> dict[str, dict[str, tuple[float, float]]]:
+        """Like :meth:`window` for the baselined features, counts as per-second rates."""
+        out: dict[str, dict[str, tuple[float, float]]] = {}
+        for name, comp in self._nodes.get(node, {}).items():
+            values = comp.levels(since, until)
             if values:
                 out[name] = values
         return out
@@ -244,11 +292,22 @@ class Moved:
     peer_median: float
     z: float
     began: float
+    #: What it was judged against: ``peers`` (the job's other nodes now) or ``baseline`` (its own
+    #: or the fleet's usual level, models/link_baseline.py; ``peer_median`` is then that level).
+    reference: str = "peers"
+    basis: str = ""  # own | fleet, for a baseline
 
     def describe(self) -> str:
         f = FEATURES[self.feature]
         if f.aggregate == "max":
             return f.label
+        if self.reference == "baseline":
+            whose = "its baseline" if self.basis == "own" else "fleet baseline"
+            if f.aggregate == "sum":
+                return f"{f.label} {self.value:.3g}/s ({whose} {self.peer_median:.2g}/s)"
+            if f.higher_is_worse and self.peer_median > 0:
+                return f"{f.label} {self.value / self.peer_median:.1f}x {whose}"
+            return f"{f.label} {_num(self.value, f.unit)} vs {whose} {_num(self.peer_median, f.unit)}"
         if f.aggregate == "sum":
             return f"{f.label} +{self.value:.0f} (peers {self.peer_median:.0f})"
         if self.peer_median > 0:
@@ -260,8 +319,14 @@ class Moved:
 
     def to_dict(self) -> dict[str, Any]:
         f = FEATURES[self.feature]
-        out: dict[str, Any] = {"signal": self.feature, "what": self.describe(), "value": _round(self.value),
-                               "peer_median": _round(self.peer_median), "robust_z": round(min(self.z, 1e6), 2)}
+        out: dict[str, Any] = {"signal": self.feature, "what": self.describe(), "reference": self.reference}
+        if self.reference == "baseline":
+            out.update({"baseline": self.basis, "value": _round(self.value), "baseline_value": _round(self.peer_median)})
+            if f.aggregate == "sum":
+                out["per_second"] = True
+        else:
+            out.update({"value": _round(self.value), "peer_median": _round(self.peer_median)})
+        out["robust_z"] = round(min(self.z, 1e6), 2)
         if f.unit:
             out["unit"] = f.unit
         if not math.isnan(self.began):
@@ -300,7 +365,8 @@ class FabricSuspect:
         return SuspectedCause(category=self.category, node=self.node, component=self.component,
                               score=self.score, began_at=min(began) if began else None, hint=self.hint(),
                               gpu=gpu, device=device, port=port,
-                              evidence=tuple({"peer_comparison": True, **m.to_dict()} for m in self.moved))
+                              evidence=tuple({"peer_comparison": m.reference == "peers", **m.to_dict()}
+                                             for m in self.moved))
 
 
 class FabricCorrelator:
@@ -315,12 +381,16 @@ class FabricCorrelator:
     * ``max_share``: a feature that stands out on more than this share of the nodes is
       fabric-wide and names nobody;
     * ``max_suspects``: how many candidates are kept;
-    * ``before``: seconds before the window a throughput feature's own earlier level is read from.
+    * ``before``: seconds before the window a throughput feature's own earlier level is read from;
+    * ``baseline_z``: with too few nodes to compare, spreads beyond its own or the fleet's baseline
+      (``history.baselines``, models/link_baseline.py) a link rate must reach to stand out.
     """
 
     def __init__(self, history: FabricHistory, *, window: float = 60.0, z_threshold: float = 5.0,
-                 min_nodes: int = 3, max_share: float = 0.25, max_suspects: int = 3, before: float = 120.0) -> None:
+                 min_nodes: int = 3, max_share: float = 0.25, max_suspects: int = 3, before: float = 120.0,
+                 baseline_z: float = 5.0) -> None:
         self.history = history
+        self.baseline_z = baseline_z
         self.window = window
         self.z_threshold = z_threshold
         self.min_nodes = min_nodes
@@ -365,7 +435,9 @@ class FabricCorrelator:
         since, until = at - self.window, at + self.window
         windows = {n: w for n in nodes if (w := self.history.window(n, since, until))}
         if len(windows) < self.min_nodes:
-            return None
+            # Too few peers: each node against its own and the fleet's usual level (seed 003's
+            # slow-node baseline); nothing there leaves the caller's fallback (spikes near the onset).
+            return self._baseline_suspects(tuple(windows), since, until)
         # feature -> component name -> node -> value, and feature -> node -> pooled values
         by_comp: dict[str, dict[str, dict[str, float]]] = {}
         for node, comps in windows.items():
@@ -397,6 +469,9 @@ class FabricCorrelator:
                 continue
             for key, moved in hits.items():
                 flagged.setdefault(key, []).append(moved)
+        return self._ranked(flagged)
+
+    def _ranked(self, flagged: dict[tuple[str, str], list[Moved]]) -> list[FabricSuspect]:
         out = []
         for (node, comp), moved in flagged.items():
             moved.sort(key=lambda m: -FEATURES[m.feature].weight * (1 + math.log10(min(m.z, 1e6))))
@@ -404,6 +479,31 @@ class FabricCorrelator:
             out.append(FabricSuspect(node=node, component=comp, score=score, moved=tuple(moved)))
         out.sort(key=lambda s: (-s.score, s.node, s.component))
         return out[: self.max_suspects]
+
+    def _baseline_suspects(self, nodes: tuple[str, ...], since: float, until: float) -> list[FabricSuspect] | None:
+        """Components of ``nodes`` whose link rates stand out from their own or the fleet's baseline; None
+        when nothing does (the caller falls back to spikes near the onset, which name no node: a port
+        down in a small job's hang is still found there)."""
+        baselines = self.history.baselines
+        if baselines is None or not nodes:
+            return None
+        hits: dict[str, dict[tuple[str, str], Moved]] = {}
+        for node in nodes:
+            for comp, feats in self.history.levels(node, since, until).items():
+                fallback = comp.split("/", 1)[0] if "/nvlink" in comp else None
+                for f, (value, began) in feats.items():
+                    j = baselines.judge(node, comp, f, value, fallback=fallback)
+                    if j is not None and j.z >= self.baseline_z:
+                        hits.setdefault(f, {})[(node, comp)] = Moved(f, value, j.baseline, j.z, began,
+                                                                     reference="baseline", basis=j.reference)
+        flagged: dict[tuple[str, str], list[Moved]] = {}
+        for f, found in hits.items():
+            # Off its baseline on many of the job's nodes at once: the fabric (congestion), not one node.
+            if len({node for node, _ in found}) > max(1, self.max_share * len(nodes)):
+                continue
+            for key, moved in found.items():
+                flagged.setdefault(key, []).append(moved)
+        return self._ranked(flagged) or None
 
 
     def _dropped(self, node: str, comp: str, feature: str, value: float, at: float) -> bool:

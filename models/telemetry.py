@@ -842,8 +842,10 @@ class TelemetryHub:
         self.max_updates = s.max_enrichment_updates
         # Job-level alerts (comm_slowdown, ...) are judged against all of the job's nodes (models/fabric.py).
         from .fabric import FabricCorrelator, FabricHistory
+        from .link_baseline import LinkBaselines
 
-        self.fabric = FabricCorrelator(FabricHistory(), window=s.correlation_window)
+        baselines = LinkBaselines(half_life=s.link_baseline_half_life, min_samples=s.link_baseline_min_samples)
+        self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
         #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
         #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
         #: once its window has passed (plus a margin for node clocks and ingestion lag).

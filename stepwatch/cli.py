@@ -1054,6 +1054,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="*", help="scenario name(s) to write (default: all)")
     p.add_argument("--write", metavar="DIR", help="write recordings and labels into DIR")
     p.set_defaults(func=cmd_scenarios)
+
+    from stepwatch.report import add_parser as add_report_parser  # stepwatch/report.py
+
+    add_report_parser(sub)
     return parser
 
 

@@ -145,6 +145,8 @@ class KafkaSettings:
     #: Workers registry (compacted, one partition, keyed by worker URL): which worker owns which
     #: events partition, for the status API's proxying (streams/registry.py).
     workers_topic: str = "workers"
+    #: Persistent link baselines (compacted, keyed by node; streams/link_baselines.py, docs/network.md).
+    link_baselines_topic: str = "link-baselines"
     #: Worker -> rank monitors requests (stack requests, keyed by job; docs/hang.md).
     control_topic: str = "control"
     #: Output of the optional shard stage (``stepwatch shard``): the raw events re-batched per job, keyed
@@ -301,6 +303,12 @@ class TelemetrySettings:
     max_enrichment_updates: int = 5
     #: The worker's global telemetry feed starts this many seconds back in the topic.
     feed_lookback_seconds: float = 300.0
+    #: Persistent link baselines (models/link_baseline.py, docs/network.md): a sample's weight halves
+    #: after this many seconds of the node's clock; a port's own baseline counts after this many samples;
+    #: the owner of a node's partition writes the node's baselines to the compacted topic this often.
+    link_baseline_half_life: float = 21600.0
+    link_baseline_min_samples: int = 120
+    link_baseline_publish_interval: float = 60.0
 
     def app_xid_set(self) -> frozenset[int]:
         try:
@@ -422,6 +430,41 @@ class SecuritySettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OnCallSettings:
+    """Scope and action on every alert, restarts, the node ledger and action hooks (docs/operations.md, "On call")."""
+
+    #: Overrides of the failure-class table (models/actions.py): JSON, or ``@path`` of a JSON file.
+    failure_classes: str = ""
+    #: The node ledger counts a node's incidents over this sliding window (seconds) ...
+    ledger_window_seconds: float = 24 * 3600.0
+    #: ... and a node implicated in this many distinct jobs within it is a ``node_suspect``.
+    ledger_min_jobs: int = 2
+    #: Compacted topic of incidents (keyed by node and alert): every worker's ledger reads it whole.
+    ledger_topic: str = "ledger"
+    #: Compacted topic of job placement (keyed by job), written by each job's owner, read by every worker.
+    placement_topic: str = "placement"
+    #: A node alert names the jobs that had ranks on the node within this many seconds of it.
+    placement_window_seconds: float = 300.0
+    #: A job restarted when its step counter goes back by more than this many steps ...
+    restart_min_steps_back: int = 2
+    #: ... after at least this many seconds without events from the rank that reports it.
+    restart_min_silence_seconds: float = 30.0
+    #: Action hooks: off by default. On: ``evidence.action`` of new node_suspect and critical device
+    #: alerts goes to the actions topic (and the webhook, if set).
+    hooks_enabled: bool = False
+    actions_topic: str = "actions"
+    #: Optional webhook URL (JSON POST) for actions.
+    webhook_url: str = ""
+    #: Dry run (the default): commands are rendered into the payload, never executed.
+    dry_run: bool = True
+    #: Executor command run with the rendered command appended, only when dry_run is off; empty: none.
+    executor: str = ""
+    #: Command templates ({node}, {reason}) rendered into each action.
+    slurm_template: str = "scontrol update nodename={node} state=drain reason=\"{reason}\""
+    kubernetes_template: str = "kubectl cordon {node}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     straggler: StragglerSettings = field(default_factory=StragglerSettings)
     assembly: AssemblySettings = field(default_factory=AssemblySettings)
@@ -434,6 +477,7 @@ class Settings:
     job_health: JobHealthSettings = field(default_factory=JobHealthSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     shard: ShardSettings = field(default_factory=ShardSettings)
+    oncall: OnCallSettings = field(default_factory=OnCallSettings)
     host: HostSettings = field(default_factory=HostSettings)
 
     @classmethod

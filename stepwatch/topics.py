@@ -29,6 +29,13 @@ def ensure_workers_topic(kafka: KafkaSettings, *, timeout: float = 30, client_co
                   compacted=[kafka.topic(kafka.workers_topic)], timeout=timeout, client_config=client_config)
 
 
+def ensure_link_baselines_topic(kafka: KafkaSettings, *, timeout: float = 30,
+                                client_config: dict | None = None) -> None:
+    """Persistent link baselines (streams/link_baselines.py): compacted, keyed by node."""
+    create_topics(kafka.bootstrap, [], kafka.partitions, replication_factor=kafka.replication_factor,
+                  compacted=[kafka.topic(kafka.link_baselines_topic)], timeout=timeout, client_config=client_config)
+
+
 def ensure_config_topic(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:
     """The runtime-settings topic: one partition (one order), compacted (latest value per key)."""
     create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor,

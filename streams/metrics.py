@@ -24,6 +24,8 @@ __all__ = ["CONTENT_TYPE_LATEST", "WorkerMetrics", "WorkerStats"]
 DETECTION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                      5.0)
 ALERT_TYPES = ("straggler", "hang")
+#: Incident durations: from a minute to a day.
+INCIDENT_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
 EVENT_KINDS = ("step", "collective", "heartbeat", "phase", "stack")
 
 
@@ -36,6 +38,10 @@ class WorkerMetrics:
         self.lag_source: Callable[[], Iterable[tuple[str, int, int]]] | None = None
         #: () -> bool: the worker consumes (the /health answer).
         self.ready_source: Callable[[], bool] = lambda: False
+        #: () -> iterable of (partition, messages) / (partition, offset): the telemetry feed's lag and the
+        #: position up to which its events are applied (streams/telemetry_feed.py); set by the worker.
+        self.telemetry_lag_source: Callable[[], Iterable[tuple[int, int]]] | None = None
+        self.telemetry_offset_source: Callable[[], Iterable[tuple[int, int]]] | None = None
         #: () -> int: alerts waiting for the Alertmanager sink.
         self.alertmanager_queue: Callable[[], int] | None = None
         r = self.registry = CollectorRegistry(auto_describe=True)
@@ -68,6 +74,14 @@ class WorkerMetrics:
         self.alertmanager_dropped = Counter("stepwatch_alertmanager_dropped",
                                             "Alert updates dropped because the Alertmanager queue was full.",
                                             registry=r)
+        # On call (issue 16): how long incidents last, what they cost. ``scope`` is the monitoring layer
+        # (device, platform, job: models/actions.py); no per-job or per-rank labels.
+        self.incident_duration = Histogram("stepwatch_incident_duration_seconds",
+                                           "Firing -> resolved of incidents, by alert type and scope (layer).",
+                                           ["type", "scope"], buckets=INCIDENT_BUCKETS, registry=r)
+        self.gpu_seconds_lost = Counter("stepwatch_gpu_seconds_lost",
+                                        "GPU-seconds lost to restarts (downtime and recomputed steps) and hangs, "
+                                        "by cause (failure class).", ["cause"], registry=r)
         for kind in EVENT_KINDS:
             self.events.labels(kind)
         for t in ALERT_TYPES:
@@ -79,6 +93,8 @@ class WorkerMetrics:
             self.detection.labels(loop)
         r.register(_ScrapeTimeCollector(self))
         self._open_ids: set[str] = set()
+        self._hang_lost: dict[str, tuple[float, float]] = {}  # job -> its last hang's (starts_at, GPU-seconds)
+        self._restart_silence: dict[str, tuple[float, float]] = {}  # job -> its last restart's silence
 
     def alert_published(self, alert) -> None:
         self.alerts_published.labels(alert.type, alert.status).inc()
@@ -89,6 +105,33 @@ class WorkerMetrics:
         else:
             self._open_ids.discard(alert.id)
             self.alerts_resolved.labels(alert.type).inc()
+            self._incident_resolved(alert)
+
+    def _incident_resolved(self, alert) -> None:
+        if alert.ends_at is not None and alert.ends_at >= alert.starts_at:
+            self.incident_duration.labels(alert.type, alert.scope or "unknown").observe(alert.ends_at - alert.starts_at)
+        ev = alert.evidence
+        cause = str(ev.get("failure_class") or "unknown")
+        lost = 0.0
+        if alert.type == "job_restart" and isinstance(ev.get("gpu_hours_lost"), (int, float)):
+            lost = ev["gpu_hours_lost"] * 3600.0
+            # A hang of the job during the restart's silence lasted through its downtime: counted once, here.
+            began, hang_lost = self._hang_lost.pop(alert.job, (None, 0.0))
+            if began is not None and began >= alert.starts_at:
+                lost = max(lost - hang_lost, 0.0)  # the hang resolved first
+            self._restart_silence[alert.job] = (alert.starts_at, alert.ends_at or alert.starts_at)
+            while len(self._restart_silence) > 10_000:
+                self._restart_silence.pop(next(iter(self._restart_silence)))
+        elif alert.type == "hang" and isinstance(ev.get("hung_seconds"), (int, float)):
+            silence = self._restart_silence.get(alert.job)
+            if silence is not None and silence[0] <= alert.starts_at <= silence[1]:
+                return  # the restart, resolved first, counted this time already
+            lost = ev["hung_seconds"] * float(ev.get("ranks_known") or 0)
+            self._hang_lost[alert.job] = (alert.starts_at, lost)
+            while len(self._hang_lost) > 10_000:
+                self._hang_lost.pop(next(iter(self._hang_lost)))
+        if lost > 0:
+            self.gpu_seconds_lost.labels(cause).inc(lost)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -112,6 +155,12 @@ class _ScrapeTimeCollector:
         for (t, sev), n in sorted(tally.items()):
             firing.add_metric([t, sev], n)
         yield firing
+        oncall = getattr(engine, "oncall", None)
+        if oncall is not None:
+            owns = oncall.ledger.owns
+            yield GaugeMetricFamily("stepwatch_node_suspects",
+                                    "Nodes with a firing node_suspect alert that this worker speaks for.",
+                                    value=sum(1 for n in oncall.ledger.open if owns is None or owns(n)))
         flaps = CounterMetricFamily("stepwatch_straggler_flaps", "Straggler alerts of a rank that tried to fire "
                                     "again within the hold-off after resolving, by outcome (suppressed, refired).",
                                     labels=["outcome"])
@@ -136,9 +185,29 @@ class _ScrapeTimeCollector:
             except Exception:  # the consumer is (re)starting: leave the series out this scrape
                 pass
         yield lag
+        yield from self._telemetry_feed()
         if self.m.alertmanager_queue is not None:
             yield GaugeMetricFamily("stepwatch_alertmanager_queue_length", "Alert updates waiting to be sent.",
                                     value=self.m.alertmanager_queue())
+
+
+    def _telemetry_feed(self):
+        lag = GaugeMetricFamily("stepwatch_telemetry_feed_lag",
+                                "Messages of the telemetry topic whose events this worker has not applied yet, per "
+                                "partition (every worker reads every partition).", labels=["partition"])
+        offset = GaugeMetricFamily("stepwatch_telemetry_feed_offset",
+                                   "Next offset of each telemetry topic partition whose events are not yet all "
+                                   "applied by this worker: everything before it is.", labels=["partition"])
+        for family, source in ((lag, self.m.telemetry_lag_source), (offset, self.m.telemetry_offset_source)):
+            if source is None:
+                continue
+            try:
+                for partition, value in source():
+                    family.add_metric([str(partition)], value)
+            except Exception:  # the feed is (re)connecting: leave the series out this scrape
+                pass
+        yield lag
+        yield offset
 
 
 #: The worker's counters before metrics were added; kept as a name for code that imports it.

@@ -5,7 +5,10 @@ partitions of the events topic (at start, after a crash, or in a rebalance) it
 
 1. reads back a bounded recent span of each assigned partition, up to the group's
    committed offset, and feeds it to the engine with publishing held back (the windows,
-   heartbeats and open problems are rebuilt as they were);
+   heartbeats and open problems are rebuilt as they were). Each message arrives at its
+   record time (when it reached the broker, as a recording's ``_arrival``), so a rebuilt job
+   keeps its clock offset and the first tick judges it on its own clock, not the worker's
+   (a job whose events are stamped in the past would otherwise look hung at once);
 2. reads the recent alerts topic to learn which alert ids are open (published ``firing``
    and not yet ``resolved``) for the jobs on those partitions;
 3. reconciles: an alert open on the topic that the rebuilt engine also holds open is not
@@ -79,7 +82,7 @@ class RecoverySpan:
     """What was read back from Kafka for a set of partitions (raw, bounded)."""
 
     partitions: tuple[int, ...]
-    event_messages: list[tuple[int, bytes]]  # (partition, value)
+    event_messages: list[tuple]  # (partition, value[, Kafka timestamp in seconds])
     alerts: list[dict]
 
 
@@ -104,7 +107,8 @@ def read_recovery_span(*, bootstrap: str, group_id: str, events_topic: str, aler
     starts = {tp: max(beginnings[tp], ends[tp] - replay_messages) for tp in event_tps}
     reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **config)
     try:
-        messages = [(r.partition, r.value) for r in read_span(reader, event_tps, ends, starts, timeout=timeout)]
+        messages = [(r.partition, r.value, r.timestamp / 1000 if r.timestamp and r.timestamp > 0 else None)
+                    for r in read_span(reader, event_tps, ends, starts, timeout=timeout)]
         alerts: list[dict] = []
         reader.topics()  # fetch metadata: partitions_for_topic only answers from what is cached
         alert_tps = [TopicPartition(alerts_topic, p) for p in (reader.partitions_for_topic(alerts_topic) or ())]
@@ -137,8 +141,10 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
     held = pipeline.published
     pipeline.published = PublishedAlerts()  # what the replay re-derives is not published from here
     try:
-        for partition, raw in span.event_messages:
-            pipeline.feed([Message(raw, partition=partition)])
+        for partition, raw, *stamp in span.event_messages:
+            # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
+            # so a timer tick before the live events resume judges each job on its own clock.
+            pipeline.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None)
     finally:
         pipeline.metrics, pipeline.published = metrics, held
     events = engine.events_by_kind.total() - events_before

@@ -42,6 +42,13 @@ class TelemetryFeed:
         self.received = 0
         self.dropped = 0
         self.rejected = 0
+        #: partition -> next offset the feed will read (its events are in the queue or applied); the thread's.
+        self.positions: dict[int, int] = {}
+        #: partition -> latest end offset the broker reported to the feed (None: not fetched yet).
+        self.highwater: dict[int, int | None] = {}
+        #: partition -> next offset whose events are not all applied to the engine yet: the feed's
+        #: observable position (``stepwatch_telemetry_feed_offset``), set by the worker after draining.
+        self.applied: dict[int, int] = {}
 
     def start(self) -> "TelemetryFeed":
         self._thread.start()
@@ -50,14 +57,32 @@ class TelemetryFeed:
     def stop(self) -> None:
         self._stop.set()
 
-    def drain(self, limit: int = 20_000) -> list:
+    def drain(self, limit: int = 20_000) -> tuple[list, dict[int, int] | None]:
+        """Up to ``limit`` queued events, and the positions whose events they complete (None: more are queued).
+
+        The positions are read before the queue is emptied, and the thread moves them on only after
+        queueing a record's events: once the caller applied these events, every event before them is
+        applied (the caller then passes them to ``mark_applied``).
+        """
+        read = dict(self.positions)
         out = []
         try:
             while len(out) < limit:
                 out.append(self._queue.get_nowait())
         except queue.Empty:
-            pass
-        return out
+            return out, read
+        return out, None
+
+    def mark_applied(self, positions: dict[int, int] | None) -> None:
+        if positions:
+            self.applied.update(positions)
+
+    def lag(self):
+        """(partition, messages of the topic after the applied position) per partition whose end is known."""
+        for partition, applied in sorted(self.applied.items()):
+            high = self.highwater.get(partition)
+            if high is not None:
+                yield partition, max(0, high - applied)
 
     def _consumer(self):
         from kafka import KafkaConsumer, TopicPartition
@@ -82,6 +107,8 @@ class TelemetryFeed:
                 consumer.seek(tp, found.offset)
             else:
                 consumer.seek_to_end(tp)  # nothing that recent: only what comes next
+        for tp in tps:
+            self.positions[tp.partition] = consumer.position(tp)
         return consumer
 
     def _run(self) -> None:
@@ -97,9 +124,13 @@ class TelemetryFeed:
             backoff = 1.0
             try:
                 while not self._stop.is_set():
-                    for records in consumer.poll(timeout_ms=500).values():
+                    for tp, records in consumer.poll(timeout_ms=500).items():
                         for record in records:
                             self._take(record.value)
+                        if records:
+                            self.positions[tp.partition] = records[-1].offset + 1
+                    for tp in consumer.assignment():
+                        self.highwater[tp.partition] = consumer.highwater(tp)
             except Exception as exc:
                 log.warning("telemetry feed failed (%s); reconnecting", exc)
             finally:
@@ -159,9 +190,16 @@ def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=
     async def drain_telemetry():
         if not started:
             started.append(feed.start())
-        events = feed.drain()
+        events, read = feed.drain()
         if not events:
+            feed.mark_applied(read)
             return
+        try:
+            await _apply(events)
+        finally:
+            feed.mark_applied(read)  # applied, or logged as failed: either way not waiting any more
+
+    async def _apply(events):
         mine = owned() if owned is not None else owned_partitions(app, events_topic)
         if pipeline is not None and send is not None:
             def speaks_for(alert) -> bool:  # every worker sees every node; the owner of its partition speaks

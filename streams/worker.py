@@ -3,7 +3,8 @@
 ``Worker`` owns everything a running worker has: the Faust app (timers, web server, producer),
 the events consumer, the ``Pipeline`` (models/pipeline.py, the one road from bytes to alerts)
 with its engine, status recorder and published-alert memory, the metrics, runtime settings,
-the workers registry, the telemetry feed and the optional Alertmanager sink. Each is a field;
+the workers registry, the telemetry feed, the on-call feed and the optional Alertmanager and
+action sinks. Each is a field;
 what they do together is a method (``send``, ``tick``, ``recover_partitions``, ...), so a
 reader finds the worker's state in one place instead of closures and app attributes.
 
@@ -14,7 +15,9 @@ batch at a time, or with ``STEPWATCH_WORKER_CONSUMER=faust`` by one Faust agent 
 ``<app_id>``) a message at a time; recovery, dead-lettering and metrics are shared. What does
 not decode or validate goes to the dead-letter topic with the reason and its source
 coordinates; the worker never stops on bad input. A timer runs the time-driven rules with the
-wall clock. The operator surface: docs/operations.md.
+wall clock. The operator surface (metrics, status API, registry, runtime settings, Alertmanager,
+the on-call state shared between workers in streams/oncall_feed.py and the optional action hooks
+in streams/action_sink.py): docs/operations.md.
 """
 
 from __future__ import annotations
@@ -85,14 +88,27 @@ class Worker:
         self.metrics.ready_source = self.is_ready
         self.metrics.lag_source = self.consumer_lag  # replaced by the aiokafka consumer's own in that mode
         self.sink = self._alertmanager()
+        from .action_sink import install_action_sink
+
+        self.action_sink = install_action_sink(self.app, settings)  # None unless action hooks are on
         #: Called when events partitions come or go (the workers registry advertises them at once).
         self.assignment_changed: Callable[[], None] | None = None
         self.workers = self._web()
         self._events_consumer()
+        from .oncall_feed import install_oncall
+
+        # Node alerts (node_suspect, a fault re-published naming a job) go out from the node's owner only.
+        self.pipeline.speaks_for = install_oncall(self.app, self.engine, settings, owned=self.owned_events_partitions,
+                                                  publish=self.publish)
         from .telemetry_feed import attach_telemetry
 
         self.telemetry = attach_telemetry(self.app, self.engine, settings, publish=self.publish,
                                           pipeline=self.pipeline, send=self.send, owned=self._node_partitions)
+        self.metrics.telemetry_lag_source = self.telemetry.lag
+        self.metrics.telemetry_offset_source = lambda: sorted(self.telemetry.applied.items())
+        from .link_baselines import install_link_baselines
+
+        install_link_baselines(self.app, self.engine, settings, owned=self.owned_events_partitions)  # docs/network.md
         from .control import install_control
 
         install_control(self.app, self.engine, settings, self.metrics)  # stack requests of hung jobs (docs/hang.md)
@@ -263,6 +279,8 @@ class Worker:
 
     async def publish(self, alerts: list[Alert]) -> None:
         """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
+        # Made outside the engine (recovery's "resolved while down"): classified here (models/actions.py).
+        alerts = [a if a.scope else self.engine.oncall.classifier.annotate(a) for a in alerts]
         await self._send_alerts(self.pipeline.publishable(alerts))
 
     async def _send_alerts(self, alerts: list[Alert]) -> None:
@@ -272,6 +290,8 @@ class Worker:
             await self.alerts_topic.send(key=key.encode(), value=orjson.dumps(alert.to_dict()))
             if self.sink is not None:
                 self.sink.submit(alert)
+            if self.action_sink is not None:
+                self.action_sink.offer(alert)
 
     # -- input ----------------------------------------------------------------------------
 

@@ -58,6 +58,10 @@ class Job:
     collectives: bool = True
     coll_step: bool = True  # collectives carry ``step`` (else only ``seq``)
     lose: float = 0.005  # probability a telemetry sample or collective event is lost
+    #: step from which the faulty node's telemetry shows the fault (None: ``onset``; 0: bad from the start,
+    #: before the collectives slow down)
+    telemetry_onset: int | None = None
+    t0: float = T0  # true time the job starts (a later job on the same nodes starts later)
 
     def node(self, i: int) -> str:
         return f"gpu-{i + 50:03d}"
@@ -76,7 +80,7 @@ def events(job: Job) -> list[tuple[float, object]]:
     def skewed(i: int, t: float) -> float:
         return float(t) + job.skew.get(i, 0.0)
 
-    t = T0
+    t = job.t0
     seq = 0
     hang_at = None
     out.append((t, PhaseEvent(job=job.name, ts=t, phase="warmup")))
@@ -133,7 +137,7 @@ def events(job: Job) -> list[tuple[float, object]]:
                                                seq_started=seq if stuck else None,
                                                seq_completed=seq - 1 if stuck else None)))
             hb += 5.0
-    out.extend(_telemetry(job, rng, T0, end, hang_at))
+    out.extend(_telemetry(job, rng, job.t0, end, hang_at))
     out.sort(key=lambda x: x[0])
     return out
 
@@ -163,7 +167,8 @@ def _telemetry(job: Job, rng, start: float, end: float, hang_at: float | None) -
     while t < end:
         k += 1
         step_est = int((t - start) / (job.compute + 2 * job.transfer + 0.02))
-        faulty = job.fault is not None and (step_est >= job.onset or (hang_at is not None and t >= hang_at - 3))
+        tel_onset = job.onset if job.telemetry_onset is None else job.telemetry_onset
+        faulty = job.fault is not None and (step_est >= tel_onset or (hang_at is not None and t >= hang_at - 3))
         if faulty and onset_t is None:
             onset_t = t
         busy = 0.0 if hang_at is not None and t >= hang_at else 1.0

@@ -133,7 +133,12 @@ def test_metrics_status_and_a_runtime_threshold_change_on_a_running_worker(kafka
         assert get_json(base + "/config")[1]["jobs"] == {"live": {"straggler": {"ratio_threshold": 1.5}}}
         send_steps(kafka_bootstrap, events, job="live", ranks=32, steps=range(40, 70), slow_rank=13, factor=1.3)
         alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: len(a) >= 2)
-        assert [(a["status"], a["ranks"]) for a in alerts] == [("firing", [13]), ("resolved", [13])]
+        # The short rule resolves under the new threshold. The 1.3x rank is still steady waste, which the
+        # long-horizon rule (issue 19) may report at severity info; never a second warning.
+        short = [a for a in alerts if a["evidence"].get("horizon") != "long"]
+        assert [(a["status"], a["ranks"]) for a in short] == [("firing", [13]), ("resolved", [13])]
+        assert all(a["severity"] == "info" and a["ranks"] == [13] for a in alerts if a not in short), alerts
+        alerts = short
         assert alerts[1]["evidence"]["resolved_step"] >= 40  # judged under the new threshold
 
         # ... and Alertmanager hears the end.

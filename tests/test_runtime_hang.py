@@ -28,7 +28,7 @@ def test_a_job_hang_timeout_set_at_run_time_takes_effect_on_its_running_detector
     critical = [a for t in range(100, 130) for a in engine.tick(last + t) if a.severity == "critical"]
     assert critical and critical[0].type == "hang"
     runtime.apply(engine, "j", None)  # tombstone: back to the default
-    assert engine.jobs["j"].hang.timeout_seconds == Settings().hang.timeout_seconds
+    assert engine.jobs["j"].hang.timeout_seconds == 600.0  # the default (config.HangSettings), written out
 
 
 def test_global_hang_override_reaches_jobs_without_their_own_and_new_jobs():

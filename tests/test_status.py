@@ -161,8 +161,10 @@ def test_alertmanager_payload_is_rfc3339_with_end_times():
     _, _, alerts = run(steps(n=30))
     firing = alerts[0]
     body = am_alert(firing, now=T0 + 100, resend_interval=60)
+    # scope (device, platform, job: issue 16) is a label, for routing to the right on-call team
     assert body["labels"] == {"alertname": "stepwatch_straggler", "job": "j", "severity": firing.severity,
-                              "source": "stepwatch", "alert_id": firing.id}
+                              "source": "stepwatch", "alert_id": firing.id, "scope": "device"}
+    assert body["annotations"]["recommended_action"].endswith(".")
     assert body["startsAt"].endswith("Z") and body["startsAt"].startswith("2023-11-14T22:")
     assert body["endsAt"] == "2023-11-14T22:19:00.000Z"  # now + 4 x resend interval: expires if we vanish
     assert body["annotations"]["ranks"] == "5" and "compute_time" in body["annotations"]["evidence"]

@@ -15,7 +15,8 @@ from stepwatch.producers.telemetry_sim import TelemetryFault, TelemetrySimulator
 from stepwatch.streams.telemetry_feed import partition_of
 from stepwatch.topics import create_topics
 
-from support import REPO, WorkerProcess, read_alerts, stepwatch_env
+from opsupport import free_port, get
+from support import REPO, WorkerProcess, read_alerts, stepwatch_env, wait_until
 
 pytestmark = pytest.mark.kafka
 PARTITIONS = 4
@@ -70,12 +71,36 @@ def pick(name: str, partition: int) -> str:
     raise AssertionError
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        return {tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()}
+    finally:
+        consumer.close()
+
+
+def telemetry_applied(port: int) -> dict[int, int]:
+    """A worker's ``stepwatch_telemetry_feed_offset``: per partition, the offset up to which its events are applied."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, body = get(f"http://127.0.0.1:{port}/metrics")
+    if status != 200:
+        return {}
+    return {int(s.labels["partition"]): int(s.value) for family in text_string_to_metric_families(body.decode())
+            if family.name == "stepwatch_telemetry_feed_offset" for s in family.samples}
+
+
 def test_stragglers_name_their_telemetry_cause_across_workers(kafka_bootstrap, topic_prefix, tmp_path):
     env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_KAFKA_PARTITIONS=str(PARTITIONS))
     create_topics(kafka_bootstrap, [topic_prefix + n for n in ("events", "alerts", "deadletter", "telemetry")],
                   PARTITIONS)
-    workers = [TelemetryWorker(dict(env, STEPWATCH_WORKER_DATADIR=str(tmp_path / f"faust-{i}")),
-                               tmp_path / f"worker-{i}.log") for i in range(2)]
+    ports = [free_port() for _ in range(2)]
+    workers = [TelemetryWorker(dict(env, STEPWATCH_WORKER_DATADIR=str(tmp_path / f"faust-{i}"),
+                                    STEPWATCH_WORKER_WEB_PORT=str(port)),
+                               tmp_path / f"worker-{i}.log") for i, port in enumerate(ports)]
     try:
         for w in workers:
             w.wait_ready(timeout=90)
@@ -92,7 +117,11 @@ def test_stragglers_name_their_telemetry_cause_across_workers(kafka_bootstrap, t
                 {node: events for _, telemetry in sims.values() for node, events in telemetry.items()})
         read_alerts(kafka_bootstrap, topic_prefix + "alerts",
                     until=lambda a: {"gpu_fault", "link_errors"} <= {x["type"] for x in a}, timeout=90)
-        time.sleep(2)
+        # ... and each worker has applied all of it (its feed's applied offsets reached the topic's end).
+        ends = end_offsets(kafka_bootstrap, topic_prefix + "telemetry")
+        for port in ports:
+            wait_until(lambda port=port: all(telemetry_applied(port).get(p, -1) >= end for p, end in ends.items()),
+                       timeout=90, what=f"the worker on port {port} to apply the telemetry up to {ends}", interval=0.5)
         publish(kafka_bootstrap, topic_prefix + "events", {job: batches for job, (batches, _) in sims.items()})
 
         def straggler_with_cause(alerts, job):
@@ -119,9 +148,11 @@ def test_stragglers_name_their_telemetry_cause_across_workers(kafka_bootstrap, t
 
         link = [a for a in alerts if a["type"] == "link_errors" and a["status"] == "firing"]
         fault = [a for a in alerts if a["type"] == "gpu_fault" and a["status"] == "firing"]
-        # Each node alert once (only the worker owning the node's partition publishes it), on the faulty nodes.
-        assert [a["nodes"] for a in link] == [[f"{net_nodes}-node-001"]]
-        assert [(a["nodes"], a["evidence"]["gpu"]) for a in fault] == [([f"{hot_nodes}-node-000"], 2)]
+        # Each node alert is one problem (one id; only the worker owning the node's partition publishes it),
+        # on the faulty nodes; it is published again, same id, once the job on the node is known (issue 16).
+        assert len({a["id"] for a in link}) == 1 and len({a["id"] for a in fault}) == 1
+        assert [a["nodes"] for a in link[:1]] == [[f"{net_nodes}-node-001"]]
+        assert [(a["nodes"], a["evidence"]["gpu"]) for a in fault[:1]] == [([f"{hot_nodes}-node-000"], 2)]
         # The healthy job and its nodes: no straggler, no node alert.
         assert not [a for a in alerts if a["type"] in ("straggler", "gpu_fault", "link_errors")
                     and (a["job"] == calm_job or any(n.startswith("calm-") for n in a["nodes"]))]
@@ -132,6 +163,20 @@ def test_stragglers_name_their_telemetry_cause_across_workers(kafka_bootstrap, t
                      if any("alert firing" in line and f" {alert_id}:" in line for line in w.log_text().splitlines())]
             assert len(found) == 1, (alert_id, found)
             return found[0]
+
+        # The node alerts name the jobs on those nodes (placement shared through the placement topic:
+        # the job's owner may be the other worker): the whole node for a port, the GPU's rank for a GPU.
+        def named(kind, expected):
+            found = [a for a in read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=60,
+                                            until=lambda xs: any(x["type"] == kind and x["evidence"].get("jobs")
+                                                                 == expected for x in xs))
+                     if a["type"] == kind and a["evidence"].get("jobs") == expected]
+            return found
+
+        assert named("link_errors", [{"job": net_job, "ranks": list(range(8, 16))}]), logs
+        hot_fault = named("gpu_fault", [{"job": hot_job, "ranks": [2]}])
+        assert hot_fault and hot_fault[-1]["evidence"]["failure_class"] == "thermal_throttle"
+        assert hot_fault[-1]["labels"]["scope"] == "device"
 
         pairs = [(publisher_of(net["id"]), publisher_of(link[0]["id"])),
                  (publisher_of(hot["id"]), publisher_of(fault[0]["id"]))]

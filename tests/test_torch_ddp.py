@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch", reason="torch not installed (pip install -e '.[train-test]')")
 
 from kafka import KafkaConsumer  # noqa: E402
-from support import read_alerts, stepwatch_env  # noqa: E402
+from support import read_all_alerts, stepwatch_env  # noqa: E402
 from train_support import run_ddp_job  # noqa: E402
 
 from stepwatch.models.events import decode_message  # noqa: E402
@@ -57,18 +57,24 @@ def by_rank(events, kind: str, field: str, phase: str = "train") -> dict[int, li
     return out
 
 
+#: These jobs' steps take ~0.07 s of CPU: the machine's other load slows the whole job by 20 % and more at
+#: times, which the throughput rule rightly reports (seen under a parallel full run). It is not these tests'
+#: subject, so it is set out of reach here, and the alert lists are compared whole.
+NO_JOB_WIDE_RULE = {"STEPWATCH_JOB_HEALTH_THROUGHPUT_MIN_EFFECT": "10"}
+
+
 def test_slow_rank_is_named_by_compute_time_while_step_times_look_alike(kafka_bootstrap, topic_prefix, start_worker,
                                                                         tmp_path):
-    worker = start_worker()
+    worker = start_worker(**NO_JOB_WIDE_RULE)
     env = dict(worker.env, STEPWATCH_JOB="ddp-slow")
     stats = run_ddp_job(env, tmp_path, world=WORLD, args=("--steps", STEPS, "--slow-rank", "2"))
-    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts",
-                         until=lambda a: any(x["type"] == "straggler" and x["status"] == "firing" for x in a))
-    firing = [a for a in alerts if a["status"] == "firing" and a["type"] == "straggler"]
-    assert firing, f"no straggler alert; worker log:\n{worker.log_text()[-3000:]}"
-    assert {tuple(a["ranks"]) for a in firing} == {(2,)}, firing
-    assert firing[0]["job"] == "ddp-slow"
-    assert firing[0]["evidence"]["signal"] == "compute_time"
+    # The job ends (its ``end`` phase), which resolves the straggler: exactly these two alerts.
+    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                             until=lambda a: any(x["type"] == "straggler" and x["status"] == "resolved" for x in a))
+    assert [(a["job"], a["status"], a["type"], a["ranks"]) for a in alerts] == [
+        ("ddp-slow", "firing", "straggler", [2]), ("ddp-slow", "resolved", "straggler", [2])], \
+        f"{[a['summary'] for a in alerts]}; worker log:\n{worker.log_text()[-3000:]}"
+    assert alerts[0]["evidence"]["signal"] == "compute_time"
 
     # What the worker saw: every event well formed; step_time alike on all ranks, compute_time not.
     events = read_events(kafka_bootstrap, topic_prefix + "events")
@@ -90,16 +96,18 @@ def test_slow_rank_is_named_by_compute_time_while_step_times_look_alike(kafka_bo
 
 
 def test_healthy_ddp_run_raises_no_alert(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
-    worker = start_worker()
+    worker = start_worker(**NO_JOB_WIDE_RULE)
     run_ddp_job(dict(worker.env, STEPWATCH_JOB="ddp-healthy"), tmp_path, world=WORLD, args=("--steps", STEPS))
     # A marker job with a straggler, sent afterwards, proves the worker got past the healthy job's events.
     (tmp_path / "marker").mkdir()
     run_ddp_job(dict(worker.env, STEPWATCH_JOB="ddp-marker"), tmp_path / "marker", world=WORLD,
                 args=("--steps", "40", "--slow-rank", "1"))
-    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts",
-                         until=lambda a: any(x["job"] == "ddp-marker" for x in a))
-    assert [a["job"] for a in alerts if a["status"] == "firing"] == ["ddp-marker"], alerts
-    assert not [a for a in alerts if a["job"] == "ddp-healthy"]
+    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                             until=lambda a: any(x["job"] == "ddp-marker" and x["status"] == "resolved" for x in a))
+    # Exactly the marker's straggler, resolved when the marker job ends; nothing for the healthy job.
+    assert [(a["job"], a["status"], a["type"]) for a in alerts] == [
+        ("ddp-marker", "firing", "straggler"), ("ddp-marker", "resolved", "straggler")], \
+        [(a["job"], a["summary"]) for a in alerts]
 
 
 def test_broker_down_training_completes_and_counts_every_drop(tmp_path):

@@ -1,0 +1,73 @@
+"""Action hooks: what stepwatch would have an operator (or an executor) do, as records. Off by default.
+
+For each **new** ``node_suspect`` alert and each new **critical device** alert (scope device),
+one action record: the alert's ``evidence.action`` plus Slurm and Kubernetes commands rendered
+for its ``exclude_nodes`` (the nodes to keep jobs off). Records go to the ``actions`` topic and an
+optional webhook (streams/action_sink.py). stepwatch never runs them itself unless the operator
+configures an executor *and* turns dry-run off (``STEPWATCH_ONCALL_DRY_RUN=false``).
+
+Record (one JSON object)::
+
+    {"v": 1, "kind": "action", "alert_id": "...", "alert_type": "node_suspect", "severity": "critical",
+     "failure_class": "...", "ts": 1764000140.0, "dry_run": true, "action": {"kind": "drain_node", "nodes": [...],
+     "retryable": false, "exclude_nodes": [...]}, "recommended_action": "...",
+     "commands": {"slurm": ["scontrol update nodename=n7 state=drain reason=\\"stepwatch xid_79_off_bus ...\\""],
+                  "kubernetes": ["kubectl cordon n7"]}}
+
+Node names go into commands only when they are plain host names (letters, digits, ``.-_``), so a
+node name can never inject shell syntax into a rendered command.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+
+from .alerts import Alert
+
+SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+#: Action kinds that keep jobs off a node: the commands drain/cordon it.
+DRAINING_KINDS = frozenset({"drain_node", "reset_gpu", "replace_gpu"})
+
+
+class ActionHooks:
+    """Chooses the alerts that deserve an action record, once per alert id.
+
+    Hyperparameters (keyword-only): ``dry_run``; ``slurm_template`` and ``kubernetes_template``
+    (``{node}`` and ``{reason}`` are replaced); ``max_ids`` alert ids remembered.
+    """
+
+    def __init__(self, *, dry_run: bool = True, slurm_template: str = "scontrol update nodename={node} state=drain "
+                 "reason=\"{reason}\"", kubernetes_template: str = "kubectl cordon {node}",
+                 max_ids: int = 10_000) -> None:
+        self.dry_run = dry_run
+        self.slurm_template = slurm_template
+        self.kubernetes_template = kubernetes_template
+        self.max_ids = max_ids
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def wants(self, alert: Alert) -> bool:
+        if alert.status != "firing" or alert.id in self._seen:
+            return False
+        return alert.type == "node_suspect" or (alert.severity == "critical" and alert.scope == "device")
+
+    def record(self, alert: Alert) -> dict[str, Any] | None:
+        """The action record for ``alert`` (None: not one that gets an action, or already done)."""
+        if not self.wants(alert):
+            return None
+        self._seen[alert.id] = None
+        while len(self._seen) > self.max_ids:
+            self._seen.popitem(last=False)
+        action = dict(alert.evidence.get("action") or {})
+        cls = str(alert.evidence.get("failure_class", "unknown"))
+        reason = f"stepwatch {cls} {alert.id}"
+        targets = [n for n in action.get("exclude_nodes") or () if SAFE_NODE.match(str(n))]
+        commands: dict[str, list[str]] = {"slurm": [], "kubernetes": []}
+        if action.get("kind") in DRAINING_KINDS:
+            for node in targets:
+                commands["slurm"].append(self.slurm_template.format(node=node, reason=reason))
+                commands["kubernetes"].append(self.kubernetes_template.format(node=node, reason=reason))
+        return {"v": 1, "kind": "action", "alert_id": alert.id, "alert_type": alert.type, "severity": alert.severity,
+                "failure_class": cls, "ts": alert.starts_at, "nodes": list(alert.nodes), "dry_run": self.dry_run,
+                "action": action, "recommended_action": alert.recommended_action, "commands": commands}

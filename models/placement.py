@@ -1,0 +1,158 @@
+"""Which jobs run on which node: the view that attributes node alerts to jobs.
+
+Node alerts (``gpu_fault``, ``link_errors``) come from node telemetry, keyed by node; the
+jobs' ranks report their node and GPU in their step events, keyed by job. Each worker sees
+its own jobs' step events; workers share what they see through a compacted topic (one record
+per job, written by the job's owner: ``snapshot``; read by every worker: ``merge``), so the
+worker that publishes a node's alerts can name the jobs on that node even when they live on
+other workers.
+
+Times are the jobs' own event times; a node alert is matched against them within
+``window`` seconds (minutes), far wider than the clock differences of hosts in one cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PlacementView:
+    """job -> node -> (GPUs, ranks, last seen).
+
+    Hyperparameters (keyword-only):
+
+    * ``window``: seconds around a node alert in which a job counts as being on the node;
+    * ``max_jobs``: jobs remembered (the least recently seen is forgotten beyond).
+    """
+
+    def __init__(self, *, window: float = 300.0, max_jobs: int = 10_000) -> None:
+        self.window = window
+        self.max_jobs = max_jobs
+        # job -> node -> [{rank: gpu or None}, last ts]
+        self._jobs: dict[str, dict[str, list]] = {}
+        self._remote: dict[str, dict[str, list]] = {}  # the same, from other workers
+        self.changed: set[str] = set()  # jobs whose placement changed since the last snapshot
+        self._pairs: dict[str, set] = {}  # job -> (rank, node) pairs seen (the batch path's shortcut)
+
+    def observe(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
+        """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the rank is new there (or moved GPU)."""
+        if not node:
+            return False
+        nodes = self._jobs.get(job)
+        if nodes is None:
+            if len(self._jobs) >= self.max_jobs:
+                oldest = min(self._jobs, key=lambda j: max((e[1] for e in self._jobs[j].values()), default=0.0))
+                self.forget(oldest)
+            nodes = self._jobs[job] = {}
+        entry = nodes.get(node)
+        if entry is None:
+            entry = nodes[node] = [{}, ts]
+        gpu = None if gpu is None or gpu != gpu else int(gpu)
+        ranks = entry[0]
+        new = rank not in ranks or ranks[rank] != gpu
+        if new:
+            ranks[rank] = gpu
+            self.changed.add(job)
+        if ts > entry[1]:
+            if ts - entry[1] > self.window / 4:
+                self.changed.add(job)  # refresh the shared copy now and then
+            entry[1] = ts
+        return new
+
+    def observe_one(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
+        """``observe`` with the batch path's shortcut: a known (rank, node) pair only refreshes the time."""
+        if not node:
+            return False
+        known = self._pairs.get(job)
+        if known is not None and (rank, node) in known:
+            entry = self._jobs.get(job, {}).get(node)
+            if entry is not None and ts > entry[1]:
+                if ts - entry[1] > self.window / 4:
+                    self.changed.add(job)
+                entry[1] = ts
+            return False
+        if known is None:
+            known = self._pairs[job] = set()
+        known.add((rank, node))
+        return self.observe(job, rank, node, gpu, ts)
+
+    def observe_run(self, job: str, ranks: list[int], nodes: list, gpus: list, ts: float) -> bool:
+        """``observe`` for a run of one job's step events at once (the batch path); True when a rank is new
+        on a node. Only (rank, node) pairs not seen before are looked at one by one."""
+        known = self._pairs.get(job)
+        if known is None:
+            known = self._pairs[job] = set()
+        pairs = set(zip(ranks, nodes))
+        fresh = pairs - known
+        new = False
+        if fresh:
+            for rank, node, gpu in zip(ranks, nodes, gpus):
+                if (rank, node) in fresh:
+                    new = self.observe(job, rank, node, gpu, ts) or new
+            known |= fresh
+        entries = self._jobs.get(job)
+        if entries:
+            for node in set(nodes):
+                entry = entries.get(node)
+                if entry is not None and ts > entry[1]:
+                    if ts - entry[1] > self.window / 4:
+                        self.changed.add(job)
+                    entry[1] = ts
+        return new
+
+    def jobs_on(self, node: str, *, at: float, gpu: int | None = None) -> list[dict[str, Any]]:
+        """``[{"job", "ranks"}]`` with ranks on ``node`` (on ``gpu`` where known) seen since ``at - window``."""
+        out: dict[str, list[int]] = {}
+        for source in (self._remote, self._jobs):  # local knowledge wins
+            for job, nodes in source.items():
+                entry = nodes.get(node)
+                if entry is None or entry[1] < at - self.window:
+                    continue
+                ranks = entry[0]
+                if gpu is not None and any(g is not None for g in ranks.values()):
+                    chosen = sorted(r for r, g in ranks.items() if g == gpu)
+                else:
+                    chosen = sorted(ranks)
+                if chosen:
+                    out[job] = chosen
+                else:
+                    out.pop(job, None)
+        return [{"job": job, "ranks": ranks} for job, ranks in sorted(out.items())]
+
+    def nodes_of(self, job: str) -> list[str]:
+        return sorted(set(self._jobs.get(job, {})) | set(self._remote.get(job, {})))
+
+    def snapshot(self, job: str) -> dict[str, Any] | None:
+        """This worker's placement of ``job`` as a JSON-able record (None: unknown)."""
+        nodes = self._jobs.get(job)
+        if nodes is None:
+            return None
+        return {"job": job, "nodes": [{"node": n, "ranks": [[r, g] for r, g in sorted(e[0].items())], "last_ts": e[1]}
+                                      for n, e in sorted(nodes.items())]}
+
+    def merge(self, record: dict[str, Any]) -> list[tuple[str, str]]:
+        """Another worker's snapshot of a job; returns the (job, node) pairs new to this view (or whose ranks changed)."""
+        job = record.get("job")
+        if not isinstance(job, str) or job in self._jobs:
+            return []
+        nodes: dict[str, list] = {}
+        new = []
+        known = self._remote.get(job, {})
+        for item in record.get("nodes") or ():
+            try:
+                node = str(item["node"])
+                nodes[node] = [{int(r): (None if g is None else int(g)) for r, g in item.get("ranks") or ()},
+                               float(item.get("last_ts") or 0.0)]
+            except (KeyError, TypeError, ValueError):
+                continue
+            if node not in known or known[node][0] != nodes[node][0]:  # new on the node, or other ranks/GPUs
+                new.append((job, node))
+        self._remote.pop(job, None)
+        self._remote[job] = nodes  # newest last
+        if len(self._remote) > self.max_jobs:
+            self._remote.pop(next(iter(self._remote)))
+        return new
+
+    def forget(self, job: str) -> None:
+        self._jobs.pop(job, None)
+        self._pairs.pop(job, None)

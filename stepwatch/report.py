@@ -1,0 +1,419 @@
+"""``stepwatch report``: how the fleet is doing, from the alerts alone.
+
+Reads alerts (the alerts topic, or a JSON Lines file such as ``stepwatch replay``'s output) and
+summarizes the incidents that began within ``--since`` (default 7 days, counted back from the
+newest alert read, so a replay of an old recording reports on its own week):
+
+* an incident is one alert id; its first ``firing`` gives type, scope, start and onset, its
+  ``resolved`` version the end;
+* per type and per scope (``labels.scope``): count, MTTR (mean of firing -> resolved, seconds,
+  over resolved incidents), its median, time to detect (mean of ``evidence.onset_ts`` -> firing);
+* the worst nodes: incidents implicating each node (``evidence.action.nodes``; node_suspect
+  verdicts are not incidents of their own) and the distinct jobs they hit;
+* GPU-hours lost per cause (``evidence.failure_class``): ``job_restart`` alerts'
+  ``gpu_hours_lost`` and hangs' ``hung_seconds`` x ranks (a hang that began during a restart's
+  silence is left out: the restart's downtime covers it); slowdowns are left out (their cost is in
+  the effective compute share);
+* effective compute share per job: the latest ``evidence.effective_compute`` its alerts carry
+  (the job's productive share when the alert resolved, models/sli.py).
+
+Output: plain text, ``--json`` (the shape in docs/operations.md, "On call"), or ``--html FILE``:
+one self-contained page, charts drawn as inline SVG (no script, no network).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import statistics
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+DAY = 86_400.0
+
+
+def parse_duration(text: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``90s`` or plain seconds."""
+    text = text.strip().lower()
+    units = {"d": DAY, "h": 3600.0, "m": 60.0, "s": 1.0}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 7d, 12h, 30m)") from None
+
+
+def read_jsonl(path: str) -> Iterator[dict]:
+    stream = sys.stdin.buffer if path == "-" else open(path, "rb")
+    try:
+        for line in stream:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # replay's progress lines, a truncated last line
+            if isinstance(obj, dict) and obj.get("kind", "alert") == "alert" and obj.get("id"):
+                yield obj
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def read_topic(settings, *, timeout: float = 10.0) -> Iterator[dict]:
+    """Every alert on the alerts topic, from its beginning to its end as of now."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from stepwatch.security import client_config
+
+    kafka = settings.kafka
+    topic = kafka.topic(kafka.alerts_topic)
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest", **client_config(settings))
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    try:
+                        obj = orjson.loads(record.value)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if isinstance(obj, dict) and obj.get("id"):
+                        yield obj
+    finally:
+        consumer.close()
+
+
+class _Incident:
+    __slots__ = ("id", "type", "scope", "job", "starts_at", "onset", "ends_at", "nodes", "jobs", "cause", "first",
+                 "last")
+
+    def __init__(self, alert: dict) -> None:
+        ev = alert.get("evidence") or {}
+        self.id = alert["id"]
+        self.type = str(alert.get("type", "unknown"))
+        self.scope = str((alert.get("labels") or {}).get("scope") or "unknown")
+        self.job = str(alert.get("job") or "")
+        self.starts_at = _num(alert.get("starts_at"))
+        onset = _num(ev.get("onset_ts"))
+        self.onset = onset if onset is not None else self.starts_at
+        self.ends_at: float | None = None
+        self.nodes: set[str] = set()
+        self.jobs: set[str] = set()
+        self.cause = str(ev.get("failure_class") or "unknown")
+        self.first = alert
+        self.last = alert
+        self.update(alert)
+
+    def update(self, alert: dict) -> None:
+        ev = alert.get("evidence") or {}
+        self.last = alert
+        action = ev.get("action") or {}
+        self.nodes.update(str(n) for n in action.get("nodes") or () if n)
+        if self.job:
+            self.jobs.add(self.job)
+        self.jobs.update(str(j.get("job")) for j in ev.get("jobs") or () if isinstance(j, dict) and j.get("job"))
+        if alert.get("status") == "resolved":
+            self.ends_at = _num(alert.get("ends_at"))
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float | None = None) -> dict[str, Any]:
+    """The report (``--json``'s shape) of the incidents that began within ``since`` seconds before ``now``
+    (default: the newest alert time read)."""
+    incidents: dict[str, _Incident] = {}
+    newest = 0.0
+    effective: dict[str, tuple[float, float]] = {}  # job -> (time, share)
+    for alert in alerts:
+        ident = alert.get("id")
+        if not isinstance(ident, str):
+            continue
+        when = _num(alert.get("ends_at")) or _num(alert.get("starts_at")) or 0.0
+        newest = max(newest, when)
+        share = _num((alert.get("evidence") or {}).get("effective_compute"))
+        if share is not None and alert.get("job"):
+            if when >= effective.get(alert["job"], (-1.0, 0.0))[0]:
+                effective[alert["job"]] = (when, share)
+        inc = incidents.get(ident)
+        if inc is None:
+            if alert.get("status") != "firing":
+                continue  # resolved whose firing is older than what was read
+            incidents[ident] = _Incident(alert)
+        else:
+            inc.update(alert)
+    now = newest if now is None else now
+    chosen = [i for i in incidents.values() if i.starts_at is not None and i.starts_at >= now - since]
+    chosen.sort(key=lambda i: (i.starts_at, i.id))
+
+    def stats(group: list[_Incident]) -> dict[str, Any]:
+        ttr = [i.ends_at - i.starts_at for i in group if i.ends_at is not None]
+        ttd = [i.starts_at - i.onset for i in group if i.onset is not None]
+        return {"count": len(group),
+                "mttr_seconds": round(statistics.fmean(ttr), 3) if ttr else None,
+                "median_seconds": round(statistics.median(ttr), 3) if ttr else None,
+                "detect_seconds": round(statistics.fmean(ttd), 3) if ttd else None}
+
+    by_type: dict[str, list[_Incident]] = {}
+    by_scope: dict[str, list[_Incident]] = {}
+    for inc in chosen:
+        by_type.setdefault(inc.type, []).append(inc)
+        by_scope.setdefault(inc.scope, []).append(inc)
+    nodes: dict[str, list[_Incident]] = {}
+    for inc in chosen:
+        if inc.type == "node_suspect":
+            continue
+        for node in inc.nodes:
+            nodes.setdefault(node, []).append(inc)
+    worst = [{"node": n, "incidents": len(incs), "jobs": sorted({j for i in incs for j in i.jobs})}
+             for n, incs in nodes.items()]
+    worst.sort(key=lambda r: (-r["incidents"], -len(r["jobs"]), r["node"]))
+    lost: dict[str, float] = {}
+    # A hang during a restart's silence lasted through its downtime: counted once, in the restart.
+    silences = [(i.job, i.starts_at, i.ends_at) for i in chosen if i.type == "job_restart" and i.ends_at is not None]
+    for inc in chosen:
+        if inc.type == "hang" and any(job == inc.job and lo <= inc.starts_at <= hi for job, lo, hi in silences):
+            continue
+        hours = _gpu_hours_lost(inc)
+        if hours:
+            lost[inc.cause] = lost.get(inc.cause, 0.0) + hours
+    return {
+        "incidents": len(chosen),
+        "by_type": {t: stats(g) for t, g in sorted(by_type.items())},
+        "by_scope": {s: stats(g) for s, g in sorted(by_scope.items())},
+        "nodes": worst,
+        "gpu_hours_lost": {c: round(h, 4) for c, h in sorted(lost.items(), key=lambda kv: -kv[1])},
+        "effective_compute": {j: s for j, (_, s) in sorted(effective.items())},
+        # for the text and HTML views (not in --json)
+        "_window": {"since": now - since, "until": now},
+        "_timeline": [(i.starts_at, i.type, i.scope) for i in chosen],
+    }
+
+
+def _gpu_hours_lost(inc: _Incident) -> float:
+    ev = inc.last.get("evidence") or {}
+    if inc.type == "job_restart":
+        return float(_num(ev.get("gpu_hours_lost")) or 0.0)
+    if inc.type == "hang" and inc.ends_at is not None:
+        seconds = _num(ev.get("hung_seconds")) or (inc.ends_at - inc.starts_at)
+        ranks = _num(ev.get("ranks_known")) or _num(ev.get("world_size")) or 0.0
+        return seconds * ranks / 3600.0
+    return 0.0
+
+
+def public(report: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if not k.startswith("_")}
+
+
+# -- text -------------------------------------------------------------------------------------
+
+
+def _fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.0f} s"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def format_text(report: dict[str, Any]) -> str:
+    w = report["_window"]
+    lines = [f"stepwatch report: {report['incidents']} incident(s) from {_iso(w['since'])} to {_iso(w['until'])}", ""]
+    for title, key in (("by type", "by_type"), ("by scope", "by_scope")):
+        lines.append(f"{title:<16} {'count':>6} {'MTTR':>10} {'median':>10} {'detect':>10}")
+        for name, s in report[key].items():
+            lines.append(f"  {name:<14} {s['count']:>6} {_fmt(s['mttr_seconds']):>10} {_fmt(s['median_seconds']):>10} "
+                         f"{_fmt(s['detect_seconds']):>10}")
+        lines.append("")
+    lines.append("worst nodes")
+    for row in report["nodes"][:10] or [{"node": "(none)", "incidents": 0, "jobs": []}]:
+        lines.append(f"  {row['node']:<20} {row['incidents']:>4} incident(s)  jobs: {', '.join(row['jobs']) or '-'}")
+    lines.append("")
+    lines.append("GPU-hours lost by cause")
+    for cause, hours in report["gpu_hours_lost"].items() or [("(none)", 0.0)]:
+        lines.append(f"  {cause:<28} {hours:>10.2f}")
+    lines.append("")
+    lines.append("effective compute share")
+    for job, share in report["effective_compute"].items() or [("(no job reported one)", None)]:
+        lines.append(f"  {job:<28} {'-' if share is None else f'{share:.1%}':>10}")
+    return "\n".join(lines) + "\n"
+
+
+# -- HTML ---------------------------------------------------------------------------------------
+
+COLORS = {"device": "#d9534f", "platform": "#f0ad4e", "job": "#5b8def", "unknown": "#999999"}
+
+
+def _bars(rows: list[tuple[str, float, str]], *, unit: str, chart: str, width: int = 640) -> str:
+    """Horizontal bars: (label, value, colour)."""
+    if not rows:
+        return f'<p class="empty" data-chart="{chart}">nothing to show</p>'
+    top = max(v for _, v, _ in rows) or 1.0
+    bar_h, gap, left = 22, 6, 180
+    height = len(rows) * (bar_h + gap) + gap
+    parts = [f'<svg class="chart" data-chart="{chart}" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" role="img">']
+    for n, (label, value, color) in enumerate(rows):
+        y = gap + n * (bar_h + gap)
+        w = max((width - left - 90) * value / top, 1.0)
+        parts.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end" font-size="13">{html.escape(label)}</text>'
+                     f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{color}">'
+                     f'<title>{html.escape(label)}: {value:g} {unit}</title></rect>'
+                     f'<text x="{left + w + 6:.1f}" y="{y + 15}" font-size="12">{value:g} {unit}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _timeline(report: dict[str, Any], width: int = 900, height: int = 220) -> str:
+    """Incidents over time: stacked columns per time bucket, coloured by scope."""
+    w = report["_window"]
+    events = report["_timeline"]
+    if not events:
+        return '<p class="empty" data-chart="timeline">no incident in the window</p>'
+    # From the first incident (or the window's start, if later) to the newest alert.
+    start = max(w["since"], min(ts for ts, *_ in events))
+    span = max(w["until"] - start, 1.0)
+    buckets = 28 if span > 2 * DAY else 24
+    size = span / buckets
+    counts = [dict.fromkeys(COLORS, 0) for _ in range(buckets)]
+    for ts, _, scope in events:
+        k = min(int((ts - start) / size), buckets - 1)
+        counts[k][scope if scope in COLORS else "unknown"] += 1
+    top = max(sum(c.values()) for c in counts) or 1
+    left, bottom = 40, 30
+    col = (width - left - 10) / buckets
+    parts = [f'<svg class="chart" data-chart="timeline" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" role="img">',
+             f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}" stroke="#333"/>',
+             f'<text x="{left - 6}" y="16" text-anchor="end" font-size="12">{top}</text>',
+             f'<text x="{left - 6}" y="{height - bottom}" text-anchor="end" font-size="12">0</text>']
+    plot_h = height - bottom - 10
+    for k, c in enumerate(counts):
+        y = height - bottom
+        for scope, n in c.items():
+            if not n:
+                continue
+            h = plot_h * n / top
+            y -= h
+            parts.append(f'<rect class="bar" x="{left + k * col + 1:.1f}" y="{y:.1f}" width="{col - 2:.1f}" '
+                         f'height="{h:.1f}" fill="{COLORS[scope]}"><title>{n} {scope} incident(s)</title></rect>')
+    for k, anchor in ((0, "start"), (buckets // 2, "middle"), (buckets, "end")):
+        parts.append(f'<text x="{left + k * col:.1f}" y="{height - 10}" font-size="11" text-anchor="{anchor}">'
+                     f'{_iso(start + k * size)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def format_html(report: dict[str, Any]) -> str:
+    w = report["_window"]
+    mttr = [(t, round((s["mttr_seconds"] or 0) / 60, 2), "#5b8def") for t, s in report["by_type"].items()
+            if s["mttr_seconds"] is not None]
+    nodes = [(r["node"], r["incidents"], "#d9534f") for r in report["nodes"][:10]]
+    lost = [(c, h, "#f0ad4e") for c, h in report["gpu_hours_lost"].items()]
+    rows = "".join(
+        f"<tr><td>{html.escape(t)}</td><td>{s['count']}</td><td>{_fmt(s['mttr_seconds'])}</td>"
+        f"<td>{_fmt(s['median_seconds'])}</td><td>{_fmt(s['detect_seconds'])}</td></tr>"
+        for t, s in report["by_type"].items())
+    scopes = "".join(
+        f'<li><span class="swatch" style="background:{COLORS.get(s, "#999")}"></span>{html.escape(s)}: {v["count"]}'
+        f" (MTTR {_fmt(v['mttr_seconds'])})</li>" for s, v in report["by_scope"].items())
+    effective = "".join(f"<tr><td>{html.escape(j)}</td><td>{share:.1%}</td></tr>"
+                        for j, share in report["effective_compute"].items())
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>stepwatch report</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; max-width: 1000px; }}
+h1 {{ font-size: 22px; }} h2 {{ font-size: 17px; margin-top: 28px; }}
+table {{ border-collapse: collapse; }} td, th {{ padding: 4px 12px; border-bottom: 1px solid #ddd; text-align: left; }}
+.swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 6px; }}
+ul.scopes {{ list-style: none; padding: 0; display: flex; gap: 24px; }}
+.empty {{ color: #888; }}
+</style></head><body>
+<h1>stepwatch report</h1>
+<p id="summary"><b id="incident-count">{report['incidents']}</b> incident(s) from {_iso(w['since'])} to {_iso(w['until'])}</p>
+<ul class="scopes">{scopes}</ul>
+<h2>Incidents over time</h2>
+{_timeline(report)}
+<h2>MTTR per type (minutes)</h2>
+{_bars(mttr, unit="min", chart="mttr")}
+<h2>Worst nodes</h2>
+{_bars(nodes, unit="incidents", chart="nodes")}
+<h2>GPU-hours lost by cause</h2>
+{_bars(lost, unit="GPU-h", chart="lost")}
+<h2>By type</h2>
+<table id="by-type"><tr><th>type</th><th>count</th><th>MTTR</th><th>median</th><th>time to detect</th></tr>{rows}</table>
+<h2>Effective compute share</h2>
+<table id="effective"><tr><th>job</th><th>share</th></tr>{effective}</table>
+</body></html>
+"""
+
+
+# -- command ------------------------------------------------------------------------------------
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="incidents, MTTR, worst nodes and GPU-hours lost, from the alerts",
+                       description="Summarize the alerts topic (or a JSON Lines file of alerts, e.g. 'stepwatch "
+                                   "replay' output): incidents by type and scope, time to detect, MTTR, the worst "
+                                   "nodes, GPU-hours lost by cause, effective compute per job.")
+    p.add_argument("--file", metavar="FILE", help="a JSON Lines file of alerts ('-': stdin) instead of the topic")
+    p.add_argument("--since", type=parse_duration, default=7 * DAY, metavar="DURATION",
+                   help="incidents that began this long before the newest alert (default 7d; e.g. 24h)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP)")
+    p.add_argument("--topic-prefix", help="topic prefix (default: STEPWATCH_KAFKA_TOPIC_PREFIX)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from stepwatch.config import Settings
+
+    if args.file:
+        try:
+            report = build_report(read_jsonl(args.file), since=args.since)
+        except FileNotFoundError:
+            raise SystemExit(f"stepwatch report: {args.file}: no such file") from None
+    else:
+        settings = Settings.from_env()
+        kafka = settings.kafka
+        if args.bootstrap:
+            kafka = dataclasses.replace(kafka, bootstrap=args.bootstrap)
+        if args.topic_prefix is not None:
+            kafka = dataclasses.replace(kafka, topic_prefix=args.topic_prefix)
+        settings = dataclasses.replace(settings, kafka=kafka)
+        if not kafka.bootstrap:
+            raise SystemExit("stepwatch report: no Kafka bootstrap servers (set KAFKA_BOOTSTRAP or --bootstrap), "
+                             "or read a file with --file")
+        report = build_report(read_topic(settings), since=args.since)
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(format_html(report))
+    if args.json:
+        sys.stdout.write(orjson.dumps(public(report), option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif not args.html:
+        sys.stdout.write(format_text(report))
+    return 0

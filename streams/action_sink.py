@@ -1,0 +1,127 @@
+"""Delivers action records (models/action_hooks.py): the actions topic, an optional webhook, an optional executor.
+
+Off unless ``STEPWATCH_ONCALL_HOOKS_ENABLED=true``. Detection never waits for it: records queue
+(bounded; the oldest is dropped when full) and one task sends them. The webhook gets each record
+as a JSON POST (retried a few times with backoff). The executor runs only with dry-run off and
+``STEPWATCH_ONCALL_EXECUTOR`` set: ``<executor> <command>`` for each rendered Slurm command (no
+shell; the command is one argument), and the record says what it returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from stepwatch.config import OnCallSettings
+from stepwatch.models.action_hooks import ActionHooks
+
+log = logging.getLogger("stepwatch.actions")
+
+
+class ActionSink:
+    def __init__(self, settings: OnCallSettings, *, send: Callable[[bytes, bytes], Awaitable[Any]] | None = None,
+                 queue_size: int = 1000, attempts: int = 4, timeout: float = 10.0) -> None:
+        self.settings = settings
+        self.hooks = ActionHooks(dry_run=settings.dry_run, slurm_template=settings.slurm_template,
+                                 kubernetes_template=settings.kubernetes_template)
+        self.send = send  # (key, value) -> the actions topic
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
+        self.attempts = attempts
+        self.timeout = timeout
+        self.delivered = 0
+        self.dropped = 0
+        self.webhook_failures = 0
+
+    def offer(self, alert) -> None:
+        """Called for every published alert; queues an action record for the ones that get one."""
+        record = self.hooks.record(alert)
+        if record is None:
+            return
+        if self.queue.full():
+            self.queue.get_nowait()
+            self.dropped += 1
+        self.queue.put_nowait(record)
+
+    async def run(self) -> None:
+        import aiohttp
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as session:
+            while True:
+                record = await self.queue.get()
+                await self.deliver(record, session)
+
+    async def deliver(self, record: dict[str, Any], session=None) -> None:
+        if not self.settings.dry_run and self.settings.executor:
+            record["executed"] = await self._execute(record)
+        body = orjson.dumps(record)
+        if self.send is not None:
+            await self.send(record["alert_id"].encode(), body)
+        if self.settings.webhook_url and session is not None:
+            await self._post(session, body)
+        self.delivered += 1
+        log.info("action %s for %s %s (dry run: %s)", record["action"].get("kind"), record["alert_type"],
+                 record["alert_id"], record["dry_run"])
+
+    async def _post(self, session, body: bytes) -> None:
+        import aiohttp
+
+        for attempt in range(self.attempts):
+            try:
+                async with session.post(self.settings.webhook_url, data=body,
+                                        headers={"Content-Type": "application/json"}) as response:
+                    if 200 <= response.status < 300:
+                        return
+                    reason = f"HTTP {response.status}"
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                reason = repr(exc)
+            if attempt + 1 < self.attempts:
+                await asyncio.sleep(min(0.5 * 2 ** attempt, 10.0))
+        self.webhook_failures += 1
+        log.error("action webhook POST failed after %d attempts: %s", self.attempts, reason)
+
+    async def _execute(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        for command in record["commands"].get("slurm", []):
+            argv = [*shlex.split(self.settings.executor), command]
+            try:
+                proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                            stderr=asyncio.subprocess.STDOUT)
+                output, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+                out.append({"command": command, "returncode": proc.returncode,
+                            "output": output.decode("utf-8", "replace")[-500:]})
+            except (OSError, asyncio.TimeoutError) as exc:
+                out.append({"command": command, "error": repr(exc)})
+        return out
+
+
+def install_action_sink(app, settings) -> ActionSink | None:
+    """The worker's action sink, or None when hooks are off (the default)."""
+    oncall = settings.oncall
+    if not oncall.hooks_enabled:
+        return None
+    kafka = settings.kafka
+    topic = app.topic(kafka.topic(oncall.actions_topic), value_serializer="raw", key_serializer="raw")
+
+    async def send(key: bytes, value: bytes) -> None:
+        await topic.send(key=key, value=value)
+
+    sink = ActionSink(oncall, send=send)
+    app.stepwatch_actions = sink
+
+    @app.task
+    async def action_hooks() -> None:
+        while True:
+            try:
+                await sink.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the sink die; detection does not depend on it
+                log.exception("action sink failed; restarting it")
+                await asyncio.sleep(1.0)
+
+    return sink
