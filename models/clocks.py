@@ -48,6 +48,27 @@ class ClockOffsets:
             ends[node] = ts
 
     def observe_many(self, nodes, steps, ts) -> None:
+        n = len(steps)
+        if n > 1 and steps[0] == steps[-1] and (n == 2 or min(steps) == max(steps)):
+            # One step's ranks (the usual column run): one bookkeeping call, then a plain min per node;
+            # the same result as observing them one by one, at a fraction of the cost.
+            first = 0
+            while first < n and nodes[first] is None:
+                first += 1
+            if first == n:
+                return
+            step = steps[0]
+            self.observe(nodes[first], step, ts[first])
+            ends = self._ends.get(step)
+            if ends is None:  # a late event of a step already judged: so are the others
+                return
+            get = ends.get
+            for node, t in zip(nodes, ts):
+                if node is not None:
+                    prev = get(node)
+                    if prev is None or t < prev:
+                        ends[node] = t
+            return
         for node, step, t in zip(nodes, steps, ts):
             self.observe(node, step, t)
 
