@@ -20,6 +20,8 @@ import orjson
 from stepwatch.config import OnCallSettings
 from stepwatch.models.action_hooks import ActionHooks
 
+from .supervise import run_forever
+
 log = logging.getLogger("stepwatch.actions")
 
 
@@ -115,13 +117,6 @@ def install_action_sink(app, settings) -> ActionSink | None:
 
     @app.task
     async def action_hooks() -> None:
-        while True:
-            try:
-                await sink.run()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # never let the sink die; detection does not depend on it
-                log.exception("action sink failed; restarting it")
-                await asyncio.sleep(1.0)
+        await run_forever(sink.run, what="action sink", log=log)
 
     return sink

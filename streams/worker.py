@@ -159,20 +159,14 @@ class Worker:
         if not settings.alertmanager.url:
             return None
         from .alertmanager import AlertmanagerSink
+        from .supervise import run_forever
 
         sink = AlertmanagerSink(settings.alertmanager, metrics=self.metrics,
                                 generator_url=self.canonical_url if settings.worker.web_port > 0 else "")
         self.metrics.alertmanager_queue = sink.queue.qsize
 
         async def alertmanager_sink() -> None:
-            while True:
-                try:
-                    await sink.run()
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # never let the sink die; detection does not depend on it
-                    log.exception("Alertmanager sink failed; restarting it")
-                    await asyncio.sleep(1.0)
+            await run_forever(sink.run, what="Alertmanager sink", log=log)
 
         self.app.task(alertmanager_sink)
         return sink

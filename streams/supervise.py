@@ -1,0 +1,20 @@
+"""Background loops of the worker that must outlive their own failures."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+
+async def run_forever(run: Callable[[], Awaitable[None]], *, what: str, log: logging.Logger) -> None:
+    """Await ``run()``; after any failure log it and start it again a second later. For the sinks (Alertmanager,
+    action hooks): never let one die, detection does not depend on them."""
+    while True:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s failed; restarting it", what)
+            await asyncio.sleep(1.0)
