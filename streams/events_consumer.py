@@ -15,6 +15,8 @@ import time
 
 from stepwatch.models.pipeline import MAX_RUN_EVENTS, step_items
 
+from .supervise import cancel
+
 log = logging.getLogger("stepwatch.worker")
 
 #: getmany: at most this many messages per call, and this long a wait for the first one.
@@ -219,12 +221,7 @@ def install_events_consumer(worker) -> None:
             self._task = asyncio.ensure_future(consume())
 
         async def on_stop(self) -> None:
-            if self._task is not None:
-                self._task.cancel()
-                try:
-                    await self._task
-                except (asyncio.CancelledError, Exception):
-                    pass
+            await cancel(self._task)
             consumer = holder["consumer"]
             if consumer is not None:
                 async with lock:

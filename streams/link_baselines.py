@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from stepwatch.config import Settings
 
+from .supervise import cancel
+
 log = logging.getLogger("stepwatch.worker.link_baselines")
 
 
@@ -156,12 +158,7 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
             self._task = asyncio.ensure_future(start())
 
         async def on_stop(self) -> None:
-            if self._task is not None:
-                self._task.cancel()
-                try:
-                    await self._task
-                except (asyncio.CancelledError, Exception):
-                    pass
+            await cancel(self._task)
             producer = holder["producer"]
             if producer is None:
                 return

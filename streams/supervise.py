@@ -18,3 +18,14 @@ async def run_forever(run: Callable[[], Awaitable[None]], *, what: str, log: log
         except Exception:
             log.exception("%s failed; restarting it", what)
             await asyncio.sleep(1.0)
+
+
+async def cancel(task: asyncio.Future | None) -> None:
+    """Cancel a background task and wait until it has stopped, whatever it ended with."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
