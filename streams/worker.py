@@ -12,7 +12,7 @@ The events topic (keyed by job, so a job's events stay in one partition and one 
 read by the worker's own ``AIOKafkaConsumer`` (group ``<app_id>-events``,
 streams/events_consumer.py; the default, ``STEPWATCH_WORKER_CONSUMER=aiokafka``) a ``getmany``
 batch at a time, or with ``STEPWATCH_WORKER_CONSUMER=faust`` by one Faust agent (group
-``<app_id>``) a message at a time; recovery, dead-lettering and metrics are shared. What does
+``<app_id>``) a ``take_events`` batch at a time; recovery, dead-lettering and metrics are shared. What does
 not decode or validate goes to the dead-letter topic with the reason and its source
 coordinates; the worker never stops on bad input. A timer runs the time-driven rules with the
 wall clock. The operator surface (metrics, status API, registry, runtime settings, Alertmanager,
@@ -34,7 +34,7 @@ import orjson
 from stepwatch.config import Settings
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.pipeline import Message, Outputs, Pipeline
+from stepwatch.models.pipeline import Outputs, Pipeline
 from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 from stepwatch.security import faust_credentials
@@ -44,6 +44,11 @@ from .recovery import PublishedAlerts, read_recovery_span, rebuild
 from .topic_reader import read_topic_forever
 
 log = logging.getLogger("stepwatch.worker")
+
+#: The Faust agent's batches (``stream.take_events``): at most this many messages, and a batch not full
+#: goes after this many seconds (the alert latency it may add; the aiokafka consumer's getmany has none).
+FAUST_TAKE_MAX = 1000
+FAUST_TAKE_WITHIN = 0.02
 
 
 class Worker:
@@ -202,12 +207,14 @@ class Worker:
         app.on_partitions_revoked.connect(self._faust_revoked)
 
         async def detect(stream):
-            async for event in stream.events():
+            # Whole batches, as the aiokafka consumer's getmany: the pipeline merges consecutive step messages
+            # into one column batch. take_events acks a batch's events only after this loop's body is done
+            # with it (offsets committed after processing), and a revoke waits for them (stream_wait_empty).
+            async for events in stream.take_events(FAUST_TAKE_MAX, within=FAUST_TAKE_WITHIN):
                 if not self.processing_allowed.is_set():
                     await self.processing_allowed.wait()
-                message = event.message
-                await self.process_message(message.topic, message.partition, message.offset, message.key,
-                                           message.value)
+                # Faust's messages have the attributes the pipeline reads (value, key, topic, partition, offset).
+                await self.send(self.pipeline.feed([event.message for event in events], arrival=time.time()))
 
         app.agent(self.events_topic, name="stepwatch-detect")(detect)
 
@@ -288,11 +295,6 @@ class Worker:
                 self.action_sink.offer(alert)
 
     # -- input ----------------------------------------------------------------------------
-
-    async def process_message(self, topic: str, partition: int, offset: int, key: bytes | None,
-                              raw: bytes | None) -> None:
-        """One events message through the pipeline (the Faust agent's road)."""
-        await self.send(self.pipeline.feed([Message(raw, key, topic, partition, offset)], arrival=time.time()))
 
     async def tick(self) -> None:
         """The timer: the time-driven rules with the wall clock."""
