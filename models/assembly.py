@@ -236,17 +236,18 @@ class StepAssembler:
     def _build(self, step: int, open_step: _OpenStep) -> GroupStep:
         order = sorted(open_step.rows)
         ts, step_time, compute_time, comm_time, data_time, tokens, nodes = zip(*map(open_step.rows.__getitem__, order))
+        n = len(order)
         return GroupStep(
             job=self.job,
             group=self.group,
             step=step,
             ts=max(ts),
-            ranks=np.array(order, dtype=np.int64),
-            step_time=np.array(step_time, dtype=np.float64),
-            compute_time=np.array(compute_time, dtype=np.float64),
-            comm_time=np.array(comm_time, dtype=np.float64),
-            data_time=np.array(data_time, dtype=np.float64),
-            tokens=np.array(tokens, dtype=np.float64),
+            ranks=np.fromiter(order, dtype=np.int64, count=n),
+            step_time=_floats(step_time, n),
+            compute_time=_floats(compute_time, n),
+            comm_time=_floats(comm_time, n),
+            data_time=_floats(data_time, n),
+            tokens=_floats(tokens, n),
             nodes=nodes,
             phase=open_step.phase,
             missing=max((self._expected() or 0) - len(order), 0),
@@ -261,3 +262,11 @@ class StepAssembler:
 
 def _nan(value: float | None) -> float:
     return NAN if value is None else value
+
+
+def _floats(values: tuple, n: int) -> np.ndarray:
+    """``np.array(values, dtype=float64)``, several times faster for a tuple of numbers (a column of a step)."""
+    try:
+        return np.fromiter(values, dtype=np.float64, count=n)
+    except TypeError:  # e.g. a None (np.array makes it NaN)
+        return np.array(values, dtype=np.float64)

@@ -82,8 +82,8 @@ class PlacementView:
         known = self._pairs.get(job)
         if known is None:
             known = self._pairs[job] = set()
-        pairs = set(zip(ranks, nodes))
-        fresh = pairs - known
+        # Usually every pair is known: a lookup per pair, no set of them built.
+        fresh = () if known.issuperset(zip(ranks, nodes)) else set(zip(ranks, nodes)) - known
         new = False
         if fresh:
             for rank, node, gpu in zip(ranks, nodes, gpus):
