@@ -48,7 +48,7 @@ log = logging.getLogger("stepwatch.worker")
 #: The Faust agent's batches (``stream.take_events``): at most this many messages, and a batch not full
 #: goes after this many seconds (the alert latency it may add; the aiokafka consumer's getmany has none).
 FAUST_TAKE_MAX = 1000
-FAUST_TAKE_WITHIN = 0.02
+FAUST_TAKE_WITHIN = 0.005
 
 
 class Worker:
