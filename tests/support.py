@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import orjson
 from kafka import KafkaConsumer
 
 REPO = Path(__file__).resolve().parents[1]
+log = logging.getLogger("tests.support")
 
 
 def stepwatch_env(bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
@@ -109,6 +111,8 @@ def read_alerts(bootstrap: str, topic: str, *, until, timeout: float = 90, quiet
             if not until(alerts) and time.monotonic() - progress > STALL_SECONDS:
                 # A client that lost its broker connection under load may not fetch again (seen once in CI):
                 # read the topic again from the start with a fresh one.
+                log.warning("read_alerts: nothing from %s for %.0f s with %d alerts read; starting over with a "
+                            "fresh client", topic, STALL_SECONDS, len(alerts))
                 consumer.close()
                 consumer, alerts, progress = connect(), [], time.monotonic()
         if quiet > 0 and until(alerts):
