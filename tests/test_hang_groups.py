@@ -280,7 +280,7 @@ def test_stack_event_wire_round_trip_and_bounds():
 
 
 def test_status_and_dashboard_show_the_culprits_stack():
-    from stepwatch.cli import format_job
+    from stepwatch.commands.status import format_job
     from stepwatch.models.status import StatusRecorder, job_view
     from stepwatch.streams.dashboard import render_dashboard
 
