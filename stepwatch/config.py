@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.settings import (AssemblySettings, DetectionSettings, HangSettings, HostSettings,  # noqa: F401
+from stepwatch.models.settings import (AssemblySettings, DetectionSettings, HangSettings, HostSettings,  # noqa: F401
                              JobHealthSettings, OnCallSettings, RetentionSettings, StragglerSettings,
                              TelemetrySettings)
-from models.pipeline import PipelineSettings
+from stepwatch.models.pipeline import PipelineSettings
 
 
 @dataclass(frozen=True, kw_only=True)

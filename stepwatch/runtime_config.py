@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from models.hang import HangSettings
-from models.straggler import StragglerSettings
-from models.tunable import runtime_fields
+from stepwatch.models.hang import HangSettings
+from stepwatch.models.straggler import StragglerSettings
+from stepwatch.models.tunable import runtime_fields
 from stepwatch.config import Settings, _parse
 
 GLOBAL = "*"

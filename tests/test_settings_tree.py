@@ -42,9 +42,9 @@ def test_every_detection_section_is_defined_in_the_core_and_shared_by_the_whole_
     settings = Settings()
     for name in core - {"worker"}:
         section = getattr(settings, name)
-        assert type(section).__module__.startswith("models."), name
+        assert type(section).__module__.startswith("stepwatch.models."), name
     # The worker section of the process tree is the pipeline's, extended.
-    from models.pipeline import PipelineSettings
+    from stepwatch.models.pipeline import PipelineSettings
     assert isinstance(settings.worker, PipelineSettings)
     env = Settings.from_env({"STEPWATCH_WORKER_TICK_INTERVAL": "0.25", "STEPWATCH_STRAGGLER_WINDOW": "7"})
     assert (env.worker.tick_interval, env.straggler.window) == (0.25, 7)
