@@ -5,40 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
-from typing import TextIO
 
 from stepwatch.config import Settings
-
-
-#: Seconds between progress lines of long-running commands (on stderr).
-PROGRESS_SECONDS = 5.0
-
-
-def _read_events(paths: list[str], stats: dict) -> Iterator:
-    from stepwatch.models.events import decode_message
-
-    next_report = time.monotonic() + PROGRESS_SECONDS
-    for path in paths:
-        stream: TextIO = sys.stdin if path == "-" else open(path, encoding="utf-8")
-        try:
-            for lineno, line in enumerate(stream, 1):
-                if not line.strip():
-                    continue
-                if lineno % 4096 == 0 and time.monotonic() > next_report:  # progress for long recordings
-                    print(f"stepwatch replay: {path}: line {lineno}, {stats['events']} events, "
-                          f"{stats['alerts']} alerts so far", file=sys.stderr, flush=True)
-                    next_report = time.monotonic() + PROGRESS_SECONDS
-                events, rejected = decode_message(line.encode())
-                for bad in rejected:
-                    stats["rejected"] += 1
-                    if stats["rejected"] <= 10:
-                        print(f"stepwatch replay: {path}:{lineno}: skipped: {bad.reason}", file=sys.stderr)
-                stats["events"] += len(events)
-                yield from events
-        finally:
-            if stream is not sys.stdin:
-                stream.close()
 
 
 def run(args: argparse.Namespace) -> int:
