@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -468,25 +468,6 @@ class DetectionEngine:
         out.extend(job.checkpoint.open_alerts())
         out.extend(job.imbalance.open_alerts())
         return out
-
-
-def replay(events: Iterable[Event], *, settings=None,
-           engine: DetectionEngine | None = None) -> Iterator[Alert]:
-    """Run the core over recorded events on their own clock, yielding alerts in order.
-
-    The clock is the latest event time seen; the timer rules run whenever it has moved
-    on by ``worker.tick_interval``, as the live worker's timer would.
-    """
-    engine = engine or DetectionEngine(settings)
-    interval = engine.settings.worker.tick_interval
-    next_tick: float | None = None
-    for event in events:
-        yield from engine.process(event)
-        if next_tick is None:
-            next_tick = engine.clock + interval
-        elif engine.clock >= next_tick:
-            yield from engine.tick(engine.clock)
-            next_tick = engine.clock + interval
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:

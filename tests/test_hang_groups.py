@@ -13,7 +13,8 @@ import random
 import orjson
 
 from stepwatch.config import HangSettings, Settings
-from stepwatch.models.engine import DetectionEngine, replay
+from engine_driver import replay
+from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import decode_message, event_to_dict, parse_event
 from stepwatch.models.hang import HangDetector
 from stepwatch.models.stacks import parse_request
