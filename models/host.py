@@ -29,8 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .alerts import Alert
+from .causes import SuspectedCause
+from .counters import Baseline, CounterTrack, counter_delta
 from .events import HOST_CPU_FIELDS, HostEvent
-from .telemetry import Baseline, CounterTrack, SuspectedCause, counter_delta
 
 
 @dataclass(frozen=True, kw_only=True)
