@@ -161,7 +161,7 @@ class Pipeline:
         (or records with the same attributes) or bare values.
         """
         out = Outputs()
-        if type(messages) is list and len(messages) == 1:  # nothing to merge (the Faust agent): decode once
+        if type(messages) is list and len(messages) == 1:  # nothing to merge: decode once
             msg = messages[0]
             self._feed_one(Message(msg) if msg is None or type(msg) is bytes else msg, arrival, out)
             return out

@@ -36,8 +36,8 @@ def install_events_consumer(worker) -> None:
     Same recovery on assignment and forgetting on revocation as the Faust agent (the worker's
     ``recover_partitions`` and ``forget_partitions``); each ``getmany`` batch of a partition goes through
     ``worker.pipeline.feed`` at once (it decodes the step events of consecutive messages column-wise
-    together; models/pipeline.py) and ``worker.send`` publishes its outputs, as the Faust agent does one
-    message at a time. Offsets are committed after processing (at-least-once).
+    together; models/pipeline.py) and ``worker.send`` publishes its outputs, as the Faust agent does with
+    its ``take_events`` batches. Offsets are committed after processing (at-least-once).
     A ``mode.Service`` of the worker's app: it starts before the worker logs "Ready" and waits (bounded)
     for its first assignment and recovery, so "Ready" still means "consuming". It keeps the worker's
     ``events_owned``, ``events_assigned`` and ``events_rebalancing`` up to date and calls
