@@ -53,7 +53,8 @@ def encode(events: list[dict], per_message: int) -> list[bytes]:
 
 def core(ranks: int = 1024, steps: int = 40, rounds: int = 2) -> dict:
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import decode_message, decode_message_columns
+    from stepwatch.models.events import decode_message
+    from stepwatch.models.step_columns import decode_message_columns
 
     events = sim_events(ranks, steps)
     single = encode(events, 1)
@@ -103,7 +104,7 @@ def profile(ranks: int = 1024, steps: int = 30, top: int = 8) -> list[tuple[str,
     import pstats
 
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import decode_message_columns
+    from stepwatch.models.step_columns import decode_message_columns
 
     msgs = encode(sim_events(ranks, steps), BATCH)
     engine = DetectionEngine()
@@ -254,7 +255,7 @@ def _child(code: str, args: list[str], out: Path, timeout: float, consumer: str 
 async def _bare(bootstrap: str, topic: str, count: int) -> dict:
     from aiokafka import AIOKafkaConsumer
 
-    from stepwatch.models.events import decode_message_columns
+    from stepwatch.models.step_columns import decode_message_columns
 
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                                 enable_auto_commit=False, group_id=None)

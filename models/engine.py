@@ -22,10 +22,11 @@ from .arrival import CollectiveArrival
 from .assembly import GroupStep, StepAssembler
 from .checkpoint import CheckpointDetector
 from .comm import CommSlowdownDetector
-from .events import CollectiveEvent, Event, PhaseEvent, StepColumns, StepEvent
+from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang import HangDetector
 from .oncall import OnCall, leaving_engine
 from .sli import JobSLI
+from .step_columns import StepColumns
 from .throughput import ThroughputDetector, sample_from
 from .straggler import StragglerDetector
 from .long_straggler import LongStragglerDetector

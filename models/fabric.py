@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from .alerts import Alert
-from .events import GpuEvent, LinkEvent, XidEvent
 from .link_baseline import BASELINE_FEATURES, LinkBaselines
 from .telemetry import ERROR_COUNTERS, CounterTrack, SuspectedCause
+from .telemetry_events import GpuEvent, LinkEvent, XidEvent
 
 
 @dataclass(frozen=True, slots=True)

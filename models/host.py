@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .alerts import Alert
-from .events import HOST_CPU_FIELDS, HostEvent
 from .telemetry import Baseline, CounterTrack, SuspectedCause, counter_delta
+from .telemetry_events import HOST_CPU_FIELDS, HostEvent
 
 #: Per-node values that keep a baseline.
 BASELINED = ("io_some", "cpu_some", "mem_some", "cpu_busy")

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .alerts import Alert, alert_id
-from .events import GpuEvent, LinkEvent, StepEvent, TopologyEvent, XidEvent
+from .events import StepEvent
+from .telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
 
 TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology", "host"})
 

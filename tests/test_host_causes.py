@@ -6,7 +6,8 @@ import pytest
 
 from stepwatch.config import Settings
 from stepwatch.models.engine import DetectionEngine, replay
-from stepwatch.models.events import HostEvent, parse_event
+from stepwatch.models.events import parse_event
+from stepwatch.models.telemetry_events import HostEvent
 from stepwatch.models.host import HostTracker
 
 from host_recording import recording

@@ -17,7 +17,8 @@ from stepwatch.config import OnCallSettings, Settings
 from stepwatch.models.actions import ACTION_KINDS, FAILURE_CLASSES, SCOPES, Classifier
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine, replay
-from stepwatch.models.events import decode_message_columns, parse_event
+from stepwatch.models.events import parse_event
+from stepwatch.models.step_columns import decode_message_columns
 from stepwatch.models.ledger import Incident, NodeLedger
 
 from fleet import Job, job_events, merge, xid_event
