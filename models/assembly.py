@@ -15,6 +15,20 @@ import numpy as np
 
 from .events import StepEvent
 
+
+@dataclass(frozen=True, kw_only=True)
+class AssemblySettings:
+    """How per-rank step events are gathered into one comparable step."""
+
+    #: A step is evaluated once every known rank of its group reported, or once a step
+    #: this many steps newer has arrived (late ranks are then left out of that step) ...
+    max_lag_steps: int = 3
+    #: ... or once it has waited this many seconds of event time.
+    max_wait_seconds: float = 30.0
+    #: Bound on steps held open per group (memory bound for jobs with missing ranks).
+    max_pending_steps: int = 16
+
+
 NAN = float("nan")
 
 

@@ -11,39 +11,44 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
-
-from stepwatch.config import HangSettings, Settings, StragglerSettings
 
 from .alerts import Alert
 from .arrival import CollectiveArrival
 from .assembly import GroupStep, StepAssembler
-from .checkpoint import CheckpointDetector
-from .comm import CommSlowdownDetector
 from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
-from .hang import HangDetector
+from .hang import HangDetector, HangSettings
+from .job_health import job_health_rules
 from .oncall import OnCall, leaving_engine
 from .sli import JobSLI
 from .step_columns import StepColumns
-from .throughput import ThroughputDetector, sample_from
-from .straggler import StragglerDetector
+from .throughput import sample_from
+from .straggler import StragglerDetector, StragglerSettings
 from .long_straggler import LongStragglerDetector
 from .imbalance import ImbalanceDetector
 from .telemetry import TELEMETRY_KINDS, TelemetryHub
+from dataclasses import dataclass
 
 
-#: Hang settings that can change while running (``step_history`` sizes buffers: start-up only).
-RUNTIME_HANG_FIELDS = ("timeout_seconds", "checkpoint_timeout_seconds", "first_step_timeout_seconds",
-                       "warning_factor", "warning_floor_seconds", "warning_min_steps", "heartbeat_timeout_seconds",
-                       "heartbeat_timeout_factor", "max_listed_ranks", "stacks", "stack_waiting_ranks",
-                       "stack_timeout_seconds", "stack_min_interval_seconds")
+@dataclass(frozen=True, kw_only=True)
+class RetentionSettings:
+    """Bounds on the engine's state: nothing grows without limit."""
+
+    #: A job with no event for this long is forgotten (its open alerts resolve as "evicted").
+    job_idle_seconds: float = 6 * 3600.0
+    #: A job that sent ``phase: end`` is forgotten this long after its last event.
+    ended_job_seconds: float = 600.0
+    #: At most this many jobs are tracked; beyond, the least recently active is forgotten.
+    max_jobs: int = 10_000
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended
 #: (ranks' clocks differ by milliseconds); a restarted job relaunches processes and loads a
 #: checkpoint first, which takes far longer.
+
+
 END_GRACE_SECONDS = 10.0
 
 
@@ -54,8 +59,7 @@ class JobState:
                  "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end",
                  "long_stragglers", "imbalance", "arrival")
 
-    def __init__(self, job: str, hang: HangDetector, throughput: ThroughputDetector, comm: CommSlowdownDetector,
-                 checkpoint: CheckpointDetector) -> None:
+    def __init__(self, job: str, hang: HangDetector, throughput, comm, checkpoint) -> None:
         self.job = job
         self.hang = hang
         self.throughput = throughput
@@ -91,8 +95,14 @@ class JobState:
 
 
 class DetectionEngine:
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings()
+    """``settings``: a ``DetectionSettings`` (models/settings.py) or the whole ``stepwatch.config.Settings``."""
+
+    def __init__(self, settings=None) -> None:
+        if settings is None:
+            from .settings import DetectionSettings  # the tree imports this module
+
+            settings = DetectionSettings()
+        self.settings = settings
         self.jobs: dict[str, JobState] = {}
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
@@ -262,18 +272,9 @@ class DetectionEngine:
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:
-        h = self.settings.job_health
-        return JobState(
-            job, self._hang_detector(job),
-            ThroughputDetector(job=job, min_effect=h.throughput_min_effect, threshold=h.throughput_threshold,
-                               persistence=h.throughput_persistence, baseline_steps=h.throughput_baseline_steps,
-                               warmup_steps=self.settings.straggler.warmup_steps,
-                               max_incomplete_steps=h.throughput_max_incomplete_steps),
-            CommSlowdownDetector(job=job, threshold=h.comm_threshold, window=h.comm_window,
-                                 persistence=h.comm_persistence),
-            CheckpointDetector(job=job, max_age_seconds=h.checkpoint_max_age_seconds,
-                               max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor,
-                               required=h.checkpoint_required))
+        return JobState(job, self._hang_detector(job),
+                        *job_health_rules(job, self.settings.job_health,
+                                          warmup_steps=self.settings.straggler.warmup_steps))
 
     def hang_settings(self, job: str) -> HangSettings:
         """The hang rule's settings for ``job``: run-time overrides, else the environment's."""
@@ -285,9 +286,7 @@ class DetectionEngine:
         return h
 
     def _hang_detector(self, job: str) -> HangDetector:
-        h = self.hang_settings(job)
-        return HangDetector(job=job, step_history=h.step_history,
-                            **{name: getattr(h, name) for name in RUNTIME_HANG_FIELDS})
+        return HangDetector.from_settings(self.hang_settings(job), job=job)
 
     def take_stack_requests(self) -> list:
         """Stack requests of hung jobs made since the last call (the worker sends them on the control topic)."""
@@ -362,13 +361,8 @@ class DetectionEngine:
             detector = job.stragglers.get(step.group)
             if detector is None:
                 s = self.straggler_settings(job.job)
-                detector = job.stragglers[step.group] = StragglerDetector(
-                    job=job.job, group=step.group, ratio_threshold=s.ratio_threshold, z_threshold=s.z_threshold,
-                    min_flagged=s.min_flagged, window=s.window, clear_after=s.clear_after,
-                    spread_floor=s.spread_floor, min_peers=s.min_peers, warmup_steps=s.warmup_steps,
-                    critical_ratio=s.critical_ratio, evidence_window=s.evidence_window,
-                    coincidence_p=s.coincidence_p, spike_rate_floor=s.spike_rate_floor,
-                    holdoff_steps=s.holdoff_steps)
+                detector = job.stragglers[step.group] = StragglerDetector.from_settings(
+                    s, job=job.job, group=step.group)
                 detector.on_verdict = self.verdict_listener
                 detector.on_flap = self._count_flap
             detector.rank_class = job.imbalance.class_of(step.group)
@@ -453,9 +447,7 @@ class DetectionEngine:
                 self.hang_overrides[job] = hang
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
-            h = self.hang_settings(state.job)
-            for name in RUNTIME_HANG_FIELDS:  # plain attributes, read at each check
-                setattr(state.hang, name, getattr(h, name))
+            state.hang.reconfigure(self.hang_settings(state.job))
 
     # -- views ----------------------------------------------------------------------------
 
@@ -477,25 +469,6 @@ class DetectionEngine:
         out.extend(job.checkpoint.open_alerts())
         out.extend(job.imbalance.open_alerts())
         return out
-
-
-def replay(events: Iterable[Event], *, settings: Settings | None = None,
-           engine: DetectionEngine | None = None) -> Iterator[Alert]:
-    """Run the core over recorded events on their own clock, yielding alerts in order.
-
-    The clock is the latest event time seen; the timer rules run whenever it has moved
-    on by ``worker.tick_interval``, as the live worker's timer would.
-    """
-    engine = engine or DetectionEngine(settings)
-    interval = engine.settings.worker.tick_interval
-    next_tick: float | None = None
-    for event in events:
-        yield from engine.process(event)
-        if next_tick is None:
-            next_tick = engine.clock + interval
-        elif engine.clock >= next_tick:
-            yield from engine.tick(engine.clock)
-            next_tick = engine.clock + interval
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:

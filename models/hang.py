@@ -51,6 +51,74 @@ from .alerts import Alert, alert_id
 from .clocks import ClockOffsets
 from .events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
 from .stacks import StackRequest, frame_lines
+from .tunable import runtime, runtime_fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class HangSettings:
+    """Settings of the hang rule (this module, docs/hang.md): ``STEPWATCH_HANG_<FIELD>``. Fields marked
+    ``runtime`` may change while running (``stepwatch config set hang.FIELD=VALUE``); ``job_timeouts``
+    and ``step_history`` are read at start-up."""
+
+    #: Critical once no step completed for this many seconds (the user's N).
+    timeout_seconds: float = runtime(600.0)
+    #: Used instead while the job is in the ``checkpoint`` phase (never below the job's timeout).
+    checkpoint_timeout_seconds: float = runtime(1800.0)
+    #: Used instead before the job's first step completed, e.g. model loading (never below the job's timeout).
+    first_step_timeout_seconds: float = runtime(1200.0)
+    #: Per-job overrides of ``timeout_seconds``: ``"jobA=300,jobB=900"``.
+    job_timeouts: str = ""
+    #: Early warning once no step completed for ``warning_factor`` x the p99 of recent train step times ...
+    warning_factor: float = runtime(10.0)
+    #: ... but never sooner than this many seconds (one slow step is not a hang).
+    warning_floor_seconds: float = runtime(30.0)
+    #: Train steps needed in the history before the early warning applies.
+    warning_min_steps: int = runtime(5)
+    #: Recent train step times kept for the p99 (bounded memory).
+    step_history: int = 256
+    #: A rank is silent after no event from it for max(this, ``heartbeat_timeout_factor`` x the
+    #: observed heartbeat interval) seconds, counted from the job's latest event.
+    heartbeat_timeout_seconds: float = runtime(15.0)
+    heartbeat_timeout_factor: float = runtime(3.0)
+    #: Most ranks listed per category in an alert's evidence (counts are always complete).
+    max_listed_ranks: int = runtime(32)
+    #: On a hang, ask the culprits (and ``stack_waiting_ranks`` waiting ranks) for their Python
+    #: stacks on the control topic (docs/hang.md); False: never ask.
+    stacks: bool = runtime(True)
+    stack_waiting_ranks: int = runtime(3)
+    #: Ranks that have not answered this many seconds after the request are listed in ``stack_missing``.
+    stack_timeout_seconds: float = runtime(10.0)
+    #: At most one stack request per job per this many seconds.
+    stack_min_interval_seconds: float = runtime(60.0)
+
+    def __post_init__(self) -> None:
+        self.job_timeout_map()  # fail early, naming the setting, on a malformed value
+
+    def job_timeout_map(self) -> dict[str, float]:
+        """``job_timeouts`` parsed: job id -> timeout seconds."""
+        out: dict[str, float] = {}
+        for item in self.job_timeouts.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            job, sep, value = item.rpartition("=")
+            try:
+                if not sep or not job.strip():
+                    raise ValueError
+                seconds = float(value)
+                if not seconds > 0:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"hang.job_timeouts: expected 'JOB=SECONDS[,JOB=SECONDS...]' with positive "
+                                 f"seconds, got {item!r}") from None
+            out[job.strip()] = seconds
+        return out
+
+    def timeout_for(self, job: str) -> float:
+        return self.job_timeout_map().get(job, self.timeout_seconds)
+
+
+_D = HangSettings()
 
 DEFAULT_PG = "default"
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
@@ -104,15 +172,21 @@ class _StackState:
     final: bool = False
     sent: bool = False  # the worker sent it (replay sends nothing: no answer expected, none missing)
 
+
 class HangDetector:
     """Hang rule and culprit localization for one job; feed it every event, ``check(now)`` on a timer."""
 
-    def __init__(self, *, job: str, timeout_seconds: float = 600.0, checkpoint_timeout_seconds: float = 1800.0,
-                 first_step_timeout_seconds: float = 1200.0, warning_factor: float = 10.0,
-                 warning_floor_seconds: float = 30.0, warning_min_steps: int = 5, step_history: int = 256,
-                 heartbeat_timeout_seconds: float = 15.0, heartbeat_timeout_factor: float = 3.0,
-                 max_listed_ranks: int = 32, stacks: bool = False, stack_waiting_ranks: int = 3,
-                 stack_timeout_seconds: float = 10.0, stack_min_interval_seconds: float = 60.0) -> None:
+    # Defaults and documentation: ``HangSettings`` (one place); a bare detector asks for no stacks.
+    def __init__(self, *, job: str, timeout_seconds: float = _D.timeout_seconds,
+                 checkpoint_timeout_seconds: float = _D.checkpoint_timeout_seconds,
+                 first_step_timeout_seconds: float = _D.first_step_timeout_seconds,
+                 warning_factor: float = _D.warning_factor, warning_floor_seconds: float = _D.warning_floor_seconds,
+                 warning_min_steps: int = _D.warning_min_steps, step_history: int = _D.step_history,
+                 heartbeat_timeout_seconds: float = _D.heartbeat_timeout_seconds,
+                 heartbeat_timeout_factor: float = _D.heartbeat_timeout_factor,
+                 max_listed_ranks: int = _D.max_listed_ranks, stacks: bool = False,
+                 stack_waiting_ranks: int = _D.stack_waiting_ranks, stack_timeout_seconds: float = _D.stack_timeout_seconds,
+                 stack_min_interval_seconds: float = _D.stack_min_interval_seconds) -> None:
         if timeout_seconds <= 0 or checkpoint_timeout_seconds <= 0 or first_step_timeout_seconds <= 0:
             raise ValueError("hang timeouts must be positive")
         if step_history < 1 or warning_min_steps < 1:
@@ -140,6 +214,17 @@ class HangDetector:
         self._last_request_at: float | None = None
         self._old_alert_ids: deque[str] = deque(maxlen=16)
         self._reset_state()
+
+    @classmethod
+    def from_settings(cls, settings: HangSettings, *, job: str) -> "HangDetector":
+        """A detector for ``job`` configured by ``settings`` (``job_timeouts`` is the caller's to apply)."""
+        return cls(job=job, step_history=settings.step_history,
+                   **{name: getattr(settings, name) for name in runtime_fields(HangSettings)})
+
+    def reconfigure(self, settings: HangSettings) -> None:
+        """Take the run-time fields of ``settings`` at once (plain attributes, read at each check)."""
+        for name in runtime_fields(HangSettings):
+            setattr(self, name, getattr(settings, name))
 
     def _reset_state(self) -> None:
         # Job-level state.

@@ -32,7 +32,51 @@ from .alerts import Alert
 from .telemetry import Baseline, CounterTrack, SuspectedCause, counter_delta
 from .telemetry_events import HOST_CPU_FIELDS, HostEvent
 
+
+@dataclass(frozen=True, kw_only=True)
+class HostSettings:
+    """Host signals as causes (models/host.py) and the device-layer rules of seed 003 (models/device_rules.py)."""
+
+    #: IO pressure: PSI io ``some avg10`` at or above this percentage (and ``pressure_factor`` x the node's baseline).
+    io_pressure_pct: float = 20.0
+    #: CPU saturation: busy share of all CPUs at or above this (0-1), or PSI cpu ``some avg10`` above
+    #: ``cpu_pressure_pct``.
+    cpu_busy_ratio: float = 0.95
+    cpu_pressure_pct: float = 50.0
+    #: Memory pressure: PSI memory ``some avg10`` at or above this percentage, or MemAvailable below
+    #: ``mem_available_ratio`` of MemTotal.
+    memory_pressure_pct: float = 10.0
+    mem_available_ratio: float = 0.05
+    #: A pressure counts only at this multiple of the node's own baseline median (once it has one).
+    pressure_factor: float = 2.0
+    #: A disk's read latency (ms per completed read) counts at this multiple of its baseline or of the peer
+    #: nodes' disks' median ...
+    disk_latency_factor: float = 4.0
+    #: ... and above this many ms (a fast NVMe going from 0.1 to 0.5 ms is no stall).
+    disk_latency_floor_ms: float = 2.0
+    #: Reads between two samples below which a latency is not measured (too few to mean anything).
+    disk_min_reads: int = 5
+    #: Host samples in the correlation window a condition must hold in to be evidence.
+    min_samples: int = 2
+    #: A silent rank is blamed on an OOM kill of its node within this many seconds after its last event.
+    oom_window_seconds: float = 60.0
+    #: Host samples kept per node (the correlation looks ``telemetry.correlation_window`` either side of an
+    #: alert's start; causes are kept once the window has closed). About 500 bytes each.
+    history_samples: int = 300
+    #: gpu_idle: a GPU that runs a rank of a stepping job below this utilization (%) for ``gpu_idle_seconds``.
+    gpu_idle_util_pct: float = 10.0
+    gpu_idle_seconds: float = 300.0
+    #: gpu_hot: temperature at or above this (degrees C) in ``gpu_hot_samples`` consecutive samples.
+    gpu_hot_temp_c: float = 85.0
+    gpu_hot_samples: int = 3
+    #: hbm_full: memory used above this share of total (``gpu_hot_samples`` samples in a row) while the job's
+    #: step time (median of its last 10 steps) grew to ``hbm_step_growth`` x its earlier median.
+    hbm_full_ratio: float = 0.90
+    hbm_step_growth: float = 1.1
+
 #: Per-node values that keep a baseline.
+
+
 BASELINED = ("io_some", "cpu_some", "mem_some", "cpu_busy")
 #: Input-bound alerts get their host evidence weighted up by this; other stragglers down.
 DATA_BOUND_BOOST = 1.5

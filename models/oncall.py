@@ -32,18 +32,54 @@ from .ledger import Incident, NodeLedger, incidents_of
 from .placement import PlacementView
 from .restarts import Restart, RestartTracker
 from .step_columns import StepColumns
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnCallSettings:
+    """Scope and action on every alert, restarts, the node ledger and action hooks (docs/operations.md, "On call")."""
+
+    #: Overrides of the failure-class table (models/actions.py): JSON, or ``@path`` of a JSON file.
+    failure_classes: str = ""
+    #: The node ledger counts a node's incidents over this sliding window (seconds) ...
+    ledger_window_seconds: float = 24 * 3600.0
+    #: ... and a node implicated in this many distinct jobs within it is a ``node_suspect``.
+    ledger_min_jobs: int = 2
+    #: Compacted topic of incidents (keyed by node and alert): every worker's ledger reads it whole.
+    ledger_topic: str = "ledger"
+    #: Compacted topic of job placement (keyed by job), written by each job's owner, read by every worker.
+    placement_topic: str = "placement"
+    #: A node alert names the jobs that had ranks on the node within this many seconds of it.
+    placement_window_seconds: float = 300.0
+    #: A job restarted when its step counter goes back by more than this many steps ...
+    restart_min_steps_back: int = 2
+    #: ... after at least this many seconds without events from the rank that reports it.
+    restart_min_silence_seconds: float = 30.0
+    #: Action hooks: off by default. On: ``evidence.action`` of new node_suspect and critical device
+    #: alerts goes to the actions topic (and the webhook, if set).
+    hooks_enabled: bool = False
+    actions_topic: str = "actions"
+    #: Optional webhook URL (JSON POST) for actions.
+    webhook_url: str = ""
+    #: Dry run (the default): commands are rendered into the payload, never executed.
+    dry_run: bool = True
+    #: Executor command run with the rendered command appended, only when dry_run is off; empty: none.
+    executor: str = ""
+    #: Command templates ({node}, {reason}) rendered into each action.
+    slurm_template: str = "scontrol update nodename={node} state=drain reason=\"{reason}\""
+    kubernetes_template: str = "kubectl cordon {node}"
 
 #: A restart names the job's latest firing alert from at most this long before its silence began.
+
+
 PRECEDING_LOOKBACK_SECONDS = 3600.0
 
 
 class OnCall:
-    """The engine's outlet: see the module doc. ``settings``: ``stepwatch.config.OnCallSettings``."""
+    """The engine's outlet: see the module doc. ``settings``: ``OnCallSettings``."""
 
     def __init__(self, settings=None) -> None:
         if settings is None:
-            from stepwatch.config import OnCallSettings
-
             settings = OnCallSettings()
         self.settings = settings
         self.classifier = Classifier(overrides=load_overrides(settings.failure_classes))

@@ -38,6 +38,20 @@ from .step_columns import StepColumns, _step_columns, decode_message_columns
 from .wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
 from .published import PublishedAlerts
 
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSettings:
+    """What the pipeline itself needs of the worker's settings (``STEPWATCH_WORKER_<FIELD>``;
+    stepwatch/config.py's ``WorkerSettings`` adds the rest)."""
+
+    #: How often the worker's timer runs time-driven rules (hang checks, step flush), seconds
+    #: (``run_recording`` ticks a recording's clock as often).
+    tick_interval: float = 1.0
+    #: Events stamped further than this ahead of the worker's clock are dead-lettered (a
+    #: sender clock or unit bug); older timestamps are fine (recordings, clock offsets).
+    max_future_seconds: float = 86_400.0
+
+
 log = logging.getLogger("stepwatch.pipeline")
 
 #: Step events merged into one column batch at most. Merging amortises the per-call cost for small

@@ -30,14 +30,58 @@ crosses ``critical_ratio``); each re-fire attempt inside the hold-off is a flap 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import inspect
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from .alerts import Alert, alert_id
 from .assembly import GroupStep
+from .tunable import runtime, runtime_fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class StragglerSettings:
+    """Settings of the peer-comparison straggler rule (this module) and of the long-horizon rule
+    (models/long_straggler.py): ``STEPWATCH_STRAGGLER_<FIELD>``. Every field may change at run time
+    (``stepwatch config set straggler.FIELD=VALUE``)."""
+
+    #: A step is "slow" for a rank when its signal is at least this multiple of the peer median ...
+    ratio_threshold: float = runtime(1.10)
+    #: ... and its robust z-score (MAD-based) is at least this.
+    z_threshold: float = runtime(3.5)
+    #: Fire when at least ``min_flagged`` of the last ``window`` evaluated steps were slow.
+    min_flagged: int = runtime(3)
+    window: int = runtime(5)
+    #: Resolve after this many consecutive clean steps (hysteresis).
+    clear_after: int = runtime(10)
+    #: Floor on the spread used by the z-score, as a fraction of the peer median: stops a
+    #: perfectly uniform group (MAD ~ 0) from turning 0.1% differences into huge z-scores.
+    spread_floor: float = runtime(0.02)
+    #: Groups with fewer ranks than this are not compared (a median of 2 says nothing).
+    min_peers: int = runtime(4)
+    #: Steps ignored at the start of a job (and after each restart of the step counter).
+    warmup_steps: int = runtime(10)
+    #: Ratio at and above which a straggler alert is critical rather than a warning.
+    critical_ratio: float = runtime(1.5)
+    #: Steps of per-rank history kept for the evidence of an alert.
+    evidence_window: int = runtime(20)
+    #: Fire only when so many slow steps have at most this chance of being independent spikes at
+    #: the job's learned background rate (1 disables the test: plain k of n).
+    coincidence_p: float = runtime(2e-7)
+    #: Lowest background rate of slow rank-steps assumed (also the prior before it is learned).
+    spike_rate_floor: float = runtime(0.001)
+    #: A rank whose alert resolved fires again within this many steps only when clearly worse.
+    holdoff_steps: int = runtime(200)
+    #: Long-horizon rule (models/long_straggler.py, severity info): smallest steady slowdown
+    #: reported (0 = off) ...
+    long_min_effect: float = runtime(0.03)
+    #: ... judged over this many steps of per-rank history.
+    long_window: int = runtime(200)
+
+
+_D = StragglerSettings()
 
 SIGNALS = ("compute_time", "arrival", "step_time")
 
@@ -89,11 +133,14 @@ def choose_signal(step: GroupStep) -> tuple[str, np.ndarray] | None:
 class StragglerDetector:
     """Peer-comparison straggler rule for one (job, group); feed it closed steps in order."""
 
-    def __init__(self, *, job: str, group: str = "", ratio_threshold: float = 1.10, z_threshold: float = 3.5,
-                 min_flagged: int = 3, window: int = 5, clear_after: int = 10, spread_floor: float = 0.02,
-                 min_peers: int = 4, warmup_steps: int = 10, critical_ratio: float = 1.5,
-                 evidence_window: int = 20, coincidence_p: float = 2e-7, spike_rate_floor: float = 0.001,
-                 holdoff_steps: int = 200) -> None:
+    # Defaults and documentation of every hyperparameter: ``StragglerSettings`` (one place).
+    def __init__(self, *, job: str, group: str = "", ratio_threshold: float = _D.ratio_threshold,
+                 z_threshold: float = _D.z_threshold, min_flagged: int = _D.min_flagged, window: int = _D.window,
+                 clear_after: int = _D.clear_after, spread_floor: float = _D.spread_floor,
+                 min_peers: int = _D.min_peers, warmup_steps: int = _D.warmup_steps,
+                 critical_ratio: float = _D.critical_ratio, evidence_window: int = _D.evidence_window,
+                 coincidence_p: float = _D.coincidence_p, spike_rate_floor: float = _D.spike_rate_floor,
+                 holdoff_steps: int = _D.holdoff_steps) -> None:
         if not 1 <= min_flagged <= window:
             raise ValueError("need 1 <= min_flagged <= window")
         self.job = job
@@ -183,14 +230,19 @@ class StragglerDetector:
             self._nodes.extend([None] * grow)
         return np.fromiter((slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
 
-    TUNABLE = ("ratio_threshold", "z_threshold", "min_flagged", "window", "clear_after", "spread_floor",
-               "min_peers", "warmup_steps", "critical_ratio", "evidence_window", "coincidence_p", "spike_rate_floor",
-               "holdoff_steps")
+    #: The settings this rule takes (set after the class: its constructor's keywords among
+    #: ``StragglerSettings``; the ``long_*`` rest configures the long-horizon rule).
+    TUNABLE: tuple[str, ...] = ()
     _INTS = frozenset({"min_flagged", "window", "clear_after", "min_peers", "warmup_steps", "evidence_window",
                        "holdoff_steps"})
     #: Weight (rank-steps) of the ``spike_rate_floor`` prior in the background rate; its decay half-life (steps).
     _BG_PRIOR = 1000.0
     _BG_HALFLIFE = 200.0
+
+    @classmethod
+    def from_settings(cls, settings: StragglerSettings, *, job: str, group: str = "") -> "StragglerDetector":
+        """A detector for one (job, group) configured by ``settings``."""
+        return cls(job=job, group=group, **{name: getattr(settings, name) for name in cls.TUNABLE})
 
     def settings(self) -> dict:
         """The rule's current settings (the names of ``StragglerSettings``)."""
@@ -498,3 +550,7 @@ def _binomial_tail(k: int, n: int, p: float) -> float:
 
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
+
+
+StragglerDetector.TUNABLE = tuple(name for name in runtime_fields(StragglerSettings)
+                                  if name in inspect.signature(StragglerDetector.__init__).parameters)

@@ -35,6 +35,73 @@ from .alerts import Alert, alert_id
 from .events import StepEvent
 from .telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
 
+
+@dataclass(frozen=True, kw_only=True)
+class TelemetrySettings:
+    """Node telemetry: the node agent, counter spikes, GPU/link alerts, correlation (models/telemetry.py)."""
+
+    #: Topic of node telemetry (keyed by node), under the Kafka topic prefix.
+    topic: str = "telemetry"
+    #: Seconds between two samples of the node agent.
+    agent_interval: float = 1.0
+    #: Root of sysfs for the agent (tests point it at a recorded tree).
+    sysfs_root: str = "/sys"
+    #: Root of procfs for the agent's host signals (tests point it at a fake tree).
+    proc_root: str = "/proc"
+    #: Batches the agent holds while Kafka is slow or away; beyond, the oldest are dropped and counted.
+    agent_queue_size: int = 600
+    #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
+    agent_max_block_ms: int = 1000
+    #: Seconds between two topology events from the agent.
+    topology_interval: float = 60.0
+    #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).
+    correlation_window: float = 60.0
+    #: Samples of each rate's own recent baseline (bounded memory).
+    baseline_samples: int = 120
+    #: Samples a baseline needs before a rate is judged against it.
+    baseline_min_samples: int = 10
+    #: A rate (xmit_wait, CNPs) is a spike at this multiple of its baseline median (and above its floor).
+    rate_factor: float = 4.0
+    #: Bandwidth below this fraction of its baseline (while the baseline is busy) is a collapse.
+    bandwidth_collapse_ratio: float = 0.3
+    #: Throttling counts as a fault once the SM clock is below this fraction of its baseline.
+    clock_drop_ratio: float = 0.85
+    #: Consecutive throttled samples before a gpu_fault for throttling fires.
+    throttle_min_samples: int = 3
+    #: A port has sustained errors (link_errors alert) when its error counters rose in
+    #: ``link_error_min_samples`` of its last ``link_error_window`` samples.
+    link_error_window: int = 10
+    link_error_min_samples: int = 3
+    #: A condition-based alert (throttling, link errors, link down) resolves after this many clean samples.
+    clear_after: int = 30
+    #: An event-based fault (Xid, ECC double-bit error) resolves this long after its last occurrence.
+    fault_hold_seconds: float = 300.0
+    #: Xid codes caused by the application, not the hardware: no gpu_fault.
+    app_xids: str = "13,31,43,45,68"
+    #: A straggler whose data_time is at least this multiple of its peers' points at the input pipeline.
+    data_time_ratio: float = 3.0
+    #: Spikes remembered per node for correlation (oldest dropped first).
+    max_spikes_per_node: int = 512
+    #: Suspected causes listed per alert.
+    max_causes: int = 5
+    #: Enrichment updates (new versions) published per alert at most.
+    max_enrichment_updates: int = 5
+    #: The worker's global telemetry feed starts this many seconds back in the topic.
+    feed_lookback_seconds: float = 300.0
+    #: Persistent link baselines (models/link_baseline.py, docs/network.md): a sample's weight halves
+    #: after this many seconds of the node's clock; a port's own baseline counts after this many samples;
+    #: the owner of a node's partition writes the node's baselines to the compacted topic this often.
+    link_baseline_half_life: float = 21600.0
+    link_baseline_min_samples: int = 120
+    link_baseline_publish_interval: float = 60.0
+
+    def app_xid_set(self) -> frozenset[int]:
+        try:
+            return frozenset(int(x) for x in self.app_xids.split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"telemetry.app_xids: expected comma-separated integers, got {self.app_xids!r}") from None
+
+
 TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology", "host"})
 
 #: Error counters of a port (sysfs counters/ and hw_counters/): any increase is a spike.
@@ -822,11 +889,9 @@ class TelemetryHub:
 
     def __init__(self, settings=None, host=None) -> None:
         if settings is None:
-            from stepwatch.config import TelemetrySettings
-
             settings = TelemetrySettings()
         if host is None:
-            from stepwatch.config import HostSettings
+            from .host import HostSettings  # host.py builds on this module
 
             host = HostSettings()
         s = settings

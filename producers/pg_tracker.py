@@ -41,7 +41,7 @@ import sys
 import threading
 from typing import Any
 
-from .monitor import DEFAULT_PG
+from .collectives import DEFAULT_PG
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from .monitor import DEFAULT_PG, RankMonitor
+from .collectives import DEFAULT_PG
+from .monitor import RankMonitor
 from .pg_tracker import suppressed
 
 __all__ = ["CollectiveTimer", "attach_ddp"]

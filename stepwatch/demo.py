@@ -27,7 +27,7 @@ def _say(text: str) -> None:
 
 def run_demo(settings: Settings, *, ranks: int = 64, steps: int = 220, speed: float = 10.0,
              timeout: float = 240.0) -> int:
-    from stepwatch.cli import follow_alerts
+    from stepwatch.commands.alerts import follow_alerts
     from stepwatch.producers.publisher import EventPublisher
     from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
     from stepwatch.topics import ensure_topics
@@ -80,7 +80,7 @@ def run_demo(settings: Settings, *, ranks: int = 64, steps: int = 220, speed: fl
         stop = threading.Event()
 
         def simulate() -> None:
-            from stepwatch.cli import _paced
+            from stepwatch.commands.simulate import _paced
 
             with EventPublisher(bootstrap=bootstrap, topic=kafka.topic(kafka.events_topic), **security) as publisher:
                 for i, (_, batch) in enumerate(_paced(ClusterSimulator(spec).steps(), speed)):

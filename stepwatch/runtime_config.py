@@ -20,13 +20,14 @@ from typing import Any
 
 import orjson
 
-from stepwatch.config import HangSettings, Settings, StragglerSettings, _parse
+from stepwatch.models.hang import HangSettings
+from stepwatch.models.straggler import StragglerSettings
+from stepwatch.models.tunable import runtime_fields
+from stepwatch.config import Settings, _parse
 
 GLOBAL = "*"
 #: Sections that can be changed at run time, with their settings class.
 SECTIONS: dict[str, type] = {"straggler": StragglerSettings, "hang": HangSettings}
-#: Fields that cannot change at run time (they size buffers or name jobs): environment only.
-STARTUP_ONLY = {"hang": {"step_history", "job_timeouts"}}
 
 
 def parse_assignments(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -52,7 +53,7 @@ def _convert(section: str, field: str, raw: Any) -> Any:
     if cls is None:
         raise ValueError(f"unknown section {section!r}: runtime settings exist for {', '.join(SECTIONS)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    if field in STARTUP_ONLY.get(section, ()):
+    if field in fields and field not in runtime_fields(cls):  # marked on the dataclass (models/tunable.py)
         raise ValueError(f"{section}.{field} can only be set at start-up "
                          f"(STEPWATCH_{section.upper()}_{field.upper()})")
     if field not in fields:

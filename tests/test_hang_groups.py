@@ -13,7 +13,8 @@ import random
 import orjson
 
 from stepwatch.config import HangSettings, Settings
-from stepwatch.models.engine import DetectionEngine, replay
+from engine_driver import replay
+from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import decode_message, event_to_dict, parse_event
 from stepwatch.models.hang import HangDetector
 from stepwatch.models.stacks import parse_request
@@ -280,7 +281,7 @@ def test_stack_event_wire_round_trip_and_bounds():
 
 
 def test_status_and_dashboard_show_the_culprits_stack():
-    from stepwatch.cli import format_job
+    from stepwatch.commands.status import format_job
     from stepwatch.models.status import StatusRecorder, job_view
     from stepwatch.streams.dashboard import render_dashboard
 

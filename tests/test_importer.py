@@ -11,7 +11,7 @@ import pytest
 
 from conftest import in_ci
 from stepwatch import importer
-from stepwatch.models.engine import replay
+from engine_driver import replay
 from stepwatch.models.events import decode_message, parse_event
 
 REPO = Path(__file__).resolve().parents[1]

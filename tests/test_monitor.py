@@ -11,7 +11,8 @@ import time
 import pytest
 
 from stepwatch.models.events import parse_event
-from stepwatch.producers.monitor import RankMonitor, _union_length
+from stepwatch.producers.collectives import _union_length
+from stepwatch.producers.monitor import RankMonitor
 
 
 def closed_port() -> str:

@@ -16,7 +16,8 @@ import pytest
 from stepwatch.config import OnCallSettings, Settings
 from stepwatch.models.actions import ACTION_KINDS, FAILURE_CLASSES, SCOPES, Classifier
 from stepwatch.models.alerts import Alert
-from stepwatch.models.engine import DetectionEngine, replay
+from engine_driver import replay
+from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import parse_event
 from stepwatch.models.step_columns import decode_message_columns
 from stepwatch.models.ledger import Incident, NodeLedger

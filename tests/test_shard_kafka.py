@@ -13,7 +13,8 @@ import urllib.request
 import orjson
 import pytest
 
-from stepwatch.producers.monitor import MonitorConfig, RankMonitor
+from stepwatch.producers.monitor import RankMonitor
+from stepwatch.producers.monitor_config import MonitorConfig
 from stepwatch.producers.publisher import group_by_key, shard_key
 from stepwatch.streams.shard import OffsetTracker, ShardBuffer
 

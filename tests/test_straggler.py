@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from stepwatch.config import Settings, StragglerSettings
-from stepwatch.models.engine import DetectionEngine, replay
+from engine_driver import replay
+from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import parse_event
 from stepwatch.producers.simulator import ClusterSimulator, JobSlowdown, SimulationSpec, StragglerFault
 

@@ -9,7 +9,8 @@ import pytest
 
 from stepwatch.config import Settings, TelemetrySettings
 from stepwatch.models.alerts import Alert
-from stepwatch.models.engine import DetectionEngine, replay
+from engine_driver import replay
+from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import decode_message, parse_event
 from stepwatch.models.telemetry_events import GpuEvent, LinkEvent
 from stepwatch.models.wire import InvalidEvent

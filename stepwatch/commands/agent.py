@@ -1,0 +1,79 @@
+"""``stepwatch agent``: the node agent, GPU, InfiniBand and host telemetry to Kafka."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+
+import orjson
+
+from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
+
+
+def run(args: argparse.Namespace) -> int:
+    """The node agent: GPU (NVML) and InfiniBand (sysfs) telemetry to Kafka, keyed by node."""
+    from stepwatch.producers.agent import KafkaSender, NodeAgent
+
+    settings = _settings(args)
+    t = settings.telemetry
+    overrides = {}
+    if args.interval is not None:
+        overrides["agent_interval"] = args.interval
+    if args.sysfs_root is not None:
+        overrides["sysfs_root"] = args.sysfs_root
+    if args.proc_root is not None:
+        overrides["proc_root"] = args.proc_root
+    if overrides:
+        settings = dataclasses.replace(settings, telemetry=dataclasses.replace(t, **overrides))
+    to_stdout = args.stdout or (args.once and not settings.kafka.bootstrap)
+    sender = None
+    if not args.verbose:  # the transport says in one line what is wrong with Kafka; kafka-python's retries are noise
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda record: not record.name.startswith("kafka."))
+    if to_stdout:
+        def sink(key: str, events: list[dict]) -> None:
+            for event in events:
+                sys.stdout.write(orjson.dumps(event).decode() + "\n")
+            sys.stdout.flush()
+    else:
+        _require_bootstrap(settings)
+        sender = KafkaSender(bootstrap=settings.kafka.bootstrap, topic=settings.kafka.topic(settings.telemetry.topic),
+                             queue_size=settings.telemetry.agent_queue_size,
+                             max_block_ms=settings.telemetry.agent_max_block_ms,
+                             partitions=settings.kafka.partitions,
+                             replication_factor=settings.kafka.replication_factor, settings=settings).start()
+        sink = sender.offer
+    agent = NodeAgent(node=args.node, settings=settings, sink=sink)
+    try:
+        agent.discover()
+        agent.run(once=args.once, max_samples=args.samples)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        agent.close()
+        if sender is not None:
+            sender.close()
+            print(f"stepwatch agent: {agent.samples} samples, {sender.sent} batches sent, {sender.dropped} dropped "
+                  f"(queue full), {sender.failed} not sent (Kafka unavailable)", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("agent", help="run the node agent: GPU, InfiniBand and host telemetry to Kafka",
+                       description="Sample every GPU (NVML, pip install 'stepwatch[agent]'), InfiniBand/RoCE port "
+                                   "(sysfs) and the host's CPU, memory, OOM and disk counters (procfs) of this node "
+                                   "every --interval seconds and publish gpu, xid, link, topology and host events "
+                                   "keyed by node to the telemetry topic. What the node lacks is reported once and "
+                                   "skipped.")
+    _add_kafka_args(p)
+    p.add_argument("--node", help="node name (default: the host name)")
+    p.add_argument("--interval", type=float, metavar="S", help="seconds between samples (default 1)")
+    p.add_argument("--sysfs-root", metavar="DIR", help="root of sysfs (default /sys)")
+    p.add_argument("--proc-root", metavar="DIR", help="root of procfs for host signals (default /proc)")
+    p.add_argument("--once", action="store_true",
+                   help="take one sample and exit (printed as JSON Lines unless Kafka is configured)")
+    p.add_argument("--samples", type=int, metavar="N", help="stop after N samples")
+    p.add_argument("--stdout", action="store_true", help="print the events as JSON Lines instead of publishing")
+    p.set_defaults(func=run)

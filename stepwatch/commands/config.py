@@ -1,0 +1,76 @@
+"""``stepwatch config set|unset|show``: runtime detector settings in the config topic."""
+
+from __future__ import annotations
+
+import argparse
+
+import orjson
+
+from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
+
+
+def run(args: argparse.Namespace) -> int:
+    from stepwatch.runtime_config import GLOBAL, parse_assignments, read_topic, validate, write_topic
+
+    settings = _settings(args)
+    _require_bootstrap(settings)
+    key = args.job or GLOBAL
+    if args.config_command == "show":
+        scopes = read_topic(settings)
+        if args.job:
+            scopes = {k: v for k, v in scopes.items() if k == args.job}
+        if args.json:
+            print(orjson.dumps(scopes, option=orjson.OPT_INDENT_2).decode())
+            return 0
+        if not scopes:
+            print("no runtime settings: every job uses the worker's own settings")
+        for scope in sorted(scopes, key=lambda k: (k != GLOBAL, k)):
+            name = "all jobs (*)" if scope == GLOBAL else f"job {scope}"
+            values = ", ".join(f"{sec}.{k}={v}" for sec, kv in scopes[scope].items() for k, v in sorted(kv.items()))
+            print(f"{name}: {values}")
+        return 0
+    changes = parse_assignments(args.assignments) if args.config_command == "set" else {}
+    current = read_topic(settings).get(key, {})
+    if args.config_command == "set":
+        merged = {sec: dict(current.get(sec, {})) for sec in set(current) | set(changes)}
+        for sec, kv in changes.items():
+            merged[sec].update(kv)
+        validate(merged, settings.straggler)
+    else:  # unset
+        merged = {sec: dict(kv) for sec, kv in current.items()}
+        for name in args.names:
+            sec, dot, field = name.rpartition(".")
+            merged.get(sec if dot else "straggler", {}).pop(field, None)
+        if not args.names:
+            merged = {}
+    merged = {sec: kv for sec, kv in merged.items() if kv}
+    write_topic(settings, key, merged or None)
+    scope = "all jobs" if key == GLOBAL else f"job {key}"
+    if merged:
+        values = ", ".join(f"{sec}.{k}={v}" for sec, kv in merged.items() for k, v in sorted(kv.items()))
+        print(f"stepwatch config: {scope}: {values} (workers apply it within seconds)")
+    else:
+        print(f"stepwatch config: {scope}: no runtime settings (back to the defaults)")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("config", help="change detector settings of running workers (config topic)",
+                       description="Runtime settings live in the compacted <prefix>config topic, keyed by job "
+                                   "id or '*' (all jobs); workers apply them within seconds, no restart.")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    c = csub.add_parser("set", help="set settings, e.g. straggler.ratio_threshold=1.2")
+    _add_kafka_args(c)
+    c.add_argument("--job", help="only this job (default: every job, '*')")
+    c.add_argument("assignments", nargs="+", metavar="SECTION.FIELD=VALUE")
+    c.set_defaults(func=run)
+    c = csub.add_parser("unset", help="drop settings (all of the scope's without names)")
+    _add_kafka_args(c)
+    c.add_argument("--job", help="only this job (default: every job, '*')")
+    c.add_argument("names", nargs="*", metavar="SECTION.FIELD")
+    c.set_defaults(func=run)
+    c = csub.add_parser("show", help="print the settings in the config topic")
+    _add_kafka_args(c)
+    c.add_argument("--job", help="only this job's")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=run)

@@ -1,0 +1,43 @@
+"""``stepwatch record``: copy the events and telemetry topics to a JSON Lines recording."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
+
+
+def run(args: argparse.Namespace) -> int:
+    from stepwatch.recording import parse_time, record
+
+    settings = _settings(args)
+    _require_bootstrap(settings)
+    since = parse_time(args.since) if args.since else None
+    until = parse_time(args.until) if args.until else None
+    out = sys.stdout.buffer if args.out == "-" else open(args.out, "wb")
+    try:
+        stats = record(settings, out, jobs=args.job, since=since, until=until, arrival=not args.no_arrival)
+    finally:
+        if out is not sys.stdout.buffer:
+            out.close()
+        else:
+            out.flush()
+    print(f"stepwatch record: {stats['written']} messages written of {stats['messages']} read "
+          f"({stats['skipped']} not events)" + ("" if args.out == "-" else f" to {args.out}"), file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("record", help="copy the events and telemetry topics to a JSON Lines recording",
+                       description="Write what the events and telemetry topics hold now (one message per line, "
+                                   "in arrival order) for `stepwatch replay` or `stepwatch publish`. Each line "
+                                   "keeps its broker time as \"_arrival\" (Unix seconds).")
+    _add_kafka_args(p)
+    p.add_argument("-o", "--out", default="-", metavar="FILE", help="where to write ('-': stdout, the default)")
+    p.add_argument("--job", action="append", metavar="JOB",
+                   help="only this job's events (node telemetry is kept whole); repeatable")
+    p.add_argument("--since", metavar="TIME", help="from this broker time (Unix seconds or ISO 8601, UTC)")
+    p.add_argument("--until", metavar="TIME", help="up to this broker time")
+    p.add_argument("--no-arrival", action="store_true", help="leave out \"_arrival\"")
+    p.set_defaults(func=run)
