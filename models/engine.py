@@ -28,7 +28,7 @@ from .throughput import sample_from
 from .straggler import StragglerDetector, StragglerSettings
 from .long_straggler import LongStragglerDetector
 from .imbalance import ImbalanceDetector
-from .telemetry import TELEMETRY_KINDS, TelemetryHub
+from .telemetry_hub import TELEMETRY_KINDS, TelemetryHub
 from dataclasses import dataclass
 
 

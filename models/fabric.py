@@ -34,9 +34,11 @@ from typing import Any
 import numpy as np
 
 from .alerts import Alert
+from .causes import SuspectedCause
+from .counters import CounterTrack
 from .link_baseline import BASELINE_FEATURES, LinkBaselines
-from .telemetry import ERROR_COUNTERS, CounterTrack, SuspectedCause
 from .telemetry_events import GpuEvent, LinkEvent, XidEvent
+from .telemetry_tracker import ERROR_COUNTERS
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .alerts import Alert
-from .telemetry import Baseline, CounterTrack, SuspectedCause, counter_delta
+from .causes import SuspectedCause
+from .counters import Baseline, CounterTrack, counter_delta
 from .telemetry_events import HOST_CPU_FIELDS, HostEvent
 
 

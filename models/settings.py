@@ -1,18 +1,18 @@
 """The detection core's settings tree: the sections the core reads, each defined next to what it configures.
 
-=================  ==========================================  ===================================
-section            class, where                                configures
-=================  ==========================================  ===================================
-``straggler``      ``StragglerSettings``, models/straggler.py  straggler and long-horizon rules
-``assembly``       ``AssemblySettings``, models/assembly.py    gathering ranks into one step
-``hang``           ``HangSettings``, models/hang.py            the hang rule
-``job_health``     ``JobHealthSettings``, models/job_health.py throughput, comm, checkpoint rules
-``retention``      ``RetentionSettings``, models/engine.py     bounds on the engine's jobs
-``telemetry``      ``TelemetrySettings``, models/telemetry.py  node telemetry, causes, the agent
-``host``           ``HostSettings``, models/host.py            host signals, device-layer rules
-``oncall``         ``OnCallSettings``, models/oncall.py        scope, action, restarts, node ledger
-``worker``         ``PipelineSettings``, models/pipeline.py    the pipeline's timer, input checks
-=================  ==========================================  ===================================
+=================  ==============================================  ===================================
+section            class, where                                    configures
+=================  ==============================================  ===================================
+``straggler``      ``StragglerSettings``, models/straggler.py      straggler and long-horizon rules
+``assembly``       ``AssemblySettings``, models/assembly.py        gathering ranks into one step
+``hang``           ``HangSettings``, models/hang.py                the hang rule
+``job_health``     ``JobHealthSettings``, models/job_health.py     throughput, comm, checkpoint rules
+``retention``      ``RetentionSettings``, models/engine.py         bounds on the engine's jobs
+``telemetry``      ``TelemetrySettings``, models/telemetry_hub.py  node telemetry, causes, the agent
+``host``           ``HostSettings``, models/host.py                host signals, device-layer rules
+``oncall``         ``OnCallSettings``, models/oncall.py            scope, action, restarts, node ledger
+``worker``         ``PipelineSettings``, models/pipeline.py        the pipeline's timer, input checks
+=================  ==============================================  ===================================
 
 stepwatch/config.py's ``Settings`` extends this tree with what only the processes need (Kafka,
 security, the worker's web server, Alertmanager, the shard stage) and reads the environment
@@ -33,7 +33,7 @@ from .job_health import JobHealthSettings
 from .oncall import OnCallSettings
 from .pipeline import PipelineSettings
 from .straggler import StragglerSettings
-from .telemetry import TelemetrySettings
+from .telemetry_hub import TelemetrySettings
 
 __all__ = ["AssemblySettings", "DetectionSettings", "HangSettings", "HostSettings", "JobHealthSettings",
            "OnCallSettings", "PipelineSettings", "RetentionSettings", "StragglerSettings", "TelemetrySettings"]

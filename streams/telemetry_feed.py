@@ -23,7 +23,7 @@ import orjson
 
 from stepwatch.config import Settings
 from stepwatch.models.events import decode_message
-from stepwatch.models.telemetry import TELEMETRY_KINDS
+from stepwatch.models.telemetry_hub import TELEMETRY_KINDS
 
 log = logging.getLogger("stepwatch.worker.telemetry")
 

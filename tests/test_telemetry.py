@@ -14,7 +14,9 @@ from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import decode_message, parse_event
 from stepwatch.models.telemetry_events import GpuEvent, LinkEvent
 from stepwatch.models.wire import InvalidEvent
-from stepwatch.models.telemetry import (CounterTrack, TelemetryCorrelator, TelemetryTracker, counter_delta)
+from stepwatch.models.counters import CounterTrack, counter_delta
+from stepwatch.models.telemetry_correlator import TelemetryCorrelator
+from stepwatch.models.telemetry_tracker import TelemetryTracker
 from stepwatch.producers.simulator import SimulationSpec
 from stepwatch.producers.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec
 
@@ -385,3 +387,16 @@ def test_nvlink_ecc_and_xid_faults_of_its_gpu_are_the_top_suspected_cause_of_a_s
     top = causes[0]
     assert (top.component, top.near_rank, top.hint) == (component, True, hint), causes
     assert {c.component.split("/")[0] for c in causes} <= {"gpu1", "gpu5"}
+
+
+def test_models_telemetry_still_exports_every_part_from_its_own_module():
+    # models/telemetry.py was split by concept; code written against it keeps importing from it.
+    from stepwatch.models import telemetry
+    from stepwatch.models.causes import SuspectedCause
+    from stepwatch.models.telemetry_hub import TelemetryHub
+
+    assert (telemetry.CounterTrack, telemetry.counter_delta, telemetry.TelemetryCorrelator,
+            telemetry.TelemetryTracker, telemetry.SuspectedCause, telemetry.TelemetryHub,
+            telemetry.TelemetrySettings) == (CounterTrack, counter_delta, TelemetryCorrelator, TelemetryTracker,
+                                             SuspectedCause, TelemetryHub, TelemetrySettings)
+    assert all(hasattr(telemetry, name) for name in telemetry.__all__)

@@ -1,0 +1,40 @@
+"""A suspected cause: one ranked candidate cause of a straggler, hang or job-level alert.
+
+Produced by the telemetry correlator (models/telemetry_correlator.py), the host correlator
+(models/host.py) and the job-wide fabric comparison (models/fabric.py); listed in an alert's
+``suspected_causes`` by the telemetry hub (models/telemetry_hub.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SuspectedCause:
+    """One ranked candidate cause of a straggler or hang."""
+
+    category: str  # network | compute | application | input_pipeline
+    node: str | None
+    component: str
+    score: float
+    began_at: float | None
+    hint: str
+    near_rank: bool | None = None
+    gpu: int | None = None
+    device: str | None = None
+    port: int | None = None
+    evidence: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self, rank: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"rank": rank, "category": self.category, "node": self.node,
+                               "component": self.component, "score": round(self.score, 3),
+                               "began_at": None if self.began_at is None else round(self.began_at, 3),
+                               "hint": self.hint}
+        for name in ("near_rank", "gpu", "device", "port"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["evidence"] = list(self.evidence)
+        return out
