@@ -3,7 +3,7 @@
 Keyed by ``node``, not by job: the node agent (producers/agent.py) samples every GPU
 (NVML) and every InfiniBand/RoCE port (sysfs) of its host. Counters are the raw
 cumulative values as read; the worker turns them into deltas and rates
-(models/telemetry.py), so a lost message loses no increments.
+(models/counters.py, models/telemetry_tracker.py), so a lost message loses no increments.
 """
 
 from __future__ import annotations

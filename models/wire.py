@@ -22,7 +22,6 @@ class InvalidEvent(ValueError):
     """An event that does not follow the wire format; ``str(exc)`` is the reason."""
 
 
-
 # -- field checks -------------------------------------------------------------------------
 
 _MAX_FLOAT = sys.float_info.max  # below it: finite
