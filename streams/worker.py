@@ -40,6 +40,7 @@ from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 from stepwatch.security import faust_credentials
 
 from .metrics import WorkerMetrics
+from .producer_topics import track_sent_topics
 from .recovery import PublishedAlerts, read_recovery_span, rebuild
 from .topic_reader import read_topic_forever
 
@@ -52,6 +53,7 @@ class Worker:
     def __init__(self, settings: Settings | None = None) -> None:
         settings = self.settings = settings or Settings.from_env()
         kafka = settings.kafka
+        track_sent_topics()  # before any producer sends: no topic drops out of a producer's metadata (issue 15)
         if not kafka.bootstrap:
             raise ValueError("no Kafka bootstrap servers configured (set KAFKA_BOOTSTRAP)")
         self.app = self._faust_app()

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from fleet import Job, job_events, merge, xid_event
 from stepwatch.config import OnCallSettings
 from stepwatch.models.action_hooks import ActionHooks
-from stepwatch.models.engine import replay
+from engine_driver import replay
 from stepwatch.models.events import parse_event
 from stepwatch.streams.action_sink import ActionSink
 

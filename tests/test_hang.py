@@ -8,7 +8,8 @@ import orjson
 import pytest
 
 from stepwatch.config import HangSettings, Settings
-from stepwatch.models.engine import DetectionEngine, replay
+from engine_driver import replay
+from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import CollectiveEvent, HeartbeatEvent, PhaseEvent, StepEvent, parse_event
 from stepwatch.models.hang import HangDetector
 from stepwatch.producers.simulator import ClusterSimulator, HangFault, SimulationSpec

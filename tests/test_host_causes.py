@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine, replay
+from engine_driver import replay
+from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.events import parse_event
 from stepwatch.models.telemetry_events import HostEvent
 from stepwatch.models.host import HostTracker
