@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 
 from .alerts import Alert, alert_id
-from .events import GpuEvent
+from .telemetry_events import GpuEvent
 
 
 class _JobSteps:

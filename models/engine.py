@@ -18,11 +18,12 @@ import numpy as np
 from .alerts import Alert
 from .arrival import CollectiveArrival
 from .assembly import GroupStep, StepAssembler
-from .events import CollectiveEvent, Event, PhaseEvent, StepColumns, StepEvent
+from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang import HangDetector, HangSettings
 from .job_health import job_health_rules
 from .oncall import OnCall, leaving_engine
 from .sli import JobSLI
+from .step_columns import StepColumns
 from .throughput import sample_from
 from .straggler import StragglerDetector, StragglerSettings
 from .long_straggler import LongStragglerDetector

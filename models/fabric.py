@@ -36,8 +36,8 @@ import numpy as np
 from .alerts import Alert
 from .causes import SuspectedCause
 from .counters import CounterTrack
-from .events import GpuEvent, LinkEvent, XidEvent
 from .link_baseline import BASELINE_FEATURES, LinkBaselines
+from .telemetry_events import GpuEvent, LinkEvent, XidEvent
 from .telemetry_tracker import ERROR_COUNTERS
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from .alerts import Alert
 from .causes import SuspectedCause
 from .counters import Baseline, CounterTrack, counter_delta
-from .events import HOST_CPU_FIELDS, HostEvent
+from .telemetry_events import HOST_CPU_FIELDS, HostEvent
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,10 +27,11 @@ from typing import Any
 
 from .actions import Classifier, load_overrides
 from .alerts import Alert, alert_id
-from .events import StepColumns, StepEvent
+from .events import StepEvent
 from .ledger import Incident, NodeLedger, incidents_of
 from .placement import PlacementView
 from .restarts import Restart, RestartTracker
+from .step_columns import StepColumns
 from dataclasses import dataclass
 
 

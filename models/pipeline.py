@@ -32,8 +32,10 @@ import orjson
 
 from .alerts import Alert
 from .engine import DetectionEngine
-from .events import (MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION, Rejected, StepColumns, _step_columns,
-                     deadletter_record, decode_message_columns, event_to_dict)
+from .deadletter import Rejected, deadletter_record
+from .events import event_to_dict
+from .step_columns import StepColumns, _step_columns, decode_message_columns
+from .wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
 from .published import PublishedAlerts
 
 

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from .alerts import Alert
-from .events import Event, HeartbeatEvent, PhaseEvent, StepColumns, StepEvent
+from .events import Event, HeartbeatEvent, PhaseEvent, StepEvent
+from .step_columns import StepColumns
 
 #: Seconds of recent steps the step rate and tokens/s are computed over.
 RATE_WINDOW_SECONDS = 30.0
@@ -87,7 +88,7 @@ class StatusRecorder:
                 rank.phase = event.phase
 
     def observe_steps(self, cols) -> None:
-        """``observe`` for step events, by columns (:class:`~stepwatch.models.events.StepColumns`)."""
+        """``observe`` for step events, by columns (:class:`~stepwatch.models.step_columns.StepColumns`)."""
         for name, lo, hi in cols.job_runs():
             job = self._job(name)
             records = job.ranks

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from .alerts import Alert
 from .causes import SuspectedCause
 from .telemetry_correlator import TelemetryCorrelator
+from .telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
 from .telemetry_tracker import TelemetryTracker
 
 
@@ -82,9 +83,6 @@ class TelemetrySettings:
             return frozenset(int(x) for x in self.app_xids.split(",") if x.strip())
         except ValueError:
             raise ValueError(f"telemetry.app_xids: expected comma-separated integers, got {self.app_xids!r}") from None
-
-
-TELEMETRY_KINDS = frozenset({"gpu", "xid", "link", "topology", "host"})
 
 
 class TelemetryHub:

@@ -29,7 +29,7 @@ from typing import Any
 
 from .alerts import Alert, alert_id
 from .counters import Baseline, CounterTrack
-from .events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
+from .telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
 
 #: Error counters of a port (sysfs counters/ and hw_counters/): any increase is a spike.
 #: name -> (weight, label). The weight ranks causes against each other.

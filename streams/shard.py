@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 from stepwatch.config import Settings
 # The worker's dead-letter record, byte for byte; the worker's validation.
-from stepwatch.models.events import deadletter_record, decode_message, encode_events, event_to_dict
+from stepwatch.models.deadletter import deadletter_record
+from stepwatch.models.events import decode_message, encode_events, event_to_dict
 
 log = logging.getLogger("stepwatch.shard")
 

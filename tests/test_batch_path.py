@@ -7,7 +7,8 @@ import orjson
 import pytest
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import StepColumns, decode_message, decode_message_columns
+from stepwatch.models.events import decode_message
+from stepwatch.models.step_columns import StepColumns, decode_message_columns
 from stepwatch.models.status import StatusRecorder
 from stepwatch.producers import scenarios
 

@@ -6,9 +6,9 @@ import orjson
 import pytest
 
 from stepwatch.models.events import (
-    CollectiveEvent, HeartbeatEvent, InvalidEvent, PhaseEvent, StepEvent, decode_message, encode_events, event_to_dict,
-    parse_event,
+    CollectiveEvent, HeartbeatEvent, PhaseEvent, StepEvent, decode_message, encode_events, event_to_dict, parse_event,
 )
+from stepwatch.models.wire import InvalidEvent
 
 STEP = {"v": 1, "kind": "step", "job": "j1", "rank": 3, "step": 10, "ts": 1700000000.5, "step_time": 1.2}
 

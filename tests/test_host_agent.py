@@ -8,7 +8,8 @@ from pathlib import Path
 import orjson
 
 from stepwatch.config import Settings
-from stepwatch.models.events import HostEvent, decode_message, parse_event
+from stepwatch.models.events import decode_message, parse_event
+from stepwatch.models.telemetry_events import HostEvent
 from stepwatch.producers.agent import NodeAgent
 from stepwatch.producers.procfs_host import HostReader, parse_psi
 

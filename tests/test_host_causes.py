@@ -7,7 +7,8 @@ import pytest
 from stepwatch.config import Settings
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import HostEvent, parse_event
+from stepwatch.models.events import parse_event
+from stepwatch.models.telemetry_events import HostEvent
 from stepwatch.models.host import HostTracker
 
 from host_recording import recording

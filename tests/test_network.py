@@ -211,7 +211,7 @@ def test_quality_scorer_right_node():
 
 def test_peer_comparison_rules():
     """Unit level: one node's bad port stands out; a lift on every node, an idle port, or too few nodes do not."""
-    from stepwatch.models.events import LinkEvent
+    from stepwatch.models.telemetry_events import LinkEvent
     from stepwatch.models.fabric import FabricCorrelator, FabricHistory
 
     def feed(history, node, port, t, *, errors=0, wait=2e5, words=3e9, rate=400.0):
@@ -262,7 +262,8 @@ def test_collective_arrival_through_batch_envelopes_of_steps(coll_step):
     collectives as their own messages, as a rank-sharded producer would send them."""
     import orjson
 
-    from stepwatch.models.events import StepColumns, decode_message_columns, event_to_dict
+    from stepwatch.models.events import event_to_dict
+    from stepwatch.models.step_columns import StepColumns, decode_message_columns
 
     job = Job(step_fields="step", straggler=13, onset=40, steps=80, coll_step=coll_step, seed=21, lose=0.0)
     engine = DetectionEngine()

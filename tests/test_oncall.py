@@ -18,7 +18,8 @@ from stepwatch.models.actions import ACTION_KINDS, FAILURE_CLASSES, SCOPES, Clas
 from stepwatch.models.alerts import Alert
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import decode_message_columns, parse_event
+from stepwatch.models.events import parse_event
+from stepwatch.models.step_columns import decode_message_columns
 from stepwatch.models.ledger import Incident, NodeLedger
 
 from fleet import Job, job_events, merge, xid_event

@@ -11,7 +11,9 @@ from stepwatch.config import Settings, TelemetrySettings
 from stepwatch.models.alerts import Alert
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import GpuEvent, InvalidEvent, LinkEvent, decode_message, parse_event
+from stepwatch.models.events import decode_message, parse_event
+from stepwatch.models.telemetry_events import GpuEvent, LinkEvent
+from stepwatch.models.wire import InvalidEvent
 from stepwatch.models.counters import CounterTrack, counter_delta
 from stepwatch.models.telemetry_correlator import TelemetryCorrelator
 from stepwatch.models.telemetry_tracker import TelemetryTracker
@@ -164,7 +166,7 @@ def test_thermal_throttling_with_a_clock_drop_is_a_gpu_fault_and_without_one_is_
 
 
 def test_critical_xid_ecc_dbe_pcie_and_nvlink_faults_but_not_application_xids():
-    from stepwatch.models.events import XidEvent
+    from stepwatch.models.telemetry_events import XidEvent
 
     tracker = TelemetryTracker(fault_hold_seconds=60, throttle_min_samples=2)
     nv = lambda up, replay=0: ({"link": 0, "up": up, "replay_errors": replay},)  # noqa: E731
@@ -194,7 +196,8 @@ def straggler(rank: int, node: str, at: float, job: str = "j") -> Alert:
 
 
 def test_causes_are_ranked_by_locality_and_limited_to_the_window():
-    from stepwatch.models.events import StepEvent, TopologyEvent
+    from stepwatch.models.events import StepEvent
+    from stepwatch.models.telemetry_events import TopologyEvent
 
     tracker = TelemetryTracker()
     corr = TelemetryCorrelator(tracker, window=60)
@@ -359,7 +362,8 @@ def test_communication_slowdown_is_joined_with_link_spikes_on_its_nodes():
 def test_nvlink_ecc_and_xid_faults_of_its_gpu_are_the_top_suspected_cause_of_a_straggler(fault, component, hint):
     """Rank 5 runs on GPU 5 of n1; GPU 5 has the fault, and GPU 1 of the same node the same fault, smaller or
     later, so only locality and size (not being the only candidate) put GPU 5's first."""
-    from stepwatch.models.events import StepEvent, XidEvent
+    from stepwatch.models.events import StepEvent
+    from stepwatch.models.telemetry_events import XidEvent
 
     tracker = TelemetryTracker()
     corr = TelemetryCorrelator(tracker, window=60)

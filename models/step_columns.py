@@ -1,0 +1,237 @@
+"""Column-wise decoding of batch envelopes (the worker's fast path): :class:`StepColumns`.
+
+A batch envelope of a few hundred step events is the common message. Building and checking
+one StepEvent per rank costs more than the detection itself, so the worker decodes such an
+envelope field by field: one list per field (C-level ``map``), types checked per column and
+ranges with numpy. Only envelopes whose every event is a plain, valid step event (no extra
+fields, exact types) take this path; anything else goes through ``decode_message`` and
+gets the same per-event results and rejection reasons as before.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import orjson
+
+from .deadletter import Rejected
+from .events import _STEP_FIELDS, STEP_PHASES, Event, StepEvent, _decode_batch, _parse_step, decode_message
+from .wire import MAX_BATCH_EVENTS, MAX_COUNTER, MAX_DURATION, MAX_MESSAGE_BYTES, MAX_NAME_LEN, WIRE_VERSION
+
+
+
+class StepColumns:
+    """The step events of one batch envelope, column by column (what ``DetectionEngine.process_batch`` reads).
+
+    Lists, in message order; absent optional numbers are NaN (JSON has no NaN, so NaN means
+    absent); ``phase`` is already defaulted to ``train``. ``events()`` gives the StepEvents
+    ``decode_message`` returns for the same envelope.
+    """
+
+    __slots__ = ("items", "job", "rank", "step", "ts", "step_time", "compute_time", "data_time", "comm_time",
+                 "tokens", "samples", "node", "gpu", "group", "world_size", "phase", "jobs", "extra", "_events")
+
+    kind = "step"
+
+    @classmethod
+    def of(cls, events: list[StepEvent]) -> "StepColumns":
+        """The columns of already validated step events (a lone event takes the batch road too).
+
+        ``extra`` keeps each event's extra fields (None when no event has any).
+        """
+        c = cls()
+        c.items = c._events = events
+        if len(events) == 1:  # the common case (a message of one event): no loops
+            e = events[0]
+            c.job, c.rank, c.step, c.ts, c.step_time = [e.job], [e.rank], [e.step], [e.ts], [e.step_time]
+            c.compute_time = [_nan(e.compute_time)]
+            c.data_time = [_nan(e.data_time)]
+            c.comm_time = [_nan(e.comm_time)]
+            c.tokens = [_nan(e.tokens)]
+            c.samples = [_nan(e.samples)]
+            c.node, c.gpu, c.group, c.world_size, c.phase = [e.node], [e.gpu], [e.group], [e.world_size], [e.phase]
+            c.jobs = {e.job}
+            c.extra = [e.extra] if e.extra else None
+            return c
+        c.job = [e.job for e in events]
+        c.jobs = set(c.job)
+        c.rank = [e.rank for e in events]
+        c.step = [e.step for e in events]
+        c.ts = [e.ts for e in events]
+        c.step_time = [e.step_time for e in events]
+        for name in ("compute_time", "data_time", "comm_time", "tokens", "samples"):
+            setattr(c, name, [_nan(getattr(e, name)) for e in events])
+        c.node = [e.node for e in events]
+        c.gpu = [e.gpu for e in events]
+        c.group = [e.group for e in events]
+        c.world_size = [e.world_size for e in events]
+        c.phase = [e.phase for e in events]
+        c.extra = [e.extra for e in events] if any(e.extra for e in events) else None
+        return c
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def events(self) -> list[StepEvent]:
+        if self._events is None:
+            self._events = [_parse_step(o) for o in self.items]
+        return self._events
+
+    def job_runs(self) -> list[tuple[str, int, int]]:
+        """``(job, start, end)`` of each run of consecutive events of one job."""
+        if len(self.jobs) == 1:
+            return [(self.job[0], 0, len(self.items))]
+        out, start, jobs = [], 0, self.job
+        for i in range(1, len(jobs)):
+            if jobs[i] != jobs[i - 1]:
+                out.append((jobs[start], start, i))
+                start = i
+        out.append((jobs[start], start, len(jobs)))
+        return out
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+_NONE = type(None)
+_NUM_TYPES = frozenset({float, int})
+_OPT_NUM_TYPES = frozenset({float, int, _NONE})
+_OPT_INT_TYPES = frozenset({int, _NONE})
+
+
+def _types(values: list) -> set:
+    return set(map(type, values))
+
+
+def _names_ok(values) -> bool:
+    return all(0 < len(v) <= MAX_NAME_LEN for v in values)
+
+
+def _step_columns(items: list) -> StepColumns | None:
+    """Columns of a batch's events when all are plain valid step events, else None (use the per-event path)."""
+    from operator import itemgetter
+
+    import numpy as np
+
+    n = len(items)
+    if not n or _types(items) != {dict}:
+        return None
+    keys = set().union(*items)
+    if not keys <= _STEP_FIELDS:
+        return None  # extra fields are kept per event: the per-event path does that
+
+    def col(name: str) -> list:
+        try:
+            return list(map(itemgetter(name), items))
+        except KeyError:
+            return [o.get(name) for o in items]
+
+    def optional(name: str) -> list | None:
+        return col(name) if name in keys else None
+
+    def floats(values: list, *, maximum: float) -> list[float] | None:
+        """As floats (None -> NaN), or None if some value is out of [0, maximum]."""
+        a = np.array(values, dtype=np.float64)
+        if (a < 0).any() or (a > maximum).any():
+            return None
+        return a.tolist()
+
+    def counters(values: list) -> bool:
+        present = [v for v in values if v is not None] if None in values else values
+        if not present:
+            return True
+        try:
+            a = np.array(present, dtype=np.int64)
+        except OverflowError:
+            return False
+        return bool(a.min() >= 0 and a.max() <= MAX_COUNTER)
+
+    try:
+        v, kind = col("v"), col("kind")
+        if _types(v) != {int} or v.count(1) != n or kind.count("step") != n:
+            return None
+        c = StepColumns()
+        c.items = items
+        c._events = None
+        c.extra = None  # events with extra fields take the per-event decoder
+        c.job = col("job")
+        if _types(c.job) != {str}:
+            return None
+        c.jobs = set(c.job)
+        c.rank, c.step = col("rank"), col("step")
+        if _types(c.rank) != {int} or _types(c.step) != {int} or not counters(c.rank) or not counters(c.step):
+            return None
+        c.ts, c.step_time = col("ts"), col("step_time")
+        if not _types(c.ts) <= _NUM_TYPES or not _types(c.step_time) <= _NUM_TYPES:
+            return None
+        c.ts = floats(c.ts, maximum=math.inf)
+        c.step_time = floats(c.step_time, maximum=MAX_DURATION)
+        if c.ts is None or c.step_time is None or math.inf in c.ts or not _names_ok(c.jobs):
+            return None
+        nan_column = [math.nan] * n
+        for name, maximum in (("compute_time", MAX_DURATION), ("data_time", MAX_DURATION),
+                              ("comm_time", MAX_DURATION), ("tokens", math.inf), ("samples", math.inf)):
+            values = optional(name)
+            if values is None:
+                setattr(c, name, nan_column)
+                continue
+            if not _types(values) <= _OPT_NUM_TYPES:
+                return None
+            values = floats(values, maximum=maximum)
+            if values is None or (maximum == math.inf and math.inf in values):
+                return None
+            setattr(c, name, values)
+        none_column = [None] * n
+        for name in ("gpu", "world_size"):
+            values = optional(name)
+            if values is not None and (not _types(values) <= _OPT_INT_TYPES or not counters(values)):
+                return None
+            setattr(c, name, values or none_column)
+        if c.world_size is not none_column and (
+                any(map(operator.ge, c.rank, c.world_size)) if None not in c.world_size
+                else any(w is not None and r >= w for r, w in zip(c.rank, c.world_size))):
+            return None
+        c.node = optional("node") or none_column
+        if c.node is not none_column and (not _types(c.node) <= {str, _NONE}
+                                          or not _names_ok(set(c.node) - {None})):
+            return None
+        c.group = optional("group") or none_column
+        if c.group is not none_column:
+            types = _types(c.group)
+            if not types <= {str, int, _NONE}:
+                return None
+            if int in types:
+                c.group = [str(g) if type(g) is int else g for g in c.group]
+            if not _names_ok(set(c.group) - {None}):
+                return None
+        loss = optional("loss")
+        if loss is not None and not _types(loss) <= _OPT_NUM_TYPES:
+            return None
+        phase = optional("phase")
+        if phase is None:
+            c.phase = ["train"] * n
+        else:
+            if not _types(phase) <= {str, _NONE} or not set(phase) - {None} <= STEP_PHASES:
+                return None
+            c.phase = ["train" if p is None else p for p in phase] if None in phase else phase
+        return c
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def decode_message_columns(raw: bytes | str) -> tuple[list[Event] | StepColumns, list[Rejected]]:
+    """``decode_message``, but a batch envelope of plain valid step events comes back as :class:`StepColumns`."""
+    if isinstance(raw, (bytes, bytearray)) and len(raw) <= MAX_MESSAGE_BYTES and raw[:1] == b"{":
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            obj = None
+        if (isinstance(obj, dict) and obj.get("kind") == "batch" and obj.get("v") == WIRE_VERSION
+                and type(obj.get("events")) is list and len(obj["events"]) <= MAX_BATCH_EVENTS):
+            cols = _step_columns(obj["events"])
+            if cols is not None:
+                return cols, []
+            return _decode_batch(obj, raw)
+    return decode_message(raw)
