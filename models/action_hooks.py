@@ -35,7 +35,8 @@ class ActionHooks:
     """Chooses the alerts that deserve an action record, once per alert id.
 
     Hyperparameters (keyword-only): ``dry_run``; ``slurm_template`` and ``kubernetes_template``
-    (``{node}`` and ``{reason}`` are replaced); ``max_ids`` alert ids remembered.
+    (``{node}``, ``{reason}``, ``{failure_class}`` and ``{alert_id}`` are replaced); ``max_ids`` alert ids
+    remembered.
     """
 
     def __init__(self, *, dry_run: bool = True, slurm_template: str = "scontrol update nodename={node} state=drain "
@@ -66,8 +67,10 @@ class ActionHooks:
         commands: dict[str, list[str]] = {"slurm": [], "kubernetes": []}
         if action.get("kind") in DRAINING_KINDS:
             for node in targets:
-                commands["slurm"].append(self.slurm_template.format(node=node, reason=reason))
-                commands["kubernetes"].append(self.kubernetes_template.format(node=node, reason=reason))
+                # {failure_class} and {alert_id} too, so a site can word its own reason (deploy/slurm/).
+                fields = {"node": node, "reason": reason, "failure_class": cls, "alert_id": alert.id}
+                commands["slurm"].append(self.slurm_template.format(**fields))
+                commands["kubernetes"].append(self.kubernetes_template.format(**fields))
         return {"v": 1, "kind": "action", "alert_id": alert.id, "alert_type": alert.type, "severity": alert.severity,
                 "failure_class": cls, "ts": alert.starts_at, "nodes": list(alert.nodes), "dry_run": self.dry_run,
                 "action": action, "recommended_action": alert.recommended_action, "commands": commands}

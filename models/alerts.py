@@ -9,11 +9,21 @@ stay low-cardinality (no rank numbers); per-rank detail lives in ``annotations``
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
 WIRE_VERSION = 1
+#: ``annotations.runbook_url`` is ``<base>/<type>.md``; the default is the runbooks' place in this repository
+#: (docs/runbooks/), which a deployment points at where its copy is served (``STEPWATCH_RUNBOOK_BASE_URL``).
+DEFAULT_RUNBOOK_BASE_URL = "docs/runbooks"
+
+
+def runbook_url(alert_type: str) -> str:
+    # Read at each call (a dict lookup), so a worker picks the variable up without a settings section.
+    base = os.environ.get("STEPWATCH_RUNBOOK_BASE_URL", "").strip() or DEFAULT_RUNBOOK_BASE_URL
+    return f"{base.rstrip('/')}/{alert_type}.md"
 
 
 def alert_id(job: str, alert_type: str, *parts: object) -> str:
@@ -59,6 +69,7 @@ class Alert:
             "ranks": ",".join(str(r) for r in self.ranks),
             "nodes": ",".join(self.nodes),
             "alert_id": self.id,
+            "runbook_url": runbook_url(self.type),
         }
         if self.recommended_action:
             out["recommended_action"] = self.recommended_action
