@@ -1,0 +1,455 @@
+"""The deploy package (deploy/, docs/runbooks/, the container files) checked with the real tools.
+
+helm (built once from the Go module proxy into ``$STEPWATCH_TOOLS_CACHE/bin`` by scripts/test),
+promtool and amtool (Debian's prometheus and prometheus-alertmanager packages) and a real
+Alertmanager process; a missing tool skips its tests with the reason (a failure in CI). The last
+test scrapes a live worker's /metrics on the real broker.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy"
+CHART = DEPLOY / "helm" / "stepwatch"
+RULES = DEPLOY / "prometheus" / "stepwatch-rules.yml"
+DASHBOARD = DEPLOY / "grafana" / "stepwatch-dashboard.json"
+ALERTMANAGER = DEPLOY / "alertmanager" / "alertmanager.yml"
+RUNBOOKS = REPO / "docs" / "runbooks"
+SLURM = DEPLOY / "slurm"
+TOOLS_BIN = Path(os.environ.get("STEPWATCH_TOOLS_CACHE", Path.home() / ".cache" / "stepwatch-tools")) / "bin"
+
+
+def tool(name: str, *, package: str) -> str:
+    found = shutil.which(name) or (str(TOOLS_BIN / name) if (TOOLS_BIN / name).exists() else None)
+    if found is None:
+        pytest.skip(f"needs {name} ({package}; scripts/test installs it)")
+    return found
+
+
+def run(*argv: str, cwd: Path = REPO, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} exited {result.returncode}:\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-3000:]}")
+    return result
+
+
+# -- alert types and runbooks ---------------------------------------------------------------------
+
+def emitted_alert_types() -> set[str]:
+    """Every alert type the worker can emit: ``Alert(type="...")`` in models/, and the types the
+    failure-class table classifies (it names the device rules' types, which are built from a variable)."""
+    from stepwatch.models.actions import TYPE_CLASSES
+
+    found = set()
+    for path in (REPO / "models").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Alert":
+                for kw in node.keywords:
+                    if kw.arg == "type" and isinstance(kw.value, ast.Constant):
+                        found.add(kw.value.value)
+    assert {"straggler", "hang", "node_suspect", "gpu_fault"} <= found, found  # the scan itself works
+    return found | set(TYPE_CLASSES)
+
+
+def test_every_alert_type_has_a_runbook_with_the_four_parts():
+    types = emitted_alert_types()
+    assert len(types) >= 13
+    for alert_type in sorted(types):
+        page = RUNBOOKS / f"{alert_type}.md"
+        assert page.is_file(), f"no runbook for alert type {alert_type}: {page}"
+        text = page.read_text()
+        assert text.startswith(f"# {alert_type}\n")
+        for part in ("**What it means.**", "**How to confirm.**", "**What to do.**", "**When to escalate.**"):
+            assert part in text, f"{page.name} lacks {part}"
+    index = (RUNBOOKS / "README.md").read_text()
+    assert all(f"[{t}.md]({t}.md)" in index for t in types)
+
+
+def test_every_alert_carries_a_runbook_url_with_a_configurable_base(monkeypatch):
+    from stepwatch.models.alerts import Alert
+    from stepwatch.streams.alertmanager import am_alert
+
+    alert = Alert(id="a1", status="firing", type="hang", severity="critical", job="j", ranks=(3,), nodes=("n1",),
+                  starts_at=time.time(), summary="stuck")
+    monkeypatch.delenv("STEPWATCH_RUNBOOK_BASE_URL", raising=False)
+    url = alert.to_dict()["annotations"]["runbook_url"]
+    assert url == "docs/runbooks/hang.md" and (REPO / url).is_file()  # the default: this repository's page
+    monkeypatch.setenv("STEPWATCH_RUNBOOK_BASE_URL", "https://wiki.example/stepwatch/runbooks/")
+    assert alert.to_dict()["annotations"]["runbook_url"] == "https://wiki.example/stepwatch/runbooks/hang.md"
+    sent = am_alert(alert, now=time.time(), resend_interval=60)
+    assert sent["annotations"]["runbook_url"] == "https://wiki.example/stepwatch/runbooks/hang.md"
+
+
+# -- Prometheus rules -----------------------------------------------------------------------------
+
+def test_promtool_checks_and_unit_tests_the_rules():
+    promtool = tool("promtool", package="Debian package prometheus")
+    out = run(promtool, "check", "rules", str(RULES)).stdout
+    assert "SUCCESS" in out
+    out = run(promtool, "test", "rules", "stepwatch-rules.test.yml", cwd=RULES.parent).stdout
+    assert "SUCCESS" in out
+
+
+def test_rules_cover_worker_health_and_link_to_their_runbook_sections():
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    alerts = {r["alert"]: r for r in rules if "alert" in r}
+    assert set(alerts) == {"StepwatchWorkerDown", "StepwatchConsumerLag", "StepwatchDeadLettersRising",
+                           "StepwatchProcessingFailures"}
+    health = (RUNBOOKS / "stepwatch-health.md").read_text()
+    for name, rule in alerts.items():
+        assert rule["labels"]["source"] == "stepwatch-health" and rule["labels"]["severity"] in ("warning", "critical")
+        assert rule["annotations"]["runbook_url"] == f"docs/runbooks/stepwatch-health.md#{name.lower()}"
+        assert f"\n## {name}\n" in health
+    assert sum(1 for r in rules if "record" in r) >= 8
+
+
+# -- metric names: the dashboard's and the rules' against the worker's ------------------------------
+
+PROMQL_WORDS = {"sum", "by", "without", "rate", "increase", "histogram_quantile", "or", "and", "unless", "on",
+                "ignoring", "group_left", "group_right", "bool", "offset", "avg", "max", "min", "count",
+                "label_values", "humanize"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names in a PromQL expression (Grafana variables allowed): label matchers, ranges,
+    strings and grouping clauses removed, then the identifiers that are not functions or keywords."""
+    text = re.sub(r'"[^"]*"', "", expr)
+    text = re.sub(r"\{[^}]*\}", " ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    text = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", " ", text)
+    names = set()
+    for m in re.finditer(r"(?<![\w$:.])([A-Za-z_:][\w:]*)\s*(\()?", text):
+        word, call = m.group(1), m.group(2)
+        if not call and word not in PROMQL_WORDS:
+            names.add(word)
+    return names
+
+
+def dashboard_exprs() -> list[str]:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    # label_values(METRIC, LABEL): the metric only
+    exprs += [re.sub(r"label_values\(\s*([^,)]+)(,[^)]*)?\)", r"\1", v["definition"])
+              for v in dash["templating"]["list"] if v.get("definition")]
+    return exprs
+
+
+def rule_exprs() -> list[str]:
+    return [r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+
+
+def referenced_metric_names() -> dict[str, set[str]]:
+    out = {"dashboard": set(), "rules": set()}
+    for expr in dashboard_exprs():
+        out["dashboard"] |= promql_metric_names(expr)
+    for expr in rule_exprs():
+        out["rules"] |= promql_metric_names(expr)
+    return out
+
+
+def test_the_metric_name_scan_finds_names_and_nothing_else():
+    assert promql_metric_names('sum by (le, loop) (rate(stepwatch_x_bucket{instance=~"$i", a="b"}[$__range]))') \
+        == {"stepwatch_x_bucket"}
+    assert promql_metric_names('up{job="w"} == 0 or stepwatch_ready == 0') == {"up", "stepwatch_ready"}
+    names = referenced_metric_names()
+    assert len(names["dashboard"]) >= 15 and len(names["rules"]) >= 10
+    assert all(n == "up" or n.startswith("stepwatch_") for n in names["dashboard"] | names["rules"]), names
+
+
+def test_dashboard_covers_the_fleet_job_and_worker_views():
+    dash = json.loads(DASHBOARD.read_text())
+    rows = [p["title"] for p in dash["panels"] if p["type"] == "row"]
+    assert [r.split(":")[0] for r in rows] == ["Fleet", "Jobs", "Worker health"]
+    titles = " | ".join(p["title"] for p in dash["panels"])
+    for word in ("GPU-hours lost", "MTTR", "Incidents", "Node suspects", "Steps per second", "Consumer lag",
+                 "Workers ready", "Detection time"):
+        assert word in titles, word
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in dash["panels"] if "targets" in p)
+
+
+def exported_names(metrics_text: str) -> set[str]:
+    """Sample names a Prometheus scrape of this text gives, families without samples included."""
+    names = set()
+    for line in metrics_text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            base = name.removesuffix("_total")
+            names |= {name, base}
+            if kind == "counter":
+                names.add(base + "_total")
+            if kind == "histogram":
+                names |= {base + "_bucket", base + "_sum", base + "_count"}
+        elif line and not line.startswith("#"):
+            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return names
+
+
+@pytest.mark.kafka
+def test_a_live_worker_exports_every_metric_the_dashboard_and_rules_use_and_alerts_link_runbooks(
+        kafka_bootstrap, topic_prefix, start_worker):
+    from opsupport import FakeAlertmanager, free_port, get, send_steps, wait_for
+    from support import read_all_alerts
+
+    port = free_port()
+    with FakeAlertmanager() as am:
+        start_worker(STEPWATCH_WORKER_WEB_PORT=str(port), STEPWATCH_ALERTMANAGER_URL=am.url,
+                     STEPWATCH_RUNBOOK_BASE_URL="https://runbooks.example/stepwatch")
+        send_steps(kafka_bootstrap, topic_prefix + "events", job="live", ranks=16, steps=range(0, 40), slow_rank=5,
+                   factor=1.4)
+        alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: bool(a))
+        assert alerts and alerts[0]["type"] == "straggler"
+        assert alerts[0]["annotations"]["runbook_url"] == "https://runbooks.example/stepwatch/straggler.md"
+        posted = wait_for(lambda: am.alerts(), what="the alert at Alertmanager")
+        assert posted[0]["annotations"]["runbook_url"] == "https://runbooks.example/stepwatch/straggler.md"
+        status, body = get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    exported = exported_names(body.decode())
+    prometheus_own = {"up"}  # added by Prometheus to every scrape target
+    for where, names in referenced_metric_names().items():
+        missing = sorted(names - exported - prometheus_own)
+        assert not missing, f"the {where} uses metrics the worker does not export: {missing}"
+
+
+# -- Alertmanager ---------------------------------------------------------------------------------
+
+def test_amtool_accepts_the_config_and_routes_by_scope():
+    amtool = tool("amtool", package="Debian package prometheus-alertmanager")
+    assert "SUCCESS" in run(amtool, "check-config", str(ALERTMANAGER)).stdout
+    cases = {("source=stepwatch", "scope=device", "severity=critical", "alertname=stepwatch_gpu_fault"): "hardware-oncall",
+             ("source=stepwatch", "scope=platform", "severity=warning", "alertname=stepwatch_link_errors"): "platform-oncall",
+             ("source=stepwatch", "scope=job", "severity=critical", "alertname=stepwatch_hang"): "job-owners",
+             ("source=stepwatch", "scope=job", "severity=info", "alertname=stepwatch_imbalance"): "tickets",
+             ("source=stepwatch-health", "alertname=StepwatchWorkerDown", "severity=critical"): "stepwatch-operators"}
+    for labels, receiver in cases.items():
+        out = run(amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER}", *labels).stdout.strip()
+        assert out == receiver, (labels, out)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_real_alertmanager_inhibits_rank_pages_as_documented(tmp_path):
+    binary = tool("prometheus-alertmanager", package="Debian package prometheus-alertmanager")
+    from opsupport import get, wait_for
+
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([binary, f"--config.file={ALERTMANAGER}", f"--storage.path={tmp_path}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "am.log").open("w"))
+    try:
+        wait_for(lambda: get(base + "/-/ready")[0] == 200, what="Alertmanager ready", timeout=30)
+
+        def alert(name, **labels):
+            return {"labels": {"alertname": name, "source": "stepwatch", **labels},
+                    "annotations": {"summary": name}}
+
+        sent = [alert("stepwatch_hang", job="j1", severity="critical", scope="job", alert_id="h1"),
+                alert("stepwatch_straggler", job="j1", severity="warning", scope="device", alert_id="s1"),
+                alert("stepwatch_straggler", job="j2", severity="warning", scope="device", alert_id="s2"),
+                # A node alert without a node label (today's node_suspect) must silence nothing.
+                alert("stepwatch_node_suspect", severity="warning", scope="device", alert_id="n1"),
+                # A node incident with a node label silences that node's rank pages only.
+                alert("stepwatch_node_incident", node="gpu-7", severity="critical", scope="device",
+                      alert_id="n2"),
+                alert("stepwatch_straggler", job="j3", node="gpu-7", severity="warning", scope="device", alert_id="s3"),
+                alert("stepwatch_straggler", job="j4", node="gpu-8", severity="warning", scope="device", alert_id="s4")]
+        request = urllib.request.Request(base + "/api/v2/alerts", data=json.dumps(sent).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+
+        def states():
+            got = orjson.loads(get(base + "/api/v2/alerts")[1])
+            return {a["labels"]["alert_id"]: a["status"]["inhibitedBy"] for a in got} if len(got) == len(sent) \
+                else None
+
+        inhibited = wait_for(states, what="every alert in Alertmanager", timeout=30)
+        assert {k for k, by in inhibited.items() if by} == {"s1", "s3"}, inhibited
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# -- Helm -----------------------------------------------------------------------------------------
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run(tool("helm", package="go install helm.sh/helm/v3/cmd/helm@v3.22.0"), *args, check=check)
+
+
+def rendered(*sets: str) -> list[dict]:
+    argv = ["template", "sw", str(CHART)]
+    for s in sets:
+        argv += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(*argv).stdout) if d]
+
+
+def test_helm_lint_strict_passes():
+    out = helm("lint", "--strict", str(CHART)).stdout
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+
+
+def test_helm_template_renders_every_kind_from_the_one_rule_and_dashboard_file():
+    docs = rendered("runbookBaseUrl=https://wiki.example/rb/")
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ConfigMap", "ConfigMap", "DaemonSet", "Deployment", "PrometheusRule", "Service",
+                     "ServiceAccount", "ServiceMonitor"]
+    by_kind = {d["kind"]: d for d in docs if d["kind"] != "ConfigMap"}
+    maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+
+    agent = by_kind["DaemonSet"]["spec"]["template"]["spec"]
+    assert agent["priorityClassName"] == "system-node-critical"
+    assert {v["hostPath"]["path"] for v in agent["volumes"] if "hostPath" in v} == {"/proc", "/sys"}
+    (c,) = agent["containers"]
+    assert c["args"][:3] == ["agent", "--node", "$(NODE_NAME)"] and "/host/sys" in c["args"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and "utility" in env["NVIDIA_DRIVER_CAPABILITIES"]
+    assert all(m["readOnly"] for m in c["volumeMounts"])
+
+    worker = by_kind["Deployment"]["spec"]["template"]["spec"]
+    assert worker["securityContext"]["runAsNonRoot"] is True
+    assert worker["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/health"
+    service = by_kind["Service"]
+    monitor = by_kind["ServiceMonitor"]["spec"]
+    assert service["metadata"]["labels"][monitor["jobLabel"]] == "stepwatch-worker"  # the rules' job label
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["endpoints"][0]["path"] == "/metrics"
+
+    # The PrometheusRule is the rule file, runbook URLs rebased.
+    want = yaml.safe_load(RULES.read_text().replace("runbook_url: docs/runbooks/",
+                                                    "runbook_url: https://wiki.example/rb/"))
+    assert by_kind["PrometheusRule"]["spec"] == want
+    dashboard = maps["sw-stepwatch-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    got = json.loads(dashboard["data"]["stepwatch-dashboard.json"])
+    assert got["panels"] == json.loads(DASHBOARD.read_text())["panels"]
+    env = maps["sw-stepwatch-env"]["data"]
+    assert env["STEPWATCH_RUNBOOK_BASE_URL"] == "https://wiki.example/rb/"
+    assert env["STEPWATCH_ONCALL_DRY_RUN"] == "true" and env["STEPWATCH_ONCALL_HOOKS_ENABLED"] == "false"
+
+
+def test_helm_kafka_security_comes_from_secrets():
+    docs = rendered("kafka.security.protocol=SASL_SSL", "kafka.security.sasl.username=stepwatch",
+                    "kafka.security.sasl.existingSecret=kafka-user", "kafka.security.tls.existingSecret=kafka-ca")
+    assert "Secret" not in [d["kind"] for d in docs]  # the existing one is used
+    env = next(d for d in docs if d["metadata"]["name"] == "sw-stepwatch-env")["data"]
+    assert env["STEPWATCH_SECURITY_SASL_PASSWORD_FILE"] == "/etc/stepwatch/kafka-sasl/password"
+    assert env["STEPWATCH_SECURITY_SSL_CAFILE"] == "/etc/stepwatch/kafka-tls/ca.crt"
+    assert not any("PASSWORD=" in k or k == "STEPWATCH_SECURITY_SASL_PASSWORD" for k in env)
+    for kind in ("Deployment", "DaemonSet"):
+        spec = next(d for d in docs if d["kind"] == kind)["spec"]["template"]["spec"]
+        secrets = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        assert secrets == {"kafka-user", "kafka-ca"}, kind
+    # SASL without a user name is refused at render time.
+    result = helm("template", "sw", str(CHART), "--set", "kafka.security.protocol=SASL_SSL", check=False)
+    assert result.returncode != 0 and "sasl.username is required" in result.stderr
+
+
+# -- Slurm ----------------------------------------------------------------------------------------
+
+def test_slurm_scripts_parse():
+    for script in ("stepwatch-taskprolog.sh", "stepwatch-drain"):
+        run("bash", "-n", str(SLURM / script))
+        assert os.access(SLURM / script, os.X_OK), script
+
+
+def _taskprolog(tmp_path: Path, **env: str) -> list[str]:
+    base = {"PATH": os.environ["PATH"], "STEPWATCH_SLURM_CONFIG": str(tmp_path / "slurm.env")}
+    return run("bash", str(SLURM / "stepwatch-taskprolog.sh"), env={**base, **env}).stdout.splitlines()
+
+
+def test_taskprolog_exports_the_stepwatch_and_nccl_inspector_environment(tmp_path):
+    plugin = tmp_path / "libnccl-profiler-inspector.so"
+    plugin.write_bytes(b"")
+    (tmp_path / "slurm.env").write_text(
+        "STEPWATCH_SITE_KAFKA_BOOTSTRAP=kafka-0:9092,kafka-1:9092\n"
+        f"STEPWATCH_SITE_NCCL_INSPECTOR_PLUGIN={plugin}\n"
+        f"STEPWATCH_SITE_NCCL_INSPECTOR_DUMP_ROOT={tmp_path}/dumps\n"
+        "PATH=/evil\n$(touch /tmp/x)=1\n")
+    slurm = dict(SLURM_JOB_ID="4242", SLURM_PROCID="17", SLURM_NTASKS="64", SLURMD_NODENAME="gpu-007",
+                 SLURM_LOCALID="1")
+    assert _taskprolog(tmp_path, **slurm) == [
+        "export STEPWATCH_JOB=4242", "export STEPWATCH_RANK=17", "export STEPWATCH_WORLD_SIZE=64",
+        "export STEPWATCH_NODE=gpu-007", "export STEPWATCH_GPU=1",
+        "export STEPWATCH_KAFKA_BOOTSTRAP=kafka-0:9092,kafka-1:9092",
+        f"export NCCL_PROFILER_PLUGIN={plugin}", "export NCCL_INSPECTOR_ENABLE=1",
+        f"export NCCL_INSPECTOR_DUMP_DIR={tmp_path}/dumps/4242",
+        "export NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=1000000"]
+    assert (tmp_path / "dumps" / "4242").is_dir()
+    # The job's own values win (its own profiler plugin, its own job name); an opt-out gives nothing.
+    out = _taskprolog(tmp_path, **slurm, STEPWATCH_JOB="llm-7b", NCCL_PROFILER_PLUGIN="/opt/mine.so")
+    assert "export STEPWATCH_JOB=4242" not in out and not any(line.startswith("export NCCL_") for line in out)
+    assert _taskprolog(tmp_path, **slurm, STEPWATCH_MONITOR_ENABLED="0") == []
+    # No plugin on the node: stepwatch's environment only.
+    plugin.unlink()
+    assert not any("NCCL" in line for line in _taskprolog(tmp_path, **slurm))
+
+
+def test_the_drain_template_renders_commands_the_drain_executor_runs(tmp_path):
+    from stepwatch.models.action_hooks import ActionHooks
+    from stepwatch.models.alerts import Alert
+
+    settings = dict(line.split("=", 1) for line in (SLURM / "oncall.env").read_text().splitlines()
+                    if line and not line.startswith("#"))
+    assert settings["STEPWATCH_ONCALL_DRY_RUN"] == "true"
+    hooks = ActionHooks(slurm_template=settings["STEPWATCH_ONCALL_SLURM_TEMPLATE"])
+    alert = Alert(id="e07c45d36c7bed1ca514", status="firing", type="node_suspect", severity="critical", job="",
+                  ranks=(), nodes=("gpu-7",), starts_at=1.0, summary="node gpu-7",
+                  evidence={"failure_class": "node_suspect",
+                            "action": {"kind": "drain_node", "exclude_nodes": ["gpu-7"]}})
+    (command,) = hooks.record(alert)["commands"]["slurm"]
+    assert command == 'scontrol update nodename=gpu-7 state=drain reason="stepwatch: node_suspect e07c45d36c7bed1ca514"'
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {tmp_path}/argv\n')
+    (fake / "scontrol").chmod(0o755)
+    env = {"PATH": f"{fake}:{os.environ['PATH']}"}
+    drain = str(SLURM / "stepwatch-drain")
+    out = run(drain, command, env=env).stdout
+    assert out.startswith("stepwatch-drain: dry run") and not (tmp_path / "argv").exists()
+    run(drain, command, env={**env, "STEPWATCH_DRAIN_APPLY": "1"})
+    assert (tmp_path / "argv").read_text().splitlines() == [
+        "update", "nodename=gpu-7", "state=drain", "reason=stepwatch: node_suspect e07c45d36c7bed1ca514"]
+    bad = run(drain, 'scontrol update nodename=gpu-7;reboot state=drain reason="stepwatch: x"',
+              env={**env, "STEPWATCH_DRAIN_APPLY": "1"}, check=False)
+    assert bad.returncode == 3 and "refused" in bad.stderr
+
+
+# -- containers -----------------------------------------------------------------------------------
+
+def test_the_image_runs_as_a_user_with_a_healthcheck_and_the_agent_extra():
+    lines = [ln.strip() for ln in (REPO / "Dockerfile").read_text().splitlines()]
+    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+    assert any(ln.startswith("HEALTHCHECK") for ln in lines) and "/health" in (REPO / "Dockerfile").read_text()
+    assert '"stepwatch[agent]"' in (REPO / "Dockerfile").read_text()
+    ignored = set((REPO / ".dockerignore").read_text().split())
+    assert {".venv", ".cache", ".git", "artifacts"} <= ignored
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert all("restart" in s for s in services.values())
+    assert services["kafka"]["restart"] == "unless-stopped" and services["worker"]["restart"] == "unless-stopped"
+    assert "kafka-data:/var/lib/kafka/data" in services["kafka"]["volumes"]
+    assert services["kafka"]["environment"]["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
+    assert set(compose["volumes"]) >= {"kafka-data"}
