@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -453,3 +454,29 @@ def test_the_image_runs_as_a_user_with_a_healthcheck_and_the_agent_extra():
     assert "kafka-data:/var/lib/kafka/data" in services["kafka"]["volumes"]
     assert services["kafka"]["environment"]["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
     assert set(compose["volumes"]) >= {"kafka-data"}
+
+
+def test_kubernetes_node_actions_render_a_taint_or_a_node_condition():
+    from stepwatch.models.action_hooks import ActionHooks
+    from stepwatch.models.alerts import Alert
+
+    alert = Alert(id="e07c45d36c7bed1ca514", status="firing", type="gpu_fault", severity="critical", job="",
+                  ranks=(), nodes=("gpu-7",), starts_at=1.0, summary="Xid 79", scope="device",
+                  evidence={"failure_class": "xid_79_off_bus",
+                            "action": {"kind": "drain_node", "exclude_nodes": ["gpu-7"]}})
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["oncall"]["dryRun"] is True and values["oncall"]["hooksEnabled"] is False
+    record = ActionHooks(kubernetes_template=values["oncall"]["kubernetesTemplate"]).record(alert)
+    assert record["dry_run"] is True
+    assert record["commands"]["kubernetes"] == [
+        "kubectl taint nodes gpu-7 stepwatch.io/suspect=xid_79_off_bus:NoSchedule --overwrite"]
+    # The NodeCondition alternative documented in deploy/README.md renders a valid strategic-merge patch.
+    (template,) = [ln for ln in (DEPLOY / "README.md").read_text().splitlines()
+                   if ln.startswith("kubectl patch node {node}")]
+    (command,) = ActionHooks(kubernetes_template=template).record(alert)["commands"]["kubernetes"]
+    argv = shlex.split(command)
+    assert argv[:6] == ["kubectl", "patch", "node", "gpu-7", "--subresource=status", "--type=strategic"]
+    patch = json.loads(argv[argv.index("-p") + 1])
+    assert patch["status"]["conditions"] == [{"type": "StepwatchSuspect", "status": "True",
+                                              "reason": "xid_79_off_bus",
+                                              "message": "stepwatch alert e07c45d36c7bed1ca514"}]
