@@ -361,7 +361,10 @@ def test_helm_kafka_security_comes_from_secrets():
         spec = next(d for d in docs if d["kind"] == kind)["spec"]["template"]["spec"]
         secrets = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
         assert secrets == {"kafka-user", "kafka-ca"}, kind
-    # SASL without a user name is refused at render time.
+    # Values the worker would refuse are refused at render time (values.schema.json) ...
+    result = helm("template", "sw", str(CHART), "--set", "worker.consumer=kafka", check=False)
+    assert result.returncode != 0 and "/worker/consumer" in result.stderr
+    # ... and so is SASL without a user name.
     result = helm("template", "sw", str(CHART), "--set", "kafka.security.protocol=SASL_SSL", check=False)
     assert result.returncode != 0 and "sasl.username is required" in result.stderr
 
