@@ -1,0 +1,142 @@
+"""The named cases and what stepwatch should say about each (issues 23 and 26: the messy cases).
+
+Quiet cases must raise no alert that blames a rank or a node (straggler, hang, imbalance,
+comm_slowdown, node_suspect); job-wide alerts that are true of them (a ``throughput_drop`` when the
+whole job slowed, a ``job_restart`` after a restart) are listed per case in ``Expect.allowed``.
+Alerting cases must name the right rank and its node, and nobody else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from . import sync
+from .plan import Marking, Noise, Pause, Plan, Restart, Slow, Stuck
+from .transport import Transport
+from .wire import Sent
+
+
+class Verdict(Enum):
+    QUIET = "quiet"
+    STRAGGLER = "straggler"
+    HANG = "hang"
+
+
+@dataclass(frozen=True)
+class Expect:
+    verdict: Verdict
+    rank: int | None = None
+    node: str | None = None
+    #: Alert types that may fire besides the expected one (true of the whole job, naming no rank).
+    allowed: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    plan: Plan
+    expect: Expect
+    transport: Transport = Transport()
+    arrival: bool = True  # False: the recording is sorted by event time, without ``_arrival``
+    #: Findings: check (a test of tests/test_gen2_replay.py: "alerts", "refire") -> what stepwatch does
+    #: today instead, and where the cause seems to be. The test is xfail(strict=True) with it as the reason.
+    findings: dict[str, str] = field(default_factory=dict)
+
+    def sent(self) -> list[Sent]:
+        return sync.play(self.plan)
+
+
+QUIET = Expect(Verdict.QUIET)
+#: A rank monitor flushing every second (``RankMonitor(flush_interval=1.0)``; the default is 0.1 s).
+SLOW_FLUSH = Transport(flush=1.0, seed=3)
+MESSY = Transport(loss=0.03, reorder=0.04, seed=7)
+SKEW = ((1, 4.0), (2, -2.5))  # node 1's clock 4 s ahead, node 2's 2.5 s behind
+SMALL = {"ranks": 16, "per_node": 4, "steps": 150}  # 4 nodes: enough for the clock-offset estimate
+
+
+def _plan(job: str, **fields) -> Plan:
+    return Plan(job=job, **{**SMALL, **fields})
+
+
+def _quiet(name: str, allowed: frozenset[str] = frozenset(), transport: Transport = Transport(),
+           findings: dict[str, str] | None = None, **fields) -> Scenario:
+    return Scenario(name, _plan(name, **fields), Expect(Verdict.QUIET, allowed=allowed), transport=transport,
+                    findings=findings or {})
+
+
+JOB_WIDE = frozenset({"throughput_drop"})  # true of a slower job; it names no rank
+RESTART = frozenset({"job_restart"})
+
+
+def catalog() -> list[Scenario]:
+    noisy = Noise(gc_rate=0.004, loader_rate=0.003)
+    ckpt_marked = (Pause(60, 25.0, "checkpoint", Marking.MARKED), Pause(110, 40.0, "checkpoint", Marking.MARKED))
+    return [
+        _quiet("healthy"),
+        _quiet("warmup", warmup=6),
+        _quiet("checkpoint-marked", pauses=ckpt_marked),
+        _quiet("checkpoint-marked-slow-flush", pauses=ckpt_marked, transport=SLOW_FLUSH, findings={
+            "alerts": "a marked 40 s checkpoint, then ranks whose monitors flush every second: job_restart fired and "
+                      "resolved 6 times ('down 40 s, resumed at step 111 (had reached 113)'), no restart happened. "
+                      "models/restarts.py RestartDetector.update compares a rank's first step after its own silence "
+                      "(the checkpoint) with the job-wide highest step, which other ranks' batches already raised; "
+                      "it ignores the job's checkpoint phase",
+            "refire": "the same job_restart ids fire again after resolving (same cause as the 'alerts' finding)"}),
+        _quiet("checkpoint-unmarked", pauses=(Pause(60, 12.0, "checkpoint", Marking.UNMARKED),
+                                              Pause(110, 12.0, "checkpoint", Marking.UNMARKED))),
+        _quiet("eval-marked", pauses=(Pause(80, 20.0, "eval", Marking.MARKED),)),
+        _quiet("eval-unmarked", pauses=(Pause(80, 8.0, "eval", Marking.UNMARKED),)),
+        _quiet("gc-spikes", noise=Noise(gc_rate=0.006, gc_seconds=0.3), seed=3),
+        _quiet("loader-hiccups", noise=Noise(loader_rate=0.006, loader_seconds=0.5), seed=4),
+        _quiet("moe-rotating", moe_skew=0.3),
+        _quiet("drift", allowed=JOB_WIDE, drift=0.002),
+        _quiet("job-slowdown", allowed=JOB_WIDE, slowdown=(80, 1.6)),
+        _quiet("lost-reordered", warmup=4, noise=noisy, seed=5, transport=Transport(loss=0.05, reorder=0.05, seed=11)),
+        _quiet("restart-clean", allowed=RESTART, warmup=4, restart=Restart(at=100, resume=80, downtime=20.0), findings={
+            "alerts": "hang warning (culprit_before_collective, 8 'behind' ranks) 31 s after the crash: the job "
+                      "counter stays at the pre-crash step 100 while steps 81-100 are recomputed, and old and new "
+                      "processes' collective sequence numbers are compared (new ones restart at 0); the 20 s "
+                      "downtime is below RestartDetector.min_silence_seconds (30 s), so no job_restart either. "
+                      "models/hang.py (_max_step, seq comparison across incarnations)"}),
+        _quiet("restart-spare", allowed=RESTART, warmup=4,
+               restart=Restart(at=100, resume=80, downtime=20.0, moved=("restart-spare-n02", "spare-1")), findings={
+            "alerts": "as restart-clean: hang warning culprit_before_collective naming 8 ranks, its nodes include "
+                      "the healthy spare-1; with a 45 s downtime a partial_hang follows, 'stuck: rank 11 on spare-1, "
+                      "rank 10 on spare-1, ...' (old seq 100 kept for the new processes). models/hang.py"}),
+        _quiet("clock-skew", clock_offsets=SKEW),
+        Scenario("clock-skew-ts-order", _plan("clock-skew-ts-order", clock_offsets=SKEW), QUIET, arrival=False),
+        Scenario("straggler-64", Plan(job="straggler-64", ranks=64, per_node=8, steps=150,
+                                      slow=(Slow(37, 60, 1.4),), noise=noisy),
+                 Expect(Verdict.STRAGGLER, 37, "straggler-64-n04", JOB_WIDE), transport=MESSY,
+                 findings={"refire": "the straggler alert that resolved 'job ended' fires again (same id, detected_step 148) "
+                      "on the drain's ticks: the job's last steps are still incomplete in the step assembler (a "
+                      "rank's final events lost, or arriving after the end and dropped as late) and "
+                      "DetectionEngine.tick flushes them into the closed straggler detector "
+                      "(models/engine.py: _on_phase('end') closes detectors but not job.assemblers)"}),
+        Scenario("straggler-2-ranks", Plan(job="straggler-2-ranks", ranks=2, per_node=1, steps=120,
+                                           slow=(Slow(1, 30, 1.4),)),
+                 Expect(Verdict.STRAGGLER, 1, "straggler-2-ranks-n01", JOB_WIDE), findings={
+            "alerts": "no straggler alert, only a job-wide throughput_drop (14%): groups under "
+                      "StragglerSettings.min_peers (4) are not compared (models/straggler.py); the self-baseline "
+                      "for 2-3 rank jobs (issue 23 item 3) is not there yet"}),
+        Scenario("hang-before-collective", _plan("hang-before-collective", stuck=Stuck(11, 80, tail=90.0)),
+                 Expect(Verdict.HANG, 11, "hang-before-collective-n02")),
+        Scenario("straggler-skew", _plan("straggler-skew", clock_offsets=SKEW, slow=(Slow(13, 50, 1.2),)),
+                 Expect(Verdict.STRAGGLER, 13, "straggler-skew-n03", JOB_WIDE),
+                 findings={"refire": "the straggler alert that resolved 'job ended' fires again (same id, detected_step 148) "
+                      "on the drain's ticks: the job's last steps are still incomplete in the step assembler (a "
+                      "rank's final events lost, or arriving after the end and dropped as late) and "
+                      "DetectionEngine.tick flushes them into the closed straggler detector "
+                      "(models/engine.py: _on_phase('end') closes detectors but not job.assemblers)"}),
+        Scenario("straggler-skew-ts-order", _plan("straggler-skew-ts-order", clock_offsets=SKEW,
+                                                  slow=(Slow(13, 50, 1.2),)),
+                 Expect(Verdict.STRAGGLER, 13, "straggler-skew-ts-order-n03", JOB_WIDE), arrival=False,
+                 findings={
+            "alerts": "critical comm_slowdown 'all_reduce on process group default takes 92% longer than its "
+                      "baseline ... every rank slowed alike (a network or fabric cause)' on a compute straggler: "
+                      "in event-time order the host 2.5 s behind is ~6 collectives ahead, and "
+                      "models/comm.py CommSlowdownDetector.update closes a collective once any rank is two "
+                      "sequence numbers ahead, taking the minimum duration over the ranks seen so far (without the "
+                      "straggler, who waits least), so the wait for the straggler reads as transfer time"}),
+    ]
