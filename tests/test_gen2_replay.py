@@ -77,6 +77,9 @@ def test_replay_names_the_right_rank_and_nobody_else(scenario: Scenario, fleet):
     unexpected = [a for a in alerts if a["type"] not in expect.allowed and a["type"] != expect.verdict.value]
     assert not unexpected, f"{scenario.name}: alerts that should not be there:\n{_show(unexpected)}"
     assert all(a["type"] not in BLAME or a["type"] == expect.verdict.value for a in alerts)
+    # No scenario here slows the network: a job-wide alert that blames communication is wrong.
+    network = [a for a in alerts if a["type"] == "throughput_drop" and a["evidence"].get("layer") == "communication"]
+    assert not network, f"{scenario.name}: blamed on communication:\n{_show(network)}"
     if expect.verdict is Verdict.QUIET:
         return
     found = [a for a in alerts if a["type"] == expect.verdict.value]

@@ -93,6 +93,8 @@ class Plan:
     restart: Restart | None = None
     stuck: Stuck | None = None
     clock_offsets: tuple[tuple[int, float], ...] = ()  # (node index, seconds its clock is ahead)
+    stages: int = 1  # > 1: pipeline-parallel (gen2/pipeline.py), ranks // stages data-parallel columns
+    microbatches: int = 4
     heartbeat_interval: float = 2.0
     seed: int = 0
 

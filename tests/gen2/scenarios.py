@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from . import sync
+from . import pipeline, sync
 from .plan import Marking, Noise, Pause, Plan, Restart, Slow, Stuck
 from .transport import Transport
 from .wire import Sent
@@ -44,7 +44,7 @@ class Scenario:
     findings: dict[str, str] = field(default_factory=dict)
 
     def sent(self) -> list[Sent]:
-        return sync.play(self.plan)
+        return (pipeline.play if self.plan.stages > 1 else sync.play)(self.plan)
 
 
 QUIET = Expect(Verdict.QUIET)
@@ -139,4 +139,11 @@ def catalog() -> list[Scenario]:
                       "models/comm.py CommSlowdownDetector.update closes a collective once any rank is two "
                       "sequence numbers ahead, taking the minimum duration over the ranks seen so far (without the "
                       "straggler, who waits least), so the wait for the straggler reads as transfer time"}),
+        Scenario("pipeline-slow-stage", _plan("pipeline-slow-stage", stages=4, slow=(Slow(6, 40, 1.3),)),
+                 Expect(Verdict.STRAGGLER, 6, "pipeline-slow-stage-n01", JOB_WIDE), findings={
+                     "alerts": "the straggler (rank 6, stage 1) is found, but a throughput_drop 'lost 11% of its "
+                               "throughput ... layer: communication' comes with it: the other stages' recv waits "
+                               "behind the slow stage count as communication (models/throughput.py layer "
+                               "attribution from comm_time; issue 26 item 4)"}),
+        _quiet("pipeline-healthy", stages=4, noise=noisy),
     ]
