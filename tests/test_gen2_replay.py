@@ -23,6 +23,7 @@ from support import run_stepwatch, stepwatch_env
 SCENARIOS = catalog()
 #: Alert types that blame a rank or a node: never on a quiet scenario.
 BLAME = frozenset({"straggler", "hang", "imbalance", "comm_slowdown", "node_suspect"})
+DETECT_WITHIN_STEPS = 10
 DRAIN_SECONDS = "120"  # the hang scenario's capture ends inside its hang
 
 
@@ -91,6 +92,9 @@ def test_replay_names_the_right_rank_and_nobody_else(scenario: Scenario, fleet):
         else:
             assert alert["evidence"]["case"] == "culprit_before_collective", _show([alert])
             assert _culprits(alert) == [(expect.rank, expect.node)], alert["evidence"]["culprits"]
+    if expect.verdict is Verdict.STRAGGLER:  # named within 10 steps of the slowdown (issue 23)
+        onset = scenario.plan.slow[0].start
+        assert found[0]["evidence"]["detected_step"] - onset <= DETECT_WITHIN_STEPS, _show(found[:1])
     for alert in alerts:  # a job-wide alert may come with it, never blaming another rank
         assert set(alert["ranks"]) <= {expect.rank} or alert["type"] == expect.verdict.value, _show([alert])
 

@@ -109,7 +109,7 @@ def catalog() -> list[Scenario]:
         Scenario("straggler-64", Plan(job="straggler-64", ranks=64, per_node=8, steps=150,
                                       slow=(Slow(37, 60, 1.4),), noise=noisy),
                  Expect(Verdict.STRAGGLER, 37, "straggler-64-n04", JOB_WIDE), transport=MESSY,
-                 findings={"refire": "the straggler alert that resolved 'job ended' fires again (same id, detected_step 148) "
+                 findings={"refire": "the straggler alert that resolved 'job ended' fires again (same id, a later detected_step) "
                       "on the drain's ticks: the job's last steps are still incomplete in the step assembler (a "
                       "rank's final events lost, or arriving after the end and dropped as late) and "
                       "DetectionEngine.tick flushes them into the closed straggler detector "
@@ -122,9 +122,11 @@ def catalog() -> list[Scenario]:
                       "for 2-3 rank jobs (issue 23 item 3) is not there yet"}),
         Scenario("hang-before-collective", _plan("hang-before-collective", stuck=Stuck(11, 80, tail=90.0)),
                  Expect(Verdict.HANG, 11, "hang-before-collective-n02")),
+        Scenario("hang-skew-lossy", _plan("hang-skew-lossy", clock_offsets=SKEW, noise=noisy, stuck=Stuck(5, 90)),
+                 Expect(Verdict.HANG, 5, "hang-skew-lossy-n01"), transport=MESSY),
         Scenario("straggler-skew", _plan("straggler-skew", clock_offsets=SKEW, slow=(Slow(13, 50, 1.2),)),
                  Expect(Verdict.STRAGGLER, 13, "straggler-skew-n03", JOB_WIDE),
-                 findings={"refire": "the straggler alert that resolved 'job ended' fires again (same id, detected_step 148) "
+                 findings={"refire": "the straggler alert that resolved 'job ended' fires again (same id, a later detected_step) "
                       "on the drain's ticks: the job's last steps are still incomplete in the step assembler (a "
                       "rank's final events lost, or arriving after the end and dropped as late) and "
                       "DetectionEngine.tick flushes them into the closed straggler detector "
