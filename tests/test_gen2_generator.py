@@ -9,7 +9,7 @@ from collections import defaultdict
 import orjson
 import pytest
 
-from gen2 import pipeline, sync
+from gen2 import pipeline, sync, telemetry
 from gen2.plan import Plan, Restart, Slow, Stuck
 from gen2.scenarios import catalog
 from gen2.transport import Transport, messages, recording_lines
@@ -117,3 +117,24 @@ def test_pipeline_a_slow_stage_makes_its_column_wait_in_recv_and_the_other_colum
             assert reduce[(step, column2)] < reduce[(step, other)]
         times = [e["step_time"] for e in by_rank.values()]
         assert max(times) / min(times) < 1.1
+
+
+def test_telemetry_counters_are_cumulative_and_the_throttled_gpu_is_the_slow_ranks_from_its_slow_step():
+    plan = Plan(job="t", ranks=8, per_node=4, steps=60, slow=(Slow(6, 30, 1.3),), clock_offsets=((1, 4.0),))
+    job = sync.play(plan)
+    sent = telemetry.play(plan, job, throttle=telemetry.Throttle(6, 30))
+    last: dict[tuple, dict] = {}
+    for s in sorted(sent, key=lambda s: s.at):
+        e = s.event
+        if e["kind"] == "link":
+            key = (e["node"], e["device"])
+            if key in last:
+                assert all(e["counters"][k] >= v for k, v in last[key].items())
+            last[key] = e["counters"]
+    hot = [s for s in sent if s.event["kind"] == "gpu" and s.event["throttle"]]
+    assert {(s.event["node"], s.event["gpu"]) for s in hot} == {("t-n01", 2)}
+    # Rank 6's step 30 begins when its step 29 ends; samples come every second.
+    begins = next(s.at for s in job if s.event["kind"] == "step" and s.event["step"] == 29 and s.event["rank"] == 6)
+    assert begins <= min(s.at for s in hot) < begins + 1.1
+    node1 = next(s for s in sent if s.event["node"] == "t-n01")
+    assert node1.event["ts"] - node1.at == pytest.approx(4.0)  # the host's clock, as its ranks write it

@@ -95,6 +95,9 @@ def test_replay_names_the_right_rank_and_nobody_else(scenario: Scenario, fleet):
     if expect.verdict is Verdict.STRAGGLER:  # named within 10 steps of the slowdown (issue 23)
         onset = scenario.plan.slow[0].start
         assert found[0]["evidence"]["detected_step"] - onset <= DETECT_WITHIN_STEPS, _show(found[:1])
+    if expect.cause is not None:  # from the node telemetry, in the alert's last firing version
+        causes = [a for a in found if a["status"] == "firing"][-1]["evidence"].get("suspected_causes") or []
+        assert [(c["category"], c["component"]) for c in causes[:1]] == [expect.cause], causes[:3]
     for alert in alerts:  # a job-wide alert may come with it, never blaming another rank
         assert set(alert["ranks"]) <= {expect.rank} or alert["type"] == expect.verdict.value, _show([alert])
 

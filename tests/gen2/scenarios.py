@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from . import pipeline, sync
+from . import telemetry as telemetry_gen
 from .plan import Marking, Noise, Pause, Plan, Restart, Slow, Stuck
 from .transport import Transport
 from .wire import Sent
@@ -30,6 +31,8 @@ class Expect:
     node: str | None = None
     #: Alert types that may fire besides the expected one (true of the whole job, naming no rank).
     allowed: frozenset[str] = frozenset()
+    #: The suspected cause the alert must put first: (category, component), from node telemetry.
+    cause: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,15 @@ class Scenario:
     #: today instead, and where the cause seems to be. The test is xfail(strict=True) with it as the reason.
     findings: dict[str, str] = field(default_factory=dict)
 
+    #: Node telemetry of the job's hosts as well (gen2/telemetry.py), with this GPU throttling if given.
+    telemetry: bool = False
+    throttle: telemetry_gen.Throttle | None = None
+
     def sent(self) -> list[Sent]:
-        return (pipeline.play if self.plan.stages > 1 else sync.play)(self.plan)
+        job = (pipeline.play if self.plan.stages > 1 else sync.play)(self.plan)
+        if not self.telemetry:
+            return job
+        return sorted(job + telemetry_gen.play(self.plan, job, throttle=self.throttle), key=lambda s: s.at)
 
 
 QUIET = Expect(Verdict.QUIET)
@@ -148,4 +158,9 @@ def catalog() -> list[Scenario]:
                                "behind the slow stage count as communication (models/throughput.py layer "
                                "attribution from comm_time; issue 26 item 4)"}),
         _quiet("pipeline-healthy", stages=4, noise=noisy),
+        Scenario("healthy-telemetry", _plan("healthy-telemetry", noise=noisy), QUIET, telemetry=True, transport=MESSY),
+        Scenario("straggler-gpu-throttled", _plan("straggler-gpu-throttled", slow=(Slow(9, 50, 1.3),)),
+                 Expect(Verdict.STRAGGLER, 9, "straggler-gpu-throttled-n02", JOB_WIDE | {"gpu_fault", "gpu_hot"},
+                        cause=("compute", "gpu1")),
+                 telemetry=True, throttle=telemetry_gen.Throttle(9, 50)),
     ]
