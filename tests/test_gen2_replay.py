@@ -11,19 +11,19 @@ so that it is seen, not hidden: the fix removes the mark.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import orjson
 import pytest
 
-from gen2.scenarios import Scenario, Verdict, catalog
+from gen2.scenarios import FABRIC_JOBS, Scenario, Verdict, catalog
 from gen2.transport import merge, timed_lines, write
 from support import run_stepwatch, stepwatch_env
 
 SCENARIOS = catalog()
-#: Alert types that blame a rank or a node: never on a quiet scenario.
-BLAME = frozenset({"straggler", "hang", "imbalance", "comm_slowdown", "node_suspect"})
 DETECT_WITHIN_STEPS = 10
+#: Issue 26: a switch fault under 16 nodes across 4 jobs is at most 20 alert ids in all.
+MAX_FABRIC_ALERT_IDS = 20
 DRAIN_SECONDS = "120"  # the hang scenario's capture ends inside its hang
 
 
@@ -77,10 +77,12 @@ def test_replay_names_the_right_rank_and_nobody_else(scenario: Scenario, fleet):
     expect = scenario.expect
     unexpected = [a for a in alerts if a["type"] not in expect.allowed and a["type"] != expect.verdict.value]
     assert not unexpected, f"{scenario.name}: alerts that should not be there:\n{_show(unexpected)}"
-    assert all(a["type"] not in BLAME or a["type"] == expect.verdict.value for a in alerts)
-    # No scenario here slows the network: a job-wide alert that blames communication is wrong.
-    network = [a for a in alerts if a["type"] == "throughput_drop" and a["evidence"].get("layer") == "communication"]
-    assert not network, f"{scenario.name}: blamed on communication:\n{_show(network)}"
+    # What is allowed is true of the whole job (or fabric): it names no rank.
+    assert not [a for a in alerts if a["type"] in expect.allowed and a["ranks"]], _show(alerts)
+    if scenario.plan.network is None:  # the network is fine: a job-wide alert that blames communication is wrong
+        network = [a for a in alerts
+                   if a["type"] == "throughput_drop" and a["evidence"].get("layer") == "communication"]
+        assert not network, f"{scenario.name}: blamed on communication:\n{_show(network)}"
     if expect.verdict is Verdict.QUIET:
         return
     found = [a for a in alerts if a["type"] == expect.verdict.value]
@@ -114,3 +116,34 @@ def test_a_resolved_alert_does_not_fire_again(scenario: Scenario, fleet):
         elif alert["id"] in resolved:
             again.append(alert)
     assert not again, f"{scenario.name}: fired again after it resolved:\n{_show(again)}"
+
+
+def _fabric_alerts(fleet) -> list[dict]:
+    seen, out = set(), []
+    for job in FABRIC_JOBS:
+        for alert in fleet.get(job, []):
+            key = (alert["id"], alert["status"], alert["summary"])
+            if key not in seen:  # a node alert naming two jobs' nodes is listed under both
+                seen.add(key)
+                out.append(alert)
+    return out
+
+
+def test_a_leaf_switch_fault_drains_no_node(fleet):
+    """Many nodes' ports erring together behind one switch: no node is to blame, none is to be drained."""
+    alerts = _fabric_alerts(fleet)
+    assert any(a["type"] == "link_errors" for a in alerts)  # the fault is seen at all
+    drains = [a for a in alerts if (a["evidence"].get("action") or {}).get("kind") == "drain_node"]
+    assert not drains, _show(drains)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "32 link_errors alerts, one per port (4 per node on the 8 nodes behind the switch), plus each hit job's "
+    "comm_slowdown and throughput_drop ('layer: communication'): 36 alert ids for one switch; no fabric incident "
+    "groups ports moving together across nodes and jobs (models/telemetry_tracker.py raises link_errors per "
+    "port; issue 26 item 1)"))
+def test_a_leaf_switch_fault_is_one_incident_not_a_page_per_port(fleet):
+    ids = {a["id"] for a in _fabric_alerts(fleet)}
+    firing = Counter(a["type"] for a in _fabric_alerts(fleet) if a["status"] == "firing")
+    print(f"{len(ids)} alert ids:", sorted(firing.items()))
+    assert len(ids) <= MAX_FABRIC_ALERT_IDS, _show([a for a in _fabric_alerts(fleet) if a["status"] == "firing"])

@@ -90,6 +90,7 @@ class Plan:
     moe_skew: float = 0.0  # the hot expert's rank computes this much longer, moving every 2 steps
     drift: float = 0.0  # every rank's compute grows by this fraction per step
     slowdown: tuple[int, float] | None = None  # (step, factor): the whole job slower from then on
+    network: tuple[int, float] | None = None  # (step, factor): the all-reduce transfer slower from then on
     restart: Restart | None = None
     stuck: Stuck | None = None
     clock_offsets: tuple[tuple[int, float], ...] = ()  # (node index, seconds its clock is ahead)

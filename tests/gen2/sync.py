@@ -101,7 +101,8 @@ def play(plan: Plan) -> list[Sent]:
                 _heartbeats(out, plan, ranks, k, beat, until, last_step=step_no, seq=seq,
                             arrived=None if k == stuck.rank else arrive[k], done=None)
             return out
-        done = max(arrive) + plan.transfer * (1.0 + abs(rng.gauss(0.0, plan.jitter)))
+        transfer = plan.transfer * (plan.network[1] if plan.network and this >= plan.network[0] else 1.0)
+        done = max(arrive) + transfer * (1.0 + abs(rng.gauss(0.0, plan.jitter)))
         for k in range(n):
             opt = plan.optimizer * (1.0 + rng.gauss(0.0, plan.jitter))
             end = done + opt

@@ -32,15 +32,26 @@ class Throttle:
     temp: float = 91.0
 
 
+@dataclass(frozen=True)
+class LinkFault:
+    """Every IB port of the job's nodes shows errors and transmit wait from the start of step ``step`` (a leaf
+    switch they share degrades)."""
+
+    step: int
+    wait_factor: float = 2.4
+
+
 def _sender(node_index: int) -> int:
     return 100_000 + node_index  # one agent per node: its own batches
 
 
-def play(plan: Plan, job_sent: list[Sent], *, interval: float = 1.0, throttle: Throttle | None = None) -> list[Sent]:
+def play(plan: Plan, job_sent: list[Sent], *, interval: float = 1.0, throttle: Throttle | None = None,
+         link_fault: LinkFault | None = None) -> list[Sent]:
     """Telemetry of the job's nodes for the span of ``job_sent`` (the job's own events)."""
     rng = random.Random(plan.seed + 1)
     nodes: dict[str, tuple[int, float]] = {}  # node -> (index, clock offset), from what the ranks wrote
     hot_from = None
+    faulty_from = None
     for s in job_sent:
         e = s.event
         if "node" in e and e["node"] not in nodes:
@@ -48,6 +59,8 @@ def play(plan: Plan, job_sent: list[Sent], *, interval: float = 1.0, throttle: T
         if throttle is not None and hot_from is None and e["kind"] == "step" and e["rank"] == throttle.rank \
                 and e["step"] == throttle.step - 1:
             hot_from = s.at  # the slow step starts when the one before it ends
+        if link_fault is not None and faulty_from is None and e["kind"] == "step" and e["step"] == link_fault.step - 1:
+            faulty_from = s.at
     hot_node = plan.node_of(throttle.rank) if throttle is not None else None
     hot_gpu = throttle.rank % plan.per_node if throttle is not None else None
     begin, end = min(s.at for s in job_sent), max(s.at for s in job_sent)
@@ -81,7 +94,12 @@ def play(plan: Plan, job_sent: list[Sent], *, interval: float = 1.0, throttle: T
                 c = counters[(node, nic)]
                 c["port_xmit_data"] += rng.randrange(9 * 10**9, 11 * 10**9)  # 4-byte words: ~40 GB/s
                 c["port_rcv_data"] += rng.randrange(9 * 10**9, 11 * 10**9)
-                c["port_xmit_wait"] += rng.randrange(10**5, 3 * 10**5)
+                faulty = faulty_from is not None and at >= faulty_from
+                c["port_xmit_wait"] += int(rng.randrange(10**5, 3 * 10**5) * (link_fault.wait_factor if faulty else 1))
+                if faulty:  # symbol errors and the receive errors they cause, on every port behind the switch
+                    c["symbol_error"] += rng.randrange(200, 600)
+                    c["port_rcv_errors"] += rng.randrange(10, 50)
+                    c["link_error_recovery"] += int(rng.random() < 0.1)
                 out.append(Sent(at, _sender(index), {
                     "v": 1, "kind": "link", "node": node, "ts": ts, "device": f"mlx5_{nic}", "port": 1,
                     "state": "ACTIVE", "phys_state": "LinkUp", "rate": 400.0, "link_layer": "InfiniBand",
@@ -91,7 +109,8 @@ def play(plan: Plan, job_sent: list[Sent], *, interval: float = 1.0, throttle: T
             busy["system"] += rng.randrange(300, 400)
             busy["idle"] += rng.randrange(6000, 6800)
             out.append(Sent(at, _sender(index), {
-                "v": 1, "kind": "host", "node": node, "ts": ts, "cpu": dict(busy), "load1": round(rng.uniform(30, 40), 2),
+                "v": 1, "kind": "host", "node": node, "ts": ts, "cpu": dict(busy),
+                "load1": round(rng.uniform(30, 40), 2),
                 "psi": {"cpu": {"some_avg10": round(rng.uniform(0.5, 3.0), 2)},
                         "io": {"some_avg10": round(rng.uniform(0.0, 2.0), 2), "full_avg10": 0.0},
                         "memory": {"some_avg10": 0.0, "full_avg10": 0.0}},
