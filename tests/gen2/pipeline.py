@@ -37,7 +37,7 @@ def play(plan: Plan) -> list[Sent]:
         for rank in range(plan.ranks):
             c = plan.compute * (1.0 + rng.gauss(0.0, plan.jitter))
             for s in plan.slow:
-                if s.rank == rank and s.start <= step_no and (s.end is None or step_no < s.end):
+                if s.hits(rank, step_no):
                     c *= s.factor
             compute[rank] = c
         arrive, recv_wait, data = {}, {}, {}

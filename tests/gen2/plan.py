@@ -15,12 +15,18 @@ class Marking(Enum):
 
 @dataclass(frozen=True)
 class Slow:
-    """Rank ``rank`` computes ``factor`` times as long from step ``start`` (to ``end``, exclusive)."""
+    """Rank ``rank`` computes ``factor`` times as long from step ``start`` (to ``end``, exclusive); with
+    ``every``, only on every ``every``-th of those steps (a flaky GPU)."""
 
     rank: int
     start: int
     factor: float
     end: int | None = None
+    every: int = 1
+
+    def hits(self, rank: int, step: int) -> bool:
+        return (rank == self.rank and self.start <= step and (self.end is None or step < self.end)
+                and (step - self.start) % self.every == 0)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,10 @@ class Stuck:
     rank: int
     step: int
     tail: float = 90.0  # seconds of heartbeats recorded after the stall
+    #: Teardown: this many seconds after the stall the NCCL watchdog kills the waiting ranks (their
+    #: heartbeats stop); the stuck rank lives ``grace`` seconds longer (its SIGTERM handler cannot run).
+    teardown: float | None = None
+    grace: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """The named cases and what stepwatch should say about each (issues 23 and 26: the messy cases).
 
-Quiet cases must raise no alert that blames a rank or a node (straggler, hang, imbalance,
-comm_slowdown, node_suspect); job-wide alerts that are true of them (a ``throughput_drop`` when the
-whole job slowed, a ``job_restart`` after a restart) are listed per case in ``Expect.allowed``.
-Alerting cases must name the right rank and its node, and nobody else.
+Quiet cases raise only the alert types listed in their ``Expect.allowed``: those true of the whole job
+(a ``throughput_drop`` when the whole job slowed, a ``job_restart`` after a restart), which name no rank;
+no straggler, hang, imbalance or node_suspect. Alerting cases must name the right rank and its node
+(``rank`` None: some ranks of that node), and nobody else.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ class Expect:
     allowed: frozenset[str] = frozenset()
     #: The suspected cause the alert must put first: (category, component), from node telemetry.
     cause: tuple[str, str] | None = None
+    #: At most this many alert ids of the expected type (one root cause, one incident).
+    max_incidents: int | None = None
+    #: The first alert within this many steps of the onset (issue 23: 10); None: not checked.
+    within_steps: int | None = 10
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,25 @@ def catalog() -> list[Scenario]:
                  Expect(Verdict.HANG, 11, "hang-before-collective-n02")),
         Scenario("hang-skew-lossy", _plan("hang-skew-lossy", clock_offsets=SKEW, noise=noisy, stuck=Stuck(5, 90)),
                  Expect(Verdict.HANG, 5, "hang-skew-lossy-n01"), transport=MESSY),
+        Scenario("hang-teardown", _plan("hang-teardown", stuck=Stuck(11, 80, tail=150.0, teardown=45.0, grace=30.0)),
+                 Expect(Verdict.HANG, 11, "hang-teardown-n02"), findings={
+                     "alerts": "the culprit (rank 11, culprit_before_collective) is named 30 s in; once the watchdog "
+                               "kills the 15 waiting ranks the same alert becomes silent_ranks with the dead ranks "
+                               "as culprits ([1, 3, 7, 10, 11, ...], later [0, 1, 2, ...]) and is re-published at "
+                               "59, 61, 91 and 151 s: models/hang.py re-diagnoses from scratch at every check "
+                               "instead of keeping an established culprit (issue 26 item 5)"}),
+        Scenario("flaky-gpu", _plan("flaky-gpu", steps=200, slow=(Slow(6, 40, 3.0, every=7),)),
+                 Expect(Verdict.STRAGGLER, 6, "flaky-gpu-n01", JOB_WIDE, max_incidents=2, within_steps=None),
+                 findings={
+                     "alerts": "no alert in 160 steps of a GPU 3x slow on every 7th step: the short rule needs 3 "
+                               "slow steps of 5 and the coincidence test (models/straggler.py, evidence_window "
+                               "20) sees at most 3 of 20, whose chance at the 0.001 background floor is "
+                               "C(20,3)*1e-9 = 1.1e-6 > coincidence_p 2e-7; nothing looks for periodic slowness"}),
+        Scenario("slow-host", _plan("slow-host", slow=tuple(Slow(r, 50, 1.15) for r in range(8, 12))),
+                 Expect(Verdict.STRAGGLER, None, "slow-host-n02", JOB_WIDE, max_incidents=1), findings={
+                     "alerts": "4 straggler alerts, one per rank of slow-host-n02 (ranks 8, 9, 10, 11, each "
+                               "1.11-1.13x), not one node incident: models/straggler.py judges ranks one by one "
+                               "and nothing groups the stragglers of one node (issue 26 item 2)"}),
         Scenario("straggler-skew", _plan("straggler-skew", clock_offsets=SKEW, slow=(Slow(13, 50, 1.2),)),
                  Expect(Verdict.STRAGGLER, 13, "straggler-skew-n03", JOB_WIDE),
                  findings={"refire": REFIRE_AFTER_END}),

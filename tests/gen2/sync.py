@@ -81,7 +81,7 @@ def play(plan: Plan) -> list[Sent]:
             if since_start < plan.warmup:
                 c *= 1.0 + rng.uniform(1.0, 4.0)  # compilation and autotuning, longer on some ranks
             for s in plan.slow:
-                if s.rank == k and s.start <= this and (s.end is None or this < s.end):
+                if s.hits(k, this):
                     c *= s.factor
             if k == hot:
                 c *= 1.0 + plan.moe_skew
@@ -98,7 +98,10 @@ def play(plan: Plan) -> list[Sent]:
             # The stuck rank never issues collective ``seq``; the others wait in it; only heartbeats flow.
             until = max(arrive) + stuck.tail
             for k in range(n):
-                _heartbeats(out, plan, ranks, k, beat, until, last_step=step_no, seq=seq,
+                last = until
+                if stuck.teardown is not None:  # killed by the watchdog, the culprit later by the launcher
+                    last = min(until, max(arrive) + stuck.teardown + (stuck.grace if k == stuck.rank else 0.0))
+                _heartbeats(out, plan, ranks, k, beat, last, last_step=step_no, seq=seq,
                             arrived=None if k == stuck.rank else arrive[k], done=None)
             return out
         transfer = plan.transfer * (plan.network[1] if plan.network and this >= plan.network[0] else 1.0)
