@@ -138,3 +138,19 @@ def test_telemetry_counters_are_cumulative_and_the_throttled_gpu_is_the_slow_ran
     assert begins <= min(s.at for s in hot) < begins + 1.1
     node1 = next(s for s in sent if s.event["node"] == "t-n01")
     assert node1.event["ts"] - node1.at == pytest.approx(4.0)  # the host's clock, as its ranks write it
+
+
+def test_python_m_gen2_writes_one_recording_per_scenario_and_a_fleet(tmp_path, capsys):
+    from gen2.__main__ import main
+
+    assert main(["healthy", "clock-skew-ts-order", "-o", str(tmp_path)]) == 0
+    healthy = [orjson.loads(line) for line in (tmp_path / "healthy.jsonl").read_bytes().splitlines()]
+    assert all(v["kind"] == "batch" and "_arrival" in v for v in healthy)
+    by_ts = [orjson.loads(line) for line in (tmp_path / "clock-skew-ts-order.jsonl").read_bytes().splitlines()]
+    assert by_ts and all(v["kind"] != "batch" and "_arrival" not in v for v in by_ts)
+    assert main(["healthy", "warmup", "--fleet", "-o", str(tmp_path)]) == 0
+    jobs = {e["job"] for line in (tmp_path / "fleet.jsonl").read_bytes().splitlines()
+            for e in orjson.loads(line)["events"]}
+    assert jobs == {"healthy", "warmup"}
+    with pytest.raises(SystemExit):
+        main(["no-such-scenario"])
