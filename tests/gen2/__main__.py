@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from .scenarios import catalog
-from .transport import merge, timed_lines, write
+from .transport import merge, write
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,11 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.fleet:
         chosen = [s for s in chosen if s.arrival]
-        path = write(args.out / "fleet.jsonl", merge(timed_lines(s.sent(), s.transport) for s in chosen))
+        path = write(args.out / "fleet.jsonl", merge(s.timed_lines() for s in chosen))
         print(path)
         return 0
     for s in chosen:
-        lines = [line for _, line in timed_lines(s.sent(), s.transport, arrival=s.arrival)]
+        lines = [line for _, line in s.timed_lines()]
         print(write(args.out / f"{s.name}.jsonl", lines))
     return 0
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from . import pipeline, sync
+import orjson
+
+from . import pipeline, sync, transport
 from . import telemetry as telemetry_gen
 from .plan import Marking, Noise, Pause, Plan, Restart, Slow, Stuck
 from .transport import Transport
@@ -54,6 +56,8 @@ class Scenario:
     telemetry: bool = False
     throttle: telemetry_gen.Throttle | None = None
     link_fault: telemetry_gen.LinkFault | None = None
+    #: (step, settings): the job's runtime settings change after that step (``stepwatch config set``).
+    settings: tuple[int, dict] | None = None
 
     def sent(self) -> list[Sent]:
         job = (pipeline.play if self.plan.stages > 1 else sync.play)(self.plan)
@@ -61,6 +65,20 @@ class Scenario:
             return job
         return sorted(job + telemetry_gen.play(self.plan, job, throttle=self.throttle,
                                                            link_fault=self.link_fault), key=lambda s: s.at)
+
+    def timed_lines(self) -> list[tuple[float, bytes]]:
+        """The recording, each line with the time that orders it (gen2/transport.py); with ``settings``, a
+        config line as ``stepwatch record`` captures a ``stepwatch config set`` (stepwatch/recording.py)."""
+        sent = self.sent()
+        lines = transport.timed_lines(sent, self.transport, arrival=self.arrival)
+        if self.settings is not None:
+            step, change = self.settings
+            at = next(s.at for s in sent if s.event["kind"] == "step" and s.event["step"] == step) + 0.01
+            record = {"v": 1, "kind": "config", **change, "_key": self.plan.job}
+            if self.arrival:
+                record["_arrival"] = round(at, 6)
+            lines = sorted([*lines, (at, orjson.dumps(record))], key=lambda line: line[0])
+        return lines
 
 
 QUIET = Expect(Verdict.QUIET)
@@ -163,6 +181,9 @@ def catalog() -> list[Scenario]:
                      "alerts": "4 straggler alerts, one per rank of slow-host-n02 (ranks 8, 9, 10, 11, each "
                                "1.11-1.13x), not one node incident: models/straggler.py judges ranks one by one "
                                "and nothing groups the stragglers of one node (issue 26 item 2)"}),
+        Scenario("threshold-raised", _plan("threshold-raised", slow=(Slow(5, 40, 1.3),)),
+                 Expect(Verdict.STRAGGLER, 5, "threshold-raised-n01", JOB_WIDE),
+                 settings=(80, {"straggler": {"ratio_threshold": 1.5, "long_min_effect": 0.0}})),
         Scenario("straggler-skew", _plan("straggler-skew", clock_offsets=SKEW, slow=(Slow(13, 50, 1.2),)),
                  Expect(Verdict.STRAGGLER, 13, "straggler-skew-n03", JOB_WIDE),
                  findings={"refire": REFIRE_AFTER_END}),
