@@ -63,8 +63,8 @@ class Scenario:
         job = (pipeline.play if self.plan.stages > 1 else sync.play)(self.plan)
         if not self.telemetry:
             return job
-        return sorted(job + telemetry_gen.play(self.plan, job, throttle=self.throttle,
-                                                           link_fault=self.link_fault), key=lambda s: s.at)
+        nodes = telemetry_gen.play(self.plan, job, throttle=self.throttle, link_fault=self.link_fault)
+        return sorted(job + nodes, key=lambda s: s.at)
 
     def timed_lines(self) -> list[tuple[float, bytes]]:
         """The recording, each line with the time that orders it (gen2/transport.py); with ``settings``, a
