@@ -198,15 +198,21 @@ class Pipeline:
         for event in events:
             try:
                 alerts.extend(self.engine.process(event, arrival=arrival))
-            except Exception:  # a detector bug must not stop the worker
+            except Exception as exc:  # a detector bug must not stop the worker
                 log.exception("detector failed on a %s event", event.kind)
+                self._failed("telemetry", exc)
         out.alerts = self.publishable(alerts, speaks_for=speaks_for)
         return out
 
     def tick(self, now: float) -> Outputs:
         """Run the time-driven rules at ``now`` (live: the wall clock; replay: the recording's clock)."""
         started = time.perf_counter()
-        alerts = self.engine.tick(now)
+        try:
+            alerts = self.engine.tick(now)
+        except Exception as exc:  # counted and logged; the next tick runs the rules again
+            log.exception("timer rules failed")
+            self._failed("tick", exc)
+            return Outputs()
         if self.metrics is not None:
             self.metrics.detection.labels("tick").observe(time.perf_counter() - started)
         if self.recorder is not None:
@@ -265,14 +271,15 @@ class Pipeline:
                       out: Outputs) -> list[Alert]:
         if self.metrics is not None:
             self.metrics.events.labels("step").inc(len(cols))
-        if self.recorder is not None:
-            self.recorder.observe_steps(cols)
         for job in cols.jobs:
             self.job_partition[job] = partition
         try:
+            if self.recorder is not None:
+                self.recorder.observe_steps(cols)
             return self.engine.process_batch(cols, arrival=arrival)
-        except Exception as exc:  # a detector bug must not stop the worker; keep the messages
-            log.exception("detector failed on a batch of %d events from %d messages", len(cols), len(messages))
+        except Exception as exc:  # a bug must not stop the worker; keep the messages
+            log.exception("processing a batch of %d events from %d messages failed", len(cols), len(messages))
+            self._failed("events", exc)
             for msg in messages:
                 self._deadletter(out, Rejected(f"detector error: {exc!r}", None), "detector", msg)
             return []
@@ -306,18 +313,24 @@ class Pipeline:
                 continue
             if m is not None:
                 m.events.labels(ev.kind).inc()
-            if self.recorder is not None:
-                self.recorder.observe(ev)
-            if getattr(ev, "job", None):
-                self.job_partition[ev.job] = msg.partition
-            try:
+            job = getattr(ev, "job", None)  # node telemetry has none
+            if job:
+                self.job_partition[job] = msg.partition
+            try:  # the status views and the detectors alike: a bug in either is counted, the event kept
+                if self.recorder is not None:
+                    self.recorder.observe(ev)
                 alerts.extend(self.engine.process(ev, arrival=arrival))
-            except Exception as exc:  # a detector bug must not stop the worker; keep the event
-                log.exception("detector failed on an event")
-                self._deadletter(out, Rejected(f"detector error: {exc!r}", None), "detector", msg)
+            except Exception as exc:  # a bug must not stop the worker; keep the event
+                log.exception("processing a %s event failed", ev.kind)
+                self._failed("events", exc)
+                self._deadletter(out, Rejected(f"detector error: {exc!r}", event_to_dict(ev)), "detector", msg)
         if m is not None:
             m.detection.labels("events").observe(time.perf_counter() - started)
         out.alerts.extend(self.publishable(alerts))
+
+    def _failed(self, stage: str, exc: BaseException) -> None:
+        if self.metrics is not None:
+            self.metrics.processing_failed(stage, exc)
 
     def _deadletter(self, out: Outputs, rejected: Rejected, cause: str, msg: Message) -> None:
         if self.metrics is not None:

@@ -216,7 +216,13 @@ class Worker:
                 if not self.processing_allowed.is_set():
                     await self.processing_allowed.wait()
                 # Faust's messages have the attributes the pipeline reads (value, key, topic, partition, offset).
-                await self.send(self.pipeline.feed([event.message for event in events], arrival=time.time()))
+                try:
+                    await self.send(self.pipeline.feed([event.message for event in events], arrival=time.time()))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # never lose the agent; counted, /health says degraded
+                    log.exception("processing %d events messages failed", len(events))
+                    self.metrics.processing_failed("events", exc)
 
         app.agent(self.events_topic, name="stepwatch-detect")(detect)
 
@@ -304,8 +310,9 @@ class Worker:
             return  # the engine is being rebuilt; the next tick runs the rules
         try:
             out = self.pipeline.tick(time.time())
-        except Exception:
+        except Exception as exc:
             log.exception("timer rules failed")
+            self.metrics.processing_failed("tick", exc)
             return
         await self.send(out)
 
@@ -358,8 +365,9 @@ class Worker:
                      report.events_replayed, len(span.alerts), report.open_on_topic, report.republished_firing,
                      report.resolved_while_down, report.seconds)
             await self.publish(reconcile)
-        except Exception:  # recovery is best effort: detection goes on from the committed offsets
+        except Exception as exc:  # recovery is best effort: detection goes on from the committed offsets
             log.exception("recovery of partitions %s failed; continuing without rebuilt windows", sorted(new))
+            self.metrics.processing_failed("recovery", exc)
         finally:
             self.recovering = False
             self.recovered.update(new)
