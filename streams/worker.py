@@ -281,10 +281,11 @@ class Worker:
     # -- output ---------------------------------------------------------------------------
 
     async def send(self, out: Outputs) -> None:
-        """Publish a pipeline's outputs: dead letters, then alerts."""
+        """Publish a pipeline's outputs: alerts first (what matters most goes out before a flood of bad input's
+        dead letters can hold it up), then one dead letter per bad message."""
+        await self._send_alerts(out.alerts)
         for dead in out.deadletters:
             await self.deadletter_topic.send(key=dead.message.key, value=dead.record())
-        await self._send_alerts(out.alerts)
 
     async def publish(self, alerts: list[Alert]) -> None:
         """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
