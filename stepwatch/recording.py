@@ -84,7 +84,7 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
                 print(f"stepwatch replay: skipped ({dead.cause}): {dead.rejected.reason}", file=sys.stderr)
         for alert in outputs.alerts:
             stats["alerts"] += 1
-            out.write(orjson.dumps(alert.to_dict()).decode() + "\n")
+            out.write(alert.to_json().decode() + "\n")
     stats["events"] = pipeline.engine.events_by_kind.total()
     return stats
 

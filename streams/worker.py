@@ -297,7 +297,7 @@ class Worker:
         for alert in alerts:
             log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
             key = alert.job or (alert.nodes[0] if alert.nodes else "")  # node alerts have no job
-            await self.alerts_topic.send(key=key.encode(), value=orjson.dumps(alert.to_dict()))
+            await self.alerts_topic.send(key=key.encode(), value=alert.to_json())
             if self.sink is not None:
                 self.sink.submit(alert)
             if self.action_sink is not None:
