@@ -50,14 +50,15 @@ class WorkerMetrics:
         #: () -> int: alerts waiting for the Alertmanager sink.
         self.alertmanager_queue: Callable[[], int] | None = None
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.messages = Counter("stepwatch_messages_consumed", "Kafka messages consumed from the events topic.",
+        self.messages = Counter("stepwatch_messages_consumed", "Kafka messages fed to the pipeline (events and telemetry topics).",
                                 registry=r)
         self.events = Counter("stepwatch_events_consumed", "Valid events fed to the detectors, by kind.", ["kind"],
                               registry=r)
         self.decode_failures = Counter("stepwatch_decode_failures",
                                        "Messages or events in a batch that did not decode or validate.", registry=r)
         self.deadlettered = Counter("stepwatch_events_deadlettered",
-                                    "Records sent to the dead-letter topic, by cause (decode, detector).", ["cause"],
+                                    "Dead letters (one per bad message) sent to the dead-letter topic, by the cause of "
+                                    "its first rejected part (decode, future, topic, detector).", ["cause"],
                                     registry=r)
         self.alerts_published = Counter("stepwatch_alerts_published",
                                         "Alert records published to the alerts topic, by type and status "
@@ -96,7 +97,7 @@ class WorkerMetrics:
         for t in ALERT_TYPES:
             self.alerts_fired.labels(t)
             self.alerts_resolved.labels(t)
-        for cause in ("decode", "detector"):
+        for cause in ("decode", "future", "topic", "detector"):
             self.deadlettered.labels(cause)
         for loop in ("events", "tick"):
             self.detection.labels(loop)
