@@ -313,7 +313,7 @@ class Pipeline:
             alert = self.published.rewrite(alert)
             if self.published.is_duplicate(alert):
                 continue  # already on the topic (e.g. re-derived after a restart)
-            self.published.remember(alert.to_dict())
+            self.published.remember(alert)
             if self.metrics is not None:
                 self.metrics.alert_published(alert)
             out.append(alert)

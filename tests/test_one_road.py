@@ -182,3 +182,22 @@ def test_replay_ends_for_any_timestamp_it_accepts(ts, tmp_path):
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "1 events, 0 rejected" in result.stderr
+
+
+def test_alert_records_read_back_are_the_alerts_published():
+    from stepwatch.models.alerts import Alert
+    from stepwatch.models.published import PublishedAlerts
+
+    job = Job("job-c", ["n6", "n7"], start=T0, steps=60, checkpoint_at=None, slow_node="n7", slow_from=20)
+    pipeline, _ = live_pipeline()
+    alerts = [a for e in job_events(job) for a in pipeline.feed([orjson.dumps(e)], arrival=e["ts"]).alerts]
+    assert alerts
+    for alert in alerts:
+        record = orjson.loads(alert.to_json())
+        assert Alert.from_dict(record) == alert  # the one pair: what the topic holds is the alert
+    published = PublishedAlerts()
+    published.remember(orjson.loads(alerts[0].to_json()))
+    assert published.is_duplicate(alerts[0]) and list(published.open.values()) == [alerts[0]]
+    for bad in ({}, {"id": ""}, {"id": "x", "ranks": ["a"]}, [1]):
+        with pytest.raises(ValueError, match="not an alert record"):
+            Alert.from_dict(bad)
