@@ -260,23 +260,6 @@ class Pipeline:
                 self.metrics.deadlettered.labels(dead.cause).inc()
         return out
 
-    def feed_events(self, events: Iterable, arrival: float | None = None, *,
-                    speaks_for: Callable[[Alert], bool] | None = None) -> Outputs:
-        """Already decoded events (tests and tools; the worker's topics go through ``feed``).
-
-        ``speaks_for``: for these events' alerts, instead of the pipeline's own (the assignment of the moment).
-        """
-        out = Outputs()
-        alerts: list[Alert] = []
-        for event in events:
-            try:
-                alerts.extend(self.engine.process(event, arrival=arrival))
-            except Exception as exc:  # a detector bug must not stop the worker
-                log.exception("detector failed on a %s event", event.kind)
-                self._failed("telemetry", exc)
-        out.alerts = self.publishable(alerts, speaks_for=speaks_for)
-        return out
-
     def tick(self, now: float) -> Outputs:
         """Run the time-driven rules at ``now`` (live: the wall clock; replay: the recording's clock)."""
         started = time.perf_counter()
