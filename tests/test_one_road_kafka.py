@@ -12,6 +12,7 @@ as a rank's monitor sends them (producers/stacks.py). Broker-free parts: tests/t
 from __future__ import annotations
 
 import argparse
+import base64
 import time
 
 import orjson
@@ -149,3 +150,34 @@ def test_every_event_kind_and_fault_live_equals_replay_of_the_recording(kafka_bo
     log = worker.log_text()
     assert _view(live) == _view(expected), log[-4000:]
     assert "Traceback" not in log, log[-4000:]  # no processing failure on the way
+
+
+def test_the_telemetry_topic_dead_letters_what_does_not_belong_and_goes_on(kafka_bootstrap, topic_prefix,
+                                                                           start_worker):
+    from kafka import KafkaProducer
+
+    from stepwatch.topics import create_topics
+
+    worker = start_worker()
+    telemetry = topic_prefix + "telemetry"
+    create_topics(kafka_bootstrap, [telemetry], 1)
+    now = time.time()
+    step = {"v": 1, "kind": "step", "job": "misplaced", "rank": 0, "step": 1, "ts": now, "step_time": 1.0}
+    far = {"v": 1, "kind": "xid", "node": "n-far", "gpu": 0, "xid": 79, "ts": now + 10 * 365 * 86_400.0}
+    good = {"v": 1, "kind": "xid", "node": "n-good", "gpu": 1, "xid": 79, "ts": now, "message": "NVRM: Xid 79"}
+    bad = [orjson.dumps(step), b"{not json", orjson.dumps(far)]
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for raw in bad:
+        producer.send(telemetry, key=b"n", value=raw)
+    producer.send(telemetry, key=b"n-good", value=orjson.dumps(good))
+    producer.flush()
+    producer.close()
+    # Alerts go out before the dead letters of the same read; the good Xid after the bad ones still fires.
+    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                             until=lambda a: any(x["type"] == "gpu_fault" for x in a), quiet=0.0)
+    assert [x["nodes"] for x in alerts if x["type"] == "gpu_fault"] == [["n-good"]], worker.log_text()[-3000:]
+    dead = read_all_alerts(kafka_bootstrap, topic_prefix + "deadletter", until=lambda d: len(d) >= len(bad))
+    assert [(d["topic"], d["cause"], base64.b64decode(d["value_b64"])) for d in dead] == [
+        (telemetry, "topic", bad[0]), (telemetry, "decode", bad[1]), (telemetry, "future", bad[2])]
+    assert "on the telemetry topic" in dead[0]["reason"] and "ahead of the worker's clock" in dead[2]["reason"]
+    assert worker.proc.poll() is None and "Traceback" not in worker.log_text()
