@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+import orjson
+
 WIRE_VERSION = 1
 #: ``annotations.runbook_url`` is ``<base>/<type>.md``; the default is the runbooks' place in this repository
 #: (docs/runbooks/), which a deployment points at where its copy is served (``STEPWATCH_RUNBOOK_BASE_URL``).
@@ -85,6 +87,7 @@ class Alert:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The alerts topic's record (docs/events.md); ``from_dict`` reads it back."""
         return {
             "v": WIRE_VERSION,
             "kind": "alert",
@@ -102,6 +105,36 @@ class Alert:
             "labels": self.labels,
             "annotations": self.annotations,
         }
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> "Alert":
+        """The alert of an alerts-topic record (``to_dict``'s output, e.g. read back by restart recovery);
+        ``ValueError`` when it is not one. Scope and recommended action come back from its labels and
+        annotations; fields a record of an older worker lacks take their defaults."""
+        if not isinstance(record, dict) or not isinstance(record.get("id"), str) or not record["id"]:
+            raise ValueError("not an alert record: no id")
+        labels = record.get("labels") if isinstance(record.get("labels"), dict) else {}
+        annotations = record.get("annotations") if isinstance(record.get("annotations"), dict) else {}
+        try:
+            ends_at = record.get("ends_at")
+            return cls(
+                id=record["id"], status=str(record.get("status") or "firing"), type=str(record.get("type") or "unknown"),
+                severity=str(record.get("severity") or "warning"), job=str(record.get("job") or ""),
+                ranks=tuple(int(r) for r in record.get("ranks") or ()),
+                nodes=tuple(str(n) for n in record.get("nodes") or ()),
+                starts_at=float(record.get("starts_at") or 0.0), summary=str(record.get("summary") or ""),
+                evidence=record.get("evidence") if isinstance(record.get("evidence"), dict) else {},
+                ends_at=float(ends_at) if ends_at is not None else None,
+                scope=str(labels.get("scope") or ""),
+                recommended_action=str(annotations.get("recommended_action") or ""))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"not an alert record: {exc}") from None
+
+    def to_json(self) -> bytes:
+        """The alerts topic's record (and ``stepwatch replay``'s line): ``to_dict`` as JSON. Numbers a detector
+        computed with numpy (``numpy.float64`` in evidence) are written as JSON numbers, not an error that
+        would lose the alert."""
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def format_alert(alert: dict[str, Any]) -> str:

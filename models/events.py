@@ -354,11 +354,11 @@ def _decode_batch(obj: dict, raw: bytes) -> tuple[list[Event], list[Rejected]]:
         return [], [Rejected(f"batch of {len(items)} events exceeds {MAX_BATCH_EVENTS}", raw[:256])]
     events: list[Event] = []
     rejected: list[Rejected] = []
-    for item in items:
+    for i, item in enumerate(items):
         try:
             events.append(parse_event(item))
         except InvalidEvent as exc:
-            rejected.append(Rejected(str(exc), item))
+            rejected.append(Rejected(str(exc), item, i))
     return events, rejected
 
 

@@ -6,8 +6,15 @@ the reason), holds back events stamped too far in the future, feeds the rest to 
 passes each alert through the record of what was already published (duplicates dropped,
 re-derived ids aliased to the published ones). It returns ``Outputs``; publishing them is the
 caller's job. Every road uses it: the aiokafka consumer and the Faust agent (streams/worker.py,
-streams/events_consumer.py), restart recovery (streams/recovery.py), ``stepwatch replay``
-and the tests, which run it on an in-memory source with :func:`run_recording`.
+streams/events_consumer.py), the telemetry topic's feed (streams/telemetry_feed.py), restart
+recovery (streams/recovery.py), ``stepwatch replay`` and the tests, which run it on an
+in-memory source with :func:`run_recording`.
+
+Each message value is parsed once (``parse_value``). A ``Road`` says what its topic may carry: the
+events topic every kind, the telemetry topic node telemetry only; an event that does not belong is
+dead-lettered with the reason. Every rejected part of one message (undecodable, misplaced, stamped
+too far ahead, or one a detector raised on) goes into that message's one dead letter, which
+carries the original bytes once and the rejected events by index.
 
 Live-only behaviour is explicit:
 
@@ -22,6 +29,7 @@ Live-only behaviour is explicit:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,9 +40,10 @@ import orjson
 
 from .alerts import Alert
 from .engine import DetectionEngine
-from .deadletter import Rejected, deadletter_record
+from .deadletter import Rejected, deadletter_message
 from .events import event_to_dict
-from .step_columns import StepColumns, _step_columns, decode_message_columns
+from .step_columns import StepColumns, _step_columns, decode_value, parse_value
+from .telemetry_events import TELEMETRY_KINDS
 from .wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
 from .published import PublishedAlerts
 
@@ -73,18 +82,45 @@ class Message(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Road:
+    """What one topic may carry: ``kinds`` of event (None: every kind). An event of another kind is
+    dead-lettered with the reason, never dropped (e.g. a job's step event sent to the telemetry topic)."""
+
+    topic: str
+    kinds: frozenset[str] | None = None
+    #: Why an event of another kind does not belong here (completed with its kind).
+    elsewhere: str = ""
+
+    def misplaced(self, kind: str) -> str | None:
+        """The reason an event of ``kind`` is dead-lettered here, or None: it belongs."""
+        if self.kinds is None or kind in self.kinds:
+            return None
+        return f"a {kind!r} event on the {self.topic} topic: {self.elsewhere}"
+
+
+#: The events topic carries every kind: job events, and node telemetry a simulator sends with its job's
+#: events (docs/events.md: processed too, by the worker that owns the partition).
+EVENTS_ROAD = Road("events")
+#: The telemetry topic carries node telemetry only (every worker reads all of it: job events there
+#: would be processed by every worker).
+TELEMETRY_ROAD = Road("telemetry", TELEMETRY_KINDS, "job events go to the events topic, keyed by job")
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A rejected event or message, why (``cause``: decode, future or detector) and its source."""
+    """One rejected message, or the rejected parts of one (``rejects``, in order; ``rejected``: the first),
+    why (``cause`` of the first: decode, future, topic or detector) and its source."""
 
     rejected: Rejected
     cause: str
     message: Message
+    rejects: tuple[Rejected, ...] = ()
 
     def record(self) -> bytes:
-        """The dead-letter topic's message (docs/events.md)."""
+        """The dead-letter topic's message (docs/events.md): the original bytes once, each rejected part by index."""
         m = self.message
-        return deadletter_record(self.rejected, topic=m.topic, partition=m.partition, offset=m.offset, key=m.key,
-                                 raw=m.value)
+        return deadletter_message(list(self.rejects or (self.rejected,)), cause=self.cause, topic=m.topic,
+                                  partition=m.partition, offset=m.offset, key=m.key, raw=m.value)
 
 
 @dataclass(slots=True)
@@ -115,6 +151,11 @@ def step_items(raw) -> list | tuple | None:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
+    return _step_items(obj)
+
+
+def _step_items(obj) -> list | tuple | None:
+    """``step_items`` of a parsed value."""
     if type(obj) is not dict:
         return None
     kind = obj.get("kind")
@@ -125,6 +166,21 @@ def step_items(raw) -> list | tuple | None:
         if type(items) is list and 0 < len(items) <= MAX_BATCH_EVENTS:
             return items
     return None
+
+
+class _Rejects:
+    """The rejected parts of one message, gathered into its one dead letter."""
+
+    __slots__ = ("cause", "items")
+
+    def __init__(self) -> None:
+        self.cause = ""
+        self.items: list[Rejected] = []
+
+    def add(self, rejected: Rejected, cause: str) -> None:
+        if not self.items:
+            self.cause = cause
+        self.items.append(rejected)
 
 
 class Pipeline:
@@ -154,59 +210,65 @@ class Pipeline:
 
     # -- input ----------------------------------------------------------------------------
 
-    def feed(self, messages: Iterable, arrival: float | None = None) -> Outputs:
-        """Messages of one read (e.g. one ``getmany`` of a partition), in order.
+    def feed(self, messages: Iterable, arrival: float | None = None, *, road: Road = EVENTS_ROAD,
+             speaks_for: Callable[[Alert], bool] | None = None,
+             reports: Callable[[Message], bool] | None = None) -> Outputs:
+        """Messages of one read (e.g. one ``getmany`` of a partition), in order; each value is parsed once.
 
         Consecutive step messages of one partition are decoded as one column batch (up to
         ``MAX_RUN_EVENTS`` events); anything else goes one message at a time. Both give the
         same alerts and state (tests/test_batch_path.py, tests/test_pipeline.py). ``messages``: ``Message``s
         (or records with the same attributes) or bare values.
-        """
-        out = Outputs()
-        if type(messages) is list and len(messages) == 1:  # nothing to merge: decode once
-            msg = messages[0]
-            self._feed_one(Message(msg) if msg is None or type(msg) is bytes else msg, arrival, out)
-            return out
-        run: list[Message] = []
-        items: list = []
-        for msg in messages:
-            if msg is None or type(msg) is bytes:
-                msg = Message(msg)
-            found = step_items(msg.value)
-            if found is None or (run and (msg.partition != run[0].partition
-                                          or len(items) + len(found) > MAX_RUN_EVENTS)):
-                if run:
-                    self._feed_run(run, items, arrival, out)
-                    run, items = [], []
-                if found is None:
-                    self._feed_one(msg, arrival, out)
-                    continue
-            run.append(msg)
-            items.extend(found)
-        if run:
-            self._feed_run(run, items, arrival, out)
-        return out
 
-    def feed_events(self, events: Iterable, arrival: float | None = None, *,
-                    speaks_for: Callable[[Alert], bool] | None = None) -> Outputs:
-        """Already decoded events (e.g. node telemetry read by ``streams.telemetry_feed``).
-
-        ``speaks_for``: for these events' alerts, instead of the pipeline's own (the assignment of the moment).
+        ``road``: what the messages' topic may carry (the events topic: everything; the telemetry topic:
+        node telemetry). ``speaks_for``: for these messages' alerts, instead of the pipeline's own.
+        ``reports(message)``: whether this worker publishes the message's dead letter (every worker reads
+        the whole telemetry topic: one of them reports); None: yes.
         """
+        return self.feed_parsed(((m, *parse_value(m.value)) for m in map(_message, messages)), arrival,
+                                road=road, speaks_for=speaks_for, reports=reports)
+
+    def feed_parsed(self, parsed: Iterable[tuple[Message, object, Rejected | None]], arrival: float | None = None,
+                    *, road: Road = EVENTS_ROAD, speaks_for: Callable[[Alert], bool] | None = None,
+                    reports: Callable[[Message], bool] | None = None) -> Outputs:
+        """``feed`` for messages whose values are already parsed: (message, its JSON value, or why it has none;
+        ``models.step_columns.parse_value``). ``run_recording`` parses each line once, for its ``_arrival`` too."""
         out = Outputs()
         alerts: list[Alert] = []
-        for event in events:
-            try:
-                alerts.extend(self.engine.process(event, arrival=arrival))
-            except Exception:  # a detector bug must not stop the worker
-                log.exception("detector failed on a %s event", event.kind)
+        merge = road.kinds is None or "step" in road.kinds
+        run: list[tuple[Message, object]] = []  # consecutive step messages of one partition, and their values
+        items: list = []
+        for msg, obj, bad in parsed:
+            found = _step_items(obj) if merge and bad is None else None
+            if found is None or (run and (msg.partition != run[0][0].partition
+                                          or len(items) + len(found) > MAX_RUN_EVENTS)):
+                if run:
+                    self._feed_run(run, items, arrival, road, alerts, out)
+                    run, items = [], []
+                if found is None:
+                    self._feed_one(msg, obj, bad, arrival, road, alerts, out)
+                    continue
+            run.append((msg, obj))
+            items.extend(found)
+        if run:
+            self._feed_run(run, items, arrival, road, alerts, out)
         out.alerts = self.publishable(alerts, speaks_for=speaks_for)
+        if reports is not None and out.deadletters:
+            out.deadletters = [d for d in out.deadletters if reports(d.message)]
+        if self.metrics is not None:
+            for dead in out.deadletters:
+                self.metrics.deadlettered.labels(dead.cause).inc()
         return out
 
     def tick(self, now: float) -> Outputs:
         """Run the time-driven rules at ``now`` (live: the wall clock; replay: the recording's clock)."""
         started = time.perf_counter()
-        alerts = self.engine.tick(now)
+        try:
+            alerts = self.engine.tick(now)
+        except Exception as exc:  # counted and logged; the next tick runs the rules again
+            log.exception("timer rules failed")
+            self._failed("tick", exc)
+            return Outputs()
         if self.metrics is not None:
             self.metrics.detection.labels("tick").observe(time.perf_counter() - started)
         if self.recorder is not None:
@@ -234,7 +296,7 @@ class Pipeline:
             alert = self.published.rewrite(alert)
             if self.published.is_duplicate(alert):
                 continue  # already on the topic (e.g. re-derived after a restart)
-            self.published.remember(alert.to_dict())
+            self.published.remember(alert)
             if self.metrics is not None:
                 self.metrics.alert_published(alert)
             out.append(alert)
@@ -242,87 +304,114 @@ class Pipeline:
 
     # -- the two ways in ------------------------------------------------------------------
 
-    def _feed_run(self, run: list[Message], items: list, arrival: float | None, out: Outputs) -> None:
+    def _feed_run(self, run: list[tuple[Message, object]], items: list, arrival: float | None, road: Road,
+                  alerts: list[Alert], out: Outputs) -> None:
         """Consecutive step messages of one partition: one column batch."""
-        if len(run) == 1:
-            self._feed_one(run[0], arrival, out)
-            return
-        cols = _step_columns(items)
+        cols = _step_columns(items) if len(run) > 1 else None
         if cols is None or (arrival is not None and max(cols.ts) > arrival + self.max_future_seconds):
-            for msg in run:  # something in it needs one message at a time (dead letters with coordinates)
-                self._feed_one(msg, arrival, out)
+            # Something in it needs one message at a time (dead letters with coordinates); a lone message
+            # too (its own decode keeps a lone step event on the events path). Each value is parsed already.
+            for msg, obj in run:
+                self._feed_one(msg, obj, None, arrival, road, alerts, out)
             return
         m = self.metrics
         if m is not None:
             m.messages.inc(len(run))
         started = time.perf_counter()
-        alerts = self._feed_columns(cols, run[0].partition, arrival, run, out)
+        messages = [msg for msg, _ in run]
+        alerts.extend(self._feed_columns(cols, messages[0].partition, arrival, messages, out))
         if m is not None:
             m.detection.labels("events").observe(time.perf_counter() - started)
-        out.alerts.extend(self.publishable(alerts))
 
     def _feed_columns(self, cols: StepColumns, partition: int, arrival: float | None, messages: list[Message],
                       out: Outputs) -> list[Alert]:
         if self.metrics is not None:
             self.metrics.events.labels("step").inc(len(cols))
-        if self.recorder is not None:
-            self.recorder.observe_steps(cols)
         for job in cols.jobs:
             self.job_partition[job] = partition
         try:
+            if self.recorder is not None:
+                self.recorder.observe_steps(cols)
             return self.engine.process_batch(cols, arrival=arrival)
-        except Exception as exc:  # a detector bug must not stop the worker; keep the messages
-            log.exception("detector failed on a batch of %d events from %d messages", len(cols), len(messages))
+        except Exception as exc:  # a bug must not stop the worker; keep the messages
+            log.exception("processing a batch of %d events from %d messages failed", len(cols), len(messages))
+            self._failed("events", exc)
             for msg in messages:
-                self._deadletter(out, Rejected(f"detector error: {exc!r}", None), "detector", msg)
+                self._deadletter(out, msg, Rejected(f"detector error: {exc!r}", None), "detector")
             return []
 
-    def _feed_one(self, msg: Message, arrival: float | None, out: Outputs) -> None:
-        """One message: decode, dead-letter what does not decode or is stamped too far ahead, detect."""
+    def _feed_one(self, msg: Message, obj, bad: Rejected | None, arrival: float | None, road: Road,
+                  alerts: list[Alert], out: Outputs) -> None:
+        """One message: decode, dead-letter what does not decode, does not belong on ``road`` or is stamped too
+        far ahead (one dead letter for the message), detect the rest."""
         m = self.metrics
         if m is not None:
             m.messages.inc()
-        events, rejected = decode_message_columns(msg.value)
-        for bad in rejected:
+        rejects = _Rejects()
+        if bad is not None:
+            events, rejected = [], [bad]
+        else:
+            events, rejected = decode_value(obj, msg.value)
+        for r in rejected:
             if m is not None:
                 m.decode_failures.inc()
-            log.warning("dead-lettered event from %s[%s]@%s: %s", msg.topic, msg.partition, msg.offset, bad.reason)
-            self._deadletter(out, bad, "decode", msg)
-        if not events:
-            return
-        started = time.perf_counter()
-        alerts: list[Alert] = []
-        too_far = arrival + self.max_future_seconds if arrival is not None else None
-        if isinstance(events, StepColumns):
-            if too_far is None or max(events.ts) <= too_far:
-                alerts.extend(self._feed_columns(events, msg.partition, arrival, [msg], out))
-                events = []
+            rejects.add(r, "decode")
+        if rejected:
+            log.warning("dead-lettered %d event(s) of %s[%s]@%s: %s", len(rejected), msg.topic, msg.partition,
+                        msg.offset, rejected[0].reason)
+        if events:
+            started = time.perf_counter()
+            too_far = arrival + self.max_future_seconds if arrival is not None else None
+            if isinstance(events, StepColumns):
+                if road.misplaced("step") is None and (too_far is None or max(events.ts) <= too_far):
+                    alerts.extend(self._feed_columns(events, msg.partition, arrival, [msg], out))
+                    events = []
+                else:
+                    events = events.events()  # not all belong here: one by one, each index known
+                    index = range(len(events))
+            elif rejected:  # the good events' places in the envelope, for the dead letter of any of them
+                skip = {r.index for r in rejected}
+                index = [i for i in range(len(events) + len(rejected)) if i not in skip]
             else:
-                events = events.events()  # some are too far ahead: dead-letter those one by one
-        for ev in events:
-            if too_far is not None and ev.ts > too_far:
-                self._deadletter(out, Rejected(f"timestamp {ev.ts:.0f} is {ev.ts - arrival:.0f} s ahead of the "
-                                               f"worker's clock", event_to_dict(ev)), "future", msg)
-                continue
+                index = range(len(events)) if len(events) > 1 else (None,)
+            for i, ev in enumerate(events):
+                where = road.misplaced(ev.kind)
+                if where is not None:
+                    rejects.add(Rejected(where, event_to_dict(ev), index[i]), "topic")
+                    continue
+                if too_far is not None and ev.ts > too_far:
+                    rejects.add(Rejected(f"timestamp {ev.ts:.0f} is {ev.ts - arrival:.0f} s ahead of the worker's "
+                                         f"clock", event_to_dict(ev), index[i]), "future")
+                    continue
+                if m is not None:
+                    m.events.labels(ev.kind).inc()
+                job = getattr(ev, "job", None)  # node telemetry has none
+                if job:
+                    self.job_partition[job] = msg.partition
+                try:  # the status views and the detectors alike: a bug in either is counted, the event kept
+                    if self.recorder is not None:
+                        self.recorder.observe(ev)
+                    alerts.extend(self.engine.process(ev, arrival=arrival))
+                except Exception as exc:  # a bug must not stop the worker; keep the event
+                    log.exception("processing a %s event failed", ev.kind)
+                    self._failed("events", exc)
+                    rejects.add(Rejected(f"detector error: {exc!r}", event_to_dict(ev), index[i]), "detector")
             if m is not None:
-                m.events.labels(ev.kind).inc()
-            if self.recorder is not None:
-                self.recorder.observe(ev)
-            if getattr(ev, "job", None):
-                self.job_partition[ev.job] = msg.partition
-            try:
-                alerts.extend(self.engine.process(ev, arrival=arrival))
-            except Exception as exc:  # a detector bug must not stop the worker; keep the event
-                log.exception("detector failed on an event")
-                self._deadletter(out, Rejected(f"detector error: {exc!r}", None), "detector", msg)
-        if m is not None:
-            m.detection.labels("events").observe(time.perf_counter() - started)
-        out.alerts.extend(self.publishable(alerts))
+                m.detection.labels("events").observe(time.perf_counter() - started)
+        if rejects.items:
+            out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
 
-    def _deadletter(self, out: Outputs, rejected: Rejected, cause: str, msg: Message) -> None:
+    def _failed(self, stage: str, exc: BaseException) -> None:
         if self.metrics is not None:
-            self.metrics.deadlettered.labels(cause).inc()
-        out.deadletters.append(DeadLetter(rejected, cause, msg))
+            self.metrics.processing_failed(stage, exc)
+
+    def _deadletter(self, out: Outputs, msg: Message, rejected: Rejected, cause: str) -> None:
+        out.deadletters.append(DeadLetter(rejected, cause, msg, (rejected,)))
+
+
+def _message(msg) -> Message:
+    """A bare value as a ``Message``; records with its attributes as they are."""
+    return Message(msg) if msg is None or type(msg) is bytes else msg
 
 
 # -- recordings -----------------------------------------------------------------------------------
@@ -332,41 +421,50 @@ def arrival_of(raw: bytes) -> tuple[bytes, float | None]:
     """A recording line without its ``"_arrival"`` (Unix seconds the message reached the broker), and that time."""
     if b'"_arrival"' not in raw:
         return raw, None
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+    obj, bad = parse_value(raw)
+    if bad is not None or type(obj) is not dict:
         return raw, None
-    if type(obj) is not dict:
-        return raw, None
+    arrival = _pop_arrival(obj)
+    return orjson.dumps(obj), arrival
+
+
+def _pop_arrival(obj: dict) -> float | None:
     arrival = obj.pop("_arrival", None)
     if type(arrival) not in (int, float) or not 0 < arrival < 1e11:
-        arrival = None
-    return orjson.dumps(obj), arrival
+        return None
+    return arrival
+
+
+def _recorded(msg) -> tuple[Message, object, Rejected | None, float | None]:
+    """A recording line, parsed once: the message, its value less ``_arrival``, why it has none, and the arrival."""
+    msg = _message(msg)
+    obj, bad = parse_value(msg.value)
+    arrival = _pop_arrival(obj) if type(obj) is dict and "_arrival" in obj else None
+    return msg, obj, bad, arrival
 
 
 def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, tick_interval: float | None = None,
                   drain: float = 0.0, until: float | None = None) -> Iterator[Outputs]:
     """Run a recording through ``pipeline`` on its own clock, yielding the outputs of each step.
 
-    The clock is the latest arrival time seen (a line's ``_arrival``), else the latest event
-    time; the timer rules run whenever it has moved on by ``tick_interval`` (default: the
-    worker's), as the live worker's timer would. After the last message the clock goes on,
-    a tick at a time, for ``drain`` more seconds or up to ``until``, so that time-driven rules
-    (hangs) fire as they would have live.
+    Each line is parsed once (its ``_arrival`` taken out of the parsed value). The clock is the latest
+    arrival time seen (a line's ``_arrival``), else the latest event time; the timer rules run whenever
+    it has moved on by ``tick_interval`` (default: the worker's), as the live worker's timer would.
+    After the last message the clock goes on, a tick at a time, for ``drain`` more seconds or up to
+    ``until``, so that time-driven rules (hangs) fire as they would have live. A recording keeps no topic
+    (``stepwatch record`` merges the events and telemetry topics): every line takes the events topic's road,
+    which carries every kind.
+
+    It ends for any timestamp it accepts: the ticks are counted, not added up (at ``1e16`` a second is
+    lost to float precision), and a clock where a tick would not move it on ends the drain.
     """
     engine = pipeline.engine
     interval = tick_interval or engine.settings.worker.tick_interval
     next_tick: float | None = None
     clock: float | None = None
     for msg in messages:
-        raw = msg.value if isinstance(msg, Message) else msg
-        arrival = None
-        if type(raw) is bytes:
-            stripped, arrival = arrival_of(raw)
-            if stripped is not raw:
-                msg = Message(stripped) if not isinstance(msg, Message) else Message(
-                    stripped, msg.key, msg.topic, msg.partition, msg.offset)
-        yield pipeline.feed([msg], arrival=arrival)
+        msg, obj, bad, arrival = _recorded(msg)
+        yield pipeline.feed_parsed(((msg, obj, bad),), arrival=arrival)
         now = arrival if arrival is not None else engine.clock
         clock = now if clock is None else max(clock, now)
         if next_tick is None:
@@ -374,9 +472,13 @@ def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, ti
         elif clock >= next_tick:
             yield pipeline.tick(clock)
             next_tick = clock + interval
-    if clock is None:
+    if clock is None or next_tick is None:
         return
     end = max(clock + max(drain, 0.0), until if until is not None else clock)
-    while next_tick is not None and next_tick <= end:
-        yield pipeline.tick(next_tick)
-        next_tick += interval
+    first, previous = next_tick, None
+    for n in itertools.count():
+        at = first + n * interval
+        if at > end or (previous is not None and at <= previous):  # past the end, or the clock too coarse to move on
+            break
+        yield pipeline.tick(at)
+        previous = at

@@ -21,17 +21,21 @@ class PublishedAlerts:
     def __init__(self, max_ids: int = 100_000) -> None:
         self.max_ids = max_ids
         self._last: dict[str, tuple[str, str, str]] = {}
-        self.open: dict[str, dict] = {}  # id -> alert dict, for firing alerts
+        self.open: dict[str, Alert] = {}  # id -> the firing alert as last published
         # The rebuilt engine may name a problem it saw from the middle with another id than
         # the one already published (e.g. a later first step): publish it under the old id.
         self.alias: dict[str, tuple[str, float]] = {}  # engine id -> (published id, its starts_at)
 
-    def remember(self, alert: dict) -> None:
-        self._last[alert["id"]] = (alert.get("status"), alert.get("severity"), alert.get("summary"))
-        if alert.get("status") == "firing":
-            self.open[alert["id"]] = alert
+    def remember(self, alert: Alert | dict) -> None:
+        """``alert`` is on the topic now (a record read back from it: ``Alert.from_dict``, ``ValueError`` if
+        it is not one)."""
+        if isinstance(alert, dict):
+            alert = Alert.from_dict(alert)
+        self._last[alert.id] = (alert.status, alert.severity, alert.summary)
+        if alert.status == "firing":
+            self.open[alert.id] = alert
         else:
-            self.open.pop(alert["id"], None)
+            self.open.pop(alert.id, None)
         while len(self._last) > self.max_ids:  # bounded: forget the oldest ids
             oldest = next(iter(self._last))
             self._last.pop(oldest)

@@ -24,6 +24,7 @@ import numpy as np
 from .alerts import Alert
 from .events import Event, HeartbeatEvent, PhaseEvent, StepEvent
 from .step_columns import StepColumns
+from .telemetry_events import TELEMETRY_KINDS
 
 #: Seconds of recent steps the step rate and tokens/s are computed over.
 RATE_WINDOW_SECONDS = 30.0
@@ -70,8 +71,11 @@ class StatusRecorder:
         return state
 
     def observe(self, event: Event) -> None:
+        """One job event; node telemetry (no job, no rank) has no place in these views and is passed over."""
         if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
             self.observe_steps(StepColumns.of([event]))
+            return
+        if event.kind in TELEMETRY_KINDS:  # keyed by node: the engine's telemetry hub keeps it
             return
         job = self._job(event.job)
         if isinstance(event, PhaseEvent):

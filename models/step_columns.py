@@ -16,8 +16,8 @@ import operator
 import orjson
 
 from .deadletter import Rejected
-from .events import _STEP_FIELDS, STEP_PHASES, Event, StepEvent, _decode_batch, _parse_step, decode_message
-from .wire import MAX_BATCH_EVENTS, MAX_COUNTER, MAX_DURATION, MAX_MESSAGE_BYTES, MAX_NAME_LEN, WIRE_VERSION
+from .events import _STEP_FIELDS, STEP_PHASES, Event, StepEvent, _decode_batch, _parse_step, parse_event
+from .wire import InvalidEvent, MAX_BATCH_EVENTS, MAX_COUNTER, MAX_DURATION, MAX_MESSAGE_BYTES, MAX_NAME_LEN, WIRE_VERSION
 
 
 
@@ -221,17 +221,38 @@ def _step_columns(items: list) -> StepColumns | None:
         return None
 
 
-def decode_message_columns(raw: bytes | str) -> tuple[list[Event] | StepColumns, list[Rejected]]:
-    """``decode_message``, but a batch envelope of plain valid step events comes back as :class:`StepColumns`."""
-    if isinstance(raw, (bytes, bytearray)) and len(raw) <= MAX_MESSAGE_BYTES and raw[:1] == b"{":
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            obj = None
-        if (isinstance(obj, dict) and obj.get("kind") == "batch" and obj.get("v") == WIRE_VERSION
-                and type(obj.get("events")) is list and len(obj["events"]) <= MAX_BATCH_EVENTS):
+def parse_value(raw) -> tuple[object, Rejected | None]:
+    """A message value's JSON, parsed once: (the value, None), or (None, why it cannot be an event)."""
+    if isinstance(raw, str):
+        raw = raw.encode()
+    if raw is None:
+        return None, Rejected("empty message (null value)", None)
+    if len(raw) > MAX_MESSAGE_BYTES:
+        return None, Rejected(f"message of {len(raw)} bytes exceeds {MAX_MESSAGE_BYTES}", raw[:256])
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
+        return None, Rejected(f"malformed JSON: {exc}", raw)
+
+
+def decode_value(obj, raw: bytes | None) -> tuple[list[Event] | StepColumns, list[Rejected]]:
+    """``decode_message`` for an already parsed value (``raw``: its bytes, for the rejects of a bad envelope);
+    a batch envelope of plain valid step events comes back as :class:`StepColumns`."""
+    if type(obj) is dict and obj.get("kind") == "batch":
+        if obj.get("v") == WIRE_VERSION and type(obj.get("events")) is list and len(obj["events"]) <= MAX_BATCH_EVENTS:
             cols = _step_columns(obj["events"])
             if cols is not None:
                 return cols, []
-            return _decode_batch(obj, raw)
-    return decode_message(raw)
+        return _decode_batch(obj, raw)
+    try:
+        return [parse_event(obj)], []
+    except InvalidEvent as exc:
+        return [], [Rejected(str(exc), obj)]
+
+
+def decode_message_columns(raw: bytes | str) -> tuple[list[Event] | StepColumns, list[Rejected]]:
+    """``decode_message``, but a batch envelope of plain valid step events comes back as :class:`StepColumns`."""
+    obj, bad = parse_value(raw)
+    if bad is not None:
+        return [], [bad]
+    return decode_value(obj, raw.encode() if isinstance(raw, str) else raw)

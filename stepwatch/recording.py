@@ -78,13 +78,13 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     stats.update(events=0, rejected=0, alerts=0)
     pipeline = Pipeline(settings=settings)
     for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
-        for dead in outputs.deadletters:
-            stats["rejected"] += 1
+        for dead in outputs.deadletters:  # one per bad message; count its rejected events
+            stats["rejected"] += len(dead.rejects) or 1
             if stats["rejected"] <= 10:
                 print(f"stepwatch replay: skipped ({dead.cause}): {dead.rejected.reason}", file=sys.stderr)
         for alert in outputs.alerts:
             stats["alerts"] += 1
-            out.write(orjson.dumps(alert.to_dict()).decode() + "\n")
+            out.write(alert.to_json().decode() + "\n")
     stats["events"] = pipeline.engine.events_by_kind.total()
     return stats
 

@@ -187,8 +187,9 @@ def install_events_consumer(worker) -> None:
                         await process_records(tp, records)
                     except asyncio.CancelledError:
                         raise
-                    except Exception:  # never lose the consumer; the messages are committed as processed
+                    except Exception as exc:  # never lose the consumer; the messages are committed as processed
                         log.exception("processing %d events messages from %s failed", len(records), tp)
+                        metrics.processing_failed("events", exc)
                     pending[tp] = position[tp] = records[-1].offset + 1
                     holder["uncommitted"] += len(records)
                 if pending and (holder["uncommitted"] >= FAST_COMMIT_EVERY

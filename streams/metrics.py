@@ -9,6 +9,7 @@ alert types and the events topic's partitions, whatever the size of the cluster.
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 
@@ -26,7 +27,11 @@ DETECTION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 ALERT_TYPES = ("straggler", "hang")
 #: Incident durations: from a minute to a day.
 INCIDENT_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
-EVENT_KINDS = ("step", "collective", "heartbeat", "phase", "stack")
+EVENT_KINDS = ("step", "collective", "heartbeat", "phase", "stack", "gpu", "xid", "link", "topology", "host")
+#: Where processing can fail (``stepwatch_processing_failures_total``'s stage label).
+FAILURE_STAGES = ("events", "telemetry", "tick", "recovery")
+#: How long /health says "degraded" after a processing failure, seconds.
+DEGRADED_SECONDS = 300.0
 
 
 class WorkerMetrics:
@@ -45,14 +50,15 @@ class WorkerMetrics:
         #: () -> int: alerts waiting for the Alertmanager sink.
         self.alertmanager_queue: Callable[[], int] | None = None
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.messages = Counter("stepwatch_messages_consumed", "Kafka messages consumed from the events topic.",
+        self.messages = Counter("stepwatch_messages_consumed", "Kafka messages fed to the pipeline (events and telemetry topics).",
                                 registry=r)
         self.events = Counter("stepwatch_events_consumed", "Valid events fed to the detectors, by kind.", ["kind"],
                               registry=r)
         self.decode_failures = Counter("stepwatch_decode_failures",
                                        "Messages or events in a batch that did not decode or validate.", registry=r)
         self.deadlettered = Counter("stepwatch_events_deadlettered",
-                                    "Records sent to the dead-letter topic, by cause (decode, detector).", ["cause"],
+                                    "Dead letters (one per bad message) sent to the dead-letter topic, by the cause of "
+                                    "its first rejected part (decode, future, topic, detector).", ["cause"],
                                     registry=r)
         self.alerts_published = Counter("stepwatch_alerts_published",
                                         "Alert records published to the alerts topic, by type and status "
@@ -79,6 +85,10 @@ class WorkerMetrics:
         self.incident_duration = Histogram("stepwatch_incident_duration_seconds",
                                            "Firing -> resolved of incidents, by alert type and scope (layer).",
                                            ["type", "scope"], buckets=INCIDENT_BUCKETS, registry=r)
+        self.processing_failures = Counter("stepwatch_processing_failures",
+                                           "Events, batches or timer runs whose processing raised (a bug), by "
+                                           "stage (events, telemetry, tick, recovery); each also makes /health "
+                                           "say degraded for DEGRADED_SECONDS.", ["stage"], registry=r)
         self.gpu_seconds_lost = Counter("stepwatch_gpu_seconds_lost",
                                         "GPU-seconds lost to restarts (downtime and recomputed steps) and hangs, "
                                         "by cause (failure class).", ["cause"], registry=r)
@@ -87,14 +97,41 @@ class WorkerMetrics:
         for t in ALERT_TYPES:
             self.alerts_fired.labels(t)
             self.alerts_resolved.labels(t)
-        for cause in ("decode", "detector"):
+        for cause in ("decode", "future", "topic", "detector"):
             self.deadlettered.labels(cause)
         for loop in ("events", "tick"):
             self.detection.labels(loop)
+        for stage in FAILURE_STAGES:
+            self.processing_failures.labels(stage)
+        #: The latest processing failure: (monotonic time, stage, what was raised), for /health.
+        self.last_failure: tuple[float, str, str] | None = None
+        self.failures = 0  # all stages, for /health
         r.register(_ScrapeTimeCollector(self))
         self._open_ids: set[str] = set()
         self._hang_lost: dict[str, tuple[float, float]] = {}  # job -> its last hang's (starts_at, GPU-seconds)
         self._restart_silence: dict[str, tuple[float, float]] = {}  # job -> its last restart's silence
+
+    def processing_failed(self, stage: str, exc: BaseException) -> None:
+        """Something raised while processing (logged by the caller): counted, and /health says degraded."""
+        self.processing_failures.labels(stage).inc()
+        self.failures += 1
+        self.last_failure = (time.monotonic(), stage, repr(exc)[:300])
+
+    def health(self, ready: bool | None = None) -> dict:
+        """The /health body's verdict: ``ok``, ``degraded`` (a processing failure in the last
+        ``DEGRADED_SECONDS``) or ``starting`` (not consuming yet), and the latest failure."""
+        ready = self.ready_source() if ready is None else ready
+        status = "ok" if ready else "starting"
+        failure = self.last_failure
+        recent = failure is not None and time.monotonic() - failure[0] < DEGRADED_SECONDS
+        if ready and recent:
+            status = "degraded"
+        body: dict = {"status": status, "consuming": ready,
+                      "processing_failures": self.failures}
+        if recent:
+            body["last_failure"] = {"stage": failure[1], "error": failure[2],
+                                    "seconds_ago": round(time.monotonic() - failure[0], 1)}
+        return body
 
     def alert_published(self, alert) -> None:
         self.alerts_published.labels(alert.type, alert.status).inc()

@@ -24,6 +24,8 @@ id it already saw firing from the same worker generation.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import time
 from collections.abc import Iterable
@@ -34,7 +36,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from stepwatch.models.alerts import Alert
 from stepwatch.models.pipeline import Message, Pipeline
-from stepwatch.models.published import PublishedAlerts  # noqa: F401  (its former home)
+from stepwatch.models.published import PublishedAlerts  # (also its former home, for importers)
 
 log = logging.getLogger("stepwatch.recovery")
 
@@ -137,21 +139,24 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
     started = time.monotonic()
     engine, published = pipeline.engine, pipeline.published
     events_before = engine.events_by_kind.total()
-    metrics, pipeline.metrics = pipeline.metrics, None  # live counters count live messages only
-    held = pipeline.published
-    pipeline.published = PublishedAlerts()  # what the replay re-derives is not published from here
-    try:
-        for partition, raw, *stamp in span.event_messages:
-            # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
-            # so a timer tick before the live events resume judges each job on its own clock.
-            pipeline.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None)
-    finally:
-        pipeline.metrics, pipeline.published = metrics, held
+    # A quiet pipeline on the same engine and status views: its outputs are held back (dropped here: what
+    # it re-derives is reconciled below, its rejects were dead-lettered the first time), it counts nothing
+    # (live counters count live messages) and remembers nothing as published.
+    quiet = Pipeline(engine, recorder=pipeline.recorder, published=PublishedAlerts(),
+                     max_future_seconds=pipeline.max_future_seconds, speaks_for=pipeline.speaks_for, metrics=None)
+    for partition, raw, *stamp in span.event_messages:
+        # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
+        # so a timer tick before the live events resume judges each job on its own clock.
+        quiet.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None)
+    pipeline.job_partition.update(quiet.job_partition)
     events = engine.events_by_kind.total() - events_before
     jobs = {job for job, p in pipeline.job_partition.items() if p in span.partitions}
-    for alert in span.alerts:
-        published.remember(alert)
-    topic_open = {i: a for i, a in published.open.items() if a.get("job") in jobs}
+    for record in span.alerts:
+        try:
+            published.remember(record)  # Alert.from_dict: the one reading of an alerts-topic record
+        except ValueError as exc:  # a record this worker cannot have written: not an open alert of ours
+            log.warning("recovery skipped an alerts-topic record: %s", exc)
+    topic_open = {i: a for i, a in published.open.items() if a.job in jobs}
     by_problem = {_problem(a): i for i, a in topic_open.items()}
     engine_open: dict[str, Alert] = {}
     for alert in engine.open_alerts():
@@ -160,7 +165,7 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
         published_id = alert.id if alert.id in topic_open else by_problem.get(
             (alert.job, alert.type, tuple(alert.ranks)))
         if published_id is not None and published_id != alert.id:
-            published.alias[alert.id] = (published_id, topic_open[published_id].get("starts_at") or alert.starts_at)
+            published.alias[alert.id] = (published_id, topic_open[published_id].starts_at or alert.starts_at)
         engine_open[published_id or alert.id] = alert
     out: list[Alert] = []
     for alert in engine_open.values():
@@ -181,15 +186,12 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
     return report, out
 
 
-def _problem(alert: dict) -> tuple:
-    return alert.get("job"), alert.get("type"), tuple(alert.get("ranks") or ())
+def _problem(alert: Alert) -> tuple:
+    return alert.job, alert.type, tuple(alert.ranks)
 
 
-def _resolved_while_down(alert: dict, now: float) -> Alert:
-    return Alert(
-        id=alert["id"], status="resolved", type=alert.get("type", "unknown"),
-        severity=alert.get("severity", "warning"), job=alert.get("job", "?"),
-        ranks=tuple(alert.get("ranks") or ()), nodes=tuple(alert.get("nodes") or ()),
-        starts_at=alert.get("starts_at") or now, ends_at=now,
-        summary=f"resolved (cleared while the worker was down): {alert.get('summary', '')}",
-        evidence=alert.get("evidence") or {})
+def _resolved_while_down(alert: Alert, now: float) -> Alert:
+    """The open alert of the topic, resolved now; classified again where it is published (no scope)."""
+    return dataclasses.replace(alert.resolved(at=now, summary=f"resolved (cleared while the worker was down): "
+                                                             f"{alert.summary}"),
+                               starts_at=alert.starts_at or now, scope="", recommended_action="")

@@ -8,6 +8,13 @@ engine, so correlation works whatever partition a job is on. Node alerts (``gpu_
 ``link_errors``) are published only by the worker that owns the node's partition of the
 events topic (the same hash Kafka's default partitioner uses), so each goes out once.
 
+The thread only reads: it queues the records as they are, and the worker's timer feeds them to its
+``Pipeline`` (models/pipeline.py) on the telemetry topic's road, as the events topic's messages: the
+same decode, the same future-timestamp check against the wall clock, and dead letters with the
+reason for what does not decode or does not belong there (a job's event sent to the telemetry
+topic). Every worker reads every message, so one of them reports each dead letter: the owner of
+the events partition with the telemetry partition's number (modulo the events topic's partitions).
+
 ``attach_telemetry(app, engine, settings)`` adds this to a worker's Faust app
 (``streams.worker.Worker`` does); ``python -m stepwatch.streams.telemetry_feed`` runs such a worker.
 """
@@ -19,11 +26,8 @@ import queue
 import threading
 import time
 
-import orjson
-
 from stepwatch.config import Settings
-from stepwatch.models.events import decode_message
-from stepwatch.models.telemetry_hub import TELEMETRY_KINDS
+from stepwatch.models.pipeline import TELEMETRY_ROAD, Message
 
 log = logging.getLogger("stepwatch.worker.telemetry")
 
@@ -31,9 +35,10 @@ NODE_ALERT_TYPES = frozenset({"gpu_fault", "link_errors", "gpu_hot"})
 
 
 class TelemetryFeed:
-    """A daemon thread reading every partition of the telemetry topic into a bounded queue."""
+    """A daemon thread reading every partition of the telemetry topic into a bounded queue of records
+    (``maxsize`` messages; ``dropped`` counts those a full queue turned away)."""
 
-    def __init__(self, settings: Settings, *, maxsize: int = 100_000) -> None:
+    def __init__(self, settings: Settings, *, maxsize: int = 20_000) -> None:
         self.settings = settings
         self.topic = settings.kafka.topic(settings.telemetry.topic)
         self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
@@ -41,7 +46,6 @@ class TelemetryFeed:
         self._thread = threading.Thread(target=self._run, name="stepwatch-telemetry-feed", daemon=True)
         self.received = 0
         self.dropped = 0
-        self.rejected = 0
         #: partition -> next offset the feed will read (its events are in the queue or applied); the thread's.
         self.positions: dict[int, int] = {}
         #: partition -> latest end offset the broker reported to the feed (None: not fetched yet).
@@ -57,8 +61,9 @@ class TelemetryFeed:
     def stop(self) -> None:
         self._stop.set()
 
-    def drain(self, limit: int = 20_000) -> tuple[list, dict[int, int] | None]:
-        """Up to ``limit`` queued events, and the positions whose events they complete (None: more are queued).
+    def drain(self, limit: int = 2_000) -> tuple[list, dict[int, int] | None]:
+        """Up to ``limit`` queued records (``Message``s or Kafka records: value, key, topic, partition, offset),
+        and the positions whose events they complete (None: more are queued).
 
         The positions are read before the queue is emptied, and the thread moves them on only after
         queueing a record's events: once the caller applied these events, every event before them is
@@ -126,7 +131,7 @@ class TelemetryFeed:
                 while not self._stop.is_set():
                     for tp, records in consumer.poll(timeout_ms=500).items():
                         for record in records:
-                            self._take(record.value)
+                            self._take(record)
                         if records:
                             self.positions[tp.partition] = records[-1].offset + 1
                     for tp in consumer.assignment():
@@ -139,17 +144,15 @@ class TelemetryFeed:
                 except Exception:
                     pass
 
-    def _take(self, raw: bytes) -> None:
-        events, rejected = decode_message(raw)
-        self.rejected += len(rejected)
-        for event in events:
-            if event.kind not in TELEMETRY_KINDS:
-                continue
-            self.received += 1
-            try:
-                self._queue.put_nowait(event)
-            except queue.Full:
-                self.dropped += 1
+    def _take(self, record) -> None:
+        """Queue one record undecoded (the worker's pipeline decodes it); bare bytes become a ``Message``."""
+        if record is None or type(record) is bytes:
+            record = Message(record, topic=self.topic)
+        self.received += 1
+        try:
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
 
 
 def owned_partitions(app, topic: str) -> set[int] | None:
@@ -167,21 +170,19 @@ def partition_of(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=None, send=None, owned=None):
+def attach_telemetry(app, engine, settings: Settings, *, pipeline, send, owned=None, publish=None):
     """Give a worker the global telemetry view; idempotent.
 
-    ``owned()``: the worker's events partitions now (None: unknown); default: the Faust consumer's.
-
     ``pipeline`` and ``send``: the worker's ``Pipeline`` (models/pipeline.py) and the coroutine that publishes
-    its outputs: telemetry takes the same road as the events. Else ``publish``: the worker's own alert
-    publisher; without either, alerts go straight to the alerts topic.
+    its outputs: the telemetry topic's messages take the same road as the events topic's (``feed``, on
+    ``TELEMETRY_ROAD``). ``owned()``: the worker's events partitions now (None: unknown); default: the Faust
+    consumer's. ``engine`` and ``publish`` are the pipeline's own and not used (kept for callers).
     """
     if getattr(app, "stepwatch_telemetry_feed", None) is not None:
         return app.stepwatch_telemetry_feed
     kafka = settings.kafka
     feed = TelemetryFeed(settings)
     app.stepwatch_telemetry_feed = feed
-    alerts_topic = app.topic(kafka.topic(kafka.alerts_topic), value_serializer="raw", key_serializer="raw")
     events_topic = kafka.topic(kafka.events_topic)
     n_partitions = kafka.partitions
     started = []
@@ -190,44 +191,31 @@ def attach_telemetry(app, engine, settings: Settings, *, publish=None, pipeline=
     async def drain_telemetry():
         if not started:
             started.append(feed.start())
-        events, read = feed.drain()
-        if not events:
+        records, read = feed.drain()
+        if not records:
             feed.mark_applied(read)
             return
         try:
-            await _apply(events)
+            await _apply(records)
+        except Exception as exc:  # counted (/health says degraded); the feed goes on with the next records
+            log.exception("applying %d telemetry records failed", len(records))
+            if pipeline.metrics is not None:
+                pipeline.metrics.processing_failed("telemetry", exc)
         finally:
             feed.mark_applied(read)  # applied, or logged as failed: either way not waiting any more
 
-    async def _apply(events):
+    async def _apply(records):
         mine = owned() if owned is not None else owned_partitions(app, events_topic)
-        if pipeline is not None and send is not None:
-            def speaks_for(alert) -> bool:  # every worker sees every node; the owner of its partition speaks
-                return not (alert.type in NODE_ALERT_TYPES and mine is not None and alert.nodes
-                            and partition_of(alert.nodes[0], n_partitions) not in mine)
 
-            await send(pipeline.feed_events(events, speaks_for=speaks_for))
-            return
-        out = []
-        for event in events:
-            try:
-                alerts = engine.process(event)
-            except Exception:
-                log.exception("telemetry rule failed on an event")
-                continue
-            for alert in alerts:
-                # Every worker sees every node; the owner of the node's partition speaks for it.
-                if alert.type in NODE_ALERT_TYPES and mine is not None and alert.nodes and \
-                        partition_of(alert.nodes[0], n_partitions) not in mine:
-                    continue
-                out.append(alert)
-        if publish is not None:
-            await publish(out)
-            return
-        for alert in out:
-            log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
-            await alerts_topic.send(key=(alert.job or alert.nodes[0] if alert.nodes else alert.job).encode(),
-                                    value=orjson.dumps(alert.to_dict()))
+        def speaks_for(alert) -> bool:  # every worker sees every node; the owner of its partition speaks
+            return not (alert.type in NODE_ALERT_TYPES and mine is not None and alert.nodes
+                        and partition_of(alert.nodes[0], n_partitions) not in mine)
+
+        def reports(message) -> bool:  # every worker reads the message; one of them dead-letters it
+            return mine is None or message.partition % n_partitions in mine
+
+        await send(pipeline.feed(records, arrival=time.time(), road=TELEMETRY_ROAD, speaks_for=speaks_for,
+                                 reports=reports))
 
     return feed
 

@@ -2,7 +2,8 @@
 
 ========================  =====================================================================
 ``/metrics``              Prometheus text format (streams/metrics.py)
-``/health``               200 ``{"status": "ok"}`` once the worker consumes, 503 before
+``/health``               200 ``{"status": "ok"}`` once the worker consumes (``"degraded"`` for 5 minutes
+                          after a processing failure, counted in ``stepwatch_processing_failures_total``), 503 before
 ``/jobs``                 the jobs this worker holds (models/status.py ``jobs_view``)
 ``/jobs/{job}``           per-rank detail, open alerts with evidence, settings in effect
 ``/jobs/{job}/heatmap``   the dashboard's data (rows x recent steps of compute-time ratio)
@@ -128,7 +129,7 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
     @app.page("/health")
     async def health_page(self, request):
         ready = is_ready()
-        body = {"status": "ok" if ready else "starting", "consuming": ready, "worker": str(app.conf.canonical_url),
+        body = {**metrics.health(ready), "worker": str(app.conf.canonical_url),  # ok, degraded or starting
                 "partitions": sorted(mine() or ()), "jobs": len(engine.jobs)}
         return self.text(_dumps(body), content_type=JSON, status=200 if ready else 503)
 

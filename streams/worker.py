@@ -216,7 +216,13 @@ class Worker:
                 if not self.processing_allowed.is_set():
                     await self.processing_allowed.wait()
                 # Faust's messages have the attributes the pipeline reads (value, key, topic, partition, offset).
-                await self.send(self.pipeline.feed([event.message for event in events], arrival=time.time()))
+                try:
+                    await self.send(self.pipeline.feed([event.message for event in events], arrival=time.time()))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # never lose the agent; counted, /health says degraded
+                    log.exception("processing %d events messages failed", len(events))
+                    self.metrics.processing_failed("events", exc)
 
         app.agent(self.events_topic, name="stepwatch-detect")(detect)
 
@@ -275,10 +281,11 @@ class Worker:
     # -- output ---------------------------------------------------------------------------
 
     async def send(self, out: Outputs) -> None:
-        """Publish a pipeline's outputs: dead letters, then alerts."""
+        """Publish a pipeline's outputs: alerts first (what matters most goes out before a flood of bad input's
+        dead letters can hold it up), then one dead letter per bad message."""
+        await self._send_alerts(out.alerts)
         for dead in out.deadletters:
             await self.deadletter_topic.send(key=dead.message.key, value=dead.record())
-        await self._send_alerts(out.alerts)
 
     async def publish(self, alerts: list[Alert]) -> None:
         """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
@@ -290,7 +297,7 @@ class Worker:
         for alert in alerts:
             log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
             key = alert.job or (alert.nodes[0] if alert.nodes else "")  # node alerts have no job
-            await self.alerts_topic.send(key=key.encode(), value=orjson.dumps(alert.to_dict()))
+            await self.alerts_topic.send(key=key.encode(), value=alert.to_json())
             if self.sink is not None:
                 self.sink.submit(alert)
             if self.action_sink is not None:
@@ -304,8 +311,9 @@ class Worker:
             return  # the engine is being rebuilt; the next tick runs the rules
         try:
             out = self.pipeline.tick(time.time())
-        except Exception:
+        except Exception as exc:
             log.exception("timer rules failed")
+            self.metrics.processing_failed("tick", exc)
             return
         await self.send(out)
 
@@ -358,8 +366,9 @@ class Worker:
                      report.events_replayed, len(span.alerts), report.open_on_topic, report.republished_firing,
                      report.resolved_while_down, report.seconds)
             await self.publish(reconcile)
-        except Exception:  # recovery is best effort: detection goes on from the committed offsets
+        except Exception as exc:  # recovery is best effort: detection goes on from the committed offsets
             log.exception("recovery of partitions %s failed; continuing without rebuilt windows", sorted(new))
+            self.metrics.processing_failed("recovery", exc)
         finally:
             self.recovering = False
             self.recovered.update(new)

@@ -100,7 +100,8 @@ def test_events_stamped_too_far_ahead_are_dead_lettered_only_when_the_arrival_is
     raw = [encode_events(b) for b in late_clock]
     live = Pipeline(max_future_seconds=60)
     out = live.feed(raw, arrival=T0)
-    assert [d.cause for d in out.deadletters] == ["future", "future", "future", "future"]
+    # One dead letter per message (issue 27 item 7), each listing its two events by index.
+    assert [(d.cause, [r.index for r in d.rejects]) for d in out.deadletters] == [("future", [0, 1])] * 2
     assert "ahead of the worker's clock" in out.deadletters[0].rejected.reason
     assert live.engine.events_by_kind["step"] == 0
     replayed = Pipeline(max_future_seconds=60)

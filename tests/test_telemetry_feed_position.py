@@ -17,7 +17,7 @@ def gpu(node: str, ts: float) -> bytes:
 
 
 def take(feed: TelemetryFeed, partition: int, *values: bytes) -> None:
-    """What the feed's thread does with one poll of a partition: queue the events, then move the position on."""
+    """What the feed's thread does with one poll of a partition: queue the records, then move the position on."""
     for raw in values:
         feed._take(raw)
     feed.positions[partition] += len(values)
@@ -28,7 +28,7 @@ def test_the_position_moves_only_once_the_queue_was_emptied_and_applied():
     feed.positions, feed.highwater = {0: 0, 1: 0}, {0: 3, 1: None}
     take(feed, 0, gpu("n1", 1.0))
     events, read = feed.drain()
-    assert [e.node for e in events] == ["n1"] and read == {0: 1, 1: 0}
+    assert [orjson.loads(m.value)["node"] for m in events] == ["n1"] and read == {0: 1, 1: 0}
     assert feed.applied == {}  # drained is not applied: the worker marks them after feeding its engine
     feed.mark_applied(read)
     assert list(feed.lag()) == [(0, 2)]  # partition 1: no end known yet, no lag reported
@@ -39,7 +39,7 @@ def test_the_position_moves_only_once_the_queue_was_emptied_and_applied():
     feed.mark_applied(read)
     assert feed.applied == {0: 1, 1: 0}
     events, read = feed.drain()
-    assert [e.node for e in events] == ["n2"] and read == {0: 3, 1: 0}
+    assert [orjson.loads(m.value)["node"] for m in events] == ["n2"] and read == {0: 3, 1: 0}
     feed.mark_applied(read)
     feed.highwater[1] = 0
     assert list(feed.lag()) == [(0, 0), (1, 0)]
