@@ -97,9 +97,10 @@ class CollectiveRecorder:
                 comm.total += duration
                 if duration > comm.max:
                     comm.max = duration
-                if pg == self.default_pg:
+                if pg == self.default_pg and seq > 0:
                     comm.last_seq = seq
-            if self.config.collective_events:
+            # seq 0: point-to-point (timed, not numbered: members of a group do different numbers of them).
+            if self.config.collective_events and seq > 0:
                 event = {"v": 1, "kind": "collective", **self._rank_base, "seq": seq, "op": op, "ts": _wall(),
                          "duration": duration}
                 if pg != DEFAULT_PG:

@@ -166,11 +166,11 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
 
     # -- hot path ---------------------------------------------------------------------------
 
-    def _enqueue(self, event: dict) -> None:
+    def _enqueue(self, event: dict, urgent: bool = False) -> None:
         # Job-wide phase events (no rank) go under the job id even when this rank's are keyed by shard.
         transport = self.transport
         if transport is not None:
-            transport.offer(self._key if "rank" in event else self._job_key, [event])
+            transport.offer(self._key if "rank" in event else self._job_key, [event], urgent=urgent)
 
     def _error(self, where: str, exc: BaseException) -> None:
         # Never raises: a broken monitor must not break training.

@@ -10,11 +10,13 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from stepwatch.config import KafkaSettings, SecuritySettings, Settings
 
+from .job_identity import START_TIME_KEY, IdSource, job_identity
 from .transport import security_from_env
 
 # The monitor's logger: one name to configure for all a training process's monitor logs.
@@ -74,11 +76,24 @@ def _torch_dist():
     return None
 
 
+def _rendezvous_start_time(dist) -> str | None:
+    """The job's start time as every rank agrees on it: the first rank to ask writes it to the job's
+    rendezvous store, the others read it back (one round trip, at monitor construction)."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        value = store.compare_set(START_TIME_KEY, "", repr(time.time()))
+        return value.decode() if isinstance(value, bytes) else str(value)
+    except Exception as exc:
+        log.warning("stepwatch: cannot read the job start time from the rendezvous store: %r", exc)
+        return None
+
+
 class MonitorConfig:
     """Resolved monitor settings: explicit arguments win, then the environment, then defaults.
 
-    Environment (all optional): ``STEPWATCH_JOB`` (else ``TORCHELASTIC_RUN_ID``,
-    ``SLURM_JOB_ID``), ``STEPWATCH_RANK`` (else ``RANK``, ``SLURM_PROCID``, the
+    Environment (all optional): the job id from ``STEPWATCH_JOB``, else the launcher's
+    (producers/job_identity.py: ``TORCHELASTIC_RUN_ID`` unless ``none``, ``SLURM_JOB_ID`` + step,
+    ``STEPWATCH_K8S_JOB_UID``/``_NAME``, else derived from the rendezvous, with a warning), ``STEPWATCH_RANK`` (else ``RANK``, ``SLURM_PROCID``, the
     initialized ``torch.distributed`` rank), ``STEPWATCH_WORLD_SIZE`` (else
     ``WORLD_SIZE``, ``SLURM_NTASKS``), ``STEPWATCH_NODE`` (else the host name),
     ``STEPWATCH_GPU`` (else ``LOCAL_RANK``, ``SLURM_LOCALID``), ``STEPWATCH_GROUP``,
@@ -104,8 +119,19 @@ class MonitorConfig:
                  settings: Settings | None = None) -> None:
         env = os.environ if environ is None else environ
         dist = _torch_dist()
-        self.job = job or _env(env, "STEPWATCH_JOB", "STEPWATCH_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID") \
-            or "default"
+        #: Where the job id came from (producers/job_identity.py); None when given as an argument.
+        self.job_source: IdSource | None = None
+        if job:
+            self.job = job
+        else:
+            identity = job_identity(env)
+            if identity.guessed and dist is not None:
+                identity = job_identity(env, start_time=_rendezvous_start_time(dist))
+            self.job, self.job_source = identity.job, identity.source
+            if identity.guessed:
+                log.warning("stepwatch: no launcher names this job (STEPWATCH_JOB, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, "
+                            "STEPWATCH_K8S_JOB_UID/NAME unset); guessed job id %r from %s", self.job,
+                            identity.source.value)
         if rank is None:
             rank = _env_int(env, "STEPWATCH_RANK", "RANK", "SLURM_PROCID")
         if rank is None and dist is not None:

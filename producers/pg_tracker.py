@@ -45,9 +45,13 @@ from .collectives import DEFAULT_PG
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ProcessGroupTracker", "track_process_groups", "COLLECTIVES"]
+__all__ = ["ProcessGroupTracker", "track_process_groups", "COLLECTIVES", "OBJECT_COLLECTIVES"]
 
-#: ``torch.distributed`` functions numbered per group (point-to-point ops are left out on purpose).
+#: The object collectives: wrapped in hook mode too, so each counts once (they issue several collectives).
+OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
+
+#: ``torch.distributed`` functions numbered per group where torch has no ProcessGroup hooks (function-
+#: wrapper mode; point-to-point ops are left out on purpose).
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_object",
                "all_reduce_coalesced", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
                "broadcast", "broadcast_object_list", "reduce", "barrier", "all_to_all", "all_to_all_single",
@@ -83,8 +87,16 @@ class ProcessGroupTracker:
         self._names: dict[int, str] = {}  # id(pg) -> name
         self._registry_size = -1
         self._originals: dict[tuple[Any, str], Any] = {}
-        # CUDA collectives not known complete yet: (seq, group name, event recorded after the call).
-        self._pending: list[tuple[int, str, Any]] = []
+        # CUDA collectives not known complete yet: (seq, group name, end event, op, (start event, wall
+        # clock) or None when only completion is tracked).
+        self._pending: list[tuple[int, str, Any, str, Any]] = []
+        #: Hook mode (ProcessGroup pre/post hooks) or function-wrapper mode (older torch); see install().
+        self.hooks = False
+        self._hooked: dict[int, Any] = {}  # id(pg) -> pg, groups carrying our hooks
+        # Issued, post hook not seen yet: (group name, op_id) -> (seq, op, name, start).
+        self._inflight: dict[tuple[str, int], tuple] = {}
+        # Point-to-point works waiting for their wait(): id(work) -> (work, entry). Insertion-ordered.
+        self._p2p_works: dict[int, tuple[Any, tuple]] = {}
         self._pending_lock = threading.Lock()
         self.pending_max = 4096
         pollers = getattr(monitor, "_pollers", None)
@@ -103,6 +115,11 @@ class ProcessGroupTracker:
             group_name = getattr(pg, "group_name", None)
             if group_name:
                 name = f"pg{group_name}"
+                # What torch knows of the group (``new_group(group_desc=...)``, device-mesh dims
+                # "mesh_tp", ...) goes first: the same on every member, like the group name.
+                desc = _describe(pg)
+                if desc:
+                    name = f"{desc}:{name}"
             else:
                 try:
                     name = "pg" + "-".join(str(r) for r in dist.get_process_group_ranks(pg))
@@ -123,6 +140,8 @@ class ProcessGroupTracker:
             return
         monitor = self.monitor
         for pg, ranks in list(registry.items()):
+            if not hasattr(pg, "group_name"):
+                continue  # a group this rank is not a member of (GroupMember.NON_GROUP_MEMBER)
             name = self.name_of(pg)
             if name != DEFAULT_PG:
                 monitor.pg_ranks[name] = sorted(ranks)
@@ -141,6 +160,8 @@ class ProcessGroupTracker:
         except Exception:
             groups = []
         for pg in groups:
+            if not hasattr(pg, "group_name"):
+                continue  # not a member
             name = self.name_of(pg)
             entry = {"started": monitor.seq_started.get(name, 0), "completed": monitor.seq_completed.get(name, 0)}
             try:
@@ -150,14 +171,22 @@ class ProcessGroupTracker:
             out[name] = entry
         return out
 
-    # -- wrappers ---------------------------------------------------------------------------
+    # -- ProcessGroup hooks (torch with ``ProcessGroup.register_pre_hook``) ------------------
 
     def install(self) -> "ProcessGroupTracker":
-        """Wrap the collective functions of ``torch.distributed`` (idempotent; ``uninstall`` undoes it)."""
+        """Hook every process group (ProcessGroup pre/post hooks where torch has them, else wrap the
+        ``torch.distributed`` functions); idempotent; ``uninstall`` undoes what it can."""
         from torch.distributed import distributed_c10d as c10d
 
+        self.hooks = _has_pg_hooks()
+        if self.hooks:
+            self._install_hooks(c10d)
+            # The object collectives issue two or more collectives each (sizes, then data): counted once.
+            names = OBJECT_COLLECTIVES
+        else:
+            names = COLLECTIVES
         dist = self._dist
-        for name in COLLECTIVES:
+        for name in names:
             fn = getattr(c10d, name, None)
             if fn is None or getattr(fn, "__stepwatch_wrapped__", False):
                 continue
@@ -172,6 +201,158 @@ class ProcessGroupTracker:
         for (module, name), fn in self._originals.items():
             setattr(module, name, fn)
         self._originals.clear()
+        for pg in self._hooked.values():
+            try:
+                pg.unregister_pre_hook(_HOOK_ID)
+                pg.unregister_post_hook(_HOOK_ID)
+            except Exception as exc:  # a destroyed group: nothing left to unhook
+                log.debug("stepwatch: cannot unhook a process group: %r", exc)
+        self._hooked.clear()
+
+    def _install_hooks(self, c10d) -> None:
+        from torch._C._distributed_c10d import Work
+
+        # Groups made later are hooked as they are made, before their first collective, so every
+        # member numbers the same calls; the ones that exist now are hooked here.
+        helper = c10d._new_process_group_helper
+        if not getattr(helper, "__stepwatch_wrapped__", False):
+            tracker = self
+
+            @functools.wraps(helper)
+            def new_process_group_helper(*args, **kwargs):
+                result = helper(*args, **kwargs)
+                try:
+                    pg = result[0] if isinstance(result, tuple) else result
+                    tracker.attach(pg)
+                except Exception as exc:  # a group we cannot hook must not stop its creation
+                    tracker.monitor._error("pg tracker attach", exc)
+                return result
+
+            new_process_group_helper.__stepwatch_wrapped__ = True  # type: ignore[attr-defined]
+            self._originals[(c10d, "_new_process_group_helper")] = helper
+            c10d._new_process_group_helper = new_process_group_helper
+        # Point-to-point works have no future on gloo: they end when the caller's wait() returns.
+        wait = Work.wait
+        if not getattr(wait, "__stepwatch_wrapped__", False):
+            p2p = self._p2p_works
+
+            def counted_wait(work, *args, **kwargs):
+                result = wait(work, *args, **kwargs)
+                if p2p:
+                    entry = p2p.pop(id(work), None)
+                    if entry is not None:
+                        tracker_done(entry[1])
+                return result
+
+            tracker_done = self._p2p_done
+            counted_wait.__stepwatch_wrapped__ = True  # type: ignore[attr-defined]
+            counted_wait.__doc__ = wait.__doc__
+            self._originals[(Work, "wait")] = wait
+            Work.wait = counted_wait
+        try:
+            groups = list(c10d._world.pg_group_ranks)
+        except Exception:
+            groups = []
+        for pg in groups:
+            self.attach(pg)
+
+    def attach(self, pg: Any) -> bool:
+        """Register this tracker's pre/post hooks on ``pg`` (once per group)."""
+        if not self.hooks or pg is None or not hasattr(pg, "register_pre_hook") or id(pg) in self._hooked:
+            return False
+        name = self.name_of(pg)
+        try:
+            backend = str(pg._get_backend_name()).lower()
+        except Exception:
+            backend = ""
+        # nccl-only groups: CUDA events; gloo: wall clock; mixed ("cpu:gloo,cuda:nccl"): by tensor.
+        device = "cuda" if "nccl" in backend and "gloo" not in backend else ("mixed" if "nccl" in backend else "cpu")
+        state = (name, device)
+        pg.register_pre_hook(_HOOK_ID, functools.partial(self._pre, state))
+        pg.register_post_hook(_HOOK_ID, functools.partial(self._post, state))
+        self._hooked[id(pg)] = pg
+        self._registry_size = -1  # its ranks reach the heartbeats at the next refresh
+        return True
+
+    def _pre(self, state: tuple[str, str], args: Any) -> None:
+        # Runs on the thread issuing the collective (training or autograd thread): keep it short.
+        if _depth():
+            return  # numbered by an outer wrapper (object collective, DDP timing hook, CollectiveTimer)
+        try:
+            op = args.name
+            kind = _OP_KIND.get(op)
+            if kind is None:
+                kind = _OP_KIND[op] = _op_kind(op)
+            if kind is _IGNORED:
+                return
+            name, device = state
+            seq = self.monitor.collective_begin(name) if kind is _NUMBERED else 0
+            if device != "cpu" and (device == "cuda" or _tensors_on_cuda(args)):
+                start: Any = self._cuda_start()
+            else:
+                start = _perf()
+            inflight = self._inflight
+            if len(inflight) >= self.pending_max:
+                inflight.pop(next(iter(inflight)))  # a post hook that never came: bounded
+            inflight[(name, args.op_id)] = (seq, kind.op_name(op), name, start)
+        except Exception as exc:  # numbering must never break training
+            self.monitor._error("pg tracker", exc)
+
+    def _post(self, state: tuple[str, str], args: Any) -> None:
+        entry = self._inflight.pop((state[0], args.op_id), None)
+        if entry is None:
+            return
+        try:
+            work = args.work
+            if entry[0] == 0:  # point-to-point: ends at the caller's wait()
+                p2p = self._p2p_works
+                if len(p2p) >= self.pending_max:
+                    _work, old = p2p.pop(next(iter(p2p)))
+                    self._p2p_done(old)  # never waited for: bounded, counted as ended now
+                p2p[id(work)] = (work, entry)
+                return
+            try:
+                work.get_future().then(lambda _fut: self._finish(entry))
+                return
+            except Exception:
+                pass  # no future on this backend: completed when issued
+            self._finish(entry)
+        except Exception as exc:
+            self.monitor._error("pg tracker", exc)
+
+    def _p2p_done(self, entry: tuple) -> None:
+        self._finish(entry)
+
+    def _finish(self, entry: tuple) -> None:
+        """The collective of ``entry`` is done (host clock), or its result is ready on the current CUDA stream."""
+        seq, op, name, start = entry
+        if isinstance(start, tuple):
+            self._cuda_end(seq, op, name, start)
+            return
+        self._done(seq, op, name, start)
+
+    def _cuda_start(self) -> tuple:
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return (event, _wall())
+
+    def _cuda_end(self, seq: int, op: str, name: str, start: tuple) -> None:
+        try:
+            import torch
+
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+        except Exception as exc:
+            self.monitor._error("cuda event", exc)
+            self._completed(seq, name)
+            return
+        with self._pending_lock:
+            if len(self._pending) >= self.pending_max:
+                old = self._pending.pop(0)
+                self._completed(old[0], old[1])  # bounded: the oldest is assumed done
+            self._pending.append((seq, name, end, op, start))
 
     def _wrap(self, fn, op: str):
         try:
@@ -249,31 +430,98 @@ class ProcessGroupTracker:
             return False
         with self._pending_lock:
             if len(self._pending) >= self.pending_max:
-                old_seq, old_name, _ = self._pending.pop(0)
-                self._completed(old_seq, old_name)  # bounded: the oldest is assumed done
-            self._pending.append((seq, name, event))
+                old = self._pending.pop(0)
+                self._completed(old[0], old[1])  # bounded: the oldest is assumed done
+            self._pending.append((seq, name, event, "", None))
         return True
 
     def poll(self) -> int:
-        """Mark the CUDA collectives whose events passed as completed (non-blocking ``Event.query``)."""
+        """Report the CUDA collectives whose end events passed (non-blocking ``Event.query``)."""
         if not self._pending:
             return 0
         done = 0
+        monitor = self.monitor
         with self._pending_lock:
             keep = []
             for item in self._pending:
-                seq, name, event = item
+                seq, name, event, op, start = item
                 try:
-                    finished = event.query()
+                    if not event.query():
+                        keep.append(item)
+                        continue
+                    duration = start[0].elapsed_time(event) / 1000.0 if start is not None else None
                 except Exception:
-                    finished = True  # a broken event must not hold the number back forever
-                if finished:
+                    duration = None  # a broken event must not hold the number back forever
+                done += 1
+                if duration is None or getattr(monitor, "_step_t0", None) is None:
                     self._completed(seq, name)
-                    done += 1
                 else:
-                    keep.append(item)
+                    monitor.collective_end(seq, op=op, pg=name, duration=duration, start_ts=start[1])
             self._pending = keep
         return done
+
+
+def _describe(pg: Any) -> str | None:
+    try:
+        desc = str(pg.group_desc or "")
+    except Exception:
+        return None
+    if not desc or desc in ("undefined", "default_pg"):
+        return None
+    return "".join(c if c.isalnum() or c in "_-.:" else "_" for c in desc)[:64]
+
+
+_HOOK_ID = 0x5354_5750  # our id among a group's pre/post hooks (torch's own ones use others)
+
+
+def _has_pg_hooks() -> bool:
+    try:
+        from torch._C._distributed_c10d import ProcessGroup, Work
+
+        return hasattr(ProcessGroup, "register_pre_hook") and hasattr(ProcessGroup, "register_post_hook") \
+            and hasattr(Work, "wait")
+    except Exception:
+        return False
+
+
+class _Kind:
+    """How a hooked op counts: numbered collective, point-to-point (timed, not numbered), or ignored."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def op_name(self, op: Any) -> str:
+        return _OP_NAMES.get(op) or _OP_NAMES.setdefault(op, str(getattr(op, "name", op)).lower())
+
+
+_NUMBERED, _P2P, _IGNORED = _Kind("numbered"), _Kind("p2p"), _Kind("ignored")
+_OP_KIND: dict[Any, _Kind] = {}
+_OP_NAMES: dict[Any, str] = {}
+#: Hooked ops that move no training data between members (group splits, symmetric-memory windows).
+_NOT_COMM = frozenset({"SPLIT", "NEW_WINDOW"})
+
+
+def _op_kind(op: Any) -> _Kind:
+    name = str(getattr(op, "name", op)).upper()
+    if name in ("SEND", "RECV", "RECVANYSOURCE"):
+        return _P2P
+    return _IGNORED if name in _NOT_COMM else _NUMBERED
+
+
+def _tensors_on_cuda(args: Any) -> bool:
+    try:
+        tensors = args.input_tensors or args.output_tensors
+        return bool(tensors) and bool(tensors[0].is_cuda)
+    except Exception:
+        return False
+
+
+def _wall() -> float:
+    import time
+
+    return time.time()
 
 
 def _on_cuda(args: tuple) -> bool:

@@ -12,6 +12,10 @@ events topic, through the monitor's ordinary queue and sender:
 * ``flight_recorder``: where the installed torch has a Flight Recorder
   (``torch._C._distributed_c10d._dump_fr_trace``/``_dump_nccl_trace``), the path of the dump
   this request triggered (written to ``TORCH_FR_DUMP_TEMP_FILE``'s folder, else the temp folder).
+  The Python stacks are sent first and flushed at once (no wait for the batch timer or linger);
+  the dump, which took 6 s on gloo, follows in a second ``stack`` event with the same request id;
+* rank-side limits (:class:`StackLimits`): one answer per rank per 5 s at most, and no answer to
+  a request addressed to more than 64 ranks (both settable).
 
 The training thread is never touched: capturing reads other threads' frames under the GIL,
 which a thread blocked in a collective, a sleep or I/O does not hold. A frozen (SIGSTOPped)
@@ -38,7 +42,7 @@ from stepwatch.models.stacks import StackRequest, parse_request
 
 log = logging.getLogger(__name__)
 
-__all__ = ["capture_threads", "stack_event", "flight_recorder_dump", "ControlListener", "start_control_listener"]
+__all__ = ["capture_threads", "stack_event", "StackLimits", "answer", "flight_recorder_dump", "ControlListener", "start_control_listener"]
 
 #: Kafka client settings the control reader takes over from the monitor's producer settings (TLS/SASL).
 _SECURITY_KEYS = ("security_protocol", "ssl_context", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname",
@@ -94,25 +98,69 @@ def flight_recorder_dump(rank: int, tag: str) -> str | None:
         return None
 
 
-def stack_event(monitor: Any, request: StackRequest) -> dict:
-    """The ``stack`` event answering ``request`` for ``monitor``'s rank (docs/events.md)."""
+def stack_event(monitor: Any, request: StackRequest, *, flight_recorder: bool = True) -> dict:
+    """The ``stack`` event answering ``request`` for ``monitor``'s rank (docs/events.md); with
+    ``flight_recorder``, the dump's path too (the dump can take seconds: ``answer`` sends it after)."""
     event: dict[str, Any] = {"v": 1, "kind": "stack", "job": monitor.job, "rank": monitor.rank, "ts": time.time(),
                              "request_id": request.request_id,
                              "threads": capture_threads(getattr(monitor, "_train_ident", None))}
     if monitor.node:
         event["node"] = monitor.node
-    path = flight_recorder_dump(monitor.rank, request.request_id)
-    if path:
-        event["flight_recorder"] = path
+    if flight_recorder:
+        path = flight_recorder_dump(monitor.rank, request.request_id)
+        if path:
+            event["flight_recorder"] = path
     return event
 
 
-def answer(monitor: Any, request: StackRequest) -> bool:
-    """Queue the answer if ``request`` asks this rank of this job; True if it did."""
+class StackLimits:
+    """Rank-side limits on stack requests (issue 27): at most one answer per ``min_interval`` seconds
+    (``STEPWATCH_MONITOR_STACK_MIN_INTERVAL``, default 5), and requests addressed to more than
+    ``max_ranks`` ranks (``STEPWATCH_MONITOR_STACK_MAX_RANKS``, default 64) are not answered: a
+    bad or runaway request cannot make every rank of a large job dump at once, again and again."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.min_interval = _env_float(env, "STEPWATCH_MONITOR_STACK_MIN_INTERVAL", 5.0)
+        self.max_ranks = int(_env_float(env, "STEPWATCH_MONITOR_STACK_MAX_RANKS", 64))
+        self.last = float("-inf")
+        self.limited = 0  # requests for this rank not answered because of these limits
+
+    def allow(self, request: StackRequest) -> bool:
+        now = time.monotonic()
+        if len(request.ranks) > self.max_ranks or now - self.last < self.min_interval:
+            self.limited += 1
+            return False
+        self.last = now
+        return True
+
+
+def answer(monitor: Any, request: StackRequest, limits: StackLimits | None = None) -> bool:
+    """Answer ``request`` if it asks this rank of this job (within ``limits``); True if it did.
+
+    The Python stacks go first, flushed at once (the worker waits for them); the Flight Recorder
+    dump, which can take seconds, follows in a second answer with the same ``request_id``.
+    """
     if request.job != monitor.job or monitor.rank not in request.ranks:
         return False
-    monitor._enqueue(stack_event(monitor, request))
+    if limits is not None and not limits.allow(request):
+        log.warning("stepwatch: stack request %s not answered (rank-side limits: %d ranks asked, max %d; "
+                    "at most one answer per %.0f s)", request.request_id, len(request.ranks), limits.max_ranks,
+                    limits.min_interval)
+        return False
+    event = stack_event(monitor, request, flight_recorder=False)
+    monitor._enqueue(event, urgent=True)
+    path = flight_recorder_dump(monitor.rank, request.request_id)
+    if path:
+        monitor._enqueue(dict(event, ts=time.time(), flight_recorder=path), urgent=True)
     return True
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        return float(_env(env, name, str(default)))
+    except ValueError:
+        log.warning("stepwatch: ignoring invalid %s", name)
+        return default
 
 
 def _env(env: Mapping[str, str], name: str, default: str) -> str:
@@ -123,8 +171,10 @@ def _env(env: Mapping[str, str], name: str, default: str) -> str:
 class ControlListener:
     """Reads the job's partition of the control topic and answers stack requests (daemon thread)."""
 
-    def __init__(self, monitor: Any, topic: str, *, poll_seconds: float = 0.5) -> None:
+    def __init__(self, monitor: Any, topic: str, *, poll_seconds: float = 0.5,
+                 environ: Mapping[str, str] | None = None) -> None:
         self.monitor = monitor
+        self.limits = StackLimits(os.environ if environ is None else environ)
         self.topic = topic
         self.poll_seconds = poll_seconds
         self.answered = 0
@@ -211,7 +261,7 @@ class ControlListener:
         if request is None:
             return
         try:
-            if answer(self.monitor, request):
+            if answer(self.monitor, request, self.limits):
                 self.answered += 1
         except Exception as exc:  # never let a bad request stop the listener
             self.monitor._error("stack answer", exc)
@@ -233,4 +283,4 @@ def start_control_listener(monitor: Any, environ: Mapping[str, str] | None = Non
         return None
     if _env(env, "STEPWATCH_MONITOR_STACKS", "1").lower() in ("0", "false", "no", "off"):
         return None
-    return ControlListener(monitor, control_topic(env)).start()
+    return ControlListener(monitor, control_topic(env), environ=env).start()

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator
 
 from .collectives import DEFAULT_PG
 from .monitor import RankMonitor
-from .pg_tracker import suppressed
+from .pg_tracker import _describe, suppressed
 
 __all__ = ["CollectiveTimer", "attach_ddp"]
 
@@ -55,7 +55,8 @@ def _pg_name(pg: Any) -> str:
         return DEFAULT_PG
     name = getattr(pg, "group_name", None)
     if name:
-        return f"pg{name}"
+        desc = _describe(pg)  # as the process-group tracker names it (producers/pg_tracker.py)
+        return f"{desc}:pg{name}" if desc else f"pg{name}"
     try:
         return "pg" + "-".join(str(r) for r in dist.get_process_group_ranks(pg))
     except Exception:

@@ -157,6 +157,7 @@ class Transport:
         self._producer = None
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._urgent = False
         self._closed = False
         self._deadline = 0.0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -164,7 +165,7 @@ class Transport:
 
     # -- caller side (never blocks in DROP mode, never raises) -----------------------------------
 
-    def offer(self, key: str, events: list[dict], timeout: float | None = None) -> bool:
+    def offer(self, key: str, events: list[dict], timeout: float | None = None, *, urgent: bool = False) -> bool:
         """Queue ``events`` (one message's worth or less, kept together) under ``key``.
 
         DROP: always returns at once; False when the queue was full and its oldest offer was
@@ -199,6 +200,10 @@ class Transport:
                         self.batches_dropped += 1
                         return False
             self._queue.append((key, events))
+        if urgent:
+            # Sent now and flushed past the producer's linger (a stack answer is awaited by the worker).
+            self._urgent = True
+            self._wake.set()
         # Before the first connection, or while a Kafka problem is reported, its line already says
         # that events are dropped.
         if not ok and self.connected and self._reported is None and (self.batches_dropped in (1, 10, 100, 1000)
@@ -395,6 +400,15 @@ class Transport:
             items = self._take()
             if items:
                 self._publish(items)
+            if self._urgent:
+                self._urgent = False
+                if self._producer is not None:
+                    try:
+                        self._producer.flush(timeout=2.0)
+                    except Exception as exc:
+                        self._problem(f"cannot flush to {self.topic} at {self.bootstrap}", exc)
+                if self._queue:
+                    continue
             self._wake.wait(self.flush_interval)
             self._wake.clear()
         self._finish()

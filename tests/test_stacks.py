@@ -71,7 +71,9 @@ def test_asked_rank_answers_with_a_stack_event_others_do_not():
         assert not answer(m, StackRequest(job="other", ranks=(3,), request_id="a/1", ts=1.0))
         assert answer(m, StackRequest(job="j", ranks=(3, 4), request_id="a/1", ts=1.0))
         assert m.flush(5)
-        [raw] = [e for e in sent if e["kind"] == "stack"]
+        # The Python stacks come first; a Flight Recorder dump, where torch is loaded, follows in a second answer.
+        raw = [e for e in sent if e["kind"] == "stack"][0]
+        assert "flight_recorder" not in raw
         event = parse_event(orjson.loads(orjson.dumps(raw)))
         assert (event.job, event.rank, event.request_id, event.node) == ("j", 3, "a/1", "n1")
         # The thread that built the monitor (this test's) is the training thread: first, innermost last.
@@ -96,7 +98,8 @@ def test_flight_recorder_dump_is_triggered_where_torch_has_it(tmp_path, monkeypa
     try:
         assert answer(m, StackRequest(job="j", ranks=(3,), request_id="r/2", ts=1.0))
         assert m.flush(5)
-        [raw] = [e for e in sent if e["kind"] == "stack"]
+        first, raw = [e for e in sent if e["kind"] == "stack"]  # the stacks first, then the dump
+        assert "flight_recorder" not in first and raw["threads"] == first["threads"]
         assert raw["flight_recorder"] == str(tmp_path / "fr_3_r_2.pkl") and os.path.exists(raw["flight_recorder"])
     finally:
         m.close()
@@ -149,3 +152,19 @@ def test_process_group_tracker_on_a_real_gloo_group(tmp_path):
     assert pgs[names["idle"]] == {"started": 0, "completed": 0, "ranks": [0]}
     # PyTorch's own counter, for comparison: all_gather_object issues two all_gathers inside.
     assert out["snapshot"][names["tp"]]["torch_seq"] == 5
+
+
+def test_stack_answers_are_rate_limited_per_rank_and_by_request_size():
+    from stepwatch.producers.stacks import StackLimits
+
+    m, sent = monitor()
+    try:
+        limits = StackLimits({"STEPWATCH_MONITOR_STACK_MIN_INTERVAL": "3600", "STEPWATCH_MONITOR_STACK_MAX_RANKS": "4"})
+        assert not answer(m, StackRequest(job="j", ranks=tuple(range(8)), request_id="big/1", ts=1.0), limits)
+        assert answer(m, StackRequest(job="j", ranks=(3,), request_id="b/1", ts=1.0), limits)
+        assert not answer(m, StackRequest(job="j", ranks=(3,), request_id="b/2", ts=2.0), limits)  # within the interval
+        assert limits.limited == 2
+        assert m.flush(5)
+        assert {e["request_id"] for e in sent if e["kind"] == "stack"} == {"b/1"}
+    finally:
+        m.close()

@@ -82,8 +82,9 @@ def main() -> int:
     stats["seq_started"] = monitor.seq_started.get("default", 0)
     stats["seq_completed"] = monitor.seq_completed.get("default", 0)
     stats["pending_cuda"] = len(timer._pending)
+    stats["job"] = monitor.job
     if args.stats:
-        with open(args.stats, "w") as f:
+        with open(args.stats.replace("{rank}", str(rank)), "w") as f:
             json.dump(stats, f)
     dist.destroy_process_group()
     return 0

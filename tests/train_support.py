@@ -11,6 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_RANK = Path(__file__).resolve().parent / "train_rank.py"
+FW_RANK = Path(__file__).resolve().parent / "fw_rank.py"
 
 
 def free_port() -> int:
@@ -20,15 +21,16 @@ def free_port() -> int:
 
 
 def run_ddp_job(env: dict[str, str], tmp_path: Path, *, world: int = 4, args: tuple[str, ...] = (),
-                timeout: float = 240) -> list[dict]:
-    """Run ``world`` ranks of tests/train_rank.py as OS processes (torchrun's env conventions); return their stats."""
+                timeout: float = 240, script: Path = TRAIN_RANK) -> list[dict]:
+    """Run ``world`` ranks of ``script`` (tests/train_rank.py) as OS processes (torchrun's env conventions);
+    return their stats."""
     port = free_port()
     procs = []
     for rank in range(world):
         rank_env = dict(env, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         log = open(tmp_path / f"rank{rank}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, str(TRAIN_RANK), "--stats", str(tmp_path / f"stats{rank}.json"),
+        procs.append((subprocess.Popen([sys.executable, str(script), "--stats", str(tmp_path / f"stats{rank}.json"),
                                         *args], env=rank_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log))
     deadline = time.monotonic() + timeout
     try:

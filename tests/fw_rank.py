@@ -1,0 +1,259 @@
+"""One rank of a small real training job in one of the frameworks LLM jobs use (gloo, CPU), adopted
+with the two documented lines only: ``RankMonitor()`` and ``with monitor.step(): ...``.
+
+Run by tests/test_training_frameworks.py as ``python tests/fw_rank.py --framework NAME`` with the
+torchrun environment conventions (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and the
+stepwatch ones (KAFKA_BOOTSTRAP, STEPWATCH_KAFKA_TOPIC_PREFIX, STEPWATCH_JOB).
+
+Frameworks: ``fsdp2`` (``fully_shard`` per layer), ``fsdp1`` (``FullyShardedDataParallel``),
+``pipeline`` (one stage per rank, activations and gradients passed with ``send``/``recv``/``isend``/
+``batch_isend_irecv``, a data-parallel all-reduce at the end), ``tpdp`` (Megatron-style: TP groups
+{0,1},{2,3} and DP groups {0,2},{1,3} from ``new_group``, an all-reduce on the TP group inside each
+layer, one on the DP group per step), ``hf`` (Hugging Face ``Trainer`` on a tiny GPT-2 built from a
+config, DDP set up by the Trainer, adopted with ``StepwatchTrainerCallback()`` only).
+
+Each step has a fixed "device" pause (an accelerator kernel leaves the CPU idle: keeps four ranks on
+two cores from fighting over the CPU). ``--slow-rank`` does extra real compute (on a local module
+that issues no collective) from ``--slow-from`` on; ``--stall-rank`` stops at ``--stall-step`` before
+its TP collective, inside :func:`load_shard_slowly`. Writes the monitor's counters as JSON to ``--stats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+DEV_STEPS: list[dict] = []  # FW_DEV_LOG=1: this rank's step events, for a look by hand (not used by tests)
+
+
+def dev_capture(monitor) -> None:
+    if not os.environ.get("FW_DEV_LOG") or monitor.transport is None:
+        return
+    offer = monitor.transport.offer
+
+    def capture(key, events):
+        DEV_STEPS.extend(e for e in events if e.get("kind") == "step")
+        return offer(key, events)
+
+    monitor.transport.offer = capture
+
+
+def load_shard_slowly(seconds: float) -> None:
+    time.sleep(seconds)  # stuck before the TP collective; the monitor's threads go on
+
+
+class Slowness:
+    """Extra compute on the slow rank: real matmuls on a module of its own (no collective)."""
+
+    def __init__(self, args, rank: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.on = rank == args.slow_rank
+        self.args = args
+        self.work = torch.nn.Linear(64, 64)
+        self.x = torch.randn(16, 64)
+
+    def device(self, step: int) -> None:
+        time.sleep(self.args.device_ms / 1000)
+        if self.on and step >= self.args.slow_from:
+            deadline = time.perf_counter() + self.args.slow_extra_ms / 1000
+            with self.torch.no_grad():
+                while time.perf_counter() < deadline:
+                    self.work(self.x)
+
+
+def mlp(torch, width: int = 64, layers: int = 4):
+    from torch import nn
+
+    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(layers)])
+
+
+def run_sharded(args, framework: str, rank: int, monitor, slow: Slowness) -> None:
+    import torch
+
+    model = mlp(torch)
+    if framework == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model:
+            fully_shard(layer)
+        fully_shard(model)
+    else:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}), use_orig_params=True,
+                     device_id=torch.device("cpu"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(rank)
+    for step in range(args.steps):
+        x = torch.randn(16, 64, generator=gen)
+        with monitor.step(samples=16):
+            loss = model(x).square().mean()
+            slow.device(step)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+
+def run_pipeline(args, rank: int, world: int, monitor, slow: Slowness) -> None:
+    import torch
+    import torch.distributed as dist
+
+    stage = mlp(torch, layers=1)
+    opt = torch.optim.SGD(stage.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(0)
+    prev, nxt = rank - 1, rank + 1
+    for step in range(args.steps):
+        with monitor.step(samples=16):
+            if rank == 0:
+                x = torch.randn(16, 64, generator=gen)
+            else:
+                x = torch.empty(16, 64)
+                dist.recv(x, prev)  # waiting for the previous stage: communication, not compute
+                x.requires_grad_(True)
+            y = stage(x)
+            slow.device(step)
+            if nxt < world:
+                dist.isend(y.detach(), nxt).wait()
+                grad = torch.empty_like(y)
+                for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, grad, nxt)]):
+                    work.wait()
+                y.backward(grad)
+            else:
+                y.square().mean().backward()
+            if rank > 0:
+                dist.send(x.grad, prev)
+            for p in stage.parameters():  # every stage's weights, averaged across the job (one DP group)
+                dist.all_reduce(p.grad)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+
+def run_tpdp(args, rank: int, world: int, monitor, slow: Slowness) -> None:
+    import torch
+    import torch.distributed as dist
+
+    tp_size = 2
+    tp = dp = None
+    for start in range(0, world, tp_size):  # every rank creates every group, in the same order
+        group = dist.new_group(list(range(start, start + tp_size)), group_desc=f"tp{start // tp_size}")
+        if rank // tp_size == start // tp_size:
+            tp = group
+    for i in range(tp_size):
+        group = dist.new_group(list(range(i, world, tp_size)), group_desc=f"dp{i}")
+        if rank % tp_size == i:
+            dp = group
+    layers = [torch.nn.Linear(64, 32) for _ in range(2)]  # each TP rank holds half the columns
+    gen = torch.Generator().manual_seed(rank // tp_size)
+    for step in range(args.steps):
+        with monitor.step(samples=16):
+            x = torch.randn(16, 64, generator=gen)
+            for layer in layers:
+                part = torch.nn.functional.pad(layer(x), (0, 32)) if rank % tp_size == 0 else \
+                    torch.nn.functional.pad(layer(x), (32, 0))
+                slow.device(step)
+                if rank == args.stall_rank and step == args.stall_step:
+                    load_shard_slowly(3600)
+                dist.all_reduce(part, group=tp)  # the row-parallel all-reduce of a TP layer
+                x = part.detach()
+            grads = torch.cat([layer.weight.detach().flatten() for layer in layers])
+            dist.all_reduce(grads, group=dp)
+
+
+def run_hf(args, rank: int, world: int, slow: Slowness, out_dir: str):
+    import torch
+    import transformers
+    from torch.utils.data import Dataset
+
+    from stepwatch.producers.hf import StepwatchTrainerCallback
+
+    class Data(Dataset):
+        def __len__(self):
+            return 10_000
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            ids = torch.randint(0, 128, (16,), generator=g)
+            return {"input_ids": ids, "labels": ids}
+
+    class Device(transformers.TrainerCallback):
+        def on_step_begin(self, a, state, control, **kwargs):
+            slow.device(state.global_step)
+
+    config = transformers.GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2)
+    model = transformers.GPT2LMHeadModel(config)  # built from a config: no hub download
+    targs = transformers.TrainingArguments(
+        output_dir=out_dir, max_steps=args.steps, per_device_train_batch_size=4, report_to=[], use_cpu=True,
+        ddp_backend="gloo", dataloader_num_workers=0, disable_tqdm=True, save_strategy="no", logging_steps=1000)
+    callback = StepwatchTrainerCallback(heartbeat_interval=1.0)
+    trainer = transformers.Trainer(model=model, args=targs, train_dataset=Data(), callbacks=[callback, Device()])
+    trainer.train()
+    return callback.monitor
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--framework", required=True, choices=("fsdp2", "fsdp1", "pipeline", "tpdp", "hf"))
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--device-ms", type=float, default=40.0, help="idle 'accelerator' time per step")
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slow-from", type=int, default=12)
+    parser.add_argument("--slow-extra-ms", type=float, default=24.0, help="extra compute on the slow rank")
+    parser.add_argument("--stall-rank", type=int, default=-1)
+    parser.add_argument("--stall-step", type=int, default=-1)
+    parser.add_argument("--stats", default="")
+    args = parser.parse_args()
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    slow = Slowness(args, rank)
+    started = time.perf_counter()
+    if args.framework == "hf":
+        monitor = run_hf(args, rank, world, slow, os.path.dirname(args.stats) or ".")
+    else:
+        from stepwatch.producers.monitor import RankMonitor
+
+        dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=600))
+        monitor = RankMonitor(heartbeat_interval=0.5)  # line 1 of 2
+        dev_capture(monitor)
+        if args.stall_rank >= 0:  # stack requests need the control reader in place (test scaffolding)
+            monitor._control.ready.wait(120)
+        if args.framework in ("fsdp2", "fsdp1"):
+            run_sharded(args, args.framework, rank, monitor, slow)
+        elif args.framework == "pipeline":
+            run_pipeline(args, rank, world, monitor, slow)
+        else:
+            run_tpdp(args, rank, world, monitor, slow)
+        monitor.end()
+    train_s = time.perf_counter() - started  # includes the job's setup (model, groups): compared on/off
+    dist.barrier()
+    monitor.close(timeout=10)
+    stats = monitor.stats()
+    if DEV_STEPS:
+        tail = [e for e in DEV_STEPS if e["step"] >= args.slow_from]
+        stats["dev"] = {k: round(sorted(e[k] for e in tail)[len(tail) // 2] * 1000, 1)
+                        for k in ("step_time", "compute_time", "comm_time")} if tail else None
+    stats["seq_started"] = dict(monitor.seq_started)
+    stats["seq_completed"] = dict(monitor.seq_completed)
+    stats["pg_ranks"] = dict(monitor.pg_ranks)
+    stats["train_s"] = train_s
+    if args.stats:
+        with open(args.stats, "w") as f:
+            json.dump(stats, f)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main())
