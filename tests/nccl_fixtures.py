@@ -174,7 +174,9 @@ class RasServer:
                     elif cmd.upper() == "STATUS":
                         self.queries += 1
                         conn.sendall(json.dumps(self.answer(), indent=2).encode() + b"\n")
+                        conn.shutdown(socket.SHUT_RDWR)  # RAS closes the connection after the answer
                         break
+                f.close()
 
     def close(self) -> None:
         self.sock.close()
