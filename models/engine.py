@@ -330,7 +330,11 @@ class DetectionEngine:
             job_now = now - job.clock_offset()  # the same instant on the job's own clock
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(job_now)))
-            out.extend(job.hang.check(job_now))
+            hangs = job.hang.check(job_now)
+            if hangs and "nccl_ras" in job.sources:  # say which source the heartbeats came from
+                source = "nccl_ras" if "callback" not in job.sources else "callback"
+                hangs = [dataclasses.replace(a, evidence={**a.evidence, "source": source}) for a in hangs]
+            out.extend(hangs)
             if job.hang.pending_requests:
                 self.stack_requests.extend(job.hang.take_stack_requests())
                 del self.stack_requests[:-1000]  # replay takes none: bounded all the same

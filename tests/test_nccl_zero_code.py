@@ -270,3 +270,18 @@ def test_ras_heartbeats_name_the_lagging_rank_of_a_hung_job(tmp_path):
     hangs = [a for a in alerts if a.type == "hang"]
     assert hangs and hangs[-1].evidence["case"] == "culprit_before_collective"
     assert hangs[-1].ranks[0] == 13 and hangs[-1].evidence["process_group"] == COMM_ID
+    assert hangs[-1].evidence["source"] == "nccl_ras"
+
+
+def test_ras_heartbeats_are_ignored_while_the_job_sends_its_own(tmp_path):
+    """Both sources at once: the callback's heartbeats (finer sequence numbers) count, RAS's are not added."""
+    hosts, host_of, pids = _ras_job(tmp_path)
+    engine = DetectionEngine()
+    own = {"v": 1, "kind": "heartbeat", "job": "4242", "rank": 9, "ts": 100.0, "step": 5,
+           "pgs": {"default": {"started": 40, "completed": 40}}}
+    engine.process(parse_event(own))
+    status = ras_status({r: 7 for r in range(16)}, hosts=host_of, pids=pids)
+    for hb in heartbeats(status, procs=ProcTable(hosts["gpu-b"]["proc"]), node="gpu-b", ts=101.0)[0]:
+        engine.process(parse_event(hb))
+    hang = engine.jobs["4242"].hang
+    assert COMM_ID not in hang._pg_seq and engine.jobs["4242"].sources == {"callback", "nccl_ras"}

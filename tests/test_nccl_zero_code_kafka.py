@@ -1,0 +1,78 @@
+"""Zero-code jobs end to end (issue 24): the real `stepwatch agent` on two nodes reads NCCL Inspector logs and
+queries a local RAS server, publishes through the real broker to a real worker, which alerts.
+
+The only stand-ins are the NCCL side (no GPU here): logs written in the Inspector's format and a TCP server
+speaking RAS's protocol (tests/nccl_fixtures.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+from nccl_fixtures import COMM_ID, RasServer, ras_status, write_job
+from support import REPO, read_all_alerts, read_alerts, run_stepwatch, stepwatch_env, wait_until
+
+pytestmark = pytest.mark.kafka
+
+
+def test_inspector_logs_of_two_nodes_give_a_straggler_alert_for_the_late_rank_only(
+        kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+    worker = start_worker()
+    env = stepwatch_env(kafka_bootstrap, topic_prefix)
+    jobs = {"late-job": write_job(tmp_path / "late", job="late-job", n_colls=320, late_rank=11, layout="marker"),
+            "healthy-job": write_job(tmp_path / "ok", job="healthy-job", n_colls=320, late_rank=None, seed=3)}
+    for hosts in jobs.values():
+        for node, host in hosts.items():
+            run_stepwatch("agent", "--once", "--node", node, "--nccl-inspector-dir", str(host["dir"]),
+                          "--nccl-inspector-window", "16", "--proc-root", str(host["proc"]),
+                          "--sysfs-root", str(tmp_path / "nosys"), env=env, timeout=90)
+    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                             until=lambda got: any(a["type"] == "straggler" for a in got), timeout=90)
+    stragglers = [a for a in alerts if a["type"] == "straggler"]
+    assert [(a["job"], a["ranks"], a["nodes"]) for a in stragglers] == [("late-job", [11], ["gpu-b"])], \
+        worker.log_text()[-3000:]
+    ev = stragglers[0]["evidence"]
+    assert ev["source"] == "nccl_inspector" and ev["process_group"] == COMM_ID
+    assert [a for a in alerts if a["job"] == "healthy-job"] == []
+
+
+def test_ras_counts_of_a_job_without_the_callback_name_the_lagging_rank_of_a_hang(
+        kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+    start_worker(STEPWATCH_HANG_WARNING_FLOOR_SECONDS="12", STEPWATCH_HANG_TIMEOUT_SECONDS="60",
+                 STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS="20", STEPWATCH_WORKER_TICK_INTERVAL="0.5")
+    hosts = write_job(tmp_path, job="ras-job", n_colls=1, late_rank=None)
+    host_of = {r: ("10.0.0.1" if r < 8 else "10.0.0.2") for r in range(16)}
+    pids = {r: p for h in hosts.values() for r, p in h["pids"].items()}
+    state = {"queries": 0, "frozen": threading.Event()}
+
+    def answer():
+        state["queries"] += 1
+        if not state["frozen"].is_set():
+            return ras_status({r: 10 * state["queries"] for r in range(16)}, hosts=host_of, pids=pids)
+        counts = {r: 1000 for r in range(16)}
+        counts[13] = 999  # rank 13 never launched the collective the others wait in
+        return ras_status(counts, hosts=host_of, pids=pids)
+
+    server = RasServer(answer)
+    env = stepwatch_env(kafka_bootstrap, topic_prefix)
+    agents = [subprocess.Popen([sys.executable, "-m", "stepwatch.cli", "agent", "--node", node, "--nccl-ras",
+                                server.addr, "--nccl-ras-interval", "5", "--proc-root", str(host["proc"]),
+                                "--sysfs-root", str(tmp_path / "nosys")], env=env, cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+              for node, host in hosts.items()]
+    try:
+        wait_until(lambda: state["queries"] >= 6, timeout=60, what="six RAS queries while the job runs")
+        state["frozen"].set()
+        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=120, until=lambda got: any(
+            a["type"] == "hang" and a["evidence"].get("case") == "culprit_before_collective" for a in got))
+    finally:
+        for agent in agents:
+            agent.terminate()
+            agent.wait(30)
+        server.close()
+    hang = next(a for a in alerts if a["type"] == "hang" and a["evidence"].get("case") == "culprit_before_collective")
+    assert hang["job"] == "ras-job" and hang["ranks"][0] == 13 and hang["nodes"][0] == "gpu-b"
+    assert hang["evidence"]["process_group"] == COMM_ID
