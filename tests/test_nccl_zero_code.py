@@ -285,3 +285,54 @@ def test_ras_heartbeats_are_ignored_while_the_job_sends_its_own(tmp_path):
         engine.process(parse_event(hb))
     hang = engine.jobs["4242"].hang
     assert COMM_ID not in hang._pg_seq and engine.jobs["4242"].sources == {"callback", "nccl_ras"}
+
+
+# -- Flight Recorder through its FIFO ---------------------------------------------------------
+
+def test_flight_recorder_dump_is_requested_through_the_fifo_and_summarized(tmp_path):
+    """The FIFO's reader is a stand-in for ProcessGroupNCCL's watchdog (DumpPipe: no NCCL here); the dump it
+    writes is a real torch 2.15 Flight Recorder dump."""
+    import select
+    import threading
+
+    from stepwatch.producers.flight_recorder_fifo import FlightRecorderFifo, load_dump
+
+    proc, files = tmp_path / "proc", tmp_path / "files"
+    files.mkdir()
+    env = {**rank_env("fr-job", 13, 16, 5, "gpu-b"), "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{files}/fr_pipe_",
+           "TORCH_FR_DUMP_TEMP_FILE": f"{files}/fr_dump_", "TORCH_FR_BUFFER_SIZE": "2000"}
+    write_proc(proc, 52005, env)
+    (proc / "52005" / "root").symlink_to("/")  # the process's mount namespace: the host's here
+    pipe = files / "fr_pipe_13.pipe"
+    os.mkfifo(pipe)
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    dump = (FIXTURES / "fr-dump-gloo-torch2.15.pkl").read_bytes()
+
+    def watchdog():
+        select.select([fd], [], [], 30)
+        if os.read(fd, 128):
+            (files / "fr_dump_13").write_bytes(dump)
+
+    t = threading.Thread(target=watchdog, daemon=True)
+    t.start()
+    fifo = FlightRecorderFifo(ProcTable(proc), node="gpu-b", timeout=30)
+    events = fifo.answer("fr-job", (13, 4), "abc/1")
+    t.join(30)
+    os.close(fd)
+    assert len(events) == 1 and fifo.counts["dumps"] == 1
+    ev = parse_event(events[0])
+    assert ev.rank == 13 and ev.request_id == "abc/1" and ev.extra["source"] == "flight_recorder"
+    frames = ev.threads[0][1]
+    assert [f[2] for f in frames] == ["gloo:all_reduce scheduled", "gloo:all_reduce scheduled",
+                                      "gloo:all_reduce scheduled", "gloo:barrier scheduled"]
+    assert frames[-1][:2] == ("pg default_pg", 4)
+    assert load_dump(dump)["version"] == "2.10"
+
+
+def test_a_dump_with_objects_in_it_is_refused():
+    import pickle
+
+    from stepwatch.producers.flight_recorder_fifo import load_dump
+
+    with pytest.raises(pickle.UnpicklingError):
+        load_dump(pickle.dumps({"entries": [], "x": Path("/")}))
