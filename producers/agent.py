@@ -137,7 +137,7 @@ class NodeAgent:
         self._stop = threading.Event()
         self.samples = 0
         self.job_sink = job_sink if job_sink is not None else sink
-        procs = ProcTable(proc_root if proc_root is not None else t.proc_root)
+        procs = self.procs = ProcTable(proc_root if proc_root is not None else t.proc_root)
         self.inspector = InspectorReader(
             InspectorSettings(directory=t.nccl_inspector_dir, window_size=t.nccl_inspector_window),
             node=self.node, procs=procs, clock=clock) if t.nccl_inspector_dir else None

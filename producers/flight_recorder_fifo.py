@@ -25,6 +25,7 @@ import io
 import logging
 import os
 import pickle
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -157,3 +158,87 @@ def _mtime(path: Path) -> int | None:
     except OSError:
         return None
     return st.st_mtime_ns ^ st.st_size
+
+
+class ControlWatcher:
+    """The agent's reader of the control topic (every partition, from its end, no consumer group): each
+    ``stack_request`` is answered for the requested ranks on this node that have a Flight Recorder FIFO.
+    ``sink(job, events)`` gets the ``stack`` events (the agent's job-event sender)."""
+
+    def __init__(self, fifo: FlightRecorderFifo, *, bootstrap: str, topic: str, sink: Callable[[str, list[dict]], object],
+                 client_config: dict | None = None) -> None:
+        self.fifo = fifo
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.sink = sink
+        self.client_config = client_config or {}
+        self.answered = 0
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stepwatch-agent-control", daemon=True)
+
+    def start(self) -> "ControlWatcher":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _consumer(self):
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
+                                 client_id="stepwatch-agent-control", fetch_max_wait_ms=5000,
+                                 request_timeout_ms=30_000, **self.client_config)
+        partitions = consumer.partitions_for_topic(self.topic)
+        if not partitions:
+            consumer.close()
+            return None
+        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_end(*tps)
+        for tp in tps:
+            consumer.position(tp)  # only requests made from now on
+        return consumer
+
+    def _run(self) -> None:
+        import orjson
+
+        from stepwatch.models.stacks import parse_request
+
+        consumer, backoff = None, 1.0
+        while not self._stop.is_set():
+            if consumer is None:
+                try:
+                    consumer = self._consumer()
+                except Exception as exc:  # broker away: try again, said once per kind
+                    log.info("agent control topic: %s", exc)
+                if consumer is None:
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    continue
+                self.ready.set()
+            try:
+                batches = consumer.poll(timeout_ms=1000)
+            except Exception as exc:
+                log.warning("agent control topic: %s", exc)
+                self._stop.wait(backoff)
+                continue
+            for records in batches.values():
+                for record in records:
+                    try:
+                        request = parse_request(orjson.loads(record.value)) if record.value else None
+                    except orjson.JSONDecodeError:
+                        request = None
+                    if request is None:
+                        continue
+                    try:
+                        events = self.fifo.answer(request.job, request.ranks, request.request_id)
+                    except Exception:  # never let one request stop the watcher
+                        log.exception("flight recorder answer failed")
+                        continue
+                    if events:
+                        self.answered += len(events)
+                        self.sink(request.job, events)
+        if consumer is not None:
+            consumer.close()

@@ -18,17 +18,21 @@ communicator ``pgs[hash] = {started, completed}`` with ``started`` its launched 
 RAS cannot tell completion, so a rank at its communicator's highest count is taken as inside
 that collective (``completed = started - 1``) and one below it as not having launched it
 (``completed = started``): the hang rule's ``culprit_before_collective``. ``step`` is the
-rank's total launched count (progress while the job runs). A rank listed missing, or whose
+job's progress as RAS sees it (the highest count of each communicator, summed), the same on every
+rank: the agents of two nodes poll at different times, and a per-rank count would make the ranks
+of the node polled last look stuck. A rank listed missing, or whose
 process is gone, gets no heartbeat: ``silent_ranks``.
 
 Poll gently: frequent RAS queries have crashed jobs (NVIDIA/nccl#1762, #1718); the interval
-is at least ``MIN_INTERVAL`` seconds. RAS may report a job healthy while PyTorch's watchdog
+is at least ``MIN_INTERVAL`` seconds, on multiples of it of the wall clock (every node's agent asks
+at the same instants). RAS may report a job healthy while PyTorch's watchdog
 times out (NVIDIA/nccl#1730): its silence is not proof of health.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import time
 from collections import Counter
@@ -121,7 +125,9 @@ def heartbeats(status: dict, *, procs: ProcTable, node: str, ts: float) -> tuple
                     "v": 1, "kind": "heartbeat", "job": info.job, "rank": info.rank, "node": node,
                     "ts": round(ts, 6), "step": 0, "pgs": {}, "source": "nccl_ras"}
             hb["pgs"][name] = {"started": total, "completed": total - 1 if total == top and total > 0 else total}
-            hb["step"] += total
+            # The job's progress as RAS sees it, the same on every rank: agents poll at different times, and a
+            # per-rank count would make the ranks of the node polled last look stuck (a partial hang).
+            hb["step"] += top
     counts["heartbeats"] += len(per_rank)
     return list(per_rank.values()), counts
 
@@ -146,7 +152,9 @@ class RasPoller:
         now = self.clock()
         if not force and now < self._next:
             return []
-        self._next = now + self.interval
+        # On multiples of the interval of the (NTP-synchronized) wall clock: every node's agent asks at the same
+        # instants, so no node's ranks look stuck for a poll's worth of skew while another's advanced.
+        self._next = (math.floor(now / self.interval) + 1) * self.interval
         try:
             status = self.query(self.addr)
         except (OSError, RasError) as exc:

@@ -63,6 +63,14 @@ def run(args: argparse.Namespace) -> int:
                                      replication_factor=settings.kafka.replication_factor, settings=settings).start()
             job_sink = job_sender.offer
     agent = NodeAgent(node=args.node, settings=settings, sink=sink, job_sink=job_sink)
+    watcher = None
+    if job_sender is not None and not args.once:  # Flight Recorder dumps for hang alerts' stack requests
+        from stepwatch.producers.flight_recorder_fifo import ControlWatcher, FlightRecorderFifo
+        from stepwatch.security import kafka_python_config
+
+        watcher = ControlWatcher(FlightRecorderFifo(agent.procs, node=agent.node), bootstrap=settings.kafka.bootstrap,
+                                 topic=settings.kafka.topic(settings.kafka.control_topic), sink=job_sink,
+                                 client_config=kafka_python_config(settings.security)).start()
     try:
         agent.discover()
         agent.run(once=args.once, max_samples=args.samples)
@@ -70,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         agent.close()
+        if watcher is not None:
+            watcher.stop()
         if job_sender is not None:
             job_sender.close()
         if sender is not None:
