@@ -460,6 +460,8 @@ class DetectionEngine:
             values = dataclasses.asdict(self.straggler_settings(state.job))
             for detector in state.stragglers.values():
                 detector.reconfigure(**values)
+            if state.inspector is not None:  # the NCCL Inspector windows' detectors too (models/inspector.py)
+                state.inspector.reconfigure(self.straggler_settings(state.job), values)
 
     def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
         """Change the hang rule's settings while running (like ``apply_settings``)."""

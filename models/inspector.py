@@ -55,8 +55,8 @@ class WindowVerdict:
 class InspectorJudge:
     """Per job: feed ``nccl_window`` events; returns straggler (and comm_slowdown) alerts."""
 
-    def __init__(self, *, job: str, straggler: StragglerSettings | None = None, comm: CommSlowdownDetector | None = None,
-                 max_open: int = 16, max_keys: int = 256) -> None:
+    def __init__(self, *, job: str, straggler: StragglerSettings | None = None,
+                 comm: CommSlowdownDetector | None = None, max_open: int = 16, max_keys: int = 256) -> None:
         self.job = job
         self.straggler = straggler or StragglerSettings()
         self.comm = comm
@@ -126,6 +126,12 @@ class InspectorJudge:
                     job=self.job, rank=e.rank, seq=window, op=e.op, ts=e.ts, duration=e.exec_sum / e.count,
                     node=e.node, pg=e.comm, bytes=e.bytes)))
         return out
+
+    def reconfigure(self, settings: StragglerSettings, values: dict) -> None:
+        """Settings changed at run time (``stepwatch config set straggler.*``)."""
+        self.straggler = settings
+        for detector in self._detectors.values():
+            detector.reconfigure(**values)
 
     def open_alerts(self) -> list[Alert]:
         return [a for d in self._detectors.values() for a in d.firing.values()]

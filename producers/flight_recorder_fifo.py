@@ -117,7 +117,8 @@ class FlightRecorderFifo:
         if not stem:
             self.counts["no_fifo"] += 1
             return None
-        dump_stem = env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or DEFAULT_DUMP_STEM
+        dump_stem = (env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+                     or DEFAULT_DUMP_STEM)
         pipe = self._inside(info, f"{stem}{info.rank}.pipe")
         dump = self._inside(info, f"{dump_stem}{info.rank}")
         before = _mtime(dump)
@@ -165,8 +166,8 @@ class ControlWatcher:
     ``stack_request`` is answered for the requested ranks on this node that have a Flight Recorder FIFO.
     ``sink(job, events)`` gets the ``stack`` events (the agent's job-event sender)."""
 
-    def __init__(self, fifo: FlightRecorderFifo, *, bootstrap: str, topic: str, sink: Callable[[str, list[dict]], object],
-                 client_config: dict | None = None) -> None:
+    def __init__(self, fifo: FlightRecorderFifo, *, bootstrap: str, topic: str,
+                 sink: Callable[[str, list[dict]], object], client_config: dict | None = None) -> None:
         self.fifo = fifo
         self.bootstrap = bootstrap
         self.topic = topic

@@ -336,3 +336,17 @@ def test_a_dump_with_objects_in_it_is_refused():
 
     with pytest.raises(pickle.UnpicklingError):
         load_dump(pickle.dumps({"entries": [], "x": Path("/")}))
+
+
+def test_straggler_settings_changed_at_run_time_reach_the_inspector_detectors(tmp_path):
+    from stepwatch.models.straggler import StragglerSettings
+
+    events = _job_events(tmp_path, late_rank=11)
+    engine = DetectionEngine()
+    alerts = [a for e in events[:200] for a in engine.process(parse_event(e))]
+    assert alerts == [] and engine.jobs["4242"].inspector.counts["judged"] >= 1  # detectors exist, none fired yet
+    engine.apply_settings("4242", StragglerSettings(ratio_threshold=5.0))  # the late rank is 1.66x
+    alerts = [a for e in events[200:] for a in engine.process(parse_event(e))]
+    assert [a for a in alerts if a.type == "straggler"] == []
+    engine.apply_settings("4242", None)
+    assert engine.jobs["4242"].inspector.straggler.ratio_threshold == 1.1

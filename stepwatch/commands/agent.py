@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         sink = sender.offer
         t = settings.telemetry
         if t.nccl_inspector_dir or t.nccl_ras:  # job events: keyed by job, to the events topic
-            job_sender = KafkaSender(bootstrap=settings.kafka.bootstrap, topic=settings.kafka.topic(settings.kafka.events_topic),
+            job_sender = KafkaSender(bootstrap=settings.kafka.bootstrap,
+                                     topic=settings.kafka.topic(settings.kafka.events_topic),
                                      queue_size=settings.telemetry.agent_queue_size,
                                      max_block_ms=settings.telemetry.agent_max_block_ms,
                                      partitions=settings.kafka.partitions,
