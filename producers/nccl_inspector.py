@@ -41,6 +41,9 @@ log = logging.getLogger("stepwatch.agent")
 FILE_RE = re.compile(r"^(?P<host>.+)-pid(?P<pid>\d+)\.log$")
 #: Longest line kept while waiting for its newline (a record is ~200-500 bytes; verbose ones a few KiB).
 MAX_LINE = 1 << 20
+#: Files tracked (finished ones included, so that they are not read again) and (communicator, op) keys per file.
+MAX_FILES = 10_000
+MAX_KEYS_PER_FILE = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +117,9 @@ class InspectorReader:
             seen.add(name)
             f = self.files.get(name)
             if f is None:
+                if len(self.files) >= MAX_FILES:  # bounded: a directory nobody cleans up
+                    self.counts["files_over_limit"] += 1
+                    continue
                 f = self.files[name] = _File(self.dir / name, int(m["pid"]), m["host"], last_growth=now)
             if not f.done:
                 out.extend(self._read(f, now))
@@ -231,7 +237,6 @@ class InspectorReader:
         self.counts["records"] += 1
         key = (comm, op)
         window = sn // self.settings.window_size
-        f.meta[key] = (n_ranks, comm_rank)
         cur = f.windows.get(key)
         out: list[dict] = []
         if cur is not None and window != cur.window:
@@ -241,7 +246,11 @@ class InspectorReader:
             out.append(self._event(f, key, cur))
             cur = None
         if cur is None:
+            if len(f.windows) >= MAX_KEYS_PER_FILE:
+                self.counts["keys_over_limit"] += 1
+                return out
             cur = f.windows[key] = _Window(window)
+        f.meta[key] = (n_ranks, comm_rank)
         cur.execs.append(exec_us)
         cur.sizes.append(size)
         cur.dump_us = max(cur.dump_us, dump_us)
@@ -250,6 +259,7 @@ class InspectorReader:
     def _flush(self, f: _File) -> list[dict]:
         out = [self._event(f, key, w) for key, w in f.windows.items()]
         f.windows.clear()
+        f.meta.clear()
         return out
 
     def _event(self, f: _File, key: tuple[str, str], w: _Window) -> dict:

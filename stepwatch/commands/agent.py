@@ -79,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         agent.close()
+        for name, source in (("NCCL Inspector", agent.inspector), ("NCCL RAS", agent.ras),
+                             ("Flight Recorder", watcher.fifo if watcher is not None else None)):
+            if source is not None and source.counts:  # what was read, skipped and why (nothing is dropped silently)
+                print(f"stepwatch agent: {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(source.counts.items())),
+                      file=sys.stderr)
         if watcher is not None:
             watcher.stop()
         if job_sender is not None:
