@@ -40,6 +40,8 @@ DEFAULT_DUMP_STEM = "/tmp/nccl_trace_rank_"
 LAST_PER_GROUP = 4
 MAX_GROUPS = 8
 MAX_DUMP_BYTES = 256 << 20
+#: Stack requests older than this (seconds, on the worker's clock) are not answered.
+MAX_REQUEST_AGE = 120.0
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -174,7 +176,9 @@ class ControlWatcher:
         self.sink = sink
         self.client_config = client_config or {}
         self.answered = 0
+        self.stale = 0
         self.ready = threading.Event()
+        self._topic_was_missing = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stepwatch-agent-control", daemon=True)
 
@@ -194,10 +198,15 @@ class ControlWatcher:
         partitions = consumer.partitions_for_topic(self.topic)
         if not partitions:
             consumer.close()
+            self._topic_was_missing = True
             return None
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
-        consumer.seek_to_end(*tps)
+        if self._topic_was_missing:
+            # Created since we looked (by the first request): read it from its start, or that request is missed.
+            consumer.seek_to_beginning(*tps)
+        else:
+            consumer.seek_to_end(*tps)
         for tp in tps:
             consumer.position(tp)  # only requests made from now on
         return consumer
@@ -216,7 +225,7 @@ class ControlWatcher:
                     log.info("agent control topic: %s", exc)
                 if consumer is None:
                     self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 30.0)
+                    backoff = min(backoff * 2, 5.0)
                     continue
                 self.ready.set()
             try:
@@ -232,6 +241,9 @@ class ControlWatcher:
                     except orjson.JSONDecodeError:
                         request = None
                     if request is None:
+                        continue
+                    if time.time() - request.ts > MAX_REQUEST_AGE:
+                        self.stale += 1  # an old hang's request (a restarted agent): its alert has moved on
                         continue
                     try:
                         events = self.fifo.answer(request.job, request.ranks, request.request_id)

@@ -108,4 +108,6 @@ def test_ras_counts_of_a_job_without_the_callback_name_the_lagging_rank_of_a_han
     assert hang["job"] == "ras-job" and hang["ranks"][0] == 13 and hang["nodes"][0] == "gpu-b"
     assert hang["evidence"]["process_group"] == COMM_ID and hang["evidence"]["source"] == "nccl_ras"
     # The culprit's last collectives from its Flight Recorder, attached as the in-process stacks are.
+    assert "13" in hang["evidence"].get("stacks", {}), [
+        (a["evidence"]["case"], a["evidence"].get("stack_request"), a["evidence"].get("stack_missing")) for a in hangs]
     assert hang["evidence"]["stacks"]["13"][-1] == "pg default_pg:4 gloo:barrier scheduled"
