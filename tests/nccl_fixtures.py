@@ -53,13 +53,13 @@ def rank_env(job: str, rank: int, world: int, local: int, hostname: str) -> dict
 
 
 def exec_times(n_ranks: int, n_colls: int, *, late_rank: int | None, late_us: int, seed: int,
-               transfer_us: int = 1000, jitter_us: int = 200) -> list[list[int]]:
-    """``[coll][rank]`` execution times (us) under the timing model above."""
+               transfer_us: int = 1000, jitter_us: int = 200, late_from: int = 0) -> list[list[int]]:
+    """``[coll][rank]`` execution times (us) under the timing model above (late from collective ``late_from``)."""
     rng = random.Random(seed)
     out = []
-    for _ in range(n_colls):
+    for sn in range(n_colls):
         arrive = [rng.uniform(0, jitter_us) for _ in range(n_ranks)]
-        if late_rank is not None:
+        if late_rank is not None and sn >= late_from:
             arrive[late_rank] += late_us
         last = max(arrive)
         out.append([int(last - a + transfer_us + rng.uniform(0, 20)) for a in arrive])
@@ -75,13 +75,13 @@ def _perf(sn: int, exec_us: int, size: int) -> dict:
 
 def write_job(root: Path, *, job: str, n_colls: int, late_rank: int | None, late_us: int = 2000,
               layout: str = "per-line", dump_every: int = 32, seed: int = 7, comm_name: str | None = None,
-              split_last_line: bool = False) -> dict[str, dict]:
+              split_last_line: bool = False, late_from: int = 0) -> dict[str, dict]:
     """A 16-rank job on 2 hosts (ranks 0-7 on gpu-a, 8-15 on gpu-b): per host an Inspector dir and a /proc.
 
     gpu-a's processes run on the host (file pid = host pid); gpu-b's in a container (file pid =
     the container's, NSpid maps it). Returns ``{host: {"dir", "proc", "pids"}}``."""
     n_ranks, size = 16, 16 << 20
-    times = exec_times(n_ranks, n_colls, late_rank=late_rank, late_us=late_us, seed=seed)
+    times = exec_times(n_ranks, n_colls, late_rank=late_rank, late_us=late_us, seed=seed, late_from=late_from)
     hosts: dict[str, dict] = {}
     for host_index, host in enumerate(("gpu-a", "gpu-b")):
         d, proc = root / host / "inspector", root / host / "proc"

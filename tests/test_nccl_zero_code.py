@@ -149,8 +149,8 @@ def test_agent_once_stdout_prints_the_events_with_job_and_rank_from_proc(tmp_pat
 
 # -- the worker side ------------------------------------------------------------------------
 
-def _job_events(tmp_path, *, late_rank, n_colls=320, layout="per-line"):
-    hosts = write_job(tmp_path, job="4242", n_colls=n_colls, late_rank=late_rank, layout=layout)
+def _job_events(tmp_path, *, late_rank, n_colls=320, layout="per-line", late_from=0):
+    hosts = write_job(tmp_path, job="4242", n_colls=n_colls, late_rank=late_rank, layout=layout, late_from=late_from)
     events = []
     for node, host in hosts.items():
         events.extend(_read(host, node)[0])
@@ -168,6 +168,14 @@ def test_the_late_rank_is_named_a_straggler_from_its_shortest_exec_times(tmp_pat
     assert a.evidence["process_group"] == COMM_ID and a.evidence["op"] == "AllReduce"
     assert a.evidence["detected_step"] <= 10 + 5  # windows: warm-up, then within the rule's window
     assert engine.jobs["4242"].inspector.counts["judged"] == 20
+
+
+def test_a_rank_that_turns_late_mid_job_is_named_within_three_windows(tmp_path):
+    """Onset at window 20 (collective 320) of 40: named by window 22, a window being at most a step's collectives."""
+    alerts, _ = _engine_alerts(_job_events(tmp_path, late_rank=3, n_colls=640, late_from=320))
+    fired = [a for a in alerts if a.type == "straggler" and a.status == "firing"]
+    assert [a.ranks for a in fired] == [(3,)] and fired[0].nodes == ("gpu-a",)
+    assert fired[0].evidence["first_step"] == 20 and fired[0].evidence["detected_step"] <= 22
 
 
 def test_a_healthy_job_gets_no_alert(tmp_path):
