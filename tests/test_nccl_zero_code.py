@@ -358,3 +358,24 @@ def test_straggler_settings_changed_at_run_time_reach_the_inspector_detectors(tm
     assert [a for a in alerts if a.type == "straggler"] == []
     engine.apply_settings("4242", None)
     assert engine.jobs["4242"].inspector.straggler.ratio_threshold == 1.1
+
+
+def test_a_rank_ras_lists_missing_is_named_silent(tmp_path):
+    """Rank 5's process stops answering: RAS lists it under missing_ranks, its agent sends nothing for it."""
+    hosts, host_of, pids = _ras_job(tmp_path)
+    settings = Settings.from_env({"STEPWATCH_HANG_WARNING_FLOOR_SECONDS": "20", "STEPWATCH_HANG_TIMEOUT_SECONDS": "60",
+                                  "STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS": "15"})
+    engine = DetectionEngine(settings)
+    alerts = []
+    t0 = 1_764_484_800.0
+    for i in range(12):
+        frozen = i >= 4
+        counts = {r: 500 if frozen else 100 * (i + 1) for r in range(16)}
+        status = ras_status(counts, hosts=host_of, pids=pids, missing=(5,) if frozen else ())
+        for node, host in hosts.items():
+            for hb in heartbeats(status, procs=ProcTable(host["proc"]), node=node, ts=t0 + 10 * i)[0]:
+                alerts.extend(engine.process(parse_event(hb)))
+        alerts.extend(engine.tick(t0 + 10 * i))
+    hangs = [a for a in alerts if a.type == "hang"]
+    assert hangs and hangs[-1].evidence["case"] == "silent_ranks" and hangs[-1].ranks[0] == 5
+    assert hangs[-1].nodes[0] == "gpu-a"
