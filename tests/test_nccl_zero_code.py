@@ -379,3 +379,22 @@ def test_a_rank_ras_lists_missing_is_named_silent(tmp_path):
     hangs = [a for a in alerts if a.type == "hang"]
     assert hangs and hangs[-1].evidence["case"] == "silent_ranks" and hangs[-1].ranks[0] == 5
     assert hangs[-1].nodes[0] == "gpu-a"
+
+
+def test_a_process_that_exits_has_its_last_window_sent_once_its_file_is_still(tmp_path):
+    import shutil
+
+    hosts = write_job(tmp_path, job="j", n_colls=40, late_rank=None, dump_every=40)
+    host = hosts["gpu-a"]
+    now = [1000.0]
+    reader = InspectorReader(InspectorSettings(directory=str(host["dir"]), window_size=WINDOW, stale_seconds=60),
+                             node="gpu-a", procs=ProcTable(host["proc"]), clock=lambda: now[0])
+    first = [e for e in reader.poll() if e["rank"] == 0]
+    assert [e["window"] for e in first] == [0, 1]  # window 2 (8 records) is still open
+    shutil.rmtree(host["proc"] / "41000")  # rank 0 exited
+    now[0] += 30
+    assert [e for e in reader.poll() if e["rank"] == 0] == []  # not yet: its file may still be written
+    now[0] += 31
+    last = [e for e in reader.poll() if e["rank"] == 0]
+    assert [(e["window"], e["count"]) for e in last] == [(2, 8)] and reader.counts["files_finished"] == 1
+    assert [e for e in reader.poll() if e["rank"] == 0] == []
