@@ -25,7 +25,8 @@ process is gone, gets no heartbeat: ``silent_ranks``.
 
 Poll gently: frequent RAS queries have crashed jobs (NVIDIA/nccl#1762, #1718); the interval
 is at least ``MIN_INTERVAL`` seconds, on multiples of it of the wall clock (every node's agent asks
-at the same instants). RAS may report a job healthy while PyTorch's watchdog
+at the same instants), and heartbeats carry that instant as ``ts``: the hang rule compares when
+ranks last progressed, so a node whose agent polled a second later must not look ahead. RAS may report a job healthy while PyTorch's watchdog
 times out (NVIDIA/nccl#1730): its silence is not proof of health.
 """
 
@@ -154,7 +155,8 @@ class RasPoller:
             return []
         # On multiples of the interval of the (NTP-synchronized) wall clock: every node's agent asks at the same
         # instants, so no node's ranks look stuck for a poll's worth of skew while another's advanced.
-        self._next = (math.floor(now / self.interval) + 1) * self.interval
+        slot = math.floor(now / self.interval) * self.interval
+        self._next = slot + self.interval
         try:
             status = self.query(self.addr)
         except (OSError, RasError) as exc:
@@ -166,6 +168,8 @@ class RasPoller:
             return []
         self._last_error = None
         self.counts["queries"] += 1
-        events, counts = heartbeats(status, procs=self.procs, node=self.node, ts=now)
+        # Stamped with the round's instant, the same on every node: the hang rule compares when ranks last
+        # progressed, and an agent that polled a second later must not make the other node's ranks look stuck.
+        events, counts = heartbeats(status, procs=self.procs, node=self.node, ts=now if force else slot)
         self.counts.update(counts)
         return events

@@ -240,13 +240,16 @@ def test_ras_client_speaks_the_protocol_and_polls_gently(tmp_path):
     server = RasServer(lambda: ras_status({r: 5 for r in range(16)}, hosts=host_of, pids=pids))
     try:
         assert query_status(server.addr)["communicators"][0]["size"] == 16
-        now = [1000.0]
+        now = [1002.5]
         poller = RasPoller(server.addr, procs=ProcTable(hosts["gpu-a"]["proc"]), node="gpu-a", interval=1.0,
                            clock=lambda: now[0])
         assert poller.interval == 5.0  # never more often than every 5 s
-        assert len(poller.poll()) == 8
-        now[0] += 4.0
+        got = poller.poll()
+        assert len(got) == 8 and {h["ts"] for h in got} == {1000.0}  # the round's instant, as on every node
+        now[0] += 2.0
         assert poller.poll() == [] and server.queries == 2
+        now[0] += 1.0  # 1005.5: the next round
+        assert {h["ts"] for h in poller.poll()} == {1005.0}
     finally:
         server.close()
     text_only = RasServer(lambda: {}, json_format=False)
