@@ -18,7 +18,8 @@ import numpy as np
 from .alerts import Alert
 from .arrival import CollectiveArrival
 from .assembly import GroupStep, StepAssembler
-from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
+from .events import CollectiveEvent, Event, NcclWindowEvent, PhaseEvent, StepEvent
+from .inspector import InspectorJudge
 from .hang import HangDetector, HangSettings
 from .job_health import job_health_rules
 from .oncall import OnCall, leaving_engine
@@ -57,7 +58,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
                  "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end",
-                 "long_stragglers", "imbalance", "arrival")
+                 "long_stragglers", "imbalance", "arrival", "inspector", "sources")
 
     def __init__(self, job: str, hang: HangDetector, throughput, comm, checkpoint) -> None:
         self.job = job
@@ -67,6 +68,10 @@ class JobState:
         self.checkpoint = checkpoint
         #: Ranks' own collective durations per step: the arrival signal when steps lack comm_time.
         self.arrival = CollectiveArrival()
+        #: NCCL Inspector windows of the job, from the node agents (models/inspector.py); made at the first one.
+        self.inspector: InspectorJudge | None = None
+        #: Heartbeat sources seen (``callback`` or ``nccl_ras``): a job with the callback is not counted twice.
+        self.sources: set[str] = set()
         # The timer's clock when the job last sent anything (for eviction): event time in
         # replay, wall time live; None until the first tick after the job appeared.
         self.last_seen: float | None = None
@@ -154,6 +159,10 @@ class DetectionEngine:
         if arrival is not None:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
+        if isinstance(event, NcclWindowEvent):
+            return evicted + self.telemetry.enrich(self._on_inspector(job, event))
+        if event.kind == "heartbeat" and not self._count_heartbeat(job, event):
+            return evicted
         out = evicted + job.hang.update(event)  # heartbeats, collectives, phases, stacks
         if getattr(event, "node", None) is not None:
             self.telemetry.fabric.observe_node(event.job, event.node)  # the job's nodes (models/fabric.py)
@@ -321,7 +330,11 @@ class DetectionEngine:
             job_now = now - job.clock_offset()  # the same instant on the job's own clock
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(job_now)))
-            out.extend(job.hang.check(job_now))
+            hangs = job.hang.check(job_now)
+            if hangs and "nccl_ras" in job.sources:  # say which source the heartbeats came from
+                source = "nccl_ras" if "callback" not in job.sources else "callback"
+                hangs = [dataclasses.replace(a, evidence={**a.evidence, "source": source}) for a in hangs]
+            out.extend(hangs)
             if job.hang.pending_requests:
                 self.stack_requests.extend(job.hang.take_stack_requests())
                 del self.stack_requests[:-1000]  # replay takes none: bounded all the same
@@ -390,6 +403,19 @@ class DetectionEngine:
     def _count_flap(self, detector: StragglerDetector, outcome: str) -> None:
         self.straggler_flaps[outcome] += 1
 
+    def _on_inspector(self, job: JobState, event: NcclWindowEvent) -> list[Alert]:
+        if job.inspector is None:
+            job.inspector = InspectorJudge(job=job.job, straggler=self.straggler_settings(job.job), comm=job.comm)
+        return job.inspector.update(event, callback_steps=job.latest_step >= 0)
+
+    @staticmethod
+    def _count_heartbeat(job: JobState, event) -> bool:
+        """Whether the hang rule takes this heartbeat: RAS-derived ones (``source: nccl_ras``, from the node
+        agent) only while the job sends none of its own (the callback's sequence numbers are finer)."""
+        source = event.extra.get("source") or "callback"
+        job.sources.add(source)
+        return source == "callback" or "callback" not in job.sources
+
     def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
         if event.rank is not None:
             return []  # a single rank's phase is carried by its own step events
@@ -402,6 +428,8 @@ class DetectionEngine:
                 out.extend(detector.close_all(at=event.ts, reason="job ended"))
             for rule in (job.throughput, job.comm, job.checkpoint, job.imbalance):
                 out.extend(rule.close(at=event.ts, reason="job ended"))
+            if job.inspector is not None:
+                out.extend(job.inspector.close(at=event.ts, reason="job ended"))
             return out
         job.phase = event.phase
         return out
@@ -432,6 +460,8 @@ class DetectionEngine:
             values = dataclasses.asdict(self.straggler_settings(state.job))
             for detector in state.stragglers.values():
                 detector.reconfigure(**values)
+            if state.inspector is not None:  # the NCCL Inspector windows' detectors too (models/inspector.py)
+                state.inspector.reconfigure(self.straggler_settings(state.job), values)
 
     def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
         """Change the hang rule's settings while running (like ``apply_settings``)."""
@@ -468,6 +498,8 @@ class DetectionEngine:
         out.extend(job.comm.open_alerts())
         out.extend(job.checkpoint.open_alerts())
         out.extend(job.imbalance.open_alerts())
+        if job.inspector is not None:
+            out.extend(job.inspector.open_alerts())
         return out
 
 

@@ -17,6 +17,7 @@ from typing import Any, Union
 import orjson
 
 from .deadletter import Rejected
+from .nccl_events import NCCL_PARSERS, NcclWindowEvent  # noqa: F401  (node agent, models/inspector.py)
 # Re-exported: users of the wire API (parse_event, decode_message) get every event class from here.
 from .telemetry_events import (_TELEMETRY_PARSERS, GpuEvent, HostEvent, LinkEvent,  # noqa: F401
                                TopologyEvent, XidEvent)
@@ -110,7 +111,7 @@ class StackEvent:
     kind = "stack"
 
 
-Event = Union[StepEvent, CollectiveEvent, HeartbeatEvent, PhaseEvent, StackEvent]
+Event = Union[StepEvent, CollectiveEvent, HeartbeatEvent, PhaseEvent, StackEvent, NcclWindowEvent]
 
 
 _STEP_FIELDS = frozenset(
@@ -301,6 +302,7 @@ _PARSERS = {
     "phase": _parse_phase,
     "stack": _parse_stack,
     **_TELEMETRY_PARSERS,
+    **NCCL_PARSERS,
 }
 EVENT_KINDS = frozenset(_PARSERS)
 

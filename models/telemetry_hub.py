@@ -35,6 +35,14 @@ class TelemetrySettings:
     agent_queue_size: int = 600
     #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
     agent_max_block_ms: int = 1000
+    #: The agent's NCCL Inspector reader (producers/nccl_inspector.py, docs/zero-code.md): the directory of
+    #: NCCL_INSPECTOR_DUMP_DIR ("" = off), and the coll_sn per window of its ``nccl_window`` events.
+    nccl_inspector_dir: str = ""
+    nccl_inspector_window: int = 64
+    #: The agent's NCCL RAS client (producers/nccl_ras.py): HOST:PORT ("" = off; NCCL's is localhost:28028),
+    #: queried every this many seconds (at least 5: frequent queries have crashed jobs, NVIDIA/nccl#1762).
+    nccl_ras: str = ""
+    nccl_ras_interval: float = 10.0
     #: Seconds between two topology events from the agent.
     topology_interval: float = 60.0
     #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).

@@ -7,6 +7,11 @@ reports them; a ``topology`` event (GPU -> nearest NICs) at the start and every
 ``topology_interval`` seconds. What the node lacks (no GPU, no NVML, no InfiniBand) is
 reported once and skipped.
 
+Jobs without stepwatch code (docs/zero-code.md): with ``nccl_inspector_dir`` it also tails the
+NCCL Inspector logs of every process on the node (producers/nccl_inspector.py) and with
+``nccl_ras`` it queries NCCL RAS (producers/nccl_ras.py); what they give are job events
+(``nccl_window``, ``heartbeat``), handed to ``job_sink`` keyed by job for the events topic.
+
 It must never take the node down: the sampler never blocks on Kafka. Batches go through
 the producer transport (producers/transport.py, drop mode): a bounded queue to a daemon
 sender thread; when the queue is full the oldest batches are dropped and counted; a send
@@ -26,7 +31,10 @@ from typing import Any, TextIO
 
 from stepwatch.config import Settings
 
+from .nccl_inspector import InspectorReader, InspectorSettings
+from .nccl_ras import RasPoller
 from .nvml_sampler import NvmlSampler
+from .proc_identity import ProcTable
 from .procfs_host import HostReader
 from .transport import DROP, Transport
 from .sysfs_ib import IbReader, normalize_bus_id
@@ -108,7 +116,8 @@ class NodeAgent:
 
     def __init__(self, *, node: str | None = None, settings: Settings | None = None, sysfs_root: str | None = None,
                  proc_root: str | None = None, nvml: Any = None, sink: Callable[[str, list[dict]], Any], report: TextIO | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 job_sink: Callable[[str, list[dict]], Any] | None = None) -> None:
         self.settings = settings or Settings.from_env()
         t = self.settings.telemetry
         self.node = node or socket.gethostname()
@@ -127,6 +136,13 @@ class NodeAgent:
         self._xid_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.samples = 0
+        self.job_sink = job_sink if job_sink is not None else sink
+        procs = self.procs = ProcTable(proc_root if proc_root is not None else t.proc_root)
+        self.inspector = InspectorReader(
+            InspectorSettings(directory=t.nccl_inspector_dir, window_size=t.nccl_inspector_window),
+            node=self.node, procs=procs, clock=clock) if t.nccl_inspector_dir else None
+        self.ras = RasPoller(t.nccl_ras, procs=procs, node=self.node, interval=t.nccl_ras_interval,
+                             clock=clock) if t.nccl_ras else None
 
     def discover(self) -> None:
         """Find GPUs and ports; say once what exists and what is skipped."""
@@ -147,6 +163,10 @@ class NodeAgent:
             self.found.append(f"host signals under {self.host.proc} ({psi}, {len(self.host.disks())} disk(s))")
         else:
             self.skipped.append(f"host events (cannot read {self.host.proc / 'stat'})")
+        if self.inspector is not None:
+            self.found.append(f"NCCL Inspector logs under {self.inspector.dir}")
+        if self.ras is not None:
+            self.found.append(f"NCCL RAS at {self.ras.addr} every {self.ras.interval:g}s")
         if not (self.gpus.available and devices):
             self.skipped.append("topology (needs both GPUs and RDMA devices)")
         found = "; ".join(self.found) or "nothing to sample"
@@ -180,6 +200,26 @@ class NodeAgent:
         self.samples += 1
         return events
 
+    def job_events(self, *, final: bool = False) -> int:
+        """Poll the NCCL sources; hand their events to ``job_sink`` keyed by job. Returns how many."""
+        events: list[dict] = []
+        if self.inspector is not None:
+            try:
+                events.extend(self.inspector.poll(final=final))
+            except Exception:  # a reader bug must not stop the telemetry
+                log.exception("reading NCCL Inspector logs failed")
+        if self.ras is not None:
+            try:
+                events.extend(self.ras.poll(force=final))
+            except Exception:
+                log.exception("polling NCCL RAS failed")
+        by_job: dict[str, list[dict]] = {}
+        for event in events:
+            by_job.setdefault(event["job"], []).append(event)
+        for job, batch in by_job.items():
+            self.job_sink(job, batch)
+        return len(events)
+
     def _watch_xids(self) -> None:
         while not self._stop.is_set():
             try:
@@ -201,6 +241,7 @@ class NodeAgent:
             events = self.sample()
             if events:
                 self.sink(self.node, events)
+            self.job_events(final=once)
             if once or (max_samples is not None and self.samples >= max_samples):
                 break
             next_at += self.interval

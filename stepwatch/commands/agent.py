@@ -25,10 +25,19 @@ def run(args: argparse.Namespace) -> int:
         overrides["sysfs_root"] = args.sysfs_root
     if args.proc_root is not None:
         overrides["proc_root"] = args.proc_root
+    if args.nccl_inspector_dir is not None:
+        overrides["nccl_inspector_dir"] = args.nccl_inspector_dir
+    if args.nccl_inspector_window is not None:
+        overrides["nccl_inspector_window"] = args.nccl_inspector_window
+    if args.nccl_ras is not None:
+        overrides["nccl_ras"] = args.nccl_ras
+    if args.nccl_ras_interval is not None:
+        overrides["nccl_ras_interval"] = args.nccl_ras_interval
     if overrides:
         settings = dataclasses.replace(settings, telemetry=dataclasses.replace(t, **overrides))
     to_stdout = args.stdout or (args.once and not settings.kafka.bootstrap)
-    sender = None
+    sender = job_sender = None
+    job_sink = None
     if not args.verbose:  # the transport says in one line what is wrong with Kafka; kafka-python's retries are noise
         for handler in logging.getLogger().handlers:
             handler.addFilter(lambda record: not record.name.startswith("kafka."))
@@ -45,7 +54,24 @@ def run(args: argparse.Namespace) -> int:
                              partitions=settings.kafka.partitions,
                              replication_factor=settings.kafka.replication_factor, settings=settings).start()
         sink = sender.offer
-    agent = NodeAgent(node=args.node, settings=settings, sink=sink)
+        t = settings.telemetry
+        if t.nccl_inspector_dir or t.nccl_ras:  # job events: keyed by job, to the events topic
+            job_sender = KafkaSender(bootstrap=settings.kafka.bootstrap,
+                                     topic=settings.kafka.topic(settings.kafka.events_topic),
+                                     queue_size=settings.telemetry.agent_queue_size,
+                                     max_block_ms=settings.telemetry.agent_max_block_ms,
+                                     partitions=settings.kafka.partitions,
+                                     replication_factor=settings.kafka.replication_factor, settings=settings).start()
+            job_sink = job_sender.offer
+    agent = NodeAgent(node=args.node, settings=settings, sink=sink, job_sink=job_sink)
+    watcher = None
+    if job_sender is not None and not args.once:  # Flight Recorder dumps for hang alerts' stack requests
+        from stepwatch.producers.flight_recorder_fifo import ControlWatcher, FlightRecorderFifo
+        from stepwatch.security import kafka_python_config
+
+        watcher = ControlWatcher(FlightRecorderFifo(agent.procs, node=agent.node), bootstrap=settings.kafka.bootstrap,
+                                 topic=settings.kafka.topic(settings.kafka.control_topic), sink=job_sink,
+                                 client_config=kafka_python_config(settings.security)).start()
     try:
         agent.discover()
         agent.run(once=args.once, max_samples=args.samples)
@@ -53,6 +79,15 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         agent.close()
+        for name, source in (("NCCL Inspector", agent.inspector), ("NCCL RAS", agent.ras),
+                             ("Flight Recorder", watcher.fifo if watcher is not None else None)):
+            if source is not None and source.counts:  # what was read, skipped and why (nothing is dropped silently)
+                print(f"stepwatch agent: {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(source.counts.items())),
+                      file=sys.stderr)
+        if watcher is not None:
+            watcher.stop()
+        if job_sender is not None:
+            job_sender.close()
         if sender is not None:
             sender.close()
             print(f"stepwatch agent: {agent.samples} samples, {sender.sent} batches sent, {sender.dropped} dropped "
@@ -72,6 +107,17 @@ def add_parser(sub) -> None:
     p.add_argument("--interval", type=float, metavar="S", help="seconds between samples (default 1)")
     p.add_argument("--sysfs-root", metavar="DIR", help="root of sysfs (default /sys)")
     p.add_argument("--proc-root", metavar="DIR", help="root of procfs for host signals (default /proc)")
+    p.add_argument("--nccl-inspector-dir", metavar="DIR",
+                   help="tail the NCCL Inspector logs (NCCL_INSPECTOR_DUMP_DIR) of every job on the node and publish "
+                        "nccl_window events keyed by job to the events topic (docs/zero-code.md)")
+    p.add_argument("--nccl-inspector-window", type=int, metavar="N",
+                   help="coll_sn per window: one event per rank, communicator, collective type and N collectives "
+                        "(default 64)")
+    p.add_argument("--nccl-ras", metavar="HOST:PORT",
+                   help="query NCCL RAS (NCCL's is localhost:28028) for per-rank collective counts: heartbeats for "
+                        "the hang rule (default off)")
+    p.add_argument("--nccl-ras-interval", type=float, metavar="S",
+                   help="seconds between two RAS queries (default 10, at least 5)")
     p.add_argument("--once", action="store_true",
                    help="take one sample and exit (printed as JSON Lines unless Kafka is configured)")
     p.add_argument("--samples", type=int, metavar="N", help="stop after N samples")

@@ -1,0 +1,282 @@
+"""The node agent's NCCL Inspector reader: tails ``<dump_dir>/<hostname>-pid<pid>.log``, sends ``nccl_window`` events.
+
+NCCL's Inspector profiler plugin (NVIDIA/nccl plugins/profiler/inspector/, inspector.cc
+``"%s/%s-pid%d.log"``, inspector_json.cc) appends one JSON object per line and collective.
+Two layouts, told apart by their structure (never by the version string):
+
+* per-line (``inspector_output_format_version`` up to v4.2; NCCL 2.30.7 writes v4.0): every
+  line is ``{"header": {...}, "metadata": {...}, "coll_perf": {...}}``;
+* marker (v4.3): each dump writes one line with ``header``, ``metadata`` (and ``dump_stats``,
+  the records it dropped) and no ``coll_perf``, then bare ``{"coll_perf": {...}}`` lines that
+  belong to that header.
+
+``p2p_perf`` lines are counted and skipped. Each file's pid is mapped to its job and global
+rank through ``/proc`` (producers/proc_identity.py). Records are summed per communicator,
+collective type and window of ``window_size`` consecutive ``coll_sn`` (``coll_sn // window_size``,
+the same window on every rank), and one event per window and rank is sent when the rank's
+next window starts, or its process exits: the event rate is bounded by ``1 / window_size`` of
+the collective rate, whatever the dump interval. Nothing here raises on bad input: a line
+that is not JSON, a record without its fields, a file whose pid is unknown are counted
+(``counts``) and reported once per file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from .proc_identity import ProcInfo, ProcTable
+
+log = logging.getLogger("stepwatch.agent")
+
+FILE_RE = re.compile(r"^(?P<host>.+)-pid(?P<pid>\d+)\.log$")
+#: Longest line kept while waiting for its newline (a record is ~200-500 bytes; verbose ones a few KiB).
+MAX_LINE = 1 << 20
+#: Files tracked (finished ones included, so that they are not read again) and (communicator, op) keys per file.
+MAX_FILES = 10_000
+MAX_KEYS_PER_FILE = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class InspectorSettings:
+    """``STEPWATCH_TELEMETRY_NCCL_INSPECTOR_*`` (via TelemetrySettings) or the agent's flags."""
+
+    #: Directory NCCL_INSPECTOR_DUMP_DIR points at ("" = off).
+    directory: str = ""
+    #: Consecutive coll_sn per window: one event per rank, communicator, collective type and window.
+    window_size: int = 64
+    #: Most bytes read per file per poll (bounds the agent's CPU after a long pause).
+    max_read_bytes: int = 8 << 20
+    #: A file not grown for this long whose process is gone is finished (its open windows are sent).
+    stale_seconds: float = 60.0
+
+
+@dataclass
+class _Window:
+    window: int
+    execs: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    dump_us: int = 0
+
+
+@dataclass
+class _File:
+    path: Path
+    pid: int
+    host: str
+    inode: int = -1
+    offset: int = 0
+    partial: bytes = b""
+    last_growth: float = 0.0
+    info: ProcInfo | None = None
+    marker: tuple[dict, dict] | None = None  # the v4.3 layout's current (header, metadata)
+    windows: dict[tuple[str, str], _Window] = field(default_factory=dict)
+    meta: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # key -> (n_ranks, comm_rank)
+    reported: set[str] = field(default_factory=set)
+    done: bool = False
+
+
+class InspectorReader:
+    """Tails every Inspector log of a directory; ``poll()`` returns the ``nccl_window`` events that closed."""
+
+    def __init__(self, settings: InspectorSettings, *, node: str, procs: ProcTable,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.dir = Path(settings.directory)
+        self.node = node
+        self.procs = procs
+        self.clock = clock
+        self.files: dict[str, _File] = {}
+        self.counts: Counter[str] = Counter()
+
+    # -- files ----------------------------------------------------------------------------
+
+    def poll(self, *, final: bool = False) -> list[dict]:
+        """Read what every file gained since the last poll; ``final``: send every open window too."""
+        now = self.clock()
+        out: list[dict] = []
+        try:
+            names = os.listdir(self.dir)
+        except OSError as exc:
+            self._report_once(None, f"cannot list {self.dir}: {exc}")
+            return out
+        seen = set()
+        for name in names:
+            m = FILE_RE.match(name)
+            if m is None:
+                continue
+            seen.add(name)
+            f = self.files.get(name)
+            if f is None:
+                if len(self.files) >= MAX_FILES:  # bounded: a directory nobody cleans up
+                    self.counts["files_over_limit"] += 1
+                    continue
+                f = self.files[name] = _File(self.dir / name, int(m["pid"]), m["host"], last_growth=now)
+            if not f.done:
+                out.extend(self._read(f, now))
+            alive = f.info is not None and self.procs.alive(f.info.pid)
+            if not f.done and not alive and now - f.last_growth >= self.settings.stale_seconds:
+                out.extend(self._flush(f))  # the process exited: its last windows are complete
+                f.done = True
+                self.counts["files_finished"] += 1
+        for name in list(self.files):
+            if name not in seen:  # deleted (rotated away): what it had was read
+                out.extend(self._flush(self.files.pop(name)))
+        if final:
+            for f in self.files.values():
+                out.extend(self._flush(f))
+        return out
+
+    def _read(self, f: _File, now: float) -> list[dict]:
+        try:
+            st = f.path.stat()
+        except OSError:
+            return []
+        if st.st_ino != f.inode:  # new file, or rotated: the new one from its start
+            if f.inode != -1:
+                self.counts["rotations"] += 1
+                f.partial, f.marker = b"", None
+            f.inode, f.offset = st.st_ino, 0
+        elif st.st_size < f.offset:  # truncated in place
+            self.counts["truncations"] += 1
+            f.offset, f.partial, f.marker = 0, b"", None
+        if st.st_size == f.offset:
+            return []
+        if f.info is None:
+            f.info = self.procs.lookup(f.pid, f.host)
+            if f.info is None:
+                self.counts["unmapped_files"] += 1
+                self._report_once(f, f"{f.path.name}: no process with a RANK and a job id for pid {f.pid} "
+                                     f"under {self.procs.proc} (exited before it was seen, or not a training rank)")
+                f.done = True
+                return []
+        try:
+            with open(f.path, "rb") as fh:
+                fh.seek(f.offset)
+                data = fh.read(self.settings.max_read_bytes)
+        except OSError as exc:
+            self._report_once(f, f"cannot read {f.path}: {exc}")
+            return []
+        f.offset += len(data)
+        f.last_growth = now
+        data = f.partial + data
+        lines = data.split(b"\n")
+        f.partial = lines.pop()  # the last line is partial until its newline comes
+        if len(f.partial) > MAX_LINE:
+            self.counts["long_lines"] += 1
+            f.partial = b""
+        out: list[dict] = []
+        for line in lines:
+            if line.strip():
+                out.extend(self._line(f, line))
+        return out
+
+    # -- records --------------------------------------------------------------------------
+
+    def _line(self, f: _File, line: bytes) -> list[dict]:
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            self.counts["bad_lines"] += 1
+            self._report_once(f, f"{f.path.name}: a line that is not JSON (first: {line[:80]!r})")
+            return []
+        if not isinstance(obj, dict):
+            self.counts["bad_lines"] += 1
+            return []
+        header, metadata = obj.get("header"), obj.get("metadata")
+        perf = obj.get("coll_perf")
+        if perf is None and "coll" in obj and "coll_sn" in obj:
+            perf = obj  # a bare coll_perf object
+        if isinstance(header, dict) and isinstance(metadata, dict) and perf is None:
+            if "p2p_perf" in obj:
+                self.counts["p2p_records"] += 1
+                return []
+            f.marker = (header, metadata)  # v4.3: the dump's marker line
+            stats = obj.get("dump_stats")
+            if isinstance(stats, dict):
+                dropped = sum(v for k, v in stats.items() if "drop" in k and isinstance(v, int))
+                self.counts["nccl_dropped"] += dropped
+            self.counts["markers"] += 1
+            return []
+        if perf is None:
+            self.counts["p2p_records" if "p2p_perf" in obj else "other_lines"] += 1
+            return []
+        if not (isinstance(header, dict) and isinstance(metadata, dict)):
+            if f.marker is None:
+                self.counts["orphan_records"] += 1  # bare records before any marker (file read mid-dump)
+                return []
+            header, metadata = f.marker
+        return self._record(f, header, metadata, perf)
+
+    def _record(self, f: _File, header: dict, metadata: dict, perf: dict) -> list[dict]:
+        try:
+            comm_name = header.get("comm_name")
+            comm = comm_name if isinstance(comm_name, str) and comm_name and comm_name != "unknown" else str(
+                header["id"])
+            op, sn = str(perf["coll"]), int(perf["coll_sn"])
+            exec_us = int(perf["coll_exec_time_us"])
+            n_ranks, comm_rank = int(header["n_ranks"]), int(header["rank"])
+            size = int(perf.get("coll_msg_size_bytes") or 0)
+            dump_us = int(metadata.get("dump_timestamp_us") or 0)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.counts["bad_records"] += 1
+            self._report_once(f, f"{f.path.name}: a record without {exc} (skipped)")
+            return []
+        if sn < 0 or exec_us < 0 or n_ranks < 1 or not 0 <= comm_rank < n_ranks:
+            self.counts["bad_records"] += 1
+            return []
+        self.counts["records"] += 1
+        key = (comm, op)
+        window = sn // self.settings.window_size
+        cur = f.windows.get(key)
+        out: list[dict] = []
+        if cur is not None and window != cur.window:
+            if window < cur.window:
+                self.counts["late_records"] += 1  # a window already sent
+                return []
+            out.append(self._event(f, key, cur))
+            cur = None
+        if cur is None:
+            if len(f.windows) >= MAX_KEYS_PER_FILE:
+                self.counts["keys_over_limit"] += 1
+                return out
+            cur = f.windows[key] = _Window(window)
+        f.meta[key] = (n_ranks, comm_rank)
+        cur.execs.append(exec_us)
+        cur.sizes.append(size)
+        cur.dump_us = max(cur.dump_us, dump_us)
+        return out
+
+    def _flush(self, f: _File) -> list[dict]:
+        out = [self._event(f, key, w) for key, w in f.windows.items()]
+        f.windows.clear()
+        f.meta.clear()
+        return out
+
+    def _event(self, f: _File, key: tuple[str, str], w: _Window) -> dict:
+        n_ranks, comm_rank = f.meta[key]
+        info = f.info
+        self.counts["events"] += 1
+        ts = w.dump_us / 1e6 if w.dump_us else self.clock()
+        return {"v": 1, "kind": "nccl_window", "job": info.job, "rank": info.rank, "node": self.node,
+                "ts": round(ts, 6), "comm": key[0], "op": key[1], "window": w.window,
+                "window_size": self.settings.window_size, "count": len(w.execs),
+                "exec_sum": sum(w.execs) / 1e6, "exec_median": statistics.median(w.execs) / 1e6,
+                "bytes": int(statistics.median(w.sizes)), "n_ranks": n_ranks, "comm_rank": comm_rank,
+                "pid": f.pid, "source": "nccl_inspector"}
+
+    def _report_once(self, f: _File | None, message: str) -> None:
+        seen = f.reported if f is not None else self.__dict__.setdefault("_reported", set())
+        kind = message.split(":", 1)[-1][:40]
+        if kind not in seen:
+            seen.add(kind)
+            log.warning("nccl inspector: %s", message)
