@@ -117,6 +117,10 @@ class TelemetryHub:
 
         baselines = LinkBaselines(half_life=s.link_baseline_half_life, min_samples=s.link_baseline_min_samples)
         self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
+        # Many nodes' ports erring at once: one fabric incident, not a page per node (models/incidents.py).
+        from .incidents import FabricIncidents
+
+        self.incidents = FabricIncidents(self.tracker, jobs_on=self._jobs_on)
         #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
         #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
         #: once its window has passed (plus a margin for node clocks and ingestion lag).
@@ -140,7 +144,12 @@ class TelemetryHub:
             return self.host.update(event)
         if event.kind == "gpu":
             return self.tracker.update(event) + self.devices.update(event)
-        return self.tracker.update(event)
+        return self.incidents.filter(self.tracker.update(event))
+
+    def _jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
+        wanted = set(nodes)
+        jobs = dict.fromkeys((*self.correlator._placement, *self.fabric._job_nodes))
+        return [job for job in jobs if wanted.intersection(self._job_nodes(job))]
 
     def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
                       steps: list[int] = (), step_times: list[float] = ()) -> None:
@@ -180,8 +189,18 @@ class TelemetryHub:
         """A job-level alert: the job's nodes compared with each other (models/fabric.py); with too few
         nodes to compare, every spike on any of them near the onset is a candidate."""
         nodes = self._job_nodes(base.job)
-        found = self._fabric_suspects(base, nodes, at)
         host = [c for c in own if c.category == "host"]  # host signals (models/host.py) judged on their own
+        incident = self.incidents.covering(nodes, at)
+        if incident is not None:  # the job's nodes are in a fabric incident: that is the cause, no node is
+            causes = [incident.cause(), *host][: self.correlator.max_causes]
+            evidence = dict(base.evidence)
+            evidence["suspected_causes"] = [c.to_dict(i) for i, c in enumerate(causes, 1)]
+            evidence["cause_hint"] = causes[0].hint
+            evidence["nodes_compared"] = len(nodes)
+            evidence["incident"] = incident.id
+            return replace(base, nodes=(), ranks=(), evidence=evidence,
+                           summary=f"{base.summary}; suspected cause: {causes[0].hint}"), (("fabric", incident.id),)
+        found = self._fabric_suspects(base, nodes, at)
         if found is None:
             wide = replace(base, nodes=tuple(dict.fromkeys((*base.nodes, *nodes))), ranks=())
             causes = self.correlator.suspects(wide, at=at) + host
