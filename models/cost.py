@@ -28,10 +28,12 @@ class Cost:
     seconds_lost_per_step: float
     gpu_hours_lost_per_day: float
     gpus: int
+    step_time: float = float("nan")
 
     def to_evidence(self) -> dict[str, Any]:
         return {"job_slowdown": round(self.job_slowdown, 4), "seconds_lost_per_step": round(self.seconds_lost_per_step, 5),
-                "gpu_hours_lost_per_day": round(self.gpu_hours_lost_per_day, 2), "cost_gpus": self.gpus}
+                "gpu_hours_lost_per_day": round(self.gpu_hours_lost_per_day, 2), "cost_gpus": self.gpus,
+                "cost_step_time": round(self.step_time, 5)}
 
 
 def cost(step_time: float, excess: float, gpus: int) -> Cost | None:
@@ -42,7 +44,7 @@ def cost(step_time: float, excess: float, gpus: int) -> Cost | None:
     excess = min(max(excess, 0.0), step_time * 0.99)  # a step is never all wait
     slowdown = step_time / (step_time - excess)
     return Cost(job_slowdown=slowdown, seconds_lost_per_step=excess,
-                gpu_hours_lost_per_day=gpus * 24.0 * (1.0 - 1.0 / slowdown), gpus=int(gpus))
+                gpu_hours_lost_per_day=gpus * 24.0 * (1.0 - 1.0 / slowdown), gpus=int(gpus), step_time=step_time)
 
 
 def straggler_cost(evidence: dict[str, Any], step, values: np.ndarray | None = None,

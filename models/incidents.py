@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from .alerts import Alert, alert_id
 from .causes import SuspectedCause
+from .cost import cost
 
 #: The group of nodes without a known switch: the whole fleet.
 FLEET = ""
@@ -236,3 +237,161 @@ class FabricIncidents:
     @property
     def open_incidents(self) -> tuple[FabricIncident, ...]:
         return tuple(self._record(inc) for inc in self._open.values())
+
+
+# -- node incidents: stragglers on most ranks of one node -----------------------------------------
+
+
+@dataclass(slots=True)
+class _NodeOpen:
+    alert: Alert
+    members: dict[int, Alert]  # rank -> its straggler alert (held back, or already resolved as grouped)
+    open_ranks: set[int]
+    updates: int = 0
+
+
+class NodeIncidents:
+    """Stragglers on most ranks of one node with one shared cause are one node incident.
+
+    A slow host (CPU saturated, a throttled power shelf, a bad PCIe switch) slows every rank on it:
+    the straggler rule finds each of them, and paging per rank tells the SRE eight times what is one
+    problem. Here, when firing straggler alerts of one job on one node (counting those already open)
+    cover at least ``min_share`` of the job's ranks on that node (and at least ``min_ranks``), with the
+    same kind of first suspected cause (or none), they become one ``straggler`` alert of the node:
+    ``evidence.incident_scope = "node"``, the ranks in ``ranks`` and ``evidence.node_ranks``, the
+    members' ``job_slowdown`` the largest of theirs. Its members' own alerts are held back (those
+    already published resolve with ``evidence.resolution = "grouped"``); it resolves with its last
+    member. ``ranks_on``: ``(job, node) -> the job's ranks there`` (the hub's placement).
+    """
+
+    def __init__(self, ranks_on: Callable[[str, str], tuple[int, ...]], *, min_share: float = 0.5,
+                 min_ranks: int = 3, max_updates: int = 8, max_open: int = 10_000) -> None:
+        self.ranks_on = ranks_on
+        self.min_share = min_share
+        self.min_ranks = min_ranks
+        self.max_updates = max_updates
+        self.max_open = max_open
+        self._open: dict[tuple[str, str, str], _NodeOpen] = {}  # (job, node, cause kind) -> incident
+        self._member_of: dict[tuple[str, int], tuple[str, str, str]] = {}  # (job, rank) -> incident key
+        self._paged: dict[tuple[str, int], Alert] = {}  # (job, rank) -> its published, firing alert
+
+    @staticmethod
+    def _cause_kind(alert: Alert) -> str:
+        causes = alert.evidence.get("suspected_causes") or []
+        first = causes[0] if causes and isinstance(causes[0], dict) else {}
+        return str(first.get("category") or "unknown")
+
+    def filter(self, alerts: list[Alert]) -> list[Alert]:
+        if not alerts:
+            return alerts
+        out: list[Alert] = []
+        firing: dict[tuple[str, str, str], list[Alert]] = {}
+        for alert in alerts:
+            if alert.type != "straggler" or len(alert.ranks) != 1 or not alert.nodes or \
+                    alert.evidence.get("horizon") == "long":
+                out.append(alert)
+            elif alert.status == "firing":
+                key = (alert.job, alert.nodes[0], self._cause_kind(alert))
+                firing.setdefault(key, []).append(alert)
+            else:
+                out.extend(self._resolved(alert))
+        for key, batch in firing.items():
+            out.extend(self._firing(key, batch))
+        return out
+
+    def _firing(self, key: tuple[str, str, str], batch: list[Alert]) -> list[Alert]:
+        job, node, _ = key
+        inc = self._open.get(key)
+        if inc is not None:  # more ranks of an open node incident
+            for alert in batch:
+                inc.members[alert.ranks[0]] = alert
+                inc.open_ranks.add(alert.ranks[0])
+                self._member_of[(job, alert.ranks[0])] = key
+            return self._publish(key, inc)
+        open_here = {r: a for (j, r), a in self._paged.items() if j == job and a.nodes[:1] == (node,)
+                     and self._cause_kind(a) == key[2]}
+        members = {**open_here, **{a.ranks[0]: a for a in batch}}
+        on_node = self.ranks_on(job, node) or tuple(members)
+        if len(members) < max(self.min_ranks, self.min_share * len(on_node)) or len(self._open) >= self.max_open:
+            for alert in batch:
+                self._paged[(job, alert.ranks[0])] = alert
+            return list(batch)
+        first = min(members.values(), key=lambda a: a.starts_at)
+        inc = _NodeOpen(alert=first, members=dict(members), open_ranks=set(members))
+        self._open[key] = inc
+        out: list[Alert] = []
+        for rank in members:
+            self._member_of[(job, rank)] = key
+            paged = self._paged.pop((job, rank), None)
+            if paged is not None:  # published before the node's other ranks were slow too
+                out.append(paged.resolved(at=max(a.starts_at for a in batch),
+                                          evidence={**paged.evidence, "resolution": "grouped"},
+                                          summary=f"resolved (grouped into the node incident of {node}): "
+                                                  f"{paged.summary}"))
+        published = self._publish(key, inc)
+        for alert in out:
+            alert.evidence["incident"] = inc.alert.id
+        return published + out
+
+    def _publish(self, key: tuple[str, str, str], inc: _NodeOpen) -> list[Alert]:
+        if inc.updates >= self.max_updates:
+            return []
+        job, node, kind = key
+        members = [inc.members[r] for r in sorted(inc.members)]
+        ranks = tuple(sorted(inc.members))
+        first = min(members, key=lambda a: a.starts_at)
+        worst = max(members, key=lambda a: a.evidence.get("ratio") or 0.0)
+        slowdowns = [a.evidence.get("job_slowdown") for a in members if isinstance(a.evidence.get("job_slowdown"),
+                                                                                   (int, float))]
+        on_node = self.ranks_on(job, node)
+        evidence = dict(worst.evidence)
+        evidence.update({"incident_scope": "node", "node": node, "node_ranks": list(ranks),
+                         "ranks_on_node": len(on_node) if on_node else None,
+                         "rank_ratios": {str(a.ranks[0]): a.evidence.get("ratio") for a in members},
+                         "first_step": min(a.evidence.get("first_step", 0) for a in members)})
+        # The node's cost: the job would go at its other ranks' pace without the node's excess (every
+        # rank of it alike slow: without any one of them the job is no faster, so theirs says ~1x).
+        step_times = [a.evidence.get("cost_step_time") for a in members]
+        peer = worst.evidence.get("peer_median")
+        if all(isinstance(t, (int, float)) for t in step_times) and isinstance(peer, (int, float)) and slowdowns:
+            node_cost = cost(max(step_times), max(float(a.evidence.get("rank_median") or 0.0) for a in members) - peer,
+                             int(worst.evidence.get("cost_gpus") or 0))
+            if node_cost is not None:
+                evidence.update(node_cost.to_evidence())
+        hint = evidence.get("cause_hint") or "unknown"
+        alert = Alert(id=alert_id(job, "straggler", "node", node, kind, round(first.starts_at, 3)),
+                      status="firing", type="straggler",
+                      severity="critical" if any(a.severity == "critical" for a in members) else "warning",
+                      job=job, ranks=ranks, nodes=(node,), starts_at=first.starts_at, evidence=evidence,
+                      summary=(f"straggler: node {node}: {len(ranks)} of its "
+                               f"{len(on_node) if on_node else len(ranks)} ranks of job {job} (ranks "
+                               f"{_span(ranks)}) are up to {worst.evidence.get('ratio') or 0:.2f}x slower than their "
+                               f"peers; one node incident; suspected cause: {hint}"))
+        if inc.alert.type == "straggler" and inc.alert.evidence.get("incident_scope") == "node":
+            inc.updates += 1
+        inc.alert = alert
+        return [alert]
+
+    def _resolved(self, alert: Alert) -> list[Alert]:
+        who = (alert.job, alert.ranks[0])
+        key = self._member_of.get(who)
+        inc = self._open.get(key) if key is not None else None
+        if inc is None:
+            self._paged.pop(who, None)
+            return [alert]
+        inc.open_ranks.discard(alert.ranks[0])
+        if inc.open_ranks:
+            return []
+        del self._open[key]
+        for rank in inc.members:
+            self._member_of.pop((alert.job, rank), None)
+        last = inc.alert
+        return [last.resolved(at=alert.ends_at or alert.starts_at,
+                              evidence={**last.evidence, "resolution": "clean"},
+                              summary=f"resolved: every rank of {key[1]} back in line ({last.summary})")]
+
+
+def _span(ranks: tuple[int, ...]) -> str:
+    if len(ranks) > 2 and ranks[-1] - ranks[0] == len(ranks) - 1:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks[:16])) + (" ..." if len(ranks) > 16 else "")

@@ -121,6 +121,9 @@ class TelemetryHub:
         from .incidents import FabricIncidents
 
         self.incidents = FabricIncidents(self.tracker, jobs_on=self._jobs_on)
+        from .incidents import NodeIncidents
+
+        self.node_incidents = NodeIncidents(self._ranks_on)
         #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
         #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
         #: once its window has passed (plus a margin for node clocks and ingestion lag).
@@ -145,6 +148,9 @@ class TelemetryHub:
         if event.kind == "gpu":
             return self.tracker.update(event) + self.devices.update(event)
         return self.incidents.filter(self.tracker.update(event))
+
+    def _ranks_on(self, job: str, node: str) -> tuple[int, ...]:
+        return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))
 
     def _jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
         wanted = set(nodes)
@@ -234,9 +240,13 @@ class TelemetryHub:
         return found
 
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
-        """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts."""
+        """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts; the
+        stragglers of most ranks of one node become one node incident (models/incidents.py)."""
         if not alerts:
             return alerts
+        return self.node_incidents.filter(self._enrich(alerts))
+
+    def _enrich(self, alerts: list[Alert]) -> list[Alert]:
         out = []
         for alert in alerts:
             if (alert.type not in self.ENRICHED_TYPES and not self.host_correlator.enriches(alert)

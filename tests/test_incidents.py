@@ -97,3 +97,31 @@ def test_topology_names_the_switch_on_the_wire():
     tracker = TelemetryTracker()
     tracker.update(ev)
     assert tracker.switches("n1") == ("leaf-07",)
+
+
+# -- node incidents ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_slow_host_is_one_node_incident_not_a_page_per_rank(seed):
+    from fabric_gen import Job, events as job_events
+
+    job = Job(slow_node=2, straggler_factor=1.15, seed=seed, steps=200, onset=50)
+    alerts = list(replay(ev for _, ev in job_events(job)))
+    stragglers = [a for a in alerts if a.type == "straggler"]
+    node = [a for a in stragglers if a.evidence.get("incident_scope") == "node"]
+    assert len({a.id for a in node}) == 1 and node[-1].nodes == (job.node(2),)
+    assert node[-1].ranks == tuple(range(16, 24)) and node[-1].evidence["node_ranks"] == list(range(16, 24))
+    assert node[-1].scope == "device" and node[-1].evidence["job_slowdown"] > 1.05
+    # per-rank pages: none left firing (any published before the node was seen resolve as grouped)
+    per_rank = {a.id: a for a in stragglers if a.evidence.get("incident_scope") != "node"}
+    assert all(a.status == "resolved" and a.evidence["resolution"] == "grouped" for a in per_rank.values())
+    assert len({a.id for a in alerts}) <= 1 + len(per_rank) and len(per_rank) <= 2
+
+
+def test_a_single_straggler_is_still_a_rank_alert():
+    from fabric_gen import Job, events as job_events
+
+    alerts = list(replay(ev for _, ev in job_events(Job(straggler=21, straggler_factor=1.3, seed=1, steps=140))))
+    stragglers = [a for a in alerts if a.type == "straggler"]
+    assert stragglers and all(a.ranks == (21,) and "incident_scope" not in a.evidence for a in stragglers)
