@@ -198,7 +198,7 @@ class FabricIncidents:
         counters = ", ".join(sorted(inc.counters)) or "link errors"
         shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
         evidence: dict[str, Any] = {
-            "incident": inc.id, "switch": inc.key or None, "nodes": list(nodes[:256]), "node_count": len(nodes),
+            "incident": inc.id, "fabric": inc.key or "fleet", "switch": inc.key or None, "nodes": list(nodes[:256]), "node_count": len(nodes),
             "counters": sorted(inc.counters), "affected_jobs": jobs[:64], "began_at": round(inc.began_at, 3)}
         alert = Alert(id=inc.id, status="firing", type="fabric", severity="critical", job="", ranks=(),
                       nodes=nodes, starts_at=inc.starts_at, evidence=evidence,

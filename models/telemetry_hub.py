@@ -204,6 +204,7 @@ class TelemetryHub:
             evidence["cause_hint"] = causes[0].hint
             evidence["nodes_compared"] = len(nodes)
             evidence["incident"] = incident.id
+            evidence["fabric"] = incident.switch or "fleet"
             return replace(base, nodes=(), ranks=(), evidence=evidence,
                            summary=f"{base.summary}; suspected cause: {causes[0].hint}"), (("fabric", incident.id),)
         found = self._fabric_suspects(base, nodes, at)

@@ -51,6 +51,9 @@ def test_a_leaf_switch_fault_under_16_nodes_across_4_jobs_is_one_fabric_incident
         assert a.nodes == () and a.evidence["incident"] == last.id, a.summary
         assert a.evidence["suspected_causes"][0]["category"] == "fabric"
         assert a.evidence["action"]["nodes"] == [] and last.id in a.summary
+        # Alertmanager groups the incident's alerts by these labels
+        assert a.labels["incident"] == last.id == last.labels["incident"]
+        assert a.labels["fabric"] == last.labels["fabric"] == ("leaf-01" if topology else "fleet")
 
 
 def test_the_same_fault_under_three_nodes_is_node_alerts_not_a_fabric_incident():
@@ -113,6 +116,7 @@ def test_a_slow_host_is_one_node_incident_not_a_page_per_rank(seed):
     assert len({a.id for a in node}) == 1 and node[-1].nodes == (job.node(2),)
     assert node[-1].ranks == tuple(range(16, 24)) and node[-1].evidence["node_ranks"] == list(range(16, 24))
     assert node[-1].scope == "device" and node[-1].evidence["job_slowdown"] > 1.05
+    assert node[-1].labels["node"] == job.node(2) and node[-1].labels["scope"] == "device"
     # per-rank pages: none left firing (any published before the node was seen resolve as grouped)
     per_rank = {a.id: a for a in stragglers if a.evidence.get("incident_scope") != "node"}
     assert all(a.status == "resolved" and a.evidence["resolution"] == "grouped" for a in per_rank.values())
