@@ -386,8 +386,15 @@ class NodeIncidents:
         for rank in inc.members:
             self._member_of.pop((alert.job, rank), None)
         last = inc.alert
+        # The last member's reason is the incident's (back in line, or the job ended or was forgotten).
+        reason = alert.evidence.get("resolution")
+        if alert.summary.startswith("resolved ("):
+            why = alert.summary[len("resolved ("):].split(")", 1)[0]
+            return [last.resolved(at=alert.ends_at or alert.starts_at,
+                                  evidence={**last.evidence, "resolution": reason or why},
+                                  summary=f"resolved ({why}): {last.summary}")]
         return [last.resolved(at=alert.ends_at or alert.starts_at,
-                              evidence={**last.evidence, "resolution": "clean"},
+                              evidence={**last.evidence, "resolution": reason or "clean"},
                               summary=f"resolved: every rank of {key[1]} back in line ({last.summary})")]
 
 

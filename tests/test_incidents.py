@@ -129,3 +129,26 @@ def test_a_single_straggler_is_still_a_rank_alert():
     alerts = list(replay(ev for _, ev in job_events(Job(straggler=21, straggler_factor=1.3, seed=1, steps=140))))
     stragglers = [a for a in alerts if a.type == "straggler"]
     assert stragglers and all(a.ranks == (21,) and "incident_scope" not in a.evidence for a in stragglers)
+
+
+def test_a_node_incident_resolves_when_its_ranks_do_with_their_reason():
+    from stepwatch.models.alerts import Alert
+    from stepwatch.models.incidents import NodeIncidents
+
+    def rank_alert(r: int, status: str = "firing", summary: str = "straggler") -> Alert:
+        return Alert(id=f"r{r}", status=status, type="straggler", severity="warning", job="j", ranks=(r,),
+                     nodes=("n1",), starts_at=10.0, summary=summary, ends_at=20.0 if status == "resolved" else None,
+                     evidence={"ratio": 1.2, "rank_median": 1.2, "peer_median": 1.0, "first_step": 5,
+                               "job_slowdown": 1.0, "cost_step_time": 1.5, "cost_gpus": 16})
+
+    grouper = NodeIncidents(lambda job, node: (0, 1, 2, 3))
+    [node] = grouper.filter([rank_alert(r) for r in range(4)])
+    assert node.ranks == (0, 1, 2, 3) and node.evidence["incident_scope"] == "node"
+    # the node's cost: the job would run at the other ranks' pace, 1.5 s - 0.2 s
+    assert node.evidence["job_slowdown"] == pytest.approx(1.5 / 1.3, rel=1e-3)
+    assert grouper.filter([rank_alert(r, "resolved", "resolved: back in line") for r in range(3)]) == []
+    [done] = grouper.filter([rank_alert(3, "resolved", "resolved (state evicted: no events for 900 s): x")])
+    assert done.id == node.id and done.status == "resolved"
+    assert done.summary.startswith("resolved (state evicted: no events for 900 s)")
+    # two ranks of four: below the share, rank alerts as they are
+    assert [a.id for a in grouper.filter([rank_alert(5), rank_alert(6)])] == ["r5", "r6"]
