@@ -245,8 +245,8 @@ class FabricIncidents:
 @dataclass(slots=True)
 class _NodeOpen:
     alert: Alert
-    members: dict[int, Alert]  # rank -> its straggler alert (held back, or already resolved as grouped)
-    open_ranks: set[int]
+    members: dict[str, Alert]  # alert id -> a member straggler alert (held back, or resolved as grouped)
+    open_ids: set[str]
     updates: int = 0
 
 
@@ -272,8 +272,8 @@ class NodeIncidents:
         self.max_updates = max_updates
         self.max_open = max_open
         self._open: dict[tuple[str, str, str], _NodeOpen] = {}  # (job, node, cause kind) -> incident
-        self._member_of: dict[tuple[str, int], tuple[str, str, str]] = {}  # (job, rank) -> incident key
-        self._paged: dict[tuple[str, int], Alert] = {}  # (job, rank) -> its published, firing alert
+        self._member_of: dict[str, tuple[str, str, str]] = {}  # member alert id -> incident key
+        self._paged: dict[str, Alert] = {}  # alert id -> a published, firing straggler alert not grouped
 
     @staticmethod
     def _cause_kind(alert: Alert) -> str:
@@ -290,6 +290,11 @@ class NodeIncidents:
             if alert.type != "straggler" or len(alert.ranks) != 1 or not alert.nodes or \
                     alert.evidence.get("horizon") == "long":
                 out.append(alert)
+            elif alert.status == "firing" and alert.id in self._member_of:
+                # a new version of a member (its causes enriched later): the incident speaks for it
+                inc = self._open.get(self._member_of[alert.id])
+                if inc is not None:
+                    inc.members[alert.id] = alert
             elif alert.status == "firing":
                 key = (alert.job, alert.nodes[0], self._cause_kind(alert))
                 firing.setdefault(key, []).append(alert)
@@ -303,26 +308,28 @@ class NodeIncidents:
         job, node, _ = key
         inc = self._open.get(key)
         if inc is not None:  # more ranks of an open node incident
+            grew = {a.ranks[0] for a in batch} - {a.ranks[0] for a in inc.members.values()}
             for alert in batch:
-                inc.members[alert.ranks[0]] = alert
-                inc.open_ranks.add(alert.ranks[0])
-                self._member_of[(job, alert.ranks[0])] = key
-            return self._publish(key, inc)
-        open_here = {r: a for (j, r), a in self._paged.items() if j == job and a.nodes[:1] == (node,)
+                inc.members[alert.id] = alert
+                inc.open_ids.add(alert.id)
+                self._member_of[alert.id] = key
+            return self._publish(key, inc) if grew else []
+        open_here = {i: a for i, a in self._paged.items() if a.job == job and a.nodes[:1] == (node,)
                      and self._cause_kind(a) == key[2]}
-        members = {**open_here, **{a.ranks[0]: a for a in batch}}
-        on_node = self.ranks_on(job, node) or tuple(members)
-        if len(members) < max(self.min_ranks, self.min_share * len(on_node)) or len(self._open) >= self.max_open:
+        members = {**open_here, **{a.id: a for a in batch}}
+        ranks = {a.ranks[0] for a in members.values()}
+        on_node = self.ranks_on(job, node) or tuple(ranks)
+        if len(ranks) < max(self.min_ranks, self.min_share * len(on_node)) or len(self._open) >= self.max_open:
             for alert in batch:
-                self._paged[(job, alert.ranks[0])] = alert
+                self._paged[alert.id] = alert
             return list(batch)
         first = min(members.values(), key=lambda a: a.starts_at)
-        inc = _NodeOpen(alert=first, members=dict(members), open_ranks=set(members))
+        inc = _NodeOpen(alert=first, members=dict(members), open_ids=set(members))
         self._open[key] = inc
         out: list[Alert] = []
-        for rank in members:
-            self._member_of[(job, rank)] = key
-            paged = self._paged.pop((job, rank), None)
+        for ident in members:
+            self._member_of[ident] = key
+            paged = self._paged.pop(ident, None)
             if paged is not None:  # published before the node's other ranks were slow too
                 out.append(paged.resolved(at=max(a.starts_at for a in batch),
                                           evidence={**paged.evidence, "resolution": "grouped"},
@@ -337,8 +344,8 @@ class NodeIncidents:
         if inc.updates >= self.max_updates:
             return []
         job, node, kind = key
-        members = [inc.members[r] for r in sorted(inc.members)]
-        ranks = tuple(sorted(inc.members))
+        members = sorted(inc.members.values(), key=lambda a: (a.ranks[0], a.id))
+        ranks = tuple(sorted({a.ranks[0] for a in members}))
         first = min(members, key=lambda a: a.starts_at)
         worst = max(members, key=lambda a: a.evidence.get("ratio") or 0.0)
         slowdowns = [a.evidence.get("job_slowdown") for a in members if isinstance(a.evidence.get("job_slowdown"),
@@ -348,6 +355,7 @@ class NodeIncidents:
         evidence.update({"incident_scope": "node", "node": node, "node_ranks": list(ranks),
                          "ranks_on_node": len(on_node) if on_node else None,
                          "rank_ratios": {str(a.ranks[0]): a.evidence.get("ratio") for a in members},
+                         "member_alerts": len(members),
                          "first_step": min(a.evidence.get("first_step", 0) for a in members)})
         # The node's cost: the job would go at its other ranks' pace without the node's excess (every
         # rank of it alike slow: without any one of them the job is no faster, so theirs says ~1x).
@@ -373,18 +381,17 @@ class NodeIncidents:
         return [alert]
 
     def _resolved(self, alert: Alert) -> list[Alert]:
-        who = (alert.job, alert.ranks[0])
-        key = self._member_of.get(who)
+        key = self._member_of.get(alert.id)
         inc = self._open.get(key) if key is not None else None
         if inc is None:
-            self._paged.pop(who, None)
+            self._paged.pop(alert.id, None)
             return [alert]
-        inc.open_ranks.discard(alert.ranks[0])
-        if inc.open_ranks:
+        inc.open_ids.discard(alert.id)
+        if inc.open_ids:
             return []
         del self._open[key]
-        for rank in inc.members:
-            self._member_of.pop((alert.job, rank), None)
+        for ident in inc.members:
+            self._member_of.pop(ident, None)
         last = inc.alert
         # The last member's reason is the incident's (back in line, or the job ended or was forgotten).
         reason = alert.evidence.get("resolution")

@@ -292,4 +292,4 @@ class TelemetryHub:
         self._now = now
         if self.devices.watching:
             self.devices.rebuild()  # ranks placed or moved since: gpu_idle/hbm_full see them
-        return self.tracker.tick(now) + self.refresh()
+        return self.tracker.tick(now) + self.node_incidents.filter(self.refresh())
