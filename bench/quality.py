@@ -26,7 +26,16 @@ with ``Settings.from_env()``), then scored against its labels:
   every alert before a problem's onset, per 1,000 rank-hours of healthy rank time (all rank
   time minus the labelled ranks' problem windows);
 * delays from onset to the first correct alert, in seconds and in steps (``detected_step -
-  onset_step`` for step-based alerts, else seconds / the job's median step time).
+  onset_step`` for step-based alerts, else seconds / the job's median step time);
+* **incidents per root cause**: distinct alert ids that fired inside a problem's window for it
+  (its job or its nodes, its type or one it accepts): one root cause should be one incident.
+
+``--root-cause`` runs the issue-26 recordings instead (tests/switch_gen.py, tests/pipeline_gen.py,
+tests/fabric_gen.py: generators independent of the simulator) through the detection engine: a leaf
+switch fault under 16 nodes across 4 jobs, a slow rank of a pipeline stage, a slower pipeline link,
+a slow host, a straggler with node clocks seconds apart replayed in event-time order; per scenario,
+the alert ids in all against the incidents expected, the network alerts, the drain actions, the
+straggler alerts and their ``job_slowdown`` (section ``quality-root-cause``).
 """
 
 from __future__ import annotations
@@ -104,7 +113,8 @@ def score(labels: dict, alerts: list[dict]) -> dict:
                 "delay_steps": None, "late_s": None, "in_window": 0, "right_rank": 0,
                 "layer": (p.get("detail") or {}).get("layer"), "right_layer": None,
                 "right_node": _right_node(p, alerts),
-                "cause": (p.get("detail") or {}).get("cause"), "right_cause": None} for p in problems]
+                "cause": (p.get("detail") or {}).get("cause"), "right_cause": None, "ids": set()}
+               for p in problems]
     false_alarms = []
     for a in _first_firing(alerts):
         t = a["starts_at"]
@@ -117,6 +127,8 @@ def score(labels: dict, alerts: list[dict]) -> dict:
             false_alarms.append({"type": a["type"], "job": a["job"], "ranks": sorted(ranks), "starts_at": t,
                                  "summary": a["summary"][:160]})
             continue
+        for i in in_window:
+            results[i]["ids"].add(a["id"])
         own = [i for i in in_window if problems[i]["alert_type"] == a["type"]]
         if not own:
             continue  # an accepted side effect (e.g. a throughput drop caused by a straggler): not scored
@@ -142,6 +154,8 @@ def score(labels: dict, alerts: list[dict]) -> dict:
                 step_time = jobs[p["job"]]["step_time"] or 1.0
                 r["delay_steps"] = (detected_step - p["onset_step"] if detected_step is not None
                                     else r["delay_s"] / step_time)
+    for r in results:
+        r["ids"] = len(r["ids"])
     rank_hours = sum(j["ranks"] * (j["end_ts"] - j["start_ts"]) for j in labels["jobs"]) / 3600
     sick_hours = sum(len(p["ranks"]) * max((p["end_ts"] or 0) - (p["onset_ts"] or 0), 0) for p in problems) / 3600
     return {"scenario": labels["scenario"], "healthy": labels["healthy"], "problems": results,
@@ -205,7 +219,7 @@ def aggregate(results: list[dict]) -> dict:
     by_type: dict[str, dict] = defaultdict(lambda: {"n": 0, "detected": 0, "delays_s": [], "delays_steps": [],
                                                     "in_window": 0, "right_rank": 0, "late": [],
                                                     "layered": 0, "right_layer": 0, "noded": 0,
-                                                    "right_node": 0, "caused": 0, "right_cause": 0})
+                                                    "right_node": 0, "caused": 0, "right_cause": 0, "ids": []})
     for res in results:
         for p in res["problems"]:
             row = by_type[p["type"]]
@@ -213,6 +227,8 @@ def aggregate(results: list[dict]) -> dict:
             row["alert_type"] = p["alert_type"]
             row["in_window"] += p["in_window"]
             row["right_rank"] += p["right_rank"]
+            if p.get("ids"):
+                row["ids"].append(p["ids"])
             if p["late_s"] is not None and not p["detected"]:
                 row["late"].append(p["late_s"])
             if p.get("right_node") is not None:
@@ -253,10 +269,11 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
              "share of the network faults whose job-level alerts name the labelled node first and no other "
              "(fabric-wide: name none). Right cause: "
              "share of the caught problems labelled with a cause (host faults) whose alert's first suspected cause "
-             "is it (category, node, component).", "",
+             "is it (category, node, component). Incidents per root cause: distinct alert ids fired inside a problem's "
+             "window for it, mean (max) over the problems that got one.", "",
              "| problem | alert | n | recall | deadline | delay p50 s (steps) | delay p90 s (steps) | right rank | "
-             "right layer | right node | right cause | caught late |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "right layer | right node | right cause | incidents per root cause | caught late |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     deadlines: dict[str, set] = defaultdict(set)
     for r in results:
         for p in get(r["scenario"]).problems:
@@ -272,11 +289,12 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
             if row["noded"] else "-"
         cause = f"{row['right_cause'] / row['caused']:.0%} ({row['right_cause']}/{row['caused']})" \
             if row["caused"] else "-"
+        ids = f"{sum(row['ids']) / len(row['ids']):.1f} ({max(row['ids'])})" if row["ids"] else "-"
         lines.append(
             f"| {kind} | {row['alert_type']} | {row['n']} | {row['detected'] / row['n']:.0%} "
             f"({row['detected']}/{row['n']}) | {'/'.join(f'{d:.0f}' for d in sorted(deadlines[kind]))} s | "
             f"{_fmt(_pct(ds, 0.5))} ({_fmt(_pct(dn, 0.5))}) | {_fmt(_pct(ds, 0.9))} ({_fmt(_pct(dn, 0.9))}) | "
-            f"{share} | {layer} | {noded} | {cause} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
+            f"{share} | {layer} | {noded} | {cause} | {ids} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
     hours = agg["healthy_rank_hours"]
     total_false = sum(agg["false_by_type"].values())
     lines += ["", "### False alarms", "",
@@ -299,6 +317,91 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
     return "\n".join(lines) + "\n"
 
 
+# -- issue 26: one incident per root cause, on recordings of generators independent of the simulator ----
+
+NETWORK_TYPES = frozenset({"comm_slowdown", "link_errors", "fabric"})
+
+
+def root_cause_scenarios() -> list[tuple[str, int, object]]:
+    """(name, incidents expected, thunk -> [(true_time, Event)]) of the issue-26 recordings."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from fabric_gen import Job, events as fabric_events
+    from pipeline_gen import PipelineJob, events as pipeline_events
+    from switch_gen import Fleet, events as fleet_events
+
+    def by_ts(evs):
+        return sorted(evs, key=lambda x: x[1].ts)
+
+    # expected: the fabric incident and the two jobs' job-level alerts (comm_slowdown, throughput_drop);
+    # the slow rank's straggler; the slower link's comm alerts (one per pipeline group) and throughput drop
+    return [
+        ("leaf switch fault, 16 of 32 nodes, 4 jobs", 5, lambda: fleet_events(Fleet(seed=3))),
+        ("pipeline 4x8, one stage-1 rank 30% slow", 1,
+         lambda: pipeline_events(PipelineJob(slow_rank=11, slow_factor=1.3, seed=2))),
+        ("pipeline 4x8, receives only, same", 1,
+         lambda: pipeline_events(PipelineJob(slow_rank=11, slow_factor=1.3, sends=False, seed=2))),
+        ("pipeline 4x8, p2p links 3x slower", 9,
+         lambda: pipeline_events(PipelineJob(slow_link=True, sends=False, seed=3))),
+        ("slow host: 8 ranks of a node 15% slow", 1,
+         lambda: fabric_events(Job(slow_node=2, straggler_factor=1.15, seed=0, steps=200, onset=50))),
+        ("straggler 20%, clocks +4 s / -2.5 s, event-time order", 1,
+         lambda: by_ts(fabric_events(Job(straggler=21, straggler_factor=1.2, skew={1: 4.0, 5: -2.5}, seed=0,
+                                         steps=140, onset=50)))),
+        ("one rank 2x slow (64 ranks)", 1,
+         lambda: fabric_events(Job(straggler=13, straggler_factor=2.0, transfer=0.01, seed=4, steps=120, onset=40))),
+    ]
+
+
+def run_root_cause() -> list[dict]:
+    from stepwatch.models.engine import DetectionEngine
+
+    rows = []
+    for name, expected, make in root_cause_scenarios():
+        evs = make()
+        engine = DetectionEngine()
+        started = time.perf_counter()
+        alerts, next_tick = [], None
+        for _, ev in evs:  # as `stepwatch replay` ticks: on the events' own clock, every tick interval
+            alerts.extend(engine.process(ev))
+            if next_tick is None:
+                next_tick = engine.clock + engine.settings.worker.tick_interval
+            elif engine.clock >= next_tick:
+                alerts.extend(engine.tick(engine.clock))
+                next_tick = engine.clock + engine.settings.worker.tick_interval
+        wall = time.perf_counter() - started
+        first = {a.id: a for a in reversed(alerts) if a.status == "firing" and a.type not in DERIVED_TYPES}
+        stragglers = [a for a in first.values() if a.type == "straggler"]
+        rows.append({"scenario": name, "events": len(evs), "expected": expected, "ids": len(first),
+                     "types": dict(sorted(defaultdict(int, {t: sum(a.type == t for a in first.values())
+                                                             for t in {a.type for a in first.values()}}).items())),
+                     "network": sum(a.type in NETWORK_TYPES for a in first.values()),
+                     "drain": sum((a.evidence.get("action") or {}).get("kind") == "drain_node" for a in alerts
+                                  if a.status == "firing"),
+                     "job_slowdown": [a.evidence.get("job_slowdown") for a in stragglers],
+                     "replay_s": wall})
+    return rows
+
+
+def root_cause_markdown(rows: list[dict], command: str) -> str:
+    from _report import stamp
+
+    lines = ["## Detection quality: one incident per root cause (`bench/quality.py --root-cause`)", "",
+             stamp(command).rstrip(),
+             "- Recordings of tests/switch_gen.py, tests/pipeline_gen.py and tests/fabric_gen.py (independent of the "
+             "simulator), through the detection engine with default settings, ticked on the events' clock", "",
+             "Alert ids: distinct ids fired (node_suspect and job_restart verdicts left out). Network: `comm_slowdown`, "
+             "`link_errors`, `fabric` ids. Drain: firing versions whose `evidence.action.kind` is `drain_node`.", "",
+             "| scenario | events | incidents expected | alert ids | by type | network | drain | straggler job_slowdown "
+             "| replay s |",
+             "|---|---:|---:|---:|---|---:|---:|---|---:|"]
+    for r in rows:
+        types = ", ".join(f"{t} {n}" for t, n in r["types"].items()) or "-"
+        slow = ", ".join(f"{x:.2f}x" for x in r["job_slowdown"] if isinstance(x, (int, float))) or "-"
+        lines.append(f"| {r['scenario']} | {r['events']:,} | {r['expected']} | {r['ids']} | {types} | {r['network']} | "
+                     f"{r['drain']} | {slow} | {r['replay_s']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     from stepwatch.producers import scenarios
 
@@ -313,7 +416,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--section", default="quality",
                     help="BENCHMARKS.md section to write (default quality; e.g. quality-host for --tags host)")
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--root-cause", action="store_true",
+                    help="run the issue-26 recordings (one incident per root cause) instead of the suite")
     args = ap.parse_args(argv)
+    if args.root_cause:
+        rows = run_root_cause()
+        text = root_cause_markdown(rows, ".venv/bin/python bench/quality.py --root-cause")
+        print(text)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"results": rows}, indent=1, default=str))
+        if not args.no_write:
+            from _report import update_section
+
+            update_section("quality-root-cause", text)
+            print("updated BENCHMARKS.md", file=sys.stderr)
+        return 0
 
     if args.only:
         names = args.only

@@ -40,6 +40,7 @@ power_throttle               platform  investigate      no         no       cloc
 link_errors                  platform  check_link       yes        no       port errors
 link_down                    platform  check_link       no         yes      port down
 network_congestion           platform  check_link       yes        no       xmit wait, CNPs, bandwidth
+fabric                       platform  check_link       yes        no       many nodes' ports err at once
 input_pipeline               job       fix_application  no         no       data_time far above peers
 host_io                      platform  investigate      yes        no       IO pressure, slow disk
 host_cpu_memory              device    investigate      yes        no       CPU saturation, memory pressure
@@ -145,6 +146,9 @@ FAILURE_CLASSES: dict[str, FailureClass] = {
                      "Network port down on {nodes}: fix the link; restart the job without {nodes} meanwhile."),
     "network_congestion": _fc("platform", "check_link", True, False,
                               "Network congestion near {nodes}: check the fabric (congestion control, routing)."),
+    "fabric": _fc("platform", "check_link", True, False,
+                  "One fault of the shared fabric (a switch or its cabling) under {nodes}: check the switch; no "
+                  "node is to blame or drain (models/incidents.py)."),
     "input_pipeline": _fc("job", "fix_application", False, False,
                           "The input pipeline is slow on {nodes}: check data loader workers and storage throughput."),
     "host_io": _fc("platform", "investigate", True, False,
@@ -195,7 +199,7 @@ TYPE_CLASSES: dict[str, str] = {
     "throughput_drop": "throughput_drop", "comm_slowdown": "comm_slowdown", "checkpoint_stale": "checkpoint_stale",
     "imbalance": "imbalance", "gpu_idle": "gpu_idle", "gpu_hot": "gpu_hot", "hbm_full": "hbm_full",
     "job_restart": "job_restart", "node_suspect": "node_suspect", "straggler": "straggler_unexplained",
-    "link_errors": "link_errors", "gpu_fault": "xid_other",
+    "link_errors": "link_errors", "gpu_fault": "xid_other", "fabric": "fabric",
 }
 
 XID_CLASSES: dict[int, str] = {79: "xid_79_off_bus", 74: "xid_74_nvlink", 48: "xid_48_dbe", 63: "xid_63_row_remap",
@@ -309,6 +313,8 @@ class Classifier:
         top = signals[0] if signals else None
         if category == "input_pipeline":
             return "input_pipeline"
+        if category == "fabric":  # a fabric incident (models/incidents.py)
+            return "fabric"
         if category == "host":  # models/host.py: node IO, CPU, memory pressure, OOM kills
             if top == "oom_kill":
                 return "host_oom"

@@ -62,6 +62,17 @@ class Alert:
         }
         if self.scope:
             out["scope"] = self.scope
+        # Grouping keys for Alertmanager (models/incidents.py; docs/operations.md, "Alertmanager"): the
+        # incident an alert belongs to, the shared fabric (switch) behind it, the one node it is about.
+        ev = self.evidence
+        if isinstance(ev.get("incident"), str):
+            out["incident"] = ev["incident"]
+        if isinstance(ev.get("fabric"), str):
+            out["fabric"] = ev["fabric"]
+        if ev.get("incident_scope") == "node" and isinstance(ev.get("node"), str):
+            out["node"] = ev["node"]
+        elif not self.job and len(self.nodes) == 1 and self.type != "fabric":
+            out["node"] = self.nodes[0]
         return out
 
     @property

@@ -10,6 +10,19 @@ for ``persistence`` consecutive collectives. It names ranks (and their nodes) on
 own durations grew more than the other ranks' by the straggler rule's robust test: a network
 slowdown slows every rank alike, and the node behind it comes from the job's telemetry
 (models/fabric.py).
+
+**When a collective is judged** (whatever order its events arrive in: live, or a recording
+sorted by event time with node clocks seconds apart): once every rank of it is in (as many as
+the most this key's collectives ever had), else once it is ``max_lag`` sequence numbers behind the
+newest, ``time_bound`` seconds of event time behind the newest event, or the oldest of
+``max_pending`` open ones. Judging on the first ranks in would take the minimum over ranks that
+all waited for a straggler still to come, and sell its wait as transfer time.
+
+**Point-to-point ops** (``send``, ``recv``, ``isend``, ``irecv``, ``*-send``/``*-recv``): their numbers do
+not match across ranks (pipeline stages do different numbers of them), and a receive waits for
+its sender's compute. The transfer sample is the shortest of the key's last ``p2p_window``
+durations (any rank): some transfer always finds both sides ready (the slow stage's own receives
+from its faster upstream), so waits behind a slow stage do not move it, a slower transfer does.
 """
 
 from __future__ import annotations
@@ -31,11 +44,27 @@ def size_bucket(nbytes: int | None) -> str:
     return f"{4 ** exp}B+"
 
 
+#: Point-to-point op names (and any op ending in ``send``/``recv``, e.g. Megatron's ``forward-recv``).
+P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "p2p"})
+
+
+def is_p2p(op: str) -> bool:
+    op = op.lower()
+    return op in P2P_OPS or op.endswith(("send", "recv"))
+
+
 class _Key:
-    __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "last_seq")
+    __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "last_seq",
+                 "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
+        self.expected = 0  # ranks of a complete collective: the most any had
+        self.judged: deque[int] = deque(maxlen=512)  # recently judged seqs (a late copy is dropped)
+        self.judged_set: set[int] = set()
+        self.first_ts: dict[int, float] = {}  # seq -> earliest event time of it
+        self.newest_ts = -math.inf
+        self.p2p: deque[float] | None = None  # point-to-point: the last durations of any rank
         self.transfer: deque[float] = deque(maxlen=window)
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
@@ -49,8 +78,11 @@ class CommSlowdownDetector:
     """Per job: feed collective events; returns comm_slowdown alerts."""
 
     def __init__(self, *, job: str, threshold: float = 0.30, window: int = 20, persistence: int = 10,
-                 baseline_size: int = 200, min_baseline: int = 30, max_pending: int = 8, clear_after: int = 20,
-                 top_ranks: int = 3) -> None:
+                 baseline_size: int = 200, min_baseline: int = 30, max_pending: int = 64, clear_after: int = 20,
+                 top_ranks: int = 3, max_lag: int = 32, time_bound: float = 30.0, p2p_window: int = 32) -> None:
+        self.max_lag = max_lag
+        self.time_bound = time_bound
+        self.p2p_window = p2p_window
         self.job = job
         self.threshold = threshold
         self.window = window
@@ -68,19 +100,46 @@ class CommSlowdownDetector:
         state = self._keys.get(key)
         if state is None:
             state = self._keys[key] = _Key(self.baseline_size, self.window)
-        if event.seq <= state.last_seq:
+        if is_p2p(event.op):
+            return self._p2p(key, state, event)
+        if event.seq in state.judged_set or event.seq <= state.last_seq - self.max_lag:
             return []  # a late copy of a collective already judged
         by_rank = state.pending.setdefault(event.seq, {})
         by_rank[event.rank] = (event.duration, event.ts, event.node)
+        state.first_ts[event.seq] = min(state.first_ts.get(event.seq, event.ts), event.ts)
+        state.newest_ts = max(state.newest_ts, event.ts)
         out: list[Alert] = []
-        # A collective is judged once one two sequence numbers newer exists (every rank has
-        # long finished it), or when too many are open (ranks that never report).
-        newest = max(state.pending)
+        if state.expected >= 2 and len(by_rank) >= state.expected:  # every rank is in
+            out.extend(self._close(key, state, event.seq))
+        newest = max(state.pending, default=event.seq)
         for seq in sorted(state.pending):
-            if seq > newest - 2 and len(state.pending) <= self.max_pending:
+            # Incomplete (a rank's event lost or late): judged on the ranks in once far enough behind.
+            if (seq > newest - self.max_lag and state.newest_ts - state.first_ts[seq] < self.time_bound
+                    and len(state.pending) <= self.max_pending):
                 break
-            out.extend(self._judge(key, state, seq, state.pending.pop(seq)))
+            out.extend(self._close(key, state, seq))
         return out
+
+    def _close(self, key, state: _Key, seq: int) -> list[Alert]:
+        ranks = state.pending.pop(seq)
+        state.first_ts.pop(seq, None)
+        if len(state.judged) == state.judged.maxlen:
+            state.judged_set.discard(state.judged[0])
+        state.judged.append(seq)
+        state.judged_set.add(seq)
+        state.expected = max(state.expected, len(ranks))
+        return self._judge(key, state, seq, ranks)
+
+    def _p2p(self, key, state: _Key, event: CollectiveEvent) -> list[Alert]:
+        if state.p2p is None:
+            state.p2p = deque(maxlen=self.p2p_window)
+        state.p2p.append(event.duration)
+        if len(state.p2p) < state.p2p.maxlen:
+            return []
+        state.last_seq = max(state.last_seq, event.seq)
+        # The transfer: the shortest of the recent ones (both sides were ready); the ranks: this one.
+        return self._assess(key, state, event.seq, min(state.p2p), event.ts,
+                            {event.rank: (event.duration, event.ts, event.node)})
 
     def _judge(self, key, state: _Key, seq: int, ranks: dict[int, tuple[float, float, str | None]]) -> list[Alert]:
         state.last_seq = max(state.last_seq, seq)
@@ -88,6 +147,10 @@ class CommSlowdownDetector:
             return []
         transfer = min(d for d, _, _ in ranks.values())
         ts = max(t for _, t, _ in ranks.values())
+        return self._assess(key, state, seq, transfer, ts, ranks)
+
+    def _assess(self, key, state: _Key, seq: int, transfer: float, ts: float,
+                ranks: dict[int, tuple[float, float, str | None]]) -> list[Alert]:
         state.transfer.append(transfer)
         healthy = state.firing is None and state.over == 0
         for rank, (duration, _, _) in ranks.items():

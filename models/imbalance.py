@@ -9,8 +9,12 @@ Both are steady waste, not a bad worker, and both are reported once per job (sev
   median stage, every other stage idles for it each step: ``evidence.groups`` lists the stages
   slowest first (``group``, ``ranks``, ``median``, ``ratio`` to the median stage),
   ``wait_share`` is the share of each step a typical stage waits (slowest - median) / slowest,
-  ``balanced_step_time`` the step time the same work evenly partitioned would give (the step
-  time less the slowest stage's excess over the stages' mean), ``action.kind: "repartition"``.
+  ``balanced_step_time`` the step time the same work evenly partitioned would give: the step
+  time less the excess of what paces each step over the stages' mean (the slowest stage's
+  median, or the median over steps of its slowest rank when that is ``stage_min_effect`` beyond
+  it: uneven data per micro-batch); ``job_slowdown`` (step
+  time / balanced step time) and ``gpu_hours_lost_per_day`` over all the job's ranks
+  (models/cost.py); ``action.kind: "repartition"``.
   ByteDance's straggler study found this a leading cause of slow jobs.
 * **classes** (``evidence.kind: "classes"``): within a peer group, each rank's median signal
   over the last ``window`` steps, sorted; a gap of at least ``class_gap`` times between
@@ -34,17 +38,19 @@ import numpy as np
 
 from .alerts import Alert, alert_id
 from .assembly import GroupStep
+from .cost import cost
 from .straggler import choose_signal, median
 
 
 class _GroupHistory:
     """Per-step medians and per-rank values of one peer group."""
 
-    __slots__ = ("medians", "step_times", "slot", "ranks", "values", "nodes", "count", "classes", "class_map", "pending",
+    __slots__ = ("medians", "maxima", "step_times", "slot", "ranks", "values", "nodes", "count", "classes", "class_map", "pending",
                  "last")
 
     def __init__(self, window: int) -> None:
         self.medians: deque[float] = deque(maxlen=window)
+        self.maxima: deque[float] = deque(maxlen=window)  # per step, the group's slowest rank
         self.step_times: deque[float] = deque(maxlen=window)
         self.slot: dict[int, int] = {}
         self.ranks: list[int] = []
@@ -123,6 +129,7 @@ class ImbalanceDetector:
         g.values[slots, g.count % self.window] = x
         g.count += 1
         g.medians.append(median(x))
+        g.maxima.append(float(np.nanmax(x)) if np.any(~np.isnan(x)) else float("nan"))
         st = step.step_time[~np.isnan(step.step_time)]
         g.step_times.append(float(np.median(st)) if len(st) else float("nan"))
         if changed or g.count % 100 == 1:  # nodes rarely change: not every step
@@ -176,17 +183,28 @@ class ImbalanceDetector:
         listed = [{"group": n, "ranks": sorted(groups[n].ranks), "median": round(typical[n], 5),
                    "ratio": round(typical[n] / mid, 3)} for n in order]
         wait_share = (slowest - mid) / slowest
-        balanced = max(step_time - (slowest - mean), 0.0)
+        # Each step waits for the slowest rank of the slowest stage: when that rank is typically
+        # ``stage_min_effect`` beyond the stage's median (uneven data per micro-batch, not noise), it is
+        # what paces the step; a balanced partition runs every stage at the stages' mean.
+        maxima = [v for v in groups[order[0]].maxima if not math.isnan(v)]
+        paced = float(np.median(maxima)) if maxima else slowest
+        if paced < (1 + self.stage_min_effect) * slowest:
+            paced = slowest
+        price = cost(step_time, paced - mean, sum(len(g.ranks) for g in groups.values()))
+        balanced = step_time - price.seconds_lost_per_step if price is not None else max(step_time - (slowest - mean), 0.0)
         evidence = {"kind": "stage", "groups": listed, "slow_groups": list(slow),
                     "ratio": round(slowest / mid, 3), "wait_share": round(wait_share, 4),
                     "step_time": round(step_time, 5), "balanced_step_time": round(balanced, 5),
+                    **(price.to_evidence() if price is not None else {}),
                     "steps": min(len(g.medians) for g in groups.values()), "min_effect": self.stage_min_effect,
                     "action": {"kind": "repartition",
                                "detail": f"move layers out of stage(s) {', '.join(slow)} to the faster stages"}}
         names = ", ".join(f"{n} ({typical[n] / mid:.2f}x)" for n in order if n in slow)
         summary = (f"stage imbalance: job {self.job}: stage(s) {names} slower than the median stage "
                    f"({mid:.3f}s); the other stages wait {100 * wait_share:.0f}% of each step; a balanced "
-                   f"partition would take about {balanced:.3f}s per step instead of {step_time:.3f}s: repartition")
+                   f"partition would take about {balanced:.3f}s per step instead of {step_time:.3f}s"
+                   + (f" (the job runs {price.job_slowdown:.2f}x slower, about {price.gpu_hours_lost_per_day:.0f} "
+                      f"GPU-hours a day)" if price is not None else "") + ": repartition")
         ranks = tuple(r for n in slow for r in sorted(groups[n].ranks))
         nodes = tuple(sorted({groups[n].nodes[r] for n in slow for r in groups[n].ranks if r in groups[n].nodes}))
         self._stage_alert = Alert(id=alert_id(self.job, "imbalance", "stage", *slow), status="firing",

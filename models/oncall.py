@@ -141,8 +141,8 @@ class OnCall:
     def finish(self, alerts: list[Alert]) -> list[Alert]:
         out: list[Alert] = []
         for alert in alerts:
-            if not alert.job and alert.nodes and alert.type != "node_suspect":
-                alert = self._attribute(alert)
+            if not alert.job and alert.nodes and alert.type not in ("node_suspect", "fabric"):
+                alert = self._attribute(alert)  # a fabric incident names its jobs itself (models/incidents.py)
             elif alert.job and "onset_ts" not in alert.evidence:
                 alert = self._onset_from_steps(alert)
             alert = self.classifier.annotate(alert)
@@ -214,7 +214,7 @@ class OnCall:
         return alert.__class__(**{**_fields(alert), "evidence": {**ev, "onset_ts": round(min(onset, alert.starts_at), 6)}})
 
     def _remember(self, alert: Alert) -> None:
-        if not alert.job and alert.nodes and alert.type not in ("node_suspect",):
+        if not alert.job and alert.nodes and alert.type not in ("node_suspect", "fabric"):
             if alert.status == "firing":
                 self.open_node_alerts[alert.id] = alert
                 if len(self.open_node_alerts) > 100_000:  # bound: a forgotten node's faults never resolve

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .alerts import Alert, alert_id
+from .cost import straggler_cost
 from .assembly import GroupStep
 from .tunable import runtime, runtime_fields
 
@@ -461,6 +462,7 @@ class StragglerDetector:
             "detected_step": step.step, "cause": "input pipeline",
             "ratio_threshold": self.ratio_threshold, "z_threshold": self.z_threshold,
         }
+        evidence.update(straggler_cost(evidence, step))  # what it costs the job (models/cost.py)
         summary = (f"straggler: {where} waits {rank_wait - peer_wait:.3f}s longer for input data than its peers "
                    f"every step (data_time {evidence['rank_median']}s vs peer median {evidence['peer_median']}s), "
                    f"making steps {ratio:.2f}x slower, since step {first_step}: input pipeline")
@@ -495,7 +497,9 @@ class StragglerDetector:
     def _fire(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
         first_step = int(self._episode_start[slot]) if self._episode_start[slot] >= 0 else step.step
         evidence = self._evidence(slot, signal)
-        evidence.update(first_step=first_step, detected_step=step.step)
+        evidence.update(first_step=first_step, detected_step=step.step, **straggler_cost(  # models/cost.py
+            evidence, step, self._value_ring[:, (self._evaluated - 1 - np.arange(min(self.window, self._evaluated)))
+                                             % self.evidence_window], slot))
         if signal == "arrival":
             evidence["arrival_source"] = step.comm_source
             if step.comm_ops is not None:

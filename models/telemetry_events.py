@@ -76,7 +76,7 @@ class TopologyEvent:
     node: str
     ts: float
     gpus: tuple[dict[str, Any], ...] = ()  # {"gpu": 0, "pci_bus_id": ..., "nics": ["mlx5_0"]}
-    nics: tuple[dict[str, Any], ...] = ()  # {"device": "mlx5_0", "pci_bus_id": ..., "ports": [1]}
+    nics: tuple[dict[str, Any], ...] = ()  # {"device": "mlx5_0", "pci_bus_id": ..., "ports": [1], "switch": ...}
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "topology"
 
@@ -229,6 +229,9 @@ def _topology_nic(item: dict) -> dict[str, Any]:
                                               for p in ports):
         raise InvalidEvent("topology nic 'ports' must be a list of port numbers")
     out["ports"] = ports[:64]
+    switch = _str(item, "switch", required=False)  # the switch at the other end of the cable (models/incidents.py)
+    if switch:
+        out["switch"] = switch
     return out
 
 

@@ -125,6 +125,13 @@ class TelemetryHub:
 
         baselines = LinkBaselines(half_life=s.link_baseline_half_life, min_samples=s.link_baseline_min_samples)
         self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
+        # Many nodes' ports erring at once: one fabric incident, not a page per node (models/incidents.py).
+        from .incidents import FabricIncidents
+
+        self.incidents = FabricIncidents(self.tracker, jobs_on=self._jobs_on)
+        from .incidents import NodeIncidents
+
+        self.node_incidents = NodeIncidents(self._ranks_on)
         #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
         #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
         #: once its window has passed (plus a margin for node clocks and ingestion lag).
@@ -148,7 +155,15 @@ class TelemetryHub:
             return self.host.update(event)
         if event.kind == "gpu":
             return self.tracker.update(event) + self.devices.update(event)
-        return self.tracker.update(event)
+        return self.incidents.filter(self.tracker.update(event))
+
+    def _ranks_on(self, job: str, node: str) -> tuple[int, ...]:
+        return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))
+
+    def _jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
+        wanted = set(nodes)
+        jobs = dict.fromkeys((*self.correlator._placement, *self.fabric._job_nodes))
+        return [job for job in jobs if wanted.intersection(self._job_nodes(job))]
 
     def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
                       steps: list[int] = (), step_times: list[float] = ()) -> None:
@@ -188,8 +203,19 @@ class TelemetryHub:
         """A job-level alert: the job's nodes compared with each other (models/fabric.py); with too few
         nodes to compare, every spike on any of them near the onset is a candidate."""
         nodes = self._job_nodes(base.job)
-        found = self._fabric_suspects(base, nodes, at)
         host = [c for c in own if c.category == "host"]  # host signals (models/host.py) judged on their own
+        incident = self.incidents.covering(nodes, at)
+        if incident is not None:  # the job's nodes are in a fabric incident: that is the cause, no node is
+            causes = [incident.cause(), *host][: self.correlator.max_causes]
+            evidence = dict(base.evidence)
+            evidence["suspected_causes"] = [c.to_dict(i) for i, c in enumerate(causes, 1)]
+            evidence["cause_hint"] = causes[0].hint
+            evidence["nodes_compared"] = len(nodes)
+            evidence["incident"] = incident.id
+            evidence["fabric"] = incident.switch or "fleet"
+            return replace(base, nodes=(), ranks=(), evidence=evidence,
+                           summary=f"{base.summary}; suspected cause: {causes[0].hint}"), (("fabric", incident.id),)
+        found = self._fabric_suspects(base, nodes, at)
         if found is None:
             wide = replace(base, nodes=tuple(dict.fromkeys((*base.nodes, *nodes))), ranks=())
             causes = self.correlator.suspects(wide, at=at) + host
@@ -223,9 +249,13 @@ class TelemetryHub:
         return found
 
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
-        """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts."""
+        """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts; the
+        stragglers of most ranks of one node become one node incident (models/incidents.py)."""
         if not alerts:
             return alerts
+        return self.node_incidents.filter(self._enrich(alerts))
+
+    def _enrich(self, alerts: list[Alert]) -> list[Alert]:
         out = []
         for alert in alerts:
             if (alert.type not in self.ENRICHED_TYPES and not self.host_correlator.enriches(alert)
@@ -270,4 +300,4 @@ class TelemetryHub:
         self._now = now
         if self.devices.watching:
             self.devices.rebuild()  # ranks placed or moved since: gpu_idle/hbm_full see them
-        return self.tracker.tick(now) + self.refresh()
+        return self.tracker.tick(now) + self.node_incidents.filter(self.refresh())

@@ -15,7 +15,10 @@ and per port:
   signal are one episode (:class:`SpikeEpisode`), with the time it began;
 * node alerts: ``gpu_fault`` (critical Xid codes, ECC double-bit errors, thermal or power
   throttling with a clock drop, PCIe downgrade, NVLink down) and ``link_errors`` (a port with
-  errors in several of its recent samples, or down), firing and resolved.
+  errors in several of its recent samples, or down), firing and resolved. ``link_errors`` is one
+  alert per **node**, whichever of its ports err (``evidence.ports`` lists them): a node whose
+  every port errs is one problem, not one page per port. Many nodes erring together are one
+  ``fabric`` incident instead (models/incidents.py reads :meth:`TelemetryTracker.link_trouble`).
 
 The spike episodes are what the correlator (models/telemetry_correlator.py) ranks as suspected causes.
 """
@@ -121,7 +124,7 @@ class SpikeEpisode:
 
 
 class _PortState:
-    __slots__ = ("counters", "baselines", "bw", "bw_baseline", "max_rate", "state", "err_ring", "clean", "alert",
+    __slots__ = ("counters", "baselines", "bw", "bw_baseline", "max_rate", "state", "err_ring", "clean", "firing",
                  "err_first", "err_totals", "down_samples")
 
     def __init__(self, size: int, min_samples: int, window: int) -> None:
@@ -133,7 +136,7 @@ class _PortState:
         self.state: str | None = None
         self.err_ring: deque[bool] = deque(maxlen=window)
         self.clean = 0
-        self.alert: Alert | None = None
+        self.firing = False  # sustained errors (or down): the node's link_errors alert covers this port
         self.err_first: float | None = None
         self.err_totals: dict[str, int] = {}
         self.down_samples = 0
@@ -156,7 +159,8 @@ class _GpuState:
 
 
 class _NodeState:
-    __slots__ = ("gpus", "ports", "spikes", "open", "gpu_nics", "nic_ports", "last_ts")
+    __slots__ = ("gpus", "ports", "spikes", "open", "gpu_nics", "nic_ports", "nic_switch", "last_ts", "link_alert",
+                 "link_bad_at", "link_kinds")
 
     def __init__(self, max_spikes: int) -> None:
         self.gpus: dict[int, _GpuState] = {}
@@ -165,7 +169,11 @@ class _NodeState:
         self.open: dict[tuple[str, str], SpikeEpisode] = {}
         self.gpu_nics: dict[int, tuple[str, ...]] = {}
         self.nic_ports: dict[str, tuple[int, ...]] = {}
+        self.nic_switch: dict[str, str] = {}  # NIC -> the switch at the other end of its cable (topology)
         self.last_ts = 0.0
+        self.link_alert: Alert | None = None  # the node's one link_errors alert
+        self.link_bad_at: float | None = None  # node time of the latest port sample with errors (or down)
+        self.link_kinds: dict[str, float] = {}  # error counter (or "link_down") -> node time it last moved
 
 
 class TelemetryTracker:
@@ -212,7 +220,8 @@ class TelemetryTracker:
     def firing(self) -> list[Alert]:
         out = []
         for node in self._nodes.values():
-            out.extend(p.alert for p in node.ports.values() if p.alert is not None)
+            if node.link_alert is not None:
+                out.append(node.link_alert)
             for gpu in node.gpus.values():
                 out.extend(gpu.faults.values())
         return out
@@ -248,7 +257,22 @@ class TelemetryTracker:
         if isinstance(event, TopologyEvent):
             node.gpu_nics = {g["gpu"]: tuple(g.get("nics", ())) for g in event.gpus}
             node.nic_ports = {n["device"]: tuple(n.get("ports", ()) or (1,)) for n in event.nics}
+            node.nic_switch = {n["device"]: str(n["switch"]) for n in event.nics if n.get("switch")}
         return []
+
+    def link_trouble(self, since: float) -> dict[str, tuple[float, frozenset[str]]]:
+        """Nodes whose ports logged errors (or went down) at or after ``since`` (node time):
+        ``node -> (latest such time, the error counters that moved since)``."""
+        out = {}
+        for name, node in self._nodes.items():
+            if node.link_bad_at is not None and node.link_bad_at >= since:
+                out[name] = (node.link_bad_at, frozenset(k for k, t in node.link_kinds.items() if t >= since))
+        return out
+
+    def switches(self, node: str) -> tuple[str, ...]:
+        """The switches the node's NICs are cabled to, as its topology events said (empty: unknown)."""
+        state = self._nodes.get(node)
+        return tuple(sorted(set(state.nic_switch.values()))) if state is not None else ()
 
     def _flag(self, node: _NodeState, name: str, ts: float, *, component: str, category: str, signal: str,
               label: str, weight: float, count: int = 0, peak: float = 0.0, gpu: int | None = None,
@@ -303,7 +327,7 @@ class TelemetryTracker:
                     base.add(rate)
         self._bandwidth(node, port, ev, where)
         down = self._state(node, port, ev, where)
-        return self._link_alert(ev, port, errors, down)
+        return self._link_alert(node, ev, port, errors, down)
 
     def _bandwidth(self, node: _NodeState, port: _PortState, ev: LinkEvent, where: dict) -> None:
         if not all(n in ev.counters for n in DATA_COUNTERS):
@@ -343,7 +367,8 @@ class TelemetryTracker:
             port.max_rate = max(port.max_rate, ev.rate)
         return down
 
-    def _link_alert(self, ev: LinkEvent, port: _PortState, errors: dict[str, int], down: bool) -> list[Alert]:
+    def _link_alert(self, node: _NodeState, ev: LinkEvent, port: _PortState, errors: dict[str, int],
+                    down: bool) -> list[Alert]:
         bad = bool(errors) or down
         port.err_ring.append(bad)
         if bad:
@@ -352,34 +377,60 @@ class TelemetryTracker:
                 port.err_first = ev.ts
             for name, delta in errors.items():
                 port.err_totals[name] = port.err_totals.get(name, 0) + delta
+                node.link_kinds[name] = ev.ts
+            if down:
+                node.link_kinds["link_down"] = ev.ts
+            node.link_bad_at = ev.ts if node.link_bad_at is None else max(node.link_bad_at, ev.ts)
         else:
             port.clean += 1
-        if port.alert is None:
+        if not port.firing:
             if port.clean >= self.link_error_window:
                 port.err_first, port.err_totals = None, {}  # the last episode is over
-            if sum(port.err_ring) < self.link_error_min_samples:
-                return []
-            began = port.err_first if port.err_first is not None else ev.ts
-            totals = dict(sorted(port.err_totals.items(), key=lambda kv: -kv[1]))
-            what = ", ".join(f"{n} +{v}" for n, v in totals.items()) or "errors"
-            if port.down_samples:
-                what = f"link {port.state}" + (f", {what}" if totals else "")
-            port.alert = Alert(
-                id=alert_id("", "link_errors", ev.node, ev.device, ev.port, round(began, 3)),
-                status="firing", type="link_errors", severity="critical" if port.down_samples else "warning",
-                job="", ranks=(), nodes=(ev.node,), starts_at=ev.ts,
-                summary=(f"link_errors: port {ev.device}/{ev.port} on {ev.node}: {what} in "
-                         f"{sum(port.err_ring)} of its last {len(port.err_ring)} samples"),
-                evidence={"node": ev.node, "device": ev.device, "port": ev.port, "began_at": round(began, 3),
-                          "errors": totals, "state": port.state, "rate_gbps": ev.rate,
-                          "bad_samples": int(sum(port.err_ring)), "window": len(port.err_ring)})
-            return [port.alert]
-        if port.clean >= self.clear_after:
-            alert, port.alert = port.alert, None
+            if sum(port.err_ring) >= self.link_error_min_samples:
+                port.firing = True
+        elif port.clean >= self.clear_after:
+            port.firing = False
             port.err_first, port.err_totals = None, {}
-            return [alert.resolved(at=ev.ts, summary=f"resolved: port {ev.device}/{ev.port} on {ev.node} clean for "
-                                                     f"{port.clean} samples ({alert.summary})")]
-        return []
+        return self._node_link_alert(node, ev, port)
+
+    def _node_link_alert(self, node: _NodeState, ev: LinkEvent, port: _PortState) -> list[Alert]:
+        """The node's one link_errors alert: fires with its first port in trouble, lists every port that
+        erred, resolves once none is in trouble."""
+        if node.link_alert is not None:
+            if any(p.firing for p in node.ports.values()):
+                return []
+            alert, node.link_alert = node.link_alert, None
+            return [alert.resolved(at=ev.ts, summary=f"resolved: ports on {ev.node} clean for "
+                                                     f"{self.clear_after} samples ({alert.summary})")]
+        if not port.firing:
+            return []
+        # The port that fired first, then the node's other ports with errors in their recent samples.
+        others = sorted(((k, p) for k, p in node.ports.items() if p is not port and (p.firing or any(p.err_ring))),
+                        key=lambda kp: (-sum(kp[1].err_ring), kp[0]))
+        listed = [((ev.device, ev.port), port), *others]
+        began = min(p.err_first for _, p in listed if p.err_first is not None) if any(
+            p.err_first is not None for _, p in listed) else ev.ts
+        totals = dict(sorted(port.err_totals.items(), key=lambda kv: -kv[1]))
+        what = ", ".join(f"{n} +{v}" for n, v in totals.items()) or "errors"
+        if port.down_samples:
+            what = f"link {port.state}" + (f", {what}" if totals else "")
+        where = f"port {ev.device}/{ev.port}"
+        if len(listed) > 1:
+            where = f"{len(listed)} ports ({', '.join(f'{d}/{n}' for (d, n), _ in listed)}), first {ev.device}/{ev.port},"
+        ports = [{"device": d, "port": n, "errors": dict(p.err_totals), "state": p.state,
+                  "bad_samples": int(sum(p.err_ring)), "began_at": None if p.err_first is None else round(p.err_first, 3)}
+                 for (d, n), p in listed]
+        node.link_alert = Alert(
+            id=alert_id("", "link_errors", ev.node, round(began, 3)),
+            status="firing", type="link_errors",
+            severity="critical" if any(p.down_samples for _, p in listed) else "warning",
+            job="", ranks=(), nodes=(ev.node,), starts_at=ev.ts,
+            summary=(f"link_errors: {where} on {ev.node}: {what} in "
+                     f"{sum(port.err_ring)} of its last {len(port.err_ring)} samples"),
+            evidence={"node": ev.node, "device": ev.device, "port": ev.port, "began_at": round(began, 3),
+                      "errors": totals, "state": port.state, "rate_gbps": ev.rate,
+                      "bad_samples": int(sum(port.err_ring)), "window": len(port.err_ring), "ports": ports})
+        return [node.link_alert]
 
     # -- GPUs -----------------------------------------------------------------------------
 

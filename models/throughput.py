@@ -17,6 +17,12 @@ the job's own baseline:
 
 The alert names the layer that moved with it: communication (``comm_time``), compute
 (``compute_time`` of all ranks), input pipeline (``data_time``), or unknown.
+
+A job whose ranks are in several peer groups (pipeline stages) is judged on its whole step: the
+groups' samples of one step are combined (``combine``: the job's step less what its slowest
+rank adds), so the time a stage waits in its point-to-point receives for a
+slow stage (or one slow rank of it) is charged to that stage's compute, not to the network: the
+straggler rule names the slow rank, and the communication layer moves only when the transfer did.
 """
 
 from __future__ import annotations
@@ -53,6 +59,12 @@ class StepSample:
     tokens_per_rank_second: float = float("nan")
     #: Ranks of the step's group that did not report it (see ``GroupStep.missing``).
     missing: int = 0
+    #: The peer group (pipeline stage) the sample is of; "" when the job has one group.
+    group: str = ""
+    #: The median rank's time before its collectives, and the step's tokens (all reporting ranks).
+    before: float = float("nan")
+    tokens: float = float("nan")
+    slowest_before: float = float("nan")  # the slowest rank's time before its collectives
 
 
 def sample_from(step: GroupStep) -> StepSample:
@@ -63,9 +75,11 @@ def sample_from(step: GroupStep) -> StepSample:
     step_time = med(step.step_time)
     typical = step_time
     before = step.step_time - step.comm_time  # time before entering the collectives
+    median_before = slowest = float("nan")
     if before.size and not np.isnan(before).any():
         # The last rank to arrive waits least: its comm_time is the transfer itself.
-        typical = float(np.median(before) + np.min(step.comm_time))
+        median_before, slowest = float(np.median(before)), float(np.max(before))
+        typical = float(median_before + np.min(step.comm_time))
     tokens = step.tokens[~np.isnan(step.tokens)] if step.tokens is not None else np.zeros(0)
     tps = float(tokens.sum() / typical) if tokens.size and typical > 0 else float("nan")
     per_rank = tps / tokens.size if tokens.size else float("nan")
@@ -75,7 +89,39 @@ def sample_from(step: GroupStep) -> StepSample:
     comm = step.comm_time[~np.isnan(step.comm_time)]
     transfer = float(comm.min()) if comm.size else float("nan")
     return StepSample(step.step, step.ts, step_time, typical, med(step.compute_time), transfer,
-                      med(step.data_time), tps, per_rank, step.missing)
+                      med(step.data_time), tps, per_rank, step.missing, step.group or "", median_before,
+                      float(tokens.sum()) if tokens.size else float("nan"), slowest)
+
+
+def combine(samples: list[StepSample]) -> StepSample:
+    """One step of a job from its groups' samples (pipeline stages).
+
+    The ranks' ``comm_time`` in a pipeline also holds the point-to-point waits for other stages
+    (the bubble, and the wait for a slow stage), so no rank's is the pure transfer. The job's step
+    (its slowest group's) is taken less what its slowest rank adds: that rank's time before its
+    collectives over the slowest group's typical rank's. One slow rank anywhere stretches the
+    pipeline by about its excess, which is the straggler rule's business; a slower transfer, or a
+    whole stage slower, moves the typical step."""
+    if len(samples) == 1:
+        return samples[0]
+
+    def worst(attr: str) -> float:
+        values = [getattr(s, attr) for s in samples if getattr(s, attr) == getattr(s, attr)]
+        return max(values) if values else float("nan")
+
+    comm = min((s.comm for s in samples if s.comm == s.comm), default=float("nan"))
+    step_time, before, slowest = worst("step_time"), worst("before"), worst("slowest_before")
+    typical = step_time - max(slowest - before, 0.0) if before == before and slowest == slowest \
+        else worst("typical_step_time")
+    tokens = sum(s.tokens for s in samples if s.tokens == s.tokens)
+    counted = sum(1 for s in samples if s.tokens == s.tokens)
+    tps = tokens / typical if counted and typical > 0 else float("nan")
+    ranks = sum(s.tokens_per_second / s.tokens_per_rank_second for s in samples
+                if s.tokens_per_second > 0 and s.tokens_per_rank_second > 0)  # ranks reporting tokens
+    per_rank = tps / ranks if ranks else float("nan")
+    return StepSample(samples[0].step, max(s.ts for s in samples), step_time, typical, worst("compute"),
+                      comm, worst("data"), tps, per_rank, sum(s.missing for s in samples), "", before,
+                      tokens if counted else float("nan"), slowest)
 
 
 class _Regression:
@@ -176,8 +222,33 @@ class ThroughputDetector:
         self._last_step = -1
         self._clean = 0
         self.firing: Alert | None = None
+        #: Peer groups seen (pipeline stages), and steps waiting for some of them: group -> (sample, phase).
+        self.max_groups = 1024
+        self._groups: dict[str, None] = {}
+        self._pending: dict[int, dict[str, tuple[StepSample, str]]] = {}
 
     def update(self, sample: StepSample, *, phase: str = "train") -> list[Alert]:
+        if not sample.group:
+            return self._update(sample, phase)
+        # Several groups (pipeline stages): a step is judged once every group known reported it, or
+        # once a step two newer came (a group late or gone), on all its groups together.
+        if sample.group not in self._groups and len(self._groups) < self.max_groups:
+            self._groups[sample.group] = None
+        if sample.step <= self._last_step:
+            return []
+        self._pending.setdefault(sample.step, {})[sample.group] = (sample, phase)
+        out: list[Alert] = []
+        for step in sorted(self._pending):
+            got = self._pending[step]
+            if len(got) < len(self._groups) and step > sample.step - 2 and len(self._pending) <= 8:
+                break
+            del self._pending[step]
+            phases = {p for _, p in got.values()}
+            out.extend(self._update(combine([s for s, _ in got.values()]),
+                                    "train" if phases == {"train"} else next(p for p in phases if p != "train")))
+        return out
+
+    def _update(self, sample: StepSample, phase: str) -> list[Alert]:
         if sample.step <= self._last_step:
             return []  # a step already judged (another peer group of the same step)
         self._last_step = sample.step

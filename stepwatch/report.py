@@ -13,7 +13,11 @@ newest alert read, so a replay of an old recording reports on its own week):
 * GPU-hours lost per cause (``evidence.failure_class``): ``job_restart`` alerts'
   ``gpu_hours_lost`` and hangs' ``hung_seconds`` x ranks (a hang that began during a restart's
   silence is left out: the restart's downtime covers it); slowdowns are left out (their cost is in
-  the effective compute share);
+  the effective compute share, and in the next item);
+* what slow ranks and stages cost (``slowdown_cost``, only when some alert carries it): the sum of
+  the straggler and imbalance alerts' ``evidence.gpu_hours_lost_per_day`` (models/cost.py; each
+  incident's latest value), in total, for the incidents still open, and per cause, and the
+  costliest incidents with their ``job_slowdown``;
 * effective compute share per job: the latest ``evidence.effective_compute`` its alerts carry
   (the job's productive share when the alert resolved, models/sli.py).
 
@@ -192,7 +196,7 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
         hours = _gpu_hours_lost(inc)
         if hours:
             lost[inc.cause] = lost.get(inc.cause, 0.0) + hours
-    return {
+    out = {
         "incidents": len(chosen),
         "by_type": {t: stats(g) for t, g in sorted(by_type.items())},
         "by_scope": {s: stats(g) for s, g in sorted(by_scope.items())},
@@ -203,6 +207,33 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
         "_window": {"since": now - since, "until": now},
         "_timeline": [(i.starts_at, i.type, i.scope) for i in chosen],
     }
+    slow = _slowdown_cost(chosen)
+    if slow is not None:
+        out["slowdown_cost"] = slow
+    return out
+
+
+def _slowdown_cost(chosen: list[_Incident]) -> dict[str, Any] | None:
+    """Sum of the slowdowns' GPU-hours lost a day (straggler and imbalance alerts, models/cost.py)."""
+    rows = []
+    for inc in chosen:
+        ev = inc.last.get("evidence") or {}
+        per_day = _num(ev.get("gpu_hours_lost_per_day"))
+        if per_day is None or inc.type not in ("straggler", "imbalance"):
+            continue
+        rows.append((inc, per_day, _num(ev.get("job_slowdown"))))
+    if not rows:
+        return None
+    by_cause: dict[str, float] = {}
+    for inc, per_day, _ in rows:
+        by_cause[inc.cause] = by_cause.get(inc.cause, 0.0) + per_day
+    rows.sort(key=lambda r: (-r[1], r[0].id))
+    return {"gpu_hours_lost_per_day": round(sum(r[1] for r in rows), 2),
+            "open_gpu_hours_lost_per_day": round(sum(r[1] for r in rows if r[0].ends_at is None), 2),
+            "by_cause": {c: round(h, 2) for c, h in sorted(by_cause.items(), key=lambda kv: -kv[1])},
+            "worst": [{"id": inc.id, "type": inc.type, "job": inc.job, "job_slowdown": slowdown,
+                       "gpu_hours_lost_per_day": round(per_day, 2), "open": inc.ends_at is None}
+                      for inc, per_day, slowdown in rows[:10]]}
 
 
 def _gpu_hours_lost(inc: _Incident) -> float:
@@ -254,6 +285,15 @@ def format_text(report: dict[str, Any]) -> str:
     for cause, hours in report["gpu_hours_lost"].items() or [("(none)", 0.0)]:
         lines.append(f"  {cause:<28} {hours:>10.2f}")
     lines.append("")
+    slow = report.get("slowdown_cost")
+    if slow is not None:
+        lines.append(f"GPU-hours lost a day to slow ranks and stages: {slow['gpu_hours_lost_per_day']:.2f} "
+                     f"({slow['open_gpu_hours_lost_per_day']:.2f} still open)")
+        for row in slow["worst"]:
+            factor = "-" if row["job_slowdown"] is None else f"{row['job_slowdown']:.2f}x"
+            lines.append(f"  {row['type']:<10} {row['job']:<18} job {factor:>6} slower {row['gpu_hours_lost_per_day']:>9.2f}"
+                         f"{'  (open)' if row['open'] else ''}")
+        lines.append("")
     lines.append("effective compute share")
     for job, share in report["effective_compute"].items() or [("(no job reported one)", None)]:
         lines.append(f"  {job:<28} {'-' if share is None else f'{share:.1%}':>10}")

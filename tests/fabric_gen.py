@@ -54,6 +54,9 @@ class Job:
     slow: float = 1.5
     straggler: int | None = None  # rank that computes ``straggler_factor`` slower from ``onset``
     straggler_factor: float = 1.12
+    slow_node: int | None = None  # every rank of this node computes ``straggler_factor`` slower from ``onset``
+    #: the straggler (or slow node) is slow on one step in this many only (1: every step): a flaky GPU
+    straggler_every: int = 1
     skew: dict[int, float] = field(default_factory=dict)  # node index -> clock offset, seconds
     step_fields: str = "compute"  # compute (compute+comm time) | step (step_time only)
     collectives: bool = True
@@ -95,8 +98,10 @@ def events(job: Job) -> list[tuple[float, object]]:
         start = t
         compute = job.compute * (1 + 0.02 * rng.standard_normal(n)) * (1.5 if s < 5 else 1.0)
         compute += np.where(rng.random(n) < 0.003, 0.3, 0.0)  # GC pauses
-        if job.straggler is not None and s >= job.onset:
+        if job.straggler is not None and s >= job.onset and (s - job.onset) % job.straggler_every == 0:
             compute[job.straggler] *= job.straggler_factor
+        if job.slow_node is not None and s >= job.onset and (s - job.onset) % job.straggler_every == 0:
+            compute[job.slow_node * per:(job.slow_node + 1) * per] *= job.straggler_factor
         data = 0.01 + 0.002 * rng.random(n)
         arrive = start + data + compute
         last = arrive.max()

@@ -1,0 +1,44 @@
+"""Pipeline waits are not network (issue 26 item 4): point-to-point receive waits behind a slow stage
+are charged to that stage's compute (models/throughput.py ``combine``, models/comm.py on p2p ops).
+
+Recordings from tests/pipeline_gen.py (a GPipe schedule from first principles, not the simulator).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_driver import replay
+from pipeline_gen import PipelineJob, events
+
+NETWORK = ("comm_slowdown", "throughput_drop", "link_errors", "fabric")
+
+
+def run(job: PipelineJob):
+    return [a for a in replay(ev for _, ev in events(job)) if a.status == "firing"]
+
+
+@pytest.mark.parametrize("sends", [True, False])
+def test_one_slow_rank_of_stage_1_in_4_stages_x_8_dp_is_one_straggler_and_no_network_alert(sends):
+    job = PipelineJob(stages=4, dp=8, slow_rank=1 * 8 + 3, slow_factor=1.3, sends=sends, seed=2)
+    alerts = run(job)
+    assert [a.type for a in alerts if a.type in NETWORK] == [], [a.summary for a in alerts]
+    stragglers = [a for a in alerts if a.type == "straggler"]
+    assert {a.ranks for a in stragglers} == {(11,)} and len({a.id for a in stragglers}) == 1
+    assert stragglers[0].evidence["group"] == "stage1"
+    # the job did slow down: the cost is on the straggler (models/cost.py)
+    assert stragglers[0].evidence["job_slowdown"] > 1.05
+
+
+@pytest.mark.parametrize("sends", [True, False])
+def test_a_slower_transfer_is_still_a_communication_slowdown(sends):
+    alerts = run(PipelineJob(stages=4, dp=8, slow_link=True, link_factor=3.0, sends=sends, seed=3))
+    comm = [a for a in alerts if a.type == "comm_slowdown"]
+    assert comm and all(a.evidence["op"] in ("send", "recv") for a in comm)
+    drops = [a for a in alerts if a.type == "throughput_drop"]
+    assert drops and drops[0].evidence["layer"] == "communication"
+    assert [a for a in alerts if a.type == "straggler"] == []
+
+
+def test_a_healthy_pipeline_raises_nothing():
+    assert run(PipelineJob(stages=4, dp=8, seed=4)) == []
