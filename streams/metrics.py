@@ -169,6 +169,9 @@ class _ScrapeTimeCollector:
         yield flaps
         yield GaugeMetricFamily("stepwatch_jobs_tracked", "Jobs this worker holds state for.",
                                 value=len(engine.jobs))
+        yield CounterMetricFamily("stepwatch_engine_jobs_refused", "Events of new jobs refused at the job cap "
+                                  "(retention.max_jobs) because the jobs it would evict all had open alerts.",
+                                  value=getattr(engine, "jobs_refused", 0))
         yield GaugeMetricFamily("stepwatch_jobs_active", "Jobs not ended.",
                                 value=sum(1 for j in engine.jobs.values() if not j.ended))
         yield GaugeMetricFamily("stepwatch_ranks_tracked", "Ranks this worker holds state for (all jobs).",
