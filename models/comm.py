@@ -15,7 +15,7 @@ slowdown slows every rank alike, and the node behind it comes from the job's tel
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 
@@ -29,6 +29,11 @@ def size_bucket(nbytes: int | None) -> str:
         return "any"
     exp = int(math.log(nbytes, 4))
     return f"{4 ** exp}B+"
+
+
+#: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
+#: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
+MAX_OP_KEYS = 1024
 
 
 class _Key:
@@ -61,12 +66,16 @@ class CommSlowdownDetector:
         self.clear_after = clear_after
         self.top_ranks = top_ranks
         self._keys: dict[tuple[str, str, str], _Key] = {}
+        self.capped: Counter[str] = Counter()
         self._clean: dict[tuple[str, str, str], int] = {}
 
     def update(self, event: CollectiveEvent) -> list[Alert]:
         key = (event.pg or "default", event.op, size_bucket(event.bytes))
         state = self._keys.get(key)
         if state is None:
+            if len(self._keys) >= MAX_OP_KEYS:
+                self.capped["op_names_per_job"] += 1
+                return []
             state = self._keys[key] = _Key(self.baseline_size, self.window)
         if event.seq <= state.last_seq:
             return []  # a late copy of a collective already judged

@@ -114,6 +114,7 @@ class DetectionEngine:
         self.jobs: OrderedDict[str, JobState] = OrderedDict()
         #: Events of new jobs refused because every job the cap would evict had an open alert.
         self.jobs_refused = 0
+        self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
@@ -362,9 +363,20 @@ class DetectionEngine:
                 out.extend(job.checkpoint.check(job_now))
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
 
+    def capped(self) -> Counter[str]:
+        """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
+        out = Counter(self._capped_gone)
+        out.update(self.telemetry.tracker.capped)
+        for job in self.jobs.values():
+            out.update(job.hang.capped)
+            out.update(job.comm.capped)
+        return out
+
     def _evict(self, job: JobState, reason: str) -> list[Alert]:
         """Forget a job; its open alerts resolve, saying why."""
         self.jobs.pop(job.job, None)
+        self._capped_gone.update(job.hang.capped)
+        self._capped_gone.update(job.comm.capped)
         self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}")

@@ -65,3 +65,67 @@ def test_a_new_job_costs_a_bounded_number_of_probes(monkeypatch):
         engine.process(parse_event({"v": 1, "kind": "phase", "job": f"j{i}", "ts": T0 + i, "phase": "train"}))
     assert len(engine.jobs) == 2000 and list(engine.jobs)[0] == "j4000"  # least recently active went first
     assert len(looked) <= 2 * 4000  # the probe and the evicted job's alerts: O(1) per new job
+
+
+# -- per-producer caps (finding 5): counted, the over-cap part left out, never unbounded -------------
+
+def test_a_heartbeat_listing_too_many_ranks_in_a_group_is_dead_lettered_with_the_reason():
+    import orjson
+
+    from stepwatch.models.events import MAX_PG_RANKS
+    from stepwatch.models.pipeline import Message, Pipeline
+
+    beat = {"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0, "step": 1,
+            "pgs": {"tp": {"started": 1, "completed": 1, "ranks": list(range(MAX_PG_RANKS + 1))}}}
+    out = Pipeline().feed([Message(orjson.dumps(beat), b"j", "ev", 0, 7)], arrival=T0)
+    assert [d.cause for d in out.deadletters] == ["decode"]
+    assert f"ranks lists more than {MAX_PG_RANKS} ranks" in out.deadletters[0].rejected.reason
+
+
+def test_process_groups_and_their_ranks_per_job_are_capped_and_counted(monkeypatch):
+    from stepwatch.models import hang
+
+    monkeypatch.setattr(hang, "MAX_PGS", 50)
+    monkeypatch.setattr(hang, "MAX_PG_RANK_ENTRIES", 100)
+    engine = DetectionEngine()
+    for i in range(20):  # 20 heartbeats of 10 new groups each, 8 ranks listed per group
+        pgs = {f"pg{i}-{g}": {"started": 1, "completed": 1, "ranks": list(range(8))} for g in range(10)}
+        engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0 + i, "step": 1, "pgs": pgs}))
+    detector = engine.jobs["j"].hang
+    assert len(detector._pg_seq) == 50
+    assert sum(len(r) for r in detector._pg_ranks.values() if r) <= 100
+    assert engine.capped()["process_groups_per_job"] == 150
+    assert engine.capped()["pg_ranks_per_job"] == 50 - 100 // 8
+
+
+def test_gpus_and_ports_per_node_and_op_names_per_job_are_capped_and_counted():
+    from stepwatch.models import comm, telemetry_tracker as tt
+
+    engine = DetectionEngine()
+    for g in range(tt.MAX_GPUS_PER_NODE + 100):  # finding 5: 200k GPU indexes on one node
+        engine.process(parse_event({"v": 1, "kind": "gpu", "node": "n1", "ts": T0, "gpu": g, "temp_c": 60.0}))
+    for p in range(tt.MAX_PORTS_PER_NODE + 10):
+        engine.process(parse_event({"v": 1, "kind": "link", "node": "n1", "ts": T0, "device": "mlx5_0", "port": p + 1,
+                                    "state": "ACTIVE", "rate": 400.0, "counters": {}}))
+    node = engine.telemetry.tracker._nodes["n1"]
+    assert len(node.gpus) == tt.MAX_GPUS_PER_NODE and len(node.ports) == tt.MAX_PORTS_PER_NODE
+    for i in range(comm.MAX_OP_KEYS + 30):
+        engine.process(parse_event({"v": 1, "kind": "collective", "job": "j", "rank": 0, "seq": 1, "op": f"op{i}",
+                                    "ts": T0, "duration": 0.01}))
+    capped = engine.capped()
+    assert (capped["gpus_per_node"], capped["ports_per_node"], capped["op_names_per_job"]) == (100, 10, 30)
+    assert len(engine.jobs["j"].comm._keys) == comm.MAX_OP_KEYS
+    assert len(engine.jobs["j"].arrival._ops) <= 1024
+
+
+def test_metrics_count_what_was_capped():
+    from stepwatch.streams.metrics import WorkerMetrics
+
+    engine = DetectionEngine()
+    from stepwatch.models import telemetry_tracker as tt
+
+    for g in range(tt.MAX_GPUS_PER_NODE + 3):
+        engine.process(parse_event({"v": 1, "kind": "gpu", "node": "n1", "ts": T0, "gpu": g, "temp_c": 60.0}))
+    text = WorkerMetrics(engine).render().decode()
+    assert 'stepwatch_state_capped_total{what="gpus_per_node"} 3.0' in text
+    assert "stepwatch_engine_jobs_refused_total 0.0" in text
