@@ -247,7 +247,8 @@ class TelemetryTracker:
         """Feed one telemetry event; return the node alerts it fired or resolved."""
         self.events_seen += 1
         node = self._node(event.node)
-        if isinstance(event, (GpuEvent, XidEvent)) and event.gpu not in node.gpus and len(node.gpus) >= MAX_GPUS_PER_NODE:
+        if (isinstance(event, (GpuEvent, XidEvent)) and event.gpu not in node.gpus
+                and len(node.gpus) >= MAX_GPUS_PER_NODE):
             self.capped["gpus_per_node"] += 1
             return []
         if (isinstance(event, LinkEvent) and (event.device, event.port) not in node.ports

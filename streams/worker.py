@@ -97,7 +97,8 @@ class Worker:
         self.sink = self._alertmanager()
         from .action_sink import install_action_sink
 
-        self.action_sink = install_action_sink(self.app, settings, reported=self.engine.telemetry.reported_before)  # None unless action hooks are on
+        # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
+        self.action_sink = install_action_sink(self.app, settings, reported=self.engine.telemetry.reported_before)
         #: Called when events partitions come or go (the workers registry advertises them at once).
         self.assignment_changed: Callable[[], None] | None = None
         self.workers = self._web()
