@@ -23,6 +23,9 @@ import numpy as np
 
 from .events import CollectiveEvent
 
+#: Distinct (process group, op) names counted per job (the dominant op is one of the first ones).
+MAX_OPS = 1024
+
 
 class CollectiveArrival:
     """Per job: each rank's time in collectives per step. Bounded: ``max_steps`` steps,
@@ -40,7 +43,9 @@ class CollectiveArrival:
 
     def observe_collective(self, event: CollectiveEvent) -> None:
         self.active = True
-        self._ops[(event.pg or "default", event.op)] += 1
+        op = (event.pg or "default", event.op)
+        if op in self._ops or len(self._ops) < MAX_OPS:  # op names come from the ranks: bounded
+            self._ops[op] += 1
         if event.step is not None:
             self._add(event.step, event.rank, event.duration)
             return

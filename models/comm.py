@@ -28,7 +28,7 @@ from its faster upstream), so waits behind a slow stage do not move it, a slower
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 
@@ -51,6 +51,11 @@ P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "p2p
 def is_p2p(op: str) -> bool:
     op = op.lower()
     return op in P2P_OPS or op.endswith(("send", "recv"))
+
+
+#: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
+#: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
+MAX_OP_KEYS = 1024
 
 
 class _Key:
@@ -93,12 +98,16 @@ class CommSlowdownDetector:
         self.clear_after = clear_after
         self.top_ranks = top_ranks
         self._keys: dict[tuple[str, str, str], _Key] = {}
+        self.capped: Counter[str] = Counter()
         self._clean: dict[tuple[str, str, str], int] = {}
 
     def update(self, event: CollectiveEvent) -> list[Alert]:
         key = (event.pg or "default", event.op, size_bucket(event.bytes))
         state = self._keys.get(key)
         if state is None:
+            if len(self._keys) >= MAX_OP_KEYS:
+                self.capped["op_names_per_job"] += 1
+                return []
             state = self._keys[key] = _Key(self.baseline_size, self.window)
         if is_p2p(event.op):
             return self._p2p(key, state, event)

@@ -10,7 +10,7 @@ reproduced offline.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 
 import numpy as np
@@ -41,7 +41,10 @@ class RetentionSettings:
     job_idle_seconds: float = 6 * 3600.0
     #: A job that sent ``phase: end`` is forgotten this long after its last event.
     ended_job_seconds: float = 600.0
-    #: At most this many jobs are tracked; beyond, the least recently active is forgotten.
+    #: At most this many jobs are tracked; beyond, the least recently active job *without an open
+    #: alert* is forgotten (a hung job is never pushed out by new ones); when the
+    #: ``EVICTION_PROBES`` least recently active all have open alerts, the new job's event is refused
+    #: and counted (``stepwatch_engine_jobs_refused_total``).
     max_jobs: int = 10_000
 
 
@@ -51,6 +54,9 @@ class RetentionSettings:
 
 
 END_GRACE_SECONDS = 10.0
+#: Least recently active jobs looked at to find one to evict for a new job (those with open alerts go
+#: to the back): the cost per new job stays O(1) whatever the number of jobs.
+EVICTION_PROBES = 64
 
 
 class JobState:
@@ -108,7 +114,12 @@ class DetectionEngine:
 
             settings = DetectionSettings()
         self.settings = settings
-        self.jobs: dict[str, JobState] = {}
+        #: Jobs, least recently active first (every event moves its job to the end): an LRU, so the
+        #: job to evict for a new one is found without a scan.
+        self.jobs: OrderedDict[str, JobState] = OrderedDict()
+        #: Events of new jobs refused because every job the cap would evict had an open alert.
+        self.jobs_refused = 0
+        self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
@@ -150,9 +161,13 @@ class DetectionEngine:
         evicted: list[Alert] = []
         if job is None:
             job, evicted = self._add_job(event.job)
+            if job is None:
+                return []
         elif job.ended and event.ts <= job.ended_at + END_GRACE_SECONDS and getattr(event, "rank", None) is not None:
             job.late_after_end += 1  # see _process_steps
             return []
+        else:
+            self.jobs.move_to_end(event.job)
         if event.ts > job.last_ts:
             job.last_ts = event.ts
         job.last_seen = self._tick_clock
@@ -187,13 +202,27 @@ class DetectionEngine:
             out.extend(self._process_steps(job, events, lo, hi, arrival))
         return out
 
-    def _add_job(self, name: str) -> tuple[JobState, list[Alert]]:
-        """A new job's state, and the alerts of the job evicted to make room for it (if any)."""
+    def _add_job(self, name: str) -> tuple[JobState | None, list[Alert]]:
+        """A new job's state, and the alerts of the job evicted to make room for it (if any); None
+        when the cap is reached and no job near the front of the LRU may go (all have open alerts)."""
+        evicted: list[Alert] = []
+        if len(self.jobs) >= self.settings.retention.max_jobs:
+            victim = self._evictable()
+            if victim is None:
+                self.jobs_refused += 1
+                return None, []
+            evicted = self._evict(victim, "too many jobs tracked")
         job = self.jobs[name] = self._new_job(name)
-        if len(self.jobs) > self.settings.retention.max_jobs:
-            oldest = min((j for j in self.jobs.values() if j is not job), key=lambda j: j.last_seen or 0.0)
-            return job, self._evict(oldest, "too many jobs tracked")
-        return job, []
+        return job, evicted
+
+    def _evictable(self) -> JobState | None:
+        """The least recently active job without an open alert among the first ``EVICTION_PROBES``."""
+        for _ in range(min(EVICTION_PROBES, len(self.jobs))):
+            name, job = next(iter(self.jobs.items()))
+            if not self._job_open_alerts(job):
+                return job
+            self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
+        return None
 
     def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
         """Step events ``lo:hi`` of one job, in order, by columns: the only road of step events.
@@ -211,7 +240,11 @@ class DetectionEngine:
         evicted: list[Alert] = []
         if job is None:
             job, evicted = self._add_job(name)
-        elif job.ended:
+            if job is None:
+                return []
+        else:
+            self.jobs.move_to_end(name)
+        if job.ended:
             # Stamped before (or just after, on another rank's clock) the job said it ended, arriving
             # after: overtaken on another path (e.g. a different shard stage process), not a restart,
             # which would reopen the job's alerts. The first later step is the restart.
@@ -343,9 +376,20 @@ class DetectionEngine:
                 out.extend(job.checkpoint.check(job_now))
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
 
+    def capped(self) -> Counter[str]:
+        """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
+        out = Counter(self._capped_gone)
+        out.update(self.telemetry.tracker.capped)
+        for job in self.jobs.values():
+            out.update(job.hang.capped)
+            out.update(job.comm.capped)
+        return out
+
     def _evict(self, job: JobState, reason: str) -> list[Alert]:
         """Forget a job; its open alerts resolve, saying why."""
         self.jobs.pop(job.job, None)
+        self._capped_gone.update(job.hang.capped)
+        self._capped_gone.update(job.comm.capped)
         self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}")

@@ -126,6 +126,9 @@ MAX_STACK_THREADS = 8
 MAX_STACK_FRAMES = 64
 #: Most process groups read from one heartbeat.
 MAX_HEARTBEAT_PGS = 1024
+#: Most ranks one ``pgs[...].ranks`` list may name (a group spans at most the job's world): beyond, the
+#: heartbeat is dead-lettered with the reason (40 heartbeats of 2M ranks each held 0.8 GiB; issue 27).
+MAX_PG_RANKS = 65_536
 _PHASE_FIELDS = frozenset("v kind job ts phase rank step".split())
 
 
@@ -238,6 +241,8 @@ def _pgs(o: dict) -> tuple | None:
             if raw is not None:
                 if not isinstance(raw, list):
                     raise InvalidEvent(f"{what}.ranks must be a list of ranks")
+                if len(raw) > MAX_PG_RANKS:
+                    raise InvalidEvent(f"{what}.ranks lists more than {MAX_PG_RANKS} ranks")
                 ranks = tuple(_counter(r, f"{what}.ranks") for r in raw)
         out.append((name, started, completed, ranks))
     return tuple(out)

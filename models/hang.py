@@ -42,7 +42,7 @@ bounded: per-rank latest values in arrays, bounded deques of step times and hear
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -123,6 +123,9 @@ _D = HangSettings()
 DEFAULT_PG = "default"
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
+#: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
+#: kept (it is judged as one without them) and counted in ``capped``.
+MAX_PG_RANK_ENTRIES = 1_000_000
 #: Culprits asked for their stacks per request (waiting ranks come on top, ``stack_waiting_ranks``).
 MAX_STACK_CULPRITS = 4
 
@@ -259,6 +262,9 @@ class HangDetector:
         # completed), and the group's global ranks (None: not told, e.g. the default group).
         self._pg_seq: dict[str, dict[int, tuple[int, int]]] = {}
         self._pg_ranks: dict[str, tuple[int, ...] | None] = {}
+        self._pg_rank_entries = 0
+        #: Input left out at a cap (process groups beyond MAX_PGS, ranks lists beyond MAX_PG_RANK_ENTRIES).
+        self.capped: Counter[str] = Counter()
         self._stack: _StackState | None = None
         #: Stack requests made by ``check`` and not yet taken by the worker.
         self.pending_requests: list[StackRequest] = []
@@ -591,11 +597,16 @@ class HangDetector:
             seqs = self._pg_seq.get(name)
             if seqs is None:
                 if len(self._pg_seq) >= MAX_PGS:
+                    self.capped["process_groups_per_job"] += 1
                     continue
                 seqs = self._pg_seq[name] = {}
                 self._pg_ranks[name] = None
             if ranks is not None and self._pg_ranks[name] is None:
-                self._pg_ranks[name] = ranks
+                if self._pg_rank_entries + len(ranks) > MAX_PG_RANK_ENTRIES:
+                    self.capped["pg_ranks_per_job"] += 1
+                else:
+                    self._pg_ranks[name] = ranks
+                    self._pg_rank_entries += len(ranks)
             old = seqs.get(slot)
             if old is None:
                 seqs[slot] = (started, completed)

@@ -68,6 +68,8 @@ class OnCallSettings:
     #: Command templates ({node}, {reason}) rendered into each action.
     slurm_template: str = "scontrol update nodename={node} state=drain reason=\"{reason}\""
     kubernetes_template: str = "kubectl cordon {node}"
+    #: Optional file of the nodes actions may name (one a line); others are refused (docs/security.md).
+    node_inventory_file: str = ""
 
 #: A restart names the job's latest firing alert from at most this long before its silence began.
 

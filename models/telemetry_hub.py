@@ -10,6 +10,7 @@ after it fired. :class:`TelemetrySettings` configures all of it and the node age
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from .alerts import Alert
@@ -148,8 +149,27 @@ class TelemetryHub:
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
+        #: Node -> ts of its agent's first report (least recently reporting first; bounded like the
+        #: tracker's nodes): action hooks drain only nodes whose agent reported before the alert.
+        self._reported: OrderedDict[str, float] = OrderedDict()
+
+    def reported_before(self, node: str, ts: float) -> bool:
+        """Whether telemetry of ``node`` arrived before ``ts`` (its agent is real, not one forged message)."""
+        first = self._reported.get(node)
+        return first is not None and first < ts
+
+    def _note_report(self, node, ts: float) -> None:
+        if not isinstance(node, str):
+            return
+        if node in self._reported:
+            self._reported.move_to_end(node)
+            return
+        if len(self._reported) >= self.tracker.max_nodes:
+            self._reported.popitem(last=False)
+        self._reported[node] = ts
 
     def process(self, event) -> list[Alert]:
+        self._note_report(getattr(event, "node", None), getattr(event, "ts", 0.0))
         self.fabric.history.update(event)
         if event.kind == "host":
             return self.host.update(event)

@@ -26,7 +26,7 @@ The spike episodes are what the correlator (models/telemetry_correlator.py) rank
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,10 @@ RATE_COUNTERS: dict[str, tuple[float, float, str]] = {
 DATA_COUNTERS = ("port_xmit_data", "port_rcv_data")
 #: A bandwidth collapse needs a busy baseline: at least this many bytes per second.
 BANDWIDTH_FLOOR = 1e8
+#: Per-node bounds (one producer cannot grow a node without limit; issue 27 finding 5): GPUs and
+#: link ports tracked per node; a sample of one more is left out and counted (``capped``).
+MAX_GPUS_PER_NODE = 64
+MAX_PORTS_PER_NODE = 256
 
 THROTTLE_THERMAL = 0x8 | 0x20 | 0x40  # HW slowdown, SW thermal, HW thermal
 THROTTLE_POWER = 0x4 | 0x80  # SW power cap, HW power brake
@@ -200,7 +204,10 @@ class TelemetryTracker:
         self.app_xids = frozenset(app_xids)
         self.max_spikes_per_node = max_spikes_per_node
         self.max_nodes = max_nodes
-        self._nodes: dict[str, _NodeState] = {}
+        #: Least recently reporting first (an LRU: a new node at the cap costs O(1)).
+        self._nodes: OrderedDict[str, _NodeState] = OrderedDict()
+        #: Input left out at a cap, by what: ``gpus_per_node``, ``ports_per_node``, ``nodes`` (evicted).
+        self.capped: Counter[str] = Counter()
         self.events_seen = 0
 
     # -- state ----------------------------------------------------------------------------
@@ -208,9 +215,12 @@ class TelemetryTracker:
     def _node(self, name: str) -> _NodeState:
         node = self._nodes.get(name)
         if node is None:
-            if len(self._nodes) >= self.max_nodes:  # memory bound: forget the quietest node
-                del self._nodes[min(self._nodes, key=lambda n: self._nodes[n].last_ts)]
+            if len(self._nodes) >= self.max_nodes:  # memory bound: forget the node silent the longest
+                self._nodes.popitem(last=False)
+                self.capped["nodes"] += 1
             node = self._nodes[name] = _NodeState(self.max_spikes_per_node)
+        else:
+            self._nodes.move_to_end(name)
         return node
 
     @property
@@ -246,6 +256,14 @@ class TelemetryTracker:
         """Feed one telemetry event; return the node alerts it fired or resolved."""
         self.events_seen += 1
         node = self._node(event.node)
+        if (isinstance(event, (GpuEvent, XidEvent)) and event.gpu not in node.gpus
+                and len(node.gpus) >= MAX_GPUS_PER_NODE):
+            self.capped["gpus_per_node"] += 1
+            return []
+        if (isinstance(event, LinkEvent) and (event.device, event.port) not in node.ports
+                and len(node.ports) >= MAX_PORTS_PER_NODE):
+            self.capped["ports_per_node"] += 1
+            return []
         if event.ts > node.last_ts:
             node.last_ts = event.ts
         if isinstance(event, LinkEvent):

@@ -89,6 +89,20 @@ class WorkerSettings(PipelineSettings):
     #: ``<app_id>-events``, ``getmany`` batches into the engine; the default) or ``faust`` (a Faust
     #: agent in the group ``<app_id>``, one message at a time).
     consumer: str = "aiokafka"
+    #: Address the web server listens on (Faust's ``web_bind``); loopback unless set. Bound off
+    #: loopback, every page but /health and /metrics wants the bearer token (docs/security.md).
+    web_bind: str = "127.0.0.1"
+    #: File holding the bearer token the web pages want (``Authorization: Bearer <token>``); the
+    #: proxy passes it on to the peer. Required when ``web_bind`` is not a loopback address.
+    web_token_file: str = ""
+    #: Start bound off loopback without a token anyway (a network the operator trusts).
+    web_allow_unauthenticated: bool = False
+    #: File holding the key every worker signs its workers-topic records with (HMAC-SHA256);
+    #: records without a valid signature are ignored. Empty: unsigned (then use ``peers``).
+    peer_key_file: str = ""
+    #: Comma-separated peer URLs the proxy may talk to (an allow-list); empty: any worker whose
+    #: workers-topic record counts (signed when ``peer_key_file`` is set).
+    peers: str = ""
 
     def __post_init__(self) -> None:
         if self.consumer not in ("faust", "aiokafka"):

@@ -15,6 +15,7 @@ overridden by the job's own. ``stepwatch config set/unset/show`` write and read 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ import orjson
 
 from stepwatch.models.hang import HangSettings
 from stepwatch.models.straggler import StragglerSettings
-from stepwatch.models.tunable import runtime_fields
+from stepwatch.models.tunable import check_runtime_value, runtime_fields
 from stepwatch.config import Settings, _parse
 
 GLOBAL = "*"
@@ -60,12 +61,20 @@ def _convert(section: str, field: str, raw: Any) -> Any:
         raise ValueError(f"unknown setting {section}.{field}; known: {', '.join(sorted(fields))}")
     kind = type(getattr(cls(), field))
     if isinstance(raw, str):
-        return _parse(f"{section}.{field}", raw, kind)
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        value = _parse(f"{section}.{field}", raw, kind)
+    elif kind is bool and isinstance(raw, bool):
+        value = raw  # a JSON true/false (what ``config set`` writes for a bool)
+    elif isinstance(raw, bool) or not isinstance(raw, (int, float)) or kind is bool:
         raise ValueError(f"{section}.{field}={raw!r} is not a valid {kind.__name__}")
-    if kind is int and float(raw) != int(raw):
+    elif kind is int and not (math.isfinite(raw) and float(raw) == int(raw)):
         raise ValueError(f"{section}.{field}={raw!r} is not a valid int")
-    return kind(raw)
+    else:
+        value = kind(raw)
+    try:
+        check_runtime_value(cls, field, value)  # finite and in the field's range (models/tunable.py)
+    except ValueError as exc:
+        raise ValueError(f"{section}.{exc}") from None
+    return value
 
 
 def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | None = None) -> StragglerSettings:
@@ -76,7 +85,7 @@ def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | Non
     settings = dataclasses.replace(base or StragglerSettings(), **overrides.get("straggler", {}))
     if not 1 <= settings.min_flagged <= settings.window:
         raise ValueError("straggler: need 1 <= min_flagged <= window")
-    for name in ("ratio_threshold", "critical_ratio"):
+    for name in ("ratio_threshold", "critical_ratio", "z_threshold"):
         if not getattr(settings, name) > 0:
             raise ValueError(f"straggler.{name} must be positive")
     for name in ("evidence_window", "clear_after", "min_peers", "long_window"):

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from stepwatch.config import OnCallSettings
-from stepwatch.models.action_hooks import ActionHooks
+from stepwatch.models.action_hooks import ActionHooks, load_inventory
 
 from .supervise import run_forever
 
@@ -27,10 +27,13 @@ log = logging.getLogger("stepwatch.actions")
 
 class ActionSink:
     def __init__(self, settings: OnCallSettings, *, send: Callable[[bytes, bytes], Awaitable[Any]] | None = None,
-                 queue_size: int = 1000, attempts: int = 4, timeout: float = 10.0) -> None:
+                 queue_size: int = 1000, attempts: int = 4, timeout: float = 10.0,
+                 reported: Callable[[str, float], bool] | None = None) -> None:
         self.settings = settings
+        inventory = load_inventory(settings.node_inventory_file) if settings.node_inventory_file else None
         self.hooks = ActionHooks(dry_run=settings.dry_run, slurm_template=settings.slurm_template,
-                                 kubernetes_template=settings.kubernetes_template)
+                                 kubernetes_template=settings.kubernetes_template, inventory=inventory,
+                                 reported=reported)
         self.send = send  # (key, value) -> the actions topic
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
         self.attempts = attempts
@@ -101,8 +104,9 @@ class ActionSink:
         return out
 
 
-def install_action_sink(app, settings) -> ActionSink | None:
-    """The worker's action sink, or None when hooks are off (the default)."""
+def install_action_sink(app, settings, *, reported: Callable[[str, float], bool] | None = None) -> ActionSink | None:
+    """The worker's action sink, or None when hooks are off (the default). ``reported(node, ts)``:
+    whether the node's agent reported before ``ts`` (the engine's ``TelemetryHub.reported_before``)."""
     oncall = settings.oncall
     if not oncall.hooks_enabled:
         return None
@@ -112,7 +116,7 @@ def install_action_sink(app, settings) -> ActionSink | None:
     async def send(key: bytes, value: bytes) -> None:
         await topic.send(key=key, value=value)
 
-    sink = ActionSink(oncall, send=send)
+    sink = ActionSink(oncall, send=send, reported=reported)
     app.stepwatch_actions = sink
 
     @app.task

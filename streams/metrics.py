@@ -206,6 +206,17 @@ class _ScrapeTimeCollector:
         yield flaps
         yield GaugeMetricFamily("stepwatch_jobs_tracked", "Jobs this worker holds state for.",
                                 value=len(engine.jobs))
+        yield CounterMetricFamily("stepwatch_engine_jobs_refused", "Events of new jobs refused at the job cap "
+                                  "(retention.max_jobs) because the jobs it would evict all had open alerts.",
+                                  value=getattr(engine, "jobs_refused", 0))
+        capped = CounterMetricFamily("stepwatch_state_capped", "Input left out at a per-producer state cap, by "
+                                     "what (process_groups_per_job, pg_ranks_per_job, op_names_per_job, "
+                                     "gpus_per_node, ports_per_node, nodes); docs/security.md.", labels=["what"])
+        counts = engine.capped() if hasattr(engine, "capped") else {}
+        for what in ("process_groups_per_job", "pg_ranks_per_job", "op_names_per_job", "gpus_per_node",
+                     "ports_per_node", "nodes"):
+            capped.add_metric([what], counts.get(what, 0))
+        yield capped
         yield GaugeMetricFamily("stepwatch_jobs_active", "Jobs not ended.",
                                 value=sum(1 for j in engine.jobs.values() if not j.ended))
         yield GaugeMetricFamily("stepwatch_ranks_tracked", "Ranks this worker holds state for (all jobs).",

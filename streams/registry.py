@@ -9,6 +9,13 @@ events partitions and its ``worker.canonical_url`` on the compacted topic ``<pre
 ``worker.registry_interval`` seconds (10) and, with an empty partition list, on a clean stop.
 Every worker reads the topic without a consumer group and keeps partition -> (url, ts).
 
+Anyone who can write the topic could otherwise point a job's status requests anywhere (the proxy
+fetches from the owner's URL), so (docs/security.md): with ``worker.peer_key_file`` every record
+carries ``"sig"``, an HMAC-SHA256 with that shared key over the record without ``sig`` (orjson,
+sorted keys), and records without a valid one are ignored; with ``worker.peers`` only the listed
+URLs count; a ``ts`` more than ``max_future`` seconds ahead of the reader's clock is ignored (a
+future stamp would outlive the real owner's re-advertising); at most ``MAX_WORKERS`` entries.
+
 ``WorkersRegistry`` is the pure part (``apply``/``owner``, clock passed in; unit-tested in
 tests/test_registry.py); ``install_registry`` is the thin Kafka adapter (a ``mode.Service`` of
 the app with its own producer and reader).
@@ -17,6 +24,8 @@ the app with its own producer and reader).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +37,10 @@ log = logging.getLogger("stepwatch.worker.registry")
 
 #: An entry older than this many refresh intervals is ignored (its worker is gone or cut off).
 STALE_AFTER_INTERVALS = 3.0
+#: Live workers kept at most (beyond, new URLs are ignored and counted): a bound whatever is written.
+MAX_WORKERS = 1024
+#: Clock skew tolerated between workers, seconds: a ``ts`` further ahead is refused.
+MAX_FUTURE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -37,10 +50,25 @@ class WorkerEntry:
     ts: float
 
 
-def registry_record(*, url: str, topic: str, group: str | None, partitions, ts: float) -> bytes:
-    """The value a worker publishes (keyed by ``url``)."""
-    return orjson.dumps({"url": url, "topic": topic, "group": group,
-                         "partitions": sorted(int(p) for p in partitions), "ts": ts})
+def signature(key: bytes, value: dict) -> str:
+    """HMAC-SHA256 (hex) of ``value`` without its ``sig``, serialized with sorted keys."""
+    body = orjson.dumps({k: v for k, v in value.items() if k != "sig"}, option=orjson.OPT_SORT_KEYS)
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def registry_record(*, url: str, topic: str, group: str | None, partitions, ts: float,
+                    key: bytes | None = None) -> bytes:
+    """The value a worker publishes (keyed by ``url``); signed (``"sig"``) when ``key`` is given."""
+    value = {"url": url, "topic": topic, "group": group, "partitions": sorted(int(p) for p in partitions), "ts": ts}
+    if key is not None:
+        value["sig"] = signature(key, value)
+    return orjson.dumps(value)
+
+
+def parse_peers(raw: str) -> frozenset[str] | None:
+    """``worker.peers`` (comma-separated URLs) as a set; None when empty (no allow-list)."""
+    peers = frozenset(u.strip().rstrip("/") for u in raw.split(",") if u.strip())
+    return peers or None
 
 
 class WorkersRegistry:
@@ -52,12 +80,40 @@ class WorkersRegistry:
     partition (a crashed owner's last word and its successor's), the newer claim wins.
     """
 
-    def __init__(self, topic: str, *, group: str | None = None, max_age: float = 30.0) -> None:
+    def __init__(self, topic: str, *, group: str | None = None, max_age: float = 30.0, key: bytes | None = None,
+                 peers: frozenset[str] | None = None, max_future: float = MAX_FUTURE_SECONDS) -> None:
         self.topic = topic
         self.group = group
         self.max_age = max_age
+        #: The shared signing key (None: records are not signed and not checked).
+        self.key = key
+        #: The URLs that may own partitions (None: any).
+        self.peers = peers
+        self.max_future = max_future
         self.workers: dict[str, WorkerEntry] = {}
         self.ignored = 0
+        #: Of ``ignored``: records refused as untrusted (bad or missing signature, not a listed peer,
+        #: a future ``ts``, over ``MAX_WORKERS``).
+        self.refused = 0
+
+    def _trusted(self, value: dict, url: str, ts: float, now: float) -> bool:
+        if self.key is not None:
+            sig = value.get("sig")
+            if type(sig) is not str or not hmac.compare_digest(sig, signature(self.key, value)):
+                return False
+        if self.peers is not None and url not in self.peers:
+            return False
+        if ts > now + self.max_future:
+            return False
+        return url in self.workers or len(self.workers) < MAX_WORKERS
+
+    def known(self, url: str, now: float) -> bool:
+        """Whether ``url`` is a live worker of the registry (or a listed peer): the proxy talks to no other."""
+        url = url.rstrip("/")
+        if self.peers is not None and url in self.peers:
+            return True
+        entry = self.workers.get(url)
+        return entry is not None and now - entry.ts <= self.max_age
 
     def apply(self, record: bytes | dict | None, now: float, *, key: bytes | str | None = None) -> bool:
         """Take one message of the workers topic; True when it changed what is known.
@@ -77,10 +133,16 @@ class WorkersRegistry:
             topic = value["topic"]
             ts = float(value["ts"])
             partitions = frozenset(int(p) for p in value.get("partitions") or ())
-            if not url:
-                raise ValueError("empty url")
+            if not url or ts != ts:
+                raise ValueError("empty url or NaN ts")
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             self.ignored += 1
+            return False
+        if not self._trusted(value, url, ts, now):
+            log.warning("workers registry: ignored an untrusted record for %r (signature, peer list, ts or cap)",
+                        url[:200])
+            self.ignored += 1
+            self.refused += 1
             return False
         group = value.get("group")
         if topic != self.topic or (self.group and group and group != self.group):
@@ -120,6 +182,16 @@ class WorkersRegistry:
         return {p: url for p, (_, url) in sorted(out.items())}
 
 
+def registry_for(settings, topic: str, *, group: str | None) -> WorkersRegistry:
+    """The registry a worker with ``settings`` keeps (key and peers from ``worker.peer_key_file``/``peers``)."""
+    from .web_auth import read_secret
+
+    w = settings.worker
+    key = read_secret(w.peer_key_file, "STEPWATCH_WORKER_PEER_KEY_FILE").encode() if w.peer_key_file else None
+    return WorkersRegistry(topic, group=group, max_age=STALE_AFTER_INTERVALS * w.registry_interval, key=key,
+                           peers=parse_peers(w.peers))
+
+
 def install_registry(app, settings, *, registry: WorkersRegistry, url: str, owned: Callable[[], set[int] | None]):
     """Publish this worker's events partitions on the workers topic and read everyone's into ``registry``.
 
@@ -142,7 +214,7 @@ def install_registry(app, settings, *, registry: WorkersRegistry, url: str, owne
 
     async def publish(partitions) -> None:
         value = registry_record(url=url, topic=registry.topic, group=registry.group, partitions=partitions,
-                                ts=time.time())
+                                ts=time.time(), key=registry.key)
         await holder["producer"].send_and_wait(topic, key=url.encode(), value=value)
         registry.apply(value, time.time())  # our own word counts at once (the reader sees it too)
         if holder["published"] != sorted(partitions):

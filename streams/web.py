@@ -22,6 +22,11 @@ worker advertises its partitions and ``canonical_url`` there) for the others. Wh
 worker owns the partition itself, the owner is unknown, or the request was already proxied
 once, the answer is 404 with ``partition`` and ``owner`` in the body; 502 when the owner
 does not answer.
+
+The proxy talks only to a peer the registry trusts (``WorkersRegistry.known``: a live, signed or
+listed worker; docs/security.md), follows no redirect and passes this worker's bearer token on;
+an owner it does not trust is answered 404 with ``"untrusted owner"``. Who may read the pages at
+all: streams/web_auth.py.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def _dumps(value: Any) -> str:
 
 
 def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, settings, is_ready,
-                  owned_partitions=None, partition_count=None, workers=None) -> None:
+                  owned_partitions=None, partition_count=None, workers=None, token: str | None = None) -> None:
     """Register the pages on ``app`` (a faust.App with its web server enabled).
 
     ``owned_partitions()``: this worker's events partitions (None: unknown); ``partition_count()``:
@@ -98,7 +103,10 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
 
     async def proxy(view, request, owner: str):
         url = owner + request.path_qs
-        async with app.http_client.get(url, headers={"X-Stepwatch-Proxied": "1"}) as response:
+        headers = {"X-Stepwatch-Proxied": "1"}
+        if token is not None:  # the peers share the token (docs/security.md)
+            headers["Authorization"] = f"Bearer {token}"
+        async with app.http_client.get(url, headers=headers, allow_redirects=False) as response:
             body = await response.read()
             return view.bytes(body, content_type=response.content_type, status=response.status)
 
@@ -109,6 +117,9 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
             return view.text(_dumps(body), content_type=JSON)
         where = owner_of(job)
         owner = where["owner"]
+        if owner and owner != where["worker"].rstrip("/") and (workers is None or not workers.known(owner, now)):
+            return view.text(_dumps({"error": f"unknown job {job!r}: untrusted owner (not a known peer)", **where}),
+                             content_type=JSON, status=404)
         if owner and owner != where["worker"].rstrip("/") and "X-Stepwatch-Proxied" not in request.headers:
             try:
                 return await proxy(view, request, owner)

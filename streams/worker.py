@@ -97,7 +97,8 @@ class Worker:
         self.sink = self._alertmanager()
         from .action_sink import install_action_sink
 
-        self.action_sink = install_action_sink(self.app, settings)  # None unless action hooks are on
+        # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
+        self.action_sink = install_action_sink(self.app, settings, reported=self.engine.telemetry.reported_before)
         #: Called when events partitions come or go (the workers registry advertises them at once).
         self.assignment_changed: Callable[[], None] | None = None
         self.workers = self._web()
@@ -134,6 +135,9 @@ class Worker:
         settings, kafka = self.settings, self.settings.kafka
         datadir = Path(settings.worker.datadir or Path.home() / ".cache" / "stepwatch" / kafka.app_id)
         datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes the directory itself, not its parents
+        from .web_auth import auth_middleware, web_token
+
+        self.web_token = web_token(settings.worker)  # refuses an open off-loopback bind (docs/security.md)
         app = faust.App(
             kafka.app_id,
             broker=[f"kafka://{b.strip()}" for b in kafka.bootstrap.split(",")],
@@ -145,6 +149,8 @@ class Worker:
             web_enabled=settings.worker.web_port > 0,
             web_port=settings.worker.web_port or 6066,
             web_host="127.0.0.1",
+            web_bind=settings.worker.web_bind,  # web_host is only the advertised name
+            web_application_options={"middlewares": [auth_middleware(self.web_token)]},
             canonical_url=self.canonical_url,
             broker_session_timeout=settings.worker.session_timeout,
             broker_heartbeat_interval=min(3.0, settings.worker.session_timeout / 3),
@@ -183,18 +189,17 @@ class Worker:
         settings = self.settings
         if settings.worker.web_port <= 0:
             return None
-        from .registry import STALE_AFTER_INTERVALS, WorkersRegistry, install_registry
+        from .registry import install_registry, registry_for
         from .web import install_pages
 
-        workers = WorkersRegistry(self.events_topic.get_topic_name(), group=self.events_group,
-                                  max_age=STALE_AFTER_INTERVALS * settings.worker.registry_interval)
+        workers = registry_for(settings, self.events_topic.get_topic_name(), group=self.events_group)
         self.assignment_changed = install_registry(self.app, settings, registry=workers,
                                                    url=self.canonical_url.rstrip("/"),
                                                    owned=self.owned_events_partitions)
         install_pages(self.app, engine=self.engine, recorder=self.recorder, metrics=self.metrics,
                       runtime=self.runtime, events_topic=self.events_topic, settings=settings,
                       is_ready=self.is_ready, owned_partitions=self.owned_events_partitions,
-                      partition_count=self.events_partition_count, workers=workers)
+                      partition_count=self.events_partition_count, workers=workers, token=self.web_token)
         return workers
 
     def _events_consumer(self) -> None:

@@ -120,3 +120,46 @@ def test_executor_runs_only_with_dry_run_off(tmp_path):
     records = asyncio.run(main())
     assert all(r["dry_run"] is False and r["executed"][0]["returncode"] == 0 for r in records)
     assert out.read_text().splitlines() == [r["commands"]["slurm"][0] for r in records]
+
+
+def _gpu_fault(alerts):
+    return next(a for a in alerts if a.type == "gpu_fault")
+
+
+def test_node_names_must_match_whole_and_be_in_the_inventory(tmp_path):
+    alert = _gpu_fault(fleet_alerts())
+    evil = dataclasses.replace(alert, id="nl", evidence={**alert.evidence, "action": {
+        **alert.evidence["action"], "exclude_nodes": ["n7\n", "n7 ", "n6", "n9"]}})
+    record = ActionHooks().record(evil)
+    assert record["commands"]["kubernetes"] == ["kubectl cordon n6", "kubectl cordon n9"]  # "n7\n" refused (fullmatch)
+    assert [r["node"] for r in record["refused_nodes"]] == ["n7\n", "n7 "]
+    inventory = tmp_path / "nodes"
+    inventory.write_text("# the cluster's nodes\nn6\nn7\n\n")
+    from stepwatch.models.action_hooks import load_inventory
+
+    hooks = ActionHooks(inventory=load_inventory(str(inventory)))
+    record = hooks.record(dataclasses.replace(evil, id="inv"))
+    assert record["commands"]["slurm"] == [f'scontrol update nodename=n6 state=drain reason="stepwatch '
+                                           f'{record["failure_class"]} inv"']
+    assert {r["node"]: r["reason"] for r in record["refused_nodes"]}["n9"] == "not in the node inventory"
+    assert hooks.refused == 3
+
+
+def test_a_forged_xid_for_a_never_seen_node_renders_no_drain():
+    """The worker's wiring: ``TelemetryHub.reported_before`` (a node's agent must have reported first)."""
+    from stepwatch.models.engine import DetectionEngine
+
+    def run(first_report: bool):
+        engine = DetectionEngine()
+        hooks = ActionHooks(reported=engine.telemetry.reported_before)
+        c = Job("job-c", ["n6", "n7"], start=T0)
+        agent = [{"v": 1, "kind": "gpu", "node": "n7", "ts": T0 + 1.0, "gpu": 1, "temp_c": 60.0}] if first_report else []
+        events = merge(job_events(c), agent, [xid_event("n7", 1, 79, T0 + 40.0)])
+        alerts = list(replay((parse_event(e) for e in events), engine=engine))
+        return hooks.record(_gpu_fault(alerts))
+
+    forged = run(first_report=False)
+    assert forged["commands"] == {"slurm": [], "kubernetes": []}
+    assert forged["refused_nodes"] == [{"node": "n7", "reason": "its node agent had not reported before the alert"}]
+    real = run(first_report=True)
+    assert real["commands"]["kubernetes"] == ["kubectl cordon n7"] and real["refused_nodes"] == []

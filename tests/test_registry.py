@@ -79,3 +79,30 @@ def test_other_topics_groups_and_garbage_are_ignored():
     assert reg.apply(rec("http://x:1", [0], 100.0, group=None), 100.0)  # no group named: taken
     assert reg.apply({"url": "http://y:1", "topic": TOPIC, "partitions": [1], "ts": 100.0}, 100.0)  # decoded
     assert reg.owners(100.0) == {0: "http://x:1", 1: "http://y:1"}
+
+
+KEY = b"shared-peer-key"
+
+
+def test_with_a_key_only_signed_records_count():
+    reg = WorkersRegistry(TOPIC, max_age=30.0, key=KEY)
+    signed = registry_record(url="http://a:1", topic=TOPIC, group=None, partitions=[0], ts=100.0, key=KEY)
+    assert orjson.loads(signed)["sig"]
+    assert not reg.apply(rec("http://evil:1", [0], 100.0), 100.0)  # unsigned
+    assert not reg.apply(registry_record(url="http://evil:1", topic=TOPIC, group=None, partitions=[0], ts=100.0,
+                                         key=b"guess"), 100.0)
+    tampered = orjson.loads(signed) | {"url": "http://evil:1"}
+    assert not reg.apply(orjson.dumps(tampered), 100.0)
+    assert reg.refused == 3 and reg.owner(0, 100.0) is None
+    assert reg.apply(signed, 100.0) and reg.owner(0, 100.0) == "http://a:1"
+    assert reg.known("http://a:1/", 100.0) and not reg.known("http://evil:1", 100.0)
+
+
+def test_future_timestamps_and_unlisted_peers_are_refused():
+    reg = WorkersRegistry(TOPIC, max_age=30.0, peers=frozenset({"http://a:1"}))
+    assert not reg.apply(rec("http://b:2", [0], 100.0), 100.0)  # not on the list
+    assert not reg.apply(rec("http://a:1", [0], 3700.0), 100.0)  # an hour ahead: would outlive every real word
+    assert not reg.apply(rec("http://a:1", [0], float("nan")), 100.0)
+    assert reg.owner(0, 100.0) is None
+    assert reg.apply(rec("http://a:1", [0], 102.0), 100.0)  # within the tolerated skew
+    assert reg.known("http://a:1", 100.0) and not reg.known("http://b:2", 100.0)

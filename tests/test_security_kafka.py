@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from stepwatch.acls import Role, acl_bindings, kafka_acls_commands
 from stepwatch.localkafka import LocalKafka, free_port
 from support import read_alerts, run_stepwatch, stepwatch_env
 
@@ -40,7 +41,12 @@ def secure_broker(tmp_path_factory):
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_ssl.plain.sasl.jaas.config":
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            f'username="admin" password="admin-pw" user_stepwatch="{PASSWORD}";',
+            f'username="admin" password="admin-pw" user_admin="admin-pw" user_stepwatch="{PASSWORD}" '
+            + "".join(f'user_{role.value}="{role.value}-pw" ' for role in Role) + ";",
+        # ACLs (docs/security.md): admin, the broker itself (ANONYMOUS on PLAINTEXT/CONTROLLER) and the
+        # principal of the tests above are super users; the roles get only what stepwatch/acls.py grants.
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS;User:stepwatch",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(keystore),
         "ssl.client.auth": "none",
@@ -228,3 +234,63 @@ def test_agent_once_with_wrong_password_says_so_once_and_exits(secure_broker, to
     assert f"stepwatch: cannot connect to Kafka at {secure_broker['bootstrap']}" in problems[0]
     assert "check the STEPWATCH_SECURITY_* settings" in problems[0]
     assert "Traceback" not in result.stderr and PASSWORD not in result.stderr
+
+
+# -- ACLs: who writes which topic (docs/security.md, stepwatch/acls.py) -----------------------------
+
+PRINCIPALS = {role: f"User:{role.value}" for role in Role}
+
+
+def role_client(secure_broker, kind, role: str, password: str | None = None, **kwargs):
+    import ssl
+
+    context = ssl.create_default_context(cafile=secure_broker["cafile"])
+    return kind(bootstrap_servers=secure_broker["bootstrap"], security_protocol="SASL_SSL", ssl_context=context,
+                sasl_mechanism="PLAIN", sasl_plain_username=role, sasl_plain_password=password or f"{role}-pw",
+                **kwargs)
+
+
+def test_the_documented_acls_keep_each_principal_to_its_topics(secure_broker, topic_prefix):
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAuthorizationFailedError
+
+    from stepwatch.config import Settings
+
+    settings = Settings.from_env({"STEPWATCH_KAFKA_TOPIC_PREFIX": topic_prefix})
+    admin = role_client(secure_broker, KafkaAdminClient, "admin", "admin-pw")
+    try:
+        names = ["events", "telemetry", "config", "control", "alerts"]
+        admin.create_topics([NewTopic(topic_prefix + n, 1, 1) for n in names])
+        admin.create_acls(acl_bindings(PRINCIPALS, settings))
+    finally:
+        admin.close()
+
+    def can_write(role: str, topic: str) -> bool:
+        producer = role_client(secure_broker, KafkaProducer, role, max_block_ms=15000, retries=0)
+        try:
+            producer.send(topic_prefix + topic, b"{}").get(timeout=15)
+            return True
+        except TopicAuthorizationFailedError:
+            return False
+        finally:
+            producer.close()
+
+    # Training code: its events (stack answers are events) only; no telemetry (a forged Xid), no
+    # runtime settings (hang.timeout_seconds=inf), no stack requests to every rank.
+    assert can_write("training", "events")
+    assert not can_write("training", "telemetry")
+    assert not can_write("training", "config")
+    assert not can_write("training", "control")
+    assert not can_write("training", "alerts")
+    assert can_write("agent", "telemetry") and not can_write("agent", "events")
+    assert can_write("operator", "config") and can_write("operator", "control")
+    assert can_write("worker", "alerts") and can_write("worker", "control") and not can_write("worker", "config")
+
+
+def test_docs_security_lists_the_acl_commands_of_the_table():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
+    for command in kafka_acls_commands({role: f"User:{role.value}" for role in Role}):
+        assert command in doc, command
