@@ -12,6 +12,9 @@ from stepwatch.commands import (agent, alerts, broker, config, demo, import_, pu
                                 shard, simulate, status, worker)
 from stepwatch.config import Settings
 
+#: Services that log on their own terms (the worker, the shard stage, the node agent, the broker).
+LONG_RUNNING = frozenset({"worker", "shard", "agent", "broker"})
+
 #: In the order ``stepwatch --help`` lists them.
 COMMANDS = (worker, simulate, replay, record, publish, alerts, status, config, demo, broker, shard, agent, import_,
             scenarios)
@@ -41,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose and args.command not in LONG_RUNNING:
+        # kafka-python logs each retry of a dead broker; a command says it once, in one line of its own (-v shows it).
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
     try:
         return args.func(args)
     except ValueError as exc:  # configuration errors, e.g. a bad STEPWATCH_* value
@@ -48,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a path that cannot be read or written: one line, not a traceback
+        if exc.filename is None:
+            raise
+        print(f"stepwatch {args.command}: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a Kafka client error: one clear line, not a traceback
         from kafka.errors import KafkaError
 
