@@ -61,6 +61,10 @@ ALERT_COLUMNS = (("TIME (UTC)", 20), ("STATUS", 8), ("SEVERITY", 8), ("TYPE", ma
                  ("JOB", 20), ("NODE/PORT", 18), ("RANKS", 12))
 
 
+#: Never cut (a longer node name pushes the row on): what an SRE acts on.
+UNCUT = frozenset({"TYPE", "NODE/PORT"})
+
+
 def alert_table_header() -> str:
     return "  ".join(f"{name:<{width}}" for name, width in ALERT_COLUMNS) + "  ACTION | SUMMARY"
 
@@ -92,7 +96,8 @@ def alert_table_row(alert: dict, *, published: float | None = None, width: int |
     cells = [_iso(when) if isinstance(when, (int, float)) else "?", str(alert.get("status", "?")).upper(),
              str(alert.get("severity", "?")), str(alert.get("type", "?")), str(alert.get("job") or "-"),
              _where(alert), (ranks if len(ranks) <= 12 else ranks[:11] + "+") or "-"]
-    row = "  ".join(f"{_cut(printable(c), w):<{w}}" for c, (_, w) in zip(cells, ALERT_COLUMNS))
+    row = "  ".join(f"{(printable(c) if name in UNCUT else _cut(printable(c), w)):<{w}}"
+                    for c, (name, w) in zip(cells, ALERT_COLUMNS))
     annotations = alert.get("annotations") if isinstance(alert.get("annotations"), dict) else {}
     action = printable(annotations.get("recommended_action") or "-")
     return f"{row}  {action} | {printable(alert.get('summary', ''))}"

@@ -183,6 +183,17 @@ def _node_prefix(args: argparse.Namespace) -> str:
 FLAG_SCENARIOS = ("healthy", "straggler", *HANG_SCENARIOS)
 
 
+def library_scenario(name: str):
+    """The library's scenario ``name`` (producers/scenarios.py), or exit with the names there are."""
+    from stepwatch.producers import scenarios
+
+    try:
+        return scenarios.get(name)
+    except KeyError:
+        raise SystemExit(f"stepwatch simulate: unknown scenario {name!r}: one of {', '.join(FLAG_SCENARIOS)} "
+                         "or a name 'stepwatch scenarios' lists") from None
+
+
 def run_library(args: argparse.Namespace) -> int:
     """``--scenario NAME`` of the labelled library (producers/scenarios.py): its own jobs, ranks and faults."""
     import dataclasses
@@ -191,11 +202,7 @@ def run_library(args: argparse.Namespace) -> int:
 
     from stepwatch.producers import scenarios
 
-    try:
-        scenario = scenarios.get(args.scenario)
-    except KeyError:
-        raise SystemExit(f"stepwatch simulate: unknown scenario {args.scenario!r}: one of "
-                         f"{', '.join(FLAG_SCENARIOS)} or a name 'stepwatch scenarios' lists") from None
+    scenario = library_scenario(args.scenario)
     start = args.start_time if args.start_time is not None else (None if args.out else time.time())
     if start is not None:  # to Kafka: the scenario happens now (its recording starts at a fixed time)
         shift = start - min(s.start_time for s in scenario.specs)
