@@ -2,7 +2,8 @@
 
 ========================  =====================================================================
 ``/metrics``              Prometheus text format (streams/metrics.py)
-``/health``               200 ``{"status": "ok"}`` once the worker consumes, 503 before
+``/health``               200 ``{"status": "ok"}`` once the worker consumes, 503 before (``starting``) and
+                          while the broker is unreachable (``degraded``, streams/broker_watch.py)
 ``/jobs``                 the jobs this worker holds (models/status.py ``jobs_view``)
 ``/jobs/{job}``           per-rank detail, open alerts with evidence, settings in effect
 ``/jobs/{job}/heatmap``   the dashboard's data (rows x recent steps of compute-time ratio)
@@ -47,7 +48,7 @@ def _dumps(value: Any) -> str:
 
 
 def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, settings, is_ready,
-                  owned_partitions=None, partition_count=None, workers=None) -> None:
+                  owned_partitions=None, partition_count=None, workers=None, broker_away=None) -> None:
     """Register the pages on ``app`` (a faust.App with its web server enabled).
 
     ``owned_partitions()``: this worker's events partitions (None: unknown); ``partition_count()``:
@@ -128,9 +129,12 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
     @app.page("/health")
     async def health_page(self, request):
         ready = is_ready()
-        body = {"status": "ok" if ready else "starting", "consuming": ready, "worker": str(app.conf.canonical_url),
+        # Degraded: consuming on paper, but a Kafka client could not reach the broker just now (streams/broker_watch.py).
+        away = bool(broker_away and broker_away())
+        status = ("degraded" if away else "ok") if ready else "starting"
+        body = {"status": status, "consuming": ready, "broker_reachable": not away, "worker": str(app.conf.canonical_url),
                 "partitions": sorted(mine() or ()), "jobs": len(engine.jobs)}
-        return self.text(_dumps(body), content_type=JSON, status=200 if ready else 503)
+        return self.text(_dumps(body), content_type=JSON, status=200 if status == "ok" else 503)
 
     @app.page("/jobs")
     async def jobs_page(self, request):
