@@ -6,11 +6,14 @@ import argparse
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import orjson
 
-from stepwatch.config import Settings
-from stepwatch.commands.common import _add_kafka_args, _cut, _require_bootstrap, _require_reachable, _settings, json_line, printable
+if TYPE_CHECKING:
+    from stepwatch.config import Settings
+
+from stepwatch.commands.common import _add_kafka_args, _cut, _require_bootstrap, _settings, json_line, printable
 from stepwatch.models.alert_types import ALERT_TYPES
 
 
@@ -117,7 +120,6 @@ MAX_REMEMBERED = 10_000
 def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _require_bootstrap(settings)
-    _require_reachable(settings, "alerts", timeout=min(5.0, args.timeout or 5.0))
     header = False
     seen: OrderedDict[str, tuple] = OrderedDict()
     try:

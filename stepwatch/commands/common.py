@@ -6,11 +6,27 @@ import argparse
 import dataclasses
 import re
 
-from stepwatch.config import Settings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the whole tree loads the detection core: only when a command needs it, not to parse
+    from stepwatch.client_settings import ClientSettings
+    from stepwatch.config import Settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env()
+    from stepwatch.config import Settings
+
+    return _with_overrides(Settings.from_env(), args)
+
+
+def client_settings(args: argparse.Namespace) -> ClientSettings:
+    """Only the Kafka and security sections (light: for the reachability check before anything heavy)."""
+    from stepwatch.client_settings import ClientSettings
+
+    return _with_overrides(ClientSettings.from_env(), args)
+
+
+def _with_overrides(settings, args: argparse.Namespace):
     kafka = settings.kafka
     overrides = {}
     if getattr(args, "bootstrap", None):
@@ -22,7 +38,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _require_bootstrap(settings: Settings) -> None:
+def _require_bootstrap(settings: Settings | ClientSettings) -> None:
     if not settings.kafka.bootstrap:
         raise SystemExit("stepwatch: no Kafka configured: pass --bootstrap HOST:PORT or set KAFKA_BOOTSTRAP "
                          "(`stepwatch broker` starts a local one)")
@@ -36,7 +52,7 @@ def _add_kafka_args(p: argparse.ArgumentParser) -> None:
                         "or 'stepwatch.')")
 
 
-def _require_reachable(settings: Settings, command: str, timeout: float = 5.0) -> None:
+def _require_reachable(settings: Settings | ClientSettings, command: str, timeout: float = 5.0) -> None:
     """One clear line, at once, when no bootstrap server accepts a connection (not Kafka's retry logs)."""
     import socket
 

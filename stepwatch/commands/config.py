@@ -6,7 +6,7 @@ import argparse
 
 import orjson
 
-from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _require_reachable, _settings
+from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -14,7 +14,6 @@ def run(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _require_bootstrap(settings)
-    _require_reachable(settings, "config")
     key = args.job or GLOBAL
     if args.config_command == "show":
         scopes = read_topic(settings)

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _require_reachable, _settings
+from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -14,7 +14,6 @@ def run(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _require_bootstrap(settings)
-    _require_reachable(settings, "publish")
     started = time.monotonic()
     try:
         stats = publish(read_lines(args.files, what="publish"), settings, speed=args.speed)

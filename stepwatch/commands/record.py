@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _require_reachable, _settings
+from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -13,7 +13,6 @@ def run(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _require_bootstrap(settings)
-    _require_reachable(settings, "record")
     since = parse_time(args.since) if args.since else None
     until = parse_time(args.until) if args.until else None
     out = sys.stdout.buffer if args.out == "-" else open(args.out, "wb")
