@@ -264,3 +264,37 @@ def test_every_argument_and_subcommand_has_help_and_config_set_lists_the_fields(
     alerts_help = _stepwatch("alerts", "--help").stdout
     for alert_type in ("straggler", "hang", "link_errors", "node_suspect", "job_restart", "gpu_hot"):
         assert alert_type in alerts_help
+
+
+# -- stepwatch alerts against the real broker ----------------------------------------------------------
+
+@pytest.mark.kafka
+def test_alerts_prints_one_line_per_incident_update_escaped_with_the_published_time(kafka_bootstrap, topic_prefix,
+                                                                                    alerts_file):
+    from datetime import datetime, timezone
+
+    from kafka import KafkaProducer
+
+    from support import stepwatch_env
+
+    firing, resolved = [orjson.loads(line) for line in alerts_file.read_bytes().splitlines()]
+    for alert in (firing, resolved):
+        alert["job"] = FAKE
+    topic = topic_prefix + "alerts"
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    published = 1_764_000_000_000  # ms: the record's own time, not the alert's onset
+    # The firing state twice (a republish), then the resolution: two updates of one incident.
+    for k, alert in enumerate((firing, firing, resolved)):
+        producer.send(topic, orjson.dumps(alert), timestamp_ms=published + k * 1000)
+    producer.flush()
+    producer.close()
+    result = run_stepwatch("alerts", "--from-beginning", "--timeout", "5", env=stepwatch_env(kafka_bootstrap,
+                                                                                              topic_prefix))
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout  # header, FIRING, RESOLVED
+    stamp = datetime.fromtimestamp(published / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert lines[1].startswith(f"{stamp}  FIRING") and " RESOLVED " in lines[2]
+    assert "straggler" in lines[1] and firing["nodes"][0] in lines[1]
+    assert "\x1b" not in result.stdout and "\x9b" not in result.stdout and "\u202e" not in result.stdout
+    assert not any(line.startswith("2026-12-01") for line in lines)
+    assert firing["annotations"].get("recommended_action", "-") in lines[1]
