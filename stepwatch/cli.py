@@ -12,9 +12,6 @@ from stepwatch.commands.common import _require_bootstrap, _require_reachable, cl
 from stepwatch.commands import (agent, alerts, broker, config, demo, import_, publish, record, replay, scenarios,
                                 shard, simulate, status, worker)
 
-#: Services that log on their own terms (the worker, the shard stage, the node agent, the broker).
-LONG_RUNNING = frozenset({"worker", "shard", "agent", "broker"})
-
 #: Commands that talk to Kafka (given these arguments): checked for a reachable bootstrap first.
 KAFKA_CLIENTS = {"alerts": lambda a: True, "record": lambda a: True, "config": lambda a: True,
                  "publish": lambda a: True, "simulate": lambda a: not a.out,
@@ -66,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command not in LONG_RUNNING:
+    if args.command in KAFKA_CLIENTS or args.command == "demo":  # a command that ends, not a service
         _short_lived_kafka_clients(quiet=not args.verbose)
     try:
         if KAFKA_CLIENTS.get(args.command, lambda _a: False)(args):
