@@ -203,7 +203,8 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
         "_window": {"since": now - since, "until": now},
         # When the incidents themselves happened (first start to last start or end), for the header.
         "_span": ({"first": chosen[0].starts_at,
-                   "last": max(i.ends_at if i.ends_at is not None else i.starts_at for i in chosen)} if chosen else None),
+                   "last": max(i.ends_at if i.ends_at is not None else i.starts_at for i in chosen)}
+                  if chosen else None),
         "_timeline": [(i.starts_at, i.type, i.scope) for i in chosen],
     }
 

@@ -158,5 +158,6 @@ def add_parser(sub) -> None:
     p.add_argument("--job", action="append", metavar="JOB", help="only this job's alerts; repeatable")
     p.add_argument("--type", action="append", choices=ALERT_TYPES, metavar="TYPE",
                    help=f"only alerts of this type ({', '.join(ALERT_TYPES)}); repeatable")
-    p.add_argument("--status", action="append", choices=["firing", "resolved"], help="only firing or resolved alerts; repeatable")
+    p.add_argument("--status", action="append", choices=["firing", "resolved"],
+                   help="only firing or resolved alerts; repeatable")
     p.set_defaults(func=run)
