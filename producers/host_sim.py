@@ -85,7 +85,9 @@ class HostSimulator:
 
     def __init__(self, spec: SimulationSpec, faults: tuple[HostFault, ...] = (), *, interval: float = 1.0,
                  seed: int = 3, inner: Callable[[SimulationSpec], object] = ClusterSimulator) -> None:
-        self.faults = tuple(faults)
+        # A node given by index is the job's N-th node, whatever its names (``SimulationSpec.node_prefix``).
+        self.faults = tuple(dataclasses.replace(f, node=spec.node_of(f.node * spec.ranks_per_node))
+                            if isinstance(f.node, int) else f for f in faults)
         self.spec = with_host_faults(spec, self.faults)
         self.inner = inner(self.spec)
         self.interval = interval

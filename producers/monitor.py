@@ -44,15 +44,18 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from stepwatch.config import Settings
+from stepwatch.client_settings import ClientSettings
 
 from .collectives import DEFAULT_PG, CollectiveRecorder, _StepComm
 from .heartbeat import Heartbeats
 from .monitor_config import MonitorConfig
 from .step_timer import StepTimer
 from .transport import DROP, Transport
+
+if TYPE_CHECKING:  # the whole tree only as a type: importing it loads the detection core
+    from stepwatch.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
                  producer_config: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
                  start_step: int = 0, sink: Callable[[list[dict]], None] | None = None,
                  job_phases: bool | None = None, shard_ranks: int | None = None,
-                 settings: Settings | None = None) -> None:
+                 settings: ClientSettings | Settings | None = None) -> None:
         self.config = cfg = MonitorConfig(
             job=job, rank=rank, world_size=world_size, node=node, gpu=gpu, group=group, bootstrap=bootstrap,
             topic=topic, enabled=enabled, heartbeat_interval=heartbeat_interval, queue_size=queue_size,
@@ -148,7 +151,7 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
             return
         user_sink = sink
         self.transport = Transport(
-            topic=cfg.topic, bootstrap=cfg.bootstrap, settings=settings or Settings(), security=cfg.security,
+            topic=cfg.topic, bootstrap=cfg.bootstrap, settings=settings or ClientSettings(), security=cfg.security,
             config_error=cfg.security_error, mode=DROP,
             queue_size=cfg.queue_size, flush_interval=cfg.flush_interval, linger_ms=50, max_block_ms=1000,
             client_id=f"stepwatch-{self.job}-r{self.rank}", producer_config=cfg.producer_config,

@@ -12,12 +12,15 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stepwatch.config import KafkaSettings, SecuritySettings, Settings
+from stepwatch.client_settings import ClientSettings, KafkaSettings, SecuritySettings
 
 from .job_identity import START_TIME_KEY, IdSource, job_identity
 from .transport import security_from_env
+
+if TYPE_CHECKING:  # the whole tree only as a type: importing it loads the detection core
+    from stepwatch.config import Settings
 
 # The monitor's logger: one name to configure for all a training process's monitor logs.
 log = logging.getLogger("stepwatch.producers.monitor")
@@ -116,7 +119,7 @@ class MonitorConfig:
                  collective_events: bool | None = None, flush_interval: float = 0.1,
                  close_timeout: float = 5.0, producer_config: Mapping[str, Any] | None = None,
                  environ: Mapping[str, str] | None = None, shard_ranks: int | None = None,
-                 settings: Settings | None = None) -> None:
+                 settings: ClientSettings | Settings | None = None) -> None:
         env = os.environ if environ is None else environ
         dist = _torch_dist()
         #: Where the job id came from (producers/job_identity.py); None when given as an argument.

@@ -114,6 +114,10 @@ class SimulationSpec:
     #: Collectives (e.g. all-reduce buckets) per step: how far the sequence numbers advance.
     collectives_per_step: int = 2
     hangs: tuple[HangFault, ...] = field(default_factory=tuple)
+    #: Node names are ``{node_prefix}{first_node + rank // ranks_per_node:03d}``: give two jobs different
+    #: prefixes (or ranges) so their recordings do not share nodes (a link fault of one is not the other's).
+    node_prefix: str = "node-"
+    first_node: int = 0
     #: Extra perturbations (``RampStraggler``, ``IntermittentStraggler``, ``DataStall``, ``Drift``, or any
     #: object with ``apply(step, compute, data, spec)``), applied in order after the built-in noise.
     #: One that also has ``comm_factor(step)`` (``CommSlowdown``) scales the collectives' transfer time.
@@ -148,7 +152,7 @@ class SimulationSpec:
             seen_steps.add(fault.step)
 
     def node_of(self, rank: int) -> str:
-        return f"node-{rank // self.ranks_per_node:03d}"
+        return f"{self.node_prefix}{self.first_node + rank // self.ranks_per_node:03d}"
 
 
 class ClusterSimulator:

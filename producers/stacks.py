@@ -268,7 +268,7 @@ class ControlListener:
 
 
 def control_topic(environ: Mapping[str, str] | None = None) -> str:
-    from stepwatch.config import KafkaSettings
+    from stepwatch.client_settings import KafkaSettings
 
     env = os.environ if environ is None else environ
     kafka = KafkaSettings()

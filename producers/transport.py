@@ -33,10 +33,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stepwatch.config import SecuritySettings, Settings
+from stepwatch.client_settings import ClientSettings, SecuritySettings
 from stepwatch.models.events import encode_events
+
+if TYPE_CHECKING:  # the whole tree only as a type: importing it loads the detection core
+    from stepwatch.config import Settings
 
 log = logging.getLogger("stepwatch.transport")
 
@@ -59,7 +62,7 @@ def security_from_env(environ: Mapping[str, str]) -> SecuritySettings:
     training process from connecting; a malformed security value raises ``ValueError`` naming it.
     """
     only = {k: v for k, v in environ.items() if k.startswith("STEPWATCH_SECURITY_")}
-    return Settings.from_env(only).security
+    return ClientSettings.from_env(only).security
 
 
 class _CauseCatcher(logging.Handler):
@@ -101,7 +104,7 @@ class Transport:
       reported once, and nothing connects (DROP mode drops and counts, as for a broker that is away).
     """
 
-    def __init__(self, *, topic: str, bootstrap: str | None = None, settings: Settings | None = None,
+    def __init__(self, *, topic: str, bootstrap: str | None = None, settings: ClientSettings | Settings | None = None,
                  security: SecuritySettings | None = None, mode: str = DROP, queue_size: int = 10_000,
                  flush_interval: float = 0.1, linger_ms: int = 50, max_block_ms: int = 1000,
                  compression_type: str | None = "gzip", acks: int | str = 1, client_id: str | None = None,
@@ -112,7 +115,7 @@ class Transport:
         if mode not in (DROP, WAIT):
             raise ValueError(f"mode must be {DROP!r} or {WAIT!r}, not {mode!r}")
         self.topic = topic
-        self.settings = settings if settings is not None else Settings.from_env()
+        self.settings = settings if settings is not None else ClientSettings.from_env()
         self.bootstrap = bootstrap or self.settings.kafka.bootstrap or "localhost:9092"
         self.security = security if security is not None else self.settings.security
         self.mode = mode

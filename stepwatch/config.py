@@ -21,40 +21,8 @@ from stepwatch.models.settings import (AssemblySettings, DetectionSettings, Hang
                              JobHealthSettings, OnCallSettings, RetentionSettings, StragglerSettings,
                              TelemetrySettings)
 from stepwatch.models.pipeline import PipelineSettings
-
-
-@dataclass(frozen=True, kw_only=True)
-class KafkaSettings:
-    """Where the worker, producers and CLI connect, and the topic names."""
-
-    #: Bootstrap servers; empty means "none configured" (demo starts a local broker).
-    bootstrap: str = ""
-    #: Prefix for every topic name, so several deployments (or tests) share a cluster.
-    topic_prefix: str = "stepwatch."
-    events_topic: str = "events"
-    alerts_topic: str = "alerts"
-    deadletter_topic: str = "deadletter"
-    #: Runtime settings (compacted, keyed by job id or ``*``; see docs/operations.md).
-    config_topic: str = "config"
-    #: Workers registry (compacted, one partition, keyed by worker URL): which worker owns which
-    #: events partition, for the status API's proxying (streams/registry.py).
-    workers_topic: str = "workers"
-    #: Persistent link baselines (compacted, keyed by node; streams/link_baselines.py, docs/network.md).
-    link_baselines_topic: str = "link-baselines"
-    #: Worker -> rank monitors requests (stack requests, keyed by job; docs/hang.md).
-    control_topic: str = "control"
-    #: Output of the optional shard stage (``stepwatch shard``): the raw events re-batched per job, keyed
-    #: by job. Detection workers read it with ``STEPWATCH_KAFKA_EVENTS_TOPIC=job-events``.
-    job_events_topic: str = "job-events"
-    #: Partitions for topics stepwatch creates; jobs are spread over partitions by key.
-    partitions: int = 4
-    #: Replication factor for topics stepwatch creates (1 suits a single local broker).
-    replication_factor: int = 1
-    #: Faust application id (also the consumer group).
-    app_id: str = "stepwatch"
-
-    def topic(self, name: str) -> str:
-        return f"{self.topic_prefix}{name}"
+# The Kafka client's sections live in a light module, so the training side imports no detection core.
+from stepwatch.client_settings import KafkaSettings, SecuritySettings, _parse, env_overrides  # noqa: F401
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,33 +131,6 @@ class AlertmanagerSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SecuritySettings:
-    """How every Kafka client (worker, producers, agent, CLI) connects: the usual Kafka client settings.
-
-    Secrets come from the environment or from files and are never logged: ``repr`` and
-    ``Settings.as_dict`` leave them out.
-    """
-
-    #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
-    protocol: str = "PLAINTEXT"
-    #: CA bundle (PEM) that signed the brokers' certificates; empty: the system's trust store.
-    ssl_cafile: str = ""
-    #: Client certificate and key (PEM) for mutual TLS.
-    ssl_certfile: str = ""
-    ssl_keyfile: str = ""
-    #: Check that the broker's certificate names the host connected to.
-    ssl_check_hostname: bool = True
-    #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-    sasl_mechanism: str = "PLAIN"
-    sasl_username: str = ""
-    #: The SASL password itself (prefer ``sasl_password_file``).
-    sasl_password: str = field(default="", repr=False)
-    #: A file holding the SASL password (e.g. a mounted Kubernetes secret).
-    sasl_password_file: str = ""
-
-
-
-@dataclass(frozen=True, kw_only=True)
 class Settings(DetectionSettings):
     """The whole tree: the detection core's sections (``DetectionSettings``) and the processes' own."""
 
@@ -205,19 +146,7 @@ class Settings(DetectionSettings):
 
         Raises ``ValueError`` naming the variable when a value does not parse.
         """
-        env = os.environ if environ is None else environ
-        sections: dict[str, Any] = {}
-        for section_field in dataclasses.fields(cls):
-            default_section = section_field.default_factory()  # type: ignore[misc]
-            overrides = {}
-            for f in dataclasses.fields(default_section):
-                var = f"STEPWATCH_{section_field.name}_{f.name}".upper()
-                if var in env:
-                    overrides[f.name] = _parse(var, env[var], type(getattr(default_section, f.name)))
-            sections[section_field.name] = dataclasses.replace(default_section, **overrides)
-        if "KAFKA_BOOTSTRAP" in env and "STEPWATCH_KAFKA_BOOTSTRAP" not in env:
-            sections["kafka"] = dataclasses.replace(sections["kafka"], bootstrap=env["KAFKA_BOOTSTRAP"])
-        return cls(**sections)
+        return cls(**env_overrides(cls, os.environ if environ is None else environ))
 
     def as_dict(self) -> dict[str, Any]:
         """Every setting, secrets redacted (safe to log or serve in the status API)."""
@@ -225,17 +154,3 @@ class Settings(DetectionSettings):
         if out["security"]["sasl_password"]:
             out["security"]["sasl_password"] = "***"
         return out
-
-
-def _parse(var: str, raw: str, kind: type) -> Any:
-    try:
-        if kind is bool:
-            lowered = raw.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        return kind(raw)
-    except ValueError:
-        raise ValueError(f"{var}={raw!r} is not a valid {kind.__name__}") from None

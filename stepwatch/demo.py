@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,8 @@ def run_demo(settings: Settings, *, ranks: int = 64, steps: int = 220, speed: fl
     broker = None
     workdir = Path(tempfile.mkdtemp(prefix="stepwatch-demo-"))
     worker = None
+    log = None
+    ok = False
     try:
         if not settings.kafka.bootstrap:
             from stepwatch.localkafka import LocalKafka, ensure_jars, kafka_version
@@ -111,6 +114,7 @@ def run_demo(settings: Settings, *, ranks: int = 64, steps: int = 220, speed: fl
         sim_thread.join(timeout=30)
         if seen_resolved:
             _say("done: the straggler was flagged and then resolved")
+            ok = True
             return 0
         _say(f"no resolved alert within {timeout:g} s; worker log: {log_path}")
         return 1
@@ -126,6 +130,16 @@ def run_demo(settings: Settings, *, ranks: int = 64, steps: int = 220, speed: fl
         if broker is not None:
             broker.stop()
             _say("local broker stopped")
+        if log is not None:
+            log.close()
+        # The broker's and worker's data and logs: gone after a good run, kept (and named) after a bad one.
+        if ok:
+            try:
+                shutil.rmtree(workdir)
+            except OSError as exc:
+                _say(f"could not remove {workdir}: {exc}")
+        else:
+            _say(f"logs kept in {workdir} (remove it when done)")
 
 
 def _wait_for_worker(proc: subprocess.Popen, log_path: Path, *, timeout: float) -> None:

@@ -517,6 +517,18 @@ from stepwatch.topics import create_topics  # noqa: E402,F401
 # ----------------------------------------------------------------- foreground
 
 
+def port_is_free(port: int) -> None:
+    """Raise ``LocalKafkaError`` when 127.0.0.1:``port`` is taken: the readiness probe would find whatever
+    listens there (another broker, say) and call this broker ready while it failed to bind."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise LocalKafkaError(f"port {port} on 127.0.0.1 is busy ({exc.strerror}): another broker? "
+                                  f"stop it, or pick another with --port") from None
+
+
 def run_foreground(port: int = 9092, *, data_dir: str | os.PathLike | None = None) -> None:
     """Start a broker on 127.0.0.1:``port`` and block until SIGINT/SIGTERM (for `stepwatch broker`)."""
     stop = threading.Event()
@@ -524,10 +536,13 @@ def run_foreground(port: int = 9092, *, data_dir: str | os.PathLike | None = Non
     def _on_signal(signum, frame):  # noqa: ARG001
         stop.set()
 
+    port_is_free(port)
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     kafka = LocalKafka(port=port, data_dir=data_dir)
     try:
         kafka.start()
+        if not kafka.running:  # what answered the probe was not this broker
+            raise LocalKafkaError(f"the broker exited at start; log {kafka.log_file}")
         print(
             f"Kafka {kafka_version()} ready at {kafka.bootstrap} "
             f"(started in {kafka.startup_seconds:.1f}s; log: {kafka.log_file}). Ctrl-C to stop.",

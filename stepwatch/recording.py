@@ -71,6 +71,7 @@ def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]
 def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, until: float | None = None,
            out=None, stats: dict | None = None) -> dict:
     """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts."""
+    from stepwatch.commands.common import json_line, printable
     from stepwatch.models.pipeline import Pipeline, run_recording
 
     out = out or sys.stdout
@@ -81,10 +82,10 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
         for dead in outputs.deadletters:  # one per bad message; count its rejected events
             stats["rejected"] += len(dead.rejects) or 1
             if stats["rejected"] <= 10:
-                print(f"stepwatch replay: skipped ({dead.cause}): {dead.rejected.reason}", file=sys.stderr)
+                print(printable(f"stepwatch replay: skipped ({dead.cause}): {dead.rejected.reason}"), file=sys.stderr)
         for alert in outputs.alerts:
             stats["alerts"] += 1
-            out.write(alert.to_json().decode() + "\n")
+            out.write(json_line(alert.to_dict()) + "\n")  # terminal-safe: replay often prints to one
     stats["events"] = pipeline.engine.events_by_kind.total()
     return stats
 

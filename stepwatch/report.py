@@ -205,6 +205,10 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
         "effective_compute": {j: s for j, (_, s) in sorted(effective.items())},
         # for the text and HTML views (not in --json)
         "_window": {"since": now - since, "until": now},
+        # When the incidents themselves happened (first start to last start or end), for the header.
+        "_span": ({"first": chosen[0].starts_at,
+                   "last": max(i.ends_at if i.ends_at is not None else i.starts_at for i in chosen)}
+                  if chosen else None),
         "_timeline": [(i.starts_at, i.type, i.scope) for i in chosen],
     }
     slow = _slowdown_cost(chosen)
@@ -268,9 +272,17 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def headline(report: dict[str, Any]) -> str:
+    """How many incidents and when they happened (the window read is in brackets)."""
+    w, span = report["_window"], report.get("_span")
+    window = f"window {_fmt(w['until'] - w['since'])} up to {_iso(w['until'])}"
+    if not span:
+        return f"0 incidents ({window})"
+    return f"{report['incidents']} incident(s) from {_iso(span['first'])} to {_iso(span['last'])} ({window})"
+
+
 def format_text(report: dict[str, Any]) -> str:
-    w = report["_window"]
-    lines = [f"stepwatch report: {report['incidents']} incident(s) from {_iso(w['since'])} to {_iso(w['until'])}", ""]
+    lines = [f"stepwatch report: {headline(report)}", ""]
     for title, key in (("by type", "by_type"), ("by scope", "by_scope")):
         lines.append(f"{title:<16} {'count':>6} {'MTTR':>10} {'median':>10} {'detect':>10}")
         for name, s in report[key].items():
@@ -297,7 +309,10 @@ def format_text(report: dict[str, Any]) -> str:
     lines.append("effective compute share")
     for job, share in report["effective_compute"].items() or [("(no job reported one)", None)]:
         lines.append(f"  {job:<28} {'-' if share is None else f'{share:.1%}':>10}")
-    return "\n".join(lines) + "\n"
+    from stepwatch.commands.common import printable
+
+    # Names come from the wire: each line escaped, so none can print a fake line of its own.
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -391,7 +406,7 @@ ul.scopes {{ list-style: none; padding: 0; display: flex; gap: 24px; }}
 .empty {{ color: #888; }}
 </style></head><body>
 <h1>stepwatch report</h1>
-<p id="summary"><b id="incident-count">{report['incidents']}</b> incident(s) from {_iso(w['since'])} to {_iso(w['until'])}</p>
+<p id="summary"><b id="incident-count">{report['incidents']}</b> {html.escape(headline(report).split(" ", 1)[1])}</p>
 <ul class="scopes">{scopes}</ul>
 <h2>Incidents over time</h2>
 {_timeline(report)}
@@ -417,14 +432,23 @@ def add_parser(sub) -> None:
                        description="Summarize the alerts topic (or a JSON Lines file of alerts, e.g. 'stepwatch "
                                    "replay' output): incidents by type and scope, time to detect, MTTR, the worst "
                                    "nodes, GPU-hours lost by cause, effective compute per job.")
-    p.add_argument("--file", metavar="FILE", help="a JSON Lines file of alerts ('-': stdin) instead of the topic")
+    p.add_argument("file", nargs="?", metavar="FILE",
+                   help="a JSON Lines file of alerts ('-': stdin), e.g. 'stepwatch replay' output (default: the "
+                        "alerts topic)")
+    p.add_argument("--file", dest="file_option", metavar="FILE", help="the same as FILE (kept for older scripts)")
     p.add_argument("--since", type=parse_duration, default=7 * DAY, metavar="DURATION",
                    help="incidents that began this long before the newest alert (default 7d; e.g. 24h)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP)")
-    p.add_argument("--topic-prefix", help="topic prefix (default: STEPWATCH_KAFKA_TOPIC_PREFIX)")
+    p.add_argument("--bootstrap", metavar="HOST:PORT[,...]", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP)")
+    p.add_argument("--topic-prefix", metavar="PREFIX", help="topic prefix (default: STEPWATCH_KAFKA_TOPIC_PREFIX)")
     p.set_defaults(func=cmd_report)
+
+
+def _counted(alerts: Iterable[dict], stats: dict) -> Iterator[dict]:
+    for alert in alerts:
+        stats["alerts"] += 1
+        yield alert
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -432,11 +456,20 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from stepwatch.config import Settings
 
-    if args.file:
+    if args.file and args.file_option and args.file != args.file_option:
+        raise SystemExit("stepwatch report: give the file once (FILE or --file)")
+    path = args.file or args.file_option
+    stats = {"alerts": 0}
+    if path:
         try:
-            report = build_report(read_jsonl(args.file), since=args.since)
+            report = build_report(_counted(read_jsonl(path), stats), since=args.since)
         except FileNotFoundError:
-            raise SystemExit(f"stepwatch report: {args.file}: no such file") from None
+            raise SystemExit(f"stepwatch report: {path}: no such file") from None
+        except IsADirectoryError:
+            raise SystemExit(f"stepwatch report: {path}: is a directory") from None
+        if not stats["alerts"]:
+            raise SystemExit(f"stepwatch report: {path}: no alerts in it (expected JSON Lines of alerts, e.g. "
+                             "'stepwatch replay' or 'stepwatch alerts --json' output)")
     else:
         settings = Settings.from_env()
         kafka = settings.kafka
@@ -448,7 +481,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not kafka.bootstrap:
             raise SystemExit("stepwatch report: no Kafka bootstrap servers (set KAFKA_BOOTSTRAP or --bootstrap), "
                              "or read a file with --file")
-        report = build_report(read_topic(settings), since=args.since)
+        report = build_report(_counted(read_topic(settings), stats), since=args.since)
+        if not stats["alerts"]:
+            print(f"stepwatch report: no alerts on {kafka.topic(kafka.alerts_topic)}", file=sys.stderr)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(format_html(report))

@@ -11,7 +11,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from stepwatch.config import SecuritySettings
+from stepwatch.client_settings import SecuritySettings
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")

@@ -13,6 +13,8 @@ Without a job (``/dashboard``) it lists the worker's jobs.
 from __future__ import annotations
 
 import html
+import json
+import re
 
 PAGE = r"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -35,7 +37,9 @@ h2 { font-size:13px; margin:0 0 8px; color:var(--dim); text-transform:uppercase;
 #labels .row { white-space:nowrap; overflow:hidden; color:var(--dim); padding-right:6px; text-align:right;
                display:flex; align-items:center; justify-content:flex-end; border-right:3px solid transparent; }
 #labels .row.marked { color:#fff; font-weight:700; border-right-color:var(--hot); overflow:visible; }
-#labels .row.marked.hang { border-right-color:var(--warn); }
+#labels .row.marked.hang { border-right-color:var(--warn); color:var(--warn); font-weight:400; }
+#labels .row.marked.culprit { border-right-color:var(--hot); color:#fff; font-weight:700; background:#5a1d1d; }
+#rate.stalled { color:var(--hot); }
 #labels.tiny .row:not(.marked) { font-size:0; }
 canvas { image-rendering: pixelated; display:block; }
 #axis { display:flex; justify-content:space-between; color:var(--dim); font-size:11px; margin-left:150px; }
@@ -46,6 +50,7 @@ canvas { image-rendering: pixelated; display:block; }
 .alert.info { border-left-color:var(--dim); }
 .alert .sev { font-weight:700; text-transform:uppercase; font-size:11px; }
 .alert .cause { margin-top:4px; } .alert .cause b { color:#fff; }
+.alert .action { margin-top:4px; color:#9fe0a8; }
 .alert pre.stack { font-size:11px; margin:2px 0 0 0; white-space:pre-wrap; word-break:break-all; color:#cfd6e0; }
 .alert table { font-size:11px; color:var(--dim); border-collapse:collapse; margin-top:4px; }
 .alert td { padding:1px 6px 1px 0; vertical-align:top; word-break:break-all; }
@@ -57,7 +62,7 @@ ul#jobs a { color:#6cb6ff; }
 <header>
   <h1>stepwatch &middot; <span id="job">__TITLE__</span></h1>
   <span class="kv">step <b id="step">-</b></span>
-  <span class="kv">rate <b id="rate">-</b> steps/s</span>
+  <span class="kv" id="ratebox">rate <b id="rate">-</b> steps/s</span>
   <span class="kv">tokens/s <b id="tokens">-</b></span>
   <span class="kv">ranks <b id="ranks">-</b></span>
   <span class="kv">phase <b id="phase">-</b></span>
@@ -70,7 +75,7 @@ ul#jobs a { color:#6cb6ff; }
     <h2>Compute time / peer median, per <span id="level">rank</span> &times; recent step</h2>
     <div id="heat"><div id="labels"></div><canvas id="canvas" width="10" height="10"></canvas></div>
     <div id="axis"><span id="s0"></span><span id="s1"></span></div>
-    <div class="legend"><span><i style="background:#2b5d8a"></i>faster</span><span><i style="background:#2d3440"></i>= peers</span>
+    <div class="legend"><span>&#9664; <b style="color:var(--hot)">culprit</b> / <span style="color:var(--warn)">waiting</span></span><span><i style="background:#2b5d8a"></i>faster</span><span><i style="background:#2d3440"></i>= peers</span>
       <span><i style="background:#c9a227"></i>slower</span><span><i style="background:#e8702a"></i>&ge; threshold</span>
       <span><i style="background:#ff2d2d"></i>&ge; critical</span><span><i style="background:#1b1e24;border:1px solid #333"></i>not judged</span>
       <span id="rowsinfo"></span></div>
@@ -100,7 +105,22 @@ function color(r, thr, crit) {
   return mix("#e8702a", "#ff2d2d", (r - thr) / Math.max(1e-6, crit - thr));
 }
 
+// A hang's culprits (evidence.culprits) apart from the ranks that only wait for them.
+function hangCulprits(alerts) {
+  const out = new Set();
+  for (const a of alerts) if (a.type === "hang") for (const c of ((a.evidence || {}).culprits || [])) out.add(c.rank);
+  return out;
+}
+function rowMark(r, culprits) {
+  if (!r.marked) return "";
+  if (r.mark !== "hang") return r.mark || "";
+  const lo = r.ranks[0], hi = r.ranks[r.ranks.length - 1];
+  for (const c of culprits) if (c >= lo && c <= hi) return "hang culprit";
+  return "hang waiting";
+}
+
 function drawHeatmap(d) {
+  const culprits = hangCulprits(d.alerts || []);
   const rows = d.rows, steps = d.steps, n = rows.length, m = Math.max(1, steps.length);
   const rowH = Math.max(2, Math.min(14, Math.floor(800 / Math.max(1, n))));
   const cellW = Math.max(4, Math.min(14, Math.floor(720 / m)));
@@ -115,17 +135,18 @@ function drawHeatmap(d) {
       ctx.fillRect(j * cellW, i * rowH, cellW - (cellW > 5 ? 1 : 0), rowH - (rowH > 4 ? 1 : 0));
     }
     if (rows[i].marked) {  // a marker at both ends of the row; the cells themselves stay readable
-      ctx.fillStyle = rows[i].mark === "hang" ? "#f0a020" : "#ff3b30";
+      ctx.fillStyle = rowMark(rows[i], culprits) === "hang waiting" ? "#f0a020" : "#ff3b30";
       ctx.fillRect(m * cellW + 2, i * rowH - (rowH < 6 ? 2 : 0), MARK - 2, Math.max(rowH, 6));
     }
   }
   const labels = $("labels");
   labels.className = rowH < 9 ? "tiny" : "";
   labels.innerHTML = rows.map((r, i) =>
-    '<div class="row' + (r.marked ? " marked " + esc(r.mark || "") : "") + '" style="height:' + rowH + 'px" ' +
+    '<div class="row' + (r.marked ? " marked " + esc(rowMark(r, culprits)) : "") + '" style="height:' + rowH + 'px" ' +
     'data-row="' + i + '" data-ranks="' + esc(r.ranks.join("-")) + '"' +
     (r.marked ? ' data-marked-ranks="' + esc(r.marked_ranks.join(",")) + '"' : "") +
-    ' title="' + esc(r.label) + '">' + (r.marked ? "&#9664; " : "") + esc(r.label) + "</div>").join("");
+    ' title="' + esc(r.label) + '">' + (rowMark(r, culprits).endsWith("culprit") ? "&#9664; culprit " :
+      r.marked ? "&#9664; " : "") + esc(r.label) + "</div>").join("");
   $("axis").style.width = (cv.width + 150) + "px";
   $("s0").textContent = steps.length ? "step " + steps[0] : "no judged steps yet";
   $("s1").textContent = steps.length ? "step " + steps[steps.length - 1] : "";
@@ -152,15 +173,19 @@ function drawRate(series) {
 }
 
 function cause(a) {
+  // The first suspected cause: what correlated telemetry blames, else a hang's culprit; never the symptom again.
   const e = a.evidence || {};
   const c = e.suspected_causes || e.suspected_cause || e.causes || e.cause;
   const one = (x) => typeof x !== "object" || x === null ? String(x) :
       x.category ? x.category + ": " + (x.component || "") + (x.node ? " on " + x.node : "") + (x.hint ? " (" + x.hint + ")" : "") :
       (x.cause || x.name || JSON.stringify(x));
-  if (c) return Array.isArray(c) ? c.map(one).join("; ") : one(c);
+  if (c && (!Array.isArray(c) || c.length)) return one(Array.isArray(c) ? c[0] : c);
+  if (a.type === "hang" && (e.culprits || []).length) {
+    const k = e.culprits[0];
+    return "rank " + k.rank + (k.node ? " on " + k.node : "") + " (" + (k.state || "behind") + ")" +
+      (e.case ? ", " + e.case : "");
+  }
   if (a.type === "hang") return (e.case || "") + (e.reason ? ": " + e.reason : "");
-  if (a.type === "straggler") return "rank(s) " + a.ranks.join(",") + (a.nodes.length ? " on " + a.nodes.join(",") : "") +
-      ": " + (e.signal || "") + " " + fmt(e.ratio, 2) + "x peer median (robust z " + fmt(e.robust_z, 1) + ")";
   return "";
 }
 
@@ -185,7 +210,10 @@ function drawAlerts(alerts) {
     return '<div class="alert ' + esc(a.severity) + '" data-alert-id="' + esc(a.id) + '" data-ranks="' + esc(a.ranks.join(",")) + '">' +
       '<span class="sev">' + esc(a.severity) + " " + esc(a.type) + "</span> &middot; since " +
       esc(new Date(a.starts_at * 1000).toISOString().substr(11, 8)) + "Z<div>" + esc(a.summary) + "</div>" +
-      '<div class="cause">suspected cause: <b>' + esc(cause(a)) + "</b></div>" +
+      '<div class="cause">suspected cause: <b>' + esc(cause(a) || "none found yet (no correlated telemetry)") + "</b></div>" +
+      (a.type === "straggler" ? '<div class="cause">symptom: ' + esc((a.evidence || {}).signal || "") + " " +
+        esc(fmt((a.evidence || {}).ratio, 2)) + "x peer median</div>" : "") +
+      '<div class="action">action: ' + esc((a.annotations || {}).recommended_action || (a.evidence || {}).action || "-") + "</div>" +
       stack(a.evidence || {}) +
       "<details><summary>evidence</summary><table>" + ev + "</table></details></div>";
   }).join("");
@@ -193,7 +221,16 @@ function drawAlerts(alerts) {
 
 function render(d) {
   const s = d.summary;
-  $("step").textContent = s.latest_step; $("rate").textContent = fmt(s.step_rate, 2);
+  $("step").textContent = s.latest_step;
+  // In a hang no step completes: a steps/s figure would be stale, so say how long the job has stood still.
+  const hang = (d.alerts || []).find(a => a.type === "hang" && a.status === "firing" && (a.evidence || {}).stalled_since);
+  if (hang) {
+    $("ratebox").innerHTML = '<b id="rate" class="stalled"></b>';
+    $("rate").textContent = "no step for " + Math.max(0, Math.round(d.now - hang.evidence.stalled_since)) + " s";
+  } else {
+    $("ratebox").innerHTML = 'rate <b id="rate"></b> steps/s';
+    $("rate").textContent = fmt(s.step_rate, 2);
+  }
   $("tokens").textContent = s.tokens_per_second === null ? "-" : Math.round(s.tokens_per_second).toLocaleString("en-US");
   $("ranks").textContent = s.ranks; $("phase").textContent = s.phase + (s.ended ? " (ended)" : "");
   $("nalerts").textContent = s.open_alerts;
@@ -231,11 +268,18 @@ if (JOB) poll(); else listJobs();
 """
 
 
-def render_dashboard(job: str | None) -> str:
-    """The page for ``job`` (or the job list when None); the job id is escaped for HTML and JS."""
-    import json
+_PLACEHOLDER = re.compile("__TITLE__|__JOB__")
 
+
+def render_dashboard(job: str | None) -> str:
+    """The page for ``job`` (or the job list when None); the job id is escaped for HTML and JS.
+
+    Both placeholders are filled in one pass: a second ``replace`` would rewrite placeholders that the
+    first one put in from the job id (a job named ``__JOB__<img ...>`` got its raw tag into the title).
+    """
     title = html.escape(job) if job else "jobs"
-    # json.dumps gives a JS string literal; </ is escaped so a job id cannot close the script.
-    literal = json.dumps(job).replace("</", "<\\/") if job else "null"
-    return PAGE.replace("__TITLE__", title).replace("__JOB__", literal)
+    # A JS string literal with <, > and & as \u escapes: a job id cannot close the script or open a tag.
+    literal = (json.dumps(job).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+               if job else "null")
+    values = {"__TITLE__": title, "__JOB__": literal}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(0)], PAGE)

@@ -4,6 +4,7 @@
 ``/metrics``              Prometheus text format (streams/metrics.py)
 ``/health``               200 ``{"status": "ok"}`` once the worker consumes (``"degraded"`` for 5 minutes
                           after a processing failure, counted in ``stepwatch_processing_failures_total``), 503 before
+                          (``starting``) and while the broker is unreachable (``degraded``, streams/broker_watch.py)
 ``/jobs``                 the jobs this worker holds (models/status.py ``jobs_view``)
 ``/jobs/{job}``           per-rank detail, open alerts with evidence, settings in effect
 ``/jobs/{job}/heatmap``   the dashboard's data (rows x recent steps of compute-time ratio)
@@ -53,7 +54,8 @@ def _dumps(value: Any) -> str:
 
 
 def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, settings, is_ready,
-                  owned_partitions=None, partition_count=None, workers=None, token: str | None = None) -> None:
+                  owned_partitions=None, partition_count=None, workers=None, token: str | None = None,
+                  broker_away=None) -> None:
     """Register the pages on ``app`` (a faust.App with its web server enabled).
 
     ``owned_partitions()``: this worker's events partitions (None: unknown); ``partition_count()``:
@@ -140,9 +142,15 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
     @app.page("/health")
     async def health_page(self, request):
         ready = is_ready()
-        body = {**metrics.health(ready), "worker": str(app.conf.canonical_url),  # ok, degraded or starting
+        # Degraded: consuming on paper, but a Kafka client could not reach the broker just now (streams/broker_watch.py).
+        away = bool(broker_away and broker_away())
+        body = {**metrics.health(ready), "broker_reachable": not away, "worker": str(app.conf.canonical_url),
                 "partitions": sorted(mine() or ()), "jobs": len(engine.jobs)}
-        return self.text(_dumps(body), content_type=JSON, status=200 if ready else 503)
+        if away and ready:
+            body["status"] = "degraded"
+        # 200 while consuming (a recent processing failure is reported, not a reason to pull the worker);
+        # 503 before it consumes and while the broker is unreachable.
+        return self.text(_dumps(body), content_type=JSON, status=200 if ready and not away else 503)
 
     @app.page("/jobs")
     async def jobs_page(self, request):

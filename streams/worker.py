@@ -43,8 +43,12 @@ from .metrics import WorkerMetrics
 from .producer_topics import track_sent_topics
 from .recovery import PublishedAlerts, read_recovery_span, rebuild
 from .topic_reader import read_topic_forever
+from .broker_watch import BrokerLogLimiter, exit_if_stuck
+from .broker_watch import install as install_log_limiter
 
 log = logging.getLogger("stepwatch.worker")
+#: How long a signalled worker may take to stop (flush, commit, leave the group) before it exits anyway.
+SHUTDOWN_GRACE_SECONDS = 20.0
 
 #: The Faust agent's batches (``stream.take_events``): at most this many messages, and a batch not full
 #: goes after this many seconds (the alert latency it may add; the aiokafka consumer's getmany has none).
@@ -62,6 +66,8 @@ class Worker:
         if not kafka.bootstrap:
             raise ValueError("no Kafka bootstrap servers configured (set KAFKA_BOOTSTRAP)")
         self.app = self._faust_app()
+        #: Quiets the Kafka clients' reconnect log while the broker is away; /health reads it (streams/broker_watch.py).
+        self.broker_log = BrokerLogLimiter()
         self.events_topic = self._topic(kafka.events_topic)
         self.alerts_topic = self._topic(kafka.alerts_topic)
         self.deadletter_topic = self._topic(kafka.deadletter_topic)
@@ -199,7 +205,8 @@ class Worker:
         install_pages(self.app, engine=self.engine, recorder=self.recorder, metrics=self.metrics,
                       runtime=self.runtime, events_topic=self.events_topic, settings=settings,
                       is_ready=self.is_ready, owned_partitions=self.owned_events_partitions,
-                      partition_count=self.events_partition_count, workers=workers, token=self.web_token)
+                      partition_count=self.events_partition_count, workers=workers, token=self.web_token,
+                      broker_away=self.broker_log.broker_away)
         return workers
 
     def _events_consumer(self) -> None:
@@ -408,7 +415,15 @@ class Worker:
         """Run in the foreground until SIGINT/SIGTERM."""
         from faust.worker import Worker as FaustWorker
 
-        FaustWorker(self.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+        install_log_limiter(self.broker_log)
+
+        class Worker(FaustWorker):  # the same name in the log ("[^Worker]: Ready")
+            def _schedule_shutdown(self, signal) -> None:
+                if not self._signal_stop_time:  # the first signal: Faust's flush waits forever without a broker
+                    exit_if_stuck(SHUTDOWN_GRACE_SECONDS)
+                super()._schedule_shutdown(signal)
+
+        Worker(self.app, loglevel=loglevel, quiet=True).execute_from_commandline()
 
 
 def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:

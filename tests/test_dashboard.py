@@ -90,3 +90,62 @@ def test_dashboard_shows_the_straggler_stripe_live(kafka_bootstrap, topic_prefix
     chromium(f"{base}/dashboard/big", tmp_path, f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000
     assert worker.proc.poll() is None
+
+
+HANG_ENV = {  # as tests/test_hang_kafka.py: a warning after ~2-4.5 s of stall, critical after 8 s
+    "STEPWATCH_HANG_TIMEOUT_SECONDS": "8",
+    "STEPWATCH_HANG_WARNING_FACTOR": "5",
+    "STEPWATCH_HANG_WARNING_FLOOR_SECONDS": "2",
+    "STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS": "2",
+    "STEPWATCH_WORKER_TICK_INTERVAL": "0.5",
+}
+
+
+def test_dashboard_in_a_hang_marks_the_culprit_apart_and_says_how_long_no_step(kafka_bootstrap, topic_prefix,
+                                                                               start_worker, tmp_path):
+    import sys
+
+    from support import REPO, stepwatch_env
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    start_worker(STEPWATCH_WORKER_WEB_PORT=str(port), **HANG_ENV)
+    # Rank 5 (node-001) stops before step 15's first collective for 120 s; the other 7 ranks wait in it.
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "stepwatch.cli", "simulate", "--job", "hang-dash", "--ranks", "8", "--ranks-per-node",
+         "4", "--steps", "30", "--compute-time", "0.2", "--heartbeat-interval", "0.5", "--speed", "1",
+         "--scenario", "hang", "--hang", "5:15:120"],
+        env=stepwatch_env(kafka_bootstrap, topic_prefix), cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        read_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                    until=lambda got: any(a["type"] == "hang" and a["job"] == "hang-dash" for a in got), timeout=90)
+        dom = chromium(f"{base}/dashboard/hang-dash", tmp_path, "--dump-dom")
+    finally:
+        sim.kill()
+        sim.wait()
+    assert 'data-ready="1"' in dom, dom[-2000:]
+    culprit_rows = re.findall(r'<div class="row marked hang culprit"[^>]*data-ranks="([^"]+)"', dom)
+    waiting_rows = re.findall(r'<div class="row marked hang waiting"[^>]*data-ranks="([^"]+)"', dom)
+    assert culprit_rows == ["5"], dom[dom.index('<div id="labels"'):][:3000]
+    assert "5" not in waiting_rows and len(waiting_rows) >= 1
+    header = dom[dom.index("<header>"):dom.index("</header>")]
+    assert re.search(r"no step for \d+ s", header), header
+    assert "steps/s" not in header  # no stale rate while nothing steps
+    alerts = dom[dom.index('<div id="alerts"'):]
+    assert re.search(r"suspected cause: <b>rank 5 on node-001", alerts), alerts[:3000]
+    assert re.search(r'<div class="action">action: [^-<][^<]+</div>', alerts), alerts[:3000]
+
+
+def test_a_job_id_with_markup_puts_no_raw_tag_in_the_page(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+    from urllib.parse import quote
+
+    port = free_port()
+    start_worker(STEPWATCH_WORKER_WEB_PORT=str(port))
+    for job in ("__JOB__<img src=x onerror=document.title='pwned'>", "</script><img src=x onerror=alert(1)>",
+                "__TITLE__\"'&<marquee>"):
+        dom = chromium(f"http://127.0.0.1:{port}/dashboard/{quote(job, safe='')}", tmp_path, "--dump-dom")
+        assert "<img" not in dom and "<marquee" not in dom, dom[:3000]
+        assert "<title>pwned</title>" not in dom  # the handler never ran
+        assert "&lt;" in dom.split("</title>")[0]  # the id is shown, escaped
+

@@ -4,12 +4,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
-from stepwatch.config import Settings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the whole tree loads the detection core: only when a command needs it, not to parse
+    from stepwatch.client_settings import ClientSettings
+    from stepwatch.config import Settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env()
+    from stepwatch.config import Settings
+
+    return _with_overrides(Settings.from_env(), args)
+
+
+def client_settings(args: argparse.Namespace) -> ClientSettings:
+    """Only the Kafka and security sections (light: for the reachability check before anything heavy)."""
+    from stepwatch.client_settings import ClientSettings
+
+    return _with_overrides(ClientSettings.from_env(), args)
+
+
+def _with_overrides(settings, args: argparse.Namespace):
     kafka = settings.kafka
     overrides = {}
     if getattr(args, "bootstrap", None):
@@ -21,7 +38,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _require_bootstrap(settings: Settings) -> None:
+def _require_bootstrap(settings: Settings | ClientSettings) -> None:
     if not settings.kafka.bootstrap:
         raise SystemExit("stepwatch: no Kafka configured: pass --bootstrap HOST:PORT or set KAFKA_BOOTSTRAP "
                          "(`stepwatch broker` starts a local one)")
@@ -35,7 +52,7 @@ def _add_kafka_args(p: argparse.ArgumentParser) -> None:
                         "or 'stepwatch.')")
 
 
-def _require_reachable(settings: Settings, command: str, timeout: float = 5.0) -> None:
+def _require_reachable(settings: Settings | ClientSettings, command: str, timeout: float = 5.0) -> None:
     """One clear line, at once, when no bootstrap server accepts a connection (not Kafka's retry logs)."""
     import socket
 
@@ -49,6 +66,28 @@ def _require_reachable(settings: Settings, command: str, timeout: float = 5.0) -
             errors.append(f"{server.strip()}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
     raise SystemExit(f"stepwatch {command}: Kafka broker unreachable ({'; '.join(errors)}); check --bootstrap or "
                      "KAFKA_BOOTSTRAP (`stepwatch broker` starts a local one)")
+
+
+def printable(text: object) -> str:
+    """``text`` safe for a terminal: control characters (C0, DEL, C1, line and paragraph separators, bidi
+    overrides) as Python escapes, so a job named ``x\\n... RESOLVED`` or with ``\\x1b[`` cannot print a fake
+    line or move the cursor (issue 27 item 10)."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
+#: What JSON leaves raw but a terminal may act on: C1 controls, line/paragraph separators, bidi controls.
+_JSON_UNSAFE = re.compile("[\u0080-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def json_line(obj: object) -> str:
+    """``obj`` as one JSON line that is safe on a terminal (JSON already escapes C0 controls; the rest are only
+    ever inside strings, where a ``\\uXXXX`` escape means the same)."""
+    import orjson
+
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode())
 
 
 def _cut(text: str, width: int) -> str:

@@ -54,23 +54,52 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def runtime_fields_help() -> str:
+    """Every field ``config set`` accepts, with its default (read from the settings classes)."""
+    from stepwatch.models.tunable import runtime_fields
+    from stepwatch.runtime_config import SECTIONS
+
+    lines = ["runtime fields (SECTION.FIELD, default):"]
+    for section, cls in SECTIONS.items():
+        defaults = cls()
+        lines.extend(f"  {section}.{name} (default {getattr(defaults, name)})" for name in runtime_fields(cls))
+    return "\n".join(lines)
+
+
+class _FieldsHelpParser(argparse.ArgumentParser):
+    """``config set/unset --help`` ends with the runtime fields; built only when help is asked for, so other
+    commands do not import the detectors' settings to start."""
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.prog.endswith((" set", " unset")):
+            text += "\n" + runtime_fields_help() + "\n"
+        return text
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("config", help="change detector settings of running workers (config topic)",
                        description="Runtime settings live in the compacted <prefix>config topic, keyed by job "
                                    "id or '*' (all jobs); workers apply them within seconds, no restart.")
-    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    c = csub.add_parser("set", help="set settings, e.g. straggler.ratio_threshold=1.2")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True, parser_class=_FieldsHelpParser)
+    c = csub.add_parser("set", help="set settings, e.g. straggler.ratio_threshold=1.2",
+                        description="Set runtime settings for every job, or one job (--job); a bare FIELD means "
+                                    "straggler.FIELD. A value out of range is refused with the reason.")
     _add_kafka_args(c)
     c.add_argument("--job", help="only this job (default: every job, '*')")
-    c.add_argument("assignments", nargs="+", metavar="SECTION.FIELD=VALUE")
+    c.add_argument("assignments", nargs="+", metavar="SECTION.FIELD=VALUE",
+                   help="one or more settings, e.g. straggler.ratio_threshold=1.2 hang.timeout_seconds=900")
     c.set_defaults(func=run)
-    c = csub.add_parser("unset", help="drop settings (all of the scope's without names)")
+    c = csub.add_parser("unset", help="drop settings (all of the scope's without names)",
+                        description="Drop runtime settings of every job's scope ('*') or one job's (--job): the "
+                                    "named fields, or all of the scope's without names.")
     _add_kafka_args(c)
     c.add_argument("--job", help="only this job (default: every job, '*')")
-    c.add_argument("names", nargs="*", metavar="SECTION.FIELD")
+    c.add_argument("names", nargs="*", metavar="SECTION.FIELD", help="the settings to drop (default: all of them)")
     c.set_defaults(func=run)
-    c = csub.add_parser("show", help="print the settings in the config topic")
+    c = csub.add_parser("show", help="print the settings in the config topic",
+                        description="Print the runtime settings the config topic holds, per scope.")
     _add_kafka_args(c)
     c.add_argument("--job", help="only this job's")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print them as JSON")
     c.set_defaults(func=run)

@@ -6,10 +6,8 @@ import argparse
 import sys
 import time
 
-from stepwatch.config import Settings
-
-
 def run(args: argparse.Namespace) -> int:
+    from stepwatch.config import Settings
     from stepwatch.recording import parse_time, read_lines, replay
 
     settings = Settings.from_env()

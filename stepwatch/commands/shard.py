@@ -58,5 +58,6 @@ def add_parser(sub) -> None:
                    help="seconds a job's events wait at most before they go out (default 0.1)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus metrics (stepwatch_shard_*) on this port (default: none)")
-    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"],
+                   help="log level of its own log (default info)")
     p.set_defaults(func=run)

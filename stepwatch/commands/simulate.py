@@ -170,11 +170,78 @@ def build_spec(args: argparse.Namespace):
         stragglers=tuple(stragglers), slowdowns=tuple(args.slowdown or []),
         checkpoint_seconds=checkpoint_seconds if checkpoint_seconds is not None else 20.0,
         heartbeat_interval=heartbeat_interval, collectives_per_step=args.collectives_per_step, hangs=tuple(hangs),
+        node_prefix=_node_prefix(args), first_node=args.first_node,
     )
+
+
+def _node_prefix(args: argparse.Namespace) -> str:
+    """``--node-prefix``; ``job`` names the nodes after the job (``JOB-node-000``), so jobs never share nodes."""
+    return f"{args.job}-node-" if args.node_prefix == "job" else args.node_prefix
+
+
+#: --scenario names built from the flags here; any other name is one of ``stepwatch scenarios``.
+FLAG_SCENARIOS = ("healthy", "straggler", *HANG_SCENARIOS)
+
+
+def library_scenario(name: str):
+    """The library's scenario ``name`` (producers/scenarios.py), or exit with the names there are."""
+    from stepwatch.producers import scenarios
+
+    try:
+        return scenarios.get(name)
+    except KeyError:
+        raise SystemExit(f"stepwatch simulate: unknown scenario {name!r}: one of {', '.join(FLAG_SCENARIOS)} "
+                         "or a name 'stepwatch scenarios' lists") from None
+
+
+def run_library(args: argparse.Namespace) -> int:
+    """``--scenario NAME`` of the labelled library (producers/scenarios.py): its own jobs, ranks and faults."""
+    import dataclasses
+
+    import orjson
+
+    from stepwatch.producers import scenarios
+
+    scenario = library_scenario(args.scenario)
+    start = args.start_time if args.start_time is not None else (None if args.out else time.time())
+    if start is not None:  # to Kafka: the scenario happens now (its recording starts at a fixed time)
+        shift = start - min(s.start_time for s in scenario.specs)
+        scenario = dataclasses.replace(scenario, specs=tuple(
+            dataclasses.replace(s, start_time=s.start_time + shift) for s in scenario.specs))
+    stream = scenarios.batches(scenario)
+    speed = args.speed if args.speed is not None else (0.0 if args.out else 1.0)
+    if args.out:
+        out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
+        n = 0
+        try:
+            for _, batch in _paced(stream, speed):
+                for event in batch:
+                    out.write(orjson.dumps(event).decode())
+                    out.write("\n")
+                    n += 1
+        finally:
+            if out is not sys.stdout:
+                out.close()
+        print(f"stepwatch simulate: wrote {n} events of scenario {scenario.name}"
+              + ("" if args.out == "-" else f" to {args.out}"), file=sys.stderr)
+        return 0
+    from stepwatch.recording import publish
+
+    settings = _settings(args)
+    _require_bootstrap(settings)
+    # Job events keyed by job and telemetry by node, as 'stepwatch publish' sends a recording.
+    lines = (orjson.dumps({"v": 1, "kind": "batch", "events": batch}) for _, batch in stream)
+    stats = publish(lines, settings, speed=speed)
+    print(f"stepwatch simulate: scenario {scenario.name}: sent {stats['events_sent']} events in "
+          f"{stats['messages_sent']} messages, dropped {stats['events_dropped']}", file=sys.stderr)
+    return 1 if stats["events_dropped"] else 0
 
 
 def run(args: argparse.Namespace) -> int:
     from stepwatch.producers.simulator import ClusterSimulator
+
+    if args.scenario not in FLAG_SCENARIOS:
+        return run_library(args)
 
     try:
         spec = build_spec(args)
@@ -224,10 +291,14 @@ def run(args: argparse.Namespace) -> int:
     with EventPublisher(bootstrap=settings.kafka.bootstrap, topic=topic, shard_ranks=args.shard_ranks or 0,
                         **client_config(settings)) as publisher:
         last_report = time.monotonic()
-        for i, (_, batch) in enumerate(_paced(stream, speed)):
+        step = 0
+        for _, batch in _paced(stream, speed):
             publisher.send_job(spec.job, batch)
+            # A batch is one instant (steps, heartbeats, collectives), not one step: count the steps themselves.
+            step = max([step, *(e["step"] + 1 for e in batch if e.get("kind") == "step" and "step" in e)])
             if time.monotonic() - last_report > 5:
-                print(f"stepwatch simulate: step {i}/{spec.steps}, {publisher.events_sent} events sent",
+                print(f"stepwatch simulate: step {min(step, spec.steps)}/{spec.steps}, {publisher.events_sent} "
+                      "events sent",
                       file=sys.stderr)
                 last_report = time.monotonic()
     print(f"stepwatch simulate: sent {publisher.events_sent} events in {publisher.messages_sent} messages "
@@ -254,8 +325,10 @@ def add_parser(sub) -> None:
                        description="Generate the events of a simulated training job with realistic noise and "
                                    "injected faults. Deterministic for a given --seed.")
     _add_kafka_args(p)
-    p.add_argument("--scenario", choices=["healthy", "straggler", *HANG_SCENARIOS], default="healthy",
-                   help="'straggler' adds one rank 30%% slower for a third of the run unless --straggler is given; "
+    p.add_argument("--scenario", default="healthy", metavar="NAME",
+                   help="healthy (default), straggler, hang, frozen, dead, slow-checkpoint, or any name "
+                        "'stepwatch scenarios' lists (that scenario's own jobs and faults; the job and fault "
+                        "flags do not apply). 'straggler' adds one rank 30%% slower for a third of the run unless --straggler is given; "
                         "'hang' (a rank stops before a collective, its heartbeats go on), 'frozen' (a rank stops "
                         "sending anything, like SIGSTOP) and 'dead' (a rank's process exits) stop rank 5 a third "
                         "of the way in unless --hang/--frozen/--dead is given; 'slow-checkpoint' adds one long but "
@@ -264,6 +337,11 @@ def add_parser(sub) -> None:
     p.add_argument("--job", default="sim-job", help="job id (default: sim-job)")
     p.add_argument("--ranks", type=int, default=64, help="number of ranks (default 64)")
     p.add_argument("--ranks-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--node-prefix", default="node-", metavar="PREFIX",
+                   help="node names are PREFIX000, PREFIX001, ... (default 'node-'); 'job' names them after the "
+                        "job (JOB-node-000), so two simulated jobs never share a node")
+    p.add_argument("--first-node", type=int, default=0, metavar="N",
+                   help="number the job's nodes from N (default 0): another way to keep two jobs' nodes apart")
     p.add_argument("--stages", type=int, default=1, help="pipeline stages, i.e. peer groups (default 1)")
     p.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
     p.add_argument("--compute-time", type=float, default=0.8, help="per-step compute seconds (default 0.8)")

@@ -7,7 +7,7 @@ import sys
 
 import orjson
 
-from stepwatch.commands.common import _cut
+from stepwatch.commands.common import _cut, printable
 
 
 def fetch_json(url: str, *, timeout: float = 10.0) -> tuple[int, object]:
@@ -43,7 +43,7 @@ def format_jobs(body: dict) -> str:
             lines.append(f"    {a['severity'].upper():<8} {a['type']:<9} {_cut(a['summary'], 110)}")
     if not body.get("jobs"):
         lines.append("(no jobs on this worker)")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # names from the wire: no fake lines
 
 
 def _hang_forensics(ev: dict) -> list[str]:
@@ -95,7 +95,7 @@ def format_job(body: dict, *, all_ranks: bool = False, limit: int = 20) -> str:
                      f"{r.get('alert') or ''}")
     if len(shown) < len(ranks):
         lines.append(f"... {len(ranks) - len(shown)} more ranks (most suspicious first; --all shows every rank)")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # names from the wire: no fake lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
     elif status != 200:
-        print(f"stepwatch status: HTTP {status}: {body.get('error') if isinstance(body, dict) else body}",
+        print(printable(f"stepwatch status: HTTP {status}: {body.get('error') if isinstance(body, dict) else body}"),
               file=sys.stderr)
         if isinstance(body, dict) and body.get("owner"):
             print(f"the job's partition ({body.get('partition')}) is on {body['owner']}", file=sys.stderr)

@@ -28,5 +28,6 @@ def add_parser(sub) -> None:
                        description="Consume the events topic, detect stragglers and hangs, publish alerts.")
     _add_kafka_args(p)
     p.add_argument("--web-port", type=int, help="port of the worker's web server, 0 to disable (default 6066)")
-    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"],
+                   help="log level of its own log (default info)")
     p.set_defaults(func=run)

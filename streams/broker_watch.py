@@ -1,0 +1,109 @@
+"""The worker while its Kafka broker is away: a readable log, an honest ``/health``, a bounded shutdown.
+
+With the broker down, aiokafka logs every reconnect attempt of every client (about 300 lines a
+second: "Unable connect to node", "Unable to update metadata", "Failed fetch messages", ...).
+:class:`BrokerLogLimiter` is a ``logging.Filter`` on the Kafka clients' loggers: the first record of
+each kind passes, then at most one per ``interval`` seconds, carrying how many like it were held
+back. Every held-back record of a connection kind also marks the broker as away, which is what
+``/health`` reports (``"status": "degraded"``) until ``away_after`` seconds pass without one.
+
+Faust's shutdown waits for its producer buffer to flush, forever when no broker answers; the
+worker's shutdown watchdog (:func:`exit_if_stuck`) ends the process after a grace period instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pkgutil
+import sys
+import threading
+import time
+from collections import OrderedDict
+
+log = logging.getLogger("stepwatch.worker")
+
+#: Loggers of the Kafka clients a worker runs (their modules' ``logging.getLogger(__name__)``).
+CLIENT_PACKAGES = ("aiokafka", "kafka")
+#: Words of a client's log record that mean "cannot reach the broker".
+AWAY_MARKERS = ("Unable connect to node", "Unable to update metadata", "NodeNotReadyError", "ECONNREFUSED",
+                "Connection lost", "KafkaConnectionError", "No node available", "Connect call failed")
+#: Distinct kinds of message remembered (oldest forgotten first: memory stays bounded).
+MAX_KINDS = 256
+
+
+class BrokerLogLimiter(logging.Filter):
+    """At most one record per kind (logger, level, message template) per ``interval`` seconds."""
+
+    def __init__(self, *, interval: float = 10.0, away_after: float = 15.0, clock=time.monotonic) -> None:
+        super().__init__()
+        self.interval = interval
+        self.away_after = away_after
+        self.clock = clock
+        self._kinds: OrderedDict[tuple, list] = OrderedDict()  # kind -> [last passed at, held back since]
+        self._lock = threading.Lock()
+        self.last_away: float | None = None
+        #: Records held back in total (for the log line that lets one through, and tests).
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        text = str(record.msg)
+        if any(marker in text for marker in AWAY_MARKERS) or any(
+                marker in str(a) for a in (record.args or ()) if isinstance(a, (str, BaseException))
+                for marker in AWAY_MARKERS):
+            self.last_away = now
+        kind = (record.name, record.levelno, text)
+        with self._lock:
+            entry = self._kinds.get(kind)
+            if entry is None:
+                self._kinds[kind] = [now, 0]
+                if len(self._kinds) > MAX_KINDS:
+                    self._kinds.popitem(last=False)
+                return True
+            self._kinds.move_to_end(kind)
+            if now - entry[0] < self.interval:
+                entry[1] += 1
+                self.suppressed += 1
+                return False
+            held, entry[0], entry[1] = entry[1], now, 0
+        if held:
+            record.msg = f"{record.msg} ({held} more like this held back since the last one)"
+        return True
+
+    def broker_away(self) -> bool:
+        """A Kafka client could not reach a broker within the last ``away_after`` seconds."""
+        return self.last_away is not None and self.clock() - self.last_away < self.away_after
+
+
+def install(limiter: BrokerLogLimiter, packages=CLIENT_PACKAGES) -> list[str]:
+    """Put ``limiter`` on every module logger of ``packages`` (a logger's filters see only its own
+    records, not its children's, so each module's logger gets it). Returns the logger names."""
+    names = []
+    for package in packages:
+        try:
+            module = __import__(package)
+        except ImportError:  # kafka-python or aiokafka not installed: nothing of theirs to quiet
+            log.debug("log limiter: %s not installed", package)
+            continue
+        names.append(package)
+        names.extend(info.name for info in pkgutil.walk_packages(module.__path__, prefix=package + "."))
+    for name in names:
+        logging.getLogger(name).addFilter(limiter)
+    return names
+
+
+def exit_if_stuck(grace: float, *, what: str = "shutdown", exit_code: int = 1) -> threading.Thread:
+    """A daemon thread that ends the process if it is still alive ``grace`` seconds from now (a clean
+    exit first ends the thread with the process)."""
+
+    def watch() -> None:
+        time.sleep(grace)  # a watchdog's timer, not a wait for a condition
+        log.error("%s did not finish in %.0f s (is the Kafka broker gone? uncommitted events "
+                  "are read again on restart); exiting", what, grace)
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+    thread = threading.Thread(target=watch, name="stepwatch-shutdown-watchdog", daemon=True)
+    thread.start()
+    return thread

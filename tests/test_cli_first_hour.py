@@ -1,0 +1,300 @@
+"""A newcomer's first hour on the command line (issue 28 item 8, issue 27 item 7): no traceback, no
+wait without a message, nothing on the terminal that a job name can fake.
+
+Each command runs as a real ``stepwatch`` subprocess. A dead bootstrap is a closed local port (bound,
+then closed: nothing listens there); the alerts for ``report`` are real ones, from ``stepwatch simulate``
+through ``stepwatch replay`` (the alert wire format of docs/events.md).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from support import REPO, run_stepwatch
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def alerts_file(tmp_path_factory):
+    """A straggler recording replayed into alerts (one firing, one resolved)."""
+    d = tmp_path_factory.mktemp("first-hour")
+    recording, alerts = d / "straggler.jsonl", d / "alerts.jsonl"
+    run_stepwatch("simulate", "--scenario", "straggler", "--ranks", "16", "--steps", "120", "--out", str(recording),
+                  env=_env())
+    with open(alerts, "w") as out:
+        subprocess.run([sys.executable, "-m", "stepwatch.cli", "replay", str(recording)], stdout=out, check=True,
+                       cwd=REPO, env=_env(), timeout=120)
+    assert alerts.stat().st_size > 0
+    return alerts
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPWATCH_", "KAFKA_"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _stepwatch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stepwatch.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env=_env(), timeout=timeout)
+
+
+# -- a dead bootstrap ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [
+    ["alerts", "--timeout", "30"],
+    ["simulate", "--ranks", "4", "--steps", "3"],
+    ["record"],
+    ["config", "show"],
+    ["config", "set", "straggler.window=8"],
+    ["publish", "-"],
+    ["report"],
+])
+def test_every_kafka_client_fails_in_one_line_on_a_dead_bootstrap(command):
+    bootstrap = f"127.0.0.1:{closed_port()}"
+    # timeout=10: a command that waits longer on a dead broker fails the test with TimeoutExpired.
+    result = subprocess.run([sys.executable, "-m", "stepwatch.cli", *command, "--bootstrap", bootstrap],
+                            capture_output=True, text=True, cwd=REPO, env=_env(), timeout=10, input="")
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert 1 <= len(lines) <= 5, result.stderr
+    assert "Traceback" not in result.stderr
+    assert bootstrap in result.stderr and "unreachable" in result.stderr
+
+
+# -- paths and ports ----------------------------------------------------------------------------------
+
+def test_an_unwritable_simulate_out_is_one_line(tmp_path):
+    result = _stepwatch("simulate", "--ranks", "4", "--steps", "3", "--out", str(tmp_path / "no" / "such" / "x.jsonl"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"stepwatch simulate: {tmp_path / 'no' / 'such' / 'x.jsonl'}: No such file or directory"]
+
+
+def test_an_unwritable_report_html_is_one_line(alerts_file, tmp_path):
+    result = _stepwatch("report", str(alerts_file), "--html", str(tmp_path / "missing" / "r.html"))
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert "No such file or directory" in result.stderr
+    result = _stepwatch("report", str(alerts_file), "--html", str(tmp_path))  # a directory
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_the_broker_on_a_busy_port_says_so_in_one_line_and_never_ready():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _stepwatch("broker", "--port", str(port), timeout=60)
+    assert result.returncode == 1
+    assert "ready" not in result.stdout + result.stderr.replace("already", "")
+    assert result.stderr.strip().splitlines() == [
+        f"stepwatch broker: port {port} on 127.0.0.1 is busy (Address already in use): another broker? stop it, "
+        "or pick another with --port"]
+
+
+# -- report FILE ----------------------------------------------------------------------------------------
+
+def test_report_takes_the_file_as_replay_does_and_heads_with_the_incidents_span(alerts_file):
+    positional = _stepwatch("report", str(alerts_file))
+    option = _stepwatch("report", "--file", str(alerts_file))
+    assert positional.returncode == 0 and positional.stdout == option.stdout
+    alerts = [orjson.loads(line) for line in alerts_file.read_bytes().splitlines()]
+    first = min(a["starts_at"] for a in alerts)
+    last = max(a.get("ends_at") or a["starts_at"] for a in alerts)
+    from datetime import datetime, timezone
+
+    def minute(ts):
+        return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+    head = positional.stdout.splitlines()[0]
+    assert head.startswith(f"stepwatch report: 1 incident(s) from {minute(first)} to {minute(last)} ("), head
+
+
+def test_report_of_a_file_without_alerts_says_so_and_fails(tmp_path):
+    garbage = tmp_path / "garbage.txt"
+    garbage.write_bytes(b"not json\n\x00\x01\n{\"kind\": \"step\"}\n")
+    for path in (garbage, tmp_path / "empty.jsonl"):
+        path.touch()
+        result = _stepwatch("report", str(path))
+        assert result.returncode != 0
+        assert result.stderr.strip().splitlines() == [
+            f"stepwatch report: {path}: no alerts in it (expected JSON Lines of alerts, e.g. 'stepwatch replay' or "
+            "'stepwatch alerts --json' output)"]
+        assert "1969" not in result.stdout + result.stderr
+
+
+# -- escaping ------------------------------------------------------------------------------------------
+
+FAKE = "x\n2026-12-01 10:00 RESOLVED  all clear\x1b[2K\x9b1A\u202e"
+
+
+def test_a_job_name_cannot_print_a_fake_line_in_report(alerts_file, tmp_path):
+    forged = tmp_path / "forged.jsonl"
+    with open(forged, "wb") as out:
+        for line in alerts_file.read_bytes().splitlines():
+            alert = orjson.loads(line)
+            alert["job"] = FAKE
+            alert["evidence"]["effective_compute"] = 0.5
+            out.write(orjson.dumps(alert) + b"\n")
+    result = _stepwatch("report", str(forged))
+    assert result.returncode == 0, result.stderr
+    assert not any(line.startswith("2026-12-01") for line in result.stdout.splitlines())
+    assert "\x1b" not in result.stdout and "\x9b" not in result.stdout and "\u202e" not in result.stdout
+    assert "x\\n2026-12-01 10:00 RESOLVED  all clear\\x1b[2K\\x9b1A\\u202e" in result.stdout
+
+
+def test_the_alerts_row_status_view_and_replay_json_escape_control_characters(alerts_file):
+    from stepwatch.commands.alerts import alert_table_row
+    from stepwatch.commands.common import json_line
+    from stepwatch.commands.status import format_job, format_jobs
+
+    alert = orjson.loads(alerts_file.read_bytes().splitlines()[0])
+    alert["job"] = alert["summary"] = FAKE
+    alert["nodes"] = ["node-0\n01"]
+    row = alert_table_row(alert, published=1_700_000_000.0)
+    assert "\n" not in row and "\x1b" not in row and "\x9b" not in row and "\u202e" not in row
+    assert "node-0\\n01" in row
+    body = {"worker": "w", "partitions": [0], "jobs": [{"job": FAKE, "ranks": 1, "latest_step": 1, "phase": "train",
+                                                        "open_alerts": 1, "alerts": [alert]}]}
+    assert len(format_jobs(body).splitlines()) == 4
+    job = {"job": FAKE, "latest_step": 1, "phase": "train", "alerts": [alert],
+           "ranks": [{"rank": 0, "node": FAKE, "step": 1, "phase": "train"}]}
+    text = format_job(job)
+    assert "\x1b" not in text and not any(line.startswith("2026-12-01") for line in text.splitlines())
+    line = json_line(alert)
+    assert "\x9b" not in line and "\u202e" not in line and orjson.loads(line) == alert
+
+
+def test_alerts_row_has_the_uncut_type_node_port_action_and_published_time():
+    from stepwatch.commands.alerts import alert_table_header, alert_table_row
+    from stepwatch.models.alert_types import ALERT_TYPES
+
+    alert = {"id": "a", "status": "firing", "type": "checkpoint_stale", "severity": "warning", "job": "j",
+             "ranks": [], "nodes": ["node-007", "node-009"], "starts_at": 1.0, "summary": "s",
+             "evidence": {"device": "mlx5_0", "port": 1},
+             "annotations": {"recommended_action": "Drain node-007 and page the fabric team."}}
+    row = alert_table_row(alert, published=1_700_000_000.0)
+    assert row.startswith("2023-11-14T22:13:20Z")  # the published time, not the onset (starts_at=1)
+    assert " checkpoint_stale " in row and "node-007 mlx5_0/1 +1" in row
+    assert "Drain node-007 and page the fabric team. | s" in row
+    assert alert_table_header().split()[:3] == ["TIME", "(UTC)", "STATUS"]
+    for alert_type in ALERT_TYPES:  # never cut
+        assert f" {alert_type} " in alert_table_row(dict(alert, type=alert_type), published=1.0)
+
+
+def test_the_declared_alert_types_are_every_type_the_worker_classifies():
+    from stepwatch.models.actions import TYPE_CLASSES
+    from stepwatch.models.alert_types import ALERT_TYPES
+
+    # straggler and hang are classified by their evidence, the others by type (models/actions.py).
+    assert set(ALERT_TYPES) == set(TYPE_CLASSES) | {"straggler", "hang"}
+
+
+# -- scenarios and help --------------------------------------------------------------------------------
+
+def test_every_scenario_that_scenarios_lists_is_accepted_by_simulate(tmp_path):
+    listed = [line.split()[0] for line in _stepwatch("scenarios").stdout.splitlines() if line.strip()]
+    assert len(listed) > 50
+    from stepwatch.producers import scenarios
+
+    assert listed == scenarios.names()
+    # Every name resolves through simulate's own lookup; two small ones run end to end.
+    from stepwatch.commands.simulate import FLAG_SCENARIOS, library_scenario
+
+    for name in listed:
+        assert name not in FLAG_SCENARIOS
+        assert library_scenario(name).name == name
+    for name in ("healthy-8", "checkpoint-stops-16"):
+        out = tmp_path / f"{name}.jsonl"
+        result = _stepwatch("simulate", "--scenario", name, "--out", str(out), timeout=120)
+        assert result.returncode == 0, result.stderr
+        jobs = {orjson.loads(line).get("job") for line in out.read_bytes().splitlines()}
+        assert jobs == {s.job for s in scenarios.get(name).specs}
+    result = _stepwatch("simulate", "--scenario", "no-such-scenario", "--out", str(tmp_path / "x"))
+    assert result.returncode != 0 and "unknown scenario 'no-such-scenario'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_two_simulated_jobs_can_keep_their_nodes_apart(tmp_path):
+    nodes = {}
+    for job in ("job-a", "job-b"):
+        out = tmp_path / f"{job}.jsonl"
+        assert _stepwatch("simulate", "--job", job, "--ranks", "16", "--steps", "3", "--node-prefix", "job",
+                          "--out", str(out)).returncode == 0
+        nodes[job] = {orjson.loads(line).get("node") for line in out.read_bytes().splitlines()} - {None}
+    assert nodes["job-a"] == {"job-a-node-000", "job-a-node-001"}
+    assert not nodes["job-a"] & nodes["job-b"]
+
+
+def test_every_argument_and_subcommand_has_help_and_config_set_lists_the_fields():
+    import argparse
+
+    from stepwatch.cli import build_parser
+
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {c.dest: c.help for c in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if not helps.get(name):
+                        missing.append(" ".join(path + [name]))
+                    walk(sub, path + [name])
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(" ".join(path) + " " + "/".join(action.option_strings or [action.dest]))
+
+    walk(build_parser(), ["stepwatch"])
+    assert missing == []
+    text = _stepwatch("config", "set", "--help").stdout
+    assert "straggler.ratio_threshold (default" in text and "hang.timeout_seconds (default" in text
+    alerts_help = _stepwatch("alerts", "--help").stdout
+    for alert_type in ("straggler", "hang", "link_errors", "node_suspect", "job_restart", "gpu_hot"):
+        assert alert_type in alerts_help
+
+
+# -- stepwatch alerts against the real broker ----------------------------------------------------------
+
+@pytest.mark.kafka
+def test_alerts_prints_one_line_per_incident_update_escaped_with_the_published_time(kafka_bootstrap, topic_prefix,
+                                                                                    alerts_file):
+    from datetime import datetime, timezone
+
+    from kafka import KafkaProducer
+
+    from support import stepwatch_env
+
+    firing, resolved = [orjson.loads(line) for line in alerts_file.read_bytes().splitlines()]
+    for alert in (firing, resolved):
+        alert["job"] = FAKE
+    topic = topic_prefix + "alerts"
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    published = 1_764_000_000_000  # ms: the record's own time, not the alert's onset
+    # The firing state twice (a republish), then the resolution: two updates of one incident.
+    for k, alert in enumerate((firing, firing, resolved)):
+        producer.send(topic, orjson.dumps(alert), timestamp_ms=published + k * 1000)
+    producer.flush()
+    producer.close()
+    result = run_stepwatch("alerts", "--from-beginning", "--timeout", "5", env=stepwatch_env(kafka_bootstrap,
+                                                                                              topic_prefix))
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout  # header, FIRING, RESOLVED
+    stamp = datetime.fromtimestamp(published / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert lines[1].startswith(f"{stamp}  FIRING") and " RESOLVED " in lines[2]
+    assert "straggler" in lines[1] and firing["nodes"][0] in lines[1]
+    assert "\x1b" not in result.stdout and "\x9b" not in result.stdout and "\u202e" not in result.stdout
+    assert not any(line.startswith("2026-12-01") for line in lines)
+    assert firing["annotations"].get("recommended_action", "-") in lines[1]
