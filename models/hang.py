@@ -121,6 +121,9 @@ class HangSettings:
 _D = HangSettings()
 
 DEFAULT_PG = "default"
+#: Event times more than this far ahead of the clock the rule is checked on are clamped to it
+#: (hosts' clock offsets are corrected before, models/clocks.py; seconds).
+FUTURE_SLACK_SECONDS = 60.0
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
 #: Culprits asked for their stacks per request (waiting ranks come on top, ``stack_waiting_ranks``).
@@ -148,6 +151,8 @@ class HangDiagnosis:
     process_group_ranks: tuple[int, ...] | None = None  # its global ranks (None: every rank, the default group)
     group_waiting: tuple[int, ...] = ()  # ranks waiting in that group's collective
     other_groups: tuple[str, ...] = ()  # further disagreeing groups with culprits of their own
+    torn_down: tuple[int, ...] = ()  # ranks that fell silent after the culprit was named (teardown)
+    culprits_alive: bool = True  # the culprits still send heartbeats
 
 
 @dataclass(slots=True)
@@ -160,6 +165,7 @@ class _Episode:
     stuck_steps: dict[int, int] = field(default_factory=dict)  # partial: rank -> its step when stuck
     key: tuple = ()
     base: Alert | None = None  # the alert before stack evidence was added
+    named: HangDiagnosis | None = None  # the latest culprit diagnosis (kept across a teardown)
 
 
 @dataclass(slots=True)
@@ -230,7 +236,11 @@ class HangDetector:
         # Job-level state.
         self._started_at: float | None = None  # first event of this run of the job
         self._latest_ts = 0.0  # latest event time from any rank of the job
-        self._max_step = -1  # the job's step counter: highest completed step of any rank
+        # The job's step counter: the (lower) median of the ranks' completed steps, so that one
+        # event with a wild step number cannot move it (the max would: a false hang that never ends).
+        self._max_step = -1
+        self._above = 0  # ranks whose step is above the counter
+        self._known = 0  # ranks with a known step
         self._completed_any = False  # a step completed since start (a heartbeat's first value is a baseline)
         self._progress_ts = 0.0  # when the counter last advanced (or the start)
         self._phase = "train"  # job-wide phase from phase events without a rank
@@ -421,8 +431,9 @@ class HangDetector:
         advanced = self._rank_row(slot, step, ts, node)
         first = not self._completed_any
         self._completed_any = True
-        if step > self._max_step:
-            return self._job_advanced(step, ts)  # no step time learnt during a hang
+        passed = self._counter_passed() if advanced else None
+        if passed is not None:
+            return self._job_advanced(passed, ts)  # no step time learnt during a hang
         if first:  # a completion at or below a heartbeat's baseline still ends the wait for the first step
             return self._job_advanced(self._max_step, ts, first=True)
         return self._maybe_resolve_partial(slot) if advanced else []
@@ -446,26 +457,62 @@ class HangDetector:
             if w is not None:
                 self._world_size = w
                 break
-        if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
-            self._rank_row(slots[0], steps[0], ts[0], nodes[0])
-        else:
-            self._rank_columns(slots, steps, ts, nodes)
-        # The job's step counter, in order (usually one advance per envelope and step).
         first = not self._completed_any
         self._completed_any = True
         top = self._max_step
-        if not first and max(steps) <= top:
-            return  # no step advances the job's counter: the loop below would do nothing
-        for i, step in enumerate(steps):
-            if step > top:
-                if not (first and i == 0) and top >= 0 and phases[i] == "train" and self._phase == "train":
-                    self._step_times.append(step_times[i])
-                top = self._max_step = step
-                self._advances.append((step, ts[i]))
-                if ts[i] > self._progress_ts:
-                    self._progress_ts = ts[i]
-            elif first and i == 0 and ts[0] > self._progress_ts:
-                self._progress_ts = ts[0]
+        if first and ts[0] > self._progress_ts:
+            self._progress_ts = ts[0]
+        if max(steps) <= top or len(slots) == 1 or len(set(slots)) != len(slots):
+            if max(steps) > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
+                for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
+                    self._rank_row(slot, step, t, node)
+                    passed = self._counter_passed()
+                    if passed is not None:
+                        self._counted_advance(i, passed, first, step_times, phases, ts)
+                return
+            if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
+                self._rank_row(slots[0], steps[0], ts[0], nodes[0])
+            else:
+                self._rank_columns(slots, steps, ts, nodes)
+            passed = self._counter_passed() if max(steps) > top else None
+            if passed is not None:
+                self._counted_advance(0, passed, first, step_times, phases, ts)
+            return
+        # Each rank once: find, by cumulative counts, the events after which the ranks' median passed
+        # the counter (what event-by-event processing finds), then write the columns.
+        idx = np.array(slots, dtype=np.int64)
+        steps_a = np.array(steps, dtype=np.int64)
+        cur = self._step[idx]
+        known = self._known + np.cumsum(cur < 0)
+        above, lo, state, passes = self._above, 0, None, []
+        while lo < len(slots):
+            crossed = above + np.cumsum((steps_a[lo:] > top) & (cur[lo:] <= top))
+            k = known[lo:]
+            hit = np.flatnonzero((crossed > 0) & (crossed >= k - (k - 1) // 2))
+            if not len(hit):
+                break
+            i = lo + int(hit[0])
+            if state is None:
+                state = self._step[:self._n].copy()
+            state[idx[lo:i + 1]] = np.maximum(state[idx[lo:i + 1]], steps_a[lo:i + 1])
+            values = state[state >= 0]
+            mid = (len(values) - 1) // 2
+            top = int(np.partition(values, mid)[mid])
+            passes.append((i, top))
+            above, lo = int((state > top).sum()), i + 1
+        self._rank_columns(slots, steps, ts, nodes)
+        for i, passed in passes:
+            self._counted_advance(i, passed, first, step_times, phases, ts)
+
+    def _counted_advance(self, i: int, passed: int, first: bool, step_times: list[float], phases: list[str],
+                         ts: list[float]) -> None:
+        """The job's counter passed to ``passed`` at the i-th event of a run (no hang open)."""
+        if not (first and i == 0) and self._max_step >= 0 and phases[i] == "train" and self._phase == "train":
+            self._step_times.append(step_times[i])
+        self._set_counter(passed)
+        self._advances.append((passed, ts[i]))
+        if ts[i] > self._progress_ts:
+            self._progress_ts = ts[i]
 
     def _on_phase(self, event: PhaseEvent) -> list[Alert]:
         if event.rank is not None:
@@ -494,16 +541,17 @@ class HangDetector:
         self._rank_phase[slot] = event.phase
         if self._max_step < 0:
             # The first value is a baseline (a restarted job resumes at its checkpoint's step).
-            self._max_step = event.step
-            self._step[slot] = event.step
+            self._rank_step(slot, event.step, event.ts)
+            self._set_counter(event.step)
             return []
         advanced = self._rank_step(slot, event.step, event.ts)
-        if event.step > self._max_step:
+        passed = self._counter_passed() if advanced else None
+        if passed is not None:
             if not self._has_step_events and self._completed_any and self._episode is None:
                 # Heartbeat-only jobs: the time per step between two advances of the counter.
-                self._step_times.append((event.ts - self._progress_ts) / (event.step - self._max_step))
+                self._step_times.append((event.ts - self._progress_ts) / (passed - self._max_step))
             self._completed_any = True
-            return self._job_advanced(event.step, event.ts)
+            return self._job_advanced(passed, event.ts)
         return self._maybe_resolve_partial(slot) if advanced else []
 
     def _rank_row(self, slot: int, step: int, ts: float, node: str | None) -> bool:
@@ -551,22 +599,45 @@ class HangDetector:
         current = self._step[idx]
         advanced = steps > current
         if advanced.any():
+            top = self._max_step
+            self._known += int((advanced & (current < 0)).sum())
+            self._above += int((advanced & (current <= top) & (steps > top)).sum())
             self._stepped[idx[advanced & (current >= 0)]] = True
             self._step[idx[advanced]] = steps[advanced]
             self._rank_progress[idx[advanced]] = ts[advanced]
 
     def _rank_step(self, slot: int, step: int, ts: float) -> bool:
-        if step > self._step[slot]:
-            if self._step[slot] >= 0:
+        old = self._step[slot]
+        if step > old:
+            if old >= 0:
                 self._stepped[slot] = True
+            else:
+                self._known += 1
+            if old <= self._max_step < step:
+                self._above += 1
             self._step[slot] = step
             self._rank_progress[slot] = ts
             return True
         return False
 
+    def _counter_passed(self) -> int | None:
+        """The ranks' median step when it passed the job's counter (after the latest rank writes), else None."""
+        known = self._known
+        if not self._above or self._above < known - (known - 1) // 2:
+            return None  # fewer than half the ranks are above it: the median cannot be
+        steps = self._step[:self._n]
+        steps = steps[steps >= 0]
+        k = (len(steps) - 1) // 2
+        median = int(np.partition(steps, k)[k])
+        return median if median > self._max_step else None
+
+    def _set_counter(self, step: int) -> None:
+        self._max_step = step
+        self._above = int((self._step[:self._n] > step).sum())
+
     def _job_advanced(self, step: int, ts: float, *, first: bool = False) -> list[Alert]:
         if step > self._max_step:
-            self._max_step = step
+            self._set_counter(step)
             self._advances.append((step, ts))
         self._progress_ts = max(self._progress_ts, ts)
         ep = self._episode
@@ -699,6 +770,8 @@ class HangDetector:
         """Evaluate the rule at ``now``; return a new or updated alert when something changed."""
         if self._ended or self._started_at is None:
             return []
+        if self._latest_ts > now + FUTURE_SLACK_SECONDS:
+            self._clamp_future(now)
         # Cheap exit on every tick of a healthy job: no threshold can be shorter than this.
         shortest = min(self.warning_floor_seconds, self.timeout_seconds)
         if self._episode is None and now - self._progress_ts < shortest and (
@@ -727,13 +800,16 @@ class HangDetector:
                     return [ep.alert]
             return []
         severity = "critical" if stalled >= critical else "warning"
-        diagnosis = self.diagnose(now, stuck_after=first)
         ep = self._episode
+        diagnosis = self.diagnose(now, stuck_after=first, resumed_after=self._progress_ts if (
+            ep is not None and ep.kind == "job" and kind == "job") else None)
+        if ep is not None and ep.named is not None:
+            diagnosis = self._across_teardown(ep.named, diagnosis)
         if ep is not None and ep.alert.severity == "critical" and severity == "warning":
             severity = "critical"  # never de-escalate within one episode
         if ep is not None:
             self._maybe_request_stacks(now, ep.alert.id, diagnosis)
-        key = (severity, diagnosis.case, diagnosis.culprits) + self._stack_key(now)
+        key = self._key(severity, diagnosis) + self._stack_key(now)
         if ep is not None and ep.key == key and not (kind == "job" and ep.kind == "partial"):
             return []
         since = self._progress_ts if kind == "job" else now - stalled
@@ -747,7 +823,7 @@ class HangDetector:
                            timeout_kind, diagnosis)
         if ep is None:
             self._maybe_request_stacks(now, ident, diagnosis)
-            key = (severity, diagnosis.case, diagnosis.culprits) + self._stack_key(now)
+            key = self._key(severity, diagnosis) + self._stack_key(now)
         alert = self._with_stacks(base)
         if ep is None or (kind == "job" and ep.kind == "partial"):
             stuck_steps = {}
@@ -758,7 +834,43 @@ class HangDetector:
                                      key=key, base=base)
         else:
             ep.alert, ep.key, ep.base = alert, key, base
+        if diagnosis.case == "culprit_before_collective" and not diagnosis.torn_down:
+            self._episode.named = diagnosis
         return [alert]
+
+    def _clamp_future(self, now: float) -> None:
+        """Times stamped ahead of the clock (a host's clock hours off, a bad producer) become ``now``: a
+        step stamped 23 h ahead would otherwise count as progress for 23 h and hide a real hang."""
+        n = self._n
+        for name in ("_rank_progress", "_last_seen", "_last_hb"):
+            values = getattr(self, name)
+            values[:n] = np.minimum(values[:n], now)  # NaN (no heartbeat yet) stays NaN
+        self._latest_ts = min(self._latest_ts, now)
+        self._progress_ts = min(self._progress_ts, now)
+        self._advances = deque(((s, min(t, now)) for s, t in self._advances), maxlen=self._advances.maxlen)
+
+    @staticmethod
+    def _key(severity: str, d: HangDiagnosis) -> tuple:
+        """What makes a new version of the alert: not every rank that dies during a teardown."""
+        return (severity, d.case, d.culprits, bool(d.torn_down), d.culprits_alive)
+
+    def _across_teardown(self, named: HangDiagnosis, d: HangDiagnosis) -> HangDiagnosis:
+        """Once a culprit is named, ranks that fall silent afterwards were torn down (NCCL's watchdog
+        kills the waiting ranks while the stuck one lives on until the launcher's SIGKILL): the
+        named culprit stays, the alert says the job was torn down."""
+        if d.case == "culprit_before_collective" or not (d.silent or d.job_silent):
+            return d  # still alive and at their collectives: the fresh diagnosis is the better one
+        before = set(named.silent)
+        gone = tuple(r for r in d.silent if r not in before)
+        if d.job_silent and not gone:  # every rank went quiet at once
+            gone = tuple(r for r in named.waiting + named.culprits if r not in before)
+        silent_now = set(d.silent)
+        alive = not d.job_silent and not any(r in silent_now for r in named.culprits)
+        reason = (f"{named.reason}; then the job was torn down: {len(gone)} rank(s) went silent after the "
+                  f"culprit was named (a watchdog or the launcher ending the job), "
+                  f"{'the culprit still sends heartbeats' if alive else 'the culprit is silent too'}")
+        return replace(named, reason=reason, torn_down=gone, culprits_alive=alive, job_silent=d.job_silent,
+                       heartbeat_timeout=d.heartbeat_timeout)
 
     def _partial_stuck(self, now: float, stuck_after: float) -> np.ndarray | None:
         """Live ranks whose own step stopped while other ranks still complete steps, or None."""
@@ -771,7 +883,7 @@ class HangDetector:
         stepping = known & self._stepped[:n] & ~quiet
         if not stepping.any():
             return None
-        live = (self._latest_ts - self._last_seen[:n]) < self.heartbeat_timeout()
+        live = (min(self._latest_ts, now) - self._last_seen[:n]) < self.heartbeat_timeout()
         stuck = live & known & quiet & (step < self._max_step)
         if not stuck.any():
             return None
@@ -784,18 +896,22 @@ class HangDetector:
         stuck &= (now - passed_at) >= stuck_after
         return stuck if stuck.any() else None
 
-    def diagnose(self, now: float, *, stuck_after: float) -> HangDiagnosis:
-        """Classify every rank from its latest heartbeat and collective sequence numbers."""
+    def diagnose(self, now: float, *, stuck_after: float, resumed_after: float | None = None) -> HangDiagnosis:
+        """Classify every rank from its latest heartbeat and collective sequence numbers.
+
+        ``resumed_after``: ranks whose step advanced after this time are the job coming back
+        from the hang (the rest of the step's events not in yet), not ranks still stepping."""
         n = self._n
         hb_timeout = self.heartbeat_timeout()
         ranks = self._ranks[:n]
         step = self._step[:n]
+        latest = min(self._latest_ts, now)  # an event stamped ahead of the clock is not "latest"
         # Silence is measured against the job's own latest event, so that ingestion lag or the
         # end of a recording does not make every rank look silent; a job that went quiet as a
         # whole is flagged instead.
-        job_silent = bool(self._has_heartbeats and now - self._latest_ts >= hb_timeout)
+        job_silent = bool(self._has_heartbeats and now - latest >= hb_timeout)
         if self._has_heartbeats:
-            silent_mask = (self._latest_ts - self._last_seen[:n]) >= hb_timeout
+            silent_mask = (latest - self._last_seen[:n]) >= hb_timeout
         else:
             silent_mask = np.zeros(n, dtype=bool)
         live = ~silent_mask
@@ -810,6 +926,8 @@ class HangDetector:
             behind_mask = waiting_mask = np.zeros(n, dtype=bool)
         known = step >= 0
         stepping_mask = known & live & self._stepped[:n] & ((now - self._rank_progress[:n]) < stuck_after)
+        if resumed_after is not None:
+            stepping_mask &= self._rank_progress[:n] <= resumed_after
         stuck_mask = known & live & ~stepping_mask
         if not self._has_heartbeats:
             stuck_mask = np.zeros(n, dtype=bool)  # without heartbeats, where a rank is is unknown
@@ -866,7 +984,7 @@ class HangDetector:
                           f"groups' collectives (collectives issued in different orders?): no rank is simply "
                           f"behind")
             elif job_silent:
-                reason = (f"every rank of the job went silent {now - self._latest_ts:.0f}s ago (job killed, or "
+                reason = (f"every rank of the job went silent {now - latest:.0f}s ago (job killed, or "
                           f"its events no longer reach stepwatch)")
             elif collective_seq is None:
                 reason = "heartbeats carry no collective sequence numbers: cannot tell which rank is behind"
@@ -1006,6 +1124,8 @@ class HangDetector:
             "stepping": self._listed(d.stepping),
             "stuck": self._listed(d.stuck),
         }
+        if d.torn_down:
+            evidence["torn_down"] = dict(self._listed(d.torn_down), culprits_alive=d.culprits_alive)
         if d.process_group is not None:
             evidence["process_group"] = d.process_group
             evidence["process_group_ranks"] = list(d.process_group_ranks) if d.process_group_ranks else None
@@ -1055,6 +1175,9 @@ class HangDetector:
             tail = f"stuck: {named}"
         else:
             tail = f"culprit undetermined: {d.reason}"
+        if d.torn_down:
+            tail += (f"; job torn down: {len(d.torn_down)} rank(s) went silent after the culprit was named, "
+                     f"{'the culprit still sends heartbeats' if d.culprits_alive else 'the culprit is silent too'}")
         return f"{head}; {tail}"
 
     def _resolve(self, *, at: float, summary: str) -> Alert:
