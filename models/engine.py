@@ -22,6 +22,7 @@ from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang import HangDetector, HangSettings
 from .job_health import job_health_rules
 from .oncall import OnCall, leaving_engine
+from .resolution import Resolution, with_resolution
 from .sli import JobSLI
 from .step_columns import StepColumns
 from .throughput import sample_from
@@ -335,8 +336,8 @@ class DetectionEngine:
         self.jobs.pop(job.job, None)
         self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
-        return [alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}")
-                for alert in self._job_open_alerts(job)]
+        return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
+                                Resolution.FORGOTTEN, reason) for alert in self._job_open_alerts(job)]
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -402,7 +403,7 @@ class DetectionEngine:
                 out.extend(detector.close_all(at=event.ts, reason="job ended"))
             for rule in (job.throughput, job.comm, job.checkpoint, job.imbalance):
                 out.extend(rule.close(at=event.ts, reason="job ended"))
-            return out
+            return [with_resolution(a, Resolution.JOB_ENDED, "job ended") for a in out]
         job.phase = event.phase
         return out
 

@@ -50,6 +50,7 @@ import numpy as np
 from .alerts import Alert, alert_id
 from .clocks import ClockOffsets
 from .events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
+from .resolution import Resolution
 from .stacks import StackRequest, frame_lines
 from .tunable import runtime, runtime_fields
 
@@ -1180,7 +1181,7 @@ class HangDetector:
                      f"{'the culprit still sends heartbeats' if d.culprits_alive else 'the culprit is silent too'}")
         return f"{head}; {tail}"
 
-    def _resolve(self, *, at: float, summary: str) -> Alert:
+    def _resolve(self, *, at: float, summary: str, resolution: Resolution = Resolution.RECOVERED) -> Alert:
         ep = self._episode
         self._episode = None
         self._stack = None
@@ -1188,11 +1189,11 @@ class HangDetector:
         self._old_alert_ids.append(ep.alert.id)
         evidence = dict(ep.alert.evidence)
         evidence.update(resolved_step=self._max_step if self._max_step >= 0 else None,
-                        hung_seconds=round(at - evidence["stalled_since"], 3))
+                        hung_seconds=round(at - evidence["stalled_since"], 3), resolution=resolution.value)
         return ep.alert.resolved(at=at, summary=f"{summary} ({ep.alert.summary})", evidence=evidence)
 
     def close(self, *, at: float, reason: str) -> list[Alert]:
         """Resolve the open alert, if any (the job ended)."""
         if self._episode is None:
             return []
-        return [self._resolve(at=at, summary=f"resolved ({reason})")]
+        return [self._resolve(at=at, summary=f"resolved ({reason})", resolution=Resolution.JOB_ENDED)]
