@@ -127,6 +127,8 @@ DEFAULT_PG = "default"
 FUTURE_SLACK_SECONDS = 60.0
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
+#: Groups listed in ``evidence.blocked_groups``.
+MAX_BLOCKED_GROUPS = 32
 #: Culprits asked for their stacks per request (waiting ranks come on top, ``stack_waiting_ranks``).
 MAX_STACK_CULPRITS = 4
 
@@ -153,6 +155,8 @@ class HangDiagnosis:
     group_waiting: tuple[int, ...] = ()  # ranks waiting in that group's collective
     other_groups: tuple[str, ...] = ()  # further disagreeing groups with culprits of their own
     torn_down: tuple[int, ...] = ()  # ranks that fell silent after the culprit was named (teardown)
+    #: Every group a culprit blocks: ``(name, collective seq, its culprits, its waiting ranks)``, named group first.
+    blocked_groups: tuple[tuple[str, int, tuple[int, ...], tuple[int, ...]], ...] = ()
     culprits_alive: bool = True  # the culprits still send heartbeats
 
 
@@ -270,6 +274,7 @@ class HangDetector:
         # completed), and the group's global ranks (None: not told, e.g. the default group).
         self._pg_seq: dict[str, dict[int, tuple[int, int]]] = {}
         self._pg_ranks: dict[str, tuple[int, ...] | None] = {}
+        self._pg_desc: dict[str, str] = {}  # group -> its description from the heartbeats (``pgs[name].desc``)
         self._stack: _StackState | None = None
         #: Stack requests made by ``check`` and not yet taken by the worker.
         self.pending_requests: list[StackRequest] = []
@@ -539,6 +544,10 @@ class HangDetector:
             self._seq_completed[slot] = event.seq_completed
         if event.pgs:
             self._on_pgs(slot, event.pgs)
+            if event.pg_desc:
+                for name, desc in event.pg_desc:
+                    if name in self._pg_seq:  # bounded like the groups themselves
+                        self._pg_desc[name] = desc
         self._rank_phase[slot] = event.phase
         if self._max_step < 0:
             # The first value is a baseline (a restarted job resumes at its checkpoint's step).
@@ -756,13 +765,21 @@ class HangDetector:
         missing = [r for r in st.request.ranks if r not in st.answers]
         if st.final:
             evidence["stack_missing"] = missing
+        elif missing:
+            # Not due yet (answers take seconds: a Flight Recorder dump may come first): pending, not missing.
+            evidence["stack_pending"] = missing
+            evidence["stack_due_at"] = round(st.request.ts + self.stack_timeout_seconds, 6)
         summary = alert.summary
-        culprit = next((r for r in alert.ranks if r in st.answers), None)
+        # Only a culprit's location goes in the summary: a waiting rank's says where the job waits, not why.
+        culprits = [c["rank"] for c in alert.evidence.get("culprits") or ()]
+        culprit = next((r for r in culprits if r in st.answers), None)
         lines = evidence["stacks"].get(str(culprit)) if culprit is not None else None
         if lines:
             summary += f"; rank {culprit} is in {lines[-1]}"
         if st.final and missing:
             summary += f"; no stack from rank(s) {', '.join(str(r) for r in missing[:8])}"
+        elif missing and (st.sent or st.answers):
+            summary += f"; stacks pending from rank(s) {', '.join(str(r) for r in missing[:8])}"
         return dataclasses.replace(alert, evidence=evidence, summary=summary)
 
     # -- the rule -------------------------------------------------------------------------
@@ -945,13 +962,14 @@ class HangDetector:
         pg_name = pg_ranks = None
         group_waiting: tuple[int, ...] = ()
         others: tuple[str, ...] = ()
+        blocked: tuple = ()
         cycle = None
         if groups is not None:
             waiting = groups["waiting"]
             if groups["culprits"]:
                 behind = groups["culprits"]
                 pg_name, pg_ranks, collective_seq = groups["name"], groups["ranks"], groups["seq"]
-                group_waiting, others = groups["group_waiting"], groups["others"]
+                group_waiting, others, blocked = groups["group_waiting"], groups["others"], groups["blocked"]
             else:
                 behind, cycle = (), groups["groups"]
         if not self._has_heartbeats:
@@ -994,7 +1012,8 @@ class HangDetector:
         return HangDiagnosis(case=case, reason=reason, culprits=culprits, silent=silent, behind=behind,
                              waiting=waiting, stepping=stepping, stuck=stuck, collective_seq=collective_seq,
                              heartbeat_timeout=hb_timeout, job_silent=job_silent, process_group=pg_name,
-                             process_group_ranks=pg_ranks, group_waiting=group_waiting, other_groups=others)
+                             process_group_ranks=pg_ranks, group_waiting=group_waiting, other_groups=others,
+                             blocked_groups=blocked if case == "culprit_before_collective" else ())
 
     def _pg_verdict(self, live: np.ndarray, order: np.ndarray) -> dict | None:
         """Group by group: which groups' members disagree, and who is behind without waiting anywhere.
@@ -1002,8 +1021,9 @@ class HangDetector:
         A group disagrees when some live members started its collective N (the highest) and wait in
         it while others never started it. Those others are culprits unless they wait in a collective
         of another group (then that group's disagreement explains them). The group named is the most
-        specific one holding a culprit (fewest members behind, then fewest members). None when no
-        group disagrees."""
+        specific one holding a culprit: fewest members behind, then most members waiting on them
+        (a rank stuck before its TP all-reduce: the TP group where 3 wait, not the DP pair where 1
+        does), then fewest members. None when no group disagrees."""
         rank_slot = self._slot
         # Every live rank inside a collective of some group, and where.
         in_collective: set[int] = set()
@@ -1029,31 +1049,33 @@ class HangDetector:
             if not behind or not waiting:
                 continue
             culprits = [slot for slot in behind if slot not in in_collective]
-            found.append((not culprits, len(behind), len(members), name, top, set(culprits), set(waiting)))
+            found.append((not culprits, len(behind), -len(waiting), len(members), name, top, set(culprits),
+                          set(waiting)))
         if not found:
             return None
-        found.sort(key=lambda f: f[:4])
+        found.sort(key=lambda f: f[:5])
         ranks_of = self._ranks
 
         def pick(slots: set[int]) -> tuple[int, ...]:
             return tuple(int(ranks_of[i]) for i in order if i in slots)
 
         all_waiting = pick(in_collective)
-        with_culprits = [f for f in found if f[5]]
+        with_culprits = [f for f in found if f[6]]
         if not with_culprits:
-            return {"culprits": (), "waiting": all_waiting, "groups": [f[3] for f in found]}
-        _, _, _, name, top, culprits, waiting = with_culprits[0]
+            return {"culprits": (), "waiting": all_waiting, "groups": [f[4] for f in found]}
+        name, top, culprits, waiting = with_culprits[0][4:]
         # Further groups only where they accuse someone else (the DP group behind a stuck TP rank
         # accuses that same rank: nothing new).
         others, named = [], set(culprits)
         for f in with_culprits[1:]:
-            if f[5] - named:
+            if f[6] - named:
                 others.append(f)
-                named |= f[5]
+                named |= f[6]
         more = named - culprits
+        blocked = tuple((f[4], int(f[5]), pick(f[6]), pick(f[7])) for f in with_culprits[:MAX_BLOCKED_GROUPS])
         return {"culprits": pick(culprits) + pick(more), "waiting": all_waiting, "name": name,
                 "ranks": self._pg_ranks.get(name), "seq": int(top), "group_waiting": pick(waiting),
-                "others": tuple(f[3] for f in others), "groups": [f[3] for f in found]}
+                "others": tuple(f[4] for f in others), "groups": [f[4] for f in found], "blocked": blocked}
 
     def _unseen_ranks(self) -> tuple[int, ...]:
         """Ranks below the reported world size that never sent anything (listed up to the cap)."""
@@ -1131,8 +1153,16 @@ class HangDetector:
             evidence["process_group"] = d.process_group
             evidence["process_group_ranks"] = list(d.process_group_ranks) if d.process_group_ranks else None
             evidence["process_group_waiting"] = self._listed(d.group_waiting)
+            if d.process_group in self._pg_desc:
+                evidence["process_group_desc"] = self._pg_desc[d.process_group]
             if d.other_groups:
                 evidence["other_process_groups"] = list(d.other_groups[:cap])
+            if d.blocked_groups:
+                evidence["blocked_groups"] = [
+                    {"group": name, "desc": self._pg_desc.get(name), "collective_seq": seq,
+                     "ranks": list(self._pg_ranks[name][:cap]) if self._pg_ranks.get(name) else None,
+                     "culprits": list(culprits[:cap]), "waiting": self._listed(waiting)}
+                    for name, seq, culprits, waiting in d.blocked_groups]
             seqs = self._pg_seq.get(d.process_group, {})
             for info in evidence["culprits"]:
                 slot = self._slot.get(info["rank"])
@@ -1141,6 +1171,11 @@ class HangDetector:
         return Alert(id=ident, status="firing", type="hang", severity=severity, job=self.job,
                      ranks=tuple(listed), nodes=nodes, starts_at=starts_at,
                      summary=self._summary(severity, stalled, stop_step, d), evidence=evidence)
+
+    def _pg_label(self, name: str) -> str:
+        """A group as the alert names it: its description from the heartbeats, with its id."""
+        desc = self._pg_desc.get(name)
+        return f"{desc} ({name})" if desc and desc != name else name
 
     def _where(self, rank: int) -> str:
         node = self._rank_info(rank)["node"]
@@ -1167,8 +1202,11 @@ class HangDetector:
         elif d.case == "culprit_before_collective" and d.process_group is not None:
             size = f"{len(d.process_group_ranks)} ranks" if d.process_group_ranks else "all ranks"
             tail = (f"culprit: {named} never reached collective {d.collective_seq} of process group "
-                    f"{d.process_group} ({size}) that {len(d.group_waiting)} of its rank(s) wait in; "
-                    f"{len(d.waiting) - len(d.group_waiting)} rank(s) wait in other groups")
+                    f"{self._pg_label(d.process_group)} ({size}) that {len(d.group_waiting)} of its rank(s) wait "
+                    f"in; {len(d.waiting) - len(d.group_waiting)} rank(s) wait in other groups")
+            if len(d.blocked_groups) > 1:
+                tail += "; it blocks " + ", ".join(f"{self._pg_label(name)} ({len(waiting)} waiting)"
+                                                   for name, _, _, waiting in d.blocked_groups[:6])
         elif d.case == "culprit_before_collective":
             tail = (f"culprit: {named} never reached collective {d.collective_seq} that {len(d.waiting)} "
                     f"rank(s) wait in")
