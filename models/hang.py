@@ -125,6 +125,9 @@ DEFAULT_PG = "default"
 #: Event times more than this far ahead of the clock the rule is checked on are clamped to it
 #: (hosts' clock offsets are corrected before, models/clocks.py; seconds).
 FUTURE_SLACK_SECONDS = 60.0
+#: Ranks in new processes (steps or heartbeat sequence numbers back, a new node) within this many
+#: seconds of the first: a majority of them is a restart of the job; fewer, single ranks restarted.
+INCARNATION_WINDOW_SECONDS = 120.0
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
 #: Groups listed in ``evidence.blocked_groups``.
@@ -215,6 +218,9 @@ class HangDetector:
         self.max_listed_ranks = max_listed_ranks
         #: The job's hosts' clock offsets (kept across restarts: a host's clock does not restart).
         self.clocks = ClockOffsets()
+        #: Ranks seen starting a new process, and restarts of the whole job (``_incarnation``).
+        self.incarnations = 0
+        self.job_restarts = 0
         #: Ask culprits (and ``stack_waiting_ranks`` waiting ranks) for their stacks when a hang opens;
         #: answers missing after ``stack_timeout_seconds`` are listed; one request per
         #: ``stack_min_interval_seconds`` at most.
@@ -268,6 +274,10 @@ class HangDetector:
         self._last_hb = np.zeros(0)  # latest heartbeat (NaN: none)
         self._seq_started = np.zeros(0, dtype=np.int64)  # -1: unknown
         self._seq_completed = np.zeros(0, dtype=np.int64)
+        self._hb_done = np.zeros(0, dtype=np.int64)  # the latest heartbeat's seq_completed (-1: none)
+        # Ranks seen in a new process (an incarnation) since ``_incarnated_at`` (see ``_incarnation``).
+        self._incarnated: set[int] = set()
+        self._incarnated_at = 0.0
         self._nodes: list[str | None] = []
         self._rank_phase: list[str | None] = []
         # Per-process-group sequence numbers from heartbeats' ``pgs``: group -> slot -> (started,
@@ -295,6 +305,7 @@ class HangDetector:
             self._last_hb = np.concatenate([self._last_hb, np.full(grow, np.nan)])
             self._seq_started = np.concatenate([self._seq_started, np.full(grow, -1, dtype=np.int64)])
             self._seq_completed = np.concatenate([self._seq_completed, np.full(grow, -1, dtype=np.int64)])
+            self._hb_done = np.concatenate([self._hb_done, np.full(grow, -1, dtype=np.int64)])
         self._ranks[slot] = rank
         self._rank_progress[slot] = ts
         self._last_seen[slot] = ts
@@ -357,6 +368,7 @@ class HangDetector:
             else:
                 return []
         ts = event.ts
+        original = event
         if not isinstance(event, PhaseEvent):
             # Every host's time on the job's median clock (models/clocks.py): silence and progress
             # compare timestamps written by different hosts.
@@ -366,6 +378,10 @@ class HangDetector:
             if self.clocks.offsets:
                 ts -= self.clocks.offset(node)
                 event = replace(event, ts=ts)
+        if isinstance(event, HeartbeatEvent) and event.rank in self._slot:
+            restarted = self._incarnation(self._slot[event.rank], event.step, ts, event.node, event.seq_completed)
+            if restarted is not None:  # the job restarted: fresh state, then this event
+                return restarted + self.update(original)
         if self._started_at is None:
             self._started_at = ts
             self._progress_ts = ts
@@ -407,6 +423,19 @@ class HangDetector:
         if self.clocks.offsets:
             offset = self.clocks.offset
             ts = [t - offset(n) for t, n in zip(ts, nodes)]
+        if self._max_step >= 1 and min(steps) < self._max_step - 1:
+            # Steps back: ranks in new processes (a restart from a checkpoint)?
+            for i, (rank, step, t, node) in enumerate(zip(ranks, steps, ts, nodes)):
+                slot = self._slot.get(rank)
+                if slot is None or not step < self._step[slot] - 1:
+                    continue
+                restarted = self._incarnation(slot, step, t, node, None)
+                if restarted is not None:  # the job restarted: the events from here on a fresh state
+                    out = [(i, alert) for alert in restarted]
+                    # (the clocks already saw these events, and their times are corrected: no second pass)
+                    rest = self._after_restart(ranks[i:], steps[i:], ts[i:], step_times[i:], phases[i:],
+                                               nodes[i:], world_sizes[i:])
+                    return out + [(i + j, alert) for j, alert in rest]
         if self._episode is None:
             self._quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes)
             return []
@@ -421,6 +450,58 @@ class HangDetector:
                                       world_sizes[j:])
                 break
         return out
+
+    def _after_restart(self, ranks, steps, ts, step_times, phases, nodes, world_sizes) -> list[tuple[int, Alert]]:
+        """``update_steps`` on a fresh state for events whose times are already on the job's clock."""
+        self._quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes)
+        return []
+
+    def _incarnation(self, slot: int, step: int, ts: float, node: str | None,
+                     seq_completed: int | None) -> list[Alert] | None:
+        """A rank's event from a new process of it: its step or heartbeat sequence number went back, or it
+        is on another node, in an event stamped after its latest (a late event of the old process is
+        not one). Its old positions are dropped, never compared with the new ones. When most ranks
+        did so within ``INCARNATION_WINDOW_SECONDS``, the job restarted: the open hang resolves (it
+        belonged to the processes that are gone) and the state starts afresh; returns those alerts,
+        else None."""
+        if not ts > self._last_seen[slot]:
+            return None
+        old_step, old_node = int(self._step[slot]), self._nodes[slot]
+        back = old_step >= 0 and step < old_step - 1
+        moved = node is not None and old_node is not None and node != old_node
+        seq_back = seq_completed is not None and seq_completed < self._hb_done[slot]
+        if not (back or moved or seq_back):
+            return None
+        if self._incarnated and ts - self._incarnated_at > INCARNATION_WINDOW_SECONDS:
+            self._incarnated.clear()  # the earlier ones were single ranks restarting
+        if not self._incarnated:
+            self._incarnated_at = ts
+        self._incarnated.add(slot)
+        self.incarnations += 1
+        if 2 * len(self._incarnated) <= self._n:
+            self._reset_rank(slot)
+            return None
+        out = []
+        if self._episode is not None:
+            out.append(self._resolve(at=ts, summary=f"resolved: job {self.job} restarted ({len(self._incarnated)} "
+                                                    f"of {self._n} ranks in new processes)",
+                                     resolution=Resolution.JOB_RESTARTED))
+        self._reset_state()
+        self.job_restarts += 1
+        return out
+
+    def _reset_rank(self, slot: int) -> None:
+        """Forget a rank's positions (a new process of it: its counters start again)."""
+        old = int(self._step[slot])
+        if old >= 0:
+            self._known -= 1
+            if old > self._max_step:
+                self._above -= 1
+        self._step[slot] = -1
+        self._stepped[slot] = False
+        self._seq_started[slot] = self._seq_completed[slot] = self._hb_done[slot] = -1
+        for seqs in self._pg_seq.values():
+            seqs.pop(slot, None)
 
     def _step_open(self, rank: int, step: int, ts: float, step_time: float, phase: str, node: str | None,
                    world_size: int | None) -> list[Alert]:
@@ -542,6 +623,8 @@ class HangDetector:
             self._seq_started[slot] = event.seq_started
         if event.seq_completed is not None and event.seq_completed > self._seq_completed[slot]:
             self._seq_completed[slot] = event.seq_completed
+        if event.seq_completed is not None and event.seq_completed > self._hb_done[slot]:
+            self._hb_done[slot] = event.seq_completed
         if event.pgs:
             self._on_pgs(slot, event.pgs)
             if event.pg_desc:
@@ -790,6 +873,11 @@ class HangDetector:
             return []
         if self._latest_ts > now + FUTURE_SLACK_SECONDS:
             self._clamp_future(now)
+        if self._incarnated:
+            if now - self._incarnated_at > INCARNATION_WINDOW_SECONDS:
+                self._incarnated.clear()
+            elif self._episode is not None:
+                return []  # ranks restarting: old and new processes' positions are not comparable yet
         # Cheap exit on every tick of a healthy job: no threshold can be shorter than this.
         shortest = min(self.warning_floor_seconds, self.timeout_seconds)
         if self._episode is None and now - self._progress_ts < shortest and (
@@ -882,6 +970,9 @@ class HangDetector:
         gone = tuple(r for r in d.silent if r not in before)
         if d.job_silent and not gone:  # every rank went quiet at once
             gone = tuple(r for r in named.waiting + named.culprits if r not in before)
+        culprits = set(named.culprits)
+        if not any(r not in culprits for r in gone):
+            return d  # only the culprit went quiet (frozen, killed) while the rest wait: silent_ranks says it
         silent_now = set(d.silent)
         alive = not d.job_silent and not any(r in silent_now for r in named.culprits)
         reason = (f"{named.reason}; then the job was torn down: {len(gone)} rank(s) went silent after the "
@@ -1147,6 +1238,10 @@ class HangDetector:
             "stepping": self._listed(d.stepping),
             "stuck": self._listed(d.stuck),
         }
+        if d.silent and not d.torn_down:
+            lost = self._lost_nodes(d.silent)
+            if lost:
+                evidence["lost_nodes"] = lost
         if d.torn_down:
             evidence["torn_down"] = dict(self._listed(d.torn_down), culprits_alive=d.culprits_alive)
         if d.process_group is not None:
@@ -1171,6 +1266,18 @@ class HangDetector:
         return Alert(id=ident, status="firing", type="hang", severity=severity, job=self.job,
                      ranks=tuple(listed), nodes=nodes, starts_at=starts_at,
                      summary=self._summary(severity, stalled, stop_step, d), evidence=evidence)
+
+    def _lost_nodes(self, silent: tuple[int, ...]) -> list[str]:
+        """Nodes all of whose ranks are silent (node down or unreachable, as far as the job can tell)."""
+        silent_set = set(silent)
+        ranks_on: dict[str, list[bool]] = {}
+        for slot in range(self._n):
+            node = self._nodes[slot]
+            if node is not None:
+                ranks_on.setdefault(node, []).append(int(self._ranks[slot]) in silent_set)
+        if len(ranks_on) < 2:
+            return []  # one node: the job's own silence, not a lost node
+        return sorted(n for n, flags in ranks_on.items() if all(flags))[:self.max_listed_ranks]
 
     def _pg_label(self, name: str) -> str:
         """A group as the alert names it: its description from the heartbeats, with its id."""

@@ -19,6 +19,7 @@ class Resolution(str, Enum):
     RECOVERED = "recovered"  # the condition cleared on its own (back in line, the job stepped again)
     THRESHOLD_CHANGED = "threshold_changed"  # the rule's settings changed; the condition may still hold
     JOB_ENDED = "job_ended"  # the job sent ``phase: end``
+    JOB_RESTARTED = "job_restarted"  # most ranks run new processes (a new incarnation of the job)
     FORGOTTEN = "forgotten"  # the job's state was evicted (idle too long, too many jobs)
 
 
