@@ -15,6 +15,10 @@ compared with the median of its peers (same group, e.g. the same pipeline stage)
 A slowdown of every rank moves the median with it and flags nobody; a single GC spike or
 data-loader hiccup is one slow step out of ``window`` and flags nobody either.
 
+Small groups (2 .. ``min_peers`` - 1 ranks): each rank against its own baseline (the median of
+its recent clean values), times the median factor by which the other ranks moved against theirs
+(``evidence.baseline: "self"``); the rest of the rule is the same.
+
 No coincidences: in a big job some ranks see several independent spikes (GC, page faults,
 ECC retries) within ``window`` steps by chance. The rule learns the job's background rate of
 slow rank-steps (decayed, from isolated slow verdicts as they leave the window, floored at
@@ -61,7 +65,8 @@ class StragglerSettings:
     #: Floor on the spread used by the z-score, as a fraction of the peer median: stops a
     #: perfectly uniform group (MAD ~ 0) from turning 0.1% differences into huge z-scores.
     spread_floor: float = runtime(0.02)
-    #: Groups with fewer ranks than this are not compared (a median of 2 says nothing).
+    #: Groups with fewer ranks than this (a median of 2 says nothing) are judged against each rank's
+    #: own recent baseline instead (2 ranks at least; see ``StragglerDetector._against_own``).
     min_peers: int = runtime(4)
     #: Steps ignored at the start of a job (and after each restart of the step counter).
     warmup_steps: int = runtime(10)
