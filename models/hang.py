@@ -570,7 +570,13 @@ class HangDetector:
         idx = np.array(slots, dtype=np.int64)
         steps_a = np.array(steps, dtype=np.int64)
         cur = self._step[idx]
-        known = self._known + np.cumsum(cur < 0)
+        fresh = cur < 0
+        if not fresh.any():  # no new rank: the counts only grow, so the end of the run decides
+            k = self._known
+            if self._above + int(((steps_a > top) & (cur <= top)).sum()) < k - (k - 1) // 2:
+                self._rank_columns(slots, steps, ts, nodes)
+                return
+        known = self._known + np.cumsum(fresh)
         above, lo, state, passes = self._above, 0, None, []
         while lo < len(slots):
             crossed = above + np.cumsum((steps_a[lo:] > top) & (cur[lo:] <= top))
