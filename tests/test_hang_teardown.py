@@ -160,3 +160,56 @@ def test_a_step_stamped_23_hours_ahead_does_not_hide_a_real_hang():
     assert first.evidence["case"] == "culprit_before_collective", first.summary
     assert [c["rank"] for c in first.evidence["culprits"]] == [6]
     assert first.evidence["checked_at"] - hung_at <= 35
+
+
+def teardown_recording(*, grace: float = 30.0, seed: int = 9) -> list[dict]:
+    """Wire-form events of 64 ranks on 8 nodes: 30 healthy steps, then rank 7 never issues collective
+    N; 60 s in, the watchdog kills the 63 waiting ranks; rank 7 lives ``grace`` s longer. Heartbeats
+    every 2 s (a few lost, some batches reversed); no ``end``: the launcher killed the job."""
+    rng = random.Random(seed)
+    out = []
+    seq = 0
+    t = T0
+    for step in range(30):
+        t += 1.0
+        seq += 2
+        for r in range(64):
+            ts = t + rng.uniform(0, 0.01)
+            out.append({"v": 1, "kind": "step", "job": JOB, "rank": r, "step": step, "ts": ts, "step_time": 1.0,
+                        "node": node(r), "world_size": 64})
+            if step % 2 == 0:
+                out.append({"v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "ts": ts + 0.01, "step": step,
+                            "node": node(r), "seq_started": seq, "seq_completed": seq})
+    for k in range(2, 400, 2):
+        batch = [{"v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "ts": t + k + rng.uniform(-0.01, 0.01),
+                  "step": 29, "node": node(r), "seq_started": seq if r == 7 else seq + 1, "seq_completed": seq}
+                 for r in range(64) if (k < 60 or (r == 7 and k < 60 + grace)) and rng.random() > 0.02]
+        if k % 6 == 0:
+            batch.reverse()
+        out.extend(batch)
+    # A healthy job beside it keeps the replay's clock moving after this job went quiet.
+    for k in range(0, 460, 2):
+        out.append({"v": 1, "kind": "step", "job": "beside", "rank": 0, "step": k // 2, "ts": T0 + k, "step_time": 2.0,
+                    "node": "other-0"})
+    out.sort(key=lambda e: e["ts"])
+    return out
+
+
+def test_through_the_engine_the_teardown_blames_only_the_culprits_node():
+    from engine_driver import replay
+    from stepwatch.config import Settings
+    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.events import parse_event
+
+    engine = DetectionEngine(Settings())
+    alerts = [a for a in replay((parse_event(e) for e in teardown_recording()), engine=engine)]
+    hangs = [a for a in alerts if a.type == "hang" and a.job == JOB]
+    assert hangs and {a.id for a in hangs} == {hangs[0].id}
+    assert all([c["rank"] for c in a.evidence["culprits"]] == [7] for a in hangs), [a.summary for a in hangs]
+    assert hangs[-1].evidence["torn_down"]["count"] == 63
+    assert len(hangs) <= 6, [a.summary for a in hangs]
+    assert all(a.evidence["failure_class"] == "hang_culprit" for a in hangs)
+    # The node ledger holds the culprit's node only, not the 7 nodes of the ranks the watchdog killed.
+    implicated = {n for n, incidents in engine.oncall.ledger.incidents.items()
+                  if any(i.job == JOB for i in incidents.values())}
+    assert implicated == {node(7)}
