@@ -80,7 +80,7 @@ def run(answers: dict[int, float]) -> tuple[list, list]:
         if k % 5 == 0:
             batch.reverse()
         for raw in batch:
-            event = parse_event(orjson_round_trip(raw))
+            event = parse_event(wire_round_trip(raw))
             alerts.extend(det.update(event))
         if asked_at is not None:
             for r, after in answers.items():
@@ -94,7 +94,7 @@ def run(answers: dict[int, float]) -> tuple[list, list]:
     return alerts, requests
 
 
-def orjson_round_trip(raw: dict) -> dict:
+def wire_round_trip(raw: dict) -> dict:
     """The heartbeat as it comes off the wire: parsed, written back, parsed again (``desc`` survives)."""
     return event_to_dict(parse_event(raw))
 
