@@ -23,6 +23,7 @@ from .inspector import InspectorJudge
 from .hang import HangDetector, HangSettings
 from .job_health import job_health_rules
 from .oncall import OnCall, leaving_engine
+from .resolution import Resolution, with_resolution
 from .sli import JobSLI
 from .step_columns import StepColumns
 from .throughput import sample_from
@@ -392,8 +393,8 @@ class DetectionEngine:
         self._capped_gone.update(job.comm.capped)
         self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
-        return [alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}")
-                for alert in self._job_open_alerts(job)]
+        return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
+                                Resolution.FORGOTTEN, reason) for alert in self._job_open_alerts(job)]
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -474,7 +475,7 @@ class DetectionEngine:
                 out.extend(rule.close(at=event.ts, reason="job ended"))
             if job.inspector is not None:
                 out.extend(job.inspector.close(at=event.ts, reason="job ended"))
-            return out
+            return [with_resolution(a, Resolution.JOB_ENDED, "job ended") for a in out]
         job.phase = event.phase
         return out
 

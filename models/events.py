@@ -80,6 +80,9 @@ class HeartbeatEvent:
     #: Per-process-group sequence numbers ``((name, started, completed, ranks or None), ...)``, from
     #: ``pgs`` (or the older ``seqs``); None when the heartbeat carries neither.
     pgs: tuple[tuple[str, int, int, tuple[int, ...] | None], ...] | None = None
+    #: ``((name, description), ...)`` of the groups in ``pgs`` that carry a ``desc`` (what torch knows of
+    #: the group, e.g. its role: ``"tp"``); None when none does.
+    pg_desc: tuple[tuple[str, str], ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "heartbeat"
 
@@ -198,6 +201,7 @@ def _parse_heartbeat(o: dict) -> HeartbeatEvent:
         seq_completed=_int(o, "seq_completed", required=False),
         phase=_phase(o, allowed=PHASES, required=False, default=None),
         pgs=_pgs(o),
+        pg_desc=_pg_desc(o),
         extra=_extra(o, _HEARTBEAT_FIELDS),
     )
 
@@ -246,6 +250,22 @@ def _pgs(o: dict) -> tuple | None:
                 ranks = tuple(_counter(r, f"{what}.ranks") for r in raw)
         out.append((name, started, completed, ranks))
     return tuple(out)
+
+
+def _pg_desc(o: dict) -> tuple | None:
+    """The ``desc`` of each group in ``pgs`` that has one (checked by ``_pgs`` first)."""
+    pgs = o.get("pgs")
+    if not isinstance(pgs, dict):
+        return None
+    out = []
+    for name, value in pgs.items():
+        desc = value.get("desc") if isinstance(value, dict) else None
+        if desc is None:
+            continue
+        if not isinstance(desc, str) or not desc or len(desc) > MAX_NAME_LEN:
+            raise InvalidEvent(f"pgs[{name!r}].desc must be a non-empty string of at most {MAX_NAME_LEN} characters")
+        out.append((name, desc))
+    return tuple(out) or None
 
 
 def _frames(value: Any, what: str) -> tuple[tuple[str, int, str], ...]:
@@ -373,13 +393,15 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     """The wire form of an event (None fields left out, extra fields kept)."""
     out: dict[str, Any] = {"v": WIRE_VERSION, "kind": event.kind}
     for name in event.__dataclass_fields__:
-        if name == "extra":
+        if name in ("extra", "pg_desc"):
             continue
         value = getattr(event, name)
         if value is not None:
             out[name] = value
     if isinstance(event, HeartbeatEvent) and event.pgs is not None:
-        out["pgs"] = {name: {"started": s, "completed": c, **({"ranks": list(r)} if r is not None else {})}
+        desc = dict(event.pg_desc or ())
+        out["pgs"] = {name: {"started": s, "completed": c, **({"ranks": list(r)} if r is not None else {}),
+                             **({"desc": desc[name]} if name in desc else {})}
                       for name, s, c, r in event.pgs}
     elif isinstance(event, StackEvent):
         out["threads"] = [{"name": name, "frames": [{"file": f, "line": ln, "function": fn} for f, ln, fn in frames]}

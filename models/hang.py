@@ -50,6 +50,7 @@ import numpy as np
 from .alerts import Alert, alert_id
 from .clocks import ClockOffsets
 from .events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
+from .resolution import Resolution
 from .stacks import StackRequest, frame_lines
 from .tunable import runtime, runtime_fields
 
@@ -121,11 +122,19 @@ class HangSettings:
 _D = HangSettings()
 
 DEFAULT_PG = "default"
+#: Event times more than this far ahead of the clock the rule is checked on are clamped to it
+#: (hosts' clock offsets are corrected before, models/clocks.py; seconds).
+FUTURE_SLACK_SECONDS = 60.0
+#: Ranks in new processes (steps or heartbeat sequence numbers back, a new node) within this many
+#: seconds of the first: a majority of them is a restart of the job; fewer, single ranks restarted.
+INCARNATION_WINDOW_SECONDS = 120.0
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
 #: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
 #: kept (it is judged as one without them) and counted in ``capped``.
 MAX_PG_RANK_ENTRIES = 1_000_000
+#: Groups listed in ``evidence.blocked_groups``.
+MAX_BLOCKED_GROUPS = 32
 #: Culprits asked for their stacks per request (waiting ranks come on top, ``stack_waiting_ranks``).
 MAX_STACK_CULPRITS = 4
 
@@ -151,6 +160,10 @@ class HangDiagnosis:
     process_group_ranks: tuple[int, ...] | None = None  # its global ranks (None: every rank, the default group)
     group_waiting: tuple[int, ...] = ()  # ranks waiting in that group's collective
     other_groups: tuple[str, ...] = ()  # further disagreeing groups with culprits of their own
+    torn_down: tuple[int, ...] = ()  # ranks that fell silent after the culprit was named (teardown)
+    #: Every group a culprit blocks: ``(name, collective seq, its culprits, its waiting ranks)``, named group first.
+    blocked_groups: tuple[tuple[str, int, tuple[int, ...], tuple[int, ...]], ...] = ()
+    culprits_alive: bool = True  # the culprits still send heartbeats
 
 
 @dataclass(slots=True)
@@ -163,6 +176,7 @@ class _Episode:
     stuck_steps: dict[int, int] = field(default_factory=dict)  # partial: rank -> its step when stuck
     key: tuple = ()
     base: Alert | None = None  # the alert before stack evidence was added
+    named: HangDiagnosis | None = None  # the latest culprit diagnosis (kept across a teardown)
 
 
 @dataclass(slots=True)
@@ -207,6 +221,9 @@ class HangDetector:
         self.max_listed_ranks = max_listed_ranks
         #: The job's hosts' clock offsets (kept across restarts: a host's clock does not restart).
         self.clocks = ClockOffsets()
+        #: Ranks seen starting a new process, and restarts of the whole job (``_incarnation``).
+        self.incarnations = 0
+        self.job_restarts = 0
         #: Ask culprits (and ``stack_waiting_ranks`` waiting ranks) for their stacks when a hang opens;
         #: answers missing after ``stack_timeout_seconds`` are listed; one request per
         #: ``stack_min_interval_seconds`` at most.
@@ -233,7 +250,11 @@ class HangDetector:
         # Job-level state.
         self._started_at: float | None = None  # first event of this run of the job
         self._latest_ts = 0.0  # latest event time from any rank of the job
-        self._max_step = -1  # the job's step counter: highest completed step of any rank
+        # The job's step counter: the (lower) median of the ranks' completed steps, so that one
+        # event with a wild step number cannot move it (the max would: a false hang that never ends).
+        self._max_step = -1
+        self._above = 0  # ranks whose step is above the counter
+        self._known = 0  # ranks with a known step
         self._completed_any = False  # a step completed since start (a heartbeat's first value is a baseline)
         self._progress_ts = 0.0  # when the counter last advanced (or the start)
         self._phase = "train"  # job-wide phase from phase events without a rank
@@ -256,6 +277,10 @@ class HangDetector:
         self._last_hb = np.zeros(0)  # latest heartbeat (NaN: none)
         self._seq_started = np.zeros(0, dtype=np.int64)  # -1: unknown
         self._seq_completed = np.zeros(0, dtype=np.int64)
+        self._hb_done = np.zeros(0, dtype=np.int64)  # the latest heartbeat's seq_completed (-1: none)
+        # Ranks seen in a new process (an incarnation) since ``_incarnated_at`` (see ``_incarnation``).
+        self._incarnated: set[int] = set()
+        self._incarnated_at = 0.0
         self._nodes: list[str | None] = []
         self._rank_phase: list[str | None] = []
         # Per-process-group sequence numbers from heartbeats' ``pgs``: group -> slot -> (started,
@@ -265,6 +290,7 @@ class HangDetector:
         self._pg_rank_entries = 0
         #: Input left out at a cap (process groups beyond MAX_PGS, ranks lists beyond MAX_PG_RANK_ENTRIES).
         self.capped: Counter[str] = Counter()
+        self._pg_desc: dict[str, str] = {}  # group -> its description from the heartbeats (``pgs[name].desc``)
         self._stack: _StackState | None = None
         #: Stack requests made by ``check`` and not yet taken by the worker.
         self.pending_requests: list[StackRequest] = []
@@ -285,6 +311,7 @@ class HangDetector:
             self._last_hb = np.concatenate([self._last_hb, np.full(grow, np.nan)])
             self._seq_started = np.concatenate([self._seq_started, np.full(grow, -1, dtype=np.int64)])
             self._seq_completed = np.concatenate([self._seq_completed, np.full(grow, -1, dtype=np.int64)])
+            self._hb_done = np.concatenate([self._hb_done, np.full(grow, -1, dtype=np.int64)])
         self._ranks[slot] = rank
         self._rank_progress[slot] = ts
         self._last_seen[slot] = ts
@@ -347,6 +374,7 @@ class HangDetector:
             else:
                 return []
         ts = event.ts
+        original = event
         if not isinstance(event, PhaseEvent):
             # Every host's time on the job's median clock (models/clocks.py): silence and progress
             # compare timestamps written by different hosts.
@@ -356,6 +384,10 @@ class HangDetector:
             if self.clocks.offsets:
                 ts -= self.clocks.offset(node)
                 event = replace(event, ts=ts)
+        if isinstance(event, HeartbeatEvent) and event.rank in self._slot:
+            restarted = self._incarnation(self._slot[event.rank], event.step, ts, event.node, event.seq_completed)
+            if restarted is not None:  # the job restarted: fresh state, then this event
+                return restarted + self.update(original)
         if self._started_at is None:
             self._started_at = ts
             self._progress_ts = ts
@@ -397,6 +429,19 @@ class HangDetector:
         if self.clocks.offsets:
             offset = self.clocks.offset
             ts = [t - offset(n) for t, n in zip(ts, nodes)]
+        if self._max_step >= 1 and min(steps) < self._max_step - 1:
+            # Steps back: ranks in new processes (a restart from a checkpoint)?
+            for i, (rank, step, t, node) in enumerate(zip(ranks, steps, ts, nodes)):
+                slot = self._slot.get(rank)
+                if slot is None or not step < self._step[slot] - 1:
+                    continue
+                restarted = self._incarnation(slot, step, t, node, None)
+                if restarted is not None:  # the job restarted: the events from here on a fresh state
+                    out = [(i, alert) for alert in restarted]
+                    # (the clocks already saw these events, and their times are corrected: no second pass)
+                    rest = self._after_restart(ranks[i:], steps[i:], ts[i:], step_times[i:], phases[i:],
+                                               nodes[i:], world_sizes[i:])
+                    return out + [(i + j, alert) for j, alert in rest]
         if self._episode is None:
             self._quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes)
             return []
@@ -411,6 +456,58 @@ class HangDetector:
                                       world_sizes[j:])
                 break
         return out
+
+    def _after_restart(self, ranks, steps, ts, step_times, phases, nodes, world_sizes) -> list[tuple[int, Alert]]:
+        """``update_steps`` on a fresh state for events whose times are already on the job's clock."""
+        self._quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes)
+        return []
+
+    def _incarnation(self, slot: int, step: int, ts: float, node: str | None,
+                     seq_completed: int | None) -> list[Alert] | None:
+        """A rank's event from a new process of it: its step or heartbeat sequence number went back, or it
+        is on another node, in an event stamped after its latest (a late event of the old process is
+        not one). Its old positions are dropped, never compared with the new ones. When most ranks
+        did so within ``INCARNATION_WINDOW_SECONDS``, the job restarted: the open hang resolves (it
+        belonged to the processes that are gone) and the state starts afresh; returns those alerts,
+        else None."""
+        if not ts > self._last_seen[slot]:
+            return None
+        old_step, old_node = int(self._step[slot]), self._nodes[slot]
+        back = old_step >= 0 and step < old_step - 1
+        moved = node is not None and old_node is not None and node != old_node
+        seq_back = seq_completed is not None and seq_completed < self._hb_done[slot]
+        if not (back or moved or seq_back):
+            return None
+        if self._incarnated and ts - self._incarnated_at > INCARNATION_WINDOW_SECONDS:
+            self._incarnated.clear()  # the earlier ones were single ranks restarting
+        if not self._incarnated:
+            self._incarnated_at = ts
+        self._incarnated.add(slot)
+        self.incarnations += 1
+        if 2 * len(self._incarnated) <= self._n:
+            self._reset_rank(slot)
+            return None
+        out = []
+        if self._episode is not None:
+            out.append(self._resolve(at=ts, summary=f"resolved: job {self.job} restarted ({len(self._incarnated)} "
+                                                    f"of {self._n} ranks in new processes)",
+                                     resolution=Resolution.JOB_RESTARTED))
+        self._reset_state()
+        self.job_restarts += 1
+        return out
+
+    def _reset_rank(self, slot: int) -> None:
+        """Forget a rank's positions (a new process of it: its counters start again)."""
+        old = int(self._step[slot])
+        if old >= 0:
+            self._known -= 1
+            if old > self._max_step:
+                self._above -= 1
+        self._step[slot] = -1
+        self._stepped[slot] = False
+        self._seq_started[slot] = self._seq_completed[slot] = self._hb_done[slot] = -1
+        for seqs in self._pg_seq.values():
+            seqs.pop(slot, None)
 
     def _step_open(self, rank: int, step: int, ts: float, step_time: float, phase: str, node: str | None,
                    world_size: int | None) -> list[Alert]:
@@ -427,8 +524,9 @@ class HangDetector:
         advanced = self._rank_row(slot, step, ts, node)
         first = not self._completed_any
         self._completed_any = True
-        if step > self._max_step:
-            return self._job_advanced(step, ts)  # no step time learnt during a hang
+        passed = self._counter_passed() if advanced else None
+        if passed is not None:
+            return self._job_advanced(passed, ts)  # no step time learnt during a hang
         if first:  # a completion at or below a heartbeat's baseline still ends the wait for the first step
             return self._job_advanced(self._max_step, ts, first=True)
         return self._maybe_resolve_partial(slot) if advanced else []
@@ -452,26 +550,68 @@ class HangDetector:
             if w is not None:
                 self._world_size = w
                 break
-        if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
-            self._rank_row(slots[0], steps[0], ts[0], nodes[0])
-        else:
-            self._rank_columns(slots, steps, ts, nodes)
-        # The job's step counter, in order (usually one advance per envelope and step).
         first = not self._completed_any
         self._completed_any = True
         top = self._max_step
-        if not first and max(steps) <= top:
-            return  # no step advances the job's counter: the loop below would do nothing
-        for i, step in enumerate(steps):
-            if step > top:
-                if not (first and i == 0) and top >= 0 and phases[i] == "train" and self._phase == "train":
-                    self._step_times.append(step_times[i])
-                top = self._max_step = step
-                self._advances.append((step, ts[i]))
-                if ts[i] > self._progress_ts:
-                    self._progress_ts = ts[i]
-            elif first and i == 0 and ts[0] > self._progress_ts:
-                self._progress_ts = ts[0]
+        if first and ts[0] > self._progress_ts:
+            self._progress_ts = ts[0]
+        if max(steps) <= top or len(slots) == 1 or len(set(slots)) != len(slots):
+            if max(steps) > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
+                for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
+                    self._rank_row(slot, step, t, node)
+                    passed = self._counter_passed()
+                    if passed is not None:
+                        self._counted_advance(i, passed, first, step_times, phases, ts)
+                return
+            if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
+                self._rank_row(slots[0], steps[0], ts[0], nodes[0])
+            else:
+                self._rank_columns(slots, steps, ts, nodes)
+            passed = self._counter_passed() if max(steps) > top else None
+            if passed is not None:
+                self._counted_advance(0, passed, first, step_times, phases, ts)
+            return
+        # Each rank once: find, by cumulative counts, the events after which the ranks' median passed
+        # the counter (what event-by-event processing finds), then write the columns.
+        idx = np.array(slots, dtype=np.int64)
+        steps_a = np.array(steps, dtype=np.int64)
+        cur = self._step[idx]
+        fresh = cur < 0
+        if not fresh.any():  # no new rank: the counts only grow, so the end of the run decides
+            k = self._known
+            if self._above + int(((steps_a > top) & (cur <= top)).sum()) < k - (k - 1) // 2:
+                self._rank_columns(slots, steps, ts, nodes)
+                return
+        known = self._known + np.cumsum(fresh)
+        above, lo, state, passes = self._above, 0, None, []
+        while lo < len(slots):
+            crossed = above + np.cumsum((steps_a[lo:] > top) & (cur[lo:] <= top))
+            k = known[lo:]
+            hit = np.flatnonzero((crossed > 0) & (crossed >= k - (k - 1) // 2))
+            if not len(hit):
+                break
+            i = lo + int(hit[0])
+            if state is None:
+                state = self._step[:self._n].copy()
+            state[idx[lo:i + 1]] = np.maximum(state[idx[lo:i + 1]], steps_a[lo:i + 1])
+            values = state[state >= 0]
+            mid = (len(values) - 1) // 2
+            top = int(np.partition(values, mid)[mid])
+            passes.append((i, top))
+            above, lo = int((state > top).sum()), i + 1
+        self._rank_columns(slots, steps, ts, nodes)
+        for i, passed in passes:
+            self._counted_advance(i, passed, first, step_times, phases, ts)
+
+    def _counted_advance(self, i: int, passed: int, first: bool, step_times: list[float], phases: list[str],
+                         ts: list[float]) -> None:
+        """The job's counter passed to ``passed`` at the i-th event of a run (no hang open)."""
+        if not (first and i == 0) and self._max_step >= 0 and phases[i] == "train" and self._phase == "train":
+            self._step_times.append(step_times[i])
+        self._set_counter(passed)
+        self._advances.append((passed, ts[i]))
+        if ts[i] > self._progress_ts:
+            self._progress_ts = ts[i]
 
     def _on_phase(self, event: PhaseEvent) -> list[Alert]:
         if event.rank is not None:
@@ -495,21 +635,28 @@ class HangDetector:
             self._seq_started[slot] = event.seq_started
         if event.seq_completed is not None and event.seq_completed > self._seq_completed[slot]:
             self._seq_completed[slot] = event.seq_completed
+        if event.seq_completed is not None and event.seq_completed > self._hb_done[slot]:
+            self._hb_done[slot] = event.seq_completed
         if event.pgs:
             self._on_pgs(slot, event.pgs)
+            if event.pg_desc:
+                for name, desc in event.pg_desc:
+                    if name in self._pg_seq:  # bounded like the groups themselves
+                        self._pg_desc[name] = desc
         self._rank_phase[slot] = event.phase
         if self._max_step < 0:
             # The first value is a baseline (a restarted job resumes at its checkpoint's step).
-            self._max_step = event.step
-            self._step[slot] = event.step
+            self._rank_step(slot, event.step, event.ts)
+            self._set_counter(event.step)
             return []
         advanced = self._rank_step(slot, event.step, event.ts)
-        if event.step > self._max_step:
+        passed = self._counter_passed() if advanced else None
+        if passed is not None:
             if not self._has_step_events and self._completed_any and self._episode is None:
                 # Heartbeat-only jobs: the time per step between two advances of the counter.
-                self._step_times.append((event.ts - self._progress_ts) / (event.step - self._max_step))
+                self._step_times.append((event.ts - self._progress_ts) / (passed - self._max_step))
             self._completed_any = True
-            return self._job_advanced(event.step, event.ts)
+            return self._job_advanced(passed, event.ts)
         return self._maybe_resolve_partial(slot) if advanced else []
 
     def _rank_row(self, slot: int, step: int, ts: float, node: str | None) -> bool:
@@ -557,22 +704,45 @@ class HangDetector:
         current = self._step[idx]
         advanced = steps > current
         if advanced.any():
+            top = self._max_step
+            self._known += int((advanced & (current < 0)).sum())
+            self._above += int((advanced & (current <= top) & (steps > top)).sum())
             self._stepped[idx[advanced & (current >= 0)]] = True
             self._step[idx[advanced]] = steps[advanced]
             self._rank_progress[idx[advanced]] = ts[advanced]
 
     def _rank_step(self, slot: int, step: int, ts: float) -> bool:
-        if step > self._step[slot]:
-            if self._step[slot] >= 0:
+        old = self._step[slot]
+        if step > old:
+            if old >= 0:
                 self._stepped[slot] = True
+            else:
+                self._known += 1
+            if old <= self._max_step < step:
+                self._above += 1
             self._step[slot] = step
             self._rank_progress[slot] = ts
             return True
         return False
 
+    def _counter_passed(self) -> int | None:
+        """The ranks' median step when it passed the job's counter (after the latest rank writes), else None."""
+        known = self._known
+        if not self._above or self._above < known - (known - 1) // 2:
+            return None  # fewer than half the ranks are above it: the median cannot be
+        steps = self._step[:self._n]
+        steps = steps[steps >= 0]
+        k = (len(steps) - 1) // 2
+        median = int(np.partition(steps, k)[k])
+        return median if median > self._max_step else None
+
+    def _set_counter(self, step: int) -> None:
+        self._max_step = step
+        self._above = int((self._step[:self._n] > step).sum())
+
     def _job_advanced(self, step: int, ts: float, *, first: bool = False) -> list[Alert]:
         if step > self._max_step:
-            self._max_step = step
+            self._set_counter(step)
             self._advances.append((step, ts))
         self._progress_ts = max(self._progress_ts, ts)
         ep = self._episode
@@ -695,13 +865,21 @@ class HangDetector:
         missing = [r for r in st.request.ranks if r not in st.answers]
         if st.final:
             evidence["stack_missing"] = missing
+        elif missing:
+            # Not due yet (answers take seconds: a Flight Recorder dump may come first): pending, not missing.
+            evidence["stack_pending"] = missing
+            evidence["stack_due_at"] = round(st.request.ts + self.stack_timeout_seconds, 6)
         summary = alert.summary
-        culprit = next((r for r in alert.ranks if r in st.answers), None)
+        # Only a culprit's location goes in the summary: a waiting rank's says where the job waits, not why.
+        culprits = [c["rank"] for c in alert.evidence.get("culprits") or ()]
+        culprit = next((r for r in culprits if r in st.answers), None)
         lines = evidence["stacks"].get(str(culprit)) if culprit is not None else None
         if lines:
             summary += f"; rank {culprit} is in {lines[-1]}"
         if st.final and missing:
             summary += f"; no stack from rank(s) {', '.join(str(r) for r in missing[:8])}"
+        elif missing and (st.sent or st.answers):
+            summary += f"; stacks pending from rank(s) {', '.join(str(r) for r in missing[:8])}"
         return dataclasses.replace(alert, evidence=evidence, summary=summary)
 
     # -- the rule -------------------------------------------------------------------------
@@ -710,6 +888,13 @@ class HangDetector:
         """Evaluate the rule at ``now``; return a new or updated alert when something changed."""
         if self._ended or self._started_at is None:
             return []
+        if self._latest_ts > now + FUTURE_SLACK_SECONDS:
+            self._clamp_future(now)
+        if self._incarnated:
+            if now - self._incarnated_at > INCARNATION_WINDOW_SECONDS:
+                self._incarnated.clear()
+            elif self._episode is not None:
+                return []  # ranks restarting: old and new processes' positions are not comparable yet
         # Cheap exit on every tick of a healthy job: no threshold can be shorter than this.
         shortest = min(self.warning_floor_seconds, self.timeout_seconds)
         if self._episode is None and now - self._progress_ts < shortest and (
@@ -738,13 +923,16 @@ class HangDetector:
                     return [ep.alert]
             return []
         severity = "critical" if stalled >= critical else "warning"
-        diagnosis = self.diagnose(now, stuck_after=first)
         ep = self._episode
+        diagnosis = self.diagnose(now, stuck_after=first, resumed_after=self._progress_ts if (
+            ep is not None and ep.kind == "job" and kind == "job") else None)
+        if ep is not None and ep.named is not None:
+            diagnosis = self._across_teardown(ep.named, diagnosis)
         if ep is not None and ep.alert.severity == "critical" and severity == "warning":
             severity = "critical"  # never de-escalate within one episode
         if ep is not None:
             self._maybe_request_stacks(now, ep.alert.id, diagnosis)
-        key = (severity, diagnosis.case, diagnosis.culprits) + self._stack_key(now)
+        key = self._key(severity, diagnosis) + self._stack_key(now)
         if ep is not None and ep.key == key and not (kind == "job" and ep.kind == "partial"):
             return []
         since = self._progress_ts if kind == "job" else now - stalled
@@ -758,7 +946,7 @@ class HangDetector:
                            timeout_kind, diagnosis)
         if ep is None:
             self._maybe_request_stacks(now, ident, diagnosis)
-            key = (severity, diagnosis.case, diagnosis.culprits) + self._stack_key(now)
+            key = self._key(severity, diagnosis) + self._stack_key(now)
         alert = self._with_stacks(base)
         if ep is None or (kind == "job" and ep.kind == "partial"):
             stuck_steps = {}
@@ -769,7 +957,46 @@ class HangDetector:
                                      key=key, base=base)
         else:
             ep.alert, ep.key, ep.base = alert, key, base
+        if diagnosis.case == "culprit_before_collective" and not diagnosis.torn_down:
+            self._episode.named = diagnosis
         return [alert]
+
+    def _clamp_future(self, now: float) -> None:
+        """Times stamped ahead of the clock (a host's clock hours off, a bad producer) become ``now``: a
+        step stamped 23 h ahead would otherwise count as progress for 23 h and hide a real hang."""
+        n = self._n
+        for name in ("_rank_progress", "_last_seen", "_last_hb"):
+            values = getattr(self, name)
+            values[:n] = np.minimum(values[:n], now)  # NaN (no heartbeat yet) stays NaN
+        self._latest_ts = min(self._latest_ts, now)
+        self._progress_ts = min(self._progress_ts, now)
+        self._advances = deque(((s, min(t, now)) for s, t in self._advances), maxlen=self._advances.maxlen)
+
+    @staticmethod
+    def _key(severity: str, d: HangDiagnosis) -> tuple:
+        """What makes a new version of the alert: not every rank that dies during a teardown."""
+        return (severity, d.case, d.culprits, bool(d.torn_down), d.culprits_alive)
+
+    def _across_teardown(self, named: HangDiagnosis, d: HangDiagnosis) -> HangDiagnosis:
+        """Once a culprit is named, ranks that fall silent afterwards were torn down (NCCL's watchdog
+        kills the waiting ranks while the stuck one lives on until the launcher's SIGKILL): the
+        named culprit stays, the alert says the job was torn down."""
+        if d.case == "culprit_before_collective" or not (d.silent or d.job_silent):
+            return d  # still alive and at their collectives: the fresh diagnosis is the better one
+        before = set(named.silent)
+        gone = tuple(r for r in d.silent if r not in before)
+        if d.job_silent and not gone:  # every rank went quiet at once
+            gone = tuple(r for r in named.waiting + named.culprits if r not in before)
+        culprits = set(named.culprits)
+        if not any(r not in culprits for r in gone):
+            return d  # only the culprit went quiet (frozen, killed) while the rest wait: silent_ranks says it
+        silent_now = set(d.silent)
+        alive = not d.job_silent and not any(r in silent_now for r in named.culprits)
+        reason = (f"{named.reason}; then the job was torn down: {len(gone)} rank(s) went silent after the "
+                  f"culprit was named (a watchdog or the launcher ending the job), "
+                  f"{'the culprit still sends heartbeats' if alive else 'the culprit is silent too'}")
+        return replace(named, reason=reason, torn_down=gone, culprits_alive=alive, job_silent=d.job_silent,
+                       heartbeat_timeout=d.heartbeat_timeout)
 
     def _partial_stuck(self, now: float, stuck_after: float) -> np.ndarray | None:
         """Live ranks whose own step stopped while other ranks still complete steps, or None."""
@@ -782,7 +1009,7 @@ class HangDetector:
         stepping = known & self._stepped[:n] & ~quiet
         if not stepping.any():
             return None
-        live = (self._latest_ts - self._last_seen[:n]) < self.heartbeat_timeout()
+        live = (min(self._latest_ts, now) - self._last_seen[:n]) < self.heartbeat_timeout()
         stuck = live & known & quiet & (step < self._max_step)
         if not stuck.any():
             return None
@@ -795,18 +1022,22 @@ class HangDetector:
         stuck &= (now - passed_at) >= stuck_after
         return stuck if stuck.any() else None
 
-    def diagnose(self, now: float, *, stuck_after: float) -> HangDiagnosis:
-        """Classify every rank from its latest heartbeat and collective sequence numbers."""
+    def diagnose(self, now: float, *, stuck_after: float, resumed_after: float | None = None) -> HangDiagnosis:
+        """Classify every rank from its latest heartbeat and collective sequence numbers.
+
+        ``resumed_after``: ranks whose step advanced after this time are the job coming back
+        from the hang (the rest of the step's events not in yet), not ranks still stepping."""
         n = self._n
         hb_timeout = self.heartbeat_timeout()
         ranks = self._ranks[:n]
         step = self._step[:n]
+        latest = min(self._latest_ts, now)  # an event stamped ahead of the clock is not "latest"
         # Silence is measured against the job's own latest event, so that ingestion lag or the
         # end of a recording does not make every rank look silent; a job that went quiet as a
         # whole is flagged instead.
-        job_silent = bool(self._has_heartbeats and now - self._latest_ts >= hb_timeout)
+        job_silent = bool(self._has_heartbeats and now - latest >= hb_timeout)
         if self._has_heartbeats:
-            silent_mask = (self._latest_ts - self._last_seen[:n]) >= hb_timeout
+            silent_mask = (latest - self._last_seen[:n]) >= hb_timeout
         else:
             silent_mask = np.zeros(n, dtype=bool)
         live = ~silent_mask
@@ -821,6 +1052,8 @@ class HangDetector:
             behind_mask = waiting_mask = np.zeros(n, dtype=bool)
         known = step >= 0
         stepping_mask = known & live & self._stepped[:n] & ((now - self._rank_progress[:n]) < stuck_after)
+        if resumed_after is not None:
+            stepping_mask &= self._rank_progress[:n] <= resumed_after
         stuck_mask = known & live & ~stepping_mask
         if not self._has_heartbeats:
             stuck_mask = np.zeros(n, dtype=bool)  # without heartbeats, where a rank is is unknown
@@ -837,13 +1070,14 @@ class HangDetector:
         pg_name = pg_ranks = None
         group_waiting: tuple[int, ...] = ()
         others: tuple[str, ...] = ()
+        blocked: tuple = ()
         cycle = None
         if groups is not None:
             waiting = groups["waiting"]
             if groups["culprits"]:
                 behind = groups["culprits"]
                 pg_name, pg_ranks, collective_seq = groups["name"], groups["ranks"], groups["seq"]
-                group_waiting, others = groups["group_waiting"], groups["others"]
+                group_waiting, others, blocked = groups["group_waiting"], groups["others"], groups["blocked"]
             else:
                 behind, cycle = (), groups["groups"]
         if not self._has_heartbeats:
@@ -877,7 +1111,7 @@ class HangDetector:
                           f"groups' collectives (collectives issued in different orders?): no rank is simply "
                           f"behind")
             elif job_silent:
-                reason = (f"every rank of the job went silent {now - self._latest_ts:.0f}s ago (job killed, or "
+                reason = (f"every rank of the job went silent {now - latest:.0f}s ago (job killed, or "
                           f"its events no longer reach stepwatch)")
             elif collective_seq is None:
                 reason = "heartbeats carry no collective sequence numbers: cannot tell which rank is behind"
@@ -886,7 +1120,8 @@ class HangDetector:
         return HangDiagnosis(case=case, reason=reason, culprits=culprits, silent=silent, behind=behind,
                              waiting=waiting, stepping=stepping, stuck=stuck, collective_seq=collective_seq,
                              heartbeat_timeout=hb_timeout, job_silent=job_silent, process_group=pg_name,
-                             process_group_ranks=pg_ranks, group_waiting=group_waiting, other_groups=others)
+                             process_group_ranks=pg_ranks, group_waiting=group_waiting, other_groups=others,
+                             blocked_groups=blocked if case == "culprit_before_collective" else ())
 
     def _pg_verdict(self, live: np.ndarray, order: np.ndarray) -> dict | None:
         """Group by group: which groups' members disagree, and who is behind without waiting anywhere.
@@ -894,8 +1129,9 @@ class HangDetector:
         A group disagrees when some live members started its collective N (the highest) and wait in
         it while others never started it. Those others are culprits unless they wait in a collective
         of another group (then that group's disagreement explains them). The group named is the most
-        specific one holding a culprit (fewest members behind, then fewest members). None when no
-        group disagrees."""
+        specific one holding a culprit: fewest members behind, then most members waiting on them
+        (a rank stuck before its TP all-reduce: the TP group where 3 wait, not the DP pair where 1
+        does), then fewest members. None when no group disagrees."""
         rank_slot = self._slot
         # Every live rank inside a collective of some group, and where.
         in_collective: set[int] = set()
@@ -921,31 +1157,33 @@ class HangDetector:
             if not behind or not waiting:
                 continue
             culprits = [slot for slot in behind if slot not in in_collective]
-            found.append((not culprits, len(behind), len(members), name, top, set(culprits), set(waiting)))
+            found.append((not culprits, len(behind), -len(waiting), len(members), name, top, set(culprits),
+                          set(waiting)))
         if not found:
             return None
-        found.sort(key=lambda f: f[:4])
+        found.sort(key=lambda f: f[:5])
         ranks_of = self._ranks
 
         def pick(slots: set[int]) -> tuple[int, ...]:
             return tuple(int(ranks_of[i]) for i in order if i in slots)
 
         all_waiting = pick(in_collective)
-        with_culprits = [f for f in found if f[5]]
+        with_culprits = [f for f in found if f[6]]
         if not with_culprits:
-            return {"culprits": (), "waiting": all_waiting, "groups": [f[3] for f in found]}
-        _, _, _, name, top, culprits, waiting = with_culprits[0]
+            return {"culprits": (), "waiting": all_waiting, "groups": [f[4] for f in found]}
+        name, top, culprits, waiting = with_culprits[0][4:]
         # Further groups only where they accuse someone else (the DP group behind a stuck TP rank
         # accuses that same rank: nothing new).
         others, named = [], set(culprits)
         for f in with_culprits[1:]:
-            if f[5] - named:
+            if f[6] - named:
                 others.append(f)
-                named |= f[5]
+                named |= f[6]
         more = named - culprits
+        blocked = tuple((f[4], int(f[5]), pick(f[6]), pick(f[7])) for f in with_culprits[:MAX_BLOCKED_GROUPS])
         return {"culprits": pick(culprits) + pick(more), "waiting": all_waiting, "name": name,
                 "ranks": self._pg_ranks.get(name), "seq": int(top), "group_waiting": pick(waiting),
-                "others": tuple(f[3] for f in others), "groups": [f[3] for f in found]}
+                "others": tuple(f[4] for f in others), "groups": [f[4] for f in found], "blocked": blocked}
 
     def _unseen_ranks(self) -> tuple[int, ...]:
         """Ranks below the reported world size that never sent anything (listed up to the cap)."""
@@ -1017,12 +1255,26 @@ class HangDetector:
             "stepping": self._listed(d.stepping),
             "stuck": self._listed(d.stuck),
         }
+        if d.silent and not d.torn_down:
+            lost = self._lost_nodes(d.silent)
+            if lost:
+                evidence["lost_nodes"] = lost
+        if d.torn_down:
+            evidence["torn_down"] = dict(self._listed(d.torn_down), culprits_alive=d.culprits_alive)
         if d.process_group is not None:
             evidence["process_group"] = d.process_group
             evidence["process_group_ranks"] = list(d.process_group_ranks) if d.process_group_ranks else None
             evidence["process_group_waiting"] = self._listed(d.group_waiting)
+            if d.process_group in self._pg_desc:
+                evidence["process_group_desc"] = self._pg_desc[d.process_group]
             if d.other_groups:
                 evidence["other_process_groups"] = list(d.other_groups[:cap])
+            if d.blocked_groups:
+                evidence["blocked_groups"] = [
+                    {"group": name, "desc": self._pg_desc.get(name), "collective_seq": seq,
+                     "ranks": list(self._pg_ranks[name][:cap]) if self._pg_ranks.get(name) else None,
+                     "culprits": list(culprits[:cap]), "waiting": self._listed(waiting)}
+                    for name, seq, culprits, waiting in d.blocked_groups]
             seqs = self._pg_seq.get(d.process_group, {})
             for info in evidence["culprits"]:
                 slot = self._slot.get(info["rank"])
@@ -1031,6 +1283,23 @@ class HangDetector:
         return Alert(id=ident, status="firing", type="hang", severity=severity, job=self.job,
                      ranks=tuple(listed), nodes=nodes, starts_at=starts_at,
                      summary=self._summary(severity, stalled, stop_step, d), evidence=evidence)
+
+    def _lost_nodes(self, silent: tuple[int, ...]) -> list[str]:
+        """Nodes all of whose ranks are silent (node down or unreachable, as far as the job can tell)."""
+        silent_set = set(silent)
+        ranks_on: dict[str, list[bool]] = {}
+        for slot in range(self._n):
+            node = self._nodes[slot]
+            if node is not None:
+                ranks_on.setdefault(node, []).append(int(self._ranks[slot]) in silent_set)
+        if len(ranks_on) < 2:
+            return []  # one node: the job's own silence, not a lost node
+        return sorted(n for n, flags in ranks_on.items() if all(flags))[:self.max_listed_ranks]
+
+    def _pg_label(self, name: str) -> str:
+        """A group as the alert names it: its description from the heartbeats, with its id."""
+        desc = self._pg_desc.get(name)
+        return f"{desc} ({name})" if desc and desc != name else name
 
     def _where(self, rank: int) -> str:
         node = self._rank_info(rank)["node"]
@@ -1057,8 +1326,11 @@ class HangDetector:
         elif d.case == "culprit_before_collective" and d.process_group is not None:
             size = f"{len(d.process_group_ranks)} ranks" if d.process_group_ranks else "all ranks"
             tail = (f"culprit: {named} never reached collective {d.collective_seq} of process group "
-                    f"{d.process_group} ({size}) that {len(d.group_waiting)} of its rank(s) wait in; "
-                    f"{len(d.waiting) - len(d.group_waiting)} rank(s) wait in other groups")
+                    f"{self._pg_label(d.process_group)} ({size}) that {len(d.group_waiting)} of its rank(s) wait "
+                    f"in; {len(d.waiting) - len(d.group_waiting)} rank(s) wait in other groups")
+            if len(d.blocked_groups) > 1:
+                tail += "; it blocks " + ", ".join(f"{self._pg_label(name)} ({len(waiting)} waiting)"
+                                                   for name, _, _, waiting in d.blocked_groups[:6])
         elif d.case == "culprit_before_collective":
             tail = (f"culprit: {named} never reached collective {d.collective_seq} that {len(d.waiting)} "
                     f"rank(s) wait in")
@@ -1066,9 +1338,12 @@ class HangDetector:
             tail = f"stuck: {named}"
         else:
             tail = f"culprit undetermined: {d.reason}"
+        if d.torn_down:
+            tail += (f"; job torn down: {len(d.torn_down)} rank(s) went silent after the culprit was named, "
+                     f"{'the culprit still sends heartbeats' if d.culprits_alive else 'the culprit is silent too'}")
         return f"{head}; {tail}"
 
-    def _resolve(self, *, at: float, summary: str) -> Alert:
+    def _resolve(self, *, at: float, summary: str, resolution: Resolution = Resolution.RECOVERED) -> Alert:
         ep = self._episode
         self._episode = None
         self._stack = None
@@ -1076,11 +1351,11 @@ class HangDetector:
         self._old_alert_ids.append(ep.alert.id)
         evidence = dict(ep.alert.evidence)
         evidence.update(resolved_step=self._max_step if self._max_step >= 0 else None,
-                        hung_seconds=round(at - evidence["stalled_since"], 3))
+                        hung_seconds=round(at - evidence["stalled_since"], 3), resolution=resolution.value)
         return ep.alert.resolved(at=at, summary=f"{summary} ({ep.alert.summary})", evidence=evidence)
 
     def close(self, *, at: float, reason: str) -> list[Alert]:
         """Resolve the open alert, if any (the job ended)."""
         if self._episode is None:
             return []
-        return [self._resolve(at=at, summary=f"resolved ({reason})")]
+        return [self._resolve(at=at, summary=f"resolved ({reason})", resolution=Resolution.JOB_ENDED)]

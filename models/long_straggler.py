@@ -36,6 +36,7 @@ import numpy as np
 
 from .alerts import Alert, alert_id
 from .assembly import GroupStep
+from .resolution import Resolution, with_resolution
 from .straggler import choose_signal, median
 
 
@@ -188,10 +189,23 @@ class LongStragglerDetector:
             r = r[~np.isnan(r)]
             if len(r) >= self.resolve_steps and float(np.median(r)) < 1.0 + self.min_effect / 2:
                 self._cusum[slot] = 0.0
-                alert = self._firing.pop(rank)
-                out.append(alert.resolved(at=step.ts, summary=f"resolved: rank {rank} back in line with its peers "
-                                                              f"over the last {len(r)} steps ({alert.summary})"))
+                out.append(self._resolve(rank, step, float(np.median(r)), len(r)))
         return out
+
+    def _resolve(self, rank: int, step: GroupStep, ratio: float, steps: int) -> Alert:
+        alert = self._firing.pop(rank)
+        fired_with = alert.evidence.get("min_effect")
+        if isinstance(fired_with, (int, float)) and self.min_effect > fired_with and ratio >= 1.0 + fired_with / 2:
+            # Clean only by the raised setting: say so, not "back in line".
+            detail = f"straggler.long_min_effect {fired_with:g} -> {self.min_effect:g}"
+            evidence = {**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                        "resolution_detail": detail, "recent_ratio": round(ratio, 4)}
+            summary = (f"resolved: threshold changed ({detail}); rank {rank} is still {100 * (ratio - 1):.1f}% "
+                       f"slower than its peers over the last {steps} steps ({alert.summary})")
+        else:
+            evidence = {**alert.evidence, "resolution": Resolution.RECOVERED.value}
+            summary = f"resolved: rank {rank} back in line with its peers over the last {steps} steps ({alert.summary})"
+        return alert.resolved(at=step.ts, summary=summary, evidence=evidence)
 
     def _since_onset(self, slot: int, step: int) -> np.ndarray:
         """Ring columns of the steps since the rank's CUSUM left 0 (at most ``window``)."""
@@ -239,6 +253,7 @@ class LongStragglerDetector:
                      starts_at=step.ts, summary=summary, evidence=evidence)
 
     def close_all(self, *, at: float, reason: str) -> list[Alert]:
-        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self._firing.values()]
+        out = [with_resolution(a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}"), Resolution.JOB_ENDED,
+                               reason) for a in self._firing.values()]
         self._firing.clear()
         return out

@@ -30,7 +30,7 @@ from .alerts import Alert, alert_id
 from .events import StepEvent
 from .ledger import Incident, NodeLedger, incidents_of
 from .placement import PlacementView
-from .restarts import Restart, RestartTracker
+from .restarts import Restart, RestartCause, RestartTracker, restart_cause
 from .step_columns import StepColumns
 from dataclasses import dataclass
 
@@ -225,7 +225,12 @@ class OnCall:
                 self.open_node_alerts.pop(alert.id, None)
         if alert.status != "firing" or alert.type in ("job_restart", "node_suspect"):
             return
-        entry = (alert.starts_at, alert.id, alert.type, alert.evidence.get("failure_class", "unknown"))
+        ev = alert.evidence
+        # What classifies a restart after it (models/restarts.py ``restart_cause``).
+        detail = {"case": ev.get("case"), "lost_nodes": list(ev.get("lost_nodes") or ()),
+                  "nodes": [c["node"] for c in ev.get("culprits") or () if isinstance(c, dict) and c.get("node")]
+                  if alert.type == "hang" else list(alert.nodes)}
+        entry = (alert.starts_at, alert.id, alert.type, ev.get("failure_class", "unknown"), detail)
         jobs = [alert.job] if alert.job else [j["job"] for j in alert.evidence.get("jobs") or ()]
         for job in jobs:
             ring = self._latest.get(job)
@@ -251,12 +256,12 @@ class OnCall:
         lo = restart.silence_began_at - PRECEDING_LOOKBACK_SECONDS
         # Alert times and the restart come from the job's own ranks (node alerts: within minutes).
         best = None
-        for starts_at, ident, kind, cls in ring:
+        for starts_at, ident, kind, cls, detail in ring:
             if lo <= starts_at <= restart.at and (best is None or _priority(kind) >= _priority(best[2])):
-                best = (starts_at, ident, kind, cls)
+                best = (starts_at, ident, kind, cls, detail)
         if best is None:
             return None
-        return {"id": best[1], "type": best[2], "failure_class": best[3], "starts_at": best[0]}
+        return {"id": best[1], "type": best[2], "failure_class": best[3], "starts_at": best[0], **best[4]}
 
     def _typical_step_time(self, job: str) -> float:
         """Median duration of the job's recent judged steps (models/sli.py; a restart's resumed steps are
@@ -271,6 +276,7 @@ class OnCall:
         self.restarts_seen += 1
         preceding = self._preceding(r)
         cls = preceding["failure_class"] if preceding else "unknown"
+        cause, blamed = restart_cause(preceding)
         nodes = tuple(self.placement.nodes_of(r.job))[:64]
         step_time = self._typical_step_time(r.job)
         lost = r.cost(step_time)
@@ -279,9 +285,16 @@ class OnCall:
             "gpu_hours_lost": lost, "highest_step": r.highest_step, "resumed_step": r.resumed_step,
             "ranks": r.ranks, "step_time": step_time, "reporting_rank": r.rank,
             "preceding_alert": preceding, "failure_class": cls, "onset_ts": r.silence_began_at,
-            "silence_began_at": r.silence_began_at, "cause": cls,
+            "silence_began_at": r.silence_began_at, "cause": cause.value, "cause_nodes": list(blamed),
         }
-        why = f" after {preceding['type']} ({cls})" if preceding else ""
+        if preceding:
+            preceding = {k: preceding[k] for k in ("id", "type", "failure_class", "starts_at")}
+            evidence["preceding_alert"] = preceding
+        what = {RestartCause.LOST_NODE: f"a lost node ({', '.join(blamed)})",
+                RestartCause.HANG_CULPRIT: "a hang with a named culprit", RestartCause.HANG: "a hang",
+                RestartCause.DEVICE_FAULT: f"a GPU fault ({', '.join(blamed)})",
+                RestartCause.CRASH: "a crash (no alert before it)"}[cause]
+        why = f" after {what}" + (f": {preceding['type']} ({cls})" if preceding else "")
         summary = (f"job_restart: job {r.job} restarted{why}: down {r.downtime_seconds:.0f} s, resumed at step "
                    f"{r.resumed_step} (had reached {r.highest_step}: {r.steps_recomputed} steps recomputed), "
                    f"{lost:.2f} GPU-hours lost")

@@ -19,6 +19,37 @@ previous one never counts, and neither does a small step back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class RestartCause(str, Enum):
+    """What made a job restart (``job_restart`` alerts' ``evidence.cause``), from the alert before it."""
+
+    LOST_NODE = "lost_node"  # every rank of a node went silent (node down or unreachable)
+    HANG_CULPRIT = "hang_culprit"  # a hang with a named culprit (rank stuck before a collective)
+    HANG = "hang"  # a hang without a named culprit
+    DEVICE_FAULT = "device_fault"  # a GPU fault on the job's nodes
+    CRASH = "crash"  # nothing before it: the processes died and were relaunched
+
+
+def restart_cause(preceding: dict[str, Any] | None) -> tuple[RestartCause, tuple[str, ...]]:
+    """The cause of a restart and the nodes it blames, from the job's alert before the silence
+    (``{"type", "failure_class", "case", "lost_nodes", "nodes"}``; None: no alert). Only the nodes
+    that were lost (or faulty) are blamed, never the ones the restarted ranks moved to."""
+    if preceding is None:
+        return RestartCause.CRASH, ()
+    kind = preceding.get("type")
+    if kind == "hang":
+        lost = tuple(preceding.get("lost_nodes") or ())
+        if lost:
+            return RestartCause.LOST_NODE, lost
+        if preceding.get("case") == "culprit_before_collective":
+            return RestartCause.HANG_CULPRIT, tuple(preceding.get("nodes") or ())
+        return RestartCause.HANG, ()
+    if kind == "gpu_fault":
+        return RestartCause.DEVICE_FAULT, tuple(preceding.get("nodes") or ())
+    return RestartCause.CRASH, ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,10 +53,19 @@ def frame_lines(event: StackEvent, limit: int = ALERT_FRAMES) -> list[str]:
 
 
 def culprit_stack(evidence: dict[str, Any]) -> tuple[str, list[str]] | None:
-    """``(rank, frames)`` of the first rank in a hang alert's ``evidence.stacks`` (the culprit when it
-    answered), or None; what ``stepwatch status`` and the dashboard show."""
+    """``(rank, frames)`` of the first culprit in a hang alert's ``evidence.culprits`` that answered
+    (``evidence.stacks``), or None: a waiting rank's stack is never shown as the culprit's. What
+    ``stepwatch status`` and the dashboard show."""
     stacks = evidence.get("stacks") if isinstance(evidence, dict) else None
     if not isinstance(stacks, dict) or not stacks:
         return None
-    rank, lines = next(iter(stacks.items()))
+    culprits = evidence.get("culprits")
+    if isinstance(culprits, list):  # a hang alert: culprits only
+        ranks = [str(c.get("rank")) for c in culprits if isinstance(c, dict)]
+        rank = next((r for r in ranks if r in stacks), None)
+        if rank is None:
+            return None
+    else:
+        rank = next(iter(stacks))
+    lines = stacks[rank]
     return str(rank), [str(line) for line in lines] if isinstance(lines, list) else []

@@ -15,6 +15,10 @@ compared with the median of its peers (same group, e.g. the same pipeline stage)
 A slowdown of every rank moves the median with it and flags nobody; a single GC spike or
 data-loader hiccup is one slow step out of ``window`` and flags nobody either.
 
+Small groups (2 .. ``min_peers`` - 1 ranks): each rank against its own baseline (the median of
+its recent clean values), times the median factor by which the other ranks moved against theirs
+(``evidence.baseline: "self"``); the rest of the rule is the same.
+
 No coincidences: in a big job some ranks see several independent spikes (GC, page faults,
 ECC retries) within ``window`` steps by chance. The rule learns the job's background rate of
 slow rank-steps (decayed, from isolated slow verdicts as they leave the window, floored at
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +44,7 @@ import numpy as np
 from .alerts import Alert, alert_id
 from .cost import straggler_cost
 from .assembly import GroupStep
+from .resolution import Resolution, with_resolution
 from .tunable import runtime, runtime_fields
 
 
@@ -60,7 +66,8 @@ class StragglerSettings:
     #: Floor on the spread used by the z-score, as a fraction of the peer median: stops a
     #: perfectly uniform group (MAD ~ 0) from turning 0.1% differences into huge z-scores.
     spread_floor: float = runtime(0.02)
-    #: Groups with fewer ranks than this are not compared (a median of 2 says nothing).
+    #: Groups with fewer ranks than this (a median of 2 says nothing) are judged against each rank's
+    #: own recent baseline instead (2 ranks at least; see ``StragglerDetector._against_own``).
     min_peers: int = runtime(4)
     #: Steps ignored at the start of a job (and after each restart of the step counter).
     warmup_steps: int = runtime(10)
@@ -85,6 +92,10 @@ class StragglerSettings:
 _D = StragglerSettings()
 
 SIGNALS = ("compute_time", "arrival", "step_time")
+#: Small groups (2 .. min_peers - 1 ranks): each rank's own recent clean steps kept as its baseline ...
+SELF_BASELINE_STEPS = 50
+#: ... and needed before it is judged against it.
+SELF_BASELINE_MIN = 10
 
 #: scipy's ``median_abs_deviation(scale="normal")`` divides by this (the normal distribution's
 #: quartile, ``ndtri(0.75)``); the same constant keeps the same results, without scipy's per-call cost.
@@ -197,6 +208,9 @@ class StragglerDetector:
         self._bg_n = 0.0
         self._resolved: dict[int, tuple[int, float]] = {}  # rank -> (resolved step, episode ratio)
         self._suppressed: set[int] = set()
+        # Small groups: each rank's recent clean values (its own baseline), and how the last step was judged.
+        self._own: dict[int, deque[float]] = {}
+        self._basis = "peers"
 
     # -- state management ------------------------------------------------------------------
 
@@ -295,7 +309,8 @@ class StragglerDetector:
             self._first_step = step.step
         if step.phase != "train" or step.step < self._first_step + self.warmup_steps:
             return []
-        if len(step.ranks) < self.min_peers:
+        small = 2 <= len(step.ranks) < self.min_peers
+        if len(step.ranks) < self.min_peers and not small:
             return []
         chosen = choose_signal(step)
         if chosen is None:
@@ -304,16 +319,28 @@ class StragglerDetector:
         peer = median(x)
         if peer <= 0:
             return []
-        spread = max(normal_mad(x, peer), self.spread_floor * peer, 1e-9)
         peers = None
-        if self.rank_class:
+        if small:
+            # Too few peers for a robust median: each rank against its own baseline, scaled by how
+            # much its peers moved against theirs (a job-wide slowdown moves every rank alike).
+            judged = self._against_own(step.ranks, x)
+            if judged is None:  # baselines still being learnt
+                self._learn_own(step.ranks, x, np.zeros(len(x), dtype=bool))
+                return []
+            ratio, z, peers = judged
+        elif self.rank_class:
+            spread = max(normal_mad(x, peer), self.spread_floor * peer, 1e-9)
             peers, spreads = self._class_peers(step.ranks, x, peer, spread)
             ratio = x / peers
             z = (x - peers) / spreads
         else:
+            spread = max(normal_mad(x, peer), self.spread_floor * peer, 1e-9)
             ratio = x / peer
             z = (x - peer) / spread
+        self._basis = "self" if small else "peers"
         slow = (ratio >= self.ratio_threshold) & (z >= self.z_threshold)
+        if small:
+            self._learn_own(step.ranks, x, slow)
         self.last_verdict = StepVerdict(step.step, signal, step.ranks, ratio, z, slow)
         if self.on_verdict is not None:
             self.on_verdict(self, self.last_verdict)
@@ -328,11 +355,11 @@ class StragglerDetector:
         self._ratio_ring[slots, ecol] = ratio
         self._z_ring[slots, ecol] = z
         self._value_ring[slots, ecol] = x
-        self._peer_ring[slots, ecol] = peers if self.rank_class else peer
+        self._peer_ring[slots, ecol] = peers if peers is not None else peer
         for slot, node in zip(slots, step.nodes):
             if node is not None:
                 self._nodes[slot] = node
-        data_slow = self._judge_data(step, slots, col, peer) if signal == "compute_time" else None
+        data_slow = self._judge_data(step, slots, col, peer) if signal == "compute_time" and not small else None
         # Ranks missing from this step carry their old verdicts; they neither fire nor clear.
         counts = self._slow_ring[slots].sum(axis=1)
         new_episode = slow & (counts == 1) & (self._episode_start[slots] < 0)
@@ -363,6 +390,37 @@ class StragglerDetector:
         for rank in [r for r, a in self._firing.items() if self._clean_run[self._slot[r]] >= self.clear_after]:
             out.append(self._resolve(rank, step))
         return out
+
+    def _against_own(self, ranks: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Small groups: (ratio, z, expected value) of each rank, where the expected value is its own
+        baseline (median of its recent clean steps) times the median factor by which the other ranks
+        moved against theirs; None while a rank has too short a baseline."""
+        rings = [self._own.get(int(r)) for r in ranks]
+        if any(ring is None or len(ring) < SELF_BASELINE_MIN for ring in rings):
+            return None
+        base = np.array([median(np.fromiter(ring, float)) for ring in rings])
+        if not (base > 0).all():
+            return None
+        own = x / base
+        # Each rank's own noise about its baseline; a ratio of two ranks' values carries both.
+        noise = max(normal_mad(np.fromiter(ring, float) / b, 1.0) for ring, b in zip(rings, base))
+        spread = max(math.sqrt(2.0) * noise, self.spread_floor, 1e-9)
+        others = np.array([median(np.delete(own, i)) for i in range(len(own))])
+        expected = base * others
+        ratio = x / expected
+        return ratio, (ratio - 1.0) / spread, expected
+
+    def _learn_own(self, ranks: np.ndarray, x: np.ndarray, slow: np.ndarray) -> None:
+        """Clean values join their rank's own baseline (a slow step must not teach it the slowdown)."""
+        for r, value, is_slow in zip(ranks.tolist(), x.tolist(), slow.tolist()):
+            if is_slow or r in self._firing:
+                continue
+            ring = self._own.get(r)
+            if ring is None:
+                if len(self._own) >= 4 * self.min_peers:  # bounded: ranks of a small group come and go
+                    self._own.pop(next(iter(self._own)))
+                ring = self._own[r] = deque(maxlen=SELF_BASELINE_STEPS)
+            ring.append(value)
 
     def _class_peers(self, ranks: np.ndarray, x: np.ndarray, peer: float, spread: float
                      ) -> tuple[np.ndarray, np.ndarray]:
@@ -492,6 +550,9 @@ class StragglerDetector:
             "recent_ratios": [_round(float(r), 3) for r in self._ratio_ring[slot, recent][ok]],
             "ratio_threshold": self.ratio_threshold,
             "z_threshold": self.z_threshold,
+            # peers: against the median of the group's ranks; self: a small group, against the rank's
+            # own recent steps scaled by how its peers moved (peer_median is that expected value)
+            "baseline": self._basis,
         }
 
     def _fire(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
@@ -508,9 +569,15 @@ class StragglerDetector:
         node = self._nodes[slot]
         where = f"rank {rank}" + (f" on node {node}" if node else "")
         group = f" among group {self.group}" if self.group else ""
-        summary = (f"straggler: {where} is {ratio:.2f}x slower than its peers{group} "
-                   f"({signal} {evidence['rank_median']}s vs peer median {evidence['peer_median']}s, "
-                   f"robust z {evidence['robust_z']}) since step {first_step}")
+        if self._basis == "self":
+            summary = (f"straggler: {where} is {ratio:.2f}x slower than its own recent steps while its "
+                       f"{len(step.ranks) - 1} peer(s){group} kept their pace ({signal} {evidence['rank_median']}s "
+                       f"vs {evidence['peer_median']}s expected, robust z {evidence['robust_z']}) since step "
+                       f"{first_step}")
+        else:
+            summary = (f"straggler: {where} is {ratio:.2f}x slower than its peers{group} "
+                       f"({signal} {evidence['rank_median']}s vs peer median {evidence['peer_median']}s, "
+                       f"robust z {evidence['robust_z']}) since step {first_step}")
         return Alert(
             id=alert_id(self.job, "straggler", self.group, rank, first_step),
             status="firing",
@@ -530,20 +597,50 @@ class StragglerDetector:
         ratio = alert.evidence.get("ratio")
         self._resolved[rank] = (step.step, float(ratio) if isinstance(ratio, (int, float)) else self.ratio_threshold)
         evidence = dict(alert.evidence)
-        evidence.update(resolved_step=step.step, clean_steps=int(self._clean_run[slot]))
-        return alert.resolved(
-            at=step.ts,
-            summary=f"resolved: rank {rank} back in line with its peers since step "
-                    f"{step.step - int(self._clean_run[slot]) + 1} ({alert.summary})",
-            evidence=evidence,
-        )
+        clean = int(self._clean_run[slot])
+        evidence.update(resolved_step=step.step, clean_steps=clean)
+        still = self._still_slow_by(alert, slot, clean)
+        if still is not None:  # clean only because the thresholds were raised while it fired
+            changed = ", ".join(f"straggler.{name} {old:g} -> {new:g}" for name, old, new in still[1])
+            evidence.update(resolution=Resolution.THRESHOLD_CHANGED.value, resolution_detail=changed,
+                            recent_ratio=_round(still[0]))
+            summary = (f"resolved: threshold changed ({changed}); rank {rank} is still {still[0]:.2f}x its peers, "
+                       f"no longer a straggler by the new threshold ({alert.summary})")
+        else:
+            evidence["resolution"] = Resolution.RECOVERED.value
+            summary = (f"resolved: rank {rank} back in line with its peers since step "
+                       f"{step.step - clean + 1} ({alert.summary})")
+        return alert.resolved(at=step.ts, summary=summary, evidence=evidence)
+
+    def _still_slow_by(self, alert: Alert, slot: int, clean: int) -> tuple[float, list] | None:
+        """When the thresholds were raised since ``alert`` fired and its rank's recent steps are still slow
+        by the thresholds it fired with: (their median ratio, [(setting, old, new)]); else None."""
+        ev = alert.evidence
+        old_ratio, old_z = ev.get("ratio_threshold"), ev.get("z_threshold")
+        if not isinstance(old_ratio, (int, float)) or not isinstance(old_z, (int, float)):
+            return None
+        raised = [(name, old, new) for name, old, new in (("ratio_threshold", old_ratio, self.ratio_threshold),
+                                                           ("z_threshold", old_z, self.z_threshold)) if new > old]
+        if not raised:
+            return None
+        recent = (self._evaluated - 1 - np.arange(min(clean, self._evaluated, self.evidence_window))) \
+            % self.evidence_window
+        r, z = self._ratio_ring[slot, recent], self._z_ring[slot, recent]
+        ok = ~np.isnan(r)
+        if not ok.any():
+            return None
+        slow = (r[ok] >= old_ratio) & (z[ok] >= old_z)
+        if 2 * int(slow.sum()) < int(ok.sum()):
+            return None  # mostly clean by the old thresholds too: it recovered
+        return float(np.median(r[ok])), raised
 
     def close_all(self, *, at: float, reason: str) -> list[Alert]:
         """Resolve every open alert (the job ended)."""
         out = []
         for rank in list(self._firing):
             alert = self._firing.pop(rank)
-            out.append(alert.resolved(at=at, summary=f"resolved ({reason}): {alert.summary}"))
+            out.append(with_resolution(alert.resolved(at=at, summary=f"resolved ({reason}): {alert.summary}"),
+                                       Resolution.JOB_ENDED, reason))
         return out
 
 

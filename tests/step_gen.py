@@ -1,0 +1,98 @@
+"""A small generator of synchronous-training step recordings for the detector tests (not the project's
+simulator): wire-form step events of a data-parallel job, with seeded noise, a slow rank, a job-wide
+slowdown, lost and reordered events, and a restart onto other nodes.
+
+Timing model of one synchronous step: each rank computes for ``compute`` seconds (its own noise and
+slow factor), then waits in the all-reduce for the slowest rank, then the transfer (``comm``) takes
+the same time everywhere: ``step_time = max(compute) + comm`` on every rank, ``comm_time = step_time -
+compute`` (its wait plus the transfer), as the rank monitor reports them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Restart:
+    """At ``at_step`` the job dies, is down ``downtime`` s and resumes from ``resume_step`` with
+    ``moves`` (rank -> new node) applied."""
+
+    at_step: int
+    resume_step: int
+    downtime: float = 120.0
+    moves: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncJob:
+    job: str
+    ranks: int
+    steps: int
+    t0: float = 1_760_000_000.0
+    compute: float = 0.5
+    comm: float = 0.05
+    noise: float = 0.01  # relative, uniform +-
+    slow_rank: int | None = None
+    slow_factor: float = 1.4
+    slow_from: int = 0
+    slow_until: int | None = None
+    jobwide_factor: float = 1.0  # every rank this much slower ...
+    jobwide_from: int | None = None  # ... from this step
+    ranks_per_node: int = 8
+    lose: float = 0.0  # chance that one event is lost
+    reorder: float = 0.1  # chance that a step's events arrive shuffled
+    restart: Restart | None = None
+    heartbeats: bool = False
+    seed: int = 11
+
+    def node(self, rank: int, moved: dict[int, str]) -> str:
+        return moved.get(rank, f"node-{rank // self.ranks_per_node:02d}")
+
+    def events(self) -> list[dict]:
+        rng = random.Random(self.seed)
+        out: list[dict] = []
+        t = self.t0
+        moved: dict[int, str] = {}
+        step = 0
+        restarted = False
+        seq = 0
+        while step < self.steps:
+            r = self.restart
+            if r is not None and not restarted and step == r.at_step:
+                restarted = True
+                t += r.downtime
+                moved = dict(r.moves)
+                step = r.resume_step
+                seq = 0  # new processes: their collective counters start again
+                continue
+            computes = []
+            for rank in range(self.ranks):
+                c = self.compute * (1 + rng.uniform(-self.noise, self.noise))
+                if self.jobwide_from is not None and step >= self.jobwide_from:
+                    c *= self.jobwide_factor
+                if rank == self.slow_rank and step >= self.slow_from and (
+                        self.slow_until is None or step < self.slow_until):
+                    c *= self.slow_factor
+                computes.append(c)
+            step_time = max(computes) + self.comm
+            t += step_time
+            seq += 1
+            batch = []
+            for rank, c in enumerate(computes):
+                if rng.random() < self.lose:
+                    continue
+                batch.append({"v": 1, "kind": "step", "job": self.job, "rank": rank, "step": step,
+                              "ts": round(t + rng.uniform(0, 0.002), 6), "step_time": round(step_time, 6),
+                              "compute_time": round(c, 6), "comm_time": round(step_time - c, 6),
+                              "node": self.node(rank, moved), "world_size": self.ranks})
+                if self.heartbeats:
+                    batch.append({"v": 1, "kind": "heartbeat", "job": self.job, "rank": rank, "step": step,
+                                  "ts": round(t + 0.01, 6), "node": self.node(rank, moved), "seq_started": seq,
+                                  "seq_completed": seq})
+            if rng.random() < self.reorder:
+                rng.shuffle(batch)
+            out.extend(batch)
+            step += 1
+        return out
