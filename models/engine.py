@@ -469,6 +469,9 @@ class DetectionEngine:
             job.ended = True
             job.ended_at = event.ts
             job.phase = "train"
+            # Steps still incomplete at the end (a rank's last events lost) are never judged: a later tick's
+            # flush would feed them to the detectors just closed and re-open their alerts.
+            job.assemblers.clear()
             for detector in [*job.stragglers.values(), *job.long_stragglers.values()]:
                 out.extend(detector.close_all(at=event.ts, reason="job ended"))
             for rule in (job.throughput, job.comm, job.checkpoint, job.imbalance):

@@ -103,14 +103,6 @@ JOB_WIDE = frozenset({"throughput_drop"})  # true of a slower job; it names no r
 RESTART = frozenset({"job_restart"})
 
 
-#: Finding: a straggler alert closed by the job's ``end`` fires again.
-REFIRE_AFTER_END = ("the straggler alert that resolved 'job ended' fires again (same id, a later detected_step) "
-                    "on the drain's ticks: the job's last steps are still incomplete in the step assembler (a "
-                    "rank's final events lost, or arriving after the end and dropped as late) and "
-                    "DetectionEngine.tick flushes them into the closed straggler detector "
-                    "(models/engine.py: _on_phase('end') closes detectors but not job.assemblers)")
-
-
 def catalog() -> list[Scenario]:
     noisy = Noise(gc_rate=0.004, loader_rate=0.003)
     ckpt_marked = (Pause(60, 25.0, "checkpoint", Marking.MARKED), Pause(110, 40.0, "checkpoint", Marking.MARKED))
@@ -142,8 +134,7 @@ def catalog() -> list[Scenario]:
         Scenario("clock-skew-ts-order", _plan("clock-skew-ts-order", clock_offsets=SKEW), QUIET, arrival=False),
         Scenario("straggler-64", Plan(job="straggler-64", ranks=64, per_node=8, steps=150,
                                       slow=(Slow(37, 60, 1.4),), noise=noisy),
-                 Expect(Verdict.STRAGGLER, 37, "straggler-64-n04", JOB_WIDE), transport=MESSY,
-                 findings={"refire": REFIRE_AFTER_END}),
+                 Expect(Verdict.STRAGGLER, 37, "straggler-64-n04", JOB_WIDE), transport=MESSY),
         Scenario("straggler-2-ranks", Plan(job="straggler-2-ranks", ranks=2, per_node=1, steps=120,
                                            slow=(Slow(1, 30, 1.4),)),
                  Expect(Verdict.STRAGGLER, 1, "straggler-2-ranks-n01", JOB_WIDE)),
@@ -166,8 +157,7 @@ def catalog() -> list[Scenario]:
                  Expect(Verdict.STRAGGLER, 5, "threshold-raised-n01", JOB_WIDE),
                  settings=(80, {"straggler": {"ratio_threshold": 1.5, "long_min_effect": 0.0}})),
         Scenario("straggler-skew", _plan("straggler-skew", clock_offsets=SKEW, slow=(Slow(13, 50, 1.2),)),
-                 Expect(Verdict.STRAGGLER, 13, "straggler-skew-n03", JOB_WIDE),
-                 findings={"refire": REFIRE_AFTER_END}),
+                 Expect(Verdict.STRAGGLER, 13, "straggler-skew-n03", JOB_WIDE)),
         Scenario("straggler-skew-ts-order", _plan("straggler-skew-ts-order", clock_offsets=SKEW,
                                                   slow=(Slow(13, 50, 1.2),)),
                  Expect(Verdict.STRAGGLER, 13, "straggler-skew-ts-order-n03", JOB_WIDE), arrival=False,
