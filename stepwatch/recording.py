@@ -72,20 +72,17 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
            out=None, stats: dict | None = None) -> dict:
     """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts."""
     from stepwatch.models.pipeline import Pipeline, run_recording
+    from stepwatch.models.sinks import JsonLinesSink
 
-    out = out or sys.stdout
     stats = stats if stats is not None else {}
     stats.update(events=0, rejected=0, alerts=0)
     pipeline = Pipeline(settings=settings)
-    for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
-        for dead in outputs.deadletters:  # one per bad message; count its rejected events
-            stats["rejected"] += len(dead.rejects) or 1
-            if stats["rejected"] <= 10:
-                print(f"stepwatch replay: skipped ({dead.cause}): {dead.rejected.reason}", file=sys.stderr)
-        for alert in outputs.alerts:
-            stats["alerts"] += 1
-            out.write(alert.to_json().decode() + "\n")
-    stats["events"] = pipeline.engine.events_by_kind.total()
+    sink = JsonLinesSink(out or sys.stdout, report=sys.stderr)
+    try:  # the recording's lines -> the pipeline -> the sink, as the worker's topics -> pipeline -> topics
+        for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
+            sink.write(outputs)
+    finally:  # counts so far, also when reading stops half-way
+        stats.update(events=pipeline.engine.events_by_kind.total(), rejected=sink.rejected, alerts=sink.alerts)
     return stats
 
 
