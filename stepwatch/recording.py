@@ -73,20 +73,18 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts."""
     from stepwatch.commands.common import json_line, printable
     from stepwatch.models.pipeline import Pipeline, run_recording
+    from stepwatch.models.sinks import JsonLinesSink
 
-    out = out or sys.stdout
     stats = stats if stats is not None else {}
     stats.update(events=0, rejected=0, alerts=0)
     pipeline = Pipeline(settings=settings)
-    for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
-        for dead in outputs.deadletters:  # one per bad message; count its rejected events
-            stats["rejected"] += len(dead.rejects) or 1
-            if stats["rejected"] <= 10:
-                print(printable(f"stepwatch replay: skipped ({dead.cause}): {dead.rejected.reason}"), file=sys.stderr)
-        for alert in outputs.alerts:
-            stats["alerts"] += 1
-            out.write(json_line(alert.to_dict()) + "\n")  # terminal-safe: replay often prints to one
-    stats["events"] = pipeline.engine.events_by_kind.total()
+    # Terminal-safe lines: replay often prints to one (control characters in names escaped).
+    sink = JsonLinesSink(out or sys.stdout, report=sys.stderr, line=lambda a: json_line(a.to_dict()), text=printable)
+    try:  # the recording's lines -> the pipeline -> the sink, as the worker's topics -> pipeline -> topics
+        for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
+            sink.write(outputs)
+    finally:  # counts so far, also when reading stops half-way
+        stats.update(events=pipeline.engine.events_by_kind.total(), rejected=sink.rejected, alerts=sink.alerts)
     return stats
 
 

@@ -37,6 +37,7 @@ from kafka import KafkaConsumer, TopicPartition
 from stepwatch.models.alerts import Alert
 from stepwatch.models.pipeline import Message, Pipeline
 from stepwatch.models.published import PublishedAlerts  # (also its former home, for importers)
+from stepwatch.models.sinks import HeldBack
 
 log = logging.getLogger("stepwatch.recovery")
 
@@ -144,11 +145,14 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
     # (live counters count live messages) and remembers nothing as published.
     quiet = Pipeline(engine, recorder=pipeline.recorder, published=PublishedAlerts(),
                      max_future_seconds=pipeline.max_future_seconds, speaks_for=pipeline.speaks_for, metrics=None)
+    held = HeldBack()
     for partition, raw, *stamp in span.event_messages:
         # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
         # so a timer tick before the live events resume judges each job on its own clock.
-        quiet.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None)
+        held.write(quiet.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None))
     pipeline.job_partition.update(quiet.job_partition)
+    log.debug("recovery held back %d alerts and %d dead letters of the replayed span", held.alerts,
+              held.deadletters)
     events = engine.events_by_kind.total() - events_before
     jobs = {job for job, p in pipeline.job_partition.items() if p in span.partitions}
     for record in span.alerts:

@@ -201,3 +201,18 @@ def test_alert_records_read_back_are_the_alerts_published():
     for bad in ({}, {"id": ""}, {"id": "x", "ranks": ["a"]}, [1]):
         with pytest.raises(ValueError, match="not an alert record"):
             Alert.from_dict(bad)
+
+
+def test_replay_and_the_tests_share_the_sinks():
+    import io
+
+    from stepwatch.models.sinks import CapturingSink, JsonLinesSink, drain
+
+    job = Job("job-s", ["n1", "n2"], start=T0, steps=80, checkpoint_at=None, slow_node="n2", slow_from=20)
+    lines = [orjson.dumps(e) for e in job_events(job)] + [b"{bad"]
+    captured = drain(run_recording(Pipeline(), lines), CapturingSink())
+    assert captured.alerts and [d.cause for d in captured.deadletters] == ["decode"]
+    stream, report = io.StringIO(), io.StringIO()
+    sink = drain(run_recording(Pipeline(), lines), JsonLinesSink(stream, report=report))
+    assert stream.getvalue().splitlines() == [a.to_json().decode() for a in captured.alerts]
+    assert (sink.alerts, sink.rejected) == (len(captured.alerts), 1) and "malformed JSON" in report.getvalue()
