@@ -36,19 +36,28 @@ while True:
 '''
 
 
-def test_stack_answer_reaches_the_broker_within_two_seconds(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+def test_stack_answer_reaches_the_broker_within_two_seconds(kafka_bootstrap, topic_prefix, tmp_path):
     pytest.importorskip("torch", reason="the gloo rank needs torch")
     from train_support import free_port
 
-    worker = start_worker()  # creates the topics
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from support import stepwatch_env
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    admin.create_topics([NewTopic(topic_prefix + name, num_partitions=2, replication_factor=1)
+                         for name in ("control", "events")])
+    admin.close()
     script, ready = tmp_path / "rank.py", tmp_path / "ready"
     script.write_text(RANK_SCRIPT)
-    env = dict(worker.env, STEPWATCH_JOB="stack-timing", TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "fr_"))
+    env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_JOB="stack-timing",
+                        TORCH_FR_DUMP_TEMP_FILE=str(tmp_path / "fr_"))
     log = open(tmp_path / "rank.log", "w")
     proc = subprocess.Popen([sys.executable, str(script), str(free_port()), str(ready)], env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     try:
+        t_start = time.time()
         wait_until(lambda: ready.exists() or proc.poll() is not None, timeout=120, what="control reader ready")
+        ready_at = time.time()
         assert proc.poll() is None, (tmp_path / "rank.log").read_text()[-3000:]
         producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
         asked = time.time()
@@ -69,7 +78,9 @@ def test_stack_answer_reaches_the_broker_within_two_seconds(kafka_bootstrap, top
 
         wait_until(two_answers, timeout=60, what="the stack answers")
         consumer.close()
-        (first_at, first), (_, second) = answers[:2]
+        (first_at, first), (second_at, second) = answers[:2]
+        print(f"stack answer {first_at - asked:.2f} s after the request, dump {second_at - asked:.2f} s "
+              f"(rank ready after {ready_at - t_start:.1f} s)")
         # The Python stacks first, sent and flushed at once; the Flight Recorder dump after them.
         assert first.flight_recorder is None and first.threads
         assert second.flight_recorder and second.threads == first.threads
