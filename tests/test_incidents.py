@@ -152,3 +152,22 @@ def test_a_node_incident_resolves_when_its_ranks_do_with_their_reason():
     assert done.summary.startswith("resolved (state evicted: no events for 900 s)")
     # two ranks of four: below the share, rank alerts as they are
     assert [a.id for a in grouper.filter([rank_alert(5), rank_alert(6)])] == ["r5", "r6"]
+
+
+def test_a_fabric_incident_resolves_once_every_members_ports_are_clean():
+    from stepwatch.models.incidents import FabricIncidents
+
+    tracker = TelemetryTracker(clear_after=10)
+    grouper = FabricIncidents(tracker, min_nodes=4)
+    out = []
+    for t in range(60):
+        for i in range(6):
+            errors = 10 * min(max(t - 10, 0), 10 + i)  # node i's ports err from t=11 to t=20+i
+            out += grouper.filter(tracker.update(port_sample(f"n{i}", "mlx5_0", t, errors)))
+    assert [(a.type, a.status) for a in out] == [("fabric", "firing"), ("fabric", "resolved")], \
+        [(a.type, a.status, a.nodes) for a in out]
+    fired, done = out
+    assert set(fired.nodes) == {f"n{i}" for i in range(6)} and fired.evidence["switch"] is None
+    assert fired.labels["fabric"] == "fleet" and done.id == fired.id
+    # resolved with the last node's clean ports: n5 erred until t=25, clean for 10 samples
+    assert done.ends_at == 1_760_000_000.0 + 25 + 10 and done.evidence["resolution"] == "clean"
