@@ -44,7 +44,7 @@ def rank_ranges(ranks) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def alert_table_row(alert: dict, *, published: float | None = None, width: int | None = None) -> str:
+def alert_table_row(alert: dict, *, published: float | None = None) -> str:
     """One readable row: when it was published (else its own start or end), the incident, the action.
 
     Every cell is escaped (``printable``): names from the wire cannot print a fake line."""
