@@ -292,9 +292,41 @@ def test_alerts_prints_one_line_per_incident_update_escaped_with_the_published_t
                                                                                               topic_prefix))
     lines = result.stdout.splitlines()
     assert len(lines) == 3, result.stdout  # header, FIRING, RESOLVED
-    stamp = datetime.fromtimestamp(published / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert lines[1].startswith(f"{stamp}  FIRING") and " RESOLVED " in lines[2]
+    def stamp(ms):
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # Each line carries when its latest message was published (the republish, then the resolution).
+    assert lines[1].startswith(f"{stamp(published + 1000)}  FIRING"), lines
+    assert lines[2].startswith(f"{stamp(published + 2000)}  RESOLVED"), lines
     assert "straggler" in lines[1] and firing["nodes"][0] in lines[1]
     assert "\x1b" not in result.stdout and "\x9b" not in result.stdout and "\u202e" not in result.stdout
     assert not any(line.startswith("2026-12-01") for line in lines)
     assert firing["annotations"].get("recommended_action", "-") in lines[1]
+
+
+def test_one_io_fault_on_one_node_is_one_incident_two_lines(tmp_path):
+    """host-io-64: a straggler alert per rank of node-002, each republished with its cause, then resolved
+    (24 messages); read in one poll, the table prints the incident firing and resolved."""
+    from stepwatch.commands.incidents import IncidentLines
+
+    recording, alerts_path = tmp_path / "host-io.jsonl", tmp_path / "alerts.jsonl"
+    run_stepwatch("simulate", "--scenario", "host-io-64", "--out", str(recording), env=_env(), timeout=180)
+    with open(alerts_path, "w") as out:
+        subprocess.run([sys.executable, "-m", "stepwatch.cli", "replay", str(recording)], stdout=out, check=True,
+                       cwd=REPO, env=_env(), timeout=180)
+    alerts = [orjson.loads(line) for line in alerts_path.read_bytes().splitlines()]
+    assert len(alerts) >= 16 and len({a["id"] for a in alerts}) >= 8
+    lines = IncidentLines()
+    for alert in alerts:
+        lines.add(alert, 1_700_000_000.0)
+    out = lines.flush()
+    assert len(out) == 2, out
+    assert " FIRING " in out[0] and " RESOLVED " in out[1]
+    assert all("node-002" in line and " 16-23 " in line for line in out)
+    # One alert at a time (each its own poll): never more lines than messages, one per state change.
+    lines = IncidentLines()
+    printed = []
+    for alert in alerts:
+        lines.add(alert, 1_700_000_000.0)
+        printed += lines.flush()
+    assert len(printed) < len(alerts) and " RESOLVED " in printed[-1]
