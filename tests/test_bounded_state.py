@@ -57,7 +57,8 @@ def test_a_new_job_costs_a_bounded_number_of_probes(monkeypatch):
     engine = DetectionEngine(dataclasses.replace(Settings(), retention=RetentionSettings(max_jobs=2000)))
     looked = []
     original = DetectionEngine._job_open_alerts
-    monkeypatch.setattr(DetectionEngine, "_job_open_alerts", staticmethod(lambda job: looked.append(1) or original(job)))
+    monkeypatch.setattr(DetectionEngine, "_job_open_alerts",
+                        staticmethod(lambda job: looked.append(1) or original(job)))
     slot = JobState.__dict__["last_seen"]
     monkeypatch.setattr(JobState, "last_seen", property(lambda job: looked.append(1) or slot.__get__(job, JobState),
                                                         lambda job, value: slot.__set__(job, value)))
@@ -90,7 +91,8 @@ def test_process_groups_and_their_ranks_per_job_are_capped_and_counted(monkeypat
     engine = DetectionEngine()
     for i in range(20):  # 20 heartbeats of 10 new groups each, 8 ranks listed per group
         pgs = {f"pg{i}-{g}": {"started": 1, "completed": 1, "ranks": list(range(8))} for g in range(10)}
-        engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0 + i, "step": 1, "pgs": pgs}))
+        engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0 + i, "step": 1,
+                                    "pgs": pgs}))
     detector = engine.jobs["j"].hang
     assert len(detector._pg_seq) == 50
     assert sum(len(r) for r in detector._pg_ranks.values() if r) <= 100
