@@ -47,6 +47,9 @@ class RetentionSettings:
     #: ``EVICTION_PROBES`` least recently active all have open alerts, the new job's event is refused
     #: and counted (``stepwatch_engine_jobs_refused_total``).
     max_jobs: int = 10_000
+    #: Ranks tracked per job at most; events of further new ranks are left out and counted
+    #: (``stepwatch_state_capped_total{what="ranks_per_job"}``): one producer cannot grow a job forever.
+    max_ranks_per_job: int = 131_072
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended
@@ -121,6 +124,7 @@ class DetectionEngine:
         #: Events of new jobs refused because every job the cap would evict had an open alert.
         self.jobs_refused = 0
         self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
+        self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job``
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
@@ -169,6 +173,11 @@ class DetectionEngine:
             return []
         else:
             self.jobs.move_to_end(event.job)
+        rank = getattr(event, "rank", None)
+        if (rank is not None and not job.hang.knows(rank)
+                and job.hang.rank_count >= self.settings.retention.max_ranks_per_job):
+            self._capped_ranks += 1
+            return self.telemetry.enrich(evicted)
         if event.ts > job.last_ts:
             job.last_ts = event.ts
         job.last_seen = self._tick_clock
@@ -258,6 +267,14 @@ class DetectionEngine:
                     return []
                 ts = cols.ts[lo:hi]
                 latest = max(ts)
+        limit = self.settings.retention.max_ranks_per_job
+        if job.hang.rank_count + (hi - lo) > limit and job.hang.rank_count + len(
+                {r for r in cols.rank[lo:hi] if not job.hang.knows(r)}) > limit:  # over the rank cap: rare
+            kept = self._within_rank_cap(job, cols.events()[lo:hi], limit)
+            if len(kept) < hi - lo:
+                self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
+                out = self._process_steps(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
+                return self.telemetry.enrich(evicted) + out if evicted else out
         ranks, steps = cols.rank[lo:hi], cols.step[lo:hi]
         nodes, phases = cols.node[lo:hi], cols.phase[lo:hi]
         earliest = min(ts)
@@ -377,9 +394,25 @@ class DetectionEngine:
                 out.extend(job.checkpoint.check(job_now))
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
 
+    def _within_rank_cap(self, job: JobState, events: list, limit: int) -> list:
+        """``events`` without those of new ranks beyond ``limit`` ranks for the job (first come, first kept)."""
+        room = limit - job.hang.rank_count
+        admitted: set[int] = set()
+        kept = []
+        for event in events:
+            if job.hang.knows(event.rank) or event.rank in admitted:
+                kept.append(event)
+            elif len(admitted) < room:
+                admitted.add(event.rank)
+                kept.append(event)
+        self._capped_ranks += len(events) - len(kept)
+        return kept
+
     def capped(self) -> Counter[str]:
         """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
         out = Counter(self._capped_gone)
+        if self._capped_ranks:
+            out["ranks_per_job"] += self._capped_ranks
         out.update(self.telemetry.tracker.capped)
         for job in self.jobs.values():
             out.update(job.hang.capped)

@@ -361,6 +361,14 @@ class HangDetector:
 
     # -- input ----------------------------------------------------------------------------
 
+    def knows(self, rank: int) -> bool:
+        """Whether ``rank`` has a slot here (the engine caps the ranks per job on this)."""
+        return rank in self._slot
+
+    @property
+    def rank_count(self) -> int:
+        return len(self._slot)
+
     def update(self, event: Event) -> list[Alert]:
         """Learn from one event; return a resolved alert when it ends a hang."""
         if isinstance(event, StepEvent):  # one step path: a lone step event is a run of one

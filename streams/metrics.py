@@ -210,11 +210,11 @@ class _ScrapeTimeCollector:
                                   "(retention.max_jobs) because the jobs it would evict all had open alerts.",
                                   value=getattr(engine, "jobs_refused", 0))
         capped = CounterMetricFamily("stepwatch_state_capped", "Input left out at a per-producer state cap, by "
-                                     "what (process_groups_per_job, pg_ranks_per_job, op_names_per_job, "
+                                     "what (ranks_per_job, process_groups_per_job, pg_ranks_per_job, op_names_per_job, "
                                      "gpus_per_node, ports_per_node, nodes); docs/security.md.", labels=["what"])
         counts = engine.capped() if hasattr(engine, "capped") else {}
-        for what in ("process_groups_per_job", "pg_ranks_per_job", "op_names_per_job", "gpus_per_node",
-                     "ports_per_node", "nodes"):
+        for what in ("ranks_per_job", "process_groups_per_job", "pg_ranks_per_job", "op_names_per_job",
+                     "gpus_per_node", "ports_per_node", "nodes"):
             capped.add_metric([what], counts.get(what, 0))
         yield capped
         yield GaugeMetricFamily("stepwatch_jobs_active", "Jobs not ended.",

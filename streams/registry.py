@@ -139,10 +139,11 @@ class WorkersRegistry:
             self.ignored += 1
             return False
         if not self._trusted(value, url, ts, now):
-            log.warning("workers registry: ignored an untrusted record for %r (signature, peer list, ts or cap)",
-                        url[:200])
             self.ignored += 1
             self.refused += 1
+            if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, ...: a flood cannot flood the log
+                log.warning("workers registry: ignored an untrusted record for %r (signature, peer list, ts or "
+                            "cap); %d so far", url[:200], self.refused)
             return False
         group = value.get("group")
         if topic != self.topic or (self.group and group and group != self.group):

@@ -57,7 +57,8 @@ def test_a_new_job_costs_a_bounded_number_of_probes(monkeypatch):
     engine = DetectionEngine(dataclasses.replace(Settings(), retention=RetentionSettings(max_jobs=2000)))
     looked = []
     original = DetectionEngine._job_open_alerts
-    monkeypatch.setattr(DetectionEngine, "_job_open_alerts", staticmethod(lambda job: looked.append(1) or original(job)))
+    monkeypatch.setattr(DetectionEngine, "_job_open_alerts",
+                        staticmethod(lambda job: looked.append(1) or original(job)))
     slot = JobState.__dict__["last_seen"]
     monkeypatch.setattr(JobState, "last_seen", property(lambda job: looked.append(1) or slot.__get__(job, JobState),
                                                         lambda job, value: slot.__set__(job, value)))
@@ -90,7 +91,8 @@ def test_process_groups_and_their_ranks_per_job_are_capped_and_counted(monkeypat
     engine = DetectionEngine()
     for i in range(20):  # 20 heartbeats of 10 new groups each, 8 ranks listed per group
         pgs = {f"pg{i}-{g}": {"started": 1, "completed": 1, "ranks": list(range(8))} for g in range(10)}
-        engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0 + i, "step": 1, "pgs": pgs}))
+        engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0 + i, "step": 1,
+                                    "pgs": pgs}))
     detector = engine.jobs["j"].hang
     assert len(detector._pg_seq) == 50
     assert sum(len(r) for r in detector._pg_ranks.values() if r) <= 100
@@ -129,3 +131,26 @@ def test_metrics_count_what_was_capped():
     text = WorkerMetrics(engine).render().decode()
     assert 'stepwatch_state_capped_total{what="gpus_per_node"} 3.0' in text
     assert "stepwatch_engine_jobs_refused_total 0.0" in text
+
+
+def test_ranks_per_job_are_capped_and_counted_whatever_the_path():
+    """finding 5: 40 heartbeats listing 2M ranks; here new ranks beyond ``retention.max_ranks_per_job``."""
+    from stepwatch.models.events import encode_events
+    from stepwatch.models.pipeline import Message, Pipeline
+
+    settings = dataclasses.replace(Settings(), retention=RetentionSettings(max_ranks_per_job=100))
+    pipeline = Pipeline(settings=settings)
+    engine = pipeline.engine
+    steps = [{"v": 1, "kind": "step", "job": "j", "rank": r, "step": 1, "ts": T0, "step_time": 1.0} for r in range(150)]
+    pipeline.feed([Message(encode_events(steps), b"j", "ev", 0, 0)], arrival=T0)  # the column path
+    assert engine.jobs["j"].hang.rank_count == 100 and engine.jobs["j"].ranks == set(range(100))
+    beat = {"v": 1, "kind": "heartbeat", "job": "j", "rank": 500, "ts": T0 + 1, "step": 1}
+    pipeline.feed([Message(encode_events([beat]), b"j", "ev", 0, 1)], arrival=T0 + 1)  # one by one
+    lone = {"v": 1, "kind": "step", "job": "j", "rank": 501, "step": 2, "ts": T0 + 1, "step_time": 1.0}
+    pipeline.feed([Message(encode_events([lone]), b"j", "ev", 0, 2)], arrival=T0 + 1)
+    assert engine.jobs["j"].hang.rank_count == 100
+    assert engine.capped()["ranks_per_job"] == 50 + 1 + 1
+    assert engine.events_by_kind["step"] == 100  # the left-out steps were neither judged nor counted
+    known = [{**s, "step": 2, "ts": T0 + 2} for s in steps[:100]]
+    pipeline.feed([Message(encode_events(known), b"j", "ev", 0, 3)], arrival=T0 + 2)
+    assert engine.jobs["j"].latest_step == 2 and engine.capped()["ranks_per_job"] == 52
