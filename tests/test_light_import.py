@@ -19,7 +19,8 @@ import pytest
 HEAVY_ROOTS = ("numpy", "scipy", "faust", "aiokafka", "mode")
 #: stepwatch's own modules the training side may load: the wire format and the client settings.
 LIGHT_STEPWATCH = {"stepwatch", "stepwatch.client_settings", "stepwatch.models", "stepwatch.models.deadletter",
-                   "stepwatch.models.events", "stepwatch.models.telemetry_events", "stepwatch.models.wire"}
+                   "stepwatch.models.events", "stepwatch.models.nccl_events", "stepwatch.models.telemetry_events",
+                   "stepwatch.models.wire"}
 
 
 def modules_after(*imports: str) -> set[str]:
