@@ -191,12 +191,16 @@ function cause(a) {
 
 function stack(e) {
   // A hang's culprit stack (evidence.stacks: culprits first, innermost frame last), and who did not answer.
-  const ranks = Object.keys(e.stacks || {});
+  // Only a culprit's stack is shown as the culprit's (models/stacks.py culprit_stack): a waiting rank's never is.
+  const stacks = e.stacks || {};
+  const culprits = Array.isArray(e.culprits) ? e.culprits.map(c => String(c.rank)) : Object.keys(stacks);
+  const ranks = culprits.filter(r => r in stacks);
   let out = e.process_group ? '<div class="cause">process group <b>' + esc(e.process_group) + "</b>" +
       (e.process_group_ranks ? " (ranks " + esc(e.process_group_ranks.join(",")) + ")" : "") +
       ", collective " + esc(e.collective_seq) + "</div>" : "";
   if (ranks.length) out += '<div class="cause">stack of rank <b>' + esc(ranks[0]) + '</b>:</div><pre class="stack">' +
       e.stacks[ranks[0]].map(esc).join("\n") + "</pre>";
+  if ((e.stack_pending || []).length) out += '<div class="cause">stacks pending from rank(s) ' + esc(e.stack_pending.join(", ")) + "</div>";
   if ((e.stack_missing || []).length) out += '<div class="cause">no stack from rank(s) ' + esc(e.stack_missing.join(", ")) + "</div>";
   return out;
 }
