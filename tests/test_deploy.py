@@ -505,8 +505,7 @@ def test_taskprolog_exports_the_stepwatch_and_nccl_inspector_environment(tmp_pat
     slurm = dict(SLURM_JOB_ID="4242", SLURM_PROCID="17", SLURM_NTASKS="64", SLURMD_NODENAME="gpu-007",
                  SLURM_LOCALID="1")
     assert _taskprolog(tmp_path, **slurm) == [
-        "export STEPWATCH_JOB=4242", "export STEPWATCH_RANK=17", "export STEPWATCH_WORLD_SIZE=64",
-        "export STEPWATCH_NODE=gpu-007", "export STEPWATCH_GPU=1",
+        "export STEPWATCH_JOB=4242", "export STEPWATCH_NODE=gpu-007",
         "export STEPWATCH_KAFKA_BOOTSTRAP=kafka-0:9092,kafka-1:9092",
         f"export NCCL_PROFILER_PLUGIN={plugin}", "export NCCL_INSPECTOR_ENABLE=1",
         f"export NCCL_INSPECTOR_DUMP_DIR={tmp_path}/dumps/4242",
@@ -519,6 +518,33 @@ def test_taskprolog_exports_the_stepwatch_and_nccl_inspector_environment(tmp_pat
     # No plugin on the node: stepwatch's environment only.
     plugin.unlink()
     assert not any("NCCL" in line for line in _taskprolog(tmp_path, **slurm))
+
+
+def _task_environment(tmp_path: Path, slurm: dict[str, str]) -> dict[str, str]:
+    """The task's environment after the TaskProlog: Slurm's variables plus the prolog's exports."""
+    out = _taskprolog(tmp_path, **slurm)
+    assert all(line.startswith("export ") for line in out), out
+    return {**slurm, **dict(line.removeprefix("export ").split("=", 1) for line in out)}
+
+
+def test_taskprolog_leaves_the_rank_to_the_launcher_so_torchrun_ranks_are_not_node_indexes(tmp_path):
+    from stepwatch.producers.monitor_config import MonitorConfig
+
+    (tmp_path / "slurm.env").write_text("")
+    # sbatch --nodes=4 --ntasks-per-node=1 + srun torchrun --nproc-per-node=8: the prolog runs once
+    # per node, where SLURM_PROCID is the node's index (2), SLURM_NTASKS the node count (4).
+    node = dict(SLURM_JOB_ID="4242", SLURM_PROCID="2", SLURM_NTASKS="4", SLURMD_NODENAME="gpu-002",
+                SLURM_LOCALID="0")
+    task = _task_environment(tmp_path, node)
+    assert not {"STEPWATCH_RANK", "STEPWATCH_WORLD_SIZE", "STEPWATCH_GPU"} & task.keys()
+    # torchrun then starts local rank 5 of that node as global rank 21 of 32.
+    cfg = MonitorConfig(environ={**task, "RANK": "21", "WORLD_SIZE": "32", "LOCAL_RANK": "5"}, enabled=False)
+    assert (cfg.job, cfg.rank, cfg.world_size, cfg.gpu, cfg.node) == ("4242", 21, 32, 5, "gpu-002")
+    # srun --ntasks=64 python train.py (one task per rank, no RANK): Slurm's own numbering is the rank.
+    rank = dict(SLURM_JOB_ID="4243", SLURM_PROCID="17", SLURM_NTASKS="64", SLURMD_NODENAME="gpu-007",
+                SLURM_LOCALID="1")
+    cfg = MonitorConfig(environ=_task_environment(tmp_path, rank), enabled=False)
+    assert (cfg.job, cfg.rank, cfg.world_size, cfg.gpu, cfg.node) == ("4243", 17, 64, 1, "gpu-007")
 
 
 def test_the_drain_template_renders_commands_the_drain_executor_runs(tmp_path):
