@@ -420,6 +420,13 @@ def test_helm_worker_binds_the_pod_ip_with_a_bearer_token_and_a_peer_key_from_a_
     assert web_token(dataclasses.replace(settings, web_token_file=str(token_file))) == token_file.read_text()
     with pytest.raises(ValueError, match="not loopback"):
         web_token(dataclasses.replace(settings, web_token_file=""))
+    # Every replica signs the workers topic with the one generated key (streams/registry.py).
+    from stepwatch.streams.registry import registry_for
+
+    key_file = tmp_path / key_name
+    key_file.write_bytes(base64.b64decode(secret["data"]["peer-key"]))
+    whole = dataclasses.replace(Settings.from_env(env), worker=dataclasses.replace(settings, peer_key_file=str(key_file)))
+    assert registry_for(whole, "workers", group=None).key == key_file.read_bytes().strip()
     # The probes need no token: /health is open (streams/web_auth.py).
     from stepwatch.streams.web_auth import OPEN_PATHS
 
@@ -479,6 +486,24 @@ def test_helm_network_policy_opens_the_web_port_to_the_namespace_and_prometheus_
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
          "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
     assert helm("lint", "--strict", str(CHART), "--set", "networkPolicy.enabled=true").returncode == 0
+
+
+def test_helm_notes_say_how_to_read_the_dashboard_with_the_token(tmp_path):
+    # helm template does not render NOTES.txt: a copy of the chart renders it into a ConfigMap.
+    chart = tmp_path / "stepwatch"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "notes" -}}\n' + notes + "{{- end -}}\n")
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n')
+    out = helm("template", "sw", str(chart), "--namespace", "ml", "--show-only", "templates/notes.yaml").stdout
+    text = yaml.safe_load(out)["data"]["notes"]
+    assert ("kubectl -n ml get secret sw-stepwatch-worker-auth -o jsonpath='{.data.web-token}' | base64 -d"
+            in text)
+    assert "kubectl -n ml port-forward svc/sw-stepwatch-worker 6066" in text
+    assert 'curl -H "Authorization: Bearer $TOKEN" http://localhost:6066/jobs' in text
+    assert "loopback" in text
 
 
 # -- Slurm ----------------------------------------------------------------------------------------
