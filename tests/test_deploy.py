@@ -465,7 +465,11 @@ def test_helm_worker_token_and_peer_key_from_existing_secrets():
     # The same key for both generated secrets is refused: they are separate secrets.
     result = helm("template", "sw", str(CHART), "--set", "worker.peerKey.key=web-token", check=False)
     assert result.returncode != 0 and "must differ" in result.stderr
-    # A key name a Secret cannot hold is refused by values.schema.json.
+    # A loopback bind (the pod unreachable to its Service and probes) is refused by values.schema.json ...
+    for bind in ("127.0.0.1", "localhost", "::1"):
+        result = helm("template", "sw", str(CHART), "--set-string", f"worker.web.bind={bind}", check=False)
+        assert result.returncode != 0 and "/worker/web/bind" in result.stderr, bind
+    # ... and so is a key name a Secret cannot hold.
     result = helm("template", "sw", str(CHART), "--set", "worker.web.token.key=a/b", check=False)
     assert result.returncode != 0 and "/worker/web/token/key" in result.stderr
 
