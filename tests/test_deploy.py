@@ -313,7 +313,7 @@ def test_helm_lint_strict_passes():
 def test_helm_template_renders_every_kind_from_the_one_rule_and_dashboard_file():
     docs = rendered("runbookBaseUrl=https://wiki.example/rb/")
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "ConfigMap", "DaemonSet", "Deployment", "PrometheusRule", "Service",
+    assert kinds == ["ConfigMap", "ConfigMap", "DaemonSet", "Deployment", "PrometheusRule", "Secret", "Service",
                      "ServiceAccount", "ServiceMonitor"]
     by_kind = {d["kind"]: d for d in docs if d["kind"] != "ConfigMap"}
     maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
@@ -352,7 +352,8 @@ def test_helm_template_renders_every_kind_from_the_one_rule_and_dashboard_file()
 def test_helm_kafka_security_comes_from_secrets():
     docs = rendered("kafka.security.protocol=SASL_SSL", "kafka.security.sasl.username=stepwatch",
                     "kafka.security.sasl.existingSecret=kafka-user", "kafka.security.tls.existingSecret=kafka-ca")
-    assert "Secret" not in [d["kind"] for d in docs]  # the existing one is used
+    # The existing SASL Secret is used: the only Secret the chart makes is the worker's web token / peer key.
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == ["sw-stepwatch-worker-auth"]
     env = next(d for d in docs if d["metadata"]["name"] == "sw-stepwatch-env")["data"]
     assert env["STEPWATCH_SECURITY_SASL_PASSWORD_FILE"] == "/etc/stepwatch/kafka-sasl/password"
     assert env["STEPWATCH_SECURITY_SSL_CAFILE"] == "/etc/stepwatch/kafka-tls/ca.crt"
@@ -360,13 +361,153 @@ def test_helm_kafka_security_comes_from_secrets():
     for kind in ("Deployment", "DaemonSet"):
         spec = next(d for d in docs if d["kind"] == kind)["spec"]["template"]["spec"]
         secrets = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
-        assert secrets == {"kafka-user", "kafka-ca"}, kind
+        auth = {"sw-stepwatch-worker-auth"} if kind == "Deployment" else set()  # the worker's token and peer key
+        assert secrets == {"kafka-user", "kafka-ca"} | auth, kind
     # Values the worker would refuse are refused at render time (values.schema.json) ...
     result = helm("template", "sw", str(CHART), "--set", "worker.consumer=kafka", check=False)
     assert result.returncode != 0 and "/worker/consumer" in result.stderr
     # ... and so is SASL without a user name.
     result = helm("template", "sw", str(CHART), "--set", "kafka.security.protocol=SASL_SSL", check=False)
     assert result.returncode != 0 and "sasl.username is required" in result.stderr
+
+
+def _worker(docs: list[dict]) -> dict:
+    return next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+
+
+def _secret_mounts(worker: dict) -> dict[str, tuple[str, str, str]]:
+    """Mount path -> (Secret, key, file) of each Secret volume of the worker container."""
+    volumes = {v["name"]: v["secret"] for v in worker["volumes"] if "secret" in v}
+    (container,) = worker["containers"]
+    out = {}
+    for m in container["volumeMounts"]:
+        if m["name"] in volumes:
+            assert m["readOnly"] is True, m
+            (item,) = volumes[m["name"]]["items"]
+            out[m["mountPath"]] = (volumes[m["name"]]["secretName"], item["key"], item["path"])
+    return out
+
+
+def test_helm_worker_binds_the_pod_ip_with_a_bearer_token_and_a_peer_key_from_a_generated_secret(tmp_path):
+    import base64
+
+    docs = rendered()
+    worker = _worker(docs)
+    (container,) = worker["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    # Off loopback (the Service, the ServiceMonitor and the peers' proxy reach the pod IP), so a token.
+    assert env["STEPWATCH_WORKER_WEB_BIND"] == "0.0.0.0"
+    assert "STEPWATCH_WORKER_WEB_ALLOW_UNAUTHENTICATED" not in env
+    assert env["STEPWATCH_WORKER_CANONICAL_URL"] == "http://$(POD_IP):6066"
+    mounts = _secret_mounts(worker)
+    token_dir, _, token_name = env["STEPWATCH_WORKER_WEB_TOKEN_FILE"].rpartition("/")
+    key_dir, _, key_name = env["STEPWATCH_WORKER_PEER_KEY_FILE"].rpartition("/")
+    assert mounts[token_dir] == ("sw-stepwatch-worker-auth", "web-token", token_name)
+    assert mounts[key_dir] == ("sw-stepwatch-worker-auth", "peer-key", key_name)
+    # The worker reads these names (stepwatch/config.py), and with the Secret's files it starts: the
+    # off-loopback bind is accepted with the token, and refused without it (streams/web_auth.py).
+    import dataclasses
+
+    from stepwatch.config import Settings
+    from stepwatch.streams.web_auth import web_token
+
+    settings = Settings.from_env(env).worker
+    assert (settings.web_bind, settings.web_token_file, settings.peer_key_file) == (
+        "0.0.0.0", env["STEPWATCH_WORKER_WEB_TOKEN_FILE"], env["STEPWATCH_WORKER_PEER_KEY_FILE"])
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    token_file = tmp_path / token_name
+    token_file.write_bytes(base64.b64decode(secret["data"]["web-token"]))
+    assert web_token(dataclasses.replace(settings, web_token_file=str(token_file))) == token_file.read_text()
+    with pytest.raises(ValueError, match="not loopback"):
+        web_token(dataclasses.replace(settings, web_token_file=""))
+    # Every replica signs the workers topic with the one generated key (streams/registry.py).
+    from stepwatch.streams.registry import registry_for
+
+    key_file = tmp_path / key_name
+    key_file.write_bytes(base64.b64decode(secret["data"]["peer-key"]))
+    whole = dataclasses.replace(Settings.from_env(env), worker=dataclasses.replace(settings, peer_key_file=str(key_file)))
+    assert registry_for(whole, "workers", group=None).key == key_file.read_bytes().strip()
+    # The probes need no token: /health is open (streams/web_auth.py).
+    from stepwatch.streams.web_auth import OPEN_PATHS
+
+    for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+        assert container[probe]["httpGet"]["path"] in OPEN_PATHS
+    # The generated Secret: a random token and a different random key, in every replica the same.
+    assert secret["metadata"]["name"] == "sw-stepwatch-worker-auth"
+    token = base64.b64decode(secret["data"]["web-token"]).decode()
+    key = base64.b64decode(secret["data"]["peer-key"]).decode()
+    assert len(token) >= 32 and len(key) >= 32 and token != key
+    assert token != base64.b64decode(next(d for d in rendered() if d["kind"] == "Secret")["data"]["web-token"]).decode()
+    # Prometheus sends the token from the same Secret.
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")["spec"]
+    assert monitor["endpoints"][0]["authorization"] == {
+        "type": "Bearer", "credentials": {"name": "sw-stepwatch-worker-auth", "key": "web-token"}}
+    # No NetworkPolicy unless asked for.
+    assert "NetworkPolicy" not in [d["kind"] for d in docs]
+
+
+def test_helm_worker_token_and_peer_key_from_existing_secrets():
+    docs = rendered("worker.web.token.existingSecret=sw-web", "worker.web.token.key=token",
+                    "worker.peerKey.existingSecret=sw-peers", "worker.peerKey.key=hmac")
+    assert "Secret" not in [d["kind"] for d in docs]  # both exist: the chart makes none
+    worker = _worker(docs)
+    env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
+    mounts = _secret_mounts(worker)
+    assert mounts[env["STEPWATCH_WORKER_WEB_TOKEN_FILE"].rpartition("/")[0]][:2] == ("sw-web", "token")
+    assert mounts[env["STEPWATCH_WORKER_PEER_KEY_FILE"].rpartition("/")[0]][:2] == ("sw-peers", "hmac")
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")["spec"]
+    assert monitor["endpoints"][0]["authorization"]["credentials"] == {"name": "sw-web", "key": "token"}
+    # Only one of the two existing: the chart's Secret carries the other one alone.
+    docs = rendered("worker.web.token.existingSecret=sw-web")
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert set(secret["data"]) == {"peer-key"}
+    # The same key for both generated secrets is refused: they are separate secrets.
+    result = helm("template", "sw", str(CHART), "--set", "worker.peerKey.key=web-token", check=False)
+    assert result.returncode != 0 and "must differ" in result.stderr
+    # A loopback bind (the pod unreachable to its Service and probes) is refused by values.schema.json ...
+    for bind in ("127.0.0.1", "localhost", "::1"):
+        result = helm("template", "sw", str(CHART), "--set-string", f"worker.web.bind={bind}", check=False)
+        assert result.returncode != 0 and "/worker/web/bind" in result.stderr, bind
+    # ... and so is a key name a Secret cannot hold.
+    result = helm("template", "sw", str(CHART), "--set", "worker.web.token.key=a/b", check=False)
+    assert result.returncode != 0 and "/worker/web/token/key" in result.stderr
+
+
+def test_helm_network_policy_opens_the_web_port_to_the_namespace_and_prometheus_only():
+    docs = rendered("networkPolicy.enabled=true",
+                    "networkPolicy.prometheus.namespaceSelector.kubernetes\\.io/metadata\\.name=monitoring",
+                    "networkPolicy.prometheus.podSelector.app\\.kubernetes\\.io/name=prometheus")
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    spec = policy["spec"]
+    worker = next(d for d in docs if d["kind"] == "Deployment")
+    assert spec["podSelector"]["matchLabels"].items() <= worker["spec"]["template"]["metadata"]["labels"].items()
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert rule["from"] == [
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+    assert helm("lint", "--strict", str(CHART), "--set", "networkPolicy.enabled=true").returncode == 0
+
+
+def test_helm_notes_say_how_to_read_the_dashboard_with_the_token(tmp_path):
+    # helm template does not render NOTES.txt: a copy of the chart renders it into a ConfigMap.
+    chart = tmp_path / "stepwatch"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "notes" -}}\n' + notes + "{{- end -}}\n")
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n')
+    out = helm("template", "sw", str(chart), "--namespace", "ml", "--show-only", "templates/notes.yaml").stdout
+    text = yaml.safe_load(out)["data"]["notes"]
+    assert ("kubectl -n ml get secret sw-stepwatch-worker-auth -o jsonpath='{.data.web-token}' | base64 -d"
+            in text)
+    assert "kubectl -n ml port-forward svc/sw-stepwatch-worker 6066" in text
+    assert 'curl -H "Authorization: Bearer $TOKEN" http://localhost:6066/jobs' in text
+    assert "loopback" in text
 
 
 # -- Slurm ----------------------------------------------------------------------------------------
@@ -393,8 +534,7 @@ def test_taskprolog_exports_the_stepwatch_and_nccl_inspector_environment(tmp_pat
     slurm = dict(SLURM_JOB_ID="4242", SLURM_PROCID="17", SLURM_NTASKS="64", SLURMD_NODENAME="gpu-007",
                  SLURM_LOCALID="1")
     assert _taskprolog(tmp_path, **slurm) == [
-        "export STEPWATCH_JOB=4242", "export STEPWATCH_RANK=17", "export STEPWATCH_WORLD_SIZE=64",
-        "export STEPWATCH_NODE=gpu-007", "export STEPWATCH_GPU=1",
+        "export STEPWATCH_JOB=4242", "export STEPWATCH_NODE=gpu-007",
         "export STEPWATCH_KAFKA_BOOTSTRAP=kafka-0:9092,kafka-1:9092",
         f"export NCCL_PROFILER_PLUGIN={plugin}", "export NCCL_INSPECTOR_ENABLE=1",
         f"export NCCL_INSPECTOR_DUMP_DIR={tmp_path}/dumps/4242",
@@ -407,6 +547,33 @@ def test_taskprolog_exports_the_stepwatch_and_nccl_inspector_environment(tmp_pat
     # No plugin on the node: stepwatch's environment only.
     plugin.unlink()
     assert not any("NCCL" in line for line in _taskprolog(tmp_path, **slurm))
+
+
+def _task_environment(tmp_path: Path, slurm: dict[str, str]) -> dict[str, str]:
+    """The task's environment after the TaskProlog: Slurm's variables plus the prolog's exports."""
+    out = _taskprolog(tmp_path, **slurm)
+    assert all(line.startswith("export ") for line in out), out
+    return {**slurm, **dict(line.removeprefix("export ").split("=", 1) for line in out)}
+
+
+def test_taskprolog_leaves_the_rank_to_the_launcher_so_torchrun_ranks_are_not_node_indexes(tmp_path):
+    from stepwatch.producers.monitor_config import MonitorConfig
+
+    (tmp_path / "slurm.env").write_text("")
+    # sbatch --nodes=4 --ntasks-per-node=1 + srun torchrun --nproc-per-node=8: the prolog runs once
+    # per node, where SLURM_PROCID is the node's index (2), SLURM_NTASKS the node count (4).
+    node = dict(SLURM_JOB_ID="4242", SLURM_PROCID="2", SLURM_NTASKS="4", SLURMD_NODENAME="gpu-002",
+                SLURM_LOCALID="0")
+    task = _task_environment(tmp_path, node)
+    assert not {"STEPWATCH_RANK", "STEPWATCH_WORLD_SIZE", "STEPWATCH_GPU"} & task.keys()
+    # torchrun then starts local rank 5 of that node as global rank 21 of 32.
+    cfg = MonitorConfig(environ={**task, "RANK": "21", "WORLD_SIZE": "32", "LOCAL_RANK": "5"}, enabled=False)
+    assert (cfg.job, cfg.rank, cfg.world_size, cfg.gpu, cfg.node) == ("4242", 21, 32, 5, "gpu-002")
+    # srun --ntasks=64 python train.py (one task per rank, no RANK): Slurm's own numbering is the rank.
+    rank = dict(SLURM_JOB_ID="4243", SLURM_PROCID="17", SLURM_NTASKS="64", SLURMD_NODENAME="gpu-007",
+                SLURM_LOCALID="1")
+    cfg = MonitorConfig(environ=_task_environment(tmp_path, rank), enabled=False)
+    assert (cfg.job, cfg.rank, cfg.world_size, cfg.gpu, cfg.node) == ("4243", 17, 64, 1, "gpu-007")
 
 
 def test_the_drain_template_renders_commands_the_drain_executor_runs(tmp_path):

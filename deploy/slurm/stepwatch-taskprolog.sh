@@ -33,12 +33,15 @@ if [[ "${STEPWATCH_MONITOR_ENABLED:-1}" == "0" ]]; then
     exit 0
 fi
 
-# Who this task is (producers/monitor_config.py reads these first, then RANK/SLURM_* itself).
+# Who this task is. No STEPWATCH_RANK, STEPWATCH_WORLD_SIZE or STEPWATCH_GPU: a Slurm task is a
+# rank only when srun starts one task per rank. Under torchrun (one task per node) SLURM_PROCID is
+# the node's index, SLURM_NTASKS the node count and SLURM_LOCALID 0, and a STEPWATCH_* value set
+# here would win over the RANK / WORLD_SIZE / LOCAL_RANK that torchrun gives each process later.
+# The rank monitor (producers/monitor_config.py) resolves them itself when the process starts:
+# RANK, WORLD_SIZE, LOCAL_RANK first, then SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, which are
+# right exactly when srun started one task per rank and no launcher set RANK.
 emit STEPWATCH_JOB "${SLURM_JOB_ID:-}"
-emit STEPWATCH_RANK "${SLURM_PROCID:-}"
-emit STEPWATCH_WORLD_SIZE "${SLURM_NTASKS:-${SLURM_NPROCS:-}}"
 emit STEPWATCH_NODE "${SLURMD_NODENAME:-}"
-emit STEPWATCH_GPU "${SLURM_LOCALID:-}"
 # Where to send events (the worker's topics).
 emit STEPWATCH_KAFKA_BOOTSTRAP "${STEPWATCH_SITE_KAFKA_BOOTSTRAP:-}"
 emit STEPWATCH_KAFKA_TOPIC_PREFIX "${STEPWATCH_SITE_KAFKA_TOPIC_PREFIX:-}"

@@ -73,3 +73,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     secretName: {{ .Values.kafka.security.tls.existingSecret }}
 {{- end }}
 {{- end -}}
+
+{{/* The Secret the chart makes for the worker's web token and peer key (when either is not an existing one). */}}
+{{- define "stepwatch.workerAuthSecretName" -}}
+{{- printf "%s-worker-auth" (include "stepwatch.fullname" .) -}}
+{{- end -}}
+
+{{- define "stepwatch.webTokenSecretName" -}}
+{{- default (include "stepwatch.workerAuthSecretName" .) .Values.worker.web.token.existingSecret -}}
+{{- end -}}
+
+{{- define "stepwatch.peerKeySecretName" -}}
+{{- default (include "stepwatch.workerAuthSecretName" .) .Values.worker.peerKey.existingSecret -}}
+{{- end -}}
