@@ -105,13 +105,13 @@ class InspectorReader:
         now = self.clock()
         out: list[dict] = []
         try:
-            names = os.listdir(self.dir)
+            names = self._log_names()
         except OSError as exc:
             self._report_once(None, f"cannot list {self.dir}: {exc}")
             return out
         seen = set()
         for name in names:
-            m = FILE_RE.match(name)
+            m = FILE_RE.match(os.path.basename(name))
             if m is None:
                 continue
             seen.add(name)
@@ -135,6 +135,21 @@ class InspectorReader:
             for f in self.files.values():
                 out.extend(self._flush(f))
         return out
+
+    def _log_names(self) -> list[str]:
+        """The directory's entries and those of its subfolders, one level down (a per-job folder each, as
+        deploy/slurm/stepwatch-taskprolog.sh makes them), relative to it."""
+        names: list[str] = []
+        with os.scandir(self.dir) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    try:
+                        names.extend(f"{entry.name}/{sub}" for sub in os.listdir(entry.path))
+                    except OSError as exc:  # one unreadable job folder must not hide the others
+                        self._report_once(None, f"cannot list {entry.path}: {exc}")
+                else:
+                    names.append(entry.name)
+        return names
 
     def _read(self, f: _File, now: float) -> list[dict]:
         try:

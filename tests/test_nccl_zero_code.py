@@ -401,3 +401,18 @@ def test_a_process_that_exits_has_its_last_window_sent_once_its_file_is_still(tm
     last = [e for e in reader.poll() if e["rank"] == 0]
     assert [(e["window"], e["count"]) for e in last] == [(2, 8)] and reader.counts["files_finished"] == 1
     assert [e for e in reader.poll() if e["rank"] == 0] == []
+
+
+def test_per_job_subfolders_are_read_as_the_taskprolog_lays_them_out(tmp_path):
+    """deploy/slurm/stepwatch-taskprolog.sh points each job's NCCL_INSPECTOR_DUMP_DIR at <root>/<job id>;
+    the agent is given <root> and reads every job's folder one level down."""
+    hosts = write_job(tmp_path, job="4242", n_colls=64, late_rank=None, dump_every=20)
+    host = hosts["gpu-b"]
+    job_dir = host["dir"] / "4242"
+    job_dir.mkdir()
+    for log in list(host["dir"].glob("*.log")):
+        log.rename(job_dir / log.name)
+    assert not list(host["dir"].glob("*.log"))
+    events, reader = _read(host, "gpu-b")
+    assert reader.counts["records"] == 8 * 64
+    assert {(e["rank"], e["window"]) for e in events} == {(r, w) for r in range(8, 16) for w in range(4)}
