@@ -18,7 +18,7 @@ job-wide pause (checkpoint, eval, marked or not): ranks resume where they were, 
 monitors flush in batches at different moments, so the first ranks' batches have already raised
 the job's highest step when a later rank's first step after the pause arrives (gen2 scenario
 ``checkpoint-marked-slow-flush``). The ranks of one restart resume one by one; all of them whose
-silence spans the restart already found belong to it, so a job's restart is reported once.
+silence overlaps the restart already found belong to it, so a job's restart is reported once.
 
 Late or reordered events are not restarts: a rank's event stamped no later than that rank's
 previous one never counts, and neither does a small step back.
@@ -82,7 +82,7 @@ class _Job:
 
     def __init__(self) -> None:
         self.high = -1  # highest step since the latest restart (what a restart recomputes up to)
-        self.ceiling = -1  # highest step ever: no rank's own last step is above it (update_many's shortcut)
+        self.ceiling = -1  # no rank's own last step is above it (update_many's shortcut)
         self.last_ts: dict[int, float] = {}  # rank -> time of its latest event (in arrival order)
         self.last_step: dict[int, int] = {}  # rank -> step of its latest event (in arrival order)
         self.restart: tuple[float, float] | None = None  # the latest restart's silence: (began, ended)
