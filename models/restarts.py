@@ -12,6 +12,14 @@ it from the step events and says how much it cost:
 * ``gpu_hours_lost``: ranks (one GPU each) x (downtime + steps_recomputed x typical step time),
   with the typical step time given by the caller (``cost``; the engine's judged steps).
 
+A rank restarts when its *own* step goes back: its first step after its silence is below the
+step it last reported itself. Comparing with the job-wide highest step instead is wrong after a
+job-wide pause (checkpoint, eval, marked or not): ranks resume where they were, but their
+monitors flush in batches at different moments, so the first ranks' batches have already raised
+the job's highest step when a later rank's first step after the pause arrives (gen2 scenario
+``checkpoint-marked-slow-flush``). The ranks of one restart resume one by one; all of them whose
+silence overlaps the restart already found belong to it, so a job's restart is reported once.
+
 Late or reordered events are not restarts: a rank's event stamped no later than that rank's
 previous one never counts, and neither does a small step back.
 """
@@ -70,11 +78,14 @@ class Restart:
 
 
 class _Job:
-    __slots__ = ("high", "last_ts")
+    __slots__ = ("ceiling", "high", "last_step", "last_ts", "restart")
 
     def __init__(self) -> None:
-        self.high = -1
+        self.high = -1  # highest step since the latest restart (what a restart recomputes up to)
+        self.ceiling = -1  # no rank's own last step is above it (update_many's shortcut)
         self.last_ts: dict[int, float] = {}  # rank -> time of its latest event (in arrival order)
+        self.last_step: dict[int, int] = {}  # rank -> step of its latest event (in arrival order)
+        self.restart: tuple[float, float] | None = None  # the latest restart's silence: (began, ended)
 
 
 class RestartTracker:
@@ -82,7 +93,8 @@ class RestartTracker:
 
     Hyperparameters (keyword-only):
 
-    * ``min_steps_back``: a step this many steps (or more) below the highest seen is a candidate;
+    * ``min_steps_back``: a step this many steps (or more) below the reporting rank's own last step
+      is a candidate;
     * ``min_silence_seconds``: ... when the reporting rank was silent at least this long before it;
     * ``max_jobs``: jobs remembered (the least recently active is forgotten beyond).
     """
@@ -105,31 +117,48 @@ class RestartTracker:
         """One step event; the restart it reveals, if any."""
         state = self._job(job)
         prev = state.last_ts.get(rank)
+        own = state.last_step.get(rank)
         found = None
-        if (state.high >= 0 and step <= state.high - self.min_steps_back and prev is not None
-                and ts - prev >= self.min_silence_seconds):
+        if (prev is not None and own is not None and step <= own - self.min_steps_back
+                and ts - prev >= self.min_silence_seconds
+                # A silence overlapping the restart already found: one of its ranks resuming (maybe in
+                # a late batch), not another restart. Another rank's clock, but these silences are
+                # >= min_silence_seconds and clocks differ by milliseconds.
+                and not (state.restart is not None and prev < state.restart[1] and ts > state.restart[0])):
+            high = max(state.high, own)
             found = Restart(job=job, rank=rank, at=ts, silence_began_at=prev, downtime_seconds=round(ts - prev, 3),
-                            highest_step=state.high, resumed_step=step, steps_recomputed=state.high - step + 1,
+                            highest_step=high, resumed_step=step, steps_recomputed=high - step + 1,
                             ranks=max(len(state.last_ts), 1))
             state.high = step
+            state.restart = (prev, ts)
         elif step > state.high:
             state.high = step
+        if step > state.ceiling:
+            state.ceiling = step
         state.last_ts[rank] = ts
+        state.last_step[rank] = step
         return found
 
     def update_many(self, job: str, ranks, steps, ts) -> list[Restart]:
         """``update`` for a run of one job's step events (cheap when no step goes back)."""
+        if not len(steps):
+            return []
         state = self._jobs.get(job)
-        if state is not None and state.high >= 0 and min(steps) > state.high - self.min_steps_back:
-            # Nothing can be a restart: the same bookkeeping, in bulk.
-            state.high = max(state.high, max(steps))
+        if state is not None and state.ceiling >= 0 and min(steps) > state.ceiling - self.min_steps_back:
+            # No step is below any rank's own last one: nothing can be a restart; the same bookkeeping, in bulk.
+            top = max(steps)
+            state.high = max(state.high, top)
+            state.ceiling = max(state.ceiling, top)
             state.last_ts.update(zip(ranks, ts))
+            state.last_step.update(zip(ranks, steps))
             return []
         out = []
         for args in zip(ranks, steps, ts):
             found = self.update(job, *args)
             if found is not None:
                 out.append(found)
+        # Exact again (a restart leaves it at the old high until every rank has resumed).
+        self._jobs[job].ceiling = max(self._jobs[job].last_step.values())
         return out
 
     def forget(self, job: str) -> None:

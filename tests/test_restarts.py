@@ -1,0 +1,107 @@
+"""RestartTracker (models/restarts.py): a restart is a rank's own step going back after its silence,
+never ranks resuming where they were after a job-wide pause (gen2 ``checkpoint-marked-slow-flush``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stepwatch.models.restarts import RestartTracker
+
+JOB = "job-x"
+RANKS = 4
+T0 = 1_000.0
+
+
+def feed(tracker: RestartTracker, events: list[tuple[int, int, float]], batched: bool) -> list:
+    """(rank, step, ts) in arrival order; batched: runs of one rank's events as one ``update_many``
+    (a monitor flushing its buffer), else one ``update`` each."""
+    found = []
+    if not batched:
+        for rank, step, ts in events:
+            r = tracker.update(JOB, rank, step, ts)
+            if r is not None:
+                found.append(r)
+        return found
+    runs: list[list[tuple[int, int, float]]] = []
+    for e in events:
+        if runs and runs[-1][0][0] == e[0]:
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+    for run in runs:
+        ranks, steps, ts = zip(*run)
+        found.extend(tracker.update_many(JOB, list(ranks), list(steps), list(ts)))
+    return found
+
+
+def steady(first: int, last: int, t: float) -> tuple[list[tuple[int, int, float]], float]:
+    """Every rank reports steps first..last, one a second, in step order."""
+    out = []
+    for step in range(first, last + 1):
+        for rank in range(RANKS):
+            out.append((rank, step, t + rank * 0.001))
+        t += 1.0
+    return out, t
+
+
+def flushed(first: int, last: int, t: float) -> list[tuple[int, int, float]]:
+    """Each rank's steps first..last, stamped a second apart, arriving as one rank's flush after
+    another: rank 0's whole buffer first, so it has moved the job-wide max before rank 1's first step."""
+    return [(rank, step, t + (step - first) * 1.0 + rank * 0.001)
+            for rank in range(RANKS) for step in range(first, last + 1)]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_ranks_resuming_at_their_own_next_step_after_a_pause_are_no_restart(batched):
+    before, t = steady(0, 110, T0)
+    # A 40 s checkpoint, then each rank resumes at 111, its own next step; rank 0's flush (111..113)
+    # arrives before rank 1's first step 111, which is 2 below the job-wide max by then.
+    after = flushed(111, 113, t + 40.0)
+    assert max(s for r, s, _ in after[:3]) - after[3][1] >= 2 and after[3][0] == 1
+    tracker = RestartTracker()
+    assert feed(tracker, before + after, batched) == []
+    more, _ = steady(114, 130, t + 44.0)
+    assert feed(tracker, more, batched) == []
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_restart_from_a_checkpoint_is_found_once_even_in_late_batches(batched):
+    before, t = steady(0, 90, T0)
+    # Crash at 90, relaunched 40 s later from the checkpoint at 80; ranks flush their buffers one after another.
+    after = flushed(80, 84, t + 40.0)
+    tracker = RestartTracker()
+    found = feed(tracker, before + after, batched)
+    assert len(found) == 1, found
+    r = found[0]
+    assert (r.rank, r.resumed_step, r.highest_step, r.steps_recomputed, r.ranks) == (0, 80, 90, 11, RANKS)
+    assert r.downtime_seconds == pytest.approx(41.0)
+    more, _ = steady(85, 120, t + 46.0)
+    assert feed(tracker, more, batched) == []
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_rank_whose_first_step_after_the_restart_is_stamped_earlier_belongs_to_it(batched):
+    before, t = steady(0, 90, T0)
+    # Rank 0 resumes later than rank 1 but its flush arrives first: rank 1's silence ends before
+    # rank 0's does, and still overlaps it.
+    after = [(0, s, t + 45.0 + (s - 80)) for s in range(80, 84)] + [(1, s, t + 40.0 + (s - 80)) for s in range(80, 84)]
+    found = feed(RestartTracker(), before + after, batched)
+    assert [(r.rank, r.resumed_step) for r in found] == [(0, 80)]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_two_restarts_are_two(batched):
+    first, t = steady(0, 90, T0)
+    second, t = steady(80, 120, t + 40.0)
+    third, _ = steady(100, 110, t + 60.0)
+    found = feed(RestartTracker(), first + second + third, batched)
+    assert [(r.resumed_step, r.highest_step) for r in found] == [(80, 90), (100, 120)]
+
+
+def test_a_step_back_without_a_silence_or_stamped_earlier_is_no_restart():
+    events, t = steady(0, 60, T0)
+    tracker = RestartTracker()
+    assert feed(tracker, events, False) == []
+    # a late event of an old step (its own, earlier, stamp); then an old step right after the last one
+    assert tracker.update(JOB, 2, 10, T0 + 10.0) is None
+    assert tracker.update(JOB, 3, 40, t + 1.0) is None
