@@ -17,6 +17,7 @@ class AlertType(str, Enum):
     NODE_SUSPECT = "node_suspect"  # models/ledger.py
     GPU_FAULT = "gpu_fault"  # models/telemetry_tracker.py (Xid, ECC)
     LINK_ERRORS = "link_errors"  # models/telemetry_tracker.py (InfiniBand/RoCE ports)
+    FABRIC = "fabric"  # models/incidents.py (many nodes' ports erring together: one fabric incident)
     GPU_IDLE = "gpu_idle"  # models/device_rules.py
     GPU_HOT = "gpu_hot"  # models/device_rules.py
     HBM_FULL = "hbm_full"  # models/device_rules.py
