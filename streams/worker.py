@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import faust
-import orjson
 
 from stepwatch.config import Settings
 from stepwatch.models.alerts import Alert

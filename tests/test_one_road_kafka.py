@@ -142,8 +142,9 @@ def test_every_event_kind_and_fault_live_equals_replay_of_the_recording(kafka_bo
     causes = {v[3][0] for v in _view(expected).values() if v[3]}
     assert {"network", "host", "compute"} <= causes, causes  # the link, host and GPU faults named as causes
 
-    wait_until(lambda: group_caught_up(kafka_bootstrap, env["STEPWATCH_KAFKA_APP_ID"] + "-events",
-                                       topic_prefix + "events"), timeout=180, what="the worker to consume it all")
+    group = env["STEPWATCH_KAFKA_APP_ID"] + ("" if env["STEPWATCH_WORKER_CONSUMER"] == "faust" else "-events")
+    wait_until(lambda: group_caught_up(kafka_bootstrap, group, topic_prefix + "events"), timeout=180,
+               what="the worker to consume it all")
     wanted = set(_view(expected))
     live = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=180,
                            until=lambda a: wanted <= set(_view(a)))
