@@ -198,7 +198,8 @@ class Worker:
         from .registry import install_registry, registry_for
         from .web import install_pages
 
-        workers = registry_for(settings, self.events_topic.get_topic_name(), group=self.events_group)
+        workers = registry_for(settings, self.events_topic.get_topic_name(), group=self.events_group,
+                               on_refused=self.metrics.peer_record_refused)
         self.assignment_changed = install_registry(self.app, settings, registry=workers,
                                                    url=self.canonical_url.rstrip("/"),
                                                    owned=self.owned_events_partitions)
