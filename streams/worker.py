@@ -159,6 +159,7 @@ class Worker:
             web_application_options={"middlewares": [auth_middleware(self.web_token)]},
             canonical_url=self.canonical_url,
             broker_session_timeout=settings.worker.session_timeout,
+            broker_commit_interval=settings.worker.commit_interval,
             broker_heartbeat_interval=min(3.0, settings.worker.session_timeout / 3),
             datadir=str(datadir),
             # Faust's own leader-election topic is not needed: no agent here relies on it. With the
