@@ -9,8 +9,8 @@ import pytest
 
 from stepwatch.localkafka import LocalKafka
 from conftest import WORKER_CONSUMERS
-from support import REPO, WorkerProcess, group_caught_up, group_offsets, read_alerts, read_all_alerts, stepwatch_env, topic_messages, \
-    wait_until
+from support import REPO, WorkerProcess, group_caught_up, group_offsets, read_alerts, read_all_alerts, \
+    stepwatch_env, topic_messages, wait_until
 
 pytestmark = pytest.mark.kafka
 
