@@ -43,6 +43,9 @@ class WorkerSettings(PipelineSettings):
     #: Consumer-group session timeout, seconds: how long a crashed worker's partitions stay
     #: with it before another worker (or its restart) takes them over.
     session_timeout: float = 30.0
+    #: Seconds between commits of the processed events offsets (both consumer modes; Faust's
+    #: ``broker_commit_interval``). A crash re-reads at most this span (at-least-once).
+    commit_interval: float = 1.0
     #: How other workers reach this one's web server (status requests for a job on another
     #: worker are proxied there); empty means http://127.0.0.1:<web_port>.
     canonical_url: str = ""

@@ -22,8 +22,8 @@ log = logging.getLogger("stepwatch.worker")
 #: getmany: at most this many messages per call, and this long a wait for the first one.
 FAST_MAX_RECORDS = 1000
 FAST_TIMEOUT_MS = 200
-#: Commit processed offsets at least this often (seconds), after this many messages, on revoke and on stop.
-FAST_COMMIT_INTERVAL = 1.0
+#: Commit processed offsets every STEPWATCH_WORKER_COMMIT_INTERVAL seconds, after this many messages, on revoke
+#: and on stop.
 FAST_COMMIT_EVERY = 20_000
 #: Step events merged into one column batch at most (models/pipeline.py merges them).
 FAST_MAX_RUN_EVENTS = MAX_RUN_EVENTS
@@ -193,7 +193,7 @@ def install_events_consumer(worker) -> None:
                     pending[tp] = position[tp] = records[-1].offset + 1
                     holder["uncommitted"] += len(records)
                 if pending and (holder["uncommitted"] >= FAST_COMMIT_EVERY
-                                or time.monotonic() - holder["last_commit"] >= FAST_COMMIT_INTERVAL):
+                                or time.monotonic() - holder["last_commit"] >= settings.worker.commit_interval):
                     await commit()
 
     @app.service

@@ -17,6 +17,8 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from .registry import PeerRefusal
+
 # The *_created series (one per labelled child) double the output and nobody here reads them.
 disable_created_metrics()
 
@@ -106,10 +108,20 @@ class WorkerMetrics:
         #: The latest processing failure: (monotonic time, stage, what was raised), for /health.
         self.last_failure: tuple[float, str, str] | None = None
         self.failures = 0  # all stages, for /health
+        self.peer_records_refused = Counter(
+            "stepwatch_worker_peer_records_refused",
+            "Workers-topic records refused as untrusted (streams/registry.py), by reason: unsigned, bad_signature, "
+            "not_a_peer, future_ts, over_cap.", ["reason"], registry=r)
+        for reason in PeerRefusal:
+            self.peer_records_refused.labels(reason.value)
         r.register(_ScrapeTimeCollector(self))
         self._open_ids: set[str] = set()
         self._hang_lost: dict[str, tuple[float, float]] = {}  # job -> its last hang's (starts_at, GPU-seconds)
         self._restart_silence: dict[str, tuple[float, float]] = {}  # job -> its last restart's silence
+
+    def peer_record_refused(self, reason: PeerRefusal) -> None:
+        """A workers-topic record the registry refused (logged there, rate-limited)."""
+        self.peer_records_refused.labels(reason.value).inc()
 
     def processing_failed(self, stage: str, exc: BaseException) -> None:
         """Something raised while processing (logged by the caller): counted, and /health says degraded."""

@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import orjson
 
@@ -41,6 +42,16 @@ STALE_AFTER_INTERVALS = 3.0
 MAX_WORKERS = 1024
 #: Clock skew tolerated between workers, seconds: a ``ts`` further ahead is refused.
 MAX_FUTURE_SECONDS = 5.0
+
+
+class PeerRefusal(str, Enum):
+    """Why a workers-topic record was refused (``stepwatch_worker_peer_records_refused_total{reason}``)."""
+
+    UNSIGNED = "unsigned"  # a key is configured and the record carries no ``sig``
+    BAD_SIGNATURE = "bad_signature"  # a ``sig`` that is not the HMAC of the record with the shared key
+    NOT_A_PEER = "not_a_peer"  # a URL that is not on ``worker.peers``
+    FUTURE_TS = "future_ts"  # a ``ts`` more than ``max_future`` seconds ahead
+    OVER_CAP = "over_cap"  # a new URL while ``MAX_WORKERS`` workers are live
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,8 @@ class WorkersRegistry:
     """
 
     def __init__(self, topic: str, *, group: str | None = None, max_age: float = 30.0, key: bytes | None = None,
-                 peers: frozenset[str] | None = None, max_future: float = MAX_FUTURE_SECONDS) -> None:
+                 peers: frozenset[str] | None = None, max_future: float = MAX_FUTURE_SECONDS,
+                 on_refused: Callable[[PeerRefusal], None] | None = None) -> None:
         self.topic = topic
         self.group = group
         self.max_age = max_age
@@ -95,17 +107,24 @@ class WorkersRegistry:
         #: Of ``ignored``: records refused as untrusted (bad or missing signature, not a listed peer,
         #: a future ``ts``, over ``MAX_WORKERS``).
         self.refused = 0
+        #: Called with the reason of every refused record (the worker counts them in /metrics).
+        self.on_refused = on_refused
 
-    def _trusted(self, value: dict, url: str, ts: float, now: float) -> bool:
+    def _refusal(self, value: dict, url: str, ts: float, now: float) -> PeerRefusal | None:
+        """Why the record is not to be trusted, or None when it is."""
         if self.key is not None:
             sig = value.get("sig")
+            if sig is None:
+                return PeerRefusal.UNSIGNED
             if type(sig) is not str or not hmac.compare_digest(sig, signature(self.key, value)):
-                return False
+                return PeerRefusal.BAD_SIGNATURE
         if self.peers is not None and url not in self.peers:
-            return False
+            return PeerRefusal.NOT_A_PEER
         if ts > now + self.max_future:
-            return False
-        return url in self.workers or len(self.workers) < MAX_WORKERS
+            return PeerRefusal.FUTURE_TS
+        if url not in self.workers and len(self.workers) >= MAX_WORKERS:
+            return PeerRefusal.OVER_CAP
+        return None
 
     def known(self, url: str, now: float) -> bool:
         """Whether ``url`` is a live worker of the registry (or a listed peer): the proxy talks to no other."""
@@ -138,12 +157,15 @@ class WorkersRegistry:
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             self.ignored += 1
             return False
-        if not self._trusted(value, url, ts, now):
+        refusal = self._refusal(value, url, ts, now)
+        if refusal is not None:
             self.ignored += 1
             self.refused += 1
+            if self.on_refused is not None:
+                self.on_refused(refusal)
             if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, ...: a flood cannot flood the log
-                log.warning("workers registry: ignored an untrusted record for %r (signature, peer list, ts or "
-                            "cap); %d so far", url[:200], self.refused)
+                log.warning("workers registry: ignored an untrusted record for %r (%s); %d so far", url[:200],
+                            refusal.value, self.refused)
             return False
         group = value.get("group")
         if topic != self.topic or (self.group and group and group != self.group):
@@ -183,14 +205,15 @@ class WorkersRegistry:
         return {p: url for p, (_, url) in sorted(out.items())}
 
 
-def registry_for(settings, topic: str, *, group: str | None) -> WorkersRegistry:
+def registry_for(settings, topic: str, *, group: str | None,
+                 on_refused: Callable[[PeerRefusal], None] | None = None) -> WorkersRegistry:
     """The registry a worker with ``settings`` keeps (key and peers from ``worker.peer_key_file``/``peers``)."""
     from .web_auth import read_secret
 
     w = settings.worker
     key = read_secret(w.peer_key_file, "STEPWATCH_WORKER_PEER_KEY_FILE").encode() if w.peer_key_file else None
     return WorkersRegistry(topic, group=group, max_age=STALE_AFTER_INTERVALS * w.registry_interval, key=key,
-                           peers=parse_peers(w.peers))
+                           peers=parse_peers(w.peers), on_refused=on_refused)
 
 
 def install_registry(app, settings, *, registry: WorkersRegistry, url: str, owned: Callable[[], set[int] | None]):

@@ -158,6 +158,7 @@ class Worker:
             web_application_options={"middlewares": [auth_middleware(self.web_token)]},
             canonical_url=self.canonical_url,
             broker_session_timeout=settings.worker.session_timeout,
+            broker_commit_interval=settings.worker.commit_interval,
             broker_heartbeat_interval=min(3.0, settings.worker.session_timeout / 3),
             datadir=str(datadir),
             # Faust's own leader-election topic is not needed: no agent here relies on it. With the
@@ -197,7 +198,8 @@ class Worker:
         from .registry import install_registry, registry_for
         from .web import install_pages
 
-        workers = registry_for(settings, self.events_topic.get_topic_name(), group=self.events_group)
+        workers = registry_for(settings, self.events_topic.get_topic_name(), group=self.events_group,
+                               on_refused=self.metrics.peer_record_refused)
         self.assignment_changed = install_registry(self.app, settings, registry=workers,
                                                    url=self.canonical_url.rstrip("/"),
                                                    owned=self.owned_events_partitions)

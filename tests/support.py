@@ -166,6 +166,20 @@ def topic_messages(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
+def group_offsets(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
+    """(committed, end) of consumer group ``group`` on ``topic``, summed over its partitions (an
+    uncommitted partition counts 0). Read without joining the group (no subscription, no poll)."""
+    from kafka import TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        return sum(consumer.committed(tp) or 0 for tp in ends), sum(ends.values())
+    finally:
+        consumer.close(autocommit=False)
+
+
 def group_caught_up(bootstrap: str, group: str, topic: str) -> bool:
     """Whether consumer group ``group`` has committed the end of every partition of ``topic``.
 

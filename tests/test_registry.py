@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import orjson
 
-from stepwatch.streams.registry import WorkersRegistry, registry_record
+from stepwatch.streams.registry import PeerRefusal, WorkersRegistry, registry_record
 
 TOPIC = "p.events"
 
@@ -106,3 +106,31 @@ def test_future_timestamps_and_unlisted_peers_are_refused():
     assert reg.owner(0, 100.0) is None
     assert reg.apply(rec("http://a:1", [0], 102.0), 100.0)  # within the tolerated skew
     assert reg.known("http://a:1", 100.0) and not reg.known("http://b:2", 100.0)
+
+
+def test_each_refused_record_is_reported_with_its_reason():
+    reasons = []
+    reg = WorkersRegistry(TOPIC, max_age=30.0, key=KEY, peers=frozenset({"http://a:1"}), on_refused=reasons.append)
+    assert not reg.apply(rec("http://a:1", [0], 100.0), 100.0)
+    assert not reg.apply(registry_record(url="http://a:1", topic=TOPIC, group=None, partitions=[0], ts=100.0,
+                                         key=b"guess"), 100.0)
+    assert not reg.apply(registry_record(url="http://b:2", topic=TOPIC, group=None, partitions=[0], ts=100.0,
+                                         key=KEY), 100.0)
+    assert not reg.apply(registry_record(url="http://a:1", topic=TOPIC, group=None, partitions=[0], ts=3700.0,
+                                         key=KEY), 100.0)
+    assert reg.apply(registry_record(url="http://a:1", topic=TOPIC, group=None, partitions=[0], ts=100.0,
+                                     key=KEY), 100.0)
+    assert reasons == [PeerRefusal.UNSIGNED, PeerRefusal.BAD_SIGNATURE, PeerRefusal.NOT_A_PEER,
+                       PeerRefusal.FUTURE_TS] and reg.refused == 4
+
+
+def test_a_new_worker_beyond_the_cap_is_refused_as_over_cap(monkeypatch):
+    import stepwatch.streams.registry as registry
+
+    monkeypatch.setattr(registry, "MAX_WORKERS", 2)
+    reasons = []
+    reg = WorkersRegistry(TOPIC, max_age=30.0, on_refused=reasons.append)
+    assert reg.apply(rec("http://a:1", [0], 100.0), 100.0) and reg.apply(rec("http://b:2", [1], 100.0), 100.0)
+    assert not reg.apply(rec("http://c:3", [2], 100.0), 100.0)
+    assert reg.apply(rec("http://a:1", [0], 101.0), 101.0)  # a known worker's new word still counts
+    assert reasons == [PeerRefusal.OVER_CAP]

@@ -9,8 +9,8 @@ import pytest
 
 from stepwatch.localkafka import LocalKafka
 from conftest import WORKER_CONSUMERS
-from support import REPO, WorkerProcess, group_caught_up, read_alerts, read_all_alerts, stepwatch_env, topic_messages, \
-    wait_until
+from support import REPO, WorkerProcess, group_caught_up, group_offsets, read_alerts, read_all_alerts, \
+    stepwatch_env, topic_messages, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -79,17 +79,20 @@ def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstr
     from stepwatch.producers.simulator import SimulationSpec, StragglerFault
 
     events_topic, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"
-    worker = start_worker()
+    # The first worker commits nothing by time during the test (an hour apart): it is killed between
+    # processing and committing, the worst case for at-least-once.
+    worker = start_worker(STEPWATCH_WORKER_COMMIT_INTERVAL="3600")
     # Job A: rank 7 turns slow at step 30 and stays slow; the job goes on (no end yet).
     first = SimulationSpec(job="job-a", ranks=16, steps=120, start_time=1_700_000_000.0,
                            stragglers=(StragglerFault(rank=7, start_step=30, factor=1.4),))
     _publish(kafka_bootstrap, events_topic, first)
     fired = read_all_alerts(kafka_bootstrap, alerts_topic, until=lambda a: bool(a))
     assert [(a["status"], a["job"], a["ranks"]) for a in fired] == [("firing", "job-a", [7])]
-    # The kill must come after the worker committed all it read (Faust: every ~3 s; aiokafka mode: every 1 s).
+    # The alert proves the worker processed job A past step 30; its group's committed offsets are still
+    # behind what it read, so the restarted worker must read those events again.
     group = topic_prefix.rstrip(".") + "-worker" + ("" if worker_consumer == "faust" else "-events")
-    wait_until(lambda: group_caught_up(kafka_bootstrap, group, events_topic), timeout=60,
-               what=f"group {group} to commit the end of {events_topic}", interval=0.5)
+    committed, end = group_offsets(kafka_bootstrap, group, events_topic)
+    assert committed < end, f"group {group} committed {committed} of {end}: the kill would not test a re-read"
     worker.proc.kill()  # SIGKILL: no shutdown, no last commit
     worker.proc.wait()
 
@@ -116,6 +119,13 @@ def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstr
         [("firing", "straggler", [3])]
     assert {a["job"] for a in alerts} == {"job-a", "job-b"}
     assert "recovered partitions" in restarted.log_text()
+    # The restarted worker read everything from the committed offsets on (the re-read events included)
+    # and commits it; no alert id fires twice.
+    restart_group = topic_prefix.rstrip(".") + "-worker" + ("" if restart_consumer == "faust" else "-events")
+    wait_until(lambda: group_caught_up(kafka_bootstrap, restart_group, events_topic), timeout=60,
+               what=f"group {restart_group} to commit the end of {events_topic}", interval=0.5)
+    firing_ids = [a["id"] for a in alerts if a["status"] == "firing"]
+    assert len(firing_ids) == len(set(firing_ids)), alerts
 
 
 def _rss_bytes(pid: int) -> int:

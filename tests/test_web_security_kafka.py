@@ -170,6 +170,18 @@ def test_a_forged_workers_record_does_not_make_the_proxy_fetch_an_arbitrary_url(
         assert wait_for(proxied, timeout=30, what="the request proxied to the signed peer") == b'{"peer": "said"}'
         assert internal.hits == []
         assert peer.hits == [(f"/jobs/{job}", f"Bearer {TOKEN}")]  # the proxy passes the token on
+        # Both forgeries are counted in /metrics by reason (no token needed there).
+        from prometheus_client.parser import text_string_to_metric_families
+
+        def refused() -> dict[str, float]:
+            text = request(port, "/metrics")[2].decode()
+            return {s.labels["reason"]: s.value for f in text_string_to_metric_families(text)
+                    if f.name == "stepwatch_worker_peer_records_refused" for s in f.samples
+                    if s.name.endswith("_total")}
+
+        assert wait_for(lambda: (r := refused()).get("bad_signature") and r, timeout=30,
+                        what="the refused records in /metrics") == \
+            {"unsigned": 1.0, "bad_signature": 1.0, "not_a_peer": 0.0, "future_ts": 0.0, "over_cap": 0.0}
     finally:
         stop.set()
         thread.join(timeout=10)
