@@ -420,21 +420,24 @@ class _Episodes:
     starts_at: float
     ends_at: float | None  # the latest episode's end (None: one is firing)
     episodes: int
+    end_step: int | None = None  # the step the latest episode resolved at
 
 
 class IntermittentIncidents:
-    """A rank that straggles again within ``hold_seconds`` of its last episode's end is the same incident.
+    """A rank that straggles again within ``hold_steps`` of its last episode's end is the same incident.
 
-    A flaky GPU (slow for a few steps every minute or so) makes the straggler rule fire, resolve
-    "back in line", fire again: each episode a new alert id, a new page. Here a per-rank straggler
-    that fires again for the same job, group and rank within ``hold_seconds`` (event time) of the
-    previous episode's end is published under the first episode's id and start, with
+    A flaky GPU (slow one step in a few) makes the straggler rule fire, resolve "back in line",
+    fire again a few steps later: each episode a new alert id, a new page. Here a per-rank
+    straggler that fires again for the same job, group and rank with its first slow step within
+    ``hold_steps`` of the step the previous episode resolved at (``hold_seconds`` of event time
+    when the steps are not known) is published under the first episode's id and start, with
     ``evidence.episodes`` (2, 3, ...) and ``evidence.intermittent: true``; its resolution too. An
     episode that ended because the job ended or was forgotten (``resolved (...)``) ends the incident.
     Bounded: ``max_ranks`` (job, group, rank) entries, the oldest forgotten first.
     """
 
-    def __init__(self, *, hold_seconds: float = 300.0, max_ranks: int = 100_000) -> None:
+    def __init__(self, *, hold_steps: int = 25, hold_seconds: float = 60.0, max_ranks: int = 100_000) -> None:
+        self.hold_steps = hold_steps
         self.hold_seconds = hold_seconds
         self.max_ranks = max_ranks
         self._last: dict[tuple[str, str, int], _Episodes] = {}
@@ -453,7 +456,7 @@ class IntermittentIncidents:
         if alert.id not in self._alias:
             if alert.status != "firing":
                 return alert
-            if ep is None or ep.ends_at is None or alert.starts_at - ep.ends_at > self.hold_seconds:
+            if ep is None or ep.ends_at is None or not self._soon(ep, alert):
                 ep = _Episodes(id=alert.id, starts_at=alert.starts_at, ends_at=None, episodes=1)
                 self._remember(key, ep)
                 self._alias[alert.id] = key
@@ -467,6 +470,8 @@ class IntermittentIncidents:
         if alert.status != "firing":
             self._alias.pop(alert.id, None)
             ep.ends_at = alert.ends_at or alert.starts_at
+            step = alert.evidence.get("resolved_step")
+            ep.end_step = int(step) if isinstance(step, (int, float)) else None
             if alert.summary.startswith("resolved ("):  # the job ended or was forgotten: so is the incident
                 self._last.pop(key, None)
         if ep.episodes == 1:
@@ -474,7 +479,13 @@ class IntermittentIncidents:
         evidence = {**alert.evidence, "episodes": ep.episodes, "intermittent": True}
         return replace(alert, id=ep.id, starts_at=ep.starts_at, evidence=evidence,
                        summary=f"{alert.summary}; intermittent: episode {ep.episodes}, each within "
-                               f"{self.hold_seconds:.0f} s of the last")
+                               f"{self.hold_steps} steps of the last")
+
+    def _soon(self, ep: _Episodes, alert: Alert) -> bool:
+        first = alert.evidence.get("first_step")
+        if ep.end_step is not None and isinstance(first, (int, float)):
+            return first - ep.end_step <= self.hold_steps
+        return alert.starts_at - (ep.ends_at or 0.0) <= self.hold_seconds
 
     def _remember(self, key: tuple[str, str, int], ep: _Episodes) -> None:
         self._last.pop(key, None)
