@@ -409,3 +409,88 @@ def _span(ranks: tuple[int, ...]) -> str:
     if len(ranks) > 2 and ranks[-1] - ranks[0] == len(ranks) - 1:
         return f"{ranks[0]}-{ranks[-1]}"
     return ", ".join(map(str, ranks[:16])) + (" ..." if len(ranks) > 16 else "")
+
+
+# -- intermittent faults: one incident while the pattern holds --------------------------------------
+
+
+@dataclass(slots=True)
+class _Episodes:
+    id: str  # the incident's id: its first episode's
+    starts_at: float
+    ends_at: float | None  # the latest episode's end (None: one is firing)
+    episodes: int
+    end_step: int | None = None  # the step the latest episode resolved at
+
+
+class IntermittentIncidents:
+    """A rank that straggles again within ``hold_steps`` of its last episode's end is the same incident.
+
+    A flaky GPU (slow one step in a few) makes the straggler rule fire, resolve "back in line",
+    fire again a few steps later: each episode a new alert id, a new page. Here a per-rank
+    straggler that fires again for the same job, group and rank with its first slow step within
+    ``hold_steps`` of the step the previous episode resolved at (``hold_seconds`` of event time
+    when the steps are not known) is published under the first episode's id and start, with
+    ``evidence.episodes`` (2, 3, ...) and ``evidence.intermittent: true``; its resolution too. An
+    episode that ended because the job ended or was forgotten (``resolved (...)``) ends the incident.
+    Bounded: ``max_ranks`` (job, group, rank) entries, the oldest forgotten first.
+    """
+
+    def __init__(self, *, hold_steps: int = 25, hold_seconds: float = 60.0, max_ranks: int = 100_000) -> None:
+        self.hold_steps = hold_steps
+        self.hold_seconds = hold_seconds
+        self.max_ranks = max_ranks
+        self._last: dict[tuple[str, str, int], _Episodes] = {}
+        self._alias: dict[str, tuple[str, str, int]] = {}  # episode alert id -> its (job, group, rank)
+
+    def filter(self, alerts: list[Alert]) -> list[Alert]:
+        if not alerts:
+            return alerts
+        return [self._one(a) if a.type == "straggler" and len(a.ranks) == 1 and
+                a.evidence.get("horizon", "short") == "short" and "incident_scope" not in a.evidence else a
+                for a in alerts]
+
+    def _one(self, alert: Alert) -> Alert:
+        key = (alert.job, str(alert.evidence.get("group") or ""), alert.ranks[0])
+        ep = self._last.get(key)
+        if alert.id not in self._alias:
+            if alert.status != "firing":
+                return alert
+            if ep is None or ep.ends_at is None or not self._soon(ep, alert):
+                ep = _Episodes(id=alert.id, starts_at=alert.starts_at, ends_at=None, episodes=1)
+                self._remember(key, ep)
+                self._alias[alert.id] = key
+                return alert
+            ep.episodes += 1  # the pattern holds: the same incident
+            ep.ends_at = None
+            self._alias[alert.id] = key
+        elif ep is None:
+            self._alias.pop(alert.id, None)
+            return alert
+        if alert.status != "firing":
+            self._alias.pop(alert.id, None)
+            ep.ends_at = alert.ends_at or alert.starts_at
+            step = alert.evidence.get("resolved_step")
+            ep.end_step = int(step) if isinstance(step, (int, float)) else None
+            if alert.summary.startswith("resolved ("):  # the job ended or was forgotten: so is the incident
+                self._last.pop(key, None)
+        if ep.episodes == 1:
+            return alert
+        evidence = {**alert.evidence, "episodes": ep.episodes, "intermittent": True}
+        return replace(alert, id=ep.id, starts_at=ep.starts_at, evidence=evidence,
+                       summary=f"{alert.summary}; intermittent: episode {ep.episodes}, each within "
+                               f"{self.hold_steps} steps of the last")
+
+    def _soon(self, ep: _Episodes, alert: Alert) -> bool:
+        first = alert.evidence.get("first_step")
+        if ep.end_step is not None and isinstance(first, (int, float)):
+            return first - ep.end_step <= self.hold_steps
+        return alert.starts_at - (ep.ends_at or 0.0) <= self.hold_seconds
+
+    def _remember(self, key: tuple[str, str, int], ep: _Episodes) -> None:
+        self._last.pop(key, None)
+        self._last[key] = ep
+        while len(self._last) > self.max_ranks:
+            self._last.pop(next(iter(self._last)))
+        while len(self._alias) > self.max_ranks:
+            self._alias.pop(next(iter(self._alias)))

@@ -222,7 +222,9 @@ class LongStragglerDetector:
         lost = float(np.mean(waits)) if len(waits) else 0.0
         step_time = float(np.nanmedian(self._step_time))
         share = min(lost / step_time, 1.0) if step_time > 0 else 0.0
+        # the job's step over the step without this rank's excess (models/cost.py's job_slowdown)
         return {"seconds_lost_per_step": round(lost, 5), "step_share_lost": round(share, 5),
+                "job_slowdown": round(1.0 / (1.0 - min(share, 0.99)), 4),
                 "job_ranks": int(job_ranks), "gpu_hours_lost_per_day": round(job_ranks * 24.0 * share, 2)}
 
     def _fire(self, rank: int, slot: int, signal: str, step: GroupStep, job_ranks: int) -> Alert:

@@ -130,9 +130,10 @@ class TelemetryHub:
         from .incidents import FabricIncidents
 
         self.incidents = FabricIncidents(self.tracker, jobs_on=self._jobs_on)
-        from .incidents import NodeIncidents
+        from .incidents import IntermittentIncidents, NodeIncidents
 
         self.node_incidents = NodeIncidents(self._ranks_on)
+        self.intermittent = IntermittentIncidents()
         #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
         #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
         #: once its window has passed (plus a margin for node clocks and ingestion lag).
@@ -273,7 +274,7 @@ class TelemetryHub:
         stragglers of most ranks of one node become one node incident (models/incidents.py)."""
         if not alerts:
             return alerts
-        return self.node_incidents.filter(self._enrich(alerts))
+        return self.intermittent.filter(self.node_incidents.filter(self._enrich(alerts)))
 
     def _enrich(self, alerts: list[Alert]) -> list[Alert]:
         out = []
@@ -320,4 +321,4 @@ class TelemetryHub:
         self._now = now
         if self.devices.watching:
             self.devices.rebuild()  # ranks placed or moved since: gpu_idle/hbm_full see them
-        return self.tracker.tick(now) + self.node_incidents.filter(self.refresh())
+        return self.tracker.tick(now) + self.intermittent.filter(self.node_incidents.filter(self.refresh()))

@@ -171,3 +171,37 @@ def test_a_fabric_incident_resolves_once_every_members_ports_are_clean():
     assert fired.labels["fabric"] == "fleet" and done.id == fired.id
     # resolved with the last node's clean ports: n5 erred until t=25, clean for 10 samples
     assert done.ends_at == 1_760_000_000.0 + 25 + 10 and done.evidence["resolution"] == "clean"
+
+
+# -- intermittent faults -----------------------------------------------------------------------------
+
+
+def _flaky_job():
+    from steady_jobs import SteadyJob
+
+    # rank 5 slow for steps 50-80, fine for 20 steps, slow again (1.45x, clearly worse: the rule re-fires)
+    return SteadyJob(ranks=32, steps=260, noise=0.01, slow={5: 1.25}, slow_from=50, slow_until=80,
+                     episodes=[(100, 200, {5: 1.45})], seed=3)
+
+
+def test_a_rank_slow_again_soon_after_is_the_same_incident():
+    _, alerts = _flaky_job().run()
+    straggler = [a for a in alerts if a.type == "straggler"]
+    assert [(a.status, a.ranks) for a in straggler] == [("firing", (5,)), ("resolved", (5,)),
+                                                        ("firing", (5,)), ("resolved", (5,))]
+    assert len({a.id for a in straggler}) == 1
+    again = straggler[2]
+    assert again.evidence["episodes"] == 2 and again.evidence["intermittent"] is True
+    assert again.starts_at == straggler[0].starts_at and again.evidence["first_step"] >= 100
+    assert "intermittent: episode 2" in again.summary and straggler[3].evidence["episodes"] == 2
+
+
+def test_a_rank_slow_again_long_after_is_a_new_incident():
+    from stepwatch.models.engine import DetectionEngine
+
+    engine = DetectionEngine()
+    engine.telemetry.intermittent.hold_steps = 5  # the clean steps between are more than that
+    _, alerts = _flaky_job().run(engine)
+    firing = [a for a in alerts if a.type == "straggler" and a.status == "firing"]
+    assert len(firing) == 2 and len({a.id for a in firing}) == 2
+    assert all("episodes" not in a.evidence for a in firing)
