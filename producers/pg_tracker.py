@@ -261,7 +261,10 @@ class ProcessGroupTracker:
         except Exception:
             groups = []
         for pg in groups:
-            self.attach(pg)
+            try:
+                self.attach(pg)
+            except Exception as exc:  # one group we cannot hook must not stop tracking the others
+                self.monitor._error("pg tracker attach", exc)
 
     def attach(self, pg: Any) -> bool:
         """Register this tracker's pre/post hooks on ``pg`` (once per group)."""
