@@ -323,8 +323,10 @@ def frameworks_main(args) -> int:
         lines.append(f"| {fw} | {calls:.1f} | {calls * per_call:.0f} µs | {r['off'] * 1000:.1f} ms | "
                      f"{r['on'] * 1000:.1f} ms | {1 / r['off']:.2f} | {1 / r['on']:.2f} |")
     lines += ["", "The hook cost is paid on the thread issuing each collective (training or autograd thread); "
-              "completion is a future callback on the backend's thread. Whole-job time differences of a few "
-              "percent are within the noise of CPU jobs on a shared machine."]
+              "completion is a future callback on the backend's thread. Whole-job times are for short jobs "
+              f"({args.steps} steps) and include their setup (process group, model, monitor start): on a shared "
+              "machine they swing by tens of percent between runs, in both directions, so they do not measure "
+              "the monitor; the per-collective hook cost does."]
     text = "\n".join(lines)
     print(text)
     if args.write:

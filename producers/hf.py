@@ -5,7 +5,9 @@ Each optimizer step is a step (numbered by ``state.global_step``). Evaluation is
 ``on_step_end`` (``control.should_evaluate`` / ``should_save``) and then evaluates and saves,
 so the phase is announced *before* the pause, when a hang detector needs it. The end of
 training sends ``end``. Configuration as for :class:`RankMonitor`; rank, world size and
-local GPU come from ``TrainingArguments``.
+local GPU come from ``TrainingArguments``. The DDP model the Trainer builds needs nothing
+registered: the monitor's process-group hooks (producers/pg_tracker.py) see its gradient
+all-reduces, so ``compute_time`` excludes waiting in them.
 
 Imports ``transformers`` when this module is imported; ``import stepwatch`` never does.
 """

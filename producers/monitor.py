@@ -30,9 +30,11 @@ Guarantees (see docs/training.md):
   registered with :mod:`atexit`. After ``close``, ``sent + dropped == produced``.
 
 ``compute_time`` is ``step_time - data_time - comm_time``, where ``comm_time`` is the
-wall-clock union of the collective intervals recorded during the step (see
+wall-clock union of the collective intervals recorded during the step (every collective
+and point-to-point op of every process group, from the ProcessGroup hooks of
+:mod:`stepwatch.producers.pg_tracker`; or the DDP comm hook of
 :mod:`stepwatch.producers.torch_hooks`) — the time the rank spent in, or waiting in,
-collectives. A slow rank arrives last and waits least, so its ``compute_time`` stands
+communication. A slow rank arrives last and waits least, so its ``compute_time`` stands
 out even though every rank's ``step_time`` is the same.
 """
 

@@ -8,27 +8,34 @@ already imported (``STEPWATCH_MONITOR_PROCESS_GROUPS=0`` turns it off), or expli
   groups this process belongs to, so groups made by ``new_group``, ``new_subgroups``, device
   meshes (``init_device_mesh``), FSDP's hybrid sharding or any library are all seen, whoever
   created them. A group is named as in ``collective.pg`` (``"default"`` for the default
-  group, ``"pg<group_name>"`` otherwise: the same on every member);
-* **sequence numbers**: the collective functions of ``torch.distributed`` (``all_reduce``,
-  ``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``broadcast``, ``barrier``, ...) are
-  wrapped: each call is numbered on its group when issued (``started``) and marked completed
-  when it returns, or, with ``async_op=True``, when its work completes. FSDP, DDP buckets
-  (without the timing hook), tensor-parallel layers and explicit calls all go through these
-  functions. Nested calls (``all_gather_object`` calls ``all_gather``) count once. On CUDA
-  tensors (NCCL) a blocking call returns once the collective is *enqueued*, so completion is
-  an event recorded on the current stream after the call, queried (never synchronized) from
-  the heartbeat thread and at step ends: a rank waiting in a NCCL collective shows
-  ``started > completed`` like one waiting in gloo. Functional collectives
-  (``torch.ops._c10d_functional``: DTensor, ``torch.compile``) do not go through these
-  functions and are not counted.
+  group, ``"<group_desc>:pg<group_name>"`` where torch knows a description, e.g.
+  ``new_group(..., group_desc="tp0")`` or a device-mesh dimension, else ``"pg<group_name>"``:
+  the same on every member);
+* **sequence numbers and time**: in torch with ProcessGroup hooks (2.15:
+  ``ProcessGroup.register_pre_hook``/``register_post_hook``), a pre and a post hook on every
+  group, registered on the groups that exist when the monitor starts and on each new group as
+  ``_new_process_group_helper`` makes it (before its first collective, so every member numbers the
+  same calls). They fire inside the ProcessGroup for every caller: DDP's C++ reducer, FSDP1/FSDP2
+  (``all_gather_single``/``reduce_scatter_single``, sync or ``async_op=True``), functional
+  collectives (DTensor, ``torch.compile``), explicit calls. A collective is numbered on its group
+  when issued (``started``) and completed when its work's future completes; its interval feeds
+  the step's ``comm_time``. Point-to-point ``send``/``recv`` (and ``isend``/``irecv``/
+  ``batch_isend_irecv``, which use them) are timed until the caller's ``Work.wait()`` returns
+  (gloo has no future for them) but not numbered (see below). Object collectives
+  (``all_gather_object`` issues two all-gathers) are wrapped and count once. On CUDA a start
+  CUDA event is recorded at issue and an end event where the result is ready on the caller's
+  stream; both are queried (never synchronized) from the heartbeat thread and at step ends.
+  Without ProcessGroup hooks (older torch) the collective functions of ``torch.distributed`` are
+  wrapped instead (``COLLECTIVES``), which misses the C++ reducer and functional collectives.
 
 Why not PyTorch's own per-group counter (``ProcessGroup._get_sequence_number_for_group``)?
 It counts point-to-point ``send``/``recv`` too (measured on gloo, torch 2.x), and pipeline
 stages do different numbers of those on a shared group, so members of a healthy group would
 disagree. It is read into ``torch_seq`` (``snapshot()``) for debugging, not compared.
 
-The wrappers cost a dict update and two clock reads per collective; the group registry is
-read from the heartbeat thread (cached until the number of groups changes).
+The hooks cost the issuing thread a few dict updates, a clock read and a future callback per
+collective (bench/overhead.py --frameworks); the group registry is read from the heartbeat
+thread (cached until the number of groups changes).
 """
 
 from __future__ import annotations
@@ -254,7 +261,10 @@ class ProcessGroupTracker:
         except Exception:
             groups = []
         for pg in groups:
-            self.attach(pg)
+            try:
+                self.attach(pg)
+            except Exception as exc:  # one group we cannot hook must not stop tracking the others
+                self.monitor._error("pg tracker attach", exc)
 
     def attach(self, pg: Any) -> bool:
         """Register this tracker's pre/post hooks on ``pg`` (once per group)."""

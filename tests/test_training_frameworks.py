@@ -55,7 +55,11 @@ def straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, framewo
 
 
 def test_fsdp2_slow_rank_named_with_the_two_lines(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
-    straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "fsdp2", world=4, slow_rank=2)
+    # FSDP2 prefetches all-gathers (async), which overlap compute: its comm intervals cover some compute on
+    # CPU, so the slow rank's compute gap is smaller than the extra time; 50 ms (~45 % of a step's compute here)
+    # keeps detection within 10 steps on a loaded 2-core machine (40 ms passed, but once needed 11 steps).
+    straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "fsdp2", world=4, slow_rank=2,
+                  extra=("--slow-extra-ms", "50"))
 
 
 def test_fsdp1_slow_rank_named_with_the_two_lines(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
