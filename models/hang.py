@@ -798,13 +798,18 @@ class HangDetector:
 
     def _on_stack(self, event: StackEvent) -> None:
         st = self._stack
-        if st is None or st.final and event.rank in st.answers:
-            return  # no hang open: nobody asked (or this rank answered already)
+        if st is None:
+            return  # no hang open: nobody asked
         rid = event.request_id
         if rid is not None and any(rid.startswith(old + "/") for old in self._old_alert_ids):
             return  # an answer to a request of an earlier hang, arriving late
-        if event.rank not in st.answers:
+        first = st.answers.get(event.rank)
+        if first is None:
             st.answers[event.rank] = event
+        elif event.flight_recorder and not first.flight_recorder:
+            # A rank answers twice: its Python stack at once, then its Flight Recorder dump (producers/stacks.py).
+            # The stack stays the first answer's; the dump is added (and re-published: ``_stack_key``).
+            st.answers[event.rank] = replace(first, flight_recorder=event.flight_recorder)
 
     def take_stack_requests(self) -> list[StackRequest]:
         """The stack requests made since the last call (the worker sends them on the control topic)."""
@@ -854,7 +859,8 @@ class HangDetector:
         if not st.final and (st.sent or st.answers) and (all(r in st.answers for r in st.request.ranks)
                                                          or now - st.request.ts >= self.stack_timeout_seconds):
             st.final = True
-        return (st.request.request_id, len(st.answers), st.final)
+        dumps = sum(1 for a in st.answers.values() if a.flight_recorder)
+        return (st.request.request_id, len(st.answers), st.final, dumps)
 
     def _with_stacks(self, alert: Alert) -> Alert:
         """``alert`` with the stack evidence gathered so far (culprits' stacks first)."""

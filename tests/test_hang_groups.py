@@ -255,6 +255,34 @@ def test_stack_from_an_earlier_hang_is_ignored_and_a_late_answer_still_counts():
     assert 13 not in out[0].evidence["stack_missing"]
 
 
+def test_a_second_answer_adds_the_flight_recorder_dump_to_the_first_ones_stack():
+    """A rank answers twice (producers/stacks.py): its Python stack at once, its Flight Recorder dump after.
+    The alert keeps the first answer's stack and is re-published with the dump."""
+    det = HangDetector(job=JOB, warning_floor_seconds=5, stacks=True, stack_timeout_seconds=10,
+                       stack_min_interval_seconds=0)
+    for e in recording(positions(stuck_tp_rank=13), hang_seconds=0):
+        det.update(parse_event(e))
+    now = T0 + STEPS
+    for k in range(1, 13):
+        for r, pgs in positions(stuck_tp_rank=13).items():
+            det.update(parse_event({"v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "ts": now + k, "step": 9,
+                                    "pgs": pgs}))
+        det.check(now + k)
+    [req] = det.take_stack_requests()
+    det.mark_sent(req.request_id)
+    stack = {"v": 1, "kind": "stack", "job": JOB, "rank": 13, "ts": now + 13, "request_id": req.request_id,
+             "threads": [{"name": "MainThread", "frames": [{"file": "a.py", "line": 2, "function": "stuck"}]}]}
+    det.update(parse_event(stack))
+    out = det.check(now + 30)
+    assert out and out[0].evidence["stacks"] == {"13": ["a.py:2 stuck"]}
+    assert "flight_recorder" not in out[0].evidence
+    det.update(parse_event(dict(stack, ts=now + 31, flight_recorder="/tmp/fr_13")))
+    out = det.check(now + 32)
+    assert out, "the alert is re-published with the dump"
+    assert out[0].evidence["stacks"] == {"13": ["a.py:2 stuck"]}
+    assert out[0].evidence["flight_recorder"] == {"13": "/tmp/fr_13"}
+
+
 def test_stack_event_wire_round_trip_and_bounds():
     threads = [{"name": f"t{i}", "frames": [{"file": "f.py", "line": n, "function": f"fn{n}"} for n in range(100)]}
                for i in range(12)]
