@@ -18,10 +18,11 @@ the events' own time is the clock).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 
 import orjson
@@ -92,11 +93,19 @@ def _is_config(line: bytes) -> bool:
     return b'"config"' in line and line.startswith(b"{") and b'"_key"' in line
 
 
-def _apply_config(lines: Iterable[bytes], pipeline, settings: Settings) -> Iterator[bytes]:
-    """The lines, less the config lines, which change the pipeline's settings where they stand (as live)."""
+def _apply_config(lines: Iterable[bytes], pipeline, settings: Settings) -> Iterator[bytes | Callable[[], None]]:
+    """The lines, the config lines replaced by calls that change the pipeline's settings where they stand (as
+    live): ``run_recording`` makes each call once every line before it is fed."""
     from stepwatch.runtime_config import RuntimeConfig
 
     runtime = RuntimeConfig(settings)
+
+    def apply(key: str, line: bytes) -> None:
+        try:
+            runtime.apply(pipeline.engine, key, line)
+        except ValueError as exc:  # the worker ignored it too
+            print(f"stepwatch replay: ignored runtime settings for {key!r}: {exc}", file=sys.stderr)
+
     for line in lines:
         if _is_config(line):
             try:
@@ -104,11 +113,7 @@ def _apply_config(lines: Iterable[bytes], pipeline, settings: Settings) -> Itera
             except orjson.JSONDecodeError:
                 record = None
             if isinstance(record, dict) and record.get("kind") == "config" and isinstance(record.get("_key"), str):
-                try:
-                    runtime.apply(pipeline.engine, record["_key"], line)
-                except ValueError as exc:  # the worker ignored it too
-                    print(f"stepwatch replay: ignored runtime settings for {record['_key']!r}: {exc}",
-                          file=sys.stderr)
+                yield functools.partial(apply, record["_key"], line)
                 continue
         yield line
 
