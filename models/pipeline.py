@@ -29,6 +29,7 @@ Live-only behaviour is explicit:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -435,9 +436,13 @@ def _pop_arrival(obj: dict) -> float | None:
     return arrival
 
 
+#: ``Message(value)`` without the keyword defaults' Python-level ``__new__`` (once per recording line).
+_bare_message = functools.partial(tuple.__new__, Message)
+
+
 def _recorded(msg) -> tuple[Message, object, Rejected | None, float | None]:
     """A recording line, parsed once: the message, its value less ``_arrival``, why it has none, and the arrival."""
-    msg = _message(msg)
+    msg = _bare_message((msg, None, "", 0, None)) if type(msg) is bytes else _message(msg)
     obj, bad = parse_value(msg.value)
     arrival = _pop_arrival(obj) if type(obj) is dict and "_arrival" in obj else None
     return msg, obj, bad, arrival
@@ -453,7 +458,10 @@ def _latest_ts(obj) -> float | None:
     upper bound of where it can move the engine's clock; None: not known (the line is fed alone)."""
     if type(obj) is not dict:
         return None
-    items = obj.get("events") if obj.get("kind") == "batch" else (obj,)
+    if obj.get("kind") != "batch":  # the common case: a lone event
+        ts = obj.get("ts")
+        return ts if type(ts) is float or type(ts) is int else None
+    items = obj.get("events")
     if type(items) is not list and type(items) is not tuple:
         return None
     latest = None
