@@ -48,7 +48,22 @@ def replay(venvs: dict[str, Path], *, ranks: int = 16384, steps: int = 60, tmp: 
     return out
 
 
-def flatness(sizes=(1024, 65536), *, steps: int = 8, warm: int = 2) -> dict:
+def flatness(sizes=(1024, 65536), *, steps: int = 8, warm: int = 2, tuned_gc: bool = False) -> dict:
+    """``tuned_gc``: with the collector's threshold ``stepwatch replay`` sets (``recording.tune_gc``)."""
+    import gc
+
+    from stepwatch.recording import tune_gc
+
+    saved = gc.get_threshold()
+    if tuned_gc:
+        tune_gc()
+    try:
+        return _flatness(sizes, steps=steps, warm=warm)
+    finally:
+        gc.set_threshold(*saved)
+
+
+def _flatness(sizes, *, steps: int, warm: int) -> dict:
     from stepwatch.models.engine import DetectionEngine
     from stepwatch.models.events import encode_events
     from stepwatch.models.step_columns import decode_message_columns
@@ -93,7 +108,8 @@ def main() -> None:
         venvs["now"] = Path(PY).parent.parent
         with tempfile.TemporaryDirectory() as tmp:
             print("replay:", replay(venvs, ranks=args.ranks, steps=args.steps, tmp=Path(tmp)), flush=True)
-    print("core per event:", flatness(), flush=True)
+    print("core per event, default gc:", flatness(), flush=True)
+    print("core per event, replay's gc:", flatness(tuned_gc=True), flush=True)
 
 
 if __name__ == "__main__":

@@ -66,3 +66,20 @@ def test_grouped_replay_is_line_by_line_replay(name, monkeypatch):
     assert grouped[1] == by_line[1]
     assert grouped[2] == by_line[2]
     assert grouped[3] == by_line[3]
+
+
+def test_replay_raises_the_collectors_threshold_and_never_lowers_it():
+    import gc
+
+    from stepwatch.recording import GC_GEN0_THRESHOLD, tune_gc
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        tune_gc()
+        assert gc.get_threshold() == (GC_GEN0_THRESHOLD, 10, 10)
+        gc.set_threshold(GC_GEN0_THRESHOLD * 2, 5, 5)
+        tune_gc()
+        assert gc.get_threshold() == (GC_GEN0_THRESHOLD * 2, 5, 5)
+    finally:
+        gc.set_threshold(*saved)
