@@ -29,6 +29,7 @@ Live-only behaviour is explicit:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -435,12 +436,42 @@ def _pop_arrival(obj: dict) -> float | None:
     return arrival
 
 
+#: ``Message(value)`` without the keyword defaults' Python-level ``__new__`` (once per recording line).
+_bare_message = functools.partial(tuple.__new__, Message)
+
+
 def _recorded(msg) -> tuple[Message, object, Rejected | None, float | None]:
     """A recording line, parsed once: the message, its value less ``_arrival``, why it has none, and the arrival."""
-    msg = _message(msg)
+    msg = _bare_message((msg, None, "", 0, None)) if type(msg) is bytes else _message(msg)
     obj, bad = parse_value(msg.value)
     arrival = _pop_arrival(obj) if type(obj) is dict and "_arrival" in obj else None
     return msg, obj, bad, arrival
+
+
+#: Recording lines fed to the pipeline in one call at most (it merges runs of step lines into column
+#: batches of up to ``MAX_RUN_EVENTS`` events itself).
+_GROUP_LINES = MAX_RUN_EVENTS
+
+
+def _latest_ts(obj) -> float | None:
+    """The latest event time a parsed line states (a lone event's ``ts``, or the greatest of a batch's), an
+    upper bound of where it can move the engine's clock; None: not known (the line is fed alone)."""
+    if type(obj) is not dict:
+        return None
+    if obj.get("kind") != "batch":  # the common case: a lone event
+        ts = obj.get("ts")
+        return ts if type(ts) is float or type(ts) is int else None
+    items = obj.get("events")
+    if type(items) is not list and type(items) is not tuple:
+        return None
+    latest = None
+    for item in items:
+        ts = item.get("ts") if type(item) is dict else None
+        if type(ts) is not float and type(ts) is not int:
+            return None
+        if latest is None or ts > latest:
+            latest = ts
+    return latest
 
 
 def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, tick_interval: float | None = None,
@@ -453,7 +484,11 @@ def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, ti
     After the last message the clock goes on, a tick at a time, for ``drain`` more seconds or up to
     ``until``, so that time-driven rules (hangs) fire as they would have live. A recording keeps no topic
     (``stepwatch record`` merges the events and telemetry topics): every line takes the events topic's road,
-    which carries every kind.
+    which carries every kind. A callable among ``messages`` is called where it stands, once every line
+    before it is fed (replay's recorded runtime settings).
+
+    Lines go to the pipeline in groups (its column batches for runs of step lines), cut wherever a tick
+    could fall: the same alerts, dead letters and ticks as line by line.
 
     It ends for any timestamp it accepts: the ticks are counted, not added up (at ``1e16`` a second is
     lost to float precision), and a clock where a tick would not move it on ends the drain.
@@ -462,16 +497,49 @@ def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, ti
     interval = tick_interval or engine.settings.worker.tick_interval
     next_tick: float | None = None
     clock: float | None = None
-    for msg in messages:
-        msg, obj, bad, arrival = _recorded(msg)
-        yield pipeline.feed_parsed(((msg, obj, bad),), arrival=arrival)
+    group: list[tuple[Message, object, Rejected | None]] = []
+    group_arrival: float | None = None
+
+    def seen(arrival: float | None) -> None:
+        nonlocal clock
         now = arrival if arrival is not None else engine.clock
         clock = now if clock is None else max(clock, now)
+
+    for msg in messages:
+        if callable(msg):  # e.g. recorded runtime settings: applied after every line before it
+            if group:
+                yield pipeline.feed_parsed(group, arrival=group_arrival)
+                group = []
+                seen(group_arrival)
+            msg()
+            continue
+        line = _recorded(msg)
+        arrival = line[3]
+        if group and arrival != group_arrival:
+            yield pipeline.feed_parsed(group, arrival=group_arrival)
+            group = []
+            seen(group_arrival)
+        group.append(line[:3])
+        group_arrival = arrival
+        # Lines are fed in groups (the worker's column batches for runs of step lines: a recording of
+        # single-event lines is otherwise a call chain per event), cut wherever the clock could reach the
+        # next tick, so that the ticks fall where they would line by line: the clock only moves on to a
+        # line's arrival, or to one of its event times, so a line under the bound cannot have moved it there.
+        bound = arrival if arrival is not None else _latest_ts(line[1])
+        if (next_tick is not None and bound is not None and bound < next_tick
+                and len(group) < _GROUP_LINES):
+            continue
+        yield pipeline.feed_parsed(group, arrival=arrival)
+        group = []
+        seen(arrival)
         if next_tick is None:
             next_tick = clock + interval
         elif clock >= next_tick:
             yield pipeline.tick(clock)
             next_tick = clock + interval
+    if group:  # under the bound: no tick was due after any of them
+        yield pipeline.feed_parsed(group, arrival=group_arrival)
+        seen(group_arrival)
     if clock is None or next_tick is None:
         return
     end = max(clock + max(drain, 0.0), until if until is not None else clock)
