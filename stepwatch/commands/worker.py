@@ -19,6 +19,11 @@ def run(args: argparse.Namespace) -> int:
     if overrides:
         settings = dataclasses.replace(settings, worker=dataclasses.replace(settings.worker, **overrides))
     _require_reachable(settings, "worker")
+    from stepwatch.recording import tune_gc
+
+    # As replay: the default collector's scans of every rank's state grow with the job (BENCHMARKS.md,
+    # "Replay and job size"); a larger youngest generation keeps the per-event cost flat.
+    tune_gc()
     run_worker(settings, loglevel=args.loglevel)
     return 0
 
