@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in KAFKA_CLIENTS or args.command == "demo":  # a command that ends, not a service
         _short_lived_kafka_clients(quiet=not args.verbose)
     try:
+        precheck = getattr(args, "precheck", None)
+        if precheck is not None:  # arguments wrong whatever the broker says: said first, without asking it
+            precheck(args)
         if KAFKA_CLIENTS.get(args.command, lambda _a: False)(args):
             # Before the command loads anything heavy: a dead bootstrap is one line, at once.
             settings = client_settings(args)

@@ -54,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_assignments(args: argparse.Namespace) -> None:
+    """A value out of range is refused before any broker is asked (stepwatch/cli.py runs this first)."""
+    from stepwatch.runtime_config import parse_assignments
+
+    parse_assignments(args.assignments)
+
+
 def runtime_fields_help() -> str:
     """Every field ``config set`` accepts, with its default (read from the settings classes)."""
     from stepwatch.models.tunable import runtime_fields
@@ -89,7 +96,7 @@ def add_parser(sub) -> None:
     c.add_argument("--job", help="only this job (default: every job, '*')")
     c.add_argument("assignments", nargs="+", metavar="SECTION.FIELD=VALUE",
                    help="one or more settings, e.g. straggler.ratio_threshold=1.2 hang.timeout_seconds=900")
-    c.set_defaults(func=run)
+    c.set_defaults(func=run, precheck=_check_assignments)
     c = csub.add_parser("unset", help="drop settings (all of the scope's without names)",
                         description="Drop runtime settings of every job's scope ('*') or one job's (--job): the "
                                     "named fields, or all of the scope's without names.")
