@@ -916,7 +916,13 @@ class HangDetector:
             return []
         warn, critical, timeout_kind = self.thresholds()
         first = warn if warn is not None else critical
+        # The counter is the ranks' median (robust to one wild step number). Without heartbeats, ranks that stop
+        # reporting while others step on cannot be told from ranks that finished (the last workers of an
+        # asynchronous job outlive the others in a real trace: tests/test_importer.py): such a job stalls only
+        # when no rank steps. With heartbeats, live ranks that do not step are stuck (a partial hang).
         stalled = now - self._progress_ts
+        if self._n and not self._has_heartbeats:
+            stalled = min(stalled, now - float(self._rank_progress[:self._n].max()))
         kind = None
         stuck_mask = None
         if stalled >= first:
