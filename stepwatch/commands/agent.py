@@ -18,21 +18,12 @@ def run(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     t = settings.telemetry
-    overrides = {}
-    if args.interval is not None:
-        overrides["agent_interval"] = args.interval
-    if args.sysfs_root is not None:
-        overrides["sysfs_root"] = args.sysfs_root
-    if args.proc_root is not None:
-        overrides["proc_root"] = args.proc_root
-    if args.nccl_inspector_dir is not None:
-        overrides["nccl_inspector_dir"] = args.nccl_inspector_dir
-    if args.nccl_inspector_window is not None:
-        overrides["nccl_inspector_window"] = args.nccl_inspector_window
-    if args.nccl_ras is not None:
-        overrides["nccl_ras"] = args.nccl_ras
-    if args.nccl_ras_interval is not None:
-        overrides["nccl_ras_interval"] = args.nccl_ras_interval
+    # Each option given overrides its STEPWATCH_TELEMETRY_* setting (the option's name but ``interval``).
+    fields = {"interval": "agent_interval", "sysfs_root": "sysfs_root", "proc_root": "proc_root",
+              "nccl_inspector_dir": "nccl_inspector_dir", "nccl_inspector_window": "nccl_inspector_window",
+              "nccl_ras": "nccl_ras", "nccl_ras_interval": "nccl_ras_interval"}
+    overrides = {field: getattr(args, option) for option, field in fields.items()
+                 if getattr(args, option) is not None}
     if overrides:
         settings = dataclasses.replace(settings, telemetry=dataclasses.replace(t, **overrides))
     to_stdout = args.stdout or (args.once and not settings.kafka.bootstrap)

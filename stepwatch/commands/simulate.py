@@ -196,10 +196,6 @@ def library_scenario(name: str):
 
 def run_library(args: argparse.Namespace) -> int:
     """``--scenario NAME`` of the labelled library (producers/scenarios.py): its own jobs, ranks and faults."""
-    import dataclasses
-
-    import orjson
-
     from stepwatch.producers import scenarios
 
     scenario = library_scenario(args.scenario)
@@ -211,17 +207,7 @@ def run_library(args: argparse.Namespace) -> int:
     stream = scenarios.batches(scenario)
     speed = args.speed if args.speed is not None else (0.0 if args.out else 1.0)
     if args.out:
-        out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
-        n = 0
-        try:
-            for _, batch in _paced(stream, speed):
-                for event in batch:
-                    out.write(orjson.dumps(event).decode())
-                    out.write("\n")
-                    n += 1
-        finally:
-            if out is not sys.stdout:
-                out.close()
+        n = _write_events(stream, speed, args.out)
         print(f"stepwatch simulate: wrote {n} events of scenario {scenario.name}"
               + ("" if args.out == "-" else f" to {args.out}"), file=sys.stderr)
         return 0
@@ -264,17 +250,7 @@ def run(args: argparse.Namespace) -> int:
 
         stream = ((t, apply_clock_skew(batch, skew)) for t, batch in stream)
     if args.out:
-        out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
-        n = 0
-        try:
-            for _, batch in _paced(stream, speed):
-                for event in batch:
-                    out.write(orjson.dumps(event).decode())
-                    out.write("\n")
-                    n += 1
-        finally:
-            if out is not sys.stdout:
-                out.close()
+        n = _write_events(stream, speed, args.out)
         print(f"stepwatch simulate: wrote {n} events of {spec.ranks} ranks x {spec.steps} steps"
               + ("" if args.out == "-" else f" to {args.out}"), file=sys.stderr)
         return 0
@@ -304,6 +280,22 @@ def run(args: argparse.Namespace) -> int:
     print(f"stepwatch simulate: sent {publisher.events_sent} events in {publisher.messages_sent} messages "
           f"to {topic}; delivered {publisher.events_delivered}, dropped {publisher.events_dropped}", file=sys.stderr)
     return 0
+
+
+def _write_events(stream: Iterator[tuple[float, list[dict]]], speed: float, path: str) -> int:
+    """Every event of ``stream`` as a JSON line to ``path`` ('-': stdout), paced by ``speed``; how many."""
+    out = sys.stdout if path == "-" else open(path, "w", encoding="utf-8")
+    n = 0
+    try:
+        for _, batch in _paced(stream, speed):
+            for event in batch:
+                out.write(orjson.dumps(event).decode())
+                out.write("\n")
+                n += 1
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return n
 
 
 def _paced(steps: Iterator[tuple[float, list[dict]]], speed: float) -> Iterator[tuple[float, list[dict]]]:
