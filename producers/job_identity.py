@@ -68,9 +68,9 @@ def job_identity(env: Mapping[str, str], *, start_time: str | float | None = Non
     run_id = _get(env, "TORCHELASTIC_RUN_ID")
     if run_id and run_id.lower() != "none":
         return JobIdentity(run_id, IdSource.TORCHELASTIC, False)
-    slurm = _get(env, "SLURM_JOB_ID")
+    slurm = _get(env, "SLURM_JOB_ID") or _get(env, "SLURM_JOBID")  # the second: Slurm's older name, still set
     if slurm:
-        step = _get(env, "SLURM_STEP_ID")
+        step = _get(env, "SLURM_STEP_ID") or _get(env, "SLURM_STEPID")
         return JobIdentity(f"{slurm}.{step}" if step else slurm, IdSource.SLURM, False)
     uid, name = _get(env, "STEPWATCH_K8S_JOB_UID"), _get(env, "STEPWATCH_K8S_JOB_NAME")
     if uid or name:

@@ -5,8 +5,7 @@ environment, ``/proc/<pid>/environ``, as the SRE's launcher set it. In a contain
 NCCL writes (Inspector file names, RAS answers) is the container's: :class:`ProcTable` maps it
 to the host pid through the ``NSpid`` line of ``/proc/<pid>/status`` (Linux >= 4.1).
 
-``job_identity`` follows the rank monitor's order (issue 23 writes the shared version in
-producers/; this one is named and shaped to be merged with it).
+``job_identity`` is the rank monitor's (producers/job_identity.py) wherever a launcher names the job.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .job_identity import job_identity as shared_job_identity
+
 log = logging.getLogger("stepwatch.agent")
 
 #: Kubernetes: a Job's pods carry the job name in this label, set as an env var by the SRE's webhook
@@ -25,19 +26,14 @@ K8S_JOB_VARS = ("STEPWATCH_K8S_JOB", "JOB_NAME", "PYTORCHJOB_NAME", "JOBSET_NAME
 
 
 def job_identity(environ: Mapping[str, str]) -> str | None:
-    """The job id of a process from its environment: ``STEPWATCH_JOB``, ``TORCHELASTIC_RUN_ID`` unless
-    ``none`` (torchrun's default), ``SLURM_JOB_ID`` (with ``.SLURM_STEP_ID`` when set), a Kubernetes job
-    variable, else ``MASTER_ADDR:MASTER_PORT`` (every rank of one run shares its rendezvous). None: unknown."""
-    value = environ.get("STEPWATCH_JOB") or environ.get("STEPWATCH_JOB_ID")
-    if value:
-        return value
-    run_id = environ.get("TORCHELASTIC_RUN_ID")
-    if run_id and run_id.lower() != "none":
-        return run_id
-    slurm = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
-    if slurm:
-        step = environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID")
-        return f"{slurm}.{step}" if step else slurm
+    """The job id of a process from its environment, the rank monitor's own (producers/job_identity.py: a job
+    that also runs the callback is one job, not two), where a launcher says which job it is. Where none does,
+    the monitor derives an id from the rendezvous start time, which only the job's store knows; the agent then
+    takes a Kubernetes job variable, else ``MASTER_ADDR:MASTER_PORT`` (every rank of one run shares its
+    rendezvous). None: unknown."""
+    identity = shared_job_identity(environ)
+    if not identity.guessed:
+        return identity.job
     for name in K8S_JOB_VARS:
         if environ.get(name):
             return environ[name]

@@ -55,6 +55,18 @@ def test_job_identity_follows_the_rank_monitors_order(env, job):
     assert job_identity(env) == job
 
 
+
+@pytest.mark.parametrize("env", [
+    {"STEPWATCH_JOB": "a"}, {"TORCHELASTIC_RUN_ID": "run-1"}, {"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "2"},
+    {"SLURM_JOBID": "9", "SLURM_STEPID": "2"}, {"STEPWATCH_K8S_JOB_NAME": "llama-ft", "STEPWATCH_K8S_JOB_UID": "0f3c9a1e-7"},
+])
+def test_the_agent_names_a_job_as_its_rank_monitor_does(env):
+    """A job that runs the callback and is read by the agent too is one job (issue 24 item 3)."""
+    from stepwatch.producers.job_identity import job_identity as monitor_identity
+
+    mine = monitor_identity(env)
+    assert not mine.guessed and job_identity(env) == mine.job
+
 def test_rank_comes_from_RANK_never_SLURM_PROCID():
     assert rank_of({"RANK": "13", "SLURM_PROCID": "1"}) == 13
     assert rank_of({"SLURM_PROCID": "1"}) is None
