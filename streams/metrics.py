@@ -129,16 +129,17 @@ class WorkerMetrics:
         self.failures += 1
         self.last_failure = (time.monotonic(), stage, repr(exc)[:300])
 
-    def health(self, ready: bool | None = None) -> dict:
+    def health(self, ready: bool | None = None, *, broker_away: bool = False) -> dict:
         """The /health body's verdict: ``ok``, ``degraded`` (a processing failure in the last
-        ``DEGRADED_SECONDS``) or ``starting`` (not consuming yet), and the latest failure."""
+        ``DEGRADED_SECONDS``, or the broker unreachable: ``broker_away``) or ``starting`` (not consuming
+        yet), and the latest failure."""
         ready = self.ready_source() if ready is None else ready
         status = "ok" if ready else "starting"
         failure = self.last_failure
         recent = failure is not None and time.monotonic() - failure[0] < DEGRADED_SECONDS
-        if ready and recent:
+        if ready and (recent or broker_away):
             status = "degraded"
-        body: dict = {"status": status, "consuming": ready,
+        body: dict = {"status": status, "consuming": ready, "broker_reachable": not broker_away,
                       "processing_failures": self.failures}
         if recent:
             body["last_failure"] = {"stage": failure[1], "error": failure[2],

@@ -144,10 +144,8 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         ready = is_ready()
         # Degraded: consuming on paper, but a Kafka client could not reach the broker just now (streams/broker_watch.py).
         away = bool(broker_away and broker_away())
-        body = {**metrics.health(ready), "broker_reachable": not away, "worker": str(app.conf.canonical_url),
+        body = {**metrics.health(ready, broker_away=away), "worker": str(app.conf.canonical_url),
                 "partitions": sorted(mine() or ()), "jobs": len(engine.jobs)}
-        if away and ready:
-            body["status"] = "degraded"
         # 200 while consuming (a recent processing failure is reported, not a reason to pull the worker);
         # 503 before it consumes and while the broker is unreachable.
         return self.text(_dumps(body), content_type=JSON, status=200 if ready and not away else 503)
