@@ -10,8 +10,9 @@ grouped before they leave the engine:
   seconds of it (each on its own clock; the same kind of error counter, and under the same
   switch where the agents' topology events name the switch at the other end of each cable)
   are counted; ``min_nodes`` or more is a **fabric incident**: one ``fabric`` alert (job empty,
-  ``nodes`` = the nodes, ``evidence.switch`` when known, ``evidence.affected_jobs`` the jobs
-  running there) instead of the node alerts. Node alerts of its members already published resolve
+  ``nodes`` = the nodes, ``evidence.switch`` when known with ``evidence.switch_ports`` the switch
+  ports the members' cables end in where the agents' topology says, ``evidence.affected_jobs``
+  the jobs running there) instead of the node alerts. Node alerts of its members already published resolve
   with ``evidence.resolution = "grouped"`` and the incident's id; later members join it (the
   alert is published again, same id, with the longer node list);
 * the fabric incident implicates no node in the node ledger (models/ledger.py): no drain;
@@ -195,11 +196,20 @@ class FabricIncidents:
         nodes = tuple(inc.members)
         jobs = sorted(self.jobs_on(nodes)) if self.jobs_on is not None else []
         where = f"under switch {inc.key}" if inc.key else "across the fabric"
+        cabled = []  # the switch's ports the members are cabled to (topology from ibnetdiscover, LLDP or a map)
+        if inc.key:
+            for n in nodes:
+                cabled.extend({"node": n, "device": dev, "switch_port": port}
+                              for dev, port in sorted(self.tracker.switch_ports(n, inc.key).items()))
+            if cabled:
+                where += f", its ports {_port_list(c['switch_port'] for c in cabled)}"
         counters = ", ".join(sorted(inc.counters)) or "link errors"
         shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
         evidence: dict[str, Any] = {
             "incident": inc.id, "fabric": inc.key or "fleet", "switch": inc.key or None, "nodes": list(nodes[:256]), "node_count": len(nodes),
             "counters": sorted(inc.counters), "affected_jobs": jobs[:64], "began_at": round(inc.began_at, 3)}
+        if cabled:
+            evidence["switch_ports"] = cabled[:256]
         alert = Alert(id=inc.id, status="firing", type="fabric", severity="critical", job="", ranks=(),
                       nodes=nodes, starts_at=inc.starts_at, evidence=evidence,
                       summary=(f"fabric: {counters} on {len(nodes)} nodes at once {where} ({shown})"
@@ -237,6 +247,27 @@ class FabricIncidents:
     @property
     def open_incidents(self) -> tuple[FabricIncident, ...]:
         return tuple(self._record(inc) for inc in self._open.values())
+
+
+def _port_list(ports) -> str:
+    """``["1", "2", "3", "7", "Eth1/9"]`` -> ``"1-3, 7, Eth1/9"`` (numbers as ranges, names as they are)."""
+    numbers, names = set(), set()
+    for item in ports:
+        for p in str(item).split(", "):
+            if p.isdigit():
+                numbers.add(int(p))
+            else:
+                names.add(p)
+    out, run = [], []
+    for n in sorted(numbers):
+        if run and n != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(n)
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    shown = out + sorted(names)
+    return ", ".join(shown[:12]) + (f" and {len(shown) - 12} more" if len(shown) > 12 else "")
 
 
 # -- node incidents: stragglers on most ranks of one node -----------------------------------------

@@ -76,7 +76,9 @@ class TopologyEvent:
     node: str
     ts: float
     gpus: tuple[dict[str, Any], ...] = ()  # {"gpu": 0, "pci_bus_id": ..., "nics": ["mlx5_0"]}
-    nics: tuple[dict[str, Any], ...] = ()  # {"device": "mlx5_0", "pci_bus_id": ..., "ports": [1], "switch": ...}
+    #: {"device": "mlx5_0", "pci_bus_id": ..., "ports": [1], "switch": ..., "neighbors": [{"port": 1, "switch": ...,
+    #: "switch_port": "3", "switch_id": "0x...", "source": "ibnetdiscover"}]}
+    nics: tuple[dict[str, Any], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "topology"
 
@@ -232,6 +234,24 @@ def _topology_nic(item: dict) -> dict[str, Any]:
     switch = _str(item, "switch", required=False)  # the switch at the other end of the cable (models/incidents.py)
     if switch:
         out["switch"] = switch
+    neighbors = [_neighbor(n) for n in _list(item, "neighbors", 64)]  # per port (producers/port_neighbors.py)
+    if neighbors:
+        out["neighbors"] = neighbors
+        if not switch and len({n["switch"] for n in neighbors}) == 1:
+            out["switch"] = neighbors[0]["switch"]
+    return out
+
+
+def _neighbor(item: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {"port": _int(item, "port", required=True), "switch": _str(item, "switch", required=True)}
+    for name in ("switch_port", "switch_id", "source"):
+        value = item.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # a switch port number written as a number
+            item = {**item, name: value}
+        value = _str(item, name, required=False)
+        if value:
+            out[name] = value
     return out
 
 

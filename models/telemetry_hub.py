@@ -46,6 +46,9 @@ class TelemetrySettings:
     nccl_ras_interval: float = 10.0
     #: Seconds between two topology events from the agent.
     topology_interval: float = 60.0
+    #: The agent's topology file (producers/port_neighbors.py, docs/network.md): ``ibnetdiscover`` output,
+    #: ``lldpctl -f json`` output or a node -> port -> switch map, re-read when it changes ("" = none).
+    topology_file: str = ""
     #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).
     correlation_window: float = 60.0
     #: Samples of each rate's own recent baseline (bounded memory).

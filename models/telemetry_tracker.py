@@ -163,8 +163,8 @@ class _GpuState:
 
 
 class _NodeState:
-    __slots__ = ("gpus", "ports", "spikes", "open", "gpu_nics", "nic_ports", "nic_switch", "last_ts", "link_alert",
-                 "link_bad_at", "link_kinds")
+    __slots__ = ("gpus", "ports", "spikes", "open", "gpu_nics", "nic_ports", "nic_switch", "switch_ports", "last_ts",
+                 "link_alert", "link_bad_at", "link_kinds")
 
     def __init__(self, max_spikes: int) -> None:
         self.gpus: dict[int, _GpuState] = {}
@@ -174,6 +174,7 @@ class _NodeState:
         self.gpu_nics: dict[int, tuple[str, ...]] = {}
         self.nic_ports: dict[str, tuple[int, ...]] = {}
         self.nic_switch: dict[str, str] = {}  # NIC -> the switch at the other end of its cable (topology)
+        self.switch_ports: dict[str, str] = {}  # NIC -> the switch's port its cable ends in, where topology says
         self.last_ts = 0.0
         self.link_alert: Alert | None = None  # the node's one link_errors alert
         self.link_bad_at: float | None = None  # node time of the latest port sample with errors (or down)
@@ -276,6 +277,8 @@ class TelemetryTracker:
             node.gpu_nics = {g["gpu"]: tuple(g.get("nics", ())) for g in event.gpus}
             node.nic_ports = {n["device"]: tuple(n.get("ports", ()) or (1,)) for n in event.nics}
             node.nic_switch = {n["device"]: str(n["switch"]) for n in event.nics if n.get("switch")}
+            node.switch_ports = {n["device"]: ", ".join(x["switch_port"] for x in n["neighbors"] if "switch_port" in x)
+                                 for n in event.nics if n.get("switch") and n.get("neighbors")}
         return []
 
     def link_trouble(self, since: float) -> dict[str, tuple[float, frozenset[str]]]:
@@ -291,6 +294,13 @@ class TelemetryTracker:
         """The switches the node's NICs are cabled to, as its topology events said (empty: unknown)."""
         state = self._nodes.get(node)
         return tuple(sorted(set(state.nic_switch.values()))) if state is not None else ()
+
+    def switch_ports(self, node: str, switch: str) -> dict[str, str]:
+        """``NIC -> port of ``switch`` its cable ends in`` for the node's NICs cabled to it, where topology says."""
+        state = self._nodes.get(node)
+        if state is None:
+            return {}
+        return {dev: port for dev, port in state.switch_ports.items() if port and state.nic_switch.get(dev) == switch}
 
     def _flag(self, node: _NodeState, name: str, ts: float, *, component: str, category: str, signal: str,
               label: str, weight: float, count: int = 0, peak: float = 0.0, gpu: int | None = None,

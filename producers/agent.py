@@ -3,7 +3,8 @@
 Runs on every node (``stepwatch agent``). Every ``interval`` seconds it sends one batch
 keyed by the node name to the telemetry topic: a ``gpu`` event per GPU, a ``link``
 event per port and one ``host`` event (producers/procfs_host.py), with raw cumulative counters; ``xid`` events go out as soon as NVML
-reports them; a ``topology`` event (GPU -> nearest NICs) at the start and every
+reports them; a ``topology`` event (GPU -> nearest NICs, and with ``topology_file`` the switch at
+the other end of each port's cable, producers/port_neighbors.py) at the start and every
 ``topology_interval`` seconds. What the node lacks (no GPU, no NVML, no InfiniBand) is
 reported once and skipped.
 
@@ -34,6 +35,7 @@ from stepwatch.config import Settings
 from .nccl_inspector import InspectorReader, InspectorSettings
 from .nccl_ras import RasPoller
 from .nvml_sampler import NvmlSampler
+from .port_neighbors import LocalPort, TopologyFile, nic_entries
 from .proc_identity import ProcTable
 from .procfs_host import HostReader
 from .transport import DROP, Transport
@@ -143,6 +145,9 @@ class NodeAgent:
             node=self.node, procs=procs, clock=clock) if t.nccl_inspector_dir else None
         self.ras = RasPoller(t.nccl_ras, procs=procs, node=self.node, interval=t.nccl_ras_interval,
                              clock=clock) if t.nccl_ras else None
+        #: The switch behind each port (ibnetdiscover output, lldpctl -f json or a map), re-read when it changes.
+        self.topology_file = TopologyFile(t.topology_file) if t.topology_file else None
+        self._topology_error: str | None = None
 
     def discover(self) -> None:
         """Find GPUs and ports; say once what exists and what is skipped."""
@@ -167,8 +172,21 @@ class NodeAgent:
             self.found.append(f"NCCL Inspector logs under {self.inspector.dir}")
         if self.ras is not None:
             self.found.append(f"NCCL RAS at {self.ras.addr} every {self.ras.interval:g}s")
-        if not (self.gpus.available and devices):
-            self.skipped.append("topology (needs both GPUs and RDMA devices)")
+        if not devices:
+            self.skipped.append("topology (no RDMA device)")
+        elif not self.gpus.available:
+            self.skipped.append("GPU -> NIC topology (no GPU)")
+        if self.topology_file is not None:
+            ports = self.local_ports()
+            neighbors = self.topology_file.neighbors(self.node, ports)
+            if self.topology_file.error:
+                self._topology_error = self.topology_file.error
+                self.skipped.append(f"switch neighbours ({self.topology_file.error})")
+            else:
+                switches = sorted({n.switch for n in neighbors.values()})
+                self.found.append(f"the switch of {len(neighbors)} of {len(ports)} port(s) in "
+                                  f"{self.topology_file.path} ({self.topology_file.source.value}"
+                                  + (f": {', '.join(switches[:4])}" if switches else "") + ")")
         found = "; ".join(self.found) or "nothing to sample"
         line = f"stepwatch agent: node {self.node}: found {found}"
         if self.skipped:
@@ -181,11 +199,8 @@ class NodeAgent:
         """One batch: topology when due, a gpu event per GPU, a link event per port."""
         now = self.clock()
         events: list[dict] = []
-        if now >= self._next_topology and self.gpus.available and self.ib.devices():
-            bus = {i: normalize_bus_id(b) for i, b in enumerate(self.gpus.bus_ids) if b}
-            gpus, nics = self.ib.topology(bus)
-            events.append({"v": 1, "kind": "topology", "node": self.node, "ts": round(now, 6), "gpus": gpus,
-                           "nics": nics})
+        if now >= self._next_topology and self.ib.devices():
+            events.append(self.topology_event(now))
             self._next_topology = now + self.topology_interval
         if self.gpus.available:
             try:
@@ -199,6 +214,29 @@ class NodeAgent:
             events.append(host)
         self.samples += 1
         return events
+
+    def local_ports(self) -> list[LocalPort]:
+        """This node's ports as a topology file can name them (node GUID, NodeDescription, netdev)."""
+        out = []
+        for dev in self.ib.devices():
+            guid, desc = self.ib.node_guid(dev), self.ib.node_desc(dev)
+            for port in self.ib.ports(dev) or [1]:
+                out.append(LocalPort(dev, port, node_guid=guid, node_desc=desc, netdev=self.ib.netdev(dev, port)))
+        return out
+
+    def topology_event(self, now: float) -> dict:
+        """GPU -> nearest NICs (when NVML is there) and each port's neighbour switch (with a topology file)."""
+        bus = {i: normalize_bus_id(b) for i, b in enumerate(self.gpus.bus_ids) if b} if self.gpus.available else {}
+        gpus, nics = self.ib.topology(bus)
+        if self.topology_file is not None:
+            neighbors = self.topology_file.neighbors(self.node, self.local_ports())
+            error = self.topology_file.error
+            if error and error != self._topology_error:  # said once per new problem, then carried on without
+                log.warning("topology file: %s; ports sent without their switch", error)
+            self._topology_error = error
+            for nic in nics:
+                nic.update(nic_entries(neighbors, nic["device"], nic["ports"]))
+        return {"v": 1, "kind": "topology", "node": self.node, "ts": round(now, 6), "gpus": gpus, "nics": nics}
 
     def job_events(self, *, final: bool = False) -> int:
         """Poll the NCCL sources; hand their events to ``job_sink`` keyed by job. Returns how many."""

@@ -127,6 +127,14 @@ class IbReader:
     def read_all(self) -> list[PortSample]:
         return [self.read_port(dev, port) for dev in self.devices() for port in self.ports(dev)]
 
+    def node_guid(self, device: str) -> str | None:
+        """The HCA's node GUID as sysfs writes it (``b83f:d203:00a1:b2c0``)."""
+        return _read(self.class_dir / device / "node_guid") or None
+
+    def node_desc(self, device: str) -> str | None:
+        """The HCA's NodeDescription (rdma-ndd's default: ``"<hostname> <device>"``), what ibnetdiscover prints."""
+        return _read(self.class_dir / device / "node_desc") or None
+
     # -- topology -----------------------------------------------------------------------------
 
     def pci_address(self, device: str) -> str | None:

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     # Each option given overrides its STEPWATCH_TELEMETRY_* setting (the option's name but ``interval``).
     fields = {"interval": "agent_interval", "sysfs_root": "sysfs_root", "proc_root": "proc_root",
               "nccl_inspector_dir": "nccl_inspector_dir", "nccl_inspector_window": "nccl_inspector_window",
-              "nccl_ras": "nccl_ras", "nccl_ras_interval": "nccl_ras_interval"}
+              "nccl_ras": "nccl_ras", "nccl_ras_interval": "nccl_ras_interval", "topology": "topology_file"}
     overrides = {field: getattr(args, option) for option, field in fields.items()
                  if getattr(args, option) is not None}
     if overrides:
@@ -98,6 +98,11 @@ def add_parser(sub) -> None:
     p.add_argument("--interval", type=float, metavar="S", help="seconds between samples (default 1)")
     p.add_argument("--sysfs-root", metavar="DIR", help="root of sysfs (default /sys)")
     p.add_argument("--proc-root", metavar="DIR", help="root of procfs for host signals (default /proc)")
+    p.add_argument("--topology", metavar="FILE",
+                   help="name the switch at the other end of each port's cable in the topology events, from FILE: "
+                        "the output of ibnetdiscover (InfiniBand), of lldpctl -f json (RoCE) or a JSON/YAML map "
+                        "{\"nodes\": {NODE: {DEVICE[/PORT]: SWITCH}}}; re-read when it changes (docs/network.md). "
+                        "Nodes erring together under one switch are then one fabric incident naming it")
     p.add_argument("--nccl-inspector-dir", metavar="DIR",
                    help="tail the NCCL Inspector logs (NCCL_INSPECTOR_DUMP_DIR) of every job on the node and publish "
                         "nccl_window events keyed by job to the events topic (docs/zero-code.md)")
