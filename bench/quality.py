@@ -28,7 +28,16 @@ with ``Settings.from_env()``), then scored against its labels:
 * delays from onset to the first correct alert, in seconds and in steps (``detected_step -
   onset_step`` for step-based alerts, else seconds / the job's median step time);
 * **incidents per root cause**: distinct alert ids that fired inside a problem's window for it
-  (its job or its nodes, its type or one it accepts): one root cause should be one incident.
+  (its job or its nodes, its type or one it accepts), counted together for the problems that share a
+  labelled root cause (``root_cause.id``: a switch fault's fabric alert and the slowed jobs' alerts):
+  one root cause should be one incident (``root_cause.alert_ids``: the most it may take);
+* **right root cause**: for a problem labelled with its root cause (``root_cause.kind``), whether every
+  firing version of the alerts in its window tells that cause: ``hang_culprit`` the hang names the
+  culprit rank(s) and no other, through a watchdog teardown; ``lost_node`` the hang names only the lost
+  node's ranks, no alert names the spare its ranks restarted on, a ``job_restart`` is classed
+  ``lost_node``; ``fabric`` a ``fabric`` alert names the switch, the jobs' alerts cite its incident and
+  name no node, no alert suggests draining a node; ``stage_compute`` the straggler names the rank and
+  no ``comm_slowdown`` nor communication ``throughput_drop`` fires in the job;
 
 ``--root-cause`` runs the issue-26 recordings instead (tests/switch_gen.py, tests/pipeline_gen.py,
 tests/fabric_gen.py: generators independent of the simulator) through the detection engine: a leaf
@@ -113,7 +122,8 @@ def score(labels: dict, alerts: list[dict]) -> dict:
                 "delay_steps": None, "late_s": None, "in_window": 0, "right_rank": 0,
                 "layer": (p.get("detail") or {}).get("layer"), "right_layer": None,
                 "right_node": _right_node(p, alerts),
-                "cause": (p.get("detail") or {}).get("cause"), "right_cause": None, "ids": set()}
+                "cause": (p.get("detail") or {}).get("cause"), "right_cause": None, "ids": set(),
+                "root_cause": p.get("root_cause"), "right_root_cause": _right_root_cause(p, alerts)}
                for p in problems]
     false_alarms = []
     for a in _first_firing(alerts):
@@ -154,8 +164,12 @@ def score(labels: dict, alerts: list[dict]) -> dict:
                 step_time = jobs[p["job"]]["step_time"] or 1.0
                 r["delay_steps"] = (detected_step - p["onset_step"] if detected_step is not None
                                     else r["delay_s"] / step_time)
+    groups: dict[str, set] = defaultdict(set)  # problems of one labelled root cause: their ids together
     for r in results:
-        r["ids"] = len(r["ids"])
+        if r["root_cause"]:
+            groups[r["root_cause"]["id"]].update(r["ids"])
+    for r in results:
+        r["ids"] = len(groups[r["root_cause"]["id"]] if r["root_cause"] else r["ids"])
     rank_hours = sum(j["ranks"] * (j["end_ts"] - j["start_ts"]) for j in labels["jobs"]) / 3600
     sick_hours = sum(len(p["ranks"]) * max((p["end_ts"] or 0) - (p["onset_ts"] or 0), 0) for p in problems) / 3600
     return {"scenario": labels["scenario"], "healthy": labels["healthy"], "problems": results,
@@ -178,11 +192,50 @@ def _right_node(p: dict, alerts: list[dict]) -> bool | None:
     if want is None or p["onset_ts"] is None:
         return None
     named = [a["nodes"][0] if a["nodes"] else None for a in alerts
-             if a["status"] == "firing" and a["job"] == p["job"] and a["type"] == p["alert_type"]
+             if a["status"] == "firing" and a["type"] == p["alert_type"]
+             and (a["job"] == p["job"] or (not a["job"] and set(a["nodes"]) & set(want)))  # a fabric alert: no job
              and p["onset_ts"] <= a["starts_at"] <= p["end_ts"] + GRACE_S]
     if not want:
         return bool(named) and all(n is None for n in named)
     return any(n in want for n in named) and all(n is None or n in want for n in named)
+
+
+def _right_root_cause(p: dict, alerts: list[dict]) -> bool | None:
+    """Whether the alerts in a problem's window tell its labelled root cause (see the module doc)."""
+    cause = p.get("root_cause")
+    if not cause or p["onset_ts"] is None:
+        return None
+    window = [a for a in alerts if a["status"] == "firing" and p["onset_ts"] <= a["starts_at"] <= p["end_ts"] + GRACE_S]
+    in_job = [a for a in window if a["job"] == p["job"]]
+    kind = cause["kind"]
+    if kind == "hang_culprit":
+        hangs = [a for a in in_job if a["type"] == "hang"]
+        return bool(hangs) and all(_named_ranks(a) and _named_ranks(a) <= set(cause["ranks"]) for a in hangs)
+    if kind == "lost_node":
+        hangs = [a for a in in_job if a["type"] == "hang"]
+        culprit_nodes = {c.get("node") for a in hangs for c in (a.get("evidence") or {}).get("culprits") or ()}
+        spare = cause["spare"]
+        blamed = any(spare in (a.get("nodes") or ()) or any(c.get("node") == spare for c in
+                                                             (a.get("evidence") or {}).get("culprits") or ())
+                     for a in alerts if a["status"] == "firing")
+        restarts = [a for a in in_job if a["type"] == "job_restart"]
+        return (bool(hangs) and culprit_nodes == {cause["node"]} and not blamed
+                and all((a.get("evidence") or {}).get("cause") == "lost_node" for a in restarts))
+    if kind == "fabric":
+        fabric = [a for a in window if a["type"] == "fabric" and (a.get("evidence") or {}).get("switch") == cause["switch"]]
+        incidents = {a["id"] for a in fabric}
+        jobs = set((p.get("detail") or {}).get("jobs") or ()) | ({p["job"]} if p["alert_type"] != "fabric" else set())
+        job_level = [a for a in window if a["job"] in jobs and a["type"] in ("comm_slowdown", "throughput_drop", "hang")]
+        drained = any(((a.get("evidence") or {}).get("action") or {}).get("kind") == "drain_node" for a in alerts
+                      if a["status"] == "firing")
+        return (len(incidents) == 1 and not drained
+                and all(not a["nodes"] and (a.get("evidence") or {}).get("incident") in incidents for a in job_level))
+    if kind == "stage_compute":
+        stragglers = [a for a in in_job if a["type"] == "straggler"]
+        network = [a for a in in_job if a["type"] == "comm_slowdown" or (
+            a["type"] == "throughput_drop" and (a.get("evidence") or {}).get("layer") == "communication")]
+        return bool(stragglers) and all(set(a["ranks"]) <= set(cause["ranks"]) for a in stragglers) and not network
+    raise ValueError(f"unknown root cause kind {kind!r}")
 
 
 def run_one(name: str, workdir: str) -> dict:
@@ -219,7 +272,8 @@ def aggregate(results: list[dict]) -> dict:
     by_type: dict[str, dict] = defaultdict(lambda: {"n": 0, "detected": 0, "delays_s": [], "delays_steps": [],
                                                     "in_window": 0, "right_rank": 0, "late": [],
                                                     "layered": 0, "right_layer": 0, "noded": 0,
-                                                    "right_node": 0, "caused": 0, "right_cause": 0, "ids": []})
+                                                    "right_node": 0, "caused": 0, "right_cause": 0, "ids": [],
+                                                    "rooted": 0, "right_root": 0, "max_ids": None})
     for res in results:
         for p in res["problems"]:
             row = by_type[p["type"]]
@@ -237,6 +291,11 @@ def aggregate(results: list[dict]) -> dict:
             if p.get("right_cause") is not None:
                 row["caused"] += 1
                 row["right_cause"] += p["right_cause"]
+            if p.get("right_root_cause") is not None:
+                row["rooted"] += 1
+                row["right_root"] += p["right_root_cause"]
+            if p.get("root_cause") and p["root_cause"].get("alert_ids") is not None:
+                row["max_ids"] = p["root_cause"]["alert_ids"]
             if p.get("right_layer") is not None:
                 row["layered"] += 1
                 row["right_layer"] += p["right_layer"]
@@ -270,10 +329,14 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
              "(fabric-wide: name none). Right cause: "
              "share of the caught problems labelled with a cause (host faults) whose alert's first suspected cause "
              "is it (category, node, component). Incidents per root cause: distinct alert ids fired inside a problem's "
-             "window for it, mean (max) over the problems that got one.", "",
+             "window for it (with the other problems of its labelled root cause), mean (max) over the problems that "
+             "got one; [at most: the label's bound]. Right root cause: share of the problems labelled with a root "
+             "cause whose alerts, every version, tell it (the culprit through a teardown, the lost node and never "
+             "the spare, the switch's one fabric incident cited by the jobs, a pipeline rank's compute and no "
+             "network alert).", "",
              "| problem | alert | n | recall | deadline | delay p50 s (steps) | delay p90 s (steps) | right rank | "
-             "right layer | right node | right cause | incidents per root cause | caught late |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "right layer | right node | right cause | right root cause | incidents per root cause | caught late |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     deadlines: dict[str, set] = defaultdict(set)
     for r in results:
         for p in get(r["scenario"]).problems:
@@ -290,11 +353,15 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
         cause = f"{row['right_cause'] / row['caused']:.0%} ({row['right_cause']}/{row['caused']})" \
             if row["caused"] else "-"
         ids = f"{sum(row['ids']) / len(row['ids']):.1f} ({max(row['ids'])})" if row["ids"] else "-"
+        if row["max_ids"] is not None:
+            ids += f" [at most {row['max_ids']}]"
+        root = f"{row['right_root'] / row['rooted']:.0%} ({row['right_root']}/{row['rooted']})" \
+            if row["rooted"] else "-"
         lines.append(
             f"| {kind} | {row['alert_type']} | {row['n']} | {row['detected'] / row['n']:.0%} "
             f"({row['detected']}/{row['n']}) | {'/'.join(f'{d:.0f}' for d in sorted(deadlines[kind]))} s | "
             f"{_fmt(_pct(ds, 0.5))} ({_fmt(_pct(dn, 0.5))}) | {_fmt(_pct(ds, 0.9))} ({_fmt(_pct(dn, 0.9))}) | "
-            f"{share} | {layer} | {noded} | {cause} | {ids} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
+            f"{share} | {layer} | {noded} | {cause} | {root} | {ids} | {', '.join(f'{x:.0f} s' for x in row['late']) or '-'} |")
     hours = agg["healthy_rank_hours"]
     total_false = sum(agg["false_by_type"].values())
     lines += ["", "### False alarms", "",

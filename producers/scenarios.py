@@ -64,6 +64,13 @@ class Problem:
     #: The node(s) a correct alert names first (``nodes[0]``): a network fault's node; ``()``: it must
     #: name none (a fabric-wide cause). None: not scored by node (the nodes of ``ranks`` are labelled).
     nodes: tuple[str, ...] | None = None
+    #: The root cause a correct diagnosis names (bench/quality.py scores it), shared by the problems it
+    #: causes (their alert ids count together as its incidents): ``{"id": ..., "kind": ..., ...}``, kind
+    #: ``hang_culprit`` (``ranks``: the culprit, kept through a teardown), ``lost_node`` (``node``, and
+    #: ``spare``: the healthy node its ranks restarted on, never blamed), ``fabric`` (``switch``: named
+    #: by one fabric incident that the jobs' alerts cite, no node drained) or ``stage_compute`` (``ranks``:
+    #: a pipeline rank's compute, no network alert); ``alert_ids``: the most alert ids it should take.
+    root_cause: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +89,9 @@ class Scenario:
     #: ``host`` events.
     host_faults: tuple = ()
     host: bool = False
+    #: A recording written by a generator of its own (producers/scenario_recordings.py) instead of the
+    #: simulator: ``() -> iterator of (time, [wire event, ...])``; ``specs`` then only describe the jobs.
+    source: Callable[[], Iterable[tuple[float, list[dict]]]] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -138,6 +148,9 @@ def suite(tags: Iterable[str] | None = None, *, exclude: Iterable[str] = ()) -> 
 
 def batches(scenario: Scenario) -> Iterator[tuple[float, list[dict]]]:
     """The scenario's event batches in time order (several jobs interleaved by time)."""
+    if scenario.source is not None:
+        yield from scenario.source()
+        return
     telemetry = tuple(scenario.telemetry) + (None,) * (len(scenario.specs) - len(scenario.telemetry))
     streams = [_simulator(scenario, spec, tel).steps() for spec, tel in zip(scenario.specs, telemetry)]
     counter = itertools.count()  # ties: keep a stable order, never compare the lists
@@ -215,7 +228,7 @@ def labels(scenario: Scenario, clock: _Clock, *, recording: str | None = None, s
     for p in scenario.problems:
         spec = by_job[p.job]
         end_ts = clock.start_of(p.job, p.end_step) if p.end_step is not None else None
-        problems.append({
+        problem = {
             "type": p.type, "alert_type": p.alert_type, "job": p.job, "ranks": list(p.ranks),
             "nodes": list(p.nodes) if p.nodes is not None else sorted({spec.node_of(r) for r in p.ranks}),
             "right_node": list(p.nodes) if p.nodes is not None else None, "onset_step": p.onset_step,
@@ -223,7 +236,10 @@ def labels(scenario: Scenario, clock: _Clock, *, recording: str | None = None, s
             "end_ts": end_ts if end_ts is not None else clock.last.get(p.job),
             "deadline_s": p.deadline_s if p.deadline_s is not None else DEFAULT_DEADLINE_S.get(p.alert_type, 60.0),
             "detail": p.detail, "accepts": list(p.accepts),
-        })
+        }
+        if p.root_cause is not None:
+            problem["root_cause"] = p.root_cause
+        problems.append(problem)
     out = {"v": LABELS_VERSION, "scenario": scenario.name, "description": scenario.description,
            "tags": list(scenario.tags), "healthy": scenario.healthy, "noise": list(scenario.noise),
            "seeds": sorted({s.seed for s in scenario.specs}), "jobs": jobs, "problems": problems}
@@ -840,6 +856,111 @@ def host_healthy_64() -> Scenario:
     return replace(_single("host-healthy-64", "healthy job with host events of every node (normal host noise)", spec,
                            tags=("host", "healthy"), extra_noise=("host events of every node every second",)),
                    host=True)
+
+
+# one root cause, one incident (issue 26): teardown, restart onto a spare, a switch under several jobs, pipeline
+# waits. Labelled with the root cause a correct diagnosis names (``Problem.root_cause``, bench/quality.py).
+
+
+@register
+def hang_teardown_64() -> Scenario:
+    name = "hang-teardown-64"
+    fault = sim.HangFault(rank=21, step=120, kind="hang", duration=120.0, recover=False, teardown_grace=30.0)
+    spec = _spec(name, 64, steps=200, seed=805, heartbeat_interval=5.0, hangs=(fault,))
+    problem = Problem(type="hang, then watchdog teardown", alert_type="hang", job=name, ranks=(21,), onset_step=120,
+                      detail={"kind": "hang", "watchdog_s": 120.0, "teardown_grace_s": 30.0},
+                      root_cause={"id": "rank-21", "kind": "hang_culprit", "ranks": [21], "alert_ids": 1})
+    return _single(name, "rank 21 stops before a collective at step 120; 120 s later the NCCL watchdog kills the 63 "
+                         "waiting ranks, rank 21 (stuck, its SIGTERM handler never runs) heartbeats 30 s longer",
+                   spec, [problem], tags=("hang", "root-cause"), extra_noise=("heartbeats every 5 s",))
+
+
+@register
+def restart_spare_64() -> Scenario:
+    from .scenario_recordings import Restart, restart_onto_spare
+
+    r = Restart(seed=3)
+    spec = _spec(r.job, r.ranks, steps=r.steps, seed=r.seed, checkpoint_every=r.checkpoint_every,
+                 heartbeat_interval=2.0)  # describes the job; the events are the generator's
+    lost = tuple(k for k in range(r.ranks) if k // r.per_node == r.dead_node)
+    dead = r.node(lost[0])
+    # onset: the last step completed before the death (the step it dies in also runs after the restart)
+    problem = Problem(type="lost node, restart onto a spare", alert_type="hang", job=r.job, ranks=lost,
+                      onset_step=r.die_at - 1, nodes=(dead,), accepts=("throughput_drop", "job_restart"),
+                      detail={"node": dead, "spare": r.spare, "checkpoint_step": r.checkpoint},
+                      root_cause={"id": dead, "kind": "lost_node", "node": dead, "spare": r.spare, "alert_ids": 1})
+    return Scenario(name="restart-spare-64",
+                    description=f"{dead} dies at step {r.die_at}; {r.lost_after:.0f} s later the job restarts from "
+                                f"the checkpoint of step {r.checkpoint}, {dead}'s ranks on {r.spare}",
+                    specs=(spec,), problems=(problem,), tags=("problem", "hang", "root-cause"),
+                    noise=("1% of events lost", "30% of batches shuffled", "a late heartbeat of an old process",
+                           "heartbeats every 2 steps"),
+                    source=lambda: restart_onto_spare(r))
+
+
+def _pipeline_p2p(slow: bool) -> Callable[[], Scenario]:
+    from .scenario_recordings import Pipeline, pipeline_p2p
+
+    def build() -> Scenario:
+        p = Pipeline(job="pipeline-p2p-slow-stage-32" if slow else "healthy-pipeline-p2p-32",
+                     slow_rank=11 if slow else None, seed=7 if slow else 8)
+        spec = _spec(p.job, p.stages * p.dp, steps=p.steps, seed=p.seed, stages=p.stages, node_prefix="pp-node-",
+                     checkpoint_every=0)
+        problems = ()
+        if slow:
+            problems = (Problem(type="pipeline rank 30% slow (p2p waits downstream)", alert_type="straggler",
+                                job=p.job, ranks=(11,), onset_step=p.onset, accepts=("throughput_drop", "imbalance"),
+                                detail={"factor": p.slow_factor, "stage": 1},
+                                root_cause={"id": "rank-11", "kind": "stage_compute", "ranks": [11], "alert_ids": 2}),)
+        what = (f"rank 11 (stage 1 of replica 3) computes {p.slow_factor}x slower from step {p.onset}: the stages "
+                "after it wait longer in their p2p receives, the transfers do not slow") if slow else "healthy"
+        return Scenario(name=p.job, description=f"GPipe, 4 stages x 8 replicas, send/recv and all-reduce events; {what}",
+                        specs=(spec,), problems=problems,
+                        tags=("problem" if slow else "healthy", "root-cause", "pipeline"),
+                        noise=("compute jitter 2% per micro-batch", "p2p transfer jitter 5%", "warm-up (5 steps)"),
+                        source=lambda: pipeline_p2p(p))
+
+    build.__name__ = "pipeline_p2p_slow_stage_32" if slow else "healthy_pipeline_p2p_32"
+    return build
+
+
+register(_pipeline_p2p(True))
+register(_pipeline_p2p(False))
+
+
+@register
+def fabric_switch_4jobs() -> Scenario:
+    from .telemetry_sim import TelemetryFault, TelemetrySpec
+
+    name = "fabric-switch-4jobs"
+    specs, telemetry, faulty = [], [], []
+    for j in range(4):
+        spec = _spec(f"{name}-j{j}", 64, steps=220, seed=930 + j, collective_events=True, node_prefix="fab-node-",
+                     first_node=8 * j)
+        faults = ()
+        if j < 2:  # under leaf-01: every port of every node errs; the collectives of the job run 1.8x slower
+            faults = tuple(TelemetryFault(kind="ib_errors", rank=r, start_step=110, end_step=200, factor=1.0,
+                                          comm_factor=1.8 if r == 0 else 1.0) for r in range(0, 64, 4))
+            faulty += [spec.node_of(r) for r in range(0, 64, 8)]
+        specs.append(spec)
+        telemetry.append(TelemetrySpec(faults=faults, seed=930 + j, switch="leaf-01" if j < 2 else "leaf-02"))
+    cause = {"id": "leaf-01", "kind": "fabric", "switch": "leaf-01", "alert_ids": 5}
+    # the fabric alert is about no job: labelled with the first job under the switch (whose steps time it),
+    # scored by its nodes
+    problems = [Problem(type="fabric: a leaf switch under 16 nodes of 2 of 4 jobs", alert_type="fabric",
+                        job=specs[0].job, ranks=(), onset_step=110, end_step=200, nodes=tuple(faulty),
+                        accepts=("link_errors",), root_cause=cause,
+                        detail={"switch": "leaf-01", "jobs": [x.job for x in specs[:2]]})]
+    problems += [Problem(type="fabric: a job under the switch slows (cites the incident)", alert_type="comm_slowdown",
+                         job=spec.job, ranks=(), onset_step=110, end_step=200, nodes=(), root_cause=cause,
+                         accepts=("throughput_drop",), detail={"transfer_factor": 1.8}) for spec in specs[:2]]
+    return Scenario(name=name, description="4 jobs of 64 ranks on 32 nodes; leaf-01 under jobs 0 and 1 degrades for "
+                                           "90 steps: every port of its 16 nodes logs symbol errors and transmit "
+                                           "waits, the 2 jobs' all-reduces run 1.8x slower; jobs 2 and 3 (leaf-02) "
+                                           "are unaffected",
+                    specs=tuple(specs), problems=tuple(problems), tags=("problem", "network", "multi-job", "root-cause"),
+                    noise=_noise(specs[0], _COLLECTIVES, _TELEMETRY, "topology names each node's leaf switch"),
+                    telemetry=tuple(telemetry))
 
 
 def describe() -> list[dict[str, Any]]:

@@ -68,7 +68,10 @@ class HangFault:
     ``frozen`` the whole process stops (SIGSTOP: no heartbeats either); ``dead`` the process
     exits. After ``duration`` simulated seconds a ``hang`` or ``frozen`` rank resumes and the job
     carries on when ``recover``; otherwise (and always when ``dead``) the remaining ranks are
-    killed too (NCCL watchdog) and the run stops there, without a ``phase: end``.
+    killed too (NCCL watchdog) and the run stops there, without a ``phase: end``. A ``hang`` rank
+    that does not recover outlives the teardown by ``teardown_grace`` seconds (its main thread is
+    stuck, so its SIGTERM handler never runs; the launcher's SIGKILL comes later): its heartbeats
+    go on alone until then.
     """
 
     rank: int
@@ -76,6 +79,7 @@ class HangFault:
     kind: str = "hang"
     duration: float = 660.0
     recover: bool = True
+    teardown_grace: float = 0.0
 
     @property
     def resumes(self) -> bool:
@@ -145,8 +149,8 @@ class SimulationSpec:
                 raise ValueError(f"hang rank {fault.rank} is outside 0..{self.ranks - 1}")
             if fault.kind not in HANG_KINDS:
                 raise ValueError(f"hang kind {fault.kind!r} is not one of {HANG_KINDS}")
-            if fault.duration <= 0:
-                raise ValueError("hang duration must be positive")
+            if fault.duration <= 0 or fault.teardown_grace < 0:
+                raise ValueError("hang duration must be positive and teardown_grace not negative")
             if fault.step in seen_steps:
                 raise ValueError(f"two hangs at step {fault.step}")
             seen_steps.add(fault.step)
@@ -261,6 +265,11 @@ class ClusterSimulator:
                 window_end = clock + step_end if stopped is None else stopped
                 for t in self._heartbeat_ticks(window_end):
                     yield t, self._heartbeat_batch(t, issue, done, phase, silent)
+                if stopped is not None and hang.kind == "hang" and hang.teardown_grace > 0:
+                    # the watchdog killed the waiting ranks; the stuck one lives on alone a while
+                    for t in self._heartbeat_ticks(stopped + hang.teardown_grace):
+                        yield t, [hb for hb in self._heartbeat_batch(t, issue, done, phase, None)
+                                  if hb["rank"] == hang.rank]
                 if stopped is not None:
                     return  # the job died there: no more steps, no end marker
 

@@ -72,6 +72,9 @@ class TelemetrySpec:
     nvlinks_per_gpu: int = 4
     faults: tuple[TelemetryFault, ...] = field(default_factory=tuple)
     seed: int = 1
+    #: The switch every NIC of the job's nodes is cabled to, named in the topology events (what the agent
+    #: reads from ibnetdiscover, LLDP or a map; producers/port_neighbors.py); None: not named.
+    switch: str | None = None
 
 
 def split_batch(batch: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
@@ -144,7 +147,9 @@ class TelemetrySimulator:
         return {"v": 1, "kind": "topology", "node": node, "ts": round(ts, 6),
                 "gpus": [{"gpu": g, "pci_bus_id": _gpu_bus(g), "nics": [self.nic_of_gpu(g)]}
                          for g in range(self.gpus_per_node)],
-                "nics": [{"device": f"mlx5_{i}", "pci_bus_id": _nic_bus(i), "ports": [1]} for i in range(self.nics)]}
+                "nics": [{"device": f"mlx5_{i}", "pci_bus_id": _nic_bus(i), "ports": [1],
+                          **({"switch": self.telemetry.switch} if self.telemetry.switch else {})}
+                         for i in range(self.nics)]}
 
     def _active_faults(self, ts: float) -> list[tuple[int, TelemetryFault]]:
         # The step in progress is the one after the last completed.
