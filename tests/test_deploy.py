@@ -349,6 +349,31 @@ def test_helm_template_renders_every_kind_from_the_one_rule_and_dashboard_file()
     assert env["STEPWATCH_ONCALL_DRY_RUN"] == "true" and env["STEPWATCH_ONCALL_HOOKS_ENABLED"] == "false"
 
 
+def test_helm_agent_mounts_an_optional_topology_file_it_rereads():
+    def agent(*sets):
+        [ds] = [d for d in rendered(*sets) if d["kind"] == "DaemonSet"]
+        spec = ds["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        return c, {v["name"]: v for v in spec["volumes"]}
+
+    c, volumes = agent()
+    assert "--topology" not in c["args"] and "topology" not in volumes  # off by default
+    c, volumes = agent("agent.topology.configMap=fabric-topology", "agent.topology.key=ibnetdiscover.txt")
+    assert c["args"][-2:] == ["--topology", "/etc/stepwatch/topology/ibnetdiscover.txt"]
+    assert volumes["topology"]["configMap"] == {"name": "fabric-topology",
+                                                "items": [{"key": "ibnetdiscover.txt", "path": "ibnetdiscover.txt"}]}
+    # the directory is mounted, never with subPath: a ConfigMap update reaches the running agent
+    [mount] = [m for m in c["volumeMounts"] if m["name"] == "topology"]
+    assert mount == {"name": "topology", "mountPath": "/etc/stepwatch/topology", "readOnly": True}
+    c, volumes = agent("agent.topology.hostPath=/var/lib/stepwatch/lldp.json")
+    assert c["args"][-2:] == ["--topology", "/etc/stepwatch/topology/lldp.json"]
+    assert volumes["topology"]["hostPath"] == {"path": "/var/lib/stepwatch", "type": "Directory"}
+    both = helm("template", "sw", str(CHART), "--set", "agent.topology.configMap=c", "--set",
+                "agent.topology.hostPath=/x/y", check=False)
+    assert both.returncode != 0 and "not both" in both.stderr
+    assert helm("lint", "--strict", str(CHART), "--set", "agent.topology.configMap=c").returncode == 0
+
+
 def test_helm_kafka_security_comes_from_secrets():
     docs = rendered("kafka.security.protocol=SASL_SSL", "kafka.security.sasl.username=stepwatch",
                     "kafka.security.sasl.existingSecret=kafka-user", "kafka.security.tls.existingSecret=kafka-ca")
