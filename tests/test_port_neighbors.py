@@ -18,7 +18,7 @@ from stepwatch.models.events import decode_message, parse_event
 from stepwatch.models.telemetry_hub import TelemetrySettings
 from stepwatch.models.telemetry_tracker import TelemetryTracker
 from stepwatch.producers.agent import NodeAgent
-from stepwatch.producers.port_neighbors import (LocalPort, Source, TopologyFile, TopologyFileError, nic_entries,
+from stepwatch.producers.port_neighbors import (LocalPort, Source, TopologyFileError, nic_entries,
                                                 parse_topology)
 
 from engine_driver import replay
