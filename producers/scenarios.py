@@ -2,7 +2,11 @@
 
 Each scenario is one or more simulated jobs (``SimulationSpec``) with realistic healthy noise,
 plus ground-truth labels for every problem injected in it: its type, the alert type a correct
-detector raises, the job, ranks and nodes, the onset step and time, and the end. ``write``
+detector raises, the job, ranks and nodes, the onset step and time, and the end; for the
+issue-26 scenarios (tag ``root-cause``) also the root cause a correct diagnosis names
+(``Problem.root_cause``). What the simulator cannot make (a restart onto a spare node, a
+pipeline's p2p transfers) comes from generators of their own (producers/scenario_recordings.py,
+``Scenario.source``), the specs then only describing the jobs. ``write``
 puts, next to each recording (JSON Lines, one batch envelope per line, the wire format that
 ``stepwatch replay`` reads), a ``<name>.labels.json``::
 
@@ -17,7 +21,8 @@ puts, next to each recording (JSON Lines, one batch envelope per line, the wire 
 
 ``end_step`` is exclusive (null: until the job ends); ``onset_ts`` is when the onset step
 started, ``end_ts`` when ``end_step`` started (or the job's last event). Alerts before
-``onset_ts`` are false alarms.
+``onset_ts`` are false alarms. A problem with a ``root_cause`` carries it in its labels
+(``"root_cause": {"id": "leaf-01", "kind": "fabric", "switch": "leaf-01", "alert_ids": 5}``).
 
 The library is a registry: ``@register`` a function returning a :class:`Scenario` (tags
 ``healthy``/``problem``, ``hang``, ``large``, ``multi-job``, ...) and it is part of the suite.
