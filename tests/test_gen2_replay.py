@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 import orjson
 import pytest
 
-from gen2.scenarios import FABRIC_JOBS, Scenario, Verdict, catalog
+from gen2.scenarios import FABRIC_JOBS, FABRIC_SWITCHES, Scenario, Verdict, catalog
 from gen2.transport import merge, write
 from support import run_stepwatch, stepwatch_env
 
@@ -145,6 +145,18 @@ def test_a_leaf_switch_fault_is_one_incident_not_a_page_per_port(fleet):
     firing = Counter(a["type"] for a in _fabric_alerts(fleet) if a["status"] == "firing")
     print(f"{len(ids)} alert ids:", sorted(firing.items()))
     assert len(ids) <= MAX_FABRIC_ALERT_IDS, _show([a for a in _fabric_alerts(fleet) if a["status"] == "firing"])
+
+
+def test_a_leaf_switch_fault_names_the_switch_and_its_ports_from_the_topology(fleet):
+    """The nodes' topology events name the switch behind each port (docs/events.md, ``neighbors``): the one fabric
+    incident names the degraded switch, and the switch ports of its members' cables."""
+    fabric = [a for a in _fabric_alerts(fleet) if a["type"] == "fabric" and a["status"] == "firing"]
+    assert len({a["id"] for a in fabric}) == 1, _show(fabric)
+    last = fabric[-1]
+    assert last["evidence"]["switch"] == FABRIC_SWITCHES[0] and FABRIC_SWITCHES[1] not in last["summary"]
+    ports = {p["switch_port"] for p in last["evidence"]["switch_ports"]}
+    assert len(ports) == len(last["evidence"]["switch_ports"]) == 4 * len(last["nodes"]), last["evidence"]
+    assert f"under switch {FABRIC_SWITCHES[0]}, its ports " in last["summary"], last["summary"]
 
 
 def test_a_raised_threshold_resolves_the_alert_with_that_reason(fleet):

@@ -56,6 +56,9 @@ class Scenario:
     telemetry: bool = False
     throttle: telemetry_gen.Throttle | None = None
     link_fault: telemetry_gen.LinkFault | None = None
+    #: The switch every port of the job's nodes is cabled to and its first port, in the nodes' topology events
+    #: (None: none sent).
+    switch: tuple[str, int] | None = None
     #: (step, settings): the job's runtime settings change after that step (``stepwatch config set``).
     settings: tuple[int, dict] | None = None
 
@@ -63,7 +66,8 @@ class Scenario:
         job = (pipeline.play if self.plan.stages > 1 else sync.play)(self.plan)
         if not self.telemetry:
             return job
-        nodes = telemetry_gen.play(self.plan, job, throttle=self.throttle, link_fault=self.link_fault)
+        nodes = telemetry_gen.play(self.plan, job, throttle=self.throttle, link_fault=self.link_fault,
+                                   switch=self.switch)
         return sorted(job + nodes, key=lambda s: s.at)
 
     def timed_lines(self) -> list[tuple[float, bytes]]:
@@ -177,16 +181,20 @@ def catalog() -> list[Scenario]:
 #: Jobs on 16 nodes, under one leaf switch for the first two (issue 26: one fabric incident, no drain).
 FABRIC_JOBS = ("fabric-a", "fabric-b", "fabric-c", "fabric-d")
 FABRIC_ALLOWED = frozenset({"comm_slowdown", "link_errors", "throughput_drop", "fabric"})
+#: The leaf switch of jobs a and b (the one that degrades), and of jobs c and d.
+FABRIC_SWITCHES = ("rack7-leaf-ab", "rack7-leaf-cd")
 
 
 def fabric_fleet() -> list[Scenario]:
     """A leaf switch degrades under the 8 nodes of jobs a and b from their step 60: every port there shows symbol
     errors and 2.4x transmit wait, their all-reduce transfers take 2x; jobs c and d (8 other nodes) are fine.
-    Each job alone may see its collectives slow down (no rank to blame); the fleet test counts incidents."""
+    Each job alone may see its collectives slow down (no rank to blame); the fleet test counts incidents. The
+    nodes' topology events name their switch (``FABRIC_SWITCHES``)."""
     out = []
     for i, job in enumerate(FABRIC_JOBS):
         hit = i < 2
         plan = _plan(job, node_prefix=f"rack7-{job[-1]}", seed=20 + i, network=(60, 2.0) if hit else None)
         out.append(Scenario(job, plan, Expect(Verdict.QUIET, allowed=FABRIC_ALLOWED if hit else frozenset()),
-                            telemetry=True, link_fault=telemetry_gen.LinkFault(60) if hit else None))
+                            telemetry=True, link_fault=telemetry_gen.LinkFault(60) if hit else None,
+                            switch=(FABRIC_SWITCHES[i // 2], 1 + 32 * (i % 2))))
     return out

@@ -4,7 +4,10 @@ One ``gpu`` event per GPU, one ``link`` event per InfiniBand port and one ``host
 ``interval`` seconds, stamped on the node's clock; counters are raw cumulative values (NVML, sysfs), never
 deltas. A healthy fleet's counters grow as busy hardware's do (data words, transmit wait, corrected ECC now
 and then); a :class:`Throttle` makes one GPU hot and clocked down (NVML HW thermal slowdown, 0x40) from the
-moment a rank's slowdown begins.
+moment a rank's slowdown begins. With ``switch`` each node also sends, first, a ``topology`` event naming
+per port the switch at the other end of its cable and the switch's port (``nics[].neighbors``, as the agent
+reads them from an ``ibnetdiscover`` dump): ``(name, first port)``, the job's ports cabled to consecutive
+ports of that switch from its ``first port`` on.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def _sender(node_index: int) -> int:
 
 
 def play(plan: Plan, job_sent: list[Sent], *, interval: float = 1.0, throttle: Throttle | None = None,
-         link_fault: LinkFault | None = None) -> list[Sent]:
+         link_fault: LinkFault | None = None, switch: tuple[str, int] | None = None) -> list[Sent]:
     """Telemetry of the job's nodes for the span of ``job_sent`` (the job's own events)."""
     rng = random.Random(plan.seed + 1)
     nodes: dict[str, tuple[int, float]] = {}  # node -> (index, clock offset), from what the ranks wrote
@@ -72,6 +75,14 @@ def play(plan: Plan, job_sent: list[Sent], *, interval: float = 1.0, throttle: T
     jiffies = {node: {"user": 4 * 10**7, "nice": 1000, "system": 6 * 10**6, "idle": 3 * 10**8, "iowait": 9 * 10**5,
                       "irq": 0, "softirq": 70_000, "steal": 0} for node in nodes}
     out: list[Sent] = []
+    if switch is not None:
+        for node, (index, offset) in nodes.items():
+            out.append(Sent(begin, _sender(index), {
+                "v": 1, "kind": "topology", "node": node, "ts": round(begin + offset, 6),
+                "nics": [{"device": f"mlx5_{nic}", "ports": [1],
+                          "neighbors": [{"port": 1, "switch": switch[0],
+                                         "switch_port": str(switch[1] + index * NICS + nic),
+                                         "source": "ibnetdiscover"}]} for nic in range(NICS)]}))
     t = begin
     while t <= end:
         for node, (index, offset) in nodes.items():
