@@ -247,10 +247,8 @@ def _neighbor(item: dict) -> dict[str, Any]:
     for name in ("switch_port", "switch_id", "source"):
         value = item.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)  # a switch port number written as a number
-            item = {**item, name: value}
-        value = _str(item, name, required=False)
-        if value:
+            out[name] = str(value)  # a switch port number written as a number
+        elif value := _str(item, name, required=False):
             out[name] = value
     return out
 
