@@ -7,7 +7,7 @@ not pass on it alone). Each yields ``(true_time, [wire event dict, ...])`` in ti
   relaunches every rank from the last checkpoint, the lost node's ranks on a spare: new processes,
   whose first heartbeats carry the checkpoint's step and sequence numbers from 0, then steps. Some
   events are lost, some batches arrive shuffled, and one late heartbeat of an old process arrives
-  after the restart.
+  after the restart; the job ends with a ``phase: end``.
 * :func:`pipeline_p2p`: a GPipe pipeline of ``stages`` x ``dp`` ranks with its p2p ``send``/``recv``
   collectives on each replica's group, a per-stage data-parallel all-reduce and step events; one
   rank computes ``slow_factor`` times slower from ``onset``: the stages after it wait longer in
@@ -86,7 +86,13 @@ def restart_onto_spare(r: Restart) -> Iterator[tuple[float, list[dict]]]:
     fresh = [hb(k, t + rng.uniform(0, 0.5), r.checkpoint, 0, 0, True) for k in range(r.ranks)]
     fresh.append(hb(3, t - 100.0, r.die_at - 1, seq + 1, seq, False))  # a late heartbeat of an old process
     yield t + 0.5, fresh
-    yield from steps(r.checkpoint + 1, r.steps, t + 1, 0, True)
+    for t, batch in steps(r.checkpoint + 1, r.steps, t + 1, 0, True):
+        yield t, batch
+    yield t, [_end(r.job, t)]  # the job finishes (a drained replay sees no hang after it)
+
+
+def _end(job: str, ts: float) -> dict:
+    return {"v": 1, "kind": "phase", "job": job, "ts": round(ts + 0.05, 6), "phase": "end"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,3 +186,4 @@ def pipeline_p2p(p: Pipeline) -> Iterator[tuple[float, list[dict]]]:
         events.sort(key=lambda e: e["ts"])
         t = float(done.max())
         yield t, events
+    yield t, [_end(p.job, t)]
