@@ -18,6 +18,10 @@ from stepwatch.commands.incidents import IncidentLines
 from stepwatch.models.alert_types import ALERT_TYPES
 
 
+#: How long ``--timeout`` waits at most for the alerts topic's partitions before its quiet clock starts.
+ASSIGNMENT_WAIT_SECONDS = 30.0
+
+
 def follow_batches(settings: Settings, *, from_beginning: bool,
                    timeout: float | None) -> Iterator[list[tuple[dict, float]]]:
     """The alerts of each poll of the topic, each with the time it was published (the Kafka record's
@@ -37,10 +41,18 @@ def follow_batches(settings: Settings, *, from_beginning: bool,
         **client_config(settings),
     )
     try:
-        quiet_since = time.monotonic()
-        while timeout is None or time.monotonic() - quiet_since < timeout:
+        # The quiet clock starts once the topic's partitions are assigned: on a busy machine joining can
+        # take longer than a short --timeout, which would end the command before it read anything. The
+        # wait for the assignment has its own bound (a missing topic never assigns).
+        started = quiet_since = time.monotonic()
+        assigned = False
+        while timeout is None or time.monotonic() - quiet_since < timeout or (
+                not assigned and time.monotonic() - started < max(timeout, ASSIGNMENT_WAIT_SECONDS)):
             batch = []
-            for records in consumer.poll(timeout_ms=500).values():
+            polled = consumer.poll(timeout_ms=500)
+            if not assigned and consumer.assignment():
+                assigned, quiet_since = True, time.monotonic()
+            for records in polled.values():
                 for record in records:
                     try:
                         alert = orjson.loads(record.value)
@@ -109,7 +121,7 @@ def add_parser(sub) -> None:
     _add_kafka_args(p)
     p.add_argument("--json", action="store_true", help="print raw JSON, one alert per line")
     p.add_argument("--from-beginning", action="store_true", help="start at the oldest alert kept")
-    p.add_argument("--timeout", type=float, help="stop after this many seconds without a new alert")
+    p.add_argument("--timeout", type=float, help="stop after this many seconds without a new alert (counted once the alerts topic is joined)")
     p.add_argument("--job", action="append", metavar="JOB", help="only this job's alerts; repeatable")
     p.add_argument("--type", action="append", choices=ALERT_TYPES, metavar="TYPE",
                    help=f"only alerts of this type ({', '.join(ALERT_TYPES)}); repeatable")
