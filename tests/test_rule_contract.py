@@ -20,6 +20,7 @@ from stepwatch.models.actions import FAILURE_CLASSES
 from stepwatch.models.alert_types import AlertType
 from stepwatch.models.engine import DetectionEngine, JobState
 from stepwatch.models.events import parse_event
+from stepwatch.models.evidence import HangEvidence, StragglerEvidence
 from stepwatch.models.hang import HangSettings
 from stepwatch.models.job_health import JobHealthSettings
 from stepwatch.models.registry import JOB_RULES, NODE_RULES, declared_types
@@ -250,6 +251,14 @@ def test_the_same_input_twice_gives_the_same_alerts(rule):
     _, second = run(fault, settings)
     assert first, f"{rule.spec.name}: its fault gave no alert"
     assert [a.to_json() for a in first] == [a.to_json() for a in second]
+    # The evidence other modules act on reads back as the rule's typed record (models/evidence.py).
+    for a in first:
+        if a.type == AlertType.STRAGGLER:
+            e = StragglerEvidence.of(a, strict=True)
+            assert e.signal is not None and e.horizon is not None
+        elif a.type == AlertType.HANG:
+            e = HangEvidence.of(a, strict=True)
+            assert e.case is not None and e.stalled_since is not None
 
 
 @RULES
