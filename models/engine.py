@@ -272,7 +272,7 @@ class DetectionEngine:
         """The least recently active job without an open alert among the first ``EVICTION_PROBES``."""
         for _ in range(min(EVICTION_PROBES, len(self.jobs))):
             name, job = next(iter(self.jobs.items()))
-            if not job.open_alerts():
+            if not self._job_open_alerts(job):
                 return job
             self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
         return None
@@ -461,7 +461,7 @@ class DetectionEngine:
         self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
-                                Resolution.FORGOTTEN, reason) for alert in job.open_alerts()]
+                                Resolution.FORGOTTEN, reason) for alert in self._job_open_alerts(job)]
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -573,7 +573,11 @@ class DetectionEngine:
         return state.sli.snapshot() if state is not None else None
 
     def open_alerts(self) -> list[Alert]:
-        return [a for job in self.jobs.values() for a in job.open_alerts()]
+        return [a for job in self.jobs.values() for a in self._job_open_alerts(job)]
+
+    @staticmethod
+    def _job_open_alerts(job: JobState) -> list[Alert]:
+        return job.open_alerts()
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:
