@@ -18,7 +18,7 @@ import numpy as np
 from .alerts import Alert
 from .arrival import CollectiveArrival
 from .assembly import GroupStep, StepAssembler
-from .events import CollectiveEvent, Event, NcclWindowEvent, PhaseEvent, StepEvent
+from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang import HangDetector, HangSettings
 from .oncall import OnCall, leaving_engine
 from .registry import FEED_ORDER, JOB_RULES
