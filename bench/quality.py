@@ -59,6 +59,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from stepwatch.models.alert_types import DERIVED_TYPES, NETWORK_TYPES
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: An alert that fires up to this long after a problem's end still belongs to it.
@@ -83,7 +85,7 @@ def replay_file(recording: Path) -> tuple[list[dict], dict]:
 
 #: Verdicts derived from other alerts or from the job's own restarts (issue 16), not detections of a
 #: labelled problem: not scored (a node_suspect names a node that other, scored, alerts implicated).
-DERIVED_TYPES = frozenset({"node_suspect", "job_restart"})
+# (DERIVED_TYPES, models/alert_types.py)
 
 
 def _first_firing(alerts: list[dict]) -> list[dict]:
@@ -386,7 +388,7 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
 
 # -- issue 26: one incident per root cause, on recordings of generators independent of the simulator ----
 
-NETWORK_TYPES = frozenset({"comm_slowdown", "link_errors", "fabric"})
+# Network alert types: NETWORK_TYPES (models/alert_types.py).
 
 
 def root_cause_scenarios() -> list[tuple[str, int, object]]:

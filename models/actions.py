@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .alerts import Alert
+from .evidence import HangCase, HangEvidence, StragglerEvidence, StragglerSignal
 
 SCOPES = ("device", "platform", "job")
 ACTION_KINDS = ("drain_node", "reset_gpu", "replace_gpu", "check_link", "restart_job", "fix_application",
@@ -207,8 +208,8 @@ XID_CLASSES: dict[int, str] = {79: "xid_79_off_bus", 74: "xid_74_nvlink", 48: "x
                                95: "xid_95_uncontained_ecc", 61: "xid_gsp", 62: "xid_gsp", 109: "xid_gsp",
                                119: "xid_gsp", 120: "xid_gsp"}
 APP_XIDS = frozenset({13, 31, 43, 45, 68})
-HANG_CLASSES = {"silent_ranks": "hang_silent_ranks", "culprit_before_collective": "hang_culprit",
-                "partial_hang": "hang_partial", "undetermined": "hang_undetermined"}
+HANG_CLASSES = {HangCase.SILENT_RANKS: "hang_silent_ranks", HangCase.CULPRIT_BEFORE_COLLECTIVE: "hang_culprit",
+                HangCase.PARTIAL_HANG: "hang_partial", HangCase.UNDETERMINED: "hang_undetermined"}
 #: Classes that mean the hardware cannot recover by itself (node_suspect fires at once).
 NON_RECOVERABLE = frozenset({"xid_79_off_bus", "xid_48_dbe", "ecc_dbe", "nvlink_down", "xid_64_row_remap_failure",
                              "xid_95_uncontained_ecc"})
@@ -278,10 +279,10 @@ class Classifier:
                 from_cause = self._cause_class(cause)
                 if from_cause is not None:
                     return from_cause
-            if alert.type == "straggler" and (ev.get("signal") == "data_time" or ev.get("cause") == "input pipeline"):
+            if alert.type == "straggler" and StragglerEvidence.of(alert).input_pipeline:
                 return "input_pipeline"
             if alert.type == "hang":
-                return HANG_CLASSES.get(str(ev.get("case")), "hang_undetermined")
+                return HANG_CLASSES.get(HangEvidence.of(alert).case, "hang_undetermined")
         cls = self.types.get(alert.type)
         return cls if cls in self.classes else "unknown"
 
@@ -383,9 +384,7 @@ def implicated_nodes(alert: Alert) -> tuple[str, ...]:
     out: list[str] = []
     cause = _first_cause(ev)
     if alert.type == "hang":
-        for culprit in ev.get("culprits") or ():
-            if isinstance(culprit, dict) and culprit.get("node"):
-                out.append(str(culprit["node"]))
+        out.extend(HangEvidence.of(alert).culprit_nodes)
     elif alert.type in ("straggler", "gpu_fault", "link_errors", "node_suspect") or not alert.job:
         out.extend(alert.nodes)
     if cause is not None and cause.get("node"):
@@ -402,7 +401,8 @@ def onset_ts(alert: Alert) -> float:
             return float(min(value, alert.starts_at))
     if alert.type == "straggler":
         # The episode began at first_step; a step lasts about the peers' median step time.
-        first, detected, per_step = ev.get("first_step"), ev.get("detected_step"), ev.get("peer_median")
-        if all(isinstance(v, (int, float)) for v in (first, detected, per_step)) and ev.get("signal") == "step_time":
-            return round(alert.starts_at - max(detected - first, 0) * per_step, 6)
+        e = StragglerEvidence.of(alert)
+        if (e.signal is StragglerSignal.STEP_TIME and e.first_step is not None and e.detected_step is not None
+                and e.peer_median is not None):
+            return round(alert.starts_at - max(e.detected_step - e.first_step, 0) * e.peer_median, 6)
     return alert.starts_at

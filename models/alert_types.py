@@ -1,12 +1,23 @@
-"""The closed vocabulary of alert types the worker emits (``Alert.type``, ``labels.alertname`` without
-its ``stepwatch_`` prefix): what ``stepwatch alerts --type`` offers and the runbooks cover."""
+"""The closed vocabularies of an alert: its type, status, severity, scope and its causes' categories.
+
+Each is a ``StrEnum``: a member *is* its string (``AlertType.HANG == "hang"``, ``str()`` and JSON give
+``"hang"``), so the wire format is unchanged and code that compares with strings keeps working, while
+the rules, the engine and the sinks name them. Which rule emits which type is declared by the rule
+(``RuleSpec.alert_types``, models/rule.py; the node-level sources in models/registry.py).
+
+The sets at the end group types by what other parts do with them (derived, node-scoped, network, ...):
+one place, instead of a set of names in every module that branches on them.
+"""
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class AlertType(str, Enum):
+class AlertType(StrEnum):
+    """``Alert.type`` (and ``labels.alertname`` without its ``stepwatch_`` prefix): what ``stepwatch alerts
+    --type`` offers and the runbooks (docs/runbooks/<type>.md) cover."""
+
     STRAGGLER = "straggler"  # models/straggler.py, models/long_straggler.py
     HANG = "hang"  # models/hang.py
     THROUGHPUT_DROP = "throughput_drop"  # models/throughput.py
@@ -23,4 +34,53 @@ class AlertType(str, Enum):
     HBM_FULL = "hbm_full"  # models/device_rules.py
 
 
+class AlertStatus(StrEnum):
+    """``Alert.status``: an alert keeps its id from firing to resolved."""
+
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+class Severity(StrEnum):
+    """``Alert.severity``: ``info`` is steady waste worth a ticket, not a page."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class Scope(StrEnum):
+    """``Alert.scope`` (``labels.scope``): who acts on it (models/actions.py); unset until the alert leaves
+    the engine."""
+
+    UNSET = ""
+    DEVICE = "device"  # a GPU, a node: drain, reset, replace
+    PLATFORM = "platform"  # network, power, shared storage
+    JOB = "job"  # the job's own code, data or partitioning
+
+
+class CauseCategory(StrEnum):
+    """``SuspectedCause.category`` (models/causes.py): the kind of component a suspected cause names."""
+
+    NETWORK = "network"
+    COMPUTE = "compute"
+    APPLICATION = "application"
+    INPUT_PIPELINE = "input_pipeline"
+    HOST = "host"
+    FABRIC = "fabric"
+
+
+#: Every alert type, as strings (the CLI's choices).
 ALERT_TYPES: tuple[str, ...] = tuple(t.value for t in AlertType)
+#: Made from other alerts where they leave the engine (models/oncall.py), not by a detector on the input.
+DERIVED_TYPES = frozenset({AlertType.JOB_RESTART, AlertType.NODE_SUSPECT})
+#: About the network between ranks: a link, the fabric, or the job's collectives.
+NETWORK_TYPES = frozenset({AlertType.COMM_SLOWDOWN, AlertType.LINK_ERRORS, AlertType.FABRIC})
+#: Node telemetry alerts owned by the node's partition (streams/telemetry_feed.py).
+NODE_TYPES = frozenset({AlertType.GPU_FAULT, AlertType.LINK_ERRORS, AlertType.GPU_HOT})
+#: Alerts that implicate the nodes they name in the node ledger (models/ledger.py).
+IMPLICATING_TYPES = frozenset({AlertType.STRAGGLER, AlertType.HANG, AlertType.GPU_FAULT, AlertType.LINK_ERRORS})
+#: Alerts the telemetry hub names suspected causes for (models/telemetry_hub.py).
+ENRICHED_TYPES = frozenset({AlertType.STRAGGLER, AlertType.HANG, AlertType.COMM_SLOWDOWN})
+#: Types with a per-type series in /metrics (streams/metrics.py): the two that page.
+METERED_TYPES: tuple[AlertType, ...] = (AlertType.STRAGGLER, AlertType.HANG)

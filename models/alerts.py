@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from .alert_types import AlertStatus, AlertType, Scope, Severity
+
 WIRE_VERSION = 1
 #: ``annotations.runbook_url`` is ``<base>/<type>.md``; the default is the runbooks' place in this repository
 #: (docs/runbooks/), which a deployment points at where its copy is served (``STEPWATCH_RUNBOOK_BASE_URL``).
@@ -36,10 +38,15 @@ def alert_id(job: str, alert_type: str, *parts: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Alert:
+    """One alert, typed: ``status``, ``severity`` and ``scope`` are members of their closed vocabularies
+    (models/alert_types.py; strings given are converted, an unknown one is a ``ValueError``), ``type`` an
+    ``AlertType`` (a type this version does not know, read back from a newer worker's record, stays a string).
+    Each is a ``StrEnum``, equal to its string, so the JSON record is the same as with bare strings."""
+
     id: str
-    status: str  # firing | resolved
-    type: str  # straggler | hang | ...
-    severity: str  # info | warning | critical (info: steady waste worth a ticket, not a page)
+    status: AlertStatus
+    type: AlertType | str
+    severity: Severity  # info: steady waste worth a ticket, not a page
     job: str
     ranks: tuple[int, ...]
     nodes: tuple[str, ...]
@@ -48,9 +55,20 @@ class Alert:
     evidence: dict[str, Any] = field(default_factory=dict)
     ends_at: float | None = None
     #: device | platform | job (models/actions.py), set where alerts leave the engine.
-    scope: str = ""
+    scope: Scope = Scope.UNSET
     #: One sentence for the on-call SRE (models/actions.py).
     recommended_action: str = ""
+
+    def __post_init__(self) -> None:
+        # Rules and tests may pass the plain strings: one conversion here keeps every alert typed.
+        if type(self.status) is not AlertStatus:
+            object.__setattr__(self, "status", AlertStatus(self.status))
+        if type(self.severity) is not Severity:
+            object.__setattr__(self, "severity", Severity(self.severity))
+        if type(self.scope) is not Scope:
+            object.__setattr__(self, "scope", Scope(self.scope))
+        if type(self.type) is not AlertType and self.type in _KNOWN_TYPES:
+            object.__setattr__(self, "type", AlertType(self.type))
 
     @property
     def labels(self) -> dict[str, str]:
@@ -91,7 +109,7 @@ class Alert:
     def resolved(self, *, at: float, summary: str | None = None, evidence: dict[str, Any] | None = None) -> "Alert":
         return replace(
             self,
-            status="resolved",
+            status=AlertStatus.RESOLVED,
             ends_at=at,
             summary=summary if summary is not None else self.summary,
             evidence=evidence if evidence is not None else self.evidence,
@@ -146,6 +164,9 @@ class Alert:
         computed with numpy (``numpy.float64`` in evidence) are written as JSON numbers, not an error that
         would lose the alert."""
         return orjson.dumps(self.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+_KNOWN_TYPES = frozenset(AlertType)
 
 
 def format_alert(alert: dict[str, Any]) -> str:

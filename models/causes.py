@@ -10,12 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .alert_types import CauseCategory
+
 
 @dataclass(frozen=True, slots=True)
 class SuspectedCause:
     """One ranked candidate cause of a straggler or hang."""
 
-    category: str  # network | compute | application | input_pipeline
+    category: CauseCategory  # a string given is converted (an unknown one is a ValueError)
     node: str | None
     component: str
     score: float
@@ -26,6 +28,10 @@ class SuspectedCause:
     device: str | None = None
     port: int | None = None
     evidence: tuple[dict[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self.category) is not CauseCategory:
+            object.__setattr__(self, "category", CauseCategory(self.category))
 
     def to_dict(self, rank: int) -> dict[str, Any]:
         out: dict[str, Any] = {"rank": rank, "category": self.category, "node": self.node,

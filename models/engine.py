@@ -18,18 +18,15 @@ import numpy as np
 from .alerts import Alert
 from .arrival import CollectiveArrival
 from .assembly import GroupStep, StepAssembler
-from .events import CollectiveEvent, Event, NcclWindowEvent, PhaseEvent, StepEvent
-from .inspector import InspectorJudge
+from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang import HangDetector, HangSettings
-from .job_health import job_health_rules
 from .oncall import OnCall, leaving_engine
+from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
+from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal
 from .sli import JobSLI
 from .step_columns import StepColumns
-from .throughput import sample_from
 from .straggler import StragglerDetector, StragglerSettings
-from .long_straggler import LongStragglerDetector
-from .imbalance import ImbalanceDetector
 from .telemetry_hub import TELEMETRY_KINDS, TelemetryHub
 from dataclasses import dataclass
 
@@ -64,22 +61,15 @@ EVICTION_PROBES = 64
 
 
 class JobState:
-    """Everything the engine holds for one job."""
+    """Everything the engine holds for one job: its rules (models/registry.py) and the job's own bookkeeping."""
 
-    __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
-                 "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end",
-                 "long_stragglers", "imbalance", "arrival", "inspector", "sources")
+    __slots__ = ("job", "assemblers", "phase", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
+                 "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name")
 
-    def __init__(self, job: str, hang: HangDetector, throughput, comm, checkpoint) -> None:
+    def __init__(self, job: str, env) -> None:
         self.job = job
-        self.hang = hang
-        self.throughput = throughput
-        self.comm = comm
-        self.checkpoint = checkpoint
         #: Ranks' own collective durations per step: the arrival signal when steps lack comm_time.
         self.arrival = CollectiveArrival()
-        #: NCCL Inspector windows of the job, from the node agents (models/inspector.py); made at the first one.
-        self.inspector: InspectorJudge | None = None
         #: Heartbeat sources seen (``callback`` or ``nccl_ras``): a job with the callback is not counted twice.
         self.sources: set[str] = set()
         # The timer's clock when the job last sent anything (for eviction): event time in
@@ -90,11 +80,6 @@ class JobState:
         # timer's clock (0 in replay), so time-driven rules judge the job on its own clock.
         self.lags: deque[float] = deque(maxlen=256)
         self.assemblers: dict[str, StepAssembler] = {}
-        self.stragglers: dict[str, StragglerDetector] = {}
-        #: The long-horizon straggler rule per group (models/long_straggler.py).
-        self.long_stragglers: dict[str, LongStragglerDetector] = {}
-        #: Stage imbalance and rank classes (models/imbalance.py), made at the job's first step.
-        self.imbalance = ImbalanceDetector(job=job)
         self.phase = "train"
         self.ended = False
         self.ended_at = 0.0  # time of the job's ``end`` phase event
@@ -103,6 +88,56 @@ class JobState:
         self.last_ts = 0.0
         self.latest_step = -1
         self.ranks: set[int] = set()
+        # The job's rules, one per registry entry, made in feeding order (each after those it needs).
+        self._by_name: dict[str, JobRule] = {}
+        for cls in FEED_ORDER:
+            self._by_name[cls.spec.name] = cls(self, env, self._by_name)
+        #: In registry order: how open alerts are listed and closed.
+        self.rules: tuple[JobRule, ...] = tuple(self._by_name[cls.spec.name] for cls in JOB_RULES)
+        #: The rules fed each signal, in feeding order.
+        self.by_signal: dict[Signal, tuple[JobRule, ...]] = {
+            signal: tuple(self._by_name[c.spec.name] for c in FEED_ORDER if signal in c.spec.consumes)
+            for signal in Signal}
+
+    def rule(self, name: str) -> JobRule:
+        """The job's rule registered as ``name`` (``KeyError`` if none)."""
+        return self._by_name[name]
+
+    def open_alerts(self) -> list[Alert]:
+        return [a for rule in self.rules for a in rule.open_alerts()]
+
+    # Views of the rules' detectors (status views, tests); the engine goes through the rules.
+    @property
+    def hang(self) -> HangDetector:
+        return self._by_name["hang"].detector
+
+    @property
+    def stragglers(self) -> dict[str, StragglerDetector]:
+        return self._by_name["straggler"].detectors
+
+    @property
+    def long_stragglers(self) -> dict:
+        return self._by_name["long_straggler"].detectors
+
+    @property
+    def throughput(self):
+        return self._by_name["throughput"].detector
+
+    @property
+    def comm(self):
+        return self._by_name["comm"].detector
+
+    @property
+    def checkpoint(self):
+        return self._by_name["checkpoint"].detector
+
+    @property
+    def imbalance(self):
+        return self._by_name["imbalance"].detector
+
+    @property
+    def inspector(self):
+        return self._by_name["inspector"].judge
 
     def clock_offset(self) -> float:
         # The median: a few events with absurd timestamps cannot move the job's clock.
@@ -184,19 +219,27 @@ class DetectionEngine:
         if arrival is not None:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
-        if isinstance(event, NcclWindowEvent):
-            return evicted + self.telemetry.enrich(self._on_inspector(job, event))
-        if event.kind == "heartbeat" and not self._count_heartbeat(job, event):
+        signal = EVENT_SIGNALS.get(event.kind)
+        if signal is None:  # not a job event kind the rules take (the decoder lets none through)
+            return self.telemetry.enrich(evicted)
+        if signal is Signal.INSPECTOR:
+            return evicted + self.telemetry.enrich(self._feed(job, signal, event))
+        if signal is Signal.HEARTBEATS and not self._count_heartbeat(job, event):
             return evicted
-        out = evicted + job.hang.update(event)  # heartbeats, collectives, phases, stacks
         if getattr(event, "node", None) is not None:
             self.telemetry.fabric.observe_node(event.job, event.node)  # the job's nodes (models/fabric.py)
         if isinstance(event, CollectiveEvent):
             job.arrival.observe_collective(event)
-            out.extend(job.comm.update(event))
         elif isinstance(event, PhaseEvent):
-            out.extend(self._on_phase(job, event))
-        return self.telemetry.enrich(out)
+            return self.telemetry.enrich(evicted + self._on_phase(job, event))
+        return self.telemetry.enrich(evicted + self._feed(job, signal, event))
+
+    @staticmethod
+    def _feed(job: JobState, signal: Signal, event: Event) -> list[Alert]:
+        out: list[Alert] = []
+        for rule in job.by_signal[signal]:
+            out.extend(rule.on_event(event))
+        return out
 
     @leaving_engine
     def process_batch(self, events: list[Event] | StepColumns, *, arrival: float | None = None) -> list[Alert]:
@@ -285,9 +328,9 @@ class DetectionEngine:
             job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
         job.sli.observe(latest)
-        hang_alerts = job.hang.update_steps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes,
-                                            cols.world_size[lo:hi])
-        job.checkpoint.observe(ts[0], max(steps))
+        run = RankSteps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes, cols.world_size[lo:hi])
+        # (event index, alert) of the rules fed each rank's steps (the hang rule's), in event order
+        rank_alerts = [pair for rule in job.by_signal[Signal.RANK_STEPS] for pair in rule.on_rank_steps(run)]
         if job.arrival.active:
             job.arrival.observe_steps(ranks, steps, ts)
         if cols.extra is not None:
@@ -304,7 +347,7 @@ class DetectionEngine:
                         cols.data_time[lo:hi], cols.tokens[lo:hi], nodes))
         groups = cols.group[lo:hi]
         # (event index, 0: hang alerts / 1: closed steps to judge), in event order
-        results: list[tuple[int, int, list]] = [(i, 0, [alert]) for i, alert in hang_alerts]
+        results: list[tuple[int, int, list]] = [(i, 0, [alert]) for i, alert in rank_alerts]
         start = 0
         # runs of one group (usually the whole run: then the bounds without a scan)
         bounds = (len(groups),) if groups.count(groups[0]) == len(groups) else range(1, len(groups) + 1)
@@ -332,9 +375,7 @@ class DetectionEngine:
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:
-        return JobState(job, self._hang_detector(job),
-                        *job_health_rules(job, self.settings.job_health,
-                                          warmup_steps=self.settings.straggler.warmup_steps))
+        return JobState(job, self)
 
     def hang_settings(self, job: str) -> HangSettings:
         """The hang rule's settings for ``job``: run-time overrides, else the environment's."""
@@ -344,9 +385,6 @@ class DetectionEngine:
         if job in self._job_timeouts and self.hang_default is None:
             h = dataclasses.replace(h, timeout_seconds=self._job_timeouts[job])
         return h
-
-    def _hang_detector(self, job: str) -> HangDetector:
-        return HangDetector.from_settings(self.hang_settings(job), job=job)
 
     def take_stack_requests(self) -> list:
         """Stack requests of hung jobs made since the last call (the worker sends them on the control topic)."""
@@ -381,17 +419,13 @@ class DetectionEngine:
             job_now = now - job.clock_offset()  # the same instant on the job's own clock
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(job_now)))
-            hangs = job.hang.check(job_now)
-            if hangs and "nccl_ras" in job.sources:  # say which source the heartbeats came from
-                source = "nccl_ras" if "callback" not in job.sources else "callback"
-                hangs = [dataclasses.replace(a, evidence={**a.evidence, "source": source}) for a in hangs]
-            out.extend(hangs)
-            if job.hang.pending_requests:
-                self.stack_requests.extend(job.hang.take_stack_requests())
+            for rule in job.by_signal[Signal.TICKS]:
+                out.extend(rule.tick(job_now))
+            hang = job.hang
+            if hang.pending_requests:
+                self.stack_requests.extend(hang.take_stack_requests())
                 del self.stack_requests[:-1000]  # replay takes none: bounded all the same
-            job.sli.on_tick(job_now, hung=bool(job.hang.firing))
-            if not job.ended:
-                out.extend(job.checkpoint.check(job_now))
+            job.sli.on_tick(job_now, hung=bool(hang.firing))
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
 
     def _within_rank_cap(self, job: JobState, events: list, limit: int) -> list:
@@ -415,15 +449,15 @@ class DetectionEngine:
             out["ranks_per_job"] += self._capped_ranks
         out.update(self.telemetry.tracker.capped)
         for job in self.jobs.values():
-            out.update(job.hang.capped)
-            out.update(job.comm.capped)
+            for rule in job.rules:
+                out.update(rule.capped())
         return out
 
     def _evict(self, job: JobState, reason: str) -> list[Alert]:
         """Forget a job; its open alerts resolve, saying why."""
         self.jobs.pop(job.job, None)
-        self._capped_gone.update(job.hang.capped)
-        self._capped_gone.update(job.comm.capped)
+        for rule in job.rules:
+            self._capped_gone.update(rule.capped())
         self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
@@ -442,49 +476,21 @@ class DetectionEngine:
 
     def _judge(self, job: JobState, steps: list[GroupStep]) -> list[Alert]:
         out: list[Alert] = []
+        rules = job.by_signal[Signal.STEPS]  # imbalance first: classes known before the per-rank rules judge
         for step in steps:
             if job.arrival.active and np.isnan(step.compute_time).any() and np.isnan(step.comm_time).any():
                 comm = job.arrival.comm_times(step.step, step.ranks)
                 if comm is not None:  # arrival skew from the ranks' own collective durations
                     step = dataclasses.replace(step, comm_time=comm, comm_source="collective",
                                                comm_ops=job.arrival.dominant())
-            out.extend(job.imbalance.update(step))  # first: classes known before the per-rank rules judge
-            detector = job.stragglers.get(step.group)
-            if detector is None:
-                s = self.straggler_settings(job.job)
-                detector = job.stragglers[step.group] = StragglerDetector.from_settings(
-                    s, job=job.job, group=step.group)
-                detector.on_verdict = self.verdict_listener
-                detector.on_flap = self._count_flap
-            detector.rank_class = job.imbalance.class_of(step.group)
-            out.extend(detector.update(step))
-            out.extend(self._judge_long(job, step, detector))
-            out.extend(job.throughput.update(sample_from(step), phase=step.phase))
+            for rule in rules:
+                out.extend(rule.on_step(step))
             job.sli.on_step(step)
         return out
 
-    def _judge_long(self, job: JobState, step: GroupStep, short: StragglerDetector) -> list[Alert]:
-        s = self.straggler_settings(job.job)
-        if s.long_min_effect <= 0:
-            return []
-        long = job.long_stragglers.get(step.group)
-        if long is None:
-            long = job.long_stragglers[step.group] = LongStragglerDetector(
-                job=job.job, group=step.group, min_effect=s.long_min_effect, window=s.long_window,
-                min_peers=s.min_peers, warmup_steps=s.warmup_steps)
-        long.rank_class = short.rank_class
-        long.min_effect = s.long_min_effect  # settings changed at run time apply at once
-        # The short rule speaks for ranks it is firing for or holding off (no second alert by the back door).
-        exclude = short._firing.keys() | short._suppressed if short._suppressed else short._firing
-        return long.update(step, job_ranks=len(job.ranks), exclude=exclude)
-
-    def _count_flap(self, detector: StragglerDetector, outcome: str) -> None:
+    def count_flap(self, detector: StragglerDetector, outcome: str) -> None:
+        """Given to every straggler detector as its ``on_flap`` hook (``stepwatch_straggler_flaps_total``)."""
         self.straggler_flaps[outcome] += 1
-
-    def _on_inspector(self, job: JobState, event: NcclWindowEvent) -> list[Alert]:
-        if job.inspector is None:
-            job.inspector = InspectorJudge(job=job.job, straggler=self.straggler_settings(job.job), comm=job.comm)
-        return job.inspector.update(event, callback_steps=job.latest_step >= 0)
 
     @staticmethod
     def _count_heartbeat(job: JobState, event) -> bool:
@@ -495,22 +501,18 @@ class DetectionEngine:
         return source == "callback" or "callback" not in job.sources
 
     def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
+        out = self._feed(job, Signal.PHASES, event)
         if event.rank is not None:
-            return []  # a single rank's phase is carried by its own step events
-        out = job.checkpoint.on_phase(event.ts, event.phase, event.step)
+            return out  # a single rank's phase is carried by its own step events
         if event.phase == "end":
             job.ended = True
             job.ended_at = event.ts
             job.phase = "train"
             # Steps still incomplete at the end (a rank's last events lost) are never judged: a later tick's
-            # flush would feed them to the detectors just closed and re-open their alerts.
+            # flush would feed them to the rules just closed and re-open their alerts.
             job.assemblers.clear()
-            for detector in [*job.stragglers.values(), *job.long_stragglers.values()]:
-                out.extend(detector.close_all(at=event.ts, reason="job ended"))
-            for rule in (job.throughput, job.comm, job.checkpoint, job.imbalance):
-                out.extend(rule.close(at=event.ts, reason="job ended"))
-            if job.inspector is not None:
-                out.extend(job.inspector.close(at=event.ts, reason="job ended"))
+            for rule in job.rules:
+                out.extend(rule.close(at=event.ts, resolution=Resolution.JOB_ENDED, reason="job ended"))
             return [with_resolution(a, Resolution.JOB_ENDED, "job ended") for a in out]
         job.phase = event.phase
         return out
@@ -538,11 +540,7 @@ class DetectionEngine:
                 self.straggler_overrides[job] = straggler
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
-            values = dataclasses.asdict(self.straggler_settings(state.job))
-            for detector in state.stragglers.values():
-                detector.reconfigure(**values)
-            if state.inspector is not None:  # the NCCL Inspector windows' detectors too (models/inspector.py)
-                state.inspector.reconfigure(self.straggler_settings(state.job), values)
+            self._reconfigure(state, self.straggler_settings(state.job))
 
     def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
         """Change the hang rule's settings while running (like ``apply_settings``)."""
@@ -558,7 +556,14 @@ class DetectionEngine:
                 self.hang_overrides[job] = hang
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
-            state.hang.reconfigure(self.hang_settings(state.job))
+            self._reconfigure(state, self.hang_settings(state.job))
+
+    @staticmethod
+    def _reconfigure(state: JobState, settings) -> None:
+        """Every rule of the job that takes settings of this kind takes them."""
+        for rule in state.rules:
+            if rule.spec.settings is type(settings):
+                rule.reconfigure(settings)
 
     # -- views ----------------------------------------------------------------------------
 
@@ -572,16 +577,7 @@ class DetectionEngine:
 
     @staticmethod
     def _job_open_alerts(job: JobState) -> list[Alert]:
-        out = [a for d in [*job.stragglers.values(), *job.long_stragglers.values()] for a in d.firing.values()]
-        out.extend(job.hang.firing.values())
-        if job.throughput.firing is not None:
-            out.append(job.throughput.firing)
-        out.extend(job.comm.open_alerts())
-        out.extend(job.checkpoint.open_alerts())
-        out.extend(job.imbalance.open_alerts())
-        if job.inspector is not None:
-            out.extend(job.inspector.open_alerts())
-        return out
+        return job.open_alerts()
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:

@@ -50,6 +50,7 @@ import numpy as np
 from .alerts import Alert, alert_id
 from .clocks import ClockOffsets
 from .events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
+from .evidence import HangCase
 from .resolution import Resolution
 from .stacks import StackRequest, frame_lines
 from .tunable import runtime, runtime_fields
@@ -138,14 +139,15 @@ MAX_BLOCKED_GROUPS = 32
 #: Culprits asked for their stacks per request (waiting ranks come on top, ``stack_waiting_ranks``).
 MAX_STACK_CULPRITS = 4
 
-CASES = ("culprit_before_collective", "silent_ranks", "partial_hang", "undetermined")
+#: The cases of a diagnosis (models/evidence.py ``HangCase``: the alert's ``evidence.case``).
+CASES = tuple(HangCase)
 
 
 @dataclass(frozen=True, slots=True)
 class HangDiagnosis:
     """Who is where while a job is stuck (the localization part of a hang alert)."""
 
-    case: str
+    case: HangCase
     reason: str
     culprits: tuple[int, ...]  # most likely cause first
     silent: tuple[int, ...]
@@ -1101,31 +1103,31 @@ class HangDetector:
             else:
                 behind, cycle = (), groups["groups"]
         if not self._has_heartbeats:
-            case, culprits = "undetermined", ()
+            case, culprits = HangCase.UNDETERMINED, ()
             reason = "no heartbeats from this job: the ranks' positions are unknown, so no culprit is named"
         elif stepping and (stuck or silent):
-            case = "partial_hang"
+            case = HangCase.PARTIAL_HANG
             stuck_set, behind_set = set(stuck), set(behind)
             culprits = silent + tuple(r for r in behind if r in stuck_set) + tuple(
                 r for r in stuck if r not in behind_set)
             reason = (f"{len(stepping)} rank(s) still complete steps while {len(stuck) + len(silent)} "
                       f"do not")
         elif silent:
-            case = "silent_ranks"
+            case = HangCase.SILENT_RANKS
             culprits = silent + behind
             reason = (f"{len(silent)} rank(s) sent nothing for {hb_timeout:g}s while the others still send "
                       f"heartbeats (process dead, frozen, or node unreachable)")
         elif behind and pg_name is not None:
-            case, culprits = "culprit_before_collective", behind
+            case, culprits = HangCase.CULPRIT_BEFORE_COLLECTIVE, behind
             reason = (f"{len(behind)} live rank(s) never issued collective {collective_seq} of process group "
                       f"{pg_name}, which {len(group_waiting)} of its rank(s) started and wait in; "
                       f"{len(waiting) - len(group_waiting)} more rank(s) wait in other groups")
         elif behind:
-            case, culprits = "culprit_before_collective", behind
+            case, culprits = HangCase.CULPRIT_BEFORE_COLLECTIVE, behind
             reason = (f"{len(behind)} live rank(s) never issued collective {collective_seq}, which "
                       f"{len(waiting)} rank(s) started and wait in")
         else:
-            case, culprits = "undetermined", ()
+            case, culprits = HangCase.UNDETERMINED, ()
             if cycle:
                 reason = (f"the ranks behind in process group(s) {', '.join(cycle[:4])} all wait in other "
                           f"groups' collectives (collectives issued in different orders?): no rank is simply "

@@ -42,15 +42,29 @@ class JobHealthSettings:
     checkpoint_required: bool = False
 
 
+def throughput_rule(job: str, settings: JobHealthSettings, *, warmup_steps: int) -> ThroughputDetector:
+    h = settings
+    return ThroughputDetector(job=job, min_effect=h.throughput_min_effect, threshold=h.throughput_threshold,
+                              persistence=h.throughput_persistence, baseline_steps=h.throughput_baseline_steps,
+                              warmup_steps=warmup_steps, max_incomplete_steps=h.throughput_max_incomplete_steps)
+
+
+def comm_rule(job: str, settings: JobHealthSettings) -> CommSlowdownDetector:
+    h = settings
+    return CommSlowdownDetector(job=job, threshold=h.comm_threshold, window=h.comm_window,
+                                persistence=h.comm_persistence)
+
+
+def checkpoint_rule(job: str, settings: JobHealthSettings) -> CheckpointDetector:
+    h = settings
+    return CheckpointDetector(job=job, max_age_seconds=h.checkpoint_max_age_seconds,
+                              max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor,
+                              required=h.checkpoint_required)
+
+
 def job_health_rules(job: str, settings: JobHealthSettings, *, warmup_steps: int
                      ) -> tuple[ThroughputDetector, CommSlowdownDetector, CheckpointDetector]:
-    """The three job-wide rules of ``job``, configured by ``settings``."""
-    h = settings
-    return (ThroughputDetector(job=job, min_effect=h.throughput_min_effect, threshold=h.throughput_threshold,
-                               persistence=h.throughput_persistence, baseline_steps=h.throughput_baseline_steps,
-                               warmup_steps=warmup_steps, max_incomplete_steps=h.throughput_max_incomplete_steps),
-            CommSlowdownDetector(job=job, threshold=h.comm_threshold, window=h.comm_window,
-                                 persistence=h.comm_persistence),
-            CheckpointDetector(job=job, max_age_seconds=h.checkpoint_max_age_seconds,
-                               max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor,
-                               required=h.checkpoint_required))
+    """The three job-wide rules of ``job``, configured by ``settings`` (the engine makes each through its
+    registry entry, models/job_rules.py)."""
+    return (throughput_rule(job, settings, warmup_steps=warmup_steps), comm_rule(job, settings),
+            checkpoint_rule(job, settings))

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .actions import NON_RECOVERABLE, implicated_nodes
+from .alert_types import IMPLICATING_TYPES
 from .alerts import Alert, alert_id
 
-#: Alert types whose nodes are implicated (plus any alert carrying suspected causes).
-IMPLICATING_TYPES = frozenset({"straggler", "hang", "gpu_fault", "link_errors"})
+# Alert types whose nodes are implicated (plus any alert carrying suspected causes): IMPLICATING_TYPES.
 #: Failure classes that blame the job, not the node.
 JOB_CLASSES = frozenset({"input_pipeline", "app_xid", "host_oom"})
 

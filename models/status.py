@@ -185,17 +185,11 @@ def _finite(value: Any, digits: int = 4) -> float | None:
 
 
 def job_alerts(engine, job: str) -> list[Alert]:
-    """Open alerts of one job (straggler and hang), oldest first."""
+    """Open alerts of one job (every rule's, models/registry.py), oldest first."""
     state = engine.jobs.get(job)
     if state is None:
         return []
-    every_rule = getattr(engine, "_job_open_alerts", None)  # straggler, hang and the job-health rules
-    if every_rule is not None:
-        out = list(every_rule(state))
-    else:
-        out = [a for d in state.stragglers.values() for a in d.firing.values()]
-        out.extend(state.hang.firing.values())
-    return sorted(out, key=lambda a: (a.starts_at, a.id))
+    return sorted(state.open_alerts(), key=lambda a: (a.starts_at, a.id))
 
 
 def _rates(recorder: StatusRecorder, job: str) -> tuple[float | None, float | None, float | None]:

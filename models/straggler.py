@@ -301,6 +301,10 @@ class StragglerDetector:
         """Open straggler alerts by rank."""
         return dict(self._firing)
 
+    def speaking_for(self):
+        """Ranks this rule speaks for: firing, or held off from re-firing (the long-horizon rule leaves them)."""
+        return self._firing.keys() | self._suppressed if self._suppressed else self._firing
+
     # -- the rule -------------------------------------------------------------------------
 
     def update(self, step: GroupStep) -> list[Alert]:

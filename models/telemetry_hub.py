@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+from .alert_types import ENRICHED_TYPES
 from .alerts import Alert
 from .causes import SuspectedCause
 from .telemetry_correlator import TelemetryCorrelator
@@ -102,7 +103,7 @@ class TelemetryHub:
 
     #: Job-level alerts (comm_slowdown, a communication throughput_drop, a hang with no culprit)
     #: compare all of the job's nodes with each other (models/fabric.py, ``FabricCorrelator.applies``).
-    ENRICHED_TYPES = ("straggler", "hang", "comm_slowdown")
+    ENRICHED_TYPES = ENRICHED_TYPES
 
     def __init__(self, settings=None, host=None) -> None:
         if settings is None:

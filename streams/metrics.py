@@ -17,6 +17,8 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from stepwatch.models.alert_types import METERED_TYPES
+
 from .registry import PeerRefusal
 
 # The *_created series (one per labelled child) double the output and nobody here reads them.
@@ -26,7 +28,7 @@ __all__ = ["CONTENT_TYPE_LATEST", "WorkerMetrics", "WorkerStats"]
 
 DETECTION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                      5.0)
-ALERT_TYPES = ("straggler", "hang")
+ALERT_TYPES = METERED_TYPES
 #: Incident durations: from a minute to a day.
 INCIDENT_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
 EVENT_KINDS = ("step", "collective", "heartbeat", "phase", "stack", "gpu", "xid", "link", "topology", "host")

@@ -27,11 +27,12 @@ import threading
 import time
 
 from stepwatch.config import Settings
+from stepwatch.models.alert_types import NODE_TYPES
 from stepwatch.models.pipeline import TELEMETRY_ROAD, Message
 
 log = logging.getLogger("stepwatch.worker.telemetry")
 
-NODE_ALERT_TYPES = frozenset({"gpu_fault", "link_errors", "gpu_hot"})
+NODE_ALERT_TYPES = NODE_TYPES
 
 
 class TelemetryFeed:

@@ -1,0 +1,113 @@
+"""Typed views of the evidence of straggler and hang alerts, for the modules that act on it.
+
+An alert's ``evidence`` is a dict because it is the wire form (docs/alerts.md). The rules write it; other
+modules (models/actions.py: failure class, implicated nodes, onset) read a few fields of it. They read them
+through these records instead of by key, so a field's name and type are stated once, next to the vocabulary
+of its values, and the contract test (tests/test_rule_contract.py) checks that every straggler and hang
+alert the rules emit reads back as its record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from .alert_types import AlertType
+from .alerts import Alert
+
+
+class StragglerSignal(StrEnum):
+    """Which per-rank time a straggler alert compared with the rank's peers."""
+
+    COMPUTE_TIME = "compute_time"
+    STEP_TIME = "step_time"
+    ARRIVAL = "arrival"  # when the rank reached the collective (models/arrival.py, NCCL Inspector windows)
+    DATA_TIME = "data_time"  # the input pipeline's wait
+
+
+class Horizon(StrEnum):
+    """Which straggler rule fired: models/straggler.py (short) or models/long_straggler.py (long)."""
+
+    SHORT = "short"
+    LONG = "long"
+
+
+class HangCase(StrEnum):
+    """What the hang rule found about who is where (models/hang.py ``HangDiagnosis``)."""
+
+    CULPRIT_BEFORE_COLLECTIVE = "culprit_before_collective"
+    SILENT_RANKS = "silent_ranks"
+    PARTIAL_HANG = "partial_hang"
+    UNDETERMINED = "undetermined"
+
+
+def _number(ev: dict, name: str, strict: bool) -> float | None:
+    value = ev.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if strict and value is not None:
+        raise ValueError(f"evidence.{name}: not a number: {value!r}")
+    return None
+
+
+def _member(enum: type[StrEnum], ev: dict, name: str, strict: bool):
+    value = ev.get(name)
+    try:
+        return enum(value)
+    except ValueError:
+        if strict:
+            raise ValueError(f"evidence.{name}: {value!r} is not one of {[m.value for m in enum]}") from None
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerEvidence:
+    """The fields of a straggler alert's evidence that other modules act on."""
+
+    signal: StragglerSignal | None
+    horizon: Horizon | None
+    first_step: int | None  # first slow step of the episode
+    detected_step: int | None
+    peer_median: float | None  # the peers' median of ``signal`` (seconds)
+    cause: str | None  # the rule's own reading ("input pipeline"), before telemetry names suspected causes
+
+    @classmethod
+    def of(cls, alert: Alert, *, strict: bool = False) -> "StragglerEvidence":
+        """The record of ``alert``'s evidence; a field missing or of another type reads as None (``strict``:
+        a ``ValueError``, for the contract test)."""
+        if alert.type != AlertType.STRAGGLER:
+            raise ValueError(f"not a straggler alert: {alert.type}")
+        ev = alert.evidence
+        first, detected = _number(ev, "first_step", strict), _number(ev, "detected_step", strict)
+        cause = ev.get("cause")
+        return cls(signal=_member(StragglerSignal, ev, "signal", strict), horizon=_member(Horizon, ev, "horizon", strict),
+                   first_step=None if first is None else int(first),
+                   detected_step=None if detected is None else int(detected),
+                   peer_median=_number(ev, "peer_median", strict), cause=cause if isinstance(cause, str) else None)
+
+    @property
+    def input_pipeline(self) -> bool:
+        """The rank waits for its data, not for its compute."""
+        return self.signal is StragglerSignal.DATA_TIME or self.cause == "input pipeline"
+
+
+@dataclass(frozen=True, slots=True)
+class HangEvidence:
+    """The fields of a hang alert's evidence that other modules act on."""
+
+    case: HangCase | None
+    stalled_since: float | None  # event time the job stopped progressing
+    culprit_nodes: tuple[str, ...]  # nodes of the ranks the rule names as the cause, most likely first
+
+    @classmethod
+    def of(cls, alert: Alert, *, strict: bool = False) -> "HangEvidence":
+        if alert.type != AlertType.HANG:
+            raise ValueError(f"not a hang alert: {alert.type}")
+        ev = alert.evidence
+        culprits: Any = ev.get("culprits") or ()
+        if strict and not isinstance(culprits, (list, tuple)):
+            raise ValueError(f"evidence.culprits: not a list: {culprits!r}")
+        nodes = tuple(str(c["node"]) for c in culprits if isinstance(c, dict) and c.get("node"))
+        return cls(case=_member(HangCase, ev, "case", strict), stalled_since=_number(ev, "stalled_since", strict),
+                   culprit_nodes=nodes)

@@ -1,0 +1,154 @@
+"""The per-job rule contract: what a rule consumes, how it is fed, lists and closes its alerts, is reconfigured.
+
+Every per-job rule the engine runs (models/registry.py lists them) is a ``JobRule``: one instance per job,
+made by its registry entry when the job first appears, fed only the signals its ``RuleSpec.consumes``
+names, in event order, and asked for its open alerts and to close them through the same five methods.
+The engine (models/engine.py) knows no rule by name beyond the hang rule's rank bookkeeping: a new
+rule is one module with a ``JobRule`` subclass and one line in the registry, and the shared contract
+test (tests/test_rule_contract.py) runs it like every other (warm-up, reconfigure, bounded state, replay
+determinism, open alerts closed with a ``Resolution``).
+
+Like River's ``DriftDetector``: a small base class whose ``update``-style methods return what happened,
+with the state held in the instance and reset only by the rule itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .alert_types import AlertType
+from .resolution import Resolution, with_resolution
+
+if TYPE_CHECKING:
+    from .alerts import Alert
+    from .assembly import GroupStep
+    from .events import Event
+
+
+class Signal(StrEnum):
+    """What a rule consumes; each signal has one method it is fed through."""
+
+    STEPS = "steps"  # ``on_step(GroupStep)``: a step closed across its peer group (models/assembly.py)
+    RANK_STEPS = "rank_steps"  # ``on_rank_steps(RankSteps)``: each rank's step events, as they arrive
+    HEARTBEATS = "heartbeats"  # ``on_event(HeartbeatEvent)``
+    COLLECTIVES = "collectives"  # ``on_event(CollectiveEvent)``
+    PHASES = "phases"  # ``on_event(PhaseEvent)``, job-wide and per rank
+    STACKS = "stacks"  # ``on_event(StackEvent)``
+    INSPECTOR = "inspector"  # ``on_event(NcclWindowEvent)``: NCCL Inspector windows from the node agents
+    TICKS = "ticks"  # ``tick(now)``, ``now`` on the job's own clock
+    TELEMETRY = "telemetry"  # node events (gpu, xid, link, topology, host): node-level rules only
+    ALERTS = "alerts"  # alerts leaving the engine (models/oncall.py): rules that derive alerts from alerts
+
+
+#: The signal of each job event kind that reaches rules through ``on_event`` (steps have their own methods).
+EVENT_SIGNALS: dict[str, Signal] = {"heartbeat": Signal.HEARTBEATS, "collective": Signal.COLLECTIVES,
+                                    "phase": Signal.PHASES, "stack": Signal.STACKS,
+                                    "nccl_window": Signal.INSPECTOR}
+
+
+@dataclass(frozen=True, slots=True)
+class RankSteps:
+    """One run of a job's step events by columns, in arrival order (``Signal.RANK_STEPS``)."""
+
+    ranks: list[int]
+    steps: list[int]
+    ts: list[float]
+    step_times: list[float]
+    phases: list[str]
+    nodes: list[str | None]
+    world_sizes: list[int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSpec:
+    """What a rule declares about itself; the registry and the contract test read it, the engine routes by it."""
+
+    #: Unique within the registry (``JobState.rule(name)``).
+    name: str
+    consumes: frozenset[Signal]
+    #: Every ``Alert.type`` the rule emits.
+    alert_types: tuple[AlertType, ...]
+    #: Failure classes (models/actions.py ``FAILURE_CLASSES``) its alerts can be classified as.
+    failure_classes: tuple[str, ...]
+    #: The settings dataclass ``reconfigure`` takes (None: the rule has no run-time settings).
+    settings: type | None
+    #: Rules whose state this one reads (fed first, made first): e.g. the straggler rule reads the
+    #: imbalance rule's rank classes.
+    needs: tuple[str, ...] = ()
+
+
+class JobRule:
+    """Base of every per-job rule: defaults for the signals a rule does not consume.
+
+    A subclass sets ``spec`` and overrides the feeding methods of the signals it consumes, plus
+    ``open_alerts`` and ``close``. Each feeding method returns the alerts that fired or resolved because of
+    its input (``on_rank_steps``: with the index of the event that caused each, for event order).
+    """
+
+    spec: ClassVar[RuleSpec]
+
+    def on_step(self, step: GroupStep) -> list[Alert]:
+        return []
+
+    def on_rank_steps(self, run: RankSteps) -> list[tuple[int, Alert]]:
+        return []
+
+    def on_event(self, event: Event) -> list[Alert]:
+        return []
+
+    def tick(self, now: float) -> list[Alert]:
+        return []
+
+    def open_alerts(self) -> list[Alert]:
+        """The rule's alerts now firing (one list, whatever the rule keeps inside)."""
+        raise NotImplementedError
+
+    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
+        """Resolve every open alert at ``at``, saying why (``evidence.resolution``, the summary); forget them."""
+        raise NotImplementedError
+
+    def reconfigure(self, settings: Any) -> None:
+        """Take new settings (an instance of ``spec.settings``) while running; state and open alerts are kept."""
+
+    def capped(self) -> dict[str, int]:
+        """Input this rule left out at a state cap so far, by what (``stepwatch_state_capped_total``)."""
+        return {}
+
+
+def closed(alerts: list[Alert], resolution: Resolution, reason: str) -> list[Alert]:
+    """``alerts``, resolved by a rule's own close-for-a-reason, saying ``resolution``: where the rule set
+    another (a detector's ``close`` presumes the job ended), the one asked for replaces it."""
+    out = []
+    for alert in alerts:
+        if alert.evidence.get("resolution") not in (None, resolution.value):
+            alert = replace(alert, evidence={k: v for k, v in alert.evidence.items()
+                                             if k not in ("resolution", "resolution_detail")})
+        out.append(with_resolution(alert, resolution, reason))
+    return out
+
+
+def dependency_order(specs: list[RuleSpec]) -> list[RuleSpec]:
+    """``specs`` with each after the rules it ``needs`` (otherwise in the given order); ``ValueError`` on an
+    unknown name or a cycle."""
+    by_name = {s.name: s for s in specs}
+    out: list[RuleSpec] = []
+    state: dict[str, int] = {}  # 1: being placed, 2: placed
+
+    def place(spec: RuleSpec) -> None:
+        if state.get(spec.name) == 2:
+            return
+        if state.get(spec.name) == 1:
+            raise ValueError(f"rules need each other: {spec.name}")
+        state[spec.name] = 1
+        for name in spec.needs:
+            if name not in by_name:
+                raise ValueError(f"rule {spec.name} needs {name}, which is not registered")
+            place(by_name[name])
+        state[spec.name] = 2
+        out.append(spec)
+
+    for spec in specs:
+        place(spec)
+    return out
