@@ -149,7 +149,7 @@ class TelemetryFeed:
             finally:
                 try:
                     consumer.close()
-                except Exception:
+                except Exception:  # silent: closing a consumer that already failed (logged above); a new one follows
                     pass
 
     def _take(self, record) -> None:
@@ -167,7 +167,7 @@ def owned_partitions(app, topic: str) -> set[int] | None:
     """Partitions of ``topic`` assigned to this worker (None when unknown)."""
     try:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
-    except Exception:
+    except Exception:  # silent: no assignment while the consumer (re)starts: unknown, as documented
         return None
 
 

@@ -264,7 +264,7 @@ class Worker:
         topic = self.events_topic.get_topic_name()
         try:
             return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == topic}
-        except Exception:
+        except Exception:  # silent: no assignment while the consumer (re)starts: unknown, as documented
             return None
 
     def _node_partitions(self) -> set[int] | None:
