@@ -212,8 +212,9 @@ class TelemetrySource:
 
                 yield Read(records, time.time(), TELEMETRY_ROAD, speaks_for, reports)
             feed.mark_applied(read)  # applied, or logged as failed: either way not waiting any more
-            if read is None:
-                continue  # more queued than one drain takes
+            if read is None:  # more queued than one drain takes: the next drain after the loop's other work
+                await asyncio.sleep(0)  # (a backlog must not starve the events consumer or its group heartbeat)
+                continue
             try:
                 await asyncio.wait_for(ready.wait(), timeout=self.interval)
             except asyncio.TimeoutError:
