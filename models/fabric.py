@@ -149,6 +149,9 @@ class FabricHistory:
         self._nodes: dict[str, dict[str, _Component]] = {}
         self._last: dict[str, float] = {}
         self._nvlink_tracks: dict[tuple[str, int], dict[int, tuple[CounterTrack, CounterTrack]]] = {}
+        #: Samples taken so far: a comparison that found too few nodes to compare is worth repeating once
+        #: this moved on (telemetry that arrived after the alert: models/telemetry_hub.py).
+        self.samples = 0
 
     def _component(self, node: str, name: str, features: tuple[str, ...]) -> _Component:
         comps = self._nodes.get(node)
@@ -172,6 +175,7 @@ class FabricHistory:
             self._component(event.node, f"gpu{event.gpu}", GPU_FEATURES).add(event.ts, {"xid": 1.0})
         else:
             return
+        self.samples += 1
         self._last[event.node] = max(self._last.get(event.node, 0.0), event.ts)
 
     def _link(self, ev: LinkEvent) -> None:

@@ -5,10 +5,10 @@ the reason), holds back events stamped too far in the future, feeds the rest to 
 ``DetectionEngine`` (column batches for runs of step messages), records status views, and
 passes each alert through the record of what was already published (duplicates dropped,
 re-derived ids aliased to the published ones). It returns ``Outputs``; publishing them is the
-caller's job. Every road uses it: the aiokafka consumer and the Faust agent (streams/worker.py,
+caller's job (a sink's, models/sinks.py). Every road is a source (models/sources.py) whose items
+``Pipeline.take`` feeds: the aiokafka consumer and the Faust agent (streams/worker.py,
 streams/events_consumer.py), the telemetry topic's feed (streams/telemetry_feed.py), restart
-recovery (streams/recovery.py), ``stepwatch replay`` and the tests, which run it on an
-in-memory source with :func:`run_recording`.
+recovery (streams/recovery.py), ``stepwatch replay`` (:func:`run_recording`) and the tests.
 
 Each message value is parsed once (``parse_value``). A ``Road`` says what its topic may carry: the
 events topic every kind, the telemetry topic node telemetry only; an event that does not belong is
@@ -29,13 +29,10 @@ Live-only behaviour is explicit:
 
 from __future__ import annotations
 
-import functools
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import orjson
 
@@ -47,6 +44,7 @@ from .step_columns import StepColumns, _step_columns, decode_value, parse_value
 from .telemetry_events import TELEMETRY_KINDS
 from .wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
 from .published import PublishedAlerts
+from .sources import Item, Message, Read, RecordingSource, Tick, _message, _pop_arrival  # noqa: F401  (Message: its former home)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,19 +66,6 @@ log = logging.getLogger("stepwatch.pipeline")
 #: messages; beyond about a thousand events a batch only gets slower (the decoded dicts of many
 #: messages are alive at once: measured 1.5x slower per event at 36k than at 1k).
 MAX_RUN_EVENTS = 1_024
-
-class Message(NamedTuple):
-    """One message as read from a topic: its value and where it came from (for dead letters).
-
-    Anything with these attributes will do (e.g. aiokafka's ``ConsumerRecord``: no copy on the hot path).
-    """
-
-    value: bytes | None
-    key: bytes | None = None
-    topic: str = ""
-    partition: int = 0
-    offset: int | None = None
-
 
 @dataclass(frozen=True, slots=True)
 class Road:
@@ -261,6 +246,16 @@ class Pipeline:
                 self.metrics.deadlettered.labels(dead.cause).inc()
         return out
 
+    def take(self, item: Item) -> Outputs:
+        """One item of a source (models/sources.py): a ``Read`` fed, a ``Tick`` run."""
+        if type(item) is Tick:
+            return self.tick(item.at)
+        road = item.road or EVENTS_ROAD
+        if item.parsed:
+            return self.feed_parsed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for,
+                                    reports=item.reports)
+        return self.feed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for, reports=item.reports)
+
     def tick(self, now: float) -> Outputs:
         """Run the time-driven rules at ``now`` (live: the wall clock; replay: the recording's clock)."""
         started = time.perf_counter()
@@ -410,11 +405,6 @@ class Pipeline:
         out.deadletters.append(DeadLetter(rejected, cause, msg, (rejected,)))
 
 
-def _message(msg) -> Message:
-    """A bare value as a ``Message``; records with its attributes as they are."""
-    return Message(msg) if msg is None or type(msg) is bytes else msg
-
-
 # -- recordings -----------------------------------------------------------------------------------
 
 
@@ -429,49 +419,9 @@ def arrival_of(raw: bytes) -> tuple[bytes, float | None]:
     return orjson.dumps(obj), arrival
 
 
-def _pop_arrival(obj: dict) -> float | None:
-    arrival = obj.pop("_arrival", None)
-    if type(arrival) not in (int, float) or not 0 < arrival < 1e11:
-        return None
-    return arrival
-
-
-#: ``Message(value)`` without the keyword defaults' Python-level ``__new__`` (once per recording line).
-_bare_message = functools.partial(tuple.__new__, Message)
-
-
-def _recorded(msg) -> tuple[Message, object, Rejected | None, float | None]:
-    """A recording line, parsed once: the message, its value less ``_arrival``, why it has none, and the arrival."""
-    msg = _bare_message((msg, None, "", 0, None)) if type(msg) is bytes else _message(msg)
-    obj, bad = parse_value(msg.value)
-    arrival = _pop_arrival(obj) if type(obj) is dict and "_arrival" in obj else None
-    return msg, obj, bad, arrival
-
-
 #: Recording lines fed to the pipeline in one call at most (it merges runs of step lines into column
 #: batches of up to ``MAX_RUN_EVENTS`` events itself).
 _GROUP_LINES = MAX_RUN_EVENTS
-
-
-def _latest_ts(obj) -> float | None:
-    """The latest event time a parsed line states (a lone event's ``ts``, or the greatest of a batch's), an
-    upper bound of where it can move the engine's clock; None: not known (the line is fed alone)."""
-    if type(obj) is not dict:
-        return None
-    if obj.get("kind") != "batch":  # the common case: a lone event
-        ts = obj.get("ts")
-        return ts if type(ts) is float or type(ts) is int else None
-    items = obj.get("events")
-    if type(items) is not list and type(items) is not tuple:
-        return None
-    latest = None
-    for item in items:
-        ts = item.get("ts") if type(item) is dict else None
-        if type(ts) is not float and type(ts) is not int:
-            return None
-        if latest is None or ts > latest:
-            latest = ts
-    return latest
 
 
 def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, tick_interval: float | None = None,
@@ -493,60 +443,6 @@ def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, ti
     It ends for any timestamp it accepts: the ticks are counted, not added up (at ``1e16`` a second is
     lost to float precision), and a clock where a tick would not move it on ends the drain.
     """
-    engine = pipeline.engine
-    interval = tick_interval or engine.settings.worker.tick_interval
-    next_tick: float | None = None
-    clock: float | None = None
-    group: list[tuple[Message, object, Rejected | None]] = []
-    group_arrival: float | None = None
-
-    def seen(arrival: float | None) -> None:
-        nonlocal clock
-        now = arrival if arrival is not None else engine.clock
-        clock = now if clock is None else max(clock, now)
-
-    for msg in messages:
-        if callable(msg):  # e.g. recorded runtime settings: applied after every line before it
-            if group:
-                yield pipeline.feed_parsed(group, arrival=group_arrival)
-                group = []
-                seen(group_arrival)
-            msg()
-            continue
-        line = _recorded(msg)
-        arrival = line[3]
-        if group and arrival != group_arrival:
-            yield pipeline.feed_parsed(group, arrival=group_arrival)
-            group = []
-            seen(group_arrival)
-        group.append(line[:3])
-        group_arrival = arrival
-        # Lines are fed in groups (the worker's column batches for runs of step lines: a recording of
-        # single-event lines is otherwise a call chain per event), cut wherever the clock could reach the
-        # next tick, so that the ticks fall where they would line by line: the clock only moves on to a
-        # line's arrival, or to one of its event times, so a line under the bound cannot have moved it there.
-        bound = arrival if arrival is not None else _latest_ts(line[1])
-        if (next_tick is not None and bound is not None and bound < next_tick
-                and len(group) < _GROUP_LINES):
-            continue
-        yield pipeline.feed_parsed(group, arrival=arrival)
-        group = []
-        seen(arrival)
-        if next_tick is None:
-            next_tick = clock + interval
-        elif clock >= next_tick:
-            yield pipeline.tick(clock)
-            next_tick = clock + interval
-    if group:  # under the bound: no tick was due after any of them
-        yield pipeline.feed_parsed(group, arrival=group_arrival)
-        seen(group_arrival)
-    if clock is None or next_tick is None:
-        return
-    end = max(clock + max(drain, 0.0), until if until is not None else clock)
-    first, previous = next_tick, None
-    for n in itertools.count():
-        at = first + n * interval
-        if at > end or (previous is not None and at <= previous):  # past the end, or the clock too coarse to move on
-            break
-        yield pipeline.tick(at)
-        previous = at
+    return (pipeline.take(item) for item in RecordingSource(
+        messages, clock=lambda: pipeline.engine.clock, drain=drain, until=until,
+        tick_interval=tick_interval or pipeline.engine.settings.worker.tick_interval, group_lines=_GROUP_LINES))

@@ -1,10 +1,10 @@
 """Where the pipeline's ``Outputs`` go: one small sink interface (as Bytewax's ``testing.py`` sinks).
 
-A road is a source of messages (a topic's reads, a recording's lines: ``Pipeline.feed`` and
-``run_recording`` in models/pipeline.py), the one ``Pipeline``, and a sink:
+A road is a source (models/sources.py: a topic's reads, a recording's lines and ticks, a list), the one
+``Pipeline`` (``Pipeline.take`` of each item), and a sink:
 
-- the worker's: the alerts topic (then the Alertmanager and action sinks), then the dead-letter
-  topic (``streams.worker.Worker.send``, asynchronous: it awaits the Kafka producer);
+- the worker's: ``streams.kafka_sink.KafkaSink``, an ``AsyncSink`` (it awaits the Kafka producer): the
+  alerts topic (then the Alertmanager and action sinks), then the dead-letter topic;
 - ``stepwatch replay``'s: alerts as JSON Lines, dead letters summed up (stepwatch/recording.py);
 - restart recovery's: ``HeldBack``, which keeps nothing (what the rebuilt engine re-derives is
   reconciled with the alerts topic instead; rejects were dead-lettered the first time);
@@ -24,6 +24,12 @@ class Sink(Protocol):
     """Takes each ``Outputs`` of a road, in order."""
 
     def write(self, out: Outputs) -> None: ...
+
+
+class AsyncSink(Protocol):
+    """``Sink`` for the live roads: ``write`` returns once the outputs are handed to the broker's client."""
+
+    async def write(self, out: Outputs) -> None: ...
 
 
 @dataclass(slots=True)

@@ -257,20 +257,26 @@ class TelemetryHub:
         evidence["cause_hint"] = hint
         evidence["nodes_compared"] = len(nodes)
         named = tuple(c.node for c in causes[:1] if c.node) if found else ()
-        signature = tuple((c.component, c.node, c.category) for c in causes)
+        # The node the alert names is part of what changed: the same first cause found by the fabric
+        # comparison (once the job's telemetry arrived) names its node, found near the onset it does not.
+        signature = tuple((c.component, c.node, c.category) for c in causes) + ((("named",) + named,) if named else ())
         return replace(base, nodes=tuple(dict.fromkeys((*named, *base.nodes))), evidence=evidence,
                        summary=f"{base.summary}; suspected cause: {hint}"), signature
 
     def _fabric_suspects(self, base: Alert, nodes: tuple[str, ...], at: float) -> list | None:
         cached = self._fabric_cache.get(base.id)
         now = self._now
-        if cached is not None and now is not None and (
+        samples = self.fabric.history.samples
+        # Too few nodes had telemetry the last time (e.g. the job's events reached the worker before its
+        # nodes' telemetry, another topic): compared again as soon as any has come, whatever the age.
+        late_telemetry = cached is not None and cached[1] is None and cached[2] != samples
+        if cached is not None and now is not None and not late_telemetry and (
                 now - cached[0] < self.fabric_refresh_seconds or cached[0] > at + 2 * self.fabric.window + 60.0):
             return cached[1]
         found = self.fabric.suspects(nodes, at)
         if len(self._fabric_cache) >= self.max_open:
             self._fabric_cache.pop(next(iter(self._fabric_cache)))
-        self._fabric_cache[base.id] = (now if now is not None else at, found)
+        self._fabric_cache[base.id] = (now if now is not None else at, found, samples)
         return found
 
     def enrich(self, alerts: list[Alert]) -> list[Alert]:

@@ -68,7 +68,7 @@ class StepwatchTrainerCallback(TrainerCallback):
         samples = None
         try:
             samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        except Exception:
+        except Exception:  # silent: arguments without batch sizes: the step is sent without its sample count
             pass
         m.end_step(samples=samples)
         # DefaultFlowCallback (first in the list) has decided what the Trainer does next.

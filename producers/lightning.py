@@ -33,7 +33,7 @@ def _batch_size(batch: Any) -> int | None:
         first = batch[0] if isinstance(batch, (list, tuple)) else (
             next(iter(batch.values())) if isinstance(batch, dict) else batch)
         return int(first.shape[0])
-    except Exception:
+    except Exception:  # silent: a batch without a first tensor: its size is unknown (None), not an error
         return None
 
 

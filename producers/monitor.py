@@ -186,7 +186,7 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
             if now - self._last_error_log > 60.0:
                 self._last_error_log = now
                 log.warning("stepwatch monitor error in %s (training continues): %r", where, exc)
-        except Exception:
+        except Exception:  # silent: this is the error counter itself: nowhere left to report to, training must go on
             pass
 
     # -- sender --------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
         self._closed = True
         try:
             atexit.unregister(self._atexit)
-        except Exception:
+        except Exception:  # silent: not registered (closed before atexit ran): nothing to undo
             pass
         if not self.enabled or os.getpid() != self._pid:
             return
@@ -256,8 +256,8 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
     def _atexit(self) -> None:
         try:
             self.close(self.config.close_timeout)
-        except Exception:
-            pass
+        except Exception as exc:  # at interpreter exit: counted (and logged, rate-limited), never raised
+            self._error("close", exc)
 
     def stats(self) -> dict[str, Any]:
         """Counters for logs and tests."""

@@ -74,7 +74,7 @@ def _torch_dist():
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
             return dist
-    except Exception:
+    except Exception:  # silent: torch.distributed unusable here: no process group, as when not initialised
         pass
     return None
 

@@ -141,7 +141,7 @@ class ProcessGroupTracker:
             from torch.distributed import distributed_c10d as c10d
 
             registry = c10d._world.pg_group_ranks  # {group: {global rank: group rank}}
-        except Exception:
+        except Exception:  # silent: a probe: this torch keeps no group registry (groups named as first seen)
             return
         if len(registry) == self._registry_size:
             return
@@ -164,7 +164,7 @@ class ProcessGroupTracker:
             from torch.distributed import distributed_c10d as c10d
 
             groups = list(c10d._world.pg_group_ranks)
-        except Exception:
+        except Exception:  # silent: a probe: this torch keeps no group registry (no per-group progress)
             groups = []
         for pg in groups:
             if not hasattr(pg, "group_name"):
@@ -173,7 +173,7 @@ class ProcessGroupTracker:
             entry = {"started": monitor.seq_started.get(name, 0), "completed": monitor.seq_completed.get(name, 0)}
             try:
                 entry["torch_seq"] = int(pg._get_sequence_number_for_group())
-            except Exception:
+            except Exception:  # silent: a probe: this torch numbers no collectives per group (torch_seq left out)
                 pass
             out[name] = entry
         return out
@@ -258,7 +258,7 @@ class ProcessGroupTracker:
             Work.wait = counted_wait
         try:
             groups = list(c10d._world.pg_group_ranks)
-        except Exception:
+        except Exception:  # silent: a probe: this torch keeps no group registry (groups hooked as first seen)
             groups = []
         for pg in groups:
             try:
@@ -273,7 +273,7 @@ class ProcessGroupTracker:
         name = self.name_of(pg)
         try:
             backend = str(pg._get_backend_name()).lower()
-        except Exception:
+        except Exception:  # silent: a probe: backend unknown (timed as a CPU backend)
             backend = ""
         # nccl-only groups: CUDA events; gloo: wall clock; mixed ("cpu:gloo,cuda:nccl"): by tensor.
         device = "cuda" if "nccl" in backend and "gloo" not in backend else ("mixed" if "nccl" in backend else "cpu")
@@ -325,7 +325,7 @@ class ProcessGroupTracker:
                 work.get_future().then(lambda _fut: self._finish(entry))
                 return
             except Exception:
-                pass  # no future on this backend: completed when issued
+                pass  # silent: no future on this backend: completed when issued
             self._finish(entry)
         except Exception as exc:
             self.monitor._error("pg tracker", exc)
@@ -403,7 +403,7 @@ class ProcessGroupTracker:
                     result.get_future().then(lambda _fut: tracker._done(seq, op, name, start))
                     return result
                 except Exception:
-                    pass  # no future (some backends): counted as completed when issued
+                    pass  # silent: no future (some backends): counted as completed when issued
             if _on_cuda(args) and tracker._after_on_stream(seq, name):
                 return result
             tracker._done(seq, op, name, start)
@@ -436,7 +436,7 @@ class ProcessGroupTracker:
                 return False  # inside a CUDA graph capture: no event to query
             event = torch.cuda.Event()
             event.record()
-        except Exception:
+        except Exception:  # silent: a probe: no CUDA event here (timed on the host)
             return False
         with self._pending_lock:
             if len(self._pending) >= self.pending_max:
@@ -460,8 +460,9 @@ class ProcessGroupTracker:
                         keep.append(item)
                         continue
                     duration = start[0].elapsed_time(event) / 1000.0 if start is not None else None
-                except Exception:
-                    duration = None  # a broken event must not hold the number back forever
+                except Exception as exc:  # counted; a broken event must not hold the number back forever
+                    duration = None
+                    monitor._error("cuda event", exc)
                 done += 1
                 if duration is None or getattr(monitor, "_step_t0", None) is None:
                     self._completed(seq, name)
@@ -474,7 +475,7 @@ class ProcessGroupTracker:
 def _describe(pg: Any) -> str | None:
     try:
         desc = str(pg.group_desc or "")
-    except Exception:
+    except Exception:  # silent: a group without a description (older torch): named by its number
         return None
     if not desc or desc in ("undefined", "default_pg"):
         return None
@@ -490,7 +491,7 @@ def _has_pg_hooks() -> bool:
 
         return hasattr(ProcessGroup, "register_pre_hook") and hasattr(ProcessGroup, "register_post_hook") \
             and hasattr(Work, "wait")
-    except Exception:
+    except Exception:  # silent: a probe: this torch lacks the ProcessGroup hooks (the wrappers are used)
         return False
 
 
@@ -524,7 +525,7 @@ def _tensors_on_cuda(args: Any) -> bool:
     try:
         tensors = args.input_tensors or args.output_tensors
         return bool(tensors) and bool(tensors[0].is_cuda)
-    except Exception:
+    except Exception:  # silent: a probe: arguments without tensors are not on CUDA
         return False
 
 

@@ -250,7 +250,7 @@ class ControlListener:
         if consumer is not None:
             try:
                 consumer.close()
-            except Exception:
+            except Exception:  # silent: closing the stack responder's consumer on the way out
                 pass
 
     def _handle(self, raw: bytes | None) -> None:

@@ -66,7 +66,7 @@ def _pg_name(pg: Any) -> str:
 def _nbytes(tensor: Any) -> int | None:
     try:
         return int(tensor.numel() * tensor.element_size())
-    except Exception:
+    except Exception:  # silent: a tensor without a size: its bytes are unknown (None), not an error
         return None
 
 
@@ -85,7 +85,7 @@ class CollectiveTimer:
         if cuda is None:
             try:
                 cuda = bool(torch.cuda.is_available() and torch.cuda.is_initialized())
-            except Exception:
+            except Exception:  # silent: a probe: CUDA unusable here (timed on the host)
                 cuda = False
         self.cuda = cuda
         # CUDA timings not read yet: (seq, op, pg, start_event, end_event, nbytes, start_ts).
@@ -167,7 +167,7 @@ class CollectiveTimer:
 
                     get_future().then(done)
                     return result
-                except Exception:
+                except Exception:  # silent: no future on this backend: counted as completed when issued
                     pass
             self.finish(token, op, nbytes)
             return result

@@ -76,7 +76,7 @@ class _CauseCatcher(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             message = record.getMessage()
-        except Exception:
+        except Exception:  # silent: a log record that cannot be formatted cannot be a broker refusal either
             return
         if "SaslAuthenticationFailedError" in message:
             detail = message.rsplit("SaslAuthenticationFailedError: ", 1)[-1].split(" (backoff")[0]

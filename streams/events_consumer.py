@@ -14,6 +14,7 @@ import logging
 import time
 
 from stepwatch.models.pipeline import MAX_RUN_EVENTS, step_items
+from stepwatch.models.sources import Read
 
 from .supervise import cancel
 
@@ -34,10 +35,10 @@ def install_events_consumer(worker) -> None:
     """Consume the events topic with the worker's own ``AIOKafkaConsumer`` (group ``worker.events_group``).
 
     Same recovery on assignment and forgetting on revocation as the Faust agent (the worker's
-    ``recover_partitions`` and ``forget_partitions``); each ``getmany`` batch of a partition goes through
-    ``worker.pipeline.feed`` at once (it decodes the step events of consecutive messages column-wise
-    together; models/pipeline.py) and ``worker.send`` publishes its outputs, as the Faust agent does with
-    its ``take_events`` batches. Offsets are committed after processing (at-least-once).
+    ``recover_partitions`` and ``forget_partitions``); each ``getmany`` batch of a partition is a ``Read`` of
+    the consumer's source, which ``worker.drive`` takes through the pipeline at once (it decodes the step
+    events of consecutive messages column-wise together; models/pipeline.py) into the worker's Kafka sink,
+    as the Faust agent's ``take_events`` batches. Offsets are committed after processing (at-least-once).
     A ``mode.Service`` of the worker's app: it starts before the worker logs "Ready" and waits (bounded)
     for its first assignment and recovery, so "Ready" still means "consuming". It keeps the worker's
     ``events_owned``, ``events_assigned`` and ``events_rebalancing`` up to date and calls
@@ -48,7 +49,7 @@ def install_events_consumer(worker) -> None:
 
     from stepwatch.security import client_config
 
-    app, settings, pipeline, metrics = worker.app, worker.settings, worker.pipeline, worker.metrics
+    app, settings, metrics = worker.app, worker.settings, worker.metrics
     topic_name, group_id = worker.events_topic.get_topic_name(), worker.events_group
     owned: set[int] = set()
     pending: dict = {}  # TopicPartition -> next offset to commit (processed, not yet committed)
@@ -160,10 +161,11 @@ def install_events_consumer(worker) -> None:
                     worker.events_rebalancing = False
                     assigned_once.set()
 
-    async def process_records(tp, records: list) -> None:
-        await worker.send(pipeline.feed(records, arrival=time.time()))  # ConsumerRecords have Message's attributes
-
-    async def consume() -> None:
+    async def reads():
+        """The events topic as a source (models/sources.py): one ``Read`` per ``getmany`` batch of a partition
+        (ConsumerRecords have Message's attributes). A batch's offsets count as processed once the next item
+        is asked for (``Worker.drive`` asks after processing, or after logging and counting its failure), and
+        are committed after processing; the lock is held across a ``getmany``'s batches."""
         consumer = holder["consumer"]
         while True:
             try:
@@ -183,13 +185,7 @@ def install_events_consumer(worker) -> None:
                 for tp, records in batches.items():
                     if tp.topic != topic_name or tp.partition not in owned or not records:
                         continue  # fetched before a rebalance took the partition away
-                    try:
-                        await process_records(tp, records)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as exc:  # never lose the consumer; the messages are committed as processed
-                        log.exception("processing %d events messages from %s failed", len(records), tp)
-                        metrics.processing_failed("events", exc)
+                    yield Read(records, time.time())  # a failure is logged and counted by Worker.drive
                     pending[tp] = position[tp] = records[-1].offset + 1
                     holder["uncommitted"] += len(records)
                 if pending and (holder["uncommitted"] >= FAST_COMMIT_EVERY
@@ -219,7 +215,7 @@ def install_events_consumer(worker) -> None:
                 await asyncio.wait_for(assigned_once.wait(), timeout=max(60.0, 2 * settings.worker.session_timeout))
             except asyncio.TimeoutError:
                 log.warning("no events partition assigned yet; consuming once the group assigns some")
-            self._task = asyncio.ensure_future(consume())
+            self._task = asyncio.ensure_future(worker.drive(reads(), "events"))
 
         async def on_stop(self) -> None:
             await cancel(self._task)

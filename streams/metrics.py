@@ -245,7 +245,7 @@ class _ScrapeTimeCollector:
             try:
                 for topic, partition, behind in self.m.lag_source():
                     lag.add_metric([topic, str(partition)], behind)
-            except Exception:  # the consumer is (re)starting: leave the series out this scrape
+            except Exception:  # silent: the consumer is (re)starting: leave the series out this scrape
                 pass
         yield lag
         yield from self._telemetry_feed()
@@ -267,7 +267,7 @@ class _ScrapeTimeCollector:
             try:
                 for partition, value in source():
                     family.add_metric([str(partition)], value)
-            except Exception:  # the feed is (re)connecting: leave the series out this scrape
+            except Exception:  # silent: the feed is (re)connecting: leave the series out this scrape
                 pass
         yield lag
         yield offset

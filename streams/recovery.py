@@ -37,7 +37,8 @@ from kafka import KafkaConsumer, TopicPartition
 from stepwatch.models.alerts import Alert
 from stepwatch.models.pipeline import Message, Pipeline
 from stepwatch.models.published import PublishedAlerts  # (also its former home, for importers)
-from stepwatch.models.sinks import HeldBack
+from stepwatch.models.sinks import HeldBack, drain
+from stepwatch.models.sources import Read, run
 
 log = logging.getLogger("stepwatch.recovery")
 
@@ -131,6 +132,19 @@ def read_recovery_span(*, bootstrap: str, group_id: str, events_topic: str, aler
     return RecoverySpan(partitions, messages, alerts)
 
 
+@dataclass(frozen=True, slots=True)
+class SpanSource:
+    """A recovery span's events messages as a source (models/sources.py), a ``Read`` each, in order. Each arrives
+    at its Kafka timestamp (when it reached the broker): the jobs' clock offsets are known again, so a timer
+    tick before the live events resume judges each job on its own clock."""
+
+    span: RecoverySpan
+
+    def __iter__(self):
+        for partition, raw, *stamp in self.span.event_messages:
+            yield Read((Message(raw, partition=partition),), stamp[0] if stamp else None)
+
+
 def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, list[Alert]]:
     """Feed the span through the worker's pipeline (alerts and dead letters held back, nothing counted) and
     return the alerts that reconcile it with the alerts topic.
@@ -145,11 +159,7 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan) -> tuple[RecoveryReport, lis
     # (live counters count live messages) and remembers nothing as published.
     quiet = Pipeline(engine, recorder=pipeline.recorder, published=PublishedAlerts(),
                      max_future_seconds=pipeline.max_future_seconds, speaks_for=pipeline.speaks_for, metrics=None)
-    held = HeldBack()
-    for partition, raw, *stamp in span.event_messages:
-        # The message's Kafka timestamp stands for its arrival: the jobs' clock offsets are known again,
-        # so a timer tick before the live events resume judges each job on its own clock.
-        held.write(quiet.feed([Message(raw, partition=partition)], arrival=stamp[0] if stamp else None))
+    held = drain(run(SpanSource(span), quiet), HeldBack())
     pipeline.job_partition.update(quiet.job_partition)
     log.debug("recovery held back %d alerts and %d dead letters of the replayed span", held.alerts,
               held.deadletters)

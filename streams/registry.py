@@ -34,6 +34,8 @@ from enum import Enum
 
 import orjson
 
+from .supervise import cancel
+
 log = logging.getLogger("stepwatch.worker.registry")
 
 #: An entry older than this many refresh intervals is ignored (its worker is gone or cut off).
@@ -303,10 +305,7 @@ def install_registry(app, settings, *, registry: WorkersRegistry, url: str, owne
             for task in self._jobs:
                 task.cancel()
             for task in self._jobs:
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
+                await cancel(task)  # streams/supervise.py: an error it ended with is logged
             producer = holder["producer"]
             if producer is None:
                 return

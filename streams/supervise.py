@@ -27,5 +27,7 @@ async def cancel(task: asyncio.Future | None) -> None:
     task.cancel()
     try:
         await task
-    except (asyncio.CancelledError, Exception):
-        pass
+    except asyncio.CancelledError:
+        pass  # silent: the cancellation asked for
+    except Exception:  # it failed before it saw the cancellation: said, then stopped all the same
+        logging.getLogger("stepwatch.worker").warning("a background task ended with an error", exc_info=True)

@@ -8,19 +8,21 @@ engine, so correlation works whatever partition a job is on. Node alerts (``gpu_
 ``link_errors``) are published only by the worker that owns the node's partition of the
 events topic (the same hash Kafka's default partitioner uses), so each goes out once.
 
-The thread only reads: it queues the records as they are, and the worker's timer feeds them to its
-``Pipeline`` (models/pipeline.py) on the telemetry topic's road, as the events topic's messages: the
+The thread only reads: it queues the records as they are and wakes the worker's loop, where
+``TelemetrySource`` (a source, models/sources.py) hands them to the worker's ``Pipeline``
+(models/pipeline.py) at once on the telemetry topic's road, as the events topic's messages: the
 same decode, the same future-timestamp check against the wall clock, and dead letters with the
 reason for what does not decode or does not belong there (a job's event sent to the telemetry
 topic). Every worker reads every message, so one of them reports each dead letter: the owner of
 the events partition with the telemetry partition's number (modulo the events topic's partitions).
 
-``attach_telemetry(app, engine, settings)`` adds this to a worker's Faust app
+``attach_telemetry(app, settings, drive=...)`` adds this to a worker's Faust app
 (``streams.worker.Worker`` does); ``python -m stepwatch.streams.telemetry_feed`` runs such a worker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -29,6 +31,7 @@ import time
 from stepwatch.config import Settings
 from stepwatch.models.alert_types import NODE_TYPES
 from stepwatch.models.pipeline import TELEMETRY_ROAD, Message
+from stepwatch.models.sources import Read
 
 log = logging.getLogger("stepwatch.worker.telemetry")
 
@@ -54,6 +57,8 @@ class TelemetryFeed:
         #: partition -> next offset whose events are not all applied to the engine yet: the feed's
         #: observable position (``stepwatch_telemetry_feed_offset``), set by the worker after draining.
         self.applied: dict[int, int] = {}
+        #: Called by the thread after queueing a poll's records (thread-safe; ``TelemetrySource`` sets it).
+        self.wakeup = None
 
     def start(self) -> "TelemetryFeed":
         self._thread.start()
@@ -130,11 +135,14 @@ class TelemetryFeed:
             backoff = 1.0
             try:
                 while not self._stop.is_set():
-                    for tp, records in consumer.poll(timeout_ms=500).items():
+                    polled = consumer.poll(timeout_ms=500)
+                    for tp, records in polled.items():
                         for record in records:
                             self._take(record)
                         if records:
                             self.positions[tp.partition] = records[-1].offset + 1
+                    if polled and self.wakeup is not None:
+                        self.wakeup()
                     for tp in consumer.assignment():
                         self.highwater[tp.partition] = consumer.highwater(tp)
             except Exception as exc:
@@ -142,7 +150,7 @@ class TelemetryFeed:
             finally:
                 try:
                     consumer.close()
-                except Exception:
+                except Exception:  # silent: closing a consumer that already failed (logged above); a new one follows
                     pass
 
     def _take(self, record) -> None:
@@ -160,7 +168,7 @@ def owned_partitions(app, topic: str) -> set[int] | None:
     """Partitions of ``topic`` assigned to this worker (None when unknown)."""
     try:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
-    except Exception:
+    except Exception:  # silent: no assignment while the consumer (re)starts: unknown, as documented
         return None
 
 
@@ -171,13 +179,56 @@ def partition_of(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-def attach_telemetry(app, engine, settings: Settings, *, pipeline, send, owned=None, publish=None):
+class TelemetrySource:
+    """The telemetry topic as a source (models/sources.py): a ``Read`` per drain of the feed's queue, on the
+    telemetry topic's road, as soon as the feed's thread queued records (or every ``interval`` seconds at
+    the latest). Every worker reads every message: node alerts are spoken by the owner of the node's events
+    partition and each dead letter reported by one worker (``owned()``: this worker's events partitions,
+    None: unknown; ``partitions``: the events topic's). A drain's records count as applied once the next
+    item is asked for (``Worker.drive`` asks after processing them, or after logging and counting a failure).
+    """
+
+    def __init__(self, feed: TelemetryFeed, owned, partitions: int, *, interval: float = 0.25) -> None:
+        self.feed, self.owned, self.partitions, self.interval = feed, owned, partitions, interval
+
+    async def __aiter__(self):
+        feed, n_partitions = self.feed, self.partitions
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+        feed.wakeup = lambda: loop.call_soon_threadsafe(ready.set)
+        if not feed._thread.is_alive() and not feed._stop.is_set():
+            feed.start()
+        while True:
+            ready.clear()
+            records, read = feed.drain()
+            if records:
+                mine = self.owned()
+
+                def speaks_for(alert, mine=mine) -> bool:  # every worker sees every node; the owner speaks
+                    return not (alert.type in NODE_ALERT_TYPES and mine is not None and alert.nodes
+                                and partition_of(alert.nodes[0], n_partitions) not in mine)
+
+                def reports(message, mine=mine) -> bool:  # every worker reads the message; one dead-letters it
+                    return mine is None or message.partition % n_partitions in mine
+
+                yield Read(records, time.time(), TELEMETRY_ROAD, speaks_for, reports)
+            feed.mark_applied(read)  # applied, or logged as failed: either way not waiting any more
+            if read is None:  # more queued than one drain takes: the next drain after the loop's other work
+                await asyncio.sleep(0)  # (a backlog must not starve the events consumer or its group heartbeat)
+                continue
+            try:
+                await asyncio.wait_for(ready.wait(), timeout=self.interval)
+            except asyncio.TimeoutError:
+                pass  # silent: nothing came within the interval; drain again (positions move on)
+
+
+def attach_telemetry(app, settings: Settings, *, drive, owned=None):
     """Give a worker the global telemetry view; idempotent.
 
-    ``pipeline`` and ``send``: the worker's ``Pipeline`` (models/pipeline.py) and the coroutine that publishes
-    its outputs: the telemetry topic's messages take the same road as the events topic's (``feed``, on
-    ``TELEMETRY_ROAD``). ``owned()``: the worker's events partitions now (None: unknown); default: the Faust
-    consumer's. ``engine`` and ``publish`` are the pipeline's own and not used (kept for callers).
+    ``drive(source, stage)``: the worker's road (``streams.worker.Worker.drive``: its ``Pipeline`` and Kafka
+    sink), run as an app task on a ``TelemetrySource``: the telemetry topic's messages take the same road as
+    the events topic's. ``owned()``: the worker's events partitions now (None: unknown); default: the Faust
+    consumer's.
     """
     if getattr(app, "stepwatch_telemetry_feed", None) is not None:
         return app.stepwatch_telemetry_feed
@@ -185,38 +236,13 @@ def attach_telemetry(app, engine, settings: Settings, *, pipeline, send, owned=N
     feed = TelemetryFeed(settings)
     app.stepwatch_telemetry_feed = feed
     events_topic = kafka.topic(kafka.events_topic)
-    n_partitions = kafka.partitions
-    started = []
+    if owned is None:
+        def owned():
+            return owned_partitions(app, events_topic)
 
-    @app.timer(interval=0.25)
-    async def drain_telemetry():
-        if not started:
-            started.append(feed.start())
-        records, read = feed.drain()
-        if not records:
-            feed.mark_applied(read)
-            return
-        try:
-            await _apply(records)
-        except Exception as exc:  # counted (/health says degraded); the feed goes on with the next records
-            log.exception("applying %d telemetry records failed", len(records))
-            if pipeline.metrics is not None:
-                pipeline.metrics.processing_failed("telemetry", exc)
-        finally:
-            feed.mark_applied(read)  # applied, or logged as failed: either way not waiting any more
-
-    async def _apply(records):
-        mine = owned() if owned is not None else owned_partitions(app, events_topic)
-
-        def speaks_for(alert) -> bool:  # every worker sees every node; the owner of its partition speaks
-            return not (alert.type in NODE_ALERT_TYPES and mine is not None and alert.nodes
-                        and partition_of(alert.nodes[0], n_partitions) not in mine)
-
-        def reports(message) -> bool:  # every worker reads the message; one of them dead-letters it
-            return mine is None or message.partition % n_partitions in mine
-
-        await send(pipeline.feed(records, arrival=time.time(), road=TELEMETRY_ROAD, speaks_for=speaks_for,
-                                 reports=reports))
+    @app.task
+    async def telemetry_road():
+        await drive(TelemetrySource(feed, owned, kafka.partitions), "telemetry")
 
     return feed
 

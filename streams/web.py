@@ -68,7 +68,7 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
             return owned_partitions()
         try:
             return {tp.partition for tp in app.consumer.assignment() if tp.topic == events_topic.get_topic_name()}
-        except Exception:
+        except Exception:  # silent: no assignment while the consumer (re)starts: unknown, as documented
             return None
 
     def job_settings(job: str) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         try:
             count = (partition_count() if partition_count is not None
                      else app.consumer.topic_partitions(topic)) or settings.kafka.partitions
-        except Exception:
+        except Exception:  # silent: the consumer (re)starting: the configured partition count stands in
             count = settings.kafka.partitions
         # The producers' default partitioner (murmur2 of the key, as Kafka's Java client).
         info["partition"] = partition = partition_of(job, count)

@@ -34,10 +34,12 @@ from stepwatch.config import Settings
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.pipeline import Outputs, Pipeline
+from stepwatch.models.sources import AsyncSource, Read, Tick, drive
 from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 from stepwatch.security import faust_credentials
 
+from .kafka_sink import KafkaSink
 from .metrics import WorkerMetrics
 from .producer_topics import track_sent_topics
 from .recovery import PublishedAlerts, read_recovery_span, rebuild
@@ -99,11 +101,13 @@ class Worker:
 
         self.metrics.ready_source = self.is_ready
         self.metrics.lag_source = self.consumer_lag  # replaced by the aiokafka consumer's own in that mode
-        self.sink = self._alertmanager()
+        self.sink = self._alertmanager()  # the Alertmanager's (or None)
         from .action_sink import install_action_sink
 
         # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
         self.action_sink = install_action_sink(self.app, settings, reported=self.engine.telemetry.reported_before)
+        #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
+        self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink)
         #: Called when events partitions come or go (the workers registry advertises them at once).
         self.assignment_changed: Callable[[], None] | None = None
         self.workers = self._web()
@@ -115,8 +119,7 @@ class Worker:
                                                   publish=self.publish)
         from .telemetry_feed import attach_telemetry
 
-        self.telemetry = attach_telemetry(self.app, self.engine, settings, publish=self.publish,
-                                          pipeline=self.pipeline, send=self.send, owned=self._node_partitions)
+        self.telemetry = attach_telemetry(self.app, settings, drive=self.drive, owned=self._node_partitions)
         self.metrics.telemetry_lag_source = self.telemetry.lag
         self.metrics.telemetry_offset_source = lambda: sorted(self.telemetry.applied.items())
         from .link_baselines import install_link_baselines
@@ -222,20 +225,7 @@ class Worker:
         app.on_partitions_revoked.connect(self._faust_revoked)
 
         async def detect(stream):
-            # Whole batches, as the aiokafka consumer's getmany: the pipeline merges consecutive step messages
-            # into one column batch. take_events acks a batch's events only after this loop's body is done
-            # with it (offsets committed after processing), and a revoke waits for them (stream_wait_empty).
-            async for events in stream.take_events(FAUST_TAKE_MAX, within=FAUST_TAKE_WITHIN):
-                if not self.processing_allowed.is_set():
-                    await self.processing_allowed.wait()
-                # Faust's messages have the attributes the pipeline reads (value, key, topic, partition, offset).
-                try:
-                    await self.send(self.pipeline.feed([event.message for event in events], arrival=time.time()))
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # never lose the agent; counted, /health says degraded
-                    log.exception("processing %d events messages failed", len(events))
-                    self.metrics.processing_failed("events", exc)
+            await self.drive(FaustSource(stream, self.processing_allowed), "events")
 
         app.agent(self.events_topic, name="stepwatch-detect")(detect)
 
@@ -274,7 +264,7 @@ class Worker:
         topic = self.events_topic.get_topic_name()
         try:
             return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == topic}
-        except Exception:
+        except Exception:  # silent: no assignment while the consumer (re)starts: unknown, as documented
             return None
 
     def _node_partitions(self) -> set[int] | None:
@@ -294,27 +284,25 @@ class Worker:
     # -- output ---------------------------------------------------------------------------
 
     async def send(self, out: Outputs) -> None:
-        """Publish a pipeline's outputs: alerts first (what matters most goes out before a flood of bad input's
-        dead letters can hold it up), then one dead letter per bad message."""
-        await self._send_alerts(out.alerts)
-        for dead in out.deadletters:
-            await self.deadletter_topic.send(key=dead.message.key, value=dead.record())
+        """Publish a pipeline's outputs (``self.output``: alerts first, then one dead letter per bad message)."""
+        await self.output.write(out)
+
+    async def drive(self, source: AsyncSource, stage: str) -> None:
+        """A live road (models/sources.py ``drive``): ``source`` through the pipeline into the Kafka sink; a
+        failure of one item is logged and counted under ``stage`` (/health says degraded), the road goes on."""
+
+        def failed(item, exc: Exception) -> None:
+            what = f"{len(item.messages)} messages" if type(item) is Read else "a tick"
+            log.error("processing %s (%s) failed", what, stage, exc_info=exc)
+            self.metrics.processing_failed(stage, exc)
+
+        await drive(source, self.pipeline, self.output, on_error=failed)
 
     async def publish(self, alerts: list[Alert]) -> None:
         """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
         # Made outside the engine (recovery's "resolved while down"): classified here (models/actions.py).
         alerts = [a if a.scope else self.engine.oncall.classifier.annotate(a) for a in alerts]
-        await self._send_alerts(self.pipeline.publishable(alerts))
-
-    async def _send_alerts(self, alerts: list[Alert]) -> None:
-        for alert in alerts:
-            log.info("alert %s %s %s: %s", alert.status, alert.type, alert.id, alert.summary)
-            key = alert.job or (alert.nodes[0] if alert.nodes else "")  # node alerts have no job
-            await self.alerts_topic.send(key=key.encode(), value=alert.to_json())
-            if self.sink is not None:
-                self.sink.submit(alert)
-            if self.action_sink is not None:
-                self.action_sink.offer(alert)
+        await self.output.write_alerts(self.pipeline.publishable(alerts))
 
     # -- input ----------------------------------------------------------------------------
 
@@ -323,7 +311,7 @@ class Worker:
         if self.recovering:
             return  # the engine is being rebuilt; the next tick runs the rules
         try:
-            out = self.pipeline.tick(time.time())
+            out = self.pipeline.take(Tick(time.time()))
         except Exception as exc:
             log.exception("timer rules failed")
             self.metrics.processing_failed("tick", exc)
@@ -425,6 +413,23 @@ class Worker:
                 super()._schedule_shutdown(signal)
 
         Worker(self.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+
+
+class FaustSource:
+    """The Faust agent's stream as a source (models/sources.py): one ``Read`` per ``take_events`` batch (whole
+    batches, as the aiokafka consumer's getmany: the pipeline merges consecutive step messages into one column
+    batch), while ``allowed`` (recovery clears it). take_events acks a batch's events only once the next is
+    asked for, after this batch was processed (offsets committed after processing), and a revoke waits for them
+    (stream_wait_empty). Faust's messages have the attributes the pipeline reads."""
+
+    def __init__(self, stream, allowed: asyncio.Event) -> None:
+        self.stream, self.allowed = stream, allowed
+
+    async def __aiter__(self):
+        async for events in self.stream.take_events(FAUST_TAKE_MAX, within=FAUST_TAKE_WITHIN):
+            if not self.allowed.is_set():
+                await self.allowed.wait()
+            yield Read([event.message for event in events], time.time())
 
 
 def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:
