@@ -66,17 +66,6 @@ class _GroupHistory:
 class ImbalanceDetector:
     """Stage imbalance and rank classes for one job; feed it every closed step of every group.
 
-    Hyperparameters (keyword-only):
-
-    * ``window``: steps of history per group (stage medians, per-rank medians).
-    * ``min_steps``: steps a group needs before it is judged (classes must be known before the
-      per-rank rule starts judging, i.e. within its warm-up).
-    * ``every``: steps between evaluations (classes: for the first ``window`` steps, then every
-  ``window / 2``).
-    * ``stage_min_effect``: slowest stage over the median stage at least ``1 +`` this.
-    * ``class_gap``: ratio between neighbouring rank medians that separates two classes.
-    * ``min_class_share``: smallest share of a group's ranks (and at least 2) a class holds.
-
     Example: four pipeline stages, ``pp2`` takes 1.5 s a step and the others 1.0 s.
 
     >>> import numpy as np
@@ -91,6 +80,17 @@ class ImbalanceDetector:
     ...           for alert in detector.update(stage(group, n, t))]
     >>> [(str(a.type), str(a.status)) for a in alerts]
     [('imbalance', 'firing')]
+
+    Hyperparameters (keyword-only):
+
+    * ``window``: steps of history per group (stage medians, per-rank medians).
+    * ``min_steps``: steps a group needs before it is judged (classes must be known before the
+      per-rank rule starts judging, i.e. within its warm-up).
+    * ``every``: steps between evaluations (classes: for the first ``window`` steps, then every
+  ``window / 2``).
+    * ``stage_min_effect``: slowest stage over the median stage at least ``1 +`` this.
+    * ``class_gap``: ratio between neighbouring rank medians that separates two classes.
+    * ``min_class_share``: smallest share of a group's ranks (and at least 2) a class holds.
     """
 
     def __init__(self, *, job: str, window: int = 200, min_steps: int = 10, every: int = 10,

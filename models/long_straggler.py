@@ -43,15 +43,6 @@ from .straggler import choose_signal, median
 class LongStragglerDetector:
     """Per-rank sequential test on the ratio to the peer median, for one (job, group).
 
-    Hyperparameters (keyword-only):
-
-    * ``min_effect``: smallest steady slowdown worth reporting (0.03: 3%).
-    * ``window``: steps of per-rank history for the median ratio and the cost.
-    * ``threshold``: CUSUM level (sum of log-likelihood ratios) to fire at.
-    * ``p_alt``: the share of steps above ``1 + min_effect / 2`` the alternative assumes.
-    * ``resolve_steps``: steps whose median ratio must be back under ``1 + min_effect / 2``.
-    * ``min_peers``, ``warmup_steps``: as the short rule's.
-
     Example: rank 3 is 5% slower from step 20 on, below the short rule's 10%; this rule reports it.
 
     >>> import numpy as np
@@ -67,6 +58,15 @@ class LongStragglerDetector:
     >>> alerts = [alert for n in range(400) for alert in detector.update(step(n))]
     >>> [(str(a.type), str(a.status), str(a.severity), a.ranks) for a in alerts]
     [('straggler', 'firing', 'info', (3,))]
+
+    Hyperparameters (keyword-only):
+
+    * ``min_effect``: smallest steady slowdown worth reporting (0.03: 3%).
+    * ``window``: steps of per-rank history for the median ratio and the cost.
+    * ``threshold``: CUSUM level (sum of log-likelihood ratios) to fire at.
+    * ``p_alt``: the share of steps above ``1 + min_effect / 2`` the alternative assumes.
+    * ``resolve_steps``: steps whose median ratio must be back under ``1 + min_effect / 2``.
+    * ``min_peers``, ``warmup_steps``: as the short rule's.
     """
 
     def __init__(self, *, job: str, group: str = "", min_effect: float = 0.03, window: int = 200,
