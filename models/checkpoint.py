@@ -27,6 +27,21 @@ from .alerts import Alert, alert_id
 
 
 class CheckpointDetector:
+    """Checkpoint staleness rule for one job: steps and phases as they come, ``check(now)`` on a timer.
+
+    Example: a job checkpoints once at step 1, then no more; the age limit is 10 minutes.
+
+    >>> detector = CheckpointDetector(job="j", max_age_seconds=600.0)
+    >>> for n in range(5):
+    ...     detector.observe(1000.0 + 100 * n, step=n)
+    >>> detector.on_phase(1100.0, "checkpoint", 1) + detector.on_phase(1110.0, "train", 1)
+    []
+    >>> detector.check(1700.0)
+    []
+    >>> [(str(a.type), str(a.status)) for a in detector.check(1800.0)]
+    [('checkpoint_stale', 'firing')]
+    """
+
     def __init__(self, *, job: str, max_age_seconds: float = 3600.0, max_age_steps: int = 0,
                  slow_factor: float = 3.0, min_history: int = 3, history: int = 20, required: bool = False) -> None:
         self.job = job

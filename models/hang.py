@@ -193,7 +193,23 @@ class _StackState:
 
 
 class HangDetector:
-    """Hang rule and culprit localization for one job; feed it every event, ``check(now)`` on a timer."""
+    """Hang rule and culprit localization for one job; feed it every event, ``check(now)`` on a timer.
+
+    Example: four ranks step once a second, then all stop after step 10 (no heartbeats, so no
+    culprit can be named; with heartbeats the alert names the rank the others wait for).
+
+    >>> from stepwatch.models.events import StepEvent
+    >>> detector = HangDetector(job="j", timeout_seconds=60.0)
+    >>> for n in range(1, 11):
+    ...     for rank in range(4):
+    ...         _ = detector.update(StepEvent(job="j", rank=rank, step=n, ts=1000.0 + n, step_time=1.0))
+    >>> detector.check(1020.0)
+    []
+    >>> [(str(a.type), str(a.status), str(a.severity)) for a in detector.check(1040.0)]
+    [('hang', 'firing', 'warning')]
+    >>> [(str(a.type), str(a.status), str(a.severity)) for a in detector.check(1071.0)]
+    [('hang', 'firing', 'critical')]
+    """
 
     # Defaults and documentation: ``HangSettings`` (one place); a bare detector asks for no stacks.
     def __init__(self, *, job: str, timeout_seconds: float = _D.timeout_seconds,

@@ -66,6 +66,21 @@ class _GroupHistory:
 class ImbalanceDetector:
     """Stage imbalance and rank classes for one job; feed it every closed step of every group.
 
+    Example: four pipeline stages, ``pp2`` takes 1.5 s a step and the others 1.0 s.
+
+    >>> import numpy as np
+    >>> from stepwatch.models.assembly import GroupStep
+    >>> ranks = np.arange(8)
+    >>> def stage(group, n, t):
+    ...     return GroupStep(job="j", group=group, step=n, ts=1000.0 + n, ranks=ranks, step_time=np.full(8, t),
+    ...                      compute_time=np.full(8, t), comm_time=np.full(8, 0.1), data_time=np.full(8, 0.01),
+    ...                      tokens=np.full(8, 4096.0), nodes=("node-0",) * 8, phase="train")
+    >>> detector = ImbalanceDetector(job="j")
+    >>> alerts = [alert for n in range(60) for group, t in (("pp0", 1.0), ("pp1", 1.0), ("pp2", 1.5), ("pp3", 1.0))
+    ...           for alert in detector.update(stage(group, n, t))]
+    >>> [(str(a.type), str(a.status)) for a in alerts]
+    [('imbalance', 'firing')]
+
     Hyperparameters (keyword-only):
 
     * ``window``: steps of history per group (stage medians, per-rank medians).

@@ -43,6 +43,22 @@ from .straggler import choose_signal, median
 class LongStragglerDetector:
     """Per-rank sequential test on the ratio to the peer median, for one (job, group).
 
+    Example: rank 3 is 5% slower from step 20 on, below the short rule's 10%; this rule reports it.
+
+    >>> import numpy as np
+    >>> from stepwatch.models.assembly import GroupStep
+    >>> ranks = np.arange(8)
+    >>> def step(n):
+    ...     compute = np.where((ranks == 3) & (n >= 20), 1.05, 1.0)
+    ...     return GroupStep(job="j", group="", step=n, ts=1000.0 + n, ranks=ranks,
+    ...                      step_time=np.full(8, compute.max() + 0.1), compute_time=compute,
+    ...                      comm_time=compute.max() - compute + 0.1, data_time=np.full(8, 0.01),
+    ...                      tokens=np.full(8, 4096.0), nodes=("node-0",) * 8, phase="train")
+    >>> detector = LongStragglerDetector(job="j")
+    >>> alerts = [alert for n in range(400) for alert in detector.update(step(n))]
+    >>> [(str(a.type), str(a.status), str(a.severity), a.ranks) for a in alerts]
+    [('straggler', 'firing', 'info', (3,))]
+
     Hyperparameters (keyword-only):
 
     * ``min_effect``: smallest steady slowdown worth reporting (0.03: 3%).

@@ -58,7 +58,7 @@ def emitted_alert_types() -> set[str]:
     from stepwatch.models.actions import TYPE_CLASSES
 
     found = set()
-    for path in (REPO / "models").glob("*.py"):
+    for path in (REPO / "models").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Alert":
                 for kw in node.keywords:

@@ -21,6 +21,8 @@ HEAVY_ROOTS = ("numpy", "scipy", "faust", "aiokafka", "mode")
 LIGHT_STEPWATCH = {"stepwatch", "stepwatch.client_settings", "stepwatch.models", "stepwatch.models.deadletter",
                    "stepwatch.models.events", "stepwatch.models.nccl_events", "stepwatch.models.telemetry_events",
                    "stepwatch.models.wire"}
+#: ... with the packages they live in (importing a module imports its package).
+LIGHT_STEPWATCH |= {m.rpartition(".")[0] for m in LIGHT_STEPWATCH if "." in m}
 
 
 def modules_after(*imports: str) -> set[str]:
