@@ -10,6 +10,8 @@ reproduced offline.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import math
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 
@@ -68,7 +70,8 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "stragglers", "hang", "throughput", "comm", "checkpoint", "phase", "ended",
                  "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags", "ended_at", "late_after_end",
-                 "long_stragglers", "imbalance", "arrival", "inspector", "sources")
+                 "long_stragglers", "imbalance", "arrival", "inspector", "sources", "touched", "slot", "dirty",
+                 "ticked")
 
     def __init__(self, job: str, hang: HangDetector, throughput, comm, checkpoint) -> None:
         self.job = job
@@ -103,6 +106,12 @@ class JobState:
         self.last_ts = 0.0
         self.latest_step = -1
         self.ranks: set[int] = set()
+        # The timer's schedule (DetectionEngine.tick): LRU order stamp, the valid entry of the due heap,
+        # whether an event reached the job since its last visit, and the ``now`` of that visit.
+        self.touched = 0
+        self.slot = 0
+        self.dirty = False
+        self.ticked: float | None = None
 
     def clock_offset(self) -> float:
         # The median: a few events with absurd timestamps cannot move the job's clock.
@@ -144,6 +153,14 @@ class DetectionEngine:
         self.straggler_flaps: Counter[str] = Counter()
         #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
         self.stack_requests: list = []
+        # The timer's schedule (see ``tick``): jobs an event reached since the last tick, and a heap of
+        # (tick-clock time a job's timer rules can next say anything, entry number, job).
+        self._dirty: list[JobState] = []
+        self._due: list[tuple[float, int, str]] = []
+        self._slots = 0
+        self._touches = 0
+        #: Jobs the timer visited at the latest tick (tests and bench/scale_bench.py read it).
+        self.last_tick_visits = 0
 
     # -- input ----------------------------------------------------------------------------
 
@@ -173,6 +190,8 @@ class DetectionEngine:
             return []
         else:
             self.jobs.move_to_end(event.job)
+            self._touches += 1
+            job.touched = self._touches
         rank = getattr(event, "rank", None)
         if (rank is not None and not job.hang.knows(rank)
                 and job.hang.rank_count >= self.settings.retention.max_ranks_per_job):
@@ -181,6 +200,7 @@ class DetectionEngine:
         if event.ts > job.last_ts:
             job.last_ts = event.ts
         job.last_seen = self._tick_clock
+        self._touch(job)
         if arrival is not None:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
@@ -223,6 +243,9 @@ class DetectionEngine:
                 return None, []
             evicted = self._evict(victim, "too many jobs tracked")
         job = self.jobs[name] = self._new_job(name)
+        self._touches += 1
+        job.touched = self._touches
+        self._touch(job)
         return job, evicted
 
     def _evictable(self) -> JobState | None:
@@ -232,6 +255,8 @@ class DetectionEngine:
             if not self._job_open_alerts(job):
                 return job
             self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
+            self._touches += 1
+            job.touched = self._touches
         return None
 
     def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
@@ -254,6 +279,8 @@ class DetectionEngine:
                 return []
         else:
             self.jobs.move_to_end(name)
+            self._touches += 1
+            job.touched = self._touches
         if job.ended:
             # Stamped before (or just after, on another rank's clock) the job said it ended, arriving
             # after: overtaken on another path (e.g. a different shard stage process), not a restart,
@@ -281,6 +308,7 @@ class DetectionEngine:
         if latest > job.last_ts:
             job.last_ts = latest
         job.last_seen = self._tick_clock
+        self._touch(job)
         if arrival is not None:
             job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
@@ -365,13 +393,22 @@ class DetectionEngine:
 
     @leaving_engine
     def tick(self, now: float) -> list[Alert]:
-        """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs)."""
+        """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs).
+
+        Only the jobs that can need it are visited (``_jobs_due``): those an event reached since the last
+        tick, those with an open hang alert, and those whose next deadline (a hang threshold, a step's
+        wait, the checkpoint age, eviction) has come, in the order of their last activity. A skipped job's
+        rules would have returned nothing and changed nothing, so the alerts are the same, at the same
+        ticks, as visiting every job: the cost is O(jobs due), not O(jobs).
+        """
         if now > self.clock:
             self.clock = now
-        self._tick_clock = now
+        previous, self._tick_clock = self._tick_clock, now
         out: list[Alert] = []
         retention = self.settings.retention
-        for job in list(self.jobs.values()):
+        visits = self._jobs_due(now)
+        self.last_tick_visits = len(visits)
+        for job in visits:
             if job.last_seen is None:
                 job.last_seen = now
             idle = now - job.last_seen
@@ -379,6 +416,8 @@ class DetectionEngine:
                 out.extend(self._evict(job, f"no events for {idle:.0f} s"))
                 continue
             job_now = now - job.clock_offset()  # the same instant on the job's own clock
+            if job.ticked is not None and previous is not None and job.ticked < previous:
+                job.sli.on_tick(previous, hung=False)  # skipped ticks: not hung then (an open hang is never skipped)
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(job_now)))
             hangs = job.hang.check(job_now)
@@ -392,7 +431,54 @@ class DetectionEngine:
             job.sli.on_tick(job_now, hung=bool(job.hang.firing))
             if not job.ended:
                 out.extend(job.checkpoint.check(job_now))
+            self._schedule(job, now, job_now)
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
+
+    def _touch(self, job: JobState) -> None:
+        """An event (or a setting) reached ``job``: the next tick visits it."""
+        if not job.dirty:
+            job.dirty = True
+            self._dirty.append(job)
+
+    def _jobs_due(self, now: float) -> list[JobState]:
+        """The jobs the tick at ``now`` visits: touched since the last tick, or due by the schedule."""
+        visits: dict[int, JobState] = {}
+        for job in self._dirty:
+            job.dirty = False
+            if self.jobs.get(job.job) is job:  # not evicted or forgotten since
+                visits[id(job)] = job
+        self._dirty = []
+        due = self._due
+        while due and due[0][0] <= now:
+            _, slot, name = heapq.heappop(due)
+            job = self.jobs.get(name)
+            if job is not None and job.slot == slot:
+                visits[id(job)] = job
+        return sorted(visits.values(), key=_by_touch) if len(visits) > 1 else list(visits.values())
+
+    def _schedule(self, job: JobState, now: float, job_now: float) -> None:
+        """Put ``job`` back on the timer's heap at the earliest tick-clock time one of its timer rules can say
+        something: a hang threshold (every tick while a hang is open), a step's wait, the checkpoint age, or
+        its eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
+        if self.jobs.get(job.job) is not job:
+            return  # evicted by this very tick
+        job.ticked = now
+        quiet = job.hang.quiet_until()
+        for assembler in job.assemblers.values():
+            quiet = min(quiet, assembler.flush_due())
+        if not job.ended:
+            quiet = min(quiet, job.checkpoint.check_due())
+        retention = self.settings.retention
+        idle = retention.ended_job_seconds if job.ended else retention.job_idle_seconds
+        at = min(quiet + (now - job_now), job.last_seen + idle)
+        if math.isnan(at):
+            at = now  # no bound known: the next tick
+        self._slots += 1
+        job.slot = self._slots
+        heapq.heappush(self._due, (at, job.slot, job.job))
+        if len(self._due) > 2 * len(self.jobs) + 1024:  # entries superseded by later visits: drop them
+            self._due = [e for e in self._due if (j := self.jobs.get(e[2])) is not None and j.slot == e[1]]
+            heapq.heapify(self._due)
 
     def _within_rank_cap(self, job: JobState, events: list, limit: int) -> list:
         """``events`` without those of new ranks beyond ``limit`` ranks for the job (first come, first kept)."""
@@ -543,6 +629,7 @@ class DetectionEngine:
                 detector.reconfigure(**values)
             if state.inspector is not None:  # the NCCL Inspector windows' detectors too (models/inspector.py)
                 state.inspector.reconfigure(self.straggler_settings(state.job), values)
+            self._touch(state)
 
     def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
         """Change the hang rule's settings while running (like ``apply_settings``)."""
@@ -559,6 +646,7 @@ class DetectionEngine:
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
             state.hang.reconfigure(self.hang_settings(state.job))
+            self._touch(state)  # new thresholds: its deadlines move
 
     # -- views ----------------------------------------------------------------------------
 
@@ -582,6 +670,10 @@ class DetectionEngine:
         if job.inspector is not None:
             out.extend(job.inspector.open_alerts())
         return out
+
+
+def _by_touch(job: JobState) -> int:
+    return job.touched
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:
