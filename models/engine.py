@@ -60,6 +60,9 @@ class RetentionSettings:
 
 
 END_GRACE_SECONDS = 10.0
+#: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
+CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
+               "op_names_per_job")
 #: Least recently active jobs looked at to find one to evict for a new job (those with open alerts go
 #: to the back): the cost per new job stays O(1) whatever the number of jobs.
 EVICTION_PROBES = 64
@@ -134,6 +137,11 @@ class DetectionEngine:
         self.jobs_refused = 0
         self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
         self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job``
+        #: Input refused before the engine (``Pipeline``: new jobs per message), by what; part of ``capped``.
+        self.capped_input: Counter[str] = Counter()
+        #: Rows of the column batch being processed that the rank cap left out, with what (the pipeline takes
+        #: them after each batch and dead-letters those events: ``take_refused``).
+        self.refused: list[tuple[int, str]] = []
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
@@ -173,7 +181,9 @@ class DetectionEngine:
         the worker's; replay leaves it out (the event's own time is the clock).
         """
         if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
-            return self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
+            out = self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
+            self.refused.clear()  # one event: its caller compares ``capped_mark``
+            return out
         self.events_by_kind[event.kind] += 1
         if event.ts > self.clock:
             self.clock = event.ts
@@ -228,6 +238,7 @@ class DetectionEngine:
                 out.extend(self.process(event, arrival=arrival))
             return out
         out = []
+        self.refused.clear()  # this batch's only (``take_refused``)
         for job, lo, hi in events.job_runs():
             out.extend(self._process_steps(job, events, lo, hi, arrival))
         return out
@@ -297,7 +308,7 @@ class DetectionEngine:
         limit = self.settings.retention.max_ranks_per_job
         if job.hang.rank_count + (hi - lo) > limit and job.hang.rank_count + len(
                 {r for r in cols.rank[lo:hi] if not job.hang.knows(r)}) > limit:  # over the rank cap: rare
-            kept = self._within_rank_cap(job, cols.events()[lo:hi], limit)
+            kept = self._within_rank_cap(job, cols.events()[lo:hi], limit, lo)
             if len(kept) < hi - lo:
                 self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
                 out = self._process_steps(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
@@ -480,23 +491,43 @@ class DetectionEngine:
             self._due = [e for e in self._due if (j := self.jobs.get(e[2])) is not None and j.slot == e[1]]
             heapq.heapify(self._due)
 
-    def _within_rank_cap(self, job: JobState, events: list, limit: int) -> list:
-        """``events`` without those of new ranks beyond ``limit`` ranks for the job (first come, first kept)."""
+    def _within_rank_cap(self, job: JobState, events: list, limit: int, first_row: int) -> list:
+        """``events`` (rows ``first_row``... of the batch) without those of new ranks beyond ``limit`` ranks for
+        the job (first come, first kept); the rows left out go to ``refused``."""
         room = limit - job.hang.rank_count
         admitted: set[int] = set()
         kept = []
-        for event in events:
+        for i, event in enumerate(events):
             if job.hang.knows(event.rank) or event.rank in admitted:
                 kept.append(event)
             elif len(admitted) < room:
                 admitted.add(event.rank)
                 kept.append(event)
+            else:
+                self.refused.append((first_row + i, "ranks_per_job"))
         self._capped_ranks += len(events) - len(kept)
         return kept
+
+    def take_refused(self) -> list[tuple[int, str]]:
+        """Rows of the latest column batch the caps left out (see ``refused``), and forget them."""
+        out, self.refused = self.refused, []
+        return out
+
+    def capped_mark(self, job: str | None) -> tuple[int, ...]:
+        """The counts of input a cap left out that an event of ``job`` (or node telemetry) can add to, in the
+        order of ``CAPPED_MARK``: compared before and after one event, they say whether and what of it was left out."""
+        tracker = self.telemetry.tracker.capped
+        state = self.jobs.get(job) if job else None
+        if state is None:
+            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0
+        hang = state.hang.capped
+        return (self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"],
+                hang["process_groups_per_job"], hang["pg_ranks_per_job"], state.comm.capped["op_names_per_job"])
 
     def capped(self) -> Counter[str]:
         """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
         out = Counter(self._capped_gone)
+        out.update(self.capped_input)
         if self._capped_ranks:
             out["ranks_per_job"] += self._capped_ranks
         out.update(self.telemetry.tracker.capped)
