@@ -19,6 +19,7 @@ import time
 import orjson
 
 from stepwatch.config import Settings
+from stepwatch.recording import tune_gc
 from stepwatch.models.engine import DetectionEngine, _by_touch
 from stepwatch.models.pipeline import Pipeline
 
@@ -47,8 +48,8 @@ def measure(n_jobs: int, *, active: int, ticks: int, reference: bool) -> dict:
     names = [f"job{i}" for i in range(n_jobs)]
     t = 1_000_000.0
     for step in range(3):
-        for lo in range(0, n_jobs, 500):  # envelopes of 1,000 events
-            pipeline.feed([_envelope(names[lo:lo + 500], step, t)], arrival=t)
+        for lo in range(0, n_jobs, 128):  # envelopes of 256 events (128 new jobs: under the per-message bound)
+            pipeline.feed([_envelope(names[lo:lo + 128], step, t)], arrival=t)
         pipeline.tick(t)
         t += 1.0
     times, visits = [], []
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--active", type=int, default=100)
     parser.add_argument("--ticks", type=int, default=20)
     args = parser.parse_args(argv)
+    tune_gc()  # the collector's setting ``stepwatch worker`` and ``replay`` run with
     for n in args.jobs:
         for reference in (True, False):
             print(json.dumps(measure(n, active=args.active, ticks=args.ticks, reference=reference)), flush=True)
