@@ -3,7 +3,8 @@ events reached, with an open hang or at a deadline) against the reference (every
 at several job counts, in one run.
 
 Each job has 2 ranks and sent 3 steps (healthy, well inside its hang timeout); then between two ticks
-``--active`` jobs send a step. Reported: the median tick time over ``--ticks`` ticks, and the jobs visited.
+``--active`` jobs send a step. Reported: the median tick time (wall and the thread's CPU: the machine may be
+loaded) over ``--ticks`` ticks, and the jobs visited.
 
     .venv/bin/python -m bench.tick_bench --jobs 1000 10000 50000 --active 100
 """
@@ -52,17 +53,19 @@ def measure(n_jobs: int, *, active: int, ticks: int, reference: bool) -> dict:
             pipeline.feed([_envelope(names[lo:lo + 128], step, t)], arrival=t)
         pipeline.tick(t)
         t += 1.0
-    times, visits = [], []
+    times, cpu, visits = [], [], []
     for i in range(ticks):
         chosen = [names[(i * active + k) % n_jobs] for k in range(active)]
         pipeline.feed([_envelope(chosen, 3 + i, t)], arrival=t)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         pipeline.tick(t)
         times.append(time.perf_counter() - started)
+        cpu.append(time.thread_time() - started_cpu)
         visits.append(engine.last_tick_visits)
         t += 1.0
     return {"jobs": n_jobs, "active": active, "tick": "every job (before)" if reference else "schedule (after)",
             "median_tick_ms": round(statistics.median(times) * 1e3, 3), "max_tick_ms": round(max(times) * 1e3, 3),
+            "median_tick_cpu_ms": round(statistics.median(cpu) * 1e3, 3),
             "visits": statistics.median(visits)}
 
 
