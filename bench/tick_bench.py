@@ -74,10 +74,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1_000, 10_000, 50_000])
     parser.add_argument("--active", type=int, default=100)
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--modes", choices=["both", "schedule", "reference"], default="both")
     args = parser.parse_args(argv)
     tune_gc()  # the collector's setting ``stepwatch worker`` and ``replay`` run with
     for n in args.jobs:
-        for reference in (True, False):
+        for reference in {"both": (True, False), "schedule": (False,), "reference": (True,)}[args.modes]:
             print(json.dumps(measure(n, active=args.active, ticks=args.ticks, reference=reference)), flush=True)
 
 

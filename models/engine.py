@@ -167,7 +167,8 @@ class DetectionEngine:
         self._due: list[tuple[float, int, str]] = []
         self._slots = 0
         self._touches = 0
-        #: Jobs the timer visited at the latest tick (tests and bench/scale_bench.py read it).
+        #: Jobs the timer visited at the latest tick, and how many (OnCall.tick, tests and bench/tick_bench.py).
+        self.last_tick_jobs: list[JobState] = []
         self.last_tick_visits = 0
 
     # -- input ----------------------------------------------------------------------------
@@ -417,7 +418,7 @@ class DetectionEngine:
         previous, self._tick_clock = self._tick_clock, now
         out: list[Alert] = []
         retention = self.settings.retention
-        visits = self._jobs_due(now)
+        visits = self.last_tick_jobs = self._jobs_due(now)
         self.last_tick_visits = len(visits)
         for job in visits:
             if job.last_seen is None:
