@@ -233,6 +233,12 @@ class StepAssembler:
             closed = (closed or []) + self._close_through(min(open_steps))
         return closed
 
+    def flush_due(self) -> float:
+        """The earliest time ``flush`` closes anything (``inf``: no open step); only ``add`` moves it."""
+        if not self._open:
+            return float("inf")
+        return min(o.first_seen for o in self._open.values()) + self.max_wait_seconds
+
     def flush(self, now: float) -> list[GroupStep]:
         """Close steps that have waited too long (called from the timer)."""
         stale = [s for s, o in self._open.items() if now - o.first_seen >= self.max_wait_seconds]

@@ -108,6 +108,15 @@ class CheckpointDetector:
                                                      f"({alert.summary})"))
         return out
 
+    def check_due(self) -> float:
+        """The earliest time ``check`` can fire (``inf``: not before an event changes this rule's state)."""
+        if self._age_alert is not None or self._job_start is None or not (self.seen_checkpoint or self.required):
+            return float("inf")
+        if self.max_age_seconds <= 0:
+            return float("inf")  # only ``max_age_steps``, which events move
+        since_ts = self.last_success_ts if self.last_success_ts is not None else self._job_start
+        return since_ts + self.max_age_seconds
+
     def check(self, now: float) -> list[Alert]:
         """Timer rule: is the last successful checkpoint too old?"""
         if self._age_alert is not None or self._job_start is None:

@@ -10,6 +10,8 @@ reproduced offline.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import math
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 
@@ -55,6 +57,9 @@ class RetentionSettings:
 
 
 END_GRACE_SECONDS = 10.0
+#: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
+CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
+               "op_names_per_job")
 #: Least recently active jobs looked at to find one to evict for a new job (those with open alerts go
 #: to the back): the cost per new job stays O(1) whatever the number of jobs.
 EVICTION_PROBES = 64
@@ -64,7 +69,8 @@ class JobState:
     """Everything the engine holds for one job: its rules (models/registry.py) and the job's own bookkeeping."""
 
     __slots__ = ("job", "assemblers", "phase", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
-                 "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name")
+                 "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name",
+                 "touched", "slot", "dirty", "ticked")
 
     def __init__(self, job: str, env) -> None:
         self.job = job
@@ -88,6 +94,12 @@ class JobState:
         self.last_ts = 0.0
         self.latest_step = -1
         self.ranks: set[int] = set()
+        # The timer's schedule (DetectionEngine.tick): LRU order stamp, the valid entry of the due heap,
+        # whether an event reached the job since its last visit, and the ``now`` of that visit.
+        self.touched = 0
+        self.slot = 0
+        self.dirty = False
+        self.ticked: float | None = None
         # The job's rules, one per registry entry, made in feeding order (each after those it needs).
         self._by_name: dict[str, JobRule] = {}
         for cls in FEED_ORDER:
@@ -160,6 +172,11 @@ class DetectionEngine:
         self.jobs_refused = 0
         self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
         self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job``
+        #: Input refused before the engine (``Pipeline``: new jobs per message), by what; part of ``capped``.
+        self.capped_input: Counter[str] = Counter()
+        #: Rows of the column batch being processed that the rank cap left out, with what (the pipeline takes
+        #: them after each batch and dead-letters those events: ``take_refused``).
+        self.refused: list[tuple[int, str]] = []
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
@@ -179,6 +196,15 @@ class DetectionEngine:
         self.straggler_flaps: Counter[str] = Counter()
         #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
         self.stack_requests: list = []
+        # The timer's schedule (see ``tick``): jobs an event reached since the last tick, and a heap of
+        # (tick-clock time a job's timer rules can next say anything, entry number, job).
+        self._dirty: list[JobState] = []
+        self._due: list[tuple[float, int, str]] = []
+        self._slots = 0
+        self._touches = 0
+        #: Jobs the timer visited at the latest tick, and how many (OnCall.tick, tests and bench/tick_bench.py).
+        self.last_tick_jobs: list[JobState] = []
+        self.last_tick_visits = 0
 
     # -- input ----------------------------------------------------------------------------
 
@@ -191,7 +217,9 @@ class DetectionEngine:
         the worker's; replay leaves it out (the event's own time is the clock).
         """
         if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
-            return self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
+            out = self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
+            self.refused.clear()  # one event: its caller compares ``capped_mark``
+            return out
         self.events_by_kind[event.kind] += 1
         if event.ts > self.clock:
             self.clock = event.ts
@@ -208,6 +236,8 @@ class DetectionEngine:
             return []
         else:
             self.jobs.move_to_end(event.job)
+            self._touches += 1
+            job.touched = self._touches
         rank = getattr(event, "rank", None)
         if (rank is not None and not job.hang.knows(rank)
                 and job.hang.rank_count >= self.settings.retention.max_ranks_per_job):
@@ -216,6 +246,7 @@ class DetectionEngine:
         if event.ts > job.last_ts:
             job.last_ts = event.ts
         job.last_seen = self._tick_clock
+        self._touch(job)
         if arrival is not None:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
@@ -251,6 +282,7 @@ class DetectionEngine:
                 out.extend(self.process(event, arrival=arrival))
             return out
         out = []
+        self.refused.clear()  # this batch's only (``take_refused``)
         for job, lo, hi in events.job_runs():
             out.extend(self._process_steps(job, events, lo, hi, arrival))
         return out
@@ -266,6 +298,9 @@ class DetectionEngine:
                 return None, []
             evicted = self._evict(victim, "too many jobs tracked")
         job = self.jobs[name] = self._new_job(name)
+        self._touches += 1
+        job.touched = self._touches
+        self._touch(job)
         return job, evicted
 
     def _evictable(self) -> JobState | None:
@@ -275,6 +310,8 @@ class DetectionEngine:
             if not self._job_open_alerts(job):
                 return job
             self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
+            self._touches += 1
+            job.touched = self._touches
         return None
 
     def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
@@ -297,6 +334,8 @@ class DetectionEngine:
                 return []
         else:
             self.jobs.move_to_end(name)
+            self._touches += 1
+            job.touched = self._touches
         if job.ended:
             # Stamped before (or just after, on another rank's clock) the job said it ended, arriving
             # after: overtaken on another path (e.g. a different shard stage process), not a restart,
@@ -313,7 +352,7 @@ class DetectionEngine:
         limit = self.settings.retention.max_ranks_per_job
         if job.hang.rank_count + (hi - lo) > limit and job.hang.rank_count + len(
                 {r for r in cols.rank[lo:hi] if not job.hang.knows(r)}) > limit:  # over the rank cap: rare
-            kept = self._within_rank_cap(job, cols.events()[lo:hi], limit)
+            kept = self._within_rank_cap(job, cols.events()[lo:hi], limit, lo)
             if len(kept) < hi - lo:
                 self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
                 out = self._process_steps(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
@@ -324,6 +363,7 @@ class DetectionEngine:
         if latest > job.last_ts:
             job.last_ts = latest
         job.last_seen = self._tick_clock
+        self._touch(job)
         if arrival is not None:
             job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
@@ -403,13 +443,22 @@ class DetectionEngine:
 
     @leaving_engine
     def tick(self, now: float) -> list[Alert]:
-        """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs)."""
+        """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs).
+
+        Only the jobs that can need it are visited (``_jobs_due``): those an event reached since the last
+        tick, those with an open hang alert, and those whose next deadline (a hang threshold, a step's
+        wait, the checkpoint age, eviction) has come, in the order of their last activity. A skipped job's
+        rules would have returned nothing and changed nothing, so the alerts are the same, at the same
+        ticks, as visiting every job: the cost is O(jobs due), not O(jobs).
+        """
         if now > self.clock:
             self.clock = now
-        self._tick_clock = now
+        previous, self._tick_clock = self._tick_clock, now
         out: list[Alert] = []
         retention = self.settings.retention
-        for job in list(self.jobs.values()):
+        visits = self.last_tick_jobs = self._jobs_due(now)
+        self.last_tick_visits = len(visits)
+        for job in visits:
             if job.last_seen is None:
                 job.last_seen = now
             idle = now - job.last_seen
@@ -417,6 +466,8 @@ class DetectionEngine:
                 out.extend(self._evict(job, f"no events for {idle:.0f} s"))
                 continue
             job_now = now - job.clock_offset()  # the same instant on the job's own clock
+            if job.ticked is not None and previous is not None and job.ticked < previous:
+                job.sli.on_tick(previous, hung=False)  # skipped ticks: not hung then (an open hang is never skipped)
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(job_now)))
             for rule in job.by_signal[Signal.TICKS]:
@@ -426,25 +477,92 @@ class DetectionEngine:
                 self.stack_requests.extend(hang.take_stack_requests())
                 del self.stack_requests[:-1000]  # replay takes none: bounded all the same
             job.sli.on_tick(job_now, hung=bool(hang.firing))
+            self._schedule(job, now, job_now)
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
 
-    def _within_rank_cap(self, job: JobState, events: list, limit: int) -> list:
-        """``events`` without those of new ranks beyond ``limit`` ranks for the job (first come, first kept)."""
+    def _touch(self, job: JobState) -> None:
+        """An event (or a setting) reached ``job``: the next tick visits it."""
+        if not job.dirty:
+            job.dirty = True
+            self._dirty.append(job)
+
+    def _jobs_due(self, now: float) -> list[JobState]:
+        """The jobs the tick at ``now`` visits: touched since the last tick, or due by the schedule."""
+        visits: dict[int, JobState] = {}
+        for job in self._dirty:
+            job.dirty = False
+            if self.jobs.get(job.job) is job:  # not evicted or forgotten since
+                visits[id(job)] = job
+        self._dirty = []
+        due = self._due
+        while due and due[0][0] <= now:
+            _, slot, name = heapq.heappop(due)
+            job = self.jobs.get(name)
+            if job is not None and job.slot == slot:
+                visits[id(job)] = job
+        return sorted(visits.values(), key=_by_touch) if len(visits) > 1 else list(visits.values())
+
+    def _schedule(self, job: JobState, now: float, job_now: float) -> None:
+        """Put ``job`` back on the timer's heap at the earliest tick-clock time one of its timer rules can say
+        something: a hang threshold (every tick while a hang is open), a step's wait, the checkpoint age, or
+        its eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
+        if self.jobs.get(job.job) is not job:
+            return  # evicted by this very tick
+        job.ticked = now
+        quiet = job.hang.quiet_until()
+        for assembler in job.assemblers.values():
+            quiet = min(quiet, assembler.flush_due())
+        if not job.ended:
+            quiet = min(quiet, job.checkpoint.check_due())
+        retention = self.settings.retention
+        idle = retention.ended_job_seconds if job.ended else retention.job_idle_seconds
+        at = min(quiet + (now - job_now), job.last_seen + idle)
+        if math.isnan(at):
+            at = now  # no bound known: the next tick
+        self._slots += 1
+        job.slot = self._slots
+        heapq.heappush(self._due, (at, job.slot, job.job))
+        if len(self._due) > 2 * len(self.jobs) + 1024:  # entries superseded by later visits: drop them
+            self._due = [e for e in self._due if (j := self.jobs.get(e[2])) is not None and j.slot == e[1]]
+            heapq.heapify(self._due)
+
+    def _within_rank_cap(self, job: JobState, events: list, limit: int, first_row: int) -> list:
+        """``events`` (rows ``first_row``... of the batch) without those of new ranks beyond ``limit`` ranks for
+        the job (first come, first kept); the rows left out go to ``refused``."""
         room = limit - job.hang.rank_count
         admitted: set[int] = set()
         kept = []
-        for event in events:
+        for i, event in enumerate(events):
             if job.hang.knows(event.rank) or event.rank in admitted:
                 kept.append(event)
             elif len(admitted) < room:
                 admitted.add(event.rank)
                 kept.append(event)
+            else:
+                self.refused.append((first_row + i, "ranks_per_job"))
         self._capped_ranks += len(events) - len(kept)
         return kept
+
+    def take_refused(self) -> list[tuple[int, str]]:
+        """Rows of the latest column batch the caps left out (see ``refused``), and forget them."""
+        out, self.refused = self.refused, []
+        return out
+
+    def capped_mark(self, job: str | None) -> tuple[int, ...]:
+        """The counts of input a cap left out that an event of ``job`` (or node telemetry) can add to, in the
+        order of ``CAPPED_MARK``: compared before and after one event, they say whether and what of it was left out."""
+        tracker = self.telemetry.tracker.capped
+        state = self.jobs.get(job) if job else None
+        if state is None:
+            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0
+        hang = state.hang.capped
+        return (self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"],
+                hang["process_groups_per_job"], hang["pg_ranks_per_job"], state.comm.capped["op_names_per_job"])
 
     def capped(self) -> Counter[str]:
         """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
         out = Counter(self._capped_gone)
+        out.update(self.capped_input)
         if self._capped_ranks:
             out["ranks_per_job"] += self._capped_ranks
         out.update(self.telemetry.tracker.capped)
@@ -541,6 +659,7 @@ class DetectionEngine:
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
             self._reconfigure(state, self.straggler_settings(state.job))
+            self._touch(state)
 
     def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
         """Change the hang rule's settings while running (like ``apply_settings``)."""
@@ -557,6 +676,7 @@ class DetectionEngine:
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
             self._reconfigure(state, self.hang_settings(state.job))
+            self._touch(state)  # new thresholds: its deadlines move
 
     @staticmethod
     def _reconfigure(state: JobState, settings) -> None:
@@ -578,6 +698,10 @@ class DetectionEngine:
     @staticmethod
     def _job_open_alerts(job: JobState) -> list[Alert]:
         return job.open_alerts()
+
+
+def _by_touch(job: JobState) -> int:
+    return job.touched
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:

@@ -42,6 +42,7 @@ bounded: per-rank latest values in arrays, bounded deques of step times and hear
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 
@@ -915,6 +916,28 @@ class HangDetector:
         return dataclasses.replace(alert, evidence=evidence, summary=summary)
 
     # -- the rule -------------------------------------------------------------------------
+
+    def quiet_until(self) -> float:
+        """The time (the job's clock) before which ``check`` returns nothing and changes nothing, as long as
+        no event, phase or setting reaches the rule: ``-inf`` while a hang episode is open (checked on every
+        tick), ``inf`` before the first event or after the end. Taken right after a ``check``; the engine's
+        timer skips the job until then (models/engine.py ``tick``)."""
+        if self._ended or self._started_at is None:
+            return math.inf
+        if self._episode is not None:
+            return -math.inf
+        warn, critical, _ = self.thresholds()
+        # No alert before the job (stalled >= first) or one rank (the partial test) has been quiet that long.
+        base = self._progress_ts
+        if self._n:
+            oldest = float(self._rank_progress[:self._n].min())
+            if oldest != oldest:  # NaN: no bound known
+                return -math.inf
+            base = min(base, oldest)
+        due = base + (warn if warn is not None else critical)
+        if self._incarnated:  # the window's end clears the incarnation set
+            due = min(due, self._incarnated_at + INCARNATION_WINDOW_SECONDS)
+        return due
 
     def check(self, now: float) -> list[Alert]:
         """Evaluate the rule at ``now``; return a new or updated alert when something changed."""

@@ -163,12 +163,18 @@ class OnCall:
 
     def tick(self, now: float) -> list[Alert]:
         if self.engine is not None:
-            shares = {}
-            for name, job in self.engine.jobs.items():
-                sli = job.sli
-                if sli.first_ts is not None and sli.last_ts is not None and sli.last_ts > sli.first_ts:
+            # Only the jobs the engine's timer just visited: a job's share moves only with its events, and every
+            # job an event reached is visited (models/engine.py ``tick``): O(jobs due), not O(jobs).
+            shares, jobs = self._share, self.engine.jobs
+            for job in self.engine.last_tick_jobs:
+                name, sli = job.job, job.sli
+                if jobs.get(name) is job and sli.first_ts is not None and sli.last_ts is not None \
+                        and sli.last_ts > sli.first_ts:
                     shares[name] = round(min(sli.productive_seconds / (sli.last_ts - sli.first_ts), 1.0), 4)
-            self._share = shares
+                else:
+                    shares.pop(name, None)  # evicted at this tick, or no span yet
+            if len(shares) > 2 * len(jobs) + 1024:  # jobs forgotten without a tick (revoked partitions)
+                self._share = {name: share for name, share in shares.items() if name in jobs}
         return [self.classifier.annotate(a) for a in self.ledger.tick(now)]
 
     def _attribute(self, alert: Alert, jobs: list[dict] | None = None) -> Alert:

@@ -29,6 +29,9 @@ Live-only behaviour is explicit:
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -37,7 +40,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from .alerts import Alert
-from .engine import DetectionEngine
+from .engine import CAPPED_MARK, DetectionEngine
 from .deadletter import Rejected, deadletter_message
 from .events import event_to_dict
 from .step_columns import StepColumns, _step_columns, decode_value, parse_value
@@ -58,6 +61,10 @@ class PipelineSettings:
     #: Events stamped further than this ahead of the worker's clock are dead-lettered (a
     #: sender clock or unit bug); older timestamps are fine (recordings, clock offsets).
     max_future_seconds: float = 86_400.0
+    #: New jobs one message may open at most: events of further new jobs in it are dead-lettered (cause
+    #: ``capped``) and counted (``stepwatch_state_capped_total{what="new_jobs_per_message"}``), so that one
+    #: message cannot churn the job table (a rank monitor's envelope holds one job).
+    max_new_jobs_per_message: int = 256
 
 
 log = logging.getLogger("stepwatch.pipeline")
@@ -191,6 +198,7 @@ class Pipeline:
                                    else max_future_seconds)
         self.speaks_for = speaks_for
         self.metrics = metrics
+        self.max_new_jobs = self.engine.settings.worker.max_new_jobs_per_message
         #: Which events partition each job came from, for ``forget``.
         self.job_partition: dict[str, int] = {}
 
@@ -226,6 +234,8 @@ class Pipeline:
         items: list = []
         for msg, obj, bad in parsed:
             found = _step_items(obj) if merge and bad is None else None
+            if found is not None and len(found) > self.max_new_jobs and self._opens_too_many(found):
+                found = None  # one at a time: the events of jobs over the bound dead-lettered by index
             if found is None or (run and (msg.partition != run[0][0].partition
                                           or len(items) + len(found) > MAX_RUN_EVENTS)):
                 if run:
@@ -255,6 +265,11 @@ class Pipeline:
             return self.feed_parsed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for,
                                     reports=item.reports)
         return self.feed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for, reports=item.reports)
+    def _opens_too_many(self, items) -> bool:
+        """Whether a message's event dicts name more new jobs than one message may open."""
+        jobs = {j for i in items if type(i) is dict and type(j := i.get("job")) is str}
+        known = self.engine.jobs
+        return len(jobs) > self.max_new_jobs and sum(1 for j in jobs if j not in known) > self.max_new_jobs
 
     def tick(self, now: float) -> Outputs:
         """Run the time-driven rules at ``now`` (live: the wall clock; replay: the recording's clock)."""
@@ -315,12 +330,19 @@ class Pipeline:
             m.messages.inc(len(run))
         started = time.perf_counter()
         messages = [msg for msg, _ in run]
-        alerts.extend(self._feed_columns(cols, messages[0].partition, arrival, messages, out))
+        parts = [(1, None, _Rejects()) if obj.get("kind") == "step" else (len(obj["events"]), 0, _Rejects())
+                 for _, obj in run]
+        alerts.extend(self._feed_columns(cols, messages[0].partition, arrival, messages, out, parts))
+        for msg, (_, _, rejects) in zip(messages, parts):
+            if rejects.items:
+                out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
         if m is not None:
             m.detection.labels("events").observe(time.perf_counter() - started)
 
     def _feed_columns(self, cols: StepColumns, partition: int, arrival: float | None, messages: list[Message],
-                      out: Outputs) -> list[Alert]:
+                      out: Outputs, parts: list[tuple[int, int | None, _Rejects]]) -> list[Alert]:
+        """One column batch of ``messages``; ``parts``: each message's (events, index of its first event in its
+        envelope or None for a lone event, its rejects), in order: what a state cap left out goes there."""
         if self.metrics is not None:
             self.metrics.events.labels("step").inc(len(cols))
         for job in cols.jobs:
@@ -328,13 +350,28 @@ class Pipeline:
         try:
             if self.recorder is not None:
                 self.recorder.observe_steps(cols)
-            return self.engine.process_batch(cols, arrival=arrival)
+            alerts = self.engine.process_batch(cols, arrival=arrival)
+            refused = self.engine.take_refused()
+            if refused:
+                self._refused_rows(cols, refused, parts)
+            return alerts
         except Exception as exc:  # a bug must not stop the worker; keep the messages
             log.exception("processing a batch of %d events from %d messages failed", len(cols), len(messages))
             self._failed("events", exc)
             for msg in messages:
                 self._deadletter(out, msg, Rejected(f"detector error: {exc!r}", None), "detector")
             return []
+
+    @staticmethod
+    def _refused_rows(cols: StepColumns, refused: list[tuple[int, str]], parts) -> None:
+        """Rows of ``cols`` a state cap left out, into their messages' rejects (by index in the envelope)."""
+        events = cols.events()
+        starts = list(itertools.accumulate((n for n, _, _ in parts), initial=0))
+        for row, what in refused:
+            k = bisect.bisect_right(starts, row) - 1
+            _, first, rejects = parts[k]
+            index = None if first is None else first + row - starts[k]
+            rejects.add(Rejected(_capped_reason(what), event_to_dict(events[row]), index), "capped")
 
     def _feed_one(self, msg: Message, obj, bad: Rejected | None, arrival: float | None, road: Road,
                   alerts: list[Alert], out: Outputs) -> None:
@@ -359,8 +396,12 @@ class Pipeline:
             started = time.perf_counter()
             too_far = arrival + self.max_future_seconds if arrival is not None else None
             if isinstance(events, StepColumns):
-                if road.misplaced("step") is None and (too_far is None or max(events.ts) <= too_far):
-                    alerts.extend(self._feed_columns(events, msg.partition, arrival, [msg], out))
+                if road.misplaced("step") is None and (too_far is None or max(events.ts) <= too_far) and not (
+                        len(events.jobs) > self.max_new_jobs and self._opens_too_many(
+                            [{"job": j} for j in events.jobs])):
+                    first = 0 if type(obj) is dict and obj.get("kind") == "batch" else None
+                    alerts.extend(self._feed_columns(events, msg.partition, arrival, [msg], out,
+                                                     [(len(events), first, rejects)]))
                     events = []
                 else:
                     events = events.events()  # not all belong here: one by one, each index known
@@ -370,6 +411,8 @@ class Pipeline:
                 index = [i for i in range(len(events) + len(rejected)) if i not in skip]
             else:
                 index = range(len(events)) if len(events) > 1 else (None,)
+            engine = self.engine
+            opened = 0  # new jobs this message opened
             for i, ev in enumerate(events):
                 where = road.misplaced(ev.kind)
                 if where is not None:
@@ -382,12 +425,25 @@ class Pipeline:
                 if m is not None:
                     m.events.labels(ev.kind).inc()
                 job = getattr(ev, "job", None)  # node telemetry has none
+                if job and job not in engine.jobs:
+                    if opened >= self.max_new_jobs:
+                        engine.capped_input["new_jobs_per_message"] += 1
+                        rejects.add(Rejected(f"one message may open {self.max_new_jobs} new jobs at most "
+                                             f"(STEPWATCH_WORKER_MAX_NEW_JOBS_PER_MESSAGE): job {job!r} left out",
+                                             event_to_dict(ev), index[i]), "capped")
+                        continue
+                    opened += 1
                 if job:
                     self.job_partition[job] = msg.partition
                 try:  # the status views and the detectors alike: a bug in either is counted, the event kept
                     if self.recorder is not None:
                         self.recorder.observe(ev)
-                    alerts.extend(self.engine.process(ev, arrival=arrival))
+                    mark = engine.capped_mark(job)
+                    alerts.extend(engine.process(ev, arrival=arrival))
+                    after = engine.capped_mark(job)
+                    if after != mark:  # a state cap left (part of) it out: dead-lettered as well as counted
+                        what = ", ".join(w for w, a, b in zip(CAPPED_MARK, after, mark) if a > b)
+                        rejects.add(Rejected(_capped_reason(what), event_to_dict(ev), index[i]), "capped")
                 except Exception as exc:  # a bug must not stop the worker; keep the event
                     log.exception("processing a %s event failed", ev.kind)
                     self._failed("events", exc)
@@ -403,6 +459,15 @@ class Pipeline:
 
     def _deadletter(self, out: Outputs, msg: Message, rejected: Rejected, cause: str) -> None:
         out.deadletters.append(DeadLetter(rejected, cause, msg, (rejected,)))
+
+
+def _capped_reason(what: str) -> str:
+    return f"over the state cap {what!r}: left out and counted (docs/security.md, Bounded state)"
+
+
+def _message(msg) -> Message:
+    """A bare value as a ``Message``; records with its attributes as they are."""
+    return Message(msg) if msg is None or type(msg) is bytes else msg
 
 
 # -- recordings -----------------------------------------------------------------------------------

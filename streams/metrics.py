@@ -226,10 +226,10 @@ class _ScrapeTimeCollector:
                                   value=getattr(engine, "jobs_refused", 0))
         capped = CounterMetricFamily("stepwatch_state_capped", "Input left out at a per-producer state cap, by "
                                      "what (ranks_per_job, process_groups_per_job, pg_ranks_per_job, op_names_per_job, "
-                                     "gpus_per_node, ports_per_node, nodes); docs/security.md.", labels=["what"])
+                                     "gpus_per_node, ports_per_node, nodes, new_jobs_per_message); docs/security.md.", labels=["what"])
         counts = engine.capped() if hasattr(engine, "capped") else {}
         for what in ("ranks_per_job", "process_groups_per_job", "pg_ranks_per_job", "op_names_per_job",
-                     "gpus_per_node", "ports_per_node", "nodes"):
+                     "gpus_per_node", "ports_per_node", "nodes", "new_jobs_per_message"):
             capped.add_metric([what], counts.get(what, 0))
         yield capped
         yield GaugeMetricFamily("stepwatch_jobs_active", "Jobs not ended.",

@@ -154,3 +154,102 @@ def test_ranks_per_job_are_capped_and_counted_whatever_the_path():
     known = [{**s, "step": 2, "ts": T0 + 2} for s in steps[:100]]
     pipeline.feed([Message(encode_events(known), b"j", "ev", 0, 3)], arrival=T0 + 2)
     assert engine.jobs["j"].latest_step == 2 and engine.capped()["ranks_per_job"] == 52
+
+
+# -- over-cap input dead-lettered, not only counted (issue 27 item 4) ------------------------------
+
+
+def _dead(out) -> list[tuple[str, list]]:
+    """(cause, [(index, reason)]) of each dead letter, from the record the dead-letter topic gets."""
+    import orjson
+
+    records = [orjson.loads(d.record()) for d in out.deadletters]
+    return [(r["cause"], [(x["index"], x["reason"]) for x in r["rejected"]]) for r in records]
+
+
+def test_one_message_opens_a_bounded_number_of_new_jobs_the_rest_dead_lettered_by_index():
+    """finding 4/6: one envelope naming 300 new jobs opens 256 (``max_new_jobs_per_message``); the other 44
+    events are in the message's one dead letter by index, counted in /metrics; a known job is never refused."""
+    from stepwatch.models.events import encode_events
+    from stepwatch.models.pipeline import Message, Pipeline
+    from stepwatch.streams.metrics import WorkerMetrics
+
+    pipeline = Pipeline()
+    limit = pipeline.engine.settings.worker.max_new_jobs_per_message
+    pipeline.feed([Message(encode_events([{"v": 1, "kind": "step", "job": "known", "rank": 0, "step": 0,
+                                           "ts": T0, "step_time": 1.0}]), b"k", "ev", 0, 0)], arrival=T0)
+    for kind, offset in (("step", 1), ("heartbeat", 2)):  # the column road and the one-by-one road
+        events = [{"v": 1, "kind": kind, "job": f"{kind}-{i}", "rank": 0, "step": 1, "ts": T0, "step_time": 1.0}
+                  for i in range(limit + 44)]
+        events.insert(100, {"v": 1, "kind": kind, "job": "known", "rank": 1, "step": 1, "ts": T0, "step_time": 1.0})
+        if kind == "heartbeat":
+            for e in events:
+                del e["step_time"]
+        out = pipeline.feed([Message(encode_events(events), b"x", "ev", 0, offset)], arrival=T0)
+        (cause, rejected), = _dead(out)
+        assert cause == "capped" and [i for i, _ in rejected] == list(range(limit + 1, limit + 45))
+        assert "STEPWATCH_WORKER_MAX_NEW_JOBS_PER_MESSAGE" in rejected[0][1]
+        assert sum(j.startswith(kind) for j in pipeline.engine.jobs) == limit
+    assert pipeline.engine.capped()["new_jobs_per_message"] == 88
+    text = WorkerMetrics(pipeline.engine).render().decode()
+    assert 'stepwatch_state_capped_total{what="new_jobs_per_message"} 88.0' in text
+
+
+def test_steps_of_ranks_over_the_cap_are_dead_lettered_by_index_in_their_own_messages():
+    """The column road merges consecutive step messages: each over-cap event goes to its own message's
+    dead letter, at its index in that envelope."""
+    from stepwatch.models.events import encode_events
+    from stepwatch.models.pipeline import Message, Pipeline
+
+    pipeline = Pipeline(settings=dataclasses.replace(Settings(), retention=RetentionSettings(max_ranks_per_job=6)))
+    step = lambda r, s: {"v": 1, "kind": "step", "job": "j", "rank": r, "step": s, "ts": T0 + s, "step_time": 1.0}
+    first = Message(encode_events([step(r, 1) for r in range(4)]), b"j", "ev", 0, 10)
+    second = Message(encode_events([step(r, 1) for r in range(4, 9)]), b"j", "ev", 0, 11)
+    lone = Message(orjson_dumps(step(9, 2)), b"j", "ev", 0, 12)
+    out = pipeline.feed([first, second, lone], arrival=T0 + 2)
+    assert [d.message.offset for d in out.deadletters] == [11, 12]
+    assert _dead(out)[0][0] == "capped" and [i for i, _ in _dead(out)[0][1]] == [2, 3, 4]  # ranks 6, 7, 8
+    assert "ranks_per_job" in _dead(out)[0][1][0][1]
+    assert [i for i, _ in _dead(out)[1][1]] == [None]  # a lone event: the whole message
+    assert pipeline.engine.capped()["ranks_per_job"] == 4 and pipeline.engine.jobs["j"].hang.rank_count == 6
+
+
+def orjson_dumps(obj) -> bytes:
+    import orjson
+
+    return orjson.dumps(obj)
+
+
+def test_accumulated_state_caps_dead_letter_the_event_that_hit_them(monkeypatch):
+    """Process groups per job, GPUs and ports per node, op names per job, ranks per job on the one-by-one
+    road: the event a cap left (part of) out is in its message's dead letter with what, as well as counted."""
+    from stepwatch.models import comm, hang, telemetry_tracker as tt
+    from stepwatch.models.events import encode_events
+    from stepwatch.models.pipeline import TELEMETRY_ROAD, Message, Pipeline
+
+    monkeypatch.setattr(hang, "MAX_PGS", 30)
+    pipeline = Pipeline(settings=dataclasses.replace(Settings(), retention=RetentionSettings(max_ranks_per_job=2)))
+    beats = [{"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0 + i, "step": 1,
+              "pgs": {f"pg{i}-{g}": {"started": 1, "completed": 1} for g in range(10)}} for i in range(4)]
+    out = pipeline.feed([Message(encode_events(beats), b"j", "ev", 0, 1)], arrival=T0 + 5)
+    assert [(c, [i for i, _ in r]) for c, r in _dead(out)] == [("capped", [3])]
+    assert "process_groups_per_job" in _dead(out)[0][1][0][1]
+    gpus = [{"v": 1, "kind": "gpu", "node": "n1", "ts": T0, "gpu": g, "temp_c": 60.0}
+            for g in range(tt.MAX_GPUS_PER_NODE + 2)]
+    ports = [{"v": 1, "kind": "link", "node": "n1", "ts": T0, "device": "mlx5_0", "port": p + 1, "state": "ACTIVE",
+              "rate": 400.0, "counters": {}} for p in range(tt.MAX_PORTS_PER_NODE + 1)]
+    out = pipeline.feed([Message(encode_events(gpus), b"n1", "tel", 0, 2), Message(encode_events(ports), b"n1", "tel", 0, 3)],
+                        arrival=T0 + 5, road=TELEMETRY_ROAD)
+    assert [(c, [i for i, _ in r]) for c, r in _dead(out)] == [
+        ("capped", [tt.MAX_GPUS_PER_NODE, tt.MAX_GPUS_PER_NODE + 1]), ("capped", [tt.MAX_PORTS_PER_NODE])]
+    ops = [{"v": 1, "kind": "collective", "job": "j", "rank": 0, "seq": 1, "op": f"op{i}", "ts": T0,
+            "duration": 0.01} for i in range(comm.MAX_OP_KEYS + 3)]
+    out = pipeline.feed([Message(encode_events(ops), b"j", "ev", 0, 4)], arrival=T0 + 5)
+    assert [(c, [i for i, _ in r]) for c, r in _dead(out)] == [("capped", list(range(comm.MAX_OP_KEYS, comm.MAX_OP_KEYS + 3)))]
+    late = [{"v": 1, "kind": "heartbeat", "job": "j", "rank": r, "ts": T0 + 6, "step": 1} for r in range(1, 4)]
+    out = pipeline.feed([Message(encode_events(late), b"j", "ev", 0, 5)], arrival=T0 + 6)
+    assert [(c, [i for i, _ in r]) for c, r in _dead(out)] == [("capped", [1, 2])]  # ranks 2 and 3
+    assert "ranks_per_job" in _dead(out)[0][1][0][1]
+    capped = pipeline.engine.capped()
+    assert (capped["process_groups_per_job"], capped["gpus_per_node"], capped["ports_per_node"],
+            capped["op_names_per_job"], capped["ranks_per_job"]) == (10, 2, 1, 3, 2)

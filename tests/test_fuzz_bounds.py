@@ -69,7 +69,7 @@ def wild_step(step: int, ahead: float) -> bytes:
 
 seeds = st.integers(0, 10**6)
 messages = st.one_of(
-    st.builds(new_jobs, st.integers(1, 200), seeds),
+    st.builds(new_jobs, st.integers(1, 600), seeds),  # over max_new_jobs_per_message (256): dead-lettered
     st.builds(many_pgs, st.integers(1, 200), st.sampled_from([0, 8, 200]), seeds),
     st.builds(many_pgs, st.just(1), st.sampled_from([70_000]), seeds),  # over MAX_PG_RANKS: dead-lettered
     st.builds(many_gpus, st.integers(1, 200), seeds),
@@ -78,6 +78,11 @@ messages = st.one_of(
     st.builds(many_ops, st.integers(1, 200), seeds),
     st.builds(wild_step, st.sampled_from([1, 10**9, 2**53]), st.sampled_from([0.0, 3600.0, 1e13])),
 )
+
+
+def _refusals(engine) -> int:
+    """Input the caps left out so far (``nodes`` is an eviction: the new node's sample is kept)."""
+    return sum(n for what, n in engine.capped().items() if what != "nodes")
 
 
 class CallCounter:
@@ -108,9 +113,15 @@ def test_adversarial_messages_keep_memory_and_work_per_message_bounded(raws):
         for offset, raw in enumerate(raws):
             tracemalloc.reset_peak()
             before, _ = tracemalloc.get_traced_memory()
+            jobs_before = len(engine.jobs)
+            capped_before = _refusals(engine)
             with CallCounter() as work:
-                pipeline.feed([Message(raw, b"k", "ev", 0, offset)], arrival=T0 + 1)
+                out = pipeline.feed([Message(raw, b"k", "ev", 0, offset)], arrival=T0 + 1)
                 pipeline.tick(T0 + 1 + offset)
+            # A message opens a bounded number of jobs; whatever a cap left out of it is in its dead letter too.
+            assert len(engine.jobs) - jobs_before <= engine.settings.worker.max_new_jobs_per_message
+            capped = [r for d in out.deadletters for r in d.rejects if "state cap" in r.reason or "new jobs" in r.reason]
+            assert (_refusals(engine) > capped_before) == bool(capped)
             _, peak = tracemalloc.get_traced_memory()
             # Memory: a multiple of the message (decoded objects, the state of each new GPU or node, at
             # most ~15 KiB for a ~80-byte sample: measured 230x) plus a constant; never the state held.
