@@ -88,6 +88,8 @@ def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | Non
     for name in ("ratio_threshold", "critical_ratio", "z_threshold"):
         if not getattr(settings, name) > 0:
             raise ValueError(f"straggler.{name} must be positive")
+    if settings.intermittent_window < 0:
+        raise ValueError("straggler.intermittent_window must not be negative")
     for name in ("evidence_window", "clear_after", "min_peers", "long_window"):
         if getattr(settings, name) < 1:
             raise ValueError(f"straggler.{name} must be at least 1")
