@@ -8,7 +8,10 @@ the group's ranks reported a step ``max_lag_steps`` newer, or when it has waited
 The lag counts from the newest step *half the ranks* reached, not the newest any rank reached: in a
 recording sorted by event time (an imported trace), a host whose clock runs seconds behind has its
 events sorted many steps early, and judging on its lead alone would close every step before the other
-hosts' ranks are in (their events dropped as late, a straggler among them never seen).
+hosts' ranks are in (their events dropped as late, a straggler among them never seen). A host whose
+clock runs *ahead* has its events sorted many steps late: when events keep arriving more than
+``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to
+``max_pending_steps - 1``), and shrinks back once none came for ``LAG_MEMORY`` steps.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class AssemblySettings:
 
 
 NAN = float("nan")
+#: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped.
+LAG_MEMORY = 100
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -97,6 +102,10 @@ class StepAssembler:
         #: The newest step half the group's ranks reported (the newest any reported, while membership is
         #: learned): the lag that closes incomplete steps counts from it.
         self._quorum_step = -1
+        #: Steps added to ``max_lag_steps`` while events keep arriving further behind (and when it was last
+        #: needed, as a quorum step).
+        self._extra_lag = 0
+        self._extra_seen = -1
         self.last_closed = -1
         self.late_events = 0
         self.restarts = 0
@@ -195,8 +204,8 @@ class StepAssembler:
                 # With ``need`` events the step completes only if each added a rank, i.e. at the last.
                 if expected is not None and reported >= expected:
                     out.append((q - 1, self._close_through(step)))
-                elif reached and self._open and min(self._open) <= step - self.max_lag_steps:
-                    out.append((q - 1, self._close_through(step - self.max_lag_steps)))
+                elif reached and self._open and min(self._open) <= step - self._lag():
+                    out.append((q - 1, self._close_through(step - self._lag())))
                 p = q
             i = e
         assert i == n
@@ -221,6 +230,12 @@ class StepAssembler:
     def _add_one(self, rank, step, world_size, phase, row) -> list[GroupStep] | None:
         """One event: the steps it closed, if any."""
         open_steps = self._open
+        behind = self._quorum_step - step
+        if behind > self.max_lag_steps and step >= self.last_closed - self.max_pending_steps:
+            # Behind the half of the ranks by more than the lag (a late host): wait that much longer.
+            extra = min(self.max_pending_steps - 1 - self.max_lag_steps, behind - self.max_lag_steps + 1)
+            if extra >= self._extra_lag:
+                self._extra_lag, self._extra_seen = extra, self._quorum_step
         if step <= self.last_closed:
             if step < self.last_closed - self.max_pending_steps:
                 # The step counter went far back: the job restarted from a checkpoint.
@@ -250,7 +265,7 @@ class StepAssembler:
             self._quorum_step = step
         if expected is not None and len(open_step.rows) >= expected:
             closed = self._close_through(step)
-        limit = self._quorum_step - self.max_lag_steps
+        limit = self._quorum_step - self._lag()
         # Every open step is newer than the limit after each add, so only a step reaching its quorum
         # (the limit moved) or an old one can make a step due; usually nothing is: skip the scan.
         if (reached or step <= limit) and open_steps and min(open_steps) <= limit:
@@ -258,6 +273,12 @@ class StepAssembler:
         while len(open_steps) > self.max_pending_steps:
             closed = (closed or []) + self._close_through(min(open_steps))
         return closed
+
+    def _lag(self) -> int:
+        """Steps behind the half of the ranks at which an incomplete step closes."""
+        if self._extra_lag and self._quorum_step - self._extra_seen > LAG_MEMORY:
+            self._extra_lag = 0  # no late host for a while
+        return self.max_lag_steps + self._extra_lag
 
     def flush(self, now: float) -> list[GroupStep]:
         """Close steps that have waited too long (called from the timer)."""
@@ -298,6 +319,8 @@ class StepAssembler:
         self._first_step = None
         self._newest_step = -1
         self._quorum_step = -1
+        self._extra_lag = 0
+        self._extra_seen = -1
         self.last_closed = -1
 
 

@@ -56,3 +56,20 @@ def test_a_lost_rank_still_closes_steps_by_lag():
     closed = [g for e in events for g in assembler.add(e)]
     assert [g.step for g in closed] == list(range(117))
     assert all(g.missing == 1 for g in closed if g.step >= 40)
+
+
+def test_a_host_sorted_late_is_waited_for_and_the_wait_ends_when_it_does():
+    # Host 1's clock 3 s ahead: its events sort ~9 steps late. The lag grows to take them ...
+    events = _events({1: 3.0}, steps=300)
+    gone = [e for e in events if not (e.node == "n1" and e.step >= 150)]  # ... until it leaves at step 150
+    assembler = StepAssembler(job="j", group="")
+    closed = []
+    lags = {}
+    for e in gone:
+        for g in assembler.add(e):
+            closed.append(g)
+            lags[g.step] = assembler._quorum_step - g.step
+    judged = [g for g in closed if 30 <= g.step < 140]
+    assert all(len(g.ranks) == RANKS for g in judged), [(g.step, len(g.ranks)) for g in judged if len(g.ranks) < RANKS]
+    assert max(lags[s] for s in range(30, 140)) >= 9  # waited for it
+    assert max(lags[s] for s in range(270, 290)) <= 3  # back to max_lag_steps once it stopped coming late
