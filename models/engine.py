@@ -21,7 +21,7 @@ from .assembly import GroupStep, StepAssembler
 from .events import CollectiveEvent, Event, NcclWindowEvent, PhaseEvent, StepEvent
 from .inspector import InspectorJudge
 from .hang import HangDetector, HangSettings
-from .job_health import job_health_rules
+from .job_health import JobHealthSettings, configure as configure_job_health, job_health_rules
 from .oncall import OnCall, leaving_engine
 from .resolution import Resolution, with_resolution
 from .sli import JobSLI
@@ -136,6 +136,9 @@ class DetectionEngine:
         self.hang_default: HangSettings | None = None
         #: Per-job straggler settings changed at run time (see ``apply_settings``).
         self.straggler_overrides: dict[str, StragglerSettings] = {}
+        #: Job-wide rules' settings changed at run time: per job, and the default (see ``apply_job_health_settings``).
+        self.job_health_overrides: dict[str, JobHealthSettings] = {}
+        self.job_health_default: JobHealthSettings | None = None
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger (models/oncall.py).
@@ -332,9 +335,11 @@ class DetectionEngine:
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:
-        return JobState(job, self._hang_detector(job),
-                        *job_health_rules(job, self.settings.job_health,
-                                          warmup_steps=self.settings.straggler.warmup_steps))
+        health = self.job_health_settings(job)
+        state = JobState(job, self._hang_detector(job),
+                         *job_health_rules(job, health, warmup_steps=self.settings.straggler.warmup_steps))
+        configure_job_health(health, throughput=state.throughput, comm=state.comm, imbalance=state.imbalance)
+        return state
 
     def hang_settings(self, job: str) -> HangSettings:
         """The hang rule's settings for ``job``: run-time overrides, else the environment's."""
@@ -559,6 +564,28 @@ class DetectionEngine:
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
             state.hang.reconfigure(self.hang_settings(state.job))
+
+    def job_health_settings(self, job: str) -> JobHealthSettings:
+        """The job-wide rules' settings for ``job``: run-time overrides, else the environment's."""
+        return self.job_health_overrides.get(job, self.job_health_default or self.settings.job_health)
+
+    def apply_job_health_settings(self, job: str | None, health: JobHealthSettings | None) -> None:
+        """Change the job-wide rules' settings while running (like ``apply_hang_settings``); an open alert
+        ended by a raised threshold resolves saying so (``evidence.resolution = threshold_changed``)."""
+        if job is None:
+            if health is None:
+                raise ValueError("the default settings cannot be removed")
+            self.job_health_default = health
+            targets = [j for name, j in self.jobs.items() if name not in self.job_health_overrides]
+        else:
+            if health is None:
+                self.job_health_overrides.pop(job, None)
+            else:
+                self.job_health_overrides[job] = health
+            targets = [self.jobs[job]] if job in self.jobs else []
+        for state in targets:
+            configure_job_health(self.job_health_settings(state.job), throughput=state.throughput, comm=state.comm,
+                                 imbalance=state.imbalance)
 
     # -- views ----------------------------------------------------------------------------
 

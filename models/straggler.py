@@ -32,9 +32,11 @@ Intermittent slowness (a flaky GPU: 3x slow one step in seven) never makes ``min
 its last ``intermittent_window`` steps are counted (a ring, updated per step); a rank fires when its
 count has at most ``coincidence_p`` chance at its *peers'* rate of slow steps over the same steps
 (floored at ``spike_rate_floor``), and its slow steps were clearly slow (their ratio, decayed mean, at
-least twice the threshold's excess): GC spikes, loader hiccups and a rotating MoE hot expert hit every
-rank alike and fire nobody. The alert (``evidence.pattern: "intermittent"``) says how often the rank is
-slow and how slow it is then.
+least twice the threshold's excess), on fewer than half of its steps since the first (more is a steady
+straggler: the rule above): GC spikes, loader hiccups and a rotating MoE hot expert hit every rank alike
+and fire nobody. A step judged on the step time while the job's other steps carry compute or arrival
+times is not counted (in synchronous training every rank's step time is the same). The alert
+(``evidence.pattern: "intermittent"``) says how often the rank is slow and how slow it is then.
 
 Hysteresis on intermittency: an alert resolves after ``clear_after`` clean steps, or after as many clean
 steps as make the rank's slow rate over its recent window (slow steps before the clean run) implausible
@@ -242,7 +244,10 @@ class StragglerDetector:
         self._flaky_ring = np.zeros((0, width), dtype=bool)
         self._flaky_count = np.zeros(0, dtype=np.int64)
         self._flaky_ratio = np.zeros(0)
+        self._flaky_peer = np.zeros(0)  # decayed mean of the peers' value on the rank's slow steps
         self._flaky_steps = np.full(width, -1, dtype=np.int64)
+        self._flaky_n = 0  # steps counted (a step judged on the step time beside richer signals is not)
+        self._rich_at = -1  # the latest evaluated step judged on compute time or arrival
         # Slow and judged steps of each rank since its alert fired (its episode's slow rate; reset on firing).
         self._episode_slow = np.zeros(0, dtype=np.int64)
         self._episode_steps = np.zeros(0, dtype=np.int64)
@@ -276,6 +281,7 @@ class StragglerDetector:
             self._flaky_ring = np.vstack([self._flaky_ring, np.zeros((grow, self._flaky_ring.shape[1]), dtype=bool)])
             self._flaky_count = np.concatenate([self._flaky_count, np.zeros(grow, dtype=np.int64)])
             self._flaky_ratio = np.concatenate([self._flaky_ratio, np.zeros(grow)])
+            self._flaky_peer = np.concatenate([self._flaky_peer, np.zeros(grow)])
             self._episode_slow = np.concatenate([self._episode_slow, np.zeros(grow, dtype=np.int64)])
             self._episode_steps = np.concatenate([self._episode_steps, np.zeros(grow, dtype=np.int64)])
             self._data_run = np.concatenate([self._data_run, np.zeros(grow, dtype=np.int64)])
@@ -326,9 +332,9 @@ class StragglerDetector:
             raise ValueError("need intermittent_window >= 0")
         if max(intermittent, 1) != self._flaky_ring.shape[1]:
             old, width = self._flaky_ring.shape[1], max(intermittent, 1)
-            self._flaky_ring = self._resized(self._flaky_ring, old, width, False)
+            self._flaky_ring = self._resized(self._flaky_ring, old, width, False, self._flaky_n)
             self._flaky_count = self._flaky_ring.sum(axis=1).astype(np.int64)
-            self._flaky_steps = self._resized(self._flaky_steps[None, :], old, width, -1)[0]
+            self._flaky_steps = self._resized(self._flaky_steps[None, :], old, width, -1, self._flaky_n)[0]
             self._flaky_need.clear()
         if evidence_window != self.evidence_window:
             for name in ("_ratio_ring", "_z_ring", "_value_ring", "_peer_ring"):
@@ -337,13 +343,14 @@ class StragglerDetector:
         for name, value in new.items():
             setattr(self, name, int(value) if name in self._INTS else float(value))
 
-    def _resized(self, ring: np.ndarray, old: int, new: int, fill) -> np.ndarray:
-        # Columns are written at ``_evaluated % width``: keep the newest ones that fit, placed
-        # where the new width expects them, so the next write lands after them.
+    def _resized(self, ring: np.ndarray, old: int, new: int, fill, written: int | None = None) -> np.ndarray:
+        # Columns are written at ``written % width`` (``_evaluated`` unless given): keep the newest ones
+        # that fit, placed where the new width expects them, so the next write lands after them.
+        written = self._evaluated if written is None else written
         out = np.full((ring.shape[0], new), fill, dtype=ring.dtype)
-        keep = min(self._evaluated, old, new)
+        keep = min(written, old, new)
         for k in range(1, keep + 1):
-            out[:, (self._evaluated - k) % new] = ring[:, (self._evaluated - k) % old]
+            out[:, (written - k) % new] = ring[:, (written - k) % old]
         return out
 
     @property
@@ -401,7 +408,8 @@ class StragglerDetector:
         if self._evaluated >= self.window:
             self._learn_background(step.ranks, slots, col)
         if self.intermittent_window:
-            self._count_intermittent(slots, slow, ratio, step.step)
+            self._count_intermittent(slots, slow, ratio, step.step, signal,
+                                     np.broadcast_to(peers if peers is not None else peer, ratio.shape))
         self._evaluated += 1
         self._slow_ring[slots, col] = slow
         self._ratio_ring[slots, ecol] = ratio
@@ -421,8 +429,9 @@ class StragglerDetector:
         self._episode_start[slots[counts == 0]] = -1
 
         out: list[Alert] = []
-        for rank in [r for r in self._suppressed if self._slow_ring[self._slot[r]].sum() == 0]:
-            self._suppressed.discard(rank)  # that episode is over
+        for rank in [r for r in self._suppressed if self._slow_ring[self._slot[r]].sum() == 0
+                     and self._clean_run[self._slot[r]] >= self._clean_needed(self._slot[r])]:
+            self._suppressed.discard(rank)  # that episode is over (by the hysteresis that resolves alerts)
         candidates = np.flatnonzero(counts >= self.min_flagged)
         rate = self.spike_rate() if len(candidates) else 0.0
         for i in candidates:
@@ -455,10 +464,19 @@ class StragglerDetector:
 
     # -- intermittent slowness ------------------------------------------------------------------
 
-    def _count_intermittent(self, slots: np.ndarray, slow: np.ndarray, ratio: np.ndarray, step: int) -> None:
+    def _count_intermittent(self, slots: np.ndarray, slow: np.ndarray, ratio: np.ndarray, step: int,
+                            signal: str, peers: np.ndarray) -> None:
         """This step's verdicts into each rank's ring of its last ``intermittent_window`` (the count kept equal
         to the ring's row sum: only the ranks written change)."""
-        col = self._evaluated % self._flaky_ring.shape[1]
+        width = self._flaky_ring.shape[1]
+        if signal != "step_time":
+            self._rich_at = self._evaluated
+        elif self._rich_at >= 0 and self._evaluated - self._rich_at < width:
+            # Judged on the step time (every rank waits alike in synchronous training) while the job's other
+            # steps carry compute or arrival times: says nothing, and would read a steady straggler as flaky.
+            return
+        col = self._flaky_n % width
+        self._flaky_n += 1
         self._flaky_count[slots] += slow.astype(np.int64) - self._flaky_ring[slots, col]
         self._flaky_ring[slots, col] = slow
         self._flaky_steps[col] = step
@@ -468,11 +486,12 @@ class StragglerDetector:
             hit = slots[slow]
             old = self._flaky_ratio[hit]
             self._flaky_ratio[hit] = np.where(old > 0, 0.8 * old + 0.2 * ratio[slow], ratio[slow])
+            self._flaky_peer[hit] = np.where(old > 0, 0.8 * self._flaky_peer[hit] + 0.2 * peers[slow], peers[slow])
 
     def _intermittent_candidates(self, slots: np.ndarray) -> np.ndarray:
         """Indices (into this step's ranks) of ranks whose slow steps in the window are too many for their peers'
         rate and were clearly slow."""
-        seen = min(self._evaluated, self._flaky_ring.shape[1])
+        seen = min(self._flaky_n, self._flaky_ring.shape[1])
         counts = self._flaky_count[slots]
         floor_need = self._need(seen, self.spike_rate_floor)  # the fewest at the lowest rate: a cheap filter
         maybe = np.flatnonzero((counts >= floor_need)
@@ -482,16 +501,31 @@ class StragglerDetector:
         total, others = int(self._flaky_count.sum()), len(self._flaky_count) - 1
         keep = []
         for i in maybe:
+            slot = int(slots[i])
+            if self._clean_run[slot] >= self._clean_needed(slot):
+                continue  # the pattern ended (a long enough clean run): nothing to fire now
             k = int(counts[i])
+            if k >= 0.5 * self._span(slot):
+                continue  # slow on most steps: the short rule's (a steady straggler), not a flaky pattern
             rate = max(self.spike_rate_floor, (total - k) / max(others * seen, 1))
             if _binomial_tail(k, seen, rate) <= self.coincidence_p:
                 keep.append(i)
         return np.asarray(keep, dtype=np.int64)
 
+    def _first_slow(self, slot: int) -> int:
+        """The step of the rank's oldest slow verdict in its window (-1: none)."""
+        cols = np.flatnonzero(self._flaky_ring[slot])
+        return int(self._flaky_steps[cols].min()) if len(cols) else -1
+
+    def _span(self, slot: int) -> int:
+        """Steps counted since the rank's oldest slow step in its window."""
+        first = self._first_slow(slot)
+        return max(1, int((self._flaky_steps >= first).sum())) if first >= 0 else 1
+
     def _start_episode(self, slot: int) -> None:
         # Its slow steps in the window so far count: the episode began before the alert fired.
         self._episode_slow[slot] = self._flaky_count[slot]
-        self._episode_steps[slot] = min(self._evaluated, self._flaky_ring.shape[1])
+        self._episode_steps[slot] = min(self._flaky_n, self._flaky_ring.shape[1])
 
     def _need(self, seen: int, rate: float) -> int:
         """The fewest slow steps of ``seen`` whose chance at ``rate`` is at most ``coincidence_p`` (cached)."""
@@ -515,7 +549,7 @@ class StragglerDetector:
         clean = int(self._clean_run[slot])
         # The slow rate before the clean run: over the window, and over the whole episode (a burst in the
         # window alone would overstate it); the lower one, which asks for the longer clean run.
-        rates = [k / n for k, n in ((int(self._flaky_count[slot]), min(self._evaluated, self._flaky_ring.shape[1])
+        rates = [k / n for k, n in ((int(self._flaky_count[slot]), min(self._flaky_n, self._flaky_ring.shape[1])
                                      - clean), (int(self._episode_slow[slot]), int(self._episode_steps[slot]) - clean))
                  if n > 0 and k > 0]
         q = min(rates, default=1.0)
@@ -525,23 +559,26 @@ class StragglerDetector:
 
     def _fire_intermittent(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
         width = self._flaky_ring.shape[1]
-        seen = min(self._evaluated, width)
+        seen = min(self._flaky_n, width)
         k = int(self._flaky_count[slot])
-        cols = np.flatnonzero(self._flaky_ring[slot])
-        first_step = int(self._flaky_steps[cols].min()) if len(cols) else step.step
+        first_step = self._first_slow(slot)
+        first_step = first_step if first_step >= 0 else step.step
         total, others = int(self._flaky_count.sum()), len(self._flaky_count) - 1
         peer_rate = (total - k) / max(others * seen, 1)
         when_slow = float(self._flaky_ratio[slot])
         # What it costs on average since it began: slow steps at their ratio, the rest at par.
-        span = max(1, min(seen, step.step - first_step + 1))
-        ratio = 1.0 + min(1.0, k / span) * (when_slow - 1.0)
+        rate = min(1.0, k / self._span(slot))
+        ratio = 1.0 + rate * (when_slow - 1.0)
         evidence = self._evidence(slot, signal)
         evidence.update(
             pattern="intermittent", slow_steps=k, window=seen, slow_rate=_round(k / seen),
             peer_slow_rate=_round(peer_rate), slow_step_ratio=_round(when_slow), ratio=_round(ratio),
             first_step=first_step, detected_step=step.step)
-        if isinstance(evidence.get("peer_median"), float):  # the rank's mean pace (its last steps: mostly clean)
-            evidence["rank_median"] = _round(evidence["peer_median"] * ratio)
+        # Its mean pace against the peers' on its slow steps (its last steps are mostly clean, and a job whose
+        # steps mix signals would compare the step time with the arrival time).
+        peer = float(self._flaky_peer[slot])
+        if peer > 0:
+            evidence.update(peer_median=_round(peer), rank_median=_round(peer * ratio))
         evidence.update(straggler_cost(evidence, step))  # models/cost.py
         node = self._nodes[slot]
         where = f"rank {rank}" + (f" on node {node}" if node else "")
@@ -757,6 +794,11 @@ class StragglerDetector:
     def _resolve(self, rank: int, step: GroupStep) -> Alert:
         alert = self._firing.pop(rank)
         slot = self._slot[rank]
+        # The episode is over: its slow steps do not count towards a new intermittent pattern.
+        self._flaky_ring[slot] = False
+        self._flaky_count[slot] = 0
+        self._flaky_ratio[slot] = 0.0
+        self._flaky_peer[slot] = 0.0
         ratio = alert.evidence.get("ratio")
         self._resolved[rank] = (step.step, float(ratio) if isinstance(ratio, (int, float)) else self.ratio_threshold)
         evidence = dict(alert.evidence)
