@@ -2,8 +2,16 @@
 
 Ranks report the same step at slightly different times (and over different Kafka
 messages). Peer comparison needs all of a step's ranks side by side, so each group keeps a
-small, bounded set of open steps and closes one when every known rank has reported, when a
-step ``max_lag_steps`` newer has arrived, or when it has waited ``max_wait_seconds``.
+small, bounded set of open steps and closes one when every known rank has reported, when half
+the group's ranks reported a step ``max_lag_steps`` newer, or when it has waited ``max_wait_seconds``.
+
+The lag counts from the newest step *half the ranks* reached, not the newest any rank reached: in a
+recording sorted by event time (an imported trace), a host whose clock runs seconds behind has its
+events sorted many steps early, and judging on its lead alone would close every step before the other
+hosts' ranks are in (their events dropped as late, a straggler among them never seen). A host whose
+clock runs *ahead* has its events sorted many steps late: when events keep arriving more than
+``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to
+``max_pending_steps - 1``), and shrinks back once none came for ``LAG_MEMORY`` steps.
 """
 
 from __future__ import annotations
@@ -20,8 +28,8 @@ from .events import StepEvent
 class AssemblySettings:
     """How per-rank step events are gathered into one comparable step."""
 
-    #: A step is evaluated once every known rank of its group reported, or once a step
-    #: this many steps newer has arrived (late ranks are then left out of that step) ...
+    #: A step is evaluated once every known rank of its group reported, or once half the group's
+    #: ranks reported a step this many steps newer (late ranks are then left out of that step) ...
     max_lag_steps: int = 3
     #: ... or once it has waited this many seconds of event time.
     max_wait_seconds: float = 30.0
@@ -30,6 +38,8 @@ class AssemblySettings:
 
 
 NAN = float("nan")
+#: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped.
+LAG_MEMORY = 100
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -89,6 +99,13 @@ class StepAssembler:
         self._open: dict[int, _OpenStep] = {}
         self._first_step: int | None = None
         self._newest_step = -1
+        #: The newest step half the group's ranks reported (the newest any reported, while membership is
+        #: learned): the lag that closes incomplete steps counts from it.
+        self._quorum_step = -1
+        #: Steps added to ``max_lag_steps`` while events keep arriving further behind (and when it was last
+        #: needed, as a quorum step).
+        self._extra_lag = 0
+        self._extra_seen = -1
         self.last_closed = -1
         self.late_events = 0
         self.restarts = 0
@@ -101,6 +118,10 @@ class StepAssembler:
         if self._first_step is None or self._newest_step < self._first_step + self.max_lag_steps:
             return None
         return len(self.members)
+
+    def _quorum(self, expected: int | None) -> int:
+        """Ranks that must report a step before the lag counts from it."""
+        return 1 if expected is None else max(1, expected // 2)
 
     def add(self, event: StepEvent) -> list[GroupStep]:
         closed = self.add_rows((event.rank,), (event.step,), (event.world_size,), (event.phase,), (step_row(event),))
@@ -158,6 +179,11 @@ class StepAssembler:
                         p += 1
                         continue
                     q = min(e, p + need)
+                    # Stop where the step reaches its quorum too (the lag then closes older steps there).
+                    if step > self._quorum_step:
+                        to_quorum = self._quorum(expected) - len(open_step.rows)
+                        if to_quorum > 0:
+                            q = min(q, p + to_quorum)
                 chunk_ranks = ranks[p:q]
                 self.members.update(chunk_ranks)
                 for w in reversed(world_sizes[p:q]):
@@ -171,9 +197,15 @@ class StepAssembler:
                         if ph != "train":
                             open_step.phase = ph
                             break
+                reported = len(open_step.rows)
+                reached = expected is not None and step > self._quorum_step and reported >= self._quorum(expected)
+                if reached:
+                    self._quorum_step = step
                 # With ``need`` events the step completes only if each added a rank, i.e. at the last.
-                if expected is not None and len(open_step.rows) >= expected:
+                if expected is not None and reported >= expected:
                     out.append((q - 1, self._close_through(step)))
+                elif reached and self._open and min(self._open) <= step - self._lag():
+                    out.append((q - 1, self._close_through(step - self._lag())))
                 p = q
             i = e
         assert i == n
@@ -198,6 +230,12 @@ class StepAssembler:
     def _add_one(self, rank, step, world_size, phase, row) -> list[GroupStep] | None:
         """One event: the steps it closed, if any."""
         open_steps = self._open
+        behind = self._quorum_step - step
+        if behind > self.max_lag_steps and step >= self.last_closed - self.max_pending_steps:
+            # Behind the half of the ranks by more than the lag (a late host): wait that much longer.
+            extra = min(self.max_pending_steps - 1 - self.max_lag_steps, behind - self.max_lag_steps + 1)
+            if extra >= self._extra_lag:
+                self._extra_lag, self._extra_seen = extra, self._quorum_step
         if step <= self.last_closed:
             if step < self.last_closed - self.max_pending_steps:
                 # The step counter went far back: the job restarted from a checkpoint.
@@ -222,12 +260,15 @@ class StepAssembler:
             open_step.phase = phase
         closed = None
         expected = self._expected()
+        reached = step > self._quorum_step and len(open_step.rows) >= self._quorum(expected)
+        if reached:
+            self._quorum_step = step
         if expected is not None and len(open_step.rows) >= expected:
             closed = self._close_through(step)
-        limit = self._newest_step - self.max_lag_steps
-        # Every open step is newer than the limit after each add, so only a newer step (the
-        # limit moved) or an old one can make a step due; usually nothing is: skip the scan.
-        if (advanced or step <= limit) and open_steps and min(open_steps) <= limit:
+        limit = self._quorum_step - self._lag()
+        # Every open step is newer than the limit after each add, so only a step reaching its quorum
+        # (the limit moved) or an old one can make a step due; usually nothing is: skip the scan.
+        if (reached or step <= limit) and open_steps and min(open_steps) <= limit:
             closed = (closed or []) + self._close_through(limit)
         while len(open_steps) > self.max_pending_steps:
             closed = (closed or []) + self._close_through(min(open_steps))
@@ -238,6 +279,12 @@ class StepAssembler:
         if not self._open:
             return float("inf")
         return min(o.first_seen for o in self._open.values()) + self.max_wait_seconds
+
+    def _lag(self) -> int:
+        """Steps behind the half of the ranks at which an incomplete step closes."""
+        if self._extra_lag and self._quorum_step - self._extra_seen > LAG_MEMORY:
+            self._extra_lag = 0  # no late host for a while
+        return self.max_lag_steps + self._extra_lag
 
     def flush(self, now: float) -> list[GroupStep]:
         """Close steps that have waited too long (called from the timer)."""
@@ -277,6 +324,9 @@ class StepAssembler:
         self._open.clear()
         self._first_step = None
         self._newest_step = -1
+        self._quorum_step = -1
+        self._extra_lag = 0
+        self._extra_seen = -1
         self.last_closed = -1
 
 

@@ -18,6 +18,10 @@ newest, ``time_bound`` seconds of event time behind the newest event, or the old
 ``max_pending`` open ones. Judging on the first ranks in would take the minimum over ranks that
 all waited for a straggler still to come, and sell its wait as transfer time.
 
+**Threshold changes** (``reconfigure``): an alert open when ``threshold`` is raised past its key's
+recent increase resolves at its next collective with ``evidence.resolution = threshold_changed``, saying
+the latency is still up by that much; otherwise resolutions are ``recovered``.
+
 **Point-to-point ops** (``send``, ``recv``, ``isend``, ``irecv``, ``*-send``/``*-recv``): their numbers do
 not match across ranks (pipeline stages do different numbers of them), and a receive waits for
 its sender's compute. The transfer sample is the shortest of the key's last ``p2p_window``
@@ -34,6 +38,7 @@ import numpy as np
 
 from .alerts import Alert, alert_id
 from .events import CollectiveEvent
+from .resolution import Resolution
 
 
 def size_bucket(nbytes: int | None) -> str:
@@ -112,6 +117,18 @@ class CommSlowdownDetector:
         self._keys: dict[tuple[str, str, str], _Key] = {}
         self.capped: Counter[str] = Counter()
         self._clean: dict[tuple[str, str, str], int] = {}
+
+    #: Settings ``reconfigure`` may change at run time.
+    TUNABLE = ("threshold", "window", "persistence")
+
+    def reconfigure(self, **values) -> None:
+        """Change settings in place (unknown names ignored); open alerts are judged on the new ones."""
+        for name, value in values.items():
+            if name in self.TUNABLE:
+                setattr(self, name, float(value) if name == "threshold" else int(value))
+        for state in self._keys.values():
+            if state.transfer.maxlen != self.window:
+                state.transfer = deque(state.transfer, maxlen=self.window)
 
     def update(self, event: CollectiveEvent) -> list[Alert]:
         key = (event.pg or "default", event.op, size_bucket(event.bytes))
@@ -196,11 +213,23 @@ class CommSlowdownDetector:
             self._clean[key] = 0
             return [state.firing]
         if state.firing is not None:
+            fired_at = state.firing.evidence.get("threshold")
+            if isinstance(fired_at, (int, float)) and self.threshold > fired_at and rel < self.threshold:
+                # Raised past the increase while it fires: the latency did not recover, the threshold moved.
+                alert, state.firing = state.firing, None
+                state.over = 0
+                detail = f"comm.threshold {fired_at:g} -> {self.threshold:g}"
+                return [alert.resolved(at=ts, summary=f"resolved: threshold changed ({detail}); {key[1]} latency is "
+                                                      f"still {rel:.0%} above its baseline, below the new threshold "
+                                                      f"({alert.summary})",
+                                       evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                                                 "resolution_detail": detail, "recent_increase": round(rel, 4)})]
             self._clean[key] = self._clean.get(key, 0) + 1 if rel < self.threshold / 2 else 0
             if self._clean[key] >= self.clear_after:
                 alert, state.firing = state.firing, None
                 return [alert.resolved(at=ts, summary=f"resolved: {key[1]} latency back to baseline "
-                                                      f"({alert.summary})")]
+                                                      f"({alert.summary})",
+                                       evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value})]
         return []
 
     def _fire(self, key, state: _Key, seq: int, ts: float, base: float, recent: float, rel: float,

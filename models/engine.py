@@ -22,6 +22,7 @@ from .arrival import CollectiveArrival
 from .assembly import GroupStep, StepAssembler
 from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang import HangDetector, HangSettings
+from .job_health import JobHealthSettings
 from .oncall import OnCall, leaving_engine
 from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
@@ -188,6 +189,9 @@ class DetectionEngine:
         self.hang_default: HangSettings | None = None
         #: Per-job straggler settings changed at run time (see ``apply_settings``).
         self.straggler_overrides: dict[str, StragglerSettings] = {}
+        #: Job-wide rules' settings changed at run time: per job, and the default (see ``apply_job_health_settings``).
+        self.job_health_overrides: dict[str, JobHealthSettings] = {}
+        self.job_health_default: JobHealthSettings | None = None
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger (models/oncall.py).
@@ -684,6 +688,28 @@ class DetectionEngine:
         for rule in state.rules:
             if rule.spec.settings is type(settings):
                 rule.reconfigure(settings)
+
+    def job_health_settings(self, job: str) -> JobHealthSettings:
+        """The job-wide rules' settings for ``job``: run-time overrides, else the environment's."""
+        return self.job_health_overrides.get(job, self.job_health_default or self.settings.job_health)
+
+    def apply_job_health_settings(self, job: str | None, health: JobHealthSettings | None) -> None:
+        """Change the job-wide rules' settings while running (like ``apply_hang_settings``); an open alert
+        ended by a raised threshold resolves saying so (``evidence.resolution = threshold_changed``)."""
+        if job is None:
+            if health is None:
+                raise ValueError("the default settings cannot be removed")
+            self.job_health_default = health
+            targets = [j for name, j in self.jobs.items() if name not in self.job_health_overrides]
+        else:
+            if health is None:
+                self.job_health_overrides.pop(job, None)
+            else:
+                self.job_health_overrides[job] = health
+            targets = [self.jobs[job]] if job in self.jobs else []
+        for state in targets:
+            self._reconfigure(state, self.job_health_settings(state.job))
+            self._touch(state)
 
     # -- views ----------------------------------------------------------------------------
 

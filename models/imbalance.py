@@ -39,6 +39,7 @@ import numpy as np
 from .alerts import Alert, alert_id
 from .assembly import GroupStep
 from .cost import cost
+from .resolution import Resolution
 from .straggler import choose_signal, median
 
 
@@ -91,7 +92,15 @@ class ImbalanceDetector:
     * ``stage_min_effect``: slowest stage over the median stage at least ``1 +`` this.
     * ``class_gap``: ratio between neighbouring rank medians that separates two classes.
     * ``min_class_share``: smallest share of a group's ranks (and at least 2) a class holds.
+
+    ``reconfigure`` changes ``stage_min_effect``, ``class_gap`` and ``min_class_share`` at run time: stages and
+    classes are judged again at the next step (no second look: the data did not change, the threshold
+    did), and an alert that ends because its threshold was raised says so (``evidence.resolution =
+    threshold_changed``).
     """
+
+    #: Settings ``reconfigure`` may change at run time, with the evidence key each alert keeps it under.
+    TUNABLE = ("stage_min_effect", "class_gap", "min_class_share")
 
     def __init__(self, *, job: str, window: int = 200, min_steps: int = 10, every: int = 10,
                  stage_min_effect: float = 0.10, class_gap: float = 1.5, min_class_share: float = 0.2) -> None:
@@ -107,6 +116,19 @@ class ImbalanceDetector:
         self._stage_pending: tuple[str, ...] | None = None
         self._class_alerts: dict[str, Alert] = {}
         self._steps = 0
+        self._rejudge: set[str] = set()  # groups whose classes are judged again at once (settings changed)
+        self._rejudge_stages = False
+
+    def reconfigure(self, **values) -> None:
+        """Change settings in place (unknown names ignored); judged again at each group's next step."""
+        changed = False
+        for name, value in values.items():
+            if name in self.TUNABLE and float(value) != getattr(self, name):
+                setattr(self, name, float(value))
+                changed = True
+        if changed:
+            self._rejudge = set(self._groups)
+            self._rejudge_stages = True
 
     # -- views ----------------------------------------------------------------------------
 
@@ -158,15 +180,31 @@ class ImbalanceDetector:
         # of a big job are the costliest part of this rule.
         cadence = self.every if g.count <= self.window else max(self.every, self.window // 2)
         due = g.count == self.min_steps or (g.count > self.min_steps and g.count % cadence == 0)
-        if due:
-            out.extend(self._judge_classes(step, g))
-        if len(self._groups) > 1 and self._steps % self.every == 0:
-            out.extend(self._judge_stages(step))
+        now = step.group in self._rejudge and g.count >= self.min_steps
+        if now:
+            self._rejudge.discard(step.group)
+        if due or now:
+            out.extend(self._judge_classes(step, g, now=now))
+        stages_now = self._rejudge_stages and len(self._groups) > 1
+        if len(self._groups) > 1 and (self._steps % self.every == 0 or stages_now):
+            self._rejudge_stages = False
+            out.extend(self._judge_stages(step, now=stages_now))
         return out
+
+    def _resolved(self, old: Alert, at: float, what: str, key: str, setting: str, value: float) -> Alert:
+        """``old`` resolved because ``what``; because its threshold (``evidence[key]``) was raised, if it was."""
+        fired_at = old.evidence.get(key)
+        if isinstance(fired_at, (int, float)) and value > fired_at:
+            detail = f"imbalance.{setting} {fired_at:g} -> {value:g}"
+            return old.resolved(at=at, summary=f"resolved: threshold changed ({detail}); {what} by the new "
+                                               f"threshold ({old.summary})",
+                                evidence={**old.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                                          "resolution_detail": detail})
+        return old.resolved(at=at, summary=f"resolved: {what} ({old.summary})")
 
     # -- stages ---------------------------------------------------------------------------
 
-    def _judge_stages(self, step: GroupStep) -> list[Alert]:
+    def _judge_stages(self, step: GroupStep, *, now: bool = False) -> list[Alert]:
         groups = {name: g for name, g in self._groups.items() if len(g.medians) >= self.min_steps}
         if len(groups) < 2 or len(groups) < len(self._groups):
             return []
@@ -180,7 +218,7 @@ class ImbalanceDetector:
         if slow == current:
             self._stage_pending = None
             return []
-        if self._stage_pending != slow:  # a new picture must hold twice in a row
+        if self._stage_pending != slow and not now:  # a new picture must hold twice in a row
             self._stage_pending = slow
             if current or not slow:
                 return []
@@ -188,7 +226,8 @@ class ImbalanceDetector:
         out: list[Alert] = []
         if self._stage_alert is not None:
             old, self._stage_alert = self._stage_alert, None
-            out.append(old.resolved(at=step.ts, summary=f"resolved: stage balance changed ({old.summary})"))
+            out.append(self._resolved(old, step.ts, "stage balance changed", "min_effect", "stage_min_effect",
+                                      self.stage_min_effect))
         if not slow:
             return out
         step_times = [t for g in groups.values() for t in g.step_times if not math.isnan(t)]
@@ -260,7 +299,7 @@ class ImbalanceDetector:
         classes = [[g.ranks[i] for i in order[a:b]] for a, b in zip(bounds, bounds[1:])]
         return [sorted(c) for c in reversed(classes)]  # slowest first
 
-    def _judge_classes(self, step: GroupStep, g: _GroupHistory) -> list[Alert]:
+    def _judge_classes(self, step: GroupStep, g: _GroupHistory, *, now: bool = False) -> list[Alert]:
         classes = self._split(g)
         count = len(classes)
         out: list[Alert] = []
@@ -269,14 +308,14 @@ class ImbalanceDetector:
             self._set_classes(g, classes)  # same picture: membership may move silently
             return out
         first = not g.classes and step.group not in self._class_alerts
-        if not (first and count) and g.pending != count:  # a change must hold twice in a row
+        if not (first and count) and g.pending != count and not now:  # a change must hold twice in a row
             g.pending = count
             return out
         g.pending = None
         self._set_classes(g, classes)
         old = self._class_alerts.pop(step.group, None)
         if old is not None:
-            out.append(old.resolved(at=step.ts, summary=f"resolved: rank classes changed ({old.summary})"))
+            out.append(self._resolved(old, step.ts, "rank classes changed", "class_gap", "class_gap", self.class_gap))
         if classes:
             alert = self._class_alert(step, g, classes)
             self._class_alerts[step.group] = alert

@@ -1,5 +1,9 @@
 """Settings of the job-wide rules: throughput drop (models/throughput.py), communication slowdown
-(models/comm.py) and checkpoint staleness (models/checkpoint.py); the engine builds the three per job."""
+(models/comm.py), checkpoint staleness (models/checkpoint.py) and stage imbalance / rank classes
+(models/imbalance.py); the engine builds them per job. The fields marked ``runtime`` may change while the
+worker runs (``stepwatch config set job_health.FIELD=VALUE``): ``configure`` hands them to a job's rules,
+whose open alerts then resolve with ``evidence.resolution = threshold_changed`` when a raised threshold
+ends them."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from dataclasses import dataclass
 
 from .checkpoint import CheckpointDetector
 from .comm import CommSlowdownDetector
+from .imbalance import ImbalanceDetector
 from .throughput import ThroughputDetector
+from .tunable import runtime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,22 +21,22 @@ class JobHealthSettings:
     """Job-wide rules: throughput drop, communication slowdown, checkpoint staleness (issue 9)."""
 
     #: Throughput drop: smallest slowdown worth an alert (fraction of the baseline step time).
-    throughput_min_effect: float = 0.10
+    throughput_min_effect: float = runtime(0.10, high=100.0)
     #: CUSUM alarm level (sum of relative excess over ``min_effect / 2``).
-    throughput_threshold: float = 0.4
+    throughput_threshold: float = runtime(0.4)
     #: Steps whose median must be ``min_effect`` above the baseline (one slow step never fires).
-    throughput_persistence: int = 5
+    throughput_persistence: int = runtime(5, low=1, high=10_000)
     #: Healthy steps the baseline is the median of.
     throughput_baseline_steps: int = 200
     #: Steps missing some of their group's ranks (late or lost events) are left out, up to this many
     #: in a row; beyond, they are judged as the job's new normal.
     throughput_max_incomplete_steps: int = 100
     #: Communication slowdown: collective transfer time this fraction above its baseline ...
-    comm_threshold: float = 0.30
+    comm_threshold: float = runtime(0.30, high=100.0)
     #: ... as a median over this many collectives ...
-    comm_window: int = 20
+    comm_window: int = runtime(20, low=1, high=10_000)
     #: ... for this many consecutive collectives.
-    comm_persistence: int = 10
+    comm_persistence: int = runtime(10, low=1, high=10_000)
     #: Checkpoint staleness: the last successful checkpoint older than this (seconds; 0 = off) ...
     checkpoint_max_age_seconds: float = 3600.0
     #: ... or this many steps (0 = off) ...
@@ -40,6 +46,29 @@ class JobHealthSettings:
     #: Policy: every job must checkpoint, so the age rule also runs for a job that never reported a
     #: checkpoint. Off: only jobs that have reported one (then stopped) can be stale.
     checkpoint_required: bool = False
+    #: Stage imbalance: the slowest stage at least ``1 +`` this over the median stage.
+    imbalance_stage_min_effect: float = runtime(0.10, high=100.0)
+    #: Rank classes: the ratio between neighbouring ranks' medians that separates two classes.
+    imbalance_class_gap: float = runtime(1.5, low=1.0, high=1000.0)
+
+
+#: Runtime fields -> (rule, its setting): the rules of a job ``configure`` hands them to.
+RUNTIME_MAP = {
+    "throughput_min_effect": ("throughput", "min_effect"),
+    "throughput_threshold": ("throughput", "threshold"),
+    "throughput_persistence": ("throughput", "persistence"),
+    "comm_threshold": ("comm", "threshold"),
+    "comm_window": ("comm", "window"),
+    "comm_persistence": ("comm", "persistence"),
+    "imbalance_stage_min_effect": ("imbalance", "stage_min_effect"),
+    "imbalance_class_gap": ("imbalance", "class_gap"),
+}
+
+
+def runtime_values(settings: JobHealthSettings, rule: str) -> dict:
+    """``settings``' runtime fields for one of the rules ``RUNTIME_MAP`` names, by the detector's own names (its
+    ``reconfigure(**values)`` keeps state and open alerts; an alert a raised threshold ends resolves saying so)."""
+    return {name: getattr(settings, field) for field, (owner, name) in RUNTIME_MAP.items() if owner == rule}
 
 
 def throughput_rule(job: str, settings: JobHealthSettings, *, warmup_steps: int) -> ThroughputDetector:

@@ -17,7 +17,7 @@ from .comm import CommSlowdownDetector
 from .hang import HangDetector, HangSettings
 from .imbalance import ImbalanceDetector
 from .inspector import InspectorJudge
-from .job_health import JobHealthSettings, checkpoint_rule, comm_rule, throughput_rule
+from .job_health import JobHealthSettings, checkpoint_rule, comm_rule, runtime_values, throughput_rule
 from .long_straggler import LongStragglerDetector
 from .resolution import Resolution
 from .rule import JobRule, RankSteps, RuleSpec, Signal, closed
@@ -50,6 +50,8 @@ class RuleEnv(Protocol):
 
     def hang_settings(self, job: str) -> HangSettings: ...
 
+    def job_health_settings(self, job: str) -> JobHealthSettings: ...
+
     def count_flap(self, detector: StragglerDetector, outcome: str) -> None: ...
 
 
@@ -57,10 +59,14 @@ class ImbalanceRule(JobRule):
     """Stage imbalance and rank classes (models/imbalance.py): the per-rank rules compare ranks within a class."""
 
     spec = RuleSpec(name="imbalance", consumes=frozenset({Signal.STEPS}), alert_types=(AlertType.IMBALANCE,),
-                    failure_classes=("imbalance",), settings=None)
+                    failure_classes=("imbalance",), settings=JobHealthSettings)
 
     def __init__(self, job: JobContext, env: RuleEnv, needs: dict[str, JobRule]) -> None:
         self.detector = ImbalanceDetector(job=job.job)
+        self.detector.reconfigure(**runtime_values(env.job_health_settings(job.job), "imbalance"))
+
+    def reconfigure(self, settings: JobHealthSettings) -> None:
+        self.detector.reconfigure(**runtime_values(settings, "imbalance"))
 
     def class_of(self, group: str) -> dict[int, int]:
         return self.detector.class_of(group)
@@ -198,7 +204,7 @@ class ThroughputRule(JobRule):
                     settings=JobHealthSettings)
 
     def __init__(self, job: JobContext, env: RuleEnv, needs: dict[str, JobRule]) -> None:
-        self.detector: ThroughputDetector = throughput_rule(job.job, env.settings.job_health,
+        self.detector: ThroughputDetector = throughput_rule(job.job, env.job_health_settings(job.job),
                                                             warmup_steps=env.settings.straggler.warmup_steps)
 
     def on_step(self, step: GroupStep) -> list[Alert]:
@@ -211,10 +217,10 @@ class ThroughputRule(JobRule):
         return closed(self.detector.close(at=at, reason=reason), resolution, reason)
 
     def reconfigure(self, settings: JobHealthSettings) -> None:
-        # Thresholds apply at once; history sizes (baseline_steps) to jobs that start after.
-        d = self.detector
-        d.min_effect, d.threshold = settings.throughput_min_effect, settings.throughput_threshold
-        d.persistence, d.max_incomplete_steps = settings.throughput_persistence, settings.throughput_max_incomplete_steps
+        # Thresholds apply at once (an open alert they end resolves as threshold_changed); history sizes
+        # (baseline_steps) to jobs that start after.
+        self.detector.reconfigure(**runtime_values(settings, "throughput"))
+        self.detector.max_incomplete_steps = settings.throughput_max_incomplete_steps
 
 
 class CommRule(JobRule):
@@ -224,7 +230,7 @@ class CommRule(JobRule):
                     failure_classes=("comm_slowdown",), settings=JobHealthSettings)
 
     def __init__(self, job: JobContext, env: RuleEnv, needs: dict[str, JobRule]) -> None:
-        self.detector: CommSlowdownDetector = comm_rule(job.job, env.settings.job_health)
+        self.detector: CommSlowdownDetector = comm_rule(job.job, env.job_health_settings(job.job))
 
     def on_event(self, event: Event) -> list[Alert]:
         return self.detector.update(event)
@@ -236,8 +242,8 @@ class CommRule(JobRule):
         return closed(self.detector.close(at=at, reason=reason), resolution, reason)
 
     def reconfigure(self, settings: JobHealthSettings) -> None:
-        # The threshold and persistence apply at once; the window to collectives judged after.
-        self.detector.threshold, self.detector.persistence = settings.comm_threshold, settings.comm_persistence
+        # At once, an open alert they end resolving as threshold_changed; the window to collectives judged after.
+        self.detector.reconfigure(**runtime_values(settings, "comm"))
 
     def capped(self) -> dict[str, int]:
         return self.detector.capped
@@ -252,7 +258,7 @@ class CheckpointRule(JobRule):
 
     def __init__(self, job: JobContext, env: RuleEnv, needs: dict[str, JobRule]) -> None:
         self.context = job
-        self.detector: CheckpointDetector = checkpoint_rule(job.job, env.settings.job_health)
+        self.detector: CheckpointDetector = checkpoint_rule(job.job, env.job_health_settings(job.job))
 
     def on_rank_steps(self, run: RankSteps) -> list[tuple[int, Alert]]:
         self.detector.observe(run.ts[0], max(run.steps))

@@ -27,6 +27,22 @@ many slow steps from independent spikes is at most ``coincidence_p`` (over the w
 longer evidence window). A real straggler is slow nearly every step and passes within a step
 or two of the plain k-of-n rule.
 
+Intermittent slowness (a flaky GPU: 3x slow one step in seven) never makes ``min_flagged`` of
+``window`` steps slow, nor enough of ``evidence_window`` at the floor rate. Each rank's slow verdicts of
+its last ``intermittent_window`` steps are counted (a ring, updated per step); a rank fires when its
+count has at most ``coincidence_p`` chance at its *peers'* rate of slow steps over the same steps
+(floored at ``spike_rate_floor``), and its slow steps were clearly slow (their ratio, decayed mean, at
+least twice the threshold's excess), on fewer than half of its steps since the first (more is a steady
+straggler: the rule above): GC spikes, loader hiccups and a rotating MoE hot expert hit every rank alike
+and fire nobody. A step judged on the step time while the job's other steps carry compute or arrival
+times is not counted (in synchronous training every rank's step time is the same). The alert
+(``evidence.pattern: "intermittent"``) says how often the rank is slow and how slow it is then.
+
+Hysteresis on intermittency: an alert resolves after ``clear_after`` clean steps, or after as many clean
+steps as make the rank's slow rate over its recent window (slow steps before the clean run) implausible
+(chance at most ``RECOVERY_P``): a rank slow one step in seven needs 45 clean steps, not 10, so the pattern
+holding is one incident, not a page per episode.
+
 No flapping: a rank whose alert resolved does not fire again within ``holdoff_steps`` unless it
 got clearly worse (its excess ratio is half as large again as the resolved episode's, or it
 crosses ``critical_ratio``); each re-fire attempt inside the hold-off is a flap (``flaps``).
@@ -82,6 +98,8 @@ class StragglerSettings:
     spike_rate_floor: float = runtime(0.001)
     #: A rank whose alert resolved fires again within this many steps only when clearly worse.
     holdoff_steps: int = runtime(200)
+    #: Intermittent slowness: slow verdicts counted over each rank's last this many steps (0: off).
+    intermittent_window: int = runtime(100)
     #: Long-horizon rule (models/long_straggler.py, severity info): smallest steady slowdown
     #: reported (0 = off) ...
     long_min_effect: float = runtime(0.03)
@@ -96,6 +114,11 @@ SIGNALS = ("compute_time", "arrival", "step_time")
 SELF_BASELINE_STEPS = 50
 #: ... and needed before it is judged against it.
 SELF_BASELINE_MIN = 10
+
+#: An alert resolves once its clean run has at most this chance at the rank's recent slow rate.
+RECOVERY_P = 0.001
+#: Fewest slow steps in ``intermittent_window`` that may fire as intermittent.
+INTERMITTENT_MIN = 4
 
 #: scipy's ``median_abs_deviation(scale="normal")`` divides by this (the normal distribution's
 #: quartile, ``ndtri(0.75)``); the same constant keeps the same results, without scipy's per-call cost.
@@ -169,7 +192,8 @@ class StragglerDetector:
                  min_peers: int = _D.min_peers, warmup_steps: int = _D.warmup_steps,
                  critical_ratio: float = _D.critical_ratio, evidence_window: int = _D.evidence_window,
                  coincidence_p: float = _D.coincidence_p, spike_rate_floor: float = _D.spike_rate_floor,
-                 holdoff_steps: int = _D.holdoff_steps) -> None:
+                 holdoff_steps: int = _D.holdoff_steps, intermittent_window: int = _D.intermittent_window
+                 ) -> None:
         if not 1 <= min_flagged <= window:
             raise ValueError("need 1 <= min_flagged <= window")
         self.job = job
@@ -187,6 +211,9 @@ class StragglerDetector:
         self.coincidence_p = coincidence_p
         self.spike_rate_floor = spike_rate_floor
         self.holdoff_steps = holdoff_steps
+        if intermittent_window < 0:
+            raise ValueError("need intermittent_window >= 0")
+        self.intermittent_window = intermittent_window
         #: Re-fire attempts within the hold-off: ``{"suppressed": n, "refired": n}``.
         self.flaps = {"suppressed": 0, "refired": 0}
         #: Called as ``on_flap(detector, outcome)`` for each flap (metrics).
@@ -228,6 +255,20 @@ class StragglerDetector:
         # Small groups: each rank's recent clean values (its own baseline), and how the last step was judged.
         self._own: dict[int, deque[float]] = {}
         self._basis = "peers"
+        # Intermittent slowness: each rank's slow verdicts of its last ``intermittent_window`` steps, their
+        # count, a decayed mean of its ratio on its slow steps; the step judged at each column.
+        width = max(self.intermittent_window, 1)
+        self._flaky_ring = np.zeros((0, width), dtype=bool)
+        self._flaky_count = np.zeros(0, dtype=np.int64)
+        self._flaky_ratio = np.zeros(0)
+        self._flaky_peer = np.zeros(0)  # decayed mean of the peers' value on the rank's slow steps
+        self._flaky_steps = np.full(width, -1, dtype=np.int64)
+        self._flaky_n = 0  # steps counted (a step judged on the step time beside richer signals is not)
+        self._rich_at = -1  # the latest evaluated step judged on compute time or arrival
+        # Slow and judged steps of each rank since its alert fired (its episode's slow rate; reset on firing).
+        self._episode_slow = np.zeros(0, dtype=np.int64)
+        self._episode_steps = np.zeros(0, dtype=np.int64)
+        self._flaky_need: dict[tuple[int, float], int] = {}  # (steps seen, rate) -> fewest slow that may fire
 
     # -- state management ------------------------------------------------------------------
 
@@ -254,6 +295,12 @@ class StragglerDetector:
                 ring = getattr(self, name)
                 setattr(self, name, np.vstack([ring, np.full((grow, self.evidence_window), np.nan)]))
             self._clean_run = np.concatenate([self._clean_run, np.zeros(grow, dtype=np.int64)])
+            self._flaky_ring = np.vstack([self._flaky_ring, np.zeros((grow, self._flaky_ring.shape[1]), dtype=bool)])
+            self._flaky_count = np.concatenate([self._flaky_count, np.zeros(grow, dtype=np.int64)])
+            self._flaky_ratio = np.concatenate([self._flaky_ratio, np.zeros(grow)])
+            self._flaky_peer = np.concatenate([self._flaky_peer, np.zeros(grow)])
+            self._episode_slow = np.concatenate([self._episode_slow, np.zeros(grow, dtype=np.int64)])
+            self._episode_steps = np.concatenate([self._episode_steps, np.zeros(grow, dtype=np.int64)])
             self._data_run = np.concatenate([self._data_run, np.zeros(grow, dtype=np.int64)])
             for name in ("_data_ring", "_data_peer_ring"):
                 ring = getattr(self, name)
@@ -266,7 +313,7 @@ class StragglerDetector:
     #: ``StragglerSettings``; the ``long_*`` rest configures the long-horizon rule).
     TUNABLE: tuple[str, ...] = ()
     _INTS = frozenset({"min_flagged", "window", "clear_after", "min_peers", "warmup_steps", "evidence_window",
-                       "holdoff_steps"})
+                       "holdoff_steps", "intermittent_window"})
     #: Weight (rank-steps) of the ``spike_rate_floor`` prior in the background rate; its decay half-life (steps).
     _BG_PRIOR = 1000.0
     _BG_HALFLIFE = 200.0
@@ -297,6 +344,15 @@ class StragglerDetector:
             self._slow_ring = self._resized(self._slow_ring, self.window, window, False)
             for name in ("_data_ring", "_data_peer_ring"):
                 setattr(self, name, self._resized(getattr(self, name), self.window, window, np.nan))
+        intermittent = int(new.get("intermittent_window", self.intermittent_window))
+        if intermittent < 0:
+            raise ValueError("need intermittent_window >= 0")
+        if max(intermittent, 1) != self._flaky_ring.shape[1]:
+            old, width = self._flaky_ring.shape[1], max(intermittent, 1)
+            self._flaky_ring = self._resized(self._flaky_ring, old, width, False, self._flaky_n)
+            self._flaky_count = self._flaky_ring.sum(axis=1).astype(np.int64)
+            self._flaky_steps = self._resized(self._flaky_steps[None, :], old, width, -1, self._flaky_n)[0]
+            self._flaky_need.clear()
         if evidence_window != self.evidence_window:
             for name in ("_ratio_ring", "_z_ring", "_value_ring", "_peer_ring"):
                 setattr(self, name, self._resized(getattr(self, name), self.evidence_window, evidence_window,
@@ -304,13 +360,14 @@ class StragglerDetector:
         for name, value in new.items():
             setattr(self, name, int(value) if name in self._INTS else float(value))
 
-    def _resized(self, ring: np.ndarray, old: int, new: int, fill) -> np.ndarray:
-        # Columns are written at ``_evaluated % width``: keep the newest ones that fit, placed
-        # where the new width expects them, so the next write lands after them.
+    def _resized(self, ring: np.ndarray, old: int, new: int, fill, written: int | None = None) -> np.ndarray:
+        # Columns are written at ``written % width`` (``_evaluated`` unless given): keep the newest ones
+        # that fit, placed where the new width expects them, so the next write lands after them.
+        written = self._evaluated if written is None else written
         out = np.full((ring.shape[0], new), fill, dtype=ring.dtype)
-        keep = min(self._evaluated, old, new)
+        keep = min(written, old, new)
         for k in range(1, keep + 1):
-            out[:, (self._evaluated - k) % new] = ring[:, (self._evaluated - k) % old]
+            out[:, (written - k) % new] = ring[:, (written - k) % old]
         return out
 
     @property
@@ -371,6 +428,9 @@ class StragglerDetector:
         ecol = self._evaluated % self.evidence_window
         if self._evaluated >= self.window:
             self._learn_background(step.ranks, slots, col)
+        if self.intermittent_window:
+            self._count_intermittent(slots, slow, ratio, step.step, signal,
+                                     np.broadcast_to(peers if peers is not None else peer, ratio.shape))
         self._evaluated += 1
         self._slow_ring[slots, col] = slow
         self._ratio_ring[slots, ecol] = ratio
@@ -390,8 +450,9 @@ class StragglerDetector:
         self._episode_start[slots[counts == 0]] = -1
 
         out: list[Alert] = []
-        for rank in [r for r in self._suppressed if self._slow_ring[self._slot[r]].sum() == 0]:
-            self._suppressed.discard(rank)  # that episode is over
+        for rank in [r for r in self._suppressed if self._slow_ring[self._slot[r]].sum() == 0
+                     and self._clean_run[self._slot[r]] >= self._clean_needed(self._slot[r])]:
+            self._suppressed.discard(rank)  # that episode is over (by the hysteresis that resolves alerts)
         candidates = np.flatnonzero(counts >= self.min_flagged)
         rate = self.spike_rate() if len(candidates) else 0.0
         for i in candidates:
@@ -400,17 +461,156 @@ class StragglerDetector:
                     and self._past_holdoff(rank, int(slots[i]), step.step):
                 alert = self._fire(rank, int(slots[i]), signal, step)
                 self._firing[rank] = alert
+                self._start_episode(int(slots[i]))
                 out.append(alert)
+        if self.intermittent_window:
+            for i in self._intermittent_candidates(slots):
+                rank = int(step.ranks[i])
+                if rank not in self._firing and self._past_holdoff(rank, int(slots[i]), step.step):
+                    alert = self._fire_intermittent(rank, int(slots[i]), signal, step)
+                    self._firing[rank] = alert
+                    self._start_episode(int(slots[i]))
+                    out.append(alert)
         if data_slow is not None:
             for i in np.flatnonzero(self._data_run[slots] >= self.window):
                 rank = int(step.ranks[i])
                 if rank not in self._firing:
                     alert = self._fire_data(rank, int(slots[i]), step)
                     self._firing[rank] = alert
+                    self._start_episode(int(slots[i]))
                     out.append(alert)
-        for rank in [r for r, a in self._firing.items() if self._clean_run[self._slot[r]] >= self.clear_after]:
+        for rank in [r for r in self._firing if self._clean_run[self._slot[r]] >= self._clean_needed(self._slot[r])]:
             out.append(self._resolve(rank, step))
         return out
+
+    # -- intermittent slowness ------------------------------------------------------------------
+
+    def _count_intermittent(self, slots: np.ndarray, slow: np.ndarray, ratio: np.ndarray, step: int,
+                            signal: str, peers: np.ndarray) -> None:
+        """This step's verdicts into each rank's ring of its last ``intermittent_window`` (the count kept equal
+        to the ring's row sum: only the ranks written change)."""
+        width = self._flaky_ring.shape[1]
+        if signal != "step_time":
+            self._rich_at = self._evaluated
+        elif self._rich_at >= 0 and self._evaluated - self._rich_at < width:
+            # Judged on the step time (every rank waits alike in synchronous training) while the job's other
+            # steps carry compute or arrival times: says nothing, and would read a steady straggler as flaky.
+            return
+        col = self._flaky_n % width
+        self._flaky_n += 1
+        self._flaky_count[slots] += slow.astype(np.int64) - self._flaky_ring[slots, col]
+        self._flaky_ring[slots, col] = slow
+        self._flaky_steps[col] = step
+        self._episode_slow[slots] += slow
+        self._episode_steps[slots] += 1
+        if slow.any():
+            hit = slots[slow]
+            old = self._flaky_ratio[hit]
+            self._flaky_ratio[hit] = np.where(old > 0, 0.8 * old + 0.2 * ratio[slow], ratio[slow])
+            self._flaky_peer[hit] = np.where(old > 0, 0.8 * self._flaky_peer[hit] + 0.2 * peers[slow], peers[slow])
+
+    def _intermittent_candidates(self, slots: np.ndarray) -> np.ndarray:
+        """Indices (into this step's ranks) of ranks whose slow steps in the window are too many for their peers'
+        rate and were clearly slow."""
+        seen = min(self._flaky_n, self._flaky_ring.shape[1])
+        counts = self._flaky_count[slots]
+        floor_need = self._need(seen, self.spike_rate_floor)  # the fewest at the lowest rate: a cheap filter
+        maybe = np.flatnonzero((counts >= floor_need)
+                               & (self._flaky_ratio[slots] >= 1.0 + 2.0 * (self.ratio_threshold - 1.0)))
+        if not len(maybe):
+            return maybe
+        total, others = int(self._flaky_count.sum()), len(self._flaky_count) - 1
+        keep = []
+        for i in maybe:
+            slot = int(slots[i])
+            if self._clean_run[slot] >= self._clean_needed(slot):
+                continue  # the pattern ended (a long enough clean run): nothing to fire now
+            k = int(counts[i])
+            if k >= 0.5 * self._span(slot):
+                continue  # slow on most steps: the short rule's (a steady straggler), not a flaky pattern
+            rate = max(self.spike_rate_floor, (total - k) / max(others * seen, 1))
+            if _binomial_tail(k, seen, rate) <= self.coincidence_p:
+                keep.append(i)
+        return np.asarray(keep, dtype=np.int64)
+
+    def _first_slow(self, slot: int) -> int:
+        """The step of the rank's oldest slow verdict in its window (-1: none)."""
+        cols = np.flatnonzero(self._flaky_ring[slot])
+        return int(self._flaky_steps[cols].min()) if len(cols) else -1
+
+    def _span(self, slot: int) -> int:
+        """Steps counted since the rank's oldest slow step in its window."""
+        first = self._first_slow(slot)
+        return max(1, int((self._flaky_steps >= first).sum())) if first >= 0 else 1
+
+    def _start_episode(self, slot: int) -> None:
+        # Its slow steps in the window so far count: the episode began before the alert fired.
+        self._episode_slow[slot] = self._flaky_count[slot]
+        self._episode_steps[slot] = min(self._flaky_n, self._flaky_ring.shape[1])
+
+    def _need(self, seen: int, rate: float) -> int:
+        """The fewest slow steps of ``seen`` whose chance at ``rate`` is at most ``coincidence_p`` (cached)."""
+        key = (seen, rate)
+        need = self._flaky_need.get(key)
+        if need is None:
+            need = max(INTERMITTENT_MIN, self.min_flagged)
+            while need <= seen and _binomial_tail(need, seen, rate) > self.coincidence_p:
+                need += 1
+            if len(self._flaky_need) > 1024:
+                self._flaky_need.clear()
+            self._flaky_need[key] = need
+        return need
+
+    def _clean_needed(self, slot: int) -> int:
+        """Clean steps that end an episode: ``clear_after``, or more while the rank's slow rate before its clean
+        run makes so many clean steps in a row likely (a flaky rank is clean most steps)."""
+        need = self.clear_after
+        if not self.intermittent_window:
+            return need
+        clean = int(self._clean_run[slot])
+        # The slow rate before the clean run: over the window, and over the whole episode (a burst in the
+        # window alone would overstate it); the lower one, which asks for the longer clean run.
+        rates = [k / n for k, n in ((int(self._flaky_count[slot]), min(self._flaky_n, self._flaky_ring.shape[1])
+                                     - clean), (int(self._episode_slow[slot]), int(self._episode_steps[slot]) - clean))
+                 if n > 0 and k > 0]
+        q = min(rates, default=1.0)
+        if q < 1.0:
+            need = max(need, math.ceil(math.log(RECOVERY_P) / math.log1p(-q)))
+        return need
+
+    def _fire_intermittent(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
+        width = self._flaky_ring.shape[1]
+        seen = min(self._flaky_n, width)
+        k = int(self._flaky_count[slot])
+        first_step = self._first_slow(slot)
+        first_step = first_step if first_step >= 0 else step.step
+        total, others = int(self._flaky_count.sum()), len(self._flaky_count) - 1
+        peer_rate = (total - k) / max(others * seen, 1)
+        when_slow = float(self._flaky_ratio[slot])
+        # What it costs on average since it began: slow steps at their ratio, the rest at par.
+        rate = min(1.0, k / self._span(slot))
+        ratio = 1.0 + rate * (when_slow - 1.0)
+        evidence = self._evidence(slot, signal)
+        evidence.update(
+            pattern="intermittent", slow_steps=k, window=seen, slow_rate=_round(k / seen),
+            peer_slow_rate=_round(peer_rate), slow_step_ratio=_round(when_slow), ratio=_round(ratio),
+            first_step=first_step, detected_step=step.step)
+        # Its mean pace against the peers' on its slow steps (its last steps are mostly clean, and a job whose
+        # steps mix signals would compare the step time with the arrival time).
+        peer = float(self._flaky_peer[slot])
+        if peer > 0:
+            evidence.update(peer_median=_round(peer), rank_median=_round(peer * ratio))
+        evidence.update(straggler_cost(evidence, step))  # models/cost.py
+        node = self._nodes[slot]
+        where = f"rank {rank}" + (f" on node {node}" if node else "")
+        group = f" among group {self.group}" if self.group else ""
+        summary = (f"straggler: {where} is intermittently slow: {when_slow:.2f}x its peers{group} on {k} of its last "
+                   f"{seen} steps (peers: {peer_rate:.1%} of theirs), {ratio:.2f}x on average, since step "
+                   f"{first_step} (a flaky device or host)")
+        return Alert(id=alert_id(self.job, "straggler", self.group, rank, first_step), status="firing",
+                     type="straggler", severity="critical" if ratio >= self.critical_ratio else "warning",
+                     job=self.job, ranks=(rank,), nodes=(node,) if node else (), starts_at=step.ts,
+                     summary=summary, evidence=evidence)
 
     def _against_own(self, ranks: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Small groups: (ratio, z, expected value) of each rank, where the expected value is its own
@@ -615,6 +815,11 @@ class StragglerDetector:
     def _resolve(self, rank: int, step: GroupStep) -> Alert:
         alert = self._firing.pop(rank)
         slot = self._slot[rank]
+        # The episode is over: its slow steps do not count towards a new intermittent pattern.
+        self._flaky_ring[slot] = False
+        self._flaky_count[slot] = 0
+        self._flaky_ratio[slot] = 0.0
+        self._flaky_peer[slot] = 0.0
         ratio = alert.evidence.get("ratio")
         self._resolved[rank] = (step.step, float(ratio) if isinstance(ratio, (int, float)) else self.ratio_threshold)
         evidence = dict(alert.evidence)

@@ -15,6 +15,10 @@ the job's own baseline:
 * values join the baseline only after leaving the recent window, and not while an alert
   is open, so a regression is never absorbed into its own baseline.
 
+Threshold changes (``reconfigure``): an alert open when ``min_effect`` is raised past the job's recent
+slowdown resolves at the next step with ``evidence.resolution = threshold_changed``, saying how much
+slower the job still is; otherwise resolutions are ``recovered``.
+
 The alert names the layer that moved with it: communication (``comm_time``), compute
 (``compute_time`` of all ranks), input pipeline (``data_time``), or unknown.
 
@@ -35,6 +39,7 @@ from scipy.stats import mannwhitneyu
 
 from .alerts import Alert, alert_id
 from .assembly import GroupStep
+from .resolution import Resolution
 
 LAYERS = (("communication", "comm"), ("compute", "compute"), ("input pipeline", "data"))
 
@@ -244,6 +249,17 @@ class ThroughputDetector:
         self._groups: dict[str, None] = {}
         self._pending: dict[int, dict[str, tuple[StepSample, str]]] = {}
 
+    #: Settings ``reconfigure`` may change at run time.
+    TUNABLE = ("min_effect", "threshold", "persistence")
+
+    def reconfigure(self, **values) -> None:
+        """Change settings in place (unknown names ignored); an open alert is judged on the new ones."""
+        for name, value in values.items():
+            if name in self.TUNABLE:
+                setattr(self, name, int(value) if name == "persistence" else float(value))
+        for tracker in (self._step_time, self._per_token):
+            tracker.drift = self.min_effect / 2
+
     def update(self, sample: StepSample, *, phase: str = "train") -> list[Alert]:
         if not sample.group:
             return self._update(sample, phase)
@@ -299,14 +315,29 @@ class ThroughputDetector:
             return []
         recent = max(self._step_time.recent_effect(self.persistence), self._per_token.recent_effect(self.persistence)
                      if self._per_token.mean else -1.0)
+        fired_at = self.firing.evidence.get("min_effect")
+        if isinstance(fired_at, (int, float)) and self.min_effect > fired_at and recent < self.min_effect:
+            # Raised past the slowdown while it fires: the job did not recover, the threshold moved.
+            detail = f"job_health.throughput_min_effect {fired_at:g} -> {self.min_effect:g}"
+            alert = self._end()
+            return [alert.resolved(at=sample.ts, summary=f"resolved: threshold changed ({detail}); job {self.job} is "
+                                                         f"still {recent:.0%} slower than its baseline, below the new "
+                                                         f"threshold ({alert.summary})",
+                                   evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                                             "resolution_detail": detail, "recent_slowdown": round(recent, 4)})]
         self._clean = self._clean + 1 if recent < self.min_effect / 2 else 0
         if self._clean >= self.clear_after:
-            alert, self.firing = self.firing, None
-            for tracker in (self._step_time, self._per_token):
-                tracker.score, tracker.onset, tracker.since_onset = 0.0, None, 0
+            alert = self._end()
             return [alert.resolved(at=sample.ts, summary=f"resolved: throughput of job {self.job} back to "
-                                                         f"baseline at step {sample.step} ({alert.summary})")]
+                                                         f"baseline at step {sample.step} ({alert.summary})",
+                                   evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value})]
         return []
+
+    def _end(self) -> Alert:
+        alert, self.firing = self.firing, None
+        for tracker in (self._step_time, self._per_token):
+            tracker.score, tracker.onset, tracker.since_onset = 0.0, None, 0
+        return alert
 
     def _layer(self) -> tuple[str, dict]:
         """Which layer's time grew with the step time: the one explaining most of the increase."""

@@ -22,13 +22,14 @@ from typing import Any
 import orjson
 
 from stepwatch.models.hang import HangSettings
+from stepwatch.models.job_health import JobHealthSettings
 from stepwatch.models.straggler import StragglerSettings
 from stepwatch.models.tunable import check_runtime_value, runtime_fields
 from stepwatch.config import Settings, _parse
 
 GLOBAL = "*"
 #: Sections that can be changed at run time, with their settings class.
-SECTIONS: dict[str, type] = {"straggler": StragglerSettings, "hang": HangSettings}
+SECTIONS: dict[str, type] = {"straggler": StragglerSettings, "hang": HangSettings, "job_health": JobHealthSettings}
 
 
 def parse_assignments(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -88,6 +89,8 @@ def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | Non
     for name in ("ratio_threshold", "critical_ratio", "z_threshold"):
         if not getattr(settings, name) > 0:
             raise ValueError(f"straggler.{name} must be positive")
+    if settings.intermittent_window < 0:
+        raise ValueError("straggler.intermittent_window must not be negative")
     for name in ("evidence_window", "clear_after", "min_peers", "long_window"):
         if getattr(settings, name) < 1:
             raise ValueError(f"straggler.{name} must be at least 1")
@@ -111,6 +114,15 @@ def validate_hang(overrides: dict[str, Any], base: HangSettings) -> HangSettings
     if settings.warning_min_steps < 1 or settings.max_listed_ranks < 1:
         raise ValueError("hang.warning_min_steps and hang.max_listed_ranks must be at least 1")
     return settings
+
+
+def validate_job_health(overrides: dict[str, Any], base: JobHealthSettings) -> JobHealthSettings:
+    """The job-wide rules' settings ``overrides`` (one scope's ``job_health`` section) give on top of ``base``
+    (each value's range is checked by ``_convert``: ``runtime(..., low, high)`` on the field)."""
+    values = overrides.get("job_health", {})
+    for field, value in values.items():
+        _convert("job_health", field, value)
+    return dataclasses.replace(base, **values)
 
 
 def encode(overrides: dict[str, dict[str, Any]] | None) -> bytes | None:
@@ -161,6 +173,13 @@ class RuntimeConfig:
             settings = validate_hang(self.scopes[job], settings)
         return settings
 
+    def effective_job_health(self, job: str | None = None) -> JobHealthSettings:
+        """Job-wide rules' settings: the environment's, then ``*``, then the job's."""
+        settings = validate_job_health(self.scopes.get(GLOBAL, {}), self.base.job_health)
+        if job is not None and job in self.scopes:
+            settings = validate_job_health(self.scopes[job], settings)
+        return settings
+
     def source(self, job: str) -> str:
         if job in self.scopes:
             return "job"
@@ -182,12 +201,15 @@ class RuntimeConfig:
             if key == GLOBAL:
                 engine.apply_settings(None, self.effective())
                 engine.apply_hang_settings(None, self.effective_hang(base_hang))
+                engine.apply_job_health_settings(None, self.effective_job_health())
                 for job in [j for j in self.scopes if j != GLOBAL]:
                     engine.apply_settings(job, self.effective(job))
                     engine.apply_hang_settings(job, self.effective_hang(base_hang, job))
+                    engine.apply_job_health_settings(job, self.effective_job_health(job))
             else:
                 engine.apply_settings(key, self.effective(key) if key in self.scopes else None)
                 engine.apply_hang_settings(key, self.effective_hang(base_hang, key) if key in self.scopes else None)
+                engine.apply_job_health_settings(key, self.effective_job_health(key) if key in self.scopes else None)
         except ValueError as exc:
             if old is None:
                 self.scopes.pop(key, None)
@@ -204,7 +226,8 @@ class RuntimeConfig:
             "global": self.scopes.get(GLOBAL, {}),
             "jobs": {k: v for k, v in self.scopes.items() if k != GLOBAL},
             "effective_default": {"straggler": dataclasses.asdict(self.effective()),
-                                  "hang": dataclasses.asdict(self.effective_hang(self.base.hang))},
+                                  "hang": dataclasses.asdict(self.effective_hang(self.base.hang)),
+                                  "job_health": dataclasses.asdict(self.effective_job_health())},
             "updates": self.updates,
             "errors": list(self.errors),
         }

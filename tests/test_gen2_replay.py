@@ -168,3 +168,15 @@ def test_a_raised_threshold_resolves_the_alert_with_that_reason(fleet):
     assert resolved, _show(alerts)
     assert "back in line" not in resolved[0]["summary"], _show(resolved)
     assert "threshold" in str(resolved[0]["evidence"].get("resolution", "")), resolved[0]["evidence"]
+
+
+def test_a_raised_comm_threshold_resolves_the_network_alert_with_that_reason(fleet):
+    """``stepwatch config set job_health.comm_threshold=2.0`` while a 1.8x slower all-reduce fires (the
+    job-wide rules, issue 26 item 8): it resolves saying the threshold moved and the latency is still up."""
+    alerts = [a for a in fleet["comm-threshold-raised"] if a["type"] == "comm_slowdown"]
+    assert [a["status"] for a in alerts][:1] == ["firing"], _show(alerts)
+    resolved = [a for a in alerts if a["status"] == "resolved"]
+    assert resolved, _show(alerts)
+    assert resolved[0]["evidence"]["resolution"] == "threshold_changed", resolved[0]["evidence"]
+    assert resolved[0]["evidence"]["recent_increase"] >= 0.3
+    assert resolved[0]["summary"].startswith("resolved: threshold changed"), _show(resolved)
