@@ -18,8 +18,9 @@ already imported (``STEPWATCH_MONITOR_PROCESS_GROUPS=0`` turns it off), or expli
   same calls). They fire inside the ProcessGroup for every caller: DDP's C++ reducer, FSDP1/FSDP2
   (``all_gather_single``/``reduce_scatter_single``, sync or ``async_op=True``), functional
   collectives (DTensor, ``torch.compile``), explicit calls. A collective is numbered on its group
-  when issued (``started``) and completed when its work's future completes; its interval feeds
-  the step's ``comm_time``. Point-to-point ``send``/``recv`` (and ``isend``/``irecv``/
+  when issued (``started``) and completed when the caller's ``Work.wait()`` returns (synchronous
+  calls: torch's functions wait at once) or its work's future completes (``async_op``); its
+  interval feeds the step's ``comm_time``. Point-to-point ``send``/``recv`` (and ``isend``/``irecv``/
   ``batch_isend_irecv``, which use them) are timed until the caller's ``Work.wait()`` returns
   (gloo has no future for them) but not numbered (see below). Object collectives
   (``all_gather_object`` issues two all-gathers) are wrapped and count once. On CUDA a start
@@ -33,9 +34,12 @@ It counts point-to-point ``send``/``recv`` too (measured on gloo, torch 2.x), an
 stages do different numbers of those on a shared group, so members of a healthy group would
 disagree. It is read into ``torch_seq`` (``snapshot()``) for debugging, not compared.
 
-The hooks cost the issuing thread a few dict updates, a clock read and a future callback per
-collective (bench/overhead.py --frameworks); the group registry is read from the heartbeat
-thread (cached until the number of groups changes).
+The hooks cost the issuing thread torch's hook dispatch (~2 µs for two empty Python hooks), two
+fields of the hook's arguments, a dict update and a clock read per collective; a synchronous
+call ends at its ``Work.wait()``, an ``async_op`` one through a future callback on the backend's
+thread; the step's intervals are summed at its end (bench/overhead.py --frameworks,
+BENCHMARKS.md). The group registry is read from the heartbeat thread (cached until the number
+of groups changes).
 """
 
 from __future__ import annotations
