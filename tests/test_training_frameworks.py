@@ -6,8 +6,9 @@ Each rank is an OS process running tests/fw_rank.py. What is checked, per framew
 ~40% slower from step 12 is the one straggler named (its compute time stands out because the
 collectives the framework issues itself are timed as communication), within 10 steps; every rank
 numbered the same collectives. For the pipeline, the neighbours' ``recv`` waits count as
-communication, so only the slow stage is named. A Megatron-style TP x DP job with a rank stuck before
-its TP all-reduce names that rank as the hang culprit with its stack.
+communication, so only the slow stage is named. DeepSpeed ZeRO-2/3 runs on its CPU accelerator. A
+Megatron-style 8-rank TP4 x DP2 job with a rank stuck before its TP all-reduce names that rank as the
+hang culprit with its stack, in the TP group where most ranks wait on it.
 """
 
 from __future__ import annotations
