@@ -142,46 +142,116 @@ def model_bench(step_ms: float, steps: int, blocks: int, bootstrap: str | None) 
 HOOK_SCRIPT = r"""
 import json, sys, time
 import torch, torch.distributed as dist
+from torch._C._distributed_c10d import Work
 torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % int(sys.argv[1]), rank=0, world_size=1)
+rank, world = int(sys.argv[3]), int(sys.argv[4])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % int(sys.argv[1]), rank=rank, world_size=world)
 from stepwatch.producers.monitor import RankMonitor
 n = int(sys.argv[2])
 t = torch.ones(1)
-def per_call():
-    perf = time.perf_counter
-    best = float("inf")
-    for _ in range(3):
-        t0 = perf()
-        for _ in range(n):
-            dist.all_reduce(t)
-        best = min(best, (perf() - t0) / n)
-    return best
-off = per_call()
-m = RankMonitor(job="bench", rank=0, world_size=1, sink=lambda b: None, heartbeat_interval=1.0, environ={},
+pg = dist.group.WORLD
+def sync():
+    dist.all_reduce(t)
+def async_():  # as FSDP2 and DTensor issue them: async_op=True, waited later
+    dist.all_reduce(t, async_op=True).wait()
+def per_call(fn):  # CPU time per call (a loaded machine's preemptions left out): this thread's, the process's
+    t0, p0 = time.thread_time(), time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.thread_time() - t0) / n * 1e6, (time.process_time() - p0) / n * 1e6
+m = RankMonitor(job="bench", rank=rank, world_size=world, sink=lambda b: None, heartbeat_interval=1.0, environ={},
                 queue_size=10)
-with m.step():
-    on = per_call()  # inside a step: the hooks also record the interval for comm_time
-hooks = m._pg_tracker.hooks
+tracker = m._pg_tracker
+hooked_wait, plain_wait = Work.wait, tracker._originals.get((Work, "wait"), Work.wait)
+def hooks(on):  # the tracker's hooks and Work.wait wrapper in place, or not: same process, interleaved
+    pg.unregister_pre_hook(0x53545750)
+    pg.unregister_post_hook(0x53545750)
+    tracker._hooked.pop(id(pg), None)
+    Work.wait = hooked_wait if on else plain_wait
+    if on:
+        tracker.attach(pg)
+best = {(mode, kind, clock): float("inf") for mode in ("off", "on") for kind in ("sync", "async")
+        for clock in ("thread", "process")}
+with m.step():  # inside a step: the hooks also record the interval for comm_time
+    for _ in range(7):
+        for mode in ("off", "on"):
+            hooks(mode == "on")
+            for kind, fn in (("sync", sync), ("async", async_)):
+                for clock, value in zip(("thread", "process"), per_call(fn)):
+                    best[mode, kind, clock] = min(best[mode, kind, clock], value)
+            m._poll()
+hooks(True)
 m.close()
-print(json.dumps({"off_us": off * 1e6, "on_us": on * 1e6, "hooks": hooks}))
+dist.destroy_process_group()
+if rank == 0:
+    print(json.dumps({"off_us": {k: best["off", k, "thread"] for k in ("sync", "async")},
+                      "on_us": {k: best["on", k, "thread"] for k in ("sync", "async")},
+                      "off_process_us": {k: best["off", k, "process"] for k in ("sync", "async")},
+                      "on_process_us": {k: best["on", k, "process"] for k in ("sync", "async")},
+                      "hooks": tracker.hooks}))
 """
 
 FRAMEWORKS = ("fsdp2", "fsdp1", "pipeline", "tpdp", "hf")
 
 
-def hook_cost_us(calls: int) -> dict:
-    """Training-thread cost of the process-group hooks per collective (one gloo rank, 1-element all-reduces)."""
+def checkout(rev: str, dest: Path) -> Path:
+    """The tree of ``rev`` (git archive) in ``dest``: a baseline importable as ``stepwatch``."""
+    import io
+    import subprocess
+    import tarfile
+
+    repo = Path(__file__).resolve().parents[1]
+    data = subprocess.run(["git", "-C", str(repo), "archive", rev], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def hook_cost_us(calls: int, tree: Path | None = None, world: int = 1) -> dict:
+    """Training-thread cost of the process-group hooks per collective (``world`` gloo ranks in lockstep,
+    1-element all-reduces, synchronous and ``async_op=True``), with the stepwatch of ``tree`` (default:
+    this checkout); rank 0's figures."""
     import json
     import subprocess
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from train_support import free_port
 
-    out = subprocess.run([sys.executable, "-c", HOOK_SCRIPT, str(free_port()), str(calls)], capture_output=True,
-                         text=True, timeout=600, env=dict(os.environ, STEPWATCH_MONITOR_STACKS="0"))
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = dict(os.environ, STEPWATCH_MONITOR_STACKS="0")
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", HOOK_SCRIPT, str(port), str(calls), str(rank), str(world)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=str(tree) if tree is not None else None) for rank in range(world)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError("\n".join(err[-2000:] for _, err in outs))
+    res = json.loads(outs[0][0].strip().splitlines()[-1])
+    res["cost_us"] = {k: res["on_us"][k] - res["off_us"][k] for k in res["on_us"]}
+    res["process_cost_us"] = {k: res["on_process_us"][k] - res["off_process_us"][k] for k in res["on_us"]}
+    return res
+
+
+def hook_costs(calls: int, baseline: str | None, rounds: int = 2) -> dict[str, dict]:
+    """Per-call hook cost of this checkout and of ``baseline`` (a git revision), runs interleaved; the best
+    (lowest) of ``rounds`` per tree and kind."""
+    import tempfile
+
+    trees: dict[str, Path | None] = {"this": None}
+    with tempfile.TemporaryDirectory() as tmp:
+        if baseline:
+            trees[baseline] = checkout(baseline, Path(tmp) / "baseline")
+        runs: dict[str, list[dict]] = {k: [] for k in trees}
+        for _ in range(rounds):
+            for label, tree in trees.items():
+                runs[label].append(hook_cost_us(calls, tree))
+    out = {}
+    for label, results in runs.items():
+        out[label] = {key: {kind: min(r[key][kind] for r in results) for kind in ("sync", "async")}
+                      for key in ("cost_us", "off_us", "process_cost_us", "off_process_us")}
+        out[label]["hooks"] = results[0]["hooks"]
+    return out
 
 
 def framework_bench(frameworks, steps: int, world: int, tmp: Path) -> dict:
@@ -198,13 +268,13 @@ def framework_bench(frameworks, steps: int, world: int, tmp: Path) -> dict:
             for mode in ("off", "on"):
                 d = tmp / f"{fw}-{mode}-{block}"
                 d.mkdir(parents=True)
-                env = dict(os.environ, KAFKA_BOOTSTRAP=closed_port(), STEPWATCH_JOB=f"bench-{fw}",
+                env = dict(os.environ, KAFKA_BOOTSTRAP=closed_port(), STEPWATCH_JOB=f"bench-{fw}", FW_COUNT_CALLS="1",
                            STEPWATCH_MONITOR_STACKS="0", STEPWATCH_MONITOR_ENABLED="1" if mode == "on" else "0")
                 stats = run_ddp_job(env, d, world=world, script=FW_RANK, timeout=600,
                                     args=("--framework", fw, "--steps", str(steps), "--device-ms", "10"))
                 runs[mode].append(statistics.median(s["train_s"] for s in stats) / steps)
-                if mode == "on":
-                    calls = sum(stats[0]["seq_started"].values()) / steps
+                if mode == "on":  # the whole run's calls (setup included) per step, by kind
+                    calls = {k: v / steps for k, v in stats[0]["calls"].items()}
         results[fw] = {"off": min(runs["off"]), "on": min(runs["on"]), "calls": calls}
     return results
 
@@ -220,6 +290,9 @@ def main() -> int:
     parser.add_argument("--frameworks", nargs="*", default=None, metavar="FW",
                         help=f"only the per-framework figures ({', '.join(FRAMEWORKS)}; none listed: all)")
     parser.add_argument("--world", type=int, default=2, help="ranks per framework job")
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help="with --frameworks: also measure the hook cost of git revision REV (before/after)")
+    parser.add_argument("--calls", type=int, default=20_000, help="with --frameworks: calls per hook-cost round")
     args = parser.parse_args()
     if args.frameworks is not None:
         return frameworks_main(args)
@@ -294,36 +367,59 @@ def frameworks_main(args) -> int:
     import tempfile
 
     frameworks = args.frameworks or list(FRAMEWORKS)
-    hook = hook_cost_us(20_000)
-    per_call = hook["on_us"] - hook["off_us"]
+    costs = hook_costs(args.calls, args.baseline)
     with tempfile.TemporaryDirectory() as tmp:
         res = framework_bench(frameworks, args.steps, args.world, Path(tmp))
+    command = "python bench/overhead.py --frameworks" + (f" --baseline {args.baseline}" if args.baseline else "")
     lines = ["## Monitor overhead per framework (bench/overhead.py --frameworks)", ""]
     try:
         from _report import stamp
 
-        lines.append(stamp("python bench/overhead.py --frameworks"))
+        lines.append(stamp(command))
     except Exception:
         pass
+    this = costs["this"]
     lines += [
-        f"Process-group hooks ({'ProcessGroup pre/post hooks' if hook['hooks'] else 'function wrappers'}), "
-        f"training-thread cost per collective (one gloo rank, 1-element all-reduce, best of 3 x 20,000): "
-        f"{hook['off_us']:.1f} µs without, {hook['on_us']:.1f} µs with: **{per_call:.1f} µs per collective**.",
+        f"Process-group hooks ({'ProcessGroup pre/post hooks' if this['hooks'] else 'function wrappers'}): "
+        "training-thread cost per collective, one gloo rank (two in lockstep on a loaded 2-core machine "
+        "measure the scheduler: ~400 µs a call), 1-element all-reduces, synchronous and "
+        f"`async_op=True` + `wait()`; best of 7 rounds of {args.calls:,} calls with the hooks in place and "
+        "removed, interleaved in one process, and of 2 processes per tree, alternating (cost = with - without):",
+        "",
+        "| tree | all_reduce without stepwatch (sync / async) | hook cost per sync call | per async call |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, c in costs.items():
+        name = "this checkout" if label == "this" else f"`{label}` (before)"
+        lines.append(f"| {name} | {c['off_us']['sync']:.1f} / {c['off_us']['async']:.1f} µs | "
+                     f"{c['cost_us']['sync']:.1f} µs | {c['cost_us']['async']:.1f} µs |")
+    lines += [
         "",
         f"Jobs of tests/fw_rank.py ({args.world} gloo ranks on CPU, {args.steps} steps, 10 ms idle 'device' time per "
         "step, broker down so the monitor's sender retries in the background; best of 2 interleaved runs; "
-        "time per step includes the job's setup):",
+        "calls and time per step include the job's setup). Hook cost per step = sync calls x sync cost + "
+        "async calls x async cost" + (", for this checkout and the baseline:" if args.baseline else ":"),
         "",
-        "| framework | collectives per step | hook cost per step (calls x per-call) | time per step off | on | "
-        "steps/s off | on |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| framework | sync calls per step | async calls per step | hook cost per step" +
+        (f" (before: {args.baseline})" if args.baseline else "") + " | time per step off | on | steps/s off | on |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for fw, r in res.items():
-        calls = r["calls"] or 0.0
-        lines.append(f"| {fw} | {calls:.1f} | {calls * per_call:.0f} µs | {r['off'] * 1000:.1f} ms | "
+        calls = r["calls"] or {"sync": 0.0, "async": 0.0}
+
+        def per_step(c):
+            return calls["sync"] * c["cost_us"]["sync"] + calls["async"] * c["cost_us"]["async"]
+
+        cost = f"{per_step(this):.0f} µs"
+        if args.baseline:
+            cost += f" ({per_step(costs[args.baseline]):.0f} µs)"
+        lines.append(f"| {fw} | {calls['sync']:.1f} | {calls['async']:.1f} | {cost} | {r['off'] * 1000:.1f} ms | "
                      f"{r['on'] * 1000:.1f} ms | {1 / r['off']:.2f} | {1 / r['on']:.2f} |")
-    lines += ["", "The hook cost is paid on the thread issuing each collective (training or autograd thread); "
-              "completion is a future callback on the backend's thread. Whole-job times are for short jobs "
+    lines += ["", "The hook cost is paid on the thread issuing each collective (training or autograd thread): "
+              "torch calling a Python pre and post hook (~2 µs for two empty hooks on this machine), numbering "
+              "the call and a clock read; a synchronous call ends at its `wait()` (no future callback), an "
+              "`async_op` one through a done-callback on the backend's thread; intervals are summed at the "
+              "step's end. Whole-job times are for short jobs "
               f"({args.steps} steps) and include their setup (process group, model, monitor start): on a shared "
               "machine they swing by tens of percent between runs, in both directions, so they do not measure "
               "the monitor; the per-collective hook cost does."]

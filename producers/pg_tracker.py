@@ -18,8 +18,9 @@ already imported (``STEPWATCH_MONITOR_PROCESS_GROUPS=0`` turns it off), or expli
   same calls). They fire inside the ProcessGroup for every caller: DDP's C++ reducer, FSDP1/FSDP2
   (``all_gather_single``/``reduce_scatter_single``, sync or ``async_op=True``), functional
   collectives (DTensor, ``torch.compile``), explicit calls. A collective is numbered on its group
-  when issued (``started``) and completed when its work's future completes; its interval feeds
-  the step's ``comm_time``. Point-to-point ``send``/``recv`` (and ``isend``/``irecv``/
+  when issued (``started``) and completed when the caller's ``Work.wait()`` returns (synchronous
+  calls: torch's functions wait at once) or its work's future completes (``async_op``); its
+  interval feeds the step's ``comm_time``. Point-to-point ``send``/``recv`` (and ``isend``/``irecv``/
   ``batch_isend_irecv``, which use them) are timed until the caller's ``Work.wait()`` returns
   (gloo has no future for them) but not numbered (see below). Object collectives
   (``all_gather_object`` issues two all-gathers) are wrapped and count once. On CUDA a start
@@ -33,19 +34,24 @@ It counts point-to-point ``send``/``recv`` too (measured on gloo, torch 2.x), an
 stages do different numbers of those on a shared group, so members of a healthy group would
 disagree. It is read into ``torch_seq`` (``snapshot()``) for debugging, not compared.
 
-The hooks cost the issuing thread a few dict updates, a clock read and a future callback per
-collective (bench/overhead.py --frameworks); the group registry is read from the heartbeat
-thread (cached until the number of groups changes).
+The hooks cost the issuing thread torch's hook dispatch (~2 µs for two empty Python hooks), two
+fields of the hook's arguments, a dict update and a clock read per collective; a synchronous
+call ends at its ``Work.wait()``, an ``async_op`` one through a future callback on the backend's
+thread; the step's intervals are summed at its end (bench/overhead.py --frameworks,
+BENCHMARKS.md). The group registry is read from the heartbeat thread (cached until the number
+of groups changes).
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import logging
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 from .collectives import DEFAULT_PG
@@ -64,13 +70,19 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "_all_gathe
                "broadcast", "broadcast_object_list", "reduce", "barrier", "all_to_all", "all_to_all_single",
                "gather", "scatter", "gather_object", "scatter_object_list", "monitored_barrier")
 
-_tls = threading.local()  # depth of wrapped calls on this thread (nested calls count once)
+class _ThreadState(threading.local):
+    #: Depth of wrapped calls on this thread (nested calls count once). A class default, so reading it
+    #: on a thread that never set it costs no AttributeError (1.3 µs with ``getattr(local, name, 0)``).
+    depth = 0
+
+
+_tls = _ThreadState()
 _installed: "ProcessGroupTracker | None" = None
 _install_lock = threading.Lock()
 
 
 def _depth() -> int:
-    return getattr(_tls, "depth", 0)
+    return _tls.depth
 
 
 class suppressed:
@@ -100,10 +112,16 @@ class ProcessGroupTracker:
         #: Hook mode (ProcessGroup pre/post hooks) or function-wrapper mode (older torch); see install().
         self.hooks = False
         self._hooked: dict[int, Any] = {}  # id(pg) -> pg, groups carrying our hooks
-        # Issued, post hook not seen yet: (group name, op_id) -> (seq, op, name, start).
-        self._inflight: dict[tuple[str, int], tuple] = {}
-        # Point-to-point works waiting for their wait(): id(work) -> (work, entry). Insertion-ordered.
-        self._p2p_works: dict[int, tuple[Any, tuple]] = {}
+        # Synchronous calls issued, their wait() not returned yet: thread id -> (seq, op, group name,
+        # start). torch's synchronous functions wait right after issuing, on the same thread.
+        self._parked: dict[int, tuple] = {}
+        # Asynchronous point-to-point works waiting for the caller's wait() (gloo has no future for
+        # them): id(work) -> (work, entry). Insertion-ordered, at most pending_max.
+        self._waits: dict[int, tuple[Any, tuple]] = {}
+        # Ended calls whose time poll() has not charged to a step yet: (seq, op, group name, start,
+        # end). Appended from any thread (deque appends are atomic); capped: when a step issues more
+        # calls than this between two polls, the oldest times are lost, never their numbers.
+        self._ended: collections.deque = collections.deque(maxlen=65536)
         self._pending_lock = threading.Lock()
         self.pending_max = 4096
         pollers = getattr(monitor, "_pollers", None)
@@ -241,17 +259,22 @@ class ProcessGroupTracker:
         # Point-to-point works have no future on gloo: they end when the caller's wait() returns.
         wait = Work.wait
         if not getattr(wait, "__stepwatch_wrapped__", False):
-            p2p = self._p2p_works
+            waits, parked = self._waits, self._parked
+            finish = self._finish
+            get_ident = threading.get_ident
 
             def counted_wait(work, *args, **kwargs):
                 result = wait(work, *args, **kwargs)
-                if p2p:
-                    entry = p2p.pop(id(work), None)
+                if parked:
+                    entry = parked.pop(get_ident(), None)
                     if entry is not None:
-                        tracker_done(entry[1])
+                        finish(entry)
+                if waits:
+                    entry = waits.pop(id(work), None)
+                    if entry is not None:
+                        finish(entry[1])
                 return result
 
-            tracker_done = self._p2p_done
             counted_wait.__stepwatch_wrapped__ = True  # type: ignore[attr-defined]
             counted_wait.__doc__ = wait.__doc__
             self._originals[(Work, "wait")] = wait
@@ -277,69 +300,167 @@ class ProcessGroupTracker:
             backend = ""
         # nccl-only groups: CUDA events; gloo: wall clock; mixed ("cpu:gloo,cuda:nccl"): by tensor.
         device = "cuda" if "nccl" in backend and "gloo" not in backend else ("mixed" if "nccl" in backend else "cpu")
-        state = (name, device)
-        pg.register_pre_hook(_HOOK_ID, functools.partial(self._pre, state))
-        pg.register_post_hook(_HOOK_ID, functools.partial(self._post, state))
+        pre, post = self._hooks_for(name, device)
+        pg.register_pre_hook(_HOOK_ID, pre)
+        pg.register_post_hook(_HOOK_ID, post)
         self._hooked[id(pg)] = pg
         self._registry_size = -1  # its ranks reach the heartbeats at the next refresh
         return True
 
-    def _pre(self, state: tuple[str, str], args: Any) -> None:
-        # Runs on the thread issuing the collective (training or autograd thread): keep it short.
-        if _depth():
-            return  # numbered by an outer wrapper (object collective, DDP timing hook, CollectiveTimer)
-        try:
-            op = args.name
-            kind = _OP_KIND.get(op)
-            if kind is None:
-                kind = _OP_KIND[op] = _op_kind(op)
-            if kind is _IGNORED:
-                return
-            name, device = state
-            seq = self.monitor.collective_begin(name) if kind is _NUMBERED else 0
-            if device != "cpu" and (device == "cuda" or _tensors_on_cuda(args)):
-                start: Any = self._cuda_start()
-            else:
-                start = _perf()
-            inflight = self._inflight
-            if len(inflight) >= self.pending_max:
-                inflight.pop(next(iter(inflight)))  # a post hook that never came: bounded
-            inflight[(name, args.op_id)] = (seq, kind.op_name(op), name, start)
-        except Exception as exc:  # numbering must never break training
-            self.monitor._error("pg tracker", exc)
+    def _hooks_for(self, name: str, device: str) -> tuple:
+        """One group's pre and post hooks: closures over its name and its table of issued calls.
 
-    def _post(self, state: tuple[str, str], args: Any) -> None:
-        entry = self._inflight.pop((state[0], args.op_id), None)
-        if entry is None:
-            return
-        try:
-            work = args.work
-            if entry[0] == 0:  # point-to-point: ends at the caller's wait()
-                p2p = self._p2p_works
-                if len(p2p) >= self.pending_max:
-                    _work, old = p2p.pop(next(iter(p2p)))
-                    self._p2p_done(old)  # never waited for: bounded, counted as ended now
-                p2p[id(work)] = (work, entry)
+        They run on the thread issuing the collective (training or autograd thread), so they do
+        the least (every field of torch's hook arguments read costs 0.2-0.9 µs): the pre hook numbers
+        the call and reads the clock. A synchronous call (``async_op=False``: torch's functions wait
+        on it at once, on the same thread) is parked under the thread's id until its
+        ``Work.wait()`` returns, so its post hook reads nothing and no future callback runs (its
+        hand-over to the backend's thread cost ~7 µs a call). An ``async_op`` call's post hook adds a
+        callback to its work's future, or, point-to-point (no future on gloo), keeps the work until
+        its wait(). The step's collective time is summed from ``_ended`` at the step's end or the
+        next heartbeat (``poll``).
+        """
+        tracker = self
+        tls = _tls
+        kinds = _OP_KIND
+        numbered, ignored = _NUMBERED, _IGNORED
+        perf = _perf
+        get_ident = threading.get_ident
+        cpu, cuda = device == "cpu", device == "cuda"
+        inflight: dict[int, tuple] = {}  # op_id -> (seq, op, group name, start): async, post hook not seen yet
+        waits, parked = self._waits, self._parked
+        finish = self._finish
+
+        def pre(args: Any) -> None:
+            if tls.depth:
+                return  # numbered by an outer wrapper (object collective, DDP timing hook, CollectiveTimer)
+            try:
+                op = args.name.value
+                kind = kinds.get(op)
+                if kind is None:  # first call of this op: its kind and name, once
+                    kind = kinds[op] = _op_kind(args.name)
+                    _OP_NAMES[op] = str(getattr(args.name, "name", op)).lower()
+                if kind is ignored:
+                    return
+                if kind is numbered:
+                    started = tracker.monitor.seq_started
+                    seq = started.get(name, 0) + 1
+                    started[name] = seq
+                else:
+                    seq = 0  # point-to-point: timed, not numbered
+                start = perf() if cpu or not (cuda or _tensors_on_cuda(args)) else tracker._cuda_start()
+                if args.async_op:
+                    if len(inflight) >= tracker.pending_max:
+                        inflight.pop(next(iter(inflight)))  # a post hook that never came: bounded
+                    inflight[args.op_id] = (seq, op, name, start)
+                    return
+                old = parked.get(get_ident())
+                parked[get_ident()] = (seq, op, name, start)
+                if old is not None:
+                    # Its wait() never came (a caller outside torch's functions) and this thread went
+                    # on: not blocked in it. Its number moves; its time is unknown.
+                    tracker._completed(old[0], old[2])
+            except Exception as exc:  # numbering must never break training
+                tracker.monitor._error("pg tracker", exc)
+
+        def post(args: Any) -> None:
+            if not inflight:
+                return  # synchronous (parked) or not ours
+            entry = inflight.pop(args.op_id, None)
+            if entry is None:
                 return
             try:
-                work.get_future().then(lambda _fut: self._finish(entry))
-                return
-            except Exception:
-                pass  # silent: no future on this backend: completed when issued
-            self._finish(entry)
-        except Exception as exc:
-            self.monitor._error("pg tracker", exc)
+                work = args.work
+                if work is None:
+                    finish(entry)
+                    return
+                if not entry[0]:
+                    # Point-to-point ends at the caller's wait(): gloo has no future for it.
+                    if len(waits) >= tracker.pending_max:
+                        _work, old = waits.pop(next(iter(waits)))
+                        finish(old)  # never waited for: bounded, counted as ended now
+                    waits[id(work)] = (work, entry)
+                    return
+                try:
+                    work.get_future().then(lambda _fut: finish(entry))
+                    return
+                except Exception:
+                    pass  # silent: no future on this backend: completed when issued
+                finish(entry)
+            except Exception as exc:
+                tracker.monitor._error("pg tracker", exc)
 
-    def _p2p_done(self, entry: tuple) -> None:
-        self._finish(entry)
+        return pre, post
 
     def _finish(self, entry: tuple) -> None:
-        """The collective of ``entry`` is done (host clock), or its result is ready on the current CUDA stream."""
+        """The call of ``entry`` is done (host clock), or its result is ready on the current CUDA stream.
+
+        Its number moves at once (heartbeats read it); its interval waits in ``_ended`` for ``poll``.
+        """
         seq, op, name, start = entry
-        if isinstance(start, tuple):
-            self._cuda_end(seq, op, name, start)
+        if start.__class__ is tuple:
+            self._cuda_end(seq, self._op_name(op), name, start)
             return
-        self._done(seq, op, name, start)
+        end = _perf()
+        monitor = self.monitor
+        if seq:
+            with monitor._comm_lock:
+                completed = monitor.seq_completed
+                if seq > completed.get(name, 0):
+                    completed[name] = seq
+        self._ended.append((seq, op, name, start, end))
+
+    @staticmethod
+    def _op_name(op: int) -> str:
+        return _OP_NAMES.get(op) or str(op)
+
+    def _drain(self) -> None:
+        """Charge the calls ended since the last drain to the current step (numbers have already moved)."""
+        ended = self._ended
+        if not ended:
+            return
+        popleft = ended.popleft
+        items = [popleft() for _ in range(len(ended))]
+        monitor = self.monitor
+        t0 = getattr(monitor, "_step_t0", None)
+        if t0 is None:
+            return  # outside a step there is no step to charge the time to
+        if monitor.config.collective_events:  # per-call events (off by default): the full road
+            for seq, op, name, start, end in items:
+                if end >= t0:
+                    monitor.collective_end(seq, op=self._op_name(op), pg=name, start=start, end=end)
+            return
+        default_pg = monitor.default_pg
+        with monitor._comm_lock:
+            comm = monitor._comm
+            append = comm.intervals.append
+            for seq, _op, name, start, end in items:
+                if end < t0:
+                    continue  # ended before this step began
+                append((start, end))
+                duration = end - start
+                comm.count += 1
+                comm.total += duration
+                if duration > comm.max:
+                    comm.max = duration
+                if seq and name == default_pg:
+                    comm.last_seq = seq
+
+    def _done(self, seq: int, op: str, name: str, start: float) -> None:
+        """Function-wrapper mode (torch without ProcessGroup hooks): record the call at once."""
+        monitor = self.monitor
+        if getattr(monitor, "_step_t0", None) is None:
+            # Outside a step there is no step to charge the time to: only the number moves
+            # (the step's interval list would grow until the next step otherwise).
+            self._completed(seq, name)
+            return
+        monitor.collective_end(seq, op=op, pg=name, start=start, end=_perf())
+
+    def _completed(self, seq: int, name: str) -> None:
+        monitor = self.monitor
+        with monitor._comm_lock:
+            if seq > monitor.seq_completed.get(name, 0):
+                monitor.seq_completed[name] = seq
 
     def _cuda_start(self) -> tuple:
         import torch
@@ -412,21 +533,6 @@ class ProcessGroupTracker:
         counted.__stepwatch_wrapped__ = True  # type: ignore[attr-defined]
         return counted
 
-    def _done(self, seq: int, op: str, name: str, start: float) -> None:
-        monitor = self.monitor
-        if getattr(monitor, "_step_t0", None) is None:
-            # Outside a step there is no step to charge the time to: only the number moves
-            # (the step's interval list would grow until the next step otherwise).
-            self._completed(seq, name)
-            return
-        monitor.collective_end(seq, op=op, pg=name, start=start, end=_perf())
-
-    def _completed(self, seq: int, name: str) -> None:
-        monitor = self.monitor
-        with monitor._comm_lock:
-            if seq > monitor.seq_completed.get(name, 0):
-                monitor.seq_completed[name] = seq
-
     def _after_on_stream(self, seq: int, name: str) -> bool:
         """Mark ``seq`` completed when the current CUDA stream passes this point (False: cannot tell)."""
         try:
@@ -446,7 +552,10 @@ class ProcessGroupTracker:
         return True
 
     def poll(self) -> int:
-        """Report the CUDA collectives whose end events passed (non-blocking ``Event.query``)."""
+        """At a step's end and each heartbeat: charge ended calls to the step, move the numbers of
+        and report the CUDA collectives whose end events
+        passed (non-blocking ``Event.query``). Returns how many CUDA collectives were reported."""
+        self._drain()
         if not self._pending:
             return 0
         done = 0
@@ -503,13 +612,10 @@ class _Kind:
     def __init__(self, label: str) -> None:
         self.label = label
 
-    def op_name(self, op: Any) -> str:
-        return _OP_NAMES.get(op) or _OP_NAMES.setdefault(op, str(getattr(op, "name", op)).lower())
-
 
 _NUMBERED, _P2P, _IGNORED = _Kind("numbered"), _Kind("p2p"), _Kind("ignored")
-_OP_KIND: dict[Any, _Kind] = {}
-_OP_NAMES: dict[Any, str] = {}
+_OP_KIND: dict[int, _Kind] = {}  # hook op (its enum value: hashing the enum costs ~0.8 µs) -> kind
+_OP_NAMES: dict[int, str] = {}
 #: Hooked ops that move no training data between members (group splits, symmetric-memory windows).
 _NOT_COMM = frozenset({"SPLIT", "NEW_WINDOW"})
 
@@ -529,10 +635,7 @@ def _tensors_on_cuda(args: Any) -> bool:
         return False
 
 
-def _wall() -> float:
-    import time
-
-    return time.time()
+_wall = time.time
 
 
 def _on_cuda(args: tuple) -> bool:
@@ -542,10 +645,7 @@ def _on_cuda(args: tuple) -> bool:
     return bool(getattr(x, "is_cuda", False))
 
 
-def _perf() -> float:
-    import time
-
-    return time.perf_counter()
+_perf = time.perf_counter
 
 
 def track_process_groups(monitor: Any) -> ProcessGroupTracker | None:

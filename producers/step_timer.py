@@ -69,10 +69,10 @@ class StepTimer:
             return
         try:
             t0 = self._step_t0
+            if self._pollers:
+                self._poll()  # still in the step: calls ended since the last poll are charged to it
             self._step_t0 = None
             step = self._step_no
-            if self._pollers:
-                self._poll()
             with self._comm_lock:
                 comm = self._comm
                 self._comm = _StepComm()

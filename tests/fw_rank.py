@@ -42,6 +42,28 @@ def dev_capture(monitor) -> None:
     monitor.transport.offer = capture
 
 
+CALLS: dict[str, int] = {"sync": 0, "async": 0}  # FW_COUNT_CALLS=1: calls by kind (bench/overhead.py)
+
+
+def count_calls() -> None:
+    """Count every group's collectives by kind (synchronous / ``async_op``) with a pre hook of our own."""
+    from torch.distributed import distributed_c10d as c10d
+
+    def hook(args) -> None:
+        CALLS["async" if args.async_op else "sync"] += 1
+
+    helper = c10d._new_process_group_helper
+
+    def new_group_helper(*a, **k):
+        result = helper(*a, **k)
+        pg = result[0] if isinstance(result, tuple) else result
+        if hasattr(pg, "register_pre_hook"):  # not GroupMember.NON_GROUP_MEMBER
+            pg.register_pre_hook(0x434E54, hook)
+        return result
+
+    c10d._new_process_group_helper = new_group_helper
+
+
 def load_shard_slowly(seconds: float) -> None:
     time.sleep(seconds)  # stuck before the TP collective; the monitor's threads go on
 
@@ -101,6 +123,26 @@ def run_sharded(args, framework: str, rank: int, monitor, slow: Slowness) -> Non
             opt.zero_grad(set_to_none=True)
 
 
+def run_deepspeed(args, rank: int, monitor, slow: Slowness) -> None:
+    """DeepSpeed ZeRO (stage ``--zero-stage``) on its CPU accelerator (``DS_ACCELERATOR=cpu``), gloo."""
+    import deepspeed
+    import torch
+
+    model = mlp(torch)
+    config = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1,
+              "optimizer": {"type": "SGD", "params": {"lr": 0.01}}, "zero_allow_untested_optimizer": True,
+              "zero_optimization": {"stage": args.zero_stage}}
+    engine, _opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    gen = torch.Generator().manual_seed(rank)
+    for step in range(args.steps):
+        x = torch.randn(16, 64, generator=gen)
+        with monitor.step(samples=16):
+            loss = engine(x).square().mean()
+            slow.device(step)
+            engine.backward(loss)
+            engine.step()
+
+
 def run_pipeline(args, rank: int, world: int, monitor, slow: Slowness) -> None:
     import torch
     import torch.distributed as dist
@@ -139,7 +181,7 @@ def run_tpdp(args, rank: int, world: int, monitor, slow: Slowness) -> None:
     import torch
     import torch.distributed as dist
 
-    tp_size = 2
+    tp_size = args.tp_size  # TP groups of consecutive ranks ({0-3},{4-7} with 4 of 8), DP groups {i, i+tp_size, ...}
     tp = dp = None
     for start in range(0, world, tp_size):  # every rank creates every group, in the same order
         group = dist.new_group(list(range(start, start + tp_size)), group_desc=f"tp{start // tp_size}")
@@ -149,14 +191,15 @@ def run_tpdp(args, rank: int, world: int, monitor, slow: Slowness) -> None:
         group = dist.new_group(list(range(i, world, tp_size)), group_desc=f"dp{i}")
         if rank % tp_size == i:
             dp = group
-    layers = [torch.nn.Linear(64, 32) for _ in range(2)]  # each TP rank holds half the columns
+    width = 64 // tp_size
+    layers = [torch.nn.Linear(64, width) for _ in range(2)]  # each TP rank holds its share of the columns
     gen = torch.Generator().manual_seed(rank // tp_size)
     for step in range(args.steps):
         with monitor.step(samples=16):
             x = torch.randn(16, 64, generator=gen)
             for layer in layers:
-                part = torch.nn.functional.pad(layer(x), (0, 32)) if rank % tp_size == 0 else \
-                    torch.nn.functional.pad(layer(x), (32, 0))
+                left = (rank % tp_size) * width
+                part = torch.nn.functional.pad(layer(x), (left, 64 - width - left))
                 slow.device(step)
                 if rank == args.stall_rank and step == args.stall_step:
                     load_shard_slowly(3600)
@@ -199,12 +242,14 @@ def run_hf(args, rank: int, world: int, slow: Slowness, out_dir: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--framework", required=True, choices=("fsdp2", "fsdp1", "pipeline", "tpdp", "hf"))
+    parser.add_argument("--framework", required=True, choices=("fsdp2", "fsdp1", "pipeline", "tpdp", "hf", "deepspeed"))
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--device-ms", type=float, default=40.0, help="idle 'accelerator' time per step")
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-from", type=int, default=12)
     parser.add_argument("--slow-extra-ms", type=float, default=24.0, help="extra compute on the slow rank")
+    parser.add_argument("--tp-size", type=int, default=2, help="tpdp: ranks per tensor-parallel group")
+    parser.add_argument("--zero-stage", type=int, default=2, help="deepspeed: ZeRO stage")
     parser.add_argument("--stall-rank", type=int, default=-1)
     parser.add_argument("--stall-step", type=int, default=-1)
     parser.add_argument("--stats", default="")
@@ -217,6 +262,8 @@ def main() -> int:
     torch.manual_seed(0)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     slow = Slowness(args, rank)
+    if os.environ.get("FW_COUNT_CALLS") == "1":
+        count_calls()
     started = time.perf_counter()
     if args.framework == "hf":
         monitor = run_hf(args, rank, world, slow, os.path.dirname(args.stats) or ".")
@@ -232,6 +279,8 @@ def main() -> int:
             run_sharded(args, args.framework, rank, monitor, slow)
         elif args.framework == "pipeline":
             run_pipeline(args, rank, world, monitor, slow)
+        elif args.framework == "deepspeed":
+            run_deepspeed(args, rank, monitor, slow)
         else:
             run_tpdp(args, rank, world, monitor, slow)
         monitor.end()
@@ -247,6 +296,7 @@ def main() -> int:
     stats["seq_completed"] = dict(monitor.seq_completed)
     stats["pg_ranks"] = dict(monitor.pg_ranks)
     stats["train_s"] = train_s
+    stats["calls"] = dict(CALLS)
     if args.stats:
         with open(args.stats, "w") as f:
             json.dump(stats, f)

@@ -6,8 +6,9 @@ Each rank is an OS process running tests/fw_rank.py. What is checked, per framew
 ~40% slower from step 12 is the one straggler named (its compute time stands out because the
 collectives the framework issues itself are timed as communication), within 10 steps; every rank
 numbered the same collectives. For the pipeline, the neighbours' ``recv`` waits count as
-communication, so only the slow stage is named. A Megatron-style TP x DP job with a rank stuck before
-its TP all-reduce names that rank as the hang culprit with its stack.
+communication, so only the slow stage is named. DeepSpeed ZeRO-2/3 runs on its CPU accelerator. A
+Megatron-style 8-rank TP4 x DP2 job with a rank stuck before its TP all-reduce names that rank as the
+hang culprit with its stack, in the TP group where most ranks wait on it.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ NO_JOB_WIDE_RULE = {"STEPWATCH_JOB_HEALTH_THROUGHPUT_MIN_EFFECT": "10"}
 
 
 def straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, framework: str, *, world: int,
-                  slow_rank: int, extra: tuple[str, ...] = ()):
+                  slow_rank: int, extra: tuple[str, ...] = (), env_extra: dict[str, str] | None = None,
+                  group: str | None = "default", slow_from: int = SLOW_FROM, steps: int = 40):
     worker = start_worker(**NO_JOB_WIDE_RULE)
     job = f"{framework}-slow"
-    env = dict(worker.env, STEPWATCH_JOB=job, STEPWATCH_MONITOR_STACKS="0")
+    env = dict(worker.env, STEPWATCH_JOB=job, STEPWATCH_MONITOR_STACKS="0", **(env_extra or {}))
     stats = run_ddp_job(env, tmp_path, world=world, script=FW_RANK, timeout=300,
-                        args=("--framework", framework, "--steps", "40", "--slow-rank", str(slow_rank),
-                              "--slow-from", str(SLOW_FROM), "--slow-extra-ms", "40", *extra))
+                        args=("--framework", framework, "--steps", str(steps), "--slow-rank", str(slow_rank),
+                              "--slow-from", str(slow_from), "--slow-extra-ms", "40", *extra))
     alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
                              until=lambda a: any(x["type"] == "straggler" and x["status"] == "resolved"
                                                  and "job ended" in x["summary"] for x in a))
@@ -44,10 +46,11 @@ def straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, framewo
         f"{[a['summary'] for a in alerts]}; worker log:\n{worker.log_text()[-3000:]}"
     evidence = alerts[0]["evidence"]
     assert alerts[0]["status"] == "firing" and evidence["signal"] == "compute_time", evidence
-    assert evidence["detected_step"] < SLOW_FROM + 10, evidence
+    assert evidence["detected_step"] < slow_from + 10, evidence
     # Every rank numbered the same collectives on the groups they share, and completed them all.
     assert len({tuple(sorted(s["seq_started"].items())) for s in stats}) == 1, [s["seq_started"] for s in stats]
-    assert stats[0]["seq_started"]["default"] > 40
+    # At least one collective per step on the default group (or, group=None, on the job's busiest group).
+    assert (stats[0]["seq_started"][group] if group else max(stats[0]["seq_started"].values())) > 40
     for s in stats:
         assert s["seq_started"] == s["seq_completed"], s
         assert s["dropped"] == 0 and s["sent"] == s["produced"], s
@@ -79,8 +82,23 @@ def test_hf_trainer_ddp_slow_rank_named_with_the_callback_only(kafka_bootstrap, 
     assert stats[0]["seq_started"]["default"] >= 40  # at least one DDP all-reduce per step
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero_slow_rank_named_with_the_two_lines(kafka_bootstrap, topic_prefix, start_worker, tmp_path,
+                                                          stage):
+    # DeepSpeed on its CPU accelerator (gloo through torch.distributed): ZeRO-2 reduces gradients on a group
+    # of its own, ZeRO-3 also all-gathers parameters on the default group; the hooks see both.
+    import importlib.util
+
+    assert importlib.util.find_spec("deepspeed"), "deepspeed missing: pip install -e '.[train-test]'"
+    straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "deepspeed", world=4, slow_rank=3,
+                  extra=("--zero-stage", str(stage), "--slow-extra-ms", "50"), env_extra={"DS_ACCELERATOR": "cpu"},
+                  group=None)
+
+
 def test_tp_dp_rank_stuck_before_tp_collective_is_the_hang_culprit(kafka_bootstrap, topic_prefix, start_worker,
                                                                   tmp_path):
+    # The issue's job: 8 ranks, TP groups {0-3},{4-7}, DP groups {i, i+4}; rank 5 stuck before its TP
+    # all-reduce blocks tp1 (ranks 4, 6, 7 wait there) and dp1 (rank 1 waits): the culprit's group is tp1.
     import subprocess
     import sys
 
@@ -89,29 +107,31 @@ def test_tp_dp_rank_stuck_before_tp_collective_is_the_hang_culprit(kafka_bootstr
     worker = start_worker(STEPWATCH_HANG_TIMEOUT_SECONDS="300", STEPWATCH_HANG_WARNING_FLOOR_SECONDS="2",
                           STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS="3", STEPWATCH_HANG_FIRST_STEP_TIMEOUT_SECONDS="120",
                           STEPWATCH_HANG_STACK_TIMEOUT_SECONDS="6")
-    port, world = free_port(), 4
+    port, world, stuck = free_port(), 8, 5
     procs = []
     for rank in range(world):
         env = dict(worker.env, STEPWATCH_JOB="tpdp-hang", RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         log = open(tmp_path / f"rank{rank}.log", "w")
         procs.append((subprocess.Popen([sys.executable, str(FW_RANK), "--framework", "tpdp", "--steps", "400",
-                                        "--device-ms", "20", "--stall-rank", "3", "--stall-step", "15"],
+                                        "--device-ms", "20", "--tp-size", "4", "--stall-rank", str(stuck),
+                                        "--stall-step", "15"],
                                        env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log))
     try:
         def culprit_stack(alerts):
-            return any(a["type"] == "hang" and "3" in a["evidence"].get("stacks", {}) for a in alerts)
+            return any(a["type"] == "hang" and str(stuck) in a["evidence"].get("stacks", {}) for a in alerts)
 
-        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=120, until=culprit_stack)
+        alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=240, until=culprit_stack)
         hangs = [a for a in alerts if a["type"] == "hang" and a["job"] == "tpdp-hang"]
         assert hangs, f"no hang alert: {alerts}\n{worker.log_text()[-3000:]}"
-        alert = [a for a in hangs if "3" in a["evidence"].get("stacks", {})][-1]
+        alert = [a for a in hangs if str(stuck) in a["evidence"].get("stacks", {})][-1]
         ev = alert["evidence"]
-        assert alert["ranks"][0] == 3 and [c["rank"] for c in ev["culprits"]] == [3], ev
-        # Groups carry what torch knows of them (their group_desc) besides the opaque pg id.
-        assert ev["process_group"].split(":")[0] in ("tp1", "dp1"), ev
-        assert ev["process_group_ranks"] in ([2, 3], [1, 3]), ev
-        assert any(line.endswith(" load_shard_slowly") for line in ev["stacks"]["3"]), ev["stacks"]["3"]
+        assert alert["ranks"][0] == stuck and [c["rank"] for c in ev["culprits"]] == [stuck], ev
+        # The group where most ranks wait on it, named by what torch knows of it (its group_desc).
+        assert ev["process_group"].split(":")[0] == "tp1" and ev["process_group_ranks"] == [4, 5, 6, 7], ev
+        blocked = {g["group"].split(":")[0]: g["waiting"]["ranks"] for g in ev["blocked_groups"]}
+        assert blocked == {"tp1": [4, 6, 7], "dp1": [1]}, ev["blocked_groups"]
+        assert any(line.endswith(" load_shard_slowly") for line in ev["stacks"][str(stuck)]), ev["stacks"]
     finally:
         for proc, log in procs:
             proc.kill()
