@@ -19,7 +19,7 @@ CONSUMERS = ("faust", "aiokafka")
 
 
 def sim_events(ranks: int, steps: int, seed: int = 1) -> list[dict]:
-    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec
+    from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec
 
     spec = SimulationSpec(job=f"bench-{ranks}", ranks=ranks, steps=steps, seed=seed, checkpoint_every=0,
                           warmup_steps=0)
@@ -27,7 +27,7 @@ def sim_events(ranks: int, steps: int, seed: int = 1) -> list[dict]:
 
 
 def encode(events: list[dict], per_message: int) -> list[bytes]:
-    from stepwatch.models.events import encode_events
+    from stepwatch.models.wire.events import encode_events
 
     return [encode_events(events[i:i + per_message]) for i in range(0, len(events), per_message)]
 

@@ -40,7 +40,7 @@ def _child(module: str, args: list[str], out: Path, timeout: float, consumer: st
 async def _bare(bootstrap: str, topic: str, count: int) -> dict:
     from aiokafka import AIOKafkaConsumer
 
-    from stepwatch.models.step_columns import decode_message_columns
+    from stepwatch.models.wire.step_columns import decode_message_columns
 
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                                 enable_auto_commit=False, group_id=None)

@@ -11,8 +11,8 @@ from bench.common import BATCH, encode, sim_events
 
 def core(ranks: int = 1024, steps: int = 40, rounds: int = 2) -> dict:
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import decode_message
-    from stepwatch.models.step_columns import decode_message_columns
+    from stepwatch.models.wire.events import decode_message
+    from stepwatch.models.wire.step_columns import decode_message_columns
 
     events = sim_events(ranks, steps)
     single = encode(events, 1)
@@ -62,7 +62,7 @@ def profile(ranks: int = 1024, steps: int = 30, top: int = 8) -> list[tuple[str,
     import pstats
 
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.step_columns import decode_message_columns
+    from stepwatch.models.wire.step_columns import decode_message_columns
 
     msgs = encode(sim_events(ranks, steps), BATCH)
     engine = DetectionEngine()

@@ -1,4 +1,4 @@
-"""Detection quality on the labelled scenario suite (producers/scenarios.py).
+"""Detection quality on the labelled scenario suite (stepwatch/sim/scenarios.py).
 
     .venv/bin/python bench/quality.py            # whole suite, table into BENCHMARKS.md
     .venv/bin/python bench/quality.py --only straggler-30pct-64 --no-write -v
@@ -241,7 +241,7 @@ def _right_root_cause(p: dict, alerts: list[dict]) -> bool | None:
 
 
 def run_one(name: str, workdir: str) -> dict:
-    from stepwatch.producers import scenarios
+    from stepwatch.sim import scenarios
 
     scenario = scenarios.get(name)
     started = time.perf_counter()
@@ -316,7 +316,7 @@ def aggregate(results: list[dict]) -> dict:
 def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title: str = "") -> str:
     from _report import stamp
 
-    from stepwatch.producers.scenarios import get
+    from stepwatch.sim.scenarios import get
 
     lines = [f"## Detection quality (`bench/quality.py`){title}", "", stamp(command).rstrip(),
              f"- Suite: {len(results)} scenarios, {sum(r['events'] for r in results):,} events, "
@@ -342,7 +342,7 @@ def markdown(results: list[dict], agg: dict, command: str, wall_s: float, title:
     deadlines: dict[str, set] = defaultdict(set)
     for r in results:
         for p in get(r["scenario"]).problems:
-            from stepwatch.producers.scenarios import DEFAULT_DEADLINE_S
+            from stepwatch.sim.scenarios import DEFAULT_DEADLINE_S
             deadlines[p.type].add(p.deadline_s or DEFAULT_DEADLINE_S.get(p.alert_type, 60.0))
     for kind, row in sorted(agg["by_type"].items(), key=lambda kv: (kv[1]["alert_type"], kv[0])):
         ds, dn = row["delays_s"], row["delays_steps"]
@@ -472,7 +472,7 @@ def root_cause_markdown(rows: list[dict], command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from stepwatch.producers import scenarios
+    from stepwatch.sim import scenarios
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", metavar="NAME", help="run only this scenario (repeatable)")

@@ -245,7 +245,7 @@ def verdict(res: dict) -> str:
                 "(`group` = stage), and here a stage has 2 data-parallel ranks, below `min_peers`, so no within-stage "
                 "comparison is made at all (the ratios above show the two replicas of a stage are alike anyway). "
                 f"Comparing across stages would flag the slow stage ({n} alert(s) in the stage-blind run): a stage "
-                "imbalance is a partitioning problem, not a bad worker, and the stage rule (models/imbalance.py) "
+                "imbalance is a partitioning problem, not a bad worker, and the stage rule (models/steps/imbalance.py) "
                 "reports it as what it is: one `imbalance` alert (kind stage, info) naming the last stage, the share "
                 "of each step the other stages wait for it and the step time a balanced partition would give.")
     if title.endswith("job_2"):
@@ -254,7 +254,7 @@ def verdict(res: dict) -> str:
                 f"{worst:.2f}x the median of all ten, under the {res['stats']['settings'].ratio_threshold}x "
                 "threshold, and the offsets themselves widen the MAD-based spread, so the robust z stays low. "
                 "With no onset there is no episode for the short rule; the persistent offset is the long-horizon "
-                "rule's (models/long_straggler.py): it reports the slow worker(s) once, as `info`, with the cost.")
+                "rule's (models/steps/long_straggler.py): it reports the slow worker(s) once, as `info`, with the cost.")
     if title.endswith("job_4"):
         ranks = sorted({r for a in firing for r in a["ranks"]})
         return (f"Alerts on ranks {ranks}, on and off. The ten workers form two stable classes: five at about "
@@ -264,7 +264,7 @@ def verdict(res: dict) -> str:
                 "class is the majority (worker 0 swings between the classes), the median drops into it and the "
                 "slow workers are flagged until it swings back. The ratios are real, but the rule is built for a "
                 "few slow ranks among many alike peers: half a job being 3-4x slower is heterogeneity (these "
-                "workers share GPUs). The class rule (models/imbalance.py) now reports it once, as an `imbalance` "
+                "workers share GPUs). The class rule (models/steps/imbalance.py) now reports it once, as an `imbalance` "
                 "of kind classes within the first steps, and the per-rank rules compare workers within their "
                 "class; the picture changes once, when two workers move to ~0.95 (three classes). The remaining "
                 "per-rank alerts are within-class episodes (a worker of one class slower than its class)."

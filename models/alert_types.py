@@ -18,20 +18,20 @@ class AlertType(StrEnum):
     """``Alert.type`` (and ``labels.alertname`` without its ``stepwatch_`` prefix): what ``stepwatch alerts
     --type`` offers and the runbooks (docs/runbooks/<type>.md) cover."""
 
-    STRAGGLER = "straggler"  # models/straggler.py, models/long_straggler.py
-    HANG = "hang"  # models/hang.py
-    THROUGHPUT_DROP = "throughput_drop"  # models/throughput.py
-    COMM_SLOWDOWN = "comm_slowdown"  # models/comm.py
-    CHECKPOINT_STALE = "checkpoint_stale"  # models/checkpoint.py
-    IMBALANCE = "imbalance"  # models/imbalance.py
-    JOB_RESTART = "job_restart"  # models/oncall.py
-    NODE_SUSPECT = "node_suspect"  # models/ledger.py
-    GPU_FAULT = "gpu_fault"  # models/telemetry_tracker.py (Xid, ECC)
-    LINK_ERRORS = "link_errors"  # models/telemetry_tracker.py (InfiniBand/RoCE ports)
-    FABRIC = "fabric"  # models/incidents.py (many nodes' ports erring together: one fabric incident)
-    GPU_IDLE = "gpu_idle"  # models/device_rules.py
-    GPU_HOT = "gpu_hot"  # models/device_rules.py
-    HBM_FULL = "hbm_full"  # models/device_rules.py
+    STRAGGLER = "straggler"  # models/steps/straggler.py, models/steps/long_straggler.py
+    HANG = "hang"  # models/hang/detector.py
+    THROUGHPUT_DROP = "throughput_drop"  # models/jobhealth/throughput.py
+    COMM_SLOWDOWN = "comm_slowdown"  # models/jobhealth/comm.py
+    CHECKPOINT_STALE = "checkpoint_stale"  # models/jobhealth/checkpoint.py
+    IMBALANCE = "imbalance"  # models/steps/imbalance.py
+    JOB_RESTART = "job_restart"  # models/oncall/oncall.py
+    NODE_SUSPECT = "node_suspect"  # models/oncall/ledger.py
+    GPU_FAULT = "gpu_fault"  # models/telemetry/telemetry_tracker.py (Xid, ECC)
+    LINK_ERRORS = "link_errors"  # models/telemetry/telemetry_tracker.py (InfiniBand/RoCE ports)
+    FABRIC = "fabric"  # models/oncall/incidents.py (many nodes' ports erring together: one fabric incident)
+    GPU_IDLE = "gpu_idle"  # models/telemetry/device_rules.py
+    GPU_HOT = "gpu_hot"  # models/telemetry/device_rules.py
+    HBM_FULL = "hbm_full"  # models/telemetry/device_rules.py
 
 
 class AlertStatus(StrEnum):
@@ -50,7 +50,7 @@ class Severity(StrEnum):
 
 
 class Scope(StrEnum):
-    """``Alert.scope`` (``labels.scope``): who acts on it (models/actions.py); unset until the alert leaves
+    """``Alert.scope`` (``labels.scope``): who acts on it (models/oncall/actions.py); unset until the alert leaves
     the engine."""
 
     UNSET = ""
@@ -60,7 +60,7 @@ class Scope(StrEnum):
 
 
 class CauseCategory(StrEnum):
-    """``SuspectedCause.category`` (models/causes.py): the kind of component a suspected cause names."""
+    """``SuspectedCause.category`` (models/telemetry/causes.py): the kind of component a suspected cause names."""
 
     NETWORK = "network"
     COMPUTE = "compute"
@@ -72,15 +72,15 @@ class CauseCategory(StrEnum):
 
 #: Every alert type, as strings (the CLI's choices).
 ALERT_TYPES: tuple[str, ...] = tuple(t.value for t in AlertType)
-#: Made from other alerts where they leave the engine (models/oncall.py), not by a detector on the input.
+#: Made from other alerts where they leave the engine (models/oncall/oncall.py), not by a detector on the input.
 DERIVED_TYPES = frozenset({AlertType.JOB_RESTART, AlertType.NODE_SUSPECT})
 #: About the network between ranks: a link, the fabric, or the job's collectives.
 NETWORK_TYPES = frozenset({AlertType.COMM_SLOWDOWN, AlertType.LINK_ERRORS, AlertType.FABRIC})
 #: Node telemetry alerts owned by the node's partition (streams/telemetry_feed.py).
 NODE_TYPES = frozenset({AlertType.GPU_FAULT, AlertType.LINK_ERRORS, AlertType.GPU_HOT})
-#: Alerts that implicate the nodes they name in the node ledger (models/ledger.py).
+#: Alerts that implicate the nodes they name in the node ledger (models/oncall/ledger.py).
 IMPLICATING_TYPES = frozenset({AlertType.STRAGGLER, AlertType.HANG, AlertType.GPU_FAULT, AlertType.LINK_ERRORS})
-#: Alerts the telemetry hub names suspected causes for (models/telemetry_hub.py).
+#: Alerts the telemetry hub names suspected causes for (models/telemetry/telemetry_hub.py).
 ENRICHED_TYPES = frozenset({AlertType.STRAGGLER, AlertType.HANG, AlertType.COMM_SLOWDOWN})
 #: Types with a per-type series in /metrics (streams/metrics.py): the two that page.
 METERED_TYPES: tuple[AlertType, ...] = (AlertType.STRAGGLER, AlertType.HANG)

@@ -54,9 +54,9 @@ class Alert:
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
     ends_at: float | None = None
-    #: device | platform | job (models/actions.py), set where alerts leave the engine.
+    #: device | platform | job (models/oncall/actions.py), set where alerts leave the engine.
     scope: Scope = Scope.UNSET
-    #: One sentence for the on-call SRE (models/actions.py).
+    #: One sentence for the on-call SRE (models/oncall/actions.py).
     recommended_action: str = ""
 
     def __post_init__(self) -> None:
@@ -80,7 +80,7 @@ class Alert:
         }
         if self.scope:
             out["scope"] = self.scope
-        # Grouping keys for Alertmanager (models/incidents.py; docs/operations.md, "Alertmanager"): the
+        # Grouping keys for Alertmanager (models/oncall/incidents.py; docs/operations.md, "Alertmanager"): the
         # incident an alert belongs to, the shared fabric (switch) behind it, the one node it is about.
         ev = self.evidence
         if isinstance(ev.get("incident"), str):

@@ -18,19 +18,19 @@ from collections.abc import Iterable
 import numpy as np
 
 from .alerts import Alert
-from .arrival import CollectiveArrival
-from .assembly import GroupStep, StepAssembler
-from .events import CollectiveEvent, Event, PhaseEvent, StepEvent
-from .hang import HangDetector, HangSettings
-from .job_health import JobHealthSettings
-from .oncall import OnCall, leaving_engine
+from .steps.arrival import CollectiveArrival
+from .steps.assembly import GroupStep, StepAssembler
+from .wire.events import CollectiveEvent, Event, PhaseEvent, StepEvent
+from .hang.detector import HangDetector, HangSettings
+from .jobhealth.job_health import JobHealthSettings
+from .oncall.oncall import OnCall, leaving_engine
 from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
 from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal
-from .sli import JobSLI
-from .step_columns import StepColumns
-from .straggler import StragglerDetector, StragglerSettings
-from .telemetry_hub import TELEMETRY_KINDS, TelemetryHub
+from .jobhealth.sli import JobSLI
+from .wire.step_columns import StepColumns
+from .steps.straggler import StragglerDetector, StragglerSettings
+from .telemetry.telemetry_hub import TELEMETRY_KINDS, TelemetryHub
 from dataclasses import dataclass
 
 
@@ -194,7 +194,7 @@ class DetectionEngine:
         self.job_health_default: JobHealthSettings | None = None
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
-        #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger (models/oncall.py).
+        #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger (models/oncall/oncall.py).
         self.oncall = OnCall(self.settings.oncall)
         #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
         self.straggler_flaps: Counter[str] = Counter()
@@ -262,7 +262,7 @@ class DetectionEngine:
         if signal is Signal.HEARTBEATS and not self._count_heartbeat(job, event):
             return evicted
         if getattr(event, "node", None) is not None:
-            self.telemetry.fabric.observe_node(event.job, event.node)  # the job's nodes (models/fabric.py)
+            self.telemetry.fabric.observe_node(event.job, event.node)  # the job's nodes (models/telemetry/fabric.py)
         if isinstance(event, CollectiveEvent):
             job.arrival.observe_collective(event)
         elif isinstance(event, PhaseEvent):
@@ -714,7 +714,7 @@ class DetectionEngine:
     # -- views ----------------------------------------------------------------------------
 
     def job_sli(self, job: str) -> dict | None:
-        """Effective-compute SLIs of a job (see models/sli.py), None for an unknown job."""
+        """Effective-compute SLIs of a job (see models/jobhealth/sli.py), None for an unknown job."""
         state = self.jobs.get(job)
         return state.sli.snapshot() if state is not None else None
 

@@ -1,7 +1,7 @@
 """Typed views of the evidence of straggler and hang alerts, for the modules that act on it.
 
 An alert's ``evidence`` is a dict because it is the wire form (docs/alerts.md). The rules write it; other
-modules (models/actions.py: failure class, implicated nodes, onset) read a few fields of it. They read them
+modules (models/oncall/actions.py: failure class, implicated nodes, onset) read a few fields of it. They read them
 through these records instead of by key, so a field's name and type are stated once, next to the vocabulary
 of its values, and the contract test (tests/test_rule_contract.py) checks that every straggler and hang
 alert the rules emit reads back as its record.
@@ -22,19 +22,19 @@ class StragglerSignal(StrEnum):
 
     COMPUTE_TIME = "compute_time"
     STEP_TIME = "step_time"
-    ARRIVAL = "arrival"  # when the rank reached the collective (models/arrival.py, NCCL Inspector windows)
+    ARRIVAL = "arrival"  # when the rank reached the collective (models/steps/arrival.py, NCCL Inspector windows)
     DATA_TIME = "data_time"  # the input pipeline's wait
 
 
 class Horizon(StrEnum):
-    """Which straggler rule fired: models/straggler.py (short) or models/long_straggler.py (long)."""
+    """Which straggler rule fired: models/steps/straggler.py (short) or models/steps/long_straggler.py (long)."""
 
     SHORT = "short"
     LONG = "long"
 
 
 class HangCase(StrEnum):
-    """What the hang rule found about who is where (models/hang.py ``HangDiagnosis``)."""
+    """What the hang rule found about who is where (models/hang/detector.py ``HangDiagnosis``)."""
 
     CULPRIT_BEFORE_COLLECTIVE = "culprit_before_collective"
     SILENT_RANKS = "silent_ranks"

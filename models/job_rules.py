@@ -12,22 +12,22 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .alert_types import AlertType
-from .checkpoint import CheckpointDetector
-from .comm import CommSlowdownDetector
-from .hang import HangDetector, HangSettings
-from .imbalance import ImbalanceDetector
-from .inspector import InspectorJudge
-from .job_health import JobHealthSettings, checkpoint_rule, comm_rule, runtime_values, throughput_rule
-from .long_straggler import LongStragglerDetector
+from .jobhealth.checkpoint import CheckpointDetector
+from .jobhealth.comm import CommSlowdownDetector
+from .hang.detector import HangDetector, HangSettings
+from .steps.imbalance import ImbalanceDetector
+from .steps.inspector import InspectorJudge
+from .jobhealth.job_health import JobHealthSettings, checkpoint_rule, comm_rule, runtime_values, throughput_rule
+from .steps.long_straggler import LongStragglerDetector
 from .resolution import Resolution
 from .rule import JobRule, RankSteps, RuleSpec, Signal, closed
-from .straggler import StragglerDetector, StragglerSettings
-from .throughput import ThroughputDetector, sample_from
+from .steps.straggler import StragglerDetector, StragglerSettings
+from .jobhealth.throughput import ThroughputDetector, sample_from
 
 if TYPE_CHECKING:
     from .alerts import Alert
-    from .assembly import GroupStep
-    from .events import Event
+    from .steps.assembly import GroupStep
+    from .wire.events import Event
 
 
 class JobContext(Protocol):
@@ -56,7 +56,7 @@ class RuleEnv(Protocol):
 
 
 class ImbalanceRule(JobRule):
-    """Stage imbalance and rank classes (models/imbalance.py): the per-rank rules compare ranks within a class."""
+    """Stage imbalance and rank classes (models/steps/imbalance.py): the per-rank rules compare ranks within a class."""
 
     spec = RuleSpec(name="imbalance", consumes=frozenset({Signal.STEPS}), alert_types=(AlertType.IMBALANCE,),
                     failure_classes=("imbalance",), settings=JobHealthSettings)
@@ -82,7 +82,7 @@ class ImbalanceRule(JobRule):
 
 
 class StragglerRule(JobRule):
-    """The short-horizon straggler rule (models/straggler.py), one detector per peer group."""
+    """The short-horizon straggler rule (models/steps/straggler.py), one detector per peer group."""
 
     spec = RuleSpec(name="straggler", consumes=frozenset({Signal.STEPS}), alert_types=(AlertType.STRAGGLER,),
                     failure_classes=("straggler_unexplained", "input_pipeline"), settings=StragglerSettings,
@@ -119,7 +119,7 @@ class StragglerRule(JobRule):
 
 
 class LongStragglerRule(JobRule):
-    """The long-horizon straggler rule (models/long_straggler.py), one detector per peer group; it leaves
+    """The long-horizon straggler rule (models/steps/long_straggler.py), one detector per peer group; it leaves
     ranks the short rule speaks for (firing or held off) to it: no second alert by the back door."""
 
     spec = RuleSpec(name="long_straggler", consumes=frozenset({Signal.STEPS}), alert_types=(AlertType.STRAGGLER,),
@@ -155,7 +155,7 @@ class LongStragglerRule(JobRule):
 
 
 class HangRule(JobRule):
-    """Hangs, stalls and silent ranks (models/hang.py): every rank's steps, heartbeats, collectives, phases and
+    """Hangs, stalls and silent ranks (models/hang/detector.py): every rank's steps, heartbeats, collectives, phases and
     stacks, and the clock."""
 
     spec = RuleSpec(name="hang", consumes=frozenset({Signal.RANK_STEPS, Signal.HEARTBEATS, Signal.COLLECTIVES,
@@ -197,7 +197,7 @@ class HangRule(JobRule):
 
 
 class ThroughputRule(JobRule):
-    """Job-wide throughput drop (models/throughput.py), one sample per closed step."""
+    """Job-wide throughput drop (models/jobhealth/throughput.py), one sample per closed step."""
 
     spec = RuleSpec(name="throughput", consumes=frozenset({Signal.STEPS}),
                     alert_types=(AlertType.THROUGHPUT_DROP,), failure_classes=("throughput_drop",),
@@ -224,7 +224,7 @@ class ThroughputRule(JobRule):
 
 
 class CommRule(JobRule):
-    """Communication slowdown (models/comm.py), from the ranks' collective events."""
+    """Communication slowdown (models/jobhealth/comm.py), from the ranks' collective events."""
 
     spec = RuleSpec(name="comm", consumes=frozenset({Signal.COLLECTIVES}), alert_types=(AlertType.COMM_SLOWDOWN,),
                     failure_classes=("comm_slowdown",), settings=JobHealthSettings)
@@ -250,7 +250,7 @@ class CommRule(JobRule):
 
 
 class CheckpointRule(JobRule):
-    """Checkpoint staleness and slow checkpoints (models/checkpoint.py): job-wide phases, progress, the clock."""
+    """Checkpoint staleness and slow checkpoints (models/jobhealth/checkpoint.py): job-wide phases, progress, the clock."""
 
     spec = RuleSpec(name="checkpoint", consumes=frozenset({Signal.RANK_STEPS, Signal.PHASES, Signal.TICKS}),
                     alert_types=(AlertType.CHECKPOINT_STALE,), failure_classes=("checkpoint_stale",),
@@ -285,7 +285,7 @@ class CheckpointRule(JobRule):
 
 
 class InspectorRule(JobRule):
-    """The straggler rule on NCCL Inspector windows from the node agents (models/inspector.py), for jobs
+    """The straggler rule on NCCL Inspector windows from the node agents (models/steps/inspector.py), for jobs
     without the callback; its collectives also feed the comm rule. Made at the job's first window."""
 
     spec = RuleSpec(name="inspector", consumes=frozenset({Signal.INSPECTOR}),

@@ -41,11 +41,11 @@ import orjson
 
 from .alerts import Alert
 from .engine import CAPPED_MARK, DetectionEngine
-from .deadletter import Rejected, deadletter_message
-from .events import event_to_dict
-from .step_columns import StepColumns, _step_columns, decode_value, parse_value
-from .telemetry_events import TELEMETRY_KINDS
-from .wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
+from .wire.deadletter import Rejected, deadletter_message
+from .wire.events import event_to_dict
+from .wire.step_columns import StepColumns, _step_columns, decode_value, parse_value
+from .wire.telemetry_events import TELEMETRY_KINDS
+from .wire.wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
 from .published import PublishedAlerts
 from .sources import Item, Message, Read, RecordingSource, Tick, _message, _pop_arrival  # noqa: F401  (Message: its former home)
 
@@ -226,7 +226,7 @@ class Pipeline:
                     *, road: Road = EVENTS_ROAD, speaks_for: Callable[[Alert], bool] | None = None,
                     reports: Callable[[Message], bool] | None = None) -> Outputs:
         """``feed`` for messages whose values are already parsed: (message, its JSON value, or why it has none;
-        ``models.step_columns.parse_value``). ``run_recording`` parses each line once, for its ``_arrival`` too."""
+        ``models.wire.step_columns.parse_value``). ``run_recording`` parses each line once, for its ``_arrival`` too."""
         out = Outputs()
         alerts: list[Alert] = []
         merge = road.kinds is None or "step" in road.kinds

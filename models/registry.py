@@ -15,8 +15,8 @@ from .alert_types import AlertType
 from .job_rules import (CheckpointRule, CommRule, HangRule, ImbalanceRule, InspectorRule, LongStragglerRule,
                         StragglerRule, ThroughputRule)
 from .rule import JobRule, RuleSpec, Signal, dependency_order
-from .oncall import OnCallSettings
-from .telemetry_hub import TelemetrySettings
+from .oncall.oncall import OnCallSettings
+from .telemetry.telemetry_hub import TelemetrySettings
 
 JOB_RULES: tuple[type[JobRule], ...] = (
     StragglerRule,
@@ -34,7 +34,7 @@ FEED_ORDER: tuple[type[JobRule], ...] = tuple(
     {r.spec.name: r for r in JOB_RULES}[s.name] for s in dependency_order([r.spec for r in JOB_RULES]))
 
 NODE_RULES: tuple[RuleSpec, ...] = (
-    # models/telemetry_tracker.py through the hub: Xid/ECC, link counters; they also name suspected causes.
+    # models/telemetry/telemetry_tracker.py through the hub: Xid/ECC, link counters; they also name suspected causes.
     RuleSpec(name="telemetry", consumes=frozenset({Signal.TELEMETRY}),
              alert_types=(AlertType.GPU_FAULT, AlertType.LINK_ERRORS),
              failure_classes=("xid_79_off_bus", "xid_74_nvlink", "xid_48_dbe", "ecc_dbe", "xid_63_row_remap",
@@ -43,14 +43,14 @@ NODE_RULES: tuple[RuleSpec, ...] = (
                               "thermal_throttle", "power_throttle", "link_errors", "link_down",
                               "network_congestion", "host_io", "host_cpu_memory", "host_oom"),
              settings=TelemetrySettings),
-    # models/device_rules.py: GPU utilisation, temperature, memory against the job's progress.
+    # models/telemetry/device_rules.py: GPU utilisation, temperature, memory against the job's progress.
     RuleSpec(name="device", consumes=frozenset({Signal.TELEMETRY, Signal.RANK_STEPS}),
              alert_types=(AlertType.GPU_IDLE, AlertType.GPU_HOT, AlertType.HBM_FULL),
              failure_classes=("gpu_idle", "gpu_hot", "hbm_full"), settings=TelemetrySettings),
-    # models/incidents.py: many nodes' ports erring together, one fabric incident.
+    # models/oncall/incidents.py: many nodes' ports erring together, one fabric incident.
     RuleSpec(name="fabric", consumes=frozenset({Signal.TELEMETRY}), alert_types=(AlertType.FABRIC,),
              failure_classes=("fabric",), settings=TelemetrySettings),
-    # models/oncall.py (restarts) and models/ledger.py (node ledger): made from the alerts leaving the engine.
+    # models/oncall/oncall.py (restarts) and models/oncall/ledger.py (node ledger): made from the alerts leaving the engine.
     RuleSpec(name="oncall", consumes=frozenset({Signal.ALERTS}),
              alert_types=(AlertType.JOB_RESTART, AlertType.NODE_SUSPECT),
              failure_classes=("job_restart", "node_suspect"), settings=OnCallSettings),

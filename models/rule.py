@@ -23,14 +23,14 @@ from .resolution import Resolution, with_resolution
 
 if TYPE_CHECKING:
     from .alerts import Alert
-    from .assembly import GroupStep
-    from .events import Event
+    from .steps.assembly import GroupStep
+    from .wire.events import Event
 
 
 class Signal(StrEnum):
     """What a rule consumes; each signal has one method it is fed through."""
 
-    STEPS = "steps"  # ``on_step(GroupStep)``: a step closed across its peer group (models/assembly.py)
+    STEPS = "steps"  # ``on_step(GroupStep)``: a step closed across its peer group (models/steps/assembly.py)
     RANK_STEPS = "rank_steps"  # ``on_rank_steps(RankSteps)``: each rank's step events, as they arrive
     HEARTBEATS = "heartbeats"  # ``on_event(HeartbeatEvent)``
     COLLECTIVES = "collectives"  # ``on_event(CollectiveEvent)``
@@ -39,7 +39,7 @@ class Signal(StrEnum):
     INSPECTOR = "inspector"  # ``on_event(NcclWindowEvent)``: NCCL Inspector windows from the node agents
     TICKS = "ticks"  # ``tick(now)``, ``now`` on the job's own clock
     TELEMETRY = "telemetry"  # node events (gpu, xid, link, topology, host): node-level rules only
-    ALERTS = "alerts"  # alerts leaving the engine (models/oncall.py): rules that derive alerts from alerts
+    ALERTS = "alerts"  # alerts leaving the engine (models/oncall/oncall.py): rules that derive alerts from alerts
 
 
 #: The signal of each job event kind that reaches rules through ``on_event`` (steps have their own methods).
@@ -70,7 +70,7 @@ class RuleSpec:
     consumes: frozenset[Signal]
     #: Every ``Alert.type`` the rule emits.
     alert_types: tuple[AlertType, ...]
-    #: Failure classes (models/actions.py ``FAILURE_CLASSES``) its alerts can be classified as.
+    #: Failure classes (models/oncall/actions.py ``FAILURE_CLASSES``) its alerts can be classified as.
     failure_classes: tuple[str, ...]
     #: The settings dataclass ``reconfigure`` takes (None: the rule has no run-time settings).
     settings: type | None

@@ -3,14 +3,14 @@
 =================  ==============================================  ===================================
 section            class, where                                    configures
 =================  ==============================================  ===================================
-``straggler``      ``StragglerSettings``, models/straggler.py      straggler and long-horizon rules
-``assembly``       ``AssemblySettings``, models/assembly.py        gathering ranks into one step
-``hang``           ``HangSettings``, models/hang.py                the hang rule
-``job_health``     ``JobHealthSettings``, models/job_health.py     throughput, comm, checkpoint rules
+``straggler``      ``StragglerSettings``, models/steps/straggler.py      straggler and long-horizon rules
+``assembly``       ``AssemblySettings``, models/steps/assembly.py        gathering ranks into one step
+``hang``           ``HangSettings``, models/hang/detector.py                the hang rule
+``job_health``     ``JobHealthSettings``, models/jobhealth/job_health.py     throughput, comm, checkpoint rules
 ``retention``      ``RetentionSettings``, models/engine.py         bounds on the engine's jobs
-``telemetry``      ``TelemetrySettings``, models/telemetry_hub.py  node telemetry, causes, the agent
-``host``           ``HostSettings``, models/host.py                host signals, device-layer rules
-``oncall``         ``OnCallSettings``, models/oncall.py            scope, action, restarts, node ledger
+``telemetry``      ``TelemetrySettings``, models/telemetry/telemetry_hub.py  node telemetry, causes, the agent
+``host``           ``HostSettings``, models/telemetry/host.py                host signals, device-layer rules
+``oncall``         ``OnCallSettings``, models/oncall/oncall.py            scope, action, restarts, node ledger
 ``worker``         ``PipelineSettings``, models/pipeline.py        the pipeline's timer, input checks
 =================  ==============================================  ===================================
 
@@ -25,15 +25,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .assembly import AssemblySettings
+from .steps.assembly import AssemblySettings
 from .engine import RetentionSettings
-from .hang import HangSettings
-from .host import HostSettings
-from .job_health import JobHealthSettings
-from .oncall import OnCallSettings
+from .hang.detector import HangSettings
+from .telemetry.host import HostSettings
+from .jobhealth.job_health import JobHealthSettings
+from .oncall.oncall import OnCallSettings
 from .pipeline import PipelineSettings
-from .straggler import StragglerSettings
-from .telemetry_hub import TelemetrySettings
+from .steps.straggler import StragglerSettings
+from .telemetry.telemetry_hub import TelemetrySettings
 
 __all__ = ["AssemblySettings", "DetectionSettings", "HangSettings", "HostSettings", "JobHealthSettings",
            "OnCallSettings", "PipelineSettings", "RetentionSettings", "StragglerSettings", "TelemetrySettings"]

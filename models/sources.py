@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Union
 
-from .deadletter import Rejected
-from .step_columns import parse_value
+from .wire.deadletter import Rejected
+from .wire.step_columns import parse_value
 
 if TYPE_CHECKING:
     from .pipeline import Outputs, Pipeline, Road

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from .alerts import Alert
-from .events import Event, HeartbeatEvent, PhaseEvent, StepEvent
-from .step_columns import StepColumns
-from .telemetry_events import TELEMETRY_KINDS
+from .wire.events import Event, HeartbeatEvent, PhaseEvent, StepEvent
+from .wire.step_columns import StepColumns
+from .wire.telemetry_events import TELEMETRY_KINDS
 
 #: Seconds of recent steps the step rate and tokens/s are computed over.
 RATE_WINDOW_SECONDS = 30.0
@@ -92,7 +92,7 @@ class StatusRecorder:
                 rank.phase = event.phase
 
     def observe_steps(self, cols) -> None:
-        """``observe`` for step events, by columns (:class:`~stepwatch.models.step_columns.StepColumns`)."""
+        """``observe`` for step events, by columns (:class:`~stepwatch.models.wire.step_columns.StepColumns`)."""
         for name, lo, hi in cols.job_runs():
             job = self._job(name)
             records = job.ranks
@@ -306,7 +306,7 @@ def job_view(engine, recorder: StatusRecorder, job: str, now: float,
     out = dict(summary)
     out.update(rank_count=summary["ranks"], ranks=ranks, alerts=[a.to_dict() for a in alerts], detectors=detectors)
     if hasattr(engine, "job_sli"):
-        out["sli"] = engine.job_sli(job)  # effective-compute SLIs (models/sli.py)
+        out["sli"] = engine.job_sli(job)  # effective-compute SLIs (models/jobhealth/sli.py)
     if settings is not None:
         out["settings"] = settings
     return out

@@ -214,7 +214,7 @@ class ControlWatcher:
     def _run(self) -> None:
         import orjson
 
-        from stepwatch.models.stacks import parse_request
+        from stepwatch.models.hang.stacks import parse_request
 
         consumer, backoff = None, 1.0
         while not self._stop.is_set():

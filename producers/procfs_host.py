@@ -17,7 +17,7 @@ Everything here is plain file reading, no dependency. Per sample, from ``<proc_r
 
 and, optionally, per physical network interface, ``<sysfs_root>/class/net/<if>/statistics``
 ``rx_dropped tx_dropped rx_errors tx_errors``. Counters stay raw and cumulative; the worker
-turns them into rates (models/host.py). A file that cannot be read is left out, never an error.
+turns them into rates (models/telemetry/host.py). A file that cannot be read is left out, never an error.
 """
 
 from __future__ import annotations

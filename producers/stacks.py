@@ -1,7 +1,7 @@
 """A rank's answer to a stack request: its Python stacks, and a Flight Recorder dump where torch has one.
 
 While a job hangs, stepwatch's worker asks the culprits and a few waiting ranks where they
-are (a ``stack_request`` on ``<prefix>control``, keyed by job; models/stacks.py). Each rank
+are (a ``stack_request`` on ``<prefix>control``, keyed by job; models/hang/stacks.py). Each rank
 monitor runs :class:`ControlListener`, a daemon thread that reads that topic (no consumer
 group: it reads its job's partition from the end) and answers with a ``stack`` event on the
 events topic, through the monitor's ordinary queue and sender:
@@ -37,8 +37,8 @@ from typing import Any
 
 import orjson
 
-from stepwatch.models.events import MAX_STACK_FRAMES, MAX_STACK_THREADS
-from stepwatch.models.stacks import StackRequest, parse_request
+from stepwatch.models.wire.events import MAX_STACK_FRAMES, MAX_STACK_THREADS
+from stepwatch.models.hang.stacks import StackRequest, parse_request
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from stepwatch.models.events import PHASES
+from stepwatch.models.wire.events import PHASES
 
 from .collectives import _StepComm, _union_length
 

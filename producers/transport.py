@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from stepwatch.client_settings import ClientSettings, SecuritySettings
-from stepwatch.models.events import encode_events
+from stepwatch.models.wire.events import encode_events
 
 if TYPE_CHECKING:  # the whole tree only as a type: importing it loads the detection core
     from stepwatch.config import Settings

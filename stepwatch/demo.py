@@ -30,7 +30,7 @@ def run_demo(settings: Settings, *, ranks: int = 64, steps: int = 220, speed: fl
              timeout: float = 240.0) -> int:
     from stepwatch.commands.alerts import follow_alerts
     from stepwatch.producers.publisher import EventPublisher
-    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+    from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec, StragglerFault
     from stepwatch.topics import ensure_topics
 
     broker = None

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 
 #: Start of the synthesized clock when a trace has no absolute times (2023-11-14, arbitrary, fixed).
 DEFAULT_T0 = 1_700_000_000.0

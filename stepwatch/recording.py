@@ -138,7 +138,7 @@ def _apply_config(lines: Iterable[bytes], pipeline, settings: Settings) -> Itera
 
 def _job_filter(value: dict, jobs: set[str]) -> dict | None:
     """The message value with only ``jobs``' events (None: nothing left); node telemetry is kept whole."""
-    from stepwatch.models.telemetry_events import TELEMETRY_KINDS
+    from stepwatch.models.wire.telemetry_events import TELEMETRY_KINDS
 
     if value.get("kind") != "batch":
         keep = value.get("kind") in TELEMETRY_KINDS or value.get("job") in jobs
@@ -269,7 +269,7 @@ def _line_events(line: bytes) -> tuple[list | None, float | None]:
 def wire_key(event: dict) -> tuple[str, str]:
     """Where an event goes and under which key (docs/events.md): ("telemetry", node), ("events", job), or
     ("config", scope) for a recorded config message (its ``_key`` taken off)."""
-    from stepwatch.models.telemetry_events import TELEMETRY_KINDS
+    from stepwatch.models.wire.telemetry_events import TELEMETRY_KINDS
 
     if event.get("kind") in TELEMETRY_KINDS:
         return "telemetry", str(event.get("node", ""))

@@ -15,11 +15,11 @@ newest alert read, so a replay of an old recording reports on its own week):
   silence is left out: the restart's downtime covers it); slowdowns are left out (their cost is in
   the effective compute share, and in the next item);
 * what slow ranks and stages cost (``slowdown_cost``, only when some alert carries it): the sum of
-  the straggler and imbalance alerts' ``evidence.gpu_hours_lost_per_day`` (models/cost.py; each
+  the straggler and imbalance alerts' ``evidence.gpu_hours_lost_per_day`` (models/steps/cost.py; each
   incident's latest value), in total, for the incidents still open, and per cause, and the
   costliest incidents with their ``job_slowdown``;
 * effective compute share per job: the latest ``evidence.effective_compute`` its alerts carry
-  (the job's productive share when the alert resolved, models/sli.py).
+  (the job's productive share when the alert resolved, models/jobhealth/sli.py).
 
 Output: plain text, ``--json`` (the shape in docs/operations.md, "On call"), or ``--html FILE``:
 one self-contained page, charts drawn as inline SVG (no script, no network).
@@ -218,7 +218,7 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
 
 
 def _slowdown_cost(chosen: list[_Incident]) -> dict[str, Any] | None:
-    """Sum of the slowdowns' GPU-hours lost a day (straggler and imbalance alerts, models/cost.py)."""
+    """Sum of the slowdowns' GPU-hours lost a day (straggler and imbalance alerts, models/steps/cost.py)."""
     rows = []
     for inc in chosen:
         ev = inc.last.get("evidence") or {}

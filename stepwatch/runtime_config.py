@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from stepwatch.models.hang import HangSettings
-from stepwatch.models.job_health import JobHealthSettings
-from stepwatch.models.straggler import StragglerSettings
+from stepwatch.models.hang.detector import HangSettings
+from stepwatch.models.jobhealth.job_health import JobHealthSettings
+from stepwatch.models.steps.straggler import StragglerSettings
 from stepwatch.models.tunable import check_runtime_value, runtime_fields
 from stepwatch.config import Settings, _parse
 

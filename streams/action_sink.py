@@ -1,4 +1,4 @@
-"""Delivers action records (models/action_hooks.py): the actions topic, an optional webhook, an optional executor.
+"""Delivers action records (models/oncall/action_hooks.py): the actions topic, an optional webhook, an optional executor.
 
 Off unless ``STEPWATCH_ONCALL_HOOKS_ENABLED=true``. Detection never waits for it: records queue
 (bounded; the oldest is dropped when full) and one task sends them. The webhook gets each record
@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from stepwatch.config import OnCallSettings
-from stepwatch.models.action_hooks import ActionHooks, load_inventory
+from stepwatch.models.oncall.action_hooks import ActionHooks, load_inventory
 
 from .supervise import run_forever
 

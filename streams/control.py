@@ -2,7 +2,7 @@
 
 ``<prefix>control``, keyed by job (so one job's requests stay in one partition, the one its
 rank monitors read: producers/stacks.py). The hang detector decides whom to ask and when
-(models/hang.py: culprits and a few waiting ranks, rate-limited per job, ``hang.stacks``
+(models/hang/detector.py: culprits and a few waiting ranks, rate-limited per job, ``hang.stacks``
 turns it off); this task only drains ``engine.take_stack_requests()`` on the worker's timer
 and publishes. Sending never blocks detection: a failed send is logged and counted, and the
 hang alert then lists the asked ranks as ``stack_missing``, as it would for ranks that

@@ -191,7 +191,7 @@ function cause(a) {
 
 function stack(e) {
   // A hang's culprit stack (evidence.stacks: culprits first, innermost frame last), and who did not answer.
-  // Only a culprit's stack is shown as the culprit's (models/stacks.py culprit_stack): a waiting rank's never is.
+  // Only a culprit's stack is shown as the culprit's (models/hang/stacks.py culprit_stack): a waiting rank's never is.
   const stacks = e.stacks || {};
   const culprits = Array.isArray(e.culprits) ? e.culprits.map(c => String(c.rank)) : Object.keys(stacks);
   const ranks = culprits.filter(r => r in stacks);

@@ -1,6 +1,6 @@
 """Persistent link baselines on Kafka: the compacted topic ``<prefix>link-baselines``, keyed by node.
 
-Every worker learns every node's link baselines (models/link_baseline.py) from the global telemetry
+Every worker learns every node's link baselines (models/telemetry/link_baseline.py) from the global telemetry
 feed (streams/telemetry_feed.py). The worker that owns a node's partition of the events topic (the
 same rule that decides who publishes the node's ``link_errors`` alerts) writes the node's record
 every ``telemetry.link_baseline_publish_interval`` seconds when it learned something, and once more

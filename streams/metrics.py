@@ -85,7 +85,7 @@ class WorkerMetrics:
                                             "Alert updates dropped because the Alertmanager queue was full.",
                                             registry=r)
         # On call (issue 16): how long incidents last, what they cost. ``scope`` is the monitoring layer
-        # (device, platform, job: models/actions.py); no per-job or per-rank labels.
+        # (device, platform, job: models/oncall/actions.py); no per-job or per-rank labels.
         self.incident_duration = Histogram("stepwatch_incident_duration_seconds",
                                            "Firing -> resolved of incidents, by alert type and scope (layer).",
                                            ["type", "scope"], buckets=INCIDENT_BUCKETS, registry=r)

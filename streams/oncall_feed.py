@@ -1,4 +1,4 @@
-"""The on-call state workers share: job placement and the node ledger (models/oncall.py).
+"""The on-call state workers share: job placement and the node ledger (models/oncall/oncall.py).
 
 Jobs are spread over workers by the events topic's partitions; a node's alerts are published
 by the worker that owns the node's partition (the node id hashed as the producers' partitioner
@@ -26,7 +26,7 @@ import time
 import orjson
 
 from stepwatch.config import Settings
-from stepwatch.models.ledger import Incident
+from stepwatch.models.oncall.ledger import Incident
 
 from .telemetry_feed import partition_of
 from .topic_reader import read_topic_forever

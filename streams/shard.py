@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from stepwatch.config import Settings
 # The worker's dead-letter record, byte for byte; the worker's validation.
-from stepwatch.models.deadletter import deadletter_record
-from stepwatch.models.events import decode_message, encode_events, event_to_dict
+from stepwatch.models.wire.deadletter import deadletter_record
+from stepwatch.models.wire.events import decode_message, encode_events, event_to_dict
 
 log = logging.getLogger("stepwatch.shard")
 
@@ -399,7 +399,7 @@ class ShardStage:
                 self._release(parent)
 
     def _part(self, out: _Out, events: list[dict]) -> _Out:
-        from stepwatch.models.events import encode_events
+        from stepwatch.models.wire.events import encode_events
 
         env = Envelope(out.envelope.job, events, {}, out.envelope.reason)
         return _Out(out.topic, out.key, encode_events(events), len(events), {}, env, parent=out)

@@ -300,7 +300,7 @@ class Worker:
 
     async def publish(self, alerts: list[Alert]) -> None:
         """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
-        # Made outside the engine (recovery's "resolved while down"): classified here (models/actions.py).
+        # Made outside the engine (recovery's "resolved while down"): classified here (models/oncall/actions.py).
         alerts = [a if a.scope else self.engine.oncall.classifier.annotate(a) for a in alerts]
         await self.output.write_alerts(self.pipeline.publishable(alerts))
 

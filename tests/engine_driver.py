@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import Event
+from stepwatch.models.wire.events import Event
 
 
 def replay(events: Iterable[Event], *, settings=None,

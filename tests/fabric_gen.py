@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stepwatch.models.events import CollectiveEvent, HeartbeatEvent, PhaseEvent, StepEvent
-from stepwatch.models.telemetry_events import GpuEvent, LinkEvent
+from stepwatch.models.wire.events import CollectiveEvent, HeartbeatEvent, PhaseEvent, StepEvent
+from stepwatch.models.wire.telemetry_events import GpuEvent, LinkEvent
 
 T0 = 1_760_000_000.0
 PORTS = ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")

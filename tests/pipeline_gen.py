@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepwatch.models.events import CollectiveEvent, StepEvent
+from stepwatch.models.wire.events import CollectiveEvent, StepEvent
 
 T0 = 1_760_000_000.0
 

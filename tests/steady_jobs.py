@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.step_columns import decode_message_columns
+from stepwatch.models.wire.step_columns import decode_message_columns
 
 
 @dataclass(kw_only=True)

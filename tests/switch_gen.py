@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepwatch.models.events import StepEvent
-from stepwatch.models.telemetry_events import LinkEvent, TopologyEvent
+from stepwatch.models.wire.events import StepEvent
+from stepwatch.models.wire.telemetry_events import LinkEvent, TopologyEvent
 from stepwatch.producers.port_neighbors import LocalPort, Source, Topology, nic_entries, parse_topology
 
 from fabric_gen import PORTS, T0, Job

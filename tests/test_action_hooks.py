@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from fleet import Job, job_events, merge, xid_event
 from stepwatch.config import OnCallSettings
-from stepwatch.models.action_hooks import ActionHooks
+from stepwatch.models.oncall.action_hooks import ActionHooks
 from engine_driver import replay
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 from stepwatch.streams.action_sink import ActionSink
 
 T0 = 1_764_000_000.0
@@ -135,7 +135,7 @@ def test_node_names_must_match_whole_and_be_in_the_inventory(tmp_path):
     assert [r["node"] for r in record["refused_nodes"]] == ["n7\n", "n7 "]
     inventory = tmp_path / "nodes"
     inventory.write_text("# the cluster's nodes\nn6\nn7\n\n")
-    from stepwatch.models.action_hooks import load_inventory
+    from stepwatch.models.oncall.action_hooks import load_inventory
 
     hooks = ActionHooks(inventory=load_inventory(str(inventory)))
     record = hooks.record(dataclasses.replace(evil, id="inv"))

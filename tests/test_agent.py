@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stepwatch.config import Settings
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 from stepwatch.producers.agent import KafkaSender, NodeAgent
 from stepwatch.producers.nvml_sampler import NvmlSampler
 from stepwatch.producers.sysfs_ib import IbReader, normalize_bus_id, parse_rate

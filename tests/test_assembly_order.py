@@ -1,4 +1,4 @@
-"""Step assembly in event-time order with host clocks seconds apart (issue 26 item 7; models/assembly.py).
+"""Step assembly in event-time order with host clocks seconds apart (issue 26 item 7; models/steps/assembly.py).
 
 A recording sorted by event time (an imported trace, a file sorted by ``ts``) puts a host whose clock
 runs behind many steps early and one whose clock runs ahead many steps late. Steps are closed by lag
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from stepwatch.models.assembly import StepAssembler
-from stepwatch.models.events import StepEvent
+from stepwatch.models.steps.assembly import StepAssembler
+from stepwatch.models.wire.events import StepEvent
 
 RANKS, PER_NODE, STEP = 16, 4, 0.32
 

@@ -7,10 +7,10 @@ import orjson
 import pytest
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import decode_message
-from stepwatch.models.step_columns import StepColumns, decode_message_columns
+from stepwatch.models.wire.events import decode_message
+from stepwatch.models.wire.step_columns import StepColumns, decode_message_columns
 from stepwatch.models.status import StatusRecorder
-from stepwatch.producers import scenarios
+from stepwatch.sim import scenarios
 
 SCENARIOS = ["straggler-30pct-64", "multi-problem-256", "multi-job-3", "healthy-pipeline-64", "intermittent-64",
              "job-slowdown-64", "hang-hang-64", "hang-frozen-64", "hang-dead-64", "straggler-2x-8"]

@@ -12,7 +12,7 @@ import dataclasses
 
 from stepwatch.config import RetentionSettings, Settings
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 
 T0 = 1_764_000_000.0
 
@@ -73,7 +73,7 @@ def test_a_new_job_costs_a_bounded_number_of_probes(monkeypatch):
 def test_a_heartbeat_listing_too_many_ranks_in_a_group_is_dead_lettered_with_the_reason():
     import orjson
 
-    from stepwatch.models.events import MAX_PG_RANKS
+    from stepwatch.models.wire.events import MAX_PG_RANKS
     from stepwatch.models.pipeline import Message, Pipeline
 
     beat = {"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0, "step": 1,
@@ -84,7 +84,7 @@ def test_a_heartbeat_listing_too_many_ranks_in_a_group_is_dead_lettered_with_the
 
 
 def test_process_groups_and_their_ranks_per_job_are_capped_and_counted(monkeypatch):
-    from stepwatch.models import hang
+    from stepwatch.models.hang import detector as hang
 
     monkeypatch.setattr(hang, "MAX_PGS", 50)
     monkeypatch.setattr(hang, "MAX_PG_RANK_ENTRIES", 100)
@@ -101,7 +101,8 @@ def test_process_groups_and_their_ranks_per_job_are_capped_and_counted(monkeypat
 
 
 def test_gpus_and_ports_per_node_and_op_names_per_job_are_capped_and_counted():
-    from stepwatch.models import comm, telemetry_tracker as tt
+    from stepwatch.models.jobhealth import comm
+    from stepwatch.models.telemetry import telemetry_tracker as tt
 
     engine = DetectionEngine()
     for g in range(tt.MAX_GPUS_PER_NODE + 100):  # finding 5: 200k GPU indexes on one node
@@ -124,7 +125,7 @@ def test_metrics_count_what_was_capped():
     from stepwatch.streams.metrics import WorkerMetrics
 
     engine = DetectionEngine()
-    from stepwatch.models import telemetry_tracker as tt
+    from stepwatch.models.telemetry import telemetry_tracker as tt
 
     for g in range(tt.MAX_GPUS_PER_NODE + 3):
         engine.process(parse_event({"v": 1, "kind": "gpu", "node": "n1", "ts": T0, "gpu": g, "temp_c": 60.0}))
@@ -135,7 +136,7 @@ def test_metrics_count_what_was_capped():
 
 def test_ranks_per_job_are_capped_and_counted_whatever_the_path():
     """finding 5: 40 heartbeats listing 2M ranks; here new ranks beyond ``retention.max_ranks_per_job``."""
-    from stepwatch.models.events import encode_events
+    from stepwatch.models.wire.events import encode_events
     from stepwatch.models.pipeline import Message, Pipeline
 
     settings = dataclasses.replace(Settings(), retention=RetentionSettings(max_ranks_per_job=100))
@@ -170,7 +171,7 @@ def _dead(out) -> list[tuple[str, list]]:
 def test_one_message_opens_a_bounded_number_of_new_jobs_the_rest_dead_lettered_by_index():
     """finding 4/6: one envelope naming 300 new jobs opens 256 (``max_new_jobs_per_message``); the other 44
     events are in the message's one dead letter by index, counted in /metrics; a known job is never refused."""
-    from stepwatch.models.events import encode_events
+    from stepwatch.models.wire.events import encode_events
     from stepwatch.models.pipeline import Message, Pipeline
     from stepwatch.streams.metrics import WorkerMetrics
 
@@ -198,7 +199,7 @@ def test_one_message_opens_a_bounded_number_of_new_jobs_the_rest_dead_lettered_b
 def test_steps_of_ranks_over_the_cap_are_dead_lettered_by_index_in_their_own_messages():
     """The column road merges consecutive step messages: each over-cap event goes to its own message's
     dead letter, at its index in that envelope."""
-    from stepwatch.models.events import encode_events
+    from stepwatch.models.wire.events import encode_events
     from stepwatch.models.pipeline import Message, Pipeline
 
     pipeline = Pipeline(settings=dataclasses.replace(Settings(), retention=RetentionSettings(max_ranks_per_job=6)))
@@ -223,8 +224,10 @@ def orjson_dumps(obj) -> bytes:
 def test_accumulated_state_caps_dead_letter_the_event_that_hit_them(monkeypatch):
     """Process groups per job, GPUs and ports per node, op names per job, ranks per job on the one-by-one
     road: the event a cap left (part of) out is in its message's dead letter with what, as well as counted."""
-    from stepwatch.models import comm, hang, telemetry_tracker as tt
-    from stepwatch.models.events import encode_events
+    from stepwatch.models.jobhealth import comm
+    from stepwatch.models.hang import detector as hang
+    from stepwatch.models.telemetry import telemetry_tracker as tt
+    from stepwatch.models.wire.events import encode_events
     from stepwatch.models.pipeline import TELEMETRY_ROAD, Message, Pipeline
 
     monkeypatch.setattr(hang, "MAX_PGS", 30)

@@ -196,10 +196,10 @@ def test_alerts_row_has_the_uncut_type_node_port_action_and_published_time():
 
 
 def test_the_declared_alert_types_are_every_type_the_worker_classifies():
-    from stepwatch.models.actions import TYPE_CLASSES
+    from stepwatch.models.oncall.actions import TYPE_CLASSES
     from stepwatch.models.alert_types import ALERT_TYPES
 
-    # straggler and hang are classified by their evidence, the others by type (models/actions.py).
+    # straggler and hang are classified by their evidence, the others by type (models/oncall/actions.py).
     assert set(ALERT_TYPES) == set(TYPE_CLASSES) | {"straggler", "hang"}
 
 
@@ -208,7 +208,7 @@ def test_the_declared_alert_types_are_every_type_the_worker_classifies():
 def test_every_scenario_that_scenarios_lists_is_accepted_by_simulate(tmp_path):
     listed = [line.split()[0] for line in _stepwatch("scenarios").stdout.splitlines() if line.strip()]
     assert len(listed) > 50
-    from stepwatch.producers import scenarios
+    from stepwatch.sim import scenarios
 
     assert listed == scenarios.names()
     # Every name resolves through simulate's own lookup; two small ones run end to end.
@@ -306,7 +306,7 @@ def test_alerts_prints_one_line_per_incident_update_escaped_with_the_published_t
 
 def test_one_io_fault_on_one_node_is_one_incident_two_lines(tmp_path):
     """host-io-64: one IO fault on node-002 under all 8 of its ranks. The worker makes it one node incident
-    (models/incidents.py; it was a straggler alert per rank, 24 messages), and the table prints it as one
+    (models/oncall/incidents.py; it was a straggler alert per rank, 24 messages), and the table prints it as one
     firing and one resolved line, with the node and its ranks; the table's own grouping of per-rank alerts of
     one node is tested below with the alerts split per rank as older workers published them."""
     from stepwatch.commands.incidents import IncidentLines

@@ -1,5 +1,5 @@
 """The comm rule judges a collective once all its ranks are in, whatever order the events come in
-(models/comm.py, issue 26 item 7): a straggler plus node clocks seconds apart, replayed from a
+(models/jobhealth/comm.py, issue 26 item 7): a straggler plus node clocks seconds apart, replayed from a
 recording sorted by event time, is a straggler and never a network alert.
 
 Recordings from tests/fabric_gen.py (not the simulator).
@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from stepwatch.models.comm import CommSlowdownDetector, is_p2p
-from stepwatch.models.events import CollectiveEvent
+from stepwatch.models.jobhealth.comm import CommSlowdownDetector, is_p2p
+from stepwatch.models.wire.events import CollectiveEvent
 
 from engine_driver import replay
 from fabric_gen import Job, events

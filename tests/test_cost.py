@@ -1,4 +1,4 @@
-"""What a slow rank or stage costs its job (models/cost.py, issue 26 item 9): ``evidence.job_slowdown``
+"""What a slow rank or stage costs its job (models/steps/cost.py, issue 26 item 9): ``evidence.job_slowdown``
 and ``gpu_hours_lost_per_day`` on straggler and imbalance alerts, summed by ``stepwatch report``.
 
 Checked against answers known independently of stepwatch: recordings of tests/fabric_gen.py (not the
@@ -19,8 +19,8 @@ import pytest
 
 from conftest import in_ci
 from stepwatch import importer
-from stepwatch.models.cost import cost
-from stepwatch.models.events import StepEvent, parse_event
+from stepwatch.models.steps.cost import cost
+from stepwatch.models.wire.events import StepEvent, parse_event
 from stepwatch.report import build_report
 
 from engine_driver import replay

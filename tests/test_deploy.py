@@ -55,7 +55,7 @@ def run(*argv: str, cwd: Path = REPO, env: dict | None = None, check: bool = Tru
 def emitted_alert_types() -> set[str]:
     """Every alert type the worker can emit: ``Alert(type="...")`` in models/, and the types the
     failure-class table classifies (it names the device rules' types, which are built from a variable)."""
-    from stepwatch.models.actions import TYPE_CLASSES
+    from stepwatch.models.oncall.actions import TYPE_CLASSES
 
     found = set()
     for path in (REPO / "models").rglob("*.py"):
@@ -602,7 +602,7 @@ def test_taskprolog_leaves_the_rank_to_the_launcher_so_torchrun_ranks_are_not_no
 
 
 def test_the_drain_template_renders_commands_the_drain_executor_runs(tmp_path):
-    from stepwatch.models.action_hooks import ActionHooks
+    from stepwatch.models.oncall.action_hooks import ActionHooks
     from stepwatch.models.alerts import Alert
 
     settings = dict(line.split("=", 1) for line in (SLURM / "oncall.env").read_text().splitlines()
@@ -652,7 +652,7 @@ def test_the_image_runs_as_a_user_with_a_healthcheck_and_the_agent_extra():
 
 
 def test_kubernetes_node_actions_render_a_taint_or_a_node_condition():
-    from stepwatch.models.action_hooks import ActionHooks
+    from stepwatch.models.oncall.action_hooks import ActionHooks
     from stepwatch.models.alerts import Alert
 
     alert = Alert(id="e07c45d36c7bed1ca514", status="firing", type="gpu_fault", severity="critical", job="",

@@ -6,8 +6,8 @@ import dataclasses
 
 from stepwatch.config import HostSettings, Settings
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import StepEvent
-from stepwatch.models.telemetry_events import GpuEvent
+from stepwatch.models.wire.events import StepEvent
+from stepwatch.models.wire.telemetry_events import GpuEvent
 
 GIB = 2**30
 

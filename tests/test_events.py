@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from stepwatch.models.events import (
+from stepwatch.models.wire.events import (
     CollectiveEvent, HeartbeatEvent, PhaseEvent, StepEvent, decode_message, encode_events, event_to_dict, parse_event,
 )
-from stepwatch.models.wire import InvalidEvent
+from stepwatch.models.wire.wire import InvalidEvent
 
 STEP = {"v": 1, "kind": "step", "job": "j1", "rank": 3, "step": 10, "ts": 1700000000.5, "step_time": 1.2}
 

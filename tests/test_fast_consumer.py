@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from stepwatch.config import Settings, WorkerSettings
-from stepwatch.models.events import encode_events
+from stepwatch.models.wire.events import encode_events
 from stepwatch.streams.events_consumer import _step_items
 
 

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 from stepwatch.producers.monitor import RankMonitor
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install -e '.[train-test]')")

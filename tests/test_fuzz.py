@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.deadletter import Rejected
-from stepwatch.models.events import decode_message
+from stepwatch.models.wire.deadletter import Rejected
+from stepwatch.models.wire.events import decode_message
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
                          st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20))

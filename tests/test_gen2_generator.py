@@ -13,7 +13,7 @@ from gen2 import pipeline, sync, telemetry
 from gen2.plan import Plan, Restart, Slow, Stuck
 from gen2.scenarios import catalog
 from gen2.transport import Transport, messages, recording_lines
-from stepwatch.models.events import decode_message
+from stepwatch.models.wire.events import decode_message
 
 
 def _steps(sent, kind: str = "step") -> dict[int, dict[int, dict]]:

@@ -1,4 +1,4 @@
-"""Hang detection in the pure core (models/hang.py), on a settable clock, and in replay."""
+"""Hang detection in the pure core (models/hang/detector.py), on a settable clock, and in replay."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from stepwatch.config import HangSettings, Settings
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import CollectiveEvent, HeartbeatEvent, PhaseEvent, StepEvent, parse_event
-from stepwatch.models.hang import HangDetector
-from stepwatch.producers.simulator import ClusterSimulator, HangFault, SimulationSpec
+from stepwatch.models.wire.events import CollectiveEvent, HeartbeatEvent, PhaseEvent, StepEvent, parse_event
+from stepwatch.models.hang.detector import HangDetector
+from stepwatch.sim.simulator import ClusterSimulator, HangFault, SimulationSpec
 
 T0 = 1_700_000_000.0
 JOB = "job-h"

@@ -1,5 +1,5 @@
 """Which group a hang culprit blocks, named by what the heartbeats say of it, and the stack text while
-answers are due (models/hang.py, models/stacks.py; issue 23 items 4 and 5).
+answers are due (models/hang/detector.py, models/hang/stacks.py; issue 23 items 4 and 5).
 
 The recording is written by hand here (not with the project's simulator): 8 ranks, tensor-parallel
 groups {0-3} and {4-7} (``pg1``, ``pg2``, desc ``tp``), data-parallel pairs {i, i+4} (``pg3``..``pg6``,
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import random
 
-from stepwatch.models.events import StackEvent, event_to_dict, parse_event
-from stepwatch.models.hang import HangDetector
-from stepwatch.models.stacks import culprit_stack
+from stepwatch.models.wire.events import StackEvent, event_to_dict, parse_event
+from stepwatch.models.hang.detector import HangDetector
+from stepwatch.models.hang.stacks import culprit_stack
 
 T0 = 1_810_000_000.0
 JOB = "job-tpdp"

@@ -1,4 +1,4 @@
-"""Culprits by process group and stacks on demand, in the pure core (models/hang.py) and in replay.
+"""Culprits by process group and stacks on demand, in the pure core (models/hang/detector.py) and in replay.
 
 Recordings are written by hand here (not with the project's simulator): 32 ranks in 4
 tensor-parallel groups of 8 (``tp0``..``tp3``) and one data-parallel group over all ranks (the
@@ -15,9 +15,9 @@ import orjson
 from stepwatch.config import HangSettings, Settings
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import decode_message, event_to_dict, parse_event
-from stepwatch.models.hang import HangDetector
-from stepwatch.models.stacks import parse_request
+from stepwatch.models.wire.events import decode_message, event_to_dict, parse_event
+from stepwatch.models.hang.detector import HangDetector
+from stepwatch.models.hang.stacks import parse_request
 
 T0 = 1_800_000_000.0
 JOB = "job-pg"

@@ -1,5 +1,5 @@
 """The hang rule across a teardown, and a job step counter that one wild event cannot move
-(models/hang.py; issue 26 item 5, issue 27 item 8).
+(models/hang/detector.py; issue 26 item 5, issue 27 item 8).
 
 Recordings come from a small generator of this file (not the project's simulator): a job of
 ``ranks`` ranks on nodes of 8, stepping at 1 s with heartbeats every 2 s carrying the default
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import random
 
-from stepwatch.models.events import HeartbeatEvent, StepEvent
-from stepwatch.models.hang import HangDetector
+from stepwatch.models.wire.events import HeartbeatEvent, StepEvent
+from stepwatch.models.hang.detector import HangDetector
 
 T0 = 1_750_000_000.0
 JOB = "job-td"
@@ -199,7 +199,7 @@ def test_through_the_engine_the_teardown_blames_only_the_culprits_node():
     from engine_driver import replay
     from stepwatch.config import Settings
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import parse_event
+    from stepwatch.models.wire.events import parse_event
 
     engine = DetectionEngine(Settings())
     alerts = [a for a in replay((parse_event(e) for e in teardown_recording()), engine=engine)]

@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 
 from stepwatch.config import Settings
-from stepwatch.models.events import decode_message, parse_event
-from stepwatch.models.telemetry_events import HostEvent
+from stepwatch.models.wire.events import decode_message, parse_event
+from stepwatch.models.wire.telemetry_events import HostEvent
 from stepwatch.producers.agent import NodeAgent
 from stepwatch.producers.procfs_host import HostReader, parse_psi
 
@@ -67,7 +67,7 @@ def test_counters_wrapping_and_a_disk_appearing_between_samples(tmp_path):
     second = reader.to_event("n1", 2.0)
     assert [d["device"] for d in first["disks"]] == ["nvme0n1"]
     assert [d["device"] for d in second["disks"]] == ["nvme0n1", "nvme1n1"]
-    assert second["disks"][0]["reads"] == 20  # raw, as read: the worker sees the wrap (models/host.py)
+    assert second["disks"][0]["reads"] == 20  # raw, as read: the worker sees the wrap (models/telemetry/host.py)
     for event in (first, second):
         parse_event(event)
 

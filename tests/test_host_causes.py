@@ -7,9 +7,9 @@ import pytest
 from stepwatch.config import Settings
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import parse_event
-from stepwatch.models.telemetry_events import HostEvent
-from stepwatch.models.host import HostTracker
+from stepwatch.models.wire.events import parse_event
+from stepwatch.models.wire.telemetry_events import HostEvent
+from stepwatch.models.telemetry.host import HostTracker
 
 from host_recording import recording
 
@@ -103,7 +103,7 @@ def test_counters_wrap_reset_and_disk_appearing_in_the_tracker():
 
 def test_a_disk_slow_from_the_start_is_judged_against_its_peers():
     from stepwatch.models.alerts import Alert
-    from stepwatch.models.host import HostCorrelator
+    from stepwatch.models.telemetry.host import HostCorrelator
 
     tracker = HostTracker()
     reads = {"a": 0, "b": 0, "c": 0}
@@ -129,7 +129,7 @@ def test_a_disk_slow_from_the_start_is_judged_against_its_peers():
 
 def test_causes_stay_once_the_window_closed_and_the_samples_are_gone():
     from stepwatch.models.alerts import Alert
-    from stepwatch.models.host import HostCorrelator
+    from stepwatch.models.telemetry.host import HostCorrelator
 
     tracker = HostTracker(history=100)
     corr = HostCorrelator(tracker, window=60.0)

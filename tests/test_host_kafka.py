@@ -10,7 +10,7 @@ import time
 import pytest
 
 from stepwatch.producers.publisher import EventPublisher
-from stepwatch.producers.simulator import ClusterSimulator, DataStall, SimulationSpec
+from stepwatch.sim.simulator import ClusterSimulator, DataStall, SimulationSpec
 from stepwatch.topics import create_topics
 
 from procfs_tree import write_procfs

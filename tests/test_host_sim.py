@@ -1,13 +1,13 @@
-"""The simulator's host events and ``--host-fault`` (producers/host_sim.py)."""
+"""The simulator's host events and ``--host-fault`` (stepwatch/sim/host_sim.py)."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from stepwatch.models.events import decode_message
-from stepwatch.producers.host_sim import HostFault, HostSimulator
-from stepwatch.producers.simulator import SimulationSpec
+from stepwatch.models.wire.events import decode_message
+from stepwatch.sim.host_sim import HostFault, HostSimulator
+from stepwatch.sim.simulator import SimulationSpec
 
 from support import run_stepwatch, stepwatch_env
 

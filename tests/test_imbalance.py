@@ -1,4 +1,4 @@
-"""Stage imbalance and rank classes (models/imbalance.py) on recordings from a second generator
+"""Stage imbalance and rank classes (models/steps/imbalance.py) on recordings from a second generator
 (tests/steady_jobs.py, numpy only)."""
 
 from __future__ import annotations

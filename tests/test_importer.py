@@ -12,7 +12,7 @@ import pytest
 from conftest import in_ci
 from stepwatch import importer
 from engine_driver import replay
-from stepwatch.models.events import decode_message, parse_event
+from stepwatch.models.wire.events import decode_message, parse_event
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

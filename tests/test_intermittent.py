@@ -1,6 +1,6 @@
 """Intermittent slowness (issue 26 item 3): a flaky GPU is one incident for as long as the pattern holds.
 
-Steps are written here by hand (numpy, a seed per test), independent of producers/simulator.py: 16
+Steps are written here by hand (numpy, a seed per test), independent of stepwatch/sim/simulator.py: 16
 ranks, 1.5% jitter, and what goes wrong in each case.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stepwatch.models.assembly import GroupStep
-from stepwatch.models.straggler import StragglerDetector
+from stepwatch.models.steps.assembly import GroupStep
+from stepwatch.models.steps.straggler import StragglerDetector
 
 RANKS = 16
 

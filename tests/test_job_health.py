@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from stepwatch.models.assembly import GroupStep
-from stepwatch.models.checkpoint import CheckpointDetector
-from stepwatch.models.comm import CommSlowdownDetector
-from stepwatch.models.events import CollectiveEvent
-from stepwatch.models.throughput import ThroughputDetector, sample_from
+from stepwatch.models.steps.assembly import GroupStep
+from stepwatch.models.jobhealth.checkpoint import CheckpointDetector
+from stepwatch.models.jobhealth.comm import CommSlowdownDetector
+from stepwatch.models.wire.events import CollectiveEvent
+from stepwatch.models.jobhealth.throughput import ThroughputDetector, sample_from
 
 
 def group_step(step, *, ranks=16, compute=0.8, comm=0.15, data=0.02, tokens=4096.0, rng):
@@ -177,8 +177,8 @@ def test_a_checkpoint_much_slower_than_usual_fires():
 
 def test_slis_measure_straggler_waste_productive_share_and_mfu():
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import parse_event
-    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+    from stepwatch.models.wire.events import parse_event
+    from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec, StragglerFault
 
     def run(spec, extra=None):
         engine = DetectionEngine()
@@ -207,8 +207,8 @@ def test_slis_measure_straggler_waste_productive_share_and_mfu():
 def test_idle_and_ended_jobs_are_evicted_and_their_alerts_resolved():
     from stepwatch.config import RetentionSettings, Settings
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import parse_event
-    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+    from stepwatch.models.wire.events import parse_event
+    from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec, StragglerFault
     import dataclasses
 
     settings = dataclasses.replace(Settings(), retention=RetentionSettings(job_idle_seconds=600,
@@ -244,7 +244,7 @@ def test_producer_clock_offset_is_allowed_for_by_time_driven_rules():
     # A live worker ticks with its wall clock; a job whose clock is far behind (or whose
     # recording is replayed into a live worker) is neither idle nor hung because of it.
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import parse_event
+    from stepwatch.models.wire.events import parse_event
 
     engine = DetectionEngine()
     offset = 7.0e8

@@ -17,7 +17,7 @@ from support import read_alerts
 
 from stepwatch.config import Settings
 from stepwatch.producers.publisher import EventPublisher
-from stepwatch.producers.simulator import ClusterSimulator, CommSlowdown, SimulationSpec
+from stepwatch.sim.simulator import ClusterSimulator, CommSlowdown, SimulationSpec
 from stepwatch.security import client_config
 from stepwatch.topics import ensure_topics
 

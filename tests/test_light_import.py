@@ -18,9 +18,9 @@ import pytest
 #: Never loaded by the training side: the numeric stack, the stream processor, the detection core.
 HEAVY_ROOTS = ("numpy", "scipy", "faust", "aiokafka", "mode")
 #: stepwatch's own modules the training side may load: the wire format and the client settings.
-LIGHT_STEPWATCH = {"stepwatch", "stepwatch.client_settings", "stepwatch.models", "stepwatch.models.deadletter",
-                   "stepwatch.models.events", "stepwatch.models.nccl_events", "stepwatch.models.telemetry_events",
-                   "stepwatch.models.wire"}
+LIGHT_STEPWATCH = {"stepwatch", "stepwatch.client_settings", "stepwatch.models", "stepwatch.models.wire.deadletter",
+                   "stepwatch.models.wire.events", "stepwatch.models.wire.nccl_events", "stepwatch.models.wire.telemetry_events",
+                   "stepwatch.models.wire.wire"}
 #: ... with the packages they live in (importing a module imports its package).
 LIGHT_STEPWATCH |= {m.rpartition(".")[0] for m in LIGHT_STEPWATCH if "." in m}
 

@@ -1,5 +1,5 @@
-"""Persistent link baselines (models/link_baseline.py) and their use in the job-wide comparison
-(models/fabric.py): a port that is bad from the start of a job with too few peers to stand out is
+"""Persistent link baselines (models/telemetry/link_baseline.py) and their use in the job-wide comparison
+(models/telemetry/fabric.py): a port that is bad from the start of a job with too few peers to stand out is
 named from the baseline a worker learned in an earlier job and read back after a restart.
 
 Recordings come from tests/fabric_gen.py, a generator independent of the project's simulator.
@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.link_baseline import LinkBaselines
+from stepwatch.models.telemetry.link_baseline import LinkBaselines
 
 from fabric_gen import T0, Job, events
 

@@ -1,4 +1,4 @@
-"""The long-horizon straggler rule (models/long_straggler.py) on recordings from a second
+"""The long-horizon straggler rule (models/steps/long_straggler.py) on recordings from a second
 generator (tests/steady_jobs.py, numpy only)."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 from stepwatch.producers.collectives import _union_length
 from stepwatch.producers.monitor import RankMonitor
 
@@ -233,7 +233,7 @@ def test_events_reach_kafka_and_atexit_flushes_without_close(kafka_bootstrap, to
     """A process that never calls close still delivers its events: the atexit flush runs before kafka-python's."""
     from kafka import KafkaConsumer
 
-    from stepwatch.models.events import decode_message
+    from stepwatch.models.wire.events import decode_message
 
     script = textwrap.dedent("""
         import time

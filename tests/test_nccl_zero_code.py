@@ -18,7 +18,7 @@ from support import run_stepwatch
 
 from stepwatch.config import Settings
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import decode_message, parse_event
+from stepwatch.models.wire.events import decode_message, parse_event
 from stepwatch.producers.nccl_inspector import InspectorReader, InspectorSettings
 from stepwatch.producers.nccl_ras import RasError, RasPoller, heartbeats, query_status
 from stepwatch.producers.proc_identity import ProcTable, job_identity, rank_of
@@ -362,7 +362,7 @@ def test_a_dump_with_objects_in_it_is_refused():
 
 
 def test_straggler_settings_changed_at_run_time_reach_the_inspector_detectors(tmp_path):
-    from stepwatch.models.straggler import StragglerSettings
+    from stepwatch.models.steps.straggler import StragglerSettings
 
     events = _job_events(tmp_path, late_rank=11)
     engine = DetectionEngine()

@@ -1,4 +1,4 @@
-"""The network layer (models/fabric.py, models/arrival.py): job-level alerts point at the node, port or
+"""The network layer (models/telemetry/fabric.py, models/steps/arrival.py): job-level alerts point at the node, port or
 NVLink that caused them; collective-only stragglers; node clocks seconds apart.
 
 Recordings come from tests/fabric_gen.py, a generator independent of the project's simulator.
@@ -127,7 +127,7 @@ def test_a_bad_port_on_a_skewed_node_is_still_named():
 
 
 def test_step_events_with_comm_time_use_the_step_arrival_source():
-    from stepwatch.models.assembly import GroupStep  # noqa: F401 - the field is part of the step
+    from stepwatch.models.steps.assembly import GroupStep  # noqa: F401 - the field is part of the step
 
     job = Job(step_fields="compute", straggler=30, onset=40, steps=70, seed=12)
     # drop compute_time: only step_time and comm_time remain (today's step_time - comm_time path)
@@ -140,8 +140,8 @@ def test_step_events_with_comm_time_use_the_step_arrival_source():
 
 
 def test_a_lost_collective_event_does_not_make_its_rank_look_late():
-    from stepwatch.models.arrival import CollectiveArrival
-    from stepwatch.models.events import CollectiveEvent
+    from stepwatch.models.steps.arrival import CollectiveArrival
+    from stepwatch.models.wire.events import CollectiveEvent
     import numpy as np
 
     arrival = CollectiveArrival()
@@ -162,7 +162,7 @@ def test_a_lost_collective_event_does_not_make_its_rank_look_late():
 
 
 def test_simulator_clock_skew_moves_timestamps_of_one_node_only():
-    from stepwatch.producers.simulator import apply_clock_skew
+    from stepwatch.sim.simulator import apply_clock_skew
 
     batch = [{"kind": "collective", "node": "a", "ts": 10.0, "start_ts": 9.5, "duration": 0.5},
              {"kind": "step", "node": "b", "ts": 10.0, "step_time": 1.0}, {"kind": "phase", "ts": 10.0}]
@@ -211,8 +211,8 @@ def test_quality_scorer_right_node():
 
 def test_peer_comparison_rules():
     """Unit level: one node's bad port stands out; a lift on every node, an idle port, or too few nodes do not."""
-    from stepwatch.models.telemetry_events import LinkEvent
-    from stepwatch.models.fabric import FabricCorrelator, FabricHistory
+    from stepwatch.models.wire.telemetry_events import LinkEvent
+    from stepwatch.models.telemetry.fabric import FabricCorrelator, FabricHistory
 
     def feed(history, node, port, t, *, errors=0, wait=2e5, words=3e9, rate=400.0):
         c = feed.c.setdefault((node, port), {"symbol_error": 0, "port_xmit_wait": 0, "port_xmit_data": 0,
@@ -262,8 +262,8 @@ def test_collective_arrival_through_batch_envelopes_of_steps(coll_step):
     collectives as their own messages, as a rank-sharded producer would send them."""
     import orjson
 
-    from stepwatch.models.events import event_to_dict
-    from stepwatch.models.step_columns import StepColumns, decode_message_columns
+    from stepwatch.models.wire.events import event_to_dict
+    from stepwatch.models.wire.step_columns import StepColumns, decode_message_columns
 
     job = Job(step_fields="step", straggler=13, onset=40, steps=80, coll_step=coll_step, seed=21, lose=0.0)
     engine = DetectionEngine()
@@ -304,8 +304,8 @@ def test_an_all_ranks_waiting_hang_with_healthy_links_names_no_node():
 def test_comm_slowdown_names_ranks_only_when_their_growth_stands_out():
     import numpy as np
 
-    from stepwatch.models.comm import CommSlowdownDetector
-    from stepwatch.models.events import CollectiveEvent
+    from stepwatch.models.jobhealth.comm import CommSlowdownDetector
+    from stepwatch.models.wire.events import CollectiveEvent
 
     def feed(own_factor):
         det = CommSlowdownDetector(job="j")

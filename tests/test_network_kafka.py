@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from stepwatch.producers.simulator import SimulationSpec
-from stepwatch.producers.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec, split_batch
+from stepwatch.sim.simulator import SimulationSpec
+from stepwatch.sim.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec, split_batch
 from stepwatch.topics import create_topics
 
 from support import read_alerts, stepwatch_env

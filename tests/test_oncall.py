@@ -14,13 +14,13 @@ import orjson
 import pytest
 
 from stepwatch.config import OnCallSettings, Settings
-from stepwatch.models.actions import ACTION_KINDS, FAILURE_CLASSES, SCOPES, Classifier
+from stepwatch.models.oncall.actions import ACTION_KINDS, FAILURE_CLASSES, SCOPES, Classifier
 from stepwatch.models.alerts import Alert
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import parse_event
-from stepwatch.models.step_columns import decode_message_columns
-from stepwatch.models.ledger import Incident, NodeLedger
+from stepwatch.models.wire.events import parse_event
+from stepwatch.models.wire.step_columns import decode_message_columns
+from stepwatch.models.oncall.ledger import Incident, NodeLedger
 
 from fleet import Job, job_events, merge, xid_event
 

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import encode_events
+from stepwatch.models.wire.events import encode_events
 from stepwatch.models.pipeline import TELEMETRY_ROAD, Message, Pipeline, run_recording
 from stepwatch.models.status import StatusRecorder
 from stepwatch.streams.metrics import WorkerMetrics
@@ -147,7 +147,7 @@ def test_one_dead_letter_per_bad_message_with_the_original_bytes_once():
 
 
 def test_each_message_value_is_parsed_once(monkeypatch):
-    import stepwatch.models.step_columns as step_columns
+    import stepwatch.models.wire.step_columns as step_columns
 
     calls = []
     real = orjson.loads

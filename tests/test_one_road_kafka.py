@@ -45,7 +45,7 @@ def simulation(start_time: float):
     simulate.add_parser(parser.add_subparsers())
     args = parser.parse_args(["simulate", *SIMULATE, "--start-time", str(start_time)])
     spec = simulate.build_spec(args)
-    from stepwatch.producers.host_sim import HostSimulator
+    from stepwatch.sim.host_sim import HostSimulator
 
     sim = HostSimulator(spec, tuple(args.host_fault), seed=spec.seed + 2,
                         inner=lambda s: simulate._telemetry_simulator(s, args))

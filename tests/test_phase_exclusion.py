@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 
 RANKS, STEPS, SLOW_RANK, SLOW = 8, 80, 3, range(20, 45)
 

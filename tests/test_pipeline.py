@@ -11,10 +11,10 @@ import orjson
 import pytest
 
 from stepwatch.config import HangSettings, Settings
-from stepwatch.models.events import encode_events
+from stepwatch.models.wire.events import encode_events
 from stepwatch.models.pipeline import Message, Outputs, Pipeline, run_recording
 from stepwatch.models.status import StatusRecorder
-from stepwatch.producers import scenarios
+from stepwatch.sim import scenarios
 
 T0 = 1_700_000_000.0
 

@@ -1,5 +1,5 @@
 """Pipeline waits are not network (issue 26 item 4): point-to-point receive waits behind a slow stage
-are charged to that stage's compute (models/throughput.py ``combine``, models/comm.py on p2p ops).
+are charged to that stage's compute (models/jobhealth/throughput.py ``combine``, models/jobhealth/comm.py on p2p ops).
 
 Recordings from tests/pipeline_gen.py (a GPipe schedule from first principles, not the simulator).
 """
@@ -26,7 +26,7 @@ def test_one_slow_rank_of_stage_1_in_4_stages_x_8_dp_is_one_straggler_and_no_net
     stragglers = [a for a in alerts if a.type == "straggler"]
     assert {a.ranks for a in stragglers} == {(11,)} and len({a.id for a in stragglers}) == 1
     assert stragglers[0].evidence["group"] == "stage1"
-    # the job did slow down: the cost is on the straggler (models/cost.py)
+    # the job did slow down: the cost is on the straggler (models/steps/cost.py)
     assert stragglers[0].evidence["job_slowdown"] > 1.05
 
 

@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from stepwatch.config import Settings
-from stepwatch.models.events import decode_message, parse_event
-from stepwatch.models.telemetry_hub import TelemetrySettings
-from stepwatch.models.telemetry_tracker import TelemetryTracker
+from stepwatch.models.wire.events import decode_message, parse_event
+from stepwatch.models.telemetry.telemetry_hub import TelemetrySettings
+from stepwatch.models.telemetry.telemetry_tracker import TelemetryTracker
 from stepwatch.producers.agent import NodeAgent
 from stepwatch.producers.port_neighbors import (LocalPort, Source, TopologyFileError, nic_entries,
                                                 parse_topology)

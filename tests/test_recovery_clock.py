@@ -10,7 +10,7 @@ resolved as soon as its next live event came (seen in tests/test_reliability_kaf
 
 from __future__ import annotations
 
-from stepwatch.models.events import encode_events
+from stepwatch.models.wire.events import encode_events
 from stepwatch.models.pipeline import Message, Outputs, Pipeline
 from stepwatch.streams.recovery import RecoverySpan, rebuild
 

@@ -61,7 +61,7 @@ def test_broker_outage_producer_and_worker_recover_without_restart(own_broker, t
 
 def _publish(bootstrap: str, topic: str, spec, *, drop_end: bool = True) -> None:
     from stepwatch.producers.publisher import EventPublisher
-    from stepwatch.producers.simulator import ClusterSimulator
+    from stepwatch.sim.simulator import ClusterSimulator
 
     with EventPublisher(bootstrap=bootstrap, topic=topic) as publisher:
         for _, batch in ClusterSimulator(spec).steps():
@@ -76,7 +76,7 @@ def test_worker_killed_mid_stream_resumes_without_duplicate_firing(kafka_bootstr
                                                                    worker_consumer, restart_consumer):
     """Also across a switch of STEPWATCH_WORKER_CONSUMER: the aiokafka consumer's new group starts where
     the Faust agent's group left off."""
-    from stepwatch.producers.simulator import SimulationSpec, StragglerFault
+    from stepwatch.sim.simulator import SimulationSpec, StragglerFault
 
     events_topic, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"
     # The first worker commits nothing by time during the test (an hour apart): it is killed between
@@ -138,7 +138,7 @@ def _rss_bytes(pid: int) -> int:
 
 def test_burst_builds_lag_that_drains_and_memory_stays_bounded(kafka_bootstrap, topic_prefix, start_worker,
                                                                worker_consumer):
-    from stepwatch.producers.simulator import SimulationSpec, StragglerFault
+    from stepwatch.sim.simulator import SimulationSpec, StragglerFault
 
     worker = start_worker()
     events_topic, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from stepwatch.config import SecuritySettings, Settings
-from stepwatch.models.events import encode_events
+from stepwatch.models.wire.events import encode_events
 from stepwatch.models.pipeline import Message, Pipeline
 
 T0 = 1_764_000_000.0

@@ -9,7 +9,7 @@ import pytest
 
 from stepwatch.models import pipeline as pipeline_module
 from stepwatch.models.pipeline import Pipeline, run_recording
-from stepwatch.producers import scenarios
+from stepwatch.sim import scenarios
 
 
 def _lines(name: str) -> list:

@@ -1,5 +1,5 @@
-"""Incarnations: a job restarted from its checkpoint with a lost node's ranks on a spare (models/hang.py,
-models/restarts.py, models/oncall.py; issue 26 item 6).
+"""Incarnations: a job restarted from its checkpoint with a lost node's ranks on a spare (models/hang/detector.py,
+models/oncall/restarts.py, models/oncall/oncall.py; issue 26 item 6).
 
 The recording is written by a generator of this file (not the project's simulator): 64 ranks on
 node-00..node-07, 1 s steps, heartbeats with the default group's sequence numbers. At step 60
@@ -17,7 +17,7 @@ import random
 from engine_driver import replay
 from stepwatch.config import Settings
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 
 T0 = 1_820_000_000.0
 JOB = "job-spare"

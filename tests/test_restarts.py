@@ -1,11 +1,11 @@
-"""RestartTracker (models/restarts.py): a restart is a rank's own step going back after its silence,
+"""RestartTracker (models/oncall/restarts.py): a restart is a rank's own step going back after its silence,
 never ranks resuming where they were after a job-wide pause (gen2 ``checkpoint-marked-slow-flush``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from stepwatch.models.restarts import RestartTracker
+from stepwatch.models.oncall.restarts import RestartTracker
 
 JOB = "job-x"
 RANKS = 4

@@ -1,4 +1,4 @@
-"""The issue-26 scenarios of the labelled library (producers/scenarios.py, producers/scenario_recordings.py)
+"""The issue-26 scenarios of the labelled library (stepwatch/sim/scenarios.py, stepwatch/sim/scenario_recordings.py)
 and the root-cause scoring of bench/quality.py: labels, recordings, and a scorer that can say no."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stepwatch.models.events import decode_message
-from stepwatch.producers import scenarios
-from stepwatch.producers.scenario_recordings import Pipeline, Restart, pipeline_p2p, restart_onto_spare
+from stepwatch.models.wire.events import decode_message
+from stepwatch.sim import scenarios
+from stepwatch.sim.scenario_recordings import Pipeline, Restart, pipeline_p2p, restart_onto_spare
 
 REPO = Path(__file__).resolve().parents[1]
 NEW = ("hang-teardown-64", "restart-spare-64", "pipeline-p2p-slow-stage-32", "healthy-pipeline-p2p-32",

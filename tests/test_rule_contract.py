@@ -16,18 +16,18 @@ import sys
 import numpy as np
 import pytest
 
-from stepwatch.models.actions import FAILURE_CLASSES
+from stepwatch.models.oncall.actions import FAILURE_CLASSES
 from stepwatch.models.alert_types import AlertType
 from stepwatch.models.engine import DetectionEngine, JobState
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 from stepwatch.models.evidence import HangEvidence, StragglerEvidence
-from stepwatch.models.hang import HangSettings
-from stepwatch.models.job_health import JobHealthSettings
+from stepwatch.models.hang.detector import HangSettings
+from stepwatch.models.jobhealth.job_health import JobHealthSettings
 from stepwatch.models.registry import JOB_RULES, NODE_RULES, declared_types
 from stepwatch.models.resolution import Resolution
 from stepwatch.models.rule import JobRule, Signal
 from stepwatch.models.settings import DetectionSettings
-from stepwatch.models.straggler import StragglerSettings
+from stepwatch.models.steps.straggler import StragglerSettings
 
 JOB = "contract"
 T0 = 1_700_000_000.0

@@ -6,7 +6,7 @@ import pytest
 
 from stepwatch.config import Settings
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig, encode, parse_assignments
 
 

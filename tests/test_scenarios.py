@@ -1,4 +1,4 @@
-"""The labelled scenario library (producers/scenarios.py) and the quality scorer (bench/quality.py)."""
+"""The labelled scenario library (stepwatch/sim/scenarios.py) and the quality scorer (bench/quality.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepwatch.models.events import decode_message
-from stepwatch.producers import scenarios
-from stepwatch.producers.simulator import (ClusterSimulator, DataStall, Drift, IntermittentStraggler, RampStraggler,
+from stepwatch.models.wire.events import decode_message
+from stepwatch.sim import scenarios
+from stepwatch.sim.simulator import (ClusterSimulator, DataStall, Drift, IntermittentStraggler, RampStraggler,
                                            SimulationSpec)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def test_new_simulator_effects_do_what_they_say():
 
 
 def test_job_wide_causes_collective_events_and_stopped_checkpoints():
-    from stepwatch.producers.simulator import CommSlowdown, InputStall, NoisyNeighbour
+    from stepwatch.sim.simulator import CommSlowdown, InputStall, NoisyNeighbour
 
     base = dict(job="e", ranks=16, steps=40, warmup_steps=0, seed=4)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from models.hang import HangDetector, HangSettings
+from models.hang.detector import HangDetector, HangSettings
 from models.settings import DetectionSettings
-from models.straggler import StragglerDetector, StragglerSettings
+from models.steps.straggler import StragglerDetector, StragglerSettings
 from models.tunable import runtime_fields, startup_fields
 from stepwatch import runtime_config
 from stepwatch.config import Settings

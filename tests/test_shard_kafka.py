@@ -242,7 +242,7 @@ def test_two_shard_processes_spread_a_job_and_the_worker_names_the_straggler(kaf
                                                                              start_worker, start_shard):
     from kafka import KafkaProducer
 
-    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+    from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec, StragglerFault
     from stepwatch.topics import create_topics
 
     env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_KAFKA_PARTITIONS="2")
@@ -371,7 +371,7 @@ def test_shard_process_killed_mid_stream_the_other_takes_over_without_loss_or_se
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from stepwatch.streams.telemetry_feed import partition_of
 
-    from stepwatch.producers.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+    from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec, StragglerFault
     from stepwatch.topics import create_topics
 
     env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_KAFKA_PARTITIONS="2")

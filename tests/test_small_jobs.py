@@ -1,5 +1,5 @@
 """Small jobs (2-3 ranks): a rank judged against its own recent steps as well as its peers
-(models/straggler.py; issue 23 item 3). Recordings from tests/step_gen.py (not the simulator)."""
+(models/steps/straggler.py; issue 23 item 3). Recordings from tests/step_gen.py (not the simulator)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from engine_driver import replay
 from step_gen import SyncJob
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 
 
 def stragglers(job: SyncJob) -> list:

@@ -15,8 +15,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from support import wait_until
 
-from stepwatch.models.events import decode_message
-from stepwatch.models.stacks import StackRequest
+from stepwatch.models.wire.events import decode_message
+from stepwatch.models.hang.stacks import StackRequest
 
 pytestmark = pytest.mark.kafka
 

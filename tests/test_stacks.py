@@ -9,8 +9,8 @@ import threading
 import orjson
 import pytest
 
-from stepwatch.models.events import parse_event
-from stepwatch.models.stacks import StackRequest, frame_lines
+from stepwatch.models.wire.events import parse_event
+from stepwatch.models.hang.stacks import StackRequest, frame_lines
 from stepwatch.producers.monitor import RankMonitor
 from stepwatch.producers.stacks import answer, capture_threads, flight_recorder_dump
 

@@ -10,9 +10,9 @@ import pytest
 
 from stepwatch.config import Settings, StragglerSettings
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import HeartbeatEvent, PhaseEvent, StepEvent
+from stepwatch.models.wire.events import HeartbeatEvent, PhaseEvent, StepEvent
 from stepwatch.models.status import StatusRecorder, heatmap_view, job_view, jobs_view
-from stepwatch.models.straggler import StragglerDetector
+from stepwatch.models.steps.straggler import StragglerDetector
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig, decode, encode, parse_assignments
 from stepwatch.streams.alertmanager import am_alert
 from stepwatch.streams.dashboard import render_dashboard

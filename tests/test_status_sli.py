@@ -6,9 +6,9 @@ import orjson
 import pytest
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import parse_event
+from stepwatch.models.wire.events import parse_event
 from stepwatch.models.status import StatusRecorder, job_view, jobs_view
-from stepwatch.producers.simulator import ClusterSimulator, CommSlowdown, SimulationSpec
+from stepwatch.sim.simulator import ClusterSimulator, CommSlowdown, SimulationSpec
 
 
 def test_job_views_carry_the_slis_and_the_job_health_alerts():

@@ -9,8 +9,8 @@ import pytest
 from stepwatch.config import Settings, StragglerSettings
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import parse_event
-from stepwatch.producers.simulator import ClusterSimulator, JobSlowdown, SimulationSpec, StragglerFault
+from stepwatch.models.wire.events import parse_event
+from stepwatch.sim.simulator import ClusterSimulator, JobSlowdown, SimulationSpec, StragglerFault
 
 
 class CapturingEngine:
@@ -170,7 +170,7 @@ def test_replay_is_deterministic():
 
 
 def test_a_rank_whose_input_pipeline_stalls_is_a_straggler_named_by_data_time():
-    from stepwatch.producers.simulator import DataStall
+    from stepwatch.sim.simulator import DataStall
 
     spec = SimulationSpec(ranks=32, steps=160, effects=(DataStall(rank=9, start_step=60, seconds=0.4,
                                                                    end_step=110),))

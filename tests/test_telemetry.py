@@ -11,14 +11,14 @@ from stepwatch.config import Settings, TelemetrySettings
 from stepwatch.models.alerts import Alert
 from engine_driver import replay
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.events import decode_message, parse_event
-from stepwatch.models.telemetry_events import GpuEvent, LinkEvent
-from stepwatch.models.wire import InvalidEvent
-from stepwatch.models.counters import CounterTrack, counter_delta
-from stepwatch.models.telemetry_correlator import TelemetryCorrelator
-from stepwatch.models.telemetry_tracker import TelemetryTracker
-from stepwatch.producers.simulator import SimulationSpec
-from stepwatch.producers.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec
+from stepwatch.models.wire.events import decode_message, parse_event
+from stepwatch.models.wire.telemetry_events import GpuEvent, LinkEvent
+from stepwatch.models.wire.wire import InvalidEvent
+from stepwatch.models.telemetry.counters import CounterTrack, counter_delta
+from stepwatch.models.telemetry.telemetry_correlator import TelemetryCorrelator
+from stepwatch.models.telemetry.telemetry_tracker import TelemetryTracker
+from stepwatch.sim.simulator import SimulationSpec
+from stepwatch.sim.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec
 
 T0 = 1_700_000_000.0
 HEALTHY_PORT = {"port_xmit_data": 0, "port_rcv_data": 0, "port_xmit_wait": 0, "symbol_error": 0,
@@ -166,7 +166,7 @@ def test_thermal_throttling_with_a_clock_drop_is_a_gpu_fault_and_without_one_is_
 
 
 def test_critical_xid_ecc_dbe_pcie_and_nvlink_faults_but_not_application_xids():
-    from stepwatch.models.telemetry_events import XidEvent
+    from stepwatch.models.wire.telemetry_events import XidEvent
 
     tracker = TelemetryTracker(fault_hold_seconds=60, throttle_min_samples=2)
     nv = lambda up, replay=0: ({"link": 0, "up": up, "replay_errors": replay},)  # noqa: E731
@@ -196,8 +196,8 @@ def straggler(rank: int, node: str, at: float, job: str = "j") -> Alert:
 
 
 def test_causes_are_ranked_by_locality_and_limited_to_the_window():
-    from stepwatch.models.events import StepEvent
-    from stepwatch.models.telemetry_events import TopologyEvent
+    from stepwatch.models.wire.events import StepEvent
+    from stepwatch.models.wire.telemetry_events import TopologyEvent
 
     tracker = TelemetryTracker()
     corr = TelemetryCorrelator(tracker, window=60)
@@ -218,7 +218,7 @@ def test_causes_are_ranked_by_locality_and_limited_to_the_window():
 
 
 def test_slow_input_pipeline_is_a_cause():
-    from stepwatch.models.events import StepEvent
+    from stepwatch.models.wire.events import StepEvent
 
     corr = TelemetryCorrelator(TelemetryTracker())
     for step in range(5):
@@ -330,7 +330,7 @@ def test_simulate_cli_injects_faults_that_replay_attributes(tmp_path):
 
 
 def test_communication_slowdown_is_joined_with_link_spikes_on_its_nodes():
-    from stepwatch.models.events import CollectiveEvent
+    from stepwatch.models.wire.events import CollectiveEvent
 
     engine = DetectionEngine()
     engine.process(parse_event({"v": 1, "kind": "topology", "node": "n1", "ts": T0,
@@ -362,8 +362,8 @@ def test_communication_slowdown_is_joined_with_link_spikes_on_its_nodes():
 def test_nvlink_ecc_and_xid_faults_of_its_gpu_are_the_top_suspected_cause_of_a_straggler(fault, component, hint):
     """Rank 5 runs on GPU 5 of n1; GPU 5 has the fault, and GPU 1 of the same node the same fault, smaller or
     later, so only locality and size (not being the only candidate) put GPU 5's first."""
-    from stepwatch.models.events import StepEvent
-    from stepwatch.models.telemetry_events import XidEvent
+    from stepwatch.models.wire.events import StepEvent
+    from stepwatch.models.wire.telemetry_events import XidEvent
 
     tracker = TelemetryTracker()
     corr = TelemetryCorrelator(tracker, window=60)
@@ -390,10 +390,10 @@ def test_nvlink_ecc_and_xid_faults_of_its_gpu_are_the_top_suspected_cause_of_a_s
 
 
 def test_models_telemetry_still_exports_every_part_from_its_own_module():
-    # models/telemetry.py was split by concept; code written against it keeps importing from it.
+    # models/telemetry/__init__.py was split by concept; code written against it keeps importing from it.
     from stepwatch.models import telemetry
-    from stepwatch.models.causes import SuspectedCause
-    from stepwatch.models.telemetry_hub import TelemetryHub
+    from stepwatch.models.telemetry.causes import SuspectedCause
+    from stepwatch.models.telemetry.telemetry_hub import TelemetryHub
 
     assert (telemetry.CounterTrack, telemetry.counter_delta, telemetry.TelemetryCorrelator,
             telemetry.TelemetryTracker, telemetry.SuspectedCause, telemetry.TelemetryHub,

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from stepwatch.producers.publisher import EventPublisher
-from stepwatch.producers.simulator import SimulationSpec
-from stepwatch.producers.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec, split_batch
+from stepwatch.sim.simulator import SimulationSpec
+from stepwatch.sim.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec, split_batch
 from stepwatch.streams.telemetry_feed import partition_of
 from stepwatch.topics import create_topics
 

@@ -96,7 +96,7 @@ def test_run_recording_reference_and_schedule_agree_on_a_runtime_threshold_chang
     def run() -> list[tuple]:
         pipeline = Pipeline(settings=Settings.from_env())
         lines: list = [_step("a", r, s, 5_000.0 + s) for s in range(20) for r in range(2)]
-        from stepwatch.models.hang import HangSettings
+        from stepwatch.models.hang.detector import HangSettings
 
         lines.append(lambda: pipeline.engine.apply_hang_settings("a", HangSettings(timeout_seconds=30.0)))
         alerts = [a for outputs in run_recording(pipeline, lines, drain=200) for a in outputs.alerts]

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from stepwatch.models.pipeline import TELEMETRY_ROAD, Message, Pipeline
-from stepwatch.models.wire import WIRE_VERSION
-from stepwatch.producers.simulator import SimulationSpec
-from stepwatch.producers.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec, split_batch
+from stepwatch.models.wire.wire import WIRE_VERSION
+from stepwatch.sim.simulator import SimulationSpec
+from stepwatch.sim.telemetry_sim import TelemetryFault, TelemetrySimulator, TelemetrySpec, split_batch
 
 from test_telemetry_kafka import rename_nodes
 

@@ -20,7 +20,7 @@ from kafka import KafkaConsumer  # noqa: E402
 from support import read_all_alerts, stepwatch_env  # noqa: E402
 from train_support import run_ddp_job  # noqa: E402
 
-from stepwatch.models.events import decode_message  # noqa: E402
+from stepwatch.models.wire.events import decode_message  # noqa: E402
 
 pytestmark = pytest.mark.kafka
 

@@ -21,7 +21,7 @@ def main() -> None:
     ranks, steps = int(sys.argv[1]), int(sys.argv[2])
     from bench.common import sim_events
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.models.events import parse_event
+    from stepwatch.models.wire.events import parse_event
     batches = []
     for s in range(steps):
         evs = sim_events(ranks, 1, seed=s)

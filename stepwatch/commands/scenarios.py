@@ -7,7 +7,7 @@ import sys
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepwatch.producers import scenarios
+    from stepwatch.sim import scenarios
 
     if args.write is None:
         for row in scenarios.describe():
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("scenarios", help="list the labelled scenario suite, or write recordings with their labels",
-                       description="The scenario library of producers/scenarios.py (used by bench/quality.py). "
+                       description="The scenario library of stepwatch/sim/scenarios.py (used by bench/quality.py). "
                                    "Without --write: list it. With --write DIR: write NAME.jsonl and "
                                    "NAME.labels.json (ground truth: problem type, ranks, nodes, onset, end).")
     p.add_argument("name", nargs="*", help="scenario name(s) to write (default: all)")

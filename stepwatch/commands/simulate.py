@@ -14,7 +14,7 @@ from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _sett
 
 
 def _parse_straggler(text: str):
-    from stepwatch.producers.simulator import StragglerFault
+    from stepwatch.sim.simulator import StragglerFault
 
     parts = text.split(":")
     try:
@@ -31,7 +31,7 @@ def _parse_straggler(text: str):
 
 
 def _parse_slowdown(text: str):
-    from stepwatch.producers.simulator import JobSlowdown
+    from stepwatch.sim.simulator import JobSlowdown
 
     parts = text.split(":")
     try:
@@ -66,7 +66,7 @@ HANG_SCENARIOS = ("hang", "frozen", "dead", "slow-checkpoint")
 
 
 def _hang_faults(args: argparse.Namespace) -> list:
-    from stepwatch.producers.simulator import HangFault
+    from stepwatch.sim.simulator import HangFault
 
     given = list(args.hang or []) + list(args.frozen or []) + list(args.dead or [])
     if args.scenario in ("hang", "frozen", "dead") and not any(kind == args.scenario for kind, *_ in given):
@@ -80,7 +80,7 @@ def _hang_faults(args: argparse.Namespace) -> list:
 
 def _telemetry_fault_parser(where: str):
     def parse(text: str):
-        from stepwatch.producers.telemetry_sim import GPU_FAULTS, LINK_FAULTS, TelemetryFault
+        from stepwatch.sim.telemetry_sim import GPU_FAULTS, LINK_FAULTS, TelemetryFault
 
         kinds = GPU_FAULTS if where == "gpu" else LINK_FAULTS
         if where == "comm":
@@ -113,7 +113,7 @@ def _clock_skew(text: str) -> tuple[str, float]:
 
 
 def _host_fault(text: str):
-    from stepwatch.producers.host_sim import HOST_FAULT_KINDS, HostFault
+    from stepwatch.sim.host_sim import HOST_FAULT_KINDS, HostFault
 
     parts = text.split(":")
     try:
@@ -135,7 +135,7 @@ def _telemetry_simulator(spec, args: argparse.Namespace):
     faults = tuple(getattr(args, "gpu_fault", None) or ()) + tuple(getattr(args, "link_fault", None) or ()) + comm
     if not faults and not getattr(args, "telemetry", False):
         return None
-    from stepwatch.producers.telemetry_sim import TelemetrySimulator, TelemetrySpec
+    from stepwatch.sim.telemetry_sim import TelemetrySimulator, TelemetrySpec
 
     if comm:
         spec = dataclasses.replace(spec, collective_events=True)
@@ -144,7 +144,7 @@ def _telemetry_simulator(spec, args: argparse.Namespace):
 
 
 def build_spec(args: argparse.Namespace):
-    from stepwatch.producers.simulator import SimulationSpec, StragglerFault
+    from stepwatch.sim.simulator import SimulationSpec, StragglerFault
 
     stragglers = list(args.straggler or [])
     if args.scenario == "straggler" and not stragglers:
@@ -184,8 +184,8 @@ FLAG_SCENARIOS = ("healthy", "straggler", *HANG_SCENARIOS)
 
 
 def library_scenario(name: str):
-    """The library's scenario ``name`` (producers/scenarios.py), or exit with the names there are."""
-    from stepwatch.producers import scenarios
+    """The library's scenario ``name`` (stepwatch/sim/scenarios.py), or exit with the names there are."""
+    from stepwatch.sim import scenarios
 
     try:
         return scenarios.get(name)
@@ -195,8 +195,8 @@ def library_scenario(name: str):
 
 
 def run_library(args: argparse.Namespace) -> int:
-    """``--scenario NAME`` of the labelled library (producers/scenarios.py): its own jobs, ranks and faults."""
-    from stepwatch.producers import scenarios
+    """``--scenario NAME`` of the labelled library (stepwatch/sim/scenarios.py): its own jobs, ranks and faults."""
+    from stepwatch.sim import scenarios
 
     scenario = library_scenario(args.scenario)
     start = args.start_time if args.start_time is not None else (None if args.out else time.time())
@@ -224,7 +224,7 @@ def run_library(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepwatch.producers.simulator import ClusterSimulator
+    from stepwatch.sim.simulator import ClusterSimulator
 
     if args.scenario not in FLAG_SCENARIOS:
         return run_library(args)
@@ -235,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"stepwatch simulate: {exc}") from None
     sim = _telemetry_simulator(spec, args) or ClusterSimulator(spec)
     if getattr(args, "host_fault", None) or (getattr(args, "telemetry", False) and sim is not None):
-        from stepwatch.producers.host_sim import HostSimulator
+        from stepwatch.sim.host_sim import HostSimulator
 
         try:
             sim = HostSimulator(spec, tuple(args.host_fault or ()), seed=spec.seed + 2,
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     stream = sim.steps()
     skew = dict(getattr(args, "clock_skew", None) or ())
     if skew:  # the hosts' clocks are off, the order events arrive in is not
-        from stepwatch.producers.simulator import apply_clock_skew
+        from stepwatch.sim.simulator import apply_clock_skew
 
         stream = ((t, apply_clock_skew(batch, skew)) for t, batch in stream)
     if args.out:

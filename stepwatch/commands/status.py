@@ -48,7 +48,7 @@ def format_jobs(body: dict) -> str:
 
 def _hang_forensics(ev: dict) -> list[str]:
     """A hang alert's process group and the culprit's stack (docs/hang.md), indented under the alert."""
-    from stepwatch.models.stacks import culprit_stack
+    from stepwatch.models.hang.stacks import culprit_stack
 
     out = []
     if ev.get("process_group"):

@@ -1,6 +1,6 @@
 """gen2: an independent second generator of wire-format recordings (docs/events.md), for tests.
 
-Written from the wire format alone, not from producers/simulator.py or producers/scenarios.py
+Written from the wire format alone, not from stepwatch/sim/simulator.py or stepwatch/sim/scenarios.py
 (which it never imports), so that the detectors are tried on data their own simulator did not
 shape. A :class:`~gen2.plan.Plan` describes a job and what goes wrong in it; :mod:`gen2.sync`
 plays a synchronous data-parallel job on a true clock, :mod:`gen2.pipeline` a pipeline-parallel

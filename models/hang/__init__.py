@@ -1,0 +1,1 @@
+"""Hang detection that names the culprit, and the stack requests it sends to a hung job."""

@@ -1,0 +1,154 @@
+"""Checkpoint staleness: a job that stopped checkpointing is one fault away from losing days.
+
+A checkpoint starts with a job-wide ``phase: checkpoint`` event and succeeds when the job
+returns to ``train`` (or another non-end phase) afterwards. The detector fires
+``checkpoint_stale`` when
+
+* the last successful checkpoint (or the job's start, if there was none) is older than
+  ``max_age_seconds`` or ``max_age_steps`` (0 disables either), checked by the timer, but only
+  on evidence that the job should checkpoint: it has reported a checkpoint before (then
+  stopped), or a configured policy requires one (``required``). A job whose producer never
+  sends checkpoint phases is not stale, it is silent about checkpoints. The alert says which
+  (``evidence.basis``: ``"reported"`` or ``"policy"``); or
+* a checkpoint took more than ``slow_factor`` times the median of the previous ones
+  (at least ``min_history`` of them).
+
+The age alert resolves at the next successful checkpoint; the slow one when a checkpoint
+takes a normal time again. Both resolve when the job ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..alerts import Alert, alert_id
+
+
+class CheckpointDetector:
+    """Checkpoint staleness rule for one job: steps and phases as they come, ``check(now)`` on a timer.
+
+    Example: a job checkpoints once at step 1, then no more; the age limit is 10 minutes.
+
+    >>> detector = CheckpointDetector(job="j", max_age_seconds=600.0)
+    >>> for n in range(5):
+    ...     detector.observe(1000.0 + 100 * n, step=n)
+    >>> detector.on_phase(1100.0, "checkpoint", 1) + detector.on_phase(1110.0, "train", 1)
+    []
+    >>> detector.check(1700.0)
+    []
+    >>> [(str(a.type), str(a.status)) for a in detector.check(1800.0)]
+    [('checkpoint_stale', 'firing')]
+    """
+
+    def __init__(self, *, job: str, max_age_seconds: float = 3600.0, max_age_steps: int = 0,
+                 slow_factor: float = 3.0, min_history: int = 3, history: int = 20, required: bool = False) -> None:
+        self.job = job
+        #: A policy requires checkpoints of this job: the age rule runs even before the first one.
+        self.required = required
+        self.seen_checkpoint = False  # the job reported a checkpoint phase at least once
+        self.max_age_seconds = max_age_seconds
+        self.max_age_steps = max_age_steps
+        self.slow_factor = slow_factor
+        self.min_history = min_history
+        self.history = history
+        self._durations: deque[float] = deque(maxlen=history)
+        self._started: tuple[float, int | None] | None = None  # (ts, step) of a checkpoint in progress
+        self.last_success_ts: float | None = None
+        self.last_success_step: int | None = None
+        self._job_start: float | None = None
+        self._latest_step = -1
+        self._age_alert: Alert | None = None
+        self._slow_alert: Alert | None = None
+
+    def observe(self, ts: float, step: int | None = None) -> None:
+        """Any event of the job: learns its start time and latest step."""
+        if self._job_start is None:
+            self._job_start = ts
+        if step is not None and step > self._latest_step:
+            self._latest_step = step
+
+    def on_phase(self, ts: float, phase: str, step: int | None) -> list[Alert]:
+        self.observe(ts, step)
+        if phase == "checkpoint":
+            self.seen_checkpoint = True
+            if self._started is None:
+                self._started = (ts, step)
+            return []
+        if self._started is None or phase == "end":
+            return []
+        started_ts, started_step = self._started
+        self._started = None
+        duration = max(ts - started_ts, 0.0)
+        out: list[Alert] = []
+        previous = list(self._durations)
+        self._durations.append(duration)
+        self.last_success_ts = ts
+        self.last_success_step = started_step if started_step is not None else self._latest_step
+        if self._age_alert is not None:
+            alert, self._age_alert = self._age_alert, None
+            out.append(alert.resolved(at=ts, summary=f"resolved: job {self.job} checkpointed at step "
+                                                     f"{self.last_success_step} ({alert.summary})"))
+        typical = float(np.median(previous)) if len(previous) >= self.min_history else None
+        if typical and duration > self.slow_factor * typical and self._slow_alert is None:
+            self._slow_alert = Alert(
+                id=alert_id(self.job, "checkpoint_stale", "slow", started_ts),
+                status="firing", type="checkpoint_stale", severity="warning", job=self.job, ranks=(), nodes=(),
+                starts_at=ts,
+                summary=(f"checkpoint slow: job {self.job} took {duration:.1f}s to checkpoint at step "
+                         f"{self.last_success_step}, {duration / typical:.1f}x its usual {typical:.1f}s"),
+                evidence={"reason": "slow", "duration_seconds": round(duration, 3),
+                          "typical_seconds": round(typical, 3), "slow_factor": self.slow_factor,
+                          "step": self.last_success_step})
+            out.append(self._slow_alert)
+        elif self._slow_alert is not None and typical and duration <= self.slow_factor * typical:
+            alert, self._slow_alert = self._slow_alert, None
+            out.append(alert.resolved(at=ts, summary=f"resolved: checkpoint time back to {duration:.1f}s "
+                                                     f"({alert.summary})"))
+        return out
+
+    def check_due(self) -> float:
+        """The earliest time ``check`` can fire (``inf``: not before an event changes this rule's state)."""
+        if self._age_alert is not None or self._job_start is None or not (self.seen_checkpoint or self.required):
+            return float("inf")
+        if self.max_age_seconds <= 0:
+            return float("inf")  # only ``max_age_steps``, which events move
+        since_ts = self.last_success_ts if self.last_success_ts is not None else self._job_start
+        return since_ts + self.max_age_seconds
+
+    def check(self, now: float) -> list[Alert]:
+        """Timer rule: is the last successful checkpoint too old?"""
+        if self._age_alert is not None or self._job_start is None:
+            return []
+        if not (self.seen_checkpoint or self.required):
+            return []  # no evidence this job checkpoints at all (or must)
+        since_ts = self.last_success_ts if self.last_success_ts is not None else self._job_start
+        since_step = self.last_success_step if self.last_success_step is not None else None
+        age = now - since_ts
+        steps = self._latest_step - since_step if since_step is not None else None
+        too_old = self.max_age_seconds > 0 and age > self.max_age_seconds
+        too_many = self.max_age_steps > 0 and steps is not None and steps > self.max_age_steps
+        if not (too_old or too_many):
+            return []
+        what = (f"last successful checkpoint at step {since_step}, {age / 60:.0f} min and {steps} steps ago"
+                if since_step is not None else f"no checkpoint since the job started {age / 60:.0f} min ago")
+        basis = "reported" if self.seen_checkpoint else "policy"
+        why = ("the job reported checkpoints before, then stopped" if basis == "reported"
+               else "the checkpoint policy requires one")
+        self._age_alert = Alert(
+            id=alert_id(self.job, "checkpoint_stale", "age", since_ts),
+            status="firing", type="checkpoint_stale", severity="warning", job=self.job, ranks=(), nodes=(),
+            starts_at=now, summary=f"checkpoint stale: job {self.job}: {what} ({why})",
+            evidence={"reason": "age", "basis": basis, "age_seconds": round(age, 1), "steps_since": steps,
+                      "last_checkpoint_step": since_step, "max_age_seconds": self.max_age_seconds,
+                      "max_age_steps": self.max_age_steps})
+        return [self._age_alert]
+
+    def open_alerts(self) -> list[Alert]:
+        return [a for a in (self._age_alert, self._slow_alert) if a is not None]
+
+    def close(self, *, at: float, reason: str) -> list[Alert]:
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.open_alerts()]
+        self._age_alert = self._slow_alert = None
+        return out

@@ -1,0 +1,287 @@
+"""Communication slowdown: collective latency against the job's own healthy baseline.
+
+A rank's collective duration includes waiting for the slowest peer, so a straggler would
+inflate everyone's durations. The network's own share is what the **last rank to arrive**
+sees: for each collective (process group, op, sequence number) the minimum duration over
+ranks is its transfer time. Per (process group, op, message-size bucket) the detector keeps
+a bounded baseline of those transfer times and fires ``comm_slowdown`` when the median of
+the last ``window`` collectives stays ``threshold`` (default 30%) above the baseline median
+for ``persistence`` consecutive collectives. It names ranks (and their nodes) only when their
+own durations grew more than the other ranks' by the straggler rule's robust test: a network
+slowdown slows every rank alike, and the node behind it comes from the job's telemetry
+(models/telemetry/fabric.py).
+
+**When a collective is judged** (whatever order its events arrive in: live, or a recording
+sorted by event time with node clocks seconds apart): once every rank of it is in (as many as
+the most this key's collectives ever had), else once it is ``max_lag`` sequence numbers behind the
+newest, ``time_bound`` seconds of event time behind the newest event, or the oldest of
+``max_pending`` open ones. Judging on the first ranks in would take the minimum over ranks that
+all waited for a straggler still to come, and sell its wait as transfer time.
+
+**Threshold changes** (``reconfigure``): an alert open when ``threshold`` is raised past its key's
+recent increase resolves at its next collective with ``evidence.resolution = threshold_changed``, saying
+the latency is still up by that much; otherwise resolutions are ``recovered``.
+
+**Point-to-point ops** (``send``, ``recv``, ``isend``, ``irecv``, ``*-send``/``*-recv``): their numbers do
+not match across ranks (pipeline stages do different numbers of them), and a receive waits for
+its sender's compute. The transfer sample is the shortest of the key's last ``p2p_window``
+durations (any rank): some transfer always finds both sides ready (the slow stage's own receives
+from its faster upstream), so waits behind a slow stage do not move it, a slower transfer does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+
+import numpy as np
+
+from ..alerts import Alert, alert_id
+from ..wire.events import CollectiveEvent
+from ..resolution import Resolution
+
+
+def size_bucket(nbytes: int | None) -> str:
+    """Message sizes in powers-of-4 buckets: latency is only comparable within a bucket."""
+    if not nbytes:
+        return "any"
+    exp = int(math.log(nbytes, 4))
+    return f"{4 ** exp}B+"
+
+
+#: Point-to-point op names (and any op ending in ``send``/``recv``, e.g. Megatron's ``forward-recv``).
+P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "p2p"})
+
+
+def is_p2p(op: str) -> bool:
+    op = op.lower()
+    return op in P2P_OPS or op.endswith(("send", "recv"))
+
+
+#: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
+#: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
+MAX_OP_KEYS = 1024
+
+
+class _Key:
+    __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "last_seq",
+                 "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p")
+
+    def __init__(self, baseline_size: int, window: int) -> None:
+        self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
+        self.expected = 0  # ranks of a complete collective: the most any had
+        self.judged: deque[int] = deque(maxlen=512)  # recently judged seqs (a late copy is dropped)
+        self.judged_set: set[int] = set()
+        self.first_ts: dict[int, float] = {}  # seq -> earliest event time of it
+        self.newest_ts = -math.inf
+        self.p2p: deque[float] | None = None  # point-to-point: the last durations of any rank
+        self.transfer: deque[float] = deque(maxlen=window)
+        self.baseline: deque[float] = deque(maxlen=baseline_size)
+        self.rank_baseline: dict[int, deque[float]] = {}
+        self.rank_recent: dict[int, deque[float]] = {}
+        self.over = 0
+        self.firing: Alert | None = None
+        self.last_seq = -1
+
+
+class CommSlowdownDetector:
+    """Per job: feed collective events; returns comm_slowdown alerts.
+
+    Example: an all-reduce of 1 MiB on four ranks takes 10 ms, then 20 ms on every rank alike.
+
+    >>> from stepwatch.models.wire.events import CollectiveEvent
+    >>> detector = CommSlowdownDetector(job="j")
+    >>> alerts = [alert for seq in range(200) for rank in range(4)
+    ...           for alert in detector.update(CollectiveEvent(job="j", rank=rank, seq=seq, op="allreduce",
+    ...                                                        ts=1000.0 + seq, bytes=1 << 20,
+    ...                                                        duration=0.01 if seq < 100 else 0.02))]
+    >>> [(str(a.type), str(a.status)) for a in alerts]
+    [('comm_slowdown', 'firing')]
+    """
+
+    def __init__(self, *, job: str, threshold: float = 0.30, window: int = 20, persistence: int = 10,
+                 baseline_size: int = 200, min_baseline: int = 30, max_pending: int = 64, clear_after: int = 20,
+                 top_ranks: int = 3, max_lag: int = 32, time_bound: float = 30.0, p2p_window: int = 32) -> None:
+        self.max_lag = max_lag
+        self.time_bound = time_bound
+        self.p2p_window = p2p_window
+        self.job = job
+        self.threshold = threshold
+        self.window = window
+        self.persistence = persistence
+        self.baseline_size = baseline_size
+        self.min_baseline = min_baseline
+        self.max_pending = max_pending
+        self.clear_after = clear_after
+        self.top_ranks = top_ranks
+        self._keys: dict[tuple[str, str, str], _Key] = {}
+        self.capped: Counter[str] = Counter()
+        self._clean: dict[tuple[str, str, str], int] = {}
+
+    #: Settings ``reconfigure`` may change at run time.
+    TUNABLE = ("threshold", "window", "persistence")
+
+    def reconfigure(self, **values) -> None:
+        """Change settings in place (unknown names ignored); open alerts are judged on the new ones."""
+        for name, value in values.items():
+            if name in self.TUNABLE:
+                setattr(self, name, float(value) if name == "threshold" else int(value))
+        for state in self._keys.values():
+            if state.transfer.maxlen != self.window:
+                state.transfer = deque(state.transfer, maxlen=self.window)
+
+    def update(self, event: CollectiveEvent) -> list[Alert]:
+        key = (event.pg or "default", event.op, size_bucket(event.bytes))
+        state = self._keys.get(key)
+        if state is None:
+            if len(self._keys) >= MAX_OP_KEYS:
+                self.capped["op_names_per_job"] += 1
+                return []
+            state = self._keys[key] = _Key(self.baseline_size, self.window)
+        if is_p2p(event.op):
+            return self._p2p(key, state, event)
+        if event.seq in state.judged_set or event.seq <= state.last_seq - self.max_lag:
+            return []  # a late copy of a collective already judged
+        by_rank = state.pending.setdefault(event.seq, {})
+        by_rank[event.rank] = (event.duration, event.ts, event.node)
+        state.first_ts[event.seq] = min(state.first_ts.get(event.seq, event.ts), event.ts)
+        state.newest_ts = max(state.newest_ts, event.ts)
+        out: list[Alert] = []
+        if state.expected >= 2 and len(by_rank) >= state.expected:  # every rank is in
+            out.extend(self._close(key, state, event.seq))
+        newest = max(state.pending, default=event.seq)
+        for seq in sorted(state.pending):
+            # Incomplete (a rank's event lost or late): judged on the ranks in once far enough behind.
+            if (seq > newest - self.max_lag and state.newest_ts - state.first_ts[seq] < self.time_bound
+                    and len(state.pending) <= self.max_pending):
+                break
+            out.extend(self._close(key, state, seq))
+        return out
+
+    def _close(self, key, state: _Key, seq: int) -> list[Alert]:
+        ranks = state.pending.pop(seq)
+        state.first_ts.pop(seq, None)
+        if len(state.judged) == state.judged.maxlen:
+            state.judged_set.discard(state.judged[0])
+        state.judged.append(seq)
+        state.judged_set.add(seq)
+        state.expected = max(state.expected, len(ranks))
+        return self._judge(key, state, seq, ranks)
+
+    def _p2p(self, key, state: _Key, event: CollectiveEvent) -> list[Alert]:
+        if state.p2p is None:
+            state.p2p = deque(maxlen=self.p2p_window)
+        state.p2p.append(event.duration)
+        if len(state.p2p) < state.p2p.maxlen:
+            return []
+        state.last_seq = max(state.last_seq, event.seq)
+        # The transfer: the shortest of the recent ones (both sides were ready); the ranks: this one.
+        return self._assess(key, state, event.seq, min(state.p2p), event.ts,
+                            {event.rank: (event.duration, event.ts, event.node)})
+
+    def _judge(self, key, state: _Key, seq: int, ranks: dict[int, tuple[float, float, str | None]]) -> list[Alert]:
+        state.last_seq = max(state.last_seq, seq)
+        if len(ranks) < 2:
+            return []
+        transfer = min(d for d, _, _ in ranks.values())
+        ts = max(t for _, t, _ in ranks.values())
+        return self._assess(key, state, seq, transfer, ts, ranks)
+
+    def _assess(self, key, state: _Key, seq: int, transfer: float, ts: float,
+                ranks: dict[int, tuple[float, float, str | None]]) -> list[Alert]:
+        state.transfer.append(transfer)
+        healthy = state.firing is None and state.over == 0
+        for rank, (duration, _, _) in ranks.items():
+            recent = state.rank_recent.setdefault(rank, deque(maxlen=self.window))
+            recent.append(duration)
+            if healthy:
+                state.rank_baseline.setdefault(rank, deque(maxlen=self.baseline_size)).append(duration)
+        if len(state.baseline) < self.min_baseline:
+            state.baseline.append(transfer)
+            return []
+        base = float(np.median(state.baseline))
+        recent = float(np.median(state.transfer))
+        rel = recent / base - 1.0 if base > 0 else 0.0
+        if rel >= self.threshold:
+            state.over += 1
+        else:
+            state.over = 0
+            if state.firing is None:
+                state.baseline.append(transfer)
+        if state.firing is None and state.over >= self.persistence:
+            state.firing = self._fire(key, state, seq, ts, base, recent, rel, ranks)
+            self._clean[key] = 0
+            return [state.firing]
+        if state.firing is not None:
+            fired_at = state.firing.evidence.get("threshold")
+            if isinstance(fired_at, (int, float)) and self.threshold > fired_at and rel < self.threshold:
+                # Raised past the increase while it fires: the latency did not recover, the threshold moved.
+                alert, state.firing = state.firing, None
+                state.over = 0
+                detail = f"comm.threshold {fired_at:g} -> {self.threshold:g}"
+                return [alert.resolved(at=ts, summary=f"resolved: threshold changed ({detail}); {key[1]} latency is "
+                                                      f"still {rel:.0%} above its baseline, below the new threshold "
+                                                      f"({alert.summary})",
+                                       evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                                                 "resolution_detail": detail, "recent_increase": round(rel, 4)})]
+            self._clean[key] = self._clean.get(key, 0) + 1 if rel < self.threshold / 2 else 0
+            if self._clean[key] >= self.clear_after:
+                alert, state.firing = state.firing, None
+                return [alert.resolved(at=ts, summary=f"resolved: {key[1]} latency back to baseline "
+                                                      f"({alert.summary})",
+                                       evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value})]
+        return []
+
+    def _fire(self, key, state: _Key, seq: int, ts: float, base: float, recent: float, rel: float,
+              ranks: dict[int, tuple[float, float, str | None]]) -> Alert:
+        growth = []
+        for rank, recent_durations in state.rank_recent.items():
+            baseline = state.rank_baseline.get(rank)
+            if baseline and len(baseline) >= 3:
+                b = float(np.median(baseline))
+                if b > 0:
+                    growth.append((float(np.median(recent_durations)) / b - 1.0, rank))
+        growth.sort(reverse=True)
+        # A network slowdown slows every rank alike: the ranks that "grew most" are noise unless
+        # their growth stands out from the others' by the straggler rule's robust test.
+        top = [rank for g, rank in growth[: self.top_ranks] if _stands_out(g, [x for x, _ in growth])]
+        nodes = tuple(dict.fromkeys(n for r in top if (n := ranks.get(r, (0, 0, None))[2])))
+        pg, op, bucket = key
+        summary = (f"communication slowdown: job {self.job} {op} on process group {pg} (messages {bucket}) "
+                   f"takes {rel:.0%} longer than its baseline ({recent * 1e3:.2f} ms vs {base * 1e3:.2f} ms); "
+                   + (f"slowed most: ranks {', '.join(map(str, top))}" if top else
+                      "every rank slowed alike (a network or fabric cause)"))
+        return Alert(
+            id=alert_id(self.job, "comm_slowdown", pg, op, bucket, seq),
+            status="firing", type="comm_slowdown",
+            severity="critical" if rel >= 2 * self.threshold else "warning",
+            job=self.job, ranks=tuple(top), nodes=nodes, starts_at=ts, summary=summary,
+            evidence={"process_group": pg, "op": op, "size_bucket": bucket,
+                      "baseline_transfer_seconds": round(base, 6), "recent_transfer_seconds": round(recent, 6),
+                      "increase": round(rel, 4), "threshold": self.threshold, "detected_seq": seq,
+                      "rank_growth": {str(r): round(g, 4) for g, r in growth[: self.top_ranks]},
+                      "median_rank_growth": round(float(np.median([g for g, _ in growth])), 4) if growth else None})
+
+    def open_alerts(self) -> list[Alert]:
+        return [s.firing for s in self._keys.values() if s.firing is not None]
+
+    def close(self, *, at: float, reason: str) -> list[Alert]:
+        out = []
+        for state in self._keys.values():
+            if state.firing is not None:
+                out.append(state.firing.resolved(at=at, summary=f"resolved ({reason}): {state.firing.summary}"))
+                state.firing = None
+        return out
+
+
+def _stands_out(growth: float, all_growth: list[float], *, ratio: float = 1.10, z: float = 3.5,
+                spread_floor: float = 0.02) -> bool:
+    """The straggler rule on ``1 + growth`` against every rank's: ``ratio`` and robust ``z`` both met."""
+    if len(all_growth) < 4:
+        return False
+    values = np.asarray(all_growth) + 1.0
+    med = float(np.median(values))
+    if med <= 0:
+        return False
+    spread = max(float(np.median(np.abs(values - med))) / 0.6744897501960817, spread_floor * med)
+    return (1.0 + growth) / med >= ratio and (1.0 + growth - med) / spread >= z

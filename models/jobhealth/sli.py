@@ -1,0 +1,88 @@
+"""Effective-compute SLIs of a job: how much of the paid GPU time produced training progress.
+
+Per job, from the judged steps and the hang rule:
+
+* ``tokens_per_second`` and ``steps_per_second`` over the recent steps;
+* ``productive_share``: wall time spent in completed training steps over the wall time the
+  job has been observed (what hangs, restarts, checkpoint and eval pauses take away);
+* ``straggler_gpu_seconds``: GPU time lost waiting for the slowest rank, summed over steps:
+  ``(latest arrival - median arrival) x ranks`` (what the step would have saved had the
+  slowest rank kept the median pace);
+* ``hang_gpu_seconds``: GPU time spent while a hang alert was open (``duration x ranks``);
+* ``mfu`` where the job reports ``model_flops_per_token`` and ``peak_flops_per_gpu`` (extra
+  fields of its step events): achieved model FLOP/s over the GPUs' peak.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..steps.assembly import GroupStep
+
+
+class JobSLI:
+    def __init__(self, *, window: int = 50) -> None:
+        self.window = window
+        self._steps: deque[tuple[int, float, float, float]] = deque(maxlen=window)  # step, end ts, time, tokens
+        self._last_step = -1
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self.productive_seconds = 0.0
+        self.straggler_gpu_seconds = 0.0
+        self.hang_gpu_seconds = 0.0
+        self.ranks = 0
+        self.model_flops_per_token: float | None = None
+        self.peak_flops_per_gpu: float | None = None
+        self._last_tick: float | None = None
+
+    def observe(self, ts: float) -> None:
+        if self.first_ts is None or ts < self.first_ts:
+            self.first_ts = ts
+        if self.last_ts is None or ts > self.last_ts:
+            self.last_ts = ts
+
+    def on_step(self, step: GroupStep) -> None:
+        """One judged group step (several groups of one step count once for time, all for waste)."""
+        if step.phase != "train":
+            return
+        before = step.step_time - step.comm_time
+        if np.isnan(before).any():
+            before = step.compute_time
+        if before.size and not np.isnan(before).any():
+            self.straggler_gpu_seconds += float(before.max() - np.median(before)) * len(before)
+        if step.step <= self._last_step:
+            return
+        self._last_step = step.step
+        step_time = float(np.nanmedian(step.step_time)) if step.step_time.size else 0.0
+        tokens = float(np.nansum(step.tokens)) if step.tokens.size else 0.0
+        self.productive_seconds += step_time
+        self._steps.append((step.step, step.ts, step_time, tokens))
+        self.ranks = max(self.ranks, len(step.ranks))
+
+    def on_tick(self, now: float, *, hung: bool) -> None:
+        if hung and self._last_tick is not None and now > self._last_tick:
+            self.hang_gpu_seconds += (now - self._last_tick) * max(self.ranks, 1)
+        self._last_tick = now
+
+    def snapshot(self) -> dict:
+        steps = list(self._steps)
+        out: dict = {
+            "steps_per_second": None, "tokens_per_second": None, "productive_share": None,
+            "straggler_gpu_seconds": round(self.straggler_gpu_seconds, 3),
+            "hang_gpu_seconds": round(self.hang_gpu_seconds, 3), "mfu": None,
+        }
+        if len(steps) >= 2:
+            span = steps[-1][1] - steps[0][1]
+            if span > 0:
+                out["steps_per_second"] = round((len(steps) - 1) / span, 4)
+                tokens = sum(t for *_, t in steps[1:])
+                if tokens > 0:
+                    out["tokens_per_second"] = round(tokens / span, 2)
+        if self.first_ts is not None and self.last_ts is not None and self.last_ts > self.first_ts:
+            out["productive_share"] = round(min(self.productive_seconds / (self.last_ts - self.first_ts), 1.0), 4)
+        if out["tokens_per_second"] and self.model_flops_per_token and self.peak_flops_per_gpu and self.ranks:
+            out["mfu"] = round(out["tokens_per_second"] * self.model_flops_per_token
+                               / (self.peak_flops_per_gpu * self.ranks), 4)
+        return out

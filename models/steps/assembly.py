@@ -1,0 +1,342 @@
+"""Gathering per-rank step events into one comparable step per peer group.
+
+Ranks report the same step at slightly different times (and over different Kafka
+messages). Peer comparison needs all of a step's ranks side by side, so each group keeps a
+small, bounded set of open steps and closes one when every known rank has reported, when half
+the group's ranks reported a step ``max_lag_steps`` newer, or when it has waited ``max_wait_seconds``.
+
+The lag counts from the newest step *half the ranks* reached, not the newest any rank reached: in a
+recording sorted by event time (an imported trace), a host whose clock runs seconds behind has its
+events sorted many steps early, and judging on its lead alone would close every step before the other
+hosts' ranks are in (their events dropped as late, a straggler among them never seen). A host whose
+clock runs *ahead* has its events sorted many steps late: when events keep arriving more than
+``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to
+``max_pending_steps - 1``), and shrinks back once none came for ``LAG_MEMORY`` steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import groupby
+
+import numpy as np
+
+from ..wire.events import StepEvent
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssemblySettings:
+    """How per-rank step events are gathered into one comparable step."""
+
+    #: A step is evaluated once every known rank of its group reported, or once half the group's
+    #: ranks reported a step this many steps newer (late ranks are then left out of that step) ...
+    max_lag_steps: int = 3
+    #: ... or once it has waited this many seconds of event time.
+    max_wait_seconds: float = 30.0
+    #: Bound on steps held open per group (memory bound for jobs with missing ranks).
+    max_pending_steps: int = 16
+
+
+NAN = float("nan")
+#: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped.
+LAG_MEMORY = 100
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GroupStep:
+    """One step of one peer group, all reporting ranks side by side (NaN where not reported)."""
+
+    job: str
+    group: str
+    step: int
+    ts: float  # latest step-end time among the ranks
+    ranks: np.ndarray  # int64, sorted
+    step_time: np.ndarray
+    compute_time: np.ndarray
+    comm_time: np.ndarray
+    data_time: np.ndarray
+    tokens: np.ndarray
+    nodes: tuple[str | None, ...]
+    phase: str  # "train" unless some rank reported another phase
+    #: Ranks of the group known to the assembler that did not report this step (closed by lag or
+    #: time: late, lost, or no longer running); 0 when complete or while membership is being learned.
+    missing: int = 0
+    #: Where ``comm_time`` came from: ``step`` (the step events) or ``collective`` (the ranks' own
+    #: collective durations, models/steps/arrival.py), with the (process group, op) used.
+    comm_source: str = "step"
+    comm_ops: tuple[str, str] | None = None
+
+
+class _OpenStep:
+    __slots__ = ("rows", "first_seen", "phase")
+
+    def __init__(self, first_seen: float) -> None:
+        # rank -> (ts, step_time, compute_time, comm_time, data_time, tokens, node), NaN where absent:
+        # a plain tuple per rank, so that batch envelopes need no StepEvent per rank.
+        self.rows: dict[int, tuple] = {}
+        self.first_seen = first_seen
+        self.phase = "train"
+
+
+def step_row(event: StepEvent) -> tuple:
+    """What an open step keeps of one rank's step event."""
+    return (event.ts, event.step_time, _nan(event.compute_time), _nan(event.comm_time), _nan(event.data_time),
+            _nan(event.tokens), event.node)
+
+
+class StepAssembler:
+    """Per (job, group) step gathering; ``add`` and ``flush`` return the steps that closed."""
+
+    def __init__(self, *, job: str, group: str, max_lag_steps: int = 3, max_wait_seconds: float = 30.0,
+                 max_pending_steps: int = 16) -> None:
+        self.job = job
+        self.group = group
+        self.max_lag_steps = max_lag_steps
+        self.max_wait_seconds = max_wait_seconds
+        self.max_pending_steps = max_pending_steps
+        self.members: set[int] = set()
+        self.world_size_hint: int | None = None
+        self._open: dict[int, _OpenStep] = {}
+        self._first_step: int | None = None
+        self._newest_step = -1
+        #: The newest step half the group's ranks reported (the newest any reported, while membership is
+        #: learned): the lag that closes incomplete steps counts from it.
+        self._quorum_step = -1
+        #: Steps added to ``max_lag_steps`` while events keep arriving further behind (and when it was last
+        #: needed, as a quorum step).
+        self._extra_lag = 0
+        self._extra_seen = -1
+        self.last_closed = -1
+        self.late_events = 0
+        self.restarts = 0
+
+    def _expected(self) -> int | None:
+        """How many ranks a complete step has, once membership is known."""
+        if self.world_size_hint is not None and self.group == "":
+            return self.world_size_hint
+        # Membership is learned from the first few steps; before that, only lag closes steps.
+        if self._first_step is None or self._newest_step < self._first_step + self.max_lag_steps:
+            return None
+        return len(self.members)
+
+    def _quorum(self, expected: int | None) -> int:
+        """Ranks that must report a step before the lag counts from it."""
+        return 1 if expected is None else max(1, expected // 2)
+
+    def add(self, event: StepEvent) -> list[GroupStep]:
+        closed = self.add_rows((event.rank,), (event.step,), (event.world_size,), (event.phase,), (step_row(event),))
+        return closed[0][1] if closed else []
+
+    def add_rows(self, ranks, steps, world_sizes, phases, rows) -> list[tuple[int, list[GroupStep]]]:
+        """``add`` for several events in order (columns of equal length; ``rows`` as ``step_row`` makes them).
+
+        Returns ``(i, steps closed by the i-th event)`` for the events that closed steps.
+
+        Events arrive in runs of one step (a batch envelope holds one step of many ranks): the
+        first event of a run goes through ``_add_one``; the rest of the run, while the size of a
+        complete step cannot change under it, is added in bulk, up to the event that completes
+        the step (the same state and closes as one by one).
+        """
+        out = []
+        n = len(steps)
+        i = 0
+        if n and steps.count(steps[0]) == n:  # one step throughout (the usual envelope)
+            runs = ((steps[0], n),)
+        else:
+            runs = ((step, sum(1 for _ in run)) for step, run in groupby(steps))
+        for step, length in runs:
+            e = i + length
+            closed = self._add_one(ranks[i], step, world_sizes[i], phases[i], rows[i])
+            if closed:
+                out.append((i, closed))
+            p = i + 1
+            while p < e:
+                if step <= self.last_closed:
+                    if step < self.last_closed - self.max_pending_steps:
+                        closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                        if closed:
+                            out.append((p, closed))
+                        p += 1
+                        continue
+                    self.late_events += e - p  # the rest of the run is late
+                    break
+                open_step = self._open.get(step)
+                expected = self._bulk_expected(ranks, world_sizes, p, e)
+                if open_step is None or expected is False:
+                    closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                    if closed:
+                        out.append((p, closed))
+                    p += 1
+                    continue
+                if expected is None:
+                    q = e
+                else:
+                    need = expected - len(open_step.rows)
+                    if need <= 0:
+                        closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                        if closed:
+                            out.append((p, closed))
+                        p += 1
+                        continue
+                    q = min(e, p + need)
+                    # Stop where the step reaches its quorum too (the lag then closes older steps there).
+                    if step > self._quorum_step:
+                        to_quorum = self._quorum(expected) - len(open_step.rows)
+                        if to_quorum > 0:
+                            q = min(q, p + to_quorum)
+                chunk_ranks = ranks[p:q]
+                self.members.update(chunk_ranks)
+                for w in reversed(world_sizes[p:q]):
+                    if w is not None:
+                        self.world_size_hint = w
+                        break
+                open_step.rows.update(zip(chunk_ranks, rows[p:q]))  # duplicates: the later copy wins
+                chunk_phases = phases[p:q]
+                if chunk_phases.count("train") != len(chunk_phases):
+                    for ph in reversed(chunk_phases):
+                        if ph != "train":
+                            open_step.phase = ph
+                            break
+                reported = len(open_step.rows)
+                reached = expected is not None and step > self._quorum_step and reported >= self._quorum(expected)
+                if reached:
+                    self._quorum_step = step
+                # With ``need`` events the step completes only if each added a rank, i.e. at the last.
+                if expected is not None and reported >= expected:
+                    out.append((q - 1, self._close_through(step)))
+                elif reached and self._open and min(self._open) <= step - self._lag():
+                    out.append((q - 1, self._close_through(step - self._lag())))
+                p = q
+            i = e
+        assert i == n
+        return out
+
+    def _bulk_expected(self, ranks, world_sizes, lo: int, hi: int):
+        """The size of a complete step while events ``lo:hi`` of a run (not its first) are added,
+        if that cannot change under them (``None``: not known yet); ``False`` if it might."""
+        hint = self.world_size_hint
+        if self.group == "":
+            sizes = set(world_sizes[lo:hi])
+            sizes.discard(None)
+            if sizes and sizes != {hint}:
+                return False  # the hint, and so the size, may change
+            if hint is not None:
+                return hint
+        expected = self._expected()
+        if expected is not None and not self.members.issuperset(ranks[lo:hi]):
+            return False  # membership may grow
+        return expected
+
+    def _add_one(self, rank, step, world_size, phase, row) -> list[GroupStep] | None:
+        """One event: the steps it closed, if any."""
+        open_steps = self._open
+        behind = self._quorum_step - step
+        if behind > self.max_lag_steps and step >= self.last_closed - self.max_pending_steps:
+            # Behind the half of the ranks by more than the lag (a late host): wait that much longer.
+            extra = min(self.max_pending_steps - 1 - self.max_lag_steps, behind - self.max_lag_steps + 1)
+            if extra >= self._extra_lag:
+                self._extra_lag, self._extra_seen = extra, self._quorum_step
+        if step <= self.last_closed:
+            if step < self.last_closed - self.max_pending_steps:
+                # The step counter went far back: the job restarted from a checkpoint.
+                self._reset()
+                self.restarts += 1
+            else:
+                self.late_events += 1
+                return None
+        if self._first_step is None:
+            self._first_step = step
+        self.members.add(rank)
+        if world_size is not None:
+            self.world_size_hint = world_size
+        advanced = step > self._newest_step
+        if advanced:
+            self._newest_step = step
+        open_step = open_steps.get(step)
+        if open_step is None:
+            open_step = open_steps[step] = _OpenStep(row[0])
+        open_step.rows[rank] = row  # a duplicate replaces the earlier copy
+        if phase != "train":
+            open_step.phase = phase
+        closed = None
+        expected = self._expected()
+        reached = step > self._quorum_step and len(open_step.rows) >= self._quorum(expected)
+        if reached:
+            self._quorum_step = step
+        if expected is not None and len(open_step.rows) >= expected:
+            closed = self._close_through(step)
+        limit = self._quorum_step - self._lag()
+        # Every open step is newer than the limit after each add, so only a step reaching its quorum
+        # (the limit moved) or an old one can make a step due; usually nothing is: skip the scan.
+        if (reached or step <= limit) and open_steps and min(open_steps) <= limit:
+            closed = (closed or []) + self._close_through(limit)
+        while len(open_steps) > self.max_pending_steps:
+            closed = (closed or []) + self._close_through(min(open_steps))
+        return closed
+
+    def flush_due(self) -> float:
+        """The earliest time ``flush`` closes anything (``inf``: no open step); only ``add`` moves it."""
+        if not self._open:
+            return float("inf")
+        return min(o.first_seen for o in self._open.values()) + self.max_wait_seconds
+
+    def _lag(self) -> int:
+        """Steps behind the half of the ranks at which an incomplete step closes."""
+        if self._extra_lag and self._quorum_step - self._extra_seen > LAG_MEMORY:
+            self._extra_lag = 0  # no late host for a while
+        return self.max_lag_steps + self._extra_lag
+
+    def flush(self, now: float) -> list[GroupStep]:
+        """Close steps that have waited too long (called from the timer)."""
+        stale = [s for s, o in self._open.items() if now - o.first_seen >= self.max_wait_seconds]
+        return self._close_through(max(stale)) if stale else []
+
+    def _close_through(self, step: int) -> list[GroupStep]:
+        """Close every open step up to and including ``step``, oldest first."""
+        due = sorted(s for s in self._open if s <= step)
+        out = []
+        for s in due:
+            out.append(self._build(s, self._open.pop(s)))
+            self.last_closed = max(self.last_closed, s)
+        return out
+
+    def _build(self, step: int, open_step: _OpenStep) -> GroupStep:
+        order = sorted(open_step.rows)
+        ts, step_time, compute_time, comm_time, data_time, tokens, nodes = zip(*map(open_step.rows.__getitem__, order))
+        n = len(order)
+        return GroupStep(
+            job=self.job,
+            group=self.group,
+            step=step,
+            ts=max(ts),
+            ranks=np.fromiter(order, dtype=np.int64, count=n),
+            step_time=_floats(step_time, n),
+            compute_time=_floats(compute_time, n),
+            comm_time=_floats(comm_time, n),
+            data_time=_floats(data_time, n),
+            tokens=_floats(tokens, n),
+            nodes=nodes,
+            phase=open_step.phase,
+            missing=max((self._expected() or 0) - len(order), 0),
+        )
+
+    def _reset(self) -> None:
+        self._open.clear()
+        self._first_step = None
+        self._newest_step = -1
+        self._quorum_step = -1
+        self._extra_lag = 0
+        self._extra_seen = -1
+        self.last_closed = -1
+
+
+def _nan(value: float | None) -> float:
+    return NAN if value is None else value
+
+
+def _floats(values: tuple, n: int) -> np.ndarray:
+    """``np.array(values, dtype=float64)``, several times faster for a tuple of numbers (a column of a step)."""
+    try:
+        return np.fromiter(values, dtype=np.float64, count=n)
+    except TypeError:  # e.g. a None (np.array makes it NaN)
+        return np.array(values, dtype=np.float64)

@@ -1,0 +1,334 @@
+"""The engine's view of node telemetry: routing, alert enrichment, and the telemetry settings.
+
+:class:`TelemetryHub` is what the engine holds: it routes telemetry to the tracker
+(models/telemetry/telemetry_tracker.py), the host signals (models/telemetry/host.py), the fabric history
+(models/telemetry/fabric.py) and the device-layer rules (models/telemetry/device_rules.py), remembers which rank
+runs on which node and GPU (models/telemetry/telemetry_correlator.py), enriches alerts with their
+suspected causes and publishes a new version of an alert when its suspected causes change
+after it fired. :class:`TelemetrySettings` configures all of it and the node agent.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+from ..alert_types import ENRICHED_TYPES
+from ..alerts import Alert
+from .causes import SuspectedCause
+from .telemetry_correlator import TelemetryCorrelator
+from ..wire.telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
+from .telemetry_tracker import TelemetryTracker
+
+
+@dataclass(frozen=True, kw_only=True)
+class TelemetrySettings:
+    """Node telemetry: the node agent, counter spikes, GPU/link alerts, correlation (models/telemetry/telemetry_hub.py)."""
+
+    #: Topic of node telemetry (keyed by node), under the Kafka topic prefix.
+    topic: str = "telemetry"
+    #: Seconds between two samples of the node agent.
+    agent_interval: float = 1.0
+    #: Root of sysfs for the agent (tests point it at a recorded tree).
+    sysfs_root: str = "/sys"
+    #: Root of procfs for the agent's host signals (tests point it at a fake tree).
+    proc_root: str = "/proc"
+    #: Batches the agent holds while Kafka is slow or away; beyond, the oldest are dropped and counted.
+    agent_queue_size: int = 600
+    #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
+    agent_max_block_ms: int = 1000
+    #: The agent's NCCL Inspector reader (producers/nccl_inspector.py, docs/zero-code.md): the directory of
+    #: NCCL_INSPECTOR_DUMP_DIR ("" = off), and the coll_sn per window of its ``nccl_window`` events.
+    nccl_inspector_dir: str = ""
+    nccl_inspector_window: int = 64
+    #: The agent's NCCL RAS client (producers/nccl_ras.py): HOST:PORT ("" = off; NCCL's is localhost:28028),
+    #: queried every this many seconds (at least 5: frequent queries have crashed jobs, NVIDIA/nccl#1762).
+    nccl_ras: str = ""
+    nccl_ras_interval: float = 10.0
+    #: Seconds between two topology events from the agent.
+    topology_interval: float = 60.0
+    #: The agent's topology file (producers/port_neighbors.py, docs/network.md): ``ibnetdiscover`` output,
+    #: ``lldpctl -f json`` output or a node -> port -> switch map, re-read when it changes ("" = none).
+    topology_file: str = ""
+    #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).
+    correlation_window: float = 60.0
+    #: Samples of each rate's own recent baseline (bounded memory).
+    baseline_samples: int = 120
+    #: Samples a baseline needs before a rate is judged against it.
+    baseline_min_samples: int = 10
+    #: A rate (xmit_wait, CNPs) is a spike at this multiple of its baseline median (and above its floor).
+    rate_factor: float = 4.0
+    #: Bandwidth below this fraction of its baseline (while the baseline is busy) is a collapse.
+    bandwidth_collapse_ratio: float = 0.3
+    #: Throttling counts as a fault once the SM clock is below this fraction of its baseline.
+    clock_drop_ratio: float = 0.85
+    #: Consecutive throttled samples before a gpu_fault for throttling fires.
+    throttle_min_samples: int = 3
+    #: A port has sustained errors (link_errors alert) when its error counters rose in
+    #: ``link_error_min_samples`` of its last ``link_error_window`` samples.
+    link_error_window: int = 10
+    link_error_min_samples: int = 3
+    #: A condition-based alert (throttling, link errors, link down) resolves after this many clean samples.
+    clear_after: int = 30
+    #: An event-based fault (Xid, ECC double-bit error) resolves this long after its last occurrence.
+    fault_hold_seconds: float = 300.0
+    #: Xid codes caused by the application, not the hardware: no gpu_fault.
+    app_xids: str = "13,31,43,45,68"
+    #: A straggler whose data_time is at least this multiple of its peers' points at the input pipeline.
+    data_time_ratio: float = 3.0
+    #: Spikes remembered per node for correlation (oldest dropped first).
+    max_spikes_per_node: int = 512
+    #: Suspected causes listed per alert.
+    max_causes: int = 5
+    #: Enrichment updates (new versions) published per alert at most.
+    max_enrichment_updates: int = 5
+    #: The worker's global telemetry feed starts this many seconds back in the topic.
+    feed_lookback_seconds: float = 300.0
+    #: Persistent link baselines (models/telemetry/link_baseline.py, docs/network.md): a sample's weight halves
+    #: after this many seconds of the node's clock; a port's own baseline counts after this many samples;
+    #: the owner of a node's partition writes the node's baselines to the compacted topic this often.
+    link_baseline_half_life: float = 21600.0
+    link_baseline_min_samples: int = 120
+    link_baseline_publish_interval: float = 60.0
+
+    def app_xid_set(self) -> frozenset[int]:
+        try:
+            return frozenset(int(x) for x in self.app_xids.split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"telemetry.app_xids: expected comma-separated integers, got {self.app_xids!r}") from None
+
+
+class TelemetryHub:
+    """What the detection engine holds for telemetry: tracker, correlator, and alert enrichment."""
+
+    #: Job-level alerts (comm_slowdown, a communication throughput_drop, a hang with no culprit)
+    #: compare all of the job's nodes with each other (models/telemetry/fabric.py, ``FabricCorrelator.applies``).
+    ENRICHED_TYPES = ENRICHED_TYPES
+
+    def __init__(self, settings=None, host=None) -> None:
+        if settings is None:
+            settings = TelemetrySettings()
+        if host is None:
+            from .host import HostSettings
+
+            host = HostSettings()
+        s = settings
+        self.settings = s
+        self.tracker = TelemetryTracker(
+            baseline_samples=s.baseline_samples, baseline_min_samples=s.baseline_min_samples,
+            rate_factor=s.rate_factor, bandwidth_collapse_ratio=s.bandwidth_collapse_ratio,
+            clock_drop_ratio=s.clock_drop_ratio, throttle_min_samples=s.throttle_min_samples,
+            link_error_window=s.link_error_window, link_error_min_samples=s.link_error_min_samples,
+            clear_after=s.clear_after, fault_hold_seconds=s.fault_hold_seconds, app_xids=s.app_xid_set(),
+            max_spikes_per_node=s.max_spikes_per_node)
+        self.correlator = TelemetryCorrelator(self.tracker, window=s.correlation_window, max_causes=s.max_causes,
+                                              data_time_ratio=s.data_time_ratio)
+        self.max_updates = s.max_enrichment_updates
+        # Job-level alerts (comm_slowdown, ...) are judged against all of the job's nodes (models/telemetry/fabric.py).
+        from .fabric import FabricCorrelator, FabricHistory
+        from .link_baseline import LinkBaselines
+
+        baselines = LinkBaselines(half_life=s.link_baseline_half_life, min_samples=s.link_baseline_min_samples)
+        self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
+        # Many nodes' ports erring at once: one fabric incident, not a page per node (models/oncall/incidents.py).
+        from ..oncall.incidents import FabricIncidents
+
+        self.incidents = FabricIncidents(self.tracker, jobs_on=self._jobs_on)
+        from ..oncall.incidents import IntermittentIncidents, NodeIncidents
+
+        self.node_incidents = NodeIncidents(self._ranks_on)
+        self.intermittent = IntermittentIncidents()
+        #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
+        #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
+        #: once its window has passed (plus a margin for node clocks and ingestion lag).
+        self.fabric_refresh_seconds = 10.0
+        self._fabric_cache: dict[str, tuple[float, list | None]] = {}
+        self._now: float | None = None
+        # Host signals (models/telemetry/host.py) and the device-layer rules (models/telemetry/device_rules.py).
+        from .host import host_hub_parts
+
+        self.host, self.host_correlator = host_hub_parts(s, host)
+        from .device_rules import device_rules
+
+        self.devices = device_rules(host, self.correlator.placements)
+        # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
+        self._open: dict[str, list] = {}
+        self.max_open = 10_000
+        #: Node -> ts of its agent's first report (least recently reporting first; bounded like the
+        #: tracker's nodes): action hooks drain only nodes whose agent reported before the alert.
+        self._reported: OrderedDict[str, float] = OrderedDict()
+
+    def reported_before(self, node: str, ts: float) -> bool:
+        """Whether telemetry of ``node`` arrived before ``ts`` (its agent is real, not one forged message)."""
+        first = self._reported.get(node)
+        return first is not None and first < ts
+
+    def _note_report(self, node, ts: float) -> None:
+        if not isinstance(node, str):
+            return
+        if node in self._reported:
+            self._reported.move_to_end(node)
+            return
+        if len(self._reported) >= self.tracker.max_nodes:
+            self._reported.popitem(last=False)
+        self._reported[node] = ts
+
+    def process(self, event) -> list[Alert]:
+        self._note_report(getattr(event, "node", None), getattr(event, "ts", 0.0))
+        self.fabric.history.update(event)
+        if event.kind == "host":
+            return self.host.update(event)
+        if event.kind == "gpu":
+            return self.tracker.update(event) + self.devices.update(event)
+        return self.incidents.filter(self.tracker.update(event))
+
+    def _ranks_on(self, job: str, node: str) -> tuple[int, ...]:
+        return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))
+
+    def _jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
+        wanted = set(nodes)
+        jobs = dict.fromkeys((*self.correlator._placement, *self.fabric._job_nodes))
+        return [job for job in jobs if wanted.intersection(self._job_nodes(job))]
+
+    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
+                      steps: list[int] = (), step_times: list[float] = ()) -> None:
+        self.correlator.observe_steps(job, ranks, nodes, gpus, data_times)
+        if steps:
+            self.devices.observe_steps(job, steps, step_times)
+
+    def _reference_time(self, alert: Alert) -> float:
+        since = alert.evidence.get("stalled_since") if alert.type == "hang" else None
+        return float(since) if isinstance(since, (int, float)) else alert.starts_at
+
+    def _job_nodes(self, job: str) -> tuple[str, ...]:
+        placed = (node for node, _ in self.correlator._placement.get(job, {}).values() if node is not None)
+        return tuple(dict.fromkeys((*placed, *self.fabric.job_nodes(job))))
+
+    def _enriched(self, base: Alert) -> tuple[Alert, tuple]:
+        at = self._reference_time(base)
+        causes = self.correlator.suspects(base, at=at)
+        from .host import merge_causes
+
+        causes = merge_causes(causes, self.host_correlator.suspects(
+            base, at=at, placement=self.correlator.placement, job_nodes=self.correlator.job_nodes), self.correlator.max_causes)
+        if self.fabric.applies(base):
+            return self._enriched_job_wide(base, at, causes)
+        rank = 0
+        listed = []
+        for rank, cause in enumerate(causes, 1):
+            listed.append(cause.to_dict(rank))
+        hint = causes[0].hint if causes else "unknown"
+        evidence = dict(base.evidence)
+        evidence["suspected_causes"] = listed
+        evidence["cause_hint"] = hint
+        signature = tuple((c.component, c.node, c.category) for c in causes)
+        return replace(base, summary=f"{base.summary}; suspected cause: {hint}", evidence=evidence), signature
+
+    def _enriched_job_wide(self, base: Alert, at: float, own: list[SuspectedCause]) -> tuple[Alert, tuple]:
+        """A job-level alert: the job's nodes compared with each other (models/telemetry/fabric.py); with too few
+        nodes to compare, every spike on any of them near the onset is a candidate."""
+        nodes = self._job_nodes(base.job)
+        host = [c for c in own if c.category == "host"]  # host signals (models/telemetry/host.py) judged on their own
+        incident = self.incidents.covering(nodes, at)
+        if incident is not None:  # the job's nodes are in a fabric incident: that is the cause, no node is
+            causes = [incident.cause(), *host][: self.correlator.max_causes]
+            evidence = dict(base.evidence)
+            evidence["suspected_causes"] = [c.to_dict(i) for i, c in enumerate(causes, 1)]
+            evidence["cause_hint"] = causes[0].hint
+            evidence["nodes_compared"] = len(nodes)
+            evidence["incident"] = incident.id
+            evidence["fabric"] = incident.switch or "fleet"
+            return replace(base, nodes=(), ranks=(), evidence=evidence,
+                           summary=f"{base.summary}; suspected cause: {causes[0].hint}"), (("fabric", incident.id),)
+        found = self._fabric_suspects(base, nodes, at)
+        if found is None:
+            wide = replace(base, nodes=tuple(dict.fromkeys((*base.nodes, *nodes))), ranks=())
+            causes = self.correlator.suspects(wide, at=at) + host
+        else:
+            causes = [s.cause() for s in found]
+            seen = {(c.node, c.component) for c in causes}
+            # Spikes near the ranks it names (ranks that stood out); a hang's listed ranks are all waiting.
+            causes += [c for c in (own if base.type != "hang" else host) if (c.node, c.component) not in seen]
+        causes = causes[: self.correlator.max_causes]
+        listed = [c.to_dict(i) for i, c in enumerate(causes, 1)]
+        hint = causes[0].hint if causes else "unknown"
+        evidence = dict(base.evidence)
+        evidence["suspected_causes"] = listed
+        evidence["cause_hint"] = hint
+        evidence["nodes_compared"] = len(nodes)
+        named = tuple(c.node for c in causes[:1] if c.node) if found else ()
+        # The node the alert names is part of what changed: the same first cause found by the fabric
+        # comparison (once the job's telemetry arrived) names its node, found near the onset it does not.
+        signature = tuple((c.component, c.node, c.category) for c in causes) + ((("named",) + named,) if named else ())
+        return replace(base, nodes=tuple(dict.fromkeys((*named, *base.nodes))), evidence=evidence,
+                       summary=f"{base.summary}; suspected cause: {hint}"), signature
+
+    def _fabric_suspects(self, base: Alert, nodes: tuple[str, ...], at: float) -> list | None:
+        cached = self._fabric_cache.get(base.id)
+        now = self._now
+        samples = self.fabric.history.samples
+        # Too few nodes had telemetry the last time (e.g. the job's events reached the worker before its
+        # nodes' telemetry, another topic): compared again as soon as any has come, whatever the age.
+        late_telemetry = cached is not None and cached[1] is None and cached[2] != samples
+        if cached is not None and now is not None and not late_telemetry and (
+                now - cached[0] < self.fabric_refresh_seconds or cached[0] > at + 2 * self.fabric.window + 60.0):
+            return cached[1]
+        found = self.fabric.suspects(nodes, at)
+        if len(self._fabric_cache) >= self.max_open:
+            self._fabric_cache.pop(next(iter(self._fabric_cache)))
+        self._fabric_cache[base.id] = (now if now is not None else at, found, samples)
+        return found
+
+    def enrich(self, alerts: list[Alert]) -> list[Alert]:
+        """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts; the
+        stragglers of most ranks of one node become one node incident (models/oncall/incidents.py)."""
+        if not alerts:
+            return alerts
+        return self.intermittent.filter(self.node_incidents.filter(self._enrich(alerts)))
+
+    def _enrich(self, alerts: list[Alert]) -> list[Alert]:
+        out = []
+        for alert in alerts:
+            if (alert.type not in self.ENRICHED_TYPES and not self.host_correlator.enriches(alert)
+                    and not self.fabric.applies(alert)):
+                out.append(alert)
+                continue
+            if alert.status == "firing":
+                enriched, signature = self._enriched(alert)
+                if not signature and not self.tracker.events_seen and not self.host.events_seen:
+                    enriched = alert  # no agent deployed (yet) and no other clue: left as it is
+                if len(self._open) >= self.max_open:
+                    self._open.pop(next(iter(self._open)))
+                self._open[alert.id] = [alert, signature, 0, enriched]
+                out.append(enriched)
+            else:
+                entry = self._open.pop(alert.id, None)
+                self._fabric_cache.pop(alert.id, None)
+                if (entry is not None and "suspected_causes" not in alert.evidence
+                        and "suspected_causes" in entry[3].evidence):
+                    last = entry[3]
+                    evidence = dict(alert.evidence)
+                    evidence["suspected_causes"] = last.evidence.get("suspected_causes", [])
+                    evidence["cause_hint"] = last.evidence.get("cause_hint", "unknown")
+                    alert = replace(alert, evidence=evidence)
+                out.append(alert)
+        return out
+
+    def refresh(self) -> list[Alert]:
+        """New versions (still firing, same id) of open alerts whose suspected causes changed."""
+        out = []
+        for alert_id_, entry in list(self._open.items()):
+            base, signature, updates, _ = entry
+            if updates >= self.max_updates:
+                continue
+            enriched, new_signature = self._enriched(base)
+            if new_signature != signature:
+                entry[1], entry[2], entry[3] = new_signature, updates + 1, enriched
+                out.append(enriched)
+        return out
+
+    def tick(self, now: float) -> list[Alert]:
+        self._now = now
+        if self.devices.watching:
+            self.devices.rebuild()  # ranks placed or moved since: gpu_idle/hbm_full see them
+        return self.tracker.tick(now) + self.intermittent.filter(self.node_incidents.filter(self.refresh()))

@@ -1,0 +1,625 @@
+"""Node telemetry per node, GPU and port: counter rates, spikes, GPU and link alerts.
+
+The node agent (producers/agent.py) sends the raw cumulative counters of every GPU and
+InfiniBand/RoCE port of a node (docs/events.md, "Node telemetry"). Here, per node, per GPU
+and per port:
+
+* cumulative counters become deltas and rates (models/telemetry/counters.py, ``counter_delta``): a
+  counter that goes backwards from the top of a 32- or 64-bit range wrapped around; any other
+  decrease is a reset (driver reload, ``perfquery -R``) and only restarts the counter's history;
+* each rate keeps its own recent baseline (``Baseline``, bounded);
+* a **spike** is flagged on any increase of an error counter, on a rate far outside its
+  baseline (transmit wait, CNPs, a bandwidth collapse), on a link that goes down or comes
+  back at a lower rate, and on GPU faults (Xid, ECC, throttling with a clock drop, PCIe
+  downgrade, NVLink down or erroring). Spikes close to each other on the same component and
+  signal are one episode (:class:`SpikeEpisode`), with the time it began;
+* node alerts: ``gpu_fault`` (critical Xid codes, ECC double-bit errors, thermal or power
+  throttling with a clock drop, PCIe downgrade, NVLink down) and ``link_errors`` (a port with
+  errors in several of its recent samples, or down), firing and resolved. ``link_errors`` is one
+  alert per **node**, whichever of its ports err (``evidence.ports`` lists them): a node whose
+  every port errs is one problem, not one page per port. Many nodes erring together are one
+  ``fabric`` incident instead (models/oncall/incidents.py reads :meth:`TelemetryTracker.link_trouble`).
+
+The spike episodes are what the correlator (models/telemetry/telemetry_correlator.py) ranks as suspected causes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..alerts import Alert, alert_id
+from .counters import Baseline, CounterTrack
+from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
+
+#: Error counters of a port (sysfs counters/ and hw_counters/): any increase is a spike.
+#: name -> (weight, label). The weight ranks causes against each other.
+ERROR_COUNTERS: dict[str, tuple[float, str]] = {
+    "symbol_error": (6.0, "symbol errors"),
+    "link_error_recovery": (6.0, "link error recoveries"),
+    "link_downed": (8.0, "link down events"),
+    "local_link_integrity_errors": (6.0, "link integrity errors"),
+    "port_rcv_errors": (5.0, "receive errors"),
+    "excessive_buffer_overrun_errors": (5.0, "buffer overruns"),
+    "port_rcv_remote_physical_errors": (4.0, "remote physical errors"),
+    "port_xmit_discards": (4.0, "transmit discards"),
+    "port_rcv_switch_relay_errors": (3.0, "switch relay errors"),
+    "port_xmit_constraint_errors": (3.0, "transmit constraint errors"),
+    "port_rcv_constraint_errors": (3.0, "receive constraint errors"),
+    "VL15_dropped": (2.0, "VL15 drops"),
+    "local_ack_timeout_err": (5.0, "ACK timeouts"),
+    "out_of_sequence": (3.0, "out-of-sequence packets"),
+    "packet_seq_err": (3.0, "packet sequence errors"),
+    "rnr_nak_retry_err": (2.0, "RNR NAK retries exceeded"),
+    "implied_nak_seq_err": (2.0, "implied NAK sequence errors"),
+    "req_cqe_error": (3.0, "requester CQE errors"),
+    "resp_cqe_error": (3.0, "responder CQE errors"),
+    "duplicate_request": (2.0, "duplicate requests"),
+}
+#: Rate counters judged against their own baseline: name -> (floor per second, weight, label).
+#: A rate below its floor is never a spike (an idle port's 3 CNPs/s against a baseline of 0).
+RATE_COUNTERS: dict[str, tuple[float, float, str]] = {
+    "port_xmit_wait": (1000.0, 4.0, "transmit wait"),
+    "np_cnp_sent": (100.0, 3.0, "CNPs sent (congestion)"),
+    "rp_cnp_handled": (100.0, 3.0, "CNPs handled (congestion)"),
+    "np_ecn_marked_roce_packets": (100.0, 3.0, "ECN-marked packets (congestion)"),
+}
+#: Port data counters count 4-byte words (InfiniBand PMA convention, also in sysfs).
+DATA_COUNTERS = ("port_xmit_data", "port_rcv_data")
+#: A bandwidth collapse needs a busy baseline: at least this many bytes per second.
+BANDWIDTH_FLOOR = 1e8
+#: Per-node bounds (one producer cannot grow a node without limit; issue 27 finding 5): GPUs and
+#: link ports tracked per node; a sample of one more is left out and counted (``capped``).
+MAX_GPUS_PER_NODE = 64
+MAX_PORTS_PER_NODE = 256
+
+THROTTLE_THERMAL = 0x8 | 0x20 | 0x40  # HW slowdown, SW thermal, HW thermal
+THROTTLE_POWER = 0x4 | 0x80  # SW power cap, HW power brake
+THROTTLE_NAMES = {0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slowdown",
+                  0x40: "HW thermal slowdown", 0x80: "HW power brake"}
+XID_NAMES = {
+    13: "graphics engine exception (application)", 31: "GPU memory page fault (application)",
+    43: "GPU stopped processing (application)", 45: "preemptive cleanup (application)",
+    48: "double-bit ECC error", 61: "internal micro-controller breakpoint", 62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping", 64: "ECC page retirement or row remapping failure",
+    68: "video processor exception (application)", 74: "NVLink error", 79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate", 94: "contained ECC error", 95: "uncontained ECC error",
+    109: "context switch timeout", 119: "GSP RPC timeout", 120: "GSP error",
+}
+#: Weights of GPU-side signals.
+GPU_WEIGHTS = {"xid": 10.0, "ecc_dbe": 9.0, "nvlink_down": 8.0, "throttle": 7.0, "pcie_downgrade": 5.0,
+               "nvlink_errors": 4.0, "ecc_sbe": 1.0, "app_xid": 2.0}
+LINK_WEIGHTS = {"link_down": 9.0, "rate_down": 6.0, "bandwidth": 2.0}
+#: Seconds without a new flag after which a spike episode is over (the next flag starts a new one).
+EPISODE_GAP = 10.0
+
+
+@dataclass(slots=True)
+class SpikeEpisode:
+    """One spike of one signal on one component, from ``began`` to ``last``."""
+
+    node: str
+    component: str  # "mlx5_2/1", "gpu3", "gpu3/nvlink5"
+    category: str  # network | compute | application
+    signal: str
+    label: str
+    weight: float
+    began: float
+    last: float
+    gpu: int | None = None
+    device: str | None = None
+    port: int | None = None
+    count: int = 0  # summed increases of an error counter, or flagged samples
+    samples: int = 0
+    peak: float = 0.0  # largest rate / ratio seen
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"signal": self.signal, "what": self.label, "began_at": round(self.began, 3),
+               "last_at": round(self.last, 3), "samples": self.samples}
+        if self.count:
+            out["count"] = self.count
+        if self.peak:
+            out["peak"] = round(self.peak, 3)
+        out.update(self.detail)
+        return out
+
+
+class _PortState:
+    __slots__ = ("counters", "baselines", "bw", "bw_baseline", "max_rate", "state", "err_ring", "clean", "firing",
+                 "err_first", "err_totals", "down_samples")
+
+    def __init__(self, size: int, min_samples: int, window: int) -> None:
+        self.counters: dict[str, CounterTrack] = {}
+        self.baselines: dict[str, Baseline] = {}
+        self.bw = CounterTrack()
+        self.bw_baseline = Baseline(size, min_samples)
+        self.max_rate = 0.0
+        self.state: str | None = None
+        self.err_ring: deque[bool] = deque(maxlen=window)
+        self.clean = 0
+        self.firing = False  # sustained errors (or down): the node's link_errors alert covers this port
+        self.err_first: float | None = None
+        self.err_totals: dict[str, int] = {}
+        self.down_samples = 0
+
+
+class _GpuState:
+    __slots__ = ("ecc", "clock", "throttle_run", "pcie_run", "nvlink_up", "nvlink_counters", "faults", "clean",
+                 "fault_last")
+
+    def __init__(self, size: int, min_samples: int) -> None:
+        self.ecc = {"ecc_sbe": CounterTrack(), "ecc_dbe": CounterTrack()}
+        self.clock = Baseline(size, min_samples)
+        self.throttle_run = 0
+        self.pcie_run = 0
+        self.nvlink_up: dict[int, bool] = {}
+        self.nvlink_counters: dict[tuple[int, str], CounterTrack] = {}
+        self.faults: dict[str, Alert] = {}  # open gpu_fault alerts by fault key
+        self.clean: dict[str, int] = {}
+        self.fault_last: dict[str, float] = {}  # event-based faults: last occurrence
+
+
+class _NodeState:
+    __slots__ = ("gpus", "ports", "spikes", "open", "gpu_nics", "nic_ports", "nic_switch", "switch_ports", "last_ts",
+                 "link_alert", "link_bad_at", "link_kinds")
+
+    def __init__(self, max_spikes: int) -> None:
+        self.gpus: dict[int, _GpuState] = {}
+        self.ports: dict[tuple[str, int], _PortState] = {}
+        self.spikes: deque[SpikeEpisode] = deque(maxlen=max_spikes)
+        self.open: dict[tuple[str, str], SpikeEpisode] = {}
+        self.gpu_nics: dict[int, tuple[str, ...]] = {}
+        self.nic_ports: dict[str, tuple[int, ...]] = {}
+        self.nic_switch: dict[str, str] = {}  # NIC -> the switch at the other end of its cable (topology)
+        self.switch_ports: dict[str, str] = {}  # NIC -> the switch's port its cable ends in, where topology says
+        self.last_ts = 0.0
+        self.link_alert: Alert | None = None  # the node's one link_errors alert
+        self.link_bad_at: float | None = None  # node time of the latest port sample with errors (or down)
+        self.link_kinds: dict[str, float] = {}  # error counter (or "link_down") -> node time it last moved
+
+
+class TelemetryTracker:
+    """Per node, GPU and port: rates, baselines, spikes and node alerts; feed events in time order per node."""
+
+    def __init__(self, *, baseline_samples: int = 120, baseline_min_samples: int = 10, rate_factor: float = 4.0,
+                 bandwidth_collapse_ratio: float = 0.3, clock_drop_ratio: float = 0.85,
+                 throttle_min_samples: int = 3, link_error_window: int = 10, link_error_min_samples: int = 3,
+                 clear_after: int = 30, fault_hold_seconds: float = 300.0,
+                 app_xids: frozenset[int] = frozenset({13, 31, 43, 45, 68}), max_spikes_per_node: int = 512,
+                 max_nodes: int = 100_000) -> None:
+        if not 1 <= link_error_min_samples <= link_error_window:
+            raise ValueError("need 1 <= link_error_min_samples <= link_error_window")
+        self.baseline_samples = baseline_samples
+        self.baseline_min_samples = baseline_min_samples
+        self.rate_factor = rate_factor
+        self.bandwidth_collapse_ratio = bandwidth_collapse_ratio
+        self.clock_drop_ratio = clock_drop_ratio
+        self.throttle_min_samples = throttle_min_samples
+        self.link_error_window = link_error_window
+        self.link_error_min_samples = link_error_min_samples
+        self.clear_after = clear_after
+        self.fault_hold_seconds = fault_hold_seconds
+        self.app_xids = frozenset(app_xids)
+        self.max_spikes_per_node = max_spikes_per_node
+        self.max_nodes = max_nodes
+        #: Least recently reporting first (an LRU: a new node at the cap costs O(1)).
+        self._nodes: OrderedDict[str, _NodeState] = OrderedDict()
+        #: Input left out at a cap, by what: ``gpus_per_node``, ``ports_per_node``, ``nodes`` (evicted).
+        self.capped: Counter[str] = Counter()
+        self.events_seen = 0
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _node(self, name: str) -> _NodeState:
+        node = self._nodes.get(name)
+        if node is None:
+            if len(self._nodes) >= self.max_nodes:  # memory bound: forget the node silent the longest
+                self._nodes.popitem(last=False)
+                self.capped["nodes"] += 1
+            node = self._nodes[name] = _NodeState(self.max_spikes_per_node)
+        else:
+            self._nodes.move_to_end(name)
+        return node
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(self._nodes)
+
+    def firing(self) -> list[Alert]:
+        out = []
+        for node in self._nodes.values():
+            if node.link_alert is not None:
+                out.append(node.link_alert)
+            for gpu in node.gpus.values():
+                out.extend(gpu.faults.values())
+        return out
+
+    def nearest_ports(self, node: str, gpu: int) -> tuple[tuple[str, int], ...] | None:
+        """The ports of the NICs nearest to ``gpu`` (None when the node's topology is unknown)."""
+        state = self._nodes.get(node)
+        if state is None or gpu not in state.gpu_nics:
+            return None
+        return tuple((dev, p) for dev in state.gpu_nics[gpu] for p in state.nic_ports.get(dev, (1,)))
+
+    def spikes(self, node: str, since: float, until: float) -> list[SpikeEpisode]:
+        """Spike episodes of ``node`` that overlap ``[since, until]``."""
+        state = self._nodes.get(node)
+        if state is None:
+            return []
+        return [s for s in state.spikes if s.last >= since and s.began <= until]
+
+    # -- input ----------------------------------------------------------------------------
+
+    def update(self, event) -> list[Alert]:
+        """Feed one telemetry event; return the node alerts it fired or resolved."""
+        self.events_seen += 1
+        node = self._node(event.node)
+        if (isinstance(event, (GpuEvent, XidEvent)) and event.gpu not in node.gpus
+                and len(node.gpus) >= MAX_GPUS_PER_NODE):
+            self.capped["gpus_per_node"] += 1
+            return []
+        if (isinstance(event, LinkEvent) and (event.device, event.port) not in node.ports
+                and len(node.ports) >= MAX_PORTS_PER_NODE):
+            self.capped["ports_per_node"] += 1
+            return []
+        if event.ts > node.last_ts:
+            node.last_ts = event.ts
+        if isinstance(event, LinkEvent):
+            return self._on_link(node, event)
+        if isinstance(event, GpuEvent):
+            return self._on_gpu(node, event)
+        if isinstance(event, XidEvent):
+            return self._on_xid(node, event)
+        if isinstance(event, TopologyEvent):
+            node.gpu_nics = {g["gpu"]: tuple(g.get("nics", ())) for g in event.gpus}
+            node.nic_ports = {n["device"]: tuple(n.get("ports", ()) or (1,)) for n in event.nics}
+            node.nic_switch = {n["device"]: str(n["switch"]) for n in event.nics if n.get("switch")}
+            node.switch_ports = {n["device"]: ", ".join(x["switch_port"] for x in n["neighbors"] if "switch_port" in x)
+                                 for n in event.nics if n.get("switch") and n.get("neighbors")}
+        return []
+
+    def link_trouble(self, since: float) -> dict[str, tuple[float, frozenset[str]]]:
+        """Nodes whose ports logged errors (or went down) at or after ``since`` (node time):
+        ``node -> (latest such time, the error counters that moved since)``."""
+        out = {}
+        for name, node in self._nodes.items():
+            if node.link_bad_at is not None and node.link_bad_at >= since:
+                out[name] = (node.link_bad_at, frozenset(k for k, t in node.link_kinds.items() if t >= since))
+        return out
+
+    def switches(self, node: str) -> tuple[str, ...]:
+        """The switches the node's NICs are cabled to, as its topology events said (empty: unknown)."""
+        state = self._nodes.get(node)
+        return tuple(sorted(set(state.nic_switch.values()))) if state is not None else ()
+
+    def switch_ports(self, node: str, switch: str) -> dict[str, str]:
+        """``NIC -> port of ``switch`` its cable ends in`` for the node's NICs cabled to it, where topology says."""
+        state = self._nodes.get(node)
+        if state is None:
+            return {}
+        return {dev: port for dev, port in state.switch_ports.items() if port and state.nic_switch.get(dev) == switch}
+
+    def _flag(self, node: _NodeState, name: str, ts: float, *, component: str, category: str, signal: str,
+              label: str, weight: float, count: int = 0, peak: float = 0.0, gpu: int | None = None,
+              device: str | None = None, port: int | None = None, **detail: Any) -> SpikeEpisode:
+        key = (component, signal)
+        ep = node.open.get(key)
+        if ep is None or ts - ep.last > EPISODE_GAP:
+            ep = SpikeEpisode(node=name, component=component, category=category, signal=signal, label=label,
+                              weight=weight, began=ts, last=ts, gpu=gpu, device=device, port=port)
+            node.open[key] = ep
+            node.spikes.append(ep)
+        ep.last = max(ep.last, ts)
+        ep.count += count
+        ep.samples += 1
+        ep.peak = max(ep.peak, peak)
+        ep.detail.update(detail)
+        return ep
+
+    # -- ports ----------------------------------------------------------------------------
+
+    def _on_link(self, node: _NodeState, ev: LinkEvent) -> list[Alert]:
+        key = (ev.device, ev.port)
+        port = node.ports.get(key)
+        if port is None:
+            port = node.ports[key] = _PortState(self.baseline_samples, self.baseline_min_samples,
+                                                self.link_error_window)
+        comp = f"{ev.device}/{ev.port}"
+        where = dict(component=comp, category="network", device=ev.device, port=ev.port)
+        errors: dict[str, int] = {}
+        for name, value in ev.counters.items():
+            track = port.counters.get(name)
+            if track is None:
+                track = port.counters[name] = CounterTrack()
+            delta, rate = track.update(value, ev.ts)
+            if name in ERROR_COUNTERS:
+                if delta:
+                    weight, label = ERROR_COUNTERS[name]
+                    errors[name] = delta
+                    self._flag(node, ev.node, ev.ts, signal=name, label=label, weight=weight, count=delta,
+                               peak=rate or 0.0, **where)
+            elif name in RATE_COUNTERS and rate is not None:
+                floor, weight, label = RATE_COUNTERS[name]
+                base = port.baselines.get(name)
+                if base is None:
+                    base = port.baselines[name] = Baseline(self.baseline_samples, self.baseline_min_samples)
+                median = base.median() if base.ready else math.nan
+                if base.ready and rate >= floor and rate > self.rate_factor * max(median, floor / self.rate_factor):
+                    ratio = rate / median if median > 0 else math.inf
+                    self._flag(node, ev.node, ev.ts, signal=name, label=label, weight=weight, count=delta or 0,
+                               peak=min(ratio, 1e6), rate=round(rate, 1), baseline=round(median, 1), **where)
+                else:
+                    base.add(rate)
+        self._bandwidth(node, port, ev, where)
+        down = self._state(node, port, ev, where)
+        return self._link_alert(node, ev, port, errors, down)
+
+    def _bandwidth(self, node: _NodeState, port: _PortState, ev: LinkEvent, where: dict) -> None:
+        if not all(n in ev.counters for n in DATA_COUNTERS):
+            return
+        words = sum(ev.counters[n] for n in DATA_COUNTERS)
+        _, rate = port.bw.update(words, ev.ts)
+        if rate is None:
+            return
+        bps = rate * 4
+        base = port.bw_baseline
+        median = base.median() if base.ready else math.nan
+        if base.ready and median >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * median:
+            self._flag(node, ev.node, ev.ts, signal="bandwidth", label="bandwidth collapse",
+                       weight=LINK_WEIGHTS["bandwidth"], peak=median / max(bps, 1.0),
+                       bytes_per_s=round(bps), baseline_bytes_per_s=round(median), **where)
+        else:
+            base.add(bps)
+
+    def _state(self, node: _NodeState, port: _PortState, ev: LinkEvent, where: dict) -> bool:
+        down = False
+        if ev.state is not None:
+            state = ev.state.upper()
+            was = port.state
+            port.state = state
+            if state != "ACTIVE" and (was == "ACTIVE" or port.down_samples):
+                down = True
+                port.down_samples += 1
+                self._flag(node, ev.node, ev.ts, signal="link_down", label="link down",
+                           weight=LINK_WEIGHTS["link_down"], state=state, phys_state=ev.phys_state, **where)
+            elif state == "ACTIVE":
+                port.down_samples = 0
+        if ev.rate and (ev.state is None or ev.state.upper() == "ACTIVE"):
+            if ev.rate < port.max_rate:
+                self._flag(node, ev.node, ev.ts, signal="rate_down", label="link renegotiated lower",
+                           weight=LINK_WEIGHTS["rate_down"], rate_gbps=ev.rate, max_rate_gbps=port.max_rate,
+                           **where)
+            port.max_rate = max(port.max_rate, ev.rate)
+        return down
+
+    def _link_alert(self, node: _NodeState, ev: LinkEvent, port: _PortState, errors: dict[str, int],
+                    down: bool) -> list[Alert]:
+        bad = bool(errors) or down
+        port.err_ring.append(bad)
+        if bad:
+            port.clean = 0
+            if port.err_first is None:
+                port.err_first = ev.ts
+            for name, delta in errors.items():
+                port.err_totals[name] = port.err_totals.get(name, 0) + delta
+                node.link_kinds[name] = ev.ts
+            if down:
+                node.link_kinds["link_down"] = ev.ts
+            node.link_bad_at = ev.ts if node.link_bad_at is None else max(node.link_bad_at, ev.ts)
+        else:
+            port.clean += 1
+        if not port.firing:
+            if port.clean >= self.link_error_window:
+                port.err_first, port.err_totals = None, {}  # the last episode is over
+            if sum(port.err_ring) >= self.link_error_min_samples:
+                port.firing = True
+        elif port.clean >= self.clear_after:
+            port.firing = False
+            port.err_first, port.err_totals = None, {}
+        return self._node_link_alert(node, ev, port)
+
+    def _node_link_alert(self, node: _NodeState, ev: LinkEvent, port: _PortState) -> list[Alert]:
+        """The node's one link_errors alert: fires with its first port in trouble, lists every port that
+        erred, resolves once none is in trouble."""
+        if node.link_alert is not None:
+            if any(p.firing for p in node.ports.values()):
+                return []
+            alert, node.link_alert = node.link_alert, None
+            return [alert.resolved(at=ev.ts, summary=f"resolved: ports on {ev.node} clean for "
+                                                     f"{self.clear_after} samples ({alert.summary})")]
+        if not port.firing:
+            return []
+        # The port that fired first, then the node's other ports with errors in their recent samples.
+        others = sorted(((k, p) for k, p in node.ports.items() if p is not port and (p.firing or any(p.err_ring))),
+                        key=lambda kp: (-sum(kp[1].err_ring), kp[0]))
+        listed = [((ev.device, ev.port), port), *others]
+        began = min(p.err_first for _, p in listed if p.err_first is not None) if any(
+            p.err_first is not None for _, p in listed) else ev.ts
+        totals = dict(sorted(port.err_totals.items(), key=lambda kv: -kv[1]))
+        what = ", ".join(f"{n} +{v}" for n, v in totals.items()) or "errors"
+        if port.down_samples:
+            what = f"link {port.state}" + (f", {what}" if totals else "")
+        where = f"port {ev.device}/{ev.port}"
+        if len(listed) > 1:
+            where = f"{len(listed)} ports ({', '.join(f'{d}/{n}' for (d, n), _ in listed)}), first {ev.device}/{ev.port},"
+        ports = [{"device": d, "port": n, "errors": dict(p.err_totals), "state": p.state,
+                  "bad_samples": int(sum(p.err_ring)), "began_at": None if p.err_first is None else round(p.err_first, 3)}
+                 for (d, n), p in listed]
+        node.link_alert = Alert(
+            id=alert_id("", "link_errors", ev.node, round(began, 3)),
+            status="firing", type="link_errors",
+            severity="critical" if any(p.down_samples for _, p in listed) else "warning",
+            job="", ranks=(), nodes=(ev.node,), starts_at=ev.ts,
+            summary=(f"link_errors: {where} on {ev.node}: {what} in "
+                     f"{sum(port.err_ring)} of its last {len(port.err_ring)} samples"),
+            evidence={"node": ev.node, "device": ev.device, "port": ev.port, "began_at": round(began, 3),
+                      "errors": totals, "state": port.state, "rate_gbps": ev.rate,
+                      "bad_samples": int(sum(port.err_ring)), "window": len(port.err_ring), "ports": ports})
+        return [node.link_alert]
+
+    # -- GPUs -----------------------------------------------------------------------------
+
+    def _gpu(self, node: _NodeState, index: int) -> _GpuState:
+        gpu = node.gpus.get(index)
+        if gpu is None:
+            gpu = node.gpus[index] = _GpuState(self.baseline_samples, self.baseline_min_samples)
+        return gpu
+
+    def _on_gpu(self, node: _NodeState, ev: GpuEvent) -> list[Alert]:
+        gpu = self._gpu(node, ev.gpu)
+        comp = f"gpu{ev.gpu}"
+        where = dict(component=comp, category="compute", gpu=ev.gpu)
+        out: list[Alert] = []
+        active: dict[str, tuple[str, dict]] = {}  # condition faults present in this sample
+
+        for name in ("ecc_sbe", "ecc_dbe"):
+            value = getattr(ev, name)
+            if value is None:
+                continue
+            delta, _ = gpu.ecc[name].update(value, ev.ts)
+            if delta:
+                label = "ECC double-bit errors" if name == "ecc_dbe" else "ECC single-bit errors"
+                self._flag(node, ev.node, ev.ts, signal=name, label=label, weight=GPU_WEIGHTS[name], count=delta,
+                           **where)
+                if name == "ecc_dbe":
+                    out.extend(self._event_fault(gpu, ev.node, ev.gpu, "ecc_dbe", ev.ts,
+                                                 f"{delta} new ECC double-bit error(s) (total {value})",
+                                                 {"ecc_dbe_total": value, "ecc_dbe_new": delta}))
+
+        # Throttling only matters with a clock drop below the GPU's own recent clock.
+        reasons = (ev.throttle or 0) & (THROTTLE_THERMAL | THROTTLE_POWER)
+        if ev.sm_clock is not None:
+            ref = gpu.clock.median() if gpu.clock.ready else (ev.sm_clock_max or math.nan)
+            if reasons and ref > 0 and ev.sm_clock < self.clock_drop_ratio * ref:
+                gpu.throttle_run += 1
+                kind = "thermal" if reasons & THROTTLE_THERMAL else "power"
+                names = [n for bit, n in THROTTLE_NAMES.items() if reasons & bit]
+                detail = {"sm_clock_mhz": ev.sm_clock, "baseline_clock_mhz": round(ref, 1), "reasons": names,
+                          "temp_c": ev.temp, "power_w": ev.power}
+                self._flag(node, ev.node, ev.ts, signal="throttle", label=f"{kind} throttling",
+                           weight=GPU_WEIGHTS["throttle"], peak=ref / max(ev.sm_clock, 1.0), **detail, **where)
+                if gpu.throttle_run >= self.throttle_min_samples:
+                    active["throttle"] = (f"{kind} throttling: SM clock {ev.sm_clock:.0f} MHz vs {ref:.0f} MHz "
+                                          f"({', '.join(names)})" + (f", {ev.temp:.0f} C" if ev.temp else ""), detail)
+            else:
+                gpu.throttle_run = 0
+                if not reasons and (ev.util is None or ev.util >= 50):
+                    gpu.clock.add(ev.sm_clock)  # the busy, unthrottled clock is the baseline
+
+        down = []
+        if ev.pcie_width is not None and ev.pcie_width_max and ev.pcie_width < ev.pcie_width_max:
+            down.append(f"width x{ev.pcie_width} of x{ev.pcie_width_max}")
+        # GPUs lower the PCIe generation when idle to save power: only a busy GPU's generation counts.
+        if (ev.pcie_gen is not None and ev.pcie_gen_max and ev.pcie_gen < ev.pcie_gen_max
+                and ev.util is not None and ev.util >= 50):
+            down.append(f"gen {ev.pcie_gen} of {ev.pcie_gen_max}")
+        if down:
+            gpu.pcie_run += 1
+            detail = {"pcie_gen": ev.pcie_gen, "pcie_gen_max": ev.pcie_gen_max, "pcie_width": ev.pcie_width,
+                      "pcie_width_max": ev.pcie_width_max}
+            self._flag(node, ev.node, ev.ts, signal="pcie_downgrade", label="PCIe link downgraded",
+                       weight=GPU_WEIGHTS["pcie_downgrade"], **detail, **where)
+            if gpu.pcie_run >= self.throttle_min_samples:
+                active["pcie_downgrade"] = ("PCIe link downgraded: " + ", ".join(down), detail)
+        else:
+            gpu.pcie_run = 0
+
+        links_down = []
+        for link in ev.nvlinks:
+            n = link["link"]
+            up = link.get("up")
+            if up is not None:
+                was = gpu.nvlink_up.get(n)
+                if not up and (was or (was is False and f"nvlink{n}" in gpu.faults)):
+                    links_down.append(n)
+                    self._flag(node, ev.node, ev.ts, component=f"{comp}/nvlink{n}", category="compute",
+                               signal="nvlink_down", label=f"NVLink {n} down", weight=GPU_WEIGHTS["nvlink_down"],
+                               gpu=ev.gpu, link=n)
+                    gpu.nvlink_up[n] = was if was is not None else True  # stays "was up" while down
+                else:
+                    gpu.nvlink_up[n] = up
+            for name in ("crc_errors", "replay_errors", "recovery_errors"):
+                if name not in link:
+                    continue
+                key = (n, name)
+                track = gpu.nvlink_counters.get(key)
+                if track is None:
+                    track = gpu.nvlink_counters[key] = CounterTrack()
+                delta, _ = track.update(link[name], ev.ts)
+                if delta:
+                    self._flag(node, ev.node, ev.ts, component=f"{comp}/nvlink{n}", category="compute",
+                               signal="nvlink_errors", label=f"NVLink {n} errors", weight=GPU_WEIGHTS["nvlink_errors"],
+                               count=delta, gpu=ev.gpu, link=n, counter=name)
+        for n in links_down:
+            active[f"nvlink{n}"] = (f"NVLink {n} down", {"link": n})
+
+        # Condition faults: fire when present, resolve after `clear_after` samples without them.
+        for key, (text, detail) in active.items():
+            gpu.clean[key] = 0
+            if key not in gpu.faults:
+                fault = "nvlink_down" if key.startswith("nvlink") else key
+                severity = "critical" if fault == "nvlink_down" else "warning"
+                alert = self._gpu_alert(ev.node, ev.gpu, fault, key, ev.ts, severity, text, detail)
+                gpu.faults[key] = alert
+                out.append(alert)
+        for key in [k for k in gpu.faults if k not in active and k not in gpu.fault_last]:
+            gpu.clean[key] = gpu.clean.get(key, 0) + 1
+            if gpu.clean[key] >= self.clear_after:
+                alert = gpu.faults.pop(key)
+                gpu.clean.pop(key, None)
+                if key.startswith("nvlink"):
+                    gpu.nvlink_up.pop(int(key[6:]), None)
+                out.append(alert.resolved(at=ev.ts, summary=f"resolved: {alert.summary}"))
+        return out
+
+    def _gpu_alert(self, node: str, gpu: int, fault: str, key: str, ts: float, severity: str, text: str,
+                   detail: dict) -> Alert:
+        evidence = {"node": node, "gpu": gpu, "fault": fault, "began_at": round(ts, 3)}
+        evidence.update(detail)
+        return Alert(id=alert_id("", "gpu_fault", node, gpu, key, round(ts, 3)), status="firing", type="gpu_fault",
+                     severity=severity, job="", ranks=(), nodes=(node,), starts_at=ts,
+                     summary=f"gpu_fault: GPU {gpu} on {node}: {text}", evidence=evidence)
+
+    def _event_fault(self, gpu: _GpuState, node: str, index: int, key: str, ts: float, text: str,
+                     detail: dict) -> list[Alert]:
+        gpu.fault_last[key] = ts
+        if key in gpu.faults:
+            return []
+        fault = "xid" if key.startswith("xid") else key
+        alert = self._gpu_alert(node, index, fault, key, ts, "critical", text, detail)
+        gpu.faults[key] = alert
+        return [alert]
+
+    def _on_xid(self, node: _NodeState, ev: XidEvent) -> list[Alert]:
+        gpu = self._gpu(node, ev.gpu)
+        name = XID_NAMES.get(ev.xid, "")
+        app = ev.xid in self.app_xids
+        self._flag(node, ev.node, ev.ts, component=f"gpu{ev.gpu}", category="application" if app else "compute",
+                   signal="app_xid" if app else "xid", label=f"Xid {ev.xid}" + (f" ({name})" if name else ""),
+                   weight=GPU_WEIGHTS["app_xid" if app else "xid"], count=1, gpu=ev.gpu, xid=ev.xid)
+        if app:
+            return []
+        text = f"Xid {ev.xid}" + (f" ({name})" if name else "") + (f": {ev.message}" if ev.message else "")
+        return self._event_fault(gpu, ev.node, ev.gpu, f"xid{ev.xid}", ev.ts, text, {"xid": ev.xid})
+
+    def tick(self, now: float) -> list[Alert]:
+        """Resolve event-based GPU faults (Xid, ECC) not seen again for ``fault_hold_seconds`` of node time."""
+        out: list[Alert] = []
+        for node in self._nodes.values():
+            clock = max(node.last_ts, 0.0)
+            for index, gpu in node.gpus.items():
+                for key, last in list(gpu.fault_last.items()):
+                    if clock - last >= self.fault_hold_seconds:
+                        del gpu.fault_last[key]
+                        alert = gpu.faults.pop(key, None)
+                        if alert is not None:
+                            out.append(alert.resolved(at=clock, summary=f"resolved: not seen again for "
+                                                                        f"{self.fault_hold_seconds:.0f} s "
+                                                                        f"({alert.summary})"))
+            # Close spike episodes that have been quiet (keeps `open` small).
+            for key in [k for k, ep in node.open.items() if clock - ep.last > EPISODE_GAP]:
+                del node.open[key]
+        return out
