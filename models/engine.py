@@ -194,7 +194,8 @@ class DetectionEngine:
         self.job_health_default: JobHealthSettings | None = None
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
-        #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger (models/oncall/oncall.py).
+        #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger
+        #: (models/oncall/oncall.py).
         self.oncall = OnCall(self.settings.oncall)
         #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
         self.straggler_flaps: Counter[str] = Counter()

@@ -250,7 +250,8 @@ class CommRule(JobRule):
 
 
 class CheckpointRule(JobRule):
-    """Checkpoint staleness and slow checkpoints (models/jobhealth/checkpoint.py): job-wide phases, progress, the clock."""
+    """Checkpoint staleness and slow checkpoints (models/jobhealth/checkpoint.py): job-wide phases, progress,
+    the clock."""
 
     spec = RuleSpec(name="checkpoint", consumes=frozenset({Signal.RANK_STEPS, Signal.PHASES, Signal.TICKS}),
                     alert_types=(AlertType.CHECKPOINT_STALE,), failure_classes=("checkpoint_stale",),

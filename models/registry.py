@@ -50,7 +50,8 @@ NODE_RULES: tuple[RuleSpec, ...] = (
     # models/oncall/incidents.py: many nodes' ports erring together, one fabric incident.
     RuleSpec(name="fabric", consumes=frozenset({Signal.TELEMETRY}), alert_types=(AlertType.FABRIC,),
              failure_classes=("fabric",), settings=TelemetrySettings),
-    # models/oncall/oncall.py (restarts) and models/oncall/ledger.py (node ledger): made from the alerts leaving the engine.
+    # models/oncall/oncall.py (restarts) and models/oncall/ledger.py (node ledger): made from the alerts leaving
+    # the engine.
     RuleSpec(name="oncall", consumes=frozenset({Signal.ALERTS}),
              alert_types=(AlertType.JOB_RESTART, AlertType.NODE_SUSPECT),
              failure_classes=("job_restart", "node_suspect"), settings=OnCallSettings),

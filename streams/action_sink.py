@@ -1,4 +1,5 @@
-"""Delivers action records (models/oncall/action_hooks.py): the actions topic, an optional webhook, an optional executor.
+"""Delivers action records (models/oncall/action_hooks.py): the actions topic, an optional webhook, an optional
+executor.
 
 Off unless ``STEPWATCH_ONCALL_HOOKS_ENABLED=true``. Detection never waits for it: records queue
 (bounded; the oldest is dropped when full) and one task sends them. The webhook gets each record

@@ -19,8 +19,8 @@ import pytest
 HEAVY_ROOTS = ("numpy", "scipy", "faust", "aiokafka", "mode")
 #: stepwatch's own modules the training side may load: the wire format and the client settings.
 LIGHT_STEPWATCH = {"stepwatch", "stepwatch.client_settings", "stepwatch.models", "stepwatch.models.wire.deadletter",
-                   "stepwatch.models.wire.events", "stepwatch.models.wire.nccl_events", "stepwatch.models.wire.telemetry_events",
-                   "stepwatch.models.wire.wire"}
+                   "stepwatch.models.wire.events", "stepwatch.models.wire.nccl_events",
+                   "stepwatch.models.wire.telemetry_events", "stepwatch.models.wire.wire"}
 #: ... with the packages they live in (importing a module imports its package).
 LIGHT_STEPWATCH |= {m.rpartition(".")[0] for m in LIGHT_STEPWATCH if "." in m}
 

@@ -36,7 +36,8 @@ from ..wire.telemetry_events import HOST_CPU_FIELDS, HostEvent
 
 @dataclass(frozen=True, kw_only=True)
 class HostSettings:
-    """Host signals as causes (models/telemetry/host.py) and the device-layer rules of seed 003 (models/telemetry/device_rules.py)."""
+    """Host signals as causes (models/telemetry/host.py) and the device-layer rules of seed 003
+    (models/telemetry/device_rules.py)."""
 
     #: IO pressure: PSI io ``some avg10`` at or above this percentage (and ``pressure_factor`` x the node's baseline).
     io_pressure_pct: float = 20.0

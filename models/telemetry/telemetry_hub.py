@@ -23,7 +23,8 @@ from .telemetry_tracker import TelemetryTracker
 
 @dataclass(frozen=True, kw_only=True)
 class TelemetrySettings:
-    """Node telemetry: the node agent, counter spikes, GPU/link alerts, correlation (models/telemetry/telemetry_hub.py)."""
+    """Node telemetry: the node agent, counter spikes, GPU/link alerts, correlation
+    (models/telemetry/telemetry_hub.py)."""
 
     #: Topic of node telemetry (keyed by node), under the Kafka topic prefix.
     topic: str = "telemetry"
