@@ -33,7 +33,8 @@ its last ``intermittent_window`` steps are counted (a ring, updated per step); a
 count has at most ``coincidence_p`` chance at its *peers'* rate of slow steps over the same steps
 (floored at ``spike_rate_floor``), and its slow steps were clearly slow (their ratio, decayed mean, at
 least twice the threshold's excess), on fewer than half of its steps since the first (more is a steady
-straggler: the rule above): GC spikes, loader hiccups and a rotating MoE hot expert hit every rank alike
+straggler: the rule above), and its average cost since the first (slow steps at their ratio, the rest at
+par) reaches ``ratio_threshold`` (a few 1.3x steps in a hundred on a real trace's heavy tail cost ~4%): GC spikes, loader hiccups and a rotating MoE hot expert hit every rank alike
 and fire nobody. A step judged on the step time while the job's other steps carry compute or arrival
 times is not counted (in synchronous training every rank's step time is the same). The alert
 (``evidence.pattern: "intermittent"``) says how often the rank is slow and how slow it is then.
@@ -526,8 +527,11 @@ class StragglerDetector:
             if self._clean_run[slot] >= self._clean_needed(slot):
                 continue  # the pattern ended (a long enough clean run): nothing to fire now
             k = int(counts[i])
-            if k >= 0.5 * self._span(slot):
+            span = self._span(slot)
+            if k >= 0.5 * span:
                 continue  # slow on most steps: the short rule's (a steady straggler), not a flaky pattern
+            if 1.0 + (k / span) * (float(self._flaky_ratio[slot]) - 1.0) < self.ratio_threshold:
+                continue  # costs the job less on average than one slow step must: rare mild outliers, no page
             rate = max(self.spike_rate_floor, (total - k) / max(others * seen, 1))
             if _binomial_tail(k, seen, rate) <= self.coincidence_p:
                 keep.append(i)
