@@ -312,7 +312,7 @@ class DetectionEngine:
         """The least recently active job without an open alert among the first ``EVICTION_PROBES``."""
         for _ in range(min(EVICTION_PROBES, len(self.jobs))):
             name, job = next(iter(self.jobs.items()))
-            if not self._job_open_alerts(job):
+            if not job.open_alerts():
                 return job
             self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
             self._touches += 1
@@ -584,7 +584,7 @@ class DetectionEngine:
         self.telemetry.fabric.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
-                                Resolution.FORGOTTEN, reason) for alert in self._job_open_alerts(job)]
+                                Resolution.FORGOTTEN, reason) for alert in job.open_alerts()]
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -720,11 +720,7 @@ class DetectionEngine:
         return state.sli.snapshot() if state is not None else None
 
     def open_alerts(self) -> list[Alert]:
-        return [a for job in self.jobs.values() for a in self._job_open_alerts(job)]
-
-    @staticmethod
-    def _job_open_alerts(job: JobState) -> list[Alert]:
-        return job.open_alerts()
+        return [a for job in self.jobs.values() for a in job.open_alerts()]
 
 
 def _by_touch(job: JobState) -> int:

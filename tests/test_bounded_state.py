@@ -56,9 +56,8 @@ def test_a_new_job_costs_a_bounded_number_of_probes(monkeypatch):
 
     engine = DetectionEngine(dataclasses.replace(Settings(), retention=RetentionSettings(max_jobs=2000)))
     looked = []
-    original = DetectionEngine._job_open_alerts
-    monkeypatch.setattr(DetectionEngine, "_job_open_alerts",
-                        staticmethod(lambda job: looked.append(1) or original(job)))
+    original = JobState.open_alerts
+    monkeypatch.setattr(JobState, "open_alerts", lambda job: looked.append(1) or original(job))
     slot = JobState.__dict__["last_seen"]
     monkeypatch.setattr(JobState, "last_seen", property(lambda job: looked.append(1) or slot.__get__(job, JobState),
                                                         lambda job, value: slot.__set__(job, value)))

@@ -90,10 +90,3 @@ def checkpoint_rule(job: str, settings: JobHealthSettings) -> CheckpointDetector
                               max_age_steps=h.checkpoint_max_age_steps, slow_factor=h.checkpoint_slow_factor,
                               required=h.checkpoint_required)
 
-
-def job_health_rules(job: str, settings: JobHealthSettings, *, warmup_steps: int
-                     ) -> tuple[ThroughputDetector, CommSlowdownDetector, CheckpointDetector]:
-    """The three job-wide rules of ``job``, configured by ``settings`` (the engine makes each through its
-    registry entry, models/job_rules.py)."""
-    return (throughput_rule(job, settings, warmup_steps=warmup_steps), comm_rule(job, settings),
-            checkpoint_rule(job, settings))
