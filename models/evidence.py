@@ -34,7 +34,7 @@ class Horizon(StrEnum):
 
 
 class HangCase(StrEnum):
-    """What the hang rule found about who is where (models/hang/detector.py ``HangDiagnosis``)."""
+    """What the hang rule found about who is where (models/hang/diagnosis.py ``HangDiagnosis``)."""
 
     CULPRIT_BEFORE_COLLECTIVE = "culprit_before_collective"
     SILENT_RANKS = "silent_ranks"

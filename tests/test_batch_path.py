@@ -69,15 +69,15 @@ def _run(messages: list[bytes], *, batched: bool):
 def _state(engine: DetectionEngine, recorder: StatusRecorder) -> dict:
     out = {"kinds": dict(engine.events_by_kind), "clock": engine.clock}
     for name, job in engine.jobs.items():
-        h = job.hang
-        n = h._n
+        h = job.hang.progress
+        n = h.n
         out[name] = {
             "job": (job.last_ts, job.latest_step, sorted(job.ranks), list(job.lags), job.phase, job.ended),
             "sli": job.sli.snapshot(),
-            "hang": (h._started_at, h._latest_ts, h._max_step, h._progress_ts, h._completed_any, h._world_size,
-                     list(h._step_times), list(h._advances), dict(h._slot), h._nodes[:n],
-                     h._step[:n].tolist(), h._rank_progress[:n].tolist(), h._stepped[:n].tolist(),
-                     h._last_seen[:n].tolist()),
+            "hang": (h.started_at, h.latest_ts, h.max_step, h.progress_ts, h.completed_any, h.world_size,
+                     list(h.step_times), list(h.advances), dict(h.slot_of_rank), h.nodes[:n],
+                     h.last_step[:n].tolist(), h.rank_progress[:n].tolist(), h.stepped[:n].tolist(),
+                     h.last_seen[:n].tolist()),
             "assemblers": {g: (sorted(a.members), a.world_size_hint, sorted(a._open), a.last_closed, a.late_events,
                                a.restarts, a._newest_step, a._quorum_step, a._extra_lag, a._extra_seen) for g, a in job.assemblers.items()},
             "checkpoint": (job.checkpoint._job_start, job.checkpoint._latest_step),

@@ -83,7 +83,7 @@ def test_a_heartbeat_listing_too_many_ranks_in_a_group_is_dead_lettered_with_the
 
 
 def test_process_groups_and_their_ranks_per_job_are_capped_and_counted(monkeypatch):
-    from stepwatch.models.hang import detector as hang
+    from stepwatch.models.hang import progress as hang
 
     monkeypatch.setattr(hang, "MAX_PGS", 50)
     monkeypatch.setattr(hang, "MAX_PG_RANK_ENTRIES", 100)
@@ -93,8 +93,8 @@ def test_process_groups_and_their_ranks_per_job_are_capped_and_counted(monkeypat
         engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": T0 + i, "step": 1,
                                     "pgs": pgs}))
     detector = engine.jobs["j"].hang
-    assert len(detector._pg_seq) == 50
-    assert sum(len(r) for r in detector._pg_ranks.values() if r) <= 100
+    assert len(detector.progress.pg_seq) == 50
+    assert sum(len(r) for r in detector.progress.pg_ranks.values() if r) <= 100
     assert engine.capped()["process_groups_per_job"] == 150
     assert engine.capped()["pg_ranks_per_job"] == 50 - 100 // 8
 
@@ -224,7 +224,7 @@ def test_accumulated_state_caps_dead_letter_the_event_that_hit_them(monkeypatch)
     """Process groups per job, GPUs and ports per node, op names per job, ranks per job on the one-by-one
     road: the event a cap left (part of) out is in its message's dead letter with what, as well as counted."""
     from stepwatch.models.jobhealth import comm
-    from stepwatch.models.hang import detector as hang
+    from stepwatch.models.hang import progress as hang
     from stepwatch.models.telemetry import telemetry_tracker as tt
     from stepwatch.models.wire.events import encode_events
     from stepwatch.models.pipeline import TELEMETRY_ROAD, Message, Pipeline

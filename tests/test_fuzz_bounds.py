@@ -133,8 +133,8 @@ def test_adversarial_messages_keep_memory_and_work_per_message_bounded(raws):
         tracemalloc.stop()
     assert len(engine.jobs) <= MAX_JOBS
     for job in engine.jobs.values():
-        assert len(job.hang._pg_seq) <= MAX_PGS and len(job.comm._keys) <= MAX_OP_KEYS
-        assert sum(len(r) for r in job.hang._pg_ranks.values() if r) <= MAX_PG_RANK_ENTRIES
+        assert len(job.hang.progress.pg_seq) <= MAX_PGS and len(job.comm._keys) <= MAX_OP_KEYS
+        assert sum(len(r) for r in job.hang.progress.pg_ranks.values() if r) <= MAX_PG_RANK_ENTRIES
     for node in engine.telemetry.tracker._nodes.values():
         assert len(node.gpus) <= MAX_GPUS_PER_NODE
         assert len(node.ports) <= MAX_PORTS_PER_NODE

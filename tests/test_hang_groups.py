@@ -241,7 +241,7 @@ def test_stack_from_an_earlier_hang_is_ignored_and_a_late_answer_still_counts():
     [req] = det.take_stack_requests()
     det.mark_sent(req.request_id)  # what the worker does once it sent the request
     ident = req.request_id.split("/")[0]
-    det._old_alert_ids.append("old")
+    det.stack_requests.old_alert_ids.append("old")
     stale = {"v": 1, "kind": "stack", "job": JOB, "rank": 13, "ts": now + 13, "request_id": "old/1",
              "threads": [{"name": "MainThread", "frames": [{"file": "a.py", "line": 1, "function": "stale"}]}]}
     det.update(parse_event(stale))

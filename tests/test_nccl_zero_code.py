@@ -307,7 +307,7 @@ def test_ras_heartbeats_are_ignored_while_the_job_sends_its_own(tmp_path):
     for hb in heartbeats(status, procs=ProcTable(hosts["gpu-b"]["proc"]), node="gpu-b", ts=101.0)[0]:
         engine.process(parse_event(hb))
     hang = engine.jobs["4242"].hang
-    assert COMM_ID not in hang._pg_seq and engine.jobs["4242"].sources == {"callback", "nccl_ras"}
+    assert COMM_ID not in hang.progress.pg_seq and engine.jobs["4242"].sources == {"callback", "nccl_ras"}
 
 
 # -- Flight Recorder through its FIFO ---------------------------------------------------------

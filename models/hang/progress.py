@@ -1,0 +1,468 @@
+"""Where a job and each of its ranks are: the state the hang rule (models/hang/detector.py) judges.
+
+One ``JobProgress`` per run of a job (a restart of the whole job starts a fresh one): the job's step
+counter (the ranks' lower median, so one wild step number cannot move it), when it last advanced, the
+recent step times and heartbeat gaps, and each rank's latest step, heartbeat, collective sequence
+numbers, node and phase, in arrays indexed by a dense slot (grown on demand), plus each process
+group's sequence numbers from the heartbeats' ``pgs``. Kept apart from the rule so that what is known
+(this module) and what is concluded from it (models/hang/diagnosis.py, models/hang/detector.py) read
+separately; the step path here is the hot one (every step event), the rest runs on a hang.
+
+Memory is bounded: arrays per rank, bounded deques, process groups capped (``MAX_PGS``,
+``MAX_PG_RANK_ENTRIES``) and what a cap left out counted in ``capped``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from enum import Enum
+
+import numpy as np
+
+from ..wire.events import HeartbeatEvent
+from .evidence import RankPosition
+
+#: The default process group: its sequence numbers are also the heartbeat's top-level ones.
+DEFAULT_PG = "default"
+#: Ranks in new processes (steps or heartbeat sequence numbers back, a new node) within this many
+#: seconds of the first: a majority of them is a restart of the job; fewer, single ranks restarted.
+INCARNATION_WINDOW_SECONDS = 120.0
+#: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
+MAX_PGS = 4096
+#: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
+#: kept (it is judged as one without them) and counted in ``capped``.
+MAX_PG_RANK_ENTRIES = 1_000_000
+
+
+class Incarnation(Enum):
+    """What a rank's event from a new process of it means (``JobProgress.new_process``)."""
+
+    RANK = "rank"  # a single rank restarted: its positions were dropped
+    JOB = "job"  # most ranks did within the window: the job restarted
+
+
+class JobProgress:
+    """Steps, heartbeats and collective positions of one run of a job, per rank and per process group.
+
+    ``step_history``: recent train step times (and counter advances) kept, for the p99 the early warning
+    uses. Every method is an update or a query of this state; none makes an alert.
+
+    >>> progress = JobProgress(step_history=8)
+    >>> for rank, step in [(0, 5), (1, 5), (2, 6)]:
+    ...     _ = progress.rank_row(progress.slot_for(rank, 100.0), step, 100.0, "node-0")
+    >>> progress.counter_passed()  # the ranks' lower median passed the counter (-1 at the start)
+    5
+    """
+
+    def __init__(self, step_history: int) -> None:
+        # Job-level state.
+        self.started_at: float | None = None  # first event of this run of the job
+        self.latest_ts = 0.0  # latest event time from any rank of the job
+        # The job's step counter: the (lower) median of the ranks' completed steps, so that one
+        # event with a wild step number cannot move it (the max would: a false hang that never ends).
+        self.max_step = -1
+        self.above = 0  # ranks whose step is above the counter
+        self.known = 0  # ranks with a known step
+        self.completed_any = False  # a step completed since start (a heartbeat's first value is a baseline)
+        self.progress_ts = 0.0  # when the counter last advanced (or the start)
+        self.phase = "train"  # job-wide phase from phase events without a rank
+        self.ended = False
+        self.has_heartbeats = False
+        self.has_step_events = False
+        self.world_size: int | None = None
+        self.step_times: deque[float] = deque(maxlen=step_history)  # recent train step times
+        self.hb_gaps: deque[float] = deque(maxlen=64)  # recent heartbeat intervals (any rank)
+        self.advances: deque[tuple[int, float]] = deque(maxlen=step_history)  # (new job step, when)
+        # Per-rank latest values, in arrays indexed by a dense slot (grown on demand).
+        self.slot_of_rank: dict[int, int] = {}
+        self.n = 0
+        self.rank_at = np.zeros(0, dtype=np.int64)
+        self.last_step = np.zeros(0, dtype=np.int64)  # highest completed step (-1: unknown)
+        self.rank_progress = np.zeros(0)  # when the rank's step last advanced (or was first seen)
+        self.stepped = np.zeros(0, dtype=bool)  # the rank's step advanced at least once
+        self.last_seen = np.zeros(0)  # latest event of any kind from the rank
+        self.last_hb = np.zeros(0)  # latest heartbeat (NaN: none)
+        self.seq_started = np.zeros(0, dtype=np.int64)  # -1: unknown
+        self.seq_completed = np.zeros(0, dtype=np.int64)
+        self.hb_done = np.zeros(0, dtype=np.int64)  # the latest heartbeat's seq_completed (-1: none)
+        # Ranks seen in a new process (an incarnation) since ``_incarnated_at`` (see ``_incarnation``).
+        self.incarnated: set[int] = set()
+        self.incarnated_at = 0.0
+        self.nodes: list[str | None] = []
+        self.rank_phase: list[str | None] = []
+        # Per-process-group sequence numbers from heartbeats' ``pgs``: group -> slot -> (started,
+        # completed), and the group's global ranks (None: not told, e.g. the default group).
+        self.pg_seq: dict[str, dict[int, tuple[int, int]]] = {}
+        self.pg_ranks: dict[str, tuple[int, ...] | None] = {}
+        self.pg_rank_entries = 0
+        #: Input left out at a cap (process groups beyond MAX_PGS, ranks lists beyond MAX_PG_RANK_ENTRIES).
+        self.capped: Counter[str] = Counter()
+        self.pg_desc: dict[str, str] = {}  # group -> its description from the heartbeats (``pgs[name].desc``)
+
+
+    def new_process(self, slot: int, step: int, ts: float, node: str | None,
+                    seq_completed: int | None) -> Incarnation | None:
+        """Whether a rank's event comes from a new process of it: its step or heartbeat sequence number went
+        back, or it is on another node, in an event stamped after its latest (a late event of the old process
+        is not one). Its old positions are dropped, never compared with the new ones (``Incarnation.RANK``).
+        When most ranks did so within ``INCARNATION_WINDOW_SECONDS``, the job restarted
+        (``Incarnation.JOB``): the caller starts a fresh state. None: the same process."""
+        if not ts > self.last_seen[slot]:
+            return None
+        old_step, old_node = int(self.last_step[slot]), self.nodes[slot]
+        back = old_step >= 0 and step < old_step - 1
+        moved = node is not None and old_node is not None and node != old_node
+        seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
+        if not (back or moved or seq_back):
+            return None
+        if self.incarnated and ts - self.incarnated_at > INCARNATION_WINDOW_SECONDS:
+            self.incarnated.clear()  # the earlier ones were single ranks restarting
+        if not self.incarnated:
+            self.incarnated_at = ts
+        self.incarnated.add(slot)
+        if 2 * len(self.incarnated) <= self.n:
+            self.reset_rank(slot)
+            return Incarnation.RANK
+        return Incarnation.JOB
+
+
+    def p99_step_time(self) -> float:
+        return float(np.percentile(np.fromiter(self.step_times, float), 99)) if self.step_times else 0.0
+
+    def heartbeat_gap(self) -> float | None:
+        """The median of the recent heartbeat intervals (any rank), None before two heartbeats of a rank."""
+        return float(np.median(np.fromiter(self.hb_gaps, float))) if self.hb_gaps else None
+
+    def in_checkpoint(self) -> bool:
+        return self.phase == "checkpoint" or "checkpoint" in self.rank_phase
+
+    def observe_collective(self, slot: int, seq: int) -> None:
+        """A collective event: the rank issued and completed collective ``seq``."""
+        if seq > self.seq_started[slot]:
+            self.seq_started[slot] = seq
+        if seq > self.seq_completed[slot]:
+            self.seq_completed[slot] = seq
+
+    def slot_for(self, rank: int, ts: float) -> int:
+        slot = self.slot_of_rank.get(rank)
+        if slot is not None:
+            return slot
+        slot = self.slot_of_rank[rank] = self.n
+        self.n += 1
+        if slot >= len(self.rank_at):
+            grow = max(8, len(self.rank_at))
+            self.rank_at = np.concatenate([self.rank_at, np.zeros(grow, dtype=np.int64)])
+            self.last_step = np.concatenate([self.last_step, np.full(grow, -1, dtype=np.int64)])
+            self.rank_progress = np.concatenate([self.rank_progress, np.zeros(grow)])
+            self.stepped = np.concatenate([self.stepped, np.zeros(grow, dtype=bool)])
+            self.last_seen = np.concatenate([self.last_seen, np.zeros(grow)])
+            self.last_hb = np.concatenate([self.last_hb, np.full(grow, np.nan)])
+            self.seq_started = np.concatenate([self.seq_started, np.full(grow, -1, dtype=np.int64)])
+            self.seq_completed = np.concatenate([self.seq_completed, np.full(grow, -1, dtype=np.int64)])
+            self.hb_done = np.concatenate([self.hb_done, np.full(grow, -1, dtype=np.int64)])
+        self.rank_at[slot] = rank
+        self.rank_progress[slot] = ts
+        self.last_seen[slot] = ts
+        self.nodes.append(None)
+        self.rank_phase.append(None)
+        return slot
+
+    def reset_rank(self, slot: int) -> None:
+        """Forget a rank's positions (a new process of it: its counters start again)."""
+        old = int(self.last_step[slot])
+        if old >= 0:
+            self.known -= 1
+            if old > self.max_step:
+                self.above -= 1
+        self.last_step[slot] = -1
+        self.stepped[slot] = False
+        self.seq_started[slot] = self.seq_completed[slot] = self.hb_done[slot] = -1
+        for seqs in self.pg_seq.values():
+            seqs.pop(slot, None)
+
+    def quiet_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
+                     phases: list[str], nodes: list[str | None], world_sizes: list[int | None]) -> None:
+        """``update_steps`` while no hang is open: no alert, per-rank values become array writes."""
+        if self.started_at is None:
+            self.started_at = self.progress_ts = ts[0]
+        latest = max(ts)
+        if latest > self.latest_ts:
+            self.latest_ts = latest
+        slot_of = self.slot_of_rank.get
+        slots = [slot_of(r) for r in ranks]
+        if None in slots:
+            for i, slot in enumerate(slots):
+                if slot is None:
+                    slots[i] = self.slot_for(ranks[i], ts[i])
+        self.has_step_events = True
+        for w in reversed(world_sizes):
+            if w is not None:
+                self.world_size = w
+                break
+        first = not self.completed_any
+        self.completed_any = True
+        top = self.max_step
+        if first and ts[0] > self.progress_ts:
+            self.progress_ts = ts[0]
+        if max(steps) <= top or len(slots) == 1 or len(set(slots)) != len(slots):
+            if max(steps) > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
+                for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
+                    self.rank_row(slot, step, t, node)
+                    passed = self.counter_passed()
+                    if passed is not None:
+                        self.counted_advance(i, passed, first, step_times, phases, ts)
+                return
+            if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
+                self.rank_row(slots[0], steps[0], ts[0], nodes[0])
+            else:
+                self.rank_columns(slots, steps, ts, nodes)
+            passed = self.counter_passed() if max(steps) > top else None
+            if passed is not None:
+                self.counted_advance(0, passed, first, step_times, phases, ts)
+            return
+        # Each rank once: find, by cumulative counts, the events after which the ranks' median passed
+        # the counter (what event-by-event processing finds), then write the columns.
+        idx = np.array(slots, dtype=np.int64)
+        steps_a = np.array(steps, dtype=np.int64)
+        cur = self.last_step[idx]
+        fresh = cur < 0
+        if not fresh.any():  # no new rank: the counts only grow, so the end of the run decides
+            k = self.known
+            if self.above + int(((steps_a > top) & (cur <= top)).sum()) < k - (k - 1) // 2:
+                self.rank_columns(slots, steps, ts, nodes)
+                return
+        known = self.known + np.cumsum(fresh)
+        above, lo, state, passes = self.above, 0, None, []
+        while lo < len(slots):
+            crossed = above + np.cumsum((steps_a[lo:] > top) & (cur[lo:] <= top))
+            k = known[lo:]
+            hit = np.flatnonzero((crossed > 0) & (crossed >= k - (k - 1) // 2))
+            if not len(hit):
+                break
+            i = lo + int(hit[0])
+            if state is None:
+                state = self.last_step[:self.n].copy()
+            state[idx[lo:i + 1]] = np.maximum(state[idx[lo:i + 1]], steps_a[lo:i + 1])
+            values = state[state >= 0]
+            mid = (len(values) - 1) // 2
+            top = int(np.partition(values, mid)[mid])
+            passes.append((i, top))
+            above, lo = int((state > top).sum()), i + 1
+        self.rank_columns(slots, steps, ts, nodes)
+        for i, passed in passes:
+            self.counted_advance(i, passed, first, step_times, phases, ts)
+
+    def counted_advance(self, i: int, passed: int, first: bool, step_times: list[float], phases: list[str],
+                         ts: list[float]) -> None:
+        """The job's counter passed to ``passed`` at the i-th event of a run (no hang open)."""
+        if not (first and i == 0) and self.max_step >= 0 and phases[i] == "train" and self.phase == "train":
+            self.step_times.append(step_times[i])
+        self.set_counter(passed)
+        self.advances.append((passed, ts[i]))
+        if ts[i] > self.progress_ts:
+            self.progress_ts = ts[i]
+
+    def rank_row(self, slot: int, step: int, ts: float, node: str | None) -> bool:
+        """One step event's per-rank values; whether the rank's step advanced."""
+        if ts > self.last_seen[slot]:
+            self.last_seen[slot] = ts
+        if node is not None:
+            self.nodes[slot] = node
+        return self.advance_rank(slot, step, ts)
+
+    def rank_columns(self, slots: list[int], steps: list[int], ts: list[float], nodes: list[str | None]) -> None:
+        """Per-rank latest values of several step events (their ranks' slots) as array writes."""
+        idx = np.array(slots, dtype=np.int64)
+        ts_a = np.array(ts, dtype=np.float64)
+        unique = len(set(slots)) == len(slots)
+        if unique:  # each rank once (the usual envelope): a plain fancy-index write does what .at does
+            self.last_seen[idx] = np.maximum(self.last_seen[idx], ts_a)
+        else:
+            np.maximum.at(self.last_seen, idx, ts_a)
+        node_list = self.nodes
+        first_slot = slots[0]
+        if None not in nodes and slots == list(range(first_slot, first_slot + len(slots))):
+            node_list[first_slot:first_slot + len(slots)] = nodes  # consecutive slots: one slice write
+        else:
+            for slot, node in zip(slots, nodes):
+                if node is not None:
+                    node_list[slot] = node
+        steps_a = np.array(steps, dtype=np.int64)
+        if unique:
+            self.advance_ranks(idx, steps_a, ts_a)
+        else:
+            # Several steps of the same ranks (merged envelopes): one step at a time, each usually
+            # once per rank; a run with a rank twice goes event by event.
+            cuts = [0, *(np.flatnonzero(steps_a[1:] != steps_a[:-1]) + 1).tolist(), len(slots)]
+            for lo, hi in zip(cuts, cuts[1:]):
+                part = idx[lo:hi]
+                if len(set(slots[lo:hi])) == hi - lo:
+                    self.advance_ranks(part, steps_a[lo:hi], ts_a[lo:hi])
+                else:
+                    for slot, step, t in zip(slots[lo:hi], steps[lo:hi], ts[lo:hi]):
+                        self.advance_rank(slot, step, t)
+
+    def advance_ranks(self, idx: np.ndarray, steps: np.ndarray, ts: np.ndarray) -> None:
+        """``_rank_step`` for distinct slots at once."""
+        current = self.last_step[idx]
+        advanced = steps > current
+        if advanced.any():
+            top = self.max_step
+            self.known += int((advanced & (current < 0)).sum())
+            self.above += int((advanced & (current <= top) & (steps > top)).sum())
+            self.stepped[idx[advanced & (current >= 0)]] = True
+            self.last_step[idx[advanced]] = steps[advanced]
+            self.rank_progress[idx[advanced]] = ts[advanced]
+
+    def advance_rank(self, slot: int, step: int, ts: float) -> bool:
+        old = self.last_step[slot]
+        if step > old:
+            if old >= 0:
+                self.stepped[slot] = True
+            else:
+                self.known += 1
+            if old <= self.max_step < step:
+                self.above += 1
+            self.last_step[slot] = step
+            self.rank_progress[slot] = ts
+            return True
+        return False
+
+    def counter_passed(self) -> int | None:
+        """The ranks' median step when it passed the job's counter (after the latest rank writes), else None."""
+        known = self.known
+        if not self.above or self.above < known - (known - 1) // 2:
+            return None  # fewer than half the ranks are above it: the median cannot be
+        steps = self.last_step[:self.n]
+        steps = steps[steps >= 0]
+        k = (len(steps) - 1) // 2
+        median = int(np.partition(steps, k)[k])
+        return median if median > self.max_step else None
+
+    def set_counter(self, step: int) -> None:
+        self.max_step = step
+        self.above = int((self.last_step[:self.n] > step).sum())
+
+    def observe_heartbeat(self, slot: int, event: HeartbeatEvent) -> None:
+        """A heartbeat's positions (its step is the caller's: a first one is a baseline, not progress)."""
+        self.has_heartbeats = True
+        last = self.last_hb[slot]
+        if not np.isnan(last) and event.ts > last:
+            self.hb_gaps.append(event.ts - last)
+        if np.isnan(last) or event.ts > last:
+            self.last_hb[slot] = event.ts
+        if event.seq_started is not None and event.seq_started > self.seq_started[slot]:
+            self.seq_started[slot] = event.seq_started
+        if event.seq_completed is not None and event.seq_completed > self.seq_completed[slot]:
+            self.seq_completed[slot] = event.seq_completed
+        if event.seq_completed is not None and event.seq_completed > self.hb_done[slot]:
+            self.hb_done[slot] = event.seq_completed
+        if event.pgs:
+            self.observe_pgs(slot, event.pgs)
+            if event.pg_desc:
+                for name, desc in event.pg_desc:
+                    if name in self.pg_seq:  # bounded like the groups themselves
+                        self.pg_desc[name] = desc
+        self.rank_phase[slot] = event.phase
+
+    def observe_pgs(self, slot: int, pgs) -> None:
+        for name, started, completed, ranks in pgs:
+            seqs = self.pg_seq.get(name)
+            if seqs is None:
+                if len(self.pg_seq) >= MAX_PGS:
+                    self.capped["process_groups_per_job"] += 1
+                    continue
+                seqs = self.pg_seq[name] = {}
+                self.pg_ranks[name] = None
+            if ranks is not None and self.pg_ranks[name] is None:
+                if self.pg_rank_entries + len(ranks) > MAX_PG_RANK_ENTRIES:
+                    self.capped["pg_ranks_per_job"] += 1
+                else:
+                    self.pg_ranks[name] = ranks
+                    self.pg_rank_entries += len(ranks)
+            old = seqs.get(slot)
+            if old is None:
+                seqs[slot] = (started, completed)
+            elif started > old[0] or completed > old[1]:
+                seqs[slot] = (max(started, old[0]), max(completed, old[1]))
+            if name == DEFAULT_PG:  # the default group's numbers are also the top-level ones
+                if started > self.seq_started[slot]:
+                    self.seq_started[slot] = started
+                if completed > self.seq_completed[slot]:
+                    self.seq_completed[slot] = completed
+
+    def clamp_future(self, now: float) -> None:
+        """Times stamped ahead of the clock (a host's clock hours off, a bad producer) become ``now``: a
+        step stamped 23 h ahead would otherwise count as progress for 23 h and hide a real hang."""
+        n = self.n
+        for name in ("rank_progress", "last_seen", "last_hb"):
+            values = getattr(self, name)
+            values[:n] = np.minimum(values[:n], now)  # NaN (no heartbeat yet) stays NaN
+        self.latest_ts = min(self.latest_ts, now)
+        self.progress_ts = min(self.progress_ts, now)
+        self.advances = deque(((s, min(t, now)) for s, t in self.advances), maxlen=self.advances.maxlen)
+
+    def partial_stuck(self, now: float, stuck_after: float, heartbeat_timeout: float) -> np.ndarray | None:
+        """Live ranks whose own step stopped while other ranks still complete steps, or None."""
+        n = self.n
+        step = self.last_step[:n]
+        known = step >= 0
+        quiet = (now - self.rank_progress[:n]) >= stuck_after
+        if not (known & quiet).any():
+            return None
+        stepping = known & self.stepped[:n] & ~quiet
+        if not stepping.any():
+            return None
+        live = (min(self.latest_ts, now) - self.last_seen[:n]) < heartbeat_timeout
+        stuck = live & known & quiet & (step < self.max_step)
+        if not stuck.any():
+            return None
+        # Only ranks the job left behind ``stuck_after`` ago or earlier: while a step's events
+        # arrive, the ranks not yet reported are not stuck.
+        steps = np.fromiter((a[0] for a in self.advances), dtype=np.int64, count=len(self.advances))
+        times = np.fromiter((a[1] for a in self.advances), dtype=float, count=len(self.advances))
+        idx = np.searchsorted(steps, step, side="right")  # first advance past each rank's step
+        passed_at = np.where(idx > 0, times[np.minimum(idx, len(times) - 1)], -np.inf)
+        stuck &= (now - passed_at) >= stuck_after
+        return stuck if stuck.any() else None
+
+    def unseen_ranks(self, limit: int) -> tuple[int, ...]:
+        """Ranks below the reported world size that never sent anything (listed up to the cap)."""
+        if not self.has_heartbeats or self.world_size is None or self.n >= self.world_size:
+            return ()
+        out = []
+        for r in range(self.world_size):
+            if r not in self.slot_of_rank:
+                out.append(r)
+                if len(out) >= limit:
+                    break
+        return tuple(out)
+
+    def position(self, rank: int) -> RankPosition:
+        """Where ``rank`` was last seen, as the alert's evidence lists it (all None for a rank never seen)."""
+        slot = self.slot_of_rank.get(rank)
+        if slot is None:
+            return RankPosition(rank=rank)
+        hb = float(self.last_hb[slot])
+        return RankPosition(
+            rank=rank,
+            node=self.nodes[slot],
+            step=int(self.last_step[slot]) if self.last_step[slot] >= 0 else None,
+            seq_started=int(self.seq_started[slot]) if self.seq_started[slot] >= 0 else None,
+            seq_completed=int(self.seq_completed[slot]) if self.seq_completed[slot] >= 0 else None,
+            last_heartbeat=None if np.isnan(hb) else round(hb, 6),
+            last_seen=round(float(self.last_seen[slot]), 6),
+        )
+
+    def lost_nodes(self, silent: tuple[int, ...], limit: int) -> list[str]:
+        """Nodes all of whose ranks are silent (node down or unreachable, as far as the job can tell)."""
+        silent_set = set(silent)
+        ranks_on: dict[str, list[bool]] = {}
+        for slot in range(self.n):
+            node = self.nodes[slot]
+            if node is not None:
+                ranks_on.setdefault(node, []).append(int(self.rank_at[slot]) in silent_set)
+        if len(ranks_on) < 2:
+            return []  # one node: the job's own silence, not a lost node
+        return sorted(n for n, flags in ranks_on.items() if all(flags))[:limit]
+
