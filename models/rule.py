@@ -133,7 +133,7 @@ class NodeRule:
     * ``Signal.RANK_STEPS``: ``on_steps(job, steps, step_times)``, each job's step events as they arrive;
     * ``Signal.ALERTS``: ``on_alerts(alerts)``, the alerts of the node rules before it (from one event or one
       tick), returning them as they should leave (e.g. many nodes' link alerts grouped into one incident);
-    * every rule is ticked (``tick(now)``, ``now`` on the worker's timer clock).
+    * ``Signal.TICKS``: ``tick(now)``, ``now`` on the worker's timer clock.
 
     Each feeding method returns the alerts that fired or resolved because of its input. ``open_alerts`` lists
     the alerts now firing, ``close`` resolves and forgets them, ``reconfigure`` takes new settings (an

@@ -368,6 +368,7 @@ def test_the_hub_makes_and_feeds_the_registered_node_rules():
     assert all(type(r) is c for r, c in zip(engine.telemetry.rules, NODE_RULES))
     for rule in NODE_RULES:
         assert Signal.TELEMETRY not in rule.spec.consumes or rule.kinds, rule.spec.name
+        assert rule.spec.consumes <= {Signal.TELEMETRY, Signal.RANK_STEPS, Signal.ALERTS, Signal.TICKS}, rule.spec.name
 
 
 @NODE_RULE

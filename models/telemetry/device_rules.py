@@ -174,18 +174,19 @@ class DeviceRules:
                 watch.idle_since = ev.ts
             idle_for = ev.ts - watch.idle_since
             if idle_for >= self.idle_seconds or AlertType.GPU_IDLE in watch.alerts:
-                active[AlertType.GPU_IDLE] = (f"utilization {ev.util:.0f}% for {idle_for:.0f} s while job {on[0]} steps",
-                                      {"util": ev.util, "idle_seconds": round(idle_for, 1),
-                                       "threshold_pct": self.idle_util_pct})
+                active[AlertType.GPU_IDLE] = (
+                    f"utilization {ev.util:.0f}% for {idle_for:.0f} s while job {on[0]} steps",
+                    {"util": ev.util, "idle_seconds": round(idle_for, 1), "threshold_pct": self.idle_util_pct})
         else:
             watch.idle_since = None
 
         if ev.temp is not None and ev.temp >= self.hot_temp_c:
             watch.hot_run += 1
             if watch.hot_run >= self.hot_samples:
-                active[AlertType.GPU_HOT] = (f"{ev.temp:.0f} C for {watch.hot_run} samples (threshold {self.hot_temp_c:.0f} C)",
-                                     {"temp_c": ev.temp, "samples": watch.hot_run, "threshold_c": self.hot_temp_c,
-                                      "throttle": ev.throttle})
+                active[AlertType.GPU_HOT] = (
+                    f"{ev.temp:.0f} C for {watch.hot_run} samples (threshold {self.hot_temp_c:.0f} C)",
+                    {"temp_c": ev.temp, "samples": watch.hot_run, "threshold_c": self.hot_temp_c,
+                     "throttle": ev.throttle})
         else:
             watch.hot_run = 0
 
@@ -228,7 +229,8 @@ class DeviceRules:
         alert_job = "" if rule == AlertType.GPU_HOT else job
         where = f"GPU {ev.gpu} on {ev.node}" + (f" (job {job} rank {rank})" if rank is not None else "")
         return Alert(id=alert_id(alert_job, rule, ev.node, ev.gpu, round(began, 3)), status=AlertStatus.FIRING,
-                     type=rule, severity=Severity.WARNING, job=alert_job, ranks=(rank,) if rank is not None and alert_job else (),
+                     type=rule, severity=Severity.WARNING, job=alert_job,
+                     ranks=(rank,) if rank is not None and alert_job else (),
                      nodes=(ev.node,), starts_at=ev.ts, summary=f"{rule}: {where}: {text}", evidence=evidence)
 
     @property

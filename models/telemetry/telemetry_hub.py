@@ -3,7 +3,8 @@
 :class:`TelemetryHub` is what the engine holds. It makes the node-level rules from the registry
 (models/registry.py ``NODE_RULES``, ``NodeRule``s: models/rule.py, models/telemetry/node_rules.py) and drives
 them: each node event to the rules whose ``kinds`` take it, each job's steps to those that consume
-``RANK_STEPS``, the alerts of the rules before to those that consume ``ALERTS``, and every rule on each tick.
+``RANK_STEPS``, the alerts of the rules before to those that consume ``ALERTS``, each tick to those that
+consume ``TICKS``.
 Beside the rules it keeps what names suspected causes: the host signals (models/telemetry/host.py), the
 fabric history (models/telemetry/fabric.py) and which rank runs on which node and GPU
 (models/telemetry/telemetry_correlator.py); it enriches alerts with their suspected causes and publishes a
@@ -213,6 +214,14 @@ class TelemetryHub:
         """The node rules' alerts now firing."""
         return [a for rule in self.rules for a in rule.open_alerts()]
 
+    def capped(self) -> dict[str, int]:
+        """Input the node rules left out at a state cap so far, by what (``stepwatch_state_capped_total``)."""
+        out: dict[str, int] = {}
+        for rule in self.rules:
+            for what, n in rule.capped().items():
+                out[what] = out.get(what, 0) + n
+        return out
+
     def reconfigure(self, settings) -> None:
         """New settings (``TelemetrySettings`` or ``HostSettings``) to every node rule that takes them."""
         for rule in self.rules:
@@ -371,5 +380,6 @@ class TelemetryHub:
         for rule in self.rules:
             if Signal.ALERTS in rule.spec.consumes:
                 out = rule.on_alerts(out)
-            out.extend(rule.tick(now))
+            if Signal.TICKS in rule.spec.consumes:
+                out.extend(rule.tick(now))
         return out + self.intermittent.filter(self.node_incidents.filter(self.refresh()))
