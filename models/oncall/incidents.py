@@ -249,6 +249,17 @@ class FabricIncidents:
     def open_incidents(self) -> tuple[FabricIncident, ...]:
         return tuple(self._record(inc) for inc in self._open.values())
 
+    def firing(self) -> list[Alert]:
+        """The open incidents' alerts (latest version)."""
+        return [inc.alert for inc in self._open.values() if inc.alert is not None]
+
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve every open incident at ``at`` (``reason`` in the summary) and forget it."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
+        self._open.clear()
+        self._member_of.clear()
+        return out
+
 
 def _port_list(ports) -> str:
     """``["1", "2", "3", "7", "Eth1/9"]`` -> ``"1-3, 7, Eth1/9"`` (numbers as ranges, names as they are)."""

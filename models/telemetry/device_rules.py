@@ -240,6 +240,15 @@ class DeviceRules:
     def firing(self) -> list[Alert]:
         return [a for w in self._gpus.values() for a in w.alerts.values()]
 
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve every firing alert at ``at`` (``reason`` in the summary); each condition counts anew."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
+        for watch in self._gpus.values():
+            watch.alerts.clear()
+            watch.clean.clear()
+            watch.idle_since, watch.hot_run, watch.hbm_run = None, 0, 0
+        return out
+
 
 def device_rules(host_settings, placement: Callable[[], dict]) -> DeviceRules:
     h = host_settings

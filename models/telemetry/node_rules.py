@@ -76,18 +76,7 @@ class TelemetryRule(NodeRule):
         return self.tracker.firing()
 
     def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        out = self.tracker.firing()
-        for node in self.tracker._nodes.values():
-            node.link_alert = None
-            for port in node.ports.values():  # an episode must be seen anew to fire again
-                port.firing, port.err_first, port.err_totals = False, None, {}
-                port.err_ring.clear()
-            for gpu in node.gpus.values():
-                gpu.faults.clear()
-                gpu.clean.clear()
-                gpu.fault_last.clear()
-        return closed([a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in out],
-                      resolution, reason)
+        return closed(self.tracker.close(at, reason), resolution, reason)
 
     def reconfigure(self, settings: TelemetrySettings) -> None:
         """Thresholds apply from the next sample; baseline sizes and ``link_error_window`` to components first
@@ -131,13 +120,7 @@ class DeviceRule(NodeRule):
         return self.rules.firing()
 
     def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        out = self.rules.firing()
-        for watch in self.rules._gpus.values():
-            watch.alerts.clear()
-            watch.clean.clear()
-            watch.idle_since, watch.hot_run, watch.hbm_run = None, 0, 0
-        return closed([a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in out],
-                      resolution, reason)
+        return closed(self.rules.close(at, reason), resolution, reason)
 
     def reconfigure(self, settings: HostSettings) -> None:
         r, h = self.rules, settings
@@ -164,12 +147,8 @@ class FabricRule(NodeRule):
         return self.incidents.filter(alerts)
 
     def open_alerts(self) -> list[Alert]:
-        return [inc.alert for inc in self.incidents._open.values() if inc.alert is not None]
+        return self.incidents.firing()
 
     def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        out = self.open_alerts()
-        self.incidents._open.clear()
-        self.incidents._member_of.clear()
-        return closed([a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in out],
-                      resolution, reason)
+        return closed(self.incidents.close(at, reason), resolution, reason)
 
