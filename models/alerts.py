@@ -89,7 +89,7 @@ class Alert:
             out["fabric"] = ev["fabric"]
         if ev.get("incident_scope") == "node" and isinstance(ev.get("node"), str):
             out["node"] = ev["node"]
-        elif not self.job and len(self.nodes) == 1 and self.type != "fabric":
+        elif not self.job and len(self.nodes) == 1 and self.type != AlertType.FABRIC:
             out["node"] = self.nodes[0]
         return out
 

@@ -570,7 +570,7 @@ class DetectionEngine:
         out.update(self.capped_input)
         if self._capped_ranks:
             out["ranks_per_job"] += self._capped_ranks
-        out.update(self.telemetry.tracker.capped)
+        out.update(self.telemetry.capped())  # the node rules'
         for job in self.jobs.values():
             for rule in job.rules:
                 out.update(rule.capped())

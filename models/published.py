@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .alert_types import AlertStatus
 from .alerts import Alert
 
 
@@ -32,7 +33,7 @@ class PublishedAlerts:
         if isinstance(alert, dict):
             alert = Alert.from_dict(alert)
         self._last[alert.id] = (alert.status, alert.severity, alert.summary)
-        if alert.status == "firing":
+        if alert.status == AlertStatus.FIRING:
             self.open[alert.id] = alert
         else:
             self.open.pop(alert.id, None)
@@ -49,6 +50,6 @@ class PublishedAlerts:
         alias = self.alias.get(alert.id)
         if alias is None:
             return alert
-        if alert.status == "resolved":
+        if alert.status == AlertStatus.RESOLVED:
             self.alias.pop(alert.id, None)
         return dataclasses.replace(alert, id=alias[0], starts_at=alias[1])

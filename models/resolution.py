@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from enum import Enum
 
+from .alert_types import AlertStatus
 from .alerts import Alert
 
 
@@ -25,7 +26,7 @@ class Resolution(str, Enum):
 
 def with_resolution(alert: Alert, resolution: Resolution, detail: str | None = None) -> Alert:
     """``alert`` (resolved) with ``evidence.resolution`` set, unless its rule set one already."""
-    if alert.status != "resolved" or "resolution" in alert.evidence:
+    if alert.status != AlertStatus.RESOLVED or "resolution" in alert.evidence:
         return alert
     evidence = {**alert.evidence, "resolution": resolution.value}
     if detail:

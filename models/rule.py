@@ -1,4 +1,7 @@
-"""The per-job rule contract: what a rule consumes, how it is fed, lists and closes its alerts, is reconfigured.
+"""The rule contracts: what a rule consumes, how it is fed, lists and closes its alerts, is reconfigured.
+
+``JobRule`` below is the per-job contract; ``NodeRule`` the node-level one (node telemetry: one instance for
+the worker, driven by the telemetry hub). Both declare themselves with a ``RuleSpec``.
 
 Every per-job rule the engine runs (models/registry.py lists them) is a ``JobRule``: one instance per job,
 made by its registry entry when the job first appears, fed only the signals its ``RuleSpec.consumes``
@@ -39,7 +42,9 @@ class Signal(StrEnum):
     INSPECTOR = "inspector"  # ``on_event(NcclWindowEvent)``: NCCL Inspector windows from the node agents
     TICKS = "ticks"  # ``tick(now)``, ``now`` on the job's own clock
     TELEMETRY = "telemetry"  # node events (gpu, xid, link, topology, host): node-level rules only
-    ALERTS = "alerts"  # alerts leaving the engine (models/oncall/oncall.py): rules that derive alerts from alerts
+    #: Alerts as input: a node rule gets the alerts of the node rules before it (``NodeRule.on_alerts``); the
+    #: on-call rules, the alerts leaving the engine (models/oncall/oncall.py).
+    ALERTS = "alerts"
 
 
 #: The signal of each job event kind that reaches rules through ``on_event`` (steps have their own methods).
@@ -114,6 +119,56 @@ class JobRule:
 
     def capped(self) -> dict[str, int]:
         """Input this rule left out at a state cap so far, by what (``stepwatch_state_capped_total``)."""
+        return {}
+
+
+class NodeRule:
+    """Base of every node-level rule: rules on node telemetry, keyed by node rather than by job.
+
+    One instance for the whole worker, made by the telemetry hub (models/telemetry/telemetry_hub.py) from its
+    ``NODE_RULES`` entry (models/registry.py), in an order where each comes after the rules it ``needs``. What
+    ``spec.consumes`` names decides what the hub feeds it:
+
+    * ``Signal.TELEMETRY``: ``update(event)`` for each node event whose kind is in ``kinds``, in arrival order;
+    * ``Signal.RANK_STEPS``: ``on_steps(job, steps, step_times)``, each job's step events as they arrive;
+    * ``Signal.ALERTS``: ``on_alerts(alerts)``, the alerts of the node rules before it (from one event or one
+      tick), returning them as they should leave (e.g. many nodes' link alerts grouped into one incident);
+    * ``Signal.TICKS``: ``tick(now)``, ``now`` on the worker's timer clock.
+
+    Each feeding method returns the alerts that fired or resolved because of its input. ``open_alerts`` lists
+    the alerts now firing, ``close`` resolves and forgets them, ``reconfigure`` takes new settings (an
+    instance of ``spec.settings``) keeping state and open alerts. A new node rule is a ``NodeRule`` subclass
+    and one line in ``NODE_RULES``; tests/test_rule_contract.py runs it through the same contract as the
+    per-job rules.
+    """
+
+    spec: ClassVar[RuleSpec]
+    #: The node event kinds ``update`` takes (``Signal.TELEMETRY``).
+    kinds: ClassVar[frozenset[str]] = frozenset()
+
+    def update(self, event: Event) -> list[Alert]:
+        return []
+
+    def on_steps(self, job: str, steps: list[int], step_times: list[float]) -> None:
+        """Step events of ``job``, in order (absent step_time: NaN)."""
+
+    def on_alerts(self, alerts: list[Alert]) -> list[Alert]:
+        return alerts
+
+    def tick(self, now: float) -> list[Alert]:
+        return []
+
+    def open_alerts(self) -> list[Alert]:
+        raise NotImplementedError
+
+    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
+        """Resolve every open alert at ``at``, saying why; forget them (the condition must be seen anew)."""
+        raise NotImplementedError
+
+    def reconfigure(self, settings: Any) -> None:
+        """Take new settings while running; state and open alerts are kept."""
+
+    def capped(self) -> dict[str, int]:
         return {}
 
 

@@ -38,6 +38,8 @@ from typing import Any
 
 import orjson
 
+from stepwatch.models.alert_types import AlertType
+
 DAY = 86_400.0
 
 
@@ -180,7 +182,7 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
         by_scope.setdefault(inc.scope, []).append(inc)
     nodes: dict[str, list[_Incident]] = {}
     for inc in chosen:
-        if inc.type == "node_suspect":
+        if inc.type == AlertType.NODE_SUSPECT:
             continue
         for node in inc.nodes:
             nodes.setdefault(node, []).append(inc)
@@ -189,9 +191,10 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
     worst.sort(key=lambda r: (-r["incidents"], -len(r["jobs"]), r["node"]))
     lost: dict[str, float] = {}
     # A hang during a restart's silence lasted through its downtime: counted once, in the restart.
-    silences = [(i.job, i.starts_at, i.ends_at) for i in chosen if i.type == "job_restart" and i.ends_at is not None]
+    silences = [(i.job, i.starts_at, i.ends_at) for i in chosen
+                if i.type == AlertType.JOB_RESTART and i.ends_at is not None]
     for inc in chosen:
-        if inc.type == "hang" and any(job == inc.job and lo <= inc.starts_at <= hi for job, lo, hi in silences):
+        if inc.type == AlertType.HANG and any(job == inc.job and lo <= inc.starts_at <= hi for job, lo, hi in silences):
             continue
         hours = _gpu_hours_lost(inc)
         if hours:
@@ -223,7 +226,7 @@ def _slowdown_cost(chosen: list[_Incident]) -> dict[str, Any] | None:
     for inc in chosen:
         ev = inc.last.get("evidence") or {}
         per_day = _num(ev.get("gpu_hours_lost_per_day"))
-        if per_day is None or inc.type not in ("straggler", "imbalance"):
+        if per_day is None or inc.type not in (AlertType.STRAGGLER, AlertType.IMBALANCE):
             continue
         rows.append((inc, per_day, _num(ev.get("job_slowdown"))))
     if not rows:
@@ -242,9 +245,9 @@ def _slowdown_cost(chosen: list[_Incident]) -> dict[str, Any] | None:
 
 def _gpu_hours_lost(inc: _Incident) -> float:
     ev = inc.last.get("evidence") or {}
-    if inc.type == "job_restart":
+    if inc.type == AlertType.JOB_RESTART:
         return float(_num(ev.get("gpu_hours_lost")) or 0.0)
-    if inc.type == "hang" and inc.ends_at is not None:
+    if inc.type == AlertType.HANG and inc.ends_at is not None:
         seconds = _num(ev.get("hung_seconds")) or (inc.ends_at - inc.starts_at)
         ranks = _num(ev.get("ranks_known")) or _num(ev.get("world_size")) or 0.0
         return seconds * ranks / 3600.0

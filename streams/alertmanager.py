@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from stepwatch.models.alert_types import AlertStatus
 from stepwatch.config import AlertmanagerSettings
 from stepwatch.models.alerts import Alert
 
@@ -49,7 +50,7 @@ def am_alert(alert: Alert, *, now: float, resend_interval: float, generator_url:
     if alert.evidence:
         evidence = orjson.dumps(alert.evidence, default=str).decode()
         annotations["evidence"] = evidence[:MAX_EVIDENCE_CHARS]
-    if alert.status == "resolved":
+    if alert.status == AlertStatus.RESOLVED:
         ends = alert.ends_at if alert.ends_at is not None else now
     else:
         ends = now + EXPIRY_INTERVALS * resend_interval
@@ -134,7 +135,7 @@ class AlertmanagerSink:
                 # Same alert, new severity: end the old label set now, or it would linger.
                 out.append({"labels": old, "annotations": {"summary": "superseded"},
                             "startsAt": rfc3339(alert.starts_at), "endsAt": rfc3339(max(now, alert.starts_at))})
-            if alert.status == "firing":
+            if alert.status == AlertStatus.FIRING:
                 self.firing[alert.id] = alert
                 self._labels[alert.id] = labels
             else:

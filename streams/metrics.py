@@ -17,7 +17,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from stepwatch.models.alert_types import METERED_TYPES
+from stepwatch.models.alert_types import AlertStatus, AlertType, METERED_TYPES
 
 from .registry import PeerRefusal
 
@@ -150,7 +150,7 @@ class WorkerMetrics:
 
     def alert_published(self, alert) -> None:
         self.alerts_published.labels(alert.type, alert.status).inc()
-        if alert.status == "firing":
+        if alert.status == AlertStatus.FIRING:
             if alert.id not in self._open_ids:
                 self._open_ids.add(alert.id)
                 self.alerts_fired.labels(alert.type).inc()
@@ -165,7 +165,7 @@ class WorkerMetrics:
         ev = alert.evidence
         cause = str(ev.get("failure_class") or "unknown")
         lost = 0.0
-        if alert.type == "job_restart" and isinstance(ev.get("gpu_hours_lost"), (int, float)):
+        if alert.type == AlertType.JOB_RESTART and isinstance(ev.get("gpu_hours_lost"), (int, float)):
             lost = ev["gpu_hours_lost"] * 3600.0
             # A hang of the job during the restart's silence lasted through its downtime: counted once, here.
             began, hang_lost = self._hang_lost.pop(alert.job, (None, 0.0))
@@ -174,7 +174,7 @@ class WorkerMetrics:
             self._restart_silence[alert.job] = (alert.starts_at, alert.ends_at or alert.starts_at)
             while len(self._restart_silence) > 10_000:
                 self._restart_silence.pop(next(iter(self._restart_silence)))
-        elif alert.type == "hang" and isinstance(ev.get("hung_seconds"), (int, float)):
+        elif alert.type == AlertType.HANG and isinstance(ev.get("hung_seconds"), (int, float)):
             silence = self._restart_silence.get(alert.job)
             if silence is not None and silence[0] <= alert.starts_at <= silence[1]:
                 return  # the restart, resolved first, counted this time already

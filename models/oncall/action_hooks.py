@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..alert_types import AlertStatus, AlertType, Scope, Severity
 from ..alerts import Alert
 
 #: A plain host name, matched with ``fullmatch`` (``$`` would let a trailing newline through).
@@ -77,9 +78,10 @@ class ActionHooks:
         self._seen: OrderedDict[str, None] = OrderedDict()
 
     def wants(self, alert: Alert) -> bool:
-        if alert.status != "firing" or alert.id in self._seen:
+        if alert.status != AlertStatus.FIRING or alert.id in self._seen:
             return False
-        return alert.type == "node_suspect" or (alert.severity == "critical" and alert.scope == "device")
+        return alert.type == AlertType.NODE_SUSPECT or (alert.severity == Severity.CRITICAL
+                                                        and alert.scope == Scope.DEVICE)
 
     def record(self, alert: Alert) -> dict[str, Any] | None:
         """The action record for ``alert`` (None: not one that gets an action, or already done)."""
@@ -117,6 +119,7 @@ class ActionHooks:
             return "not a plain host name"
         if self.inventory is not None and node not in self.inventory:
             return "not in the node inventory"
-        if self.reported is not None and alert.type != "node_suspect" and not self.reported(node, alert.starts_at):
+        if (self.reported is not None and alert.type != AlertType.NODE_SUSPECT
+                and not self.reported(node, alert.starts_at)):
             return "its node agent had not reported before the alert"
         return None

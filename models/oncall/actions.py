@@ -79,6 +79,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..alert_types import AlertType, CauseCategory
 from ..alerts import Alert
 from ..evidence import HangCase, HangEvidence, StragglerEvidence, StragglerSignal
 
@@ -268,20 +269,20 @@ class Classifier:
 
     def failure_class(self, alert: Alert) -> str:
         ev = alert.evidence
-        if alert.type == "gpu_fault":
+        if alert.type == AlertType.GPU_FAULT:
             return self._gpu_fault_class(ev)
-        if alert.type == "link_errors":
+        if alert.type == AlertType.LINK_ERRORS:
             state = str(ev.get("state") or "ACTIVE").upper()
             return "link_down" if state not in ("ACTIVE", "NONE") else "link_errors"
-        if alert.type in ("straggler", "hang", "comm_slowdown"):
+        if alert.type in (AlertType.STRAGGLER, AlertType.HANG, AlertType.COMM_SLOWDOWN):
             cause = _first_cause(ev)
             if cause is not None:
                 from_cause = self._cause_class(cause)
                 if from_cause is not None:
                     return from_cause
-            if alert.type == "straggler" and StragglerEvidence.of(alert).input_pipeline:
+            if alert.type == AlertType.STRAGGLER and StragglerEvidence.of(alert).input_pipeline:
                 return "input_pipeline"
-            if alert.type == "hang":
+            if alert.type == AlertType.HANG:
                 return HANG_CLASSES.get(HangEvidence.of(alert).case, "hang_undetermined")
         cls = self.types.get(alert.type)
         return cls if cls in self.classes else "unknown"
@@ -312,17 +313,17 @@ class Classifier:
         category = cause.get("category")
         signals = [e.get("signal") for e in cause.get("evidence") or () if isinstance(e, dict)]
         top = signals[0] if signals else None
-        if category == "input_pipeline":
+        if category == CauseCategory.INPUT_PIPELINE:
             return "input_pipeline"
-        if category == "fabric":  # a fabric incident (models/oncall/incidents.py)
+        if category == CauseCategory.FABRIC:  # a fabric incident (models/oncall/incidents.py)
             return "fabric"
-        if category == "host":  # models/telemetry/host.py: node IO, CPU, memory pressure, OOM kills
+        if category == CauseCategory.HOST:  # models/telemetry/host.py: node IO, CPU, memory pressure, OOM kills
             if top == "oom_kill":
                 return "host_oom"
             return "host_io" if top in ("psi_io", "disk_read_latency") else "host_cpu_memory"
-        if category == "application":
+        if category == CauseCategory.APPLICATION:
             return "app_xid"
-        if category == "compute":
+        if category == CauseCategory.COMPUTE:
             if top == "xid":
                 first = cause["evidence"][0]
                 return self._xid_class(first.get("xid"))
@@ -336,7 +337,7 @@ class Classifier:
                 what = str(cause.get("hint", ""))
                 return "power_throttle" if "power" in what else "thermal_throttle"
             return None  # minor signals (single-bit ECC, NVLink counters): the alert's own class
-        if category == "network":
+        if category == CauseCategory.NETWORK:
             if top == "link_down":
                 return "link_down"
             if top in CONGESTION_SIGNALS:
@@ -383,9 +384,10 @@ def implicated_nodes(alert: Alert) -> tuple[str, ...]:
     ev = alert.evidence
     out: list[str] = []
     cause = _first_cause(ev)
-    if alert.type == "hang":
+    if alert.type == AlertType.HANG:
         out.extend(HangEvidence.of(alert).culprit_nodes)
-    elif alert.type in ("straggler", "gpu_fault", "link_errors", "node_suspect") or not alert.job:
+    elif alert.type in (AlertType.STRAGGLER, AlertType.GPU_FAULT, AlertType.LINK_ERRORS,
+                        AlertType.NODE_SUSPECT) or not alert.job:
         out.extend(alert.nodes)
     if cause is not None and cause.get("node"):
         out.append(str(cause["node"]))
@@ -399,7 +401,7 @@ def onset_ts(alert: Alert) -> float:
         value = ev.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(min(value, alert.starts_at))
-    if alert.type == "straggler":
+    if alert.type == AlertType.STRAGGLER:
         # The episode began at first_step; a step lasts about the peers' median step time.
         e = StragglerEvidence.of(alert)
         if (e.signal is StragglerSignal.STEP_TIME and e.first_step is not None and e.detected_step is not None

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
 from ..telemetry.causes import SuspectedCause
 from ..steps.cost import cost
@@ -106,9 +107,9 @@ class FabricIncidents:
             return alerts
         out: list[Alert] = []
         for alert in alerts:
-            if alert.type != "link_errors" or not alert.nodes:
+            if alert.type != AlertType.LINK_ERRORS or not alert.nodes:
                 out.append(alert)
-            elif alert.status == "firing":
+            elif alert.status == AlertStatus.FIRING:
                 out.extend(self._firing(alert.nodes[0], alert))
             else:
                 out.extend(self._resolved(alert.nodes[0], alert))
@@ -248,6 +249,17 @@ class FabricIncidents:
     def open_incidents(self) -> tuple[FabricIncident, ...]:
         return tuple(self._record(inc) for inc in self._open.values())
 
+    def firing(self) -> list[Alert]:
+        """The open incidents' alerts (latest version)."""
+        return [inc.alert for inc in self._open.values() if inc.alert is not None]
+
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve every open incident at ``at`` (``reason`` in the summary) and forget it."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
+        self._open.clear()
+        self._member_of.clear()
+        return out
+
 
 def _port_list(ports) -> str:
     """``["1", "2", "3", "7", "Eth1/9"]`` -> ``"1-3, 7, Eth1/9"`` (numbers as ranges, names as they are)."""
@@ -318,15 +330,15 @@ class NodeIncidents:
         out: list[Alert] = []
         firing: dict[tuple[str, str, str], list[Alert]] = {}
         for alert in alerts:
-            if alert.type != "straggler" or len(alert.ranks) != 1 or not alert.nodes or \
+            if alert.type != AlertType.STRAGGLER or len(alert.ranks) != 1 or not alert.nodes or \
                     alert.evidence.get("horizon") == "long":
                 out.append(alert)
-            elif alert.status == "firing" and alert.id in self._member_of:
+            elif alert.status == AlertStatus.FIRING and alert.id in self._member_of:
                 # a new version of a member (its causes enriched later): the incident speaks for it
                 inc = self._open.get(self._member_of[alert.id])
                 if inc is not None:
                     inc.members[alert.id] = alert
-            elif alert.status == "firing":
+            elif alert.status == AlertStatus.FIRING:
                 key = (alert.job, alert.nodes[0], self._cause_kind(alert))
                 firing.setdefault(key, []).append(alert)
             else:
@@ -400,13 +412,13 @@ class NodeIncidents:
         hint = evidence.get("cause_hint") or "unknown"
         alert = Alert(id=alert_id(job, "straggler", "node", node, kind, round(first.starts_at, 3)),
                       status="firing", type="straggler",
-                      severity="critical" if any(a.severity == "critical" for a in members) else "warning",
+                      severity="critical" if any(a.severity == Severity.CRITICAL for a in members) else "warning",
                       job=job, ranks=ranks, nodes=(node,), starts_at=first.starts_at, evidence=evidence,
                       summary=(f"straggler: node {node}: {len(ranks)} of its "
                                f"{len(on_node) if on_node else len(ranks)} ranks of job {job} (ranks "
                                f"{_span(ranks)}) are up to {worst.evidence.get('ratio') or 0:.2f}x slower than their "
                                f"peers; one node incident; suspected cause: {hint}"))
-        if inc.alert.type == "straggler" and inc.alert.evidence.get("incident_scope") == "node":
+        if inc.alert.type == AlertType.STRAGGLER and inc.alert.evidence.get("incident_scope") == "node":
             inc.updates += 1
         inc.alert = alert
         return [alert]
@@ -477,7 +489,7 @@ class IntermittentIncidents:
     def filter(self, alerts: list[Alert]) -> list[Alert]:
         if not alerts:
             return alerts
-        return [self._one(a) if a.type == "straggler" and len(a.ranks) == 1 and
+        return [self._one(a) if a.type == AlertType.STRAGGLER and len(a.ranks) == 1 and
                 a.evidence.get("horizon", "short") == "short" and "incident_scope" not in a.evidence else a
                 for a in alerts]
 
@@ -485,7 +497,7 @@ class IntermittentIncidents:
         key = (alert.job, str(alert.evidence.get("group") or ""), alert.ranks[0])
         ep = self._last.get(key)
         if alert.id not in self._alias:
-            if alert.status != "firing":
+            if alert.status != AlertStatus.FIRING:
                 return alert
             if ep is None or ep.ends_at is None or not self._soon(ep, alert):
                 ep = _Episodes(id=alert.id, starts_at=alert.starts_at, ends_at=None, episodes=1)
@@ -498,7 +510,7 @@ class IntermittentIncidents:
         elif ep is None:
             self._alias.pop(alert.id, None)
             return alert
-        if alert.status != "firing":
+        if alert.status != AlertStatus.FIRING:
             self._alias.pop(alert.id, None)
             ep.ends_at = alert.ends_at or alert.starts_at
             step = alert.evidence.get("resolved_step")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .actions import NON_RECOVERABLE, implicated_nodes
-from ..alert_types import IMPLICATING_TYPES
+from ..alert_types import AlertStatus, AlertType, IMPLICATING_TYPES, Severity
 from ..alerts import Alert, alert_id
 
 # Alert types whose nodes are implicated (plus any alert carrying suspected causes): IMPLICATING_TYPES.
@@ -58,7 +58,8 @@ class Incident:
 def incidents_of(alert: Alert) -> list[Incident]:
     """The incidents an alert (already classified: ``evidence.failure_class``) records, one per implicated node."""
     ev = alert.evidence
-    if alert.status != "firing" or alert.severity == "info":  # info: steady waste worth a ticket, not an incident
+    # info: steady waste worth a ticket, not an incident
+    if alert.status != AlertStatus.FIRING or alert.severity == Severity.INFO:
         return []
     if alert.type not in IMPLICATING_TYPES and not ev.get("suspected_causes"):
         return []
@@ -80,7 +81,7 @@ def incidents_of(alert: Alert) -> list[Incident]:
 
 def _ranks_on(alert: Alert, node: str) -> tuple[int, ...]:
     ev = alert.evidence
-    if alert.type == "hang":
+    if alert.type == AlertType.HANG:
         return tuple(int(c["rank"]) for c in ev.get("culprits") or ()
                      if isinstance(c, dict) and c.get("node") == node and isinstance(c.get("rank"), int))
     if node in alert.nodes and len(alert.nodes) == 1:
@@ -172,7 +173,7 @@ class NodeLedger:
         }
         prev = self.open.get(node)
         alert = Alert(id=alert_id("", "node_suspect", node), status="firing", type="node_suspect",
-                      severity=severity if prev is None or prev.severity != "critical" else "critical",
+                      severity=severity if prev is None or prev.severity != Severity.CRITICAL else "critical",
                       job="", ranks=(), nodes=(node,), starts_at=prev.starts_at if prev is not None else at,
                       summary=summary, evidence=evidence)
         self.open[node] = alert

@@ -25,6 +25,7 @@ import functools
 from collections import deque
 from typing import Any
 
+from ..alert_types import AlertStatus, AlertType
 from .actions import Classifier, load_overrides
 from ..alerts import Alert, alert_id
 from ..wire.events import StepEvent
@@ -143,12 +144,12 @@ class OnCall:
     def finish(self, alerts: list[Alert]) -> list[Alert]:
         out: list[Alert] = []
         for alert in alerts:
-            if not alert.job and alert.nodes and alert.type not in ("node_suspect", "fabric"):
+            if not alert.job and alert.nodes and alert.type not in (AlertType.NODE_SUSPECT, AlertType.FABRIC):
                 alert = self._attribute(alert)  # a fabric incident names its jobs itself (models/oncall/incidents.py)
             elif alert.job and "onset_ts" not in alert.evidence:
                 alert = self._onset_from_steps(alert)
             alert = self.classifier.annotate(alert)
-            if alert.job and alert.status == "resolved":
+            if alert.job and alert.status == AlertStatus.RESOLVED:
                 alert = self._with_effective_compute(alert)
             out.append(alert)
             self._remember(alert)
@@ -222,20 +223,20 @@ class OnCall:
         return alert.__class__(**{**_fields(alert), "evidence": {**ev, "onset_ts": round(min(onset, alert.starts_at), 6)}})
 
     def _remember(self, alert: Alert) -> None:
-        if not alert.job and alert.nodes and alert.type not in ("node_suspect", "fabric"):
-            if alert.status == "firing":
+        if not alert.job and alert.nodes and alert.type not in (AlertType.NODE_SUSPECT, AlertType.FABRIC):
+            if alert.status == AlertStatus.FIRING:
                 self.open_node_alerts[alert.id] = alert
                 if len(self.open_node_alerts) > 100_000:  # bound: a forgotten node's faults never resolve
                     self.open_node_alerts.pop(next(iter(self.open_node_alerts)))
             else:
                 self.open_node_alerts.pop(alert.id, None)
-        if alert.status != "firing" or alert.type in ("job_restart", "node_suspect"):
+        if alert.status != AlertStatus.FIRING or alert.type in (AlertType.JOB_RESTART, AlertType.NODE_SUSPECT):
             return
         ev = alert.evidence
         # What classifies a restart after it (models/oncall/restarts.py ``restart_cause``).
         detail = {"case": ev.get("case"), "lost_nodes": list(ev.get("lost_nodes") or ()),
                   "nodes": [c["node"] for c in ev.get("culprits") or () if isinstance(c, dict) and c.get("node")]
-                  if alert.type == "hang" else list(alert.nodes)}
+                  if alert.type == AlertType.HANG else list(alert.nodes)}
         entry = (alert.starts_at, alert.id, alert.type, ev.get("failure_class", "unknown"), detail)
         jobs = [alert.job] if alert.job else [j["job"] for j in alert.evidence.get("jobs") or ()]
         for job in jobs:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ..alert_types import AlertType
+
 
 class RestartCause(str, Enum):
     """What made a job restart (``job_restart`` alerts' ``evidence.cause``), from the alert before it."""
@@ -48,14 +50,14 @@ def restart_cause(preceding: dict[str, Any] | None) -> tuple[RestartCause, tuple
     if preceding is None:
         return RestartCause.CRASH, ()
     kind = preceding.get("type")
-    if kind == "hang":
+    if kind == AlertType.HANG:
         lost = tuple(preceding.get("lost_nodes") or ())
         if lost:
             return RestartCause.LOST_NODE, lost
         if preceding.get("case") == "culprit_before_collective":
             return RestartCause.HANG_CULPRIT, tuple(preceding.get("nodes") or ())
         return RestartCause.HANG, ()
-    if kind == "gpu_fault":
+    if kind == AlertType.GPU_FAULT:
         return RestartCause.DEVICE_FAULT, tuple(preceding.get("nodes") or ())
     return RestartCause.CRASH, ()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
 from ..wire.telemetry_events import GpuEvent
 
@@ -172,29 +173,30 @@ class DeviceRules:
             if watch.idle_since is None:
                 watch.idle_since = ev.ts
             idle_for = ev.ts - watch.idle_since
-            if idle_for >= self.idle_seconds or "gpu_idle" in watch.alerts:
-                active["gpu_idle"] = (f"utilization {ev.util:.0f}% for {idle_for:.0f} s while job {on[0]} steps",
-                                      {"util": ev.util, "idle_seconds": round(idle_for, 1),
-                                       "threshold_pct": self.idle_util_pct})
+            if idle_for >= self.idle_seconds or AlertType.GPU_IDLE in watch.alerts:
+                active[AlertType.GPU_IDLE] = (
+                    f"utilization {ev.util:.0f}% for {idle_for:.0f} s while job {on[0]} steps",
+                    {"util": ev.util, "idle_seconds": round(idle_for, 1), "threshold_pct": self.idle_util_pct})
         else:
             watch.idle_since = None
 
         if ev.temp is not None and ev.temp >= self.hot_temp_c:
             watch.hot_run += 1
             if watch.hot_run >= self.hot_samples:
-                active["gpu_hot"] = (f"{ev.temp:.0f} C for {watch.hot_run} samples (threshold {self.hot_temp_c:.0f} C)",
-                                     {"temp_c": ev.temp, "samples": watch.hot_run, "threshold_c": self.hot_temp_c,
-                                      "throttle": ev.throttle})
+                active[AlertType.GPU_HOT] = (
+                    f"{ev.temp:.0f} C for {watch.hot_run} samples (threshold {self.hot_temp_c:.0f} C)",
+                    {"temp_c": ev.temp, "samples": watch.hot_run, "threshold_c": self.hot_temp_c,
+                     "throttle": ev.throttle})
         else:
             watch.hot_run = 0
 
         if ev.mem_used is not None and ev.mem_total and ev.mem_used > self.hbm_ratio * ev.mem_total:
             watch.hbm_run += 1
             growth = job.growth(self.recent_steps) if job is not None else None
-            held = "hbm_full" in watch.alerts
+            held = AlertType.HBM_FULL in watch.alerts
             if watch.hbm_run >= self.hot_samples and (held or (growth is not None and growth >= self.hbm_step_growth)):
                 used = ev.mem_used / ev.mem_total
-                active["hbm_full"] = (f"HBM {used * 100:.1f}% used" + (
+                active[AlertType.HBM_FULL] = (f"HBM {used * 100:.1f}% used" + (
                     f" while job {on[0]}'s step time grew {growth:.2f}x" if growth is not None else ""),
                     {"mem_used": ev.mem_used, "mem_total": ev.mem_total, "used_ratio": round(used, 4),
                      "threshold_ratio": self.hbm_ratio,
@@ -216,18 +218,19 @@ class DeviceRules:
                 out.append(alert.resolved(at=ev.ts, summary=f"resolved: {alert.summary}"))
         return out
 
-    def _alert(self, rule: str, ev: GpuEvent, on: tuple[str, int] | None, text: str, detail: dict) -> Alert:
-        began = ev.ts if rule != "gpu_idle" else (self._gpus[(ev.node, ev.gpu)].idle_since or ev.ts)
-        evidence = {"node": ev.node, "gpu": ev.gpu, "rule": rule, "began_at": round(began, 3)}
+    def _alert(self, rule: AlertType, ev: GpuEvent, on: tuple[str, int] | None, text: str, detail: dict) -> Alert:
+        began = ev.ts if rule != AlertType.GPU_IDLE else (self._gpus[(ev.node, ev.gpu)].idle_since or ev.ts)
+        evidence = {"node": ev.node, "gpu": ev.gpu, "rule": rule.value, "began_at": round(began, 3)}
         job, rank = on if on else ("", None)
         if rank is not None:
             evidence.update(job=job, rank=rank)
         evidence.update(detail)
         # gpu_hot is a node alert (the node's owner publishes it); gpu_idle and hbm_full belong to the job.
-        alert_job = "" if rule == "gpu_hot" else job
+        alert_job = "" if rule == AlertType.GPU_HOT else job
         where = f"GPU {ev.gpu} on {ev.node}" + (f" (job {job} rank {rank})" if rank is not None else "")
-        return Alert(id=alert_id(alert_job, rule, ev.node, ev.gpu, round(began, 3)), status="firing", type=rule,
-                     severity="warning", job=alert_job, ranks=(rank,) if rank is not None and alert_job else (),
+        return Alert(id=alert_id(alert_job, rule, ev.node, ev.gpu, round(began, 3)), status=AlertStatus.FIRING,
+                     type=rule, severity=Severity.WARNING, job=alert_job,
+                     ranks=(rank,) if rank is not None and alert_job else (),
                      nodes=(ev.node,), starts_at=ev.ts, summary=f"{rule}: {where}: {text}", evidence=evidence)
 
     @property
@@ -236,6 +239,15 @@ class DeviceRules:
 
     def firing(self) -> list[Alert]:
         return [a for w in self._gpus.values() for a in w.alerts.values()]
+
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve every firing alert at ``at`` (``reason`` in the summary); each condition counts anew."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
+        for watch in self._gpus.values():
+            watch.alerts.clear()
+            watch.clean.clear()
+            watch.idle_since, watch.hot_run, watch.hbm_run = None, 0, 0
+        return out
 
 
 def device_rules(host_settings, placement: Callable[[], dict]) -> DeviceRules:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..alert_types import AlertType
 from ..alerts import Alert
 from .causes import SuspectedCause
 from .counters import CounterTrack
@@ -425,11 +426,11 @@ class FabricCorrelator:
     @staticmethod
     def applies(alert: Alert) -> bool:
         """Job-level alerts whose cause may sit on any node of the job."""
-        if alert.type == "comm_slowdown":
+        if alert.type == AlertType.COMM_SLOWDOWN:
             return True
-        if alert.type == "throughput_drop":
+        if alert.type == AlertType.THROUGHPUT_DROP:
             return alert.evidence.get("layer") == "communication"
-        if alert.type == "hang":
+        if alert.type == AlertType.HANG:
             return alert.evidence.get("case") == "undetermined"
         return False
 

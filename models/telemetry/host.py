@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..alert_types import AlertType
 from ..alerts import Alert
 from .causes import SuspectedCause
 from .counters import Baseline, CounterTrack, counter_delta
@@ -319,7 +320,7 @@ class HostCorrelator:
     @staticmethod
     def enriches(alert: Alert) -> bool:
         """Alert types beyond the telemetry correlator's that host evidence explains: an input-layer throughput drop."""
-        return alert.type == "throughput_drop" and alert.evidence.get("layer") == "input pipeline"
+        return alert.type == AlertType.THROUGHPUT_DROP and alert.evidence.get("layer") == "input pipeline"
 
     def suspects(self, alert: Alert, *, at: float, placement: Callable[[str, int], tuple],
                  job_nodes: Callable[[str], list[str]]) -> list[SuspectedCause]:
@@ -339,9 +340,9 @@ class HostCorrelator:
 
     def _suspects(self, alert: Alert, at: float, placement: Callable[[str, int], tuple],
                   job_nodes: Callable[[str], list[str]]) -> tuple[list[SuspectedCause], list[str]]:
-        if alert.type == "hang":
+        if alert.type == AlertType.HANG:
             return self._oom_causes(alert, placement), []  # silent ranks' last events differ: not cached
-        if alert.type == "straggler":
+        if alert.type == AlertType.STRAGGLER:
             data_bound = alert.evidence.get("signal") == "data_time"
             nodes = list(alert.nodes)
             for rank in alert.ranks[:32]:

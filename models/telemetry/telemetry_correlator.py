@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from ..alert_types import AlertType
 from ..alerts import Alert
 from .causes import SuspectedCause
 from ..wire.events import StepEvent
@@ -127,7 +128,7 @@ class TelemetryCorrelator:
                 by_component.setdefault(ep.component, []).append(ep)
             for component, episodes in by_component.items():
                 causes.append(self._cause(node, component, episodes, gpus, near_ports, t0))
-        if alert.type == "straggler":
+        if alert.type == AlertType.STRAGGLER:
             for rank in ranks:
                 ratio = self.data_time_ratio_of(alert.job, rank)
                 if ratio is not None and ratio >= self.data_time_ratio:

@@ -1,11 +1,15 @@
-"""The engine's view of node telemetry: routing, alert enrichment, and the telemetry settings.
+"""The engine's view of node telemetry: the node-level rules, alert enrichment, and the telemetry settings.
 
-:class:`TelemetryHub` is what the engine holds: it routes telemetry to the tracker
-(models/telemetry/telemetry_tracker.py), the host signals (models/telemetry/host.py), the fabric history
-(models/telemetry/fabric.py) and the device-layer rules (models/telemetry/device_rules.py), remembers which rank
-runs on which node and GPU (models/telemetry/telemetry_correlator.py), enriches alerts with their
-suspected causes and publishes a new version of an alert when its suspected causes change
-after it fired. :class:`TelemetrySettings` configures all of it and the node agent.
+:class:`TelemetryHub` is what the engine holds. It makes the node-level rules from the registry
+(models/registry.py ``NODE_RULES``, ``NodeRule``s: models/rule.py, models/telemetry/node_rules.py) and drives
+them: each node event to the rules whose ``kinds`` take it, each job's steps to those that consume
+``RANK_STEPS``, the alerts of the rules before to those that consume ``ALERTS``, each tick to those that
+consume ``TICKS``.
+Beside the rules it keeps what names suspected causes: the host signals (models/telemetry/host.py), the
+fabric history (models/telemetry/fabric.py) and which rank runs on which node and GPU
+(models/telemetry/telemetry_correlator.py); it enriches alerts with their suspected causes and publishes a
+new version of an alert when its suspected causes change after it fired. :class:`TelemetrySettings`
+configures all of it and the node agent.
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from ..alert_types import ENRICHED_TYPES
+from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
 from .causes import SuspectedCause
 from .telemetry_correlator import TelemetryCorrelator
 from ..wire.telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
 from .telemetry_tracker import TelemetryTracker
+from ..rule import NodeRule, Signal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +111,8 @@ class TelemetryHub:
     #: compare all of the job's nodes with each other (models/telemetry/fabric.py, ``FabricCorrelator.applies``).
     ENRICHED_TYPES = ENRICHED_TYPES
 
-    def __init__(self, settings=None, host=None) -> None:
+    def __init__(self, settings=None, host=None, rules=None) -> None:
+        """``rules``: the node rules' classes, in feeding order (default: the registry's ``NODE_RULES``)."""
         if settings is None:
             settings = TelemetrySettings()
         if host is None:
@@ -115,13 +121,24 @@ class TelemetryHub:
             host = HostSettings()
         s = settings
         self.settings = s
-        self.tracker = TelemetryTracker(
-            baseline_samples=s.baseline_samples, baseline_min_samples=s.baseline_min_samples,
-            rate_factor=s.rate_factor, bandwidth_collapse_ratio=s.bandwidth_collapse_ratio,
-            clock_drop_ratio=s.clock_drop_ratio, throttle_min_samples=s.throttle_min_samples,
-            link_error_window=s.link_error_window, link_error_min_samples=s.link_error_min_samples,
-            clear_after=s.clear_after, fault_hold_seconds=s.fault_hold_seconds, app_xids=s.app_xid_set(),
-            max_spikes_per_node=s.max_spikes_per_node)
+        self.host_settings = host
+        from ..registry import NODE_RULES  # the registry imports the rules, which import this module
+        from ..rule import dependency_order
+
+        classes = tuple(NODE_RULES if rules is None else rules)
+        made: dict[str, NodeRule] = {}
+        by_name = {c.spec.name: c for c in classes}
+        for spec in dependency_order([c.spec for c in classes]):  # each after the rules it needs
+            made[spec.name] = by_name[spec.name](self, {n: made[n] for n in spec.needs})
+        #: The node rules, in feeding order: a rule that consumes ``ALERTS`` gets those of the rules before it.
+        self.rules: tuple[NodeRule, ...] = tuple(made[c.spec.name] for c in classes)
+        self._route: dict[str, list[tuple[NodeRule, bool]]] = {
+            kind: [(r, kind in r.kinds) for r in self.rules
+                   if (kind in r.kinds and Signal.TELEMETRY in r.spec.consumes) or Signal.ALERTS in r.spec.consumes]
+            for kind in TELEMETRY_KINDS}
+        self._step_rules = [r for r in self.rules if Signal.RANK_STEPS in r.spec.consumes]
+        # What names causes reads the telemetry rule's spikes and the fabric rule's open incidents.
+        self.tracker: TelemetryTracker = self.rule("telemetry").tracker
         self.correlator = TelemetryCorrelator(self.tracker, window=s.correlation_window, max_causes=s.max_causes,
                                               data_time_ratio=s.data_time_ratio)
         self.max_updates = s.max_enrichment_updates
@@ -132,9 +149,7 @@ class TelemetryHub:
         baselines = LinkBaselines(half_life=s.link_baseline_half_life, min_samples=s.link_baseline_min_samples)
         self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
         # Many nodes' ports erring at once: one fabric incident, not a page per node (models/oncall/incidents.py).
-        from ..oncall.incidents import FabricIncidents
-
-        self.incidents = FabricIncidents(self.tracker, jobs_on=self._jobs_on)
+        self.incidents = self.rule("fabric").incidents
         from ..oncall.incidents import IntermittentIncidents, NodeIncidents
 
         self.node_incidents = NodeIncidents(self._ranks_on)
@@ -149,9 +164,6 @@ class TelemetryHub:
         from .host import host_hub_parts
 
         self.host, self.host_correlator = host_hub_parts(s, host)
-        from .device_rules import device_rules
-
-        self.devices = device_rules(host, self.correlator.placements)
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
@@ -174,19 +186,52 @@ class TelemetryHub:
             self._reported.popitem(last=False)
         self._reported[node] = ts
 
+    def rule(self, name: str) -> NodeRule:
+        """The node rule registered as ``name``."""
+        for rule in self.rules:
+            if rule.spec.name == name:
+                return rule
+        raise KeyError(name)
+
+    def placements(self) -> dict[str, dict[int, tuple]]:
+        """job -> rank -> (node, gpu) (``NodeEnv``)."""
+        return self.correlator.placements()
+
     def process(self, event) -> list[Alert]:
+        """One node event: to the node rules that take its kind, their alerts through those that consume alerts."""
         self._note_report(getattr(event, "node", None), getattr(event, "ts", 0.0))
         self.fabric.history.update(event)
-        if event.kind == "host":
-            return self.host.update(event)
-        if event.kind == "gpu":
-            return self.tracker.update(event) + self.devices.update(event)
-        return self.incidents.filter(self.tracker.update(event))
+        # Host signals name causes of job alerts (models/telemetry/host.py): no alert of their own so far.
+        out: list[Alert] = self.host.update(event) if event.kind == "host" else []
+        for rule, takes in self._route.get(event.kind, ()):
+            if takes:
+                out.extend(rule.update(event))
+            else:
+                out = rule.on_alerts(out)
+        return out
+
+    def open_alerts(self) -> list[Alert]:
+        """The node rules' alerts now firing."""
+        return [a for rule in self.rules for a in rule.open_alerts()]
+
+    def capped(self) -> dict[str, int]:
+        """Input the node rules left out at a state cap so far, by what (``stepwatch_state_capped_total``)."""
+        out: dict[str, int] = {}
+        for rule in self.rules:
+            for what, n in rule.capped().items():
+                out[what] = out.get(what, 0) + n
+        return out
+
+    def reconfigure(self, settings) -> None:
+        """New settings (``TelemetrySettings`` or ``HostSettings``) to every node rule that takes them."""
+        for rule in self.rules:
+            if rule.spec.settings is not None and isinstance(settings, rule.spec.settings):
+                rule.reconfigure(settings)
 
     def _ranks_on(self, job: str, node: str) -> tuple[int, ...]:
         return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))
 
-    def _jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
+    def jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
         wanted = set(nodes)
         jobs = dict.fromkeys((*self.correlator._placement, *self.fabric._job_nodes))
         return [job for job in jobs if wanted.intersection(self._job_nodes(job))]
@@ -195,10 +240,11 @@ class TelemetryHub:
                       steps: list[int] = (), step_times: list[float] = ()) -> None:
         self.correlator.observe_steps(job, ranks, nodes, gpus, data_times)
         if steps:
-            self.devices.observe_steps(job, steps, step_times)
+            for rule in self._step_rules:
+                rule.on_steps(job, steps, step_times)
 
     def _reference_time(self, alert: Alert) -> float:
-        since = alert.evidence.get("stalled_since") if alert.type == "hang" else None
+        since = alert.evidence.get("stalled_since") if alert.type == AlertType.HANG else None
         return float(since) if isinstance(since, (int, float)) else alert.starts_at
 
     def _job_nodes(self, job: str) -> tuple[str, ...]:
@@ -249,7 +295,7 @@ class TelemetryHub:
             causes = [s.cause() for s in found]
             seen = {(c.node, c.component) for c in causes}
             # Spikes near the ranks it names (ranks that stood out); a hang's listed ranks are all waiting.
-            causes += [c for c in (own if base.type != "hang" else host) if (c.node, c.component) not in seen]
+            causes += [c for c in (own if base.type != AlertType.HANG else host) if (c.node, c.component) not in seen]
         causes = causes[: self.correlator.max_causes]
         listed = [c.to_dict(i) for i, c in enumerate(causes, 1)]
         hint = causes[0].hint if causes else "unknown"
@@ -294,7 +340,7 @@ class TelemetryHub:
                     and not self.fabric.applies(alert)):
                 out.append(alert)
                 continue
-            if alert.status == "firing":
+            if alert.status == AlertStatus.FIRING:
                 enriched, signature = self._enriched(alert)
                 if not signature and not self.tracker.events_seen and not self.host.events_seen:
                     enriched = alert  # no agent deployed (yet) and no other clue: left as it is
@@ -330,6 +376,10 @@ class TelemetryHub:
 
     def tick(self, now: float) -> list[Alert]:
         self._now = now
-        if self.devices.watching:
-            self.devices.rebuild()  # ranks placed or moved since: gpu_idle/hbm_full see them
-        return self.tracker.tick(now) + self.intermittent.filter(self.node_incidents.filter(self.refresh()))
+        out: list[Alert] = []
+        for rule in self.rules:
+            if Signal.ALERTS in rule.spec.consumes:
+                out = rule.on_alerts(out)
+            if Signal.TICKS in rule.spec.consumes:
+                out.extend(rule.tick(now))
+        return out + self.intermittent.filter(self.node_incidents.filter(self.refresh()))

@@ -237,6 +237,21 @@ class TelemetryTracker:
                 out.extend(gpu.faults.values())
         return out
 
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve every firing alert at ``at`` (``reason`` in the summary) and forget the episodes behind them:
+        a port or GPU fault fires again only once it is seen anew."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
+        for node in self._nodes.values():
+            node.link_alert = None
+            for port in node.ports.values():
+                port.firing, port.err_first, port.err_totals = False, None, {}
+                port.err_ring.clear()
+            for gpu in node.gpus.values():
+                gpu.faults.clear()
+                gpu.clean.clear()
+                gpu.fault_last.clear()
+        return out
+
     def nearest_ports(self, node: str, gpu: int) -> tuple[tuple[str, int], ...] | None:
         """The ports of the NICs nearest to ``gpu`` (None when the node's topology is unknown)."""
         state = self._nodes.get(node)
