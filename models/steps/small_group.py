@@ -36,7 +36,6 @@ SELF_BASELINE_MIN = 10
 RUN_STEPS = 7
 #: A step joins the baselines once this many later steps came without a slow verdict.
 HOLD_STEPS = RUN_STEPS
-SCATTER = 1
 #: Standard error of a sample median over that of a mean, for a normal core (sqrt(pi / 2)).
 _MEDIAN_SE = 1.2533141373155003
 _NORMAL_MAD_SCALE = 0.6744897501960817
@@ -113,7 +112,7 @@ class PairedPace:
             run[i] = center - base[i]
             # The run's own scatter when it is larger (a burst of host contention: noisy, not slow); both
             # medians' errors (a short baseline is uncertain too).
-            scatter = max(noise[i], SCATTER * np.median(np.abs(recent - center)) / _NORMAL_MAD_SCALE)
+            scatter = max(noise[i], np.median(np.abs(recent - center)) / _NORMAL_MAD_SCALE)
             se[i] = scatter * _MEDIAN_SE * math.sqrt(1.0 / len(recent) + 1.0 / len(values))
         excess = d - base
         return PairedVerdict(ratio=np.exp(run), z=run / se, step_ratio=np.exp(excess), step_z=excess / noise,
