@@ -15,9 +15,10 @@ compared with the median of its peers (same group, e.g. the same pipeline stage)
 A slowdown of every rank moves the median with it and flags nobody; a single GC spike or
 data-loader hiccup is one slow step out of ``window`` and flags nobody either.
 
-Small groups (2 .. ``min_peers`` - 1 ranks): each rank against its own baseline (the median of
-its recent clean values), times the median factor by which the other ranks moved against theirs
-(``evidence.baseline: "self"``); the rest of the rule is the same.
+Small groups (2 .. ``min_peers`` - 1 ranks): each rank's pace against its peers on the same step, against its
+own usual pace, over a run of steps (models/steps/small_group.py; ``evidence.baseline: "self"``): ``ratio``
+and ``z`` are the run's, and the step itself must be ``ratio_threshold`` slow too; the k-of-n and the rest
+of the rule are the same.
 
 No coincidences: in a big job some ranks see several independent spikes (GC, page faults,
 ECC retries) within ``window`` steps by chance. The rule learns the job's background rate of
