@@ -83,6 +83,7 @@ def test_recorded_hf_two_rank_job_with_rank_1_slower_from_step_30_on_a_loaded_ho
     assert fired, "rank 1 of the real 2-rank HF job, ~1.6x slower from step 30 on a loaded host, was not named"
     assert {a.ranks for a in fired} == {(1,)}
     assert fired[0].evidence["baseline"] == "self" and fired[0].evidence["detected_step"] <= 30 + 10
+    assert 28 <= fired[0].evidence["first_step"] <= 32  # the onset, dated from the run (not the first verdict)
 
 
 # Many seeded jobs per generator: a detector that trades misses for false alarms (or back) fails one of them.

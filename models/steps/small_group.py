@@ -34,6 +34,8 @@ SELF_BASELINE_STEPS = 50
 SELF_BASELINE_MIN = 10
 #: Steps whose median is the rank's sustained excess.
 RUN_STEPS = 7
+#: Steps of each rank's paired log-ratio kept to date the onset of a slowdown.
+TRAIL_STEPS = 20
 #: A step joins the baselines once this many later steps came without a slow verdict.
 HOLD_STEPS = RUN_STEPS
 #: Standard error of a sample median over that of a mean, for a normal core (sqrt(pi / 2)).
@@ -74,15 +76,17 @@ class PairedPace:
     def __init__(self, *, spread_floor: float, max_ranks: int) -> None:
         self.spread_floor = spread_floor
         self.max_ranks = max_ranks
-        # Per rank: committed baseline values of d, and its last RUN_STEPS values of d.
+        # Per rank: committed baseline values of d, its last RUN_STEPS values of d, and its last TRAIL_STEPS
+        # (step, d) to date an onset.
         self._baseline: dict[int, deque[float]] = {}
         self._recent: dict[int, deque[float]] = {}
+        self._trail: dict[int, deque[tuple[int, float]]] = {}
         # The last steps' d by rank, waiting HOLD_STEPS quiet steps to join the baselines.
         self._pending: deque[dict[int, float]] = deque()
         self._last: dict[int, float] = {}
         self._off_run = 0  # steps in a row the group was off its pace without a flag
 
-    def judge(self, ranks: np.ndarray, x: np.ndarray) -> PairedVerdict | None:
+    def judge(self, ranks: np.ndarray, x: np.ndarray, step: int = 0) -> PairedVerdict | None:
         """This step's verdict, or None while a rank's baseline is still being learnt (or a value is not
         positive)."""
         self._last = {}
@@ -96,6 +100,7 @@ class PairedPace:
         self._last = dict(zip(ranks_list, d.tolist()))
         for r, value in self._last.items():
             self._ring(self._recent, r, RUN_STEPS).append(value)
+            self._ring(self._trail, r, TRAIL_STEPS).append((step, value))
         rings = [self._baseline.get(r) for r in ranks_list]
         if any(ring is None or len(ring) < SELF_BASELINE_MIN for ring in rings):
             return None
@@ -117,6 +122,22 @@ class PairedPace:
         excess = d - base
         return PairedVerdict(ratio=np.exp(run), z=run / se, step_ratio=np.exp(excess), step_z=excess / noise,
                              expected=x * np.exp(-excess))
+
+    def onset(self, rank: int, ratio_threshold: float) -> int | None:
+        """The step a rank's slowdown began: of its recent steps, the split after which slow steps (at least
+        ``ratio_threshold``) outnumber the rest by most (a change point; ties: the later step), None without a
+        baseline or a slow step. A spike on a loaded host before the onset does not pull it early."""
+        ring, trail = self._baseline.get(rank), self._trail.get(rank)
+        if not ring or not trail:
+            return None
+        base = float(np.median(np.fromiter(ring, float)))
+        slow = np.array([value - base >= math.log(ratio_threshold) for _, value in trail])
+        if not slow.any():
+            return None
+        lead = np.cumsum((slow - 0.5)[::-1])[::-1]  # slow minus clean steps, halved, from each step on
+        lead[~slow] = -np.inf
+        i = len(lead) - 1 - int(np.argmax(lead[::-1]))  # the later of equal splits
+        return trail[i][0]
 
     def learn(self, *, off: bool, flagged: bool) -> None:
         """The step just judged waits to join the baselines. ``flagged`` (a rank of the group has a slow verdict

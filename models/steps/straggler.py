@@ -401,7 +401,7 @@ class StragglerDetector:
             # Too few peers for a robust median: each rank's pace against its peers on this step, against its
             # own usual pace, over a run of steps (models/steps/small_group.py).
             self._pace.spread_floor = self.spread_floor
-            judged = self._pace.judge(step.ranks, x)
+            judged = self._pace.judge(step.ranks, x, step.step)
             if judged is None:  # baselines still being learnt
                 self._pace.learn(off=False, flagged=False)
                 return []
@@ -759,6 +759,9 @@ class StragglerDetector:
 
     def _fire(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
         first_step = int(self._episode_start[slot]) if self._episode_start[slot] >= 0 else step.step
+        if self._basis == "self":  # a run of steps was judged: its slowdown began before the first slow verdict
+            onset = self._pace.onset(rank, self.ratio_threshold)
+            first_step = min(first_step, onset) if onset is not None else first_step
         evidence = self._evidence(slot, signal)
         evidence.update(first_step=first_step, detected_step=step.step, **straggler_cost(  # models/steps/cost.py
             evidence, step, self._value_ring[:, (self._evaluated - 1 - np.arange(min(self.window, self._evaluated)))
