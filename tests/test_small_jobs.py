@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine_driver import replay
+from small_job_gen import SmallJob
 from step_gen import SyncJob
 from stepwatch.models.pipeline import Pipeline, run_recording
 from stepwatch.models.sinks import CapturingSink, drain
@@ -75,3 +76,73 @@ def replayed_stragglers(name: str) -> list:
 
 def test_recorded_healthy_hf_two_rank_job_on_a_loaded_host_names_nobody():
     assert replayed_stragglers("healthy_loaded.jsonl") == []
+
+
+def test_recorded_hf_two_rank_job_with_rank_1_slower_from_step_30_on_a_loaded_host_names_rank_1():
+    fired = [a for a in replayed_stragglers("slow_rank1_from30_loaded.jsonl") if a.status == "firing"]
+    assert fired, "rank 1 of the real 2-rank HF job, ~1.6x slower from step 30 on a loaded host, was not named"
+    assert {a.ranks for a in fired} == {(1,)}
+    assert fired[0].evidence["baseline"] == "self" and fired[0].evidence["detected_step"] <= 30 + 10
+    assert 28 <= fired[0].evidence["first_step"] <= 32  # the onset, dated from the run (not the first verdict)
+
+
+# Many seeded jobs per generator: a detector that trades misses for false alarms (or back) fails one of them.
+SEEDS = range(8)
+
+
+def first_named(alerts: list, rank: int) -> int | None:
+    right = [a for a in alerts if a.status == "firing" and a.ranks == (rank,)]
+    return right[0].evidence["detected_step"] if right else None
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_rank_40pct_slower_on_a_loaded_host_is_named_within_10_steps_and_healthy_jobs_stay_quiet(ranks):
+    detected, others, false_alarms = [], [], []
+    for seed in SEEDS:
+        slow_rank = seed % ranks
+        alerts = stragglers(SyncJob(job=f"loaded-{ranks}-{seed}", ranks=ranks, steps=300, seed=seed,
+                                    slow_rank=slow_rank, slow_from=30, compute=0.06, comm=0.01, lose=0.01,
+                                    reorder=0.3, **LOADED))
+        detected.append(first_named(alerts, slow_rank))
+        others += [a for a in alerts if a.ranks != (slow_rank,)]
+        false_alarms += stragglers(SyncJob(job=f"loaded-ok-{ranks}-{seed}", ranks=ranks, steps=300, seed=100 + seed,
+                                           compute=0.06, comm=0.01, lose=0.01, reorder=0.3, **LOADED))
+    assert others == [] and false_alarms == []
+    assert all(d is not None for d in detected), detected
+    assert sum(d <= 30 + 10 for d in detected) >= len(detected) - 1, detected
+
+
+def gen2_stragglers(job: SmallJob) -> list:
+    alerts = list(replay(parse_event(e) for e in job.events()))
+    return [a for a in alerts if a.type == "straggler"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_second_generator_healthy_small_jobs_name_nobody(ranks):
+    # Unequal ranks, heavy-tailed noise, contention bursts, drift, checkpoints on rank 0, a job-wide 1.5x
+    # slowdown, late/lost/reordered events and skewed clocks (tests/small_job_gen.py).
+    alerts = [a for seed in SEEDS for a in gen2_stragglers(SmallJob(
+        job=f"g2-ok-{ranks}-{seed}", ranks=ranks, steps=300, seed=200 + seed, jobwide_factor=1.5, jobwide_from=150))]
+    # Measured (bench/small_jobs.py): 0-1 per 20 such jobs; the one-step rule before gave 9 (2 ranks) and 3 in 20.
+    # The rare one: a burst that hits one rank 1.25x harder for 5 steps in a row (seed 200), a short episode.
+    assert len([a for a in alerts if a.status == "firing"]) <= 1, alerts
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_second_generator_a_rank_40pct_slower_is_named_and_nobody_else(ranks):
+    detected = []
+    for seed in SEEDS:
+        slow_rank = seed % ranks
+        alerts = gen2_stragglers(SmallJob(job=f"g2-{ranks}-{seed}", ranks=ranks, steps=300, seed=seed,
+                                          slow_rank=slow_rank, burst_p=0.0))
+        assert {a.ranks for a in alerts} <= {(slow_rank,)}
+        detected.append(first_named(alerts, slow_rank))
+    assert all(d is not None for d in detected), detected
+    assert sum(d <= 30 + 10 for d in detected) >= len(detected) - 1, detected
+    # Contention bursts (each rank +35% on average, independently, for 3-12 steps) can hide the onset for
+    # longer; the slow rank is still the only one named.
+    for seed in SEEDS:
+        slow_rank = seed % ranks
+        alerts = gen2_stragglers(SmallJob(job=f"g2b-{ranks}-{seed}", ranks=ranks, steps=300, seed=seed,
+                                          slow_rank=slow_rank))
+        assert {a.ranks for a in alerts} <= {(slow_rank,)}

@@ -15,9 +15,10 @@ compared with the median of its peers (same group, e.g. the same pipeline stage)
 A slowdown of every rank moves the median with it and flags nobody; a single GC spike or
 data-loader hiccup is one slow step out of ``window`` and flags nobody either.
 
-Small groups (2 .. ``min_peers`` - 1 ranks): each rank against its own baseline (the median of
-its recent clean values), times the median factor by which the other ranks moved against theirs
-(``evidence.baseline: "self"``); the rest of the rule is the same.
+Small groups (2 .. ``min_peers`` - 1 ranks): each rank's pace against its peers on the same step, against its
+own usual pace, over a run of steps (models/steps/small_group.py; ``evidence.baseline: "self"``): ``ratio``
+and ``z`` are the run's, and the step itself must be ``ratio_threshold`` slow too; the k-of-n and the rest
+of the rule are the same.
 
 No coincidences: in a big job some ranks see several independent spikes (GC, page faults,
 ECC retries) within ``window`` steps by chance. The rule learns the job's background rate of
@@ -53,13 +54,13 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..alerts import Alert, alert_id
 from .cost import straggler_cost
+from .small_group import PairedPace
 from .assembly import GroupStep
 from ..resolution import Resolution, with_resolution
 from ..tunable import runtime, runtime_fields
@@ -84,7 +85,7 @@ class StragglerSettings:
     #: perfectly uniform group (MAD ~ 0) from turning 0.1% differences into huge z-scores.
     spread_floor: float = runtime(0.02)
     #: Groups with fewer ranks than this (a median of 2 says nothing) are judged against each rank's
-    #: own recent baseline instead (2 ranks at least; see ``StragglerDetector._against_own``).
+    #: own usual pace against its peers instead (2 ranks at least; models/steps/small_group.py).
     min_peers: int = runtime(4)
     #: Steps ignored at the start of a job (and after each restart of the step counter).
     warmup_steps: int = runtime(10)
@@ -111,11 +112,6 @@ class StragglerSettings:
 _D = StragglerSettings()
 
 SIGNALS = ("compute_time", "arrival", "step_time")
-#: Small groups (2 .. min_peers - 1 ranks): each rank's own recent clean steps kept as its baseline ...
-SELF_BASELINE_STEPS = 50
-#: ... and needed before it is judged against it.
-SELF_BASELINE_MIN = 10
-
 #: An alert resolves once its clean run has at most this chance at the rank's recent slow rate.
 RECOVERY_P = 0.001
 #: Fewest slow steps in ``intermittent_window`` that may fire as intermittent.
@@ -253,8 +249,9 @@ class StragglerDetector:
         self._bg_n = 0.0
         self._resolved: dict[int, tuple[int, float]] = {}  # rank -> (resolved step, episode ratio)
         self._suppressed: set[int] = set()
-        # Small groups: each rank's recent clean values (its own baseline), and how the last step was judged.
-        self._own: dict[int, deque[float]] = {}
+        # Small groups: each rank's pace against its peers, against its own usual (models/steps/small_group.py),
+        # and how the last step was judged.
+        self._pace = PairedPace(spread_floor=self.spread_floor, max_ranks=4 * self.min_peers)
         self._basis = "peers"
         # Intermittent slowness: each rank's slow verdicts of its last ``intermittent_window`` steps, their
         # count, a decayed mean of its ratio on its slow steps; the step judged at each column.
@@ -399,14 +396,19 @@ class StragglerDetector:
         if peer <= 0:
             return []
         peers = None
+        flaky_slow = flaky_ratio = None
         if small:
-            # Too few peers for a robust median: each rank against its own baseline, scaled by how
-            # much its peers moved against theirs (a job-wide slowdown moves every rank alike).
-            judged = self._against_own(step.ranks, x)
+            # Too few peers for a robust median: each rank's pace against its peers on this step, against its
+            # own usual pace, over a run of steps (models/steps/small_group.py).
+            self._pace.spread_floor = self.spread_floor
+            judged = self._pace.judge(step.ranks, x, step.step)
             if judged is None:  # baselines still being learnt
-                self._learn_own(step.ranks, x, np.zeros(len(x), dtype=bool))
+                self._pace.learn(off=False, flagged=False)
                 return []
-            ratio, z, peers = judged
+            ratio, z, peers = judged.ratio, judged.z, judged.expected
+            # The intermittent rule counts single slow steps, not sustained ones.
+            flaky_ratio = judged.step_ratio
+            flaky_slow = (flaky_ratio >= self.ratio_threshold) & (judged.step_z >= self.z_threshold)
         elif self.rank_class:
             spread = max(normal_mad(x, peer), self.spread_floor * peer, 1e-9)
             peers, spreads = self._class_peers(step.ranks, x, peer, spread)
@@ -418,8 +420,8 @@ class StragglerDetector:
             z = (x - peer) / spread
         self._basis = "self" if small else "peers"
         slow = (ratio >= self.ratio_threshold) & (z >= self.z_threshold)
-        if small:
-            self._learn_own(step.ranks, x, slow)
+        if flaky_slow is not None:  # small group: sustained, and slow on this step too
+            slow &= flaky_ratio >= self.ratio_threshold
         self.last_verdict = StepVerdict(step.step, signal, step.ranks, ratio, z, slow)
         if self.on_verdict is not None:
             self.on_verdict(self, self.last_verdict)
@@ -430,7 +432,8 @@ class StragglerDetector:
         if self._evaluated >= self.window:
             self._learn_background(step.ranks, slots, col)
         if self.intermittent_window:
-            self._count_intermittent(slots, slow, ratio, step.step, signal,
+            self._count_intermittent(slots, slow if flaky_slow is None else flaky_slow,
+                                     ratio if flaky_ratio is None else flaky_ratio, step.step, signal,
                                      np.broadcast_to(peers if peers is not None else peer, ratio.shape))
         self._evaluated += 1
         self._slow_ring[slots, col] = slow
@@ -449,6 +452,11 @@ class StragglerDetector:
         busy = slow if data_slow is None else slow | data_slow
         self._clean_run[slots] = np.where(busy, 0, self._clean_run[slots] + 1)
         self._episode_start[slots[counts == 0]] = -1
+
+        if small:  # a step joins the baselines only while no rank of the group is off its pace, flagged or firing
+            off = np.abs(np.log(ratio)) >= math.log(self.ratio_threshold)
+            self._pace.learn(off=bool(off.any()),
+                             flagged=bool(counts.any()) or any(int(r) in self._firing for r in step.ranks))
 
         out: list[Alert] = []
         for rank in [r for r in self._suppressed if self._slow_ring[self._slot[r]].sum() == 0
@@ -616,37 +624,6 @@ class StragglerDetector:
                      job=self.job, ranks=(rank,), nodes=(node,) if node else (), starts_at=step.ts,
                      summary=summary, evidence=evidence)
 
-    def _against_own(self, ranks: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Small groups: (ratio, z, expected value) of each rank, where the expected value is its own
-        baseline (median of its recent clean steps) times the median factor by which the other ranks
-        moved against theirs; None while a rank has too short a baseline."""
-        rings = [self._own.get(int(r)) for r in ranks]
-        if any(ring is None or len(ring) < SELF_BASELINE_MIN for ring in rings):
-            return None
-        base = np.array([median(np.fromiter(ring, float)) for ring in rings])
-        if not (base > 0).all():
-            return None
-        own = x / base
-        # Each rank's own noise about its baseline; a ratio of two ranks' values carries both.
-        noise = max(normal_mad(np.fromiter(ring, float) / b, 1.0) for ring, b in zip(rings, base))
-        spread = max(math.sqrt(2.0) * noise, self.spread_floor, 1e-9)
-        others = np.array([median(np.delete(own, i)) for i in range(len(own))])
-        expected = base * others
-        ratio = x / expected
-        return ratio, (ratio - 1.0) / spread, expected
-
-    def _learn_own(self, ranks: np.ndarray, x: np.ndarray, slow: np.ndarray) -> None:
-        """Clean values join their rank's own baseline (a slow step must not teach it the slowdown)."""
-        for r, value, is_slow in zip(ranks.tolist(), x.tolist(), slow.tolist()):
-            if is_slow or r in self._firing:
-                continue
-            ring = self._own.get(r)
-            if ring is None:
-                if len(self._own) >= 4 * self.min_peers:  # bounded: ranks of a small group come and go
-                    self._own.pop(next(iter(self._own)))
-                ring = self._own[r] = deque(maxlen=SELF_BASELINE_STEPS)
-            ring.append(value)
-
     def _class_peers(self, ranks: np.ndarray, x: np.ndarray, peer: float, spread: float
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Peer median and spread of each rank's own class (ranks without one: the whole group's)."""
@@ -782,6 +759,9 @@ class StragglerDetector:
 
     def _fire(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
         first_step = int(self._episode_start[slot]) if self._episode_start[slot] >= 0 else step.step
+        if self._basis == "self":  # a run of steps was judged: its slowdown began before the first slow verdict
+            onset = self._pace.onset(rank, self.ratio_threshold)
+            first_step = min(first_step, onset) if onset is not None else first_step
         evidence = self._evidence(slot, signal)
         evidence.update(first_step=first_step, detected_step=step.step, **straggler_cost(  # models/steps/cost.py
             evidence, step, self._value_ring[:, (self._evaluated - 1 - np.arange(min(self.window, self._evaluated)))
