@@ -61,6 +61,8 @@ import numpy as np
 from ..alerts import Alert, alert_id
 from .cost import straggler_cost
 from .small_group import PairedPace
+from .straggler_evidence import Baseline, DataWaitEvidence, PeerEvidence
+from ..evidence import StragglerSignal
 from .assembly import GroupStep
 from ..resolution import Resolution, with_resolution
 from ..tunable import runtime, runtime_fields
@@ -715,13 +717,11 @@ class StragglerDetector:
         first_step = step.step - self.window + 1
         node = self._nodes[slot]
         where = f"rank {rank}" + (f" on node {node}" if node else "")
-        evidence = {
-            "signal": "data_time", "horizon": "short", "group": self.group or None, "rank_median": _round(rank_wait),
-            "peer_median": _round(peer_wait), "compute_median": _round(compute), "ratio": _round(ratio),
-            "slow_steps": self.window, "window": self.window, "first_step": first_step,
-            "detected_step": step.step, "cause": "input pipeline",
-            "ratio_threshold": self.ratio_threshold, "z_threshold": self.z_threshold,
-        }
+        evidence = DataWaitEvidence(
+            group=self.group or None, rank_median=_round(rank_wait), peer_median=_round(peer_wait),
+            compute_median=_round(compute), ratio=_round(ratio), window=self.window, first_step=first_step,
+            detected_step=step.step, ratio_threshold=self.ratio_threshold, z_threshold=self.z_threshold,
+        ).to_dict()
         evidence.update(straggler_cost(evidence, step))  # what it costs the job (models/steps/cost.py)
         summary = (f"straggler: {where} waits {rank_wait - peer_wait:.3f}s longer for input data than its peers "
                    f"every step (data_time {evidence['rank_median']}s vs peer median {evidence['peer_median']}s), "
@@ -739,23 +739,15 @@ class StragglerDetector:
         ok = ~np.isnan(values)
         rank_median = float(np.median(values[ok])) if ok.any() else None
         peer_median = float(np.median(peers[ok])) if ok.any() else None
-        return {
-            "signal": signal,
-            "horizon": "short",
-            "group": self.group or None,
-            "rank_median": _round(rank_median),
-            "peer_median": _round(peer_median),
-            "ratio": _round(rank_median / peer_median) if rank_median and peer_median else None,
-            "robust_z": _round(float(np.median(self._z_ring[slot, recent][ok]))) if ok.any() else None,
-            "slow_steps": int(self._slow_ring[slot].sum()),
-            "window": self.window,
-            "recent_ratios": [_round(float(r), 3) for r in self._ratio_ring[slot, recent][ok]],
-            "ratio_threshold": self.ratio_threshold,
-            "z_threshold": self.z_threshold,
-            # peers: against the median of the group's ranks; self: a small group, against the rank's
-            # own recent steps scaled by how its peers moved (peer_median is that expected value)
-            "baseline": self._basis,
-        }
+        return PeerEvidence(
+            signal=StragglerSignal(signal), group=self.group or None, rank_median=_round(rank_median),
+            peer_median=_round(peer_median),
+            ratio=_round(rank_median / peer_median) if rank_median and peer_median else None,
+            robust_z=_round(float(np.median(self._z_ring[slot, recent][ok]))) if ok.any() else None,
+            slow_steps=int(self._slow_ring[slot].sum()), window=self.window,
+            recent_ratios=tuple(_round(float(r), 3) for r in self._ratio_ring[slot, recent][ok]),
+            ratio_threshold=self.ratio_threshold, z_threshold=self.z_threshold, baseline=Baseline(self._basis),
+        ).to_dict()
 
     def _fire(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
         first_step = int(self._episode_start[slot]) if self._episode_start[slot] >= 0 else step.step
