@@ -74,7 +74,7 @@ class CollectiveRecorder:
     Parameters
     ----------
     enabled
-        False: every mark is a no-op (the numbers still move in ``collective_begin``, as before).
+        False: ``collective_end`` records nothing (``collective_begin`` still numbers: it is one dict update).
     rank_base
         Fields every event of this rank carries (job, rank, node).
     emit
@@ -88,10 +88,28 @@ class CollectiveRecorder:
         carries a bounded summary).
 
     The monitor exposes ``seq_started``, ``seq_completed`` and ``pg_ranks`` as the same dicts.
+
+    Example (on its own: the monitor passes its queue, error counter and step timer):
+
+    >>> events = []
+    >>> rec = CollectiveRecorder(enabled=True, rank_base={"job": "j", "rank": 0}, emit=events.append,
+    ...                          on_error=print, event_step=lambda: 7, collective_events=True)
+    >>> seq = rec.collective_begin()
+    >>> rec.collective_end(seq, op="allreduce", start=10.0, end=10.25)
+    >>> rec.seq_started, rec.seq_completed
+    ({'default': 1}, {'default': 1})
+    >>> events[0]["kind"], events[0]["seq"], events[0]["step"], events[0]["duration"]
+    ('collective', 1, 7, 0.25)
+    >>> comm = rec.take_step()           # at the step's end: this step's calls, and a fresh record
+    >>> comm.count, comm.time_in(10.0, 11.0), rec.take_step().count
+    (1, 0.25, 0)
+    >>> rec.heartbeat_fields()
+    {'seq_started': 1, 'seq_completed': 1, 'pgs': {'default': {'started': 1, 'completed': 1}}}
     """
 
     def __init__(self, *, enabled: bool, rank_base: dict[str, Any], emit: Callable[[dict], None],
-                 on_error: Callable[[str, BaseException], None], event_step: Callable[[], int | None], collective_events: bool = False) -> None:
+                 on_error: Callable[[str, BaseException], None], event_step: Callable[[], int | None],
+                 collective_events: bool = False) -> None:
         self.enabled = enabled
         self.default_pg = DEFAULT_PG
         self.collective_events = collective_events

@@ -44,6 +44,22 @@ class Heartbeats:
         Set by the monitor's ``close``: the thread sends no more and exits.
     name
         The thread's name.
+
+    Example (on its own, no thread: the step and collective fields come from the callables given):
+
+    >>> import threading
+    >>> events = []
+    >>> beats = Heartbeats(enabled=True, rank_base={"job": "j", "rank": 3}, emit=events.append, on_error=print,
+    ...                    step_fields=lambda: (41, "train", True),
+    ...                    comm_fields=lambda: {"seq_started": 9, "seq_completed": 8}, pollers=[],
+    ...                    poll=lambda: None, interval=0, stop=threading.Event())
+    >>> beats.start(); beats.thread is None      # interval 0: heartbeats by hand only
+    True
+    >>> beats.heartbeat()
+    >>> events[0]["kind"], events[0]["rank"]
+    ('heartbeat', 3)
+    >>> {k: events[0][k] for k in ("step", "phase", "seq_started", "seq_completed", "in_step")}
+    {'step': 41, 'phase': 'train', 'seq_started': 9, 'seq_completed': 8, 'in_step': True}
     """
 
     def __init__(self, *, enabled: bool, rank_base: dict[str, Any], emit: Callable[[dict], None],

@@ -63,6 +63,21 @@ class StepTimer:
         Runs ``pollers`` (errors counted).
     start_step
         The number of the first step when ``begin_step`` is given none.
+
+    Example (on its own: here no collective was recorded, so ``take_comm`` hands an empty record):
+
+    >>> events = []
+    >>> timer = StepTimer(enabled=True, step_base={"v": 1, "kind": "step", "job": "j", "rank": 0},
+    ...                   phase_base={"job": "j"}, emit=events.append, on_error=print, take_comm=StepComm,
+    ...                   pollers=[], poll=lambda: None)
+    >>> timer.begin_step()
+    >>> timer.end_step(samples=32)
+    >>> step = events[-1]
+    >>> step["kind"], step["step"], step["samples"], step["comm_time"], step["compute_time"] == step["step_time"]
+    ('step', 0, 32.0, 0.0, True)
+    >>> _ = timer.phase("eval")
+    >>> events[-1]["kind"], events[-1]["phase"], events[-1]["step"], timer.heartbeat_fields()
+    ('phase', 'eval', 0, (0, 'eval', False))
     """
 
     def __init__(self, *, enabled: bool, step_base: dict[str, Any], phase_base: dict[str, Any],
