@@ -170,11 +170,13 @@ class RankMonitor:
             step_fields=timer.heartbeat_fields, comm_fields=comm.heartbeat_fields, pollers=self._pollers,
             poll=self._poll, interval=cfg.heartbeat_interval, stop=self._stop,
             name=f"stepwatch-heartbeat-r{cfg.rank}")
-        for name in ("begin_step", "end_step", "data_begin", "data_end", "data", "loader", "add_data_time",
-                     "phase", "end"):
-            setattr(self, name, getattr(timer, name))
-        for name in ("collective_begin", "collective_end", "collective"):
-            setattr(self, name, getattr(comm, name))
+        # Their calls, bound here: the training thread and the hooks call the part itself.
+        self.begin_step, self.end_step = timer.begin_step, timer.end_step
+        self.data_begin, self.data_end, self.data = timer.data_begin, timer.data_end, timer.data
+        self.loader, self.add_data_time = timer.loader, timer.add_data_time
+        self.phase, self.end = timer.phase, timer.end
+        self.collective_begin, self.collective_end = comm.collective_begin, comm.collective_end
+        self.collective = comm.collective
         self.heartbeat, self.heartbeat_event = beats.heartbeat, beats.heartbeat_event
         # The recorder's own dicts (written by producers/pg_tracker.py's hooks, read by tests and stats).
         self.seq_started = comm.seq_started
