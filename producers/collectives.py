@@ -40,11 +40,6 @@ class StepComm:
         self.max = 0.0
         self.last_seq: int | None = None
 
-    def time_in(self, lo: float, hi: float) -> float:
-        """Seconds spent in communication within [lo, hi]: the union of the host intervals (overlapping
-        calls counted once) plus the device-timed durations."""
-        return _union_length(self.intervals, lo, hi) + sum(self.durations)
-
 
 def _union_length(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     """Length of the union of intervals, clipped to [lo, hi]."""
@@ -101,8 +96,8 @@ class CollectiveRecorder:
     >>> events[0]["kind"], events[0]["seq"], events[0]["step"], events[0]["duration"]
     ('collective', 1, 7, 0.25)
     >>> comm = rec.take_step()           # at the step's end: this step's calls, and a fresh record
-    >>> comm.count, comm.time_in(10.0, 11.0), rec.take_step().count
-    (1, 0.25, 0)
+    >>> comm.count, comm.intervals, rec.take_step().count
+    (1, [(10.0, 10.25)], 0)
     >>> rec.heartbeat_fields()
     {'seq_started': 1, 'seq_completed': 1, 'pgs': {'default': {'started': 1, 'completed': 1}}}
     """

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 from stepwatch.models.wire.events import PHASES
 
-from .collectives import StepComm
+from .collectives import StepComm, _union_length
 
 __all__ = ["StepTimer"]
 
@@ -140,7 +140,7 @@ class StepTimer:
             comm = self._take_comm()
             step_time = t1 - t0
             data_time = min(self._data_time, step_time)
-            comm_time = min(comm.time_in(t0, t1), step_time - data_time)
+            comm_time = min(_union_length(comm.intervals, t0, t1) + sum(comm.durations), step_time - data_time)
             self._data_time = 0.0
             event = self._step_base.copy()
             event["step"] = step
