@@ -3,6 +3,7 @@
     .venv/bin/python bench/overhead.py                 # starts a local broker (or uses $KAFKA_BOOTSTRAP)
     .venv/bin/python bench/overhead.py --no-broker     # without Kafka: "on" publishes into a sink
     .venv/bin/python bench/overhead.py --write         # also update the section in BENCHMARKS.md
+    .venv/bin/python bench/overhead.py --baseline REV  # the hot path of git revision REV beside this checkout's
 
 Measured side by side in one run (needs torch: ``pip install -e '.[train-test]'``):
 
@@ -24,6 +25,7 @@ import argparse
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,23 +40,26 @@ def closed_port() -> str:
 
 
 def hot_path_us(iterations: int) -> dict[str, float]:
+    """Per step, monitor off and on: wall time (``off``/``on``) and the training thread's CPU time
+    (``off_cpu``/``on_cpu``: what other processes on a loaded machine take is left out); best of 2."""
     from stepwatch.producers.monitor import RankMonitor
 
-    out = {}
-    for label, enabled in (("off", False), ("on", True), ("off ", False), ("on ", True)):
+    out: dict[str, list[float]] = {}
+    for label, enabled in (("off", False), ("on", True), ("off", False), ("on", True)):
         m = RankMonitor(job="bench", rank=0, enabled=enabled, sink=lambda batch: None, heartbeat_interval=1.0,
                         queue_size=iterations + 10, environ={})
-        perf = time.perf_counter
-        t0 = perf()
+        perf, cpu = time.perf_counter, time.thread_time
+        t0, c0 = perf(), cpu()
         for _ in range(iterations):
             with m.step(samples=32):
                 with m.data():
                     pass
                 with m.collective():
                     pass
-        elapsed = perf() - t0
+        elapsed, busy = perf() - t0, cpu() - c0
         m.close(timeout=5)
-        out.setdefault(label.strip(), []).append(elapsed / iterations * 1e6)
+        out.setdefault(label, []).append(elapsed / iterations * 1e6)
+        out.setdefault(label + "_cpu", []).append(busy / iterations * 1e6)
     return {k: min(v) for k, v in out.items()}
 
 
@@ -200,11 +205,62 @@ def checkout(rev: str, dest: Path) -> Path:
     import subprocess
     import tarfile
 
+    import tomllib
+
     repo = Path(__file__).resolve().parents[1]
     data = subprocess.run(["git", "-C", str(repo), "archive", rev], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(dest, filter="data")
+    # The roots pyproject maps into the package (producers/ -> stepwatch.producers, ...) linked in place:
+    # otherwise the editable install's finder resolves them to this checkout, and the "baseline" measures
+    # this checkout's code.
+    package_dir = tomllib.loads((dest / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for package, folder in package_dir.items():
+        if package.startswith("stepwatch.") and folder != "stepwatch":
+            link = dest / "stepwatch" / package.split(".", 1)[1]
+            if not link.exists():
+                link.symlink_to(dest / folder, target_is_directory=True)
     return dest
+
+
+def tree_python(code: str, tree: Path | None, args: tuple[str, ...] = (), **popen) -> subprocess.Popen:
+    """``python -c code`` importing stepwatch from ``tree`` (default: this checkout); checks that it does."""
+    check = ("import stepwatch.producers.monitor as _m, pathlib as _p, sys as _s\n"
+             "assert _p.Path(_m.__file__).resolve().is_relative_to(_p.Path(_s.argv[-1]).resolve()), _m.__file__\n"
+             "del _s.argv[-1]\n")
+    root = tree if tree is not None else Path(__file__).resolve().parents[1]
+    env = dict(os.environ, STEPWATCH_MONITOR_STACKS="0")
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.Popen([sys.executable, "-c", check + code, *args, str(root)], env=env, cwd=str(root),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+HOT_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from overhead import hot_path_us
+print(json.dumps(hot_path_us(int(sys.argv[2]))))
+"""
+
+
+def hot_paths(iterations: int, baseline: str, rounds: int = 3) -> dict[str, dict[str, float]]:
+    """The hot path of this checkout and of git revision ``baseline``, each in its own interpreter,
+    alternating ``rounds`` times; the best (lowest) per tree and mode."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trees: dict[str, Path | None] = {"this": None, baseline: checkout(baseline, Path(tmp) / "baseline")}
+        runs: dict[str, list[dict]] = {k: [] for k in trees}
+        for _ in range(rounds):
+            for label, tree in trees.items():
+                proc = tree_python(HOT_SCRIPT, tree, (str(Path(__file__).resolve().parent), str(iterations)))
+                out, err = proc.communicate(timeout=1200)
+                if proc.returncode:
+                    raise RuntimeError(err[-2000:])
+                runs[label].append(json.loads(out.strip().splitlines()[-1]))
+    return {label: {mode: min(r[mode] for r in results) for mode in results[0]} for label, results in runs.items()}
 
 
 def hook_cost_us(calls: int, tree: Path | None = None, world: int = 1) -> dict:
@@ -217,13 +273,8 @@ def hook_cost_us(calls: int, tree: Path | None = None, world: int = 1) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from train_support import free_port
 
-    env = dict(os.environ, STEPWATCH_MONITOR_STACKS="0")
-    if tree is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", HOOK_SCRIPT, str(port), str(calls), str(rank), str(world)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                              cwd=str(tree) if tree is not None else None) for rank in range(world)]
+    procs = [tree_python(HOOK_SCRIPT, tree, (str(port), str(calls), str(rank), str(world))) for rank in range(world)]
     outs = [p.communicate(timeout=600) for p in procs]
     if any(p.returncode for p in procs):
         raise RuntimeError("\n".join(err[-2000:] for _, err in outs))
@@ -291,14 +342,17 @@ def main() -> int:
                         help=f"only the per-framework figures ({', '.join(FRAMEWORKS)}; none listed: all)")
     parser.add_argument("--world", type=int, default=2, help="ranks per framework job")
     parser.add_argument("--baseline", default=None, metavar="REV",
-                        help="with --frameworks: also measure the hook cost of git revision REV (before/after)")
+                        help="also measure git revision REV (before/after): its hot path, or with --frameworks its "
+                             "hook cost")
     parser.add_argument("--calls", type=int, default=20_000, help="with --frameworks: calls per hook-cost round")
     args = parser.parse_args()
     if args.frameworks is not None:
         return frameworks_main(args)
 
-    hot = hot_path_us(args.iterations)
-    hot_delta = hot["on"] - hot["off"]
+    if args.baseline:  # each tree in its own interpreter, alternating
+        hots = hot_paths(args.iterations, args.baseline)
+    else:
+        hots = {"this": hot_path_us(args.iterations)}
 
     broker = None
     bootstrap = None
@@ -319,16 +373,28 @@ def main() -> int:
     try:
         from _report import stamp
 
-        lines.append(stamp("python bench/overhead.py" + (" --no-broker" if args.no_broker else "")))
+        lines.append(stamp("python bench/overhead.py" + (" --no-broker" if args.no_broker else "")
+                           + (f" --baseline {args.baseline}" if args.baseline else "")))
     except Exception:
         pass
     lines += [
         "Hot path alone (training thread, per step: `with monitor.step()` + a `data()` marker + one timed "
-        f"collective; {args.iterations:,} iterations, best of 2):",
+        f"collective; {args.iterations:,} iterations, best of 2"
+        + (f"; this checkout and `{args.baseline}` each in its own interpreter, alternating, best of 3 each" if
+           args.baseline else "") + "). Wall time, and the training thread's CPU time (`time.thread_time`: "
+        "on a shared machine the wall time also holds other processes' turns; load average at the end "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs):",
         "",
-        "| monitor off | monitor on | overhead per step | share of a 100 ms step |",
-        "|---:|---:|---:|---:|",
-        f"| {hot['off']:.2f} µs | {hot['on']:.2f} µs | {hot_delta:.2f} µs | {hot_delta / 100_000 * 100:.4f} % |",
+        "| tree | wall off | wall on | overhead per step (wall) | CPU off | CPU on | overhead per step (CPU) | "
+        "share of a 100 ms step (CPU) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, hot in hots.items():
+        wall, busy = hot["on"] - hot["off"], hot["on_cpu"] - hot["off_cpu"]
+        name = "this checkout" if label == "this" else f"`{label}` (before)"
+        lines.append(f"| {name} | {hot['off']:.2f} µs | {hot['on']:.2f} µs | {wall:.2f} µs | {hot['off_cpu']:.2f} µs "
+                     f"| {hot['on_cpu']:.2f} µs | {busy:.2f} µs | {busy / 100_000 * 100:.4f} % |")
+    lines += [
         "",
         "Small real model (single-rank DDP on gloo with the comm hook, forward/backward/SGD padded with idle "
         f"'device' time to the target step; {args.blocks} interleaved blocks of {args.steps} steps per mode; "

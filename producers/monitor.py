@@ -45,15 +45,16 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable
 
 from stepwatch.client_settings import ClientSettings
 
-from .collectives import DEFAULT_PG, CollectiveRecorder, _StepComm
+from .collectives import DEFAULT_PG, CollectiveRecorder
 from .heartbeat import Heartbeats
 from .monitor_config import MonitorConfig
-from .step_timer import StepTimer
+from .step_timer import StepTimer, _PhaseScope
 from .transport import DROP, Transport
 
 if TYPE_CHECKING:  # the whole tree only as a type: importing it loads the detection core
@@ -66,18 +67,45 @@ __all__ = ["RankMonitor", "MonitorConfig", "DEFAULT_PG"]
 _perf = time.perf_counter
 
 
-class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
+class RankMonitor:
     """Measures steps, phases and collectives of one rank and ships them to Kafka off the hot path.
 
     All arguments are keyword-only and optional (see :class:`MonitorConfig` for the
     environment variables). ``enabled=False`` (or ``STEPWATCH_MONITOR_ENABLED=0``) makes
     every call a cheap no-op and starts no thread.
 
-    Its parts, one file each: settings (producers/monitor_config.py), steps, data waits and
-    phases (producers/step_timer.py), collectives (producers/collectives.py), heartbeats
-    (producers/heartbeat.py); the queue and sender thread are the transport
-    (producers/transport.py). Their state is all set up here, in ``__init__``.
+    Its parts are objects, one file each, each with its own state; what one needs of another is
+    handed to it as a callable when it is built here:
+
+    * :attr:`config`: the settings (producers/monitor_config.py);
+    * :attr:`timer`: steps, data waits and phases (producers/step_timer.py), the training thread's;
+    * :attr:`collectives`: sequence numbers per process group and the step's collective time
+      (producers/collectives.py), written from any thread (torch hooks, producers/pg_tracker.py);
+    * :attr:`heartbeats`: heartbeat events and their thread (producers/heartbeat.py);
+    * :attr:`transport`: the queue and sender thread (producers/transport.py).
+
+    The monitor keeps what they share: the error counter (``_error``), the queue entry point
+    (``_enqueue``), the late-timing pollers (``_pollers``), the stop event and the lifecycle.
+    The parts' calls (``begin_step``, ``end_step``, ``data``, ``phase``, ``collective_end``,
+    ``heartbeat``, ...) are bound onto the monitor in ``__init__``: a call from the training
+    thread or a hook goes straight to the part, with no delegating layer in between.
     """
+
+    # The parts' calls, bound per instance in __init__ (documented on the parts).
+    begin_step: Callable[..., None]  # StepTimer.begin_step
+    end_step: Callable[..., None]  # StepTimer.end_step
+    data_begin: Callable[[], None]  # StepTimer.data_begin
+    data_end: Callable[[], None]  # StepTimer.data_end
+    data: Callable[[], Any]  # StepTimer.data (context manager)
+    loader: Callable[[Any], Any]  # StepTimer.loader
+    add_data_time: Callable[[float], None]  # StepTimer.add_data_time
+    phase: Callable[..., _PhaseScope]  # StepTimer.phase
+    end: Callable[[], None]  # StepTimer.end
+    collective_begin: Callable[..., int]  # CollectiveRecorder.collective_begin
+    collective_end: Callable[..., None]  # CollectiveRecorder.collective_end
+    collective: Callable[..., Any]  # CollectiveRecorder.collective (context manager)
+    heartbeat: Callable[[], None]  # Heartbeats.heartbeat
+    heartbeat_event: Callable[[], dict]  # Heartbeats.heartbeat_event
 
     def __init__(self, *, job: str | None = None, rank: int | None = None, world_size: int | None = None,
                  node: str | None = None, gpu: int | None = None, group: str | None = None,
@@ -102,19 +130,18 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
         self._key = cfg.key
         self._job_key = cfg.job
         # Fields every event of this rank carries; step events add theirs to a copy.
-        self._step_base: dict[str, Any] = {"v": 1, "kind": "step", "job": cfg.job, "rank": cfg.rank}
+        step_base: dict[str, Any] = {"v": 1, "kind": "step", "job": cfg.job, "rank": cfg.rank}
         for name, value in (("node", cfg.node), ("gpu", cfg.gpu), ("group", cfg.group),
                             ("world_size", cfg.world_size)):
             if value is not None:
-                self._step_base[name] = value
-        self._rank_base: dict[str, Any] = {"job": cfg.job, "rank": cfg.rank}
+                step_base[name] = value
+        rank_base: dict[str, Any] = {"job": cfg.job, "rank": cfg.rank}
         if cfg.node:
-            self._rank_base["node"] = cfg.node
+            rank_base["node"] = cfg.node
         # Phase events of rank 0 speak for the whole job (no ``rank`` field: see docs/events.md),
         # so a job-wide eval/checkpoint/end is announced once; other ranks mark their own phase.
         self.job_phases = (cfg.rank == 0) if job_phases is None else bool(job_phases)
-        self._phase_base: dict[str, Any] = {"job": cfg.job} if self.job_phases else {"job": cfg.job,
-                                                                                      "rank": cfg.rank}
+        phase_base: dict[str, Any] = {"job": cfg.job} if self.job_phases else {"job": cfg.job, "rank": cfg.rank}
 
         # Hot-path errors (bad arguments, ...); Kafka problems are the transport's (see stats()).
         self.errors = 0
@@ -122,32 +149,43 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
         self._last_error_log = 0.0
         #: The queue, sender thread and producer (None while disabled).
         self.transport: Transport | None = None
-
-        # Step state (training thread).
-        self._phase = "train"
-        self._step_t0: float | None = None
-        self._step_no: int | None = None
-        self._next_step = start_step
-        self.last_step: int | None = None
-        self._data_time = 0.0
-        self._data_t0: float | None = None
-        self._between_t0: float | None = None  # start of a data wait before the step began
-        self._comm = _StepComm()
-        self._comm_lock = threading.Lock()
-        # Collective sequence numbers per process group.
-        self.seq_started: dict[str, int] = {}
-        self.seq_completed: dict[str, int] = {}
-        #: Global ranks of each process group but the default one (heartbeats' ``pgs``; producers/pg_tracker.py).
-        self.pg_ranks: dict[str, list[int]] = {}
-        self.default_pg = DEFAULT_PG
-        self._train_ident = threading.get_ident()  # the training thread: first in stack answers
-        #: Callables run at each step end and heartbeat to report timings read late (CUDA events).
+        #: Callables run at each step end and heartbeat to report timings read late (CUDA events):
+        #: appended by producers/pg_tracker.py and producers/torch_hooks.py.
         self._pollers: list = []
-
+        #: Set by close(): the heartbeat thread and the control listener (producers/stacks.py) stop.
         self._stop = threading.Event()
+
+        # The parts. The recorder numbers a collective event with the timer's current step, and the timer
+        # takes the recorder's collective time at each step's end: each gets the other's call, nothing more
+        # (the lambda reads ``timer`` when called: it is built on the next line).
+        self.collectives = comm = CollectiveRecorder(
+            enabled=self.enabled, rank_base=rank_base, emit=self._enqueue, on_error=self._error,
+            event_step=lambda: timer.event_step(), collective_events=bool(cfg.collective_events))
+        self.timer = timer = StepTimer(
+            enabled=self.enabled, step_base=step_base, phase_base=phase_base, emit=self._enqueue,
+            on_error=self._error, take_comm=comm.take_step, pollers=self._pollers, poll=self._poll,
+            start_step=start_step)
+        self.heartbeats = beats = Heartbeats(
+            enabled=self.enabled, rank_base=rank_base, emit=self._enqueue, on_error=self._error,
+            step_fields=timer.heartbeat_fields, comm_fields=comm.heartbeat_fields, pollers=self._pollers,
+            poll=self._poll, interval=cfg.heartbeat_interval, stop=self._stop,
+            name=f"stepwatch-heartbeat-r{cfg.rank}")
+        # Their calls, bound here: the training thread and the hooks call the part itself.
+        self.begin_step, self.end_step = timer.begin_step, timer.end_step
+        self.data_begin, self.data_end, self.data = timer.data_begin, timer.data_end, timer.data
+        self.loader, self.add_data_time = timer.loader, timer.add_data_time
+        self.phase, self.end = timer.phase, timer.end
+        self.collective_begin, self.collective_end = comm.collective_begin, comm.collective_end
+        self.collective = comm.collective
+        self.heartbeat, self.heartbeat_event = beats.heartbeat, beats.heartbeat_event
+        # The recorder's own dicts (written by producers/pg_tracker.py's hooks, read by tests and stats).
+        self.seq_started = comm.seq_started
+        self.seq_completed = comm.seq_completed
+        self.pg_ranks = comm.pg_ranks
+        self.default_pg = DEFAULT_PG
+
         self._closed = False
         self._pid = os.getpid()
-        self._heartbeat: threading.Thread | None = None
         self._pg_tracker = self._control = None
         if not self.enabled:
             return
@@ -159,7 +197,7 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
             client_id=f"stepwatch-{self.job}-r{self.rank}", producer_config=cfg.producer_config,
             sink=(lambda _key, events: user_sink(events)) if user_sink is not None else None,
             on_connect=self._connected, name=f"stepwatch-sender-r{cfg.rank}")
-        self._start_heartbeat()
+        beats.start()
         atexit.register(self._atexit)
         # Every process group's sequence numbers (when torch is imported), and answers to stack
         # requests on the control topic (docs/hang.md). Both off the training thread's way.
@@ -168,6 +206,38 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
 
         self._pg_tracker = auto_track(self, environ)
         self._control = start_control_listener(self, environ)
+
+    @contextmanager
+    def step(self, step: int | None = None, *, tokens: float | None = None, samples: float | None = None,
+             loss: float | None = None) -> Iterator["RankMonitor"]:
+        """``with monitor.step(): ...`` measures one step. An exception in the body is not reported as a step."""
+        timer = self.timer
+        timer.begin_step(step)
+        ok = False
+        try:
+            yield self
+            ok = True
+        finally:
+            if ok:
+                timer.end_step(tokens=tokens, samples=samples, loss=loss)
+            else:
+                timer.abandon_step()
+
+    @property
+    def last_step(self) -> int | None:
+        """The last completed step (None before the first)."""
+        return self.timer.last_step
+
+    @property
+    def current_phase(self) -> str:
+        return self.timer.phase_name
+
+    def _poll(self) -> None:
+        for poll in self._pollers:
+            try:
+                poll()
+            except Exception as exc:
+                self._error("poll", exc)
 
     # -- hot path ---------------------------------------------------------------------------
 
@@ -241,8 +311,8 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
         self._stop.set()
         lost = 0
         try:
-            if self._heartbeat is not None:
-                self._heartbeat.join(max(0.0, deadline - _perf()))
+            if self.heartbeats.thread is not None:
+                self.heartbeats.thread.join(max(0.0, deadline - _perf()))
             if self.transport is not None:
                 lost = self.transport.close(max(0.0, deadline - _perf()))
             if self._control is not None:
@@ -271,7 +341,7 @@ class RankMonitor(StepTimer, CollectiveRecorder, Heartbeats):
     def threads(self) -> list[threading.Thread]:
         sender = self.transport.thread if self.transport is not None else None
         control = self._control.thread if self._control is not None else None
-        return [t for t in (sender, self._heartbeat, control) if t is not None]
+        return [t for t in (sender, self.heartbeats.thread, control) if t is not None]
 
     def __enter__(self) -> "RankMonitor":
         return self

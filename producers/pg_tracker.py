@@ -402,12 +402,8 @@ class ProcessGroupTracker:
             self._cuda_end(seq, self._op_name(op), name, start)
             return
         end = _perf()
-        monitor = self.monitor
         if seq:
-            with monitor._comm_lock:
-                completed = monitor.seq_completed
-                if seq > completed.get(name, 0):
-                    completed[name] = seq
+            self.monitor.collectives.completed(seq, name)
         self._ended.append((seq, op, name, start, end))
 
     @staticmethod
@@ -422,7 +418,7 @@ class ProcessGroupTracker:
         popleft = ended.popleft
         items = [popleft() for _ in range(len(ended))]
         monitor = self.monitor
-        t0 = getattr(monitor, "_step_t0", None)
+        t0 = monitor.timer.started
         if t0 is None:
             return  # outside a step there is no step to charge the time to
         if monitor.config.collective_events:  # per-call events (off by default): the full road
@@ -430,26 +426,12 @@ class ProcessGroupTracker:
                 if end >= t0:
                     monitor.collective_end(seq, op=self._op_name(op), pg=name, start=start, end=end)
             return
-        default_pg = monitor.default_pg
-        with monitor._comm_lock:
-            comm = monitor._comm
-            append = comm.intervals.append
-            for seq, _op, name, start, end in items:
-                if end < t0:
-                    continue  # ended before this step began
-                append((start, end))
-                duration = end - start
-                comm.count += 1
-                comm.total += duration
-                if duration > comm.max:
-                    comm.max = duration
-                if seq and name == default_pg:
-                    comm.last_seq = seq
+        monitor.collectives.charge(items, since=t0)
 
     def _done(self, seq: int, op: str, name: str, start: float) -> None:
         """Function-wrapper mode (torch without ProcessGroup hooks): record the call at once."""
         monitor = self.monitor
-        if getattr(monitor, "_step_t0", None) is None:
+        if monitor.timer.started is None:
             # Outside a step there is no step to charge the time to: only the number moves
             # (the step's interval list would grow until the next step otherwise).
             self._completed(seq, name)
@@ -457,10 +439,7 @@ class ProcessGroupTracker:
         monitor.collective_end(seq, op=op, pg=name, start=start, end=_perf())
 
     def _completed(self, seq: int, name: str) -> None:
-        monitor = self.monitor
-        with monitor._comm_lock:
-            if seq > monitor.seq_completed.get(name, 0):
-                monitor.seq_completed[name] = seq
+        self.monitor.collectives.completed(seq, name)
 
     def _cuda_start(self) -> tuple:
         import torch
@@ -573,7 +552,7 @@ class ProcessGroupTracker:
                     duration = None
                     monitor._error("cuda event", exc)
                 done += 1
-                if duration is None or getattr(monitor, "_step_t0", None) is None:
+                if duration is None or monitor.timer.started is None:
                     self._completed(seq, name)
                 else:
                     monitor.collective_end(seq, op=op, pg=name, duration=duration, start_ts=start[1])

@@ -103,7 +103,7 @@ def stack_event(monitor: Any, request: StackRequest, *, flight_recorder: bool = 
     ``flight_recorder``, the dump's path too (the dump can take seconds: ``answer`` sends it after)."""
     event: dict[str, Any] = {"v": 1, "kind": "stack", "job": monitor.job, "rank": monitor.rank, "ts": time.time(),
                              "request_id": request.request_id,
-                             "threads": capture_threads(getattr(monitor, "_train_ident", None))}
+                             "threads": capture_threads(monitor.timer.train_ident)}
     if monitor.node:
         event["node"] = monitor.node
     if flight_recorder:

@@ -1,10 +1,9 @@
 """Step timing and phases of the rank monitor: the training thread's hot path.
 
-:class:`StepTimer` is a part of :class:`~stepwatch.producers.monitor.RankMonitor` (its state
-is set up in ``RankMonitor.__init__``: ``_step_t0``, ``_step_no``, ``_next_step``,
-``last_step``, ``_data_time``, ``_data_t0``, ``_between_t0``, ``_phase``, ``_pollers``). It
-only reads clocks, stamps a small dict and hands it to ``RankMonitor._enqueue``; the
-collective time of a step comes from producers/collectives.py.
+:class:`StepTimer` is one part of :class:`~stepwatch.producers.monitor.RankMonitor`, with its
+own state (the step in progress, its data wait, the phase, the last completed step). It only
+reads clocks, stamps a small dict and hands it to ``emit``; the collective time of a step
+comes from the collective recorder (producers/collectives.py) through ``take_comm``.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from stepwatch.models.wire.events import PHASES
 
-from .collectives import _StepComm, _union_length
+from .collectives import StepComm, _union_length
 
 __all__ = ["StepTimer"]
 
@@ -27,21 +26,86 @@ _wall = time.time
 class _PhaseScope:
     """Returned by :meth:`RankMonitor.phase`: usable as a plain call or as a context manager."""
 
-    __slots__ = ("_monitor", "_previous")
+    __slots__ = ("_timer", "_previous")
 
-    def __init__(self, monitor: "RankMonitor", previous: str) -> None:
-        self._monitor = monitor
+    def __init__(self, timer: "StepTimer", previous: str) -> None:
+        self._timer = timer
         self._previous = previous
 
     def __enter__(self) -> "_PhaseScope":
         return self
 
     def __exit__(self, *exc) -> None:
-        self._monitor.phase(self._previous)
+        self._timer.phase(self._previous)
 
 
 class StepTimer:
-    """Steps, data waits and phases of :class:`~stepwatch.producers.monitor.RankMonitor` (a mixin)."""
+    """Steps, data waits and phases of one rank (a part of :class:`~stepwatch.producers.monitor.RankMonitor`).
+
+    Parameters
+    ----------
+    enabled
+        False: every mark is a cheap no-op.
+    step_base
+        Fields every step event carries (v, kind, job, rank, node, gpu, group, world_size); copied per step.
+    phase_base
+        Fields of this rank's phase events (job; and rank unless it speaks for the whole job).
+    emit
+        Queues one event (the monitor's transport).
+    on_error
+        Counts an error ``(where, exc)``; a broken mark never raises into training.
+    take_comm
+        The collective time recorded since the last step's end (the collective recorder's ``take_step``).
+    pollers
+        Callables that report timings read late (CUDA events); run through ``poll`` at each step's end,
+        while still in the step, when the list is not empty.
+    poll
+        Runs ``pollers`` (errors counted).
+    start_step
+        The number of the first step when ``begin_step`` is given none.
+
+    Example (on its own: here no collective was recorded, so ``take_comm`` hands an empty record):
+
+    >>> events = []
+    >>> timer = StepTimer(enabled=True, step_base={"v": 1, "kind": "step", "job": "j", "rank": 0},
+    ...                   phase_base={"job": "j"}, emit=events.append, on_error=print, take_comm=StepComm,
+    ...                   pollers=[], poll=lambda: None)
+    >>> timer.begin_step()
+    >>> timer.end_step(samples=32)
+    >>> step = events[-1]
+    >>> step["kind"], step["step"], step["samples"], step["comm_time"], step["compute_time"] == step["step_time"]
+    ('step', 0, 32.0, 0.0, True)
+    >>> _ = timer.phase("eval")
+    >>> events[-1]["kind"], events[-1]["phase"], events[-1]["step"], timer.heartbeat_fields()
+    ('phase', 'eval', 0, (0, 'eval', False))
+    """
+
+    def __init__(self, *, enabled: bool, step_base: dict[str, Any], phase_base: dict[str, Any],
+                 emit: Callable[[dict], None], on_error: Callable[[str, BaseException], None],
+                 take_comm: Callable[[], StepComm], pollers: list, poll: Callable[[], None],
+                 start_step: int = 0) -> None:
+        self.enabled = enabled
+        self._step_base = step_base
+        self._phase_base = phase_base
+        self._emit = emit
+        self._error = on_error
+        self._take_comm = take_comm
+        self._pollers = pollers
+        self._poll = poll
+        #: perf_counter start of the step in progress; None between steps.
+        self.started: float | None = None
+        self._step_no: int | None = None
+        self._next_step = start_step
+        #: The last completed step (None before the first).
+        self.last_step: int | None = None
+        self._data_time = 0.0
+        self._data_t0: float | None = None
+        self._between_t0: float | None = None  # start of a data wait before the step began
+        self.phase_name = "train"
+        #: The training thread (the one that begins steps): first in stack answers (producers/stacks.py).
+        self.train_ident = threading.get_ident()
+
+    # -- steps --------------------------------------------------------------------------------
 
     def begin_step(self, step: int | None = None) -> None:
         """Mark the start of a step (``step`` defaults to the previous step + 1)."""
@@ -50,14 +114,14 @@ class StepTimer:
             return
         try:
             self._step_no = self._next_step if step is None else int(step)
-            self._train_ident = threading.get_ident()
+            self.train_ident = threading.get_ident()
             if self._between_t0 is not None:
                 # Waiting for this step's data before it began is part of the step.
                 t0 = self._between_t0
                 self._between_t0 = None
             else:
                 self._data_time = 0.0
-            self._step_t0 = t0
+            self.started = t0
         except Exception as exc:
             self._error("begin_step", exc)
 
@@ -65,21 +129,18 @@ class StepTimer:
                  loss: float | None = None, **extra: Any) -> None:
         """Mark the end of the step started by :meth:`begin_step` and queue its step event."""
         t1 = _perf()
-        if not self.enabled or self._step_t0 is None:
+        if not self.enabled or self.started is None:
             return
         try:
-            t0 = self._step_t0
+            t0 = self.started
             if self._pollers:
                 self._poll()  # still in the step: calls ended since the last poll are charged to it
-            self._step_t0 = None
+            self.started = None
             step = self._step_no
-            with self._comm_lock:
-                comm = self._comm
-                self._comm = _StepComm()
+            comm = self._take_comm()
             step_time = t1 - t0
             data_time = min(self._data_time, step_time)
-            comm_time = _union_length(comm.intervals, t0, t1) + sum(comm.durations)
-            comm_time = min(comm_time, step_time - data_time)
+            comm_time = min(_union_length(comm.intervals, t0, t1) + sum(comm.durations), step_time - data_time)
             self._data_time = 0.0
             event = self._step_base.copy()
             event["step"] = step
@@ -88,8 +149,9 @@ class StepTimer:
             event["compute_time"] = step_time - data_time - comm_time
             event["data_time"] = data_time
             event["comm_time"] = comm_time
-            if self._phase != "train":
-                event["phase"] = self._phase if self._phase != "end" else "train"
+            phase = self.phase_name
+            if phase != "train":
+                event["phase"] = phase if phase != "end" else "train"
             if tokens is not None:
                 event["tokens"] = float(tokens)
             if samples is not None:
@@ -107,30 +169,25 @@ class StepTimer:
                 event.update(extra)
             self.last_step = step
             self._next_step = step + 1
-            self._enqueue(event)
+            self._emit(event)
         except Exception as exc:
             self._error("end_step", exc)
 
-    @contextmanager
-    def step(self, step: int | None = None, *, tokens: float | None = None, samples: float | None = None,
-             loss: float | None = None) -> Iterator["RankMonitor"]:
-        """``with monitor.step(): ...`` measures one step. An exception in the body is not reported as a step."""
-        self.begin_step(step)
-        ok = False
-        try:
-            yield self
-            ok = True
-        finally:
-            if ok:
-                self.end_step(tokens=tokens, samples=samples, loss=loss)
-            else:
-                self._step_t0 = None
+    def abandon_step(self) -> None:
+        """Forget the step in progress (its body raised): it is not reported."""
+        self.started = None
+
+    def event_step(self) -> int | None:
+        """The step an event belongs to now: the one in progress, else the last completed."""
+        return self._step_no if self.started is not None else self.last_step
+
+    # -- data waits ---------------------------------------------------------------------------
 
     def data_begin(self) -> None:
         """Mark the start of waiting for input data (inside a step, or just before one: then it counts
         towards the next step)."""
         t0 = self._data_t0 = _perf()
-        if self._step_t0 is None and self._between_t0 is None:
+        if self.started is None and self._between_t0 is None:
             self._between_t0 = t0
             self._data_time = 0.0
 
@@ -182,18 +239,18 @@ class StepTimer:
         Also a context manager: ``with monitor.phase("checkpoint"): save()`` returns to the
         previous phase on exit.
         """
-        previous = self._phase
+        previous = self.phase_name
         if not self.enabled:
             return _PhaseScope(self, previous)
         try:
             if name not in PHASES:
                 raise ValueError(f"unknown phase {name!r} (expected one of {sorted(PHASES)})")
-            self._phase = name
+            self.phase_name = name
             event = {"v": 1, "kind": "phase", **self._phase_base, "ts": _wall(), "phase": name}
             at = step if step is not None else self.last_step
             if at is not None:
                 event["step"] = at
-            self._enqueue(event)
+            self._emit(event)
         except Exception as exc:
             self._error("phase", exc)
         return _PhaseScope(self, previous)
@@ -202,15 +259,8 @@ class StepTimer:
         """Tell stepwatch this rank finished training normally (a finished job is never hung)."""
         self.phase("end")
 
-    @property
-    def current_phase(self) -> str:
-        return self._phase
-
-    # -- pollers (CUDA-event timings read late) ----------------------------------------------
-
-    def _poll(self) -> None:
-        for poll in self._pollers:
-            try:
-                poll()
-            except Exception as exc:
-                self._error("poll", exc)
+    def heartbeat_fields(self) -> tuple[int, str, bool]:
+        """What a heartbeat says of the steps: the last completed step (0 before any), the phase, and
+        whether a step is in progress."""
+        last = self.last_step
+        return (last if last is not None else 0), self.phase_name, self.started is not None
