@@ -164,3 +164,12 @@ def test_optional_parts_are_absent_not_null_and_nulls_stay_null():
     assert final.to_dict()["stack_missing"] == [3, 4] and "stack_pending" not in final.to_dict()
     ended = _record(end=HangEnd(resolved_step=None, hung_seconds=9.5, resolution=Resolution.JOB_ENDED)).to_dict()
     assert list(ended)[-3:] == ["resolved_step", "hung_seconds", "resolution"] and ended["resolution"] == "job_ended"
+
+
+def test_ranks_that_stopped_at_the_same_step_a_moment_later_are_not_still_stepping():
+    """All ranks stop at step 11; some finished it (or sent a heartbeat) a few ms after the others. Once the
+    first ones pass the stuck timeout, the later ones are not "ranks still completing steps": the job hangs
+    as a whole, and its first page names the culprit, not a partial hang with every rank stuck."""
+    firing = [a for a in hung_job().alerts if a.status == "firing"]
+    assert [a.evidence["case"] for a in firing] == ["culprit_before_collective"] * len(firing)
+    assert [c["rank"] for c in firing[0].evidence["culprits"]] == [STUCK]

@@ -95,6 +95,12 @@ def diagnose(p: JobProgress, now: float, *, heartbeat_timeout: float, stuck_afte
     if resumed_after is not None:
         stepping_mask &= p.rank_progress[:n] <= resumed_after
     stuck_mask = known & live & ~stepping_mask
+    if stepping_mask.any() and stuck_mask.any():
+        # Ranks that finished the same last step as the stuck ones, only a moment later (a later heartbeat or
+        # step event), stopped with them: "still stepping" means completing steps the stuck ranks do not.
+        level = step[stuck_mask].max()
+        same = stepping_mask & (step <= level)
+        stuck_mask, stepping_mask = stuck_mask | same, stepping_mask & ~same
     if not p.has_heartbeats:
         stuck_mask = np.zeros(n, dtype=bool)  # without heartbeats, where a rank is is unknown
     # Lowest (seq, step) first: the rank furthest behind is the likeliest cause.
