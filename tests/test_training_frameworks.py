@@ -48,7 +48,7 @@ def straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, framewo
     evidence = alerts[0]["evidence"]
     # For the table in docs/training.md (pytest -rP shows it): steps to name, ranks named, alert updates.
     print(f"ROW {framework} {' '.join(extra)}: named rank {slow_rank} at step {evidence['detected_step']} "
-          f"({evidence['detected_step'] - slow_from + 1} steps after the slowdown), ranks named "
+          f"(slow step {evidence['detected_step'] - slow_from + 1}), ranks named "
           f"{sorted({r for a in alerts for r in a['ranks']})}, alert ids {len({a['id'] for a in alerts})}, "
           f"alert updates {len(alerts)}")
     assert alerts[0]["status"] == "firing" and evidence["signal"] == "compute_time", evidence
