@@ -11,6 +11,7 @@ events written out of order, lost lines) are made from it.
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import orjson
@@ -104,7 +105,8 @@ def test_the_replay_command_merges_the_files(recording, expected, tmp_path):
     from support import run_stepwatch
 
     paths = write(tmp_path, split_by_rank(recording))
-    result = run_stepwatch("replay", *paths, env={})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}  # default settings, as above
+    result = run_stepwatch("replay", *paths, env=env)
     assert [orjson.loads(line) for line in result.stdout.splitlines() if line.strip()] == expected, result.stderr
 
 
