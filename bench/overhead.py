@@ -196,7 +196,7 @@ if rank == 0:
                       "hooks": tracker.hooks}))
 """
 
-FRAMEWORKS = ("fsdp2", "fsdp1", "pipeline", "tpdp", "hf")
+FRAMEWORKS = ("fsdp2", "fsdp1", "pipeline", "tpdp", "hf", "lightning")
 
 
 def checkout(rev: str, dest: Path) -> Path:

@@ -80,6 +80,48 @@ def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]
                 stream.close()
 
 
+def _merge_time(line: bytes) -> float | None:
+    """Where a line stands in time: its ``_arrival`` (broker time) if recorded, else the latest event time it
+    states (as ``publish`` paces lines); None: not known (a config line, bad JSON)."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None  # replay dead-letters it where it stands in its file
+    if type(obj) is not dict:
+        return None
+    arrival = obj.get("_arrival")
+    events = obj.get("events") if obj.get("kind") == "batch" else [obj]
+    events = [e for e in events if type(e) is dict] if type(events) is list else []
+    return _line_time(events, arrival if type(arrival) in (int, float) else None)
+
+
+def merge_lines(paths: list[str], *, what: str = "replay") -> Iterator[bytes]:
+    """The lines of several recordings as one: one file per rank or node (each written on its own host) merged
+    by time, so that replaying them is replaying one recording of the whole job.
+
+    Each file keeps its own order (a rank's events as it wrote them: reordering within a file could only lose
+    what the recording says). Files are merged in a heap on each line's time (``_arrival``, else its event
+    time), taken as the greatest seen so far in its file, so a line that went back in time (a clock step, a
+    reordered event) stays behind the line before it; a line without a time (config, bad JSON) goes with
+    the line before it. Ties go to the file named first. One file: its lines as they are (no parsing).
+    Lazy: one line per file in memory.
+    """
+    if len(paths) < 2:
+        yield from read_lines(paths, what=what)
+        return
+
+    def timed(index: int, path: str) -> Iterator[tuple[float, int, int, bytes]]:
+        latest = float("-inf")
+        for seq, line in enumerate(read_lines([path], what=what)):
+            when = _merge_time(line)
+            if when is not None and when > latest:
+                latest = when
+            yield latest, index, seq, line  # (seq: never compare two lines' bytes)
+
+    for *_, line in heapq.merge(*(timed(i, path) for i, path in enumerate(paths))):
+        yield line
+
+
 # -- replay ---------------------------------------------------------------------------------
 
 

@@ -10,7 +10,9 @@ Frameworks: ``fsdp2`` (``fully_shard`` per layer), ``fsdp1`` (``FullyShardedData
 ``batch_isend_irecv``, a data-parallel all-reduce at the end), ``tpdp`` (Megatron-style: TP groups
 {0,1},{2,3} and DP groups {0,2},{1,3} from ``new_group``, an all-reduce on the TP group inside each
 layer, one on the DP group per step), ``hf`` (Hugging Face ``Trainer`` on a tiny GPT-2 built from a
-config, DDP set up by the Trainer, adopted with ``StepwatchTrainerCallback()`` only).
+config, DDP set up by the Trainer, adopted with ``StepwatchTrainerCallback()`` only), ``lightning``
+(a ``LightningModule`` fitted by ``Trainer(strategy=--strategy)``, ``ddp`` or ``fsdp``, processes made
+by the launcher as torchrun does, adopted with ``StepwatchCallback()`` only).
 
 Each step has a fixed "device" pause (an accelerator kernel leaves the CPU idle: keeps four ranks on
 two cores from fighting over the CPU). ``--slow-rank`` does extra real compute (on a local module
@@ -240,9 +242,46 @@ def run_hf(args, rank: int, world: int, slow: Slowness, out_dir: str):
     return callback.monitor
 
 
+def run_lightning(args, rank: int, world: int, slow: Slowness, out_dir: str):
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    from stepwatch.producers.lightning import StepwatchCallback
+
+    class Data(Dataset):
+        def __len__(self):
+            return 100_000
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            return torch.randn(64, generator=g)
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp(torch)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.net(batch).square().mean()
+            slow.device(batch_idx)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    callback = StepwatchCallback(heartbeat_interval=1.0)
+    trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=world, num_nodes=1, strategy=args.strategy,
+                         logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, default_root_dir=out_dir, callbacks=[callback])
+    trainer.fit(Model(), DataLoader(Data(), batch_size=16))
+    return callback.monitor
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--framework", required=True, choices=("fsdp2", "fsdp1", "pipeline", "tpdp", "hf", "deepspeed"))
+    parser.add_argument("--framework", required=True, choices=("fsdp2", "fsdp1", "pipeline", "tpdp", "hf", "deepspeed",
+                                                                  "lightning"))
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--device-ms", type=float, default=40.0, help="idle 'accelerator' time per step")
     parser.add_argument("--slow-rank", type=int, default=-1)
@@ -250,6 +289,7 @@ def main() -> int:
     parser.add_argument("--slow-extra-ms", type=float, default=24.0, help="extra compute on the slow rank")
     parser.add_argument("--tp-size", type=int, default=2, help="tpdp: ranks per tensor-parallel group")
     parser.add_argument("--zero-stage", type=int, default=2, help="deepspeed: ZeRO stage")
+    parser.add_argument("--strategy", default="ddp", help="lightning: the Trainer's strategy")
     parser.add_argument("--stall-rank", type=int, default=-1)
     parser.add_argument("--stall-step", type=int, default=-1)
     parser.add_argument("--stats", default="")
@@ -267,6 +307,8 @@ def main() -> int:
     started = time.perf_counter()
     if args.framework == "hf":
         monitor = run_hf(args, rank, world, slow, os.path.dirname(args.stats) or ".")
+    elif args.framework == "lightning":
+        monitor = run_lightning(args, rank, world, slow, os.path.dirname(args.stats) or ".")
     else:
         from stepwatch.producers.monitor import RankMonitor
 
@@ -285,7 +327,8 @@ def main() -> int:
             run_tpdp(args, rank, world, monitor, slow)
         monitor.end()
     train_s = time.perf_counter() - started  # includes the job's setup (model, groups): compared on/off
-    dist.barrier()
+    if dist.is_initialized():  # (Lightning may have torn its group down at the end of fit)
+        dist.barrier()
     monitor.close(timeout=10)
     stats = monitor.stats()
     if DEV_STEPS:
@@ -300,7 +343,8 @@ def main() -> int:
     if args.stats:
         with open(args.stats, "w") as f:
             json.dump(stats, f)
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return 0
 
 

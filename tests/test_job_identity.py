@@ -2,7 +2,9 @@
 
 The unit part is the pure function on env mappings as launchers set them; the end-to-end part runs
 two real ``torchrun`` jobs at the same time without ``--rdzv-id`` (both ``TORCHELASTIC_RUN_ID=none``)
-and checks that they get two ids, each agreed on by all its ranks, with a warning line.
+and checks that they get two ids, each agreed on by all its ranks, with a warning line; and, with a
+running worker, that the two and a rerun of the first are three jobs to it with no job_restart or
+throughput_drop.
 """
 
 from __future__ import annotations
@@ -66,3 +68,79 @@ def test_two_torchrun_jobs_launched_together_with_defaults_get_two_ids(tmp_path)
     assert ids["a"] != ids["b"], ids
     assert all(i.startswith("rdzv-") for s in ids.values() for i in s), ids
     assert all("guessed job id" in text for text in logs.values()), logs
+
+
+def _torchrun(env, out, port: int, steps: int):
+    from train_support import REPO, TRAIN_RANK
+
+    out.mkdir()
+    log = open(out / "log", "w")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(port), str(TRAIN_RANK), "--steps", str(steps),
+           "--device-ms", "20", "--stats", str(out / "stats{rank}.json")]
+    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log
+
+
+def _finish(runs: dict) -> dict[str, set[str]]:
+    """Wait for the torchrun jobs; the job ids their ranks reported, per run."""
+    for proc, log in runs.values():
+        try:
+            proc.wait(300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+    logs = {name: open(log.name).read() for name, (_, log) in runs.items()}
+    assert [p.returncode for p, _ in runs.values()] == [0] * len(runs), logs
+    assert all("guessed job id" in text for text in logs.values()), logs
+    return {name: {json.loads(open(log.name.replace("/log", f"/stats{r}.json")).read())["job"] for r in range(2)}
+            for name, (_, log) in runs.items()}
+
+
+@pytest.mark.kafka
+def test_two_default_torchrun_jobs_and_a_rerun_are_three_jobs_to_the_worker(kafka_bootstrap, topic_prefix,
+                                                                            start_worker, tmp_path):
+    # The issue's row end to end: two torchrun jobs launched together with default settings (no --rdzv-id, no
+    # STEPWATCH_JOB), then the first one's command run again on the same port, all publishing to a running
+    # worker: three ids, and nothing fires on these healthy runs. (What fails when the ids merge is the id check:
+    # forced to one id, STEPWATCH_JOB=default, these 30-step runs fired no job_restart / throughput_drop either;
+    # the issue saw both on longer runs.)
+    pytest.importorskip("torch", reason="torchrun needs torch")
+    from support import group_caught_up, read_all_alerts, read_alerts, wait_until
+    from train_support import free_port
+
+    worker = start_worker()
+    env = dict(worker.env, OMP_NUM_THREADS="1", STEPWATCH_MONITOR_STACKS="0")
+    for name in ("STEPWATCH_JOB", "STEPWATCH_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                 "STEPWATCH_K8S_JOB_NAME", "STEPWATCH_K8S_JOB_UID"):
+        env.pop(name, None)
+    port_a, steps = free_port(), 30
+    ids = _finish({"a": _torchrun(env, tmp_path / "a", port_a, steps),
+                   "b": _torchrun(env, tmp_path / "b", free_port(), steps)})
+    ids.update(_finish({"a again": _torchrun(env, tmp_path / "a-again", port_a, steps)}))
+    assert all(len(s) == 1 for s in ids.values()), ids  # the ranks of one run agree
+    jobs = {next(iter(s)) for s in ids.values()}
+    assert len(jobs) == 3, ids  # two at once: two ids; the same command again: a new job, not a restart
+
+    # What the worker was sent: every run's steps from both its ranks, under its own id.
+    def steps_by_job(messages):
+        seen: dict[str, set[tuple[int, int]]] = {}
+        for m in messages:
+            for e in (m["events"] if m.get("kind") == "batch" else [m]):
+                if e.get("kind") == "step":
+                    seen.setdefault(e["job"], set()).add((e["rank"], e["step"]))
+        return seen
+
+    sent = steps_by_job(read_alerts(kafka_bootstrap, topic_prefix + "events", timeout=120,
+                                    until=lambda ms: set(steps_by_job(ms)) >= jobs
+                                    and all(len(v) == 2 * steps for v in steps_by_job(ms).values())))
+    assert set(sent) == jobs and all(len(v) == 2 * steps for v in sent.values()), {j: len(v) for j, v in sent.items()}
+
+    group = env["STEPWATCH_KAFKA_APP_ID"] + ("" if env["STEPWATCH_WORKER_CONSUMER"] == "faust" else "-events")
+    wait_until(lambda: group_caught_up(kafka_bootstrap, group, topic_prefix + "events"), timeout=180,
+               what="the worker to consume every event")
+    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", timeout=30, until=lambda a: True)
+    assert not [a for a in alerts if a["type"] in ("job_restart", "throughput_drop")], \
+        [(a["type"], a["job"], a["summary"]) for a in alerts]
+    assert {a["job"] for a in alerts} <= jobs, alerts

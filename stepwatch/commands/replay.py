@@ -8,14 +8,14 @@ import time
 
 def run(args: argparse.Namespace) -> int:
     from stepwatch.config import Settings
-    from stepwatch.recording import parse_time, read_lines, replay
+    from stepwatch.recording import merge_lines, parse_time, replay
 
     settings = Settings.from_env()
     stats: dict = {"events": 0, "rejected": 0, "alerts": 0}
     started = time.monotonic()
     until = parse_time(args.until) if args.until else None
     try:  # the worker's own pipeline (models/pipeline.py), on the recording's clock
-        replay(read_lines(args.files), settings, drain=args.drain, until=until, stats=stats)
+        replay(merge_lines(args.files), settings, drain=args.drain, until=until, stats=stats)
     except FileNotFoundError as exc:
         raise SystemExit(f"stepwatch replay: {exc.filename}: no such file") from None
     sys.stdout.flush()
@@ -28,8 +28,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser("replay", help="run the detectors offline over recorded events, print alerts",
                        description="Replay JSON Lines recordings (one event or batch envelope per line) through "
                                    "the same detection core as the worker, on the events' own clock. Alerts go "
-                                   "to stdout as JSON Lines, progress to stderr. Same input, same alerts.")
-    p.add_argument("files", nargs="+", metavar="FILE", help="recording(s) in the wire format; '-' reads stdin")
+                                   "to stdout as JSON Lines, progress to stderr. Same input, same alerts. Several "
+                                   "files (e.g. one per rank or node) are merged by time, each in its own order.")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="recording(s) in the wire format; '-' reads stdin; several are merged by time "
+                        "(\"_arrival\", else event time), never reordered within a file")
     p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
                    help="after the last event, run the timer rules this many seconds on (hangs at the end fire)")
     p.add_argument("--until", metavar="TIME", help="after the last event, run the timer rules up to this time "
