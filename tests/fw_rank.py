@@ -145,17 +145,21 @@ def run_deepspeed(args, rank: int, monitor, slow: Slowness) -> None:
             engine.step()
 
 
-def run_pipeline(args, rank: int, world: int, monitor, slow: Slowness) -> None:
+def run_pipeline(args, rank: int, world: int, monitor, slow: Slowness, stage_group=None) -> None:
+    """``world // args.dp`` pipeline stages of ``args.dp`` data-parallel replicas each (Megatron's layout:
+    stage = rank // dp); p2p between a replica's neighbouring stages, each stage's gradients averaged over its
+    replicas (``stage_group``; the whole job with one replica per stage)."""
     import torch
     import torch.distributed as dist
 
     stage = mlp(torch, layers=1)
     opt = torch.optim.SGD(stage.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(0)
-    prev, nxt = rank - 1, rank + 1
+    dp = args.dp
+    prev, nxt = rank - dp, rank + dp
     for step in range(args.steps):
         with monitor.step(samples=16):
-            if rank == 0:
+            if prev < 0:
                 x = torch.randn(16, 64, generator=gen)
             else:
                 x = torch.empty(16, 64)
@@ -171,12 +175,27 @@ def run_pipeline(args, rank: int, world: int, monitor, slow: Slowness) -> None:
                 y.backward(grad)
             else:
                 y.square().mean().backward()
-            if rank > 0:
+            if prev >= 0:
                 dist.send(x.grad, prev)
-            for p in stage.parameters():  # every stage's weights, averaged across the job (one DP group)
-                dist.all_reduce(p.grad)
+            for p in stage.parameters():  # the stage's weights, averaged over its data-parallel replicas
+                dist.all_reduce(p.grad, group=stage_group)
             opt.step()
             opt.zero_grad(set_to_none=True)
+
+
+def pipeline_stage_groups(args, rank: int, world: int):
+    """Every rank creates every stage's data-parallel group, in the same order; returns its own (None: the
+    whole job, one replica per stage) and its stage's name for the monitor's peer group."""
+    import torch.distributed as dist
+
+    if args.dp <= 1:
+        return None, None
+    mine = None
+    for start in range(0, world, args.dp):
+        group = dist.new_group(list(range(start, start + args.dp)), group_desc=f"stage{start // args.dp}_dp")
+        if rank // args.dp == start // args.dp:
+            mine = group
+    return mine, f"stage{rank // args.dp}"
 
 
 def run_tpdp(args, rank: int, world: int, monitor, slow: Slowness) -> None:
@@ -287,6 +306,7 @@ def main() -> int:
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-from", type=int, default=12)
     parser.add_argument("--slow-extra-ms", type=float, default=24.0, help="extra compute on the slow rank")
+    parser.add_argument("--dp", type=int, default=1, help="pipeline: data-parallel replicas per stage")
     parser.add_argument("--tp-size", type=int, default=2, help="tpdp: ranks per tensor-parallel group")
     parser.add_argument("--zero-stage", type=int, default=2, help="deepspeed: ZeRO stage")
     parser.add_argument("--strategy", default="ddp", help="lightning: the Trainer's strategy")
@@ -313,14 +333,18 @@ def main() -> int:
         from stepwatch.producers.monitor import RankMonitor
 
         dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=600))
-        monitor = RankMonitor(heartbeat_interval=0.5)  # line 1 of 2
+        stage_group, peer_group = pipeline_stage_groups(args, rank, world) if args.framework == "pipeline" else (
+            None, None)
+        # Pipeline stages of several replicas: ranks are compared with the peers of their stage (docs/training.md,
+        # "group"), as a Megatron-style job passes its pipeline rank.
+        monitor = RankMonitor(heartbeat_interval=0.5, group=peer_group)  # line 1 of 2
         dev_capture(monitor)
         if args.stall_rank >= 0:  # stack requests need the control reader in place (test scaffolding)
             monitor._control.ready.wait(120)
         if args.framework in ("fsdp2", "fsdp1"):
             run_sharded(args, args.framework, rank, monitor, slow)
         elif args.framework == "pipeline":
-            run_pipeline(args, rank, world, monitor, slow)
+            run_pipeline(args, rank, world, monitor, slow, stage_group)
         elif args.framework == "deepspeed":
             run_deepspeed(args, rank, monitor, slow)
         else:
