@@ -55,6 +55,7 @@ def run(*argv: str, cwd: Path = REPO, env: dict | None = None, check: bool = Tru
 def emitted_alert_types() -> set[str]:
     """Every alert type the worker can emit: ``Alert(type="...")`` in models/, and the types the
     failure-class table classifies (it names the device rules' types, which are built from a variable)."""
+    from stepwatch.models.alert_types import AlertType
     from stepwatch.models.oncall.actions import TYPE_CLASSES
 
     found = set()
@@ -64,6 +65,9 @@ def emitted_alert_types() -> set[str]:
                 for kw in node.keywords:
                     if kw.arg == "type" and isinstance(kw.value, ast.Constant):
                         found.add(kw.value.value)
+                    elif (kw.arg == "type" and isinstance(kw.value, ast.Attribute)  # type=AlertType.HANG
+                          and getattr(kw.value.value, "id", None) == "AlertType"):
+                        found.add(AlertType[kw.value.attr].value)
     assert {"straggler", "hang", "node_suspect", "gpu_fault"} <= found, found  # the scan itself works
     return found | set(TYPE_CLASSES)
 
