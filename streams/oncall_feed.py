@@ -65,6 +65,18 @@ def install_oncall(app, engine, settings: Settings, *, owned, publish, interval:
         return owns_node(alert.nodes[0])
 
     pending: list = []  # alerts caused by records of other workers, published from the timer
+    #: The events partitions this worker owned at the last timer run (None: unknown, it spoke for every node).
+    seen_owned: dict[str, set[int] | None] = {"partitions": owned()}
+
+    def newly_owned_suspects() -> list:
+        """The open node_suspect verdicts of nodes this worker took over since the last run: a verdict judged
+        while another worker owned the node (or while a rebalance left it unowned) was published by nobody."""
+        mine, before = owned(), seen_owned["partitions"]
+        seen_owned["partitions"] = mine
+        if mine is None or before is None or mine == before:
+            return []
+        return [alert for node, alert in oncall.ledger.open.items()
+                if partition_of(node, n_partitions) in mine - before]
 
     def on_ledger(record) -> None:
         if record.value is None:
@@ -116,6 +128,7 @@ def install_oncall(app, engine, settings: Settings, *, owned, publish, interval:
                 await placement_out.send(key=job.encode(), value=orjson.dumps(snapshot))
         # The placement records read may have put a job on a node with an open fault: finish() re-publishes.
         out, pending[:] = list(pending), []
+        out.extend(newly_owned_suspects())
         out.extend(a for a in oncall.finish([]) if speaks_for(a))
         if out:
             await publish(out)
