@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 from ..alert_types import AlertType
 from ..alerts import Alert
+from ..evidence import StragglerEvidence, StragglerSignal
+from ..jobhealth.throughput import Layer, ThroughputEvidence
 from .causes import SuspectedCause
 from .counters import Baseline, CounterTrack, counter_delta
 from ..wire.telemetry_events import HOST_CPU_FIELDS, HostEvent
@@ -320,7 +322,7 @@ class HostCorrelator:
     @staticmethod
     def enriches(alert: Alert) -> bool:
         """Alert types beyond the telemetry correlator's that host evidence explains: an input-layer throughput drop."""
-        return alert.type == AlertType.THROUGHPUT_DROP and alert.evidence.get("layer") == "input pipeline"
+        return ThroughputEvidence.layer_of(alert) is Layer.INPUT_PIPELINE
 
     def suspects(self, alert: Alert, *, at: float, placement: Callable[[str, int], tuple],
                  job_nodes: Callable[[str], list[str]]) -> list[SuspectedCause]:
@@ -343,7 +345,7 @@ class HostCorrelator:
         if alert.type == AlertType.HANG:
             return self._oom_causes(alert, placement), []  # silent ranks' last events differ: not cached
         if alert.type == AlertType.STRAGGLER:
-            data_bound = alert.evidence.get("signal") == "data_time"
+            data_bound = StragglerEvidence.of(alert).signal is StragglerSignal.DATA_TIME
             nodes = list(alert.nodes)
             for rank in alert.ranks[:32]:
                 node = placement(alert.job, rank)[0]
