@@ -1,5 +1,5 @@
 """The per-job rules' evidence as typed records (issue 25 item 4): long straggler, throughput, comm, checkpoint,
-imbalance, and the intermittent incidents' episodes.
+imbalance, the intermittent incidents' episodes, and the suspected causes the on-call actions read back.
 
 Each record's ``to_dict`` is the wire form the rule wrote as a dict before (docs/alerts.md, docs/job-health.md):
 the dicts below are written by hand in that form (keys, order, value types, as published alerts carry them),
@@ -14,18 +14,20 @@ import json
 
 import pytest
 
-from stepwatch.models.alert_types import AlertType
+from stepwatch.models.alert_types import AlertType, CauseCategory
 from stepwatch.models.alerts import Alert
 from stepwatch.models.evidence import Horizon, StragglerEvidence, StragglerSignal
 from stepwatch.models.jobhealth.checkpoint import (Basis, CheckpointAgeEvidence, SlowCheckpointEvidence,
                                                    StaleReason)
 from stepwatch.models.jobhealth.comm import CommEvidence
 from stepwatch.models.jobhealth.throughput import Layer, ThroughputEvidence
+from stepwatch.models.oncall.actions import Classifier, implicated_nodes
 from stepwatch.models.oncall.incidents import EpisodesEvidence, IntermittentIncidents
 from stepwatch.models.steps.cost import Cost
 from stepwatch.models.steps.imbalance_evidence import (ClassImbalanceEvidence, ImbalanceKind, RankClass, Remedy,
                                                        RemedyKind, StageImbalanceEvidence, StageLoad)
 from stepwatch.models.steps.straggler_evidence import LongStragglerCost, LongStragglerEvidence
+from stepwatch.models.telemetry.causes import SuspectedCause
 
 from test_rule_contract import FAULTS, JOB, run
 
@@ -229,3 +231,37 @@ def test_the_rules_write_exactly_their_records(rule):
         assert [k for k in a.evidence if k in written] == list(written)
         assert {k: v for k, v in a.evidence.items() if k in written and k != "action"} == \
             {k: v for k, v in written.items() if k != "action"}
+
+
+def test_a_suspected_cause_reads_back_through_its_record():
+    """models/oncall/actions.py reads an alert's first suspected cause through ``SuspectedCause`` (models/telemetry/
+    causes.py), not by key: the wire entry, written by hand as the telemetry hub writes it, round-trips."""
+    wire = {"rank": 1, "category": "network", "node": "node-000", "component": "mlx5_1/1", "score": 4.599,
+            "began_at": 1700000209.0, "hint": "network: mlx5_1/1 symbol errors", "near_rank": False,
+            "device": "mlx5_1", "port": 1,
+            "evidence": [{"signal": "symbol_error", "what": "symbol errors", "count": 74},
+                         {"signal": "port_xmit_wait", "what": "transmit wait", "rate": 1828185.0}]}
+    cause = SuspectedCause.from_dict(wire)
+    assert cause.category is CauseCategory.NETWORK and cause.signals == ("symbol_error", "port_xmit_wait")
+    assert json.dumps(cause.to_dict(wire["rank"])) == json.dumps(wire)
+    assert SuspectedCause.of(wire) == cause
+    # what a reader must survive: not a cause, a category not in the vocabulary, fields left out
+    assert SuspectedCause.of("network") is None and SuspectedCause.of({"category": "weather"}) is None
+    bare = SuspectedCause.of({"category": "compute"})
+    assert bare is not None and bare.node is None and bare.signals == () and bare.hint == ""
+
+
+def test_the_failure_class_and_nodes_come_from_the_first_cause_record():
+    classes = Classifier()
+    xid = {"rank": 1, "category": "compute", "node": "node-007", "component": "GPU 3", "score": 9.0, "began_at": 5.0,
+           "hint": "Xid 79 on GPU 3", "gpu": 3, "evidence": [{"signal": "xid", "xid": 79}]}
+    throttle = dict(xid, hint="compute: power brake", evidence=[{"signal": "throttle"}])
+    straggler = alert(AlertType.STRAGGLER, {"signal": "compute_time", "horizon": "short", "suspected_causes": [xid]},
+                      ranks=(3,))
+    assert classes.failure_class(straggler) == classes._xid_class(79) != "unknown"
+    assert implicated_nodes(straggler) == ("node-007",)
+    assert classes.failure_class(alert(AlertType.STRAGGLER, {"suspected_causes": [throttle]}, ranks=(3,))) == \
+        "power_throttle"
+    # a cause that is not one (an old or foreign record) leaves the alert its own class
+    odd = alert(AlertType.STRAGGLER, {"signal": "data_time", "suspected_causes": [{"category": "weather"}]}, ranks=(3,))
+    assert classes.failure_class(odd) == "input_pipeline" and implicated_nodes(odd) == ()
