@@ -194,7 +194,7 @@ class ImbalanceDetector:
         return out
 
     def _resolved(self, old: Alert, fired_at: float, at: float, what: str, setting: str, value: float) -> Alert:
-        """``old`` resolved because ``what``; because its threshold (``fired_at``, now ``value``) was raised, if it was."""
+        """``old`` resolved because ``what``; because its threshold (``fired_at``, now ``value``) was raised, if so."""
         if value > fired_at:
             detail = f"imbalance.{setting} {fired_at:g} -> {value:g}"
             return old.resolved(at=at, summary=f"resolved: threshold changed ({detail}); {what} by the new "
@@ -252,7 +252,8 @@ class ImbalanceDetector:
             groups=listed, slow_groups=slow, ratio=round(slowest / mid, 3), wait_share=round(wait_share, 4),
             step_time=round(step_time, 5), balanced_step_time=round(balanced, 5), cost=price,
             steps=min(len(g.medians) for g in groups.values()), min_effect=self.stage_min_effect,
-            action=Remedy(RemedyKind.REPARTITION, f"move layers out of stage(s) {', '.join(slow)} to the faster stages"))
+            action=Remedy(RemedyKind.REPARTITION,
+                          f"move layers out of stage(s) {', '.join(slow)} to the faster stages"))
         names = ", ".join(f"{n} ({typical[n] / mid:.2f}x)" for n in order if n in slow)
         summary = (f"stage imbalance: job {self.job}: stage(s) {names} slower than the median stage "
                    f"({mid:.3f}s); the other stages wait {100 * wait_share:.0f}% of each step; a balanced "
@@ -335,8 +336,8 @@ class ImbalanceDetector:
         listed = []
         for members in classes:
             rows = [g.slot[r] for r in members]
-            listed.append(RankClass(ranks=tuple(members), nodes=tuple(sorted({g.nodes[r] for r in members if r in g.nodes})),
-                                    median=round(float(np.nanmedian(vals[rows])), 5)))
+            nodes = tuple(sorted({g.nodes[r] for r in members if r in g.nodes}))
+            listed.append(RankClass(ranks=tuple(members), nodes=nodes, median=round(float(np.nanmedian(vals[rows])), 5)))
         ratio = listed[0].median / listed[-1].median if listed[-1].median > 0 else float("nan")
         node_sets = [set(c.nodes) for c in listed]
         split_by_node = all(node_sets) and all(a.isdisjoint(b) for i, a in enumerate(node_sets)

@@ -66,7 +66,8 @@ def _cost_from(ev: dict[str, Any]) -> Cost | None:
     if "job_slowdown" not in ev:
         return None
     return Cost(job_slowdown=ev["job_slowdown"], seconds_lost_per_step=ev["seconds_lost_per_step"],
-                gpu_hours_lost_per_day=ev["gpu_hours_lost_per_day"], gpus=ev["cost_gpus"], step_time=ev["cost_step_time"])
+                gpu_hours_lost_per_day=ev["gpu_hours_lost_per_day"], gpus=ev["cost_gpus"],
+                step_time=ev["cost_step_time"])
 
 
 def _kind(ev: dict[str, Any], kind: ImbalanceKind) -> None:
@@ -135,8 +136,8 @@ class ClassImbalanceEvidence:
     action: Remedy
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": ImbalanceKind.CLASSES.value, "group": self.group, "classes": [c.to_dict() for c in self.classes],
-                "ratio": self.ratio, "steps": self.steps, "class_gap": self.class_gap,
+        return {"kind": ImbalanceKind.CLASSES.value, "group": self.group,
+                "classes": [c.to_dict() for c in self.classes], "ratio": self.ratio, "steps": self.steps, "class_gap": self.class_gap,
                 "likely_reason": self.likely_reason, "split_by_node": self.split_by_node,
                 "action": self.action.to_dict()}
 
