@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+from ..tunable import runtime
 from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
 from .causes import SuspectedCause
@@ -59,25 +60,25 @@ class TelemetrySettings:
     #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).
     correlation_window: float = 60.0
     #: Samples of each rate's own recent baseline (bounded memory).
-    baseline_samples: int = 120
+    baseline_samples: int = runtime(120, low=1, high=100_000)
     #: Samples a baseline needs before a rate is judged against it.
-    baseline_min_samples: int = 10
+    baseline_min_samples: int = runtime(10, low=1, high=100_000)
     #: A rate (xmit_wait, CNPs) is a spike at this multiple of its baseline median (and above its floor).
-    rate_factor: float = 4.0
+    rate_factor: float = runtime(4.0, low=1.0, high=1000.0)
     #: Bandwidth below this fraction of its baseline (while the baseline is busy) is a collapse.
-    bandwidth_collapse_ratio: float = 0.3
+    bandwidth_collapse_ratio: float = runtime(0.3, high=1.0)
     #: Throttling counts as a fault once the SM clock is below this fraction of its baseline.
-    clock_drop_ratio: float = 0.85
+    clock_drop_ratio: float = runtime(0.85, high=1.0)
     #: Consecutive throttled samples before a gpu_fault for throttling fires.
-    throttle_min_samples: int = 3
+    throttle_min_samples: int = runtime(3, low=1, high=10_000)
     #: A port has sustained errors (link_errors alert) when its error counters rose in
     #: ``link_error_min_samples`` of its last ``link_error_window`` samples.
-    link_error_window: int = 10
-    link_error_min_samples: int = 3
+    link_error_window: int = runtime(10, low=1, high=10_000)
+    link_error_min_samples: int = runtime(3, low=1, high=10_000)
     #: A condition-based alert (throttling, link errors, link down) resolves after this many clean samples.
-    clear_after: int = 30
+    clear_after: int = runtime(30, low=1, high=100_000)
     #: An event-based fault (Xid, ECC double-bit error) resolves this long after its last occurrence.
-    fault_hold_seconds: float = 300.0
+    fault_hold_seconds: float = runtime(300.0)
     #: Xid codes caused by the application, not the hardware: no gpu_fault.
     app_xids: str = "13,31,43,45,68"
     #: A straggler whose data_time is at least this multiple of its peers' points at the input pipeline.
