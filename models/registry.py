@@ -19,7 +19,7 @@ from .job_rules import (CheckpointRule, CommRule, HangRule, ImbalanceRule, Inspe
                         StragglerRule, ThroughputRule)
 from .rule import JobRule, NodeRule, OutletRule, RuleSpec, dependency_order
 from .oncall.outlet_rules import LedgerRule, RestartRule
-from .telemetry.node_rules import DeviceRule, FabricRule, TelemetryRule
+from .telemetry.node_rules import DeviceRule, FabricRule, IntermittentRule, NodeIncidentRule, TelemetryRule
 
 JOB_RULES: tuple[type[JobRule], ...] = (
     StragglerRule,
@@ -37,11 +37,14 @@ FEED_ORDER: tuple[type[JobRule], ...] = tuple(
     {r.spec.name: r for r in JOB_RULES}[s.name] for s in dependency_order([r.spec for r in JOB_RULES]))
 
 #: The node-level rules the telemetry hub (models/telemetry/telemetry_hub.py) makes once for the worker and
-#: feeds, in this order: a rule that consumes ``ALERTS`` gets the alerts of the rules listed before it.
+#: feeds, in this order: a rule that consumes ``ALERTS`` gets the alerts of the rules listed before it; those that
+#: consume ``ENRICHED`` get the job rules' alerts, with their suspected causes, in this order too.
 NODE_RULES: tuple[type[NodeRule], ...] = (
     TelemetryRule,  # GPU faults and link errors (models/telemetry/telemetry_tracker.py); spikes name causes
     DeviceRule,  # gpu_idle, gpu_hot, hbm_full (models/telemetry/device_rules.py)
     FabricRule,  # many nodes' link errors at once: one fabric incident (models/oncall/incidents.py)
+    NodeIncidentRule,  # most ranks of one node straggling: one node incident (models/oncall/incidents.py)
+    IntermittentRule,  # a rank's straggler episodes close together: one incident (models/oncall/incidents.py)
 )
 
 #: The rules on the alerts leaving the engine, which the engine's outlet (``OnCall``, models/oncall/oncall.py)

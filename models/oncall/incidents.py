@@ -423,6 +423,17 @@ class NodeIncidents:
         inc.alert = alert
         return [alert]
 
+    def firing(self) -> list[Alert]:
+        """The node incidents now firing (their latest published version)."""
+        return [inc.alert for inc in self._open.values() if inc.alert.evidence.get("incident_scope") == "node"]
+
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve every open node incident and forget it (its members' alerts stay with the straggler rule)."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
+        self._open.clear()
+        self._member_of.clear()
+        return out
+
     def _resolved(self, alert: Alert) -> list[Alert]:
         key = self._member_of.get(alert.id)
         inc = self._open.get(key) if key is not None else None
@@ -464,6 +475,7 @@ class _Episodes:
     ends_at: float | None  # the latest episode's end (None: one is firing)
     episodes: int
     end_step: int | None = None  # the step the latest episode resolved at
+    alert: Alert | None = None  # the incident's latest version while an episode after the first fires
 
 
 class IntermittentIncidents:
@@ -520,9 +532,24 @@ class IntermittentIncidents:
         if ep.episodes == 1:
             return alert
         evidence = {**alert.evidence, "episodes": ep.episodes, "intermittent": True}
-        return replace(alert, id=ep.id, starts_at=ep.starts_at, evidence=evidence,
-                       summary=f"{alert.summary}; intermittent: episode {ep.episodes}, each within "
-                               f"{self.hold_steps} steps of the last")
+        out = replace(alert, id=ep.id, starts_at=ep.starts_at, evidence=evidence,
+                      summary=f"{alert.summary}; intermittent: episode {ep.episodes}, each within "
+                              f"{self.hold_steps} steps of the last")
+        ep.alert = out if out.status == AlertStatus.FIRING else None
+        return out
+
+    def firing(self) -> list[Alert]:
+        """The intermittent incidents now firing (an episode after the first, under the first one's id)."""
+        return [ep.alert for ep in self._last.values() if ep.alert is not None]
+
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve the firing incidents and forget their ranks' episodes (the next one starts a new incident)."""
+        out = []
+        for key, ep in list(self._last.items()):
+            if ep.alert is not None:
+                out.append(ep.alert.resolved(at=at, summary=f"resolved ({reason}): {ep.alert.summary}"))
+                del self._last[key]
+        return out
 
     def _soon(self, ep: _Episodes, alert: Alert) -> bool:
         first = alert.evidence.get("first_step")
