@@ -475,7 +475,6 @@ class _Episodes:
     ends_at: float | None  # the latest episode's end (None: one is firing)
     episodes: int
     end_step: int | None = None  # the step the latest episode resolved at
-    alert: Alert | None = None  # the incident's latest version while an episode after the first fires
 
 
 class IntermittentIncidents:
@@ -532,24 +531,9 @@ class IntermittentIncidents:
         if ep.episodes == 1:
             return alert
         evidence = {**alert.evidence, "episodes": ep.episodes, "intermittent": True}
-        out = replace(alert, id=ep.id, starts_at=ep.starts_at, evidence=evidence,
-                      summary=f"{alert.summary}; intermittent: episode {ep.episodes}, each within "
-                              f"{self.hold_steps} steps of the last")
-        ep.alert = out if out.status == AlertStatus.FIRING else None
-        return out
-
-    def firing(self) -> list[Alert]:
-        """The intermittent incidents now firing (an episode after the first, under the first one's id)."""
-        return [ep.alert for ep in self._last.values() if ep.alert is not None]
-
-    def close(self, at: float, reason: str) -> list[Alert]:
-        """Resolve the firing incidents and forget their ranks' episodes (the next one starts a new incident)."""
-        out = []
-        for key, ep in list(self._last.items()):
-            if ep.alert is not None:
-                out.append(ep.alert.resolved(at=at, summary=f"resolved ({reason}): {ep.alert.summary}"))
-                del self._last[key]
-        return out
+        return replace(alert, id=ep.id, starts_at=ep.starts_at, evidence=evidence,
+                       summary=f"{alert.summary}; intermittent: episode {ep.episodes}, each within "
+                               f"{self.hold_steps} steps of the last")
 
     def _soon(self, ep: _Episodes, alert: Alert) -> bool:
         first = alert.evidence.get("first_step")
@@ -564,3 +548,8 @@ class IntermittentIncidents:
             self._last.pop(next(iter(self._last)))
         while len(self._alias) > self.max_ranks:
             self._alias.pop(next(iter(self._alias)))
+
+    def forget(self, ids: set[str]) -> None:
+        """Forget the incidents of these ids (their first episodes' ids): a rank's next episode starts anew."""
+        for key in [k for k, ep in self._last.items() if ep.id in ids]:
+            del self._last[key]

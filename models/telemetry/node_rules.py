@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..alert_types import AlertType
+from ..alert_types import AlertStatus, AlertType
 from ..resolution import Resolution
 from ..rule import NodeRule, RuleSpec, Signal, closed
 from .device_rules import DeviceRules, device_rules
@@ -196,12 +196,25 @@ class IntermittentRule(NodeRule):
         from ..oncall.incidents import IntermittentIncidents
 
         self.incidents: IntermittentIncidents = IntermittentIncidents()
+        #: Incidents now firing (an episode after the first, under the first one's id), by id: latest version.
+        self._open: dict[str, Alert] = {}
 
     def on_alerts(self, alerts: list[Alert]) -> list[Alert]:
-        return self.incidents.filter(alerts)
+        out = self.incidents.filter(alerts)
+        for alert in out:
+            if alert.evidence.get("intermittent") is True:
+                if alert.status == AlertStatus.FIRING:
+                    self._open[alert.id] = alert
+                else:
+                    self._open.pop(alert.id, None)
+        return out
 
     def open_alerts(self) -> list[Alert]:
-        return self.incidents.firing()
+        return list(self._open.values())
 
     def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        return closed(self.incidents.close(at, reason), resolution, reason)
+        """Resolve the firing incidents and forget their ranks' episodes (the next one starts a new incident)."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self._open.values()]
+        self.incidents.forget(set(self._open))
+        self._open.clear()
+        return closed(out, resolution, reason)
