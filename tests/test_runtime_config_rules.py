@@ -69,3 +69,14 @@ def test_worker_wide_sections_are_refused_per_job_and_bad_values_change_nothing(
     assert engine.telemetry.rule("telemetry").tracker.link_error_min_samples == 3
     with pytest.raises(ValueError, match="expected"):
         config.apply(engine, GLOBAL, encode({"host": {"gpu_hot_temp_c": -5.0}}))
+
+
+def test_config_set_refuses_a_worker_wide_setting_for_one_job_before_asking_a_broker():
+    import argparse
+
+    from stepwatch.commands.config import _check_assignments
+
+    _check_assignments(argparse.Namespace(job=None, assignments=["host.gpu_hot_temp_c=90"]))
+    with pytest.raises(ValueError, match="drop --job"):
+        _check_assignments(argparse.Namespace(job="llama", assignments=["oncall.ledger_min_jobs=3"]))
+    _check_assignments(argparse.Namespace(job="llama", assignments=["straggler.ratio_threshold=1.3"]))

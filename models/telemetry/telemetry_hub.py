@@ -64,7 +64,7 @@ class TelemetrySettings:
     #: Samples a baseline needs before a rate is judged against it.
     baseline_min_samples: int = runtime(10, low=1, high=100_000)
     #: A rate (xmit_wait, CNPs) is a spike at this multiple of its baseline median (and above its floor).
-    rate_factor: float = runtime(4.0, low=1.0, high=1000.0)
+    rate_factor: float = 4.0
     #: Bandwidth below this fraction of its baseline (while the baseline is busy) is a collapse.
     bandwidth_collapse_ratio: float = runtime(0.3, high=1.0)
     #: Throttling counts as a fault once the SM clock is below this fraction of its baseline.
