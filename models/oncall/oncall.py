@@ -74,7 +74,6 @@ class OnCallSettings:
     node_inventory_file: str = ""
 
 
-
 class OnCall:
     """The engine's outlet: see the module doc. ``settings``: ``OnCallSettings``."""
 
@@ -105,6 +104,7 @@ class OnCall:
         self._step_rules = [r for r in self.rules if Signal.RANK_STEPS in r.spec.consumes]
         self._alert_rules = [r for r in self.rules if Signal.ALERTS in r.spec.consumes]
         self._tick_rules = [r for r in self.rules if Signal.TICKS in r.spec.consumes]
+        self._flush_rules = [r for r in self.rules if type(r).flush is not OutletRule.flush]  # once per engine call
 
     def rule(self, name: str) -> OutletRule:
         """The outlet rule registered as ``name``."""
@@ -198,7 +198,7 @@ class OnCall:
             self._remember(alert)
             for rule in self._alert_rules:
                 out.extend(rule.update(alert))
-        for rule in self.rules:
+        for rule in self._flush_rules:
             out.extend(rule.flush())
         if self._new_pairs:
             pairs, self._new_pairs = self._new_pairs, []
