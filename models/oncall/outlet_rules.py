@@ -61,9 +61,14 @@ class RestartRule(OutletRule):
         self.seen = 0
 
     def on_steps(self, job: str, ranks, steps, ts) -> None:
-        found = self.tracker.update_many(job, ranks, steps, ts)
-        if found:
-            self._found.extend(found)
+        if len(ranks) == 1:  # a lone event: the tracker's one-event path (the same verdicts, less bookkeeping)
+            found = self.tracker.update(job, ranks[0], steps[0], ts[0])
+            if found is not None:
+                self._found.append(found)
+            return
+        many = self.tracker.update_many(job, ranks, steps, ts)
+        if many:
+            self._found.extend(many)
 
     def update(self, alert: Alert) -> list[Alert]:
         """Remember the job's firing alerts: what classifies a restart after them (``restart_cause``)."""
