@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_rule_contract import NODES, fleet_events, run
+from test_rule_contract import NODES, T0, fleet_events, run
 from stepwatch.config import Settings
 from stepwatch.models.alert_types import AlertType
 from stepwatch.models.engine import DetectionEngine
@@ -80,3 +80,33 @@ def test_config_set_refuses_a_worker_wide_setting_for_one_job_before_asking_a_br
     with pytest.raises(ValueError, match="drop --job"):
         _check_assignments(argparse.Namespace(job="llama", assignments=["oncall.ledger_min_jobs=3"]))
     _check_assignments(argparse.Namespace(job="llama", assignments=["straggler.ratio_threshold=1.3"]))
+
+
+def test_a_config_line_in_a_recording_changes_a_node_rule_where_it_stands_on_replay():
+    """The one road: ``stepwatch replay`` applies a recorded config message (as ``stepwatch record`` writes it)
+    where it stands in the stream, through the same ``RuntimeConfig.apply`` as the worker: GPUs at 62 C +- 6 are
+    hot only after the line lowering ``host.gpu_hot_temp_c`` to 50, and cool again once a later line removes it."""
+    import io
+
+    import orjson
+
+    from stepwatch.recording import replay
+
+    events = fleet_events(seconds=200)
+    at = next(i for i, e in enumerate(events) if e["ts"] >= T0 + 120)
+    back = next(i for i, e in enumerate(events) if e["ts"] >= T0 + 160)
+    lower = {"v": 1, "kind": "config", "_key": GLOBAL, "host": {"gpu_hot_temp_c": 50.0}, "updated_at": T0}
+    lines = [orjson.dumps(e) for e in events]
+    lines[back:back] = [orjson.dumps({"v": 1, "kind": "config", "_key": GLOBAL, "updated_at": T0})]
+    lines[at:at] = [orjson.dumps(lower)]
+    out = io.StringIO()
+    replay(lines, Settings(), out=out)
+    alerts = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    hot = [a for a in alerts if a["type"] == "gpu_hot" and a["status"] == "firing"]
+    assert len({a["id"] for a in hot}) == NODES * 4
+    assert all(T0 + 119 <= a["starts_at"] < T0 + 160 for a in hot)
+    assert {a["type"] for a in alerts} == {"gpu_hot"}
+    # back at 85 C after the override is removed: every one of them resolves, none before
+    resolved = [a for a in alerts if a["status"] == "resolved"]
+    assert {a["id"] for a in resolved} == {a["id"] for a in hot}
+    assert all(a["ends_at"] >= T0 + 160 for a in resolved)
