@@ -424,6 +424,17 @@ class NodeIncidents:
         inc.alert = alert
         return [alert]
 
+    def firing(self) -> list[Alert]:
+        """The node incidents now firing (their latest published version)."""
+        return [inc.alert for inc in self._open.values() if inc.alert.evidence.get("incident_scope") == "node"]
+
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve every open node incident and forget it (its members' alerts stay with the straggler rule)."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
+        self._open.clear()
+        self._member_of.clear()
+        return out
+
     def _resolved(self, alert: Alert) -> list[Alert]:
         key = self._member_of.get(alert.id)
         inc = self._open.get(key) if key is not None else None
@@ -553,3 +564,8 @@ class IntermittentIncidents:
             self._last.pop(next(iter(self._last)))
         while len(self._alias) > self.max_ranks:
             self._alias.pop(next(iter(self._alias)))
+
+    def forget(self, ids: set[str]) -> None:
+        """Forget the incidents of these ids (their first episodes' ids): a rank's next episode starts anew."""
+        for key in [k for k, ep in self._last.items() if ep.id in ids]:
+            del self._last[key]

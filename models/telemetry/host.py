@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..tunable import runtime
 from ..alert_types import AlertType
 from ..alerts import Alert
 from ..evidence import StragglerEvidence, StragglerSignal
@@ -69,15 +70,15 @@ class HostSettings:
     #: alert's start; causes are kept once the window has closed). About 500 bytes each.
     history_samples: int = 300
     #: gpu_idle: a GPU that runs a rank of a stepping job below this utilization (%) for ``gpu_idle_seconds``.
-    gpu_idle_util_pct: float = 10.0
-    gpu_idle_seconds: float = 300.0
+    gpu_idle_util_pct: float = runtime(10.0, high=100.0)
+    gpu_idle_seconds: float = runtime(300.0)
     #: gpu_hot: temperature at or above this (degrees C) in ``gpu_hot_samples`` consecutive samples.
-    gpu_hot_temp_c: float = 85.0
-    gpu_hot_samples: int = 3
+    gpu_hot_temp_c: float = runtime(85.0, high=1000.0)
+    gpu_hot_samples: int = runtime(3, low=1, high=10_000)
     #: hbm_full: memory used above this share of total (``gpu_hot_samples`` samples in a row) while the job's
     #: step time (median of its last 10 steps) grew to ``hbm_step_growth`` x its earlier median.
-    hbm_full_ratio: float = 0.90
-    hbm_step_growth: float = 1.1
+    hbm_full_ratio: float = runtime(0.90, high=1.0)
+    hbm_step_growth: float = runtime(1.1, low=1.0, high=1000.0)
 
 #: Per-node values that keep a baseline.
 
