@@ -14,6 +14,8 @@ the events' own time is the clock).
 - :func:`replay`: lines -> the worker's ``Pipeline`` (models/pipeline.py) -> alerts.
 - :func:`publish`: lines -> the topics, keyed as the wire format says (job events by job,
   node telemetry by node), batched, as fast as possible or paced.
+- :func:`merge_lines`: several recordings (one per rank or node) -> the lines of one, by time;
+  ``stepwatch replay`` and ``stepwatch publish`` both read their files through it.
 """
 
 from __future__ import annotations
@@ -78,6 +80,35 @@ def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]
         finally:
             if stream is not sys.stdin.buffer:
                 stream.close()
+
+
+def unreadable(paths: Iterable[str]) -> str | None:
+    """Why one of these recordings cannot be read (its path and the reason, one line), before any line of them
+    is used; None: all can. Each file is opened and closed, nothing read (a pipe such as ``<(...)`` keeps its
+    data); '-' (stdin) can be named once."""
+    stdin = 0
+    for path in paths:
+        if path == "-":
+            stdin += 1
+            if stdin > 1:
+                return "-: stdin named twice (it can be read once)"
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            return f"{path}: {_os_reason(exc)}"
+    return None
+
+
+def _os_reason(exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return exc.strerror or type(exc).__name__
 
 
 def _merge_time(line: bytes) -> float | None:
