@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -29,12 +30,12 @@ def _rank(event: dict) -> int:
     return event["rank"] if type(event.get("rank")) is int else 0  # rank-less phase events: rank 0's file
 
 
-def rebased(line: bytes, shift: float) -> bytes:
-    """The line with its ``_arrival`` and every event's ``ts`` moved by ``shift`` seconds."""
+def rebased(line: bytes, shift: float, *, arrival: bool = True) -> bytes:
+    """The line with every event's ``ts`` (and with ``arrival``, its ``_arrival``) moved by ``shift`` seconds."""
     value = orjson.loads(line)
     for event in value["events"] if value.get("kind") == "batch" else [value]:
         event["ts"] += shift
-    if "_arrival" in value:
+    if arrival and "_arrival" in value:
         value["_arrival"] += shift
     return orjson.dumps(value)
 
@@ -58,12 +59,22 @@ def view(alerts: list[dict]) -> list[tuple]:
     return [(a["id"], a["type"], a["status"], tuple(a["ranks"]), _first_cause(a)) for a in alerts]
 
 
+def per_rank_files(recording: Path, folder: Path, skew: dict[int, float] | None = None) -> list[str]:
+    """The recording split into one file per rank under ``folder``, moved to an hour ago; ``skew``: seconds
+    added to a rank's event times (its host's clock off)."""
+    lines = list(read_lines([str(recording)]))
+    first = orjson.loads(lines[0])
+    shift = time.time() - 3600 - first.get("_arrival", first["ts"])
+    files = split_by_rank([rebased(line, shift) for line in lines])
+    for rank, offset in (skew or {}).items():
+        files[rank] = [rebased(line, offset, arrival=False) for line in files[rank]]
+    folder.mkdir(exist_ok=True)
+    return write(folder, files)
+
+
 @pytest.fixture
 def rank_files(tmp_path) -> list[str]:
-    lines = list(read_lines([str(RECORDING)]))
-    shift = time.time() - 3600 - orjson.loads(lines[0])["_arrival"]
-    files = split_by_rank([rebased(line, shift) for line in lines])
-    paths = write(tmp_path, files)
+    paths = per_rank_files(RECORDING, tmp_path / "ranks")
     assert len(paths) == 4
     return paths
 
@@ -102,6 +113,27 @@ def test_per_rank_files_published_merged_give_the_alerts_replay_gives(kafka_boot
     assert at == sorted(at)
     assert len({_rank(e) for e in sent[:20]}) == 4  # the ranks interleaved from the start
 
+
+
+def test_files_written_on_each_host_published_at_their_pace_give_the_alerts_replay_gives(
+        kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+    # tests/fixtures/hf_two_ranks: a 2-rank Hugging Face Trainer job on gloo, rank 1 slow from step 30, each line
+    # as its rank wrote it (no broker time: the events' own times place them), rank 1's host clock 0.2 s ahead
+    # (a few steps), published paced (--speed 2: each line when its time has come, the merge deciding which).
+    worker = start_worker()
+    env = worker.env
+    paths = per_rank_files(RECORDING.parents[1] / "hf_two_ranks" / "slow_rank1_from30_loaded.jsonl",
+                           tmp_path / "ranks", skew={1: 0.2})
+    assert len(paths) == 2 and b"_arrival" not in Path(paths[0]).read_bytes()
+    replayed = run_stepwatch("replay", *paths, env=env)
+    expected = [orjson.loads(line) for line in replayed.stdout.splitlines() if line.strip()]
+    assert ("straggler", "firing", (1,)) in [(a["type"], a["status"], tuple(a["ranks"])) for a in expected]
+
+    result = run_stepwatch("publish", "--speed", "2", *paths, env=env)
+    assert "114 events" in result.stderr and "0 dropped" in result.stderr, result.stderr
+    live = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: len(a) >= len(expected))
+    assert view(live) == view(expected), worker.log_text()[-3000:]
+    assert "Traceback" not in worker.log_text()
 
 @pytest.mark.parametrize("bad", ["missing", "directory", "stdin twice"])
 def test_an_unreadable_file_among_several_publishes_nothing(kafka_bootstrap, topic_prefix, rank_files, tmp_path,
