@@ -23,6 +23,8 @@ from __future__ import annotations
 import functools
 import gc
 import heapq
+import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -84,8 +86,8 @@ def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]
 
 def unreadable(paths: Iterable[str]) -> str | None:
     """Why one of these recordings cannot be read (its path and the reason, one line), before any line of them
-    is used; None: all can. Each file is opened and closed, nothing read (a pipe such as ``<(...)`` keeps its
-    data); '-' (stdin) can be named once."""
+    is used; None: all can. Nothing is opened (a named pipe's writer would be let through, then see its reader
+    gone): the path must exist, not be a directory, and be readable; '-' (stdin) can be named once."""
     stdin = 0
     for path in paths:
         if path == "-":
@@ -94,21 +96,16 @@ def unreadable(paths: Iterable[str]) -> str | None:
                 return "-: stdin named twice (it can be read once)"
             continue
         try:
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            return f"{path}: {_os_reason(exc)}"
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return f"{path}: no such file"
+        except OSError as exc:  # a path through a file, a loop of links, too long
+            return f"{path}: {exc.strerror or type(exc).__name__}"
+        if stat.S_ISDIR(mode):
+            return f"{path}: is a directory"
+        if not os.access(path, os.R_OK):
+            return f"{path}: permission denied"
     return None
-
-
-def _os_reason(exc: OSError) -> str:
-    if isinstance(exc, FileNotFoundError):
-        return "no such file"
-    if isinstance(exc, IsADirectoryError):
-        return "is a directory"
-    if isinstance(exc, PermissionError):
-        return "permission denied"
-    return exc.strerror or type(exc).__name__
 
 
 def _merge_time(line: bytes) -> float | None:

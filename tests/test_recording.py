@@ -4,6 +4,8 @@ tests/test_pipeline_kafka.py."""
 
 from __future__ import annotations
 
+import os
+
 import orjson
 
 import recordings
@@ -80,21 +82,23 @@ def test_replay_applies_recorded_runtime_settings_where_they_stand(tmp_path):
     assert wire_key(dict(config)) == ("config", "incident")
 
 
-def test_unreadable_names_the_first_file_that_cannot_be_opened_and_reads_none(tmp_path):
+def test_unreadable_names_the_first_file_that_cannot_be_read_and_opens_none(tmp_path):
     good = tmp_path / "a.jsonl"
     good.write_bytes(b"{}\n")
     assert unreadable([str(good), "-", str(good)]) is None
     assert unreadable([str(good), str(tmp_path / "b.jsonl"), str(tmp_path)]) == f"{tmp_path / 'b.jsonl'}: no such file"
     assert unreadable([str(tmp_path), str(good)]) == f"{tmp_path}: is a directory"
     assert unreadable(["-", str(good), "-"]) == "-: stdin named twice (it can be read once)"
+    assert unreadable([f"{good}/x"]) == f"{good}/x: Not a directory"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert unreadable([str(fifo), str(good)]) is None  # not opened: no writer needed, none let through
 
 
 def test_publish_checks_every_file_before_the_broker(tmp_path):
     """A missing file among several is named in one line, before any connection (a closed port here: had the
     command connected first, the line would say the bootstrap is unreachable). With a broker, nothing sent:
     tests/test_publish_per_rank_kafka.py."""
-    import os
-
     from test_cli_first_hour import closed_port
 
     good = tmp_path / "a.jsonl"
