@@ -14,6 +14,8 @@ the events' own time is the clock).
 - :func:`replay`: lines -> the worker's ``Pipeline`` (models/pipeline.py) -> alerts.
 - :func:`publish`: lines -> the topics, keyed as the wire format says (job events by job,
   node telemetry by node), batched, as fast as possible or paced.
+- :func:`merge_lines`: several recordings (one per rank or node) -> the lines of one, by time;
+  ``stepwatch replay`` and ``stepwatch publish`` both read their files through it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 import functools
 import gc
 import heapq
+import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -78,6 +82,30 @@ def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]
         finally:
             if stream is not sys.stdin.buffer:
                 stream.close()
+
+
+def unreadable(paths: Iterable[str]) -> str | None:
+    """Why one of these recordings cannot be read (its path and the reason, one line), before any line of them
+    is used; None: all can. Nothing is opened (a named pipe's writer would be let through, then see its reader
+    gone): the path must exist, not be a directory, and be readable; '-' (stdin) can be named once."""
+    stdin = 0
+    for path in paths:
+        if path == "-":
+            stdin += 1
+            if stdin > 1:
+                return "-: stdin named twice (it can be read once)"
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return f"{path}: no such file"
+        except OSError as exc:  # a path through a file, a loop of links, too long
+            return f"{path}: {exc.strerror or type(exc).__name__}"
+        if stat.S_ISDIR(mode):
+            return f"{path}: is a directory"
+        if not os.access(path, os.R_OK):
+            return f"{path}: permission denied"
+    return None
 
 
 def _merge_time(line: bytes) -> float | None:

@@ -4,10 +4,12 @@ tests/test_pipeline_kafka.py."""
 
 from __future__ import annotations
 
+import os
+
 import orjson
 
 import recordings
-from stepwatch.recording import _job_filter, _line_events, parse_time, wire_key
+from stepwatch.recording import _job_filter, _line_events, parse_time, unreadable, wire_key
 from support import run_stepwatch, stepwatch_env
 
 T0 = 1_700_000_000.0
@@ -78,3 +80,32 @@ def test_replay_applies_recorded_runtime_settings_where_they_stand(tmp_path):
     assert types(plain) == ["straggler", "throughput_drop"]
     assert types(tuned) == ["throughput_drop"]
     assert wire_key(dict(config)) == ("config", "incident")
+
+
+def test_unreadable_names_the_first_file_that_cannot_be_read_and_opens_none(tmp_path):
+    good = tmp_path / "a.jsonl"
+    good.write_bytes(b"{}\n")
+    assert unreadable([str(good), "-", str(good)]) is None
+    assert unreadable([str(good), str(tmp_path / "b.jsonl"), str(tmp_path)]) == f"{tmp_path / 'b.jsonl'}: no such file"
+    assert unreadable([str(tmp_path), str(good)]) == f"{tmp_path}: is a directory"
+    assert unreadable(["-", str(good), "-"]) == "-: stdin named twice (it can be read once)"
+    assert unreadable([f"{good}/x"]) == f"{good}/x: Not a directory"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert unreadable([str(fifo), str(good)]) is None  # not opened: no writer needed, none let through
+
+
+def test_publish_checks_every_file_before_the_broker(tmp_path):
+    """A missing file among several is named in one line, before any connection (a closed port here: had the
+    command connected first, the line would say the bootstrap is unreachable). With a broker, nothing sent:
+    tests/test_publish_per_rank_kafka.py."""
+    from test_cli_first_hour import closed_port
+
+    good = tmp_path / "a.jsonl"
+    good.write_bytes(b'{"v":1,"kind":"phase","job":"j","ts":1.0,"phase":"train"}\n')
+    missing = tmp_path / "b.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPWATCH_", "KAFKA_"))}
+    result = run_stepwatch("publish", "--bootstrap", f"127.0.0.1:{closed_port()}", str(good), str(missing),
+                           env=env, check=False, timeout=30)
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"stepwatch publish: {missing}: no such file; nothing published"

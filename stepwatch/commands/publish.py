@@ -9,15 +9,25 @@ import time
 from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
 
 
+def _check_files(args: argparse.Namespace) -> None:
+    """Every file checked before anything is sent (and before the broker is asked, cli.py's precheck): a rank's
+    file found missing halfway would leave the job half published, its other ranks' steps without it."""
+    from stepwatch.recording import unreadable
+
+    problem = unreadable(args.files)
+    if problem:
+        raise SystemExit(f"stepwatch publish: {problem}; nothing published")
+
+
 def run(args: argparse.Namespace) -> int:
-    from stepwatch.recording import publish, read_lines
+    from stepwatch.recording import merge_lines, publish
 
     settings = _settings(args)
     _require_bootstrap(settings)
     started = time.monotonic()
-    try:
-        stats = publish(read_lines(args.files, what="publish"), settings, speed=args.speed)
-    except FileNotFoundError as exc:
+    try:  # several files: merged by time as replay merges them (recording.py merge_lines), one road for both
+        stats = publish(merge_lines(args.files, what="publish"), settings, speed=args.speed)
+    except FileNotFoundError as exc:  # gone between the check and its turn
         raise SystemExit(f"stepwatch publish: {exc.filename}: no such file") from None
     print(f"stepwatch publish: {stats['events_sent']} events in {stats['messages_sent']} messages from "
           f"{stats['lines']} lines ({stats['skipped']} not events, {stats['events_dropped']} dropped) in "
@@ -28,9 +38,14 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser("publish", help="send a recording to the events and telemetry topics",
                        description="Publish a JSON Lines recording: job events keyed by job, node telemetry "
-                                   "by node, in batch envelopes; as fast as possible, or paced with --speed.")
+                                   "by node, in batch envelopes; as fast as possible, or paced with --speed. "
+                                   "Several files (e.g. one per rank or node) are sent merged by time, each in "
+                                   "its own order, as `stepwatch replay` merges them; every file is checked "
+                                   "before anything is sent.")
     _add_kafka_args(p)
-    p.add_argument("files", nargs="+", metavar="FILE", help="recording(s); '-' reads stdin")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="recording(s) in the wire format; '-' reads stdin; several are merged by time "
+                        "(\"_arrival\", else event time), never reordered within a file")
     p.add_argument("--speed", type=float, default=0.0,
                    help="x real time by each line's \"_arrival\" (else its event time); 0: as fast as possible")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, precheck=_check_files)
