@@ -110,6 +110,18 @@ def test_the_replay_command_merges_the_files(recording, expected, tmp_path):
     assert [orjson.loads(line) for line in result.stdout.splitlines() if line.strip()] == expected, result.stderr
 
 
+def test_a_missing_file_among_several_replays_nothing(recording, tmp_path):
+    """Checked before the first alert: the alerts of the other ranks' files alone are not the job's."""
+    from support import run_stepwatch
+
+    paths = write(tmp_path, split_by_rank(recording))
+    missing = tmp_path / "rank-9.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
+    result = run_stepwatch("replay", *paths, str(missing), env=env, check=False)
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.strip() == f"stepwatch replay: {missing}: no such file; nothing replayed"
+
+
 def test_per_rank_files_written_on_each_host_merge_by_event_time(recording, expected, tmp_path):
     # What each rank would write itself: no broker time, only its events' own timestamps.
     files = {r: [no_arrival(line) for line in lines] for r, lines in split_by_rank(recording).items()}
