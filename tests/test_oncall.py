@@ -278,6 +278,21 @@ def test_causes_hang_cases_and_unknown_types():
     assert c.annotate(alert("imbalance")).evidence["action"]["kind"] == "repartition"
 
 
+def test_a_rules_own_remedy_survives_the_annotation():
+    """The imbalance rule says what to do (which stages to move layers out of; or that the ranks are of different
+    classes); the annotation sets the failure class's kind, nodes and retry, keeps the rule's words as the
+    action's detail, and is idempotent."""
+    c = Classifier()
+    placement = {"kind": "placement", "detail": "per-rank straggler alerts now compare ranks within their class"}
+    once = c.annotate(alert("imbalance", action=placement))
+    assert once.evidence["action"] == {"kind": "repartition", "nodes": [], "retryable": True,
+                                       "exclude_nodes": [], "detail": placement["detail"]}
+    assert c.annotate(once).evidence == once.evidence
+    mine = Classifier(overrides={"imbalance": {"kind": "investigate"}}).annotate(alert("imbalance", action=placement))
+    assert mine.evidence["action"]["kind"] == "investigate" and mine.evidence["action"]["detail"] == placement["detail"]
+    assert "detail" not in c.annotate(alert("straggler")).evidence["action"]
+
+
 def test_failure_classes_overridable_in_configuration(tmp_path):
     table = {"xid_79_off_bus": {"kind": "replace_gpu"}, "my_class": {"scope": "platform", "kind": "check_link"},
              "types": {"some_new_type": "my_class"}}

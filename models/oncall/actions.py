@@ -359,8 +359,15 @@ class Classifier:
         ev["failure_class"] = cls
         if not isinstance(ev.get("onset_ts"), (int, float)):
             ev["onset_ts"] = onset_ts(alert)
+        # A rule that says what to do (the imbalance rule: which stages to move layers out of, or that the ranks
+        # are of different classes) keeps its words as the action's detail; the kind is the failure class's
+        # (ACTION_KINDS: what automation and the action hooks act on).
+        remedy = ev.get("action") if isinstance(ev.get("action"), dict) else None
+        detail = remedy.get("detail") if remedy is not None else None
         ev["action"] = {"kind": fc.kind, "nodes": list(nodes), "retryable": fc.retryable,
                         "exclude_nodes": list(nodes) if fc.exclude else []}
+        if isinstance(detail, str):
+            ev["action"]["detail"] = detail
         where = ", ".join(nodes) if nodes else "the node"
         sentence = fc.sentence.replace("{nodes}", where)
         return dataclasses.replace(alert, evidence=ev, scope=fc.scope, recommended_action=sentence)
