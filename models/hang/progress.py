@@ -189,7 +189,7 @@ class JobProgress:
         if latest > self.latest_ts:
             self.latest_ts = latest
         slot_of = self.slot_of_rank.get
-        slots = [slot_of(r) for r in ranks]
+        slots = list(map(slot_of, ranks))
         if None in slots:
             for i, slot in enumerate(slots):
                 if slot is None:
