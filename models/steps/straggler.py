@@ -60,6 +60,7 @@ import numpy as np
 
 from ..alerts import Alert, alert_id
 from .cost import straggler_cost
+from .robust import median
 from .small_group import PairedPace
 from .straggler_evidence import Baseline, DataWaitEvidence, PeerEvidence
 from ..evidence import StragglerSignal
@@ -122,17 +123,6 @@ INTERMITTENT_MIN = 4
 #: scipy's ``median_abs_deviation(scale="normal")`` divides by this (the normal distribution's
 #: quartile, ``ndtri(0.75)``); the same constant keeps the same results, without scipy's per-call cost.
 _NORMAL_MAD_SCALE = 0.6744897501960817
-
-
-def median(values: np.ndarray) -> float:
-    """``np.median`` of a 1-D array without NaN, by one partition (``np.median``'s own path is slower
-    for the few hundred values of a step; same result)."""
-    n = len(values)
-    k = n // 2
-    if n % 2:
-        return float(np.partition(values, k)[k])
-    part = np.partition(values, (k - 1, k))
-    return float((part[k - 1] + part[k]) / 2)
 
 
 def normal_mad(values: np.ndarray, center: float) -> float:
