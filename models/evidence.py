@@ -71,6 +71,10 @@ class StragglerEvidence:
     detected_step: int | None
     peer_median: float | None  # the peers' median of ``signal`` (seconds)
     cause: str | None  # the rule's own reading ("input pipeline"), before telemetry names suspected causes
+    group: str | None = None  # the peer group compared within (None: the whole job)
+    resolved_step: int | None = None  # the step a resolved episode ended at
+    node_incident: bool = False  # ``incident_scope`` is set: one alert for several ranks of a node
+    #: (models/oncall/incidents.py ``NodeIncidents``), not one rank's
 
     @classmethod
     def of(cls, alert: Alert, *, strict: bool = False) -> "StragglerEvidence":
@@ -80,11 +84,21 @@ class StragglerEvidence:
             raise ValueError(f"not a straggler alert: {alert.type}")
         ev = alert.evidence
         first, detected = _number(ev, "first_step", strict), _number(ev, "detected_step", strict)
-        cause = ev.get("cause")
+        resolved = _number(ev, "resolved_step", strict)
+        cause, group = ev.get("cause"), ev.get("group")
+        if strict and group is not None and not isinstance(group, str):
+            raise ValueError(f"evidence.group: not a string: {group!r}")
         return cls(signal=_member(StragglerSignal, ev, "signal", strict), horizon=_member(Horizon, ev, "horizon", strict),
                    first_step=None if first is None else int(first),
                    detected_step=None if detected is None else int(detected),
-                   peer_median=_number(ev, "peer_median", strict), cause=cause if isinstance(cause, str) else None)
+                   peer_median=_number(ev, "peer_median", strict), cause=cause if isinstance(cause, str) else None,
+                   group=group if isinstance(group, str) else None,
+                   resolved_step=None if resolved is None else int(resolved), node_incident="incident_scope" in ev)
+
+    @property
+    def short(self) -> bool:
+        """Written by the short rule (an alert with no ``horizon`` is the short rule's, as before it said so)."""
+        return self.horizon is not Horizon.LONG
 
     @property
     def input_pipeline(self) -> bool:

@@ -5,10 +5,11 @@ makes an instance per job, in an order where each comes after the rules it ``nee
 signals it declares. The order of ``JOB_RULES`` is the order open alerts are listed and closed in.
 
 A new node-level rule (node telemetry, keyed by node) is a module with a ``NodeRule`` and one line in
-``NODE_RULES``; the telemetry hub makes one for the worker and feeds it what it declares. ``OUTLET_RULES``
-declares the rules on the alerts leaving the engine (what they emit and can be classified as), so every
-alert type has a declared source (tests/test_rule_contract.py checks it and runs every job and node rule
-through one contract).
+``NODE_RULES``; the telemetry hub makes one for the worker and feeds it what it declares. A new rule on the
+alerts leaving the engine (restarts, the node ledger) is a module with an ``OutletRule`` and one line in
+``OUTLET_RULES``; the engine's outlet (``OnCall``) makes one for the worker and feeds it every alert leaving.
+Every alert type has a declared source, and every registered rule runs through one contract
+(tests/test_rule_contract.py).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from __future__ import annotations
 from .alert_types import AlertType
 from .job_rules import (CheckpointRule, CommRule, HangRule, ImbalanceRule, InspectorRule, LongStragglerRule,
                         StragglerRule, ThroughputRule)
-from .rule import JobRule, NodeRule, RuleSpec, Signal, dependency_order
-from .oncall.oncall import OnCallSettings
-from .telemetry.node_rules import DeviceRule, FabricRule, TelemetryRule
+from .rule import JobRule, NodeRule, OutletRule, RuleSpec, dependency_order
+from .oncall.outlet_rules import LedgerRule, RestartRule
+from .telemetry.node_rules import DeviceRule, FabricRule, IntermittentRule, NodeIncidentRule, TelemetryRule
 
 JOB_RULES: tuple[type[JobRule], ...] = (
     StragglerRule,
@@ -36,26 +37,27 @@ FEED_ORDER: tuple[type[JobRule], ...] = tuple(
     {r.spec.name: r for r in JOB_RULES}[s.name] for s in dependency_order([r.spec for r in JOB_RULES]))
 
 #: The node-level rules the telemetry hub (models/telemetry/telemetry_hub.py) makes once for the worker and
-#: feeds, in this order: a rule that consumes ``ALERTS`` gets the alerts of the rules listed before it.
+#: feeds, in this order: a rule that consumes ``ALERTS`` gets the alerts of the rules listed before it; those that
+#: consume ``ENRICHED`` get the job rules' alerts, with their suspected causes, in this order too.
 NODE_RULES: tuple[type[NodeRule], ...] = (
     TelemetryRule,  # GPU faults and link errors (models/telemetry/telemetry_tracker.py); spikes name causes
     DeviceRule,  # gpu_idle, gpu_hot, hbm_full (models/telemetry/device_rules.py)
     FabricRule,  # many nodes' link errors at once: one fabric incident (models/oncall/incidents.py)
+    NodeIncidentRule,  # most ranks of one node straggling: one node incident (models/oncall/incidents.py)
+    IntermittentRule,  # a rank's straggler episodes close together: one incident (models/oncall/incidents.py)
 )
 
-#: Rules on the alerts leaving the engine, declared so that their alert types have a source: restarts
-#: (models/oncall/restarts.py) and the node ledger (models/oncall/ledger.py), driven by ``OnCall.finish``
-#: (models/oncall/oncall.py), which every alert passes through once.
-OUTLET_RULES: tuple[RuleSpec, ...] = (
-    RuleSpec(name="oncall", consumes=frozenset({Signal.ALERTS}),
-             alert_types=(AlertType.JOB_RESTART, AlertType.NODE_SUSPECT),
-             failure_classes=("job_restart", "node_suspect"), settings=OnCallSettings),
+#: The rules on the alerts leaving the engine, which the engine's outlet (``OnCall``, models/oncall/oncall.py)
+#: makes once for the worker and feeds, in this order, every alert as it leaves.
+OUTLET_RULES: tuple[type[OutletRule], ...] = (
+    RestartRule,  # job restarts, naming the alert before them (models/oncall/restarts.py)
+    LedgerRule,  # node_suspect: a node implicated in several jobs' incidents (models/oncall/ledger.py)
 )
 
 
 def all_specs() -> list[RuleSpec]:
     """Every registered rule's spec: per-job, node-level, outlet."""
-    return [r.spec for r in JOB_RULES] + [r.spec for r in NODE_RULES] + list(OUTLET_RULES)
+    return [r.spec for r in (*JOB_RULES, *NODE_RULES, *OUTLET_RULES)]
 
 
 def declared_types() -> dict[AlertType, list[str]]:

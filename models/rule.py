@@ -1,7 +1,9 @@
 """The rule contracts: what a rule consumes, how it is fed, lists and closes its alerts, is reconfigured.
 
 ``JobRule`` below is the per-job contract; ``NodeRule`` the node-level one (node telemetry: one instance for
-the worker, driven by the telemetry hub). Both declare themselves with a ``RuleSpec``.
+the worker, driven by the telemetry hub); ``OutletRule`` the one on the alerts leaving the engine (one instance
+for the worker, driven by ``OnCall``). All three share one lifecycle (``Rule``: tick, open alerts, close,
+reconfigure, capped) and declare themselves with a ``RuleSpec``.
 
 Every per-job rule the engine runs (models/registry.py lists them) is a ``JobRule``: one instance per job,
 made by its registry entry when the job first appears, fed only the signals its ``RuleSpec.consumes``
@@ -42,9 +44,11 @@ class Signal(StrEnum):
     INSPECTOR = "inspector"  # ``on_event(NcclWindowEvent)``: NCCL Inspector windows from the node agents
     TICKS = "ticks"  # ``tick(now)``, ``now`` on the job's own clock
     TELEMETRY = "telemetry"  # node events (gpu, xid, link, topology, host): node-level rules only
-    #: Alerts as input: a node rule gets the alerts of the node rules before it (``NodeRule.on_alerts``); the
-    #: on-call rules, the alerts leaving the engine (models/oncall/oncall.py).
+    #: Alerts as input: a node rule gets the alerts of the node rules before it (``NodeRule.on_alerts``); an
+    #: outlet rule, each alert leaving the engine (``OutletRule.update``, models/oncall/oncall.py).
     ALERTS = "alerts"
+    #: The job rules' alerts once the telemetry hub named their suspected causes (``NodeRule.on_alerts``).
+    ENRICHED = "enriched"
 
 
 #: The signal of each job event kind that reaches rules through ``on_event`` (steps have their own methods).
@@ -84,15 +88,46 @@ class RuleSpec:
     needs: tuple[str, ...] = ()
 
 
-class JobRule:
+class Rule:
+    """The lifecycle every rule shares, whatever it is fed: ``JobRule``, ``NodeRule`` and ``OutletRule`` add
+    only their feeding methods.
+
+    ``spec`` declares the rule (``RuleSpec``). ``tick`` is the timer, ``open_alerts`` the rule's alerts now firing
+    (one list, whatever the rule keeps inside), ``close`` resolves and forgets them saying why, ``reconfigure``
+    takes new settings (an instance of ``spec.settings``) while running, keeping state and open alerts, and
+    ``capped`` counts the input the rule left out at a state cap (``stepwatch_state_capped_total``).
+    """
+
+    spec: ClassVar[RuleSpec]
+
+    def tick(self, now: float) -> list[Alert]:
+        return []
+
+    def open_alerts(self) -> list[Alert]:
+        """The rule's alerts now firing."""
+        raise NotImplementedError
+
+    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
+        """Resolve every open alert at ``at``, saying why (``evidence.resolution``, the summary); forget them
+        (the condition must be seen anew)."""
+        raise NotImplementedError
+
+    def reconfigure(self, settings: Any) -> None:
+        """Take new settings (an instance of ``spec.settings``) while running; state and open alerts are kept."""
+
+    def capped(self) -> dict[str, int]:
+        """Input this rule left out at a state cap so far, by what."""
+        return {}
+
+
+class JobRule(Rule):
     """Base of every per-job rule: defaults for the signals a rule does not consume.
 
     A subclass sets ``spec`` and overrides the feeding methods of the signals it consumes, plus
     ``open_alerts`` and ``close``. Each feeding method returns the alerts that fired or resolved because of
-    its input (``on_rank_steps``: with the index of the event that caused each, for event order).
+    its input (``on_rank_steps``: with the index of the event that caused each, for event order); ``tick(now)``
+    gets ``now`` on the job's own clock.
     """
-
-    spec: ClassVar[RuleSpec]
 
     def on_step(self, step: GroupStep) -> list[Alert]:
         return []
@@ -103,26 +138,8 @@ class JobRule:
     def on_event(self, event: Event) -> list[Alert]:
         return []
 
-    def tick(self, now: float) -> list[Alert]:
-        return []
 
-    def open_alerts(self) -> list[Alert]:
-        """The rule's alerts now firing (one list, whatever the rule keeps inside)."""
-        raise NotImplementedError
-
-    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        """Resolve every open alert at ``at``, saying why (``evidence.resolution``, the summary); forget them."""
-        raise NotImplementedError
-
-    def reconfigure(self, settings: Any) -> None:
-        """Take new settings (an instance of ``spec.settings``) while running; state and open alerts are kept."""
-
-    def capped(self) -> dict[str, int]:
-        """Input this rule left out at a state cap so far, by what (``stepwatch_state_capped_total``)."""
-        return {}
-
-
-class NodeRule:
+class NodeRule(Rule):
     """Base of every node-level rule: rules on node telemetry, keyed by node rather than by job.
 
     One instance for the whole worker, made by the telemetry hub (models/telemetry/telemetry_hub.py) from its
@@ -133,16 +150,15 @@ class NodeRule:
     * ``Signal.RANK_STEPS``: ``on_steps(job, steps, step_times)``, each job's step events as they arrive;
     * ``Signal.ALERTS``: ``on_alerts(alerts)``, the alerts of the node rules before it (from one event or one
       tick), returning them as they should leave (e.g. many nodes' link alerts grouped into one incident);
+    * ``Signal.ENRICHED``: ``on_alerts(alerts)`` too, but with the job rules' alerts once the hub has named their
+      suspected causes (e.g. one node's stragglers grouped into one node incident);
     * ``Signal.TICKS``: ``tick(now)``, ``now`` on the worker's timer clock.
 
-    Each feeding method returns the alerts that fired or resolved because of its input. ``open_alerts`` lists
-    the alerts now firing, ``close`` resolves and forgets them, ``reconfigure`` takes new settings (an
-    instance of ``spec.settings``) keeping state and open alerts. A new node rule is a ``NodeRule`` subclass
-    and one line in ``NODE_RULES``; tests/test_rule_contract.py runs it through the same contract as the
-    per-job rules.
+    Each feeding method returns the alerts that fired or resolved because of its input. A new node rule is a
+    ``NodeRule`` subclass and one line in ``NODE_RULES``; tests/test_rule_contract.py runs it through the same
+    contract as the other rules.
     """
 
-    spec: ClassVar[RuleSpec]
     #: The node event kinds ``update`` takes (``Signal.TELEMETRY``).
     kinds: ClassVar[frozenset[str]] = frozenset()
 
@@ -155,21 +171,33 @@ class NodeRule:
     def on_alerts(self, alerts: list[Alert]) -> list[Alert]:
         return alerts
 
-    def tick(self, now: float) -> list[Alert]:
+
+class OutletRule(Rule):
+    """Base of every rule on the alerts leaving the engine (restarts, the node ledger).
+
+    One instance for the worker, made by the engine's outlet (``OnCall``, models/oncall/oncall.py) from its
+    ``OUTLET_RULES`` entry (models/registry.py) with the outlet as its environment, in an order where each comes
+    after the rules it ``needs``. Every alert the engine returns passes the outlet once; what ``spec.consumes``
+    names decides what the outlet feeds the rule:
+
+    * ``Signal.RANK_STEPS``: ``on_steps(job, ranks, steps, ts)``, each job's step events before the engine sees
+      them;
+    * ``Signal.ALERTS``: ``update(alert)`` for each alert leaving, classified, in order; it returns the alerts it
+      adds after that one (e.g. a ``node_suspect``);
+    * ``flush()`` at the end of each engine call: the alerts the input of that call caused (e.g. a restart);
+    * ``Signal.TICKS``: ``tick(now)``, ``now`` on the worker's timer clock.
+
+    The alerts a rule returns leave as they are (they are not fed to the other outlet rules).
+    """
+
+    def on_steps(self, job: str, ranks, steps, ts) -> None:
+        """A run of ``job``'s step events (columns), in arrival order."""
+
+    def update(self, alert: Alert) -> list[Alert]:
         return []
 
-    def open_alerts(self) -> list[Alert]:
-        raise NotImplementedError
-
-    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        """Resolve every open alert at ``at``, saying why; forget them (the condition must be seen anew)."""
-        raise NotImplementedError
-
-    def reconfigure(self, settings: Any) -> None:
-        """Take new settings while running; state and open alerts are kept."""
-
-    def capped(self) -> dict[str, int]:
-        return {}
+    def flush(self) -> list[Alert]:
+        return []
 
 
 def closed(alerts: list[Alert], resolution: Resolution, reason: str) -> list[Alert]:

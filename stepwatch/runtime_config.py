@@ -9,7 +9,9 @@ the complete set of overrides for that scope::
 A null value (tombstone) removes the scope's overrides. Every worker reads the whole topic
 from the beginning (no consumer group) and applies each message to its engine at once.
 A job's effective settings are the worker's environment settings, overridden by ``*``,
-overridden by the job's own. ``stepwatch config set/unset/show`` write and read the topic.
+overridden by the job's own. The node-level and outlet rules' sections (``telemetry``, ``host``, ``oncall``)
+are the worker's, not a job's: only ``*`` sets them, and they go to the telemetry hub's node rules and the
+on-call outlet rules (their ``reconfigure``). ``stepwatch config set/unset/show`` write and read the topic.
 """
 
 from __future__ import annotations
@@ -23,13 +25,19 @@ import orjson
 
 from stepwatch.models.hang.detector import HangSettings
 from stepwatch.models.jobhealth.job_health import JobHealthSettings
+from stepwatch.models.oncall.oncall import OnCallSettings
+from stepwatch.models.telemetry.host import HostSettings
+from stepwatch.models.telemetry.telemetry_hub import TelemetrySettings
 from stepwatch.models.steps.straggler import StragglerSettings
 from stepwatch.models.tunable import check_runtime_value, runtime_fields
 from stepwatch.config import Settings, _parse
 
 GLOBAL = "*"
 #: Sections that can be changed at run time, with their settings class.
-SECTIONS: dict[str, type] = {"straggler": StragglerSettings, "hang": HangSettings, "job_health": JobHealthSettings}
+SECTIONS: dict[str, type] = {"straggler": StragglerSettings, "hang": HangSettings, "job_health": JobHealthSettings,
+                             "telemetry": TelemetrySettings, "host": HostSettings, "oncall": OnCallSettings}
+#: Sections of the worker-wide rules (node-level: the telemetry hub; outlet: on call): set for ``*`` only.
+WORKER_SECTIONS = ("telemetry", "host", "oncall")
 
 
 def parse_assignments(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -180,6 +188,20 @@ class RuntimeConfig:
             settings = validate_job_health(self.scopes[job], settings)
         return settings
 
+    def effective_worker(self) -> dict[str, Any]:
+        """The worker-wide sections' settings: the environment's, then ``*`` (``ValueError`` when not usable)."""
+        scope = self.scopes.get(GLOBAL, {})
+        out = {section: dataclasses.replace(getattr(self.base, section), **scope.get(section, {}))
+               for section in WORKER_SECTIONS}
+        t, o = out["telemetry"], out["oncall"]
+        if not 1 <= t.link_error_min_samples <= t.link_error_window:
+            raise ValueError("telemetry: need 1 <= link_error_min_samples <= link_error_window")
+        if t.baseline_min_samples > t.baseline_samples:
+            raise ValueError("telemetry: need baseline_min_samples <= baseline_samples")
+        if o.ledger_window_seconds <= 0:
+            raise ValueError("oncall.ledger_window_seconds must be positive")
+        return out
+
     def source(self, job: str) -> str:
         if job in self.scopes:
             return "job"
@@ -192,12 +214,23 @@ class RuntimeConfig:
         """
         overrides = decode(value)
         old = self.scopes.get(key)
+        worker = {s for s in (*(overrides or {}), *(old or {})) if s in WORKER_SECTIONS}
+        if key != GLOBAL and worker & set(overrides or {}):
+            self.errors = (self.errors + [f"{key}: worker-wide sections ({', '.join(sorted(worker))}) are set "
+                                          f"for '*' only"])[-5:]
+            raise ValueError(f"{', '.join(sorted(worker))}: the worker's node-level and outlet rules' settings, "
+                             f"set for '*' only (not per job)")
         if overrides:
             self.scopes[key] = overrides
         else:
             self.scopes.pop(key, None)
         try:
             base_hang = self.base.hang
+            if worker and key == GLOBAL:  # the node-level rules (telemetry hub) and the outlet rules (on call)
+                new = self.effective_worker()
+                for section in ("telemetry", "host"):
+                    engine.telemetry.reconfigure(new[section])
+                engine.oncall.reconfigure(new["oncall"])
             if key == GLOBAL:
                 engine.apply_settings(None, self.effective())
                 engine.apply_hang_settings(None, self.effective_hang(base_hang))
@@ -227,7 +260,9 @@ class RuntimeConfig:
             "jobs": {k: v for k, v in self.scopes.items() if k != GLOBAL},
             "effective_default": {"straggler": dataclasses.asdict(self.effective()),
                                   "hang": dataclasses.asdict(self.effective_hang(self.base.hang)),
-                                  "job_health": dataclasses.asdict(self.effective_job_health())},
+                                  "job_health": dataclasses.asdict(self.effective_job_health()),
+                                  **{section: {name: getattr(settings, name) for name in runtime_fields(type(settings))}
+                                     for section, settings in self.effective_worker().items()}},
             "updates": self.updates,
             "errors": list(self.errors),
         }

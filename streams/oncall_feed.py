@@ -69,14 +69,14 @@ def install_oncall(app, engine, settings: Settings, *, owned, publish, interval:
     seen_owned: dict[str, set[int] | None] = {"partitions": owned()}
 
     def newly_owned_suspects() -> list:
-        """The open node_suspect verdicts of nodes this worker took over since the last run: a verdict judged
-        while another worker owned the node (or while a rebalance left it unowned) was published by nobody."""
+        """The open node_suspect verdicts of the nodes whose partitions this worker took over since the last run
+        (``NodeLedger.took_over``)."""
         mine, before = owned(), seen_owned["partitions"]
         seen_owned["partitions"] = mine
         if mine is None or before is None or mine == before:
             return []
-        return [alert for node, alert in oncall.ledger.open.items()
-                if partition_of(node, n_partitions) in mine - before]
+        gained = mine - before
+        return oncall.ledger.took_over(lambda node: partition_of(node, n_partitions) in gained)
 
     def on_ledger(record) -> None:
         if record.value is None:

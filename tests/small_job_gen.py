@@ -9,6 +9,10 @@ Its own assumptions about a real fine-tuning host, each a way to fool a detector
 * a slow drift of the whole job's pace (thermal, data length), a job-wide slowdown from a step;
 * a checkpoint every ``checkpoint_every`` steps: rank 0 writes it, one step several times longer;
 * events lost, reordered within a step, delivered one step late, and per-host clock skew on ``ts``.
+
+The wire record and the transport draws (lost, shuffled) are tests/step_gen.py's (``step_event``, ``lost``,
+``shuffled``, ``in_window``): the timing and noise model is this file's own. A seed gives the same events as before
+the sharing (bench/small_jobs.py's published figures rest on it).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+
+from step_gen import in_window, lost, shuffled, step_event
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class SmallJob:
             if burst_left == 0 and rng.random() < self.burst_p:
                 burst_left = rng.randint(*self.burst_len)
             level = 1.0 + self.drift * math.sin(2 * math.pi * step / self.drift_period)
-            if self.jobwide_from is not None and step >= self.jobwide_from:
+            if in_window(step, self.jobwide_from):
                 level *= self.jobwide_factor
             computes = []
             for rank in range(self.ranks):
@@ -76,19 +82,15 @@ class SmallJob:
                     c *= 1.0 + burst[rank]
                 if rank == 0 and self.checkpoint_every and step and step % self.checkpoint_every == 0:
                     c *= self.checkpoint_factor
-                if rank == self.slow_rank and step >= self.slow_from:
+                if rank == self.slow_rank and in_window(step, self.slow_from):
                     c *= self.slow_factor
                 computes.append(c)
             burst_left = max(0, burst_left - 1)
             step_time = max(computes) + 0.004
             t += step_time
-            batch = [{"v": 1, "kind": "step", "job": self.job, "rank": rank, "step": step,
-                      "ts": round(t + offset[rank], 6), "step_time": round(step_time, 6),
-                      "compute_time": round(c, 6), "comm_time": round(step_time - c, 6),
-                      "node": f"host-{rank}", "world_size": self.ranks}
-                     for rank, c in enumerate(computes) if rng.random() >= self.lose]
-            if rng.random() < self.reorder:
-                rng.shuffle(batch)
+            batch = shuffled(rng, [step_event(self.job, rank, step, t + offset[rank], step_time, c, f"host-{rank}",
+                                              self.ranks)
+                                   for rank, c in enumerate(computes) if not lost(rng, self.lose)], self.reorder)
             late = [e for e in batch if rng.random() < self.late]
             out.extend(e for e in batch if e not in late)
             out.extend(held)  # the previous step's late events, after this step's

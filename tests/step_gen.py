@@ -14,6 +14,34 @@ import random
 from dataclasses import dataclass, field
 
 
+# -- the parts every step generator here shares (tests/small_job_gen.py imports them) ----------------------
+
+
+def step_event(job: str, rank: int, step: int, ts: float, step_time: float, compute: float, node: str,
+               world_size: int) -> dict:
+    """One rank's wire-form step event: ``comm_time`` is the rest of the synchronous step (wait + transfer)."""
+    return {"v": 1, "kind": "step", "job": job, "rank": rank, "step": step, "ts": round(ts, 6),
+            "step_time": round(step_time, 6), "compute_time": round(compute, 6),
+            "comm_time": round(step_time - compute, 6), "node": node, "world_size": world_size}
+
+
+def lost(rng: random.Random, chance: float) -> bool:
+    """Whether one event is lost in transport (one draw per event, always taken: the seed's stream stays put)."""
+    return rng.random() < chance
+
+
+def shuffled(rng: random.Random, batch: list[dict], chance: float) -> list[dict]:
+    """A step's events as delivered: shuffled with ``chance`` (one draw per step, always taken)."""
+    if rng.random() < chance:
+        rng.shuffle(batch)
+    return batch
+
+
+def in_window(step: int, start: int | None, until: int | None = None) -> bool:
+    """Whether a fault that runs from ``start`` (None: never) until ``until`` (None: the end) covers ``step``."""
+    return start is not None and step >= start and (until is None or step < until)
+
+
 @dataclass(frozen=True)
 class Restart:
     """At ``at_step`` the job dies, is down ``downtime`` s and resumes from ``resume_step`` with
@@ -78,10 +106,9 @@ class SyncJob:
             busy = bool(self.load) and rng.random() < self.load_p
             for rank in range(self.ranks):
                 c = self.compute * (1 + rng.uniform(-self.noise, self.noise))
-                if self.jobwide_from is not None and step >= self.jobwide_from:
+                if in_window(step, self.jobwide_from):
                     c *= self.jobwide_factor
-                if rank == self.slow_rank and step >= self.slow_from and (
-                        self.slow_until is None or step < self.slow_until):
+                if rank == self.slow_rank and in_window(step, self.slow_from, self.slow_until):
                     c *= self.slow_factor
                 if busy and rng.random() < self.load_hit:
                     c *= 1 + rng.expovariate(1 / self.load)
@@ -91,18 +118,14 @@ class SyncJob:
             seq += 1
             batch = []
             for rank, c in enumerate(computes):
-                if rng.random() < self.lose:
+                if lost(rng, self.lose):
                     continue
-                batch.append({"v": 1, "kind": "step", "job": self.job, "rank": rank, "step": step,
-                              "ts": round(t + rng.uniform(0, 0.002), 6), "step_time": round(step_time, 6),
-                              "compute_time": round(c, 6), "comm_time": round(step_time - c, 6),
-                              "node": self.node(rank, moved), "world_size": self.ranks})
+                batch.append(step_event(self.job, rank, step, t + rng.uniform(0, 0.002), step_time, c,
+                                        self.node(rank, moved), self.ranks))
                 if self.heartbeats:
                     batch.append({"v": 1, "kind": "heartbeat", "job": self.job, "rank": rank, "step": step,
                                   "ts": round(t + 0.01, 6), "node": self.node(rank, moved), "seq_started": seq,
                                   "seq_completed": seq})
-            if rng.random() < self.reorder:
-                rng.shuffle(batch)
-            out.extend(batch)
+            out.extend(shuffled(rng, batch, self.reorder))
             step += 1
         return out

@@ -20,10 +20,76 @@ takes a normal time again. Both resolve when the job ends.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
 from ..alerts import Alert, alert_id
+
+
+class StaleReason(StrEnum):
+    """Why a checkpoint_stale alert fired (``evidence.reason``)."""
+
+    AGE = "age"  # the last successful checkpoint is too old
+    SLOW = "slow"  # a checkpoint took much longer than the job's usual
+
+
+class Basis(StrEnum):
+    """Why the job is expected to checkpoint at all (``evidence.basis``)."""
+
+    REPORTED = "reported"  # it reported checkpoints before, then stopped
+    POLICY = "policy"  # the configured policy requires one
+
+
+def _reason(ev: dict[str, Any], reason: StaleReason) -> None:
+    if ev.get("reason") != reason.value:
+        raise ValueError(f"not a {reason.value} checkpoint alert's evidence: reason {ev.get('reason')!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointAgeEvidence:
+    """The last successful checkpoint is too old (``evidence.reason: "age"``)."""
+
+    basis: Basis
+    age_seconds: float  # since the last successful checkpoint (or the job's start)
+    steps_since: int | None  # steps since it (None: no checkpoint yet)
+    last_checkpoint_step: int | None
+    max_age_seconds: float  # the limits it fired with (0: that one off)
+    max_age_steps: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": StaleReason.AGE.value, "basis": self.basis.value, "age_seconds": self.age_seconds,
+                "steps_since": self.steps_since, "last_checkpoint_step": self.last_checkpoint_step,
+                "max_age_seconds": self.max_age_seconds, "max_age_steps": self.max_age_steps}
+
+    @classmethod
+    def from_dict(cls, ev: dict[str, Any]) -> "CheckpointAgeEvidence":
+        _reason(ev, StaleReason.AGE)
+        return cls(basis=Basis(ev["basis"]), age_seconds=ev["age_seconds"], steps_since=ev["steps_since"],
+                   last_checkpoint_step=ev["last_checkpoint_step"], max_age_seconds=ev["max_age_seconds"],
+                   max_age_steps=ev["max_age_steps"])
+
+
+@dataclass(frozen=True, slots=True)
+class SlowCheckpointEvidence:
+    """A checkpoint took more than ``slow_factor`` times the job's usual (``evidence.reason: "slow"``)."""
+
+    duration_seconds: float
+    typical_seconds: float  # the median of the previous checkpoints
+    slow_factor: float  # the setting it fired with
+    step: int | None  # the step it checkpointed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": StaleReason.SLOW.value, "duration_seconds": self.duration_seconds,
+                "typical_seconds": self.typical_seconds, "slow_factor": self.slow_factor, "step": self.step}
+
+    @classmethod
+    def from_dict(cls, ev: dict[str, Any]) -> "SlowCheckpointEvidence":
+        _reason(ev, StaleReason.SLOW)
+        return cls(duration_seconds=ev["duration_seconds"], typical_seconds=ev["typical_seconds"],
+                   slow_factor=ev["slow_factor"], step=ev["step"])
 
 
 class CheckpointDetector:
@@ -98,9 +164,8 @@ class CheckpointDetector:
                 starts_at=ts,
                 summary=(f"checkpoint slow: job {self.job} took {duration:.1f}s to checkpoint at step "
                          f"{self.last_success_step}, {duration / typical:.1f}x its usual {typical:.1f}s"),
-                evidence={"reason": "slow", "duration_seconds": round(duration, 3),
-                          "typical_seconds": round(typical, 3), "slow_factor": self.slow_factor,
-                          "step": self.last_success_step})
+                evidence=SlowCheckpointEvidence(duration_seconds=round(duration, 3), typical_seconds=round(typical, 3),
+                                                slow_factor=self.slow_factor, step=self.last_success_step).to_dict())
             out.append(self._slow_alert)
         elif self._slow_alert is not None and typical and duration <= self.slow_factor * typical:
             alert, self._slow_alert = self._slow_alert, None
@@ -133,16 +198,16 @@ class CheckpointDetector:
             return []
         what = (f"last successful checkpoint at step {since_step}, {age / 60:.0f} min and {steps} steps ago"
                 if since_step is not None else f"no checkpoint since the job started {age / 60:.0f} min ago")
-        basis = "reported" if self.seen_checkpoint else "policy"
-        why = ("the job reported checkpoints before, then stopped" if basis == "reported"
+        basis = Basis.REPORTED if self.seen_checkpoint else Basis.POLICY
+        why = ("the job reported checkpoints before, then stopped" if basis is Basis.REPORTED
                else "the checkpoint policy requires one")
         self._age_alert = Alert(
             id=alert_id(self.job, "checkpoint_stale", "age", since_ts),
             status="firing", type="checkpoint_stale", severity="warning", job=self.job, ranks=(), nodes=(),
             starts_at=now, summary=f"checkpoint stale: job {self.job}: {what} ({why})",
-            evidence={"reason": "age", "basis": basis, "age_seconds": round(age, 1), "steps_since": steps,
-                      "last_checkpoint_step": since_step, "max_age_seconds": self.max_age_seconds,
-                      "max_age_steps": self.max_age_steps})
+            evidence=CheckpointAgeEvidence(basis=basis, age_seconds=round(age, 1), steps_since=steps,
+                                           last_checkpoint_step=since_step, max_age_seconds=self.max_age_seconds,
+                                           max_age_steps=self.max_age_steps).to_dict())
         return [self._age_alert]
 
     def open_alerts(self) -> list[Alert]:

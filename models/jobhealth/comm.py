@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,9 +65,41 @@ def is_p2p(op: str) -> bool:
 MAX_OP_KEYS = 1024
 
 
+@dataclass(frozen=True, slots=True)
+class CommEvidence:
+    """A comm_slowdown's ``evidence`` as the rule writes it (docs/job-health.md); durations in seconds."""
+
+    process_group: str
+    op: str
+    size_bucket: str  # the message size class compared within
+    baseline_transfer_seconds: float  # median transfer time of the baseline
+    recent_transfer_seconds: float  # median of the recent window
+    increase: float  # recent / baseline - 1
+    threshold: float  # the setting it fired with (a resolution compares it with the current one)
+    detected_seq: int  # the collective it fired at
+    rank_growth: tuple[tuple[str, float], ...]  # (rank, its own duration growth), most grown first
+    median_rank_growth: float | None  # the ranks' median growth (None: no rank had a baseline)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"process_group": self.process_group, "op": self.op, "size_bucket": self.size_bucket,
+                "baseline_transfer_seconds": self.baseline_transfer_seconds,
+                "recent_transfer_seconds": self.recent_transfer_seconds, "increase": self.increase,
+                "threshold": self.threshold, "detected_seq": self.detected_seq, "rank_growth": dict(self.rank_growth),
+                "median_rank_growth": self.median_rank_growth}
+
+    @classmethod
+    def from_dict(cls, ev: dict[str, Any]) -> "CommEvidence":
+        """The record of a comm_slowdown's evidence (keys added later, e.g. the resolution, are ignored)."""
+        return cls(process_group=ev["process_group"], op=ev["op"], size_bucket=ev["size_bucket"],
+                   baseline_transfer_seconds=ev["baseline_transfer_seconds"],
+                   recent_transfer_seconds=ev["recent_transfer_seconds"], increase=ev["increase"],
+                   threshold=ev["threshold"], detected_seq=ev["detected_seq"],
+                   rank_growth=tuple(ev["rank_growth"].items()), median_rank_growth=ev["median_rank_growth"])
+
+
 class _Key:
-    __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "last_seq",
-                 "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p")
+    __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
+                 "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -81,6 +115,7 @@ class _Key:
         self.rank_recent: dict[int, deque[float]] = {}
         self.over = 0
         self.firing: Alert | None = None
+        self.fired: CommEvidence | None = None  # what ``firing`` was fired with
         self.last_seq = -1
 
 
@@ -209,14 +244,14 @@ class CommSlowdownDetector:
             if state.firing is None:
                 state.baseline.append(transfer)
         if state.firing is None and state.over >= self.persistence:
-            state.firing = self._fire(key, state, seq, ts, base, recent, rel, ranks)
+            state.firing, state.fired = self._fire(key, state, seq, ts, base, recent, rel, ranks)
             self._clean[key] = 0
             return [state.firing]
         if state.firing is not None:
-            fired_at = state.firing.evidence.get("threshold")
-            if isinstance(fired_at, (int, float)) and self.threshold > fired_at and rel < self.threshold:
+            fired_at = state.fired.threshold if state.fired is not None else self.threshold
+            if self.threshold > fired_at and rel < self.threshold:
                 # Raised past the increase while it fires: the latency did not recover, the threshold moved.
-                alert, state.firing = state.firing, None
+                alert, state.firing, state.fired = state.firing, None, None
                 state.over = 0
                 detail = f"comm.threshold {fired_at:g} -> {self.threshold:g}"
                 return [alert.resolved(at=ts, summary=f"resolved: threshold changed ({detail}); {key[1]} latency is "
@@ -226,14 +261,14 @@ class CommSlowdownDetector:
                                                  "resolution_detail": detail, "recent_increase": round(rel, 4)})]
             self._clean[key] = self._clean.get(key, 0) + 1 if rel < self.threshold / 2 else 0
             if self._clean[key] >= self.clear_after:
-                alert, state.firing = state.firing, None
+                alert, state.firing, state.fired = state.firing, None, None
                 return [alert.resolved(at=ts, summary=f"resolved: {key[1]} latency back to baseline "
                                                       f"({alert.summary})",
                                        evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value})]
         return []
 
     def _fire(self, key, state: _Key, seq: int, ts: float, base: float, recent: float, rel: float,
-              ranks: dict[int, tuple[float, float, str | None]]) -> Alert:
+              ranks: dict[int, tuple[float, float, str | None]]) -> tuple[Alert, CommEvidence]:
         growth = []
         for rank, recent_durations in state.rank_recent.items():
             baseline = state.rank_baseline.get(rank)
@@ -251,16 +286,17 @@ class CommSlowdownDetector:
                    f"takes {rel:.0%} longer than its baseline ({recent * 1e3:.2f} ms vs {base * 1e3:.2f} ms); "
                    + (f"slowed most: ranks {', '.join(map(str, top))}" if top else
                       "every rank slowed alike (a network or fabric cause)"))
+        evidence = CommEvidence(
+            process_group=pg, op=op, size_bucket=bucket, baseline_transfer_seconds=round(base, 6),
+            recent_transfer_seconds=round(recent, 6), increase=round(rel, 4), threshold=self.threshold,
+            detected_seq=seq, rank_growth=tuple((str(r), round(g, 4)) for g, r in growth[: self.top_ranks]),
+            median_rank_growth=round(float(np.median([g for g, _ in growth])), 4) if growth else None)
         return Alert(
             id=alert_id(self.job, "comm_slowdown", pg, op, bucket, seq),
             status="firing", type="comm_slowdown",
             severity="critical" if rel >= 2 * self.threshold else "warning",
             job=self.job, ranks=tuple(top), nodes=nodes, starts_at=ts, summary=summary,
-            evidence={"process_group": pg, "op": op, "size_bucket": bucket,
-                      "baseline_transfer_seconds": round(base, 6), "recent_transfer_seconds": round(recent, 6),
-                      "increase": round(rel, 4), "threshold": self.threshold, "detected_seq": seq,
-                      "rank_growth": {str(r): round(g, 4) for g, r in growth[: self.top_ranks]},
-                      "median_rank_growth": round(float(np.median([g for g, _ in growth])), 4) if growth else None})
+            evidence=evidence.to_dict()), evidence
 
     def open_alerts(self) -> list[Alert]:
         return [s.firing for s in self._keys.values() if s.firing is not None]
@@ -270,7 +306,7 @@ class CommSlowdownDetector:
         for state in self._keys.values():
             if state.firing is not None:
                 out.append(state.firing.resolved(at=at, summary=f"resolved ({reason}): {state.firing.summary}"))
-                state.firing = None
+                state.firing = state.fired = None
         return out
 
 

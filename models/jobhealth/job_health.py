@@ -13,7 +13,7 @@ from .checkpoint import CheckpointDetector
 from .comm import CommSlowdownDetector
 from ..steps.imbalance import ImbalanceDetector
 from .throughput import ThroughputDetector
-from ..tunable import runtime
+from ..tunable import runtime, runtime_fields
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,23 +52,13 @@ class JobHealthSettings:
     imbalance_class_gap: float = runtime(1.5, low=1.0, high=1000.0)
 
 
-#: Runtime fields -> (rule, its setting): the rules of a job ``configure`` hands them to.
-RUNTIME_MAP = {
-    "throughput_min_effect": ("throughput", "min_effect"),
-    "throughput_threshold": ("throughput", "threshold"),
-    "throughput_persistence": ("throughput", "persistence"),
-    "comm_threshold": ("comm", "threshold"),
-    "comm_window": ("comm", "window"),
-    "comm_persistence": ("comm", "persistence"),
-    "imbalance_stage_min_effect": ("imbalance", "stage_min_effect"),
-    "imbalance_class_gap": ("imbalance", "class_gap"),
-}
-
-
 def runtime_values(settings: JobHealthSettings, rule: str) -> dict:
-    """``settings``' runtime fields for one of the rules ``RUNTIME_MAP`` names, by the detector's own names (its
+    """``settings``' runtime fields of one rule (``throughput``, ``comm``, ``imbalance``) by the detector's own
+    names: a field is named ``<rule>_<the detector's setting>``, so the name says both once (its
     ``reconfigure(**values)`` keeps state and open alerts; an alert a raised threshold ends resolves saying so)."""
-    return {name: getattr(settings, field) for field, (owner, name) in RUNTIME_MAP.items() if owner == rule}
+    prefix = rule + "_"
+    return {field[len(prefix):]: getattr(settings, field) for field in runtime_fields(JobHealthSettings)
+            if field.startswith(prefix)}
 
 
 def throughput_rule(job: str, settings: JobHealthSettings, *, warmup_steps: int) -> ThroughputDetector:

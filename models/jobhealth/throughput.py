@@ -33,16 +33,78 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 from scipy.stats import mannwhitneyu
 
+from ..alert_types import AlertType
 from ..alerts import Alert, alert_id
 from ..steps.assembly import GroupStep
 from ..steps.robust import median, nan_median
 from ..resolution import Resolution
 
-LAYERS = (("communication", "comm"), ("compute", "compute"), ("input pipeline", "data"))
+
+
+class Layer(StrEnum):
+    """The layer whose time grew with the step time (``evidence.layer``)."""
+
+    COMMUNICATION = "communication"  # the transfer itself (comm_time)
+    COMPUTE = "compute"  # every rank's compute_time
+    INPUT_PIPELINE = "input pipeline"  # the data wait (data_time)
+    UNKNOWN = "unknown"  # no layer explains at least half of the increase
+
+
+LAYERS = ((Layer.COMMUNICATION, "comm"), (Layer.COMPUTE, "compute"), (Layer.INPUT_PIPELINE, "data"))
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputEvidence:
+    """A throughput drop's ``evidence`` as the rule writes it (docs/job-health.md); durations in seconds."""
+
+    baseline_step_time: float  # the job's typical step time before (the CUSUM's baseline mean)
+    recent_step_time: float  # the median typical step time since the onset
+    slowdown: float  # the effect that fired: recent / baseline - 1
+    cusum: float
+    onset_step: int  # where the CUSUM left 0
+    detected_step: int
+    layer: Layer
+    layer_deltas_seconds: tuple[tuple[str, float], ...]  # (layer, how much its median time moved), in LAYERS order
+    min_effect: float  # the threshold it fired with (a resolution compares it with the current one)
+    tokens_per_second: tuple[float, float] | None = None  # (baseline, recent), where the job reports tokens
+
+    #: The per-step value the rule judges (``evidence.signal``).
+    SIGNAL = "typical_step_time"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "signal": self.SIGNAL, "baseline_step_time": self.baseline_step_time,
+            "recent_step_time": self.recent_step_time, "slowdown": self.slowdown, "cusum": self.cusum,
+            "onset_step": self.onset_step, "detected_step": self.detected_step, "layer": self.layer.value,
+            "layer_deltas_seconds": dict(self.layer_deltas_seconds), "min_effect": self.min_effect}
+        if self.tokens_per_second is not None:
+            out["baseline_tokens_per_second"], out["recent_tokens_per_second"] = self.tokens_per_second
+        return out
+
+    @classmethod
+    def from_dict(cls, ev: dict[str, Any]) -> "ThroughputEvidence":
+        """The record of a throughput drop's evidence (keys added later, e.g. the resolution, are ignored)."""
+        tokens = ev.get("baseline_tokens_per_second"), ev.get("recent_tokens_per_second")
+        return cls(baseline_step_time=ev["baseline_step_time"], recent_step_time=ev["recent_step_time"],
+                   slowdown=ev["slowdown"], cusum=ev["cusum"], onset_step=ev["onset_step"],
+                   detected_step=ev["detected_step"], layer=Layer(ev["layer"]),
+                   layer_deltas_seconds=tuple(ev["layer_deltas_seconds"].items()), min_effect=ev["min_effect"],
+                   tokens_per_second=None if tokens[0] is None else tokens)
+
+    @staticmethod
+    def layer_of(alert: Alert) -> Layer | None:
+        """The layer a throughput drop names; None for another alert or a layer not in the vocabulary (an alert
+        read back from an older record): the one field the telemetry correlators act on."""
+        if alert.type != AlertType.THROUGHPUT_DROP:
+            return None
+        value = alert.evidence.get("layer")
+        return Layer(value) if value in Layer._value2member_map_ else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +305,7 @@ class ThroughputDetector:
         self._last_step = -1
         self._clean = 0
         self.firing: Alert | None = None
+        self._fired: ThroughputEvidence | None = None  # what the open alert was fired with
         #: Peer groups seen (pipeline stages), and steps waiting for some of them: group -> (sample, phase).
         self.max_groups = 1024
         self._groups: dict[str, None] = {}
@@ -308,14 +371,14 @@ class ThroughputDetector:
             if effect is None:
                 effect = self._per_token.regression(**gate)
             if effect is not None:
-                self.firing = self._fire(sample, effect)
+                self.firing, self._fired = self._fire(sample, effect)
                 self._clean = 0
                 return [self.firing]
             return []
         recent = max(self._step_time.recent_effect(self.persistence), self._per_token.recent_effect(self.persistence)
                      if self._per_token.mean else -1.0)
-        fired_at = self.firing.evidence.get("min_effect")
-        if isinstance(fired_at, (int, float)) and self.min_effect > fired_at and recent < self.min_effect:
+        fired_at = self._fired.min_effect if self._fired is not None else self.min_effect
+        if self.min_effect > fired_at and recent < self.min_effect:
             # Raised past the slowdown while it fires: the job did not recover, the threshold moved.
             detail = f"job_health.throughput_min_effect {fired_at:g} -> {self.min_effect:g}"
             alert = self._end()
@@ -333,12 +396,12 @@ class ThroughputDetector:
         return []
 
     def _end(self) -> Alert:
-        alert, self.firing = self.firing, None
+        alert, self.firing, self._fired = self.firing, None, None
         for tracker in (self._step_time, self._per_token):
             tracker.score, tracker.onset, tracker.since_onset = 0.0, None, 0
         return alert
 
-    def _layer(self) -> tuple[str, dict]:
+    def _layer(self) -> tuple[Layer, dict[str, float]]:
         """Which layer's time grew with the step time: the one explaining most of the increase."""
         n = max(self._step_time.since_onset, self.persistence)
         before, after = list(self._baseline_samples), list(self._recent)[-n:]
@@ -347,13 +410,13 @@ class ThroughputDetector:
         for name, attr in LAYERS:
             delta = _median(after, attr) - _median(before, attr)
             if delta == delta:
-                moves[name] = round(delta, 6)
+                moves[name.value] = round(delta, 6)
         best = max(moves, key=moves.get, default=None)
         if best is None or step_delta <= 0 or moves[best] < 0.5 * step_delta:
-            return "unknown", moves
-        return best, moves
+            return Layer.UNKNOWN, moves
+        return Layer(best), moves
 
-    def _fire(self, sample: StepSample, effect: float) -> Alert:
+    def _fire(self, sample: StepSample, effect: float) -> tuple[Alert, ThroughputEvidence]:
         layer, moves = self._layer()
         onset = self._step_time.onset if self._step_time.onset is not None else self._per_token.onset
         onset = onset if onset is not None else sample.step
@@ -361,36 +424,29 @@ class ThroughputDetector:
         n = max(self._step_time.since_onset, self.persistence)
         recent_step = float(np.median([s.typical_step_time for s in list(self._recent)[-n:]]))
         tps = [s.tokens_per_second for s in list(self._recent)[-n:] if s.tokens_per_second > 0]
-        evidence = {
-            "signal": "typical_step_time",
-            "baseline_step_time": round(base, 6),
-            "recent_step_time": round(recent_step, 6),
-            "slowdown": round(effect, 4),
-            "cusum": round(max(self._step_time.score, self._per_token.score), 4),
-            "onset_step": onset,
-            "detected_step": sample.step,
-            "layer": layer,
-            "layer_deltas_seconds": moves,
-            "min_effect": self.min_effect,
-        }
         base_tps = [s.tokens_per_second for s in self._baseline_samples if s.tokens_per_second > 0]
-        if base_tps and tps:
-            evidence["baseline_tokens_per_second"] = round(float(np.median(base_tps)), 2)
-            evidence["recent_tokens_per_second"] = round(float(np.mean(tps)), 2)
+        evidence = ThroughputEvidence(
+            baseline_step_time=round(base, 6), recent_step_time=round(recent_step, 6), slowdown=round(effect, 4),
+            cusum=round(max(self._step_time.score, self._per_token.score), 4), onset_step=onset,
+            detected_step=sample.step, layer=layer, layer_deltas_seconds=tuple(moves.items()),
+            min_effect=self.min_effect,
+            tokens_per_second=(round(float(np.median(base_tps)), 2), round(float(np.mean(tps)), 2))
+            if base_tps and tps else None)
         drop = 1 - 1 / (1 + effect)
         summary = (f"throughput drop: job {self.job} lost {drop:.0%} of its throughput (step time "
-                   f"{evidence['recent_step_time']}s vs baseline {evidence['baseline_step_time']}s) since step "
+                   f"{evidence.recent_step_time}s vs baseline {evidence.baseline_step_time}s) since step "
                    f"{onset}; layer: {layer}")
         return Alert(
             id=alert_id(self.job, "throughput_drop", onset),
             status="firing", type="throughput_drop",
             severity="critical" if effect >= self.critical_effect else "warning",
-            job=self.job, ranks=(), nodes=(), starts_at=sample.ts, summary=summary, evidence=evidence)
+            job=self.job, ranks=(), nodes=(), starts_at=sample.ts, summary=summary,
+            evidence=evidence.to_dict()), evidence
 
     def close(self, *, at: float, reason: str) -> list[Alert]:
         if self.firing is None:
             return []
-        alert, self.firing = self.firing, None
+        alert, self.firing, self._fired = self.firing, None, None
         return [alert.resolved(at=at, summary=f"resolved ({reason}): {alert.summary}")]
 
 

@@ -82,6 +82,7 @@ from typing import Any
 from ..alert_types import AlertType, CauseCategory
 from ..alerts import Alert
 from ..evidence import HangCase, HangEvidence, StragglerEvidence, StragglerSignal
+from ..telemetry.causes import SuspectedCause
 
 SCOPES = ("device", "platform", "job")
 ACTION_KINDS = ("drain_node", "reset_gpu", "replace_gpu", "check_link", "restart_job", "fix_application",
@@ -308,10 +309,10 @@ class Classifier:
             return "app_xid"
         return XID_CLASSES.get(code, "xid_other")
 
-    def _cause_class(self, cause: dict) -> str | None:
+    def _cause_class(self, cause: SuspectedCause) -> str | None:
         """The class of a suspected cause, when it is a device or platform fault (else None)."""
-        category = cause.get("category")
-        signals = [e.get("signal") for e in cause.get("evidence") or () if isinstance(e, dict)]
+        category = cause.category
+        signals = cause.signals
         top = signals[0] if signals else None
         if category == CauseCategory.INPUT_PIPELINE:
             return "input_pipeline"
@@ -325,7 +326,7 @@ class Classifier:
             return "app_xid"
         if category == CauseCategory.COMPUTE:
             if top == "xid":
-                first = cause["evidence"][0]
+                first = cause.evidence[0]
                 return self._xid_class(first.get("xid"))
             if top == "ecc_dbe":
                 return "ecc_dbe"
@@ -334,7 +335,7 @@ class Classifier:
             if top == "pcie_downgrade":
                 return "pcie_downgrade"
             if top == "throttle":
-                what = str(cause.get("hint", ""))
+                what = cause.hint
                 return "power_throttle" if "power" in what else "thermal_throttle"
             return None  # minor signals (single-bit ECC, NVLink counters): the alert's own class
         if category == CauseCategory.NETWORK:
@@ -368,10 +369,11 @@ class Classifier:
         return cls in NON_RECOVERABLE
 
 
-def _first_cause(ev: dict) -> dict | None:
+def _first_cause(ev: dict) -> SuspectedCause | None:
+    """The alert's best-ranked suspected cause (models/telemetry/causes.py), read back through its record."""
     causes = ev.get("suspected_causes")
-    if isinstance(causes, list) and causes and isinstance(causes[0], dict):
-        return causes[0]
+    if isinstance(causes, list) and causes:
+        return SuspectedCause.of(causes[0])
     return None
 
 
@@ -389,8 +391,8 @@ def implicated_nodes(alert: Alert) -> tuple[str, ...]:
     elif alert.type in (AlertType.STRAGGLER, AlertType.GPU_FAULT, AlertType.LINK_ERRORS,
                         AlertType.NODE_SUSPECT) or not alert.job:
         out.extend(alert.nodes)
-    if cause is not None and cause.get("node"):
-        out.append(str(cause["node"]))
+    if cause is not None and cause.node:
+        out.append(str(cause.node))
     return tuple(dict.fromkeys(out))
 
 

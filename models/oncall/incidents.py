@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
+from ..evidence import StragglerEvidence
 from ..telemetry.causes import SuspectedCause
 from ..steps.cost import cost
 
@@ -423,6 +424,17 @@ class NodeIncidents:
         inc.alert = alert
         return [alert]
 
+    def firing(self) -> list[Alert]:
+        """The node incidents now firing (their latest published version)."""
+        return [inc.alert for inc in self._open.values() if inc.alert.evidence.get("incident_scope") == "node"]
+
+    def close(self, at: float, reason: str) -> list[Alert]:
+        """Resolve every open node incident and forget it (its members' alerts stay with the straggler rule)."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
+        self._open.clear()
+        self._member_of.clear()
+        return out
+
     def _resolved(self, alert: Alert) -> list[Alert]:
         key = self._member_of.get(alert.id)
         inc = self._open.get(key) if key is not None else None
@@ -457,6 +469,24 @@ def _span(ranks: tuple[int, ...]) -> str:
 # -- intermittent faults: one incident while the pattern holds --------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class EpisodesEvidence:
+    """What ``IntermittentIncidents`` adds to a re-firing straggler's evidence (``evidence.episodes``,
+    ``evidence.intermittent``): the rule's own evidence stays as it wrote it."""
+
+    episodes: int  # this episode's number in the incident (2, 3, ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"episodes": self.episodes, "intermittent": True}
+
+    @classmethod
+    def from_dict(cls, ev: dict[str, Any]) -> "EpisodesEvidence | None":
+        """The record of an alert's episodes; None when it is a rank's first (or only) episode."""
+        if ev.get("intermittent") is not True:
+            return None
+        return cls(episodes=int(ev["episodes"]))
+
+
 @dataclass(slots=True)
 class _Episodes:
     id: str  # the incident's id: its first episode's
@@ -489,17 +519,16 @@ class IntermittentIncidents:
     def filter(self, alerts: list[Alert]) -> list[Alert]:
         if not alerts:
             return alerts
-        return [self._one(a) if a.type == AlertType.STRAGGLER and len(a.ranks) == 1 and
-                a.evidence.get("horizon", "short") == "short" and "incident_scope" not in a.evidence else a
-                for a in alerts]
+        return [self._one(a, ev) if a.type == AlertType.STRAGGLER and len(a.ranks) == 1 and
+                (ev := StragglerEvidence.of(a)).short and not ev.node_incident else a for a in alerts]
 
-    def _one(self, alert: Alert) -> Alert:
-        key = (alert.job, str(alert.evidence.get("group") or ""), alert.ranks[0])
+    def _one(self, alert: Alert, ev: StragglerEvidence) -> Alert:
+        key = (alert.job, ev.group or "", alert.ranks[0])
         ep = self._last.get(key)
         if alert.id not in self._alias:
             if alert.status != AlertStatus.FIRING:
                 return alert
-            if ep is None or ep.ends_at is None or not self._soon(ep, alert):
+            if ep is None or ep.ends_at is None or not self._soon(ep, alert, ev):
                 ep = _Episodes(id=alert.id, starts_at=alert.starts_at, ends_at=None, episodes=1)
                 self._remember(key, ep)
                 self._alias[alert.id] = key
@@ -513,21 +542,19 @@ class IntermittentIncidents:
         if alert.status != AlertStatus.FIRING:
             self._alias.pop(alert.id, None)
             ep.ends_at = alert.ends_at or alert.starts_at
-            step = alert.evidence.get("resolved_step")
-            ep.end_step = int(step) if isinstance(step, (int, float)) else None
+            ep.end_step = ev.resolved_step
             if alert.summary.startswith("resolved ("):  # the job ended or was forgotten: so is the incident
                 self._last.pop(key, None)
         if ep.episodes == 1:
             return alert
-        evidence = {**alert.evidence, "episodes": ep.episodes, "intermittent": True}
+        evidence = {**alert.evidence, **EpisodesEvidence(ep.episodes).to_dict()}
         return replace(alert, id=ep.id, starts_at=ep.starts_at, evidence=evidence,
                        summary=f"{alert.summary}; intermittent: episode {ep.episodes}, each within "
                                f"{self.hold_steps} steps of the last")
 
-    def _soon(self, ep: _Episodes, alert: Alert) -> bool:
-        first = alert.evidence.get("first_step")
-        if ep.end_step is not None and isinstance(first, (int, float)):
-            return first - ep.end_step <= self.hold_steps
+    def _soon(self, ep: _Episodes, alert: Alert, ev: StragglerEvidence) -> bool:
+        if ep.end_step is not None and ev.first_step is not None:
+            return ev.first_step - ep.end_step <= self.hold_steps
         return alert.starts_at - (ep.ends_at or 0.0) <= self.hold_seconds
 
     def _remember(self, key: tuple[str, str, int], ep: _Episodes) -> None:
@@ -537,3 +564,8 @@ class IntermittentIncidents:
             self._last.pop(next(iter(self._last)))
         while len(self._alias) > self.max_ranks:
             self._alias.pop(next(iter(self._alias)))
+
+    def forget(self, ids: set[str]) -> None:
+        """Forget the incidents of these ids (their first episodes' ids): a rank's next episode starts anew."""
+        for key in [k for k, ep in self._last.items() if ep.id in ids]:
+            del self._last[key]

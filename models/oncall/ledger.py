@@ -198,6 +198,12 @@ class NodeLedger:
                                                               f"{self.window_seconds / 3600:g} h ({alert.summary})"))
         return out
 
+    def took_over(self, gained: Callable[[str], bool]) -> list[Alert]:
+        """Ownership changed: the open verdicts of the nodes for which ``gained(node)`` (this ledger's owner
+        speaks for them now, and did not before), to publish again: a verdict judged while another owner spoke
+        for the node, or while none did (a rebalance), was published by nobody."""
+        return [alert for node, alert in self.open.items() if gained(node)]
+
     def worst(self, limit: int = 20) -> list[dict[str, Any]]:
         """Nodes with the most incidents now, worst first."""
         rows = [{"node": n, "incidents": len(k), "jobs": sorted({j for i in k.values() for j, _ in i.jobs})}

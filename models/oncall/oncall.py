@@ -8,11 +8,12 @@ through :meth:`OnCall.finish` once:
    around the alert (``models/oncall/placement.py``), also named in the summary;
 2. every alert is classified (``models/oncall/actions.py``): ``labels.scope``, ``evidence.onset_ts``,
    ``evidence.failure_class``, ``evidence.action`` and ``annotations.recommended_action``;
-3. firing alerts that implicate nodes are recorded in the node ledger (``models/oncall/ledger.py``),
-   which may add a ``node_suspect`` alert;
-4. restarts seen in the input (``models/oncall/restarts.py``) become ``job_restart`` alerts, fired
-   and resolved at once, naming the alert that preceded them;
-5. an open node alert is published again (same id) with the new job when a job starts on
+3. every alert goes to the outlet rules (``OutletRule``s: models/rule.py, models/oncall/outlet_rules.py), made
+   from the registry's ``OUTLET_RULES`` (models/registry.py) and fed what they declare: the node ledger
+   (``models/oncall/ledger.py``) records firing alerts that implicate nodes and may add a ``node_suspect``;
+   restarts seen in the input (``models/oncall/restarts.py``) become ``job_restart`` alerts at the end of the
+   call, fired and resolved at once, naming the alert that preceded them;
+4. an open node alert is published again (same id) with the new job when a job starts on
    its node.
 
 The worker shares placement and incidents with the other workers (streams/oncall_feed.py):
@@ -22,16 +23,16 @@ The worker shares placement and incidents with the other workers (streams/oncall
 from __future__ import annotations
 
 import functools
-from collections import deque
 from typing import Any
 
+from ..tunable import runtime
 from ..alert_types import AlertStatus, AlertType
 from .actions import Classifier, load_overrides
-from ..alerts import Alert, alert_id
+from ..alerts import Alert
 from ..wire.events import StepEvent
-from .ledger import Incident, NodeLedger, incidents_of
+from .ledger import Incident, NodeLedger
 from .placement import PlacementView
-from .restarts import Restart, RestartCause, RestartTracker, restart_cause
+from ..rule import OutletRule, Signal
 from ..wire.step_columns import StepColumns
 from dataclasses import dataclass
 
@@ -43,9 +44,9 @@ class OnCallSettings:
     #: Overrides of the failure-class table (models/oncall/actions.py): JSON, or ``@path`` of a JSON file.
     failure_classes: str = ""
     #: The node ledger counts a node's incidents over this sliding window (seconds) ...
-    ledger_window_seconds: float = 24 * 3600.0
+    ledger_window_seconds: float = runtime(24 * 3600.0, low=1.0)
     #: ... and a node implicated in this many distinct jobs within it is a ``node_suspect``.
-    ledger_min_jobs: int = 2
+    ledger_min_jobs: int = runtime(2, low=1, high=10_000)
     #: Compacted topic of incidents (keyed by node and alert): every worker's ledger reads it whole.
     ledger_topic: str = "ledger"
     #: Compacted topic of job placement (keyed by job), written by each job's owner, read by every worker.
@@ -53,9 +54,9 @@ class OnCallSettings:
     #: A node alert names the jobs that had ranks on the node within this many seconds of it.
     placement_window_seconds: float = 300.0
     #: A job restarted when its step counter goes back by more than this many steps ...
-    restart_min_steps_back: int = 2
+    restart_min_steps_back: int = runtime(2, low=1, high=1_000_000)
     #: ... after at least this many seconds without events from the rank that reports it.
-    restart_min_silence_seconds: float = 30.0
+    restart_min_silence_seconds: float = runtime(30.0)
     #: Action hooks: off by default. On: ``evidence.action`` of new node_suspect and critical device
     #: alerts goes to the actions topic (and the webhook, if set).
     hooks_enabled: bool = False
@@ -72,36 +73,81 @@ class OnCallSettings:
     #: Optional file of the nodes actions may name (one a line); others are refused (docs/security.md).
     node_inventory_file: str = ""
 
-#: A restart names the job's latest firing alert from at most this long before its silence began.
-
-
-PRECEDING_LOOKBACK_SECONDS = 3600.0
-
 
 class OnCall:
     """The engine's outlet: see the module doc. ``settings``: ``OnCallSettings``."""
 
-    def __init__(self, settings=None) -> None:
+    def __init__(self, settings=None, rules=None) -> None:
+        """``rules``: the outlet rules' classes, in feeding order (default: the registry's ``OUTLET_RULES``)."""
         if settings is None:
             settings = OnCallSettings()
         self.settings = settings
         self.classifier = Classifier(overrides=load_overrides(settings.failure_classes))
         self.placement = PlacementView(window=settings.placement_window_seconds)
-        self.restarts = RestartTracker(min_steps_back=settings.restart_min_steps_back,
-                                       min_silence_seconds=settings.restart_min_silence_seconds)
-        self.ledger = NodeLedger(window_seconds=settings.ledger_window_seconds, min_jobs=settings.ledger_min_jobs)
         self.depth = 0  # nesting of wrapped engine calls: only the outermost one finishes alerts
-        self._restarts: list[Restart] = []
         self._new_pairs: list[tuple[str, str]] = []  # (job, node) first seen in this call
-        self._latest: dict[str, deque] = {}  # job -> recent firing alerts (starts_at, id, type, class)
         self.open_node_alerts: dict[str, Alert] = {}  # firing node alerts by id (latest version)
-        #: Incidents recorded here that other workers have not seen yet (the worker sends them).
-        self.new_incidents: list[Incident] = []
-        self.restarts_seen = 0
         #: job -> its SLI snapshot (the engine's ``job_sli``): resolved job alerts carry its effective compute.
         self.sli_of = None
         self.engine = None  # the engine it serves (set on its first call)
         self._share: dict[str, float] = {}  # job -> productive share at the latest tick
+        from ..registry import OUTLET_RULES  # the registry imports the rules, which import this module
+        from ..rule import dependency_order
+
+        classes = tuple(OUTLET_RULES if rules is None else rules)
+        made: dict[str, OutletRule] = {}
+        by_name = {c.spec.name: c for c in classes}
+        for spec in dependency_order([c.spec for c in classes]):  # each after the rules it needs
+            made[spec.name] = by_name[spec.name](self, {n: made[n] for n in spec.needs})
+        #: The outlet rules, in feeding order.
+        self.rules: tuple[OutletRule, ...] = tuple(made[c.spec.name] for c in classes)
+        self._step_rules = [r for r in self.rules if Signal.RANK_STEPS in r.spec.consumes]
+        self._alert_rules = [r for r in self.rules if Signal.ALERTS in r.spec.consumes]
+        self._tick_rules = [r for r in self.rules if Signal.TICKS in r.spec.consumes]
+        self._flush_rules = [r for r in self.rules if type(r).flush is not OutletRule.flush]  # once per engine call
+
+    def rule(self, name: str) -> OutletRule:
+        """The outlet rule registered as ``name``."""
+        for rule in self.rules:
+            if rule.spec.name == name:
+                return rule
+        raise KeyError(name)
+
+    @property
+    def ledger(self) -> NodeLedger:
+        """The node ledger (the ``node_ledger`` rule's), shared with the other workers (streams/oncall_feed.py)."""
+        return self.rule("node_ledger").ledger
+
+    @property
+    def new_incidents(self) -> list[Incident]:
+        """Incidents recorded here that other workers have not seen yet (the worker sends them)."""
+        return self.rule("node_ledger").new_incidents
+
+    @new_incidents.setter
+    def new_incidents(self, value: list[Incident]) -> None:
+        self.rule("node_ledger").new_incidents = value
+
+    @property
+    def restarts_seen(self) -> int:
+        return self.rule("restarts").seen
+
+    def reconfigure(self, settings: OnCallSettings) -> None:
+        """New settings to every outlet rule that takes them (state and open alerts kept)."""
+        for rule in self.rules:
+            if rule.spec.settings is not None and isinstance(settings, rule.spec.settings):
+                rule.reconfigure(settings)
+        self.settings = settings
+
+    def open_alerts(self) -> list[Alert]:
+        """The outlet rules' alerts now firing."""
+        return [a for rule in self.rules for a in rule.open_alerts()]
+
+    def capped(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rule in self.rules:
+            for what, n in rule.capped().items():
+                out[what] = out.get(what, 0) + n
+        return out
 
     # -- input --------------------------------------------------------------------------------
 
@@ -110,9 +156,8 @@ class OnCall:
         if isinstance(item, StepEvent):
             if self.placement.observe_one(item.job, item.rank, item.node, item.gpu, item.ts):
                 self._new_pairs.append((item.job, item.node))
-            found = self.restarts.update(item.job, item.rank, item.step, item.ts)
-            if found is not None:
-                self._restarts.append(found)
+            for rule in self._step_rules:
+                rule.on_steps(item.job, (item.rank,), (item.step,), (item.ts,))
         elif isinstance(item, StepColumns):
             runs = item.job_runs()
             for job, lo, hi in runs:
@@ -123,9 +168,8 @@ class OnCall:
                     gpus, steps = item.gpu[lo:hi], item.step[lo:hi]
                 if self.placement.observe_run(job, ranks, nodes, gpus, max(ts)):
                     self._new_pairs.extend((job, node) for node in set(nodes) if node)
-                found = self.restarts.update_many(job, ranks, steps, ts)
-                if found:
-                    self._restarts.extend(found)
+                for rule in self._step_rules:
+                    rule.on_steps(job, ranks, steps, ts)
         elif isinstance(item, list):
             for one in item:
                 self.observe(one)
@@ -136,8 +180,7 @@ class OnCall:
 
     def add_incident(self, incident: Incident) -> list[Alert]:
         """An incident recorded by another worker (or this one before a restart)."""
-        _, alerts = self.ledger.add(incident)
-        return [self.classifier.annotate(a) for a in alerts]
+        return self.rule("node_ledger").add_incident(incident)
 
     # -- output -------------------------------------------------------------------------------
 
@@ -150,13 +193,13 @@ class OnCall:
                 alert = self._onset_from_steps(alert)
             alert = self.classifier.annotate(alert)
             if alert.job and alert.status == AlertStatus.RESOLVED:
-                alert = self._with_effective_compute(alert)
+                alert = self.with_effective_compute(alert)
             out.append(alert)
             self._remember(alert)
-            out.extend(self._record(alert))
-        for restart in self._restarts:
-            out.extend(self._restart_alerts(restart))
-        self._restarts = []
+            for rule in self._alert_rules:
+                out.extend(rule.update(alert))
+        for rule in self._flush_rules:
+            out.extend(rule.flush())
         if self._new_pairs:
             pairs, self._new_pairs = self._new_pairs, []
             out.extend(self._republish(pairs))
@@ -176,7 +219,10 @@ class OnCall:
                     shares.pop(name, None)  # evicted at this tick, or no span yet
             if len(shares) > 2 * len(jobs) + 1024:  # jobs forgotten without a tick (revoked partitions)
                 self._share = {name: share for name, share in shares.items() if name in jobs}
-        return [self.classifier.annotate(a) for a in self.ledger.tick(now)]
+        out: list[Alert] = []
+        for rule in self._tick_rules:
+            out.extend(rule.tick(now))
+        return out
 
     def _attribute(self, alert: Alert, jobs: list[dict] | None = None) -> Alert:
         gpu = alert.evidence.get("gpu")
@@ -191,7 +237,7 @@ class OnCall:
                                               for j in jobs)
         return alert.__class__(**{**_fields(alert), "evidence": evidence, "summary": summary})
 
-    def _with_effective_compute(self, alert: Alert) -> Alert:
+    def with_effective_compute(self, alert: Alert) -> Alert:
         """The job's productive share (models/jobhealth/sli.py) as sampled at the latest timer tick: the timer runs
         between messages, so events one by one and batch envelopes give the same value."""
         share = self._share.get(alert.job)
@@ -230,47 +276,8 @@ class OnCall:
                     self.open_node_alerts.pop(next(iter(self.open_node_alerts)))
             else:
                 self.open_node_alerts.pop(alert.id, None)
-        if alert.status != AlertStatus.FIRING or alert.type in (AlertType.JOB_RESTART, AlertType.NODE_SUSPECT):
-            return
-        ev = alert.evidence
-        # What classifies a restart after it (models/oncall/restarts.py ``restart_cause``).
-        detail = {"case": ev.get("case"), "lost_nodes": list(ev.get("lost_nodes") or ()),
-                  "nodes": [c["node"] for c in ev.get("culprits") or () if isinstance(c, dict) and c.get("node")]
-                  if alert.type == AlertType.HANG else list(alert.nodes)}
-        entry = (alert.starts_at, alert.id, alert.type, ev.get("failure_class", "unknown"), detail)
-        jobs = [alert.job] if alert.job else [j["job"] for j in alert.evidence.get("jobs") or ()]
-        for job in jobs:
-            ring = self._latest.get(job)
-            if ring is None:
-                if len(self._latest) >= 10_000:
-                    self._latest.pop(next(iter(self._latest)))
-                ring = self._latest[job] = deque(maxlen=16)
-            ring.append(entry)
 
-    def _record(self, alert: Alert) -> list[Alert]:
-        out = []
-        for incident in incidents_of(alert):
-            new, suspects = self.ledger.add(incident)
-            if new:
-                self.new_incidents.append(incident)
-                if len(self.new_incidents) > 10_000:
-                    del self.new_incidents[: len(self.new_incidents) - 10_000]
-            out.extend(self.classifier.annotate(a) for a in suspects)
-        return out
-
-    def _preceding(self, restart: Restart) -> dict[str, Any] | None:
-        ring = self._latest.get(restart.job) or ()
-        lo = restart.silence_began_at - PRECEDING_LOOKBACK_SECONDS
-        # Alert times and the restart come from the job's own ranks (node alerts: within minutes).
-        best = None
-        for starts_at, ident, kind, cls, detail in ring:
-            if lo <= starts_at <= restart.at and (best is None or _priority(kind) >= _priority(best[2])):
-                best = (starts_at, ident, kind, cls, detail)
-        if best is None:
-            return None
-        return {"id": best[1], "type": best[2], "failure_class": best[3], "starts_at": best[0], **best[4]}
-
-    def _typical_step_time(self, job: str) -> float:
+    def typical_step_time(self, job: str) -> float:
         """Median duration of the job's recent judged steps (models/jobhealth/sli.py; a restart's resumed steps are
         not judged again until they pass the old highest step, so these are the steps before it)."""
         state = self.engine.jobs.get(job) if self.engine is not None else None
@@ -278,45 +285,6 @@ class OnCall:
             return 0.0
         durations = sorted(d for _, _, d, _ in state.sli._steps)
         return round(durations[len(durations) // 2], 6)
-
-    def _restart_alerts(self, r: Restart) -> list[Alert]:
-        self.restarts_seen += 1
-        preceding = self._preceding(r)
-        cls = preceding["failure_class"] if preceding else "unknown"
-        cause, blamed = restart_cause(preceding)
-        nodes = tuple(self.placement.nodes_of(r.job))[:64]
-        step_time = self._typical_step_time(r.job)
-        lost = r.cost(step_time)
-        evidence = {
-            "downtime_seconds": r.downtime_seconds, "steps_recomputed": r.steps_recomputed,
-            "gpu_hours_lost": lost, "highest_step": r.highest_step, "resumed_step": r.resumed_step,
-            "ranks": r.ranks, "step_time": step_time, "reporting_rank": r.rank,
-            "preceding_alert": preceding, "failure_class": cls, "onset_ts": r.silence_began_at,
-            "silence_began_at": r.silence_began_at, "cause": cause.value, "cause_nodes": list(blamed),
-        }
-        if preceding:
-            preceding = {k: preceding[k] for k in ("id", "type", "failure_class", "starts_at")}
-            evidence["preceding_alert"] = preceding
-        what = {RestartCause.LOST_NODE: f"a lost node ({', '.join(blamed)})",
-                RestartCause.HANG_CULPRIT: "a hang with a named culprit", RestartCause.HANG: "a hang",
-                RestartCause.DEVICE_FAULT: f"a GPU fault ({', '.join(blamed)})",
-                RestartCause.CRASH: "a crash (no alert before it)"}[cause]
-        why = f" after {what}" + (f": {preceding['type']} ({cls})" if preceding else "")
-        summary = (f"job_restart: job {r.job} restarted{why}: down {r.downtime_seconds:.0f} s, resumed at step "
-                   f"{r.resumed_step} (had reached {r.highest_step}: {r.steps_recomputed} steps recomputed), "
-                   f"{lost:.2f} GPU-hours lost")
-        fired = Alert(id=alert_id(r.job, "job_restart", r.resumed_step, round(r.at, 3)), status="firing",
-                      type="job_restart", severity="warning", job=r.job, ranks=(), nodes=nodes,
-                      starts_at=r.silence_began_at, summary=summary, evidence=evidence)
-        # The class decides nothing here: a restart is the job's own incident, whatever caused it.
-        fc = self.classifier.classes.get("job_restart")
-        fired = self.classifier.annotate(fired)
-        if fc is not None:
-            action = dict(fired.evidence["action"], kind=fc.kind, retryable=fc.retryable)
-            fired = fired.__class__(**{**_fields(fired), "scope": fc.scope, "recommended_action":
-                                       fc.sentence.replace("{nodes}", ", ".join(nodes) or "the nodes"),
-                                       "evidence": {**fired.evidence, "action": action}})
-        return [fired, self._with_effective_compute(fired.resolved(at=r.at, summary=f"resolved: job resumed ({summary})"))]
 
     def _republish(self, pairs: list[tuple[str, str]]) -> list[Alert]:
         nodes = {node for _, node in pairs}
@@ -329,13 +297,9 @@ class OnCall:
                     self.open_node_alerts[ident] = again
                     self._remember(again)
                     out.append(again)
-                    out.extend(self._record(again))
+                    for rule in self._alert_rules:
+                        out.extend(rule.update(again))
         return out
-
-
-def _priority(kind: str) -> int:
-    # A device fault or hang explains a restart better than a slowdown that preceded it.
-    return {"gpu_fault": 4, "hang": 3, "link_errors": 3}.get(kind, 1)
 
 
 def _fields(alert: Alert) -> dict[str, Any]:

@@ -39,6 +39,8 @@ import numpy as np
 from ..alerts import Alert, alert_id
 from .assembly import GroupStep
 from .cost import cost
+from .imbalance_evidence import (ClassImbalanceEvidence, Remedy, RemedyKind, RankClass, StageImbalanceEvidence,
+                                 StageLoad)
 from ..resolution import Resolution
 from .straggler import choose_signal, median
 
@@ -191,10 +193,9 @@ class ImbalanceDetector:
             out.extend(self._judge_stages(step, now=stages_now))
         return out
 
-    def _resolved(self, old: Alert, at: float, what: str, key: str, setting: str, value: float) -> Alert:
-        """``old`` resolved because ``what``; because its threshold (``evidence[key]``) was raised, if it was."""
-        fired_at = old.evidence.get(key)
-        if isinstance(fired_at, (int, float)) and value > fired_at:
+    def _resolved(self, old: Alert, fired_at: float, at: float, what: str, setting: str, value: float) -> Alert:
+        """``old`` resolved because ``what``; because its threshold (``fired_at``, now ``value``) was raised, if so."""
+        if value > fired_at:
             detail = f"imbalance.{setting} {fired_at:g} -> {value:g}"
             return old.resolved(at=at, summary=f"resolved: threshold changed ({detail}); {what} by the new "
                                                f"threshold ({old.summary})",
@@ -214,7 +215,8 @@ class ImbalanceDetector:
             return []
         slowest = max(typical.values())
         slow = tuple(sorted(n for n, t in typical.items() if t >= (1 + self.stage_min_effect) * mid))
-        current = tuple(self._stage_alert.evidence["slow_groups"]) if self._stage_alert else ()
+        fired = StageImbalanceEvidence.from_dict(self._stage_alert.evidence) if self._stage_alert else None
+        current = fired.slow_groups if fired is not None else ()
         if slow == current:
             self._stage_pending = None
             return []
@@ -224,9 +226,9 @@ class ImbalanceDetector:
                 return []
         self._stage_pending = None
         out: list[Alert] = []
-        if self._stage_alert is not None:
+        if self._stage_alert is not None and fired is not None:
             old, self._stage_alert = self._stage_alert, None
-            out.append(self._resolved(old, step.ts, "stage balance changed", "min_effect", "stage_min_effect",
+            out.append(self._resolved(old, fired.min_effect, step.ts, "stage balance changed", "stage_min_effect",
                                       self.stage_min_effect))
         if not slow:
             return out
@@ -234,8 +236,8 @@ class ImbalanceDetector:
         step_time = float(np.median(step_times)) if step_times else slowest
         mean = float(np.mean(list(typical.values())))
         order = sorted(typical, key=lambda n: -typical[n])
-        listed = [{"group": n, "ranks": sorted(groups[n].ranks), "median": round(typical[n], 5),
-                   "ratio": round(typical[n] / mid, 3)} for n in order]
+        listed = tuple(StageLoad(group=n, ranks=tuple(sorted(groups[n].ranks)), median=round(typical[n], 5),
+                                 ratio=round(typical[n] / mid, 3)) for n in order)
         wait_share = (slowest - mid) / slowest
         # Each step waits for the slowest rank of the slowest stage: when that rank is typically
         # ``stage_min_effect`` beyond the stage's median (uneven data per micro-batch, not noise), it is
@@ -246,13 +248,12 @@ class ImbalanceDetector:
             paced = slowest
         price = cost(step_time, paced - mean, sum(len(g.ranks) for g in groups.values()))
         balanced = step_time - price.seconds_lost_per_step if price is not None else max(step_time - (slowest - mean), 0.0)
-        evidence = {"kind": "stage", "groups": listed, "slow_groups": list(slow),
-                    "ratio": round(slowest / mid, 3), "wait_share": round(wait_share, 4),
-                    "step_time": round(step_time, 5), "balanced_step_time": round(balanced, 5),
-                    **(price.to_evidence() if price is not None else {}),
-                    "steps": min(len(g.medians) for g in groups.values()), "min_effect": self.stage_min_effect,
-                    "action": {"kind": "repartition",
-                               "detail": f"move layers out of stage(s) {', '.join(slow)} to the faster stages"}}
+        evidence = StageImbalanceEvidence(
+            groups=listed, slow_groups=slow, ratio=round(slowest / mid, 3), wait_share=round(wait_share, 4),
+            step_time=round(step_time, 5), balanced_step_time=round(balanced, 5), cost=price,
+            steps=min(len(g.medians) for g in groups.values()), min_effect=self.stage_min_effect,
+            action=Remedy(RemedyKind.REPARTITION,
+                          f"move layers out of stage(s) {', '.join(slow)} to the faster stages"))
         names = ", ".join(f"{n} ({typical[n] / mid:.2f}x)" for n in order if n in slow)
         summary = (f"stage imbalance: job {self.job}: stage(s) {names} slower than the median stage "
                    f"({mid:.3f}s); the other stages wait {100 * wait_share:.0f}% of each step; a balanced "
@@ -263,7 +264,7 @@ class ImbalanceDetector:
         nodes = tuple(sorted({groups[n].nodes[r] for n in slow for r in groups[n].ranks if r in groups[n].nodes}))
         self._stage_alert = Alert(id=alert_id(self.job, "imbalance", "stage", *slow), status="firing",
                                   type="imbalance", severity="info", job=self.job, ranks=ranks, nodes=nodes,
-                                  starts_at=step.ts, summary=summary, evidence=evidence)
+                                  starts_at=step.ts, summary=summary, evidence=evidence.to_dict())
         out.append(self._stage_alert)
         return out
 
@@ -315,7 +316,8 @@ class ImbalanceDetector:
         self._set_classes(g, classes)
         old = self._class_alerts.pop(step.group, None)
         if old is not None:
-            out.append(self._resolved(old, step.ts, "rank classes changed", "class_gap", "class_gap", self.class_gap))
+            out.append(self._resolved(old, ClassImbalanceEvidence.from_dict(old.evidence).class_gap, step.ts,
+                                      "rank classes changed", "class_gap", self.class_gap))
         if classes:
             alert = self._class_alert(step, g, classes)
             self._class_alerts[step.group] = alert
@@ -334,26 +336,25 @@ class ImbalanceDetector:
         listed = []
         for members in classes:
             rows = [g.slot[r] for r in members]
-            listed.append({"ranks": members, "nodes": sorted({g.nodes[r] for r in members if r in g.nodes}),
-                           "median": round(float(np.nanmedian(vals[rows])), 5)})
-        ratio = listed[0]["median"] / listed[-1]["median"] if listed[-1]["median"] > 0 else float("nan")
-        node_sets = [set(c["nodes"]) for c in listed]
+            nodes = tuple(sorted({g.nodes[r] for r in members if r in g.nodes}))
+            listed.append(RankClass(ranks=tuple(members), nodes=nodes, median=round(float(np.nanmedian(vals[rows])), 5)))
+        ratio = listed[0].median / listed[-1].median if listed[-1].median > 0 else float("nan")
+        node_sets = [set(c.nodes) for c in listed]
         split_by_node = all(node_sets) and all(a.isdisjoint(b) for i, a in enumerate(node_sets)
                                                for b in node_sets[i + 1:])
         reason = ("the classes sit on different nodes: mixed GPU models or clocks, or a slow switch or host"
                   if split_by_node else "ranks on the same nodes differ: shared GPUs or per-process contention")
-        evidence = {"kind": "classes", "group": step.group or None, "classes": listed, "ratio": round(ratio, 3),
-                    "steps": filled, "class_gap": self.class_gap, "likely_reason": reason,
-                    "split_by_node": split_by_node,
-                    "action": {"kind": "placement",
-                               "detail": "per-rank straggler alerts now compare ranks within their class"}}
-        sizes = " / ".join(f"{len(c['ranks'])} ranks at {c['median']:.3g}s" for c in listed)
+        evidence = ClassImbalanceEvidence(
+            group=step.group or None, classes=tuple(listed), ratio=round(ratio, 3), steps=filled,
+            class_gap=self.class_gap, likely_reason=reason, split_by_node=split_by_node,
+            action=Remedy(RemedyKind.PLACEMENT, "per-rank straggler alerts now compare ranks within their class"))
+        sizes = " / ".join(f"{len(c.ranks)} ranks at {c.median:.3g}s" for c in listed)
         group = f" group {step.group}:" if step.group else ""
         summary = (f"rank classes: job {self.job}:{group} {len(listed)} stable classes ({sizes}), the slowest "
                    f"{ratio:.1f}x the fastest; likely {reason}")
         return Alert(id=alert_id(self.job, "imbalance", "classes", step.group, len(listed)), status="firing",
-                     type="imbalance", severity="info", job=self.job, ranks=tuple(listed[0]["ranks"]),
-                     nodes=tuple(listed[0]["nodes"]), starts_at=step.ts, summary=summary, evidence=evidence)
+                     type="imbalance", severity="info", job=self.job, ranks=listed[0].ranks,
+                     nodes=listed[0].nodes, starts_at=step.ts, summary=summary, evidence=evidence.to_dict())
 
     def close(self, *, at: float, reason: str) -> list[Alert]:
         out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.open_alerts()]

@@ -39,6 +39,8 @@ from .assembly import GroupStep
 from ..resolution import Resolution, with_resolution
 from .straggler import choose_signal, median
 from .robust import nan_median
+from .straggler_evidence import LongStragglerCost, LongStragglerEvidence
+from ..evidence import StragglerSignal
 
 
 class LongStragglerDetector:
@@ -100,6 +102,7 @@ class LongStragglerDetector:
         self._evaluated = 0
         self._first_step: int | None = None
         self._firing: dict[int, Alert] = {}
+        self._fired: dict[int, LongStragglerEvidence] = {}  # rank -> what its open alert was fired with
         self._last_lookup: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     @property
@@ -198,7 +201,7 @@ class LongStragglerDetector:
                 self._firing[rank] = alert
                 out.append(alert)
         for rank in list(self._firing):
-            if step.step - self._firing[rank].evidence["detected_step"] < self.resolve_steps:
+            if step.step - self._fired[rank].detected_step < self.resolve_steps:
                 continue  # judge "back" on steps after the alert only (the window before holds healthy ones)
             slot = self._slot[rank]
             recent = (self._evaluated - 1 - np.arange(min(self.resolve_steps, self._evaluated))) % self.window
@@ -211,8 +214,8 @@ class LongStragglerDetector:
 
     def _resolve(self, rank: int, step: GroupStep, ratio: float, steps: int) -> Alert:
         alert = self._firing.pop(rank)
-        fired_with = alert.evidence.get("min_effect")
-        if isinstance(fired_with, (int, float)) and self.min_effect > fired_with and ratio >= 1.0 + fired_with / 2:
+        fired_with = self._fired.pop(rank).min_effect
+        if self.min_effect > fired_with and ratio >= 1.0 + fired_with / 2:
             # Clean only by the raised setting: say so, not "back in line".
             detail = f"straggler.long_min_effect {fired_with:g} -> {self.min_effect:g}"
             evidence = {**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
@@ -231,7 +234,7 @@ class LongStragglerDetector:
         n = min(n, self._evaluated)
         return (self._evaluated - 1 - np.arange(n)) % self.window
 
-    def cost(self, slot: int, job_ranks: int, cols: np.ndarray | None = None) -> dict:
+    def cost(self, slot: int, job_ranks: int, cols: np.ndarray | None = None) -> LongStragglerCost:
         """What the job loses to this rank (over ``cols``, default the window): seconds per step,
         share of the step time, GPU-hours a day."""
         waits = self._wait[slot] if cols is None else self._wait[slot, cols]
@@ -240,9 +243,9 @@ class LongStragglerDetector:
         step_time = float(np.nanmedian(self._step_time))
         share = min(lost / step_time, 1.0) if step_time > 0 else 0.0
         # the job's step over the step without this rank's excess (models/steps/cost.py's job_slowdown)
-        return {"seconds_lost_per_step": round(lost, 5), "step_share_lost": round(share, 5),
-                "job_slowdown": round(1.0 / (1.0 - min(share, 0.99)), 4),
-                "job_ranks": int(job_ranks), "gpu_hours_lost_per_day": round(job_ranks * 24.0 * share, 2)}
+        return LongStragglerCost(seconds_lost_per_step=round(lost, 5), step_share_lost=round(share, 5),
+                                 job_slowdown=round(1.0 / (1.0 - min(share, 0.99)), 4), job_ranks=int(job_ranks),
+                                 gpu_hours_lost_per_day=round(job_ranks * 24.0 * share, 2))
 
     def _fire(self, rank: int, slot: int, signal: str, step: GroupStep, job_ranks: int) -> Alert:
         cols = self._since_onset(slot, step.step)
@@ -255,24 +258,23 @@ class LongStragglerDetector:
         node = self._nodes[slot]
         where = f"rank {rank}" + (f" on node {node}" if node else "")
         group = f" among group {self.group}" if self.group else ""
-        cls = self.rank_class.get(rank)
-        evidence = {
-            "horizon": "long", "signal": signal, "group": self.group or None, "ratio": round(ratio, 4),
-            "rank_median": round(ratio * peer, 4), "peer_median": round(peer, 4), "steps": int(ok.sum()),
-            "window": self.window, "cusum": round(float(self._cusum[slot]), 2), "threshold": self.threshold,
-            "min_effect": self.min_effect, "first_step": onset, "detected_step": step.step,
-            **({"class": cls} if cls is not None else {}), **cost,
-        }
+        evidence = LongStragglerEvidence(
+            signal=StragglerSignal(signal), group=self.group or None, ratio=round(ratio, 4),
+            rank_median=round(ratio * peer, 4), peer_median=round(peer, 4), steps=int(ok.sum()), window=self.window,
+            cusum=round(float(self._cusum[slot]), 2), threshold=self.threshold, min_effect=self.min_effect,
+            first_step=onset, detected_step=step.step, rank_class=self.rank_class.get(rank), cost=cost)
+        self._fired[rank] = evidence
         summary = (f"straggler (long horizon): {where} is {100 * (ratio - 1):.1f}% slower than its peers{group} "
-                   f"over the last {evidence['steps']} steps (median ratio {ratio:.3f}, since step {onset}); "
-                   f"the job waits {100 * cost['step_share_lost']:.1f}% of each step for it, about "
-                   f"{cost['gpu_hours_lost_per_day']:.0f} GPU-hours a day")
+                   f"over the last {evidence.steps} steps (median ratio {ratio:.3f}, since step {onset}); "
+                   f"the job waits {100 * cost.step_share_lost:.1f}% of each step for it, about "
+                   f"{cost.gpu_hours_lost_per_day:.0f} GPU-hours a day")
         return Alert(id=alert_id(self.job, "straggler", self.group, rank, "long", onset), status="firing",
                      type="straggler", severity="info", job=self.job, ranks=(rank,), nodes=(node,) if node else (),
-                     starts_at=step.ts, summary=summary, evidence=evidence)
+                     starts_at=step.ts, summary=summary, evidence=evidence.to_dict())
 
     def close_all(self, *, at: float, reason: str) -> list[Alert]:
         out = [with_resolution(a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}"), Resolution.JOB_ENDED,
                                reason) for a in self._firing.values()]
         self._firing.clear()
+        self._fired.clear()
         return out

@@ -2,7 +2,8 @@
 
 Produced by the telemetry correlator (models/telemetry/telemetry_correlator.py), the host correlator
 (models/telemetry/host.py) and the job-wide fabric comparison (models/telemetry/fabric.py); listed in an alert's
-``suspected_causes`` by the telemetry hub (models/telemetry/telemetry_hub.py).
+``suspected_causes`` by the telemetry hub (models/telemetry/telemetry_hub.py). Modules that act on an alert's causes
+(models/oncall/actions.py: failure class, implicated nodes) read them back through ``SuspectedCause.of``.
 """
 
 from __future__ import annotations
@@ -44,3 +45,28 @@ class SuspectedCause:
                 out[name] = value
         out["evidence"] = list(self.evidence)
         return out
+
+    @property
+    def signals(self) -> tuple[str | None, ...]:
+        """The signal of each evidence entry, strongest first (``evidence[].signal``)."""
+        return tuple(e.get("signal") for e in self.evidence if isinstance(e, dict))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SuspectedCause":
+        """The cause of one ``suspected_causes`` entry (its ``rank`` is the list's order, not the cause's);
+        a missing key is a ``KeyError``, an unknown category a ``ValueError``."""
+        return cls(category=CauseCategory(d["category"]), node=d["node"], component=d["component"], score=d["score"],
+                   began_at=d["began_at"], hint=d["hint"], near_rank=d.get("near_rank"), gpu=d.get("gpu"),
+                   device=d.get("device"), port=d.get("port"), evidence=tuple(d["evidence"]))
+
+    @classmethod
+    def of(cls, d: Any) -> "SuspectedCause | None":
+        """``from_dict`` for a reader that must not fail on what it reads back: None when ``d`` is not a cause of
+        the vocabulary (not a dict, or a category unknown); a field missing reads as empty."""
+        if not isinstance(d, dict) or d.get("category") not in CauseCategory._value2member_map_:
+            return None
+        evidence = d.get("evidence")
+        return cls(category=CauseCategory(d["category"]), node=d.get("node"), component=str(d.get("component") or ""),
+                   score=d.get("score") or 0.0, began_at=d.get("began_at"), hint=str(d.get("hint", "")),
+                   near_rank=d.get("near_rank"), gpu=d.get("gpu"), device=d.get("device"), port=d.get("port"),
+                   evidence=tuple(evidence) if isinstance(evidence, (list, tuple)) else ())

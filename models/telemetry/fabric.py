@@ -35,6 +35,8 @@ import numpy as np
 
 from ..alert_types import AlertType
 from ..alerts import Alert
+from ..evidence import HangCase, HangEvidence
+from ..jobhealth.throughput import Layer, ThroughputEvidence
 from .causes import SuspectedCause
 from .counters import CounterTrack
 from .link_baseline import BASELINE_FEATURES, LinkBaselines
@@ -429,9 +431,9 @@ class FabricCorrelator:
         if alert.type == AlertType.COMM_SLOWDOWN:
             return True
         if alert.type == AlertType.THROUGHPUT_DROP:
-            return alert.evidence.get("layer") == "communication"
+            return ThroughputEvidence.layer_of(alert) is Layer.COMMUNICATION
         if alert.type == AlertType.HANG:
-            return alert.evidence.get("case") == "undetermined"
+            return HangEvidence.of(alert).case is HangCase.UNDETERMINED
         return False
 
     # -- the comparison -------------------------------------------------------------------------

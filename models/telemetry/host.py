@@ -28,8 +28,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..tunable import runtime
 from ..alert_types import AlertType
 from ..alerts import Alert
+from ..evidence import StragglerEvidence, StragglerSignal
+from ..jobhealth.throughput import Layer, ThroughputEvidence
 from .causes import SuspectedCause
 from .counters import Baseline, CounterTrack, counter_delta
 from ..wire.telemetry_events import HOST_CPU_FIELDS, HostEvent
@@ -67,15 +70,15 @@ class HostSettings:
     #: alert's start; causes are kept once the window has closed). About 500 bytes each.
     history_samples: int = 300
     #: gpu_idle: a GPU that runs a rank of a stepping job below this utilization (%) for ``gpu_idle_seconds``.
-    gpu_idle_util_pct: float = 10.0
-    gpu_idle_seconds: float = 300.0
+    gpu_idle_util_pct: float = runtime(10.0, high=100.0)
+    gpu_idle_seconds: float = runtime(300.0)
     #: gpu_hot: temperature at or above this (degrees C) in ``gpu_hot_samples`` consecutive samples.
-    gpu_hot_temp_c: float = 85.0
-    gpu_hot_samples: int = 3
+    gpu_hot_temp_c: float = runtime(85.0, high=1000.0)
+    gpu_hot_samples: int = runtime(3, low=1, high=10_000)
     #: hbm_full: memory used above this share of total (``gpu_hot_samples`` samples in a row) while the job's
     #: step time (median of its last 10 steps) grew to ``hbm_step_growth`` x its earlier median.
-    hbm_full_ratio: float = 0.90
-    hbm_step_growth: float = 1.1
+    hbm_full_ratio: float = runtime(0.90, high=1.0)
+    hbm_step_growth: float = runtime(1.1, low=1.0, high=1000.0)
 
 #: Per-node values that keep a baseline.
 
@@ -320,7 +323,7 @@ class HostCorrelator:
     @staticmethod
     def enriches(alert: Alert) -> bool:
         """Alert types beyond the telemetry correlator's that host evidence explains: an input-layer throughput drop."""
-        return alert.type == AlertType.THROUGHPUT_DROP and alert.evidence.get("layer") == "input pipeline"
+        return ThroughputEvidence.layer_of(alert) is Layer.INPUT_PIPELINE
 
     def suspects(self, alert: Alert, *, at: float, placement: Callable[[str, int], tuple],
                  job_nodes: Callable[[str], list[str]]) -> list[SuspectedCause]:
@@ -343,7 +346,7 @@ class HostCorrelator:
         if alert.type == AlertType.HANG:
             return self._oom_causes(alert, placement), []  # silent ranks' last events differ: not cached
         if alert.type == AlertType.STRAGGLER:
-            data_bound = alert.evidence.get("signal") == "data_time"
+            data_bound = StragglerEvidence.of(alert).signal is StragglerSignal.DATA_TIME
             nodes = list(alert.nodes)
             for rank in alert.ranks[:32]:
                 node = placement(alert.job, rank)[0]

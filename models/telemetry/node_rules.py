@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..alert_types import AlertType
+from ..alert_types import AlertStatus, AlertType
 from ..resolution import Resolution
 from ..rule import NodeRule, RuleSpec, Signal, closed
 from .device_rules import DeviceRules, device_rules
@@ -20,7 +20,7 @@ from .telemetry_tracker import TelemetryTracker
 
 if TYPE_CHECKING:
     from ..alerts import Alert
-    from ..oncall.incidents import FabricIncidents
+    from ..oncall.incidents import FabricIncidents, IntermittentIncidents, NodeIncidents
     from ..wire.events import Event
 
 
@@ -36,6 +36,10 @@ class NodeEnv(Protocol):
 
     def jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
         """The jobs with ranks on any of ``nodes``."""
+        ...
+
+    def ranks_on(self, job: str, node: str) -> tuple[int, ...]:
+        """The ranks of ``job`` on ``node``."""
         ...
 
 
@@ -152,3 +156,65 @@ class FabricRule(NodeRule):
     def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
         return closed(self.incidents.close(at, reason), resolution, reason)
 
+
+
+#: The classes a straggler alert can be classified as (the straggler rule's: models/job_rules.py).
+STRAGGLER_CLASSES = ("straggler_unexplained", "input_pipeline")
+
+
+class NodeIncidentRule(NodeRule):
+    """The stragglers of most ranks of one node, with one kind of cause, as one node incident
+    (models/oncall/incidents.py ``NodeIncidents``). Takes the job rules' alerts once their causes are named."""
+
+    spec = RuleSpec(name="node_incident", consumes=frozenset({Signal.ENRICHED}), alert_types=(AlertType.STRAGGLER,),
+                    failure_classes=STRAGGLER_CLASSES, settings=None)
+
+    def __init__(self, env: NodeEnv, needs: dict[str, NodeRule]) -> None:
+        from ..oncall.incidents import NodeIncidents  # oncall imports the engine's outlet: not at load time
+
+        self.incidents: NodeIncidents = NodeIncidents(env.ranks_on)
+
+    def on_alerts(self, alerts: list[Alert]) -> list[Alert]:
+        return self.incidents.filter(alerts)
+
+    def open_alerts(self) -> list[Alert]:
+        return self.incidents.firing()
+
+    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
+        return closed(self.incidents.close(at, reason), resolution, reason)
+
+
+class IntermittentRule(NodeRule):
+    """A rank straggling again soon after its last episode ended: the same incident, under the first episode's id
+    (models/oncall/incidents.py ``IntermittentIncidents``). Takes the job rules' alerts once their causes are
+    named, after the node incidents."""
+
+    spec = RuleSpec(name="intermittent_incident", consumes=frozenset({Signal.ENRICHED}),
+                    alert_types=(AlertType.STRAGGLER,), failure_classes=STRAGGLER_CLASSES, settings=None)
+
+    def __init__(self, env: NodeEnv, needs: dict[str, NodeRule]) -> None:
+        from ..oncall.incidents import IntermittentIncidents
+
+        self.incidents: IntermittentIncidents = IntermittentIncidents()
+        #: Incidents now firing (an episode after the first, under the first one's id), by id: latest version.
+        self._open: dict[str, Alert] = {}
+
+    def on_alerts(self, alerts: list[Alert]) -> list[Alert]:
+        out = self.incidents.filter(alerts)
+        for alert in out:
+            if alert.evidence.get("intermittent") is True:
+                if alert.status == AlertStatus.FIRING:
+                    self._open[alert.id] = alert
+                else:
+                    self._open.pop(alert.id, None)
+        return out
+
+    def open_alerts(self) -> list[Alert]:
+        return list(self._open.values())
+
+    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
+        """Resolve the firing incidents and forget their ranks' episodes (the next one starts a new incident)."""
+        out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self._open.values()]
+        self.incidents.forget(set(self._open))
+        self._open.clear()
+        return closed(out, resolution, reason)

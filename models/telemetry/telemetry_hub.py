@@ -3,8 +3,8 @@
 :class:`TelemetryHub` is what the engine holds. It makes the node-level rules from the registry
 (models/registry.py ``NODE_RULES``, ``NodeRule``s: models/rule.py, models/telemetry/node_rules.py) and drives
 them: each node event to the rules whose ``kinds`` take it, each job's steps to those that consume
-``RANK_STEPS``, the alerts of the rules before to those that consume ``ALERTS``, each tick to those that
-consume ``TICKS``.
+``RANK_STEPS``, the alerts of the rules before to those that consume ``ALERTS``, the job rules' alerts with their
+suspected causes to those that consume ``ENRICHED``, each tick to those that consume ``TICKS``.
 Beside the rules it keeps what names suspected causes: the host signals (models/telemetry/host.py), the
 fabric history (models/telemetry/fabric.py) and which rank runs on which node and GPU
 (models/telemetry/telemetry_correlator.py); it enriches alerts with their suspected causes and publishes a
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+from ..tunable import runtime
 from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
 from .causes import SuspectedCause
@@ -59,25 +60,25 @@ class TelemetrySettings:
     #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).
     correlation_window: float = 60.0
     #: Samples of each rate's own recent baseline (bounded memory).
-    baseline_samples: int = 120
+    baseline_samples: int = runtime(120, low=1, high=100_000)
     #: Samples a baseline needs before a rate is judged against it.
-    baseline_min_samples: int = 10
+    baseline_min_samples: int = runtime(10, low=1, high=100_000)
     #: A rate (xmit_wait, CNPs) is a spike at this multiple of its baseline median (and above its floor).
     rate_factor: float = 4.0
     #: Bandwidth below this fraction of its baseline (while the baseline is busy) is a collapse.
-    bandwidth_collapse_ratio: float = 0.3
+    bandwidth_collapse_ratio: float = runtime(0.3, high=1.0)
     #: Throttling counts as a fault once the SM clock is below this fraction of its baseline.
-    clock_drop_ratio: float = 0.85
+    clock_drop_ratio: float = runtime(0.85, high=1.0)
     #: Consecutive throttled samples before a gpu_fault for throttling fires.
-    throttle_min_samples: int = 3
+    throttle_min_samples: int = runtime(3, low=1, high=10_000)
     #: A port has sustained errors (link_errors alert) when its error counters rose in
     #: ``link_error_min_samples`` of its last ``link_error_window`` samples.
-    link_error_window: int = 10
-    link_error_min_samples: int = 3
+    link_error_window: int = runtime(10, low=1, high=10_000)
+    link_error_min_samples: int = runtime(3, low=1, high=10_000)
     #: A condition-based alert (throttling, link errors, link down) resolves after this many clean samples.
-    clear_after: int = 30
+    clear_after: int = runtime(30, low=1, high=100_000)
     #: An event-based fault (Xid, ECC double-bit error) resolves this long after its last occurrence.
-    fault_hold_seconds: float = 300.0
+    fault_hold_seconds: float = runtime(300.0)
     #: Xid codes caused by the application, not the hardware: no gpu_fault.
     app_xids: str = "13,31,43,45,68"
     #: A straggler whose data_time is at least this multiple of its peers' points at the input pipeline.
@@ -150,10 +151,11 @@ class TelemetryHub:
         self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
         # Many nodes' ports erring at once: one fabric incident, not a page per node (models/oncall/incidents.py).
         self.incidents = self.rule("fabric").incidents
-        from ..oncall.incidents import IntermittentIncidents, NodeIncidents
-
-        self.node_incidents = NodeIncidents(self._ranks_on)
-        self.intermittent = IntermittentIncidents()
+        #: The rules that consume ``ENRICHED`` (one node's stragglers as one incident, a flaky rank's episodes as
+        #: one): the job rules' alerts go through them, in this order, once their causes are named.
+        self._enriched_rules = [r for r in self.rules if Signal.ENRICHED in r.spec.consumes]
+        self.node_incidents = self.rule("node_incident").incidents
+        self.intermittent = self.rule("intermittent_incident").incidents
         #: Job-wide comparisons are costly (every component of every node of the job): an open alert's
         #: is recomputed at most every ``fabric_refresh_seconds`` of the timer's clock, and no longer
         #: once its window has passed (plus a margin for node clocks and ingestion lag).
@@ -228,7 +230,7 @@ class TelemetryHub:
             if rule.spec.settings is not None and isinstance(settings, rule.spec.settings):
                 rule.reconfigure(settings)
 
-    def _ranks_on(self, job: str, node: str) -> tuple[int, ...]:
+    def ranks_on(self, job: str, node: str) -> tuple[int, ...]:
         return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))
 
     def jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
@@ -327,11 +329,17 @@ class TelemetryHub:
         return found
 
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
-        """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts; the
-        stragglers of most ranks of one node become one node incident (models/oncall/incidents.py)."""
+        """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts, then pass them
+        through the node rules that consume ``ENRICHED`` (e.g. the stragglers of most ranks of one node become one
+        node incident: models/oncall/incidents.py)."""
         if not alerts:
             return alerts
-        return self.intermittent.filter(self.node_incidents.filter(self._enrich(alerts)))
+        return self._grouped(self._enrich(alerts))
+
+    def _grouped(self, alerts: list[Alert]) -> list[Alert]:
+        for rule in self._enriched_rules:
+            alerts = rule.on_alerts(alerts)
+        return alerts
 
     def _enrich(self, alerts: list[Alert]) -> list[Alert]:
         out = []
@@ -382,4 +390,4 @@ class TelemetryHub:
                 out = rule.on_alerts(out)
             if Signal.TICKS in rule.spec.consumes:
                 out.extend(rule.tick(now))
-        return out + self.intermittent.filter(self.node_incidents.filter(self.refresh()))
+        return out + self._grouped(self.refresh())

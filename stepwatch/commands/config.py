@@ -56,9 +56,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_assignments(args: argparse.Namespace) -> None:
     """A value out of range is refused before any broker is asked (stepwatch/cli.py runs this first)."""
-    from stepwatch.runtime_config import parse_assignments
+    from stepwatch.runtime_config import WORKER_SECTIONS, parse_assignments
 
-    parse_assignments(args.assignments)
+    sections = parse_assignments(args.assignments)
+    worker = sorted(set(sections) & set(WORKER_SECTIONS))
+    if args.job and worker:
+        raise ValueError(f"{', '.join(worker)}: the worker's node-level and outlet rules' settings, set for every "
+                         f"job ('*') only: drop --job")
 
 
 def runtime_fields_help() -> str:
