@@ -7,7 +7,8 @@ Kafka or Faust, so every view is unit-testable by feeding events to an engine.
 ``StatusRecorder`` keeps what the engine does not need for detection but an operator
 wants to see, all of it bounded:
 
-* per rank: latest step, latest event time, node, group, phase (one small record per rank);
+* per rank: latest step, latest event time, node, group, phase (columns with a slot per rank: a batch
+  envelope of one step is a few list writes, not an object update per event);
 * per job: the last ``history`` steps' completion time and token count (step-rate line,
   tokens/s), and the last ``history`` judged steps' compute-time ratio to the peer median
   for every rank (the heatmap), taken from the straggler detectors' verdicts through
