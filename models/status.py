@@ -7,7 +7,8 @@ Kafka or Faust, so every view is unit-testable by feeding events to an engine.
 ``StatusRecorder`` keeps what the engine does not need for detection but an operator
 wants to see, all of it bounded:
 
-* per rank: latest step, latest event time, node, group, phase (one small record per rank);
+* per rank: latest step, latest event time, node, group, phase (columns with a slot per rank: a batch
+  envelope of one step is a few list writes, not an object update per event);
 * per job: the last ``history`` steps' completion time and token count (step-rate line,
   tokens/s), and the last ``history`` judged steps' compute-time ratio to the peer median
   for every rank (the heatmap), taken from the straggler detectors' verdicts through
@@ -17,6 +18,8 @@ wants to see, all of it bounded:
 from __future__ import annotations
 
 import math
+from functools import reduce
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -33,21 +36,110 @@ RATE_POINTS = 5
 
 
 class _Rank:
-    __slots__ = ("step", "ts", "node", "group", "phase")
+    """One rank's latest values: a view of its slot in the job's ``_RankTable`` (reads and writes go there)."""
+
+    __slots__ = ("_t", "_s")
+
+    def __init__(self, table: "_RankTable", slot: int) -> None:
+        self._t, self._s = table, slot
+
+    step = property(lambda self: self._t.step[self._s], lambda self, v: self._t.step.__setitem__(self._s, v))
+    ts = property(lambda self: self._t.ts[self._s], lambda self, v: self._t.ts.__setitem__(self._s, v))
+    node = property(lambda self: self._t.node[self._s], lambda self, v: self._t.node.__setitem__(self._s, v))
+    group = property(lambda self: self._t.group[self._s], lambda self, v: self._t.group.__setitem__(self._s, v))
+    phase = property(lambda self: self._t.phase[self._s], lambda self, v: self._t.phase.__setitem__(self._s, v))
+
+
+class _RankTable:
+    """Per rank of one job: latest step, latest event time, node, group, phase, in columns (a slot per rank, in
+    the order ranks were first seen), so that a batch of one step of many ranks is a few list writes instead
+    of a record update per event. Reads like ``{rank: _Rank}``."""
+
+    __slots__ = ("slot", "step", "ts", "node", "group", "phase")
 
     def __init__(self) -> None:
-        self.step = -1
-        self.ts = 0.0
-        self.node: str | None = None
-        self.group: str | None = None
-        self.phase: str | None = None
+        self.slot: dict[int, int] = {}  # rank -> its slot
+        self.step: list[int] = []
+        self.ts: list[float] = []
+        self.node: list[str | None] = []
+        self.group: list[str | None] = []
+        self.phase: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    def __iter__(self):
+        return iter(self.slot)
+
+    def __contains__(self, rank) -> bool:
+        return rank in self.slot
+
+    def get(self, rank: int) -> _Rank | None:
+        slot = self.slot.get(rank)
+        return None if slot is None else _Rank(self, slot)
+
+    def items(self):
+        return [(rank, _Rank(self, slot)) for rank, slot in self.slot.items()]
+
+    def add(self, rank: int) -> int:
+        slot = self.slot[rank] = len(self.step)
+        self.step.append(-1)
+        self.ts.append(0.0)
+        self.node.append(None)
+        self.group.append(None)
+        self.phase.append(None)
+        return slot
+
+    def slots(self, ranks: list[int]) -> list[int]:
+        """The slots of ``ranks`` (new ranks get one, in order)."""
+        slots = list(map(self.slot.get, ranks))
+        if None in slots:
+            for i, slot in enumerate(slots):
+                if slot is None:
+                    slots[i] = self.slot.get(ranks[i])
+                    if slots[i] is None:
+                        slots[i] = self.add(ranks[i])
+        return slots
+
+    def observe_steps(self, ranks, steps, ts, nodes, phases, groups) -> None:
+        """Step events of this job in order (columns)."""
+        slots = self.slots(ranks)
+        n, first = len(slots), slots[0]
+        if n >= 16 and slots == list(range(first, first + n)):
+            # Consecutive slots, so each rank once (the usual envelope: one step of many ranks): whole-column
+            # writes, the same values as event by event.
+            span = slice(first, first + n)
+            self.ts[span] = np.maximum(np.array(self.ts[span]), np.array(ts, dtype=np.float64)).tolist()
+            cur, new = np.array(self.step[span], dtype=np.int64), np.array(steps, dtype=np.int64)
+            self.step[span] = np.where((new > cur) | (new < cur - 1000), new, cur).tolist()
+            self.phase[span] = phases
+            for column, values in ((self.node, nodes), (self.group, groups)):
+                if None not in values:
+                    column[span] = values
+                elif values.count(None) != n:
+                    for slot, value in zip(slots, values):
+                        if value is not None:
+                            column[slot] = value
+            return
+        step_of, ts_of, node_of, group_of, phase_of = self.step, self.ts, self.node, self.group, self.phase
+        for slot, step, t, node, phase, group in zip(slots, steps, ts, nodes, phases, groups):
+            if t > ts_of[slot]:
+                ts_of[slot] = t
+            if node is not None:
+                node_of[slot] = node
+            old = step_of[slot]
+            if step > old or step < old - 1000:  # a restart goes back far
+                step_of[slot] = step
+            phase_of[slot] = phase
+            if group is not None:
+                group_of[slot] = group
 
 
 class _Job:
     __slots__ = ("ranks", "steps", "ratios")
 
     def __init__(self) -> None:
-        self.ranks: dict[int, _Rank] = {}
+        self.ranks = _RankTable()
         self.steps: dict[int, list] = {}  # step -> [latest end time, tokens or None, samples or None]
         self.ratios: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # step -> [(ranks, ratio)] per group
 
@@ -95,23 +187,13 @@ class StatusRecorder:
         """``observe`` for step events, by columns (:class:`~stepwatch.models.wire.step_columns.StepColumns`)."""
         for name, lo, hi in cols.job_runs():
             job = self._job(name)
-            records = job.ranks
-            for rank, step, ts, node, phase, group in zip(cols.rank[lo:hi], cols.step[lo:hi], cols.ts[lo:hi],
-                                                          cols.node[lo:hi], cols.phase[lo:hi], cols.group[lo:hi]):
-                record = records.get(rank)
-                if record is None:
-                    record = records[rank] = _Rank()
-                if ts > record.ts:
-                    record.ts = ts
-                if node is not None:
-                    record.node = node
-                if step > record.step or step < record.step - 1000:  # a restart goes back far
-                    record.step = step
-                record.phase = phase
-                if group is not None:
-                    record.group = group
+            job.ranks.observe_steps(cols.rank[lo:hi], cols.step[lo:hi], cols.ts[lo:hi], cols.node[lo:hi],
+                                    cols.phase[lo:hi], cols.group[lo:hi])
             # Per step: latest end time and token/sample sums, one run of equal steps at a time.
             steps, ts, tokens, samples = cols.step, cols.ts, cols.tokens, cols.samples
+            if steps[lo:hi].count(steps[lo]) == hi - lo:  # one step throughout (the usual envelope)
+                self._step_run(job, steps[lo], ts[lo:hi], tokens[lo:hi], samples[lo:hi])
+                continue
             start = lo
             for i in range(lo + 1, hi + 1):
                 if i < hi and steps[i] == steps[start]:
@@ -133,20 +215,29 @@ class StatusRecorder:
         if latest > entry[0]:
             entry[0] = latest
         for k, values in ((1, tokens), (2, samples)):
-            total = entry[k]
-            for v in values:
-                if v == v:
-                    total = (total or 0.0) + v
-            entry[k] = total
+            if len(values) < 16:
+                total = entry[k]
+                for v in values:
+                    if v == v:
+                        total = (total or 0.0) + v
+                entry[k] = total
+                continue
+            a = np.array(values, dtype=np.float64)
+            reported = a[a == a]
+            if len(reported):
+                # In order, one addition at a time, as the loop above (``total or 0.0``: a total is never -0.0)
+                total = entry[k]
+                entry[k] = reduce(add, reported.tolist(), total if total else 0.0)
 
     @staticmethod
     def _rank(job: _Job, rank: int, ts: float) -> _Rank:
-        record = job.ranks.get(rank)
-        if record is None:
-            record = job.ranks[rank] = _Rank()
-        if ts > record.ts:
-            record.ts = ts
-        return record
+        table = job.ranks
+        slot = table.slot.get(rank)
+        if slot is None:
+            slot = table.add(rank)
+        if ts > table.ts[slot]:
+            table.ts[slot] = ts
+        return _Rank(table, slot)
 
     def record_verdict(self, detector, verdict) -> None:
         """``StragglerDetector.on_verdict`` hook: keep this step's ratio of every rank."""

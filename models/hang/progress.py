@@ -189,7 +189,7 @@ class JobProgress:
         if latest > self.latest_ts:
             self.latest_ts = latest
         slot_of = self.slot_of_rank.get
-        slots = [slot_of(r) for r in ranks]
+        slots = list(map(slot_of, ranks))
         if None in slots:
             for i, slot in enumerate(slots):
                 if slot is None:
@@ -204,8 +204,10 @@ class JobProgress:
         top = self.max_step
         if first and ts[0] > self.progress_ts:
             self.progress_ts = ts[0]
-        if max(steps) <= top or len(slots) == 1 or len(set(slots)) != len(slots):
-            if max(steps) > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
+        newest = max(steps)
+        unique = len(slots) == 1 or len(set(slots)) == len(slots)
+        if newest <= top or len(slots) == 1 or not unique:
+            if newest > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
                 for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
                     self.rank_row(slot, step, t, node)
                     passed = self.counter_passed()
@@ -215,8 +217,8 @@ class JobProgress:
             if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
                 self.rank_row(slots[0], steps[0], ts[0], nodes[0])
             else:
-                self.rank_columns(slots, steps, ts, nodes)
-            passed = self.counter_passed() if max(steps) > top else None
+                self.rank_columns(slots, steps, ts, nodes, unique=unique)
+            passed = self.counter_passed() if newest > top else None
             if passed is not None:
                 self.counted_advance(0, passed, first, step_times, phases, ts)
             return
@@ -229,7 +231,7 @@ class JobProgress:
         if not fresh.any():  # no new rank: the counts only grow, so the end of the run decides
             k = self.known
             if self.above + int(((steps_a > top) & (cur <= top)).sum()) < k - (k - 1) // 2:
-                self.rank_columns(slots, steps, ts, nodes)
+                self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a)
                 return
         known = self.known + np.cumsum(fresh)
         above, lo, state, passes = self.above, 0, None, []
@@ -248,7 +250,7 @@ class JobProgress:
             top = int(np.partition(values, mid)[mid])
             passes.append((i, top))
             above, lo = int((state > top).sum()), i + 1
-        self.rank_columns(slots, steps, ts, nodes)
+        self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a)
         for i, passed in passes:
             self.counted_advance(i, passed, first, step_times, phases, ts)
 
@@ -270,11 +272,16 @@ class JobProgress:
             self.nodes[slot] = node
         return self.advance_rank(slot, step, ts)
 
-    def rank_columns(self, slots: list[int], steps: list[int], ts: list[float], nodes: list[str | None]) -> None:
-        """Per-rank latest values of several step events (their ranks' slots) as array writes."""
-        idx = np.array(slots, dtype=np.int64)
+    def rank_columns(self, slots: list[int], steps: list[int], ts: list[float], nodes: list[str | None], *,
+                     unique: bool | None = None, idx: np.ndarray | None = None,
+                     steps_a: np.ndarray | None = None) -> None:
+        """Per-rank latest values of several step events (their ranks' slots) as array writes; ``unique``
+        (each slot once), ``idx`` and ``steps_a`` (``slots`` and ``steps`` as arrays): when the caller knows them."""
+        if idx is None:
+            idx = np.array(slots, dtype=np.int64)
         ts_a = np.array(ts, dtype=np.float64)
-        unique = len(set(slots)) == len(slots)
+        if unique is None:
+            unique = len(set(slots)) == len(slots)
         if unique:  # each rank once (the usual envelope): a plain fancy-index write does what .at does
             self.last_seen[idx] = np.maximum(self.last_seen[idx], ts_a)
         else:
@@ -287,7 +294,8 @@ class JobProgress:
             for slot, node in zip(slots, nodes):
                 if node is not None:
                     node_list[slot] = node
-        steps_a = np.array(steps, dtype=np.int64)
+        if steps_a is None:
+            steps_a = np.array(steps, dtype=np.int64)
         if unique:
             self.advance_ranks(idx, steps_a, ts_a)
         else:

@@ -20,6 +20,7 @@ from collections import deque
 import numpy as np
 
 from ..steps.assembly import GroupStep
+from ..steps.robust import median, nan_median
 
 
 class JobSLI:
@@ -51,11 +52,11 @@ class JobSLI:
         if np.isnan(before).any():
             before = step.compute_time
         if before.size and not np.isnan(before).any():
-            self.straggler_gpu_seconds += float(before.max() - np.median(before)) * len(before)
+            self.straggler_gpu_seconds += float(before.max() - median(before)) * len(before)
         if step.step <= self._last_step:
             return
         self._last_step = step.step
-        step_time = float(np.nanmedian(step.step_time)) if step.step_time.size else 0.0
+        step_time = nan_median(step.step_time) if step.step_time.size else 0.0
         tokens = float(np.nansum(step.tokens)) if step.tokens.size else 0.0
         self.productive_seconds += step_time
         self._steps.append((step.step, step.ts, step_time, tokens))

@@ -42,6 +42,7 @@ from scipy.stats import mannwhitneyu
 from ..alert_types import AlertType
 from ..alerts import Alert, alert_id
 from ..steps.assembly import GroupStep
+from ..steps.robust import median, nan_median
 from ..resolution import Resolution
 
 
@@ -135,9 +136,7 @@ class StepSample:
 
 
 def sample_from(step: GroupStep) -> StepSample:
-    def med(values: np.ndarray) -> float:
-        ok = values[~np.isnan(values)]
-        return float(np.median(ok)) if ok.size else float("nan")
+    med = nan_median
 
     step_time = med(step.step_time)
     typical = step_time
@@ -145,7 +144,7 @@ def sample_from(step: GroupStep) -> StepSample:
     median_before = slowest = float("nan")
     if before.size and not np.isnan(before).any():
         # The last rank to arrive waits least: its comm_time is the transfer itself.
-        median_before, slowest = float(np.median(before)), float(np.max(before))
+        median_before, slowest = median(before), float(np.max(before))
         typical = float(median_before + np.min(step.comm_time))
     tokens = step.tokens[~np.isnan(step.tokens)] if step.tokens is not None else np.zeros(0)
     tps = float(tokens.sum() / typical) if tokens.size and typical > 0 else float("nan")

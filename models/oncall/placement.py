@@ -13,7 +13,10 @@ Times are the jobs' own event times; a node alert is matched against them within
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
+
+_UNSEEN = object()  # a rank without a last node (never equal to a node)
 
 
 class PlacementView:
@@ -33,6 +36,9 @@ class PlacementView:
         self._remote: dict[str, dict[str, list]] = {}  # the same, from other workers
         self.changed: set[str] = set()  # jobs whose placement changed since the last snapshot
         self._pairs: dict[str, set] = {}  # job -> (rank, node) pairs seen (the batch path's shortcut)
+        # job -> rank -> the node of its last batch, each pair in ``_pairs``: a batch that repeats them all (the
+        # usual one) is known by one list comparison, no tuple made or hashed per event
+        self._last_node: dict[str, dict[int, str | None]] = {}
 
     def observe(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
         """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the rank is new there (or moved GPU)."""
@@ -82,8 +88,15 @@ class PlacementView:
         known = self._pairs.get(job)
         if known is None:
             known = self._pairs[job] = set()
-        # Usually every pair is known: a lookup per pair, no set of them built.
-        fresh = () if known.issuperset(zip(ranks, nodes)) else set(zip(ranks, nodes)) - known
+        last = self._last_node.get(job)
+        if last is not None and list(map(last.get, ranks, repeat(_UNSEEN))) == nodes:
+            fresh = ()  # every (rank, node) pair is the rank's last one, so known
+        else:
+            # Usually every pair is known: a lookup per pair, no set of them built.
+            fresh = () if known.issuperset(zip(ranks, nodes)) else set(zip(ranks, nodes)) - known
+            if last is None:
+                last = self._last_node[job] = {}
+            last.update(zip(ranks, nodes))  # all known once the fresh ones are added below
         new = False
         if fresh:
             for rank, node, gpu in zip(ranks, nodes, gpus):
@@ -156,3 +169,4 @@ class PlacementView:
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
         self._pairs.pop(job, None)
+        self._last_node.pop(job, None)

@@ -15,7 +15,7 @@ median clock. A job that sends no step events (heartbeats only) gets no estimate
 
 from __future__ import annotations
 
-from collections import deque
+import numpy as np
 
 
 class ClockOffsets:
@@ -26,7 +26,11 @@ class ClockOffsets:
         self.min_offset = min_offset
         self._ends: dict[int, dict[str, float]] = {}  # step -> node -> earliest step end
         self._closed = -1
-        self._devs: dict[str, deque[float]] = {}
+        # Each node's last ``history`` deviations, a row per node (ring order: the median does not care), so
+        # a closed step's medians over the nodes whose history is full are one sort of rows.
+        self._row: dict[str, int] = {}  # node -> its row
+        self._ring = np.zeros((0, history))
+        self._count = np.zeros(0, dtype=np.int64)  # deviations written to each row so far
         #: node -> seconds its clock is ahead of the job's median node (only those beyond ``min_offset``)
         self.offsets: dict[str, float] = {}
 
@@ -63,6 +67,17 @@ class ClockOffsets:
             if ends is None:  # a late event of a step already judged: so are the others
                 return
             get = ends.get
+            if n >= 64:  # ranks of a node come together: each run of one node's events by its minimum
+                names = np.array(nodes, dtype=object)
+                starts = np.flatnonzero(np.concatenate(([True], names[1:] != names[:-1])))
+                if len(starts) * 4 <= n:
+                    lows = np.minimum.reduceat(np.asarray(ts, dtype=np.float64), starts).tolist()
+                    for node, t in zip(names[starts].tolist(), lows):
+                        if node is not None:
+                            prev = get(node)
+                            if prev is None or t < prev:
+                                ends[node] = t
+                    return
             for node, t in zip(nodes, ts):
                 if node is not None:
                     prev = get(node)
@@ -77,18 +92,38 @@ class ClockOffsets:
         self._closed = max(self._closed, step)
         if len(ends) < self.min_nodes:
             return
-        ordered = sorted(ends.values())
-        mid = _median(ordered)
-        for node, t in ends.items():
-            devs = self._devs.get(node)
-            if devs is None:
-                devs = self._devs[node] = deque(maxlen=self.history)
-            devs.append(t - mid)
-            offset = _median(sorted(devs))
-            if abs(offset) >= self.min_offset:
+        mid = _median(sorted(ends.values()))
+        rows = [self._row.get(node) for node in ends]
+        if None in rows:
+            for i, node in enumerate(ends):
+                if rows[i] is None:
+                    rows[i] = self._row[node] = self._new_row()
+        idx = np.array(rows, dtype=np.int64)
+        h = self.history
+        self._ring[idx, self._count[idx] % h] = np.fromiter(ends.values(), dtype=np.float64, count=len(ends)) - mid
+        self._count[idx] += 1
+        counts = self._count[idx]
+        offsets = np.empty(len(idx))
+        full = counts >= h
+        if full.any():  # the usual case: the median of each full row at once
+            ordered = np.sort(self._ring[idx[full]], axis=1)
+            offsets[full] = ordered[:, h // 2] if h % 2 else (ordered[:, h // 2 - 1] + ordered[:, h // 2]) / 2
+        for i in np.flatnonzero(~full).tolist():  # a node's first few steps
+            offsets[i] = _median(sorted(self._ring[idx[i], :counts[i]].tolist()))
+        beyond = (np.abs(offsets) >= self.min_offset).tolist()
+        for node, offset, big in zip(ends, offsets.tolist(), beyond):
+            if big:
                 self.offsets[node] = offset
             else:
                 self.offsets.pop(node, None)
+
+    def _new_row(self) -> int:
+        row = len(self._row)
+        if row >= len(self._count):
+            grow = max(8, len(self._count))
+            self._ring = np.concatenate([self._ring, np.zeros((grow, self.history))])
+            self._count = np.concatenate([self._count, np.zeros(grow, dtype=np.int64)])
+        return row
 
     def offset(self, node: str | None) -> float:
         return self.offsets.get(node, 0.0) if node is not None else 0.0

@@ -170,7 +170,7 @@ class ImbalanceDetector:
         g.medians.append(median(x))
         g.maxima.append(float(np.nanmax(x)) if np.any(~np.isnan(x)) else float("nan"))
         st = step.step_time[~np.isnan(step.step_time)]
-        g.step_times.append(float(np.median(st)) if len(st) else float("nan"))
+        g.step_times.append(median(st) if len(st) else float("nan"))
         if changed or g.count % 100 == 1:  # nodes rarely change: not every step
             for r, node in zip(step.ranks, step.nodes):
                 if node is not None:

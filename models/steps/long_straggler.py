@@ -38,6 +38,7 @@ from ..alerts import Alert, alert_id
 from .assembly import GroupStep
 from ..resolution import Resolution, with_resolution
 from .straggler import choose_signal, median
+from .robust import nan_median
 from .straggler_evidence import LongStragglerCost, LongStragglerEvidence
 from ..evidence import StragglerSignal
 
@@ -168,8 +169,8 @@ class LongStragglerDetector:
             second, first = np.partition(x, len(x) - 2)[-2:]
             self._wait[slots[top], col] = first - second
         st = step.step_time[~np.isnan(step.step_time)]
-        self._step_time[col] = float(np.median(st)) if len(st) else float(np.nanmax(x))
-        self._peer[col] = peers if isinstance(peers, float) else float(np.nanmedian(peers))
+        self._step_time[col] = median(st) if len(st) else float(np.nanmax(x))
+        self._peer[col] = peers if isinstance(peers, float) else nan_median(peers)
         if changed or self._evaluated % 100 == 1:  # nodes rarely change: not every step
             for slot, node in zip(slots, step.nodes):
                 if node is not None:

@@ -60,6 +60,7 @@ import numpy as np
 
 from ..alerts import Alert, alert_id
 from .cost import straggler_cost
+from .robust import median
 from .small_group import PairedPace
 from .straggler_evidence import Baseline, DataWaitEvidence, PeerEvidence
 from ..evidence import StragglerSignal
@@ -122,17 +123,6 @@ INTERMITTENT_MIN = 4
 #: scipy's ``median_abs_deviation(scale="normal")`` divides by this (the normal distribution's
 #: quartile, ``ndtri(0.75)``); the same constant keeps the same results, without scipy's per-call cost.
 _NORMAL_MAD_SCALE = 0.6744897501960817
-
-
-def median(values: np.ndarray) -> float:
-    """``np.median`` of a 1-D array without NaN, by one partition (``np.median``'s own path is slower
-    for the few hundred values of a step; same result)."""
-    n = len(values)
-    k = n // 2
-    if n % 2:
-        return float(np.partition(values, k)[k])
-    part = np.partition(values, (k - 1, k))
-    return float((part[k - 1] + part[k]) / 2)
 
 
 def normal_mad(values: np.ndarray, center: float) -> float:
@@ -236,6 +226,7 @@ class StragglerDetector:
         self._clean_run = np.zeros(0, dtype=np.int64)
         self._episode_start = np.full(0, -1, dtype=np.int64)  # first slow step of the current run
         self._nodes: list[str | None] = []
+        self._run_of: tuple = (None, None)  # (slots, their first slot if consecutive) of the last step
         self._firing: dict[int, Alert] = {}
         self._evaluated = 0
         self._first_step: int | None = None
@@ -280,6 +271,16 @@ class StragglerDetector:
         slots = self._lookup_slots(ranks)
         self._last_lookup = (ranks.copy(), slots)
         return slots
+
+    def _first_of_run(self, slots: np.ndarray) -> int | None:
+        """The first slot when ``slots`` are consecutive (the usual step: the same ranks as before, in order)."""
+        if slots is self._run_of[0]:
+            return self._run_of[1]
+        n = len(slots)
+        first = int(slots[0]) if n and int(slots[-1]) - int(slots[0]) == n - 1 and (
+            n == 1 or bool((np.diff(slots) == 1).all())) else None
+        self._run_of = (slots, first)
+        return first
 
     def _lookup_slots(self, ranks: np.ndarray) -> np.ndarray:
         slot = self._slot
@@ -443,9 +444,13 @@ class StragglerDetector:
         self._z_ring[slots, ecol] = z
         self._value_ring[slots, ecol] = x
         self._peer_ring[slots, ecol] = peers if peers is not None else peer
-        for slot, node in zip(slots, step.nodes):
-            if node is not None:
-                self._nodes[slot] = node
+        first = self._first_of_run(slots)
+        if first is not None and None not in step.nodes:  # the usual step: one slice write
+            self._nodes[first:first + len(slots)] = step.nodes
+        else:
+            for slot, node in zip(slots, step.nodes):
+                if node is not None:
+                    self._nodes[slot] = node
         data_slow = self._judge_data(step, slots, col, peer) if signal == "compute_time" and not small else None
         # Ranks missing from this step carry their old verdicts; they neither fire nor clear.
         counts = self._slow_ring[slots].sum(axis=1)

@@ -40,6 +40,8 @@ class TelemetryCorrelator:
         self.data_history = data_history
         # job -> rank -> (node, gpu); job -> rank -> recent data_time values
         self._placement: dict[str, dict[int, tuple[str | None, int | None]]] = {}
+        # job -> (ranks, nodes, gpus) of its last run of step events: a run that repeats it changes nothing
+        self._last_run: dict[str, tuple[list, list, list]] = {}
         self._data_time: dict[str, dict[int, deque[float]]] = {}
 
     def observe_step(self, event: StepEvent) -> None:
@@ -51,12 +53,19 @@ class TelemetryCorrelator:
         placement = self._placement.get(job)
         if placement is None:
             placement = self._placement[job] = {}
-        if None not in nodes:
+        last = self._last_run.get(job)
+        if last is not None and last[0] == ranks and last[1] == nodes and last[2] == gpus:
+            pass  # the same ranks where the job's previous run put them (the usual next step): nothing changes
+        elif None not in nodes:
             placement.update(zip(ranks, zip(nodes, gpus)))  # later events win, as one by one
         else:
             for rank, node, gpu in zip(ranks, nodes, gpus):
                 if node is not None or gpu is not None:
                     placement[rank] = (node, gpu)
+        if len(ranks) >= 16:
+            self._last_run[job] = (list(ranks), list(nodes), list(gpus))
+        else:
+            self._last_run.pop(job, None)
         times = self._data_time.get(job)
         if times is not None and _all_reported(data_times) and times.keys() >= set(ranks):
             # every value reported and every rank's ring exists: append in order, all in C
@@ -82,6 +91,7 @@ class TelemetryCorrelator:
 
     def forget_job(self, job: str) -> None:
         self._placement.pop(job, None)
+        self._last_run.pop(job, None)
         self._data_time.pop(job, None)
 
     def placement(self, job: str, rank: int) -> tuple[str | None, int | None]:
