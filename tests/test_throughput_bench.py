@@ -41,3 +41,14 @@ def test_core_and_memory_parts_measure_and_the_report_renders():
 def test_child_programs_are_modules_that_run_only_as_main(name):
     mod = importlib.import_module(f"bench.children.{name}")
     assert callable(mod.main)
+
+
+def test_worker_trees_says_what_it_compares(capsys):
+    """bench/worker_trees.py (the side-by-side table in BENCHMARKS.md): its --help, without a broker."""
+    from bench.worker_trees import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "revs" in out and "--rounds" in out and "side by side" in out
