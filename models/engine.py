@@ -26,7 +26,7 @@ from .jobhealth.job_health import JobHealthSettings
 from .oncall.oncall import OnCall, leaving_engine
 from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
-from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal
+from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal, open_alerts_of
 from .jobhealth.sli import JobSLI
 from .wire.step_columns import StepColumns
 from .steps.straggler import StragglerDetector, StragglerSettings
@@ -117,7 +117,7 @@ class JobState:
         return self._by_name[name]
 
     def open_alerts(self) -> list[Alert]:
-        return [a for rule in self.rules for a in rule.open_alerts()]
+        return open_alerts_of(self.rules)
 
     # Views of the rules' detectors (status views, tests); the engine goes through the rules.
     @property

@@ -212,6 +212,27 @@ def closed(alerts: list[Alert], resolution: Resolution, reason: str) -> list[Ale
     return out
 
 
+def open_alerts_of(rules) -> list[Alert]:
+    """The alerts now firing of several rules, in their order (a job's rules, the hub's, on-call's)."""
+    return [a for rule in rules for a in rule.open_alerts()]
+
+
+def capped_of(rules) -> dict[str, int]:
+    """Input several rules left out at a state cap so far, by what, summed."""
+    out: dict[str, int] = {}
+    for rule in rules:
+        for what, n in rule.capped().items():
+            out[what] = out.get(what, 0) + n
+    return out
+
+
+def reconfigure_rules(rules, settings) -> None:
+    """New settings to every rule whose spec takes that settings class (state and open alerts kept)."""
+    for rule in rules:
+        if rule.spec.settings is not None and isinstance(settings, rule.spec.settings):
+            rule.reconfigure(settings)
+
+
 def dependency_order(specs: list[RuleSpec]) -> list[RuleSpec]:
     """``specs`` with each after the rules it ``needs`` (otherwise in the given order); ``ValueError`` on an
     unknown name or a cycle."""

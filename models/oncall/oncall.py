@@ -32,7 +32,7 @@ from ..alerts import Alert
 from ..wire.events import StepEvent
 from .ledger import Incident, NodeLedger
 from .placement import PlacementView
-from ..rule import OutletRule, Signal
+from ..rule import OutletRule, Signal, capped_of, open_alerts_of, reconfigure_rules
 from ..wire.step_columns import StepColumns
 from dataclasses import dataclass
 
@@ -133,21 +133,15 @@ class OnCall:
 
     def reconfigure(self, settings: OnCallSettings) -> None:
         """New settings to every outlet rule that takes them (state and open alerts kept)."""
-        for rule in self.rules:
-            if rule.spec.settings is not None and isinstance(settings, rule.spec.settings):
-                rule.reconfigure(settings)
+        reconfigure_rules(self.rules, settings)
         self.settings = settings
 
     def open_alerts(self) -> list[Alert]:
         """The outlet rules' alerts now firing."""
-        return [a for rule in self.rules for a in rule.open_alerts()]
+        return open_alerts_of(self.rules)
 
     def capped(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for rule in self.rules:
-            for what, n in rule.capped().items():
-                out[what] = out.get(what, 0) + n
-        return out
+        return capped_of(self.rules)
 
     # -- input --------------------------------------------------------------------------------
 

@@ -67,18 +67,14 @@ class ClockOffsets:
             if ends is None:  # a late event of a step already judged: so are the others
                 return
             get = ends.get
+            pairs = zip(nodes, ts)
             if n >= 64:  # ranks of a node come together: each run of one node's events by its minimum
                 names = np.array(nodes, dtype=object)
                 starts = np.flatnonzero(np.concatenate(([True], names[1:] != names[:-1])))
                 if len(starts) * 4 <= n:
-                    lows = np.minimum.reduceat(np.asarray(ts, dtype=np.float64), starts).tolist()
-                    for node, t in zip(names[starts].tolist(), lows):
-                        if node is not None:
-                            prev = get(node)
-                            if prev is None or t < prev:
-                                ends[node] = t
-                    return
-            for node, t in zip(nodes, ts):
+                    pairs = zip(names[starts].tolist(),
+                                np.minimum.reduceat(np.asarray(ts, dtype=np.float64), starts).tolist())
+            for node, t in pairs:
                 if node is not None:
                     prev = get(node)
                     if prev is None or t < prev:

@@ -37,8 +37,8 @@ import numpy as np
 from ..alerts import Alert, alert_id
 from .assembly import GroupStep
 from ..resolution import Resolution, with_resolution
-from .straggler import choose_signal, median
-from .robust import nan_median
+from .robust import median, nan_median
+from .straggler import choose_signal
 from .straggler_evidence import LongStragglerCost, LongStragglerEvidence
 from ..evidence import StragglerSignal
 

@@ -133,7 +133,23 @@ class DeviceRule(NodeRule):
         r.hbm_ratio, r.hbm_step_growth = h.hbm_full_ratio, h.hbm_step_growth
 
 
-class FabricRule(NodeRule):
+class _IncidentRule(NodeRule):
+    """A node rule that is an incidents object of models/oncall/incidents.py (``self.incidents``: ``filter``,
+    ``firing``, ``close``) fed alerts: the three methods said once."""
+
+    incidents: Any
+
+    def on_alerts(self, alerts: list[Alert]) -> list[Alert]:
+        return self.incidents.filter(alerts)
+
+    def open_alerts(self) -> list[Alert]:
+        return self.incidents.firing()
+
+    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
+        return closed(self.incidents.close(at, reason), resolution, reason)
+
+
+class FabricRule(_IncidentRule):
     """Many nodes' ports erring at once: one fabric incident instead of a link alert per node
     (models/oncall/incidents.py). Takes the telemetry rule's alerts as they leave."""
 
@@ -147,22 +163,13 @@ class FabricRule(NodeRule):
         assert isinstance(telemetry, TelemetryRule)
         self.incidents: FabricIncidents = FabricIncidents(telemetry.tracker, jobs_on=env.jobs_on)
 
-    def on_alerts(self, alerts: list[Alert]) -> list[Alert]:
-        return self.incidents.filter(alerts)
-
-    def open_alerts(self) -> list[Alert]:
-        return self.incidents.firing()
-
-    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        return closed(self.incidents.close(at, reason), resolution, reason)
-
 
 
 #: The classes a straggler alert can be classified as (the straggler rule's: models/job_rules.py).
 STRAGGLER_CLASSES = ("straggler_unexplained", "input_pipeline")
 
 
-class NodeIncidentRule(NodeRule):
+class NodeIncidentRule(_IncidentRule):
     """The stragglers of most ranks of one node, with one kind of cause, as one node incident
     (models/oncall/incidents.py ``NodeIncidents``). Takes the job rules' alerts once their causes are named."""
 
@@ -173,15 +180,6 @@ class NodeIncidentRule(NodeRule):
         from ..oncall.incidents import NodeIncidents  # oncall imports the engine's outlet: not at load time
 
         self.incidents: NodeIncidents = NodeIncidents(env.ranks_on)
-
-    def on_alerts(self, alerts: list[Alert]) -> list[Alert]:
-        return self.incidents.filter(alerts)
-
-    def open_alerts(self) -> list[Alert]:
-        return self.incidents.firing()
-
-    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        return closed(self.incidents.close(at, reason), resolution, reason)
 
 
 class IntermittentRule(NodeRule):

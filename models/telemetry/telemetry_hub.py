@@ -24,7 +24,7 @@ from .causes import SuspectedCause
 from .telemetry_correlator import TelemetryCorrelator
 from ..wire.telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
 from .telemetry_tracker import TelemetryTracker
-from ..rule import NodeRule, Signal
+from ..rule import NodeRule, Signal, capped_of, open_alerts_of, reconfigure_rules
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,21 +214,15 @@ class TelemetryHub:
 
     def open_alerts(self) -> list[Alert]:
         """The node rules' alerts now firing."""
-        return [a for rule in self.rules for a in rule.open_alerts()]
+        return open_alerts_of(self.rules)
 
     def capped(self) -> dict[str, int]:
         """Input the node rules left out at a state cap so far, by what (``stepwatch_state_capped_total``)."""
-        out: dict[str, int] = {}
-        for rule in self.rules:
-            for what, n in rule.capped().items():
-                out[what] = out.get(what, 0) + n
-        return out
+        return capped_of(self.rules)
 
     def reconfigure(self, settings) -> None:
         """New settings (``TelemetrySettings`` or ``HostSettings``) to every node rule that takes them."""
-        for rule in self.rules:
-            if rule.spec.settings is not None and isinstance(settings, rule.spec.settings):
-                rule.reconfigure(settings)
+        reconfigure_rules(self.rules, settings)
 
     def ranks_on(self, job: str, node: str) -> tuple[int, ...]:
         return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))

@@ -13,6 +13,21 @@ if TYPE_CHECKING:  # the whole tree loads the detection core: only when a comman
     from stepwatch.config import Settings
 
 
+def files_precheck(command: str, nothing: str):
+    """A ``precheck`` (stepwatch/cli.py) for commands reading several recordings: every file checked before any
+    is read, so one missing among them is one line (``stepwatch COMMAND: PATH: why; NOTHING``) and nothing
+    half done: a job's other ranks' events without it are not the job."""
+
+    def check(args: argparse.Namespace) -> None:
+        from stepwatch.recording import unreadable
+
+        problem = unreadable(args.files)
+        if problem:
+            raise SystemExit(f"stepwatch {command}: {problem}; {nothing}")
+
+    return check
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     from stepwatch.config import Settings
 

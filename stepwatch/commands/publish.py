@@ -6,17 +6,7 @@ import argparse
 import sys
 import time
 
-from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
-
-
-def _check_files(args: argparse.Namespace) -> None:
-    """Every file checked before anything is sent (and before the broker is asked, cli.py's precheck): a rank's
-    file found missing halfway would leave the job half published, its other ranks' steps without it."""
-    from stepwatch.recording import unreadable
-
-    problem = unreadable(args.files)
-    if problem:
-        raise SystemExit(f"stepwatch publish: {problem}; nothing published")
+from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings, files_precheck
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,4 +38,4 @@ def add_parser(sub) -> None:
                         "(\"_arrival\", else event time), never reordered within a file")
     p.add_argument("--speed", type=float, default=0.0,
                    help="x real time by each line's \"_arrival\" (else its event time); 0: as fast as possible")
-    p.set_defaults(func=run, precheck=_check_files)
+    p.set_defaults(func=run, precheck=files_precheck("publish", "nothing published"))

@@ -6,15 +6,7 @@ import argparse
 import sys
 import time
 
-
-def _check_files(args: argparse.Namespace) -> None:
-    """Every file checked before any alert is printed: one missing among several would otherwise show up after
-    the alerts of the others, which are not the job's alerts without it."""
-    from stepwatch.recording import unreadable
-
-    problem = unreadable(args.files)
-    if problem:
-        raise SystemExit(f"stepwatch replay: {problem}; nothing replayed")
+from stepwatch.commands.common import files_precheck
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,4 +40,4 @@ def add_parser(sub) -> None:
                    help="after the last event, run the timer rules this many seconds on (hangs at the end fire)")
     p.add_argument("--until", metavar="TIME", help="after the last event, run the timer rules up to this time "
                    "(Unix seconds or ISO 8601, UTC)")
-    p.set_defaults(func=run, precheck=_check_files)
+    p.set_defaults(func=run, precheck=files_precheck("replay", "nothing replayed"))
