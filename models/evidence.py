@@ -75,6 +75,13 @@ class StragglerEvidence:
     resolved_step: int | None = None  # the step a resolved episode ended at
     node_incident: bool = False  # ``incident_scope`` is set: one alert for several ranks of a node
     #: (models/oncall/incidents.py ``NodeIncidents``), not one rank's
+    ratio: float | None = None  # the rank's median over its peers' (rank_median / peer_median)
+    rank_median: float | None = None  # the rank's median of ``signal`` (seconds)
+    #: What the rank costs its job (models/steps/cost.py ``Cost.to_evidence``): the job's slowdown, the
+    #: job's step time the cost was measured on, and the GPUs that wait.
+    job_slowdown: float | None = None
+    cost_step_time: float | None = None
+    cost_gpus: int | None = None
 
     @classmethod
     def of(cls, alert: Alert, *, strict: bool = False) -> "StragglerEvidence":
@@ -93,7 +100,11 @@ class StragglerEvidence:
                    detected_step=None if detected is None else int(detected),
                    peer_median=_number(ev, "peer_median", strict), cause=cause if isinstance(cause, str) else None,
                    group=group if isinstance(group, str) else None,
-                   resolved_step=None if resolved is None else int(resolved), node_incident="incident_scope" in ev)
+                   resolved_step=None if resolved is None else int(resolved), node_incident="incident_scope" in ev,
+                   ratio=_number(ev, "ratio", strict), rank_median=_number(ev, "rank_median", strict),
+                   job_slowdown=_number(ev, "job_slowdown", strict),
+                   cost_step_time=_number(ev, "cost_step_time", strict),
+                   cost_gpus=None if (gpus := _number(ev, "cost_gpus", strict)) is None else int(gpus))
 
     @property
     def short(self) -> bool:

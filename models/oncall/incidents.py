@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
-from ..evidence import StragglerEvidence
+from ..evidence import Horizon, StragglerEvidence
 from ..telemetry.causes import SuspectedCause
 from ..steps.cost import cost
 
@@ -332,7 +332,7 @@ class NodeIncidents:
         firing: dict[tuple[str, str, str], list[Alert]] = {}
         for alert in alerts:
             if alert.type != AlertType.STRAGGLER or len(alert.ranks) != 1 or not alert.nodes or \
-                    alert.evidence.get("horizon") == "long":
+                    StragglerEvidence.of(alert).horizon is Horizon.LONG:
                 out.append(alert)
             elif alert.status == AlertStatus.FIRING and alert.id in self._member_of:
                 # a new version of a member (its causes enriched later): the incident speaks for it
@@ -391,23 +391,23 @@ class NodeIncidents:
         members = sorted(inc.members.values(), key=lambda a: (a.ranks[0], a.id))
         ranks = tuple(sorted({a.ranks[0] for a in members}))
         first = min(members, key=lambda a: a.starts_at)
-        worst = max(members, key=lambda a: a.evidence.get("ratio") or 0.0)
-        slowdowns = [a.evidence.get("job_slowdown") for a in members if isinstance(a.evidence.get("job_slowdown"),
-                                                                                   (int, float))]
+        read = {a.id: StragglerEvidence.of(a) for a in members}  # the member alerts' evidence, typed
+        worst = max(members, key=lambda a: read[a.id].ratio or 0.0)
+        w = read[worst.id]
+        slowdowns = [e.job_slowdown for e in read.values() if e.job_slowdown is not None]
         on_node = self.ranks_on(job, node)
         evidence = dict(worst.evidence)
         evidence.update({"incident_scope": "node", "node": node, "node_ranks": list(ranks),
                          "ranks_on_node": len(on_node) if on_node else None,
-                         "rank_ratios": {str(a.ranks[0]): a.evidence.get("ratio") for a in members},
+                         "rank_ratios": {str(a.ranks[0]): read[a.id].ratio for a in members},
                          "member_alerts": len(members),
-                         "first_step": min(a.evidence.get("first_step", 0) for a in members)})
+                         "first_step": min(read[a.id].first_step or 0 for a in members)})
         # The node's cost: the job would go at its other ranks' pace without the node's excess (every
         # rank of it alike slow: without any one of them the job is no faster, so theirs says ~1x).
-        step_times = [a.evidence.get("cost_step_time") for a in members]
-        peer = worst.evidence.get("peer_median")
-        if all(isinstance(t, (int, float)) for t in step_times) and isinstance(peer, (int, float)) and slowdowns:
-            node_cost = cost(max(step_times), max(float(a.evidence.get("rank_median") or 0.0) for a in members) - peer,
-                             int(worst.evidence.get("cost_gpus") or 0))
+        step_times = [e.cost_step_time for e in read.values()]
+        if None not in step_times and w.peer_median is not None and slowdowns:
+            node_cost = cost(max(step_times), max(float(e.rank_median or 0.0) for e in read.values()) - w.peer_median,
+                             w.cost_gpus or 0)
             if node_cost is not None:
                 evidence.update(node_cost.to_evidence())
         hint = evidence.get("cause_hint") or "unknown"
@@ -417,7 +417,7 @@ class NodeIncidents:
                       job=job, ranks=ranks, nodes=(node,), starts_at=first.starts_at, evidence=evidence,
                       summary=(f"straggler: node {node}: {len(ranks)} of its "
                                f"{len(on_node) if on_node else len(ranks)} ranks of job {job} (ranks "
-                               f"{_span(ranks)}) are up to {worst.evidence.get('ratio') or 0:.2f}x slower than their "
+                               f"{_span(ranks)}) are up to {w.ratio or 0:.2f}x slower than their "
                                f"peers; one node incident; suspected cause: {hint}"))
         if inc.alert.type == AlertType.STRAGGLER and inc.alert.evidence.get("incident_scope") == "node":
             inc.updates += 1

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from ..tunable import runtime
 from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
+from ..evidence import HangEvidence
 from .causes import SuspectedCause
 from .telemetry_correlator import TelemetryCorrelator
 from ..wire.telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
@@ -240,8 +241,8 @@ class TelemetryHub:
                 rule.on_steps(job, steps, step_times)
 
     def _reference_time(self, alert: Alert) -> float:
-        since = alert.evidence.get("stalled_since") if alert.type == AlertType.HANG else None
-        return float(since) if isinstance(since, (int, float)) else alert.starts_at
+        since = HangEvidence.of(alert).stalled_since if alert.type == AlertType.HANG else None
+        return alert.starts_at if since is None else float(since)
 
     def _job_nodes(self, job: str) -> tuple[str, ...]:
         placed = (node for node, _ in self.correlator._placement.get(job, {}).values() if node is not None)
