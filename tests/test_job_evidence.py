@@ -265,3 +265,52 @@ def test_the_failure_class_and_nodes_come_from_the_first_cause_record():
     # a cause that is not one (an old or foreign record) leaves the alert its own class
     odd = alert(AlertType.STRAGGLER, {"signal": "data_time", "suspected_causes": [{"category": "weather"}]}, ranks=(3,))
     assert classes.failure_class(odd) == "input_pipeline" and implicated_nodes(odd) == ()
+
+
+# -- the link_errors alert (models/telemetry/link_evidence.py) ------------------------------------------------
+
+LINK = {"node": "node-007", "device": "mlx5_1", "port": 1, "began_at": 1700000321.5,
+        "errors": {"symbol_error": 412, "link_downed": 1}, "state": "ACTIVE", "rate_gbps": 200.0,
+        "bad_samples": 4, "window": 10,
+        "ports": [{"device": "mlx5_1", "port": 1, "errors": {"symbol_error": 412, "link_downed": 1}, "state": "ACTIVE",
+                   "bad_samples": 4, "began_at": 1700000321.5},
+                  {"device": "mlx5_3", "port": 1, "errors": {}, "state": "DOWN", "bad_samples": 2,
+                   "began_at": None}]}
+
+
+def test_link_errors_evidence_round_trips_and_reads_kinds():
+    from stepwatch.models.telemetry.link_evidence import LinkErrorsEvidence
+
+    a = alert(AlertType.LINK_ERRORS, {**LINK, "jobs": [{"job": "j", "ranks": [3]}]})  # a key added later: ignored
+    e = LinkErrorsEvidence.of(a)
+    assert json.dumps(e.to_dict()) == json.dumps(LINK)  # key order included
+    assert [p.device for p in e.ports] == ["mlx5_1", "mlx5_3"]
+    assert e.error_kinds == {"symbol_error", "link_downed", "link_down"}  # the second port is down
+    # What a reader must not fail on: garbage ports are skipped, missing numbers read as empty.
+    odd = LinkErrorsEvidence.of(alert(AlertType.LINK_ERRORS, {"errors": {"rcv_error": 3}, "ports": ["x", None]}))
+    assert odd.ports == () and odd.began_at is None and odd.error_kinds == {"rcv_error"}
+    with pytest.raises(ValueError):
+        LinkErrorsEvidence.of(alert(AlertType.GPU_FAULT, LINK))
+
+
+def test_link_errors_alert_of_the_tracker_is_the_record():
+    """The tracker's own alert (two ports of a node erring, one then down): its evidence is exactly the record's
+    dict, and the record reads the kinds the fabric incidents group by."""
+    from stepwatch.models.telemetry.link_evidence import LinkErrorsEvidence
+    from stepwatch.models.telemetry.telemetry_tracker import TelemetryTracker
+    from stepwatch.models.wire.telemetry_events import LinkEvent
+
+    tracker = TelemetryTracker(clear_after=10)
+    fired = []
+    for t in range(30):
+        for dev in ("mlx5_0", "mlx5_1"):
+            k = int(t)
+            state = "DOWN" if dev == "mlx5_1" and t >= 20 else "ACTIVE"
+            ev = LinkEvent(node="n1", ts=1_760_000_000.0 + t, device=dev, port=1, state=state, rate=400.0,
+                           counters={"port_xmit_data": k * 10**9, "port_rcv_data": k * 10**9,
+                                     "port_xmit_wait": k * 200_000, "symbol_error": 10 * max(t - 10, 0)})
+            fired += [a for a in tracker.update(ev) if a.type == AlertType.LINK_ERRORS]
+    assert fired, "the ports' errors must fire a link_errors alert"
+    record = LinkErrorsEvidence.of(fired[0])
+    assert json.dumps(record.to_dict()) == json.dumps(fired[0].evidence)
+    assert record.node == "n1" and "symbol_error" in record.error_kinds

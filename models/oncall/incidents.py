@@ -34,6 +34,7 @@ from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
 from ..evidence import Horizon, StragglerEvidence
 from ..telemetry.causes import SuspectedCause
+from ..telemetry.link_evidence import LinkErrorsEvidence
 from ..steps.cost import cost
 
 #: The group of nodes without a known switch: the whole fleet.
@@ -121,17 +122,13 @@ class FabricIncidents:
         state = self.tracker._nodes.get(node)
         if state is None or not state.nic_switch:
             return FLEET
-        devices = [p.get("device") for p in alert.evidence.get("ports") or () if isinstance(p, dict)]
+        devices = [p.device for p in LinkErrorsEvidence.of(alert).ports]
         switches = sorted({state.nic_switch[d] for d in devices if d in state.nic_switch})
         return switches[0] if switches else FLEET
 
-    def _kinds(self, alert: Alert) -> set[str]:
-        kinds: set[str] = set()
-        for port in alert.evidence.get("ports") or ():
-            kinds.update((port.get("errors") or {}).keys())
-            if str(port.get("state") or "ACTIVE").upper() not in ("ACTIVE", "NONE"):
-                kinds.add("link_down")
-        return kinds or set((alert.evidence.get("errors") or {}).keys())
+    @staticmethod
+    def _kinds(alert: Alert) -> set[str]:
+        return LinkErrorsEvidence.of(alert).error_kinds
 
     def _firing(self, node: str, alert: Alert) -> list[Alert]:
         key = self._key(node, alert)
@@ -155,7 +152,8 @@ class FabricIncidents:
         if len(together) < self.min_nodes or len(self._open) >= self.max_incidents:
             self._paged[node] = alert
             return [alert]
-        began = float(alert.evidence.get("began_at", at))
+        began = LinkErrorsEvidence.of(alert).began_at
+        began = at if began is None else float(began)
         inc = _Open(key=key, id=alert_id("", "fabric", key or "fleet", round(began, 3)), began_at=began,
                     starts_at=at, counters=set(kinds), members=dict.fromkeys(sorted(together)))
         inc.held[node] = alert

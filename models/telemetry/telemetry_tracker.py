@@ -32,6 +32,7 @@ from typing import Any
 
 from ..alerts import Alert, alert_id
 from .counters import Baseline, CounterTrack
+from .link_evidence import LinkErrorsEvidence, PortErrors
 from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
 
 #: Error counters of a port (sysfs counters/ and hw_counters/): any increase is a spike.
@@ -460,9 +461,10 @@ class TelemetryTracker:
         where = f"port {ev.device}/{ev.port}"
         if len(listed) > 1:
             where = f"{len(listed)} ports ({', '.join(f'{d}/{n}' for (d, n), _ in listed)}), first {ev.device}/{ev.port},"
-        ports = [{"device": d, "port": n, "errors": dict(p.err_totals), "state": p.state,
-                  "bad_samples": int(sum(p.err_ring)), "began_at": None if p.err_first is None else round(p.err_first, 3)}
-                 for (d, n), p in listed]
+        ports = tuple(PortErrors(device=d, port=n, errors=dict(p.err_totals), state=p.state,
+                                 bad_samples=int(sum(p.err_ring)),
+                                 began_at=None if p.err_first is None else round(p.err_first, 3))
+                      for (d, n), p in listed)
         node.link_alert = Alert(
             id=alert_id("", "link_errors", ev.node, round(began, 3)),
             status="firing", type="link_errors",
@@ -470,9 +472,10 @@ class TelemetryTracker:
             job="", ranks=(), nodes=(ev.node,), starts_at=ev.ts,
             summary=(f"link_errors: {where} on {ev.node}: {what} in "
                      f"{sum(port.err_ring)} of its last {len(port.err_ring)} samples"),
-            evidence={"node": ev.node, "device": ev.device, "port": ev.port, "began_at": round(began, 3),
-                      "errors": totals, "state": port.state, "rate_gbps": ev.rate,
-                      "bad_samples": int(sum(port.err_ring)), "window": len(port.err_ring), "ports": ports})
+            evidence=LinkErrorsEvidence(node=ev.node, device=ev.device, port=ev.port, began_at=round(began, 3),
+                                        errors=totals, state=port.state, rate_gbps=ev.rate,
+                                        bad_samples=int(sum(port.err_ring)), window=len(port.err_ring),
+                                        ports=ports).to_dict())
         return [node.link_alert]
 
     # -- GPUs -----------------------------------------------------------------------------
