@@ -35,6 +35,9 @@ def test_a_slower_transfer_is_still_a_communication_slowdown(sends):
     alerts = run(PipelineJob(stages=4, dp=8, slow_link=True, link_factor=3.0, sends=sends, seed=3))
     comm = [a for a in alerts if a.type == "comm_slowdown"]
     assert comm and all(a.evidence["op"] in ("send", "recv") for a in comm)
+    # one root cause (every pipeline replica's transfers slower): one incident, not an alert per group and op
+    assert len({a.id for a in comm}) == 1, [a.summary for a in comm]
+    assert {s["process_group"] for s in comm[-1].evidence["slowed"]} == {f"pp{d}" for d in range(8)}
     drops = [a for a in alerts if a.type == "throughput_drop"]
     assert drops and drops[0].evidence["layer"] == "communication"
     assert [a for a in alerts if a.type == "straggler"] == []

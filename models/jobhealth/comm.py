@@ -22,6 +22,13 @@ all waited for a straggler still to come, and sell its wait as transfer time.
 recent increase resolves at its next collective with ``evidence.resolution = threshold_changed``, saying
 the latency is still up by that much; otherwise resolutions are ``recovered``.
 
+**One incident per job** (``MAX_INCIDENT_UPDATES``): keys that slow down while one of the job's comm alerts is
+open join it instead of paging again (a slower fabric slows every process group of the job: the data-parallel
+all-reduce, each pipeline replica's sends and receives, ...). The first key's alert is the incident; once 2, 4, 8,
+... keys have joined, a new version of it (same id) is published with ``evidence.slowed`` listing every key slowed
+during it (at most ``MAX_INCIDENT_UPDATES`` versions; the resolution lists them all); it resolves when the last of
+its keys does. A job with one slowed key gets the same alert as before.
+
 **Point-to-point ops** (``send``, ``recv``, ``isend``, ``irecv``, ``*-send``/``*-recv``): their numbers do
 not match across ranks (pipeline stages do different numbers of them), and a receive waits for
 its sender's compute. The transfer sample is the shortest of the key's last ``p2p_window``
@@ -33,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -59,6 +66,11 @@ def is_p2p(op: str) -> bool:
     op = op.lower()
     return op in P2P_OPS or op.endswith(("send", "recv"))
 
+
+#: Versions of a job's comm incident published as more keys join it (the rest wait for its resolution).
+MAX_INCIDENT_UPDATES = 8
+#: Keys named in a grouped incident's summary (``evidence.slowed`` lists them all).
+SUMMARY_KEYS = 4
 
 #: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
 #: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
@@ -152,6 +164,12 @@ class CommSlowdownDetector:
         self._keys: dict[tuple[str, str, str], _Key] = {}
         self.capped: Counter[str] = Counter()
         self._clean: dict[tuple[str, str, str], int] = {}
+        # The job's one comm incident: its latest version, the keys firing in it (their own alerts, not
+        # published past the first), every key that joined it (for ``evidence.slowed``), versions published.
+        self._incident: Alert | None = None
+        self._members: dict[tuple[str, str, str], Alert] = {}
+        self._joined: dict[tuple[str, str, str], Alert] = {}
+        self._versions = 0
 
     #: Settings ``reconfigure`` may change at run time.
     TUNABLE = ("threshold", "window", "persistence")
@@ -246,7 +264,7 @@ class CommSlowdownDetector:
         if state.firing is None and state.over >= self.persistence:
             state.firing, state.fired = self._fire(key, state, seq, ts, base, recent, rel, ranks)
             self._clean[key] = 0
-            return [state.firing]
+            return self._join(key, state.firing)
         if state.firing is not None:
             fired_at = state.fired.threshold if state.fired is not None else self.threshold
             if self.threshold > fired_at and rel < self.threshold:
@@ -254,18 +272,62 @@ class CommSlowdownDetector:
                 alert, state.firing, state.fired = state.firing, None, None
                 state.over = 0
                 detail = f"comm.threshold {fired_at:g} -> {self.threshold:g}"
-                return [alert.resolved(at=ts, summary=f"resolved: threshold changed ({detail}); {key[1]} latency is "
-                                                      f"still {rel:.0%} above its baseline, below the new threshold "
-                                                      f"({alert.summary})",
-                                       evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
-                                                 "resolution_detail": detail, "recent_increase": round(rel, 4)})]
+                return self._leave(key, alert, alert.resolved(
+                    at=ts, summary=f"resolved: threshold changed ({detail}); {key[1]} latency is still {rel:.0%} "
+                                   f"above its baseline, below the new threshold ({alert.summary})",
+                    evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                              "resolution_detail": detail, "recent_increase": round(rel, 4)}))
             self._clean[key] = self._clean.get(key, 0) + 1 if rel < self.threshold / 2 else 0
             if self._clean[key] >= self.clear_after:
                 alert, state.firing, state.fired = state.firing, None, None
-                return [alert.resolved(at=ts, summary=f"resolved: {key[1]} latency back to baseline "
-                                                      f"({alert.summary})",
-                                       evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value})]
+                return self._leave(key, alert, alert.resolved(
+                    at=ts, summary=f"resolved: {key[1]} latency back to baseline ({alert.summary})",
+                    evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value}))
         return []
+
+    # -- the job's one incident ------------------------------------------------------------------------
+
+    def _join(self, key, alert: Alert) -> list[Alert]:
+        """A key fired: the job's incident if none is open, else a new version of the open one."""
+        self._members[key] = self._joined[key] = alert
+        if self._incident is None:
+            self._incident, self._versions = alert, 0
+            return [alert]
+        self._incident = self._grouped()
+        n = len(self._joined)
+        if n & (n - 1) or self._versions >= MAX_INCIDENT_UPDATES:
+            return []  # a version at 2, 4, 8, ... keys (not one per key); this one is kept for the next or its end
+        self._versions += 1
+        return [self._incident]
+
+    def _grouped(self) -> Alert:
+        """The incident's version naming every key that joined it (the first key's alert, extended)."""
+        joined = list(self._joined.values())
+        first = joined[0]
+        slowed = [{"process_group": e["process_group"], "op": e["op"], "size_bucket": e["size_bucket"],
+                   "increase": e["increase"], "detected_seq": e["detected_seq"]}
+                  for e in (a.evidence for a in joined)]
+        others = ", ".join(f"{s['op']} on {s['process_group']} (+{s['increase']:.0%})" for s in slowed[1:SUMMARY_KEYS + 1])
+        if len(slowed) > SUMMARY_KEYS + 1:
+            others += f" and {len(slowed) - SUMMARY_KEYS - 1} more"
+        return replace(first, severity="critical" if any(a.severity == "critical" for a in joined) else "warning",
+                       ranks=tuple(dict.fromkeys(r for a in joined for r in a.ranks)),
+                       nodes=tuple(dict.fromkeys(n for a in joined for n in a.nodes)),
+                       summary=f"{first.summary}; one incident: {len(slowed) - 1} more slowed with it: {others}",
+                       evidence={**first.evidence, "slowed": slowed})
+
+    def _leave(self, key, alert: Alert, resolved: Alert) -> list[Alert]:
+        """A key recovered (``resolved``: its own alert's resolution): the incident resolves with its last key."""
+        self._members.pop(key, None)
+        if self._members or self._incident is None:
+            return []  # others are still slow: the incident stays open
+        incident, self._incident = self._incident, None
+        self._joined.clear()
+        if incident is alert:  # a one-key incident: its own resolution
+            return [resolved]
+        extra = {k: v for k, v in resolved.evidence.items() if k not in alert.evidence}
+        return [incident.resolved(at=resolved.ends_at, summary=resolved.summary.replace(alert.summary, incident.summary),
+                                  evidence={**incident.evidence, **extra})]
 
     def _fire(self, key, state: _Key, seq: int, ts: float, base: float, recent: float, rel: float,
               ranks: dict[int, tuple[float, float, str | None]]) -> tuple[Alert, CommEvidence]:
@@ -299,15 +361,15 @@ class CommSlowdownDetector:
             evidence=evidence.to_dict()), evidence
 
     def open_alerts(self) -> list[Alert]:
-        return [s.firing for s in self._keys.values() if s.firing is not None]
+        return [self._incident] if self._incident is not None else []
 
     def close(self, *, at: float, reason: str) -> list[Alert]:
-        out = []
         for state in self._keys.values():
-            if state.firing is not None:
-                out.append(state.firing.resolved(at=at, summary=f"resolved ({reason}): {state.firing.summary}"))
-                state.firing = state.fired = None
-        return out
+            state.firing = state.fired = None
+        incident, self._incident = self._incident, None
+        self._members.clear()
+        self._joined.clear()
+        return [incident.resolved(at=at, summary=f"resolved ({reason}): {incident.summary}")] if incident else []
 
 
 def _stands_out(growth: float, all_growth: list[float], *, ratio: float = 1.10, z: float = 3.5,
