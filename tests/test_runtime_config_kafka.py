@@ -70,7 +70,7 @@ def test_config_set_changes_a_node_rule_on_a_live_worker_and_a_job_scoped_node_s
     assert "host.gpu_hot_temp_c=70" in out, out
     wait_for(lambda: get_json(base + "/config")[1]["effective_default"]["host"]["gpu_hot_temp_c"] == 70.0,
              what="the new threshold on the running worker")
-    assert _metric(base, 'stepwatch_config_updates_total{result="applied"}') == 1.0
+    wait_for(lambda: _metric(base, 'stepwatch_config_updates_total{result="applied"}') == 1.0, what="1 applied")
 
     # The same GPU at the same 72 C is hot now: one alert, judged against 70 C, none before the change.
     _send(kafka_bootstrap, telemetry, _gpu_samples("cfg-warm", 72.0, 4))
@@ -116,5 +116,5 @@ def test_config_set_changes_a_node_rule_on_a_live_worker_and_a_job_scoped_node_s
     assert "dropped telemetry" in result.stderr and "telemetry" not in result.stdout, result
     wait_for(lambda: get_json(base + "/config")[1]["jobs"] == {"cfg-job": {"straggler": {"ratio_threshold": 1.5}}},
              what="the job's setting applied")
-    assert _metric(base, 'stepwatch_config_updates_total{result="applied"}') == 2.0
+    wait_for(lambda: _metric(base, 'stepwatch_config_updates_total{result="applied"}') == 2.0, what="2 applied")
     assert _metric(base, 'stepwatch_config_updates_total{result="rejected"}') == 1.0
