@@ -122,9 +122,16 @@ def _merge_time(line: RecordedLine) -> float | None:
     obj = line.value
     if type(obj) is not dict:
         return None  # replay dead-letters it where it stands in its file
-    events = obj.get("events") if obj.get("kind") == "batch" else [obj]
-    events = [e for e in events if type(e) is dict] if type(events) is list else []
-    return _line_time(events, None)
+    if obj.get("kind") != "batch":  # the common case: a lone event (its time, or none)
+        ts = obj.get("ts")
+        return ts if type(ts) is float or type(ts) is int else None
+    events = obj.get("events")
+    latest = None
+    for event in events if type(events) is list else ():
+        ts = event.get("ts") if type(event) is dict else None
+        if (type(ts) is float or type(ts) is int) and (latest is None or ts > latest):
+            latest = ts
+    return latest
 
 
 def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes | RecordedLine]:
