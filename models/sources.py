@@ -153,12 +153,35 @@ def _pop_arrival(obj: dict) -> float | None:
 _bare_message = functools.partial(tuple.__new__, Message)
 
 
+class RecordedLine(NamedTuple):
+    """A recording line, parsed once (``recorded``): ``RecordingSource`` takes it as it is, so a line parsed
+    before it reaches the pipeline (``stepwatch replay`` of several files, merged by time) is not parsed again."""
+
+    message: Message
+    #: The line's JSON less ``_arrival`` (None: not JSON; ``rejected`` says why).
+    value: object
+    rejected: Rejected | None
+    #: Its ``_arrival`` (broker time), None when absent or not a Unix time.
+    arrival: float | None
+
+
 def _recorded(msg) -> tuple[Message, object, Rejected | None, float | None]:
-    """A recording line, parsed once: the message, its value less ``_arrival``, why it has none, and the arrival."""
+    """A recording line, parsed once: the message, its value less ``_arrival``, why it has none, and the arrival
+    (a ``RecordedLine`` as it is)."""
+    if type(msg) is RecordedLine:
+        return msg
     msg = _bare_message((msg, None, "", 0, None)) if type(msg) is bytes else _message(msg)
     obj, bad = parse_value(msg.value)
     arrival = _pop_arrival(obj) if type(obj) is dict and "_arrival" in obj else None
-    return msg, obj, bad, arrival
+    return msg, obj, bad, arrival  # (a plain tuple: one a line, on replay's hot path)
+
+
+def recorded(msg) -> RecordedLine:
+    """A recording line (bytes, a ``Message``, or a ``RecordedLine`` already), parsed once."""
+    return _recorded_line(_recorded(msg))
+
+
+_recorded_line = functools.partial(tuple.__new__, RecordedLine)
 
 
 def _latest_ts(obj) -> float | None:

@@ -14,8 +14,8 @@ the events' own time is the clock).
 - :func:`replay`: lines -> the worker's ``Pipeline`` (models/pipeline.py) -> alerts.
 - :func:`publish`: lines -> the topics, keyed as the wire format says (job events by job,
   node telemetry by node), batched, as fast as possible or paced.
-- :func:`merge_lines`: several recordings (one per rank or node) -> the lines of one, by time;
-  ``stepwatch replay`` and ``stepwatch publish`` both read their files through it.
+- :func:`merge_recorded`: several recordings (one per rank or node) -> the lines of one, by time, each
+  parsed once; ``stepwatch replay`` and ``stepwatch publish`` both read their files through it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ from datetime import datetime, timezone
 
 import orjson
 
+from typing import TYPE_CHECKING
+
 from stepwatch.config import Settings
+
+if TYPE_CHECKING:  # the detection core loads when a recording is read, not for the commands' file checks
+    from stepwatch.models.sources import RecordedLine
 
 PROGRESS_SECONDS = 5.0
 
@@ -108,46 +113,64 @@ def unreadable(paths: Iterable[str]) -> str | None:
     return None
 
 
-def _merge_time(line: bytes) -> float | None:
-    """Where a line stands in time: its ``_arrival`` (broker time) if recorded, else the latest event time it
-    states (as ``publish`` paces lines); None: not known (a config line, bad JSON)."""
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None  # replay dead-letters it where it stands in its file
+def _merge_time(line: RecordedLine) -> float | None:
+    """Where a parsed line stands in time: its ``_arrival`` (broker time) if recorded and a Unix time (as replay's
+    clock takes it), else the latest event time it states (as ``publish`` paces lines); None: not known (a config
+    line, bad JSON)."""
+    if line.arrival is not None:
+        return float(line.arrival)
+    obj = line.value
     if type(obj) is not dict:
-        return None
-    arrival = obj.get("_arrival")
-    events = obj.get("events") if obj.get("kind") == "batch" else [obj]
-    events = [e for e in events if type(e) is dict] if type(events) is list else []
-    return _line_time(events, arrival if type(arrival) in (int, float) else None)
+        return None  # replay dead-letters it where it stands in its file
+    if obj.get("kind") != "batch":  # the common case: a lone event (its time, or none)
+        ts = obj.get("ts")
+        return ts if type(ts) is float or type(ts) is int else None
+    events = obj.get("events")
+    latest = None
+    for event in events if type(events) is list else ():
+        ts = event.get("ts") if type(event) is dict else None
+        if (type(ts) is float or type(ts) is int) and (latest is None or ts > latest):
+            latest = ts
+    return latest
 
 
-def merge_lines(paths: list[str], *, what: str = "replay") -> Iterator[bytes]:
+def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes | RecordedLine]:
     """The lines of several recordings as one: one file per rank or node (each written on its own host) merged
-    by time, so that replaying them is replaying one recording of the whole job.
+    by time, so that replaying them is replaying one recording of the whole job. ``stepwatch replay`` and
+    ``stepwatch publish`` both read their files through it.
 
     Each file keeps its own order (a rank's events as it wrote them: reordering within a file could only lose
     what the recording says). Files are merged in a heap on each line's time (``_arrival``, else its event
     time), taken as the greatest seen so far in its file, so a line that went back in time (a clock step, a
     reordered event) stays behind the line before it; a line without a time (config, bad JSON) goes with
-    the line before it. Ties go to the file named first. One file: its lines as they are (no parsing).
-    Lazy: one line per file in memory.
+    the line before it. Ties go to the file named first. Lazy: one line per file in memory.
+
+    Each line is parsed once: several files' lines come parsed (``RecordedLine``, models/sources.py: the
+    merge needs their times, and replay's pipeline and publish take the parsed value as it is); one file's
+    come as they are (bytes, parsed where they are used).
     """
     if len(paths) < 2:
         yield from read_lines(paths, what=what)
         return
+    from stepwatch.models.sources import recorded
 
-    def timed(index: int, path: str) -> Iterator[tuple[float, int, int, bytes]]:
+    def timed(index: int, path: str) -> Iterator[tuple[float, int, int, RecordedLine]]:
         latest = float("-inf")
-        for seq, line in enumerate(read_lines([path], what=what)):
+        for seq, raw in enumerate(read_lines([path], what=what)):
+            line = recorded(raw)
             when = _merge_time(line)
             if when is not None and when > latest:
                 latest = when
-            yield latest, index, seq, line  # (seq: never compare two lines' bytes)
+            yield latest, index, seq, line  # (seq: never compare two lines)
 
     for *_, line in heapq.merge(*(timed(i, path) for i, path in enumerate(paths))):
         yield line
+
+
+def merge_lines(paths: list[str], *, what: str = "replay") -> Iterator[bytes]:
+    """``merge_recorded``'s lines as bytes (each line's own, as its file has it)."""
+    for line in merge_recorded(paths, what=what):
+        yield line if type(line) is bytes else line.message.value
 
 
 # -- replay ---------------------------------------------------------------------------------
@@ -178,9 +201,11 @@ def _is_config(line: bytes) -> bool:
     return b'"config"' in line and line.startswith(b"{") and b'"_key"' in line
 
 
-def _apply_config(lines: Iterable[bytes], pipeline, settings: Settings) -> Iterator[bytes | Callable[[], None]]:
+def _apply_config(lines: Iterable[bytes | RecordedLine], pipeline, settings: Settings
+                  ) -> Iterator[bytes | RecordedLine | Callable[[], None]]:
     """The lines, the config lines replaced by calls that change the pipeline's settings where they stand (as
     live): ``run_recording`` makes each call once every line before it is fed."""
+    from stepwatch.models.sources import recorded
     from stepwatch.runtime_config import RuntimeConfig
 
     runtime = RuntimeConfig(settings)
@@ -192,13 +217,11 @@ def _apply_config(lines: Iterable[bytes], pipeline, settings: Settings) -> Itera
             print(f"stepwatch replay: ignored runtime settings for {key!r}: {exc}", file=sys.stderr)
 
     for line in lines:
-        if _is_config(line):
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                record = None
+        raw = line if type(line) is bytes else line.message.value
+        if _is_config(raw):
+            record = recorded(line).value  # (a parsed line: as it is)
             if isinstance(record, dict) and record.get("kind") == "config" and isinstance(record.get("_key"), str):
-                yield functools.partial(apply, record["_key"], line)
+                yield functools.partial(apply, record["_key"], raw)
                 continue
         yield line
 
@@ -317,23 +340,31 @@ def record(settings: Settings, out, *, jobs: list[str] | None = None, since: flo
 # -- publish --------------------------------------------------------------------------------
 
 
-def _line_events(line: bytes) -> tuple[list | None, float | None]:
-    """A line's events (dicts) and its ``_arrival``; None: not a wire-format object."""
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None, None
+def _line_events(line: bytes | RecordedLine) -> tuple[list | None, float | None]:
+    """A line's events (dicts) and its ``_arrival``; None: not a wire-format object. Parsed once: as replay's
+    pipeline parses it (``recorded``), a line ``merge_recorded`` parsed already taken as it is."""
+    from stepwatch.models.sources import recorded
+    from stepwatch.models.wire.wire import MAX_MESSAGE_BYTES
+
+    line = recorded(line)
+    value = line.value
+    raw = line.message.value
+    if value is None and raw is not None and len(raw) > MAX_MESSAGE_BYTES:
+        # Over one message's limit: still sent, in batches of the publisher's size (not one message).
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None, None
+        if isinstance(value, dict):
+            value.pop("_arrival", None)
     if not isinstance(value, dict):
-        return None, None
-    arrival = value.pop("_arrival", None)
-    if not isinstance(arrival, (int, float)) or isinstance(arrival, bool):
-        arrival = None
+        return None, line.arrival
     if value.get("kind") == "batch":
         items = value.get("events")
         if not isinstance(items, list) or not all(isinstance(e, dict) for e in items):
-            return None, arrival
-        return items, arrival
-    return [value], arrival
+            return None, line.arrival
+        return items, line.arrival
+    return [value], line.arrival
 
 
 def wire_key(event: dict) -> tuple[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import orjson
 
@@ -10,7 +11,7 @@ from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _sett
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepwatch.runtime_config import GLOBAL, parse_assignments, read_topic, validate, write_topic
+    from stepwatch.runtime_config import GLOBAL, WORKER_SECTIONS, parse_assignments, read_topic, validate, write_topic
 
     settings = _settings(args)
     _require_bootstrap(settings)
@@ -27,10 +28,18 @@ def run(args: argparse.Namespace) -> int:
         for scope in sorted(scopes, key=lambda k: (k != GLOBAL, k)):
             name = "all jobs (*)" if scope == GLOBAL else f"job {scope}"
             values = ", ".join(f"{sec}.{k}={v}" for sec, kv in scopes[scope].items() for k, v in sorted(kv.items()))
-            print(f"{name}: {values}")
+            refused = _refused(scope, scopes[scope])
+            # Written raw to the topic (``set --job`` refuses them): the workers refuse the whole message.
+            print(f"{name}: {values}" + (f" (refused by the workers: {', '.join(refused)} set for '*' only)"
+                                         if refused else ""))
         return 0
     changes = parse_assignments(args.assignments) if args.config_command == "set" else {}
     current = read_topic(settings).get(key, {})
+    refused = _refused(key, current)
+    if refused:  # kept, they would make the workers refuse this scope's new message too
+        current = {sec: kv for sec, kv in current.items() if sec not in WORKER_SECTIONS}
+        print(f"stepwatch config: job {key}: dropped {', '.join(refused)} (the workers refused it: set for '*' "
+              f"only)", file=sys.stderr)
     if args.config_command == "set":
         merged = {sec: dict(current.get(sec, {})) for sec in set(current) | set(changes)}
         for sec, kv in changes.items():
@@ -52,6 +61,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"stepwatch config: {scope}: no runtime settings (back to the defaults)")
     return 0
+
+
+def _refused(scope: str, overrides: dict) -> list[str]:
+    """The worker-wide sections a job's scope names: the workers refuse such a message whole."""
+    from stepwatch.runtime_config import GLOBAL, WORKER_SECTIONS
+
+    return [] if scope == GLOBAL else sorted(set(overrides) & set(WORKER_SECTIONS))
 
 
 def _check_assignments(args: argparse.Namespace) -> None:

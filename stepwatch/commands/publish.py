@@ -10,13 +10,13 @@ from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _sett
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepwatch.recording import merge_lines, publish
+    from stepwatch.recording import merge_recorded, publish
 
     settings = _settings(args)
     _require_bootstrap(settings)
     started = time.monotonic()
-    try:  # several files: merged by time as replay merges them (recording.py merge_lines), one road for both
-        stats = publish(merge_lines(args.files, what="publish"), settings, speed=args.speed)
+    try:  # several files: merged by time as replay merges them (recording.py merge_recorded), one road for both
+        stats = publish(merge_recorded(args.files, what="publish"), settings, speed=args.speed)
     except FileNotFoundError as exc:  # gone between the check and its turn
         raise SystemExit(f"stepwatch publish: {exc.filename}: no such file") from None
     print(f"stepwatch publish: {stats['events_sent']} events in {stats['messages_sent']} messages from "

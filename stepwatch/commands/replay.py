@@ -11,14 +11,14 @@ from stepwatch.commands.common import files_precheck
 
 def run(args: argparse.Namespace) -> int:
     from stepwatch.config import Settings
-    from stepwatch.recording import merge_lines, parse_time, replay
+    from stepwatch.recording import merge_recorded, parse_time, replay
 
     settings = Settings.from_env()
     stats: dict = {"events": 0, "rejected": 0, "alerts": 0}
     started = time.monotonic()
     until = parse_time(args.until) if args.until else None
     try:  # the worker's own pipeline (models/pipeline.py), on the recording's clock
-        replay(merge_lines(args.files), settings, drain=args.drain, until=until, stats=stats)
+        replay(merge_recorded(args.files), settings, drain=args.drain, until=until, stats=stats)
     except FileNotFoundError as exc:
         raise SystemExit(f"stepwatch replay: {exc.filename}: no such file") from None
     sys.stdout.flush()
