@@ -11,6 +11,10 @@ late event cannot move it). Offsets below ``min_offset`` are taken as 0.
 Rules that compare timestamps written by different hosts (the hang rule: silence, stuck ranks,
 the job's progress) subtract the writer's offset first, which puts every host on the job's
 median clock. A job that sends no step events (heartbeats only) gets no estimate.
+
+:func:`source_offsets` is the same estimate over whole recordings (one per rank or node): ``stepwatch replay``
+and ``publish`` take each file's offset off its event times before merging the files by time
+(stepwatch/recording.py ``merge_lines``), so a host whose clock is ahead is not merged steps late.
 """
 
 from __future__ import annotations
