@@ -68,6 +68,9 @@ class CauseCategory(StrEnum):
     INPUT_PIPELINE = "input_pipeline"
     HOST = "host"
     FABRIC = "fabric"
+    #: Not of this vocabulary: another producer's category, read back (``SuspectedCause.of``) with its own
+    #: name kept in ``SuspectedCause.foreign_category`` and written out again as it came; never written by us.
+    OTHER = "other"
 
 
 #: Every alert type, as strings (the CLI's choices).

@@ -113,10 +113,10 @@ def unreadable(paths: Iterable[str]) -> str | None:
     return None
 
 
-def _merge_time(line: RecordedLine) -> float | None:
+def _merge_time(line: RecordedLine, offset: float = 0.0) -> float | None:
     """Where a parsed line stands in time: its ``_arrival`` (broker time) if recorded and a Unix time (as replay's
-    clock takes it), else the latest event time it states (as ``publish`` paces lines); None: not known (a config
-    line, bad JSON)."""
+    clock takes it), else the latest event time it states (as ``publish`` paces lines) less its writer's clock
+    ``offset``; None: not known (a config line, bad JSON)."""
     if line.arrival is not None:
         return float(line.arrival)
     obj = line.value
@@ -124,14 +124,66 @@ def _merge_time(line: RecordedLine) -> float | None:
         return None  # replay dead-letters it where it stands in its file
     if obj.get("kind") != "batch":  # the common case: a lone event (its time, or none)
         ts = obj.get("ts")
-        return ts if type(ts) is float or type(ts) is int else None
+        return ts - offset if type(ts) is float or type(ts) is int else None
     events = obj.get("events")
     latest = None
     for event in events if type(events) is list else ():
         ts = event.get("ts") if type(event) is dict else None
         if (type(ts) is float or type(ts) is int) and (latest is None or ts > latest):
             latest = ts
-    return latest
+    return latest - offset if latest is not None else None
+
+
+#: How much of each file ``merge_lines`` reads ahead to estimate its writer's clock offset: its first lines, up to
+#: this many steps of its step events.
+OFFSET_HEAD_LINES = 20_000
+OFFSET_HEAD_STEPS = 64
+
+
+def file_clock_offsets(paths: list[str], *, what: str = "replay") -> list[float]:
+    """Each file's writer's clock offset from the others' (seconds ahead), from the step-end times of the steps
+    their heads share (models/steps/clocks.py ``source_offsets``): in synchronous training every rank ends a step
+    at the same instant, so what differs is the clocks. Lines with ``_arrival`` are on the broker's clock and are
+    left out; stdin and other files that cannot be read twice (a pipe) get 0."""
+    from stepwatch.models.steps.clocks import source_offsets
+
+    heads: list[dict[tuple[str, int], float]] = []
+    step_times: list[float] = []
+    for path in paths:
+        ends: dict[tuple[str, int], float] = {}
+        heads.append(ends)
+        try:
+            regular = path != "-" and stat.S_ISREG(os.stat(path).st_mode)
+        except OSError:
+            regular = False  # reported where the file is read
+        if not regular:
+            continue
+        lines = read_lines([path], what=what)
+        try:
+            for n, line in enumerate(lines):
+                if n >= OFFSET_HEAD_LINES or len(ends) >= OFFSET_HEAD_STEPS:
+                    break
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue  # dead-lettered by replay where it stands
+                if type(obj) is not dict or "_arrival" in obj:
+                    continue
+                events = obj.get("events") if obj.get("kind") == "batch" else [obj]
+                for e in events if type(events) is list else ():
+                    if type(e) is not dict or e.get("kind") != "step":
+                        continue
+                    job, step, ts, took = e.get("job"), e.get("step"), e.get("ts"), e.get("step_time")
+                    if type(job) is str and type(step) is int and type(ts) in (int, float):
+                        key = (job, step)
+                        ends[key] = min(ends.get(key, ts), ts)
+                        if type(took) in (int, float):
+                            step_times.append(took)
+        finally:
+            lines.close()
+    step_times.sort()
+    typical = step_times[len(step_times) // 2] if step_times else float("nan")
+    return source_offsets(heads, step_time=typical)
 
 
 def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes | RecordedLine]:
@@ -141,9 +193,12 @@ def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes 
 
     Each file keeps its own order (a rank's events as it wrote them: reordering within a file could only lose
     what the recording says). Files are merged in a heap on each line's time (``_arrival``, else its event
-    time), taken as the greatest seen so far in its file, so a line that went back in time (a clock step, a
-    reordered event) stays behind the line before it; a line without a time (config, bad JSON) goes with
-    the line before it. Ties go to the file named first. Lazy: one line per file in memory.
+    time less the file's clock offset, ``file_clock_offsets``: a host whose clock runs seconds ahead would
+    otherwise have its events merged seconds late, many steps behind the other ranks'), taken as the greatest
+    seen so far in its file, so a line that went back in time (a clock step, a reordered event) stays behind
+    the line before it; a line without a time (config, bad JSON) goes with the line before it. Ties go to the
+    file named first. Lazy: one line per file in memory (and the head of each file read once before, for the
+    offsets).
 
     Each line is parsed once: several files' lines come parsed (``RecordedLine``, models/sources.py: the
     merge needs their times, and replay's pipeline and publish take the parsed value as it is); one file's
@@ -153,12 +208,14 @@ def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes 
         yield from read_lines(paths, what=what)
         return
     from stepwatch.models.sources import recorded
+    offsets = file_clock_offsets(paths, what=what)
 
     def timed(index: int, path: str) -> Iterator[tuple[float, int, int, RecordedLine]]:
         latest = float("-inf")
+        offset = offsets[index]
         for seq, raw in enumerate(read_lines([path], what=what)):
             line = recorded(raw)
-            when = _merge_time(line)
+            when = _merge_time(line, offset)
             if when is not None and when > latest:
                 latest = when
             yield latest, index, seq, line  # (seq: never compare two lines)

@@ -246,9 +246,30 @@ def test_a_suspected_cause_reads_back_through_its_record():
     assert json.dumps(cause.to_dict(wire["rank"])) == json.dumps(wire)
     assert SuspectedCause.of(wire) == cause
     # what a reader must survive: not a cause, a category not in the vocabulary, fields left out
-    assert SuspectedCause.of("network") is None and SuspectedCause.of({"category": "weather"}) is None
+    assert SuspectedCause.of("network") is None and SuspectedCause.of({"node": "node-000"}) is None
+    assert SuspectedCause.of({"category": "weather"}).category is CauseCategory.OTHER  # kept: see the next test
     bare = SuspectedCause.of({"category": "compute"})
     assert bare is not None and bare.node is None and bare.signals == () and bare.hint == ""
+
+
+def test_a_foreign_producers_cause_is_kept_and_goes_out_as_it_came():
+    """A cause whose category is not of our vocabulary (another producer's) is not dropped: it reads as ``OTHER``
+    with its own name kept, still implicates its node, and is written back byte for byte; ours are unchanged."""
+    wire = {"rank": 1, "category": "power_supply", "node": "node-042", "component": "psu1", "score": 3.2,
+            "began_at": 1700000100.0, "hint": "power supply: PSU 1 lost redundancy",
+            "evidence": [{"signal": "psu_redundancy_lost", "what": "PSU 1"}]}
+    cause = SuspectedCause.of(wire)
+    assert cause is not None and cause.category is CauseCategory.OTHER
+    assert cause.foreign_category == cause.category_name == "power_supply"
+    assert json.dumps(cause.to_dict(1)) == json.dumps(wire)
+    straggler = alert(AlertType.STRAGGLER, {"signal": "compute_time", "horizon": "short", "suspected_causes": [wire]},
+                      ranks=(3,))
+    assert implicated_nodes(straggler) == ("node-042",)
+    assert Classifier().failure_class(straggler) == Classifier().failure_class(
+        alert(AlertType.STRAGGLER, {"signal": "compute_time", "horizon": "short"}, ranks=(3,)))  # its own class
+    ours = SuspectedCause.of(dict(wire, category="host"))
+    assert ours.foreign_category is None and ours.to_dict(1)["category"] == "host"
+    assert "foreign_category" not in ours.to_dict(1)
 
 
 def test_the_failure_class_and_nodes_come_from_the_first_cause_record():

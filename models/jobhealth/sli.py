@@ -2,7 +2,10 @@
 
 Per job, from the judged steps and the hang rule:
 
-* ``tokens_per_second`` and ``steps_per_second`` over the recent steps;
+* ``tokens_per_second`` and ``steps_per_second`` over the recent steps, timed on one host's clock: each
+  step's end time of its lowest reporting rank, between the newest step and the oldest step that rank
+  reported too (host clocks disagree, sometimes by seconds; the latest rank of a step is not always the
+  same host);
 * ``productive_share``: wall time spent in completed training steps over the wall time the
   job has been observed (what hangs, restarts, checkpoint and eval pauses take away);
 * ``straggler_gpu_seconds``: GPU time lost waiting for the slowest rank, summed over steps:
@@ -15,7 +18,7 @@ Per job, from the judged steps and the hang rule:
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 
@@ -27,6 +30,8 @@ class JobSLI:
     def __init__(self, *, window: int = 50) -> None:
         self.window = window
         self._steps: deque[tuple[int, float, float, float]] = deque(maxlen=window)  # step, end ts, time, tokens
+        #: Beside each of ``_steps``: the rank whose clock times it (the step's lowest rank) and its step end.
+        self._clock: deque[tuple[int, float]] = deque(maxlen=window)
         self._last_step = -1
         self.first_ts: float | None = None
         self.last_ts: float | None = None
@@ -60,6 +65,10 @@ class JobSLI:
         tokens = float(np.nansum(step.tokens)) if step.tokens.size else 0.0
         self.productive_seconds += step_time
         self._steps.append((step.step, step.ts, step_time, tokens))
+        if step.lowest_ts == step.lowest_ts and step.ranks.size:
+            self._clock.append((int(step.ranks[0]), step.lowest_ts))
+        else:  # built without per-rank times: the step's own end
+            self._clock.append((-1, step.ts))
         self.ranks = max(self.ranks, len(step.ranks))
 
     def on_tick(self, now: float, *, hung: bool) -> None:
@@ -68,17 +77,22 @@ class JobSLI:
         self._last_tick = now
 
     def snapshot(self) -> dict:
-        steps = list(self._steps)
+        steps = [(step, clock, end, tokens) for (step, _, _, tokens), (clock, end) in zip(self._steps, self._clock)]
         out: dict = {
             "steps_per_second": None, "tokens_per_second": None, "productive_share": None,
             "straggler_gpu_seconds": round(self.straggler_gpu_seconds, 3),
             "hang_gpu_seconds": round(self.hang_gpu_seconds, 3), "mfu": None,
         }
-        if len(steps) >= 2:
-            span = steps[-1][1] - steps[0][1]
+        # One clock: the rank that was the lowest of most steps (a lost event can make another one the lowest),
+        # from its oldest to its newest step.
+        clock = Counter(s[1] for s in steps).most_common(1)[0][0] if steps else None
+        on_clock = [i for i, s in enumerate(steps) if s[1] == clock]
+        if len(on_clock) >= 2:
+            first, last = on_clock[0], on_clock[-1]
+            span = steps[last][2] - steps[first][2]
             if span > 0:
-                out["steps_per_second"] = round((len(steps) - 1) / span, 4)
-                tokens = sum(t for *_, t in steps[1:])
+                out["steps_per_second"] = round((last - first) / span, 4)
+                tokens = sum(t for *_, t in steps[first + 1:last + 1])
                 if tokens > 0:
                     out["tokens_per_second"] = round(tokens / span, 2)
         if self.first_ts is not None and self.last_ts is not None and self.last_ts > self.first_ts:

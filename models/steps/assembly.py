@@ -65,6 +65,9 @@ class GroupStep:
     #: collective durations, models/steps/arrival.py), with the (process group, op) used.
     comm_source: str = "step"
     comm_ops: tuple[str, str] | None = None
+    #: The step-end time of ``ranks[0]`` on its own host's clock: a rate from two steps' ``ts`` could subtract
+    #: two hosts' clocks (the latest rank differs), one from the same rank's ``lowest_ts`` cannot.
+    lowest_ts: float = NAN
 
 
 class _OpenStep:
@@ -318,6 +321,7 @@ class StepAssembler:
             nodes=nodes,
             phase=open_step.phase,
             missing=max((self._expected() or 0) - len(order), 0),
+            lowest_ts=ts[0],
         )
 
     def _reset(self) -> None:

@@ -11,6 +11,10 @@ late event cannot move it). Offsets below ``min_offset`` are taken as 0.
 Rules that compare timestamps written by different hosts (the hang rule: silence, stuck ranks,
 the job's progress) subtract the writer's offset first, which puts every host on the job's
 median clock. A job that sends no step events (heartbeats only) gets no estimate.
+
+:func:`source_offsets` is the same estimate over whole recordings (one per rank or node): ``stepwatch replay``
+and ``publish`` take each file's offset off its event times before merging the files by time
+(stepwatch/recording.py ``merge_lines``), so a host whose clock is ahead is not merged steps late.
 """
 
 from __future__ import annotations
@@ -128,3 +132,32 @@ class ClockOffsets:
 def _median(ordered: list[float]) -> float:
     n = len(ordered)
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def source_offsets(step_ends: list[dict[tuple[str, int], float]], *, step_time: float) -> list[float]:
+    """Each source's clock offset (seconds ahead of the sources' median), from its step-end times.
+
+    ``step_ends[i]`` maps ``(job, step)`` to source ``i``'s earliest step-end time of that step (a source: one
+    rank's or node's recording). The estimate is :class:`ClockOffsets`'s: per step reported by at least two
+    sources, each source's deviation from their median; per source, the median of its deviations. An offset
+    under half the job's ``step_time`` is taken as 0: ranks of a pipeline's stages end a step up to a bubble
+    apart, and less than a step does not put a step's events out of place. A source that shares no step with
+    another (telemetry only) gets 0.
+    """
+    deviations: list[list[float]] = [[] for _ in step_ends]
+    keys: dict[tuple[str, int], None] = {}
+    for ends in step_ends:
+        keys.update(dict.fromkeys(ends))
+    for key in keys:
+        present = [(i, ends[key]) for i, ends in enumerate(step_ends) if key in ends]
+        if len(present) < 2:
+            continue
+        mid = _median(sorted(t for _, t in present))
+        for i, t in present:
+            deviations[i].append(t - mid)
+    floor = step_time / 2 if step_time == step_time else 0.0
+    out = []
+    for devs in deviations:
+        offset = _median(sorted(devs)) if devs else 0.0
+        out.append(offset if abs(offset) >= floor else 0.0)
+    return out
