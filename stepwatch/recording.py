@@ -134,9 +134,9 @@ def _merge_time(line: RecordedLine, offset: float = 0.0) -> float | None:
     return latest - offset if latest is not None else None
 
 
-#: How much of each file ``merge_lines`` reads ahead to estimate its writer's clock offset: its first lines, up to
-#: this many steps of its step events.
-OFFSET_HEAD_LINES = 20_000
+#: How much of each file ``merge_recorded`` reads ahead to estimate its writer's clock offset: its first lines, up
+#: to this many steps of its step events. The lines read ahead are kept, parsed, for the merge (parsed once).
+OFFSET_HEAD_LINES = 4_000
 OFFSET_HEAD_STEPS = 64
 
 
@@ -145,13 +145,22 @@ def file_clock_offsets(paths: list[str], *, what: str = "replay") -> list[float]
     their heads share (models/steps/clocks.py ``source_offsets``): in synchronous training every rank ends a step
     at the same instant, so what differs is the clocks. Lines with ``_arrival`` are on the broker's clock and are
     left out; stdin and other files that cannot be read twice (a pipe) get 0."""
+    return _clock_heads(paths, what=what)[0]
+
+
+def _clock_heads(paths: list[str], *, what: str) -> tuple[list[float], list[list[RecordedLine]]]:
+    """``file_clock_offsets``, and the lines each file's head estimate read (parsed, for the merge)."""
+    from stepwatch.models.sources import recorded
     from stepwatch.models.steps.clocks import source_offsets
 
     heads: list[dict[tuple[str, int], float]] = []
+    parsed: list[list[RecordedLine]] = []
     step_times: list[float] = []
     for path in paths:
         ends: dict[tuple[str, int], float] = {}
+        head: list[RecordedLine] = []
         heads.append(ends)
+        parsed.append(head)
         try:
             regular = path != "-" and stat.S_ISREG(os.stat(path).st_mode)
         except OSError:
@@ -160,15 +169,14 @@ def file_clock_offsets(paths: list[str], *, what: str = "replay") -> list[float]
             continue
         lines = read_lines([path], what=what)
         try:
-            for n, line in enumerate(lines):
+            for n, raw in enumerate(lines):
                 if n >= OFFSET_HEAD_LINES or len(ends) >= OFFSET_HEAD_STEPS:
                     break
-                try:
-                    obj = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue  # dead-lettered by replay where it stands
-                if type(obj) is not dict or "_arrival" in obj:
-                    continue
+                line = recorded(raw)
+                head.append(line)
+                obj = line.value
+                if type(obj) is not dict or line.arrival is not None:
+                    continue  # not JSON (dead-lettered by replay where it stands), or on the broker's clock
                 events = obj.get("events") if obj.get("kind") == "batch" else [obj]
                 for e in events if type(events) is list else ():
                     if type(e) is not dict or e.get("kind") != "step":
@@ -183,7 +191,7 @@ def file_clock_offsets(paths: list[str], *, what: str = "replay") -> list[float]
             lines.close()
     step_times.sort()
     typical = step_times[len(step_times) // 2] if step_times else float("nan")
-    return source_offsets(heads, step_time=typical)
+    return source_offsets(heads, step_time=typical), parsed
 
 
 def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes | RecordedLine]:
@@ -208,13 +216,14 @@ def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes 
         yield from read_lines(paths, what=what)
         return
     from stepwatch.models.sources import recorded
-    offsets = file_clock_offsets(paths, what=what)
+    offsets, heads = _clock_heads(paths, what=what)
 
     def timed(index: int, path: str) -> Iterator[tuple[float, int, int, RecordedLine]]:
         latest = float("-inf")
-        offset = offsets[index]
+        offset, head = offsets[index], heads[index]
+        heads[index] = []  # (the merge holds them from here)
         for seq, raw in enumerate(read_lines([path], what=what)):
-            line = recorded(raw)
+            line = head[seq] if seq < len(head) else recorded(raw)  # the head was parsed for the offsets
             when = _merge_time(line, offset)
             if when is not None and when > latest:
                 latest = when
