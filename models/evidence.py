@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .alert_types import AlertType
 from .alerts import Alert
+
+if TYPE_CHECKING:
+    from .hang.evidence import RankPosition
 
 
 class StragglerSignal(StrEnum):
@@ -124,6 +127,8 @@ class HangEvidence:
     case: HangCase | None
     stalled_since: float | None  # event time the job stopped progressing
     culprit_nodes: tuple[str, ...]  # nodes of the ranks the rule names as the cause, most likely first
+    #: Where each silent rank was last seen (``evidence.silent``; models/hang/evidence.py ``RankPosition``).
+    silent: tuple["RankPosition", ...] = ()
 
     @classmethod
     def of(cls, alert: Alert, *, strict: bool = False) -> "HangEvidence":
@@ -134,5 +139,13 @@ class HangEvidence:
         if strict and not isinstance(culprits, (list, tuple)):
             raise ValueError(f"evidence.culprits: not a list: {culprits!r}")
         nodes = tuple(str(c["node"]) for c in culprits if isinstance(c, dict) and c.get("node"))
+        from .hang.evidence import RankPosition  # (it imports this module's HangCase)
+
+        silent = ev.get("silent") or ()
+        positions = tuple(
+            RankPosition(rank=s["rank"], node=s.get("node") if isinstance(s.get("node"), str) else None,
+                         last_seen=_number(s, "last_seen", False))
+            for s in (silent if isinstance(silent, (list, tuple)) else ())
+            if isinstance(s, dict) and isinstance(s.get("rank"), int) and not isinstance(s.get("rank"), bool))
         return cls(case=_member(HangCase, ev, "case", strict), stalled_since=_number(ev, "stalled_since", strict),
-                   culprit_nodes=nodes)
+                   culprit_nodes=nodes, silent=positions)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from ..tunable import runtime
 from ..alert_types import AlertType
 from ..alerts import Alert
-from ..evidence import StragglerEvidence, StragglerSignal
+from ..evidence import HangEvidence, StragglerEvidence, StragglerSignal
 from ..jobhealth.throughput import Layer, ThroughputEvidence
 from .causes import SuspectedCause
 from .counters import Baseline, CounterTrack, counter_delta
@@ -473,14 +473,14 @@ class HostCorrelator:
 
     def _oom_causes(self, alert: Alert, placement: Callable[[str, int], tuple]) -> list[SuspectedCause]:
         out = []
-        for info in alert.evidence.get("silent", []) or []:
-            if not isinstance(info, dict) or info.get("last_seen") is None:
+        for position in HangEvidence.of(alert).silent:
+            if position.last_seen is None:
                 continue
-            rank = info.get("rank")
-            node = info.get("node") or (placement(alert.job, rank)[0] if isinstance(rank, int) else None)
+            rank = position.rank
+            node = position.node or placement(alert.job, rank)[0]
             if node is None:
                 continue
-            last = float(info["last_seen"])
+            last = float(position.last_seen)
             # The rank and its node's agent share the node's clock.
             kills = [k for k in self.tracker.ooms(node) if last - OOM_SLACK_SECONDS <= k[0] <= last + self.oom_window]
             if not kills:
