@@ -48,26 +48,27 @@ def split(rec: Path, files: int, ranks: int, tmp: Path) -> list[str]:
     return paths
 
 
-def _once(paths: list[str]) -> int:
+def _parsed(merge, paths: list[str]) -> int:
+    """Lines of ``merge(paths)`` each taken to the parsed line the pipeline takes (a parsed one as it is)."""
     from stepwatch.models.sources import _recorded
-    from stepwatch.recording import merge_recorded
 
     n = 0
-    for line in merge_recorded(paths):
+    for line in merge(paths):
         _recorded(line)
         n += 1
     return n
+
+
+def _once(paths: list[str]) -> int:
+    from stepwatch.recording import merge_recorded
+
+    return _parsed(merge_recorded, paths)
 
 
 def _twice(paths: list[str]) -> int:
-    from stepwatch.models.sources import _recorded
     from stepwatch.recording import merge_lines
 
-    n = 0
-    for line in merge_lines(paths):
-        _recorded(line)
-        n += 1
-    return n
+    return _parsed(merge_lines, paths)
 
 
 def _child_cpu(cmd: list[str]) -> float:
