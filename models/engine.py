@@ -52,11 +52,10 @@ class RetentionSettings:
     max_ranks_per_job: int = 131_072
 
 
-#: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended
-#: (ranks' clocks differ by milliseconds); a restarted job relaunches processes and loads a
-#: checkpoint first, which takes far longer.
-
-
+#: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended, and so
+#: are those of a rank that continues its own count within this long of its previous event on its own clock
+#: (a host whose clock is seconds ahead: ``HangDetector.continues``); a restarted job relaunches processes
+#: and loads a checkpoint first, which takes far longer.
 END_GRACE_SECONDS = 10.0
 #: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
 CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
@@ -236,7 +235,9 @@ class DetectionEngine:
             job, evicted = self._add_job(event.job)
             if job is None:
                 return []
-        elif job.ended and event.ts <= job.ended_at + END_GRACE_SECONDS and getattr(event, "rank", None) is not None:
+        elif job.ended and getattr(event, "rank", None) is not None and (
+                (type(getattr(event, "step", None)) is int and job.hang.continues(
+                    event.rank, event.step, event.ts, END_GRACE_SECONDS)) or event.ts <= job.ended_at + END_GRACE_SECONDS):
             job.late_after_end += 1  # see _process_steps
             return []
         else:
@@ -346,7 +347,9 @@ class DetectionEngine:
             # after: overtaken on another path (e.g. a different shard stage process), not a restart,
             # which would reopen the job's alerts. The first later step is the restart.
             limit = job.ended_at + END_GRACE_SECONDS
-            late = next((i for i, t in enumerate(ts) if t > limit), hi - lo)
+            ranks, steps, continues = cols.rank, cols.step, job.hang.continues
+            late = next((i for i, t in enumerate(ts) if not continues(
+                ranks[lo + i], steps[lo + i], t, END_GRACE_SECONDS) and t > limit), hi - lo)
             if late:
                 job.late_after_end += late
                 lo += late

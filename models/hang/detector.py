@@ -282,6 +282,20 @@ class HangDetector:
     def rank_count(self) -> int:
         return len(self.progress.slot_of_rank)
 
+    def continues(self, rank: int, step: int, ts: float, within: float) -> bool:
+        """After the job's end: whether an event of ``rank`` at ``step`` is a late one of the run that ended,
+        i.e. the rank is known, its step did not go back and the event comes within ``within`` seconds of its
+        previous one on its own clock (a host whose clock runs ahead has its events sorted late in a
+        recording sorted by time; a restart relaunches the process and loads a checkpoint first). A late
+        event is remembered as the rank's latest (the next one continues from it)."""
+        p = self.progress
+        slot = p.slot_of_rank.get(rank)
+        if slot is None or step < p.last_step[slot] or ts - self.clocks.offset(p.nodes[slot]) - p.last_seen[slot] > within:
+            return False
+        p.last_step[slot] = step
+        p.last_seen[slot] = ts - self.clocks.offset(p.nodes[slot])
+        return True
+
     def update(self, event: Event) -> list[Alert]:
         """Learn from one event; return a resolved alert when it ends a hang."""
         if isinstance(event, StepEvent):  # one step path: a lone step event is a run of one

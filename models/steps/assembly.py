@@ -110,6 +110,10 @@ class StepAssembler:
         self._extra_lag = 0
         self._extra_seen = -1
         self.last_closed = -1
+        #: Each rank's newest reported step: a restart is a rank's own step counter going far back, not a
+        #: step far behind the others' (a host whose events come late, e.g. a clock ahead in a recording
+        #: sorted by event time).
+        self._rank_step: dict[int, int] = {}
         self.late_events = 0
         self.restarts = 0
 
@@ -189,6 +193,7 @@ class StepAssembler:
                             q = min(q, p + to_quorum)
                 chunk_ranks = ranks[p:q]
                 self.members.update(chunk_ranks)
+                self._rank_step.update(dict.fromkeys(chunk_ranks, step))
                 for w in reversed(world_sizes[p:q]):
                     if w is not None:
                         self.world_size_hint = w
@@ -240,16 +245,18 @@ class StepAssembler:
             if extra >= self._extra_lag:
                 self._extra_lag, self._extra_seen = extra, self._quorum_step
         if step <= self.last_closed:
-            if step < self.last_closed - self.max_pending_steps:
-                # The step counter went far back: the job restarted from a checkpoint.
+            if step < self.last_closed - self.max_pending_steps and self._went_back(rank, step):
+                # The rank's step counter went far back: the job restarted from a checkpoint.
                 self._reset()
                 self.restarts += 1
             else:
                 self.late_events += 1
+                self._rank_step[rank] = step
                 return None
         if self._first_step is None:
             self._first_step = step
         self.members.add(rank)
+        self._rank_step[rank] = step
         if world_size is not None:
             self.world_size_hint = world_size
         advanced = step > self._newest_step
@@ -276,6 +283,13 @@ class StepAssembler:
         while len(open_steps) > self.max_pending_steps:
             closed = (closed or []) + self._close_through(min(open_steps))
         return closed
+
+    def _went_back(self, rank, step: int) -> bool:
+        """Whether ``rank``'s own step counter went far back (a restart). A rank that reported nothing yet, or
+        keeps counting up behind the others (its events come late), did not restart; after a restart every
+        rank's counter goes back, so the first known rank's next event finds it."""
+        last = self._rank_step.get(rank)
+        return last is not None and step < last - self.max_pending_steps
 
     def flush_due(self) -> float:
         """The earliest time ``flush`` closes anything (``inf``: no open step); only ``add`` moves it."""
@@ -332,6 +346,7 @@ class StepAssembler:
         self._extra_lag = 0
         self._extra_seen = -1
         self.last_closed = -1
+        self._rank_step.clear()
 
 
 def _nan(value: float | None) -> float:
