@@ -205,7 +205,8 @@ def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes 
     otherwise have its events merged seconds late, many steps behind the other ranks'), taken as the greatest
     seen so far in its file, so a line that went back in time (a clock step, a reordered event) stays behind
     the line before it; a line without a time (config, bad JSON) goes with the line before it. Ties go to the
-    file named first. Lazy: one line per file in memory (and the head of each file read once before, for the
+    file named first. Where some file's offset is not 0, each line is replayed with its merge time as its arrival
+    (``_arriving``: the clock a live worker would have had). Lazy: one line per file in memory (and the head of each file read once before, for the
     offsets).
 
     Each line is parsed once: several files' lines come parsed (``RecordedLine``, models/sources.py: the
@@ -213,10 +214,12 @@ def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes 
     come as they are (bytes, parsed where they are used).
     """
     if len(paths) < 2:
-        yield from read_lines(paths, what=what)
+        yield from _one_recording(paths, what=what)
         return
     from stepwatch.models.sources import recorded
     offsets, heads = _clock_heads(paths, what=what)
+
+    moved = any(offsets)
 
     def timed(index: int, path: str) -> Iterator[tuple[float, int, int, RecordedLine]]:
         latest = float("-inf")
@@ -227,10 +230,123 @@ def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes 
             when = _merge_time(line, offset)
             if when is not None and when > latest:
                 latest = when
-            yield latest, index, seq, line  # (seq: never compare two lines)
+            yield latest, index, seq, _arriving(line, latest) if moved else line  # (seq: never compare two lines)
 
     for *_, line in heapq.merge(*(timed(i, path) for i, path in enumerate(paths))):
         yield line
+
+
+#: One recording sorted by event time: how much of its head ``_one_recording`` reads to estimate its hosts'
+#: clock offsets (up to this many steps or events, whichever first); and the share of its timed lines that may
+#: go back in time for it to count as sorted (a few reordered events).
+SORTED_HEAD_STEPS = 256
+SORTED_HEAD_EVENTS = 50_000  # parsed lines held: tens of MB at most
+SORTED_BACK_SHARE = 0.01
+
+
+def _one_recording(paths: list[str], *, what: str) -> Iterator[bytes | RecordedLine]:
+    """The lines of one recording: as they are, unless it is sorted by event time (no ``_arrival``: an
+    imported or generated trace) and its hosts' clocks disagree by more than half a step. Sorting by raw
+    time puts a host whose clock is seconds ahead many steps late (its steps closed without it, or taken
+    for a restart): such a file is merged again as ``merge_recorded`` merges one file per host, each host's
+    lines in their own order, on its time less the host's clock offset (``source_offsets`` of the nodes'
+    step ends in the head). Lines without a node (job-wide phases, config) stay on the raw clock.
+
+    Lazy: the head (parsed, for the estimate) and, while merging, the lines within the hosts' clock spread
+    are held; each line is parsed once."""
+    from stepwatch.models.sources import recorded
+    from stepwatch.models.steps.clocks import source_offsets
+
+    lines = read_lines(paths, what=what)
+    head: list[RecordedLine] = []
+    ends: dict[str, dict[tuple[str, int], float]] = {}  # node -> (job, step) -> earliest step end
+    steps: set[tuple[str, int]] = set()
+    step_times: list[float] = []
+    events = timed = back = 0
+    previous = None
+    for raw in lines:
+        line = recorded(raw)
+        head.append(line)
+        if line.arrival is not None:
+            break  # on the broker's clock: its order is the order things arrived
+        obj = line.value
+        batch = obj.get("events") if type(obj) is dict and obj.get("kind") == "batch" else [obj]
+        if type(batch) is not list:
+            continue
+        when = _merge_time(line)
+        if when is not None:
+            if previous is not None:
+                timed += 1
+                back += when < previous
+            previous = when
+        events += len(batch)
+        for e in batch:
+            if type(e) is not dict or e.get("kind") != "step" or type(e.get("node")) is not str:
+                continue
+            job, step, ts, took = e.get("job"), e.get("step"), e.get("ts"), e.get("step_time")
+            if type(job) is str and type(step) is int and type(ts) in (int, float):
+                node_ends = ends.setdefault(e["node"], {})
+                node_ends[job, step] = min(node_ends.get((job, step), ts), ts)
+                steps.add((job, step))
+                if type(took) in (int, float):
+                    step_times.append(took)
+        if len(steps) >= SORTED_HEAD_STEPS or events >= SORTED_HEAD_EVENTS:
+            break
+    offsets: list[float] = []
+    if head[-1:] and head[-1].arrival is None and len(ends) > 1 and back <= SORTED_BACK_SHARE * timed:
+        step_times.sort()
+        typical = step_times[len(step_times) // 2] if step_times else float("nan")
+        offsets = source_offsets(list(ends.values()), step_time=typical)
+    if not any(offsets):
+        yield from head
+        yield from lines
+        return
+    offset = dict(zip(ends, offsets))
+    top = max(0.0, *offsets)  # no later line's merge time is below the newest raw time less this
+
+    def parsed() -> Iterator[RecordedLine]:
+        yield from head
+        head.clear()
+        for raw in lines:
+            yield recorded(raw)
+
+    held: list[tuple[float, int, RecordedLine]] = []
+    latest: dict[str | None, float] = {}  # each host's greatest merge time so far: its lines keep their order
+    newest = last = float("-inf")
+    for seq, line in enumerate(parsed()):
+        node = _line_node(line.value)
+        shift = offset.get(node, 0.0)
+        when = _merge_time(line, shift)
+        if when is None:
+            when = last  # with the line before it
+        else:
+            newest = max(newest, when + shift)
+            when = latest[node] = max(when, latest.get(node, when))
+        last = when
+        heapq.heappush(held, (when, seq, _arriving(line, when)))
+        while held and held[0][0] <= newest - top:
+            yield heapq.heappop(held)[2]
+    while held:
+        yield heapq.heappop(held)[2]
+
+
+def _arriving(line: RecordedLine, when: float) -> RecordedLine:
+    """A line merged on clocks put right, replayed on that clock: its merge time as its arrival, as the live worker
+    would have received it (on the broker's clock: a host whose clock is ahead does not move replay's clock, which
+    would make the others look stalled)."""
+    return line._replace(arrival=when) if line.arrival is None and when > float("-inf") else line
+
+
+def _line_node(obj) -> str | None:
+    """The node a parsed line's events were written on: a lone event's, or a batch's if all its events share it."""
+    if type(obj) is not dict:
+        return None
+    if obj.get("kind") != "batch":
+        node = obj.get("node")
+        return node if type(node) is str else None
+    events = obj.get("events")
+    nodes = {e.get("node") for e in events if type(e) is dict} if type(events) is list else ()
+    return next(iter(nodes)) if len(nodes) == 1 and type(next(iter(nodes))) is str else None
 
 
 def merge_lines(paths: list[str], *, what: str = "replay") -> Iterator[bytes]:

@@ -23,7 +23,7 @@ import pytest
 
 from clock_skew import shift_times
 from gen2 import sync
-from gen2.plan import Plan
+from gen2.plan import Plan, Slow
 from gen2.transport import Transport, timed_lines
 from stepwatch.config import Settings
 from stepwatch.recording import file_clock_offsets, merge_lines, replay
@@ -144,3 +144,58 @@ def generated(tmp_path_factory) -> list[tuple]:
 @pytest.mark.parametrize("node", [0, 2])
 def test_generated_job_slowdown_with_one_host_clock_off(generated, tmp_path, node, seconds):
     assert view(alerts_of(per_node_files(tmp_path, ((node, seconds),)))) == generated
+
+
+# -- one file sorted by event time (an imported or generated trace), one host's clock seconds off -------------------
+# Sorted on the raw timestamps, a host 5 s ahead of 0.1 s steps has its events ~50 steps behind the others': its
+# steps closed without it, a job-wide slowdown seen as that host's ranks alone being slower (a false rank-classes
+# imbalance) and its last steps after the job's end (a restart, then a false hang). ``stepwatch replay`` of such a
+# file merges it again per host on clocks put right (stepwatch/recording.py ``_one_recording``).
+
+
+def sorted_file(tmp_path: Path, plan: Plan, offsets: tuple[tuple[int, float], ...]) -> list[str]:
+    """gen2's job, its hosts' clocks ``offsets`` off, as one file of events sorted by their (host) times."""
+    from dataclasses import replace
+
+    lines = [line for _, line in timed_lines(sync.play(replace(plan, clock_offsets=offsets)), MESSY, arrival=False)]
+    return _write(tmp_path, {"sorted": lines})
+
+
+@pytest.mark.parametrize("offsets", [((1, 5.0),), ((2, -4.0),), ((0, 3.0), (3, -2.0))])
+def test_one_sorted_file_with_a_host_clock_off(generated, tmp_path, offsets):
+    assert view(alerts_of(sorted_file(tmp_path, PLAN, ()))) == generated
+    assert view(alerts_of(sorted_file(tmp_path, PLAN, offsets))) == generated
+
+
+STRAGGLER = Plan(job="straggler-ts-sorted", ranks=16, per_node=4, steps=150, slow=(Slow(13, 50, 1.25),))
+
+
+@pytest.mark.parametrize("offsets", [((3, 12.0),), ((1, 12.0), (2, -8.0))])
+def test_one_sorted_file_straggler_with_hosts_clocks_off(tmp_path, offsets):
+    # 0.3 s steps: 12 s ahead is 40 steps; the straggler (rank 13) is on the host ahead in the first case.
+    alerts = view(alerts_of(sorted_file(tmp_path, STRAGGLER, offsets)))
+    assert [(t, s, r, n) for t, s, r, n, _ in alerts] == [
+        ("straggler", "firing", (13,), ("straggler-ts-sorted-n03",)),
+        ("straggler", "resolved", (13,), ("straggler-ts-sorted-n03",))], alerts
+
+
+def hf_sorted_file(tmp_path: Path, seconds: float) -> list[str]:
+    """The real HF recording as one file sorted by event time, each rank on a host of its own, rank 1's clock
+    ``seconds`` ahead."""
+    events = []
+    for line in HF.read_bytes().splitlines():
+        value = orjson.loads(line)
+        for event in value["events"] if value.get("kind") == "batch" else [value]:
+            event.pop("_arrival", None)
+            if type(event.get("rank")) is int:
+                event["node"] = f"host{event['rank']}"
+                event = shift_times(event, seconds) if event["rank"] == 1 else event
+            events.append(event)
+    events.sort(key=lambda e: e["ts"])
+    return _write(tmp_path, {f"hf-sorted{seconds}": [orjson.dumps(e) for e in events]})
+
+
+def test_real_recording_one_sorted_file_one_host_ahead(expected, tmp_path):
+    same = view(alerts_of(hf_sorted_file(tmp_path, 0.0)))
+    assert [a[:3] for a in same] == [a[:3] for a in expected["hf"]]  # rank 1 named, and the throughput drop
+    assert view(alerts_of(hf_sorted_file(tmp_path, 2.0))) == same  # 2 s: ~20 of its steps

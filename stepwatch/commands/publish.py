@@ -35,7 +35,9 @@ def add_parser(sub) -> None:
     _add_kafka_args(p)
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="recording(s) in the wire format; '-' reads stdin; several are merged by time "
-                        "(\"_arrival\", else event time), never reordered within a file")
+                        "(\"_arrival\", else event time less the host's clock offset), never reordered within a file; "
+                        "one file sorted by event time whose hosts' clocks disagree is merged again per node the "
+                        "same way (docs/training.md)")
     p.add_argument("--speed", type=float, default=0.0,
                    help="x real time by each line's \"_arrival\" (else its event time); 0: as fast as possible")
     p.set_defaults(func=run, precheck=files_precheck("publish", "nothing published"))

@@ -35,7 +35,9 @@ def add_parser(sub) -> None:
                                    "files (e.g. one per rank or node) are merged by time, each in its own order.")
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="recording(s) in the wire format; '-' reads stdin; several are merged by time "
-                        "(\"_arrival\", else event time), never reordered within a file")
+                        "(\"_arrival\", else event time less the host's clock offset), never reordered within a file; "
+                        "one file sorted by event time whose hosts' clocks disagree is merged again per node the "
+                        "same way (docs/training.md)")
     p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
                    help="after the last event, run the timer rules this many seconds on (hangs at the end fire)")
     p.add_argument("--until", metavar="TIME", help="after the last event, run the timer rules up to this time "
