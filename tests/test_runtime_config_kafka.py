@@ -109,6 +109,11 @@ def test_config_set_changes_a_node_rule_on_a_live_worker_and_a_job_scoped_node_s
     assert shown == ["all jobs (*): host.gpu_hot_temp_c=70.0",
                      "job cfg-job: telemetry.link_error_window=40 (refused by the workers: telemetry set for '*' "
                      "only)"], shown
+    # ... and as JSON: the topic's content as it is, the refusal said on stderr.
+    shown = run_stepwatch("config", "show", "--json", env=env)
+    assert orjson.loads(shown.stdout) == {"*": {"host": {"gpu_hot_temp_c": 70.0}},
+                                        "cfg-job": {"telemetry": {"link_error_window": 40}}}, shown.stdout
+    assert "job cfg-job: refused by the workers (telemetry set for '*' only)" in shown.stderr, shown.stderr
 
     # A job setting for that job drops the refused section (kept, the workers would refuse this one too) and
     # takes effect on the running worker.

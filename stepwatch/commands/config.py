@@ -20,8 +20,13 @@ def run(args: argparse.Namespace) -> int:
         scopes = read_topic(settings)
         if args.job:
             scopes = {k: v for k, v in scopes.items() if k == args.job}
-        if args.json:
+        if args.json:  # the topic's content as it is; a refused scope is said on stderr (the JSON keeps its shape)
             print(orjson.dumps(scopes, option=orjson.OPT_INDENT_2).decode())
+            for scope in sorted(scopes):
+                refused = _refused(scope, scopes[scope])
+                if refused:
+                    print(f"stepwatch config: job {scope}: refused by the workers ({', '.join(refused)} set for "
+                          f"'*' only)", file=sys.stderr)
             return 0
         if not scopes:
             print("no runtime settings: every job uses the worker's own settings")
