@@ -70,3 +70,13 @@ def write(path: Path, events: list[dict]) -> Path:
         for event in events:
             f.write(orjson.dumps(event) + b"\n")
     return path
+
+
+def write_files(folder: Path, files: dict[str, list[bytes]]) -> list[str]:
+    """One recording per name (e.g. per rank or node: ``folder/NAME.jsonl``, its lines as given), in name order."""
+    paths = []
+    for name, lines in sorted(files.items()):
+        path = folder / f"{name}.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        paths.append(str(path))
+    return paths

@@ -25,6 +25,7 @@ from clock_skew import shift_times
 from gen2 import sync
 from gen2.plan import Plan, Slow
 from gen2.transport import Transport, timed_lines
+from recordings import write_files
 from stepwatch.config import Settings
 from stepwatch.recording import file_clock_offsets, merge_lines, replay
 
@@ -51,16 +52,7 @@ def per_rank_files(path: Path, tmp_path: Path, *, skew_rank: int | None = None, 
             if rank == skew_rank:
                 event = shift_times(event, seconds)
             files.setdefault(rank, []).append(orjson.dumps(event))
-    return _write(tmp_path, {f"rank{r}": lines for r, lines in files.items()})
-
-
-def _write(tmp_path: Path, files: dict[str, list[bytes]]) -> list[str]:
-    paths = []
-    for name, lines in sorted(files.items()):
-        path = tmp_path / f"{name}.jsonl"
-        path.write_bytes(b"\n".join(lines) + b"\n")
-        paths.append(str(path))
-    return paths
+    return write_files(tmp_path, {f"rank{r}": lines for r, lines in files.items()})
 
 
 def alerts_of(paths: list[str]) -> list[dict]:
@@ -129,7 +121,7 @@ def per_node_files(tmp_path: Path, offsets: tuple[tuple[int, float], ...]) -> li
     by_node: dict[str, list] = {}
     for s in sent:
         by_node.setdefault(plan.node_of(max(s.sender, 0)), []).append(s)
-    return _write(tmp_path, {node: [line for _, line in timed_lines(events, MESSY, arrival=False)]
+    return write_files(tmp_path, {node: [line for _, line in timed_lines(events, MESSY, arrival=False)]
                              for node, events in by_node.items()})
 
 
@@ -158,7 +150,7 @@ def sorted_file(tmp_path: Path, plan: Plan, offsets: tuple[tuple[int, float], ..
     from dataclasses import replace
 
     lines = [line for _, line in timed_lines(sync.play(replace(plan, clock_offsets=offsets)), MESSY, arrival=False)]
-    return _write(tmp_path, {"sorted": lines})
+    return write_files(tmp_path, {"sorted": lines})
 
 
 @pytest.mark.parametrize("offsets", [((1, 5.0),), ((2, -4.0),), ((0, 3.0), (3, -2.0))])
@@ -192,7 +184,7 @@ def hf_sorted_file(tmp_path: Path, seconds: float) -> list[str]:
                 event = shift_times(event, seconds) if event["rank"] == 1 else event
             events.append(event)
     events.sort(key=lambda e: e["ts"])
-    return _write(tmp_path, {f"hf-sorted{seconds}": [orjson.dumps(e) for e in events]})
+    return write_files(tmp_path, {f"hf-sorted{seconds}": [orjson.dumps(e) for e in events]})
 
 
 def test_real_recording_one_sorted_file_one_host_ahead(expected, tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from recordings import write_files
 from stepwatch.config import Settings
 from stepwatch.recording import merge_lines, read_lines, replay
 
@@ -59,12 +60,7 @@ def no_arrival(line: bytes) -> bytes:
 
 
 def write(tmp_path: Path, files: dict[int, list[bytes]]) -> list[str]:
-    paths = []
-    for rank, lines in sorted(files.items()):
-        path = tmp_path / f"rank{rank}.jsonl"
-        path.write_bytes(b"\n".join(lines) + b"\n")
-        paths.append(str(path))
-    return paths
+    return write_files(tmp_path, {f"rank{rank:05d}": lines for rank, lines in files.items()})  # (in rank order)
 
 
 def alerts_of(lines) -> list[dict]:
