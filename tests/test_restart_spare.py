@@ -109,3 +109,48 @@ def test_single_rank_restarts_do_not_reset_the_job():
     hang = engine.jobs[JOB].hang
     assert hang.incarnations == 1 and hang.job_restarts == 0
     assert hang.step >= 38 and not [a for a in alerts if a.type == "hang"]
+
+
+def relaunch(*, downtime: float, stagger: float, others_wait: bool) -> list[dict]:
+    """Steps 0-59, then every process dies at once (``others_wait=False``: the whole job crashed) and after
+    ``downtime`` s the launcher brings the ranks back one by one, ``stagger`` s apart (new processes: the
+    checkpoint's step, counters from 0); or (``others_wait=True``) only rank 9's process restarts and the others
+    live on, waiting in the next collective, and no step completes."""
+    out = [e for e in recording() if e["ts"] < T0 + 60.5 and e["kind"] == "step"]
+    t = max(e["ts"] for e in out)
+
+    def hb(r, ts, step, started, completed):
+        return {"v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "ts": round(ts, 6), "step": step,
+                "node": node(r, False), "seq_started": started, "seq_completed": completed}
+
+    if others_wait:
+        out.append(hb(9, t + 1.0, 50, 0, 0))
+        for k in range(1, 200):
+            out.extend(hb(r, t + k, 59, 121, 120) for r in range(WORLD) if r != 9)
+        return out
+    t += downtime
+    for r in range(WORLD):
+        out.append(hb(r, t + r * stagger, 50, 0, 0))
+    t += WORLD * stagger
+    for step in range(51, 70):
+        t += 1.0
+        out.extend({"v": 1, "kind": "step", "job": JOB, "rank": r, "step": step, "ts": round(t, 6), "step_time": 1.0,
+                    "node": node(r, False), "world_size": WORLD} for r in range(WORLD))
+    return out
+
+
+def test_a_relaunch_whose_first_processes_come_up_early_is_no_hang():
+    # 45 s down, then the new processes' heartbeats over 32 s (the first up long before the rest): while every
+    # old process is gone and new ones keep coming, the job is being relaunched; a hang warning (30 s) naming the
+    # ranks not up yet as silent culprits would be a false page.
+    engine = DetectionEngine(Settings())
+    alerts = list(replay((parse_event(e) for e in relaunch(downtime=45.0, stagger=0.5, others_wait=False)),
+                         engine=engine))
+    assert not [a for a in alerts if a.type == "hang"], [a.summary for a in alerts]
+    assert engine.jobs[JOB].hang.job_restarts == 1
+    assert [a.evidence["cause"] for a in alerts if a.type == "job_restart" and a.status == "firing"] == ["crash"]
+
+
+def test_one_rank_in_a_new_process_while_the_others_wait_is_a_hang():
+    alerts = list(replay(parse_event(e) for e in relaunch(downtime=0.0, stagger=0.0, others_wait=True)))
+    assert [a for a in alerts if a.type == "hang" and a.status == "firing"]

@@ -557,6 +557,10 @@ class HangDetector:
                 p.incarnated.clear()
             elif self._episode is not None:
                 return []  # ranks restarting: old and new processes' positions are not comparable yet
+            elif self._old_processes_gone(now):
+                # Every other rank silent and some back in new processes: the job is being relaunched (its
+                # first new processes heartbeat before the rest are up), not hung; the window's end tells.
+                return []
         # Cheap exit on every tick of a healthy job: no threshold can be shorter than this.
         shortest = min(self.warning_floor_seconds, self.timeout_seconds)
         if self._episode is None and now - p.progress_ts < shortest and (
@@ -628,6 +632,13 @@ class HangDetector:
         if diagnosis.case == HangCase.CULPRIT_BEFORE_COLLECTIVE and not diagnosis.torn_down:
             self._episode.named = diagnosis
         return [alert]
+
+    def _old_processes_gone(self, now: float) -> bool:
+        """Whether every rank not seen in a new process has been silent past the heartbeat timeout."""
+        p = self.progress
+        old = np.ones(p.n, dtype=bool)
+        old[list(p.incarnated)] = False
+        return bool(old.any()) and bool((p.last_seen[:p.n][old] < now - self.heartbeat_timeout()).all())
 
     @staticmethod
     def _key(severity: Severity, d: HangDiagnosis) -> tuple:
