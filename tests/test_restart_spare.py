@@ -154,3 +154,28 @@ def test_a_relaunch_whose_first_processes_come_up_early_is_no_hang():
 def test_one_rank_in_a_new_process_while_the_others_wait_is_a_hang():
     alerts = list(replay(parse_event(e) for e in relaunch(downtime=0.0, stagger=0.0, others_wait=True)))
     assert [a for a in alerts if a.type == "hang" and a.status == "firing"]
+
+
+
+def test_restarts_of_an_independent_generators_job_raise_no_hang():
+    """gen2 (tests/gen2, not this file's generator): a 32-rank job dies after step 60 and comes back from the
+    checkpoint of step 50 70 s later, node 3's ranks on a spare; every rank's last events of the old processes
+    are delivered late (lost and reordered events), some after the new processes' first ones. The new run took
+    its last progress from those (stamped at the crash) and a hang warning said 78 s without a step, 8 s after
+    the job had resumed."""
+    import io
+
+    import orjson
+    from gen2 import sync
+    from gen2.plan import Plan, Restart
+    from gen2.transport import Transport, timed_lines
+    from stepwatch.recording import replay as replay_lines
+
+    plan = Plan(job="restart-gen2", ranks=32, per_node=8, steps=250, warmup=3,
+                restart=Restart(at=60, resume=50, downtime=70.0, moved=("restart-gen2-n03", "spare-7")))
+    lines = [line for _, line in timed_lines(sync.play(plan), Transport(loss=0.03, reorder=0.05, seed=7))]
+    out = io.StringIO()
+    replay_lines(lines, Settings(), drain=900.0, out=out)
+    alerts = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert [(a["type"], a["status"]) for a in alerts] == [("job_restart", "firing"), ("job_restart", "resolved")], [
+        a["summary"] for a in alerts]

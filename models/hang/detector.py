@@ -48,7 +48,7 @@ from . import text
 from .diagnosis import HangDiagnosis, across_teardown, diagnose
 from .evidence import (BlockedGroup, Culprit, CulpritState, HangAlertEvidence, HangEnd, ProcessGroupEvidence,
                        RankList, TornDown)
-from .progress import INCARNATION_WINDOW_SECONDS, Incarnation, JobProgress
+from .progress import INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress
 from .stack_requests import StackRequests
 from .stacks import StackRequest
 
@@ -205,6 +205,8 @@ class HangDetector:
         self.stack_min_interval_seconds = stack_min_interval_seconds
         #: Stacks on demand: requests out, answers in, across the job's hang episodes.
         self.stack_requests = StackRequests()
+        #: Events stamped before this (the job's clock) belong to the processes of the run before the last restart.
+        self._old_before = -math.inf
         self._reset_state()
 
     @classmethod
@@ -321,6 +323,8 @@ class HangDetector:
             if self.clocks.offsets:
                 ts -= self.clocks.offset(node)
                 event = replace(event, ts=ts)
+            if ts < self._old_before:
+                return []  # a late event of a process gone at the last restart
         if isinstance(event, HeartbeatEvent) and event.rank in p.slot_of_rank:
             restarted = self._incarnation(p.slot_of_rank[event.rank], event.step, ts, event.node,
                                           event.seq_completed)
@@ -365,6 +369,12 @@ class HangDetector:
         if self.clocks.offsets:
             offset = self.clocks.offset
             ts = [t - offset(n) for t, n in zip(ts, nodes)]
+        if min(ts) < self._old_before:  # late events of processes gone at the last restart: left out
+            keep = [i for i, t in enumerate(ts) if t >= self._old_before]
+            if not keep:
+                return []
+            ranks, steps, ts, step_times, phases, nodes, world_sizes = (
+                [c[i] for i in keep] for c in (ranks, steps, ts, step_times, phases, nodes, world_sizes))
         if p.max_step >= 1 and min(steps) < p.max_step - 1:
             # Steps back: ranks in new processes (a restart from a checkpoint)?
             for i, (rank, step, t, node) in enumerate(zip(ranks, steps, ts, nodes)):
@@ -410,6 +420,7 @@ class HangDetector:
             out.append(self._resolve(at=ts, summary=f"resolved: job {self.job} restarted ({len(p.incarnated)} "
                                                     f"of {p.n} ranks in new processes)",
                                      resolution=Resolution.JOB_RESTARTED))
+        self._old_before = p.incarnated_at - OLD_PROCESS_SLACK_SECONDS
         self._reset_state()
         self.job_restarts += 1
         return out

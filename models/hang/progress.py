@@ -27,6 +27,9 @@ DEFAULT_PG = "default"
 #: Ranks in new processes (steps or heartbeat sequence numbers back, a new node) within this many
 #: seconds of the first: a majority of them is a restart of the job; fewer, single ranks restarted.
 INCARNATION_WINDOW_SECONDS = 120.0
+#: After a job restart, rank events stamped more than this before its first new process are late ones of the
+#: processes that are gone (a reordered delivery): left out, or the fresh run would start its clock there.
+OLD_PROCESS_SLACK_SECONDS = 15.0
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
 #: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
