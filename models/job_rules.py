@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .alert_types import AlertType
+from .alert_types import AlertStatus, AlertType
 from .jobhealth.checkpoint import CheckpointDetector
 from .jobhealth.comm import CommSlowdownDetector
 from .hang.detector import HangDetector, HangSettings
@@ -94,6 +94,10 @@ class StragglerRule(JobRule):
         self.imbalance: ImbalanceRule = needs["imbalance"]  # type: ignore[assignment]
         #: group -> detector, made at the group's first closed step.
         self.detectors: dict[str, StragglerDetector] = {}
+        #: The long-horizon rule, which registers itself here (it is built after this one and needs it).
+        self.long: LongStragglerRule | None = None
+        #: This rule's alert id -> (id, start) of the long-horizon alert it continues (``_continuing``).
+        self._continues: dict[str, tuple[str, float]] = {}
 
     def on_step(self, step: GroupStep) -> list[Alert]:
         detector = self.detectors.get(step.group)
@@ -103,14 +107,35 @@ class StragglerRule(JobRule):
             detector.on_verdict = self.env.verdict_listener
             detector.on_flap = self.env.count_flap
         detector.rank_class = self.imbalance.class_of(step.group)
-        return detector.update(step)
+        alerts = detector.update(step)
+        return self._continuing(alerts, step.group) if alerts else alerts
+
+    def _continuing(self, alerts: list[Alert], group: str) -> list[Alert]:
+        """A rank the long-horizon rule already pages for (slow by a few % for many steps, then slower): this
+        rule's alert for it continues that incident, under its id and start (the long rule lets go of the rank
+        without resolving it), so one slow rank is one incident, escalated from info."""
+        out = []
+        for alert in alerts:
+            cont = self._continues.get(alert.id)
+            if cont is None and alert.status == AlertStatus.FIRING and self.long is not None and alert.ranks:
+                taken = self.long.hand_over(group, alert.ranks[0])
+                if taken is not None:
+                    cont = self._continues[alert.id] = (taken.id, taken.starts_at)
+            if cont is not None:
+                if alert.status == AlertStatus.RESOLVED:
+                    del self._continues[alert.id]
+                alert = dataclasses.replace(alert, id=cont[0], starts_at=cont[1])
+            out.append(alert)
+        return out
 
     def open_alerts(self) -> list[Alert]:
-        return [a for d in self.detectors.values() for a in d.firing.values()]
+        cont = self._continues
+        return [dataclasses.replace(a, id=cont[a.id][0], starts_at=cont[a.id][1]) if a.id in cont else a
+                for d in self.detectors.values() for a in d.firing.values()]
 
     def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
-        return closed([a for d in self.detectors.values() for a in d.close_all(at=at, reason=reason)],
-                      resolution, reason)
+        out = [a for g, d in self.detectors.items() for a in self._continuing(d.close_all(at=at, reason=reason), g)]
+        return closed(out, resolution, reason)
 
     def reconfigure(self, settings: StragglerSettings) -> None:
         values = dataclasses.asdict(settings)
@@ -129,7 +154,13 @@ class LongStragglerRule(JobRule):
         self.context = job
         self.env = env
         self.short: StragglerRule = needs["straggler"]  # type: ignore[assignment]
+        self.short.long = self
         self.detectors: dict[str, LongStragglerDetector] = {}
+
+    def hand_over(self, group: str, rank: int) -> Alert | None:
+        """``rank``'s open alert in ``group``, let go of (the short rule continues it); None if none is open."""
+        detector = self.detectors.get(group)
+        return detector.hand_over(rank) if detector is not None else None
 
     def on_step(self, step: GroupStep) -> list[Alert]:
         # Settings are read at each step (the short rule's ``long_*``): a change at run time applies at once.

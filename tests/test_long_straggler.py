@@ -77,3 +77,18 @@ def test_heavy_tailed_student_t_noise_raises_nothing():
     job.messages = messages
     _, alerts = job.run()
     assert firing(alerts) == []
+
+
+def test_a_rank_slow_for_long_then_slower_is_one_incident():
+    # 6% slower from step 100 (the long rule pages, info), then 1.5x from step 500 (the short rule): the short
+    # rule's alert continues the long one's incident (same id and start, escalated), and it resolves once.
+    job = SteadyJob(ranks=64, steps=800, noise=0.01, slow={9: 1.06}, slow_from=100, slow_until=500,
+                    episodes=[(500, 650, {9: 1.5})], seed=3)
+    _, alerts = job.run()
+    mine = [a for a in alerts if a.type == "straggler"]
+    assert {a.ranks for a in mine} == {(9,)}
+    assert len({a.id for a in mine}) == 1, [(a.id, a.status, a.summary[:60]) for a in mine]
+    assert [(a.status, a.severity, a.evidence.get("horizon")) for a in mine][:2] == [
+        ("firing", "info", "long"), ("firing", "warning", "short")]
+    assert len({a.starts_at for a in mine}) == 1
+    assert [a.status for a in mine].count("resolved") == 1

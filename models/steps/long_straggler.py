@@ -272,6 +272,12 @@ class LongStragglerDetector:
                      type="straggler", severity="info", job=self.job, ranks=(rank,), nodes=(node,) if node else (),
                      starts_at=step.ts, summary=summary, evidence=evidence.to_dict())
 
+    def hand_over(self, rank: int) -> Alert | None:
+        """Let go of ``rank``'s open alert without resolving it (the short-horizon rule's alert continues it: one
+        slow rank, one incident); None if none is open."""
+        self._fired.pop(rank, None)
+        return self._firing.pop(rank, None)
+
     def close_all(self, *, at: float, reason: str) -> list[Alert]:
         out = [with_resolution(a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}"), Resolution.JOB_ENDED,
                                reason) for a in self._firing.values()]
