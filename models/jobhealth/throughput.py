@@ -209,14 +209,20 @@ class _Regression:
         self.score = 0.0
         self.onset: int | None = None
         self.since_onset = 0
+        self._mean: float | None = None  # of ``baseline``, kept until it changes (read several times a step)
 
     @property
     def mean(self) -> float | None:
-        return float(np.mean(self.baseline)) if len(self.baseline) >= self.min_baseline else None
+        if len(self.baseline) < self.min_baseline:
+            return None
+        if self._mean is None:  # np.mean's float, without its slow conversion of a deque
+            self._mean = float(np.fromiter(self.baseline, np.float64, len(self.baseline)).mean())
+        return self._mean
 
     def update(self, step: int, value: float, *, learn: bool) -> None:
         if len(self.recent) > self.quarantine and learn:
             self.baseline.append(self.recent[-self.quarantine - 1])
+            self._mean = None
         self.recent.append(value)
         base = self.mean
         if base is None or base <= 0:
