@@ -16,7 +16,7 @@ clock runs *ahead* has its events sorted many steps late: when events keep arriv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 
 import numpy as np
@@ -68,6 +68,9 @@ class GroupStep:
     #: The step-end time of ``ranks[0]`` on its own host's clock: a rate from two steps' ``ts`` could subtract
     #: two hosts' clocks (the latest rank differs), one from the same rank's ``lowest_ts`` cannot.
     lowest_ts: float = NAN
+    #: Medians of this step taken by the rules so far, by name (models/steps/robust.py ``step_median``); a step
+    #: made by ``dataclasses.replace`` starts without any.
+    medians: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 class _OpenStep:
