@@ -107,9 +107,9 @@ class _OpenStep:
 
     def columns(self, order: list[int]) -> tuple[list, ...]:
         """The columns of the latest reports of the ranks in ``order``."""
+        if len(self.cols[0]) == len(self.rows) and list(self.rows) == order:
+            return self.cols  # one report per rank (positions 0, 1, ...), added in ``order`` (the usual step)
         at = list(map(self.rows.__getitem__, order))
-        if len(self.cols[0]) == len(at) and at == list(range(len(at))):
-            return self.cols  # one report per rank, added in rank order (the usual step)
         return tuple(list(map(col.__getitem__, at)) for col in self.cols)
 
 
