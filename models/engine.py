@@ -391,8 +391,9 @@ class DetectionEngine:
             job.latest_step = max(steps)
         if job.phase != "train":  # job-wide phase markers cover steps without a phase of their own
             phases = [job.phase if p == "train" else p for p in phases]
-        rows = list(zip(ts, cols.step_time[lo:hi], cols.compute_time[lo:hi], cols.comm_time[lo:hi],
-                        cols.data_time[lo:hi], cols.tokens[lo:hi], nodes))
+        # what the assemblers keep, as columns (models/steps/assembly.py ``step_row``)
+        columns = (ts, cols.step_time[lo:hi], cols.compute_time[lo:hi], cols.comm_time[lo:hi], cols.data_time[lo:hi],
+                cols.tokens[lo:hi], nodes)
         groups = cols.group[lo:hi]
         # (event index, 0: hang alerts / 1: closed steps to judge), in event order
         results: list[tuple[int, int, list]] = [(i, 0, [alert]) for i, alert in rank_alerts]
@@ -402,9 +403,9 @@ class DetectionEngine:
         for i in bounds:
             if i < len(groups) and groups[i] == groups[start]:
                 continue
+            part = columns if i - start == len(groups) else tuple(col[start:i] for col in columns)
             for j, closed in self._assembler(job, groups[start] or "").add_rows(
-                    ranks[start:i], steps[start:i], cols.world_size[lo + start:lo + i], phases[start:i],
-                    rows[start:i]):
+                    ranks[start:i], steps[start:i], cols.world_size[lo + start:lo + i], phases[start:i], part):
                 results.append((start + j, 1, closed))
             start = i
         out = []

@@ -18,8 +18,6 @@ wants to see, all of it bounded:
 from __future__ import annotations
 
 import math
-from functools import reduce
-from operator import add
 from typing import Any
 
 import numpy as np
@@ -55,7 +53,7 @@ class _RankTable:
     the order ranks were first seen), so that a batch of one step of many ranks is a few list writes instead
     of a record update per event. Reads like ``{rank: _Rank}``."""
 
-    __slots__ = ("slot", "step", "ts", "node", "group", "phase")
+    __slots__ = ("slot", "step", "ts", "node", "group", "phase", "_run")
 
     def __init__(self) -> None:
         self.slot: dict[int, int] = {}  # rank -> its slot
@@ -64,6 +62,9 @@ class _RankTable:
         self.node: list[str | None] = []
         self.group: list[str | None] = []
         self.phase: list[str | None] = []
+        # (ranks, their slots, the first slot if they are consecutive, else None) of the latest batch: the next
+        # step's batch has the same ranks (a rank's slot never changes)
+        self._run: tuple[list, list[int], int | None] | None = None
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -103,9 +104,14 @@ class _RankTable:
 
     def observe_steps(self, ranks, steps, ts, nodes, phases, groups) -> None:
         """Step events of this job in order (columns)."""
-        slots = self.slots(ranks)
-        n, first = len(slots), slots[0]
-        if n >= 16 and slots == list(range(first, first + n)):
+        run = self._run
+        if run is None or run[0] != ranks:
+            slots = self.slots(ranks)
+            n, first = len(slots), slots[0]
+            run = self._run = (ranks, slots, first if n >= 16 and slots == list(range(first, first + n)) else None)
+        slots, first = run[1], run[2]
+        n = len(slots)
+        if first is not None:
             # Consecutive slots, so each rank once (the usual envelope: one step of many ranks): whole-column
             # writes, the same values as event by event.
             span = slice(first, first + n)
@@ -225,9 +231,10 @@ class StatusRecorder:
             a = np.array(values, dtype=np.float64)
             reported = a[a == a]
             if len(reported):
-                # In order, one addition at a time, as the loop above (``total or 0.0``: a total is never -0.0)
+                # In order, one addition at a time, as the loop above (``total or 0.0``: a total is never -0.0):
+                # an accumulate is a left-to-right sum in C (a pairwise np.sum would round differently)
                 total = entry[k]
-                entry[k] = reduce(add, reported.tolist(), total if total else 0.0)
+                entry[k] = float(np.add.accumulate(np.concatenate(([total if total else 0.0], reported)))[-1])
 
     @staticmethod
     def _rank(job: _Job, rank: int, ts: float) -> _Rank:

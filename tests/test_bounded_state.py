@@ -255,3 +255,21 @@ def test_accumulated_state_caps_dead_letter_the_event_that_hit_them(monkeypatch)
     capped = pipeline.engine.capped()
     assert (capped["process_groups_per_job"], capped["gpus_per_node"], capped["ports_per_node"],
             capped["op_names_per_job"], capped["ranks_per_job"]) == (10, 2, 1, 3, 2)
+
+
+def test_an_open_step_keeps_a_bounded_copy_of_a_duplicating_senders_reports_and_closes_with_the_latest():
+    """An open step keeps its reports as columns (models/steps/assembly.py); a sender repeating the same ranks'
+    step does not grow them without bound, one event at a time or in batches, and each rank's latest report wins."""
+    from stepwatch.models.steps.assembly import StepAssembler
+
+    assembler = StepAssembler(job="j", group="")
+    n = 3 * 400  # ranks 0-2 of a 4-rank step, 400 times over: the step stays open
+    ranks, compute = [r % 3 for r in range(n)], [float(k) for k in range(n)]
+    columns = ([T0] * n, [1.0] * n, compute, [0.1] * n, [0.0] * n, [0.0] * n, ["n0"] * n)
+    assert assembler.add_rows(ranks, [7] * n, [4] * n, ["train"] * n, columns) == []  # in batches
+    for k in range(n):  # and one event at a time
+        assert assembler.add_rows((k % 3,), (7,), (4,), ("train",), tuple(c[k:k + 1] for c in columns)) == []
+    assert len(assembler._open[7].cols[0]) <= 2 * 3 + 64
+    [(_, [step])] = assembler.add_rows([3], [7], [4], ["train"], tuple(c[:1] for c in columns))
+    assert step.ranks.tolist() == [0, 1, 2, 3]
+    assert step.compute_time.tolist() == [n - 3, n - 2, n - 1, 0.0]  # the latest of each rank

@@ -105,3 +105,18 @@ def test_a_step_back_without_a_silence_or_stamped_earlier_is_no_restart():
     # a late event of an old step (its own, earlier, stamp); then an old step right after the last one
     assert tracker.update(JOB, 2, 10, T0 + 10.0) is None
     assert tracker.update(JOB, 3, 40, t + 1.0) is None
+
+
+def test_batches_of_the_same_ranks_find_the_restart_one_by_one_does():
+    """The usual batch (one step of every rank, the same ranks each time) is kept as the job's latest run and
+    replaced by the next one (``_Job.tail``); the restart after it still sees each rank's last step and time."""
+    before, t = steady(0, 30, T0)
+    after, _ = steady(3, 5, t + 90.0)  # back to step 3 after a 90 s silence
+    one = feed(RestartTracker(), before + after, batched=False)
+    tracker = RestartTracker()
+    found = []
+    for i in range(0, len(before + after), RANKS):  # one step of every rank per batch
+        ranks, steps, ts = (list(c) for c in zip(*(before + after)[i:i + RANKS]))
+        found.extend(tracker.update_many(JOB, ranks, steps, ts))
+    assert len(one) == 1 and found == one
+    assert (one[0].highest_step, one[0].resumed_step, one[0].ranks) == (30, 3, RANKS)

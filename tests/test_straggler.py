@@ -204,3 +204,30 @@ def test_steps_overtaken_by_the_jobs_end_do_not_reopen_its_alerts():
     restart = dataclasses.replace(held[0], step=0, ts=events[end].ts + 60)
     engine.process(restart)
     assert not engine.jobs[spec.job].ended
+
+
+def test_a_steps_medians_are_taken_once_by_all_the_rules_and_a_replaced_step_takes_its_own():
+    """The step rules share a closed step's medians (models/steps/robust.py ``step_median``): the same floats as
+    np.median / np.nanmedian, kept on the step; a step made by ``dataclasses.replace`` (the engine's arrival
+    signal) has its own."""
+    import numpy as np
+
+    from stepwatch.models.jobhealth.throughput import sample_from
+    from stepwatch.models.steps.assembly import GroupStep
+    from stepwatch.models.steps.robust import step_median
+    from stepwatch.models.steps.straggler import StragglerDetector
+
+    n = 9
+    step = GroupStep(job="j", group="", step=50, ts=1000.0, ranks=np.arange(n), step_time=np.linspace(1.0, 1.8, n),
+                     compute_time=np.linspace(0.5, 0.9, n) ** 2, comm_time=np.full(n, 0.3),
+                     data_time=np.array([0.01, np.nan] * 4 + [0.02]), tokens=np.full(n, 10.0), nodes=("a",) * n,
+                     phase="train")
+    StragglerDetector(job="j", warmup_steps=0).update(step)
+    sample = sample_from(step)
+    assert step.medians["compute_time"] == float(np.median(step.compute_time)) == sample.compute
+    assert step.medians["data_time"] == float(np.nanmedian(step.data_time)) == sample.data
+    assert step.medians["before"] == float(np.median(step.step_time - step.comm_time))
+    step.compute_time[:] = 7.0  # taken once: the kept median stays (a closed step's columns never change)
+    assert step_median(step, "compute_time") == float(np.median(np.linspace(0.5, 0.9, n) ** 2))
+    other = dataclasses.replace(step, comm_time=np.full(n, 0.1))
+    assert other.medians == {} and step_median(other, "compute_time") == 7.0

@@ -78,6 +78,9 @@ class JobProgress:
         self.advances: deque[tuple[int, float]] = deque(maxlen=step_history)  # (new job step, when)
         # Per-rank latest values, in arrays indexed by a dense slot (grown on demand).
         self.slot_of_rank: dict[int, int] = {}
+        #: [ranks, their slots, whether each rank is there once, the slots as an array or None] of the latest run
+        #: of ``quiet_steps``: the next step's run has the same ranks (slots are never taken back).
+        self._run_slots: list | None = None
         self.n = 0
         self.rank_at = np.zeros(0, dtype=np.int64)
         self.last_step = np.zeros(0, dtype=np.int64)  # highest completed step (-1: unknown)
@@ -191,12 +194,17 @@ class JobProgress:
         latest = max(ts)
         if latest > self.latest_ts:
             self.latest_ts = latest
-        slot_of = self.slot_of_rank.get
-        slots = list(map(slot_of, ranks))
-        if None in slots:
-            for i, slot in enumerate(slots):
-                if slot is None:
-                    slots[i] = self.slot_for(ranks[i], ts[i])
+        run = self._run_slots
+        if run is not None and run[0] == ranks:
+            slots, unique = run[1], run[2]
+        else:
+            slots = list(map(self.slot_of_rank.get, ranks))
+            if None in slots:
+                for i, slot in enumerate(slots):
+                    if slot is None:
+                        slots[i] = self.slot_for(ranks[i], ts[i])
+            unique = len(slots) == 1 or len(set(slots)) == len(slots)
+            run = self._run_slots = [ranks, slots, unique, None]
         self.has_step_events = True
         for w in reversed(world_sizes):
             if w is not None:
@@ -208,7 +216,6 @@ class JobProgress:
         if first and ts[0] > self.progress_ts:
             self.progress_ts = ts[0]
         newest = max(steps)
-        unique = len(slots) == 1 or len(set(slots)) == len(slots)
         if newest <= top or len(slots) == 1 or not unique:
             if newest > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
                 for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
@@ -227,7 +234,9 @@ class JobProgress:
             return
         # Each rank once: find, by cumulative counts, the events after which the ranks' median passed
         # the counter (what event-by-event processing finds), then write the columns.
-        idx = np.array(slots, dtype=np.int64)
+        if run[3] is None:
+            run[3] = np.array(slots, dtype=np.int64)
+        idx = run[3]
         steps_a = np.array(steps, dtype=np.int64)
         cur = self.last_step[idx]
         fresh = cur < 0

@@ -23,7 +23,7 @@ from collections import Counter, deque
 import numpy as np
 
 from ..steps.assembly import GroupStep
-from ..steps.robust import median, nan_median
+from ..steps.robust import step_median
 
 
 class JobSLI:
@@ -53,15 +53,15 @@ class JobSLI:
         """One judged group step (several groups of one step count once for time, all for waste)."""
         if step.phase != "train":
             return
-        before = step.step_time - step.comm_time
+        name, before = "before", step.step_time - step.comm_time  # (as models/jobhealth/throughput.py names it)
         if np.isnan(before).any():
-            before = step.compute_time
+            name, before = "compute_time", step.compute_time
         if before.size and not np.isnan(before).any():
-            self.straggler_gpu_seconds += float(before.max() - median(before)) * len(before)
+            self.straggler_gpu_seconds += float(before.max() - step_median(step, name, before)) * len(before)
         if step.step <= self._last_step:
             return
         self._last_step = step.step
-        step_time = nan_median(step.step_time) if step.step_time.size else 0.0
+        step_time = step_median(step, "step_time") if step.step_time.size else 0.0
         tokens = float(np.nansum(step.tokens)) if step.tokens.size else 0.0
         self.productive_seconds += step_time
         self._steps.append((step.step, step.ts, step_time, tokens))

@@ -42,7 +42,7 @@ from scipy.stats import mannwhitneyu
 from ..alert_types import AlertType
 from ..alerts import Alert, alert_id
 from ..steps.assembly import GroupStep
-from ..steps.robust import median, nan_median
+from ..steps.robust import step_median
 from ..resolution import Resolution
 
 
@@ -136,15 +136,16 @@ class StepSample:
 
 
 def sample_from(step: GroupStep) -> StepSample:
-    med = nan_median
+    def med(name: str) -> float:
+        return step_median(step, name)
 
-    step_time = med(step.step_time)
+    step_time = med("step_time")
     typical = step_time
     before = step.step_time - step.comm_time  # time before entering the collectives
     median_before = slowest = float("nan")
     if before.size and not np.isnan(before).any():
         # The last rank to arrive waits least: its comm_time is the transfer itself.
-        median_before, slowest = median(before), float(np.max(before))
+        median_before, slowest = step_median(step, "before", before), float(np.max(before))
         typical = float(median_before + np.min(step.comm_time))
     tokens = step.tokens[~np.isnan(step.tokens)] if step.tokens is not None else np.zeros(0)
     tps = float(tokens.sum() / typical) if tokens.size and typical > 0 else float("nan")
@@ -154,8 +155,8 @@ def sample_from(step: GroupStep) -> StepSample:
     # data-loader hiccup or GC pause on any rank would move it and blame the network for an input stall.
     comm = step.comm_time[~np.isnan(step.comm_time)]
     transfer = float(comm.min()) if comm.size else float("nan")
-    return StepSample(step.step, step.ts, step_time, typical, med(step.compute_time), transfer,
-                      med(step.data_time), tps, per_rank, step.missing, step.group or "", median_before,
+    return StepSample(step.step, step.ts, step_time, typical, med("compute_time"), transfer,
+                      med("data_time"), tps, per_rank, step.missing, step.group or "", median_before,
                       float(tokens.sum()) if tokens.size else float("nan"), slowest)
 
 
@@ -209,14 +210,20 @@ class _Regression:
         self.score = 0.0
         self.onset: int | None = None
         self.since_onset = 0
+        self._mean: float | None = None  # of ``baseline``, kept until it changes (read several times a step)
 
     @property
     def mean(self) -> float | None:
-        return float(np.mean(self.baseline)) if len(self.baseline) >= self.min_baseline else None
+        if len(self.baseline) < self.min_baseline:
+            return None
+        if self._mean is None:  # np.mean's float, without its slow conversion of a deque
+            self._mean = float(np.fromiter(self.baseline, np.float64, len(self.baseline)).mean())
+        return self._mean
 
     def update(self, step: int, value: float, *, learn: bool) -> None:
         if len(self.recent) > self.quarantine and learn:
             self.baseline.append(self.recent[-self.quarantine - 1])
+            self._mean = None
         self.recent.append(value)
         base = self.mean
         if base is None or base <= 0:

@@ -39,6 +39,9 @@ class PlacementView:
         # job -> rank -> the node of its last batch, each pair in ``_pairs``: a batch that repeats them all (the
         # usual one) is known by one list comparison, no tuple made or hashed per event
         self._last_node: dict[str, dict[int, str | None]] = {}
+        # job -> (ranks, nodes, set of nodes) of its last batch: a batch of the same ranks on the same nodes (the
+        # usual next step) is known by comparing two lists, without a lookup per event
+        self._last_run: dict[str, tuple[list, list, set]] = {}
 
     def observe(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
         """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the rank is new there (or moved GPU)."""
@@ -88,15 +91,21 @@ class PlacementView:
         known = self._pairs.get(job)
         if known is None:
             known = self._pairs[job] = set()
-        last = self._last_node.get(job)
-        if last is not None and list(map(last.get, ranks, repeat(_UNSEEN))) == nodes:
-            fresh = ()  # every (rank, node) pair is the rank's last one, so known
+        run = self._last_run.get(job)
+        if run is not None and run[0] == ranks and run[1] == nodes:
+            fresh, on = (), run[2]  # the last batch again: every pair known, ``_last_node`` already says so
         else:
-            # Usually every pair is known: a lookup per pair, no set of them built.
-            fresh = () if known.issuperset(zip(ranks, nodes)) else set(zip(ranks, nodes)) - known
-            if last is None:
-                last = self._last_node[job] = {}
-            last.update(zip(ranks, nodes))  # all known once the fresh ones are added below
+            last = self._last_node.get(job)
+            if last is not None and list(map(last.get, ranks, repeat(_UNSEEN))) == nodes:
+                fresh = ()  # every (rank, node) pair is the rank's last one, so known
+            else:
+                # Usually every pair is known: a lookup per pair, no set of them built.
+                fresh = () if known.issuperset(zip(ranks, nodes)) else set(zip(ranks, nodes)) - known
+                if last is None:
+                    last = self._last_node[job] = {}
+                last.update(zip(ranks, nodes))  # all known once the fresh ones are added below
+            on = set(nodes)
+            self._last_run[job] = (ranks, nodes, on)  # the caller's lists: a batch is never changed after
         new = False
         if fresh:
             for rank, node, gpu in zip(ranks, nodes, gpus):
@@ -105,7 +114,7 @@ class PlacementView:
             known |= fresh
         entries = self._jobs.get(job)
         if entries:
-            for node in set(nodes):
+            for node in on:
                 entry = entries.get(node)
                 if entry is not None and ts > entry[1]:
                     if ts - entry[1] > self.window / 4:
@@ -170,3 +179,4 @@ class PlacementView:
         self._jobs.pop(job, None)
         self._pairs.pop(job, None)
         self._last_node.pop(job, None)
+        self._last_run.pop(job, None)

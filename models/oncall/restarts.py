@@ -80,7 +80,7 @@ class Restart:
 
 
 class _Job:
-    __slots__ = ("ceiling", "high", "last_step", "last_ts", "restart")
+    __slots__ = ("ceiling", "high", "last_step", "last_ts", "restart", "tail")
 
     def __init__(self) -> None:
         self.high = -1  # highest step since the latest restart (what a restart recomputes up to)
@@ -88,6 +88,17 @@ class _Job:
         self.last_ts: dict[int, float] = {}  # rank -> time of its latest event (in arrival order)
         self.last_step: dict[int, int] = {}  # rank -> step of its latest event (in arrival order)
         self.restart: tuple[float, float] | None = None  # the latest restart's silence: (began, ended)
+        #: (ranks, steps, ts) of the latest run not yet in ``last_ts``/``last_step`` (``settle``): a run of the
+        #: same ranks replaces it whole (every rank's latest values are the new run's), no dict writes per event.
+        self.tail: tuple[list, list, list] | None = None
+
+    def settle(self) -> None:
+        """``last_ts`` and ``last_step`` up to date (before they are read)."""
+        if self.tail is not None:
+            ranks, steps, ts = self.tail
+            self.tail = None
+            self.last_ts.update(zip(ranks, ts))
+            self.last_step.update(zip(ranks, steps))
 
 
 class RestartTracker:
@@ -118,6 +129,7 @@ class RestartTracker:
     def update(self, job: str, rank: int, step: int, ts: float) -> Restart | None:
         """One step event; the restart it reveals, if any."""
         state = self._job(job)
+        state.settle()
         prev = state.last_ts.get(rank)
         own = state.last_step.get(rank)
         found = None
@@ -151,8 +163,9 @@ class RestartTracker:
             top = max(steps)
             state.high = max(state.high, top)
             state.ceiling = max(state.ceiling, top)
-            state.last_ts.update(zip(ranks, ts))
-            state.last_step.update(zip(ranks, steps))
+            if state.tail is not None and state.tail[0] != ranks:
+                state.settle()
+            state.tail = (ranks, steps, ts)
             return []
         out = []
         for args in zip(ranks, steps, ts):

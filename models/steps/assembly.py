@@ -16,7 +16,7 @@ clock runs *ahead* has its events sorted many steps late: when events keep arriv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 
 import numpy as np
@@ -68,23 +68,55 @@ class GroupStep:
     #: The step-end time of ``ranks[0]`` on its own host's clock: a rate from two steps' ``ts`` could subtract
     #: two hosts' clocks (the latest rank differs), one from the same rank's ``lowest_ts`` cannot.
     lowest_ts: float = NAN
+    #: Medians of this step taken by the rules so far, by name (models/steps/robust.py ``step_median``); a step
+    #: made by ``dataclasses.replace`` starts without any.
+    medians: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 class _OpenStep:
-    __slots__ = ("rows", "first_seen", "phase")
+    """One step's reports so far, kept as columns (ts, step_time, compute_time, comm_time, data_time, tokens,
+    node; NaN where absent) that batches extend by slices: no tuple per rank, and no transposing at close."""
+
+    __slots__ = ("rows", "cols", "first_seen", "phase")
 
     def __init__(self, first_seen: float) -> None:
-        # rank -> (ts, step_time, compute_time, comm_time, data_time, tokens, node), NaN where absent:
-        # a plain tuple per rank, so that batch envelopes need no StepEvent per rank.
-        self.rows: dict[int, tuple] = {}
+        #: rank -> its latest report's position in ``cols`` (a duplicate points at the later copy).
+        self.rows: dict[int, int] = {}
+        self.cols: tuple[list, ...] = ([], [], [], [], [], [], [])
         self.first_seen = first_seen
         self.phase = "train"
 
+    def put(self, ranks, cols, lo: int, hi: int) -> None:
+        """Reports ``lo:hi`` of ``cols`` (columns as above), by ``ranks`` (``ranks[k]`` for ``cols[lo + k]``)."""
+        base = len(self.cols[0])
+        for mine, col in zip(self.cols, cols):
+            mine.extend(col[lo:hi])
+        self.rows.update(zip(ranks, range(base, base + hi - lo)))
+        if base + hi - lo > 2 * len(self.rows) + 64:  # copies a duplicating sender left behind: bounded
+            order = sorted(self.rows)
+            self.cols = self.columns(order)
+            self.rows = dict(zip(order, range(len(order))))
+
+    def put_one(self, rank: int, cols, i: int) -> None:
+        """``put`` of report ``i`` alone."""
+        self.rows[rank] = len(self.cols[0])
+        for mine, col in zip(self.cols, cols):
+            mine.append(col[i])
+        if len(self.cols[0]) > 2 * len(self.rows) + 64:
+            self.put((), cols, i, i)  # compacts
+
+    def columns(self, order: list[int]) -> tuple[list, ...]:
+        """The columns of the latest reports of the ranks in ``order``."""
+        if len(self.cols[0]) == len(self.rows) and list(self.rows) == order:
+            return self.cols  # one report per rank (positions 0, 1, ...), added in ``order`` (the usual step)
+        at = list(map(self.rows.__getitem__, order))
+        return tuple(list(map(col.__getitem__, at)) for col in self.cols)
+
 
 def step_row(event: StepEvent) -> tuple:
-    """What an open step keeps of one rank's step event."""
-    return (event.ts, event.step_time, _nan(event.compute_time), _nan(event.comm_time), _nan(event.data_time),
-            _nan(event.tokens), event.node)
+    """What an open step keeps of one rank's step event: its columns, one value each (``add_rows``)."""
+    return ((event.ts,), (event.step_time,), (_nan(event.compute_time),), (_nan(event.comm_time),),
+            (_nan(event.data_time),), (_nan(event.tokens),), (event.node,))
 
 
 class StepAssembler:
@@ -131,11 +163,12 @@ class StepAssembler:
         return 1 if expected is None else max(1, expected // 2)
 
     def add(self, event: StepEvent) -> list[GroupStep]:
-        closed = self.add_rows((event.rank,), (event.step,), (event.world_size,), (event.phase,), (step_row(event),))
+        closed = self.add_rows((event.rank,), (event.step,), (event.world_size,), (event.phase,), step_row(event))
         return closed[0][1] if closed else []
 
-    def add_rows(self, ranks, steps, world_sizes, phases, rows) -> list[tuple[int, list[GroupStep]]]:
-        """``add`` for several events in order (columns of equal length; ``rows`` as ``step_row`` makes them).
+    def add_rows(self, ranks, steps, world_sizes, phases, cols) -> list[tuple[int, list[GroupStep]]]:
+        """``add`` for several events in order (columns of equal length; ``cols``: their other columns, in the
+        order of ``step_row``).
 
         Returns ``(i, steps closed by the i-th event)`` for the events that closed steps.
 
@@ -153,14 +186,14 @@ class StepAssembler:
             runs = ((step, sum(1 for _ in run)) for step, run in groupby(steps))
         for step, length in runs:
             e = i + length
-            closed = self._add_one(ranks[i], step, world_sizes[i], phases[i], rows[i])
+            closed = self._add_one(ranks[i], step, world_sizes[i], phases[i], cols, i)
             if closed:
                 out.append((i, closed))
             p = i + 1
             while p < e:
                 if step <= self.last_closed:
                     if step < self.last_closed - self.max_pending_steps:
-                        closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                        closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], cols, p)
                         if closed:
                             out.append((p, closed))
                         p += 1
@@ -170,7 +203,7 @@ class StepAssembler:
                 open_step = self._open.get(step)
                 expected = self._bulk_expected(ranks, world_sizes, p, e)
                 if open_step is None or expected is False:
-                    closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                    closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], cols, p)
                     if closed:
                         out.append((p, closed))
                     p += 1
@@ -180,7 +213,7 @@ class StepAssembler:
                 else:
                     need = expected - len(open_step.rows)
                     if need <= 0:
-                        closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], rows[p])
+                        closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], cols, p)
                         if closed:
                             out.append((p, closed))
                         p += 1
@@ -198,7 +231,7 @@ class StepAssembler:
                     if w is not None:
                         self.world_size_hint = w
                         break
-                open_step.rows.update(zip(chunk_ranks, rows[p:q]))  # duplicates: the later copy wins
+                open_step.put(chunk_ranks, cols, p, q)  # duplicates: the later copy wins
                 chunk_phases = phases[p:q]
                 if chunk_phases.count("train") != len(chunk_phases):
                     for ph in reversed(chunk_phases):
@@ -235,8 +268,8 @@ class StepAssembler:
             return False  # membership may grow
         return expected
 
-    def _add_one(self, rank, step, world_size, phase, row) -> list[GroupStep] | None:
-        """One event: the steps it closed, if any."""
+    def _add_one(self, rank, step, world_size, phase, cols, i: int) -> list[GroupStep] | None:
+        """One event (``cols[.][i]``): the steps it closed, if any."""
         open_steps = self._open
         behind = self._quorum_step - step
         if behind > self.max_lag_steps and step >= self.last_closed - self.max_pending_steps:
@@ -264,8 +297,8 @@ class StepAssembler:
             self._newest_step = step
         open_step = open_steps.get(step)
         if open_step is None:
-            open_step = open_steps[step] = _OpenStep(row[0])
-        open_step.rows[rank] = row  # a duplicate replaces the earlier copy
+            open_step = open_steps[step] = _OpenStep(cols[0][i])
+        open_step.put_one(rank, cols, i)  # a duplicate replaces the earlier copy
         if phase != "train":
             open_step.phase = phase
         closed = None
@@ -319,7 +352,7 @@ class StepAssembler:
 
     def _build(self, step: int, open_step: _OpenStep) -> GroupStep:
         order = sorted(open_step.rows)
-        ts, step_time, compute_time, comm_time, data_time, tokens, nodes = zip(*map(open_step.rows.__getitem__, order))
+        ts, step_time, compute_time, comm_time, data_time, tokens, nodes = open_step.columns(order)
         n = len(order)
         return GroupStep(
             job=self.job,
@@ -332,7 +365,7 @@ class StepAssembler:
             comm_time=_floats(comm_time, n),
             data_time=_floats(data_time, n),
             tokens=_floats(tokens, n),
-            nodes=nodes,
+            nodes=tuple(nodes),
             phase=open_step.phase,
             missing=max((self._expected() or 0) - len(order), 0),
             lowest_ts=ts[0],
@@ -353,8 +386,8 @@ def _nan(value: float | None) -> float:
     return NAN if value is None else value
 
 
-def _floats(values: tuple, n: int) -> np.ndarray:
-    """``np.array(values, dtype=float64)``, several times faster for a tuple of numbers (a column of a step)."""
+def _floats(values: list, n: int) -> np.ndarray:
+    """``np.array(values, dtype=float64)``, several times faster for a list of numbers (a column of a step)."""
     try:
         return np.fromiter(values, dtype=np.float64, count=n)
     except TypeError:  # e.g. a None (np.array makes it NaN)

@@ -37,6 +37,9 @@ class ClockOffsets:
         self._count = np.zeros(0, dtype=np.int64)  # deviations written to each row so far
         #: node -> seconds its clock is ahead of the job's median node (only those beyond ``min_offset``)
         self.offsets: dict[str, float] = {}
+        # (nodes, where each run of one node starts, the runs' nodes) of the latest big run of one step: the next
+        # step's ranks are on the same nodes
+        self._node_runs: tuple[list, np.ndarray, list] | None = None
 
     def observe(self, node: str | None, step: int, ts: float) -> None:
         if node is None:
@@ -73,11 +76,14 @@ class ClockOffsets:
             get = ends.get
             pairs = zip(nodes, ts)
             if n >= 64:  # ranks of a node come together: each run of one node's events by its minimum
-                names = np.array(nodes, dtype=object)
-                starts = np.flatnonzero(np.concatenate(([True], names[1:] != names[:-1])))
+                runs = self._node_runs
+                if runs is None or runs[0] != nodes:
+                    names = np.array(nodes, dtype=object)
+                    starts = np.flatnonzero(np.concatenate(([True], names[1:] != names[:-1])))
+                    runs = self._node_runs = (nodes, starts, names[starts].tolist())
+                _, starts, names = runs
                 if len(starts) * 4 <= n:
-                    pairs = zip(names[starts].tolist(),
-                                np.minimum.reduceat(np.asarray(ts, dtype=np.float64), starts).tolist())
+                    pairs = zip(names, np.minimum.reduceat(np.asarray(ts, dtype=np.float64), starts).tolist())
             for node, t in pairs:
                 if node is not None:
                     prev = get(node)

@@ -42,7 +42,8 @@ from .cost import cost
 from .imbalance_evidence import (ClassImbalanceEvidence, Remedy, RemedyKind, RankClass, StageImbalanceEvidence,
                                  StageLoad)
 from ..resolution import Resolution
-from .straggler import choose_signal, median
+from .robust import step_median
+from .straggler import choose_signal
 
 
 class _GroupHistory:
@@ -150,7 +151,7 @@ class ImbalanceDetector:
         chosen = choose_signal(step)
         if chosen is None:
             return []
-        _, x = chosen
+        signal, x = chosen
         g = self._groups.get(step.group)
         if g is None:
             g = self._groups[step.group] = _GroupHistory(self.window)
@@ -167,10 +168,9 @@ class ImbalanceDetector:
         slots = g.last[1]
         g.values[slots, g.count % self.window] = x
         g.count += 1
-        g.medians.append(median(x))
+        g.medians.append(step_median(step, signal, x))
         g.maxima.append(float(np.nanmax(x)) if np.any(~np.isnan(x)) else float("nan"))
-        st = step.step_time[~np.isnan(step.step_time)]
-        g.step_times.append(median(st) if len(st) else float("nan"))
+        g.step_times.append(step_median(step, "step_time"))
         if changed or g.count % 100 == 1:  # nodes rarely change: not every step
             for r, node in zip(step.ranks, step.nodes):
                 if node is not None:

@@ -37,7 +37,7 @@ import numpy as np
 from ..alerts import Alert, alert_id
 from .assembly import GroupStep
 from ..resolution import Resolution, with_resolution
-from .robust import median, nan_median
+from .robust import median, nan_median, step_median
 from .straggler import choose_signal
 from .straggler_evidence import LongStragglerCost, LongStragglerEvidence
 from ..evidence import StragglerSignal
@@ -129,12 +129,13 @@ class LongStragglerDetector:
         self._last_lookup = (ranks.copy(), slots)
         return slots, True
 
-    def _peers(self, ranks: np.ndarray, x: np.ndarray) -> np.ndarray | float | None:
+    def _peers(self, step: GroupStep, signal: str, x: np.ndarray) -> np.ndarray | float | None:
         if not self.rank_class:
-            peer = median(x)
+            peer = step_median(step, signal, x)
             return peer if peer > 0 else None
+        ranks = step.ranks
         cls = np.fromiter((self.rank_class.get(int(r), -1) for r in ranks), dtype=np.int64, count=len(ranks))
-        peers = np.full(len(x), median(x))
+        peers = np.full(len(x), step_median(step, signal, x))
         for c in np.unique(cls[cls >= 0]):
             members = cls == c
             peers[members] = median(x[members]) if members.sum() >= self.min_peers else np.nan
@@ -153,7 +154,7 @@ class LongStragglerDetector:
         if chosen is None:
             return []
         signal, x = chosen
-        peers = self._peers(step.ranks, x)
+        peers = self._peers(step, signal, x)
         if peers is None:
             return []
         slots, changed = self._slots_for(step.ranks)
@@ -168,8 +169,8 @@ class LongStragglerDetector:
             top = int(np.argmax(x))
             second, first = np.partition(x, len(x) - 2)[-2:]
             self._wait[slots[top], col] = first - second
-        st = step.step_time[~np.isnan(step.step_time)]
-        self._step_time[col] = median(st) if len(st) else float(np.nanmax(x))
+        typical = step_median(step, "step_time")  # NaN: no rank reported one
+        self._step_time[col] = typical if typical == typical else float(np.nanmax(x))
         self._peer[col] = peers if isinstance(peers, float) else nan_median(peers)
         if changed or self._evaluated % 100 == 1:  # nodes rarely change: not every step
             for slot, node in zip(slots, step.nodes):

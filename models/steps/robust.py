@@ -33,3 +33,15 @@ def nan_median(values: np.ndarray) -> float:
     """``float(np.nanmedian(values))`` of a 1-D float array (NaN when nothing is reported), without the warning."""
     ok = values[~np.isnan(values)]
     return median(ok) if len(ok) else float("nan")
+
+
+def step_median(step, name: str, values: np.ndarray | None = None) -> float:
+    """A closed step's median of ``name`` (a ``GroupStep``, models/steps/assembly.py), taken once per step: the
+    step rules take the same medians of every step. ``values``: what ``name`` stands for when it is not a
+    column of the step (e.g. the straggler rule's ``arrival``, derived from the step alone); a column's median
+    is ``nan_median``'s, which is ``median``'s for a column without NaN."""
+    memo = step.medians
+    value = memo.get(name)
+    if value is None:
+        value = memo[name] = nan_median(getattr(step, name) if values is None else values)
+    return value

@@ -60,7 +60,7 @@ import numpy as np
 
 from ..alerts import Alert, alert_id
 from .cost import straggler_cost
-from .robust import median
+from .robust import median, step_median
 from .small_group import PairedPace
 from .straggler_evidence import Baseline, DataWaitEvidence, PeerEvidence
 from ..evidence import StragglerSignal
@@ -395,7 +395,7 @@ class StragglerDetector:
         if chosen is None:
             return []
         signal, x = chosen
-        peer = median(x)
+        peer = step_median(step, signal, x)
         if peer <= 0:
             return []
         peers = None
@@ -701,7 +701,7 @@ class StragglerDetector:
         d = step.data_time
         if np.isnan(d).any():
             return None
-        peer = median(d)
+        peer = step_median(step, "data_time")
         spread = max(normal_mad(d, peer), self.spread_floor * compute_median, 1e-9)
         excess = d - peer
         data_slow = (excess >= (self.ratio_threshold - 1.0) * compute_median) & (excess / spread >= self.z_threshold)

@@ -40,8 +40,9 @@ class TelemetryCorrelator:
         self.data_history = data_history
         # job -> rank -> (node, gpu); job -> rank -> recent data_time values
         self._placement: dict[str, dict[int, tuple[str | None, int | None]]] = {}
-        # job -> (ranks, nodes, gpus) of its last run of step events: a run that repeats it changes nothing
-        self._last_run: dict[str, tuple[list, list, list]] = {}
+        # job -> [ranks, nodes, gpus, whether each of those ranks has a data-time ring] of its last run of step
+        # events: a run that repeats it changes nothing
+        self._last_run: dict[str, list] = {}
         self._data_time: dict[str, dict[int, deque[float]]] = {}
 
     def observe_step(self, event: StepEvent) -> None:
@@ -54,7 +55,8 @@ class TelemetryCorrelator:
         if placement is None:
             placement = self._placement[job] = {}
         last = self._last_run.get(job)
-        if last is not None and last[0] == ranks and last[1] == nodes and last[2] == gpus:
+        same = last is not None and last[0] == ranks and last[1] == nodes and last[2] == gpus
+        if same:
             pass  # the same ranks where the job's previous run put them (the usual next step): nothing changes
         elif None not in nodes:
             placement.update(zip(ranks, zip(nodes, gpus)))  # later events win, as one by one
@@ -62,14 +64,21 @@ class TelemetryCorrelator:
             for rank, node, gpu in zip(ranks, nodes, gpus):
                 if node is not None or gpu is not None:
                     placement[rank] = (node, gpu)
-        if len(ranks) >= 16:
-            self._last_run[job] = (list(ranks), list(nodes), list(gpus))
+        if same:
+            pass  # kept as it is (with what it knows of the rings)
+        elif len(ranks) >= 16:
+            last = self._last_run[job] = [list(ranks), list(nodes), list(gpus), False]
         else:
             self._last_run.pop(job, None)
+            last = None
         times = self._data_time.get(job)
-        if times is not None and _all_reported(data_times) and times.keys() >= set(ranks):
+        # (a job's rings are only ever added, until the job is forgotten with its last run)
+        if times is not None and _all_reported(data_times) and (
+                (last is not None and last[3]) or times.keys() >= set(ranks)):
             # every value reported and every rank's ring exists: append in order, all in C
             deque(map(deque.append, map(times.__getitem__, ranks), data_times), maxlen=0)
+            if last is not None:
+                last[3] = True  # every rank of the run has its ring: no need to check again
             return
         times = None
         for rank, value in zip(ranks, data_times):
