@@ -57,6 +57,13 @@ class RetentionSettings:
 #: (a host whose clock is seconds ahead: ``HangDetector.continues``); a restarted job relaunches processes
 #: and loads a checkpoint first, which takes far longer.
 END_GRACE_SECONDS = 10.0
+
+
+def _late_after_end(job: JobState, rank: int, step, ts: float) -> bool:
+    """Whether a rank's event after its job's ``end`` belongs to the run that ended (``END_GRACE_SECONDS``). The
+    rank's own count is asked first: a late event moves it on, so the next one continues from there."""
+    continues = type(step) is int and job.hang.continues(rank, step, ts, END_GRACE_SECONDS)
+    return continues or ts <= job.ended_at + END_GRACE_SECONDS
 #: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
 CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
                "op_names_per_job")
@@ -235,9 +242,8 @@ class DetectionEngine:
             job, evicted = self._add_job(event.job)
             if job is None:
                 return []
-        elif job.ended and getattr(event, "rank", None) is not None and (
-                (type(getattr(event, "step", None)) is int and job.hang.continues(
-                    event.rank, event.step, event.ts, END_GRACE_SECONDS)) or event.ts <= job.ended_at + END_GRACE_SECONDS):
+        elif job.ended and getattr(event, "rank", None) is not None and _late_after_end(
+                job, event.rank, getattr(event, "step", None), event.ts):
             job.late_after_end += 1  # see _process_steps
             return []
         else:
@@ -346,10 +352,9 @@ class DetectionEngine:
             # Stamped before (or just after, on another rank's clock) the job said it ended, arriving
             # after: overtaken on another path (e.g. a different shard stage process), not a restart,
             # which would reopen the job's alerts. The first later step is the restart.
-            limit = job.ended_at + END_GRACE_SECONDS
-            ranks, steps, continues = cols.rank, cols.step, job.hang.continues
-            late = next((i for i, t in enumerate(ts) if not continues(
-                ranks[lo + i], steps[lo + i], t, END_GRACE_SECONDS) and t > limit), hi - lo)
+            ranks, steps = cols.rank, cols.step
+            late = next((i for i, t in enumerate(ts) if not _late_after_end(job, ranks[lo + i], steps[lo + i], t)),
+                        hi - lo)
             if late:
                 job.late_after_end += late
                 lo += late

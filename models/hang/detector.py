@@ -292,10 +292,13 @@ class HangDetector:
         event is remembered as the rank's latest (the next one continues from it)."""
         p = self.progress
         slot = p.slot_of_rank.get(rank)
-        if slot is None or step < p.last_step[slot] or ts - self.clocks.offset(p.nodes[slot]) - p.last_seen[slot] > within:
+        if slot is None or step < p.last_step[slot]:
+            return False
+        ts -= self.clocks.offset(p.nodes[slot])  # on the job's median clock, as ``last_seen``
+        if ts - p.last_seen[slot] > within:
             return False
         p.last_step[slot] = step
-        p.last_seen[slot] = ts - self.clocks.offset(p.nodes[slot])
+        p.last_seen[slot] = ts
         return True
 
     def update(self, event: Event) -> list[Alert]:
