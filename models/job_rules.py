@@ -121,17 +121,18 @@ class StragglerRule(JobRule):
                 taken = self.long.hand_over(group, alert.ranks[0])
                 if taken is not None:
                     cont = self._continues[alert.id] = (taken.id, taken.starts_at)
-            if cont is not None:
-                if alert.status == AlertStatus.RESOLVED:
-                    del self._continues[alert.id]
-                alert = dataclasses.replace(alert, id=cont[0], starts_at=cont[1])
-            out.append(alert)
+            out.append(self._as_continued(alert))
+            if cont is not None and alert.status == AlertStatus.RESOLVED:
+                del self._continues[alert.id]
         return out
 
+    def _as_continued(self, alert: Alert) -> Alert:
+        """``alert`` under the id and start of the long-horizon alert it continues, if any."""
+        cont = self._continues.get(alert.id)
+        return alert if cont is None else dataclasses.replace(alert, id=cont[0], starts_at=cont[1])
+
     def open_alerts(self) -> list[Alert]:
-        cont = self._continues
-        return [dataclasses.replace(a, id=cont[a.id][0], starts_at=cont[a.id][1]) if a.id in cont else a
-                for d in self.detectors.values() for a in d.firing.values()]
+        return [self._as_continued(a) for d in self.detectors.values() for a in d.firing.values()]
 
     def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
         out = [a for g, d in self.detectors.items() for a in self._continuing(d.close_all(at=at, reason=reason), g)]
