@@ -177,21 +177,35 @@ def _clock_heads(paths: list[str], *, what: str) -> tuple[list[float], list[list
                 obj = line.value
                 if type(obj) is not dict or line.arrival is not None:
                     continue  # not JSON (dead-lettered by replay where it stands), or on the broker's clock
-                events = obj.get("events") if obj.get("kind") == "batch" else [obj]
-                for e in events if type(events) is list else ():
-                    if type(e) is not dict or e.get("kind") != "step":
-                        continue
-                    job, step, ts, took = e.get("job"), e.get("step"), e.get("ts"), e.get("step_time")
-                    if type(job) is str and type(step) is int and type(ts) in (int, float):
-                        key = (job, step)
-                        ends[key] = min(ends.get(key, ts), ts)
-                        if type(took) in (int, float):
-                            step_times.append(took)
+                _step_ends(obj, lambda e: ends, step_times)
         finally:
             lines.close()
+    return source_offsets(heads, step_time=_typical(step_times)), parsed
+
+
+def _step_ends(obj: dict, ends_of: Callable[[dict], dict | None], step_times: list[float],
+               steps: set | None = None) -> None:
+    """A parsed line's step events noted for a clock-offset estimate: each one's earliest step end by ``(job, step)``
+    in the dict ``ends_of(event)`` gives (None: not noted), its ``step_time`` in ``step_times``, its key in ``steps``."""
+    events = obj.get("events") if obj.get("kind") == "batch" else [obj]
+    for e in events if type(events) is list else ():
+        if type(e) is not dict or e.get("kind") != "step":
+            continue
+        ends = ends_of(e)
+        job, step, ts, took = e.get("job"), e.get("step"), e.get("ts"), e.get("step_time")
+        if ends is not None and type(job) is str and type(step) is int and type(ts) in (int, float):
+            key = (job, step)
+            ends[key] = min(ends.get(key, ts), ts)
+            if steps is not None:
+                steps.add(key)
+            if type(took) in (int, float):
+                step_times.append(took)
+
+
+def _typical(step_times: list[float]) -> float:
+    """The (upper) median step time, NaN without any: what ``source_offsets`` takes as half a step's floor."""
     step_times.sort()
-    typical = step_times[len(step_times) // 2] if step_times else float("nan")
-    return source_offsets(heads, step_time=typical), parsed
+    return step_times[len(step_times) // 2] if step_times else float("nan")
 
 
 def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes | RecordedLine]:
@@ -264,6 +278,11 @@ def _one_recording(paths: list[str], *, what: str) -> Iterator[bytes | RecordedL
     step_times: list[float] = []
     events = timed = back = 0
     previous = None
+
+    def of_node(event: dict) -> dict | None:  # each node's step ends apart (an event without its node: none)
+        node = event.get("node")
+        return ends.setdefault(node, {}) if type(node) is str else None
+
     for raw in lines:
         line = recorded(raw)
         head.append(line)
@@ -280,23 +299,13 @@ def _one_recording(paths: list[str], *, what: str) -> Iterator[bytes | RecordedL
                 back += when < previous
             previous = when
         events += len(batch)
-        for e in batch:
-            if type(e) is not dict or e.get("kind") != "step" or type(e.get("node")) is not str:
-                continue
-            job, step, ts, took = e.get("job"), e.get("step"), e.get("ts"), e.get("step_time")
-            if type(job) is str and type(step) is int and type(ts) in (int, float):
-                node_ends = ends.setdefault(e["node"], {})
-                node_ends[job, step] = min(node_ends.get((job, step), ts), ts)
-                steps.add((job, step))
-                if type(took) in (int, float):
-                    step_times.append(took)
+        if type(obj) is dict:
+            _step_ends(obj, of_node, step_times, steps)
         if len(steps) >= SORTED_HEAD_STEPS or events >= SORTED_HEAD_EVENTS:
             break
     offsets: list[float] = []
     if head[-1:] and head[-1].arrival is None and len(ends) > 1 and back <= SORTED_BACK_SHARE * timed:
-        step_times.sort()
-        typical = step_times[len(step_times) // 2] if step_times else float("nan")
-        offsets = source_offsets(list(ends.values()), step_time=typical)
+        offsets = source_offsets(list(ends.values()), step_time=_typical(step_times))
     if not any(offsets):
         yield from head
         yield from lines
