@@ -49,7 +49,9 @@ class GroupStep:
     job: str
     group: str
     step: int
-    ts: float  # latest step-end time among the ranks
+    #: When the step ended: the (upper) median of the ranks' step-end times. Not the latest: one host whose
+    #: clock runs seconds ahead would move every alert time of the job by its offset.
+    ts: float
     ranks: np.ndarray  # int64, sorted
     step_time: np.ndarray
     compute_time: np.ndarray
@@ -358,7 +360,7 @@ class StepAssembler:
             job=self.job,
             group=self.group,
             step=step,
-            ts=max(ts),
+            ts=sorted(ts)[n // 2],
             ranks=np.fromiter(order, dtype=np.int64, count=n),
             step_time=_floats(step_time, n),
             compute_time=_floats(compute_time, n),
