@@ -28,6 +28,7 @@ from typing import Any
 from ..tunable import runtime
 from ..alert_types import AlertStatus, AlertType
 from .actions import Classifier, load_overrides
+from .citations import Citations
 from ..alerts import Alert
 from ..wire.events import StepEvent
 from .ledger import Incident, NodeLedger
@@ -87,6 +88,7 @@ class OnCall:
         self.depth = 0  # nesting of wrapped engine calls: only the outermost one finishes alerts
         self._new_pairs: list[tuple[str, str]] = []  # (job, node) first seen in this call
         self.open_node_alerts: dict[str, Alert] = {}  # firing node alerts by id (latest version)
+        self.citations = Citations()  # the incident each alert belongs to (models/oncall/citations.py)
         #: job -> its SLI snapshot (the engine's ``job_sli``): resolved job alerts carry its effective compute.
         self.sli_of = None
         self.engine = None  # the engine it serves (set on its first call)
@@ -185,7 +187,7 @@ class OnCall:
                 alert = self._attribute(alert)  # a fabric incident names its jobs itself (models/oncall/incidents.py)
             elif alert.job and "onset_ts" not in alert.evidence:
                 alert = self._onset_from_steps(alert)
-            alert = self.classifier.annotate(alert)
+            alert = self.classifier.annotate(self.citations.cite(alert))
             if alert.job and alert.status == AlertStatus.RESOLVED:
                 alert = self.with_effective_compute(alert)
             out.append(alert)
