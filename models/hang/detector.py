@@ -73,6 +73,10 @@ class HangSettings:
     warning_floor_seconds: float = runtime(30.0)
     #: Train steps needed in the history before the early warning applies.
     warning_min_steps: int = runtime(5)
+    #: A job that stopped and went on by itself (a warning resolved by the job's next step: an unmarked
+    #: checkpoint or eval pause) is warned about again only after this many times its longest recent such
+    #: pause: a checkpoint every N steps warns once, not every N steps. 0: off. The timeout is unchanged.
+    pause_factor: float = runtime(1.5)
     #: Recent train step times kept for the p99 (bounded memory).
     step_history: int = 256
     #: A rank is silent after no event from it for max(this, ``heartbeat_timeout_factor`` x the
@@ -171,6 +175,7 @@ class HangDetector:
                  first_step_timeout_seconds: float = _D.first_step_timeout_seconds,
                  warning_factor: float = _D.warning_factor, warning_floor_seconds: float = _D.warning_floor_seconds,
                  warning_min_steps: int = _D.warning_min_steps, step_history: int = _D.step_history,
+                 pause_factor: float = _D.pause_factor,
                  heartbeat_timeout_seconds: float = _D.heartbeat_timeout_seconds,
                  heartbeat_timeout_factor: float = _D.heartbeat_timeout_factor,
                  max_listed_ranks: int = _D.max_listed_ranks, stacks: bool = False,
@@ -187,6 +192,7 @@ class HangDetector:
         self.warning_factor = warning_factor
         self.warning_floor_seconds = warning_floor_seconds
         self.warning_min_steps = warning_min_steps
+        self.pause_factor = pause_factor
         self.step_history = step_history
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
         self.heartbeat_timeout_factor = heartbeat_timeout_factor
@@ -263,6 +269,8 @@ class HangDetector:
         if p.phase not in ("train", "warmup") or len(p.step_times) < self.warning_min_steps:
             return None, critical, p.phase
         warn = max(self.warning_factor * p.p99_step_time(), self.warning_floor_seconds)
+        if p.pauses:
+            warn = max(warn, self.pause_factor * max(p.pauses))
         return (warn if warn < critical else None), critical, p.phase
 
     def p99_step_time(self) -> float:
@@ -490,6 +498,8 @@ class HangDetector:
         ep = self._episode
         if ep is None or ep.kind is not Stop.JOB or (step <= ep.job_step and not first):
             return self._maybe_resolve_partial(None)
+        if ep.alert.severity == Severity.WARNING:  # a pause that ended by itself, e.g. an unmarked checkpoint
+            p.pauses.append(ts - ep.evidence.stalled_since)
         return [self._resolve(at=ts, summary=f"resolved: job {self.job} completed step {step} again")]
 
     def _maybe_resolve_partial(self, slot: int | None) -> list[Alert]:

@@ -30,6 +30,8 @@ INCARNATION_WINDOW_SECONDS = 120.0
 #: After a job restart, rank events stamped more than this before its first new process are late ones of the
 #: processes that are gone (a reordered delivery): left out, or the fresh run would start its clock there.
 OLD_PROCESS_SLACK_SECONDS = 15.0
+#: Recent self-ended pauses kept (``JobProgress.pauses``): the pause factor applies to the longest of them.
+PAUSES_KEPT = 4
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
 #: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
@@ -74,6 +76,8 @@ class JobProgress:
         self.has_step_events = False
         self.world_size: int | None = None
         self.step_times: deque[float] = deque(maxlen=step_history)  # recent train step times
+        #: Recent stops the job went on from by itself (a hang warning resolved by its next step), seconds.
+        self.pauses: deque[float] = deque(maxlen=PAUSES_KEPT)
         self.hb_gaps: deque[float] = deque(maxlen=64)  # recent heartbeat intervals (any rank)
         self.advances: deque[tuple[int, float]] = deque(maxlen=step_history)  # (new job step, when)
         # Per-rank latest values, in arrays indexed by a dense slot (grown on demand).
