@@ -1,0 +1,187 @@
+"""The scenarios: jobs, what they do wrong, and what stepwatch must (and must not) say about them.
+
+Labels come from the domain and the user-facing docs (README "How straggler detection works",
+docs/hang.md, docs/job-health.md, docs/network.md), not from the detector's code. Each label:
+
+  expect: alerts that must fire: type, job, and where given ranks (exactly these), nodes (the
+          first listed must be among the alert's), evidence values, the onset (true time) and
+          the longest acceptable delay of the first firing, and how many incidents (ids) at most;
+  allow:  alerts that may fire without being wrong (documented behaviour the scenario cannot
+          exclude, e.g. the info long-horizon rule on a rank 3% slower every step);
+  everything else that fires is a false alarm.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .job import Hang, JobSpec, LinkFault, NodeLoss, Pause, Slow
+
+T0 = 1_798_000_000.0
+
+
+def nodes(k: int, prefix: str = "n") -> list[str]:
+    return [f"{prefix}{i:02d}" for i in range(k)]
+
+
+@dataclass
+class Scenario:
+    name: str
+    jobs: list[JobSpec]
+    # label builders get the simulated marks of each job: {job name: marks}
+    expect: list = field(default_factory=list)
+    allow: list = field(default_factory=list)
+    arrival: bool = True           # lines carry the broker's "_arrival" (stepwatch record); else in arrival order
+    telemetry: bool = False
+    note: str = ""
+
+
+def E(type_, job, onset=None, delay=None, **kw):
+    d = {"type": type_, "job": job}
+    if onset is not None:
+        d["onset"] = onset
+    if delay is not None:
+        d["max_delay"] = delay
+    d.update(kw)
+    return d
+
+
+def scenarios() -> list[Scenario]:
+    out = []
+    # 1. FSDP-like job, 4 GPUs per node, sequence-length buckets (+-20 % per step job-wide),
+    #    4 micro-batches per step; rank 9 computes 30 % slower from step 80.
+    out.append(Scenario(
+        "varlen_accum_straggler",
+        [JobSpec("varlen", nodes(4), 4, 180, compute=0.06, transfer=0.05, start=T0, seed=11,
+                 micro=4, variable=0.2, slow=[Slow(1.3, 80, rank=9)], lost=0.03)],
+        expect=[lambda m: E("straggler", "varlen", m["varlen"]["step"][80], 15 * 0.35 + 10,
+                            ranks=[9], nodes=["n02"], evidence={"signal": "compute_time"})],
+        note="a 30% straggler under job-wide +-20% step variation and gradient accumulation"))
+    # 2. rank 0 does the logging: 3 % slower every step, from the start. Not a page.
+    out.append(Scenario(
+        "rank0_logging_role",
+        [JobSpec("logrole", nodes(2), 4, 260, compute=0.2, transfer=0.04, start=T0, seed=12,
+                 role={0: 1.03})],
+        allow=[{"type": "straggler", "job": "logrole", "severity": "info", "ranks": [0]}],
+        note="a persistent +3% role is steady waste (info at most), never a warning"))
+    # 3. a straggler that appears, recovers and reappears within 25 steps: one incident
+    out.append(Scenario(
+        "straggler_recurs",
+        [JobSpec("recur", nodes(2), 4, 170, compute=0.3, transfer=0.05, start=T0, seed=13,
+                 slow=[Slow(1.4, 40, 70, rank=5), Slow(1.4, 85, 115, rank=5)])],
+        expect=[lambda m: E("straggler", "recur", m["recur"]["step"][40], 10 * 0.4 + 10, ranks=[5],
+                            nodes=["n01"], incidents=1)],
+        note="two episodes 15 steps apart are one incident (README: within 25 steps)"))
+    # 4. two stragglers on different nodes at once
+    out.append(Scenario(
+        "two_stragglers",
+        [JobSpec("two", nodes(4), 4, 150, compute=0.25, transfer=0.05, start=T0, seed=14,
+                 slow=[Slow(1.35, 60, rank=2), Slow(1.5, 60, rank=13)], lost=0.01)],
+        expect=[lambda m: E("straggler", "two", m["two"]["step"][60], 12, ranks=[2], nodes=["n00"]),
+                lambda m: E("straggler", "two", m["two"]["step"][60], 12, ranks=[13], nodes=["n03"])]))
+    # 5. a slow node: all four of its ranks 40 % slower: one node incident
+    out.append(Scenario(
+        "slow_node",
+        [JobSpec("slownode", nodes(4), 4, 150, compute=0.25, transfer=0.05, start=T0, seed=15,
+                 slow=[Slow(1.4, 60, node="n01")])],
+        expect=[lambda m: E("straggler", "slownode", m["slownode"]["step"][60], 12, ranks=[4, 5, 6, 7],
+                            nodes=["n01"], incidents=1, evidence={"incident_scope": "node"})]))
+    # 6. a hang: rank 3 stuck in its data loader, never issues the all-reduce the others wait in
+    out.append(Scenario(
+        "hang_culprit",
+        [JobSpec("hang1", nodes(4), 2, 80, compute=0.8, transfer=0.1, start=T0, seed=16,
+                 hang=Hang(70, 3), lost=0.02)],
+        expect=[lambda m: E("hang", "hang1", m["hang1"]["stall"], 90, ranks=[3],
+                            evidence={"case": "culprit_before_collective"})]))
+    # 7. the same, torn down by NCCL's watchdog after 600 s; the stuck rank dies 30 s later
+    out.append(Scenario(
+        "hang_teardown",
+        [JobSpec("hang2", nodes(2), 4, 60, compute=0.5, transfer=0.08, start=T0, seed=17,
+                 hang=Hang(50, 6, teardown=600.0), lost=0.01)],
+        expect=[lambda m: E("hang", "hang2", m["hang2"]["stall"], 90, ranks=[6],
+                            evidence={"case": "culprit_before_collective"}, evidence_has=["torn_down"])]))
+    # 8. node n02 dies at step 80; torn down after 120 s; back 180 s later on spare n09 from
+    #    the checkpoint at step 60
+    out.append(Scenario(
+        "restart_spare",
+        [JobSpec("spare", nodes(4), 2, 150, compute=0.6, transfer=0.1, start=T0, seed=18,
+                 loss=NodeLoss(80, "n02", "n09", 60), pauses=[Pause("checkpoint", 30, 20.0)])],
+        expect=[lambda m: E("hang", "spare", m["spare"]["stall"], 90, nodes=["n02"], ranks=[4, 5],
+                            evidence={"case": "silent_ranks"}),
+                lambda m: E("job_restart", "spare")],
+        note="the hang names the dead node's ranks, resolves when the job restarts; the spare is never blamed"))
+    # 9. an LLM job of 40 s steps (+-20 %), 90 s marked checkpoints: no hang, nothing
+    out.append(Scenario(
+        "llm_40s_steps",
+        [JobSpec("llm", nodes(4), 4, 45, compute=9.0, transfer=3.0, start=T0, seed=19, micro=4,
+                 variable=0.2, pauses=[Pause("checkpoint", 15, 90.0)], lost=0.02)]))
+    # 10. 15 ms steps, 1,500 of them; rank 6 30 % slower from step 900
+    out.append(Scenario(
+        "fast_15ms",
+        [JobSpec("fast", nodes(2), 4, 1500, compute=0.011, transfer=0.003, start=T0, seed=20,
+                 noise=0.04, slow=[Slow(1.3, 900, rank=6)], data=0.0005, latency=0.1)],
+        expect=[lambda m: E("straggler", "fast", m["fast"]["step"][900], 5, ranks=[6], nodes=["n01"])]))
+    # 11. checkpoints without phase markers (25 s, below the 30 s hang warning floor) and
+    #     marked evals of 60 s
+    out.append(Scenario(
+        "pauses_marked_unmarked",
+        [JobSpec("pauses", nodes(2), 4, 200, compute=1.6, transfer=0.3, start=T0, seed=21,
+                 pauses=[Pause("checkpoint", 50, 25.0, marked=False), Pause("eval", 40, 60.0)])]))
+    # 12. every rank 30 % slower from step 100: a throughput drop, not a straggler
+    out.append(Scenario(
+        "jobwide_slowdown",
+        [JobSpec("slowjob", nodes(4), 4, 250, compute=0.3, transfer=0.05, start=T0, seed=22,
+                 jobwide=Slow(1.3, 100))],
+        expect=[lambda m: E("throughput_drop", "slowjob", m["slowjob"]["step"][100], 40,
+                            evidence={"layer": "compute"})]))
+    # 13. a producer sending only the required fields (no node, no compute/comm), no heartbeats
+    out.append(Scenario(
+        "required_fields_only",
+        [JobSpec("bare", nodes(2), 2, 150, compute=0.4, transfer=0.05, start=T0, seed=23,
+                 fields="required", heartbeats=False)]))
+    # 14. step_time + comm_time only (arrival signal); rank 3 40 % slower from step 50
+    out.append(Scenario(
+        "arrival_only_straggler",
+        [JobSpec("arrival", nodes(2), 4, 130, compute=0.4, transfer=0.05, start=T0, seed=24,
+                 fields="comm", slow=[Slow(1.4, 50, rank=3)])],
+        expect=[lambda m: E("straggler", "arrival", m["arrival"]["step"][50], 10, ranks=[3],
+                            evidence={"signal": "arrival"})]))
+    # 15. two ranks on one node (fine-tuning); rank 1 50 % slower from step 60
+    out.append(Scenario(
+        "tiny_two_ranks",
+        [JobSpec("tiny", nodes(1), 2, 150, compute=0.3, transfer=0.02, start=T0, seed=25,
+                 slow=[Slow(1.5, 60, rank=1)])],
+        expect=[lambda m: E("straggler", "tiny", m["tiny"]["step"][60], 20 * 0.35, ranks=[1])],
+        # With two ranks the slow one paces the job and the median of two moves with it: the project
+        # reports that as a throughput drop too (the real 2-rank HF recording's tests expect one).
+        allow=[{"type": "throughput_drop", "job": "tiny"}]))
+    # 16. four ranks on two nodes of 2 GPUs; rank 2 40 % slower from step 50
+    out.append(Scenario(
+        "small_2x2",
+        [JobSpec("small", nodes(2), 2, 140, compute=0.3, transfer=0.03, start=T0, seed=26,
+                 slow=[Slow(1.4, 50, rank=2)])],
+        expect=[lambda m: E("straggler", "small", m["small"]["step"][50], 10, ranks=[2], nodes=["n01"])]))
+    # 17. a fleet: job A runs and ends with the end marker; job B starts mid-recording and just
+    #     stops (processes exit, no end marker): B may look hung (docs/hang.md), A must not
+    out.append(Scenario(
+        "start_and_end",
+        [JobSpec("jobA", nodes(2, "a"), 4, 200, compute=0.5, transfer=0.05, start=T0, seed=27),
+         JobSpec("jobB", nodes(2, "b"), 2, 120, compute=0.5, transfer=0.05, start=T0 + 60, seed=28,
+                 first_step=5200, end_marker=False)],
+        allow=[{"type": "hang", "job": "jobB"}]))
+    # 18. one bad link behind node n02: every collective 1.8x longer, the port's error counters rise
+    out.append(Scenario(
+        "link_fault",
+        [JobSpec("linkjob", nodes(4), 2, 260, compute=0.5, transfer=0.25, start=T0, seed=29,
+                 buckets=1, collective_events=True, link=LinkFault("n02", 120.0), telemetry=True)],
+        expect=[lambda m: E("link_errors", "", T0 + 120.0, 30, nodes=["n02"]),
+                lambda m: E("comm_slowdown", "linkjob", T0 + 120.0, 60, nodes=["n02"])],
+        allow=[{"type": "throughput_drop", "job": "linkjob"}],
+        telemetry=True))
+    # 19. written without broker times, in arrival order, hosts up to 6 s apart; rank 10 straggles
+    out.append(Scenario(
+        "no_arrival_skew",
+        [JobSpec("skew", nodes(4), 4, 150, compute=0.35, transfer=0.05, start=T0, seed=30,
+                 clock_spread=6.0, slow=[Slow(1.35, 60, rank=10)])],
+        expect=[lambda m: E("straggler", "skew", m["skew"]["step"][60], 12, ranks=[10], nodes=["n02"])],
+        arrival=False))
+    return out

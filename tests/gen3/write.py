@@ -1,0 +1,43 @@
+"""Write each scenario as one JSONL recording plus labels.json."""
+from __future__ import annotations
+
+import json
+import os
+
+from .job import link_samples, simulate
+from .scenarios import scenarios
+
+
+def build(sc):
+    """(lines in delivery order, labels) of one scenario."""
+    events, marks = [], {}
+    for spec in sc.jobs:
+        m = {}
+        events += simulate(spec, m)
+        marks[spec.name] = m
+        if spec.telemetry:
+            events += link_samples(spec, spec.start, m.get("end", spec.start) + 30, spec.seed + 1000)
+    events.sort(key=lambda p: p[0])
+    lines = []
+    for arrival, ev in events:
+        if sc.arrival:
+            ev = dict(ev, _arrival=round(arrival, 3))
+        lines.append(json.dumps(ev, separators=(",", ":")))
+    label = {"expect": [f(marks) for f in sc.expect], "allow": sc.allow, "note": sc.note}
+    return lines, label
+
+
+def write_all(out_dir: str, only: list[str] | None = None) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    labels = {}
+    for sc in scenarios():
+        if only and sc.name not in only:
+            continue
+        lines, label = build(sc)
+        path = os.path.join(out_dir, sc.name + ".jsonl")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        labels[sc.name] = dict(label, file=sc.name + ".jsonl")
+    with open(os.path.join(out_dir, "labels.json"), "w") as f:
+        json.dump(labels, f, indent=1, sort_keys=True)
+    return labels
