@@ -460,6 +460,11 @@ class HangDetector:
             out = self.close(at=event.ts, reason="job ended")
             p.ended = True
             return out
+        if p.phase in ("eval", "checkpoint") and event.phase not in ("eval", "checkpoint") and self._episode is None:
+            # Back from a pause no step was due in: the wait for the next step starts now. Counted from the
+            # step before the pause, a 60 s eval of 2 s steps made a warning the moment training resumed
+            # (tests/test_gen3_hang_after_pause.py). Clamped like any progress (``clamp_future``).
+            p.progress_ts = max(p.progress_ts, event.ts)
         p.phase = event.phase
         return []
 
