@@ -23,6 +23,7 @@ class Slow:
     stop: int = 10**9
     rank: int | None = None
     node: str | None = None
+    kind: str = "compute"               # "data": the rank's input pipeline waits (factor x a compute time)
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Hang:
     dies before the recording ends); the stuck rank lives `culprit_lives` seconds longer.
     """
     step: int
-    rank: int
+    rank: int | None                    # None: nobody is behind, every rank waits in the same collective
     teardown: float | None = None
     culprit_lives: float = 30.0
 
@@ -105,6 +106,8 @@ class JobSpec:
     clock_spread: float = 3.0           # host clock offsets uniform in +-this (s)
     drift_ppm: float = 50.0
     telemetry: bool = False             # link samples of every node's port
+    gpu_telemetry: bool = False         # gpu samples of every GPU (the slow ranks' GPUs throttled)
+    link_down_at_hang: bool = False     # the hang is a link going down behind node 1 (port DOWN)
 
     @property
     def ranks(self) -> int:
@@ -229,12 +232,16 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
         datas, computes = {}, {}
         for r in range(spec.ranks):
             f = spec.role.get(r, 1.0) * slow_all * warm
+            extra_data = 0.0
             for s in spec.slow:
                 hit = (s.rank == r) if s.rank is not None else (placement[r] == s.node)
                 if hit and s.start <= n < s.stop:
-                    f *= s.factor
+                    if s.kind == "data":
+                        extra_data += (s.factor - 1.0) * spec.compute * spec.micro * rng.uniform(0.8, 1.2)
+                    else:
+                        f *= s.factor
             comp = 0.0
-            data = 0.0
+            data = extra_data
             for _ in range(spec.micro):
                 c = spec.compute * batch * f * max(0.5, 1.0 + rng.gauss(0, spec.noise))
                 if rng.random() < spec.spike_rate / spec.micro:
@@ -307,7 +314,8 @@ def _hang(spec, em, rng, placement, seq, last_step, alive, waiting, stuck, heart
         if r != h.rank:
             alive[r] = False
     heartbeats_until(end + h.culprit_lives)
-    alive[h.rank] = False
+    if h.rank is not None:
+        alive[h.rank] = False
 
 
 def _node_loss(spec, em, rng, clocks, placement, seq, last_step, alive, waiting, heartbeats_until, t, ts):
@@ -327,7 +335,8 @@ def _node_loss(spec, em, rng, clocks, placement, seq, last_step, alive, waiting,
     return t + lo.detect + lo.downtime
 
 
-def link_samples(spec: JobSpec, t0: float, t1: float, seed: int) -> list[tuple[float, dict]]:
+def link_samples(spec: JobSpec, t0: float, t1: float, seed: int, down_at: float | None = None
+                 ) -> list[tuple[float, dict]]:
     """One `link` sample per node every 2 s (raw cumulative counters), the faulty port's error
     counters rising from the fault on. Telemetry is keyed by node; delivered with small latency."""
     rng = random.Random(seed)
@@ -352,9 +361,43 @@ def link_samples(spec: JobSpec, t0: float, t1: float, seed: int) -> list[tuple[f
             c["port_xmit_data"] += words
             c["port_rcv_data"] += words
             c["port_xmit_wait"] += int(rng.uniform(1e5, 3e5) * (4 if bad else 1))
+            down = down_at is not None and n == spec.nodes[1] and t >= down_at
+            if down:
+                c["port_xmit_data"] -= words   # nothing moves over a port that is down
+                c["port_rcv_data"] -= words
+                if c["link_downed"] == 0:
+                    c["link_downed"] = 1
+                c["symbol_error"] += rng.randrange(100, 1000)
             ev = {"v": 1, "kind": "link", "node": n, "ts": round(clocks[n](t), 6), "device": "mlx5_0",
-                  "port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate": 400.0,
+                  "port": 1, "state": "DOWN" if down else "ACTIVE",
+                  "phys_state": "Polling" if down else "LinkUp", "rate": 400.0,
                   "link_layer": "InfiniBand", "counters": dict(c)}
             out.append((t + rng.uniform(0.01, 0.3), ev))
         t += 2.0
+    return out
+
+
+def gpu_samples(spec: JobSpec, t0: float, t1: float, seed: int, marks: dict) -> list[tuple[float, dict]]:
+    """One `gpu` sample per GPU per second; a slow rank's GPU (Slow with a rank, compute kind) thermally
+    throttled from its onset: hot, SM clock down to ~60 %, throttle reason HW thermal (0x40)."""
+    rng = random.Random(seed)
+    out = []
+    clocks = {n: Clock(rng.uniform(-spec.clock_spread, spec.clock_spread), 0.0, t0) for n in spec.nodes}
+    hot = {}
+    for s in spec.slow:
+        if s.rank is not None and s.kind == "compute" and s.start in marks["step"]:
+            hot[(spec.nodes[s.rank // spec.gpus_per_node], s.rank % spec.gpus_per_node)] = marks["step"][s.start]
+    t = t0
+    while t < t1:
+        for n in spec.nodes:
+            for g in range(spec.gpus_per_node):
+                bad = (n, g) in hot and t >= hot[(n, g)]
+                ev = {"v": 1, "kind": "gpu", "node": n, "ts": round(clocks[n](t), 6), "gpu": g,
+                      "util": round(rng.uniform(92, 100), 1), "mem_used": 60 * 2**30, "mem_total": 80 * 2**30,
+                      "temp": round(rng.uniform(88, 92) if bad else rng.uniform(60, 70), 1),
+                      "power": round(rng.uniform(450, 600), 1), "power_limit": 700.0,
+                      "sm_clock": float(rng.choice([1170, 1185, 1200]) if bad else rng.choice([1965, 1980])),
+                      "sm_clock_max": 1980.0, "throttle": 0x40 if bad else 0, "ecc_sbe": 0, "ecc_dbe": 0}
+                out.append((t + rng.uniform(0.01, 0.3), ev))
+        t += 1.0
     return out

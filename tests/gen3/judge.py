@@ -15,8 +15,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def replay(path: str) -> list[dict]:
-    exe = os.path.join(REPO, ".venv", "bin", "stepwatch")
-    out = subprocess.run([exe, "replay", "--drain", "900", path], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "stepwatch.cli", "replay", "--drain", "900", path],
+                         capture_output=True, text=True, check=True, cwd=REPO)
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -70,6 +70,11 @@ def judge(alerts: list[dict], label: dict) -> dict:
             if ev.get(k) != v:
                 r["ok"] = False
                 r["why"].append(f"evidence.{k}={ev.get(k)!r}, want {v!r}")
+        if "cause_component" in want:
+            comps = [c.get("component") for c in ev.get("suspected_causes") or []]
+            if not comps or comps[0] != want["cause_component"]:
+                r["ok"] = False
+                r["why"].append(f"suspected causes {comps}, want {want['cause_component']} first")
         for k in want.get("evidence_has", []):
             if k not in ev:
                 r["ok"] = False

@@ -184,4 +184,50 @@ def scenarios() -> list[Scenario]:
                  clock_spread=6.0, slow=[Slow(1.35, 60, rank=10)])],
         expect=[lambda m: E("straggler", "skew", m["skew"]["step"][60], 12, ranks=[10], nodes=["n02"])],
         arrival=False))
+    # 20. a thermally throttled GPU: rank 6's GPU runs hot at 60 % clock from step 50 (gpu samples
+    #     every second): the straggler names it as the cause
+    out.append(Scenario(
+        "throttled_gpu",
+        [JobSpec("thermal", nodes(2), 4, 120, compute=0.5, transfer=0.05, start=T0, seed=31,
+                 slow=[Slow(1.45, 50, rank=6)], gpu_telemetry=True)],
+        expect=[lambda m: E("straggler", "thermal", m["thermal"]["step"][50], 12, ranks=[6], nodes=["n01"],
+                            cause_component="gpu2"),
+                lambda m: E("gpu_fault", "", m["thermal"]["step"][50], 15, nodes=["n01"],
+                            evidence={"gpu": 2, "fault": "throttle"})],
+        allow=[{"type": "gpu_hot", "job": "", "nodes": ["n01"]}]))
+    # 21. rank 5's input pipeline stalls (data_time) from step 50; its compute is normal
+    out.append(Scenario(
+        "input_stall",
+        [JobSpec("loader", nodes(2), 4, 130, compute=0.4, transfer=0.05, start=T0, seed=32,
+                 slow=[Slow(1.5, 50, rank=5, kind="data")])],
+        expect=[lambda m: E("straggler", "loader", m["loader"]["step"][50], 15, ranks=[5],
+                            evidence={"signal": "data_time"})]))
+    # 22. a hang of an LLM job of 40 s steps: warned once no step came for 10x its p99 step time
+    out.append(Scenario(
+        "llm_40s_hang",
+        [JobSpec("llmhang", nodes(2), 4, 30, compute=9.5, transfer=2.0, start=T0, seed=33, micro=4,
+                 variable=0.2, hang=Hang(25, 2))],
+        expect=[lambda m: E("hang", "llmhang", m["llmhang"]["stall"], 660, ranks=[2],
+                            evidence={"case": "culprit_before_collective"})]))
+    # 23. the recording starts mid-job (step 41000, no warm-up) and rank 1 is slow from its first step
+    out.append(Scenario(
+        "slow_from_first_seen_step",
+        [JobSpec("midjob", nodes(2), 4, 120, compute=0.3, transfer=0.05, start=T0, seed=34,
+                 first_step=41000, slow=[Slow(1.4, 0, rank=1)], lost=0.05, duplicated=0.03)],
+        expect=[lambda m: E("straggler", "midjob", m["midjob"]["step"][0], 40, ranks=[1], nodes=["n00"])]))
+    # 24. the link behind n01 goes down: every rank waits in the same all-reduce (no culprit by
+    #     sequence numbers); the hang names the node whose port is down
+    out.append(Scenario(
+        "link_down_hang",
+        [JobSpec("netdown", nodes(4), 2, 80, compute=0.6, transfer=0.1, start=T0, seed=35,
+                 hang=Hang(60, None), telemetry=True, link_down_at_hang=True)],
+        expect=[lambda m: E("hang", "netdown", m["netdown"]["stall"], 90, nodes=["n01"],
+                            evidence={"case": "undetermined"})],
+        allow=[{"type": "link_errors", "job": "", "nodes": ["n01"]}]))
+    # 25. a rank 12 % slower (just above the 1.10 threshold) among 16 with +-20 % batch variation
+    out.append(Scenario(
+        "mild_straggler_varlen",
+        [JobSpec("mild", nodes(4), 4, 200, compute=0.25, transfer=0.04, start=T0, seed=36,
+                 variable=0.2, slow=[Slow(1.15, 60, rank=11)])],
+        expect=[lambda m: E("straggler", "mild", m["mild"]["step"][60], 15, ranks=[11], nodes=["n02"])]))
     return out

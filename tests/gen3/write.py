@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from .job import link_samples, simulate
+from .job import gpu_samples, link_samples, simulate
 from .scenarios import scenarios
 
 
@@ -15,8 +15,12 @@ def build(sc):
         m = {}
         events += simulate(spec, m)
         marks[spec.name] = m
+        last = max(a for a, _ in events) if events else spec.start
         if spec.telemetry:
-            events += link_samples(spec, spec.start, m.get("end", spec.start) + 30, spec.seed + 1000)
+            down = m.get("stall") if spec.link_down_at_hang else None
+            events += link_samples(spec, spec.start, last + 30, spec.seed + 1000, down)
+        if spec.gpu_telemetry:
+            events += gpu_samples(spec, spec.start, last + 10, spec.seed + 2000, m)
     events.sort(key=lambda p: p[0])
     lines = []
     for arrival, ev in events:
