@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass
@@ -46,6 +46,8 @@ class Hang:
     rank: int | None                    # None: nobody is behind, every rank waits in the same collective
     teardown: float | None = None
     culprit_lives: float = 30.0
+    restart_resume: int | None = None   # after the teardown the launcher restarts the job from this step
+    downtime: float = 120.0
 
 
 @dataclass
@@ -105,6 +107,8 @@ class JobSpec:
     latency: float = 0.3                # mean delivery latency (s), exponential
     clock_spread: float = 3.0           # host clock offsets uniform in +-this (s)
     drift_ppm: float = 50.0
+    stages: int = 0                     # pipeline stages over the nodes (0: none); each step event's `group`
+    stage_factor: dict = field(default_factory=dict)   # stage -> compute factor (by design)
     telemetry: bool = False             # link samples of every node's port
     gpu_telemetry: bool = False         # gpu samples of every GPU (the slow ranks' GPUs throttled)
     link_down_at_hang: bool = False     # the hang is a link going down behind node 1 (port DOWN)
@@ -232,6 +236,8 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
         datas, computes = {}, {}
         for r in range(spec.ranks):
             f = spec.role.get(r, 1.0) * slow_all * warm
+            if spec.stages:
+                f *= spec.stage_factor.get(_stage(spec, r), 1.0)
             extra_data = 0.0
             for s in spec.slow:
                 hit = (s.rank == r) if s.rank is not None else (placement[r] == s.node)
@@ -254,7 +260,21 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
             marks["stall"] = t
             _hang(spec, em, rng, placement, seq, last_step, alive, waiting, stuck, heartbeats_until, t,
                   arrivals, ts)
-            return em.out
+            h = spec.hang
+            if h.restart_resume is None or h.teardown is None:
+                return em.out
+            t += h.teardown + h.culprit_lives + h.downtime
+            heartbeats_until(t)
+            for r in alive:
+                alive[r] = True
+                waiting[r] = False
+                seq[r] = 1
+                last_step[r] = h.restart_resume - 1
+                next_hb[r] = t + rng.uniform(0, spec.heartbeat_interval)
+            step = h.restart_resume
+            spec = replace(spec, hang=None)
+            t += rng.uniform(20, 40)
+            continue
         xfer = spec.transfer * max(0.5, 1.0 + rng.gauss(0, 0.03))
         if link_t is not None and t >= link_t:
             xfer *= spec.link.factor
@@ -271,6 +291,8 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
             if spec.fields in ("full", "comm"):
                 ev["node"] = placement[r]
                 ev["comm_time"] = round(comm, 6)
+            if spec.stages:
+                ev["group"] = f"stage{_stage(spec, r)}"
             if spec.fields == "full":
                 ev.update({"gpu": r % spec.gpus_per_node, "world_size": spec.ranks,
                            "compute_time": round(computes[r], 6), "data_time": round(datas[r], 6),
@@ -291,6 +313,11 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
     if spec.end_marker:
         em.send(t + 0.5, {"v": 1, "kind": "phase", "job": job, "ts": ts(0, t + 0.5), "phase": "end"}, reliable=True)
     return em.out
+
+
+def _stage(spec: JobSpec, r: int) -> int:
+    """Pipeline stage of rank r: consecutive nodes form a stage."""
+    return (r // spec.gpus_per_node) * spec.stages // len(spec.nodes)
 
 
 def _without_loss(spec: JobSpec) -> JobSpec:

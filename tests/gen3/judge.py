@@ -75,6 +75,16 @@ def judge(alerts: list[dict], label: dict) -> dict:
             if not comps or comps[0] != want["cause_component"]:
                 r["ok"] = False
                 r["why"].append(f"suspected causes {comps}, want {want['cause_component']} first")
+        if "resolved" in want:
+            res = [a for a in alerts if a["status"] == "resolved" and a["id"] in ids]
+            rw = want["resolved"]
+            got = [(a["evidence"] or {}).get("resolution") for a in res]
+            if not res or got[0] != rw["resolution"]:
+                r["ok"] = False
+                r["why"].append(f"resolved {got}, want {rw['resolution']}")
+            elif "by" in rw and res[0]["ends_at"] > rw["by"]:
+                r["ok"] = False
+                r["why"].append(f"resolved late: {res[0]['ends_at'] - rw['by']:.1f} s after the limit")
         for k in want.get("evidence_has", []):
             if k not in ev:
                 r["ok"] = False
@@ -86,9 +96,14 @@ def judge(alerts: list[dict], label: dict) -> dict:
                 r["ok"] = False
                 r["why"].append(f"late: {r['delay']} s > {want['max_delay']}")
         results.append(r)
+    # a rank's alert published before its node's other ranks were slow too is resolved as "grouped"
+    # into the node incident (README): part of that incident, not a false alarm
+    grouped = {a["id"] for a in alerts if a["status"] == "resolved"
+               and (a.get("evidence") or {}).get("resolution") == "grouped"
+               and (a.get("evidence") or {}).get("incident") in used}
     false = []
     for a in firing:
-        if a["id"] in used or any(matches(a, w) for w in label.get("allow", [])):
+        if a["id"] in used or a["id"] in grouped or any(matches(a, w) for w in label.get("allow", [])):
             continue
         false.append({"id": a["id"], "type": a["type"], "severity": a["severity"], "job": a["job"],
                       "ranks": a["ranks"], "nodes": a["nodes"], "summary": a["summary"][:200]})

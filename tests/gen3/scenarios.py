@@ -230,4 +230,46 @@ def scenarios() -> list[Scenario]:
         [JobSpec("mild", nodes(4), 4, 200, compute=0.25, transfer=0.04, start=T0, seed=36,
                  variable=0.2, slow=[Slow(1.15, 60, rank=11)])],
         expect=[lambda m: E("straggler", "mild", m["mild"]["step"][60], 15, ranks=[11], nodes=["n02"])]))
+    # 26. a straggler that recovers at step 100 in a job that runs on to step 260: resolved, recovered
+    out.append(Scenario(
+        "straggler_recovers",
+        [JobSpec("recover", nodes(2), 4, 260, compute=0.3, transfer=0.05, start=T0, seed=37,
+                 slow=[Slow(1.4, 50, 100, rank=2)])],
+        expect=[lambda m: E("straggler", "recover", m["recover"]["step"][50], 12, ranks=[2],
+                            resolved={"resolution": "recovered", "by": m["recover"]["step"][125]})]))
+    # 27. node n02 dies, the job comes back on spare n09 (its clock 5 s off), and rank 4, now on n09,
+    #     is 40 % slow from the 40th step after the restart: the straggler is on n09, not n02
+    out.append(Scenario(
+        "spare_straggles",
+        [JobSpec("spare2", nodes(4), 2, 200, compute=0.5, transfer=0.08, start=T0, seed=38, clock_spread=5.0,
+                 loss=NodeLoss(60, "n02", "n09", 50), slow=[Slow(1.4, 100, rank=4)])],
+        expect=[lambda m: E("hang", "spare2", m["spare2"]["stall"], 90, ranks=[4, 5], nodes=["n02"]),
+                lambda m: E("job_restart", "spare2"),
+                lambda m: E("straggler", "spare2", m["spare2"]["step"][100], 12, ranks=[4], nodes=["n09"])]))
+    # 28. rank 7 stuck, NCCL's watchdog tears the job down after 300 s, the launcher restarts it on the
+    #     same nodes from step 40: the hang resolves (job restarted), a job_restart, then healthy steps
+    out.append(Scenario(
+        "hang_teardown_restart",
+        [JobSpec("tdr", nodes(2), 4, 120, compute=0.4, transfer=0.06, start=T0, seed=39,
+                 hang=Hang(55, 7, teardown=300.0, restart_resume=40))],
+        expect=[lambda m: E("hang", "tdr", m["tdr"]["stall"], 90, ranks=[7],
+                            evidence={"case": "culprit_before_collective"},
+                            resolved={"resolution": "job_restarted"}),
+                lambda m: E("job_restart", "tdr")]))
+    # 29. a 2-stage pipeline over 4 nodes of 4 GPUs, stage 1 1.25x slower by design; rank 13
+    #     (stage 1) 40 % slower from step 70: a straggler within its stage; the stage imbalance may
+    #     be reported (info)
+    out.append(Scenario(
+        "pipeline_stage_straggler",
+        [JobSpec("pipe", nodes(4), 4, 160, compute=0.3, transfer=0.05, start=T0, seed=40, stages=2,
+                 stage_factor={1: 1.25}, slow=[Slow(1.4, 70, rank=13)])],
+        expect=[lambda m: E("straggler", "pipe", m["pipe"]["step"][70], 12, ranks=[13], nodes=["n03"])],
+        allow=[{"type": "imbalance", "job": "pipe", "severity": "info"}]))
+    # 30. a slow node of 2 GPUs (both its ranks 35 % slower) among 4 nodes: one node incident
+    out.append(Scenario(
+        "slow_node_2gpu",
+        [JobSpec("slownode2", nodes(4), 2, 150, compute=0.3, transfer=0.05, start=T0, seed=41,
+                 slow=[Slow(1.35, 60, node="n03")])],
+        expect=[lambda m: E("straggler", "slownode2", m["slownode2"]["step"][60], 12, ranks=[6, 7],
+                            nodes=["n03"], incidents=1, evidence={"incident_scope": "node"})]))
     return out
