@@ -2,7 +2,7 @@
 `stepwatch replay --drain 900`, each judged against its labels: the expected alerts fire (right type, job,
 ranks, nodes, evidence, within the delay, one incident) and nothing else fires.
 
-A scenario stepwatch gets wrong is listed in XFAIL with why (none open now).
+A scenario stepwatch gets wrong is listed in XFAIL with why, as a strict xfail (it fails the suite once fixed).
 """
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from gen3.judge import judge, replay
 from gen3.scenarios import scenarios
 from gen3.write import write_all
 
-XFAIL: dict[str, str] = {}
+XFAIL: dict[str, str] = {
+    # 15 ms steps, every rank's producer flushing once a second: most steps close without some ranks
+    # (STEPWATCH_ASSEMBLY_MAX_LAG_STEPS 3 is ~45 ms here). The throughput rule leaves such steps out only
+    # up to max_incomplete_steps (100) in a row, then takes them as the new normal; a step closed without
+    # the straggler has its last present rank waiting for it, so min(comm_time) is no longer the transfer
+    # time: three communication-layer throughput_drop incidents next to the (correct) straggler alert.
+    "fast_flush_bursts": "steps closed without a late straggler read as a communication throughput drop",
+}
 
 NAMES = [sc.name for sc in scenarios()]
 
@@ -24,9 +31,9 @@ def recordings(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_scenario(recordings, name):
+def test_scenario(recordings, name, request):
     if name in XFAIL:
-        pytest.xfail(XFAIL[name])
+        request.applymarker(pytest.mark.xfail(reason=XFAIL[name], strict=True))
     d, labels = recordings
     res = judge(replay(str(d / labels[name]["file"])), labels[name])
     assert res["ok"], res

@@ -33,6 +33,8 @@ class Pause:
     every: int
     seconds: float
     marked: bool = True
+    rank0_only: bool = False            # only rank 0 saves (outside its step timer); the others go on
+                                        # and wait for it in the next all-reduce
 
 
 @dataclass
@@ -105,6 +107,7 @@ class JobSpec:
     lost: float = 0.02                  # share of events lost
     duplicated: float = 0.005           # share delivered twice
     latency: float = 0.3                # mean delivery latency (s), exponential
+    flush: float = 0.0                  # each rank's producer sends its queue every `flush` s (0: at once)
     clock_spread: float = 3.0           # host clock offsets uniform in +-this (s)
     drift_ppm: float = 50.0
     stages: int = 0                     # pipeline stages over the nodes (0: none); each step event's `group`
@@ -133,12 +136,19 @@ class Emitter:
 
     def __init__(self, spec: JobSpec, rng: random.Random):
         self.spec, self.rng, self.out = spec, rng, []
+        self.phase: dict[int, float] = {}
 
     def send(self, true_t: float, event: dict, reliable: bool = False) -> None:
         rng = self.rng
         if not reliable and rng.random() < self.spec.lost:
             return
         lat = min(rng.expovariate(1.0 / self.spec.latency), 4.0)
+        rank = event.get("rank")
+        if self.spec.flush and rank is not None:
+            # the rank's sender thread ships its queue once per flush interval, at its own phase
+            ph = self.phase.setdefault(rank, rng.uniform(0, self.spec.flush))
+            true_t = ph + math.ceil((true_t - ph) / self.spec.flush) * self.spec.flush
+            lat = min(lat, 0.05)
         self.out.append((true_t + lat, event))
         if not reliable and rng.random() < self.spec.duplicated:
             self.out.append((true_t + lat + rng.uniform(0.1, 2.0), dict(event)))
@@ -200,11 +210,15 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
     step = spec.first_step
     n = 0
     paused = set()
+    delay0 = 0.0                            # rank 0 saving a checkpoint alone, before this step
     while n < spec.steps:
         # pauses happen after a step completed (checkpoint / eval every N steps)
         for p in spec.pauses:
             if n > 0 and n % p.every == 0 and (p.phase, n) not in paused:
                 paused.add((p.phase, n))
+                if p.rank0_only:
+                    delay0 = p.seconds * rng.uniform(0.9, 1.1)
+                    continue
                 if p.marked:
                     phase(t, p.phase, step - 1)
                     phase_now = p.phase
@@ -255,7 +269,7 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
                 comp += c
                 data += spec.data * rng.lognormvariate(0, 0.3)
             datas[r], computes[r] = data, comp
-            arrivals[r] = t + data + comp
+            arrivals[r] = t + (delay0 if r == 0 else 0.0) + data + comp
         if spec.hang and step == spec.hang.step:
             marks["stall"] = t
             _hang(spec, em, rng, placement, seq, last_step, alive, waiting, stuck, heartbeats_until, t,
@@ -282,7 +296,7 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
         heartbeats_until(end)
         for r in range(spec.ranks):
             e_r = end + rng.uniform(0, 0.0005)
-            step_time = e_r - t
+            step_time = e_r - t - (delay0 if r == 0 else 0.0)
             comm = e_r - arrivals[r]
             seq[r] += spec.buckets
             last_step[r] = step
@@ -306,6 +320,7 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
                               "ts": ts(r, e_r), "start_ts": ts(r, arrivals[r]),
                               "duration": round(comm, 6), "bytes": 268435456})
         t = end + 0.0005
+        delay0 = 0.0
         step += 1
         n += 1
     heartbeats_until(t)

@@ -272,4 +272,19 @@ def scenarios() -> list[Scenario]:
                  slow=[Slow(1.35, 60, node="n03")])],
         expect=[lambda m: E("straggler", "slownode2", m["slownode2"]["step"][60], 12, ranks=[6, 7],
                             nodes=["n03"], incidents=1, evidence={"incident_scope": "node"})]))
+    # 31. only rank 0 writes the checkpoint (30 s, no phase marker, outside its step timer) every 60
+    #     steps; the others run into the next all-reduce and wait for it there: nobody is a straggler
+    out.append(Scenario(
+        "rank0_saves_alone",
+        [JobSpec("save0", nodes(2), 4, 200, compute=0.5, transfer=0.05, start=T0, seed=42,
+                 pauses=[Pause("checkpoint", 60, 30.0, marked=False, rank0_only=True)])],
+        allow=[{"type": "hang", "job": "save0", "severity": "warning"}],
+        note="30 s without a step in a job of 0.55 s steps may warn as a hang (documented floor)"))
+    # 32. 15 ms steps whose ranks' producers flush once a second: a rank's events arrive in bursts
+    #     up to ~65 steps after its peers'; rank 3 30 % slower from step 1000
+    out.append(Scenario(
+        "fast_flush_bursts",
+        [JobSpec("burst", nodes(2), 4, 1800, compute=0.012, transfer=0.003, start=T0, seed=43,
+                 noise=0.04, data=0.0005, flush=1.0, slow=[Slow(1.3, 1000, rank=3)])],
+        expect=[lambda m: E("straggler", "burst", m["burst"]["step"][1000], 6, ranks=[3], nodes=["n00"])]))
     return out
