@@ -112,6 +112,8 @@ class JobSpec:
     drift_ppm: float = 50.0
     stages: int = 0                     # pipeline stages over the nodes (0: none); each step event's `group`
     stage_factor: dict = field(default_factory=dict)   # stage -> compute factor (by design)
+    loose_types: bool = False           # rank/step as floats (3.0), extra unknown fields (lr, grad_norm)
+    pgs: bool = False                   # heartbeats carry `pgs`: a TP group per node, a DP group per local GPU
     telemetry: bool = False             # link samples of every node's port
     gpu_telemetry: bool = False         # gpu samples of every GPU (the slow ranks' GPUs throttled)
     link_down_at_hang: bool = False     # the hang is a link going down behind node 1 (port DOWN)
@@ -184,9 +186,19 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
         ev = {"v": 1, "kind": "heartbeat", "job": job, "rank": r, "node": placement[r], "ts": ts(r, t),
               "step": max(last_step[r], 0), "seq_started": seq[r] + (1 if waiting[r] else 0),
               "seq_completed": seq[r], "phase": phase_now}
+        if spec.pgs:
+            st = pgstate[r]
+            k, i = divmod(r, spec.gpus_per_node)
+            tp = {"started": st["tp"] + (1 if st["wait"] == "tp" else 0), "completed": st["tp"], "desc": "tp",
+                  "ranks": [k * spec.gpus_per_node + j for j in range(spec.gpus_per_node)]}
+            dp = {"started": st["dp"] + (1 if st["wait"] == "dp" else 0), "completed": st["dp"], "desc": "dp",
+                  "ranks": [n * spec.gpus_per_node + i for n in range(len(spec.nodes))]}
+            ev["pgs"] = {"default": {"started": 1, "completed": 1}, f"pg{1 + k}": tp, f"pg{100 + i}": dp}
+            del ev["seq_started"], ev["seq_completed"]
         em.send(t, ev)
 
     next_hb = {r: spec.start + rng.uniform(0, spec.heartbeat_interval) for r in range(spec.ranks)}
+    pgstate = {r: {"tp": 0, "dp": 0, "wait": None} for r in range(spec.ranks)}
 
     def heartbeats_until(t_end):
         if not spec.heartbeats:
@@ -272,6 +284,18 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
             arrivals[r] = t + (delay0 if r == 0 else 0.0) + data + comp
         if spec.hang and step == spec.hang.step:
             marks["stall"] = t
+            if spec.pgs:
+                # rank h never issues its TP group's first collective of the step: its TP peers wait in
+                # it; every other TP group finishes its TP work and waits in the DP all-reduce
+                hk = spec.hang.rank // spec.gpus_per_node
+                for r in range(spec.ranks):
+                    if r == spec.hang.rank:
+                        continue
+                    if r // spec.gpus_per_node == hk:
+                        pgstate[r]["wait"] = "tp"
+                    else:
+                        pgstate[r]["tp"] += spec.buckets
+                        pgstate[r]["wait"] = "dp"
             _hang(spec, em, rng, placement, seq, last_step, alive, waiting, stuck, heartbeats_until, t,
                   arrivals, ts)
             h = spec.hang
@@ -299,6 +323,8 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
             step_time = e_r - t - (delay0 if r == 0 else 0.0)
             comm = e_r - arrivals[r]
             seq[r] += spec.buckets
+            pgstate[r]["tp"] += spec.buckets
+            pgstate[r]["dp"] += 1
             last_step[r] = step
             ev = {"v": 1, "kind": "step", "job": job, "rank": r, "step": step, "ts": ts(r, e_r),
                   "step_time": round(step_time, 6)}
@@ -307,6 +333,9 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
                 ev["comm_time"] = round(comm, 6)
             if spec.stages:
                 ev["group"] = f"stage{_stage(spec, r)}"
+            if spec.loose_types:
+                ev.update(rank=float(r), step=float(step), lr=3e-4, grad_norm=round(rng.uniform(0.5, 2), 3),
+                          loss=round(2.5 - 0.001 * n + rng.gauss(0, 0.05), 4))
             if spec.fields == "full":
                 ev.update({"gpu": r % spec.gpus_per_node, "world_size": spec.ranks,
                            "compute_time": round(computes[r], 6), "data_time": round(datas[r], 6),

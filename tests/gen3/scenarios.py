@@ -30,8 +30,8 @@ class Scenario:
     # label builders get the simulated marks of each job: {job name: marks}
     expect: list = field(default_factory=list)
     allow: list = field(default_factory=list)
+    envelopes: bool = False        # each rank's events of one flush in one batch envelope
     arrival: bool = True           # lines carry the broker's "_arrival" (stepwatch record); else in arrival order
-    telemetry: bool = False
     note: str = ""
 
 
@@ -175,8 +175,7 @@ def scenarios() -> list[Scenario]:
                  buckets=1, collective_events=True, link=LinkFault("n02", 120.0), telemetry=True)],
         expect=[lambda m: E("link_errors", "", T0 + 120.0, 30, nodes=["n02"]),
                 lambda m: E("comm_slowdown", "linkjob", T0 + 120.0, 60, nodes=["n02"])],
-        allow=[{"type": "throughput_drop", "job": "linkjob"}],
-        telemetry=True))
+        allow=[{"type": "throughput_drop", "job": "linkjob"}]))
     # 19. written without broker times, in arrival order, hosts up to 6 s apart; rank 10 straggles
     out.append(Scenario(
         "no_arrival_skew",
@@ -287,4 +286,43 @@ def scenarios() -> list[Scenario]:
         [JobSpec("burst", nodes(2), 4, 1800, compute=0.012, transfer=0.003, start=T0, seed=43,
                  noise=0.04, data=0.0005, flush=1.0, slow=[Slow(1.3, 1000, rank=3)])],
         expect=[lambda m: E("straggler", "burst", m["burst"]["step"][1000], 6, ranks=[3], nodes=["n00"])]))
+    # 33. TP groups of 4 (one per node) and DP groups across nodes, heartbeats with `pgs`: rank 5 never
+    #     issues its TP all-reduce; its TP peers wait in it, every other rank in the DP all-reduce
+    out.append(Scenario(
+        "tp_dp_hang",
+        [JobSpec("tpdp", nodes(3), 4, 70, compute=0.7, transfer=0.1, start=T0, seed=44, pgs=True,
+                 hang=Hang(60, 5))],
+        expect=[lambda m: E("hang", "tpdp", m["tpdp"]["stall"], 90, ranks=[5],
+                            evidence={"case": "culprit_before_collective", "process_group": "pg2",
+                                      "process_group_desc": "tp"})]))
+    # 34. node n01 dies; the job is relaunched on spare n07 from the step it stopped at (checkpointed
+    #     every step: the counter does not go back): the hang resolves, the spare is never blamed
+    out.append(Scenario(
+        "restart_same_step",
+        [JobSpec("samestep", nodes(3), 4, 150, compute=0.5, transfer=0.08, start=T0, seed=45,
+                 loss=NodeLoss(90, "n01", "n07", 90, detect=60.0, downtime=120.0))],
+        expect=[lambda m: E("hang", "samestep", m["samestep"]["stall"], 90, ranks=[4, 5, 6, 7], nodes=["n01"])],
+        allow=[{"type": "job_restart", "job": "samestep"}]))
+    # 35. hosts' clocks up to 40 s apart (NTP broken on some nodes) with broker times; rank 3 stuck
+    out.append(Scenario(
+        "hang_clocks_40s",
+        [JobSpec("clk40", nodes(4), 2, 80, compute=0.8, transfer=0.1, start=T0, seed=46, clock_spread=40.0,
+                 hang=Hang(70, 3))],
+        expect=[lambda m: E("hang", "clk40", m["clk40"]["stall"], 90, ranks=[3],
+                            evidence={"case": "culprit_before_collective"})]))
+    # 36. two GPU generations: nodes n02, n03 60 % slower from the start (by design, not a fault): one
+    #     rank-classes imbalance (info), no straggler
+    out.append(Scenario(
+        "mixed_gpu_classes",
+        [JobSpec("mixed", nodes(4), 4, 200, compute=0.3, transfer=0.05, start=T0, seed=47,
+                 slow=[Slow(1.6, 0, node="n02"), Slow(1.6, 0, node="n03")])],
+        expect=[lambda m: E("imbalance", "mixed", evidence={"kind": "classes"})]))
+    # 37. producers that batch (flush every 0.2 s, batch envelopes), send rank and step as floats (3.0)
+    #     and extra fields (lr, grad_norm, loss); rank 12 30 % slower from step 80
+    out.append(Scenario(
+        "envelopes_loose_types",
+        [JobSpec("env", nodes(4), 4, 160, compute=0.25, transfer=0.04, start=T0, seed=48, flush=0.2,
+                 loose_types=True, slow=[Slow(1.3, 80, rank=12)])],
+        expect=[lambda m: E("straggler", "env", m["env"]["step"][80], 10, ranks=[12], nodes=["n03"])],
+        envelopes=True))
     return out

@@ -22,6 +22,8 @@ def build(sc):
         if spec.gpu_telemetry:
             events += gpu_samples(spec, spec.start, last + 10, spec.seed + 2000, m)
     events.sort(key=lambda p: p[0])
+    if sc.envelopes:
+        events = _envelopes(events)
     lines = []
     for arrival, ev in events:
         if sc.arrival:
@@ -29,6 +31,26 @@ def build(sc):
         lines.append(json.dumps(ev, separators=(",", ":")))
     label = {"expect": [f(marks) for f in sc.expect], "allow": sc.allow, "note": sc.note}
     return lines, label
+
+
+def _envelopes(events):
+    """Batch envelopes as a rank's sender ships them: the events of one rank delivered within the same
+    0.1 s go out as one message (docs/events.md "Batch envelope"); telemetry and phase events alone."""
+    out, open_ = [], {}
+    for arrival, ev in events:
+        rank = ev.get("rank")
+        key = (ev.get("job"), rank)
+        cur = open_.get(key)
+        if rank is not None and cur is not None and arrival - cur[0] < 0.1:
+            cur[1]["events"].append(ev)
+            continue
+        if rank is None:
+            out.append((arrival, ev))
+            continue
+        env = {"v": 1, "kind": "batch", "events": [ev]}
+        open_[key] = (arrival, env)
+        out.append((arrival, env))
+    return [(a, e["events"][0] if e.get("kind") == "batch" and len(e["events"]) == 1 else e) for a, e in out]
 
 
 def write_all(out_dir: str, only: list[str] | None = None) -> dict:
