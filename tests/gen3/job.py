@@ -112,6 +112,8 @@ class JobSpec:
     drift_ppm: float = 50.0
     stages: int = 0                     # pipeline stages over the nodes (0: none); each step event's `group`
     stage_factor: dict = field(default_factory=dict)   # stage -> compute factor (by design)
+    clock_jump: tuple | None = None     # (node, seconds after the start, by how much) the host's clock steps
+    only_rank0: bool = False            # only rank 0 reports (a callback wired on the main process alone)
     loose_types: bool = False           # rank/step as floats (3.0), extra unknown fields (lr, grad_norm)
     pgs: bool = False                   # heartbeats carry `pgs`: a TP group per node, a DP group per local GPU
     telemetry: bool = False             # link samples of every node's port
@@ -124,13 +126,14 @@ class JobSpec:
 
 
 class Clock:
-    """A host's clock: true time plus an offset and a drift."""
+    """A host's clock: true time plus an offset and a drift (and, optionally, one step: NTP setting it)."""
 
-    def __init__(self, offset: float, drift: float, origin: float):
+    def __init__(self, offset: float, drift: float, origin: float, jump_at: float = math.inf, jump: float = 0.0):
         self.offset, self.drift, self.origin = offset, drift, origin
+        self.jump_at, self.jump = jump_at, jump
 
     def __call__(self, t: float) -> float:
-        return t + self.offset + self.drift * (t - self.origin)
+        return t + self.offset + self.drift * (t - self.origin) + (self.jump if t >= self.jump_at else 0.0)
 
 
 class Emitter:
@@ -146,6 +149,8 @@ class Emitter:
             return
         lat = min(rng.expovariate(1.0 / self.spec.latency), 4.0)
         rank = event.get("rank")
+        if self.spec.only_rank0 and rank not in (None, 0):
+            return
         if self.spec.flush and rank is not None:
             # the rank's sender thread ships its queue once per flush interval, at its own phase
             ph = self.phase.setdefault(rank, rng.uniform(0, self.spec.flush))
@@ -167,6 +172,9 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
     clocks = {n: Clock(rng.uniform(-spec.clock_spread, spec.clock_spread),
                        rng.uniform(-spec.drift_ppm, spec.drift_ppm) * 1e-6, spec.start)
               for n in spec.nodes}
+    if spec.clock_jump:
+        c = clocks[spec.clock_jump[0]]
+        c.jump_at, c.jump = spec.start + spec.clock_jump[1], spec.clock_jump[2]
     if spec.loss:
         clocks[spec.loss.spare] = Clock(rng.uniform(-spec.clock_spread, spec.clock_spread), 0.0, spec.start)
     placement = {r: spec.nodes[r // spec.gpus_per_node] for r in range(spec.ranks)}

@@ -325,4 +325,19 @@ def scenarios() -> list[Scenario]:
                  loose_types=True, slow=[Slow(1.3, 80, rank=12)])],
         expect=[lambda m: E("straggler", "env", m["env"]["step"][80], 10, ranks=[12], nodes=["n03"])],
         envelopes=True))
+    # 38. 64 ranks, noisy (5 % per rank-step, 1 % of rank-steps 1.5-2.5x, +-20 % batches): nothing
+    out.append(Scenario(
+        "noisy_healthy_64",
+        [JobSpec("noisy", nodes(16), 4, 260, compute=0.2, transfer=0.04, start=T0, seed=49, noise=0.05,
+                 spike_rate=0.01, variable=0.2, lost=0.02)]))
+    # 39. only rank 0 reports (world_size 16 in its events): nothing to compare, nothing to say
+    out.append(Scenario(
+        "only_rank0_reports",
+        [JobSpec("solo", nodes(4), 4, 200, compute=0.3, transfer=0.05, start=T0, seed=50, only_rank0=True)]))
+    # 40. node n01's clock is stepped 45 s ahead by NTP at 100 s; rank 13 (n03) 35 % slower from step 150
+    out.append(Scenario(
+        "clock_step_45s",
+        [JobSpec("clkstep", nodes(4), 4, 260, compute=0.4, transfer=0.05, start=T0, seed=51,
+                 clock_jump=("n01", 100.0, 45.0), slow=[Slow(1.35, 150, rank=13)])],
+        expect=[lambda m: E("straggler", "clkstep", m["clkstep"]["step"][150], 12, ranks=[13], nodes=["n03"])]))
     return out
