@@ -23,7 +23,11 @@ class Slow:
     stop: int = 10**9
     rank: int | None = None
     node: str | None = None
-    kind: str = "compute"               # "data": the rank's input pipeline waits (factor x a compute time)
+    kind: str = "compute"               # "data": the rank's input pipeline waits (factor x a compute time);
+                                        # "flaky": factor on a random `p` of the steps; "ramp": rising from 1
+                                        # to factor over `ramp` steps (a cooler failing), then staying
+    p: float = 0.15
+    ramp: int = 100
 
 
 @dataclass
@@ -278,6 +282,10 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
                 if hit and s.start <= n < s.stop:
                     if s.kind == "data":
                         extra_data += (s.factor - 1.0) * spec.compute * spec.micro * rng.uniform(0.8, 1.2)
+                    elif s.kind == "flaky":
+                        f *= s.factor if rng.random() < s.p else 1.0
+                    elif s.kind == "ramp":
+                        f *= 1.0 + (s.factor - 1.0) * min(1.0, (n - s.start) / s.ramp)
                     else:
                         f *= s.factor
             comp = 0.0

@@ -340,4 +340,35 @@ def scenarios() -> list[Scenario]:
         [JobSpec("clkstep", nodes(4), 4, 260, compute=0.4, transfer=0.05, start=T0, seed=51,
                  clock_jump=("n01", 100.0, 45.0), slow=[Slow(1.35, 150, rank=13)])],
         expect=[lambda m: E("straggler", "clkstep", m["clkstep"]["step"][150], 12, ranks=[13], nodes=["n03"])]))
+    # 41. a flaky GPU: rank 9 2.5x slow on a random 15 % of its steps from step 40: one intermittent
+    #     incident
+    out.append(Scenario(
+        "flaky_gpu",
+        [JobSpec("flaky", nodes(4), 4, 260, compute=0.25, transfer=0.04, start=T0, seed=52,
+                 slow=[Slow(2.5, 40, rank=9, kind="flaky", p=0.15)])],
+        expect=[lambda m: E("straggler", "flaky", m["flaky"]["step"][40], 80, ranks=[9], nodes=["n02"],
+                            incidents=1)]))
+    # 42. a 2-stage pipeline whose stage 1 is 1.3x slower by design and nothing else: one stage
+    #     imbalance (info), no straggler
+    out.append(Scenario(
+        "stage_imbalance_only",
+        [JobSpec("stages", nodes(4), 4, 220, compute=0.3, transfer=0.05, start=T0, seed=53, stages=2,
+                 stage_factor={1: 1.3})],
+        expect=[lambda m: E("imbalance", "stages", evidence={"kind": "stage"})]))
+    # 43. rank 6 slowing down gradually (a failing fan): 1.0x at step 40 to 1.4x at step 140, then
+    #     staying: found once it passes the threshold (1.1x at step ~65), one incident
+    out.append(Scenario(
+        "gradual_slowdown",
+        [JobSpec("ramp", nodes(2), 4, 240, compute=0.3, transfer=0.05, start=T0, seed=54,
+                 slow=[Slow(1.4, 40, rank=6, kind="ramp", ramp=100)])],
+        expect=[lambda m: E("straggler", "ramp", m["ramp"]["step"][65], 40, ranks=[6], nodes=["n01"],
+                            incidents=1)]))
+    # 44. a 35 % straggler through a marked 60 s checkpoint and a marked eval: one incident throughout
+    out.append(Scenario(
+        "straggler_through_pauses",
+        [JobSpec("thru", nodes(2), 4, 220, compute=0.4, transfer=0.05, start=T0, seed=55,
+                 slow=[Slow(1.35, 50, rank=4)],
+                 pauses=[Pause("checkpoint", 100, 60.0), Pause("eval", 150, 40.0)])],
+        expect=[lambda m: E("straggler", "thru", m["thru"]["step"][50], 10, ranks=[4], nodes=["n01"],
+                            incidents=1)]))
     return out
