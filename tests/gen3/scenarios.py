@@ -30,6 +30,7 @@ class Scenario:
     # label builders get the simulated marks of each job: {job name: marks}
     expect: list = field(default_factory=list)
     allow: list = field(default_factory=list)
+    order: str = "arrival"         # line order: "arrival" (delivery) or "ts" (sorted by event time, no _arrival)
     envelopes: bool = False        # each rank's events of one flush in one batch envelope
     arrival: bool = True           # lines carry the broker's "_arrival" (stepwatch record); else in arrival order
     note: str = ""
@@ -371,4 +372,38 @@ def scenarios() -> list[Scenario]:
                  pauses=[Pause("checkpoint", 100, 60.0), Pause("eval", 150, 40.0)])],
         expect=[lambda m: E("straggler", "thru", m["thru"]["step"][50], 10, ranks=[4], nodes=["n01"],
                             incidents=1)]))
+    # 45. a hang written as a trace sorted by event time (no broker times), hosts up to 8 s apart
+    out.append(Scenario(
+        "hang_sorted_skewed",
+        [JobSpec("hangsort", nodes(4), 2, 80, compute=0.8, transfer=0.1, start=T0, seed=56, clock_spread=8.0,
+                 hang=Hang(70, 6))],
+        expect=[lambda m: E("hang", "hangsort", m["hangsort"]["stall"], 90, ranks=[6],
+                            evidence={"case": "culprit_before_collective"})],
+        arrival=False, order="ts"))
+    # 46. the node loss and restart on a spare, sorted by event time, hosts up to 6 s apart
+    out.append(Scenario(
+        "restart_spare_sorted",
+        [JobSpec("sparesort", nodes(4), 2, 150, compute=0.6, transfer=0.1, start=T0, seed=57, clock_spread=6.0,
+                 loss=NodeLoss(80, "n02", "n09", 60))],
+        expect=[lambda m: E("hang", "sparesort", m["sparesort"]["stall"], 90, ranks=[4, 5], nodes=["n02"]),
+                lambda m: E("job_restart", "sparesort")],
+        arrival=False, order="ts"))
+    # 47. a hang of a job that sends no heartbeats: no culprit can be named, but it is hung
+    out.append(Scenario(
+        "hang_no_heartbeats",
+        [JobSpec("nohb", nodes(2), 4, 80, compute=0.5, transfer=0.05, start=T0, seed=58, heartbeats=False,
+                 hang=Hang(70, 2))],
+        expect=[lambda m: E("hang", "nohb", m["nohb"]["stall"], 90, evidence={"case": "undetermined"})]))
+    # 48. three ranks on three nodes (one GPU each); rank 0 40 % slower from step 60
+    out.append(Scenario(
+        "three_ranks",
+        [JobSpec("three", nodes(3), 1, 150, compute=0.3, transfer=0.03, start=T0, seed=59,
+                 slow=[Slow(1.4, 60, rank=0)])],
+        expect=[lambda m: E("straggler", "three", m["three"]["step"][60], 15 * 0.45, ranks=[0], nodes=["n00"])]))
+    # 49. 40 s steps, rank 10 30 % slower from step 30 of 55
+    out.append(Scenario(
+        "llm_40s_straggler",
+        [JobSpec("llmslow", nodes(4), 4, 55, compute=9.0, transfer=3.0, start=T0, seed=60, micro=4,
+                 variable=0.2, slow=[Slow(1.3, 30, rank=10)])],
+        expect=[lambda m: E("straggler", "llmslow", m["llmslow"]["step"][30], 5 * 52, ranks=[10], nodes=["n02"])]))
     return out

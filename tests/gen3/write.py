@@ -22,6 +22,8 @@ def build(sc):
         if spec.gpu_telemetry:
             events += gpu_samples(spec, spec.start, last + 10, spec.seed + 2000, m)
     events.sort(key=lambda p: p[0])
+    if sc.order == "ts":  # an imported or generated trace: sorted by the events' own (host) times
+        events.sort(key=lambda p: p[1]["ts"])
     if sc.envelopes:
         events = _envelopes(events)
     lines = []
