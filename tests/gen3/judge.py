@@ -131,9 +131,11 @@ def main(argv: list[str]) -> int:
         for r in res["expect"]:
             w = r["want"]
             print(f"   expect {w['type']} {w.get('ranks', '')} {w.get('nodes', '')}: "
-                  f"{'ok' if r['ok'] else 'WRONG'} delay={r.get('delay')} ids={len(r.get('ids', []))} {'; '.join(r['why'])}")
+                  f"{'ok' if r['ok'] else 'WRONG'} delay={r.get('delay')} ids={len(r.get('ids', []))} "
+                  f"{'; '.join(r['why'])}")
         for f in res["false_alarms"]:
-            print(f"   FALSE {f['type']} {f['severity']} job={f['job']} ranks={f['ranks']} nodes={f['nodes']}: {f['summary']}")
+            print(f"   FALSE {f['type']} {f['severity']} job={f['job']} ranks={f['ranks']} nodes={f['nodes']}: "
+                  f"{f['summary']}")
     print(f"{len(names) - bad}/{len(names)} scenarios pass")
     return 1 if bad else 0
 
