@@ -52,6 +52,8 @@ class Hang:
     rank: int | None                    # None: nobody is behind, every rank waits in the same collective
     teardown: float | None = None
     culprit_lives: float = 30.0
+    dies: str | None = None             # the culprit's process dies at the stall: "oom" (the kernel's OOM
+                                        # killer; host samples show it) or "xid79" (its GPU fell off the bus)
     restart_resume: int | None = None   # after the teardown the launcher restarts the job from this step
     downtime: float = 120.0
 
@@ -391,6 +393,8 @@ def _hang(spec, em, rng, placement, seq, last_step, alive, waiting, stuck, heart
     for r in range(spec.ranks):
         if r != h.rank:
             waiting[r] = True
+    if h.dies:
+        alive[h.rank] = False
     # the waiting ranks enter the collective at their arrival; heartbeats say so from then on
     end = t + (h.teardown if h.teardown is not None else 900.0)
     heartbeats_until(end)
@@ -488,3 +492,43 @@ def gpu_samples(spec: JobSpec, t0: float, t1: float, seed: int, marks: dict) -> 
                 out.append((t + rng.uniform(0.01, 0.3), ev))
         t += 1.0
     return out
+
+
+def host_samples(spec: JobSpec, t0: float, t1: float, seed: int, marks: dict) -> list[tuple[float, dict]]:
+    """One `host` sample per node every 5 s (procfs counters); with a hang whose culprit dies of the OOM
+    killer, its node's oom_kills counter rises right then and its memory is nearly gone before."""
+    rng = random.Random(seed)
+    out = []
+    clocks = {n: Clock(rng.uniform(-spec.clock_spread, spec.clock_spread), 0.0, t0) for n in spec.nodes}
+    victim = stall = None
+    if spec.hang and spec.hang.dies == "oom":
+        victim, stall = spec.nodes[spec.hang.rank // spec.gpus_per_node], marks.get("stall")
+    jiffies = {n: [rng.randrange(10**8), rng.randrange(10**9)] for n in spec.nodes}
+    t = t0 + rng.uniform(0, 5)
+    while t < t1:
+        for n in spec.nodes:
+            jiffies[n][0] += int(500 * 64 * rng.uniform(0.4, 0.5))
+            jiffies[n][1] += int(500 * 64 * rng.uniform(0.5, 0.6))
+            oom = 1 if victim == n and stall is not None and t >= stall + 0.5 else 0
+            tight = victim == n and stall is not None and stall - 30 <= t < stall + 0.5
+            ev = {"v": 1, "kind": "host", "node": n, "ts": round(clocks[n](t), 6), "load1": 40.0,
+                  "cpu": {"user": jiffies[n][0], "nice": 0, "system": 1000, "idle": jiffies[n][1], "iowait": 10,
+                          "irq": 0, "softirq": 0, "steal": 0},
+                  "mem_total": 2 * 2**40, "mem_available": int(2 * 2**40 * (0.01 if tight else 0.6)),
+                  "swap_used": 0, "oom_kills": oom,
+                  "psi": {"cpu": {"some_avg10": 1.0}, "io": {"some_avg10": 0.5, "full_avg10": 0.1},
+                          "memory": {"some_avg10": 30.0 if tight else 0.0, "full_avg10": 5.0 if tight else 0.0}}}
+            out.append((t + rng.uniform(0.01, 0.3), ev))
+        t += 5.0
+    return out
+
+
+def xid_events(spec: JobSpec, marks: dict, seed: int) -> list[tuple[float, dict]]:
+    """An Xid 79 (GPU fallen off the bus) on the culprit's GPU as its process dies."""
+    rng = random.Random(seed)
+    h = spec.hang
+    node = spec.nodes[h.rank // spec.gpus_per_node]
+    t = marks["stall"] + 0.2
+    return [(t + 0.1, {"v": 1, "kind": "xid", "node": node, "ts": round(t + rng.uniform(-0.5, 0.5), 6),
+                       "gpu": h.rank % spec.gpus_per_node, "xid": 79,
+                       "message": "GPU has fallen off the bus."})]

@@ -406,4 +406,24 @@ def scenarios() -> list[Scenario]:
         [JobSpec("llmslow", nodes(4), 4, 55, compute=9.0, transfer=3.0, start=T0, seed=60, micro=4,
                  variable=0.2, slow=[Slow(1.3, 30, rank=10)])],
         expect=[lambda m: E("straggler", "llmslow", m["llmslow"]["step"][30], 5 * 52, ranks=[10], nodes=["n02"])]))
+    # 50. the kernel's OOM killer kills rank 5 (host samples: memory nearly gone, oom_kills +1): the others
+    #     wait in the all-reduce; the hang names rank 5 silent, with the OOM kill as its first cause
+    out.append(Scenario(
+        "oom_killed_rank",
+        [JobSpec("oom", nodes(2), 4, 80, compute=0.6, transfer=0.08, start=T0, seed=61,
+                 hang=Hang(70, 5, dies="oom"))],
+        expect=[lambda m: E("hang", "oom", m["oom"]["stall"], 90, ranks=[5], nodes=["n01"],
+                            evidence={"case": "silent_ranks"}, cause_component="oom_kill")]))
+    # 51. rank 2's GPU falls off the bus (Xid 79) and its process dies: a gpu_fault on n00 and a hang
+    #     naming rank 2 silent
+    out.append(Scenario(
+        "xid79_dead_rank",
+        [JobSpec("xid", nodes(2), 4, 80, compute=0.6, transfer=0.08, start=T0, seed=62,
+                 hang=Hang(70, 2, dies="xid79"))],
+        expect=[lambda m: E("hang", "xid", m["xid"]["stall"], 90, ranks=[2], nodes=["n00"],
+                            evidence={"case": "silent_ranks"}),
+                lambda m: E("gpu_fault", "", m["xid"]["stall"], 10, nodes=["n00"],
+                            evidence={"gpu": 2, "fault": "xid"}),
+                # a non-recoverable fault makes the node suspect (docs/runbooks/node_suspect.md)
+                lambda m: E("node_suspect", "", nodes=["n00"])]))
     return out

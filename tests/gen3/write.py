@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from .job import gpu_samples, link_samples, simulate
+from .job import gpu_samples, host_samples, link_samples, simulate, xid_events
 from .scenarios import scenarios
 
 
@@ -19,6 +19,10 @@ def build(sc):
         if spec.telemetry:
             down = m.get("stall") if spec.link_down_at_hang else None
             events += link_samples(spec, spec.start, last + 30, spec.seed + 1000, down)
+        if spec.hang and spec.hang.dies == "oom":
+            events += host_samples(spec, spec.start, last + 10, spec.seed + 3000, m)
+        if spec.hang and spec.hang.dies == "xid79":
+            events += xid_events(spec, m, spec.seed + 4000)
         if spec.gpu_telemetry:
             events += gpu_samples(spec, spec.start, last + 10, spec.seed + 2000, m)
     events.sort(key=lambda p: p[0])
