@@ -44,14 +44,14 @@ def test_scenario(recordings, name, request):
     if name in XFAIL:
         request.applymarker(pytest.mark.xfail(reason=XFAIL[name], strict=True))
     d, labels = recordings
-    res = judge(replay(str(d / labels[name]["file"])), labels[name])
+    res = judge(replay(str(d / labels[name]["file"]), in_process=True), labels[name])
     assert res["ok"], res
 
 
 def test_the_judge_fails_a_wrong_answer(recordings):
     """The judge itself: a missing alert, a wrong rank and an extra alert are each a failure."""
     d, labels = recordings
-    alerts = replay(str(d / labels["two_stragglers"]["file"]))
+    alerts = replay(str(d / labels["two_stragglers"]["file"]))  # through the command itself
     assert judge(alerts, labels["two_stragglers"])["ok"]
     one_missing = [a for a in alerts if a["ranks"] != [13]]
     assert not judge(one_missing, labels["two_stragglers"])["ok"]

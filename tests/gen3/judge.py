@@ -6,6 +6,7 @@ ranks/nodes/evidence, delay, incidents) and every false alarm.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -14,7 +15,16 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def replay(path: str) -> list[dict]:
+def replay(path: str, in_process: bool = False) -> list[dict]:
+    """The alerts of `stepwatch replay --drain 900 PATH`; `in_process`: the same function the command runs
+    (stepwatch/commands/replay.py), without starting a Python per recording (the tests)."""
+    if in_process:
+        from stepwatch.config import Settings
+        from stepwatch.recording import merge_recorded, replay as run
+
+        buf = io.StringIO()
+        run(merge_recorded([path]), Settings.from_env(), drain=900.0, out=buf)
+        return [json.loads(line) for line in buf.getvalue().splitlines() if line.strip()]
     out = subprocess.run([sys.executable, "-m", "stepwatch.cli", "replay", "--drain", "900", path],
                          capture_output=True, text=True, check=True, cwd=REPO)
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
