@@ -188,6 +188,7 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
     seq = {r: 1 for r in range(spec.ranks)}     # one broadcast of the parameters at start
     last_step = {r: spec.first_step - 1 for r in range(spec.ranks)}
     phase_now = "train"
+    rank_phase: dict[int, str] = {}         # a rank's own phase (rank 0 saving alone), over the job's
     alive = {r: True for r in range(spec.ranks)}
     stuck = {r: False for r in range(spec.ranks)}   # rank stuck before the next collective
     waiting = {r: False for r in range(spec.ranks)}
@@ -199,7 +200,7 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
     def heartbeat(r, t):
         ev = {"v": 1, "kind": "heartbeat", "job": job, "rank": r, "node": placement[r], "ts": ts(r, t),
               "step": max(last_step[r], 0), "seq_started": seq[r] + (1 if waiting[r] else 0),
-              "seq_completed": seq[r], "phase": phase_now}
+              "seq_completed": seq[r], "phase": rank_phase.get(r, phase_now)}
         if spec.pgs:
             st = pgstate[r]
             k, i = divmod(r, spec.gpus_per_node)
@@ -244,6 +245,20 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
                 paused.add((p.phase, n))
                 if p.rank0_only:
                     delay0 = p.seconds * rng.uniform(0.9, 1.1)
+                    if p.marked:
+                        # rank 0 marks its own phase (a `rank` field); the others go on into the next
+                        # all-reduce and wait there for it
+                        em.send(t, {"v": 1, "kind": "phase", "job": job, "rank": 0, "ts": ts(0, t),
+                                    "phase": "checkpoint", "step": step - 1}, reliable=True)
+                        rank_phase[0] = "checkpoint"
+                        for r in range(1, spec.ranks):
+                            waiting[r] = True
+                        heartbeats_until(t + delay0)
+                        em.send(t + delay0, {"v": 1, "kind": "phase", "job": job, "rank": 0,
+                                             "ts": ts(0, t + delay0), "phase": "train"}, reliable=True)
+                        rank_phase.pop(0)
+                        for r in range(1, spec.ranks):
+                            waiting[r] = False
                     continue
                 if p.marked:
                     phase(t, p.phase, step - 1)

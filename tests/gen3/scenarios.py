@@ -426,4 +426,22 @@ def scenarios() -> list[Scenario]:
                             evidence={"gpu": 2, "fault": "xid"}),
                 # a non-recoverable fault makes the node suspect (docs/runbooks/node_suspect.md)
                 lambda m: E("node_suspect", "", nodes=["n00"])]))
+    # 52. rank 0 alone writes a 5-minute checkpoint to slow storage every 80 steps, marking its own phase
+    #     (a rank `phase` event, its heartbeats say checkpoint); the others wait in the all-reduce: the
+    #     checkpoint timeout applies (docs/hang.md), no hang, no straggler
+    out.append(Scenario(
+        "rank0_long_save_marked",
+        [JobSpec("save5", nodes(2), 4, 200, compute=0.5, transfer=0.05, start=T0, seed=63,
+                 pauses=[Pause("checkpoint", 80, 300.0, marked=True, rank0_only=True)])]))
+    # 53. a fleet over time: job A (a straggler on n01) ends; job B then runs on the same nodes and also
+    #     has a straggler on n01: two jobs' incidents on one node make it suspect (node_suspect)
+    out.append(Scenario(
+        "node_suspect_two_jobs",
+        [JobSpec("jobA2", nodes(3), 4, 140, compute=0.3, transfer=0.05, start=T0, seed=64,
+                 slow=[Slow(1.4, 50, rank=5)]),
+         JobSpec("jobB2", nodes(3), 4, 140, compute=0.3, transfer=0.05, start=T0 + 200, seed=65,
+                 slow=[Slow(1.4, 50, rank=6)])],
+        expect=[lambda m: E("straggler", "jobA2", m["jobA2"]["step"][50], 10, ranks=[5], nodes=["n01"]),
+                lambda m: E("straggler", "jobB2", m["jobB2"]["step"][50], 10, ranks=[6], nodes=["n01"]),
+                lambda m: E("node_suspect", "", nodes=["n01"])]))
     return out
