@@ -28,6 +28,13 @@ XFAIL: dict[str, str] = {
     # of the job. A fix: the step's time on the job's median clock (models/steps/clocks.py offsets) or the
     # median of its ranks' ends; left to the assembly's owner (it changes every skewed recording's times).
     "clock_step_45s": "starts_at from the latest rank's clock: one host 45 s ahead makes the alert 45 s late",
+    # A marked checkpoint whose closing `train` marker is lost: as documented (docs/events.md `phase`), the
+    # job-wide checkpoint phase covers every later step without a phase of its own (the callbacks' steps carry
+    # none) until the next job-wide `train`, so the straggler from step 90 is judged only after the next
+    # checkpoint, 30 steps (56 s) late; the hang rule meanwhile waits the checkpoint timeout (1800 s). A fix
+    # would end a job-wide pause phase on evidence (e.g. steps at the training pace resuming on every rank);
+    # a design change, not made here.
+    "lost_train_marker": "a lost job-wide `train` marker leaves every later step in the checkpoint phase",
 }
 
 NAMES = [sc.name for sc in scenarios()]

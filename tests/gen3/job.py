@@ -37,6 +37,7 @@ class Pause:
     every: int
     seconds: float
     marked: bool = True
+    lose_end_marker_at: int = -1        # the `train` marker ending the pause at this step index is lost
     rank0_only: bool = False            # only rank 0 saves (outside its step timer); the others go on
                                         # and wait for it in the next all-reduce
 
@@ -266,7 +267,8 @@ def simulate(spec: JobSpec, marks: dict | None = None) -> list[tuple[float, dict
                 heartbeats_until(t + p.seconds)
                 t += p.seconds * rng.uniform(0.9, 1.1)
                 if p.marked:
-                    phase(t, "train")
+                    if n != p.lose_end_marker_at:
+                        phase(t, "train")
                     phase_now = "train"
         marks["step"][n] = t
         if spec.loss and step == spec.loss.step:

@@ -444,4 +444,11 @@ def scenarios() -> list[Scenario]:
         expect=[lambda m: E("straggler", "jobA2", m["jobA2"]["step"][50], 10, ranks=[5], nodes=["n01"]),
                 lambda m: E("straggler", "jobB2", m["jobB2"]["step"][50], 10, ranks=[6], nodes=["n01"]),
                 lambda m: E("node_suspect", "", nodes=["n01"])]))
+    # 54. a marked 40 s checkpoint at step 60 whose closing `train` marker is lost (the producer's queue
+    #     was full), then rank 3 35 % slower from step 90: the steps after the pause are training
+    out.append(Scenario(
+        "lost_train_marker",
+        [JobSpec("lostmark", nodes(2), 4, 200, compute=0.4, transfer=0.05, start=T0, seed=66,
+                 pauses=[Pause("checkpoint", 60, 40.0, lose_end_marker_at=60)], slow=[Slow(1.35, 90, rank=3)])],
+        expect=[lambda m: E("straggler", "lostmark", m["lostmark"]["step"][90], 12, ranks=[3], nodes=["n00"])]))
     return out
