@@ -459,21 +459,40 @@ class HangDetector:
             return self._job_advanced(p.max_step, ts, first=True)
         return self._maybe_resolve_partial(slot) if advanced else []
 
+    def _pause_ended(self, ts: float) -> None:
+        """Back from a pause no step was due in (a job-wide eval or checkpoint, or the last rank's own checkpoint):
+        the wait for the next step starts now. Counted from the step before the pause, a 60 s eval of 2 s steps
+        (or rank 0 saving alone for 5 minutes) made a warning the moment training resumed
+        (tests/test_gen3_hang_after_pause.py). Clamped like any progress (``clamp_future``)."""
+        p = self.progress
+        if self._episode is None and not p.in_checkpoint():
+            p.progress_ts = max(p.progress_ts, ts)
+
     def _on_phase(self, event: PhaseEvent) -> list[Alert]:
         p = self.progress
         if event.rank is not None:
-            p.rank_phase[p.slot_for(event.rank, event.ts)] = event.phase
+            slot = p.slot_for(event.rank, event.ts)
+            was = p.rank_phase[slot]
+            p.rank_phase[slot] = event.phase
+            if was == "checkpoint" and event.phase != "checkpoint":
+                self._pause_ended(event.ts)
             return []
         if event.phase == "end":
             out = self.close(at=event.ts, reason="job ended")
             p.ended = True
             return out
+        was = p.phase
         p.phase = event.phase
+        if was in ("eval", "checkpoint") and event.phase not in ("eval", "checkpoint"):
+            self._pause_ended(event.ts)
         return []
 
     def _on_heartbeat(self, slot: int, event: HeartbeatEvent) -> list[Alert]:
         p = self.progress
+        was = p.rank_phase[slot]
         p.observe_heartbeat(slot, event)
+        if was == "checkpoint" and event.phase != "checkpoint":
+            self._pause_ended(event.ts)
         if p.max_step < 0:
             # The first value is a baseline (a restarted job resumes at its checkpoint's step).
             p.advance_rank(slot, event.step, event.ts)

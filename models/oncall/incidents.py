@@ -298,7 +298,8 @@ class NodeIncidents:
     A slow host (CPU saturated, a throttled power shelf, a bad PCIe switch) slows every rank on it:
     the straggler rule finds each of them, and paging per rank tells the SRE eight times what is one
     problem. Here, when firing straggler alerts of one job on one node (counting those already open)
-    cover at least ``min_share`` of the job's ranks on that node (and at least ``min_ranks``), with the
+    cover at least ``min_share`` of the job's ranks on that node (and at least ``min_ranks``, or every
+    rank of a node with fewer, but never one rank alone), with the
     same kind of first suspected cause (or none), they become one ``straggler`` alert of the node:
     ``evidence.incident_scope = "node"``, the ranks in ``ranks`` and ``evidence.node_ranks``, the
     members' ``job_slowdown`` the largest of theirs. Its members' own alerts are held back (those
@@ -361,7 +362,10 @@ class NodeIncidents:
         members = {**open_here, **{a.id: a for a in batch}}
         ranks = {a.ranks[0] for a in members.values()}
         on_node = self.ranks_on(job, node) or tuple(ranks)
-        if len(ranks) < max(self.min_ranks, self.min_share * len(on_node)) or len(self._open) >= self.max_open:
+        # A node of 2 GPUs has fewer ranks than min_ranks: both of them slow is the whole node (found by
+        # tests/gen3's slow_node_2gpu); one rank alone is never a node incident.
+        need = max(min(self.min_ranks, len(on_node)), 2, self.min_share * len(on_node))
+        if len(ranks) < need or len(self._open) >= self.max_open:
             for alert in batch:
                 self._paged[alert.id] = alert
             return list(batch)
