@@ -22,12 +22,6 @@ XFAIL: dict[str, str] = {
     # throughput_drop incidents next to the (correct) straggler. With STEPWATCH_ASSEMBLY_MAX_LAG_STEPS=150
     # and _MAX_PENDING_STEPS=300 only the straggler fires (checked by hand).
     "fast_flush_bursts": "steps closed without a late straggler read as a communication throughput drop",
-    # One host's clock stepped 45 s ahead (NTP): the straggler (on another node) is detected on time (its
-    # detected_step 2 steps after the onset), but its starts_at is 45 s late: a closed step's ts is the latest
-    # step end among its ranks (models/steps/assembly.py GroupStep.ts), so one host ahead moves every alert
-    # of the job. A fix: the step's time on the job's median clock (models/steps/clocks.py offsets) or the
-    # median of its ranks' ends; left to the assembly's owner (it changes every skewed recording's times).
-    "clock_step_45s": "starts_at from the latest rank's clock: one host 45 s ahead makes the alert 45 s late",
     # A marked checkpoint whose closing `train` marker is lost: as documented (docs/events.md `phase`), the
     # job-wide checkpoint phase covers every later step without a phase of its own (the callbacks' steps carry
     # none) until the next job-wide `train`, so the straggler from step 90 is judged only after the next
