@@ -20,7 +20,8 @@ import numpy as np
 from .alerts import Alert
 from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
-from .wire.events import CollectiveEvent, Event, PhaseEvent, StepEvent
+from .job_phase import JobPhase
+from .wire.events import PAUSE_PHASES, CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
 from .oncall.oncall import OnCall, leaving_engine
@@ -75,7 +76,7 @@ EVICTION_PROBES = 64
 class JobState:
     """Everything the engine holds for one job: its rules (models/registry.py) and the job's own bookkeeping."""
 
-    __slots__ = ("job", "assemblers", "phase", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
+    __slots__ = ("job", "assemblers", "phases", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name",
                  "touched", "slot", "dirty", "ticked")
 
@@ -93,7 +94,8 @@ class JobState:
         # timer's clock (0 in replay), so time-driven rules judge the job on its own clock.
         self.lags: deque[float] = deque(maxlen=256)
         self.assemblers: dict[str, StepAssembler] = {}
-        self.phase = "train"
+        #: The job-wide phase (job-wide phase events; its end told by the ranks if the closing one is lost).
+        self.phases = JobPhase()
         self.ended = False
         self.ended_at = 0.0  # time of the job's ``end`` phase event
         #: Rank events stamped before the job's ``end`` that arrived after it (another path overtaken).
@@ -267,8 +269,11 @@ class DetectionEngine:
             return self.telemetry.enrich(evicted)
         if signal is Signal.INSPECTOR:
             return evicted + self.telemetry.enrich(self._feed(job, signal, event))
-        if signal is Signal.HEARTBEATS and not self._count_heartbeat(job, event):
-            return evicted
+        if signal is Signal.HEARTBEATS:
+            if not self._count_heartbeat(job, event):
+                return evicted
+            if job.phases.phase in PAUSE_PHASES:  # the ranks tell the end of a pause whose marker was lost
+                job.phases.rank_reports(event.rank, event.phase, ts=event.ts)
         if getattr(event, "node", None) is not None:
             self.telemetry.fabric.observe_node(event.job, event.node)  # the job's nodes (models/telemetry/fabric.py)
         if isinstance(event, CollectiveEvent):
@@ -394,8 +399,9 @@ class DetectionEngine:
         job.ranks.update(ranks)
         if max(steps) > job.latest_step:
             job.latest_step = max(steps)
-        if job.phase != "train":  # job-wide phase markers cover steps without a phase of their own
-            phases = [job.phase if p == "train" else p for p in phases]
+        phase = job.phases.phase
+        if phase != "train":  # job-wide phase markers cover steps without a phase of their own
+            phases = [phase if p == "train" else p for p in phases]
         # what the assemblers keep, as columns (models/steps/assembly.py ``step_row``)
         columns = (ts, cols.step_time[lo:hi], cols.compute_time[lo:hi], cols.comm_time[lo:hi], cols.data_time[lo:hi],
                 cols.tokens[lo:hi], nodes)
@@ -634,19 +640,20 @@ class DetectionEngine:
 
     def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
         out = self._feed(job, Signal.PHASES, event)
-        if event.rank is not None:
-            return out  # a single rank's phase is carried by its own step events
+        if event.rank is not None:  # a single rank's phase is carried by its own step events
+            job.phases.rank_reports(event.rank, event.phase, ts=event.ts)
+            return out
         if event.phase == "end":
             job.ended = True
             job.ended_at = event.ts
-            job.phase = "train"
+            job.phases.begin("train", ts=event.ts)
             # Steps still incomplete at the end (a rank's last events lost) are never judged: a later tick's
             # flush would feed them to the rules just closed and re-open their alerts.
             job.assemblers.clear()
             for rule in job.rules:
                 out.extend(rule.close(at=event.ts, resolution=Resolution.JOB_ENDED, reason="job ended"))
             return [with_resolution(a, Resolution.JOB_ENDED, "job ended") for a in out]
-        job.phase = event.phase
+        job.phases.begin(event.phase, ts=event.ts)
         return out
 
     # -- runtime settings -----------------------------------------------------------------

@@ -22,13 +22,6 @@ XFAIL: dict[str, str] = {
     # throughput_drop incidents next to the (correct) straggler. With STEPWATCH_ASSEMBLY_MAX_LAG_STEPS=150
     # and _MAX_PENDING_STEPS=300 only the straggler fires (checked by hand).
     "fast_flush_bursts": "steps closed without a late straggler read as a communication throughput drop",
-    # A marked checkpoint whose closing `train` marker is lost: as documented (docs/events.md `phase`), the
-    # job-wide checkpoint phase covers every later step without a phase of its own (the callbacks' steps carry
-    # none) until the next job-wide `train`, so the straggler from step 90 is judged only after the next
-    # checkpoint, 30 steps (56 s) late; the hang rule meanwhile waits the checkpoint timeout (1800 s). A fix
-    # would end a job-wide pause phase on evidence (e.g. steps at the training pace resuming on every rank);
-    # a design change, not made here.
-    "lost_train_marker": "a lost job-wide `train` marker leaves every later step in the checkpoint phase",
 }
 
 NAMES = [sc.name for sc in scenarios()]

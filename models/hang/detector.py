@@ -43,7 +43,7 @@ from ..evidence import HangCase
 from ..resolution import Resolution
 from ..steps.clocks import ClockOffsets
 from ..tunable import runtime, runtime_fields
-from ..wire.events import CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
+from ..wire.events import PAUSE_PHASES, CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
 from . import text
 from .diagnosis import HangDiagnosis, across_teardown, diagnose
 from .evidence import (BlockedGroup, Culprit, CulpritState, HangAlertEvidence, HangEnd, ProcessGroupEvidence,
@@ -474,7 +474,8 @@ class HangDetector:
             slot = p.slot_for(event.rank, event.ts)
             was = p.rank_phase[slot]
             p.rank_phase[slot] = event.phase
-            if was == "checkpoint" and event.phase != "checkpoint":
+            left = p.job_phase.rank_reports(event.rank, event.phase, ts=event.ts)  # a lost job-wide ``train``
+            if left or (was == "checkpoint" and event.phase != "checkpoint"):
                 self._pause_ended(event.ts)
             return []
         if event.phase == "end":
@@ -482,8 +483,8 @@ class HangDetector:
             p.ended = True
             return out
         was = p.phase
-        p.phase = event.phase
-        if was in ("eval", "checkpoint") and event.phase not in ("eval", "checkpoint"):
+        p.job_phase.begin(event.phase, ts=event.ts)
+        if was in PAUSE_PHASES and event.phase not in PAUSE_PHASES:
             self._pause_ended(event.ts)
         return []
 
@@ -491,7 +492,8 @@ class HangDetector:
         p = self.progress
         was = p.rank_phase[slot]
         p.observe_heartbeat(slot, event)
-        if was == "checkpoint" and event.phase != "checkpoint":
+        left = p.job_phase.rank_reports(event.rank, event.phase, ts=event.ts)  # a lost job-wide ``train``
+        if left or (was == "checkpoint" and event.phase != "checkpoint"):
             self._pause_ended(event.ts)
         if p.max_step < 0:
             # The first value is a baseline (a restarted job resumes at its checkpoint's step).

@@ -19,6 +19,7 @@ from enum import Enum
 
 import numpy as np
 
+from ..job_phase import JobPhase
 from ..wire.events import HeartbeatEvent
 from .evidence import RankPosition
 
@@ -70,7 +71,8 @@ class JobProgress:
         self.known = 0  # ranks with a known step
         self.completed_any = False  # a step completed since start (a heartbeat's first value is a baseline)
         self.progress_ts = 0.0  # when the counter last advanced (or the start)
-        self.phase = "train"  # job-wide phase from phase events without a rank
+        #: The job-wide phase from phase events without a rank, ended early by the ranks (models/job_phase.py).
+        self.job_phase = JobPhase()
         self.ended = False
         self.has_heartbeats = False
         self.has_step_events = False
@@ -142,6 +144,11 @@ class JobProgress:
     def heartbeat_gap(self) -> float | None:
         """The median of the recent heartbeat intervals (any rank), None before two heartbeats of a rank."""
         return float(np.median(np.fromiter(self.hb_gaps, float))) if self.hb_gaps else None
+
+    @property
+    def phase(self) -> str:
+        """The job-wide phase."""
+        return self.job_phase.phase
 
     def in_checkpoint(self) -> bool:
         return self.phase == "checkpoint" or "checkpoint" in self.rank_phase

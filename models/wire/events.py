@@ -26,6 +26,8 @@ from .wire import (MAX_BATCH_EVENTS, MAX_COUNTER, MAX_MESSAGE_BYTES, MAX_NAME_LE
 
 PHASES = frozenset({"warmup", "train", "eval", "checkpoint", "end"})
 STEP_PHASES = PHASES - {"end"}
+#: Job-wide phases in which no training step is due (a marked checkpoint or evaluation).
+PAUSE_PHASES = frozenset({"eval", "checkpoint"})
 
 
 @dataclass(frozen=True, slots=True)
