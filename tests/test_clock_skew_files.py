@@ -74,8 +74,9 @@ def expected(tmp_path_factory) -> dict[str, list[tuple]]:
     out = {}
     for name, path in (("hf", HF), ("lightning", LIGHTNING)):
         out[name] = view(alerts_of(per_rank_files(path, tmp_path_factory.mktemp(name))))
-    # The recordings' own verdicts: HF names rank 1 and the job's throughput drop; Lightning names rank 3.
-    assert {(t, r) for t, _, r, *_ in out["hf"]} == {("straggler", (1,)), ("throughput_drop", ())}, out["hf"]
+    # The recordings' own verdicts: HF names rank 1 (its job's compute-layer drop, the 2-rank median moving with the
+    # slow rank, is the straggler's own cost: left out, models/oncall/citations.py); Lightning names rank 3.
+    assert {(t, r) for t, _, r, *_ in out["hf"]} == {("straggler", (1,))}, out["hf"]
     assert {(t, r) for t, _, r, *_ in out["lightning"]} == {("straggler", (3,))}, out["lightning"]
     return out
 

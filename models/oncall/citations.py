@@ -21,6 +21,13 @@ Who cites whom, as alerts leave the engine (models/oncall/oncall.py ``OnCall.fin
 * an alert that already cites an incident (a fabric incident, a node straggler incident:
   models/oncall/incidents.py) keeps it, and its resolution cites what its firing versions cited.
 
+**A job's slowdown that is its straggler's.** In a job of two ranks (or whenever open stragglers are half
+its ranks) the median compute time moves with the slow rank, so the throughput rule sees a compute-layer
+``throughput_drop`` that is only the straggler's cost, which its alert already states (``job_slowdown``,
+``gpu_hours_lost_per_day``). ``absorbs`` says so for such a drop that fires while the straggler is open;
+the outlet leaves every version of it out (counted in ``absorbed``): one slow rank, one alert. With more
+ranks one slow rank does not move the median, and a drop beside a straggler is another problem.
+
 Bounded: an incident is forgotten when its last alert resolves; at most ``max_open`` alerts are remembered
 (the oldest dropped first: a forgotten node never resolves its alerts).
 """
@@ -62,6 +69,40 @@ class Citations:
         self._members: dict[str, set[str]] = {}  # incident id -> its open alerts' ids
         self._by_component: dict[tuple[str, str], str] = {}  # (node, component) -> open incident id
         self._by_job: dict[str, str] = {}  # job -> its open communication incident id
+        #: job -> its firing stragglers: id -> (ranks named, the job's GPUs from the alert's cost)
+        self._stragglers: dict[str, dict[str, tuple[int, int]]] = {}
+        self._absorbed: dict[str, None] = {}  # ids of throughput drops left out (insertion order: oldest first)
+        self.absorbed = 0  # versions left out
+
+    def absorbs(self, alert: Alert) -> bool:
+        """Whether ``alert`` is a version of a compute-layer throughput drop that is the cost of the job's open
+        straggler (see the module doc): the outlet leaves it out."""
+        if alert.id in self._absorbed:
+            if alert.status == AlertStatus.RESOLVED:
+                del self._absorbed[alert.id]
+            self.absorbed += 1
+            return True
+        if not alert.job:
+            return False
+        if alert.type == AlertType.STRAGGLER:
+            open_ = self._stragglers.setdefault(alert.job, {})
+            gpus = alert.evidence.get("cost_gpus")
+            if alert.status == AlertStatus.FIRING and isinstance(gpus, int):
+                open_[alert.id] = (len(alert.ranks), gpus)
+            else:
+                open_.pop(alert.id, None)
+            if not open_:
+                del self._stragglers[alert.job]
+            return False
+        if (alert.type == AlertType.THROUGHPUT_DROP and alert.status == AlertStatus.FIRING
+                and alert.evidence.get("layer") == "compute"
+                and any(2 * ranks >= gpus for ranks, gpus in self._stragglers.get(alert.job, {}).values())):
+            if len(self._absorbed) >= self.max_open:
+                self._absorbed.pop(next(iter(self._absorbed)))
+            self._absorbed[alert.id] = None
+            self.absorbed += 1
+            return True
+        return False
 
     def cite(self, alert: Alert) -> Alert:
         """``alert`` with ``evidence.incident`` set where it belongs to an incident (the same alert otherwise)."""
@@ -130,4 +171,5 @@ class Citations:
 
     def state_size(self) -> dict[str, int]:
         return {"alerts": len(self._cited), "incidents": len(self._members), "components": len(self._by_component),
-                "jobs": len(self._by_job)}
+                "jobs": len(self._by_job), "stragglers": sum(map(len, self._stragglers.values())),
+                "absorbed": len(self._absorbed)}

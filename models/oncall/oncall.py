@@ -187,6 +187,8 @@ class OnCall:
                 alert = self._attribute(alert)  # a fabric incident names its jobs itself (models/oncall/incidents.py)
             elif alert.job and "onset_ts" not in alert.evidence:
                 alert = self._onset_from_steps(alert)
+            if self.citations.absorbs(alert):
+                continue  # a drop that is the open straggler's own cost (models/oncall/citations.py)
             alert = self.classifier.annotate(self.citations.cite(alert))
             if alert.job and alert.status == AlertStatus.RESOLVED:
                 alert = self.with_effective_compute(alert)
