@@ -80,6 +80,11 @@ class JobState:
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name",
                  "touched", "slot", "dirty", "ticked")
 
+    @property
+    def phase(self) -> str:
+        """The job-wide phase (``phases``)."""
+        return self.phases.phase
+
     def __init__(self, job: str, env) -> None:
         self.job = job
         #: Ranks' own collective durations per step: the arrival signal when steps lack comm_time.

@@ -213,6 +213,9 @@ class _ScrapeTimeCollector:
             yield GaugeMetricFamily("stepwatch_node_suspects",
                                     "Nodes with a firing node_suspect alert that this worker speaks for.",
                                     value=sum(1 for n in oncall.ledger.open if owns is None or owns(n)))
+            yield CounterMetricFamily("stepwatch_alerts_absorbed", "Alert versions left out as another open "
+                                      "alert's own cost (a two-rank job's compute throughput drop beside its straggler: "
+                                      "models/oncall/citations.py).", value=oncall.citations.absorbed)
         flaps = CounterMetricFamily("stepwatch_straggler_flaps", "Straggler alerts of a rank that tried to fire "
                                     "again within the hold-off after resolving, by outcome (suppressed, refired).",
                                     labels=["outcome"])

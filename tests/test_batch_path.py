@@ -72,7 +72,7 @@ def _state(engine: DetectionEngine, recorder: StatusRecorder) -> dict:
         h = job.hang.progress
         n = h.n
         out[name] = {
-            "job": (job.last_ts, job.latest_step, sorted(job.ranks), list(job.lags), job.phase, job.ended),
+            "job": (job.last_ts, job.latest_step, sorted(job.ranks), list(job.lags), job.phases.phase, job.ended),
             "sli": job.sli.snapshot(),
             "hang": (h.started_at, h.latest_ts, h.max_step, h.progress_ts, h.completed_any, h.world_size,
                      list(h.step_times), list(h.advances), dict(h.slot_of_rank), h.nodes[:n],

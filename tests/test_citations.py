@@ -10,6 +10,7 @@ from __future__ import annotations
 from engine_driver import replay
 from fabric_gen import Job, events
 from stepwatch.models.alerts import Alert
+from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.oncall.citations import Citations
 
 
@@ -97,3 +98,22 @@ def test_a_two_rank_jobs_compute_drop_is_its_stragglers_cost_and_left_out():
     assert not c.absorbs(alert("t3", "throughput_drop", job="tiny", layer="compute"))
     c.absorbs(straggler("s64", "big", 64, status="resolved"))
     assert c.state_size()["stragglers"] == 0 and c.state_size()["absorbed"] == 0
+
+
+def _two_ranks(**kw):
+    engine = DetectionEngine()
+    alerts = list(replay((ev for _, ev in events(Job(nodes=1, per_node=2, onset=50, steps=140, **kw))), engine=engine))
+    return [(a.type, a.status) for a in alerts], engine.oncall.citations
+
+
+def test_a_two_rank_jobs_drop_that_fires_before_its_straggler_is_held_and_absorbed():
+    # Through the engine: the drop's change point fires a step before the straggler rule (tests/fabric_gen.py).
+    alerts, citations = _two_ranks(straggler=1, straggler_factor=1.4)
+    assert alerts == [("straggler", "firing")] and citations.absorbed == 1
+    assert citations.state_size()["held"] == 0
+
+
+def test_a_two_rank_jobs_slowdown_is_published_after_the_hold():
+    # Both ranks slower: no straggler explains the drop; it is published once the hold (10 steps) is over.
+    alerts, citations = _two_ranks(slow_node=0, straggler_factor=1.4)
+    assert alerts == [("throughput_drop", "firing")] and citations.absorbed == 0

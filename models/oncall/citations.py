@@ -25,8 +25,13 @@ Who cites whom, as alerts leave the engine (models/oncall/oncall.py ``OnCall.fin
 its ranks) the median compute time moves with the slow rank, so the throughput rule sees a compute-layer
 ``throughput_drop`` that is only the straggler's cost, which its alert already states (``job_slowdown``,
 ``gpu_hours_lost_per_day``). ``absorbs`` says so for such a drop that fires while the straggler is open;
-the outlet leaves every version of it out (counted in ``absorbed``): one slow rank, one alert. With more
-ranks one slow rank does not move the median, and a drop beside a straggler is another problem.
+the outlet leaves every version of it out (counted in ``absorbed``): one slow rank, one alert. The drop's
+change-point test often fires a step or two before the straggler rule has seen enough slow steps, so in a
+job of at most two ranks such a drop is held (``HOLD_STEPS`` of the job's steps, at least
+``HOLD_MIN_SECONDS``): a straggler firing meanwhile absorbs it, else ``release`` hands it back to be
+published, late by the hold (a drop still held when a replay without ``--drain`` ends is not, as a hang would
+not fire there). With more ranks one slow rank does not move the median, and a drop beside a
+straggler is another problem.
 
 Bounded: an incident is forgotten when its last alert resolves; at most ``max_open`` alerts are remembered
 (the oldest dropped first: a forgotten node never resolves its alerts).
@@ -39,6 +44,10 @@ from dataclasses import replace
 from ..alert_types import AlertStatus, AlertType
 from ..alerts import Alert
 
+#: A two-rank job's compute-layer drop waits this many of its steps for a straggler to explain it ...
+HOLD_STEPS = 10
+#: ... and at least this many seconds (the worker's timer clock).
+HOLD_MIN_SECONDS = 5.0
 #: Node alerts about one component that a job alert's suspected cause can point at.
 COMPONENT_TYPES = frozenset({AlertType.LINK_ERRORS, AlertType.GPU_FAULT, AlertType.GPU_HOT})
 #: Job alerts that name their cause's node and component (models/telemetry/telemetry_hub.py).
@@ -72,37 +81,78 @@ class Citations:
         #: job -> its firing stragglers: id -> (ranks named, the job's GPUs from the alert's cost)
         self._stragglers: dict[str, dict[str, tuple[int, int]]] = {}
         self._absorbed: dict[str, None] = {}  # ids of throughput drops left out (insertion order: oldest first)
+        #: drops held for a straggler to explain them: id -> (job, held since (timer clock; None until the next
+        #: ``release``), their versions so far)
+        self._held: dict[str, tuple[str, float | None, list[Alert]]] = {}
         self.absorbed = 0  # versions left out
 
-    def absorbs(self, alert: Alert) -> bool:
-        """Whether ``alert`` is a version of a compute-layer throughput drop that is the cost of the job's open
-        straggler (see the module doc): the outlet leaves it out."""
+    def absorbs(self, alert: Alert, *, ranks_of=None) -> bool:
+        """Whether the outlet leaves ``alert`` out for now: a version of a compute-layer throughput drop that is
+        the cost of the job's open straggler (left out for good), or of one in a job of at most two ranks
+        (``ranks_of(job)``) that no straggler explains yet (held until ``release``; see the module doc)."""
         if alert.id in self._absorbed:
             if alert.status == AlertStatus.RESOLVED:
                 del self._absorbed[alert.id]
             self.absorbed += 1
             return True
+        if alert.id in self._held:
+            self._held[alert.id][2].append(alert)
+            return True
         if not alert.job:
             return False
         if alert.type == AlertType.STRAGGLER:
-            open_ = self._stragglers.setdefault(alert.job, {})
-            gpus = alert.evidence.get("cost_gpus")
-            if alert.status == AlertStatus.FIRING and isinstance(gpus, int):
-                open_[alert.id] = (len(alert.ranks), gpus)
-            else:
-                open_.pop(alert.id, None)
-            if not open_:
-                del self._stragglers[alert.job]
+            self._straggler(alert)
             return False
-        if (alert.type == AlertType.THROUGHPUT_DROP and alert.status == AlertStatus.FIRING
-                and alert.evidence.get("layer") == "compute"
-                and any(2 * ranks >= gpus for ranks, gpus in self._stragglers.get(alert.job, {}).values())):
-            if len(self._absorbed) >= self.max_open:
-                self._absorbed.pop(next(iter(self._absorbed)))
-            self._absorbed[alert.id] = None
-            self.absorbed += 1
+        if alert.type != AlertType.THROUGHPUT_DROP or alert.status != AlertStatus.FIRING \
+                or alert.evidence.get("layer") != "compute":
+            return False
+        if self._explained(alert.job):
+            self._absorb(alert.id)
+            return True
+        if ranks_of is not None and 0 < ranks_of(alert.job) <= 2:
+            if len(self._held) >= self.max_open:  # bound: the oldest is published now
+                return False
+            self._held[alert.id] = (alert.job, None, [alert])
             return True
         return False
+
+    def release(self, now: float, hold_seconds) -> list[Alert]:
+        """Held drops that no straggler explained within ``hold_seconds(job)`` of the first ``now`` after they were
+        held (the worker's timer clock): their versions so far, in order, to publish."""
+        out: list[Alert] = []
+        for ident, (job, since, versions) in list(self._held.items()):
+            if since is None:
+                self._held[ident] = (job, now, versions)
+            elif now - since >= hold_seconds(job):
+                del self._held[ident]
+                out.extend(versions)
+        return out
+
+    def _straggler(self, alert: Alert) -> None:
+        open_ = self._stragglers.setdefault(alert.job, {})
+        gpus = alert.evidence.get("cost_gpus")
+        if alert.status == AlertStatus.FIRING and isinstance(gpus, int):
+            open_[alert.id] = (len(alert.ranks), gpus)
+            if self._explained(alert.job):  # the held drops of its job were its cost
+                for ident in [i for i, (job, _, _) in self._held.items() if job == alert.job]:
+                    versions = self._held.pop(ident)[2]
+                    self.absorbed += len(versions)
+                    if versions[-1].status != AlertStatus.RESOLVED:  # its later versions are left out too
+                        self._absorb(ident, count=False)
+        else:
+            open_.pop(alert.id, None)
+        if not open_:
+            del self._stragglers[alert.job]
+
+    def _explained(self, job: str) -> bool:
+        return any(2 * ranks >= gpus for ranks, gpus in self._stragglers.get(job, {}).values())
+
+    def _absorb(self, ident: str, *, count: bool = True) -> None:
+        if len(self._absorbed) >= self.max_open:
+            self._absorbed.pop(next(iter(self._absorbed)))
+        self._absorbed[ident] = None
+        if count:
+            self.absorbed += 1
 
     def cite(self, alert: Alert) -> Alert:
         """``alert`` with ``evidence.incident`` set where it belongs to an incident (the same alert otherwise)."""
@@ -172,4 +222,4 @@ class Citations:
     def state_size(self) -> dict[str, int]:
         return {"alerts": len(self._cited), "incidents": len(self._members), "components": len(self._by_component),
                 "jobs": len(self._by_job), "stragglers": sum(map(len, self._stragglers.values())),
-                "absorbed": len(self._absorbed)}
+                "absorbed": len(self._absorbed), "held": len(self._held)}

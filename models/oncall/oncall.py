@@ -28,7 +28,7 @@ from typing import Any
 from ..tunable import runtime
 from ..alert_types import AlertStatus, AlertType
 from .actions import Classifier, load_overrides
-from .citations import Citations
+from .citations import HOLD_MIN_SECONDS, HOLD_STEPS, Citations
 from ..alerts import Alert
 from ..wire.events import StepEvent
 from .ledger import Incident, NodeLedger
@@ -187,15 +187,9 @@ class OnCall:
                 alert = self._attribute(alert)  # a fabric incident names its jobs itself (models/oncall/incidents.py)
             elif alert.job and "onset_ts" not in alert.evidence:
                 alert = self._onset_from_steps(alert)
-            if self.citations.absorbs(alert):
-                continue  # a drop that is the open straggler's own cost (models/oncall/citations.py)
-            alert = self.classifier.annotate(self.citations.cite(alert))
-            if alert.job and alert.status == AlertStatus.RESOLVED:
-                alert = self.with_effective_compute(alert)
-            out.append(alert)
-            self._remember(alert)
-            for rule in self._alert_rules:
-                out.extend(rule.update(alert))
+            if self.citations.absorbs(alert, ranks_of=self._ranks_of):
+                continue  # a drop that is (or may be) a straggler's own cost (models/oncall/citations.py)
+            self._publish(alert, out)
         for rule in self._flush_rules:
             out.extend(rule.flush())
         if self._new_pairs:
@@ -203,7 +197,27 @@ class OnCall:
             out.extend(self._republish(pairs))
         return out
 
+    def _publish(self, alert: Alert, out: list[Alert]) -> None:
+        """One alert leaving: cited, classified, remembered, shown to the outlet rules (their alerts after it)."""
+        alert = self.classifier.annotate(self.citations.cite(alert))
+        if alert.job and alert.status == AlertStatus.RESOLVED:
+            alert = self.with_effective_compute(alert)
+        out.append(alert)
+        self._remember(alert)
+        for rule in self._alert_rules:
+            out.extend(rule.update(alert))
+
+    def _ranks_of(self, job: str) -> int:
+        state = self.engine.jobs.get(job) if self.engine is not None else None
+        return len(state.ranks) if state is not None else 0
+
+    def _hold_seconds(self, job: str) -> float:
+        return max(HOLD_MIN_SECONDS, HOLD_STEPS * self.typical_step_time(job))
+
     def tick(self, now: float) -> list[Alert]:
+        out: list[Alert] = []
+        for alert in self.citations.release(now, self._hold_seconds):  # drops no straggler explained
+            self._publish(alert, out)
         if self.engine is not None:
             # Only the jobs the engine's timer just visited: a job's share moves only with its events, and every
             # job an event reached is visited (models/engine.py ``tick``): O(jobs due), not O(jobs).
@@ -217,7 +231,6 @@ class OnCall:
                     shares.pop(name, None)  # evicted at this tick, or no span yet
             if len(shares) > 2 * len(jobs) + 1024:  # jobs forgotten without a tick (revoked partitions)
                 self._share = {name: share for name, share in shares.items() if name in jobs}
-        out: list[Alert] = []
         for rule in self._tick_rules:
             out.extend(rule.tick(now))
         return out
