@@ -20,6 +20,7 @@ import numpy as np
 from .alerts import Alert
 from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
+from .steps.layout import RunLayout, layout_of
 from .wire.events import CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
@@ -77,7 +78,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "phase", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name",
-                 "touched", "slot", "dirty", "ticked")
+                 "touched", "slot", "dirty", "ticked", "layout")
 
     def __init__(self, job: str, env) -> None:
         self.job = job
@@ -107,6 +108,8 @@ class JobState:
         self.slot = 0
         self.dirty = False
         self.ticked: float | None = None
+        #: The ranks, nodes and GPUs of the job's latest run of step events (models/steps/layout.py).
+        self.layout: RunLayout | None = None
         # The job's rules, one per registry entry, made in feeding order (each after those it needs).
         self._by_name: dict[str, JobRule] = {}
         for cls in FEED_ORDER:
@@ -216,6 +219,8 @@ class DetectionEngine:
         #: Jobs the timer visited at the latest tick, and how many (OnCall.tick, tests and bench/tick_bench.py).
         self.last_tick_jobs: list[JobState] = []
         self.last_tick_visits = 0
+        # (column batch, its runs' layouts) of the latest ``layouts`` call: one comparison per run and batch
+        self._layouts: tuple[StepColumns, dict[tuple[int, int], RunLayout]] | None = None
 
     # -- input ----------------------------------------------------------------------------
 
@@ -299,6 +304,27 @@ class DetectionEngine:
             out.extend(self._process_steps(job, events, lo, hi, arrival))
         return out
 
+    def layouts(self, cols: StepColumns) -> dict[tuple[int, int], RunLayout]:
+        """The layout of each job run ``(start, end)`` of ``cols``: the job's latest one where the run repeats it.
+
+        Worked out once per batch and shared by everything that takes the batch (the status recorder, the on-call
+        outlet, the rules): each knows by identity whether the run has the ranks, nodes and GPUs of the last one.
+        """
+        memo = self._layouts
+        if memo is not None and memo[0] is cols:
+            return memo[1]
+        runs = cols.job_runs()
+        out = {}
+        for name, lo, hi in runs:
+            job = self.jobs.get(name)
+            previous = job.layout if job is not None else None
+            if len(runs) == 1:  # the usual batch, one job: its columns as they are
+                out[lo, hi] = layout_of(previous, cols.rank, cols.node, cols.gpu)
+            else:
+                out[lo, hi] = layout_of(previous, cols.rank[lo:hi], cols.node[lo:hi], cols.gpu[lo:hi])
+        self._layouts = (cols, out)
+        return out
+
     def _add_job(self, name: str) -> tuple[JobState | None, list[Alert]]:
         """A new job's state, and the alerts of the job evicted to make room for it (if any); None
         when the cap is reached and no job near the front of the LRU may go (all have open alerts)."""
@@ -372,6 +398,10 @@ class DetectionEngine:
                 return self.telemetry.enrich(evicted) + out if evicted else out
         ranks, steps = cols.rank[lo:hi], cols.step[lo:hi]
         nodes, phases = cols.node[lo:hi], cols.phase[lo:hi]
+        layout = self.layouts(cols).get((lo, hi))
+        if layout is None:  # a part of a run (events after a job's end left out)
+            layout = layout_of(job.layout, ranks, nodes, cols.gpu[lo:hi])
+        job.layout = layout
         earliest = min(ts)
         if latest > job.last_ts:
             job.last_ts = latest
@@ -381,7 +411,7 @@ class DetectionEngine:
             job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
         job.sli.observe(latest)
-        run = RankSteps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes, cols.world_size[lo:hi])
+        run = RankSteps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes, cols.world_size[lo:hi], layout)
         # (event index, alert) of the rules fed each rank's steps (the hang rule's), in event order
         rank_alerts = [pair for rule in job.by_signal[Signal.RANK_STEPS] for pair in rule.on_rank_steps(run)]
         if job.arrival.active:
@@ -425,7 +455,8 @@ class DetectionEngine:
                 seen = i + 1
                 out.extend(self.telemetry.enrich(alerts))
         self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
-                                     cols.data_time[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi])
+                                     cols.data_time[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi],
+                                     layout=None if seen else layout)
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:

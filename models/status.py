@@ -62,9 +62,9 @@ class _RankTable:
         self.node: list[str | None] = []
         self.group: list[str | None] = []
         self.phase: list[str | None] = []
-        # (ranks, their slots, the first slot if they are consecutive, else None) of the latest batch: the next
-        # step's batch has the same ranks (a rank's slot never changes)
-        self._run: tuple[list, list[int], int | None] | None = None
+        # (layout, its ranks' slots, the first slot if they are consecutive, else None) of the latest batch
+        # (models/steps/layout.py): the next step's batch has the same layout (a rank's slot never changes)
+        self._run: tuple[object, list[int], int | None] | None = None
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -102,13 +102,13 @@ class _RankTable:
                         slots[i] = self.add(ranks[i])
         return slots
 
-    def observe_steps(self, ranks, steps, ts, nodes, phases, groups) -> None:
-        """Step events of this job in order (columns)."""
+    def observe_steps(self, ranks, steps, ts, nodes, phases, groups, layout=None) -> None:
+        """Step events of this job in order (columns); ``layout``: who reported them (models/steps/layout.py), or None."""
         run = self._run
-        if run is None or run[0] != ranks:
+        if layout is None or run is None or run[0] is not layout:
             slots = self.slots(ranks)
             n, first = len(slots), slots[0]
-            run = self._run = (ranks, slots, first if n >= 16 and slots == list(range(first, first + n)) else None)
+            run = self._run = (layout, slots, first if n >= 16 and slots == list(range(first, first + n)) else None)
         slots, first = run[1], run[2]
         n = len(slots)
         if first is not None:
@@ -189,12 +189,14 @@ class StatusRecorder:
             if event.phase is not None:
                 rank.phase = event.phase
 
-    def observe_steps(self, cols) -> None:
-        """``observe`` for step events, by columns (:class:`~stepwatch.models.wire.step_columns.StepColumns`)."""
+    def observe_steps(self, cols, layouts: dict | None = None) -> None:
+        """``observe`` for step events, by columns (:class:`~stepwatch.models.wire.step_columns.StepColumns`);
+        ``layouts``: its job runs' (``DetectionEngine.layouts``), or None."""
         for name, lo, hi in cols.job_runs():
             job = self._job(name)
             job.ranks.observe_steps(cols.rank[lo:hi], cols.step[lo:hi], cols.ts[lo:hi], cols.node[lo:hi],
-                                    cols.phase[lo:hi], cols.group[lo:hi])
+                                    cols.phase[lo:hi], cols.group[lo:hi],
+                                    None if layouts is None else layouts.get((lo, hi)))
             # Per step: latest end time and token/sample sums, one run of equal steps at a time.
             steps, ts, tokens, samples = cols.step, cols.ts, cols.tokens, cols.samples
             if steps[lo:hi].count(steps[lo]) == hi - lo:  # one step throughout (the usual envelope)

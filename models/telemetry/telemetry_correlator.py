@@ -40,8 +40,8 @@ class TelemetryCorrelator:
         self.data_history = data_history
         # job -> rank -> (node, gpu); job -> rank -> recent data_time values
         self._placement: dict[str, dict[int, tuple[str | None, int | None]]] = {}
-        # job -> [ranks, nodes, gpus, whether each of those ranks has a data-time ring] of its last run of step
-        # events: a run that repeats it changes nothing
+        # job -> [layout, whether each of its ranks has a data-time ring] of its last whole run of step events
+        # (models/steps/layout.py): a run of the same layout changes no placement
         self._last_run: dict[str, list] = {}
         self._data_time: dict[str, dict[int, deque[float]]] = {}
 
@@ -49,36 +49,35 @@ class TelemetryCorrelator:
         self.observe_steps(event.job, [event.rank], [event.node], [event.gpu],
                            [math.nan if event.data_time is None else event.data_time])
 
-    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float]) -> None:
-        """Where step events of one job ran and their data times, in order (absent data_time: NaN)."""
+    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float], *,
+                      layout=None) -> None:
+        """Where step events of one job ran and their data times, in order (absent data_time: NaN); ``layout``:
+        the run's (models/steps/layout.py) when these are a whole run, else None."""
         placement = self._placement.get(job)
         if placement is None:
             placement = self._placement[job] = {}
         last = self._last_run.get(job)
-        same = last is not None and last[0] == ranks and last[1] == nodes and last[2] == gpus
-        if same:
-            pass  # the same ranks where the job's previous run put them (the usual next step): nothing changes
-        elif None not in nodes:
-            placement.update(zip(ranks, zip(nodes, gpus)))  # later events win, as one by one
-        else:
-            for rank, node, gpu in zip(ranks, nodes, gpus):
-                if node is not None or gpu is not None:
-                    placement[rank] = (node, gpu)
-        if same:
-            pass  # kept as it is (with what it knows of the rings)
-        elif len(ranks) >= 16:
-            last = self._last_run[job] = [list(ranks), list(nodes), list(gpus), False]
-        else:
-            self._last_run.pop(job, None)
-            last = None
+        if layout is None or last is None or last[0] is not layout:
+            # (a run of the job's previous layout, the usual next step, finds its ranks where that one put them)
+            if None not in nodes:
+                placement.update(zip(ranks, zip(nodes, gpus)))  # later events win, as one by one
+            else:
+                for rank, node, gpu in zip(ranks, nodes, gpus):
+                    if node is not None or gpu is not None:
+                        placement[rank] = (node, gpu)
+            if layout is not None:
+                last = self._last_run[job] = [layout, False]
+            else:
+                self._last_run.pop(job, None)
+                last = None
         times = self._data_time.get(job)
         # (a job's rings are only ever added, until the job is forgotten with its last run)
         if times is not None and _all_reported(data_times) and (
-                (last is not None and last[3]) or times.keys() >= set(ranks)):
+                (last is not None and last[1]) or times.keys() >= set(ranks)):
             # every value reported and every rank's ring exists: append in order, all in C
             deque(map(deque.append, map(times.__getitem__, ranks), data_times), maxlen=0)
             if last is not None:
-                last[3] = True  # every rank of the run has its ring: no need to check again
+                last[1] = True  # every rank of the run has its ring: no need to check again
             return
         times = None
         for rank, value in zip(ranks, data_times):
