@@ -455,7 +455,7 @@ class DetectionEngine:
                 seen = i + 1
                 out.extend(self.telemetry.enrich(alerts))
         self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
-                                     cols.data_time[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi],
+                                     cols.array("data_time")[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi],
                                      layout=None if seen else layout)
         return self.telemetry.enrich(evicted) + out if evicted else out
 
