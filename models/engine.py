@@ -439,7 +439,7 @@ class DetectionEngine:
             if i < len(groups) and groups[i] == groups[start]:
                 continue
             part = columns if i - start == len(groups) else tuple(col[start:i] for col in columns)
-            for j, closed in self._assembler(job, groups[start] or "").add_rows(
+            for j, closed in self._assembler(job, groups[start] or "").add_columns(
                     ranks[start:i], steps[start:i], cols.world_size[lo + start:lo + i], phases[start:i], part):
                 results.append((start + j, 1, closed))
             start = i
