@@ -360,7 +360,7 @@ class DetectionEngine:
         telemetry caught up to the event before each alert is enriched, as one by one.
         """
         self.events_by_kind["step"] += hi - lo
-        ts = cols.ts[lo:hi]
+        ts = cols.ts if lo == 0 and hi == len(cols) else cols.ts[lo:hi]
         latest = max(ts)
         if latest > self.clock:
             self.clock = latest
@@ -396,11 +396,15 @@ class DetectionEngine:
                 self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
                 out = self._process_steps(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
                 return self.telemetry.enrich(evicted) + out if evicted else out
-        ranks, steps = cols.rank[lo:hi], cols.step[lo:hi]
-        nodes, phases = cols.node[lo:hi], cols.phase[lo:hi]
+        whole = lo == 0 and hi == len(cols)
+
+        def part(column: list) -> list:  # the batch's own list when the run is all of it (no rule changes a column)
+            return column if whole else column[lo:hi]
+
+        ranks, steps, nodes, phases = part(cols.rank), part(cols.step), part(cols.node), part(cols.phase)
         layout = self.layouts(cols).get((lo, hi))
         if layout is None:  # a part of a run (events after a job's end left out)
-            layout = layout_of(job.layout, ranks, nodes, cols.gpu[lo:hi])
+            layout = layout_of(job.layout, ranks, nodes, part(cols.gpu))
         job.layout = layout
         earliest = min(ts)
         if latest > job.last_ts:
@@ -411,7 +415,8 @@ class DetectionEngine:
             job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
         job.sli.observe(latest)
-        run = RankSteps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes, cols.world_size[lo:hi], layout)
+        step_times, world_sizes = part(cols.step_time), part(cols.world_size)
+        run = RankSteps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout)
         # (event index, alert) of the rules fed each rank's steps (the hang rule's), in event order
         rank_alerts = [pair for rule in job.by_signal[Signal.RANK_STEPS] for pair in rule.on_rank_steps(run)]
         if job.arrival.active:
@@ -427,9 +432,9 @@ class DetectionEngine:
         if job.phase != "train":  # job-wide phase markers cover steps without a phase of their own
             phases = [job.phase if p == "train" else p for p in phases]
         # what the assemblers keep, as columns (models/steps/assembly.py ``step_row``)
-        columns = (ts, cols.step_time[lo:hi], cols.compute_time[lo:hi], cols.comm_time[lo:hi], cols.data_time[lo:hi],
-                cols.tokens[lo:hi], nodes)
-        groups = cols.group[lo:hi]
+        columns = (ts, step_times, part(cols.compute_time), part(cols.comm_time), part(cols.data_time),
+                   part(cols.tokens), nodes)
+        groups = part(cols.group)
         # (event index, 0: hang alerts / 1: closed steps to judge), in event order
         results: list[tuple[int, int, list]] = [(i, 0, [alert]) for i, alert in rank_alerts]
         start = 0
@@ -438,9 +443,12 @@ class DetectionEngine:
         for i in bounds:
             if i < len(groups) and groups[i] == groups[start]:
                 continue
-            part = columns if i - start == len(groups) else tuple(col[start:i] for col in columns)
-            for j, closed in self._assembler(job, groups[start] or "").add_columns(
-                    ranks[start:i], steps[start:i], cols.world_size[lo + start:lo + i], phases[start:i], part):
+            if i - start == len(groups):
+                heads, rest = (ranks, steps, world_sizes, phases), columns
+            else:
+                heads = ranks[start:i], steps[start:i], world_sizes[start:i], phases[start:i]
+                rest = tuple(col[start:i] for col in columns)
+            for j, closed in self._assembler(job, groups[start] or "").add_columns(*heads, rest):
                 results.append((start + j, 1, closed))
             start = i
         out = []
@@ -454,9 +462,12 @@ class DetectionEngine:
                                              steps[seen:i + 1], cols.step_time[lo + seen:lo + i + 1])
                 seen = i + 1
                 out.extend(self.telemetry.enrich(alerts))
-        self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
-                                     cols.array("data_time")[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi],
-                                     layout=None if seen else layout)
+        if seen:
+            self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
+                                         cols.data_time[lo + seen:hi], steps[seen:], step_times[seen:])
+        else:  # the whole run: its own columns, and the batch's data-time array
+            self.telemetry.observe_steps(name, ranks, nodes, part(cols.gpu), cols.array("data_time")[lo:hi], steps,
+                                         step_times, layout=layout)
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:
