@@ -21,6 +21,7 @@ from .alerts import Alert
 from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
 from .job_phase import JobPhase
+from .steps.layout import RunLayout, layout_of
 from .wire.events import PAUSE_PHASES, CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
@@ -78,7 +79,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "phases", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name",
-                 "touched", "slot", "dirty", "ticked")
+                 "touched", "slot", "dirty", "ticked", "layout")
 
     @property
     def phase(self) -> str:
@@ -114,6 +115,8 @@ class JobState:
         self.slot = 0
         self.dirty = False
         self.ticked: float | None = None
+        #: The ranks, nodes and GPUs of the job's latest run of step events (models/steps/layout.py).
+        self.layout: RunLayout | None = None
         # The job's rules, one per registry entry, made in feeding order (each after those it needs).
         self._by_name: dict[str, JobRule] = {}
         for cls in FEED_ORDER:
@@ -223,6 +226,8 @@ class DetectionEngine:
         #: Jobs the timer visited at the latest tick, and how many (OnCall.tick, tests and bench/tick_bench.py).
         self.last_tick_jobs: list[JobState] = []
         self.last_tick_visits = 0
+        # (column batch, its runs' layouts) of the latest ``layouts`` call: one comparison per run and batch
+        self._layouts: tuple[StepColumns, dict[tuple[int, int], RunLayout]] | None = None
 
     # -- input ----------------------------------------------------------------------------
 
@@ -309,6 +314,27 @@ class DetectionEngine:
             out.extend(self._process_steps(job, events, lo, hi, arrival))
         return out
 
+    def layouts(self, cols: StepColumns) -> dict[tuple[int, int], RunLayout]:
+        """The layout of each job run ``(start, end)`` of ``cols``: the job's latest one where the run repeats it.
+
+        Worked out once per batch and shared by everything that takes the batch (the status recorder, the on-call
+        outlet, the rules): each knows by identity whether the run has the ranks, nodes and GPUs of the last one.
+        """
+        memo = self._layouts
+        if memo is not None and memo[0] is cols:
+            return memo[1]
+        runs = cols.job_runs()
+        out = {}
+        for name, lo, hi in runs:
+            job = self.jobs.get(name)
+            previous = job.layout if job is not None else None
+            if len(runs) == 1:  # the usual batch, one job: its columns as they are
+                out[lo, hi] = layout_of(previous, cols.rank, cols.node, cols.gpu)
+            else:
+                out[lo, hi] = layout_of(previous, cols.rank[lo:hi], cols.node[lo:hi], cols.gpu[lo:hi])
+        self._layouts = (cols, out)
+        return out
+
     def _add_job(self, name: str) -> tuple[JobState | None, list[Alert]]:
         """A new job's state, and the alerts of the job evicted to make room for it (if any); None
         when the cap is reached and no job near the front of the LRU may go (all have open alerts)."""
@@ -344,7 +370,7 @@ class DetectionEngine:
         telemetry caught up to the event before each alert is enriched, as one by one.
         """
         self.events_by_kind["step"] += hi - lo
-        ts = cols.ts[lo:hi]
+        ts = cols.ts if lo == 0 and hi == len(cols) else cols.ts[lo:hi]
         latest = max(ts)
         if latest > self.clock:
             self.clock = latest
@@ -380,8 +406,16 @@ class DetectionEngine:
                 self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
                 out = self._process_steps(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
                 return self.telemetry.enrich(evicted) + out if evicted else out
-        ranks, steps = cols.rank[lo:hi], cols.step[lo:hi]
-        nodes, phases = cols.node[lo:hi], cols.phase[lo:hi]
+        whole = lo == 0 and hi == len(cols)
+
+        def part(column: list) -> list:  # the batch's own list when the run is all of it (no rule changes a column)
+            return column if whole else column[lo:hi]
+
+        ranks, steps, nodes, phases = part(cols.rank), part(cols.step), part(cols.node), part(cols.phase)
+        layout = self.layouts(cols).get((lo, hi))
+        if layout is None:  # a part of a run (events after a job's end left out)
+            layout = layout_of(job.layout, ranks, nodes, part(cols.gpu))
+        job.layout = layout
         earliest = min(ts)
         if latest > job.last_ts:
             job.last_ts = latest
@@ -391,7 +425,8 @@ class DetectionEngine:
             job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
         job.sli.observe(latest)
-        run = RankSteps(ranks, steps, ts, cols.step_time[lo:hi], phases, nodes, cols.world_size[lo:hi])
+        step_times, world_sizes = part(cols.step_time), part(cols.world_size)
+        run = RankSteps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout)
         # (event index, alert) of the rules fed each rank's steps (the hang rule's), in event order
         rank_alerts = [pair for rule in job.by_signal[Signal.RANK_STEPS] for pair in rule.on_rank_steps(run)]
         if job.arrival.active:
@@ -408,9 +443,9 @@ class DetectionEngine:
         if phase != "train":  # job-wide phase markers cover steps without a phase of their own
             phases = [phase if p == "train" else p for p in phases]
         # what the assemblers keep, as columns (models/steps/assembly.py ``step_row``)
-        columns = (ts, cols.step_time[lo:hi], cols.compute_time[lo:hi], cols.comm_time[lo:hi], cols.data_time[lo:hi],
-                cols.tokens[lo:hi], nodes)
-        groups = cols.group[lo:hi]
+        columns = (ts, step_times, part(cols.compute_time), part(cols.comm_time), part(cols.data_time),
+                   part(cols.tokens), nodes)
+        groups = part(cols.group)
         # (event index, 0: hang alerts / 1: closed steps to judge), in event order
         results: list[tuple[int, int, list]] = [(i, 0, [alert]) for i, alert in rank_alerts]
         start = 0
@@ -419,9 +454,12 @@ class DetectionEngine:
         for i in bounds:
             if i < len(groups) and groups[i] == groups[start]:
                 continue
-            part = columns if i - start == len(groups) else tuple(col[start:i] for col in columns)
-            for j, closed in self._assembler(job, groups[start] or "").add_rows(
-                    ranks[start:i], steps[start:i], cols.world_size[lo + start:lo + i], phases[start:i], part):
+            if i - start == len(groups):
+                heads, rest = (ranks, steps, world_sizes, phases), columns
+            else:
+                heads = ranks[start:i], steps[start:i], world_sizes[start:i], phases[start:i]
+                rest = tuple(col[start:i] for col in columns)
+            for j, closed in self._assembler(job, groups[start] or "").add_columns(*heads, rest):
                 results.append((start + j, 1, closed))
             start = i
         out = []
@@ -435,8 +473,12 @@ class DetectionEngine:
                                              steps[seen:i + 1], cols.step_time[lo + seen:lo + i + 1])
                 seen = i + 1
                 out.extend(self.telemetry.enrich(alerts))
-        self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
-                                     cols.data_time[lo + seen:hi], steps[seen:], cols.step_time[lo + seen:hi])
+        if seen:
+            self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
+                                         cols.data_time[lo + seen:hi], steps[seen:], step_times[seen:])
+        else:  # the whole run: its own columns, and the batch's data-time array
+            self.telemetry.observe_steps(name, ranks, nodes, part(cols.gpu), cols.array("data_time")[lo:hi], steps,
+                                         step_times, layout=layout)
         return self.telemetry.enrich(evicted) + out if evicted else out
 
     def _new_job(self, job: str) -> JobState:

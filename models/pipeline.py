@@ -349,7 +349,7 @@ class Pipeline:
             self.job_partition[job] = partition
         try:
             if self.recorder is not None:
-                self.recorder.observe_steps(cols)
+                self.recorder.observe_steps(cols, self.engine.layouts(cols))
             alerts = self.engine.process_batch(cols, arrival=arrival)
             refused = self.engine.take_refused()
             if refused:

@@ -29,6 +29,7 @@ from .resolution import Resolution, with_resolution
 if TYPE_CHECKING:
     from .alerts import Alert
     from .steps.assembly import GroupStep
+    from .steps.layout import RunLayout
     from .wire.events import Event
 
 
@@ -68,6 +69,8 @@ class RankSteps:
     phases: list[str]
     nodes: list[str | None]
     world_sizes: list[int | None]
+    #: Who reported the run (its ranks, nodes and GPUs; models/steps/layout.py), or None: not known.
+    layout: RunLayout | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +193,9 @@ class OutletRule(Rule):
     The alerts a rule returns leave as they are (they are not fed to the other outlet rules).
     """
 
-    def on_steps(self, job: str, ranks, steps, ts) -> None:
-        """A run of ``job``'s step events (columns), in arrival order."""
+    def on_steps(self, job: str, ranks, steps, ts, layout=None) -> None:
+        """A run of ``job``'s step events (columns), in arrival order; ``layout``: who reported them
+        (models/steps/layout.py), or None: not known."""
 
     def update(self, alert: Alert) -> list[Alert]:
         return []

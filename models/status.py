@@ -62,9 +62,9 @@ class _RankTable:
         self.node: list[str | None] = []
         self.group: list[str | None] = []
         self.phase: list[str | None] = []
-        # (ranks, their slots, the first slot if they are consecutive, else None) of the latest batch: the next
-        # step's batch has the same ranks (a rank's slot never changes)
-        self._run: tuple[list, list[int], int | None] | None = None
+        # (layout, its ranks' slots, the first slot if they are consecutive, else None) of the latest batch
+        # (models/steps/layout.py): the next step's batch has the same layout (a rank's slot never changes)
+        self._run: tuple[object, list[int], int | None] | None = None
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -102,20 +102,23 @@ class _RankTable:
                         slots[i] = self.add(ranks[i])
         return slots
 
-    def observe_steps(self, ranks, steps, ts, nodes, phases, groups) -> None:
-        """Step events of this job in order (columns)."""
+    def observe_steps(self, ranks, steps, ts, nodes, phases, groups, layout=None, ts_array=None) -> None:
+        """Step events of this job in order (columns); ``layout``: who reported them (models/steps/layout.py), or
+        None; ``ts_array``: ``ts`` as a float array, when the batch has one."""
         run = self._run
-        if run is None or run[0] != ranks:
+        if layout is None or run is None or run[0] is not layout:
             slots = self.slots(ranks)
             n, first = len(slots), slots[0]
-            run = self._run = (ranks, slots, first if n >= 16 and slots == list(range(first, first + n)) else None)
+            run = self._run = (layout, slots, first if n >= 16 and slots == list(range(first, first + n)) else None)
         slots, first = run[1], run[2]
         n = len(slots)
         if first is not None:
             # Consecutive slots, so each rank once (the usual envelope: one step of many ranks): whole-column
             # writes, the same values as event by event.
             span = slice(first, first + n)
-            self.ts[span] = np.maximum(np.array(self.ts[span]), np.array(ts, dtype=np.float64)).tolist()
+            if ts_array is None:
+                ts_array = np.array(ts, dtype=np.float64)
+            self.ts[span] = np.maximum(np.array(self.ts[span]), ts_array).tolist()
             cur, new = np.array(self.step[span], dtype=np.int64), np.array(steps, dtype=np.int64)
             self.step[span] = np.where((new > cur) | (new < cur - 1000), new, cur).tolist()
             self.phase[span] = phases
@@ -189,15 +192,20 @@ class StatusRecorder:
             if event.phase is not None:
                 rank.phase = event.phase
 
-    def observe_steps(self, cols) -> None:
-        """``observe`` for step events, by columns (:class:`~stepwatch.models.wire.step_columns.StepColumns`)."""
+    def observe_steps(self, cols, layouts: dict | None = None) -> None:
+        """``observe`` for step events, by columns (:class:`~stepwatch.models.wire.step_columns.StepColumns`);
+        ``layouts``: its job runs' (``DetectionEngine.layouts``), or None."""
         for name, lo, hi in cols.job_runs():
             job = self._job(name)
             job.ranks.observe_steps(cols.rank[lo:hi], cols.step[lo:hi], cols.ts[lo:hi], cols.node[lo:hi],
-                                    cols.phase[lo:hi], cols.group[lo:hi])
+                                    cols.phase[lo:hi], cols.group[lo:hi],
+                                    None if layouts is None else layouts.get((lo, hi)),
+                                    cols.array("ts")[lo:hi] if hi - lo >= 16 else None)
             # Per step: latest end time and token/sample sums, one run of equal steps at a time.
             steps, ts, tokens, samples = cols.step, cols.ts, cols.tokens, cols.samples
             if steps[lo:hi].count(steps[lo]) == hi - lo:  # one step throughout (the usual envelope)
+                if hi - lo >= 16:  # summed as arrays: the batch's own
+                    tokens, samples = cols.array("tokens"), cols.array("samples")
                 self._step_run(job, steps[lo], ts[lo:hi], tokens[lo:hi], samples[lo:hi])
                 continue
             start = lo
@@ -207,8 +215,9 @@ class StatusRecorder:
                 self._step_run(job, steps[start], ts[start:i], tokens[start:i], samples[start:i])
                 start = i
 
-    def _step_run(self, job: _Job, step: int, ts: list[float], tokens: list[float], samples: list[float]) -> None:
-        """``_step`` for consecutive events of one step (NaN: not reported); sums add in the same order."""
+    def _step_run(self, job: _Job, step: int, ts: list[float], tokens, samples) -> None:
+        """``_step`` for consecutive events of one step (NaN: not reported); sums add in the same order. ``tokens``
+        and ``samples``: lists, or arrays when there are 16 or more."""
         steps = job.steps
         entry = steps.get(step)
         if entry is None:
@@ -228,7 +237,7 @@ class StatusRecorder:
                         total = (total or 0.0) + v
                 entry[k] = total
                 continue
-            a = np.array(values, dtype=np.float64)
+            a = np.asarray(values, dtype=np.float64)
             reported = a[a == a]
             if len(reported):
                 # In order, one addition at a time, as the loop above (``total or 0.0``: a total is never -0.0):

@@ -88,7 +88,7 @@ def _state(engine: DetectionEngine, recorder: StatusRecorder) -> dict:
                                           job.ratios.items()})
     corr = engine.telemetry.correlator
     out["placement"] = corr._placement
-    out["data_time"] = {j: {r: list(d) for r, d in t.items()} for j, t in corr._data_time.items()}
+    out["data_time"] = {j: corr.data_times(j) for j in corr._data_time}
     return out
 
 

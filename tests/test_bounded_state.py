@@ -266,10 +266,10 @@ def test_an_open_step_keeps_a_bounded_copy_of_a_duplicating_senders_reports_and_
     n = 3 * 400  # ranks 0-2 of a 4-rank step, 400 times over: the step stays open
     ranks, compute = [r % 3 for r in range(n)], [float(k) for k in range(n)]
     columns = ([T0] * n, [1.0] * n, compute, [0.1] * n, [0.0] * n, [0.0] * n, ["n0"] * n)
-    assert assembler.add_rows(ranks, [7] * n, [4] * n, ["train"] * n, columns) == []  # in batches
+    assert assembler.add_columns(ranks, [7] * n, [4] * n, ["train"] * n, columns) == []  # in batches
     for k in range(n):  # and one event at a time
-        assert assembler.add_rows((k % 3,), (7,), (4,), ("train",), tuple(c[k:k + 1] for c in columns)) == []
+        assert assembler.add_columns((k % 3,), (7,), (4,), ("train",), tuple(c[k:k + 1] for c in columns)) == []
     assert len(assembler._open[7].cols[0]) <= 2 * 3 + 64
-    [(_, [step])] = assembler.add_rows([3], [7], [4], ["train"], tuple(c[:1] for c in columns))
+    [(_, [step])] = assembler.add_columns([3], [7], [4], ["train"], tuple(c[:1] for c in columns))
     assert step.ranks.tolist() == [0, 1, 2, 3]
     assert step.compute_time.tolist() == [n - 3, n - 2, n - 1, 0.0]  # the latest of each rank

@@ -13,7 +13,7 @@ STEP = 0.4
 
 def add(asm: StepAssembler, rank: int, step: int, ts: float) -> list:
     cols = ([ts], [STEP], [0.3], [0.05], [0.0], [float("nan")], [f"n{rank // 4}"])  # as step_row orders them
-    return [s for _, closed in asm.add_rows([rank], [step], [8], ["train"], cols) for s in closed]
+    return [s for _, closed in asm.add_columns([rank], [step], [8], ["train"], cols) for s in closed]
 
 
 def test_a_host_twenty_steps_late_is_not_a_restart():

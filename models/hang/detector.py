@@ -363,20 +363,22 @@ class HangDetector:
         return []
 
     def update_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
-                     phases: list[str], nodes: list[str | None], world_sizes: list[int | None]
-                     ) -> list[tuple[int, Alert]]:
+                     phases: list[str], nodes: list[str | None], world_sizes: list[int | None], *,
+                     layout=None) -> list[tuple[int, Alert]]:
         """Learn from valid step events in order (columns); return ``(i, alert)`` for each hang the
-        i-th event ended (only while one is open)."""
+        i-th event ended (only while one is open). ``layout``: who reported them (models/steps/layout.py), or None."""
         if self.progress.ended:
             self._reset_state()  # steps after the end: a restart
         p = self.progress
+        node_layout = layout  # whose nodes are these (None: not the layout's)
         if None in nodes:  # an event without its node: the node its rank was last seen on
             slot_of, known = p.slot_of_rank.get, p.nodes
             nodes = [n if n is not None else (known[slot_of(r)] if r in p.slot_of_rank else None)
                      for r, n in zip(ranks, nodes)]
+            node_layout = None
         # Every host's time on the job's median clock (models/steps/clocks.py): silence and progress
         # compare timestamps written by different hosts.
-        self.clocks.observe_many(nodes, steps, ts)
+        self.clocks.observe_many(nodes, steps, ts, node_layout)
         if self.clocks.offsets:
             offset = self.clocks.offset
             ts = [t - offset(n) for t, n in zip(ts, nodes)]
@@ -384,6 +386,7 @@ class HangDetector:
             keep = [i for i, t in enumerate(ts) if t >= self._old_before]
             if not keep:
                 return []
+            layout = None
             ranks, steps, ts, step_times, phases, nodes, world_sizes = (
                 [c[i] for i in keep] for c in (ranks, steps, ts, step_times, phases, nodes, world_sizes))
         if p.max_step >= 1 and min(steps) < p.max_step - 1:
@@ -400,7 +403,7 @@ class HangDetector:
                                               nodes[i:], world_sizes[i:])
                     return out
         if self._episode is None:
-            p.quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes)
+            p.quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout=layout)
             return []
         out = []
         for i, (rank, step, t, step_time, phase, node, world_size) in enumerate(

@@ -84,8 +84,9 @@ class JobProgress:
         self.advances: deque[tuple[int, float]] = deque(maxlen=step_history)  # (new job step, when)
         # Per-rank latest values, in arrays indexed by a dense slot (grown on demand).
         self.slot_of_rank: dict[int, int] = {}
-        #: [ranks, their slots, whether each rank is there once, the slots as an array or None] of the latest run
-        #: of ``quiet_steps``: the next step's run has the same ranks (slots are never taken back).
+        #: [layout, its ranks' slots, whether each rank is there once, the slots as an array or None] of the latest
+        #: run of ``quiet_steps`` (models/steps/layout.py): the next step's run has the same layout (slots are
+        #: never taken back).
         self._run_slots: list | None = None
         self.n = 0
         self.rank_at = np.zeros(0, dtype=np.int64)
@@ -198,15 +199,17 @@ class JobProgress:
             seqs.pop(slot, None)
 
     def quiet_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
-                     phases: list[str], nodes: list[str | None], world_sizes: list[int | None]) -> None:
-        """``update_steps`` while no hang is open: no alert, per-rank values become array writes."""
+                     phases: list[str], nodes: list[str | None], world_sizes: list[int | None], *,
+                     layout=None) -> None:
+        """``update_steps`` while no hang is open: no alert, per-rank values become array writes. ``layout``:
+        who reported them (models/steps/layout.py), or None."""
         if self.started_at is None:
             self.started_at = self.progress_ts = ts[0]
         latest = max(ts)
         if latest > self.latest_ts:
             self.latest_ts = latest
         run = self._run_slots
-        if run is not None and run[0] == ranks:
+        if layout is not None and run is not None and run[0] is layout:
             slots, unique = run[1], run[2]
         else:
             slots = list(map(self.slot_of_rank.get, ranks))
@@ -215,7 +218,7 @@ class JobProgress:
                     if slot is None:
                         slots[i] = self.slot_for(ranks[i], ts[i])
             unique = len(slots) == 1 or len(set(slots)) == len(slots)
-            run = self._run_slots = [ranks, slots, unique, None]
+            run = self._run_slots = [layout, slots, unique, None]
         self.has_step_events = True
         for w in reversed(world_sizes):
             if w is not None:

@@ -156,16 +156,18 @@ class OnCall:
                 rule.on_steps(item.job, (item.rank,), (item.step,), (item.ts,))
         elif isinstance(item, StepColumns):
             runs = item.job_runs()
+            layouts = self.engine.layouts(item) if self.engine is not None else {}
             for job, lo, hi in runs:
                 if len(runs) == 1:  # the usual envelope: one job, no copies
                     ranks, ts, nodes, gpus, steps = item.rank, item.ts, item.node, item.gpu, item.step
                 else:
                     ranks, ts, nodes = item.rank[lo:hi], item.ts[lo:hi], item.node[lo:hi]
                     gpus, steps = item.gpu[lo:hi], item.step[lo:hi]
-                if self.placement.observe_run(job, ranks, nodes, gpus, max(ts)):
+                layout = layouts.get((lo, hi))
+                if self.placement.observe_run(job, ranks, nodes, gpus, max(ts), layout):
                     self._new_pairs.extend((job, node) for node in set(nodes) if node)
                 for rule in self._step_rules:
-                    rule.on_steps(job, ranks, steps, ts)
+                    rule.on_steps(job, ranks, steps, ts, layout)
         elif isinstance(item, list):
             for one in item:
                 self.observe(one)

@@ -60,13 +60,13 @@ class RestartRule(OutletRule):
         self._latest: dict[str, deque] = {}  # job -> recent firing alerts (starts_at, id, type, class, detail)
         self.seen = 0
 
-    def on_steps(self, job: str, ranks, steps, ts) -> None:
+    def on_steps(self, job: str, ranks, steps, ts, layout=None) -> None:
         if len(ranks) == 1:  # a lone event: the tracker's one-event path (the same verdicts, less bookkeeping)
             found = self.tracker.update(job, ranks[0], steps[0], ts[0])
             if found is not None:
                 self._found.append(found)
             return
-        many = self.tracker.update_many(job, ranks, steps, ts)
+        many = self.tracker.update_many(job, ranks, steps, ts, layout)
         if many:
             self._found.extend(many)
 

@@ -39,9 +39,9 @@ class PlacementView:
         # job -> rank -> the node of its last batch, each pair in ``_pairs``: a batch that repeats them all (the
         # usual one) is known by one list comparison, no tuple made or hashed per event
         self._last_node: dict[str, dict[int, str | None]] = {}
-        # job -> (ranks, nodes, set of nodes) of its last batch: a batch of the same ranks on the same nodes (the
-        # usual next step) is known by comparing two lists, without a lookup per event
-        self._last_run: dict[str, tuple[list, list, set]] = {}
+        # job -> (layout, set of nodes) of its last batch (models/steps/layout.py): a batch of the same layout (the
+        # usual next step) is known by identity, without a lookup per event
+        self._last_run: dict[str, tuple[object, set]] = {}
 
     def observe(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
         """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the rank is new there (or moved GPU)."""
@@ -85,15 +85,16 @@ class PlacementView:
         known.add((rank, node))
         return self.observe(job, rank, node, gpu, ts)
 
-    def observe_run(self, job: str, ranks: list[int], nodes: list, gpus: list, ts: float) -> bool:
+    def observe_run(self, job: str, ranks: list[int], nodes: list, gpus: list, ts: float, layout=None) -> bool:
         """``observe`` for a run of one job's step events at once (the batch path); True when a rank is new
-        on a node. Only (rank, node) pairs not seen before are looked at one by one."""
+        on a node. Only (rank, node) pairs not seen before are looked at one by one. ``layout``: who reported
+        them (models/steps/layout.py), or None."""
         known = self._pairs.get(job)
         if known is None:
             known = self._pairs[job] = set()
         run = self._last_run.get(job)
-        if run is not None and run[0] == ranks and run[1] == nodes:
-            fresh, on = (), run[2]  # the last batch again: every pair known, ``_last_node`` already says so
+        if layout is not None and run is not None and run[0] is layout:
+            fresh, on = (), run[1]  # the last batch again: every pair known, ``_last_node`` already says so
         else:
             last = self._last_node.get(job)
             if last is not None and list(map(last.get, ranks, repeat(_UNSEEN))) == nodes:
@@ -105,7 +106,7 @@ class PlacementView:
                     last = self._last_node[job] = {}
                 last.update(zip(ranks, nodes))  # all known once the fresh ones are added below
             on = set(nodes)
-            self._last_run[job] = (ranks, nodes, on)  # the caller's lists: a batch is never changed after
+            self._last_run[job] = (layout, on)
         new = False
         if fresh:
             for rank, node, gpu in zip(ranks, nodes, gpus):

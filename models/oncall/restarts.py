@@ -88,14 +88,15 @@ class _Job:
         self.last_ts: dict[int, float] = {}  # rank -> time of its latest event (in arrival order)
         self.last_step: dict[int, int] = {}  # rank -> step of its latest event (in arrival order)
         self.restart: tuple[float, float] | None = None  # the latest restart's silence: (began, ended)
-        #: (ranks, steps, ts) of the latest run not yet in ``last_ts``/``last_step`` (``settle``): a run of the
-        #: same ranks replaces it whole (every rank's latest values are the new run's), no dict writes per event.
-        self.tail: tuple[list, list, list] | None = None
+        #: (ranks, steps, ts, layout) of the latest run not yet in ``last_ts``/``last_step`` (``settle``): a run of
+        #: the same layout (models/steps/layout.py), so the same ranks, replaces it whole (every rank's latest
+        #: values are the new run's), no dict writes per event.
+        self.tail: tuple[list, list, list, object] | None = None
 
     def settle(self) -> None:
         """``last_ts`` and ``last_step`` up to date (before they are read)."""
         if self.tail is not None:
-            ranks, steps, ts = self.tail
+            ranks, steps, ts, _ = self.tail
             self.tail = None
             self.last_ts.update(zip(ranks, ts))
             self.last_step.update(zip(ranks, steps))
@@ -153,8 +154,9 @@ class RestartTracker:
         state.last_step[rank] = step
         return found
 
-    def update_many(self, job: str, ranks, steps, ts) -> list[Restart]:
-        """``update`` for a run of one job's step events (cheap when no step goes back)."""
+    def update_many(self, job: str, ranks, steps, ts, layout=None) -> list[Restart]:
+        """``update`` for a run of one job's step events (cheap when no step goes back); ``layout``: who reported
+        them (models/steps/layout.py), or None."""
         if not len(steps):
             return []
         state = self._jobs.get(job)
@@ -163,9 +165,9 @@ class RestartTracker:
             top = max(steps)
             state.high = max(state.high, top)
             state.ceiling = max(state.ceiling, top)
-            if state.tail is not None and state.tail[0] != ranks:
+            if state.tail is not None and (layout is None or state.tail[3] is not layout):
                 state.settle()
-            state.tail = (ranks, steps, ts)
+            state.tail = (ranks, steps, ts, layout)
             return []
         out = []
         for args in zip(ranks, steps, ts):

@@ -116,7 +116,7 @@ class _OpenStep:
 
 
 def step_row(event: StepEvent) -> tuple:
-    """What an open step keeps of one rank's step event: its columns, one value each (``add_rows``)."""
+    """What an open step keeps of one rank's step event: its columns, one value each (``add_columns``)."""
     return ((event.ts,), (event.step_time,), (_nan(event.compute_time),), (_nan(event.comm_time),),
             (_nan(event.data_time),), (_nan(event.tokens),), (event.node,))
 
@@ -165,10 +165,10 @@ class StepAssembler:
         return 1 if expected is None else max(1, expected // 2)
 
     def add(self, event: StepEvent) -> list[GroupStep]:
-        closed = self.add_rows((event.rank,), (event.step,), (event.world_size,), (event.phase,), step_row(event))
+        closed = self.add_columns((event.rank,), (event.step,), (event.world_size,), (event.phase,), step_row(event))
         return closed[0][1] if closed else []
 
-    def add_rows(self, ranks, steps, world_sizes, phases, cols) -> list[tuple[int, list[GroupStep]]]:
+    def add_columns(self, ranks, steps, world_sizes, phases, cols) -> list[tuple[int, list[GroupStep]]]:
         """``add`` for several events in order (columns of equal length; ``cols``: their other columns, in the
         order of ``step_row``).
 

@@ -37,9 +37,9 @@ class ClockOffsets:
         self._count = np.zeros(0, dtype=np.int64)  # deviations written to each row so far
         #: node -> seconds its clock is ahead of the job's median node (only those beyond ``min_offset``)
         self.offsets: dict[str, float] = {}
-        # (nodes, where each run of one node starts, the runs' nodes) of the latest big run of one step: the next
-        # step's ranks are on the same nodes
-        self._node_runs: tuple[list, np.ndarray, list] | None = None
+        # (layout, where each run of one node starts, the runs' nodes) of the latest big run of one step
+        # (models/steps/layout.py): the next step's ranks are on the same nodes
+        self._node_runs: tuple[object, np.ndarray, list] | None = None
 
     def observe(self, node: str | None, step: int, ts: float) -> None:
         if node is None:
@@ -58,7 +58,8 @@ class ClockOffsets:
         if prev is None or ts < prev:
             ends[node] = ts
 
-    def observe_many(self, nodes, steps, ts) -> None:
+    def observe_many(self, nodes, steps, ts, layout=None) -> None:
+        """``observe`` for events in order; ``layout``: the run's (models/steps/layout.py) when ``nodes`` are its, else None."""
         n = len(steps)
         if n > 1 and steps[0] == steps[-1] and (n == 2 or min(steps) == max(steps)):
             # One step's ranks (the usual column run): one bookkeeping call, then a plain min per node;
@@ -77,10 +78,10 @@ class ClockOffsets:
             pairs = zip(nodes, ts)
             if n >= 64:  # ranks of a node come together: each run of one node's events by its minimum
                 runs = self._node_runs
-                if runs is None or runs[0] != nodes:
+                if layout is None or runs is None or runs[0] is not layout:
                     names = np.array(nodes, dtype=object)
                     starts = np.flatnonzero(np.concatenate(([True], names[1:] != names[:-1])))
-                    runs = self._node_runs = (nodes, starts, names[starts].tolist())
+                    runs = self._node_runs = (layout, starts, names[starts].tolist())
                 _, starts, names = runs
                 if len(starts) * 4 <= n:
                     pairs = zip(names, np.minimum.reduceat(np.asarray(ts, dtype=np.float64), starts).tolist())

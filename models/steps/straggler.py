@@ -430,34 +430,37 @@ class StragglerDetector:
             self.on_verdict(self, self.last_verdict)
 
         slots = self._slots_for(step.ranks)
+        first = self._first_of_run(slots)
+        # The rows of the step's ranks in the rings: a slice when consecutive (the usual step), a view instead of
+        # a gather; the same values as ``slots`` (each slot once)
+        at = slots if first is None else slice(first, first + len(slots))
         col = self._evaluated % self.window
         ecol = self._evaluated % self.evidence_window
         if self._evaluated >= self.window:
-            self._learn_background(step.ranks, slots, col)
+            self._learn_background(step.ranks, slots, at, col)
         if self.intermittent_window:
-            self._count_intermittent(slots, slow if flaky_slow is None else flaky_slow,
+            self._count_intermittent(slots, at, slow if flaky_slow is None else flaky_slow,
                                      ratio if flaky_ratio is None else flaky_ratio, step.step, signal,
                                      np.broadcast_to(peers if peers is not None else peer, ratio.shape))
         self._evaluated += 1
-        self._slow_ring[slots, col] = slow
-        self._ratio_ring[slots, ecol] = ratio
-        self._z_ring[slots, ecol] = z
-        self._value_ring[slots, ecol] = x
-        self._peer_ring[slots, ecol] = peers if peers is not None else peer
-        first = self._first_of_run(slots)
+        self._slow_ring[at, col] = slow
+        self._ratio_ring[at, ecol] = ratio
+        self._z_ring[at, ecol] = z
+        self._value_ring[at, ecol] = x
+        self._peer_ring[at, ecol] = peers if peers is not None else peer
         if first is not None and None not in step.nodes:  # the usual step: one slice write
             self._nodes[first:first + len(slots)] = step.nodes
         else:
             for slot, node in zip(slots, step.nodes):
                 if node is not None:
                     self._nodes[slot] = node
-        data_slow = self._judge_data(step, slots, col, peer) if signal == "compute_time" and not small else None
+        data_slow = self._judge_data(step, at, col, peer) if signal == "compute_time" and not small else None
         # Ranks missing from this step carry their old verdicts; they neither fire nor clear.
-        counts = self._slow_ring[slots].sum(axis=1)
-        new_episode = slow & (counts == 1) & (self._episode_start[slots] < 0)
+        counts = self._slow_ring[at].sum(axis=1)
+        new_episode = slow & (counts == 1) & (self._episode_start[at] < 0)
         self._episode_start[slots[new_episode]] = step.step
         busy = slow if data_slow is None else slow | data_slow
-        self._clean_run[slots] = np.where(busy, 0, self._clean_run[slots] + 1)
+        self._clean_run[at] = np.where(busy, 0, self._clean_run[at] + 1)
         self._episode_start[slots[counts == 0]] = -1
 
         if small:  # a step joins the baselines only while no rank of the group is off its pace, flagged or firing
@@ -501,10 +504,10 @@ class StragglerDetector:
 
     # -- intermittent slowness ------------------------------------------------------------------
 
-    def _count_intermittent(self, slots: np.ndarray, slow: np.ndarray, ratio: np.ndarray, step: int,
+    def _count_intermittent(self, slots: np.ndarray, at, slow: np.ndarray, ratio: np.ndarray, step: int,
                             signal: str, peers: np.ndarray) -> None:
         """This step's verdicts into each rank's ring of its last ``intermittent_window`` (the count kept equal
-        to the ring's row sum: only the ranks written change)."""
+        to the ring's row sum: only the ranks written change); ``at``: ``slots``, or the slice they make."""
         width = self._flaky_ring.shape[1]
         if signal != "step_time":
             self._rich_at = self._evaluated
@@ -514,11 +517,11 @@ class StragglerDetector:
             return
         col = self._flaky_n % width
         self._flaky_n += 1
-        self._flaky_count[slots] += slow.astype(np.int64) - self._flaky_ring[slots, col]
-        self._flaky_ring[slots, col] = slow
+        self._flaky_count[at] += slow.astype(np.int64) - self._flaky_ring[at, col]
+        self._flaky_ring[at, col] = slow
         self._flaky_steps[col] = step
-        self._episode_slow[slots] += slow
-        self._episode_steps[slots] += 1
+        self._episode_slow[at] += slow
+        self._episode_steps[at] += 1
         if slow.any():
             hit = slots[slow]
             old = self._flaky_ratio[hit]
@@ -647,11 +650,11 @@ class StragglerDetector:
             spreads[members] = max(normal_mad(x[members], m), self.spread_floor * m, 1e-9)
         return peers, spreads
 
-    def _learn_background(self, ranks: np.ndarray, slots: np.ndarray, col: int) -> None:
+    def _learn_background(self, ranks: np.ndarray, slots: np.ndarray, at, col: int) -> None:
         # The verdicts about to leave the window, of ranks with no other slow step in it and not
         # firing: what isolated spikes look like in this job (a rank slow on and off, e.g. warming
         # up to a straggler, is left out, or one rank of 64 would inflate the rate by 1.5%).
-        counts = self._slow_ring[slots].sum(axis=1)
+        counts = self._slow_ring[at].sum(axis=1)
         keep = counts <= 1
         if self._firing:
             keep &= ~np.isin(ranks, np.fromiter(self._firing, dtype=np.int64))
@@ -693,7 +696,7 @@ class StragglerDetector:
                 self._suppressed.add(rank)
         return worse
 
-    def _judge_data(self, step: GroupStep, slots: np.ndarray, col: int, compute_median: float) -> np.ndarray | None:
+    def _judge_data(self, step: GroupStep, at, col: int, compute_median: float) -> np.ndarray | None:
         """Input-pipeline channel: a rank whose data wait exceeds its peers' by the straggler
         margin of a typical compute time (and by the robust z threshold) on every one of the
         last ``window`` steps. Stricter than the compute rule (all of the window, not k of it):
@@ -705,9 +708,9 @@ class StragglerDetector:
         spread = max(normal_mad(d, peer), self.spread_floor * compute_median, 1e-9)
         excess = d - peer
         data_slow = (excess >= (self.ratio_threshold - 1.0) * compute_median) & (excess / spread >= self.z_threshold)
-        self._data_run[slots] = np.where(data_slow, self._data_run[slots] + 1, 0)
-        self._data_ring[slots, col] = d
-        self._data_peer_ring[slots, col] = peer
+        self._data_run[at] = np.where(data_slow, self._data_run[at] + 1, 0)
+        self._data_ring[at, col] = d
+        self._data_peer_ring[at, col] = peer
         self._data_compute = compute_median
         return data_slow
 

@@ -9,7 +9,8 @@ which rank runs on which node and GPU, and each rank's data time (an input-pipel
 from __future__ import annotations
 
 import math
-from collections import deque
+
+import numpy as np
 
 from ..alert_types import AlertType
 from ..alerts import Alert
@@ -38,57 +39,55 @@ class TelemetryCorrelator:
         self.max_causes = max_causes
         self.data_time_ratio = data_time_ratio
         self.data_history = data_history
-        # job -> rank -> (node, gpu); job -> rank -> recent data_time values
+        # job -> rank -> (node, gpu); job -> its ranks' recent data_time values
         self._placement: dict[str, dict[int, tuple[str | None, int | None]]] = {}
-        # job -> [ranks, nodes, gpus, whether each of those ranks has a data-time ring] of its last run of step
-        # events: a run that repeats it changes nothing
+        # job -> [layout, its ranks' rows in the job's data-time rings when each rank has one and is there once, else
+        # None] of its last whole run of step events (models/steps/layout.py): a run of the same layout changes no
+        # placement, and its data times are one array write
         self._last_run: dict[str, list] = {}
-        self._data_time: dict[str, dict[int, deque[float]]] = {}
+        self._data_time: dict[str, _DataRings] = {}
 
     def observe_step(self, event: StepEvent) -> None:
         self.observe_steps(event.job, [event.rank], [event.node], [event.gpu],
                            [math.nan if event.data_time is None else event.data_time])
 
-    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float]) -> None:
-        """Where step events of one job ran and their data times, in order (absent data_time: NaN)."""
+    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times, *,
+                      layout=None) -> None:
+        """Where step events of one job ran and their data times, in order (a list or an array; absent: NaN);
+        ``layout``: the run's (models/steps/layout.py) when these are a whole run, else None."""
         placement = self._placement.get(job)
         if placement is None:
             placement = self._placement[job] = {}
         last = self._last_run.get(job)
-        same = last is not None and last[0] == ranks and last[1] == nodes and last[2] == gpus
-        if same:
-            pass  # the same ranks where the job's previous run put them (the usual next step): nothing changes
-        elif None not in nodes:
-            placement.update(zip(ranks, zip(nodes, gpus)))  # later events win, as one by one
-        else:
-            for rank, node, gpu in zip(ranks, nodes, gpus):
-                if node is not None or gpu is not None:
-                    placement[rank] = (node, gpu)
-        if same:
-            pass  # kept as it is (with what it knows of the rings)
-        elif len(ranks) >= 16:
-            last = self._last_run[job] = [list(ranks), list(nodes), list(gpus), False]
-        else:
-            self._last_run.pop(job, None)
-            last = None
-        times = self._data_time.get(job)
-        # (a job's rings are only ever added, until the job is forgotten with its last run)
-        if times is not None and _all_reported(data_times) and (
-                (last is not None and last[3]) or times.keys() >= set(ranks)):
-            # every value reported and every rank's ring exists: append in order, all in C
-            deque(map(deque.append, map(times.__getitem__, ranks), data_times), maxlen=0)
-            if last is not None:
-                last[3] = True  # every rank of the run has its ring: no need to check again
-            return
-        times = None
+        if layout is None or last is None or last[0] is not layout:
+            # (a run of the job's previous layout, the usual next step, finds its ranks where that one put them)
+            if None not in nodes:
+                placement.update(zip(ranks, zip(nodes, gpus)))  # later events win, as one by one
+            else:
+                for rank, node, gpu in zip(ranks, nodes, gpus):
+                    if node is not None or gpu is not None:
+                        placement[rank] = (node, gpu)
+            if layout is not None:
+                last = self._last_run[job] = [layout, None]
+            else:
+                self._last_run.pop(job, None)
+                last = None
+        rings = self._data_time.get(job)
+        if len(ranks) > 1:
+            values = np.asarray(data_times, dtype=np.float64)  # (the batch's own array: no copy)
+            absent = np.isnan(values)
+            if not absent.any() and last is not None and last[1] is not None:
+                rings.put(last[1], values)  # every value reported, every rank's ring there: one write
+                return
+            if absent.all():
+                return  # nothing reported
         for rank, value in zip(ranks, data_times):
             if value == value:  # not NaN: reported
-                if times is None:
-                    times = self._data_time.setdefault(job, {})
-                ring = times.get(rank)
-                if ring is None:
-                    ring = times[rank] = deque(maxlen=self.data_history)
-                ring.append(value)
+                if rings is None:
+                    rings = self._data_time[job] = _DataRings(self.data_history)
+                rings.append(rank, value)
+        if last is not None and rings is not None:
+            last[1] = rings.rows_of(ranks)  # (a job's rings are only ever added, until it is forgotten)
 
     def placements(self) -> dict[str, dict[int, tuple[str | None, int | None]]]:
         """job -> rank -> (node, gpu), as the step events said (read only)."""
@@ -106,11 +105,16 @@ class TelemetryCorrelator:
     def placement(self, job: str, rank: int) -> tuple[str | None, int | None]:
         return self._placement.get(job, {}).get(rank, (None, None))
 
+    def data_times(self, job: str) -> dict[int, list[float]]:
+        """rank -> its recent data_time values, oldest first (read only)."""
+        rings = self._data_time.get(job)
+        return {rank: rings.recent(rank) for rank in rings.row} if rings is not None else {}
+
     def data_time_ratio_of(self, job: str, rank: int) -> float | None:
-        times = self._data_time.get(job)
-        if not times or rank not in times or len(times) < 3:
+        rings = self._data_time.get(job)
+        if rings is None or rank not in rings.row or len(rings.row) < 3:
             return None
-        medians = {r: _median(list(ring)) for r, ring in times.items() if ring}
+        medians = {r: _median(rings.recent(r)) for r in rings.row}
         own = medians.get(rank)
         peers = _median([m for r, m in medians.items() if r != rank])
         if own is None or not peers or peers <= 0:
@@ -184,6 +188,52 @@ class TelemetryCorrelator:
             evidence=tuple(ep.to_dict() for _, ep in scored[:8]))
 
 
+class _DataRings:
+    """One job's ranks' last ``history`` data times: a row per rank (a ring: its values in write order from
+    ``count % history`` on), so that a run of step events of known ranks is one array write, not an append
+    per event."""
+
+    __slots__ = ("history", "row", "values", "count")
+
+    def __init__(self, history: int) -> None:
+        self.history = history
+        self.row: dict[int, int] = {}  # rank -> its row, in the order ranks first reported
+        self.values = np.zeros((0, history))
+        self.count = np.zeros(0, dtype=np.int64)  # values written to each row so far
+
+    def append(self, rank: int, value: float) -> None:
+        row = self.row.get(rank)
+        if row is None:
+            row = self.row[rank] = len(self.row)
+            if row >= len(self.count):
+                grow = max(16, len(self.count))
+                self.values = np.concatenate([self.values, np.zeros((grow, self.history))])
+                self.count = np.concatenate([self.count, np.zeros(grow, dtype=np.int64)])
+        self.values[row, self.count[row] % self.history] = value
+        self.count[row] += 1
+
+    def rows_of(self, ranks: list[int]) -> np.ndarray | None:
+        """The rows of ``ranks``, when each has one and none is there twice (so ``put`` is exact), else None."""
+        rows = list(map(self.row.get, ranks))
+        if None in rows or len(set(rows)) != len(rows):
+            return None
+        return np.array(rows, dtype=np.int64)
+
+    def put(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """``append`` of ``values[i]`` to row ``rows[i]`` for every i (distinct rows)."""
+        self.values[rows, self.count[rows] % self.history] = values
+        self.count[rows] += 1
+
+    def recent(self, rank: int) -> list[float]:
+        """The rank's last ``history`` values (at most), oldest first."""
+        row, h = self.row[rank], self.history
+        count = int(self.count[row])
+        if count <= h:
+            return self.values[row, :count].tolist()
+        at = count % h
+        return self.values[row, at:].tolist() + self.values[row, :at].tolist()
+
+
 def _median(values: list[float]) -> float | None:
     if not values:
         return None
@@ -191,7 +241,3 @@ def _median(values: list[float]) -> float | None:
     n = len(ordered)
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
-
-def _all_reported(values) -> bool:
-    """No NaN (absent) among ``values`` (floats)."""
-    return not any(map(math.isnan, values))

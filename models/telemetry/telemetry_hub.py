@@ -234,8 +234,9 @@ class TelemetryHub:
         return [job for job in jobs if wanted.intersection(self._job_nodes(job))]
 
     def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
-                      steps: list[int] = (), step_times: list[float] = ()) -> None:
-        self.correlator.observe_steps(job, ranks, nodes, gpus, data_times)
+                      steps: list[int] = (), step_times: list[float] = (), *, layout=None) -> None:
+        """Step events of one job, in order; ``layout``: the run's (models/steps/layout.py) when these are a whole run."""
+        self.correlator.observe_steps(job, ranks, nodes, gpus, data_times, layout=layout)
         if steps:
             for rule in self._step_rules:
                 rule.on_steps(job, steps, step_times)

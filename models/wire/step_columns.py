@@ -30,7 +30,8 @@ class StepColumns:
     """
 
     __slots__ = ("items", "job", "rank", "step", "ts", "step_time", "compute_time", "data_time", "comm_time",
-                 "tokens", "samples", "node", "gpu", "group", "world_size", "phase", "jobs", "extra", "_events")
+                 "tokens", "samples", "node", "gpu", "group", "world_size", "phase", "jobs", "extra", "_events",
+                 "_arrays")
 
     kind = "step"
 
@@ -42,6 +43,7 @@ class StepColumns:
         """
         c = cls()
         c.items = c._events = events
+        c._arrays = {}
         if len(events) == 1:  # the common case (a message of one event): no loops
             e = events[0]
             c.job, c.rank, c.step, c.ts, c.step_time = [e.job], [e.rank], [e.step], [e.ts], [e.step_time]
@@ -72,6 +74,17 @@ class StepColumns:
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def array(self, name: str):
+        """Number column ``name`` as a read-only float64 array (NaN: absent), made once per batch and shared by
+        whoever needs it (the decoder keeps those it makes while checking ranges)."""
+        a = self._arrays.get(name)
+        if a is None:
+            import numpy as np  # (as the decoder: numpy only where columns are used)
+
+            a = self._arrays[name] = np.array(getattr(self, name), dtype=np.float64)
+            a.flags.writeable = False
+        return a
 
     def events(self) -> list[StepEvent]:
         if self._events is None:
@@ -131,11 +144,14 @@ def _step_columns(items: list) -> StepColumns | None:
     def optional(name: str) -> list | None:
         return col(name) if name in keys else None
 
-    def floats(values: list, *, maximum: float) -> list[float] | None:
-        """As floats (None -> NaN), or None if some value is out of [0, maximum]."""
+    def floats(name: str, values: list, *, maximum: float) -> list[float] | None:
+        """As floats (None -> NaN), or None if some value is out of [0, maximum]; the array is kept
+        (``StepColumns.array``)."""
         a = np.array(values, dtype=np.float64)
         if (a < 0).any() or (a > maximum).any():
             return None
+        a.flags.writeable = False
+        c._arrays[name] = a
         return a.tolist()
 
     def counters(values: list) -> bool:
@@ -155,6 +171,7 @@ def _step_columns(items: list) -> StepColumns | None:
         c = StepColumns()
         c.items = items
         c._events = None
+        c._arrays = {}
         c.extra = None  # events with extra fields take the per-event decoder
         c.job = col("job")
         if _types(c.job) != {str}:
@@ -166,8 +183,8 @@ def _step_columns(items: list) -> StepColumns | None:
         c.ts, c.step_time = col("ts"), col("step_time")
         if not _types(c.ts) <= _NUM_TYPES or not _types(c.step_time) <= _NUM_TYPES:
             return None
-        c.ts = floats(c.ts, maximum=math.inf)
-        c.step_time = floats(c.step_time, maximum=MAX_DURATION)
+        c.ts = floats("ts", c.ts, maximum=math.inf)
+        c.step_time = floats("step_time", c.step_time, maximum=MAX_DURATION)
         if c.ts is None or c.step_time is None or math.inf in c.ts or not _names_ok(c.jobs):
             return None
         nan_column = [math.nan] * n
@@ -179,7 +196,7 @@ def _step_columns(items: list) -> StepColumns | None:
                 continue
             if not _types(values) <= _OPT_NUM_TYPES:
                 return None
-            values = floats(values, maximum=maximum)
+            values = floats(name, values, maximum=maximum)
             if values is None or (maximum == math.inf and math.inf in values):
                 return None
             setattr(c, name, values)
