@@ -110,7 +110,7 @@ class Citations:
             self._absorb(alert.id)
             return True
         if ranks_of is not None and 0 < ranks_of(alert.job) <= 2:
-            if len(self._held) >= self.max_open:  # bound: the oldest is published now
+            if len(self._held) >= self.max_open:  # bound: past it, a new drop is published at once
                 return False
             self._held[alert.id] = (alert.job, None, [alert])
             return True
