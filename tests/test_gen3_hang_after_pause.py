@@ -18,8 +18,8 @@ T0 = 1_798_000_000.0
 RANKS = 4
 
 
-def _job(pause_phase: str, pause: float, after: float, hang_after_resume: bool = False):
-    """40 steps of 2 s, a marked pause of ``pause`` s, `train`, then the next step ``after`` s later (or none)."""
+def _healthy_steps():
+    """40 steps of 2 s, every rank, heartbeats every third step: (events, the last step's end, collective seq)."""
     events, t, seq = [], T0, 0
     for step in range(40):
         t += 2.0
@@ -30,6 +30,12 @@ def _job(pause_phase: str, pause: float, after: float, hang_after_resume: bool =
             if step % 3 == 0:
                 events.append(HeartbeatEvent(job=JOB, rank=r, ts=t + 0.1, step=step, node=f"n{r // 2}",
                                              seq_started=seq, seq_completed=seq))
+    return events, t, seq
+
+
+def _job(pause_phase: str, pause: float, after: float, hang_after_resume: bool = False):
+    """40 steps of 2 s, a marked pause of ``pause`` s, `train`, then the next step ``after`` s later (or none)."""
+    events, t, seq = _healthy_steps()
     events.append(PhaseEvent(job=JOB, ts=t + 0.2, phase=pause_phase, step=39))
     end = t + pause
     hb = t + 5
@@ -74,16 +80,7 @@ def _rank0_saves(minutes: float, by_phase_event: bool):
     """Rank 0 alone writes a checkpoint for ``minutes`` after step 39 (its heartbeats say `checkpoint`; with
     ``by_phase_event`` it also sends rank `phase` events), the others wait for it in the next all-reduce; the
     next step completes 2 s after the save."""
-    events, t, seq = [], T0, 0
-    for step in range(40):
-        t += 2.0
-        seq += 1
-        for r in range(RANKS):
-            events.append(StepEvent(job=JOB, rank=r, step=step, ts=t, step_time=2.0, node=f"n{r // 2}",
-                                    compute_time=1.8, comm_time=0.2))
-            if step % 3 == 0:
-                events.append(HeartbeatEvent(job=JOB, rank=r, ts=t + 0.1, step=step, node=f"n{r // 2}",
-                                             seq_started=seq, seq_completed=seq))
+    events, t, seq = _healthy_steps()
     if by_phase_event:
         events.append(PhaseEvent(job=JOB, rank=0, ts=t + 0.2, phase="checkpoint", step=39))
     end = t + 60 * minutes
