@@ -16,11 +16,13 @@ import time
 
 def main() -> None:
     from stepwatch.config import Settings
+    from stepwatch.recording import tune_gc
     from stepwatch.streams.app import create_app
     bootstrap, prefix, partitions, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     os.environ.update(KAFKA_BOOTSTRAP=bootstrap, STEPWATCH_KAFKA_TOPIC_PREFIX=prefix,
                       STEPWATCH_KAFKA_PARTITIONS=partitions, STEPWATCH_KAFKA_APP_ID=prefix + "stepwatch",
                       STEPWATCH_WORKER_WEB_PORT="0", STEPWATCH_WORKER_DATADIR=out + ".faust")
+    tune_gc()  # the collector's setting `stepwatch worker` runs with (stepwatch/commands/worker.py)
     app = create_app(Settings.from_env())
     engine = app.stepwatch_worker.engine
     events_topic = prefix + "events"

@@ -16,6 +16,7 @@ import time
 
 def main() -> None:
     from stepwatch.config import Settings
+    from stepwatch.recording import tune_gc
     from stepwatch.streams.app import create_app
     from stepwatch.topics import ensure_topics
     bootstrap, prefix, target, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
@@ -26,6 +27,7 @@ def main() -> None:
                       STEPWATCH_KAFKA_APP_ID=prefix + "stepwatch-" + mode, STEPWATCH_WORKER_WEB_PORT="0",
                       STEPWATCH_WORKER_DATADIR=out + ".faust")
     settings = Settings.from_env()
+    tune_gc()  # the collector's setting `stepwatch worker` runs with (stepwatch/commands/worker.py)
     ensure_topics(settings.kafka)  # as `stepwatch worker` does (the events topic exists already)
     app = create_app(settings)
     engine = app.stepwatch_worker.engine
