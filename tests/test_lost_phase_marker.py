@@ -61,3 +61,23 @@ def test_steps_during_a_marked_eval_stay_in_it_while_rank_0_says_eval():
     # eval): judged only once the job-wide ``train`` marker comes, at step 100.
     found = stragglers(events(lose_marker=False, eval_steps=True))
     assert found and found[0].evidence["detected_step"] >= 100, [a.evidence.get("detected_step") for a in found]
+
+
+def test_the_status_views_leave_the_pause_with_the_ranks():
+    # /jobs and /jobs/{job} show the job's phase from the engine's JobPhase: the checkpoint while it lasts,
+    # training once the ranks have left it, though its closing marker was lost.
+    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.status import StatusRecorder, job_summary, job_view
+
+    evs = events(lose_marker=True)
+    pause_ends = next(i for i, e in enumerate(evs) if e.kind == "step" and e.step == 40)
+    engine = DetectionEngine()
+    recorder = StatusRecorder().attach(engine)
+    for i, event in enumerate(evs):
+        recorder.observe(event)
+        list(engine.process(event))
+        if i == pause_ends - 1:
+            assert job_summary(engine, recorder, "j", event.ts)["phase"] == "checkpoint"
+    view = job_view(engine, recorder, "j", evs[-1].ts)
+    assert view["phase"] == "train"
+    assert {r["phase"] for r in view["ranks"]} == {"train"}
