@@ -6,12 +6,15 @@
 Each commit is checked out with ``git archive`` (bench/overhead.py ``checkout``) into a temporary folder;
 its worker runs as bench/children/worker_rate.py does (the worker of ``stepwatch worker``, each events
 consumer: the aiokafka consumer, the default, and the Faust agent), with PYTHONPATH at the checkout (the
-child asserts it imports that tree's engine). One broker (stepwatch.localkafka), one set of 256-event
+child asserts it imports that tree's engine); the child is this checkout's for every tree, so the harness
+(its collector setting, what it times) is the same for all. One broker (stepwatch.localkafka), one set of 256-event
 envelopes of a simulated 1,024-rank job; each run gets its own topic (the child's consumer group names are
 fixed), and the bare consumer (read + ``decode_message_columns``, bench/consumers_bench.py) reads every topic
 once, so each row has its own bare rate measured minutes apart, not hours. Rounds alternate the commits, so
 a slow spell of this shared machine falls on all of them. Prints a markdown table (events/s per round and
-the ratio of the mean to the bare consumer's mean).
+the ratio of the mean to the bare consumer's mean), and the same ratio in CPU time per event (the
+worker's main thread vs the bare consumer's thread): steadier than wall time while other work shares
+the machine.
 """
 
 from __future__ import annotations
@@ -37,20 +40,21 @@ from bench.overhead import checkout  # noqa: E402
 MODES = ("aiokafka", "faust")
 
 
-def _run_worker(tree: Path, bootstrap: str, prefix: str, events: int, out: Path, mode: str) -> float | None:
-    """Events per second of ``tree``'s worker on the topic of ``prefix`` (None: it failed; its log says why)."""
+def _run_worker(tree: Path, bootstrap: str, prefix: str, events: int, out: Path, mode: str) -> dict | None:
+    """``tree``'s worker on the topic of ``prefix``: {events, seconds, cpu_seconds} (None: it failed; its log
+    says why)."""
     env = dict(os.environ, STEPWATCH_WORKER_CONSUMER=mode, PYTHONPATH=str(tree))
+    child = REPO / "bench" / "children" / "worker_rate.py"
     code = ("import sys; sys.path.insert(0, %r); import stepwatch.models.engine as e; "
             "assert e.__file__.startswith(%r), e.__file__; import runpy; sys.argv = sys.argv[1:]; "
-            "runpy.run_module('bench.children.worker_rate', run_name='__main__')") % (str(tree), str(tree))
+            "runpy.run_path(%r, run_name='__main__')") % (str(tree), str(tree), str(child))
     with open(str(out) + ".log", "w") as log:
         subprocess.run([PY, "-c", code, "x", bootstrap, prefix, str(events), str(out)], cwd=tree, env=env,
                        timeout=600, stdout=subprocess.DEVNULL, stderr=log)
     if not out.exists():
         print(f"{tree.name} {mode}: no result\n{Path(str(out) + '.log').read_text()[-1500:]}", file=sys.stderr)
         return None
-    r = json.loads(out.read_text())
-    return r["events"] / r["seconds"]
+    return json.loads(out.read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     from stepwatch.localkafka import LocalKafka, create_topics
 
     rates: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}  # CPU seconds per event
     bare: dict[str, list[float]] = {}
+    bare_cpu: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="stepwatch-trees-") as tmp, LocalKafka(heap="768m") as broker:
         tmpd = Path(tmp)
         trees = {rev: checkout(rev, tmpd / f"tree{i}") for i, rev in enumerate(args.revs)}
@@ -74,26 +80,29 @@ def main(argv: list[str] | None = None) -> int:
                     prefix = f"trees{uuid.uuid4().hex[:6]}."
                     create_topics(broker.bootstrap, [prefix + "events"], partitions=1)
                     produce(broker.bootstrap, prefix + "events", messages)
-                    rate = _run_worker(tree, broker.bootstrap, prefix, args.events, tmpd / f"{prefix}json", mode)
-                    if rate is not None:
-                        rates.setdefault((rev, mode), []).append(rate)
+                    r = _run_worker(tree, broker.bootstrap, prefix, args.events, tmpd / f"{prefix}json", mode)
+                    if r is not None:
+                        rates.setdefault((rev, mode), []).append(r["events"] / r["seconds"])
+                        cpu.setdefault((rev, mode), []).append(r["cpu_seconds"] / r["events"])
                     b = asyncio.run(_bare(broker.bootstrap, prefix + "events", len(messages)))
                     bare.setdefault(rev, []).append(b["events"] / b["seconds"])
+                    bare_cpu.setdefault(rev, []).append(b["cpu_seconds"] / b["events"])
                 print(f"round {rnd + 1}: {rev}: " + ", ".join(
                     f"{m} {rates.get((rev, m), [0])[-1]:,.0f}" for m in MODES) + f" ev/s; bare {bare[rev][-1]:,.0f}",
                       file=sys.stderr, flush=True)
     k = lambda x: f"{x / 1000:,.0f}k"  # noqa: E731
-    print("| commit | aiokafka consumer (default) | / bare | Faust agent | / bare | bare consumer |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| commit | aiokafka consumer (default) | / bare | / bare, CPU | Faust agent | / bare | / bare, CPU "
+          "| bare consumer |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for rev in args.revs:
-        b = statistics.mean(bare[rev])
+        b, b_cpu = statistics.mean(bare[rev]), statistics.median(bare_cpu[rev])
         cells = []
         for mode in MODES:
             got = rates.get((rev, mode), [])
             cells += [", ".join(k(r) for r in got) + " ev/s" if got else "failed",
-                      f"{statistics.mean(got) / b:.2f}x" if got else ""]
-        print(f"| {rev} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} | "
-              f"{', '.join(k(r) for r in bare[rev])} ev/s |")
+                      f"{statistics.mean(got) / b:.2f}x" if got else "",
+                      f"{b_cpu / statistics.median(cpu[(rev, mode)]):.2f}x" if got else ""]
+        print(f"| {rev} | {' | '.join(cells)} | {', '.join(k(r) for r in bare[rev])} ev/s |")
     return 0
 
 
