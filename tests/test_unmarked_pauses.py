@@ -60,3 +60,17 @@ def test_a_real_hang_after_the_checkpoints_is_still_caught_and_named(tmp_path):
     # The warning waited 1.5x the learned 45 s pause, not the 30 s floor; the timeout did not move.
     assert firing[0]["evidence"]["stalled_seconds"] >= 1.5 * 45.0 - 1.0
     assert len({a["id"] for a in hangs}) == 2  # the first checkpoint's warning and the hang
+
+
+def test_the_later_checkpoints_do_not_lengthen_the_wait(tmp_path):
+    # Only the first checkpoint warns; the later ones show as 45 s step times of the ranks that waited. Kept
+    # in the p99 they made the warning wait 10x that p99 (over 200 s after four checkpoints); as stops they
+    # count as pauses: the wait stays 1.5x the 45 s checkpoint.
+    plan = Plan(job="ckpt4-hang", ranks=32, per_node=8, steps=300, pauses=CHECKPOINTS,
+                stuck=Stuck(rank=13, step=285, tail=700.0))
+    hangs = [a for a in alerts_of(plan, tmp_path) if a["type"] == "hang" and a["status"] == "firing"]
+    real = [a for a in hangs if 13 in a["ranks"][:1]]
+    assert real, [(a["severity"], a["summary"][:120]) for a in hangs]
+    assert real[0]["severity"] == "warning"
+    assert 1.5 * 45.0 - 1.0 <= real[0]["evidence"]["stalled_seconds"] < 1.5 * 45.0 + 15.0, real[0]["summary"]
+    assert real[0]["evidence"]["p99_step_time"] < 10.0  # the checkpoints are not steps

@@ -268,13 +268,16 @@ class HangDetector:
         critical = self.timeout_seconds
         if p.phase not in ("train", "warmup") or len(p.step_times) < self.warning_min_steps:
             return None, critical, p.phase
-        warn = max(self.warning_factor * p.p99_step_time(), self.warning_floor_seconds)
-        if p.pauses:
-            warn = max(warn, self.pause_factor * max(p.pauses))
+        p99, stop = p.step_time_stats(self.warning_floor_seconds, self.warning_factor)
+        warn = max(self.warning_factor * p99, self.warning_floor_seconds)
+        longest = max(max(p.pauses, default=0.0), stop)  # stops it went on from: resolved warnings, long steps
+        if longest:
+            warn = max(warn, self.pause_factor * longest)
         return (warn if warn < critical else None), critical, p.phase
 
     def p99_step_time(self) -> float:
-        return self.progress.p99_step_time()
+        """The p99 of the job's recent train step times, stops inside a step left out."""
+        return self.progress.step_time_stats(self.warning_floor_seconds, self.warning_factor)[0]
 
     def heartbeat_timeout(self) -> float:
         gap = self.progress.heartbeat_gap()
@@ -742,7 +745,7 @@ class HangDetector:
             timeout=timeout_kind,
             warning_after_seconds=None if warn is None else round(warn, 3),
             critical_after_seconds=round(critical, 3),
-            p99_step_time=round(p.p99_step_time(), 4) if p.step_times else None,
+            p99_step_time=round(self.p99_step_time(), 4) if p.step_times else None,
             step_samples=len(p.step_times),
             heartbeat_timeout_seconds=round(d.heartbeat_timeout, 3),
             job_silent=d.job_silent,

@@ -139,8 +139,20 @@ class JobProgress:
         return Incarnation.JOB
 
 
-    def p99_step_time(self) -> float:
-        return float(np.percentile(np.fromiter(self.step_times, float), 99)) if self.step_times else 0.0
+    def step_time_stats(self, floor: float, factor: float) -> tuple[float, float]:
+        """(the p99 of the recent train step times, the longest stop among them; 0 when none). A step time of
+        at least ``floor`` seconds and ``factor`` x their median is the job stopping inside a step, not a step
+        (rank 0 writing an unmarked checkpoint while the others wait in the next collective, their step timers
+        running): a pause, kept out of the p99, which would otherwise grow with every such checkpoint."""
+        if not self.step_times:
+            return 0.0, 0.0
+        times = np.fromiter(self.step_times, float)
+        if times.max() >= floor:  # a cheap test first: steps are shorter than the floor in most jobs
+            stop = (times >= floor) & (times >= factor * np.median(times))
+            if stop.any():
+                kept = times[~stop]
+                return (float(np.percentile(kept, 99)) if len(kept) else 0.0), float(times[stop].max())
+        return float(np.percentile(times, 99)), 0.0
 
     def heartbeat_gap(self) -> float | None:
         """The median of the recent heartbeat intervals (any rank), None before two heartbeats of a rank."""

@@ -26,7 +26,9 @@ slow rank-steps (decayed, from isolated slow verdicts as they leave the window, 
 ``spike_rate_floor``) and fires only when the binomial chance of so
 many slow steps from independent spikes is at most ``coincidence_p`` (over the window or the
 longer evidence window). A real straggler is slow nearly every step and passes within a step
-or two of the plain k-of-n rule.
+or two of the plain k-of-n rule. When the other ranks (not candidates, not firing) were slow over the
+same recent steps more often than the learned rate can explain, their rate is used instead: a rotating
+MoE hot expert slows every rank on a share of its steps, long before a small job has learned it.
 
 Intermittent slowness (a flaky GPU: 3x slow one step in seven) never makes ``min_flagged`` of
 ``window`` steps slow, nor enough of ``evidence_window`` at the floor rate. Each rank's slow verdicts of
@@ -117,6 +119,9 @@ _D = StragglerSettings()
 SIGNALS = ("compute_time", "arrival", "step_time")
 #: An alert resolves once its clean run has at most this chance at the rank's recent slow rate.
 RECOVERY_P = 0.001
+#: The window's other ranks set the k-of-n test's rate when the learned rate explains their slow steps with at
+#: most this chance (``StragglerDetector._background_now``).
+WINDOW_RATE_P = 0.01
 #: Fewest slow steps in ``intermittent_window`` that may fire as intermittent.
 INTERMITTENT_MIN = 4
 
@@ -473,7 +478,7 @@ class StragglerDetector:
                      and self._clean_run[self._slot[r]] >= self._clean_needed(self._slot[r])]:
             self._suppressed.discard(rank)  # that episode is over (by the hysteresis that resolves alerts)
         candidates = np.flatnonzero(counts >= self.min_flagged)
-        rate = self.spike_rate() if len(candidates) else 0.0
+        rate = self._background_now(slots, counts, candidates) if len(candidates) else 0.0
         for i in candidates:
             rank = int(step.ranks[i])
             if rank not in self._firing and self._not_coincidence(int(slots[i]), int(counts[i]), rate) \
@@ -661,6 +666,29 @@ class StragglerDetector:
         decay = 0.5 ** (1.0 / self._BG_HALFLIFE)
         self._bg_slow = decay * self._bg_slow + float(self._slow_ring[slots[keep], col].sum())
         self._bg_n = decay * self._bg_n + float(keep.sum())
+
+    def _background_now(self, slots: np.ndarray, counts: np.ndarray, candidates: np.ndarray) -> float:
+        """The rate the k-of-n test judges ``candidates`` at: the learned background, or the rate of slow steps
+        of the other ranks over the same recent steps when higher. A rotating MoE hot expert or job-wide jitter
+        makes every rank slow on a share of its steps; in a small job the learned rate takes hundreds of steps
+        to reach it, and until then each rank that happens to be slow 3 steps in 5 would page. The other ranks
+        show the share at once: their slow verdicts of the intermittent ring (its last ``intermittent_window``
+        steps; the k-of-n window without it). Candidates and firing ranks are not among them, so two
+        stragglers or a whole node at once still fire at the learned rate. Their rate is taken only when the
+        learned one cannot explain it (chance at most ``WINDOW_RATE_P``): in a big job their few spikes are the
+        background the learned rate already holds, and a rate read from them would only delay stragglers."""
+        rate = self.spike_rate()
+        mine = set(slots[candidates].tolist()) | {self._slot[r] for r in self._firing}
+        mine_at = np.fromiter(mine, dtype=np.int64, count=len(mine))
+        if self.intermittent_window and self._flaky_n:
+            ring, steps = self._flaky_count, min(self._flaky_n, self._flaky_ring.shape[1])
+        else:
+            ring, steps = self._slow_ring.sum(axis=1), min(self._evaluated, self.window)
+        n = (len(ring) - len(mine_at)) * steps
+        slow = int(ring.sum()) - int(ring[mine_at].sum())
+        if n > 0 and slow > 1 and slow / n > rate and _poisson_tail(slow, n * rate) <= WINDOW_RATE_P:
+            rate = (slow - 1) / n  # a lone slow step of theirs sets no rate
+        return rate
 
     def spike_rate(self) -> float:
         """The job's background rate of slow rank-steps (independent spikes), floored."""
@@ -852,6 +880,14 @@ class StragglerDetector:
             out.append(with_resolution(alert.resolved(at=at, summary=f"resolved ({reason}): {alert.summary}"),
                                        Resolution.JOB_ENDED, reason))
         return out
+
+
+def _poisson_tail(k: int, mu: float) -> float:
+    """P(X >= k) for X ~ Poisson(mu) (k terms: callers pass counts of a few steps' slow verdicts)."""
+    if k >= 2.0 * mu + 12.0:  # far in the tail (below 1e-3 for any mu): no need to sum
+        return 0.0
+    below = sum(math.exp(j * math.log(mu) - mu - math.lgamma(j + 1)) for j in range(k)) if mu > 0 else 1.0
+    return max(0.0, 1.0 - below)
 
 
 def _binomial_tail(k: int, n: int, p: float) -> float:
