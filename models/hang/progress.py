@@ -468,7 +468,10 @@ class JobProgress:
         steps = np.fromiter((a[0] for a in self.advances), dtype=np.int64, count=len(self.advances))
         times = np.fromiter((a[1] for a in self.advances), dtype=float, count=len(self.advances))
         idx = np.searchsorted(steps, step, side="right")  # first advance past each rank's step
-        passed_at = np.where(idx > 0, times[np.minimum(idx, len(times) - 1)], -np.inf)
+        # Before the first advance kept: long ago if older advances were dropped (the deque is full), else at
+        # the first one (the job's start: a rank whose first step report is late is not behind since then).
+        before = -np.inf if len(self.advances) == self.advances.maxlen else times[0]
+        passed_at = np.where(idx > 0, times[np.minimum(idx, len(times) - 1)], before)
         stuck &= (now - passed_at) >= stuck_after
         return stuck if stuck.any() else None
 
