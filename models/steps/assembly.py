@@ -33,8 +33,14 @@ class AssemblySettings:
     max_lag_steps: int = 3
     #: ... or once it has waited this many seconds of event time.
     max_wait_seconds: float = 30.0
-    #: Bound on steps held open per group (memory bound for jobs with missing ranks).
+    #: Steps held open per group at least: the most a late rank's events may trail by (the learned lag's
+    #: bound), and the memory bound for jobs with missing ranks ...
     max_pending_steps: int = 16
+    #: ... or as many steps of the job as fit in this many seconds (its pace: the step times it reports), for
+    #: fast steps whose producers send in bursts (a rank's events then come up to a flush interval late) ...
+    max_pending_seconds: float = 2.0
+    #: ... but never more than this many by the seconds (the hard memory bound per group, with ``max_pending_steps``).
+    pending_steps_cap: int = 256
 
 
 NAN = float("nan")
@@ -125,12 +131,18 @@ class StepAssembler:
     """Per (job, group) step gathering; ``add`` and ``flush`` return the steps that closed."""
 
     def __init__(self, *, job: str, group: str, max_lag_steps: int = 3, max_wait_seconds: float = 30.0,
-                 max_pending_steps: int = 16) -> None:
+                 max_pending_steps: int = 16, max_pending_seconds: float = 2.0, pending_steps_cap: int = 256) -> None:
         self.job = job
         self.group = group
         self.max_lag_steps = max_lag_steps
         self.max_wait_seconds = max_wait_seconds
         self.max_pending_steps = max_pending_steps
+        self.max_pending_seconds = max_pending_seconds
+        self.pending_steps_cap = pending_steps_cap
+        #: Steps held open at most now: ``max_pending_steps``, or more for a fast job (``_learn_pace``).
+        self.pending_bound = max_pending_steps
+        #: The job's seconds per step (a moving average of the step times of closed steps), NaN until one closed.
+        self._pace = NAN
         self.members: set[int] = set()
         self.world_size_hint: int | None = None
         self._open: dict[int, _OpenStep] = {}
@@ -194,7 +206,7 @@ class StepAssembler:
             p = i + 1
             while p < e:
                 if step <= self.last_closed:
-                    if step < self.last_closed - self.max_pending_steps:
+                    if step < self.last_closed - self.pending_bound:
                         closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], cols, p)
                         if closed:
                             out.append((p, closed))
@@ -246,9 +258,9 @@ class StepAssembler:
                     self._quorum_step = step
                 # With ``need`` events the step completes only if each added a rank, i.e. at the last.
                 if expected is not None and reported >= expected:
-                    out.append((q - 1, self._close_through(step)))
+                    out.append((q - 1, self._close_complete(step)))
                 elif reached and self._open and min(self._open) <= step - self._lag():
-                    out.append((q - 1, self._close_through(step - self._lag())))
+                    out.append((q - 1, self._close_due(step - self._lag())))
                 p = q
             i = e
         assert i == n
@@ -274,13 +286,14 @@ class StepAssembler:
         """One event (``cols[.][i]``): the steps it closed, if any."""
         open_steps = self._open
         behind = self._quorum_step - step
-        if behind > self.max_lag_steps and step >= self.last_closed - self.max_pending_steps:
+        if behind > self.max_lag_steps and step >= self.last_closed - self.pending_bound:
             # Behind the half of the ranks by more than the lag (a late host): wait that much longer.
-            extra = min(self.max_pending_steps - 1 - self.max_lag_steps, behind - self.max_lag_steps + 1)
-            if extra >= self._extra_lag:
-                self._extra_lag, self._extra_seen = extra, self._quorum_step
+            extra = min(self.pending_bound - 1 - self.max_lag_steps, behind - self.max_lag_steps + 1)
+            # Any late event keeps the lag learned (not only one as late as the worst): a host whose events come
+            # in bursts trails by a different amount each time, and forgetting between bursts drops the next.
+            self._extra_lag, self._extra_seen = max(extra, self._extra_lag), self._quorum_step
         if step <= self.last_closed:
-            if step < self.last_closed - self.max_pending_steps and self._went_back(rank, step):
+            if step < self.last_closed - self.pending_bound and self._went_back(rank, step):
                 # The rank's step counter went far back: the job restarted from a checkpoint.
                 self._reset()
                 self.restarts += 1
@@ -309,14 +322,14 @@ class StepAssembler:
         if reached:
             self._quorum_step = step
         if expected is not None and len(open_step.rows) >= expected:
-            closed = self._close_through(step)
+            closed = self._close_complete(step)
         limit = self._quorum_step - self._lag()
         # Every open step is newer than the limit after each add, so only a step reaching its quorum
         # (the limit moved) or an old one can make a step due; usually nothing is: skip the scan.
         if (reached or step <= limit) and open_steps and min(open_steps) <= limit:
-            closed = (closed or []) + self._close_through(limit)
-        while len(open_steps) > self.max_pending_steps:
-            closed = (closed or []) + self._close_through(min(open_steps))
+            closed = (closed or []) + self._close_due(limit)
+        while len(open_steps) > self.pending_bound:
+            closed = (closed or []) + self._close_due(min(open_steps))
         return closed
 
     def _went_back(self, rank, step: int) -> bool:
@@ -324,7 +337,7 @@ class StepAssembler:
         keeps counting up behind the others (its events come late), did not restart; after a restart every
         rank's counter goes back, so the first known rank's next event finds it."""
         last = self._rank_step.get(rank)
-        return last is not None and step < last - self.max_pending_steps
+        return last is not None and step < last - self.pending_bound
 
     def flush_due(self) -> float:
         """The earliest time ``flush`` closes anything (``inf``: no open step); only ``add`` moves it."""
@@ -343,6 +356,31 @@ class StepAssembler:
         stale = [s for s, o in self._open.items() if now - o.first_seen >= self.max_wait_seconds]
         return self._close_through(max(stale)) if stale else []
 
+    def _close_complete(self, step: int) -> list[GroupStep]:
+        """``step`` just got every rank: close it and the open steps before it (ranks report in order, so their
+        missing events are lost), or, with a learned lag (a late host: its events also come out of order, e.g. a
+        burst a flush interval late), only what ``_close_due`` closes: older steps wait for their late ranks and
+        ``step`` waits for them (steps close in order)."""
+        if not self._extra_lag:
+            return self._close_through(step)
+        return self._close_due(self._quorum_step - self._lag())
+
+    def _close_due(self, limit: int) -> list[GroupStep]:
+        """``_close_through(limit)``, and with a learned lag the complete steps right after (``_close_complete``
+        held them behind an incomplete one)."""
+        out = self._close_through(limit)
+        if self._extra_lag and self._open:
+            expected = self._expected()
+            if expected is not None:
+                last = None
+                for s in sorted(self._open):
+                    if len(self._open[s].rows) < expected:
+                        break
+                    last = s
+                if last is not None:
+                    out.extend(self._close_through(last))
+        return out
+
     def _close_through(self, step: int) -> list[GroupStep]:
         """Close every open step up to and including ``step``, oldest first."""
         due = sorted(s for s in self._open if s <= step)
@@ -356,6 +394,7 @@ class StepAssembler:
         order = sorted(open_step.rows)
         ts, step_time, compute_time, comm_time, data_time, tokens, nodes = open_step.columns(order)
         n = len(order)
+        self._learn_pace(step_time[0])
         return GroupStep(
             job=self.job,
             group=self.group,
@@ -372,6 +411,16 @@ class StepAssembler:
             missing=max((self._expected() or 0) - len(order), 0),
             lowest_ts=ts[0],
         )
+
+    def _learn_pace(self, step_time) -> None:
+        """Move the job's pace towards one rank's step time (one per closed step: O(1)), and the bound on open
+        steps with it. Step times, not the steps' ``ts``: those come from several hosts' clocks."""
+        if step_time is None or not 0.0 < step_time < float("inf"):  # NaN, 0 or garbage: no pace from it
+            return
+        pace = self._pace
+        self._pace = pace = step_time if pace != pace else pace + (step_time - pace) / 16
+        self.pending_bound = max(self.max_pending_steps, min(self.pending_steps_cap,
+                                                             int(self.max_pending_seconds / pace)))
 
     def _reset(self) -> None:
         self._open.clear()
