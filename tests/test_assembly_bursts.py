@@ -68,3 +68,22 @@ def test_a_straggler_in_bursts_is_no_throughput_drop():
     firing = [(str(a.type), a.ranks) for a in alerts if str(a.status) == "firing"]
     assert ("straggler", [3]) in [(t, list(r)) for t, r in firing], firing
     assert not [t for t, _ in firing if t == "throughput_drop"], firing
+
+
+def test_the_open_steps_stay_within_the_hard_cap():
+    """A job reporting microsecond steps (or a sender lying about them) with half its ranks' events ever later:
+    the seconds would allow millions of steps open, the cap allows ``pending_steps_cap``."""
+    asm = StepAssembler(job="b", group="", pending_steps_cap=64)
+    most = 0
+    for n in range(3000):
+        for r in range(4):
+            cols = ([1000.0 + n * 1e-6], [1e-6], [0.0], [0.0], [0.0], [float("nan")], ["n0"])
+            asm.add_columns([r], [n], [8], ["train"], cols)
+        late = n // 2  # host n1 falls further behind all the time
+        for r in range(4, 8):
+            cols = ([1000.0 + late * 1e-6], [1e-6], [0.0], [0.0], [0.0], [float("nan")], ["n1"])
+            asm.add_columns([r], [late], [8], ["train"], cols)
+        most = max(most, len(asm._open))
+    assert asm.pending_bound == 64
+    assert 16 < most <= 64  # more than max_pending_steps (the pace allows it), never more than the cap
+    assert asm.restarts == 0

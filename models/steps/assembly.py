@@ -10,8 +10,14 @@ recording sorted by event time (an imported trace), a host whose clock runs seco
 events sorted many steps early, and judging on its lead alone would close every step before the other
 hosts' ranks are in (their events dropped as late, a straggler among them never seen). A host whose
 clock runs *ahead* has its events sorted many steps late: when events keep arriving more than
-``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to
-``max_pending_steps - 1``), and shrinks back once none came for ``LAG_MEMORY`` steps.
+``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to ``pending_bound - 1``),
+and shrinks back once none came for ``LAG_MEMORY`` steps.
+
+``pending_bound`` is ``max_pending_steps``, or for a fast job as many steps as fit in ``max_pending_seconds``
+of its pace (at most ``pending_steps_cap``): a producer that ships its queue once a second sends a job of 15 ms
+steps ~65 steps at a time, in any order within the burst. While a lag is learned, such a rank's events also
+come out of order, so a step that completes does not close the older ones still waiting (as it does when
+ranks report in order: their missing events are then lost); steps always close in order.
 """
 
 from __future__ import annotations
