@@ -11,7 +11,7 @@ events sorted many steps early, and judging on its lead alone would close every 
 hosts' ranks are in (their events dropped as late, a straggler among them never seen). A host whose
 clock runs *ahead* has its events sorted many steps late: when events keep arriving more than
 ``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to ``pending_bound - 1``),
-and shrinks back once none came for ``LAG_MEMORY`` steps.
+and shrinks back once none came for ``LAG_MEMORY`` steps (``2 * pending_bound`` if more).
 
 ``pending_bound`` is ``max_pending_steps``, or for a fast job as many steps as fit in ``max_pending_seconds``
 of its pace (at most ``pending_steps_cap``): a producer that ships its queue once a second sends a job of 15 ms
@@ -50,7 +50,9 @@ class AssemblySettings:
 
 
 NAN = float("nan")
-#: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped.
+INF = float("inf")
+#: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped (or
+#: twice ``pending_bound``, if more: a rank's bursts may come that far apart).
 LAG_MEMORY = 100
 
 
@@ -264,7 +266,9 @@ class StepAssembler:
                     self._quorum_step = step
                 # With ``need`` events the step completes only if each added a rank, i.e. at the last.
                 if expected is not None and reported >= expected:
-                    out.append((q - 1, self._close_complete(step)))
+                    closed = self._close_complete(step)  # none while older steps wait for a late host
+                    if closed:
+                        out.append((q - 1, closed))
                 elif reached and self._open and min(self._open) <= step - self._lag():
                     out.append((q - 1, self._close_due(step - self._lag())))
                 p = q
@@ -353,7 +357,7 @@ class StepAssembler:
 
     def _lag(self) -> int:
         """Steps behind the half of the ranks at which an incomplete step closes."""
-        if self._extra_lag and self._quorum_step - self._extra_seen > LAG_MEMORY:
+        if self._extra_lag and self._quorum_step - self._extra_seen > max(LAG_MEMORY, 2 * self.pending_bound):
             self._extra_lag = 0  # no late host for a while
         return self.max_lag_steps + self._extra_lag
 
@@ -367,9 +371,10 @@ class StepAssembler:
         missing events are lost), or, with a learned lag (a late host: its events also come out of order, e.g. a
         burst a flush interval late), only what ``_close_due`` closes: older steps wait for their late ranks and
         ``step`` waits for them (steps close in order)."""
+        limit = self._quorum_step - self._lag()  # (drops a lag no longer needed first)
         if not self._extra_lag:
             return self._close_through(step)
-        return self._close_due(self._quorum_step - self._lag())
+        return self._close_due(limit)
 
     def _close_due(self, limit: int) -> list[GroupStep]:
         """``_close_through(limit)``, and with a learned lag the complete steps right after (``_close_complete``
@@ -421,7 +426,7 @@ class StepAssembler:
     def _learn_pace(self, step_time) -> None:
         """Move the job's pace towards one rank's step time (one per closed step: O(1)), and the bound on open
         steps with it. Step times, not the steps' ``ts``: those come from several hosts' clocks."""
-        if step_time is None or not 0.0 < step_time < float("inf"):  # NaN, 0 or garbage: no pace from it
+        if step_time is None or not 0.0 < step_time < INF:  # NaN, 0 or garbage: no pace from it
             return
         pace = self._pace
         self._pace = pace = step_time if pace != pace else pace + (step_time - pace) / 16
