@@ -87,3 +87,48 @@ def test_the_open_steps_stay_within_the_hard_cap():
     assert asm.pending_bound == 64
     assert 16 < most <= 64  # more than max_pending_steps (the pace allows it), never more than the cap
     assert asm.restarts == 0
+
+
+def host_bursts() -> list[tuple[list[int], int]]:
+    """Runs of one step, as batch envelopes bring them: host n0's 4 ranks each step as it ends; host n1's 4 ranks
+    a second's worth of steps at a time (its shard flushing once a second), the steps of a burst in any order."""
+    rng = random.Random(3)
+    runs, burst = [], []
+    for n in range(1500):
+        runs.append(([0, 1, 2, 3], n))
+        burst.append(n)
+        if len(burst) == 65:
+            rng.shuffle(burst)
+            runs += [([4, 5, 6, 7], m) for m in burst]
+            burst = []
+    return runs
+
+
+def _add_runs(asm: StepAssembler, runs, *, one_by_one: bool) -> list[tuple[int, list[int]]]:
+    closed = []
+    for ranks, n in runs:
+        ts = 1000.0 + n * 0.015
+        rows = [(r,) for r in ranks] if one_by_one else [tuple(ranks)]
+        for rs in rows:
+            k = len(rs)
+            cols = ([ts] * k, [0.015] * k, [0.012] * k, [0.003] * k, [0.0] * k, [float("nan")] * k, ["n"] * k)
+            for _, steps in asm.add_columns(list(rs), [n] * k, [RANKS] * k, ["train"] * k, cols):
+                closed += [(s.step, s.ranks.tolist()) for s in steps]
+    return closed
+
+
+def _state(asm: StepAssembler) -> tuple:
+    return (sorted(asm._open), asm.last_closed, asm.late_events, asm.restarts, asm._quorum_step, asm._extra_lag,
+            asm._extra_seen, asm.pending_bound, asm._pace)
+
+
+def test_whole_runs_close_as_one_by_one_behind_a_late_host():
+    """The batch path (a run of one step added in bulk, up to the event completing it) gives the same closes and
+    state as adding each event alone, also where a completed step waits for older ones behind a late host."""
+    bulk, single = StepAssembler(job="b", group=""), StepAssembler(job="b", group="")
+    closed = _add_runs(bulk, host_bursts(), one_by_one=False)
+    assert closed == _add_runs(single, host_bursts(), one_by_one=True)
+    assert _state(bulk) == _state(single)
+    assert bulk._extra_lag  # the late host was learned ...
+    assert [n for n, ranks in closed if n >= 200 and len(ranks) < RANKS] == []  # ... and waited for
+    assert [n for n, _ in closed] == sorted(n for n, _ in closed)
