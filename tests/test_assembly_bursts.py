@@ -11,7 +11,7 @@ import math
 import random
 
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.steps.assembly import StepAssembler
+from stepwatch.models.steps.assembly import PENDING_REPORTS, StepAssembler
 from stepwatch.models.wire.events import parse_event
 
 RANKS, STEPS, COMPUTE, TRANSFER, SLOW_FROM = 8, 1200, 0.012, 0.003, 600
@@ -132,3 +132,14 @@ def test_whole_runs_close_as_one_by_one_behind_a_late_host():
     assert bulk._extra_lag  # the late host was learned ...
     assert [n for n, ranks in closed if n >= 200 and len(ranks) < RANKS] == []  # ... and waited for
     assert [n for n, _ in closed] == sorted(n for n, _ in closed)
+
+
+def test_a_wide_group_holds_fewer_steps():
+    """The seconds hold at most ``PENDING_REPORTS`` rank reports open: 4096 ranks of 1 ms steps, 64 steps."""
+    asm = StepAssembler(job="b", group="")
+    ranks = list(range(4096))
+    for n in range(3):
+        cols = ([1000.0 + n * 0.001] * 4096, [0.001] * 4096, [0.0] * 4096, [0.0] * 4096, [0.0] * 4096,
+                [float("nan")] * 4096, ["n"] * 4096)
+        asm.add_columns(ranks, [n] * 4096, [4096] * 4096, ["train"] * 4096, cols)
+    assert asm._pace == 0.001 and asm.pending_bound == PENDING_REPORTS // 4096 == 64

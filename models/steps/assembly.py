@@ -14,7 +14,7 @@ clock runs *ahead* has its events sorted many steps late: when events keep arriv
 and shrinks back once none came for ``LAG_MEMORY`` steps (``2 * pending_bound`` if more).
 
 ``pending_bound`` is ``max_pending_steps``, or for a fast job as many steps as fit in ``max_pending_seconds``
-of its pace (at most ``pending_steps_cap``): a producer that ships its queue once a second sends a job of 15 ms
+of its pace (at most ``pending_steps_cap``, and ``PENDING_REPORTS`` rank reports): a producer that ships its queue once a second sends a job of 15 ms
 steps ~65 steps at a time, in any order within the burst. While a lag is learned, such a rank's events also
 come out of order, so a step that completes does not close the older ones still waiting (as it does when
 ranks report in order: their missing events are then lost); steps always close in order.
@@ -51,6 +51,9 @@ class AssemblySettings:
 
 NAN = float("nan")
 INF = float("inf")
+#: Rank reports the seconds may hold open per group (~100 MB): a wide group of fast steps (or one whose ranks lie
+#: about their step times) holds fewer than ``pending_steps_cap`` steps, never fewer than ``max_pending_steps``.
+PENDING_REPORTS = 262_144
 #: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped (or
 #: twice ``pending_bound``, if more: a rank's bursts may come that far apart).
 LAG_MEMORY = 100
@@ -430,8 +433,8 @@ class StepAssembler:
             return
         pace = self._pace
         self._pace = pace = step_time if pace != pace else pace + (step_time - pace) / 16
-        self.pending_bound = max(self.max_pending_steps, min(self.pending_steps_cap,
-                                                             int(self.max_pending_seconds / pace)))
+        self.pending_bound = max(self.max_pending_steps, int(min(
+            self.pending_steps_cap, self.max_pending_seconds / pace, PENDING_REPORTS / max(len(self.members), 1))))
 
     def _reset(self) -> None:
         self._open.clear()
