@@ -14,8 +14,8 @@ clock runs *ahead* has its events sorted many steps late: when events keep arriv
 and shrinks back once none came for ``LAG_MEMORY`` steps (``2 * pending_bound`` if more).
 
 ``pending_bound`` is ``max_pending_steps``, or for a fast job as many steps as fit in ``max_pending_seconds``
-of its pace (at most ``pending_steps_cap``, and ``PENDING_REPORTS`` rank reports): a producer that ships its queue once a second sends a job of 15 ms
-steps ~65 steps at a time, in any order within the burst. While a lag is learned, such a rank's events also
+of its pace (at most ``pending_steps_cap``, and ``PENDING_REPORTS`` rank reports): a producer that ships its
+queue once a second sends a job of 15 ms steps ~65 steps at a time, in any order within the burst. While a lag is learned, such a rank's events also
 come out of order, so a step that completes does not close the older ones still waiting (as it does when
 ranks report in order: their missing events are then lost); steps always close in order.
 """
