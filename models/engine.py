@@ -656,7 +656,8 @@ class DetectionEngine:
             a = self.settings.assembly
             assembler = job.assemblers[group] = StepAssembler(
                 job=job.job, group=group, max_lag_steps=a.max_lag_steps, max_wait_seconds=a.max_wait_seconds,
-                max_pending_steps=a.max_pending_steps)
+                max_pending_steps=a.max_pending_steps, max_pending_seconds=a.max_pending_seconds,
+                pending_steps_cap=a.pending_steps_cap)
         return assembler
 
     def _judge(self, job: JobState, steps: list[GroupStep]) -> list[Alert]:

@@ -79,7 +79,8 @@ def _state(engine: DetectionEngine, recorder: StatusRecorder) -> dict:
                      h.last_step[:n].tolist(), h.rank_progress[:n].tolist(), h.stepped[:n].tolist(),
                      h.last_seen[:n].tolist()),
             "assemblers": {g: (sorted(a.members), a.world_size_hint, sorted(a._open), a.last_closed, a.late_events,
-                               a.restarts, a._newest_step, a._quorum_step, a._extra_lag, a._extra_seen) for g, a in job.assemblers.items()},
+                               a.restarts, a._newest_step, a._quorum_step, a._extra_lag, a._extra_seen, a.pending_bound,
+                               a._pace) for g, a in job.assemblers.items()},
             "checkpoint": (job.checkpoint._job_start, job.checkpoint._latest_step),
         }
     for name, job in recorder.jobs.items():

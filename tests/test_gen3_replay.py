@@ -12,17 +12,7 @@ from gen3.judge import judge, replay
 from gen3.scenarios import scenarios
 from gen3.write import write_all
 
-XFAIL: dict[str, str] = {
-    # 15 ms steps, every rank's producer flushing once a second (a rank's events come ~65 steps at a time):
-    # the assembly closes many steps without some ranks (the quorum rule alone: 1-6 of the 8; max_lag_steps
-    # 3, and at most max_pending_steps 16 steps held open, which caps the learned lag). The throughput rule
-    # leaves incomplete steps out only up to 100 in a row, then takes them as normal; a step closed without
-    # the late straggler has its last present rank waiting for it, so min(comm_time) is not the transfer
-    # time: three communication-layer
-    # throughput_drop incidents next to the (correct) straggler. With STEPWATCH_ASSEMBLY_MAX_LAG_STEPS=150
-    # and _MAX_PENDING_STEPS=300 only the straggler fires (checked by hand).
-    "fast_flush_bursts": "steps closed without a late straggler read as a communication throughput drop",
-}
+XFAIL: dict[str, str] = {}
 
 NAMES = [sc.name for sc in scenarios()]
 

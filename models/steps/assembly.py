@@ -10,8 +10,14 @@ recording sorted by event time (an imported trace), a host whose clock runs seco
 events sorted many steps early, and judging on its lead alone would close every step before the other
 hosts' ranks are in (their events dropped as late, a straggler among them never seen). A host whose
 clock runs *ahead* has its events sorted many steps late: when events keep arriving more than
-``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to
-``max_pending_steps - 1``), and shrinks back once none came for ``LAG_MEMORY`` steps.
+``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to ``pending_bound - 1``),
+and shrinks back once none came for ``LAG_MEMORY`` steps (``2 * pending_bound`` if more).
+
+``pending_bound`` is ``max_pending_steps``, or for a fast job as many steps as fit in ``max_pending_seconds``
+of its pace (at most ``pending_steps_cap``, and ``PENDING_REPORTS`` rank reports): a producer that ships its
+queue once a second sends a job of 15 ms steps ~65 steps at a time, in any order within the burst. While a lag is learned, such a rank's events also
+come out of order, so a step that completes does not close the older ones still waiting (as it does when
+ranks report in order: their missing events are then lost); steps always close in order.
 """
 
 from __future__ import annotations
@@ -33,12 +39,23 @@ class AssemblySettings:
     max_lag_steps: int = 3
     #: ... or once it has waited this many seconds of event time.
     max_wait_seconds: float = 30.0
-    #: Bound on steps held open per group (memory bound for jobs with missing ranks).
+    #: Steps held open per group at least: the most a late rank's events may trail by (the learned lag's
+    #: bound), and the memory bound for jobs with missing ranks ...
     max_pending_steps: int = 16
+    #: ... or as many steps of the job as fit in this many seconds (its pace: the step times it reports), for
+    #: fast steps whose producers send in bursts (a rank's events then come up to a flush interval late) ...
+    max_pending_seconds: float = 2.0
+    #: ... but never more than this many by the seconds (the hard memory bound per group, with ``max_pending_steps``).
+    pending_steps_cap: int = 256
 
 
 NAN = float("nan")
-#: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped.
+INF = float("inf")
+#: Rank reports the seconds may hold open per group (~100 MB): a wide group of fast steps (or one whose ranks lie
+#: about their step times) holds fewer than ``pending_steps_cap`` steps, never fewer than ``max_pending_steps``.
+PENDING_REPORTS = 262_144
+#: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped (or
+#: twice ``pending_bound``, if more: a rank's bursts may come that far apart).
 LAG_MEMORY = 100
 
 
@@ -125,12 +142,18 @@ class StepAssembler:
     """Per (job, group) step gathering; ``add`` and ``flush`` return the steps that closed."""
 
     def __init__(self, *, job: str, group: str, max_lag_steps: int = 3, max_wait_seconds: float = 30.0,
-                 max_pending_steps: int = 16) -> None:
+                 max_pending_steps: int = 16, max_pending_seconds: float = 2.0, pending_steps_cap: int = 256) -> None:
         self.job = job
         self.group = group
         self.max_lag_steps = max_lag_steps
         self.max_wait_seconds = max_wait_seconds
         self.max_pending_steps = max_pending_steps
+        self.max_pending_seconds = max_pending_seconds
+        self.pending_steps_cap = pending_steps_cap
+        #: Steps held open at most now: ``max_pending_steps``, or more for a fast job (``_learn_pace``).
+        self.pending_bound = max_pending_steps
+        #: The job's seconds per step (a moving average of the step times of closed steps), NaN until one closed.
+        self._pace = NAN
         self.members: set[int] = set()
         self.world_size_hint: int | None = None
         self._open: dict[int, _OpenStep] = {}
@@ -194,7 +217,7 @@ class StepAssembler:
             p = i + 1
             while p < e:
                 if step <= self.last_closed:
-                    if step < self.last_closed - self.max_pending_steps:
+                    if step < self.last_closed - self.pending_bound:
                         closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], cols, p)
                         if closed:
                             out.append((p, closed))
@@ -246,9 +269,11 @@ class StepAssembler:
                     self._quorum_step = step
                 # With ``need`` events the step completes only if each added a rank, i.e. at the last.
                 if expected is not None and reported >= expected:
-                    out.append((q - 1, self._close_through(step)))
+                    closed = self._close_complete(step)  # none while older steps wait for a late host
+                    if closed:
+                        out.append((q - 1, closed))
                 elif reached and self._open and min(self._open) <= step - self._lag():
-                    out.append((q - 1, self._close_through(step - self._lag())))
+                    out.append((q - 1, self._close_due(step - self._lag())))
                 p = q
             i = e
         assert i == n
@@ -274,13 +299,14 @@ class StepAssembler:
         """One event (``cols[.][i]``): the steps it closed, if any."""
         open_steps = self._open
         behind = self._quorum_step - step
-        if behind > self.max_lag_steps and step >= self.last_closed - self.max_pending_steps:
+        if behind > self.max_lag_steps and step >= self.last_closed - self.pending_bound:
             # Behind the half of the ranks by more than the lag (a late host): wait that much longer.
-            extra = min(self.max_pending_steps - 1 - self.max_lag_steps, behind - self.max_lag_steps + 1)
-            if extra >= self._extra_lag:
-                self._extra_lag, self._extra_seen = extra, self._quorum_step
+            extra = min(self.pending_bound - 1 - self.max_lag_steps, behind - self.max_lag_steps + 1)
+            # Any late event keeps the lag learned (not only one as late as the worst): a host whose events come
+            # in bursts trails by a different amount each time, and forgetting between bursts drops the next.
+            self._extra_lag, self._extra_seen = max(extra, self._extra_lag), self._quorum_step
         if step <= self.last_closed:
-            if step < self.last_closed - self.max_pending_steps and self._went_back(rank, step):
+            if step < self.last_closed - self.pending_bound and self._went_back(rank, step):
                 # The rank's step counter went far back: the job restarted from a checkpoint.
                 self._reset()
                 self.restarts += 1
@@ -309,14 +335,14 @@ class StepAssembler:
         if reached:
             self._quorum_step = step
         if expected is not None and len(open_step.rows) >= expected:
-            closed = self._close_through(step)
+            closed = self._close_complete(step)
         limit = self._quorum_step - self._lag()
         # Every open step is newer than the limit after each add, so only a step reaching its quorum
         # (the limit moved) or an old one can make a step due; usually nothing is: skip the scan.
         if (reached or step <= limit) and open_steps and min(open_steps) <= limit:
-            closed = (closed or []) + self._close_through(limit)
-        while len(open_steps) > self.max_pending_steps:
-            closed = (closed or []) + self._close_through(min(open_steps))
+            closed = (closed or []) + self._close_due(limit)
+        while len(open_steps) > self.pending_bound:
+            closed = (closed or []) + self._close_due(min(open_steps))
         return closed
 
     def _went_back(self, rank, step: int) -> bool:
@@ -324,7 +350,7 @@ class StepAssembler:
         keeps counting up behind the others (its events come late), did not restart; after a restart every
         rank's counter goes back, so the first known rank's next event finds it."""
         last = self._rank_step.get(rank)
-        return last is not None and step < last - self.max_pending_steps
+        return last is not None and step < last - self.pending_bound
 
     def flush_due(self) -> float:
         """The earliest time ``flush`` closes anything (``inf``: no open step); only ``add`` moves it."""
@@ -334,7 +360,7 @@ class StepAssembler:
 
     def _lag(self) -> int:
         """Steps behind the half of the ranks at which an incomplete step closes."""
-        if self._extra_lag and self._quorum_step - self._extra_seen > LAG_MEMORY:
+        if self._extra_lag and self._quorum_step - self._extra_seen > max(LAG_MEMORY, 2 * self.pending_bound):
             self._extra_lag = 0  # no late host for a while
         return self.max_lag_steps + self._extra_lag
 
@@ -342,6 +368,32 @@ class StepAssembler:
         """Close steps that have waited too long (called from the timer)."""
         stale = [s for s, o in self._open.items() if now - o.first_seen >= self.max_wait_seconds]
         return self._close_through(max(stale)) if stale else []
+
+    def _close_complete(self, step: int) -> list[GroupStep]:
+        """``step`` just got every rank: close it and the open steps before it (ranks report in order, so their
+        missing events are lost), or, with a learned lag (a late host: its events also come out of order, e.g. a
+        burst a flush interval late), only what ``_close_due`` closes: older steps wait for their late ranks and
+        ``step`` waits for them (steps close in order)."""
+        limit = self._quorum_step - self._lag()  # (drops a lag no longer needed first)
+        if not self._extra_lag:
+            return self._close_through(step)
+        return self._close_due(limit)
+
+    def _close_due(self, limit: int) -> list[GroupStep]:
+        """``_close_through(limit)``, and with a learned lag the complete steps right after (``_close_complete``
+        held them behind an incomplete one)."""
+        out = self._close_through(limit)
+        if self._extra_lag and self._open:
+            expected = self._expected()
+            if expected is not None:
+                last = None
+                for s in sorted(self._open):
+                    if len(self._open[s].rows) < expected:
+                        break
+                    last = s
+                if last is not None:
+                    out.extend(self._close_through(last))
+        return out
 
     def _close_through(self, step: int) -> list[GroupStep]:
         """Close every open step up to and including ``step``, oldest first."""
@@ -356,6 +408,7 @@ class StepAssembler:
         order = sorted(open_step.rows)
         ts, step_time, compute_time, comm_time, data_time, tokens, nodes = open_step.columns(order)
         n = len(order)
+        self._learn_pace(step_time[0])
         return GroupStep(
             job=self.job,
             group=self.group,
@@ -372,6 +425,16 @@ class StepAssembler:
             missing=max((self._expected() or 0) - len(order), 0),
             lowest_ts=ts[0],
         )
+
+    def _learn_pace(self, step_time) -> None:
+        """Move the job's pace towards one rank's step time (one per closed step: O(1)), and the bound on open
+        steps with it. Step times, not the steps' ``ts``: those come from several hosts' clocks."""
+        if step_time is None or not 0.0 < step_time < INF:  # NaN, 0 or garbage: no pace from it
+            return
+        pace = self._pace
+        self._pace = pace = step_time if pace != pace else pace + (step_time - pace) / 16
+        self.pending_bound = max(self.max_pending_steps, int(min(
+            self.pending_steps_cap, self.max_pending_seconds / pace, PENDING_REPORTS / max(len(self.members), 1))))
 
     def _reset(self) -> None:
         self._open.clear()
