@@ -11,13 +11,17 @@ events sorted many steps early, and judging on its lead alone would close every 
 hosts' ranks are in (their events dropped as late, a straggler among them never seen). A host whose
 clock runs *ahead* has its events sorted many steps late: when events keep arriving more than
 ``max_lag_steps`` behind the half of the ranks, the lag grows to take them (up to ``pending_bound - 1``),
-and shrinks back once none came for ``LAG_MEMORY`` steps (``2 * pending_bound`` if more).
+and shrinks back once none came for ``LAG_MEMORY`` steps (twice the steps of ``BURST_SECONDS`` if more).
 
 ``pending_bound`` is ``max_pending_steps``, or for a fast job as many steps as fit in ``max_pending_seconds``
 of its pace (at most ``pending_steps_cap``, and ``PENDING_REPORTS`` rank reports): a producer that ships its
-queue once a second sends a job of 15 ms steps ~65 steps at a time, in any order within the burst. While a lag is learned, such a rank's events also
-come out of order, so a step that completes does not close the older ones still waiting (as it does when
-ranks report in order: their missing events are then lost); steps always close in order.
+queue once a second sends a job of 15 ms steps ~65 steps at a time, in any order within the burst; a
+recording sorted by host time whose hosts' clocks are 10 s apart has a 0.3 s job's ranks ~65 steps apart.
+While a lag is learned, such a rank's events also come out of order, so a step that completes does not
+close the older ones still waiting (as it does when ranks report in order: their missing events are then
+lost); steps always close in order. A restart is a rank's own counter going back more than a burst
+(``burst_steps``: ``BURST_SECONDS`` of the job's steps, at least ``max_pending_steps``), not the longer
+``pending_bound``: a checkpoint 40 steps back is a restart, a host 60 steps late is not.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ class AssemblySettings:
     #: bound), and the memory bound for jobs with missing ranks ...
     max_pending_steps: int = 16
     #: ... or as many steps of the job as fit in this many seconds (its pace: the step times it reports), for
-    #: fast steps whose producers send in bursts (a rank's events then come up to a flush interval late) ...
-    max_pending_seconds: float = 2.0
+    #: fast steps whose producers send in bursts (a rank's events then come up to a flush interval late) and
+    #: recordings sorted by host time, where a host whose clock is 10 s ahead trails one 10 s behind by 20 s ...
+    max_pending_seconds: float = 30.0
     #: ... but never more than this many by the seconds (the hard memory bound per group, with ``max_pending_steps``).
     pending_steps_cap: int = 256
 
@@ -55,8 +60,10 @@ INF = float("inf")
 #: about their step times) holds fewer than ``pending_steps_cap`` steps, never fewer than ``max_pending_steps``.
 PENDING_REPORTS = 262_144
 #: Steps (of the half of the ranks) after the last event that came late before a learned lag is dropped (or
-#: twice ``pending_bound``, if more: a rank's bursts may come that far apart).
+#: twice the steps of ``BURST_SECONDS``, if more: a rank's bursts may come that far apart).
 LAG_MEMORY = 100
+#: The longest flush interval of a rank's producer the learned lag outlasts between bursts (a second is usual).
+BURST_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -142,7 +149,7 @@ class StepAssembler:
     """Per (job, group) step gathering; ``add`` and ``flush`` return the steps that closed."""
 
     def __init__(self, *, job: str, group: str, max_lag_steps: int = 3, max_wait_seconds: float = 30.0,
-                 max_pending_steps: int = 16, max_pending_seconds: float = 2.0, pending_steps_cap: int = 256) -> None:
+                 max_pending_steps: int = 16, max_pending_seconds: float = 30.0, pending_steps_cap: int = 256) -> None:
         self.job = job
         self.group = group
         self.max_lag_steps = max_lag_steps
@@ -152,6 +159,10 @@ class StepAssembler:
         self.pending_steps_cap = pending_steps_cap
         #: Steps held open at most now: ``max_pending_steps``, or more for a fast job (``_learn_pace``).
         self.pending_bound = max_pending_steps
+        #: Steps of one producer's burst (``BURST_SECONDS`` of the job, at least ``max_pending_steps``): within one a
+        #: rank's events may come in any order; a rank's counter going further back is a restart (``_learn_pace``).
+        self.burst_steps = max_pending_steps
+        self._lag_memory = LAG_MEMORY  # steps a learned lag outlasts the last late event
         #: The job's seconds per step (a moving average of the step times of closed steps), NaN until one closed.
         self._pace = NAN
         self.members: set[int] = set()
@@ -217,7 +228,7 @@ class StepAssembler:
             p = i + 1
             while p < e:
                 if step <= self.last_closed:
-                    if step < self.last_closed - self.pending_bound:
+                    if step < self.last_closed - self.burst_steps:  # maybe a restart: as one by one
                         closed = self._add_one(ranks[p], step, world_sizes[p], phases[p], cols, p)
                         if closed:
                             out.append((p, closed))
@@ -306,7 +317,7 @@ class StepAssembler:
             # in bursts trails by a different amount each time, and forgetting between bursts drops the next.
             self._extra_lag, self._extra_seen = max(extra, self._extra_lag), self._quorum_step
         if step <= self.last_closed:
-            if step < self.last_closed - self.pending_bound and self._went_back(rank, step):
+            if step < self.last_closed - self.burst_steps and self._went_back(rank, step):
                 # The rank's step counter went far back: the job restarted from a checkpoint.
                 self._reset()
                 self.restarts += 1
@@ -350,7 +361,7 @@ class StepAssembler:
         keeps counting up behind the others (its events come late), did not restart; after a restart every
         rank's counter goes back, so the first known rank's next event finds it."""
         last = self._rank_step.get(rank)
-        return last is not None and step < last - self.pending_bound
+        return last is not None and step < last - self.burst_steps
 
     def flush_due(self) -> float:
         """The earliest time ``flush`` closes anything (``inf``: no open step); only ``add`` moves it."""
@@ -360,7 +371,7 @@ class StepAssembler:
 
     def _lag(self) -> int:
         """Steps behind the half of the ranks at which an incomplete step closes."""
-        if self._extra_lag and self._quorum_step - self._extra_seen > max(LAG_MEMORY, 2 * self.pending_bound):
+        if self._extra_lag and self._quorum_step - self._extra_seen > self._lag_memory:
             self._extra_lag = 0  # no late host for a while
         return self.max_lag_steps + self._extra_lag
 
@@ -435,6 +446,9 @@ class StepAssembler:
         self._pace = pace = step_time if pace != pace else pace + (step_time - pace) / 16
         self.pending_bound = max(self.max_pending_steps, int(min(
             self.pending_steps_cap, self.max_pending_seconds / pace, PENDING_REPORTS / max(len(self.members), 1))))
+        self.burst_steps = max(self.max_pending_steps, int(min(
+            self.pending_steps_cap, BURST_SECONDS / pace, PENDING_REPORTS / max(len(self.members), 1))))
+        self._lag_memory = max(LAG_MEMORY, 2 * self.burst_steps)
 
     def _reset(self) -> None:
         self._open.clear()
