@@ -118,9 +118,18 @@ class _RankTable:
             span = slice(first, first + n)
             if ts_array is None:
                 ts_array = np.array(ts, dtype=np.float64)
-            self.ts[span] = np.maximum(np.array(self.ts[span]), ts_array).tolist()
-            cur, new = np.array(self.step[span], dtype=np.int64), np.array(steps, dtype=np.int64)
-            self.step[span] = np.where((new > cur) | (new < cur - 1000), new, cur).tolist()
+            # The usual next step is later, and further on, than all the ranks' last: then the new column is the
+            # result as it is (no list -> array -> list round trip); else element by element, as arrays.
+            old_ts, old_steps = self.ts[span], self.step[span]
+            if float(ts_array.min()) > max(old_ts):
+                self.ts[span] = ts
+            else:
+                self.ts[span] = np.maximum(np.array(old_ts), ts_array).tolist()
+            if min(steps) > max(old_steps):
+                self.step[span] = steps
+            else:
+                cur, new = np.array(old_steps, dtype=np.int64), np.array(steps, dtype=np.int64)
+                self.step[span] = np.where((new > cur) | (new < cur - 1000), new, cur).tolist()
             self.phase[span] = phases
             for column, values in ((self.node, nodes), (self.group, groups)):
                 if None not in values:

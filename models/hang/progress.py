@@ -200,12 +200,12 @@ class JobProgress:
 
     def quiet_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
                      phases: list[str], nodes: list[str | None], world_sizes: list[int | None], *,
-                     layout=None) -> None:
+                     layout=None, ts_array: np.ndarray | None = None) -> None:
         """``update_steps`` while no hang is open: no alert, per-rank values become array writes. ``layout``:
-        who reported them (models/steps/layout.py), or None."""
+        who reported them (models/steps/layout.py), or None; ``ts_array``: ``ts`` as a float64 array, or None."""
         if self.started_at is None:
             self.started_at = self.progress_ts = ts[0]
-        latest = max(ts)
+        latest = max(ts) if ts_array is None else float(ts_array.max())
         if latest > self.latest_ts:
             self.latest_ts = latest
         run = self._run_slots
@@ -241,7 +241,7 @@ class JobProgress:
             if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
                 self.rank_row(slots[0], steps[0], ts[0], nodes[0])
             else:
-                self.rank_columns(slots, steps, ts, nodes, unique=unique)
+                self.rank_columns(slots, steps, ts, nodes, unique=unique, ts_a=ts_array)
             passed = self.counter_passed() if newest > top else None
             if passed is not None:
                 self.counted_advance(0, passed, first, step_times, phases, ts)
@@ -257,7 +257,7 @@ class JobProgress:
         if not fresh.any():  # no new rank: the counts only grow, so the end of the run decides
             k = self.known
             if self.above + int(((steps_a > top) & (cur <= top)).sum()) < k - (k - 1) // 2:
-                self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a)
+                self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a, ts_a=ts_array)
                 return
         known = self.known + np.cumsum(fresh)
         above, lo, state, passes = self.above, 0, None, []
@@ -276,7 +276,7 @@ class JobProgress:
             top = int(np.partition(values, mid)[mid])
             passes.append((i, top))
             above, lo = int((state > top).sum()), i + 1
-        self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a)
+        self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a, ts_a=ts_array)
         for i, passed in passes:
             self.counted_advance(i, passed, first, step_times, phases, ts)
 
@@ -300,12 +300,14 @@ class JobProgress:
 
     def rank_columns(self, slots: list[int], steps: list[int], ts: list[float], nodes: list[str | None], *,
                      unique: bool | None = None, idx: np.ndarray | None = None,
-                     steps_a: np.ndarray | None = None) -> None:
+                     steps_a: np.ndarray | None = None, ts_a: np.ndarray | None = None) -> None:
         """Per-rank latest values of several step events (their ranks' slots) as array writes; ``unique``
-        (each slot once), ``idx`` and ``steps_a`` (``slots`` and ``steps`` as arrays): when the caller knows them."""
+        (each slot once), ``idx``, ``steps_a`` and ``ts_a`` (``slots``, ``steps`` and ``ts`` as arrays): when the
+        caller knows them."""
         if idx is None:
             idx = np.array(slots, dtype=np.int64)
-        ts_a = np.array(ts, dtype=np.float64)
+        if ts_a is None:
+            ts_a = np.array(ts, dtype=np.float64)
         if unique is None:
             unique = len(set(slots)) == len(slots)
         if unique:  # each rank once (the usual envelope): a plain fancy-index write does what .at does

@@ -58,8 +58,9 @@ class ClockOffsets:
         if prev is None or ts < prev:
             ends[node] = ts
 
-    def observe_many(self, nodes, steps, ts, layout=None) -> None:
-        """``observe`` for events in order; ``layout``: the run's (models/steps/layout.py) when ``nodes`` are its, else None."""
+    def observe_many(self, nodes, steps, ts, layout=None, ts_array=None) -> None:
+        """``observe`` for events in order; ``layout``: the run's (models/steps/layout.py) when ``nodes`` are its, else
+        None; ``ts_array``: ``ts`` as a float64 array, or None."""
         n = len(steps)
         if n > 1 and steps[0] == steps[-1] and (n == 2 or min(steps) == max(steps)):
             # One step's ranks (the usual column run): one bookkeeping call, then a plain min per node;
@@ -84,7 +85,8 @@ class ClockOffsets:
                     runs = self._node_runs = (layout, starts, names[starts].tolist())
                 _, starts, names = runs
                 if len(starts) * 4 <= n:
-                    pairs = zip(names, np.minimum.reduceat(np.asarray(ts, dtype=np.float64), starts).tolist())
+                    values = np.asarray(ts, dtype=np.float64) if ts_array is None else ts_array
+                    pairs = zip(names, np.minimum.reduceat(values, starts).tolist())
             for node, t in pairs:
                 if node is not None:
                     prev = get(node)
