@@ -86,7 +86,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "phases", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name",
-                 "touched", "slot", "dirty", "ticked", "layout")
+                 "touched", "slot", "dirty", "ticked", "layout", "ranks_of")
 
     @property
     def phase(self) -> str:
@@ -116,6 +116,7 @@ class JobState:
         self.last_ts = 0.0
         self.latest_step = -1
         self.ranks: set[int] = set()
+        self.ranks_of: RunLayout | None = None  # the latest run layout whose ranks are in ``ranks``
         # The timer's schedule (DetectionEngine.tick): LRU order stamp, the valid entry of the due heap,
         # whether an event reached the job since its last visit, and the ``now`` of that visit.
         self.touched = 0
@@ -445,7 +446,9 @@ class DetectionEngine:
                 if extra and "model_flops_per_token" in extra:
                     _set_flops(job.sli, extra)
         job.ended = False  # a job id that reports steps again was restarted
-        job.ranks.update(ranks)
+        if layout is not job.ranks_of:  # (a repeated layout's ranks are in already: the set only grows)
+            job.ranks.update(ranks)
+            job.ranks_of = layout
         newest = max(steps)
         if newest > job.latest_step:
             job.latest_step = newest

@@ -88,6 +88,9 @@ class JobProgress:
         #: run of ``quiet_steps`` (models/steps/layout.py): the next step's run has the same layout (slots are
         #: never taken back).
         self._run_slots: list | None = None
+        # (slots list, its first slot if they are consecutive, else None) of the latest ``rank_columns``: the run's
+        # slots list above comes again each step (the list is kept, so the identity check cannot be fooled)
+        self._consecutive: tuple[list[int], int | None] | None = None
         self.n = 0
         self.rank_at = np.zeros(0, dtype=np.int64)
         self.last_step = np.zeros(0, dtype=np.int64)  # highest completed step (-1: unknown)
@@ -315,8 +318,8 @@ class JobProgress:
         else:
             np.maximum.at(self.last_seen, idx, ts_a)
         node_list = self.nodes
-        first_slot = slots[0]
-        if None not in nodes and slots == list(range(first_slot, first_slot + len(slots))):
+        first_slot = self._first_of_run(slots)
+        if first_slot is not None and None not in nodes:
             node_list[first_slot:first_slot + len(slots)] = nodes  # consecutive slots: one slice write
         else:
             for slot, node in zip(slots, nodes):
@@ -337,6 +340,17 @@ class JobProgress:
                 else:
                     for slot, step, t in zip(slots[lo:hi], steps[lo:hi], ts[lo:hi]):
                         self.advance_rank(slot, step, t)
+
+    def _first_of_run(self, slots: list[int]) -> int | None:
+        """The first of ``slots`` when they are consecutive, else None (worked out once per slots list)."""
+        memo = self._consecutive
+        if memo is not None and memo[0] is slots:
+            return memo[1]
+        first = slots[0]
+        if slots != list(range(first, first + len(slots))):
+            first = None
+        self._consecutive = (slots, first)
+        return first
 
     def advance_ranks(self, idx: np.ndarray, steps: np.ndarray, ts: np.ndarray) -> None:
         """``_rank_step`` for distinct slots at once."""
