@@ -436,7 +436,8 @@ class DetectionEngine:
         job.sli.observe(earliest)
         job.sli.observe(latest)
         step_times, world_sizes = part(cols.step_time), part(cols.world_size)
-        run = RankSteps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout, ts_array)
+        step_bounds = min(steps), max(steps)  # (once: the hang rule and its clock offsets take them too)
+        run = RankSteps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout, ts_array, step_bounds)
         # (event index, alert) of the rules fed each rank's steps (the hang rule's), in event order
         rank_alerts = [pair for rule in job.by_signal[Signal.RANK_STEPS] for pair in rule.on_rank_steps(run)]
         if job.arrival.active:
@@ -449,7 +450,7 @@ class DetectionEngine:
         if layout is not job.ranks_of:  # (a repeated layout's ranks are in already: the set only grows)
             job.ranks.update(ranks)
             job.ranks_of = layout
-        newest = max(steps)
+        newest = step_bounds[1]
         if newest > job.latest_step:
             job.latest_step = newest
         phase = job.phases.phase

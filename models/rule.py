@@ -75,6 +75,8 @@ class RankSteps:
     layout: RunLayout | None = None
     #: ``ts`` as a float64 array (the batch's, ``StepColumns.array``), or None: not at hand.
     ts_array: np.ndarray | None = None
+    #: ``(min(steps), max(steps))``, or None: not worked out.
+    step_bounds: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,9 +203,10 @@ class JobProgress:
 
     def quiet_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
                      phases: list[str], nodes: list[str | None], world_sizes: list[int | None], *,
-                     layout=None, ts_array: np.ndarray | None = None) -> None:
+                     layout=None, ts_array: np.ndarray | None = None, newest: int | None = None) -> None:
         """``update_steps`` while no hang is open: no alert, per-rank values become array writes. ``layout``:
-        who reported them (models/steps/layout.py), or None; ``ts_array``: ``ts`` as a float64 array, or None."""
+        who reported them (models/steps/layout.py), or None; ``ts_array``: ``ts`` as a float64 array, or None;
+        ``newest``: ``max(steps)``, or None."""
         if self.started_at is None:
             self.started_at = self.progress_ts = ts[0]
         latest = max(ts) if ts_array is None else float(ts_array.max())
@@ -232,7 +233,8 @@ class JobProgress:
         top = self.max_step
         if first and ts[0] > self.progress_ts:
             self.progress_ts = ts[0]
-        newest = max(steps)
+        if newest is None:
+            newest = max(steps)
         if newest <= top or len(slots) == 1 or not unique:
             if newest > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
                 for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):

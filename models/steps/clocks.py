@@ -62,11 +62,13 @@ class ClockOffsets:
         if prev is None or ts < prev:
             ends[node] = ts
 
-    def observe_many(self, nodes, steps, ts, layout=None, ts_array=None) -> None:
+    def observe_many(self, nodes, steps, ts, layout=None, ts_array=None, one_step: bool | None = None) -> None:
         """``observe`` for events in order; ``layout``: the run's (models/steps/layout.py) when ``nodes`` are its, else
-        None; ``ts_array``: ``ts`` as a float64 array, or None."""
+        None; ``ts_array``: ``ts`` as a float64 array, or None; ``one_step``: whether all ``steps`` are one, or None."""
         n = len(steps)
-        if n > 1 and steps[0] == steps[-1] and (n == 2 or min(steps) == max(steps)):
+        if one_step is None:
+            one_step = n > 1 and steps[0] == steps[-1] and (n == 2 or min(steps) == max(steps))
+        if n > 1 and one_step:
             # One step's ranks (the usual column run): one bookkeeping call, then a plain min per node;
             # the same result as observing them one by one, at a fraction of the cost.
             first = 0
