@@ -61,6 +61,13 @@ class RetentionSettings:
 END_GRACE_SECONDS = 10.0
 
 
+def _bounds(ts: list[float], ts_array: np.ndarray | None) -> tuple[float, float]:
+    """The earliest and latest of ``ts``; by its array when there is one (two C passes, not two list scans)."""
+    if ts_array is None:
+        return min(ts), max(ts)
+    return float(ts_array.min()), float(ts_array.max())
+
+
 def _late_after_end(job: JobState, rank: int, step, ts: float) -> bool:
     """Whether a rank's event after its job's ``end`` belongs to the run that ended (``END_GRACE_SECONDS``). The
     rank's own count is asked first: a late event moves it on, so the next one continues from there."""
@@ -79,7 +86,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "phases", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name",
-                 "touched", "slot", "dirty", "ticked", "layout")
+                 "touched", "slot", "dirty", "ticked", "layout", "ranks_of")
 
     @property
     def phase(self) -> str:
@@ -109,6 +116,7 @@ class JobState:
         self.last_ts = 0.0
         self.latest_step = -1
         self.ranks: set[int] = set()
+        self.ranks_of: RunLayout | None = None  # the latest run layout whose ranks are in ``ranks``
         # The timer's schedule (DetectionEngine.tick): LRU order stamp, the valid entry of the due heap,
         # whether an event reached the job since its last visit, and the ``now`` of that visit.
         self.touched = 0
@@ -371,7 +379,9 @@ class DetectionEngine:
         """
         self.events_by_kind["step"] += hi - lo
         ts = cols.ts if lo == 0 and hi == len(cols) else cols.ts[lo:hi]
-        latest = max(ts)
+        # a big run's times as the decoder's array (a view): its bounds without a pass over the list
+        ts_array = cols.array("ts")[lo:hi] if hi - lo >= 16 else None
+        earliest, latest = _bounds(ts, ts_array)
         if latest > self.clock:
             self.clock = latest
         job = self.jobs.get(name)
@@ -397,7 +407,8 @@ class DetectionEngine:
                 if lo == hi:
                     return []
                 ts = cols.ts[lo:hi]
-                latest = max(ts)
+                ts_array = ts_array[late:] if ts_array is not None else None
+                earliest, latest = _bounds(ts, ts_array)
         limit = self.settings.retention.max_ranks_per_job
         if job.hang.rank_count + (hi - lo) > limit and job.hang.rank_count + len(
                 {r for r in cols.rank[lo:hi] if not job.hang.knows(r)}) > limit:  # over the rank cap: rare
@@ -416,7 +427,6 @@ class DetectionEngine:
         if layout is None:  # a part of a run (events after a job's end left out)
             layout = layout_of(job.layout, ranks, nodes, part(cols.gpu))
         job.layout = layout
-        earliest = min(ts)
         if latest > job.last_ts:
             job.last_ts = latest
         job.last_seen = self._tick_clock
@@ -426,7 +436,8 @@ class DetectionEngine:
         job.sli.observe(earliest)
         job.sli.observe(latest)
         step_times, world_sizes = part(cols.step_time), part(cols.world_size)
-        run = RankSteps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout)
+        step_bounds = min(steps), max(steps)  # (once: the hang rule and its clock offsets take them too)
+        run = RankSteps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout, ts_array, step_bounds)
         # (event index, alert) of the rules fed each rank's steps (the hang rule's), in event order
         rank_alerts = [pair for rule in job.by_signal[Signal.RANK_STEPS] for pair in rule.on_rank_steps(run)]
         if job.arrival.active:
@@ -436,9 +447,12 @@ class DetectionEngine:
                 if extra and "model_flops_per_token" in extra:
                     _set_flops(job.sli, extra)
         job.ended = False  # a job id that reports steps again was restarted
-        job.ranks.update(ranks)
-        if max(steps) > job.latest_step:
-            job.latest_step = max(steps)
+        if layout is not job.ranks_of:  # (a repeated layout's ranks are in already: the set only grows)
+            job.ranks.update(ranks)
+            job.ranks_of = layout
+        newest = step_bounds[1]
+        if newest > job.latest_step:
+            job.latest_step = newest
         phase = job.phases.phase
         if phase != "train":  # job-wide phase markers cover steps without a phase of their own
             phases = [phase if p == "train" else p for p in phases]

@@ -202,7 +202,8 @@ class HangRule(JobRule):
 
     def on_rank_steps(self, run: RankSteps) -> list[tuple[int, Alert]]:
         return self.detector.update_steps(run.ranks, run.steps, run.ts, run.step_times, run.phases, run.nodes,
-                                          run.world_sizes, layout=run.layout)
+                                          run.world_sizes, layout=run.layout, ts_array=run.ts_array,
+                                          step_bounds=run.step_bounds)
 
     def on_event(self, event: Event) -> list[Alert]:
         return self.detector.update(event)

@@ -27,6 +27,8 @@ from .alert_types import AlertType
 from .resolution import Resolution, with_resolution
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .alerts import Alert
     from .steps.assembly import GroupStep
     from .steps.layout import RunLayout
@@ -71,6 +73,10 @@ class RankSteps:
     world_sizes: list[int | None]
     #: Who reported the run (its ranks, nodes and GPUs; models/steps/layout.py), or None: not known.
     layout: RunLayout | None = None
+    #: ``ts`` as a float64 array (the batch's, ``StepColumns.array``), or None: not at hand.
+    ts_array: np.ndarray | None = None
+    #: ``(min(steps), max(steps))``, or None: not worked out.
+    step_bounds: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

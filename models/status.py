@@ -33,6 +33,11 @@ RATE_WINDOW_SECONDS = 30.0
 RATE_POINTS = 5
 
 
+def _part(column: list, lo: int, hi: int, whole: bool) -> list:
+    """``column[lo:hi]``; the column itself when that is all of it (no copy)."""
+    return column if whole else column[lo:hi]
+
+
 class _Rank:
     """One rank's latest values: a view of its slot in the job's ``_RankTable`` (reads and writes go there)."""
 
@@ -118,9 +123,18 @@ class _RankTable:
             span = slice(first, first + n)
             if ts_array is None:
                 ts_array = np.array(ts, dtype=np.float64)
-            self.ts[span] = np.maximum(np.array(self.ts[span]), ts_array).tolist()
-            cur, new = np.array(self.step[span], dtype=np.int64), np.array(steps, dtype=np.int64)
-            self.step[span] = np.where((new > cur) | (new < cur - 1000), new, cur).tolist()
+            # The usual next step is later, and further on, than all the ranks' last: then the new column is the
+            # result as it is (no list -> array -> list round trip); else element by element, as arrays.
+            old_ts, old_steps = self.ts[span], self.step[span]
+            if float(ts_array.min()) > max(old_ts):
+                self.ts[span] = ts
+            else:
+                self.ts[span] = np.maximum(np.array(old_ts), ts_array).tolist()
+            if min(steps) > max(old_steps):
+                self.step[span] = steps
+            else:
+                cur, new = np.array(old_steps, dtype=np.int64), np.array(steps, dtype=np.int64)
+                self.step[span] = np.where((new > cur) | (new < cur - 1000), new, cur).tolist()
             self.phase[span] = phases
             for column, values in ((self.node, nodes), (self.group, groups)):
                 if None not in values:
@@ -197,16 +211,18 @@ class StatusRecorder:
         ``layouts``: its job runs' (``DetectionEngine.layouts``), or None."""
         for name, lo, hi in cols.job_runs():
             job = self._job(name)
-            job.ranks.observe_steps(cols.rank[lo:hi], cols.step[lo:hi], cols.ts[lo:hi], cols.node[lo:hi],
-                                    cols.phase[lo:hi], cols.group[lo:hi],
-                                    None if layouts is None else layouts.get((lo, hi)),
-                                    cols.array("ts")[lo:hi] if hi - lo >= 16 else None)
+            whole = lo == 0 and hi == len(cols)  # the batch's own lists then (nothing here changes them)
+            run_steps, run_ts = _part(cols.step, lo, hi, whole), _part(cols.ts, lo, hi, whole)
+            ts_array = cols.array("ts")[lo:hi] if hi - lo >= 16 else None
+            job.ranks.observe_steps(_part(cols.rank, lo, hi, whole), run_steps, run_ts, _part(cols.node, lo, hi, whole),
+                                    _part(cols.phase, lo, hi, whole), _part(cols.group, lo, hi, whole),
+                                    None if layouts is None else layouts.get((lo, hi)), ts_array)
             # Per step: latest end time and token/sample sums, one run of equal steps at a time.
             steps, ts, tokens, samples = cols.step, cols.ts, cols.tokens, cols.samples
-            if steps[lo:hi].count(steps[lo]) == hi - lo:  # one step throughout (the usual envelope)
+            if run_steps.count(steps[lo]) == hi - lo:  # one step throughout (the usual envelope)
                 if hi - lo >= 16:  # summed as arrays: the batch's own
                     tokens, samples = cols.array("tokens"), cols.array("samples")
-                self._step_run(job, steps[lo], ts[lo:hi], tokens[lo:hi], samples[lo:hi])
+                self._step_run(job, steps[lo], run_ts, tokens[lo:hi], samples[lo:hi], ts_array)
                 continue
             start = lo
             for i in range(lo + 1, hi + 1):
@@ -215,9 +231,9 @@ class StatusRecorder:
                 self._step_run(job, steps[start], ts[start:i], tokens[start:i], samples[start:i])
                 start = i
 
-    def _step_run(self, job: _Job, step: int, ts: list[float], tokens, samples) -> None:
+    def _step_run(self, job: _Job, step: int, ts: list[float], tokens, samples, ts_array=None) -> None:
         """``_step`` for consecutive events of one step (NaN: not reported); sums add in the same order. ``tokens``
-        and ``samples``: lists, or arrays when there are 16 or more."""
+        and ``samples``: lists, or arrays when there are 16 or more; ``ts_array``: ``ts`` as an array, or None."""
         steps = job.steps
         entry = steps.get(step)
         if entry is None:
@@ -226,7 +242,7 @@ class StatusRecorder:
             entry = steps[step] = [ts[0], None, None]
             while len(steps) > self.history:
                 del steps[min(steps)]
-        latest = max(ts)
+        latest = max(ts) if ts_array is None else float(ts_array.max())
         if latest > entry[0]:
             entry[0] = latest
         for k, values in ((1, tokens), (2, samples)):

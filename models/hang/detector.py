@@ -367,9 +367,11 @@ class HangDetector:
 
     def update_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
                      phases: list[str], nodes: list[str | None], world_sizes: list[int | None], *,
-                     layout=None) -> list[tuple[int, Alert]]:
+                     layout=None, ts_array: np.ndarray | None = None,
+                     step_bounds: tuple[int, int] | None = None) -> list[tuple[int, Alert]]:
         """Learn from valid step events in order (columns); return ``(i, alert)`` for each hang the
-        i-th event ended (only while one is open). ``layout``: who reported them (models/steps/layout.py), or None."""
+        i-th event ended (only while one is open). ``layout``: who reported them (models/steps/layout.py), or None;
+        ``ts_array``: ``ts`` as a float64 array, or None; ``step_bounds``: ``(min(steps), max(steps))``, or None."""
         if self.progress.ended:
             self._reset_state()  # steps after the end: a restart
         p = self.progress
@@ -381,18 +383,22 @@ class HangDetector:
             node_layout = None
         # Every host's time on the job's median clock (models/steps/clocks.py): silence and progress
         # compare timestamps written by different hosts.
-        self.clocks.observe_many(nodes, steps, ts, node_layout)
+        low, high = (min(steps), max(steps)) if step_bounds is None else step_bounds
+        self.clocks.observe_many(nodes, steps, ts, node_layout, ts_array, low == high)
         if self.clocks.offsets:
             offset = self.clocks.offset
             ts = [t - offset(n) for t, n in zip(ts, nodes)]
-        if min(ts) < self._old_before:  # late events of processes gone at the last restart: left out
+            ts_array = None  # (the array is of the times as written)
+        if (min(ts) if ts_array is None else float(ts_array.min())) < self._old_before:
+            # late events of processes gone at the last restart: left out
             keep = [i for i, t in enumerate(ts) if t >= self._old_before]
             if not keep:
                 return []
-            layout = None
+            layout = ts_array = None
             ranks, steps, ts, step_times, phases, nodes, world_sizes = (
                 [c[i] for i in keep] for c in (ranks, steps, ts, step_times, phases, nodes, world_sizes))
-        if p.max_step >= 1 and min(steps) < p.max_step - 1:
+            low, high = min(steps), max(steps)
+        if p.max_step >= 1 and low < p.max_step - 1:
             # Steps back: ranks in new processes (a restart from a checkpoint)?
             for i, (rank, step, t, node) in enumerate(zip(ranks, steps, ts, nodes)):
                 slot = p.slot_of_rank.get(rank)
@@ -406,7 +412,8 @@ class HangDetector:
                                               nodes[i:], world_sizes[i:])
                     return out
         if self._episode is None:
-            p.quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout=layout)
+            p.quiet_steps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout=layout, ts_array=ts_array,
+                          newest=high)
             return []
         out = []
         for i, (rank, step, t, step_time, phase, node, world_size) in enumerate(

@@ -88,6 +88,9 @@ class JobProgress:
         #: run of ``quiet_steps`` (models/steps/layout.py): the next step's run has the same layout (slots are
         #: never taken back).
         self._run_slots: list | None = None
+        # (slots list, its first slot if they are consecutive, else None) of the latest ``rank_columns``: the run's
+        # slots list above comes again each step (the list is kept, so the identity check cannot be fooled)
+        self._consecutive: tuple[list[int], int | None] | None = None
         self.n = 0
         self.rank_at = np.zeros(0, dtype=np.int64)
         self.last_step = np.zeros(0, dtype=np.int64)  # highest completed step (-1: unknown)
@@ -212,12 +215,13 @@ class JobProgress:
 
     def quiet_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
                      phases: list[str], nodes: list[str | None], world_sizes: list[int | None], *,
-                     layout=None) -> None:
+                     layout=None, ts_array: np.ndarray | None = None, newest: int | None = None) -> None:
         """``update_steps`` while no hang is open: no alert, per-rank values become array writes. ``layout``:
-        who reported them (models/steps/layout.py), or None."""
+        who reported them (models/steps/layout.py), or None; ``ts_array``: ``ts`` as a float64 array, or None;
+        ``newest``: ``max(steps)``, or None."""
         if self.started_at is None:
             self.started_at = self.progress_ts = ts[0]
-        latest = max(ts)
+        latest = max(ts) if ts_array is None else float(ts_array.max())
         if latest > self.latest_ts:
             self.latest_ts = latest
         run = self._run_slots
@@ -241,7 +245,8 @@ class JobProgress:
         top = self.max_step
         if first and ts[0] > self.progress_ts:
             self.progress_ts = ts[0]
-        newest = max(steps)
+        if newest is None:
+            newest = max(steps)
         if newest <= top or len(slots) == 1 or not unique:
             if newest > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
                 for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
@@ -253,7 +258,7 @@ class JobProgress:
             if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
                 self.rank_row(slots[0], steps[0], ts[0], nodes[0])
             else:
-                self.rank_columns(slots, steps, ts, nodes, unique=unique)
+                self.rank_columns(slots, steps, ts, nodes, unique=unique, ts_a=ts_array)
             passed = self.counter_passed() if newest > top else None
             if passed is not None:
                 self.counted_advance(0, passed, first, step_times, phases, ts)
@@ -269,7 +274,7 @@ class JobProgress:
         if not fresh.any():  # no new rank: the counts only grow, so the end of the run decides
             k = self.known
             if self.above + int(((steps_a > top) & (cur <= top)).sum()) < k - (k - 1) // 2:
-                self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a)
+                self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a, ts_a=ts_array)
                 return
         known = self.known + np.cumsum(fresh)
         above, lo, state, passes = self.above, 0, None, []
@@ -288,7 +293,7 @@ class JobProgress:
             top = int(np.partition(values, mid)[mid])
             passes.append((i, top))
             above, lo = int((state > top).sum()), i + 1
-        self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a)
+        self.rank_columns(slots, steps, ts, nodes, unique=True, idx=idx, steps_a=steps_a, ts_a=ts_array)
         for i, passed in passes:
             self.counted_advance(i, passed, first, step_times, phases, ts)
 
@@ -312,12 +317,14 @@ class JobProgress:
 
     def rank_columns(self, slots: list[int], steps: list[int], ts: list[float], nodes: list[str | None], *,
                      unique: bool | None = None, idx: np.ndarray | None = None,
-                     steps_a: np.ndarray | None = None) -> None:
+                     steps_a: np.ndarray | None = None, ts_a: np.ndarray | None = None) -> None:
         """Per-rank latest values of several step events (their ranks' slots) as array writes; ``unique``
-        (each slot once), ``idx`` and ``steps_a`` (``slots`` and ``steps`` as arrays): when the caller knows them."""
+        (each slot once), ``idx``, ``steps_a`` and ``ts_a`` (``slots``, ``steps`` and ``ts`` as arrays): when the
+        caller knows them."""
         if idx is None:
             idx = np.array(slots, dtype=np.int64)
-        ts_a = np.array(ts, dtype=np.float64)
+        if ts_a is None:
+            ts_a = np.array(ts, dtype=np.float64)
         if unique is None:
             unique = len(set(slots)) == len(slots)
         if unique:  # each rank once (the usual envelope): a plain fancy-index write does what .at does
@@ -325,8 +332,8 @@ class JobProgress:
         else:
             np.maximum.at(self.last_seen, idx, ts_a)
         node_list = self.nodes
-        first_slot = slots[0]
-        if None not in nodes and slots == list(range(first_slot, first_slot + len(slots))):
+        first_slot = self._first_of_run(slots)
+        if first_slot is not None and None not in nodes:
             node_list[first_slot:first_slot + len(slots)] = nodes  # consecutive slots: one slice write
         else:
             for slot, node in zip(slots, nodes):
@@ -347,6 +354,17 @@ class JobProgress:
                 else:
                     for slot, step, t in zip(slots[lo:hi], steps[lo:hi], ts[lo:hi]):
                         self.advance_rank(slot, step, t)
+
+    def _first_of_run(self, slots: list[int]) -> int | None:
+        """The first of ``slots`` when they are consecutive, else None (worked out once per slots list)."""
+        memo = self._consecutive
+        if memo is not None and memo[0] is slots:
+            return memo[1]
+        first = slots[0]
+        if slots != list(range(first, first + len(slots))):
+            first = None
+        self._consecutive = (slots, first)
+        return first
 
     def advance_ranks(self, idx: np.ndarray, steps: np.ndarray, ts: np.ndarray) -> None:
         """``_rank_step`` for distinct slots at once."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .robust import median
+
 
 class ClockOffsets:
     def __init__(self, *, min_nodes: int = 3, history: int = 16, max_open: int = 4, min_offset: float = 0.25) -> None:
@@ -40,6 +42,8 @@ class ClockOffsets:
         # (layout, where each run of one node starts, the runs' nodes) of the latest big run of one step
         # (models/steps/layout.py): the next step's ranks are on the same nodes
         self._node_runs: tuple[object, np.ndarray, list] | None = None
+        # (nodes, their rows as an array) of the latest closed step: the next one usually has the same nodes
+        self._rows_of: tuple[list[str], np.ndarray] | None = None
 
     def observe(self, node: str | None, step: int, ts: float) -> None:
         if node is None:
@@ -58,10 +62,13 @@ class ClockOffsets:
         if prev is None or ts < prev:
             ends[node] = ts
 
-    def observe_many(self, nodes, steps, ts, layout=None) -> None:
-        """``observe`` for events in order; ``layout``: the run's (models/steps/layout.py) when ``nodes`` are its, else None."""
+    def observe_many(self, nodes, steps, ts, layout=None, ts_array=None, one_step: bool | None = None) -> None:
+        """``observe`` for events in order; ``layout``: the run's (models/steps/layout.py) when ``nodes`` are its, else
+        None; ``ts_array``: ``ts`` as a float64 array, or None; ``one_step``: whether all ``steps`` are one, or None."""
         n = len(steps)
-        if n > 1 and steps[0] == steps[-1] and (n == 2 or min(steps) == max(steps)):
+        if one_step is None:
+            one_step = n > 1 and steps[0] == steps[-1] and (n == 2 or min(steps) == max(steps))
+        if n > 1 and one_step:
             # One step's ranks (the usual column run): one bookkeeping call, then a plain min per node;
             # the same result as observing them one by one, at a fraction of the cost.
             first = 0
@@ -84,7 +91,8 @@ class ClockOffsets:
                     runs = self._node_runs = (layout, starts, names[starts].tolist())
                 _, starts, names = runs
                 if len(starts) * 4 <= n:
-                    pairs = zip(names, np.minimum.reduceat(np.asarray(ts, dtype=np.float64), starts).tolist())
+                    values = np.asarray(ts, dtype=np.float64) if ts_array is None else ts_array
+                    pairs = zip(names, np.minimum.reduceat(values, starts).tolist())
             for node, t in pairs:
                 if node is not None:
                     prev = get(node)
@@ -99,15 +107,22 @@ class ClockOffsets:
         self._closed = max(self._closed, step)
         if len(ends) < self.min_nodes:
             return
-        mid = _median(sorted(ends.values()))
-        rows = [self._row.get(node) for node in ends]
-        if None in rows:
-            for i, node in enumerate(ends):
-                if rows[i] is None:
-                    rows[i] = self._row[node] = self._new_row()
-        idx = np.array(rows, dtype=np.int64)
+        values = np.fromiter(ends.values(), dtype=np.float64, count=len(ends))
+        mid = median(values)  # (the same float as the middle of the sorted values)
+        nodes = list(ends)
+        memo = self._rows_of
+        if memo is not None and memo[0] == nodes:  # the nodes of the step before, in its order (the usual step)
+            idx = memo[1]
+        else:
+            rows = [self._row.get(node) for node in nodes]
+            if None in rows:
+                for i, node in enumerate(nodes):
+                    if rows[i] is None:
+                        rows[i] = self._row[node] = self._new_row()
+            idx = np.array(rows, dtype=np.int64)
+            self._rows_of = (nodes, idx)
         h = self.history
-        self._ring[idx, self._count[idx] % h] = np.fromiter(ends.values(), dtype=np.float64, count=len(ends)) - mid
+        self._ring[idx, self._count[idx] % h] = values - mid
         self._count[idx] += 1
         counts = self._count[idx]
         offsets = np.empty(len(idx))
@@ -117,8 +132,10 @@ class ClockOffsets:
             offsets[full] = ordered[:, h // 2] if h % 2 else (ordered[:, h // 2 - 1] + ordered[:, h // 2]) / 2
         for i in np.flatnonzero(~full).tolist():  # a node's first few steps
             offsets[i] = _median(sorted(self._ring[idx[i], :counts[i]].tolist()))
-        beyond = (np.abs(offsets) >= self.min_offset).tolist()
-        for node, offset, big in zip(ends, offsets.tolist(), beyond):
+        beyond = np.abs(offsets) >= self.min_offset
+        if not self.offsets and not beyond.any():
+            return  # (the usual case: no clock off, none was: nothing to set or drop)
+        for node, offset, big in zip(ends, offsets.tolist(), beyond.tolist()):
             if big:
                 self.offsets[node] = offset
             else:
