@@ -8,7 +8,10 @@ expert) paged 13 times (models/steps/straggler.py ``_background_now``); a hang a
 checkpoints warned after 207 s, the checkpoints having grown the step-time p99 (models/hang/progress.py
 ``step_time_stats``); a recording sorted by host time with one node's clock 10 s ahead raised a partial hang
 naming that node's ranks at the start, their loading time counted as time behind (``partial_stuck``), and
-closed every 0.3 s step with one node's ranks only (models/steps/assembly.py ``max_pending_seconds``: 30 s).
+closed every 0.3 s step with one node's ranks only (models/steps/assembly.py ``max_pending_seconds``: 30 s);
+a straggler in the first of two pipeline stages, whose steps then closed a few steps after the second's, gave
+a communication throughput drop, the second stage's wait judged alone (models/jobhealth/throughput.py: a step
+without one of its stages is incomplete).
 """
 from __future__ import annotations
 
@@ -64,6 +67,16 @@ def scenarios() -> list[Scenario]:
             slow=[Slow(1.4, 300, rank=6)], clock_spread=12.0, lost=0.03)], order="ts", arrival=False,
         expect=[lambda m: E("straggler", "ks3c", m["ks3c"]["step"][300], 15, ranks=[6], nodes=["n01"])],
         note="40 ms steps sorted by host time, clocks 12 s apart, no broker times: up to 256 steps held"))
+    for moe in (False, True):  # a stage's steps closing later than the other's were judged without it
+        name = "ks10" + ("moe" if moe else "")
+        out.append(Scenario(
+            "two_stages_straggler" + ("_moe" if moe else ""), [JobSpec(
+                name, nodes(4), 4, 300, compute=0.25, transfer=0.05, start=T0, seed=302, stages=2,
+                slow=([Slow(1.3, 0, kind="flaky", p=0.15, rank=r) for r in range(16)] if moe else [])
+                + [Slow(1.5, 150, rank=5)])],
+            expect=[lambda m, n=name: E("straggler", n, m[n]["step"][150], 20, ranks=[5], nodes=["n01"])],
+            allow=[{"type": "imbalance", "job": name, "severity": "info"}],
+            note="two pipeline stages, a straggler in the first: its cost is the straggler's, no throughput drop"))
     out.append(Scenario(
         "link_fault_and_jobwide_slowdown", [JobSpec(
             "ks4", nodes(4), 4, 300, compute=0.3, transfer=0.1, start=T0, seed=104, telemetry=True,

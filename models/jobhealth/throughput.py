@@ -32,7 +32,7 @@ straggler rule names the slow rank, and the communication layer moves only when 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -346,8 +346,12 @@ class ThroughputDetector:
                 break
             del self._pending[step]
             phases = {p for _, p in got.values()}
-            out.extend(self._update(combine([s for s, _ in got.values()]),
-                                    "train" if phases == {"train"} else next(p for p in phases if p != "train")))
+            combined = combine([s for s, _ in got.values()])
+            if len(got) < len(self._groups):
+                # A stage's step not in (late, or the stage gone): incomplete, as a step closed without some
+                # ranks; the other stages' alone would read their wait for it as the job's step.
+                combined = replace(combined, missing=combined.missing + len(self._groups) - len(got))
+            out.extend(self._update(combined, "train" if phases == {"train"} else next(p for p in phases if p != "train")))
         return out
 
     def _update(self, sample: StepSample, phase: str) -> list[Alert]:
