@@ -678,6 +678,8 @@ class StragglerDetector:
         learned one cannot explain it (chance at most ``WINDOW_RATE_P``): in a big job their few spikes are the
         background the learned rate already holds, and a rate read from them would only delay stragglers."""
         rate = self.spike_rate()
+        if self._basis == "self":  # a small group judges each rank against its own pace: too few others to read
+            return rate
         mine = set(slots[candidates].tolist()) | {self._slot[r] for r in self._firing}
         mine_at = np.fromiter(mine, dtype=np.int64, count=len(mine))
         if self.intermittent_window and self._flaky_n:
