@@ -34,7 +34,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -43,7 +43,8 @@ from .alerts import Alert
 from .engine import CAPPED_MARK, DetectionEngine
 from .wire.deadletter import Rejected, deadletter_message
 from .wire.events import event_to_dict
-from .wire.step_columns import StepColumns, _step_columns, decode_value, parse_value
+from .wire.decode_plan import ReadPlan
+from .wire.step_columns import MAX_RUN_EVENTS, StepColumns, _step_columns, decode_value, parse_value, step_items_of
 from .wire.telemetry_events import TELEMETRY_KINDS
 from .wire.wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
 from .published import PublishedAlerts
@@ -69,10 +70,7 @@ class PipelineSettings:
 
 log = logging.getLogger("stepwatch.pipeline")
 
-#: Step events merged into one column batch at most. Merging amortises the per-call cost for small
-#: messages; beyond about a thousand events a batch only gets slower (the decoded dicts of many
-#: messages are alive at once: measured 1.5x slower per event at 36k than at 1k).
-MAX_RUN_EVENTS = 1_024
+
 
 @dataclass(frozen=True, slots=True)
 class Road:
@@ -147,18 +145,7 @@ def step_items(raw) -> list | tuple | None:
     return _step_items(obj)
 
 
-def _step_items(obj) -> list | tuple | None:
-    """``step_items`` of a parsed value."""
-    if type(obj) is not dict:
-        return None
-    kind = obj.get("kind")
-    if kind == "step":
-        return (obj,)
-    if kind == "batch" and obj.get("v") == WIRE_VERSION:
-        items = obj.get("events")
-        if type(items) is list and 0 < len(items) <= MAX_BATCH_EVENTS:
-            return items
-    return None
+_step_items = step_items_of  # (its former name)
 
 
 class _Rejects:
@@ -248,6 +235,42 @@ class Pipeline:
             items.extend(found)
         if run:
             self._feed_run(run, items, arrival, road, alerts, out)
+        return self._outputs(out, alerts, speaks_for, reports)
+
+    def feed_planned(self, messages: Sequence, plan: ReadPlan, arrival: float | None = None, *,
+                     road: Road = EVENTS_ROAD, speaks_for: Callable[[Alert], bool] | None = None,
+                     reports: Callable[[Message], bool] | None = None) -> Outputs:
+        """``feed`` for a read whose decoding was planned already (``models.wire.decode_plan.plan_read``, in the
+        live worker's decoder process): the same parts, columns and outputs as ``feed`` of the same messages.
+        A part the plan left to the worker is parsed here: a message of other kinds (or one to dead-letter)
+        when it comes, and a run's messages only when they must be taken apart one by one."""
+        if road is not EVENTS_ROAD:
+            raise ValueError("a decode plan is for the events topic's road")
+        out = Outputs()
+        alerts: list[Alert] = []
+        messages = list(map(_message, messages))
+        at = 0
+        for part in plan.parts:
+            msgs = messages[at:at + part.messages]
+            at += part.messages
+            if part.columns is None:
+                if part.messages == 1:
+                    self._feed_one(msgs[0], *parse_value(msgs[0].value), arrival, road, alerts, out)
+                else:
+                    self._feed_run([(m, parse_value(m.value)[0]) for m in msgs], None, arrival, road, alerts, out)
+                continue
+            cols = part.unpack([m.value for m in msgs])
+            if part.messages == 1:
+                self._feed_decoded(msgs[0], part.shapes[0][1] is not None, cols, [], arrival, road,
+                                   alerts, out)
+            else:
+                self._feed_run([(m, None) for m in msgs], None, arrival, road, alerts, out, cols=cols,
+                               shapes=part.shapes)
+        if at != len(messages):
+            raise ValueError(f"a decode plan for {at} messages given {len(messages)}")
+        return self._outputs(out, alerts, speaks_for, reports)
+
+    def _outputs(self, out: Outputs, alerts: list[Alert], speaks_for, reports) -> Outputs:
         out.alerts = self.publishable(alerts, speaks_for=speaks_for)
         if reports is not None and out.deadletters:
             out.deadletters = [d for d in out.deadletters if reports(d.message)]
@@ -261,6 +284,9 @@ class Pipeline:
         if type(item) is Tick:
             return self.tick(item.at)
         road = item.road or EVENTS_ROAD
+        if item.plan is not None:
+            return self.feed_planned(item.messages, item.plan, item.arrival, road=road, speaks_for=item.speaks_for,
+                                     reports=item.reports)
         if item.parsed:
             return self.feed_parsed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for,
                                     reports=item.reports)
@@ -315,23 +341,31 @@ class Pipeline:
 
     # -- the two ways in ------------------------------------------------------------------
 
-    def _feed_run(self, run: list[tuple[Message, object]], items: list, arrival: float | None, road: Road,
-                  alerts: list[Alert], out: Outputs) -> None:
-        """Consecutive step messages of one partition: one column batch."""
-        cols = _step_columns(items) if len(run) > 1 else None
+    def _feed_run(self, run: list[tuple[Message, object]], items: list | None, arrival: float | None, road: Road,
+                  alerts: list[Alert], out: Outputs, *, cols: StepColumns | None = None,
+                  shapes: tuple | None = None) -> None:
+        """Consecutive step messages of one partition: one column batch (``cols``/``shapes``: decoded already,
+        by a decode plan; then the values are parsed here only if the batch must be taken apart)."""
+        if cols is None and items is not None:
+            cols = _step_columns(items) if len(run) > 1 else None
         if cols is None or (arrival is not None and max(cols.ts) > arrival + self.max_future_seconds):
             # Something in it needs one message at a time (dead letters with coordinates); a lone message
-            # too (its own decode keeps a lone step event on the events path). Each value is parsed already.
+            # too (its own decode keeps a lone step event on the events path). Each value is parsed already
+            # (but for a planned run's).
             for msg, obj in run:
-                self._feed_one(msg, obj, None, arrival, road, alerts, out)
+                if obj is None:
+                    self._feed_one(msg, *parse_value(msg.value), arrival, road, alerts, out)
+                else:
+                    self._feed_one(msg, obj, None, arrival, road, alerts, out)
             return
         m = self.metrics
         if m is not None:
             m.messages.inc(len(run))
         started = time.perf_counter()
         messages = [msg for msg, _ in run]
-        parts = [(1, None, _Rejects()) if obj.get("kind") == "step" else (len(obj["events"]), 0, _Rejects())
-                 for _, obj in run]
+        if shapes is None:
+            shapes = [(1, None) if obj.get("kind") == "step" else (len(obj["events"]), 0) for _, obj in run]
+        parts = [(n, first, _Rejects()) for n, first in shapes]
         alerts.extend(self._feed_columns(cols, messages[0].partition, arrival, messages, out, parts))
         for msg, (_, _, rejects) in zip(messages, parts):
             if rejects.items:
@@ -380,11 +414,22 @@ class Pipeline:
         m = self.metrics
         if m is not None:
             m.messages.inc()
-        rejects = _Rejects()
         if bad is not None:
             events, rejected = [], [bad]
         else:
             events, rejected = decode_value(obj, msg.value)
+        is_batch = type(obj) is dict and obj.get("kind") == "batch"
+        self._feed_decoded(msg, is_batch, events, rejected, arrival, road, alerts, out, counted=True)
+
+    def _feed_decoded(self, msg: Message, is_batch: bool, events, rejected: list[Rejected],
+                      arrival: float | None, road: Road, alerts: list[Alert], out: Outputs, *,
+                      counted: bool = False) -> None:
+        """``_feed_one`` once the message is decoded (``events``: its events or their columns; ``is_batch``: it
+        is a batch envelope)."""
+        m = self.metrics
+        if m is not None and not counted:
+            m.messages.inc()
+        rejects = _Rejects()
         for r in rejected:
             if m is not None:
                 m.decode_failures.inc()
@@ -399,7 +444,7 @@ class Pipeline:
                 if road.misplaced("step") is None and (too_far is None or max(events.ts) <= too_far) and not (
                         len(events.jobs) > self.max_new_jobs and self._opens_too_many(
                             [{"job": j} for j in events.jobs])):
-                    first = 0 if type(obj) is dict and obj.get("kind") == "batch" else None
+                    first = 0 if is_batch else None
                     alerts.extend(self._feed_columns(events, msg.partition, arrival, [msg], out,
                                                      [(len(events), first, rejects)]))
                     events = []

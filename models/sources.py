@@ -51,7 +51,9 @@ class Read:
     """The messages of one read of a topic, in order (``Message``s, records with their attributes, or bare
     values), when they reached the worker (None: unknown, e.g. an old recording), and what their topic may
     carry (``road``; None: the events topic's). ``speaks_for``/``reports``: as ``Pipeline.feed``'s.
-    ``parsed``: the messages are ``(message, value, rejected)`` triples parsed already (recordings)."""
+    ``parsed``: the messages are ``(message, value, rejected)`` triples parsed already (recordings).
+    ``plan``: how the messages decode, worked out already (``models.wire.decode_plan``: the live worker's
+    decoder process); None: the pipeline decodes them."""
 
     messages: Sequence[Any]
     arrival: float | None = None
@@ -59,6 +61,7 @@ class Read:
     speaks_for: Callable | None = None
     reports: Callable | None = None
     parsed: bool = False
+    plan: Any = None
 
 
 @dataclass(frozen=True, slots=True)

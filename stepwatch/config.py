@@ -60,6 +60,10 @@ class WorkerSettings(PipelineSettings):
     #: ``<app_id>-events``, ``getmany`` batches into the engine; the default) or ``faust`` (a Faust
     #: agent in the group ``<app_id>``, one message at a time).
     consumer: str = "aiokafka"
+    #: Decoder processes of the aiokafka events consumer (streams/decoder.py): under load, large reads are
+    #: decoded there while the worker detects on the one before. -1: one where the worker may use two CPUs
+    #: or more, else none; 0: none (decode in the worker); 1: one.
+    decode_processes: int = -1
     #: Address the web server listens on (Faust's ``web_bind``); loopback unless set. Bound off
     #: loopback, every page but /health and /metrics wants the bearer token (docs/security.md).
     web_bind: str = "127.0.0.1"

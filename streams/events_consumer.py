@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 
 from stepwatch.models.pipeline import MAX_RUN_EVENTS, step_items
 from stepwatch.models.sources import Read
 
+from .decoder import READ_AHEAD, Decoder, decode_processes
 from .supervise import cancel
 
 log = logging.getLogger("stepwatch.worker")
@@ -56,7 +58,10 @@ def install_events_consumer(worker) -> None:
     position: dict = {}  # TopicPartition -> next offset after the last processed message
     lock = asyncio.Lock()  # processing a batch, a rebalance hook and a commit never interleave
     assigned_once = asyncio.Event()
-    holder: dict = {"consumer": None, "last_commit": time.monotonic(), "uncommitted": 0}
+    holder: dict = {"consumer": None, "last_commit": time.monotonic(), "uncommitted": 0,
+                    "epoch": 0}  # the epoch: one more at each rebalance (reads fetched before are dropped)
+    decoder = worker.decoder = Decoder(decode_processes(settings.worker.decode_processes),
+                                       worker.pipeline.max_new_jobs, metrics)
 
     # Node alerts are spoken by the owner of the node's events partition (streams/telemetry_feed.py):
     # that owner is this consumer's assignment, not the Faust consumer's.
@@ -133,6 +138,7 @@ def install_events_consumer(worker) -> None:
         async def on_partitions_revoked(self, revoked) -> None:
             worker.events_rebalancing = True
             async with lock:
+                holder["epoch"] += 1
                 await commit(set(revoked))  # what was processed is not read again by the next owner
                 gone = {tp.partition for tp in revoked if tp.topic == topic_name}
                 owned.difference_update(gone)
@@ -148,6 +154,7 @@ def install_events_consumer(worker) -> None:
 
         async def on_partitions_assigned(self, assigned) -> None:
             async with lock:
+                holder["epoch"] += 1
                 mine = {tp.partition for tp in assigned if tp.topic == topic_name}
                 owned.clear()
                 owned.update(mine)
@@ -161,33 +168,57 @@ def install_events_consumer(worker) -> None:
                     worker.events_rebalancing = False
                     assigned_once.set()
 
+    _D = dict(getmany=0.0, n_get=0, recs=0, undone=0, wait=0.0, items=0)
+    inflight: deque = deque()  # fetched, not yet processed: (epoch, tp, records, arrival, plan future or None)
+
     async def reads():
         """The events topic as a source (models/sources.py): one ``Read`` per ``getmany`` batch of a partition
         (ConsumerRecords have Message's attributes). A batch's offsets count as processed once the next item
         is asked for (``Worker.drive`` asks after processing, or after logging and counting its failure), and
-        are committed after processing; the lock is held across a ``getmany``'s batches."""
+        are committed after processing; the lock is held while a read is handed on.
+
+        Under load a batch is cut into parts that the decoder process (streams/decoder.py) decodes while the
+        worker detects on the part before; the consumer reads ahead (up to ``READ_AHEAD`` parts), so that the
+        process always has the next part to decode. Parts fetched before a rebalance are dropped (uncommitted:
+        read again by the partition's owner)."""
         consumer = holder["consumer"]
         while True:
-            try:
-                batches = await consumer.getmany(timeout_ms=FAST_TIMEOUT_MS, max_records=FAST_MAX_RECORDS)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reading the events topic failed; retrying")
-                await asyncio.sleep(1.0)
-                continue
-            # Let the fetcher send its next request before the CPU-bound processing below, so the broker
-            # reads the next records while these are processed (nothing else yields to the loop).
-            await asyncio.sleep(0)
-            async with lock:
-                if not worker.processing_allowed.is_set():
-                    await worker.processing_allowed.wait()
+            if not inflight or (len(inflight) < READ_AHEAD and inflight[-1][4] is not None):
+                try:
+                    batches = await consumer.getmany(timeout_ms=0 if inflight else FAST_TIMEOUT_MS,
+                                                     max_records=FAST_MAX_RECORDS)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("reading the events topic failed; retrying")
+                    await asyncio.sleep(1.0)
+                    continue
+                arrival, epoch = time.time(), holder["epoch"]
                 for tp, records in batches.items():
                     if tp.topic != topic_name or tp.partition not in owned or not records:
                         continue  # fetched before a rebalance took the partition away
-                    yield Read(records, time.time())  # a failure is logged and counted by Worker.drive
+                    values = [r.value for r in records]
+                    cuts = decoder.parts(values)
+                    if not cuts:  # decoded in process, whole
+                        inflight.append((epoch, tp, records, arrival, None))
+                    for lo, hi in cuts:
+                        inflight.append((epoch, tp, records[lo:hi], arrival, decoder.submit(values[lo:hi])))
+                # Let the fetcher send its next request before the CPU-bound processing below, so the broker
+                # reads the next records while these are processed (nothing else yields to the loop).
+                await asyncio.sleep(0)
+            async with lock:
+                if inflight and not worker.processing_allowed.is_set():
+                    await worker.processing_allowed.wait()
+                while inflight:
+                    epoch, tp, records, arrival, pending_plan = inflight.popleft()
+                    plan = await decoder.plan(pending_plan)
+                    if epoch != holder["epoch"] or tp.partition not in owned:
+                        continue  # a rebalance came meanwhile: the partition's owner reads these again
+                    yield Read(records, arrival, plan=plan)  # a failure is logged and counted by Worker.drive
                     pending[tp] = position[tp] = records[-1].offset + 1
                     holder["uncommitted"] += len(records)
+                    if pending_plan is not None:
+                        break  # read ahead before the next part
                 if pending and (holder["uncommitted"] >= FAST_COMMIT_EVERY
                                 or time.monotonic() - holder["last_commit"] >= settings.worker.commit_interval):
                     await commit()
@@ -208,6 +239,7 @@ def install_events_consumer(worker) -> None:
                 heartbeat_interval_ms=min(3000, session_ms // 3), max_partition_fetch_bytes=8 << 20,
                 fetch_max_bytes=64 << 20, **sec)
             holder["consumer"] = consumer
+            decoder.start()  # its process imports while the consumer joins the group
             await consumer.start()
             consumer.subscribe([topic_name], listener=Rebalance())
             log.info("events consumer (aiokafka) started in group %s", group_id)
@@ -224,3 +256,4 @@ def install_events_consumer(worker) -> None:
                 async with lock:
                     await commit()
                 await consumer.stop()
+            decoder.stop()

@@ -93,6 +93,13 @@ class WorkerMetrics:
                                            "Events, batches or timer runs whose processing raised (a bug), by "
                                            "stage (events, telemetry, tick, recovery); each also makes /health "
                                            "say degraded for DEGRADED_SECONDS.", ["stage"], registry=r)
+        self.decoder_messages = Counter("stepwatch_decoder_messages",
+                                        "Events-topic messages decoded in the decoder process (streams/decoder.py): "
+                                        "large reads, while the worker detects on the read before.", registry=r)
+        self.decoder_fallbacks = Counter("stepwatch_decoder_fallbacks",
+                                         "Reads the decoder process should have decoded but the worker decoded "
+                                         "itself because the process failed (streams/decoder.py); a new process "
+                                         "takes the next reads.", registry=r)
         self.gpu_seconds_lost = Counter("stepwatch_gpu_seconds_lost",
                                         "GPU-seconds lost to restarts (downtime and recomputed steps) and hangs, "
                                         "by cause (failure class).", ["cause"], registry=r)

@@ -80,6 +80,8 @@ class Worker:
         self.metrics = WorkerMetrics(self.engine)
         self.runtime = RuntimeConfig(settings)
         self.published = PublishedAlerts()
+        #: The aiokafka events consumer's decoder process (streams/decoder.py); None in Faust mode.
+        self.decoder = None
         self.pipeline = Pipeline(self.engine, recorder=self.recorder, published=self.published,
                                  max_future_seconds=settings.worker.max_future_seconds, metrics=self.metrics)
 
