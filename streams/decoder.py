@@ -35,15 +35,25 @@ CHUNK_BYTES = 4 << 20
 READ_AHEAD = 4
 
 
-def usable_cpus() -> int:
+def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> float:
+    """CPUs this process may use: its affinity, bounded by a cgroup v2 CPU quota (a container's CPU limit)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus: float = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux: all of them
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    try:
+        with open(cpu_max) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, int(quota) / int(period))
+    except (OSError, ValueError):  # no cgroup v2 quota here: the affinity is the bound
+        pass
+    return cpus
 
 
 def decode_processes(setting: int) -> int:
-    """How many decoder processes to run: the setting, or (negative: automatic) 1 with two CPUs or more."""
+    """How many decoder processes to run: the setting, or (negative: automatic) 1 with two CPUs or more (by
+    affinity and the container's CPU limit)."""
     if setting >= 0:
         return min(setting, 1)  # one: a single process keeps the reads in order without a reorder buffer
     return 1 if usable_cpus() >= 2 else 0

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.wire.decode_plan import plan_read
-from stepwatch.streams.decoder import CHUNK_MESSAGES, MIN_OFFLOAD_BYTES, Decoder, decode_processes
+from stepwatch.streams.decoder import CHUNK_MESSAGES, MIN_OFFLOAD_BYTES, Decoder, decode_processes, usable_cpus
 from stepwatch.streams.metrics import WorkerMetrics
 
 from support import wait_until
@@ -59,6 +59,15 @@ def test_a_read_is_cut_into_parts_only_when_large():
     assert all(a[1] == b[0] for a, b in zip(cuts, cuts[1:]))  # in order, nothing left out
     assert Decoder(0, 256).parts(large) == []  # no process: everything in the worker
     assert decode_processes(0) == 0 and decode_processes(5) == 1 and decode_processes(-1) in (0, 1)
+
+
+def test_a_container_cpu_limit_bounds_the_cpus(tmp_path):
+    limit = tmp_path / "cpu.max"
+    limit.write_text("150000 100000\n")  # cgroup v2: 1.5 CPUs
+    assert usable_cpus(str(limit)) == min(1.5, len(os.sched_getaffinity(0)))
+    limit.write_text("max 100000\n")
+    assert usable_cpus(str(limit)) == len(os.sched_getaffinity(0))
+    assert usable_cpus(str(tmp_path / "absent")) == len(os.sched_getaffinity(0))
 
 
 def test_the_process_gives_the_plan_the_worker_would_make_and_a_dead_one_loses_nothing():
