@@ -92,6 +92,7 @@ class Decoder:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
 
     def start(self) -> None:
+        """Start the process (at the first large read: a worker that keeps up never needs it)."""
         if self.enabled and self._pool is None:
             # spawn: the worker runs threads (Kafka clients, the web server); forking them is unsafe.
             self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))

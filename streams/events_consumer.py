@@ -239,7 +239,6 @@ def install_events_consumer(worker) -> None:
                 heartbeat_interval_ms=min(3000, session_ms // 3), max_partition_fetch_bytes=8 << 20,
                 fetch_max_bytes=64 << 20, **sec)
             holder["consumer"] = consumer
-            decoder.start()  # its process imports while the consumer joins the group
             await consumer.start()
             consumer.subscribe([topic_name], listener=Rebalance())
             log.info("events consumer (aiokafka) started in group %s", group_id)

@@ -37,7 +37,7 @@ def main() -> None:
 
     def all_cpu() -> float:
         """CPU seconds of this process (every thread) and of its decoder process (streams/decoder.py)."""
-        pool = getattr(worker.decoder, "_pool", None)
+        pool = getattr(getattr(worker, "decoder", None), "_pool", None)  # (older trees have none)
         ticks = 0
         for pid in list(getattr(pool, "_processes", None) or ()):
             try:
