@@ -121,7 +121,14 @@ class Decoder:
     def submit(self, values: list) -> Pending | None:
         if not self.enabled:
             return None
-        self.start()
+        try:
+            self.start()
+        except Exception as exc:  # e.g. no /dev/shm for its queues: decode in the worker from now on
+            log.warning("cannot start the decoder process (%r): reads are decoded in the worker", exc)
+            if self.metrics is not None:
+                self.metrics.decoder_fallbacks.inc()
+            self.enabled = False
+            return None
         try:
             return Pending(self._pool.submit(plan_read, values, self.max_new_jobs), len(values))
         except Exception as exc:  # a broken pool: a new one for the next read, this one in process

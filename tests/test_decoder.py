@@ -94,3 +94,17 @@ def test_the_process_gives_the_plan_the_worker_would_make_and_a_dead_one_loses_n
         assert decoder._pool is not pool
     finally:
         decoder.stop()
+
+
+def test_a_process_that_cannot_start_leaves_the_reads_to_the_worker(monkeypatch):
+    import concurrent.futures
+
+    def refuse(*args, **kwargs):
+        raise OSError("no /dev/shm")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
+    metrics = WorkerMetrics(DetectionEngine())
+    decoder = Decoder(1, 256, metrics)
+    assert decoder.submit(_envelopes(CHUNK_MESSAGES)) is None  # decoded in the worker
+    assert not decoder.enabled and decoder.parts(_envelopes(150)) == []  # and so are the next reads
+    assert _counter(metrics, "stepwatch_decoder_fallbacks_total") == 1
