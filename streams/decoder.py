@@ -9,7 +9,8 @@ plan comes back packed (columns as arrays); ``Pipeline.feed_planned`` feeds it a
 Small reads (a worker keeping up with its topic) are decoded in process: the trip costs more than it saves.
 If the process dies or a plan fails, the read is decoded in process (logged and counted in
 ``stepwatch_decoder_fallbacks_total``) and a new process is started for the next one: nothing is lost.
-``STEPWATCH_WORKER_DECODE_PROCESSES``: 1 (default where the worker may use two CPUs or more) or 0 (none).
+``STEPWATCH_WORKER_DECODE_PROCESSES``: -1 (the default: one where the worker may use two CPUs or more), 0
+(none) or 1. The process is spawned at the first large read: a worker that keeps up never starts it.
 """
 
 from __future__ import annotations
