@@ -44,9 +44,10 @@ from .engine import CAPPED_MARK, DetectionEngine
 from .wire.deadletter import Rejected, deadletter_message
 from .wire.events import event_to_dict
 from .wire.decode_plan import ReadPlan
-from .wire.step_columns import MAX_RUN_EVENTS, StepColumns, _step_columns, decode_value, parse_value, step_items_of
+from .wire.step_columns import (MAX_RUN_EVENTS, StepColumns, _step_columns, decode_value, parse_value,
+                                 step_items_of, step_job_names)
 from .wire.telemetry_events import TELEMETRY_KINDS
-from .wire.wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
+from .wire.wire import MAX_MESSAGE_BYTES
 from .published import PublishedAlerts
 from .sources import Item, Message, Read, RecordingSource, Tick, _message, _pop_arrival  # noqa: F401  (Message: its former home)
 
@@ -69,7 +70,6 @@ class PipelineSettings:
 
 
 log = logging.getLogger("stepwatch.pipeline")
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +142,7 @@ def step_items(raw) -> list | tuple | None:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    return _step_items(obj)
-
-
-_step_items = step_items_of  # (its former name)
+    return step_items_of(obj)
 
 
 class _Rejects:
@@ -220,7 +217,7 @@ class Pipeline:
         run: list[tuple[Message, object]] = []  # consecutive step messages of one partition, and their values
         items: list = []
         for msg, obj, bad in parsed:
-            found = _step_items(obj) if merge and bad is None else None
+            found = step_items_of(obj) if merge and bad is None else None
             if found is not None and len(found) > self.max_new_jobs and self._opens_too_many(found):
                 found = None  # one at a time: the events of jobs over the bound dead-lettered by index
             if found is None or (run and (msg.partition != run[0][0].partition
@@ -293,7 +290,7 @@ class Pipeline:
         return self.feed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for, reports=item.reports)
     def _opens_too_many(self, items) -> bool:
         """Whether a message's event dicts name more new jobs than one message may open."""
-        jobs = {j for i in items if type(i) is dict and type(j := i.get("job")) is str}
+        jobs = step_job_names(items)
         known = self.engine.jobs
         return len(jobs) > self.max_new_jobs and sum(1 for j in jobs if j not in known) > self.max_new_jobs
 

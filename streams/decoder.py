@@ -107,8 +107,10 @@ class Decoder:
     def parts(self, values: list) -> list[tuple[int, int]]:
         """``(start, end)`` of each part of a read to hand to the process, in order; [] when the read is small
         (or there is no process): decode it in process, whole."""
+        if not self.enabled:
+            return []
         sizes = [0 if v is None else len(v) for v in values]
-        if not self.enabled or sum(sizes) < MIN_OFFLOAD_BYTES:
+        if sum(sizes) < MIN_OFFLOAD_BYTES:
             return []
         out, start, size = [], 0, 0
         for i, n in enumerate(sizes):

@@ -168,7 +168,6 @@ def install_events_consumer(worker) -> None:
                     worker.events_rebalancing = False
                     assigned_once.set()
 
-    _D = dict(getmany=0.0, n_get=0, recs=0, undone=0, wait=0.0, items=0)
     inflight: deque = deque()  # fetched, not yet processed: (epoch, tp, records, arrival, plan future or None)
 
     async def reads():

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .step_columns import MAX_RUN_EVENTS, StepColumns, _step_columns, parse_value, step_items_of
+from .step_columns import MAX_RUN_EVENTS, StepColumns, _step_columns, parse_value, step_items_of, step_job_names
 
 #: A one-message part the worker decodes itself.
 ONE = None
@@ -92,8 +92,7 @@ def plan_read(values: list, max_new_jobs: int) -> ReadPlan | None:
     for value in values:
         obj, bad = parse_value(value)
         found = step_items_of(obj) if bad is None else None
-        if found is not None and len(found) > max_new_jobs and len(
-                {j for i in found if type(i) is dict and type(j := i.get("job")) is str}) > max_new_jobs:
+        if found is not None and len(found) > max_new_jobs and len(step_job_names(found)) > max_new_jobs:
             return None
         if found is None or (run and len(items) + len(found) > MAX_RUN_EVENTS):
             if run:

@@ -129,6 +129,11 @@ def step_items_of(obj) -> list | tuple | None:
     return None
 
 
+def step_job_names(items) -> set[str]:
+    """The job names of a message's event dicts (what may open new jobs; anything else is not a name)."""
+    return {j for i in items if type(i) is dict and type(j := i.get("job")) is str}
+
+
 def _nan(value: float | None) -> float:
     return math.nan if value is None else value
 
