@@ -337,10 +337,15 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def rendered(*sets: str) -> list[dict]:
-    argv = ["template", "sw", str(CHART)]
+    argv = ["template", "sw", str(CHART), *PROMETHEUS_OPERATOR]
     for s in sets:
         argv += ["--set", s]
     return [d for d in yaml.safe_load_all(helm(*argv).stdout) if d]
+
+
+#: A cluster with prometheus-operator's CRDs, as `helm install` would see it (.Capabilities.APIVersions).
+PROMETHEUS_OPERATOR = ("--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
+                       "--api-versions", "monitoring.coreos.com/v1/PrometheusRule")
 
 
 def test_helm_lint_strict_passes():
@@ -351,8 +356,8 @@ def test_helm_lint_strict_passes():
 def test_helm_template_renders_every_kind_from_the_one_rule_and_dashboard_file():
     docs = rendered("runbookBaseUrl=https://wiki.example/rb/")
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "ConfigMap", "DaemonSet", "Deployment", "PrometheusRule", "Secret", "Service",
-                     "ServiceAccount", "ServiceMonitor"]
+    assert kinds == ["ConfigMap", "ConfigMap", "DaemonSet", "Deployment", "PodDisruptionBudget", "PrometheusRule",
+                     "Secret", "Service", "ServiceAccount", "ServiceMonitor"]
     by_kind = {d["kind"]: d for d in docs if d["kind"] != "ConfigMap"}
     maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
 
@@ -570,7 +575,45 @@ def test_helm_notes_say_how_to_read_the_dashboard_with_the_token(tmp_path):
             in text)
     assert "kubectl -n ml port-forward svc/sw-stepwatch-worker 6066" in text
     assert 'curl -H "Authorization: Bearer $TOKEN" http://localhost:6066/jobs' in text
-    assert "loopback" in text
+    assert "http://localhost:6066/login" in text  # a browser signs in once (a cookie), no extension
+    assert "NOT installed: the cluster has no PrometheusRule CRD" in text  # helm template: no CRDs
+
+
+def test_helm_agent_lands_on_gpu_nodes_only_by_default():
+    """Issue 43: the DaemonSet asked for every node (every taint tolerated, no selector); it wants GPU nodes."""
+    [ds] = [d for d in rendered() if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
+    assert keys == {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}
+    assert all(t.get("key") == "nvidia.com/gpu" for t in spec["tolerations"])  # not `operator: Exists` alone
+    assert not any(t.get("operator") == "Exists" and "key" not in t for t in spec["tolerations"])
+    # both overridable: a site whose GPU nodes carry another label
+    [ds] = [d for d in rendered("agent.affinity=null", "agent.nodeSelector.gpu=yes") if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    assert "affinity" not in spec and spec["nodeSelector"] == {"gpu": "yes"}
+
+
+def test_helm_operator_resources_only_where_their_crds_exist():
+    bare = [d["kind"] for d in yaml.safe_load_all(helm("template", "sw", str(CHART)).stdout) if d]
+    assert "ServiceMonitor" not in bare and "PrometheusRule" not in bare  # would fail to install without the CRDs
+    with_crds = [d["kind"] for d in rendered()]
+    assert "ServiceMonitor" in with_crds and "PrometheusRule" in with_crds
+
+
+def test_helm_worker_pdb_and_optional_ingress():
+    [pdb] = [d for d in rendered() if d["kind"] == "PodDisruptionBudget"]
+    [worker] = [d for d in rendered() if d["kind"] == "Deployment"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= worker["spec"]["template"]["metadata"]["labels"].items()
+    assert not [d for d in rendered("worker.replicas=1") if d["kind"] == "PodDisruptionBudget"]  # would block drains
+    assert not [d for d in rendered() if d["kind"] == "Ingress"]  # off by default
+    [ing] = [d for d in rendered("ingress.enabled=true", "ingress.host=sw.example", "ingress.className=nginx")
+             if d["kind"] == "Ingress"]
+    [rule] = ing["spec"]["rules"]
+    assert rule["host"] == "sw.example" and ing["spec"]["ingressClassName"] == "nginx"
+    assert rule["http"]["paths"][0]["backend"]["service"]["name"] == "sw-stepwatch-worker"
+    assert helm("lint", "--strict", str(CHART), "--set", "ingress.enabled=true").returncode == 0
 
 
 # -- Slurm ----------------------------------------------------------------------------------------

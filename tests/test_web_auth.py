@@ -37,3 +37,38 @@ def test_only_the_exact_bearer_token_is_authorized():
     assert authorized({"Authorization": "bearer s3cret"}, "s3cret")  # the scheme is case-insensitive (RFC 7235)
     for given in ("", "Bearer", "Bearer s3cre", "Bearer s3cret2", "Basic s3cret", "s3cret"):
         assert not authorized({"Authorization": given}, "s3cret"), given
+
+
+def test_a_browser_signs_in_once_at_login_and_the_cookie_is_not_the_token():
+    """The dashboard in a browser (no header-adding extension): /login turns the token into a cookie."""
+    import asyncio
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from stepwatch.streams.web_auth import COOKIE, auth_middleware
+
+    async def scenario():
+        app = web.Application(middlewares=[auth_middleware("s3cret")])
+        app.router.add_get("/dashboard", lambda request: web.Response(text="the dashboard"))
+        app.router.add_get("/health", lambda request: web.Response(text="ok"))
+        async with TestClient(TestServer(app)) as client:
+            assert (await client.get("/health")).status == 200
+            page = await client.get("/dashboard", headers={"Accept": "text/html"}, allow_redirects=False)
+            assert page.status == 303 and page.headers["Location"] == "/login"  # a browser goes to the form
+            assert (await client.get("/dashboard")).status == 401  # a script gets the JSON 401
+            form = await client.get("/login")
+            assert form.status == 200 and 'name="token"' in await form.text()
+            wrong = await client.post("/login", data={"token": "guess"}, allow_redirects=False)
+            assert wrong.status == 401 and COOKIE not in wrong.cookies
+            right = await client.post("/login", data={"token": "s3cret"}, allow_redirects=False)
+            assert right.status == 303 and right.headers["Location"] == "/dashboard"
+            cookie = right.cookies[COOKIE]
+            assert cookie["httponly"] and cookie["samesite"] == "Strict" and "s3cret" not in cookie.value
+            page = await client.get("/dashboard")  # the client's jar sends the cookie
+            assert page.status == 200 and await page.text() == "the dashboard"
+            client.session.cookie_jar.clear()
+            forged = await client.get("/dashboard", headers={"Cookie": f"{COOKIE}={'0' * 64}"})
+            assert forged.status == 401  # a forged cookie is nothing
+
+    asyncio.run(scenario())
