@@ -52,9 +52,10 @@ DEFAULT_DUMP_STEM = "/tmp/nccl_trace_rank_"
 LAST_PER_GROUP = 4
 MAX_GROUPS = 8
 MAX_DUMP_BYTES = 256 << 20
-#: Opcodes and memo entries the unpickler runs and keeps (a real dump of 2,000 entries: ~200k opcodes).
-MAX_DUMP_OPS = 2_000_000
-MAX_DUMP_MEMO = 500_000
+#: Opcodes and memo entries the unpickler runs and keeps (a dump of 2,000 entries, the default buffer, with
+#: their stack frames: ~500k opcodes; at most ~70 MiB of objects).
+MAX_DUMP_OPS = 1_000_000
+MAX_DUMP_MEMO = 250_000
 #: Reader threads at once: one stuck for good (a FUSE mount that never answers) costs one of them.
 MAX_READERS = 4
 #: Stack requests older than this (seconds, on the worker's clock) are not answered.

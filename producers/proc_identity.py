@@ -318,15 +318,17 @@ class ProcTable:
             ppid = parent.ppid
         return None
 
-    def vouch(self, pid: int, *, quiet: bool = False) -> ProcInfo | None:
+    def vouch(self, pid: int, *, quiet: bool = False, report_for: str | None = None) -> ProcInfo | None:
         """The process ``pid`` (host pid) if a launcher vouches for its job and it has a rank, else None (a
-        refusal counted unless ``quiet``: scans look at every process of the node)."""
+        refusal counted unless ``quiet``, but for a process claiming ``report_for``: scans look at every
+        process of the node, and count those that claim the job asked for)."""
         env = read_environ(self.proc, pid)
         if env is None:
             return None
         claimed, rank = job_identity(env), rank_of(env)
         if claimed is None or rank is None:
             return None  # not a training rank: nothing claimed, nothing refused
+        quiet = quiet and claimed != report_for
         st = proc_stat(self.proc, pid)
         if st is None:
             return None
@@ -402,7 +404,7 @@ class ProcTable:
         """This node's vouched processes of ``job`` by rank (scanned from /proc)."""
         out = {}
         for pid in self.pids():
-            info = self.vouch(pid, quiet=True)
+            info = self.vouch(pid, quiet=True, report_for=job)
             if info is not None and info.job == job and self._owned(info):
                 out[info.rank] = info
         return out
