@@ -9,7 +9,8 @@ so the agent speaks for a process only when a launcher it can vouch for started 
   ``hierarchy-ID:controllers:path`` line per hierarchy), rooted where only slurmd creates cgroups:
   cgroup v2 ``/system.slice/slurmstepd.scope/job_<id>/step_<step>/...``, v1
   ``/slurm/uid_<uid>/job_<id>/step_<step>/...`` (its uid the process's). The job is the cgroup's:
-  the environment may add the step (``SLURM_STEP_ID``) of that job, never name another one.
+  the environment may name it with or without its step (``STEPWATCH_JOB`` from the TaskProlog,
+  ``SLURM_STEP_ID``), never name another one (then the cgroup's name is taken).
 * **Kubernetes**: the process is in a pod's cgroup (``/kubepods[.slice]/.../pod<uid>/...``); the job
   is the one the environment of its container's first process names (the pod spec's, which a
   process inside cannot change), and the process must name the same.
@@ -38,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .job_identity import IdSource, job_identity as shared_job_identity
+from .job_identity import job_identity as shared_job_identity
 from .refusals import Refusal, Refusals
 
 log = logging.getLogger("stepwatch.agent")
@@ -335,10 +336,11 @@ class ProcTable:
         scope = self._scope(pid, st)
         if scope is not None and scope[0] is Launcher.SLURM:
             launcher, job_id, step = scope
-            mine = shared_job_identity(env)
-            # The cgroup names the job; the environment may add the step of that job, never name another one.
-            if mine.source is IdSource.SLURM and mine.job.split(".")[0] == job_id:
-                job = mine.job
+            mine = shared_job_identity(env).job
+            # The cgroup names the job; the environment (the TaskProlog's STEPWATCH_JOB, SLURM_STEP_ID) may name it
+            # with or without its step, as the rank monitor does, never name another one.
+            if mine == job_id or mine.startswith(job_id + "."):
+                job = mine
             else:
                 job = f"{job_id}.{step}" if step is not None and step.isdigit() else job_id
             scope_name = f"slurm job {job_id}"

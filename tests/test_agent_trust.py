@@ -314,6 +314,7 @@ def test_a_ras_answer_speaks_only_for_its_own_users_ranks(node, server_user):
 @pytest.mark.parametrize("case, cgroup, env, expect", [
     ("slurm v2", slurm_cgroup("77"), {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0"}, "77.0"),
     ("slurm names the job, not the env", slurm_cgroup("77"), {"STEPWATCH_JOB": "victim"}, "77.0"),
+    ("the TaskProlog's STEPWATCH_JOB", slurm_cgroup("77"), {"STEPWATCH_JOB": "77", "SLURM_JOB_ID": "77"}, "77"),
     ("slurm v1", "4:memory:/slurm/uid_{uid}/job_88/step_batch/task_0\n", {"SLURM_JOB_ID": "88"}, "88"),
     ("slurm v1 of another uid", "4:memory:/slurm/uid_4242/job_88/step_0/task_0\n", {"SLURM_JOB_ID": "88"}, None),
     ("a user's own cgroup named like slurm's",
