@@ -98,10 +98,10 @@ class ProcInfo:
     rank: int
     world_size: int | None
     hostname: str | None  # HOSTNAME in its environment (a container's host name)
-    uid: int = 0  # real uid (Uid: of /proc/<pid>/status)
-    launcher: Launcher = Launcher.SLURM
-    scope: str = ""  # the Slurm job, the pod, or the torchrun pid that vouched
-    start: int = 0  # starttime, clock ticks after boot (stat field 22): with pid, names the process
+    uid: int  # real uid (Uid: of /proc/<pid>/status)
+    launcher: Launcher
+    scope: str  # the Slurm job, the pod, or the torchrun pid that vouched
+    start: int  # starttime, clock ticks after boot (stat field 22): with pid, names the process
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +177,8 @@ def cgroup_paths(proc_root: Path, pid: int) -> list[str]:
 _JOB = re.compile(r"^job_(\d+)$")
 _STEP = re.compile(r"^step_(\w+)$")
 _UID = re.compile(r"^uid_(\d+)$")
-_POD = re.compile(r"^(?:kubepods(?:-\w+)?-)?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
-                  r"(?:\.slice)?$")
+_POD = re.compile(r"^(?:kubepods(?:-\w+)?-)?pod"
+                  r"([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$")
 
 
 def slurm_scope(path: str, uid: int) -> tuple[str, str | None] | None:

@@ -259,7 +259,8 @@ def test_a_repeated_coll_sn_keeps_the_inspector_reader_bounded(node, records):
 def _ras_answer(pid: int) -> bytes:
     return json.dumps({"nccl_version": "2.30.7", "communicators": [{
         "hash": "0xabc", "size": 8, "ranks": [{"rank": 0, "host": "h", "pid": pid,
-                                               "collective_counts": {"AllReduce": 42}}], "missing_ranks": []}]}).encode()
+                                               "collective_counts": {"AllReduce": 42}}],
+        "missing_ranks": []}]}).encode()
 
 
 @needs_root

@@ -9,7 +9,8 @@ system's python3, as ``nobody`` through ``setpriv``, or as root for a genuine ra
 READY is a file written once the process is set up (its pid, or the RAS port). ``fifo`` is a stand-in for
 ProcessGroupNCCL's watchdog (DumpPipe: mkfifo, opened O_RDONLY|O_NONBLOCK): on each write to PIPE it does
 ACTION to DUMP: ``copy:SRC`` (a dump, as torch writes it), ``symlink:TARGET``, ``fifo`` (a FIFO in its place),
-``sparse:N`` (an N-byte sparse file), ``relink:LINK:TARGET`` (a directory link on DUMP's path moved). ``ras`` listens on 127.0.0.1 and speaks RAS's handshake, then
+``sparse:N`` (an N-byte sparse file), ``relink:LINK:TARGET`` (a directory link on DUMP's path moved).
+``ras`` listens on 127.0.0.1 and speaks RAS's handshake, then
 ``trickle`` (one byte every 5 s, never done) or ``answer`` (ANSWER_FILE's bytes, then closes).
 """
 
