@@ -331,13 +331,17 @@ def test_a_scheduler_cgroup_names_the_job(tmp_path, case, cgroup, env, expect):
     assert (info.job if info else None) == expect, case
 
 
+@pytest.mark.parametrize("view", ["host", "agent's cgroup namespace"])
 @pytest.mark.parametrize("claim, expect", [("llama-ft", "llama-ft"), ("victim-job", None)])
-def test_a_pod_process_speaks_for_the_job_its_container_was_started_for(tmp_path, claim, expect):
+def test_a_pod_process_speaks_for_the_job_its_container_was_started_for(tmp_path, claim, expect, view):
+    """From a DaemonSet in a cgroup namespace of its own, others' paths read ``/../../kubepods-...`` (proc(5))."""
     uid = "0f3c9a1e-77aa-4c1b-9d2e-3f4a5b6c7d8e"
+    cgroup = pod_cgroup(uid)
+    if view != "host":
+        cgroup = "0::/../.." + cgroup[cgroup.index("/kubepods-burstable.slice") + len("/kubepods-burstable.slice"):]
     write_proc(tmp_path, 900, {}, cgroup="0::/system.slice/containerd.service\n", uid=0)
-    write_proc(tmp_path, 901, {"STEPWATCH_K8S_JOB_NAME": "llama-ft"}, ppid=900, cgroup=pod_cgroup(uid),
-               cmdline=TORCHRUN)
-    write_proc(tmp_path, 902, {"STEPWATCH_K8S_JOB_NAME": claim, "RANK": "3"}, ppid=901, cgroup=pod_cgroup(uid))
+    write_proc(tmp_path, 901, {"STEPWATCH_K8S_JOB_NAME": "llama-ft"}, ppid=900, cgroup=cgroup, cmdline=TORCHRUN)
+    write_proc(tmp_path, 902, {"STEPWATCH_K8S_JOB_NAME": claim, "RANK": "3"}, ppid=901, cgroup=cgroup)
     procs = ProcTable(tmp_path)
     info = procs.info(902)
     assert (info.job if info else None) == expect
