@@ -12,6 +12,10 @@ Jobs without stepwatch code (docs/zero-code.md): with ``nccl_inspector_dir`` it 
 NCCL Inspector logs of every process on the node (producers/nccl_inspector.py) and with
 ``nccl_ras`` it queries NCCL RAS (producers/nccl_ras.py); what they give are job events
 (``nccl_window``, ``heartbeat``), handed to ``job_sink`` keyed by job for the events topic.
+Those read what local users control (files, a port anyone may listen on): they run on a thread
+of their own (``stepwatch-agent-jobs``), so a stuck read or a trickling server never holds the
+sampling thread; the agent trusts no local user (docs/security.md), and what it refused is in
+``refusals`` (counted by cause, each cause logged once; printed when the agent stops).
 
 It must never take the node down: the sampler never blocks on Kafka. Batches go through
 the producer transport (producers/transport.py, drop mode): a bounded queue to a daemon
@@ -38,6 +42,7 @@ from .nvml_sampler import NvmlSampler
 from .port_neighbors import LocalPort, TopologyFile, nic_entries
 from .proc_identity import ProcTable
 from .procfs_host import HostReader
+from .refusals import Refusals
 from .transport import DROP, Transport
 from .sysfs_ib import IbReader, normalize_bus_id
 
@@ -136,10 +141,13 @@ class NodeAgent:
         self.found: list[str] = []
         self._next_topology = 0.0
         self._xid_thread: threading.Thread | None = None
+        self._jobs_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.samples = 0
         self.job_sink = job_sink if job_sink is not None else sink
-        procs = self.procs = ProcTable(proc_root if proc_root is not None else t.proc_root)
+        #: What the agent refused to read or speak for (producers/refusals.py), shared by every job source.
+        self.refusals = Refusals()
+        procs = self.procs = ProcTable(proc_root if proc_root is not None else t.proc_root, refusals=self.refusals)
         self.inspector = InspectorReader(
             InspectorSettings(directory=t.nccl_inspector_dir, window_size=t.nccl_inspector_window),
             node=self.node, procs=procs, clock=clock) if t.nccl_inspector_dir else None
@@ -269,17 +277,28 @@ class NodeAgent:
             if events:
                 self.sink(self.node, events)
 
+    def _poll_jobs(self) -> None:
+        """The job sources' own loop: what they read (other users' files, a port anyone may listen on) can be
+        slow or hostile, and must never hold the sampling thread."""
+        while not self._stop.is_set():
+            self.job_events()
+            self._stop.wait(self.interval)
+
     def run(self, *, once: bool = False, max_samples: int | None = None) -> None:
         """Sample every ``interval`` seconds until :meth:`stop` (or once)."""
         if self.gpus.available and "Xid events" not in self.gpus.unsupported and not once:
             self._xid_thread = threading.Thread(target=self._watch_xids, name="stepwatch-agent-xid", daemon=True)
             self._xid_thread.start()
+        if (self.inspector is not None or self.ras is not None) and not once and self._jobs_thread is None:
+            self._jobs_thread = threading.Thread(target=self._poll_jobs, name="stepwatch-agent-jobs", daemon=True)
+            self._jobs_thread.start()
         next_at = time.monotonic()
         while not self._stop.is_set():
             events = self.sample()
             if events:
                 self.sink(self.node, events)
-            self.job_events(final=once)
+            if once:
+                self.job_events(final=True)
             if once or (max_samples is not None and self.samples >= max_samples):
                 break
             next_at += self.interval

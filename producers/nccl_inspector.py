@@ -18,6 +18,14 @@ next window starts, or its process exits: the event rate is bounded by ``1 / win
 the collective rate, whatever the dump interval. Nothing here raises on bad input: a line
 that is not JSON, a record without its fields, a file whose pid is unknown are counted
 (``counts``) and reported once per file.
+
+The directory is world-writable (sticky): any local user can create files there. A log is read
+only when its pid maps to a process a launcher vouches for (producers/proc_identity.py), and it
+is opened without following a symbolic link, is a regular file and is owned by that process's
+uid (producers/safe_files.py); otherwise it is refused, counted and logged once
+(producers/refusals.py). State is bounded whatever the files hold: a window keeps at most
+``window_size`` records per communicator and collective type (one per ``coll_sn``; a repeated
+``coll_sn`` is refused), and all open windows together at most ``MAX_OPEN_SAMPLES`` records.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from pathlib import Path
 import orjson
 
 from .proc_identity import ProcInfo, ProcTable
+from .refusals import Refusal
+from .safe_files import Kind, Refused, open_checked, stat_in_root
 
 log = logging.getLogger("stepwatch.agent")
 
@@ -44,6 +54,8 @@ MAX_LINE = 1 << 20
 #: Files tracked (finished ones included, so that they are not read again) and (communicator, op) keys per file.
 MAX_FILES = 10_000
 MAX_KEYS_PER_FILE = 4096
+#: Records held in open windows, all files together (each ~80 bytes): the reader's state stays a few MiB.
+MAX_OPEN_SAMPLES = 1 << 18
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +75,7 @@ class InspectorSettings:
 @dataclass
 class _Window:
     window: int
-    execs: list[int] = field(default_factory=list)
+    execs: list[int] = field(default_factory=list)  # at most window_size: one per coll_sn
     sizes: list[int] = field(default_factory=list)
     dump_us: int = 0
 
@@ -71,6 +83,7 @@ class _Window:
 @dataclass
 class _File:
     path: Path
+    name: str  # relative to the directory
     pid: int
     host: str
     inode: int = -1
@@ -97,6 +110,8 @@ class InspectorReader:
         self.clock = clock
         self.files: dict[str, _File] = {}
         self.counts: Counter[str] = Counter()
+        self.refusals = procs.refusals
+        self.open_samples = 0  # records held in open windows, all files
 
     # -- files ----------------------------------------------------------------------------
 
@@ -120,7 +135,7 @@ class InspectorReader:
                 if len(self.files) >= MAX_FILES:  # bounded: a directory nobody cleans up
                     self.counts["files_over_limit"] += 1
                     continue
-                f = self.files[name] = _File(self.dir / name, int(m["pid"]), m["host"], last_growth=now)
+                f = self.files[name] = _File(self.dir / name, name, int(m["pid"]), m["host"], last_growth=now)
             if not f.done:
                 out.extend(self._read(f, now))
             alive = f.info is not None and self.procs.alive(f.info.pid)
@@ -153,7 +168,7 @@ class InspectorReader:
 
     def _read(self, f: _File, now: float) -> list[dict]:
         try:
-            st = f.path.stat()
+            st = stat_in_root(self.dir, f.name)  # the link itself, if it is one: refused below, once mapped
         except OSError:
             return []
         if st.st_ino != f.inode:  # new file, or rotated: the new one from its start
@@ -170,17 +185,30 @@ class InspectorReader:
             f.info = self.procs.lookup(f.pid, f.host)
             if f.info is None:
                 self.counts["unmapped_files"] += 1
-                self._report_once(f, f"{f.path.name}: no process with a RANK and a job id for pid {f.pid} "
-                                     f"under {self.procs.proc} (exited before it was seen, or not a training rank)")
+                self._report_once(f, f"{f.path.name}: no process a launcher vouches for with a RANK and a job id "
+                                     f"for pid {f.pid} under {self.procs.proc} (exited before it was seen, not a "
+                                     f"training rank, or refused: see the agent's refusals)")
                 f.done = True
                 return []
-        try:
-            with open(f.path, "rb") as fh:
-                fh.seek(f.offset)
-                data = fh.read(self.settings.max_read_bytes)
+        try:  # a log is its process's: no link, a regular file of that process's uid (docs/security.md)
+            fd, fst = open_checked(self.dir, f.name, kind=Kind.REGULAR, uid=f.info.uid)
+        except Refused as exc:
+            self.counts["refused_files"] += 1
+            self.refusals.refuse(exc.cause, f"NCCL Inspector log {f.path}: {exc}")
+            f.done = True  # refused for good: a file is not re-judged every poll
+            return []
         except OSError as exc:
             self._report_once(f, f"cannot read {f.path}: {exc}")
             return []
+        try:
+            if fst.st_ino != f.inode:  # replaced between the two looks: read the new one from its start
+                f.inode, f.offset, f.partial, f.marker = fst.st_ino, 0, b"", None
+            data = os.pread(fd, self.settings.max_read_bytes, f.offset)
+        except OSError as exc:
+            self._report_once(f, f"cannot read {f.path}: {exc}")
+            return []
+        finally:
+            os.close(fd)
         f.offset += len(data)
         f.last_growth = now
         data = f.partial + data
@@ -265,6 +293,17 @@ class InspectorReader:
                 self.counts["keys_over_limit"] += 1
                 return out
             cur = f.windows[key] = _Window(window)
+        # A window has one record per coll_sn: more is a repeated coll_sn (never NCCL's), and the reader's state
+        # stays bounded whatever a file holds.
+        if len(cur.execs) >= self.settings.window_size or self.open_samples >= MAX_OPEN_SAMPLES:
+            self.counts["excess_records"] += 1
+            self.refusals.refuse(Refusal.EXCESS_RECORDS, f"{f.path.name}: more records for window {window} of "
+                                 f"{key} than its {self.settings.window_size} collectives (or over the reader's "
+                                 f"{MAX_OPEN_SAMPLES} open records)")
+            if not cur.execs:
+                del f.windows[key]
+            return out
+        self.open_samples += 1
         f.meta[key] = (n_ranks, comm_rank)
         cur.execs.append(exec_us)
         cur.sizes.append(size)
@@ -273,7 +312,7 @@ class InspectorReader:
 
     def _flush(self, f: _File) -> list[dict]:
         out = [self._event(f, key, w) for key, w in f.windows.items()]
-        f.windows.clear()
+        f.windows.clear()  # _event gave back each window's records
         f.meta.clear()
         return out
 
@@ -281,6 +320,7 @@ class InspectorReader:
         n_ranks, comm_rank = f.meta[key]
         info = f.info
         self.counts["events"] += 1
+        self.open_samples -= len(w.execs)
         ts = w.dump_us / 1e6 if w.dump_us else self.clock()
         return {"v": 1, "kind": "nccl_window", "job": info.job, "rank": info.rank, "node": self.node,
                 "ts": round(ts, 6), "comm": key[0], "op": key[1], "window": w.window,

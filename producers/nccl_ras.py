@@ -28,6 +28,13 @@ is at least ``MIN_INTERVAL`` seconds, on multiples of it of the wall clock (ever
 at the same instants), and heartbeats carry that instant as ``ts``: the hang rule compares when
 ranks last progressed, so a node whose agent polled a second later must not look ahead. RAS may report a job healthy while PyTorch's watchdog
 times out (NVIDIA/nccl#1730): its silence is not proof of health.
+
+Any local user can listen on the RAS port when NCCL does not (docs/security.md). Each poll has
+one overall deadline (``deadline``, connect and every read together: a server trickling a byte
+at a time cannot hold it longer), and runs on the agent's job-source thread, never on the
+sampling thread (producers/agent.py). An answer speaks only for processes a launcher vouches for
+(producers/proc_identity.py) and owned by the uid of the process that answered (its socket's
+owner in ``/proc/self/net/tcp``, proc(5)); the rest is refused, counted and logged once.
 """
 
 from __future__ import annotations
@@ -38,10 +45,12 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import orjson
 
 from .proc_identity import ProcTable
+from .refusals import Refusal, Refusals
 
 log = logging.getLogger("stepwatch.agent")
 
@@ -62,32 +71,106 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]") or "localhost", int(port)
 
 
-def query_status(addr: str, *, timeout: float = 10.0) -> dict:
-    """One ``STATUS`` query in JSON (src/ras/client.cc's exchange); raises :class:`RasError` or ``OSError``."""
+class RasDeadline(RasError):
+    """The exchange did not end by its overall deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class RasAnswer:
+    status: dict
+    #: Owner of the answering socket (None: not found, e.g. no /proc/self/net/tcp).
+    server_uid: int | None
+
+
+class _Exchange:
+    """A line-protocol exchange on ``sock`` that ends by ``end`` (time.monotonic), whatever the server does."""
+
+    def __init__(self, sock: socket.socket, end: float, timeout: float) -> None:
+        self.sock, self.end, self.timeout, self.buf = sock, end, timeout, b""
+
+    def _recv(self) -> bytes:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise RasDeadline(f"no complete answer within the poll's {self.timeout:g}s deadline")
+        self.sock.settimeout(left)
+        try:
+            return self.sock.recv(65536)
+        except TimeoutError:
+            raise RasDeadline(f"no complete answer within the poll's {self.timeout:g}s deadline") from None
+
+    def line(self, limit: int = 4096) -> str:
+        while b"\n" not in self.buf and len(self.buf) < limit:
+            chunk = self._recv()
+            if not chunk:
+                break
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line[:limit].decode(errors="replace")
+
+    def rest(self, limit: int) -> bytes:
+        chunks, size = [self.buf], len(self.buf)
+        while size < limit:
+            chunk = self._recv()
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)[:limit]
+
+
+def socket_owner(local: tuple, peer: tuple, *, net: str = "/proc/self/net") -> int | None:
+    """The uid owning the other end of a local TCP connection: the line of ``tcp``/``tcp6`` (proc(5)) whose
+    local port is ``peer``'s and remote port ``local``'s."""
+    want = (f"{peer[1]:04X}", f"{local[1]:04X}")
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{net}/{name}", encoding="ascii", errors="replace") as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 7 and (fields[1].rsplit(":", 1)[-1], fields[2].rsplit(":", 1)[-1]) == want:
+                        return int(fields[7])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def query_answer(addr: str, *, timeout: float = 10.0) -> RasAnswer:
+    """One ``STATUS`` query in JSON (src/ras/client.cc's exchange) within ``timeout`` seconds in all, and who
+    answered; raises :class:`RasError` (:class:`RasDeadline` past the deadline) or ``OSError``."""
+    end = time.monotonic() + timeout
     host, port = parse_addr(addr)
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        reader = sock.makefile("rb")
+        owner = socket_owner(sock.getsockname(), sock.getpeername())
+        x = _Exchange(sock, end, timeout)
         sock.sendall(f"CLIENT PROTOCOL {PROTOCOL}\n".encode())
-        line = reader.readline(4096).decode(errors="replace")
+        line = x.line()
         if not line.upper().startswith("SERVER PROTOCOL "):
             raise RasError(f"unexpected handshake answer {line.strip()!r}")
         sock.sendall(b"SET FORMAT json\n")
-        line = reader.readline(4096).decode(errors="replace")
+        line = x.line()
         if line.strip().upper() != "OK":
             raise RasError(f"the RAS service has no JSON output (NCCL < 2.28.7?): {line.strip()!r}")
         sock.sendall(b"STATUS\n")
-        data = reader.read(MAX_ANSWER)
+        data = x.rest(MAX_ANSWER)
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RasError(f"the STATUS answer is not JSON: {exc}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("communicators"), list):
         raise RasError("the STATUS answer has no 'communicators' list")
-    return obj
+    return RasAnswer(obj, owner)
 
 
-def heartbeats(status: dict, *, procs: ProcTable, node: str, ts: float) -> tuple[list[dict], Counter]:
-    """The heartbeats of this node's ranks from one JSON ``STATUS`` answer (see the module's docstring)."""
+def query_status(addr: str, *, timeout: float = 10.0) -> dict:
+    """The ``STATUS`` answer alone (see :func:`query_answer`)."""
+    return query_answer(addr, timeout=timeout).status
+
+
+def heartbeats(status: dict, *, procs: ProcTable, node: str, ts: float,
+               server_uid: int | None = None) -> tuple[list[dict], Counter]:
+    """The heartbeats of this node's ranks from one JSON ``STATUS`` answer (see the module's docstring); with
+    ``server_uid``, only of processes that uid owns (an answer speaks for its own user's job)."""
     counts: Counter[str] = Counter()
     comms = []
     for comm in status["communicators"]:
@@ -110,6 +193,11 @@ def heartbeats(status: dict, *, procs: ProcTable, node: str, ts: float) -> tuple
         for comm_rank, host, pid, _ in entries:
             info = procs.lookup(pid)
             if info is not None and info.rank == comm_rank and info.world_size in (None, size):
+                if server_uid is not None and info.uid != server_uid:
+                    counts["foreign_ranks"] += 1
+                    procs.refusals.refuse(Refusal.RAS_FOREIGN, f"a RAS answer from uid {server_uid} names pid {pid} "
+                                                               f"(uid {info.uid}, job {info.job!r})")
+                    continue
                 local[(host, pid)] = info
     per_rank: dict[tuple[str, int], dict] = {}
     for name, _, entries, missing in comms:
@@ -137,9 +225,13 @@ class RasPoller:
     """Asks RAS every ``interval`` seconds (at least ``MIN_INTERVAL``); ``poll()`` returns heartbeats when due."""
 
     def __init__(self, addr: str, *, procs: ProcTable, node: str, interval: float = 10.0,
-                 clock: Callable[[], float] = time.time, query: Callable[[str], dict] = query_status) -> None:
+                 clock: Callable[[], float] = time.time, query: Callable[..., RasAnswer] = query_answer,
+                 deadline: float = 10.0) -> None:
         parse_addr(addr)  # fail at start on a malformed address
         self.addr = addr
+        #: Seconds one poll may take in all (connect and reads).
+        self.deadline = deadline
+        self.refusals: Refusals = procs.refusals
         self.procs = procs
         self.node = node
         self.interval = max(interval, MIN_INTERVAL)
@@ -158,7 +250,11 @@ class RasPoller:
         slot = math.floor(now / self.interval) * self.interval
         self._next = slot + self.interval
         try:
-            status = self.query(self.addr)
+            answer = self.query(self.addr, timeout=self.deadline)
+        except RasDeadline as exc:
+            self.counts["failed_queries"] += 1
+            self.refusals.refuse(Refusal.RAS_DEADLINE, f"nccl ras {self.addr}: {exc}")
+            return []
         except (OSError, RasError) as exc:
             self.counts["failed_queries"] += 1
             message = f"{type(exc).__name__}: {exc}"
@@ -170,6 +266,11 @@ class RasPoller:
         self.counts["queries"] += 1
         # Stamped with the round's instant, the same on every node: the hang rule compares when ranks last
         # progressed, and an agent that polled a second later must not make the other node's ranks look stuck.
-        events, counts = heartbeats(status, procs=self.procs, node=self.node, ts=now if force else slot)
+        if answer.server_uid is None:  # who answered is unknown: the answer cannot speak for anyone
+            self.refusals.refuse(Refusal.RAS_FOREIGN, f"nccl ras {self.addr}: cannot tell which user's process "
+                                                      f"answered (no matching socket in /proc/self/net/tcp)")
+            return []
+        events, counts = heartbeats(answer.status, procs=self.procs, node=self.node, ts=now if force else slot,
+                                    server_uid=answer.server_uid)
         self.counts.update(counts)
         return events

@@ -24,6 +24,7 @@ has the shortest execution time.
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
 import threading
@@ -34,14 +35,41 @@ OPS = ("AllReduce",)
 START_US = 1_764_484_800_000_000
 
 
-def write_proc(root: Path, host_pid: int, env: dict[str, str], *, ns_pid: int | None = None) -> None:
-    """One process under ``root``: its environ, and a status whose NSpid maps it into a container."""
+def write_proc(root: Path, host_pid: int, env: dict[str, str], *, ns_pid: int | None = None, uid: int | None = None,
+               ppid: int = 1, cgroup: str = "0::/user.slice/user-0.slice/session-1.scope\n",
+               cmdline: tuple[str, ...] = ("python3", "train.py"), start: int | None = None) -> None:
+    """One process under ``root`` as proc(5) lays it out: its environ, cmdline, cgroup, a status with its
+    ``Uid:`` and an ``NSpid`` that maps it into a container, and a stat with its parent (field 4) and start
+    time (field 22). ``uid`` defaults to the test's own (the owner of the files it writes)."""
     d = root / str(host_pid)
     d.mkdir(parents=True, exist_ok=True)
+    uid = os.getuid() if uid is None else uid
     (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+    (d / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in cmdline))
+    (d / "cgroup").write_text(cgroup)
     nspid = f"{host_pid}\t{ns_pid}" if ns_pid is not None else f"{host_pid}"
     (d / "status").write_text(f"Name:\tpython\nState:\tS (sleeping)\nTgid:\t{host_pid}\nNgid:\t0\n"
-                              f"Pid:\t{host_pid}\nPPid:\t1\nNSpid:\t{nspid}\nNSpgid:\t{nspid}\n")
+                              f"Pid:\t{host_pid}\nPPid:\t{ppid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+                              f"NSpid:\t{nspid}\nNSpgid:\t{nspid}\n")
+    start = host_pid if start is None else start
+    (d / "stat").write_text(f"{host_pid} (python3) S {ppid} {host_pid} {host_pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 "
+                            f"1 0 {start} 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n")
+
+
+def slurm_cgroup(job_id: str, step: str = "0") -> str:
+    """``/proc/<pid>/cgroup`` of a Slurm task (cgroup v2, slurmd's own tree: only root creates these)."""
+    return f"0::/system.slice/slurmstepd.scope/job_{job_id}/step_{step}/user/task_0\n"
+
+
+def pod_cgroup(pod_uid: str, container: str = "0c0ffee") -> str:
+    """``/proc/<pid>/cgroup`` of a Kubernetes container (systemd cgroup driver, cgroup v2)."""
+    return (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod_uid.replace('-', '_')}.slice/"
+            f"cri-containerd-{container}.scope\n")
+
+
+#: torchrun's command line as /proc/<pid>/cmdline shows its console script.
+TORCHRUN = ("/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node=8", "train.py")
+POD_UID = "7f1c2e3a-4b5d-4c6e-8f90-a1b2c3d4e5f6"
 
 
 def rank_env(job: str, rank: int, world: int, local: int, hostname: str) -> dict[str, str]:
@@ -79,7 +107,8 @@ def write_job(root: Path, *, job: str, n_colls: int, late_rank: int | None, late
     """A 16-rank job on 2 hosts (ranks 0-7 on gpu-a, 8-15 on gpu-b): per host an Inspector dir and a /proc.
 
     gpu-a's processes run on the host (file pid = host pid); gpu-b's in a container (file pid =
-    the container's, NSpid maps it). Returns ``{host: {"dir", "proc", "pids"}}``."""
+    the container's, NSpid maps it). Returns ``{host: {"dir", "proc", "pids", "vouch"}}``, ``vouch`` the
+    ``write_proc`` arguments that put another process under the host's launcher."""
     n_ranks, size = 16, 16 << 20
     times = exec_times(n_ranks, n_colls, late_rank=late_rank, late_us=late_us, seed=seed, late_from=late_from)
     hosts: dict[str, dict] = {}
@@ -88,14 +117,28 @@ def write_job(root: Path, *, job: str, n_colls: int, late_rank: int | None, late
         d.mkdir(parents=True, exist_ok=True)
         (proc).mkdir(parents=True, exist_ok=True)
         hosts[host] = {"dir": d, "proc": proc, "pids": {}}
+        # What vouches for the ranks (producers/proc_identity.py): on gpu-a torchrun, run by the same user; on
+        # gpu-b a pod whose first process (the container's torchrun) was started with the job's variables.
+        if host_index == 0:
+            hosts[host]["vouch"] = {"ppid": 40999}
+            write_proc(proc, 40999, {k: v for k, v in rank_env(job, 0, n_ranks, 0, host).items()
+                                     if k not in ("RANK", "LOCAL_RANK")}, cmdline=TORCHRUN)
+        else:
+            hosts[host]["vouch"] = {"ppid": 51999, "cgroup": pod_cgroup(POD_UID)}
+            write_proc(proc, 51999, {k: v for k, v in rank_env(job, 8, n_ranks, 0, "pod-1").items()
+                                     if k not in ("RANK", "LOCAL_RANK")}, ns_pid=1, ppid=700,
+                       cgroup=pod_cgroup(POD_UID), cmdline=TORCHRUN)
+            write_proc(proc, 700, {}, cmdline=("/usr/bin/containerd-shim-runc-v2",),
+                       cgroup="0::/system.slice/containerd.service\n", uid=0)
         for local in range(8):
             rank = host_index * 8 + local
             if host_index == 0:
                 file_pid = host_pid = 41000 + local
-                write_proc(proc, host_pid, rank_env(job, rank, n_ranks, local, host))
+                write_proc(proc, host_pid, rank_env(job, rank, n_ranks, local, host), **hosts[host]["vouch"])
             else:
                 file_pid, host_pid = 17 + local, 52000 + local
-                write_proc(proc, host_pid, rank_env(job, rank, n_ranks, local, "pod-1"), ns_pid=file_pid)
+                write_proc(proc, host_pid, rank_env(job, rank, n_ranks, local, "pod-1"), ns_pid=file_pid,
+                           **hosts[host]["vouch"])
             hosts[host]["pids"][rank] = file_pid
             header = {"id": COMM_ID, **({"comm_name": comm_name} if comm_name else {}), "rank": rank,
                       "n_ranks": n_ranks, "nnodes": 2}

@@ -417,6 +417,45 @@ def test_helm_agent_mounts_an_optional_topology_file_it_rereads():
     assert helm("lint", "--strict", str(CHART), "--set", "agent.topology.configMap=c").returncode == 0
 
 
+def _agent_pod(*sets: str) -> tuple[dict, dict]:
+    [ds] = [d for d in rendered(*sets) if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    return spec, c
+
+
+def test_helm_agent_zero_code_privileges_are_an_opt_in_the_docs_name():
+    """Issue 44 row 15: off by default (non-root, every capability dropped, no hostPID); on, hostPID and root
+    with only the capabilities values.yaml lists, each named in docs/zero-code.md."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["agent"]["zeroCode"]
+    spec, c = _agent_pod()
+    assert "hostPID" not in spec and "hostNetwork" not in spec and values["enabled"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]} and "--nccl-inspector-dir" not in c["args"]
+    spec, c = _agent_pod("agent.zeroCode.enabled=true", "agent.zeroCode.inspectorDir=/var/log/nccl-inspector")
+    sc = c["securityContext"]
+    assert spec["hostPID"] is True and "hostNetwork" not in spec
+    assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": values["capabilities"]}
+    i = c["args"].index("--nccl-inspector-dir")
+    [mount] = [m for m in c["volumeMounts"] if m["mountPath"] == c["args"][i + 1]]
+    assert mount["readOnly"] is True
+    spec, c = _agent_pod("agent.zeroCode.enabled=true", "agent.zeroCode.ras=localhost:28028",
+                         "agent.zeroCode.flightRecorder=true")
+    assert spec["hostNetwork"] is True and c["args"][c["args"].index("--nccl-ras") + 1] == "localhost:28028"
+    assert c["securityContext"]["capabilities"]["add"] == values["capabilities"] + values["flightRecorderCapabilities"]
+    result = helm("template", "sw", str(CHART), "--set", "agent.zeroCode.ras=localhost:28028", check=False)
+    assert result.returncode != 0 and "agent.zeroCode.enabled=true" in result.stderr
+
+
+def test_zero_code_docs_name_the_privileges_the_chart_grants():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["agent"]["zeroCode"]
+    docs = (REPO / "docs" / "zero-code.md").read_text()
+    for cap in values["capabilities"] + values["flightRecorderCapabilities"]:
+        assert f"CAP_{cap}" in docs, cap
+    for word in ("hostPID", "agent.zeroCode.enabled", "runAsUser: 0"):
+        assert word in docs, word
+
+
 def test_helm_kafka_security_comes_from_secrets():
     docs = rendered("kafka.security.protocol=SASL_SSL", "kafka.security.sasl.username=stepwatch",
                     "kafka.security.sasl.existingSecret=kafka-user", "kafka.security.tls.existingSecret=kafka-ca")

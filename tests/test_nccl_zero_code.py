@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from nccl_fixtures import COMM_ID, RasServer, ras_status, rank_env, write_job, write_proc
+from nccl_fixtures import TORCHRUN, COMM_ID, RasServer, ras_status, rank_env, slurm_cgroup, write_job, write_proc
 from support import run_stepwatch
 
 from stepwatch.config import Settings
@@ -73,7 +73,7 @@ def test_rank_comes_from_RANK_never_SLURM_PROCID():
 
 
 def test_a_container_pid_is_mapped_through_NSpid(tmp_path):
-    write_proc(tmp_path, 52001, rank_env("77", 9, 16, 1, "pod-1"), ns_pid=18)
+    write_proc(tmp_path, 52001, rank_env("77", 9, 16, 1, "pod-1"), ns_pid=18, cgroup=slurm_cgroup("77"))
     write_proc(tmp_path, 18, {"PATH": "/bin"})  # the host's own pid 18 is an unrelated process
     info = ProcTable(tmp_path).lookup(18, "pod-1")
     assert (info.pid, info.job, info.rank) == (52001, "77", 9)
@@ -81,10 +81,15 @@ def test_a_container_pid_is_mapped_through_NSpid(tmp_path):
 
 # -- the Inspector reader -------------------------------------------------------------------
 
-def test_the_readme_records_of_nccl_parse():
+def test_the_readme_records_of_nccl_parse(tmp_path):
     """The two records of plugins/profiler/inspector/README.md (NCCL v2.30.7), verbatim."""
     d = FIXTURES / "inspector-readme"
-    procs = FIXTURES / "inspector-readme-proc"
+    procs = tmp_path / "proc"
+    # The fixture's environments, under the torchrun that set them, run by the user who owns the logs.
+    write_proc(procs, 400000, {}, cmdline=TORCHRUN, uid=(d / "example-hostname-pid438776.log").stat().st_uid)
+    for pid_dir in (FIXTURES / "inspector-readme-proc").iterdir():
+        env = dict(kv.split("=", 1) for kv in (pid_dir / "environ").read_text().split("\0") if "=" in kv)
+        write_proc(procs, int(pid_dir.name), env, ppid=400000, uid=(d / "example-hostname-pid438776.log").stat().st_uid)
     reader = InspectorReader(InspectorSettings(directory=str(d), window_size=1), node="n", procs=ProcTable(procs))
     events = reader.poll(final=True)
     assert reader.counts["records"] == 2 and reader.counts["bad_lines"] == 0
@@ -324,7 +329,8 @@ def test_flight_recorder_dump_is_requested_through_the_fifo_and_summarized(tmp_p
     files.mkdir()
     env = {**rank_env("fr-job", 13, 16, 5, "gpu-b"), "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{files}/fr_pipe_",
            "TORCH_FR_DUMP_TEMP_FILE": f"{files}/fr_dump_", "TORCH_FR_BUFFER_SIZE": "2000"}
-    write_proc(proc, 52005, env)
+    write_proc(proc, 52000, {}, cmdline=TORCHRUN)  # its launcher, run by the same user
+    write_proc(proc, 52005, env, ppid=52000)
     (proc / "52005" / "root").symlink_to("/")  # the process's mount namespace: the host's here
     pipe = files / "fr_pipe_13.pipe"
     os.mkfifo(pipe)

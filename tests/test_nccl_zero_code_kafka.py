@@ -69,7 +69,8 @@ def test_ras_counts_of_a_job_without_the_callback_name_the_lagging_rank_of_a_han
     files.mkdir()
     write_proc(hosts["gpu-b"]["proc"], 52005, {**rank_env("ras-job", 13, 16, 5, "pod-1"),
                                                "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{files}/pipe_",
-                                               "TORCH_FR_DUMP_TEMP_FILE": f"{files}/dump_"}, ns_pid=22)
+                                               "TORCH_FR_DUMP_TEMP_FILE": f"{files}/dump_"}, ns_pid=22,
+               **hosts["gpu-b"]["vouch"])  # in the job's pod, under its torchrun
     (hosts["gpu-b"]["proc"] / "52005" / "root").symlink_to("/")
     os.mkfifo(files / "pipe_13.pipe")
     fifo = os.open(files / "pipe_13.pipe", os.O_RDONLY | os.O_NONBLOCK)

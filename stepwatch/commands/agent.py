@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
             if source is not None and source.counts:  # what was read, skipped and why (nothing is dropped silently)
                 print(f"stepwatch agent: {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(source.counts.items())),
                       file=sys.stderr)
+        if agent.refusals.counts:  # what no launcher vouched for, or no check let through (docs/security.md)
+            refused = sorted(agent.refusals.counts.items())
+            print("stepwatch agent: refused: " + ", ".join(f"{k} {v}" for k, v in refused), file=sys.stderr)
         if watcher is not None:
             watcher.stop()
         if job_sender is not None:
