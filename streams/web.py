@@ -24,9 +24,12 @@ worker owns the partition itself, the owner is unknown, or the request was alrea
 once, the answer is 404 with ``partition`` and ``owner`` in the body; 502 when the owner
 does not answer.
 
-The proxy talks only to a peer the registry trusts (``WorkersRegistry.known``: a live, signed or
-listed worker; docs/security.md), follows no redirect and passes this worker's bearer token on;
-an owner it does not trust is answered 404 with ``"untrusted owner"``. Who may read the pages at
+The proxy talks only to a peer the registry verified (``WorkersRegistry.known``: a live worker whose
+record is signed with the peer key, or a listed peer; docs/security.md), follows no redirect and
+passes this worker's bearer token on (so the token goes to verified peers only); an owner it does
+not trust is answered 404 with ``"untrusted owner"``. With neither a peer key nor a peer list (the
+default outside Helm) no ``workers``-topic URL is verified: the answer is 404 with the partition,
+the advertised owner, ``"verified": false`` and how to set a key. Who may read the pages at
 all: streams/web_auth.py.
 """
 
@@ -47,6 +50,9 @@ from .metrics import CONTENT_TYPE_LATEST
 log = logging.getLogger("stepwatch.web")
 
 JSON = "application/json"
+#: What an unverified owner's answer (and the worker's start-up warning) tells the operator to do.
+UNVERIFIED_HINT = ("set a shared peer key on every worker (STEPWATCH_WORKER_PEER_KEY_FILE) or list the peers "
+                   "(STEPWATCH_WORKER_PEERS); ask the owner directly meanwhile")
 
 
 def _dumps(value: Any) -> str:
@@ -120,6 +126,11 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         where = owner_of(job)
         owner = where["owner"]
         if owner and owner != where["worker"].rstrip("/") and (workers is None or not workers.known(owner, now)):
+            if workers is not None and not workers.verifies:  # the default outside Helm: say how to fix it
+                return view.text(_dumps({"error": f"job {job!r} is not on this worker; its partition's owner is "
+                                         f"advertised as {owner} but not verified, so it is not proxied: "
+                                         f"{UNVERIFIED_HINT}", **where, "verified": False}),
+                                 content_type=JSON, status=404)
             return view.text(_dumps({"error": f"unknown job {job!r}: untrusted owner (not a known peer)", **where}),
                              content_type=JSON, status=404)
         if owner and owner != where["worker"].rstrip("/") and "X-Stepwatch-Proxied" not in request.headers:
