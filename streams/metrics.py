@@ -120,7 +120,7 @@ class WorkerMetrics:
         self.peer_records_refused = Counter(
             "stepwatch_worker_peer_records_refused",
             "Workers-topic records refused as untrusted (streams/registry.py), by reason: unsigned, bad_signature, "
-            "not_a_peer, future_ts, over_cap.", ["reason"], registry=r)
+            "not_a_peer, future_ts, over_cap, unsigned_tombstone.", ["reason"], registry=r)
         for reason in PeerRefusal:
             self.peer_records_refused.labels(reason.value)
         r.register(_ScrapeTimeCollector(self))

@@ -109,7 +109,8 @@ class Worker:
         # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
         self.action_sink = install_action_sink(self.app, settings, reported=self.engine.telemetry.reported_before)
         #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
-        self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink)
+        self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink,
+                                max_request_size=self.app.conf.producer_max_request_size)
         #: Called when events partitions come or go (the workers registry advertises them at once).
         self.assignment_changed: Callable[[], None] | None = None
         self.workers = self._web()
