@@ -4,7 +4,9 @@
 ``/metrics``              Prometheus text format (streams/metrics.py)
 ``/health``               200 ``{"status": "ok"}`` once the worker consumes (``"degraded"`` for 5 minutes
                           after a processing failure, counted in ``stepwatch_processing_failures_total``), 503 before
-                          (``starting``) and while the broker is unreachable (``degraded``, streams/broker_watch.py)
+                          (``starting``), while the broker is unreachable or does not answer (``degraded``,
+                          streams/broker_watch.py) and while the events consumer is behind with nothing
+                          consumed for a minute (``degraded``, ``stalled_seconds``; streams/metrics.py)
 ``/jobs``                 the jobs this worker holds (models/status.py ``jobs_view``)
 ``/jobs/{job}``           per-rank detail, open alerts with evidence, settings in effect
 ``/jobs/{job}/heatmap``   the dashboard's data (rows x recent steps of compute-time ratio)
@@ -158,8 +160,9 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         body = {**metrics.health(ready, broker_away=away), "worker": str(app.conf.canonical_url),
                 "partitions": sorted(mine() or ()), "jobs": len(engine.jobs)}
         # 200 while consuming (a recent processing failure is reported, not a reason to pull the worker);
-        # 503 before it consumes and while the broker is unreachable.
-        return self.text(_dumps(body), content_type=JSON, status=200 if ready and not away else 503)
+        # 503 before it consumes, while the broker is unreachable and while consumption is stalled.
+        ok = ready and not away and "stalled_seconds" not in body
+        return self.text(_dumps(body), content_type=JSON, status=200 if ok else 503)
 
     @app.page("/jobs")
     async def jobs_page(self, request):

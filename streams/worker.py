@@ -201,6 +201,7 @@ class Worker:
         settings = self.settings
         if settings.worker.web_port <= 0:
             return None
+        from .broker_watch import install_broker_probe
         from .registry import install_registry, registry_for
         from .web import install_pages
 
@@ -213,7 +214,7 @@ class Worker:
                       runtime=self.runtime, events_topic=self.events_topic, settings=settings,
                       is_ready=self.is_ready, owned_partitions=self.owned_events_partitions,
                       partition_count=self.events_partition_count, workers=workers, token=self.web_token,
-                      broker_away=self.broker_log.broker_away)
+                      broker_away=install_broker_probe(self.app, settings, self.broker_log))
         return workers
 
     def _events_consumer(self) -> None:
