@@ -144,7 +144,7 @@ class Decoder:
 
     def stop(self, *, kill: bool = False) -> None:
         """Let the process go (``kill``: at once, even stopped or wedged: SIGKILL)."""
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._started = self._pool, None, None
         if pool is None:
             return
         if kill:
