@@ -197,7 +197,12 @@ class Decoder:
             return None
         warm = self._started
         if warm is not None and not warm.done():  # a process starting: its start-up is not the part's time
-            await asyncio.wait({asyncio.wrap_future(warm)}, timeout=START_DEADLINE_SECONDS)
+            starting = asyncio.wrap_future(warm)
+            await asyncio.wait({starting}, timeout=START_DEADLINE_SECONDS)
+            if not starting.done():
+                starting.cancel()
+            elif not starting.cancelled():
+                starting.exception()  # retrieved: a failed start shows in the part's own result below
         waiting = asyncio.wrap_future(pending.future)
         # asyncio.wait, not await: a future the pool cancelled (it was replaced) is a failure, not our cancel.
         done, _ = await asyncio.wait({waiting}, timeout=PLAN_DEADLINE_SECONDS)
