@@ -107,11 +107,12 @@ class DeadLetter:
     message: Message
     rejects: tuple[Rejected, ...] = ()
 
-    def record(self) -> bytes:
-        """The dead-letter topic's message (docs/events.md): the original bytes once, each rejected part by index."""
+    def record(self, max_bytes: int | None = None) -> bytes:
+        """The dead-letter topic's message (docs/events.md): the original bytes once, each rejected part by index;
+        truncated to ``max_bytes`` (models/wire/deadletter.py)."""
         m = self.message
         return deadletter_message(list(self.rejects or (self.rejected,)), cause=self.cause, topic=m.topic,
-                                  partition=m.partition, offset=m.offset, key=m.key, raw=m.value)
+                                  partition=m.partition, offset=m.offset, key=m.key, raw=m.value, max_bytes=max_bytes)
 
 
 @dataclass(slots=True)

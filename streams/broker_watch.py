@@ -7,12 +7,18 @@ each kind passes, then at most one per ``interval`` seconds, carrying how many l
 back. Every held-back record of a connection kind also marks the broker as away, which is what
 ``/health`` reports (``"status": "degraded"``) until ``away_after`` seconds pass without one.
 
+A broker that accepts connections but does not answer (``kill -STOP``, a wedged JVM, a network that
+drops packets) makes no client log a word until a 40 s request timeout, if then. :class:`BrokerProbe`
+asks the cluster for its metadata every ``interval`` seconds, each answer due within ``deadline``: no
+answer for ``away_after`` seconds marks the broker away too (``/health``: ``broker_reachable: false``).
+
 Faust's shutdown waits for its producer buffer to flush, forever when no broker answers; the
 worker's shutdown watchdog (:func:`exit_if_stuck`) ends the process after a grace period instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import pkgutil
@@ -107,3 +113,70 @@ def exit_if_stuck(grace: float, *, what: str = "shutdown", exit_code: int = 1) -
     thread = threading.Thread(target=watch, name="stepwatch-shutdown-watchdog", daemon=True)
     thread.start()
     return thread
+
+
+class BrokerProbe:
+    """Metadata asked of the cluster every ``interval`` seconds, due within ``deadline``; ``away()`` once no
+    answer came for ``away_after`` seconds (see the module's docstring). ``run()`` is the asking task."""
+
+    def __init__(self, bootstrap: str, client_config: dict | None = None, *, interval: float = 2.0,
+                 deadline: float = 5.0, away_after: float = 10.0, clock=time.monotonic) -> None:
+        self.bootstrap = bootstrap
+        self.client_config = dict(client_config or {})
+        self.interval, self.deadline, self.away_after = interval, deadline, away_after
+        self.clock = clock
+        self.started = clock()
+        self.last_answer: float | None = None
+        #: Questions without an answer in time (for logs and tests).
+        self.unanswered = 0
+
+    def answered(self) -> None:
+        self.last_answer = self.clock()
+
+    def away(self) -> bool:
+        """No answer for ``away_after`` seconds (since the start, before the first one)."""
+        last = self.last_answer if self.last_answer is not None else self.started
+        return self.clock() - last > self.away_after
+
+    async def run(self) -> None:
+        from aiokafka.client import AIOKafkaClient
+
+        client = AIOKafkaClient(bootstrap_servers=self.bootstrap.split(","), client_id="stepwatch-broker-probe",
+                                request_timeout_ms=int(self.deadline * 1000), **self.client_config)
+        bootstrapped = False
+        try:
+            while True:
+                try:
+                    if not bootstrapped:
+                        await asyncio.wait_for(client.bootstrap(), self.deadline + 1.0)
+                        bootstrapped = True
+                    await asyncio.wait_for(client.fetch_all_metadata(), self.deadline + 1.0)
+                    if self.last_answer is not None and self.clock() - self.last_answer > self.away_after:
+                        log.info("the Kafka broker answers again")
+                    self.answered()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # no answer in time: away() tells /health once it lasts
+                    self.unanswered += 1
+                    if self.unanswered & (self.unanswered - 1) == 0:  # 1st, 2nd, 4th, ...: a bounded log
+                        log.warning("the Kafka broker did not answer a metadata request within %.0f s (%r); "
+                                    "%d so far", self.deadline, exc, self.unanswered)
+                await asyncio.sleep(self.interval)  # the probe's cadence, not a wait for a condition
+        finally:
+            await client.close()
+
+
+def install_broker_probe(app, settings, limiter: BrokerLogLimiter):
+    """Run a ``BrokerProbe`` as a task of ``app``; returns ``broker_away()`` for /health: the limiter saw a
+    client fail to connect, or the probe got no answer."""
+    from stepwatch.security import client_config
+
+    from .supervise import run_forever
+
+    probe = BrokerProbe(settings.kafka.bootstrap, client_config(settings))
+
+    async def broker_probe() -> None:
+        await run_forever(probe.run, what="broker probe", log=log)
+
+    app.task(broker_probe)
+    return lambda: limiter.broker_away() or probe.away()

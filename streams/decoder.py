@@ -7,8 +7,12 @@ pure, the same function ``Pipeline`` would run), and meanwhile the worker detect
 plan comes back packed (columns as arrays); ``Pipeline.feed_planned`` feeds it as ``feed`` would.
 
 Small reads (a worker keeping up with its topic) are decoded in process: the trip costs more than it saves.
-If the process dies or a plan fails, the read is decoded in process (logged and counted in
-``stepwatch_decoder_fallbacks_total``) and a new process is started for the next one: nothing is lost.
+If the process dies, a plan fails, or a plan is not back within ``PLAN_DEADLINE_SECONDS`` of the worker
+asking for it (a process stopped or wedged), the read is decoded in process (logged and counted in
+``stepwatch_decoder_fallbacks_total``), the process is killed and a new one started for the next read:
+nothing is lost and nothing waits on it for long. The process dies with its worker (Linux: the
+parent-death signal, ``prctl(PR_SET_PDEATHSIG)``; elsewhere a thread that watches its parent), and with it
+goes the ``multiprocessing`` resource tracker (it ends when the last process holding its pipe does).
 ``STEPWATCH_WORKER_DECODE_PROCESSES``: -1 (the default: one where the worker may use two CPUs or more), 0
 (none) or 1. The process is spawned at the first large read: a worker that keeps up never starts it.
 """
@@ -17,9 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import logging
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 
 from stepwatch.models.wire.decode_plan import ReadPlan, plan_read
 
@@ -31,6 +40,11 @@ MIN_OFFLOAD_BYTES = 256 << 10
 #: process decodes one part while the worker detects on the one before.
 CHUNK_MESSAGES = 64
 CHUNK_BYTES = 4 << 20
+#: A part's plan not back this many seconds after the worker asks for it is decoded in the worker (the
+#: process killed and replaced): a part takes well under a second to decode on a loaded core.
+PLAN_DEADLINE_SECONDS = 10.0
+#: A new process may take this long to start and import its modules (numpy) before that deadline counts.
+START_DEADLINE_SECONDS = 60.0
 #: Parts read ahead at most (fetched, handed to the process, not yet detected on): the process always has
 #: the next part to decode, and memory stays bounded (a few MiB of message values per part).
 READ_AHEAD = 4
@@ -58,6 +72,32 @@ def decode_processes(setting: int) -> int:
     if setting >= 0:
         return min(setting, 1)  # one: a single process keeps the reads in order without a reorder buffer
     return 1 if usable_cpus() >= 2 else 0
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int) -> str:
+    """In the decoder process (its pool's initializer): end when the worker ``parent`` ends, even by
+    SIGKILL. Returns how: "pdeathsig" or "watch"."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):  # no libc prctl: the watch below
+            armed = False
+        if armed:
+            if os.getppid() != parent:  # the worker died before the signal was armed
+                os._exit(0)
+            return "pdeathsig"
+    threading.Thread(target=_watch_parent, args=(parent,), name="stepwatch-parent-watch", daemon=True).start()
+    return "watch"
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)  # a watchdog's poll, not a wait for a condition
+    os._exit(0)
 
 
 def _warm() -> bool:
@@ -91,18 +131,30 @@ class Decoder:
         self.max_new_jobs = max_new_jobs
         self.metrics = metrics
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._started: concurrent.futures.Future | None = None  # the process is up once this is done
 
     def start(self) -> None:
         """Start the process (at the first large read: a worker that keeps up never needs it)."""
         if self.enabled and self._pool is None:
             # spawn: the worker runs threads (Kafka clients, the web server); forking them is unsafe.
-            self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-            self._pool.submit(_warm)
+            self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                                initializer=die_with_parent,
+                                                                initargs=(os.getpid(),))
+            self._started = self._pool.submit(_warm)
 
-    def stop(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+    def stop(self, *, kill: bool = False) -> None:
+        """Let the process go (``kill``: at once, even stopped or wedged: SIGKILL)."""
+        pool, self._pool, self._started = self._pool, None, None
+        if pool is None:
+            return
+        if kill:
+            # No public way before Python 3.14 (``kill_workers``): the pool's own process table.
+            for process in list(getattr(pool, "_processes", {}).values()):
+                try:
+                    process.kill()
+                except (OSError, ValueError):  # already gone
+                    pass
+        pool.shutdown(wait=False, cancel_futures=True)
 
     def parts(self, values: list) -> list[tuple[int, int]]:
         """``(start, end)`` of each part of a read to hand to the process, in order; [] when the read is small
@@ -143,20 +195,37 @@ class Decoder:
         engine, or the process failed: logged, counted, and the process replaced)."""
         if pending is None:
             return None
-        try:
-            plan = await asyncio.wrap_future(pending.future)
-            if self.metrics is not None and plan is not None:
-                self.metrics.decoder_messages.inc(pending.messages)
-            return plan
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        warm = self._started
+        if warm is not None and not warm.done():  # a process starting: its start-up is not the part's time
+            starting = asyncio.wrap_future(warm)
+            await asyncio.wait({starting}, timeout=START_DEADLINE_SECONDS)
+            if not starting.done():
+                starting.cancel()
+            elif not starting.cancelled():
+                starting.exception()  # retrieved: a failed start shows in the part's own result below
+        waiting = asyncio.wrap_future(pending.future)
+        # asyncio.wait, not await: a future the pool cancelled (it was replaced) is a failure, not our cancel.
+        done, _ = await asyncio.wait({waiting}, timeout=PLAN_DEADLINE_SECONDS)
+        if not done:
+            waiting.cancel()
+            self._failed(TimeoutError(f"no plan within {PLAN_DEADLINE_SECONDS:.0f} s"), kill=True)
+            return None
+        future = pending.future
+        if future.cancelled():
+            self._failed(concurrent.futures.CancelledError("the process was replaced"))
+            return None
+        exc = future.exception()
+        if exc is not None:
             self._failed(exc)
             return None
+        plan = future.result()
+        if self.metrics is not None and plan is not None:
+            self.metrics.decoder_messages.inc(pending.messages)
+        return plan
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, *, kill: bool = False) -> None:
         log.warning("the decoder process failed (%r): this read is decoded in the worker, a new process "
                     "decodes the next ones", exc)
         if self.metrics is not None:
             self.metrics.decoder_fallbacks.inc()
-        self.stop()
+        self.stop(kill=kill)

@@ -13,6 +13,7 @@ from typing import Any
 
 from stepwatch.models.alerts import Alert
 from stepwatch.models.pipeline import Outputs
+from stepwatch.models.wire.deadletter import MAX_TEXT, deadletter_budget
 
 log = logging.getLogger("stepwatch.worker")
 
@@ -20,17 +21,22 @@ log = logging.getLogger("stepwatch.worker")
 @dataclass(slots=True)
 class KafkaSink:
     """``alerts`` and ``deadletters``: Faust topics (``send(key=, value=)``, awaited); ``alertmanager``: an
-    ``AlertmanagerSink`` (``submit``) or None; ``actions``: an action sink (``offer``) or None."""
+    ``AlertmanagerSink`` (``submit``) or None; ``actions``: an action sink (``offer``) or None;
+    ``max_request_size``: the producer's, which every dead letter is made to fit (models/wire/deadletter.py)."""
 
     alerts: Any
     deadletters: Any
     alertmanager: Any = None
     actions: Any = None
+    max_request_size: int = 1_000_000
 
     async def write(self, out: Outputs) -> None:
         await self.write_alerts(out.alerts)
         for dead in out.deadletters:
-            await self.deadletters.send(key=dead.message.key, value=dead.record())
+            key = dead.message.key
+            if key is not None and len(key) > MAX_TEXT:  # a key that alone would not fit: cut (it only partitions)
+                key = key[:MAX_TEXT]
+            await self.deadletters.send(key=key, value=dead.record(deadletter_budget(self.max_request_size, key)))
 
     async def write_alerts(self, alerts: list[Alert]) -> None:
         for alert in alerts:

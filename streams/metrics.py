@@ -36,6 +36,26 @@ EVENT_KINDS = ("step", "collective", "heartbeat", "phase", "stack", "gpu", "xid"
 FAILURE_STAGES = ("events", "telemetry", "tick", "recovery")
 #: How long /health says "degraded" after a processing failure, seconds.
 DEGRADED_SECONDS = 300.0
+#: /health says "degraded" once the events consumer is behind and consumed nothing for this many seconds.
+STALL_SECONDS = 60.0
+
+
+class ProgressWatch:
+    """Whether consumption stalled: messages waiting (lag) while none was consumed for ``stall_after``
+    seconds, as seen by successive ``observe`` calls (pure: the caller passes the clock)."""
+
+    def __init__(self, stall_after: float = STALL_SECONDS) -> None:
+        self.stall_after = stall_after
+        self._consumed: float | None = None
+        self._since = 0.0  # when consumption last moved, or the lag was last zero
+
+    def observe(self, now: float, consumed: float, lag: int) -> float | None:
+        """Seconds without progress while behind, once that reaches ``stall_after``; None otherwise."""
+        if self._consumed is None or consumed != self._consumed or lag <= 0:
+            self._consumed, self._since = consumed, now
+            return None
+        stalled = now - self._since
+        return stalled if stalled >= self.stall_after else None
 
 
 class WorkerMetrics:
@@ -117,10 +137,11 @@ class WorkerMetrics:
         #: The latest processing failure: (monotonic time, stage, what was raised), for /health.
         self.last_failure: tuple[float, str, str] | None = None
         self.failures = 0  # all stages, for /health
+        self.progress = ProgressWatch()
         self.peer_records_refused = Counter(
             "stepwatch_worker_peer_records_refused",
             "Workers-topic records refused as untrusted (streams/registry.py), by reason: unsigned, bad_signature, "
-            "not_a_peer, future_ts, over_cap.", ["reason"], registry=r)
+            "not_a_peer, future_ts, over_cap, unsigned_tombstone.", ["reason"], registry=r)
         for reason in PeerRefusal:
             self.peer_records_refused.labels(reason.value)
         r.register(_ScrapeTimeCollector(self))
@@ -138,21 +159,38 @@ class WorkerMetrics:
         self.failures += 1
         self.last_failure = (time.monotonic(), stage, repr(exc)[:300])
 
-    def health(self, ready: bool | None = None, *, broker_away: bool = False) -> dict:
+    def events_lag(self) -> int | None:
+        """Messages behind the end of the events partitions (None: not known)."""
+        if self.lag_source is None:
+            return None
+        try:
+            return sum(lag for _, _, lag in self.lag_source())
+        except Exception:  # silent: the consumer (re)starting has no positions: unknown, as documented
+            return None
+
+    def health(self, ready: bool | None = None, *, broker_away: bool = False, now: float | None = None) -> dict:
         """The /health body's verdict: ``ok``, ``degraded`` (a processing failure in the last
-        ``DEGRADED_SECONDS``, or the broker unreachable: ``broker_away``) or ``starting`` (not consuming
-        yet), and the latest failure."""
+        ``DEGRADED_SECONDS``, the broker unreachable: ``broker_away``, or consumption stalled: behind with
+        nothing consumed for ``STALL_SECONDS``: ``stalled_seconds``) or ``starting`` (not consuming yet),
+        and the latest failure."""
         ready = self.ready_source() if ready is None else ready
+        now = time.monotonic() if now is None else now
         status = "ok" if ready else "starting"
         failure = self.last_failure
-        recent = failure is not None and time.monotonic() - failure[0] < DEGRADED_SECONDS
-        if ready and (recent or broker_away):
+        recent = failure is not None and now - failure[0] < DEGRADED_SECONDS
+        lag = self.events_lag()
+        consumed = next((x.value for m in self.messages.collect() for x in m.samples if x.name.endswith("_total")),
+                        0.0)  # this counter alone, not a whole scrape
+        stalled = self.progress.observe(now, consumed, lag or 0) if ready else None
+        if ready and (recent or broker_away or stalled is not None):
             status = "degraded"
         body: dict = {"status": status, "consuming": ready, "broker_reachable": not broker_away,
-                      "processing_failures": self.failures}
+                      "processing_failures": self.failures, "lag": lag}
+        if stalled is not None:
+            body["stalled_seconds"] = round(stalled, 1)
         if recent:
             body["last_failure"] = {"stage": failure[1], "error": failure[2],
-                                    "seconds_ago": round(time.monotonic() - failure[0], 1)}
+                                    "seconds_ago": round(now - failure[0], 1)}
         return body
 
     def alert_published(self, alert) -> None:

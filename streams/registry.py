@@ -54,6 +54,7 @@ class PeerRefusal(str, Enum):
     NOT_A_PEER = "not_a_peer"  # a URL that is not on ``worker.peers``
     FUTURE_TS = "future_ts"  # a ``ts`` more than ``max_future`` seconds ahead
     OVER_CAP = "over_cap"  # a new URL while ``MAX_WORKERS`` workers are live
+    UNSIGNED_TOMBSTONE = "unsigned_tombstone"  # a null value (forget this worker) while a key is configured
 
 
 @dataclass(frozen=True)
@@ -128,11 +129,20 @@ class WorkersRegistry:
             return PeerRefusal.OVER_CAP
         return None
 
+    @property
+    def verifies(self) -> bool:
+        """Whether records are checked (a key or a peer list): unchecked, anyone who can write the topic names
+        the owners, so no URL of theirs is verified."""
+        return self.key is not None or self.peers is not None
+
     def known(self, url: str, now: float) -> bool:
-        """Whether ``url`` is a live worker of the registry (or a listed peer): the proxy talks to no other."""
+        """Whether ``url`` is a verified peer: a listed one, or a live worker whose record was checked (signed
+        with the key). With neither a key nor a list none is (the proxy then follows no topic URL)."""
         url = url.rstrip("/")
         if self.peers is not None and url in self.peers:
             return True
+        if not self.verifies:
+            return False
         entry = self.workers.get(url)
         return entry is not None and now - entry.ts <= self.max_age
 
@@ -145,6 +155,11 @@ class WorkersRegistry:
         if isinstance(key, bytes):
             key = key.decode("utf-8", "replace")
         if record is None:
+            if key is not None and self.key is not None:
+                # A tombstone cannot carry a signature: with a key, only a signed record (an empty partition
+                # list, as a clean stop publishes) or age removes a worker.
+                self._refused(PeerRefusal.UNSIGNED_TOMBSTONE, key)
+                return False
             return key is not None and self.workers.pop(key.rstrip("/"), None) is not None
         try:
             value = orjson.loads(record) if isinstance(record, (bytes, bytearray, memoryview, str)) else record
@@ -161,13 +176,7 @@ class WorkersRegistry:
             return False
         refusal = self._refusal(value, url, ts, now)
         if refusal is not None:
-            self.ignored += 1
-            self.refused += 1
-            if self.on_refused is not None:
-                self.on_refused(refusal)
-            if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, ...: a flood cannot flood the log
-                log.warning("workers registry: ignored an untrusted record for %r (%s); %d so far", url[:200],
-                            refusal.value, self.refused)
+            self._refused(refusal, url)
             return False
         group = value.get("group")
         if topic != self.topic or (self.group and group and group != self.group):
@@ -183,6 +192,15 @@ class WorkersRegistry:
             return known is not None
         self.workers[url] = WorkerEntry(url, partitions, ts)
         return True
+
+    def _refused(self, refusal: PeerRefusal, url: str) -> None:
+        self.ignored += 1
+        self.refused += 1
+        if self.on_refused is not None:
+            self.on_refused(refusal)
+        if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, ...: a flood cannot flood the log
+            log.warning("workers registry: ignored an untrusted record for %r (%s); %d so far", url[:200],
+                        refusal.value, self.refused)
 
     def owner(self, partition: int, now: float, *, exclude: str | None = None) -> str | None:
         """The URL of the live worker that claims ``partition`` (newest claim first), or None."""
@@ -214,8 +232,15 @@ def registry_for(settings, topic: str, *, group: str | None,
 
     w = settings.worker
     key = read_secret(w.peer_key_file, "STEPWATCH_WORKER_PEER_KEY_FILE").encode() if w.peer_key_file else None
-    return WorkersRegistry(topic, group=group, max_age=STALE_AFTER_INTERVALS * w.registry_interval, key=key,
-                           peers=parse_peers(w.peers), on_refused=on_refused)
+    registry = WorkersRegistry(topic, group=group, max_age=STALE_AFTER_INTERVALS * w.registry_interval, key=key,
+                               peers=parse_peers(w.peers), on_refused=on_refused)
+    if not registry.verifies and settings.kafka.partitions > 1:  # room for a second worker
+        from .web import UNVERIFIED_HINT
+
+        log.warning("no peer key and no peer list: this worker will not proxy status requests to the workers "
+                    "that own the other events partitions (a workers-topic record is not verified); %s",
+                    UNVERIFIED_HINT)
+    return registry
 
 
 def install_registry(app, settings, *, registry: WorkersRegistry, url: str, owned: Callable[[], set[int] | None]):

@@ -34,13 +34,16 @@ from dataclasses import dataclass, field
 
 from stepwatch.config import Settings
 # The worker's dead-letter record, byte for byte; the worker's validation.
-from stepwatch.models.wire.deadletter import deadletter_record
+from stepwatch.models.wire.deadletter import deadletter_budget, deadletter_record
 from stepwatch.models.wire.events import decode_message, encode_events, event_to_dict
 
 log = logging.getLogger("stepwatch.shard")
 
 #: getmany: at most this many records per call.
 MAX_RECORDS = 1000
+#: A dead letter is cut to fit this request size (the broker's default message.max.bytes, under the
+#: producer's 8 MiB): one the broker refused would be lost (models/wire/deadletter.py).
+DEADLETTER_REQUEST_SIZE = 1_000_000
 #: Flush reasons (label values of stepwatch_shard_flushes_total).
 FLUSH_REASONS = ("full", "interval", "memory", "drain")
 
@@ -325,7 +328,8 @@ class ShardStage:
             self.deadlettered += 1
             log.warning("dead-lettered event from %s[%s]@%s: %s", rec.topic, rec.partition, rec.offset, bad.reason)
             record = deadletter_record(bad, topic=rec.topic, partition=rec.partition, offset=rec.offset,
-                                             key=rec.key, raw=rec.value)
+                                       key=rec.key, raw=rec.value,
+                                       max_bytes=deadletter_budget(DEADLETTER_REQUEST_SIZE, rec.key))
             dead.append(_Out(self.deadletter_topic, rec.key, record, 0, {source: 1}))
         if not events:
             return [], dead

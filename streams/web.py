@@ -4,7 +4,9 @@
 ``/metrics``              Prometheus text format (streams/metrics.py)
 ``/health``               200 ``{"status": "ok"}`` once the worker consumes (``"degraded"`` for 5 minutes
                           after a processing failure, counted in ``stepwatch_processing_failures_total``), 503 before
-                          (``starting``) and while the broker is unreachable (``degraded``, streams/broker_watch.py)
+                          (``starting``), while the broker is unreachable or does not answer (``degraded``,
+                          streams/broker_watch.py) and while the events consumer is behind with nothing
+                          consumed for a minute (``degraded``, ``stalled_seconds``; streams/metrics.py)
 ``/jobs``                 the jobs this worker holds (models/status.py ``jobs_view``)
 ``/jobs/{job}``           per-rank detail, open alerts with evidence, settings in effect
 ``/jobs/{job}/heatmap``   the dashboard's data (rows x recent steps of compute-time ratio)
@@ -24,9 +26,12 @@ worker owns the partition itself, the owner is unknown, or the request was alrea
 once, the answer is 404 with ``partition`` and ``owner`` in the body; 502 when the owner
 does not answer.
 
-The proxy talks only to a peer the registry trusts (``WorkersRegistry.known``: a live, signed or
-listed worker; docs/security.md), follows no redirect and passes this worker's bearer token on;
-an owner it does not trust is answered 404 with ``"untrusted owner"``. Who may read the pages at
+The proxy talks only to a peer the registry verified (``WorkersRegistry.known``: a live worker whose
+record is signed with the peer key, or a listed peer; docs/security.md), follows no redirect and
+passes this worker's bearer token on (so the token goes to verified peers only); an owner it does
+not trust is answered 404 with ``"untrusted owner"``. With neither a peer key nor a peer list (the
+default outside Helm) no ``workers``-topic URL is verified: the answer is 404 with the partition,
+the advertised owner, ``"verified": false`` and how to set a key. Who may read the pages at
 all: streams/web_auth.py.
 """
 
@@ -47,6 +52,9 @@ from .metrics import CONTENT_TYPE_LATEST
 log = logging.getLogger("stepwatch.web")
 
 JSON = "application/json"
+#: What an unverified owner's answer (and the worker's start-up warning) tells the operator to do.
+UNVERIFIED_HINT = ("set a shared peer key on every worker (STEPWATCH_WORKER_PEER_KEY_FILE) or list the peers "
+                   "(STEPWATCH_WORKER_PEERS); ask the owner directly meanwhile")
 
 
 def _dumps(value: Any) -> str:
@@ -120,6 +128,11 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         where = owner_of(job)
         owner = where["owner"]
         if owner and owner != where["worker"].rstrip("/") and (workers is None or not workers.known(owner, now)):
+            if workers is not None and not workers.verifies:  # the default outside Helm: say how to fix it
+                return view.text(_dumps({"error": f"job {job!r} is not on this worker; its partition's owner is "
+                                         f"advertised as {owner} but not verified, so it is not proxied: "
+                                         f"{UNVERIFIED_HINT}", **where, "verified": False}),
+                                 content_type=JSON, status=404)
             return view.text(_dumps({"error": f"unknown job {job!r}: untrusted owner (not a known peer)", **where}),
                              content_type=JSON, status=404)
         if owner and owner != where["worker"].rstrip("/") and "X-Stepwatch-Proxied" not in request.headers:
@@ -147,8 +160,9 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         body = {**metrics.health(ready, broker_away=away), "worker": str(app.conf.canonical_url),
                 "partitions": sorted(mine() or ()), "jobs": len(engine.jobs)}
         # 200 while consuming (a recent processing failure is reported, not a reason to pull the worker);
-        # 503 before it consumes and while the broker is unreachable.
-        return self.text(_dumps(body), content_type=JSON, status=200 if ready and not away else 503)
+        # 503 before it consumes, while the broker is unreachable and while consumption is stalled.
+        ok = ready and not away and "stalled_seconds" not in body
+        return self.text(_dumps(body), content_type=JSON, status=200 if ok else 503)
 
     @app.page("/jobs")
     async def jobs_page(self, request):

@@ -109,7 +109,8 @@ class Worker:
         # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
         self.action_sink = install_action_sink(self.app, settings, reported=self.engine.telemetry.reported_before)
         #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
-        self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink)
+        self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink,
+                                max_request_size=self.app.conf.producer_max_request_size)
         #: Called when events partitions come or go (the workers registry advertises them at once).
         self.assignment_changed: Callable[[], None] | None = None
         self.workers = self._web()
@@ -200,6 +201,7 @@ class Worker:
         settings = self.settings
         if settings.worker.web_port <= 0:
             return None
+        from .broker_watch import install_broker_probe
         from .registry import install_registry, registry_for
         from .web import install_pages
 
@@ -212,7 +214,7 @@ class Worker:
                       runtime=self.runtime, events_topic=self.events_topic, settings=settings,
                       is_ready=self.is_ready, owned_partitions=self.owned_events_partitions,
                       partition_count=self.events_partition_count, workers=workers, token=self.web_token,
-                      broker_away=self.broker_log.broker_away)
+                      broker_away=install_broker_probe(self.app, settings, self.broker_log))
         return workers
 
     def _events_consumer(self) -> None:

@@ -108,3 +108,82 @@ def test_a_process_that_cannot_start_leaves_the_reads_to_the_worker(monkeypatch)
     assert decoder.submit(_envelopes(CHUNK_MESSAGES)) is None  # decoded in the worker
     assert not decoder.enabled and decoder.parts(_envelopes(150)) == []  # and so are the next reads
     assert _counter(metrics, "stepwatch_decoder_fallbacks_total") == 1
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent's wait counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_stopped_process_is_not_waited_for_its_read_is_decoded_in_the_worker_and_it_is_replaced(monkeypatch):
+    import stepwatch.streams.decoder as decoder_module
+
+    monkeypatch.setattr(decoder_module, "PLAN_DEADLINE_SECONDS", 2.0)
+    metrics = WorkerMetrics(DetectionEngine())
+    decoder = Decoder(1, 256, metrics)
+    values = _envelopes(CHUNK_MESSAGES)
+
+    async def plan_of(vals):
+        return await decoder.plan(decoder.submit(vals))
+
+    try:
+        assert asyncio.run(plan_of(values)) is not None
+        (pid,) = list(decoder._pool._processes)
+        os.kill(pid, signal.SIGSTOP)  # kill -STOP: alive, never answers
+        # Every part in flight when it stopped comes back to the worker (none waits on the stopped process).
+        async def parts_in_flight():
+            pending = [decoder.submit(values) for _ in range(3)]
+            return [await decoder.plan(p) for p in pending]
+
+        assert asyncio.run(parts_in_flight()) == [None, None, None]
+        assert _counter(metrics, "stepwatch_decoder_fallbacks_total") >= 1
+        wait_until(lambda: not _alive(pid), timeout=30, what="the stopped process killed")
+        again = asyncio.run(plan_of(values))  # a new process for the next read
+        assert again is not None and _same(again, values) == _same(plan_read(values, 256), values)
+    finally:
+        decoder.stop()
+
+
+_ORPHAN_PARENT = """
+import asyncio, os, sys
+from stepwatch.streams.decoder import Decoder
+decoder = Decoder(1, 256)
+values = [b'{"v":1,"kind":"step","job":"j","rank":0,"step":1,"ts":1.0,"step_time":1.0}'] * 4
+assert asyncio.run(decoder.plan(decoder.submit(values))) is not None
+print(" ".join(str(p) for p in decoder._pool._processes), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_decoder_and_the_resource_tracker_die_with_their_worker(tmp_path):
+    import subprocess
+    import sys
+
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN_PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        decoder_pid = int(parent.stdout.readline())
+        children = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == parent.pid:
+                            children.append(int(entry))
+                except (FileNotFoundError, ProcessLookupError):
+                    continue
+        tracker = [p for p in children if b"resource_tracker" in open(f"/proc/{p}/cmdline", "rb").read()]
+        assert decoder_pid in children and tracker, children
+        os.kill(decoder_pid, signal.SIGSTOP)  # even a stopped decoder goes
+        parent.kill()  # kill -9 of the worker: no clean-up of its own runs
+        parent.wait()
+        for pid in [decoder_pid, *tracker]:
+            wait_until(lambda: not _alive(pid), timeout=30, what=f"process {pid} gone with its worker")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()

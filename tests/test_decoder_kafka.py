@@ -1,10 +1,13 @@
 """The decoder process on the real broker: a worker that finds a backlog (large reads) decodes them in its
 decoder process (streams/decoder.py) and raises exactly the alerts and dead letters ``stepwatch replay``
-of the same topics raises. (A decoder process that dies: tests/test_decoder.py.)"""
+of the same topics raises; one stopped (``kill -STOP``) stalls nothing and no helper outlives a killed worker.
+(A decoder process that dies: tests/test_decoder.py.)"""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 
 import orjson
@@ -119,3 +122,66 @@ def test_a_backlog_decoded_in_the_decoder_process_gives_what_replay_gives(kafka_
     decoded = _metric(base, "stepwatch_decoder_messages_total")
     assert decoded > len(messages) / 2, decoded  # the backlog went through the decoder process
     assert "Traceback" not in log, log[-4000:]
+
+
+def _children(pid: int) -> dict[int, bytes]:
+    """The live child processes of ``pid``: pid -> command line."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[1]) == pid:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    out[int(entry)] = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_stopped_decoder_process_stalls_nothing_and_every_helper_dies_with_its_worker(kafka_bootstrap, topic_prefix,
+                                                                                       start_worker):
+    """Issue 44 rows 7 and 12: ``kill -STOP`` of the decoder process, then a backlog: the worker decodes the
+    parts itself (counted), kills and replaces the process, and catches up; ``kill -9`` of the worker then
+    leaves neither a decoder process nor the multiprocessing resource tracker behind."""
+    from stepwatch.topics import create_topics
+
+    events = topic_prefix + "events"
+    create_topics(kafka_bootstrap, [events], 1)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    worker = start_worker(STEPWATCH_WORKER_CONSUMER="aiokafka", STEPWATCH_WORKER_DECODE_PROCESSES="1",
+                          STEPWATCH_WORKER_WEB_PORT=str(port), STEPWATCH_KAFKA_PARTITIONS="1")
+    group = worker.env["STEPWATCH_KAFKA_APP_ID"] + "-events"
+    pid = worker.proc.pid
+    messages, _ = _backlog(time.time())
+    _produce(kafka_bootstrap, events, messages)
+    decoder = wait_until(lambda: [p for p, cmd in _children(pid).items() if b"spawn_main" in cmd], timeout=120,
+                         what="the decoder process started")[0]
+    wait_until(lambda: group_caught_up(kafka_bootstrap, group, events), timeout=180, what="the first backlog read")
+    before = _metric(base, "stepwatch_decoder_fallbacks_total")
+    os.kill(decoder, signal.SIGSTOP)
+    _produce(kafka_bootstrap, events, messages)  # the same again: large reads for the stopped process
+    wait_until(lambda: group_caught_up(kafka_bootstrap, group, events), timeout=180,
+               what="the second backlog read past the stopped decoder")
+    assert _metric(base, "stepwatch_decoder_fallbacks_total") > before
+    wait_until(lambda: not _alive(decoder), timeout=30, what="the stopped decoder process killed")
+    assert "no plan within" in worker.log_text()
+    assert get(base + "/health")[0] == 200
+
+    helpers = _children(pid)
+    assert any(b"resource_tracker" in cmd for cmd in helpers.values()), helpers
+    worker.proc.kill()  # kill -9: none of the worker's own clean-up runs
+    worker.proc.wait()
+    for child in helpers:
+        wait_until(lambda: not _alive(child), timeout=30, what=f"{helpers[child][:80]!r} gone with its worker")

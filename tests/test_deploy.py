@@ -795,3 +795,19 @@ def test_kubernetes_node_actions_render_a_taint_or_a_node_condition():
     assert patch["status"]["conditions"] == [{"type": "StepwatchSuspect", "status": "True",
                                               "reason": "xid_79_off_bus",
                                               "message": "stepwatch alert e07c45d36c7bed1ca514"}]
+
+
+def test_compose_workers_verify_each_other_with_a_generated_peer_key():
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    maker = services["peer-key"]
+    script = maker["command"][0]
+    compile(script, "peer-key", "exec")  # the one-shot that writes the key is valid Python
+    assert "secrets.token_hex" in script and "O_EXCL" in script  # random, made once
+    workers = [s for name, s in services.items() if s.get("command") == ["worker"]]
+    assert len(workers) >= 2
+    for worker in workers:
+        key_file = worker["environment"]["STEPWATCH_WORKER_PEER_KEY_FILE"]
+        mounts = [v for v in worker["volumes"] if v.startswith("peer-key:")]
+        assert mounts and mounts[0].endswith(":ro") and key_file.startswith(mounts[0].split(":")[1])
+        assert worker["depends_on"]["peer-key"]["condition"] == "service_completed_successfully"

@@ -50,9 +50,11 @@ def test_each_worker_proxies_to_the_owner_of_the_other_partition(kafka_bootstrap
                                                                  tmp_path, worker_consumer):
     ports = [free_port(), free_port()]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
+    (tmp_path / "peer-key").write_text("proxy-test-peer-key-" + "k" * 12)  # peers verify each other's records
     workers = [start_worker(STEPWATCH_KAFKA_PARTITIONS=str(PARTITIONS), STEPWATCH_WORKER_WEB_PORT=str(port),
                             STEPWATCH_WORKER_DATADIR=str(tmp_path / f"faust-{i}"),
-                            STEPWATCH_WORKER_REGISTRY_INTERVAL="2")
+                            STEPWATCH_WORKER_REGISTRY_INTERVAL="2",
+                            STEPWATCH_WORKER_PEER_KEY_FILE=str(tmp_path / "peer-key"))
                for i, port in enumerate(ports)]
 
     def health(i: int) -> dict:

@@ -134,3 +134,33 @@ def test_a_new_worker_beyond_the_cap_is_refused_as_over_cap(monkeypatch):
     assert not reg.apply(rec("http://c:3", [2], 100.0), 100.0)
     assert reg.apply(rec("http://a:1", [0], 101.0), 101.0)  # a known worker's new word still counts
     assert reasons == [PeerRefusal.OVER_CAP]
+
+
+def _signed(url: str, partitions, ts: float) -> bytes:
+    return registry_record(url=url, topic=TOPIC, group=None, partitions=partitions, ts=ts, key=KEY)
+
+
+def test_with_a_key_an_unsigned_tombstone_removes_nobody_and_is_refused():
+    reasons = []
+    reg = WorkersRegistry(TOPIC, max_age=30.0, key=KEY, on_refused=reasons.append)
+    urls = [f"http://w{i}:1" for i in range(5)]
+    for i, url in enumerate(urls):
+        assert reg.apply(_signed(url, [i], 100.0), 100.0)
+    before = reg.owners(101.0)
+    for url in urls + [u + "/" for u in urls] + ["http://stranger:1"]:  # every spelling of every peer, and others
+        assert not reg.apply(None, 101.0, key=url.encode())
+    assert reg.owners(101.0) == before and all(reg.known(u, 101.0) for u in urls)
+    assert reasons == [PeerRefusal.UNSIGNED_TOMBSTONE] * 11 and reg.refused == 11
+    # What a key holder can do: a signed empty list (a clean stop) withdraws the worker.
+    assert reg.apply(_signed(urls[0], [], 102.0), 102.0) and reg.owner(0, 102.0) is None
+
+
+def test_without_a_key_or_a_peer_list_no_advertised_url_is_verified():
+    # Anyone who can write the topic could name any URL: the proxy follows none of them (nor sends its token).
+    reg = WorkersRegistry(TOPIC, max_age=30.0)
+    assert not reg.verifies
+    for i in range(4):
+        assert reg.apply(rec(f"http://w{i}:1", [i], 100.0), 100.0)
+        assert reg.owner(i, 100.0) == f"http://w{i}:1"  # where the job is, for the answer ...
+        assert not reg.known(f"http://w{i}:1", 100.0)  # ... but not a peer to talk to
+    assert WorkersRegistry(TOPIC, key=KEY).verifies and WorkersRegistry(TOPIC, peers=frozenset({"http://a"})).verifies

@@ -87,6 +87,12 @@ def test_simulator_worker_and_alerts_over_sasl_ssl(secure_broker, topic_prefix, 
                                  until=lambda a: any(r["partitions"] for r in a), **client_config(settings))
         assert {r["url"] for r in advertised} == {f"http://127.0.0.1:{port}"}, worker.log_text()[-3000:]
         assert "registry reader failed" not in worker.log_text()
+        # The broker probe behind /health (streams/broker_watch.py) gets its answers through SASL_SSL too.
+        from opsupport import get, wait_for
+
+        assert wait_for(lambda: get(f"http://127.0.0.1:{port}/health")[0] == 200, what="/health ok")
+        assert b'"broker_reachable":true' in get(f"http://127.0.0.1:{port}/health")[1]
+        assert "broker probe failed" not in worker.log_text()
         assert PASSWORD not in worker.log_text()
         assert PASSWORD not in str(alerts)
     finally:

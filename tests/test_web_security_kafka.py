@@ -2,7 +2,8 @@
 
 Loopback bind by default; off loopback a bearer token on every page but /health and /metrics, and no
 start at all without one; the proxy follows only signed workers-topic records, no redirect, and never
-an arbitrary URL (issue 27 findings 1 and 2). The registry's pure checks: tests/test_registry.py.
+an arbitrary URL (issue 27 findings 1 and 2), nor any at all without a peer key or list, and an
+unsigned tombstone removes no signed peer (issue 44). The registry's pure checks: tests/test_registry.py.
 """
 
 from __future__ import annotations
@@ -181,10 +182,75 @@ def test_a_forged_workers_record_does_not_make_the_proxy_fetch_an_arbitrary_url(
 
         assert wait_for(lambda: (r := refused()).get("bad_signature") and r, timeout=30,
                         what="the refused records in /metrics") == \
-            {"unsigned": 1.0, "bad_signature": 1.0, "not_a_peer": 0.0, "future_ts": 0.0, "over_cap": 0.0}
+            {"unsigned": 1.0, "bad_signature": 1.0, "not_a_peer": 0.0, "future_ts": 0.0, "over_cap": 0.0,
+             "unsigned_tombstone": 0.0}
+        # An unsigned tombstone for the signed peer (issue 44 row 11) removes nothing: refused and counted, and
+        # the peer still answers for its job.
+        producer.send(workers_topic, key=peer.url.encode(), value=None)
+        producer.flush()
+        assert wait_for(lambda: refused().get("unsigned_tombstone"), timeout=30,
+                        what="the tombstone refused in /metrics") == 1.0
+        assert proxied() == b'{"peer": "said"}' and len(peer.hits) == 2
     finally:
         stop.set()
         thread.join(timeout=10)
         producer.close()
         internal.close()
         peer.close()
+
+
+def test_without_a_peer_key_or_list_the_proxy_follows_no_workers_topic_url(start_worker, kafka_bootstrap,
+                                                                         topic_prefix, tmp_path):
+    """The default outside Helm (issue 44, "SSRF by default"): a record anyone can write names the owner of the
+    job's partition; the worker warns at start, sends nothing there (least of all its token) and answers
+    where the job is and how to set a key."""
+    import orjson
+
+    token_file = tmp_path / "web-token"
+    token_file.write_text(TOKEN)
+    attacker = Server(200, b'{"owner": "attacker"}')
+    app_id = topic_prefix.rstrip(".") + "-worker"
+    port = free_port()
+    worker = start_worker(STEPWATCH_WORKER_WEB_PORT=str(port), STEPWATCH_KAFKA_PARTITIONS="2",
+                          STEPWATCH_WORKER_CONSUMER="aiokafka", STEPWATCH_WORKER_REGISTRY_INTERVAL="2",
+                          STEPWATCH_WORKER_WEB_TOKEN_FILE=str(token_file))
+    assert "no peer key and no peer list" in worker.log_text()
+    stop = threading.Event()
+
+    def member() -> None:  # a second member of the events group: the worker holds one partition of two
+        consumer = KafkaConsumer(topic_prefix + "events", bootstrap_servers=kafka_bootstrap,
+                                 group_id=app_id + "-events", enable_auto_commit=False,
+                                 partition_assignment_strategy=[RoundRobinPartitionAssignor])
+        try:
+            while not stop.is_set():
+                consumer.poll(timeout_ms=200)
+        finally:
+            consumer.close()
+
+    thread = threading.Thread(target=member, daemon=True)
+    thread.start()
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    try:
+        mine = wait_for(lambda: (p := orjson.loads(request(port, "/health")[2]).get("partitions")) and len(p) == 1
+                        and p, timeout=90, what="the worker holding one events partition of two")
+        other = 1 - mine[0]
+        job = next(name for i in range(1000) if partition_of(name := f"job-{i}", 2) == other)
+        producer.send(topic_prefix + "workers", key=attacker.url.encode(), value=registry_record(
+            url=attacker.url, topic=topic_prefix + "events", group=app_id + "-events", partitions=[other],
+            ts=time.time()))
+        producer.flush()
+
+        def advertised():
+            status, _, body = request(port, f"/jobs/{job}", token=TOKEN)
+            answer = orjson.loads(body)
+            return status == 404 and answer.get("owner") == attacker.url and answer
+
+        answer = wait_for(advertised, timeout=30, what="the advertised owner in the answer")
+        assert answer["partition"] == other and answer["verified"] is False
+        assert "STEPWATCH_WORKER_PEER_KEY_FILE" in answer["error"] and "not proxied" in answer["error"]
+        assert attacker.hits == []
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        producer.close()
+        attacker.close()

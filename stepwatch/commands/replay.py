@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
 
 from stepwatch.commands.common import files_precheck
+
+#: ``--drain`` and ``--until`` reach at most this far past the recording's last event: beyond, the timer rules
+#: would run for days of ticks (``--until 1e16`` never ended).
+MAX_AFTER_SECONDS = 30 * 86_400.0
+#: How much of a recording's end is read to find its last line's time.
+_TAIL_BYTES = 1 << 20
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     stats: dict = {"events": 0, "rejected": 0, "alerts": 0}
     started = time.monotonic()
-    until = parse_time(args.until) if args.until else None
+    until = parse_time(args.until) if args.until else None  # checked by the precheck (_bounds)
     try:  # the worker's own pipeline (models/pipeline.py), on the recording's clock
         replay(merge_recorded(args.files), settings, drain=args.drain, until=until, stats=stats)
     except FileNotFoundError as exc:
@@ -42,4 +50,64 @@ def add_parser(sub) -> None:
                    help="after the last event, run the timer rules this many seconds on (hangs at the end fire)")
     p.add_argument("--until", metavar="TIME", help="after the last event, run the timer rules up to this time "
                    "(Unix seconds or ISO 8601, UTC)")
-    p.set_defaults(func=run, precheck=files_precheck("replay", "nothing replayed"))
+    p.set_defaults(func=run, precheck=_precheck)
+
+
+_files = files_precheck("replay", "nothing replayed")
+
+
+def _precheck(args: argparse.Namespace) -> None:
+    _files(args)
+    _bounds(args)
+
+
+def _bounds(args: argparse.Namespace) -> None:
+    """``--drain`` and ``--until`` within ``MAX_AFTER_SECONDS`` of the recording's end: one line otherwise."""
+    from stepwatch.recording import parse_time
+
+    days = MAX_AFTER_SECONDS / 86_400
+    if not (math.isfinite(args.drain) and 0 <= args.drain <= MAX_AFTER_SECONDS):
+        raise ValueError(f"--drain must be between 0 and {MAX_AFTER_SECONDS:.0f} seconds ({days:.0f} days), "
+                         f"got {args.drain:g}")
+    if not args.until:
+        return
+    until = parse_time(args.until)  # a ValueError is one line too
+    if not math.isfinite(until):
+        raise ValueError(f"--until must be a time, got {args.until!r}")
+    end = _recording_end(args.files)
+    reference, what = (end, "the recording's last event") if end is not None else (time.time(), "now")
+    if until > reference + MAX_AFTER_SECONDS:
+        raise ValueError(f"--until {args.until} is more than {days:.0f} days after {what} "
+                         f"({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(reference))}): the timer rules would "
+                         "run for that long; give a time closer to the recording")
+
+
+def _recording_end(paths: list[str]) -> float | None:
+    """The time of the last line of each recording file (its ``_arrival``, else its latest event ``ts``),
+    the latest of them; None when none can be read that way (stdin, no time on the last line)."""
+    import orjson
+
+    latest = None
+    for path in paths:
+        if path == "-":
+            continue
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - _TAIL_BYTES))
+                lines = [line for line in f.read().splitlines() if line.strip()]
+            obj = orjson.loads(lines[-1]) if lines else None
+        except (OSError, orjson.JSONDecodeError):  # unreadable here: the replay itself says why
+            continue
+        when = _time_of(obj)
+        if when is not None and (latest is None or when > latest):
+            latest = when
+    return latest
+
+
+def _time_of(obj) -> float | None:
+    if type(obj) is not dict:
+        return None
+    times = [obj.get("_arrival"), obj.get("ts")] + [e.get("ts") for e in obj.get("events") or () if type(e) is dict]
+    times = [t for t in times if type(t) in (int, float) and math.isfinite(t)]
+    return max(times) if times else None
