@@ -221,6 +221,9 @@ class DetectionEngine:
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger
         #: (models/oncall/oncall.py).
         self.oncall = OnCall(self.settings.oncall)
+        # Only a node's own agent speaks for it: no node_suspect for a node whose telemetry never came.
+        if any(r.spec.name == "node_ledger" for r in self.oncall.rules):
+            self.oncall.ledger.vouched = self._agent_reported
         #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
         self.straggler_flaps: Counter[str] = Counter()
         #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
@@ -236,6 +239,10 @@ class DetectionEngine:
         self.last_tick_visits = 0
         # (column batch, its runs' layouts) of the latest ``layouts`` call: one comparison per run and batch
         self._layouts: tuple[StepColumns, dict[tuple[int, int], RunLayout]] | None = None
+
+    def _agent_reported(self, node: str, at: float) -> bool:
+        """Whether the node's agent had reported by ``at`` (its own first report, e.g. an Xid, counts)."""
+        return self.telemetry.reported_before(node, math.nextafter(at, math.inf))
 
     # -- input ----------------------------------------------------------------------------
 

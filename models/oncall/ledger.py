@@ -102,6 +102,10 @@ class NodeLedger:
     * ``max_nodes``: nodes kept (the one with the oldest last incident dropped first).
 
     ``owns(node)``: whether this ledger's owner publishes the node's alerts (None: all).
+    ``vouched(node, ts)``: whether the node's own agent had reported before ``ts`` (None: not checked). Only an
+    agent speaks for its node: job events name nodes the training processes chose to name, so they can implicate
+    a node, never condemn it alone (issue 44 finding 1); a node no agent vouches for gets no verdict, its
+    incidents kept (counted in ``unvouched``) until its agent reports and a later incident is judged.
     State: ``incidents`` (node -> {alert id: Incident}) and ``open`` (node -> its firing alert).
     """
 
@@ -114,6 +118,9 @@ class NodeLedger:
         self.incidents: dict[str, dict[str, Incident]] = {}
         self.open: dict[str, Alert] = {}
         self.owns: Callable[[str], bool] | None = None
+        self.vouched: Callable[[str, float], bool] | None = None
+        #: Verdicts not given because no agent of the node had reported (``vouched``).
+        self.unvouched = 0
         self.clock = 0.0  # latest time seen (incidents, ticks)
         #: (node, alert id) of incidents that left the window since last cleared (the worker tombstones them).
         self.pruned: list[tuple[str, str]] = []
@@ -154,6 +161,9 @@ class NodeLedger:
         if len(jobs) < self.min_jobs and not fatal and node not in self.open:
             return []
         if not recent:
+            return []
+        if node not in self.open and self.vouched is not None and not self.vouched(node, at):
+            self.unvouched += 1
             return []
         severity = "critical" if fatal else "warning"
         hours = self.window_seconds / 3600
