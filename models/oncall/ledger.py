@@ -20,6 +20,8 @@ and a restarted worker reads its ledger back).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -162,7 +164,7 @@ class NodeLedger:
             return []
         if not recent:
             return []
-        if node not in self.open and self.vouched is not None and not self.vouched(node, at):
+        if node not in self.open and not self._vouched(node, at):
             self.unvouched += 1
             return []
         severity = "critical" if fatal else "warning"
@@ -189,6 +191,13 @@ class NodeLedger:
         self.open[node] = alert
         return [alert] if self.owns is None or self.owns(node) else []
 
+    def _vouched(self, node: str, at: float) -> bool:
+        """Whether the node's agent vouches for it by ``at``; asked by the node's owner only (another worker does
+        not read the node's telemetry: it keeps the verdict, the owner checks before publishing it)."""
+        if self.vouched is None or (self.owns is not None and not self.owns(node)):
+            return True
+        return self.vouched(node, at)
+
     def tick(self, now: float) -> list[Alert]:
         """Forget incidents older than the window; resolve the suspects whose node has been clean for it."""
         out = []
@@ -212,7 +221,8 @@ class NodeLedger:
         """Ownership changed: the open verdicts of the nodes for which ``gained(node)`` (this ledger's owner
         speaks for them now, and did not before), to publish again: a verdict judged while another owner spoke
         for the node, or while none did (a rebalance), was published by nobody."""
-        return [alert for node, alert in self.open.items() if gained(node)]
+        return [alert for node, alert in self.open.items()
+                if gained(node) and (self.vouched is None or self.vouched(node, math.inf))]
 
     def worst(self, limit: int = 20) -> list[dict[str, Any]]:
         """Nodes with the most incidents now, worst first."""
