@@ -45,9 +45,10 @@ class RetentionSettings:
     #: A job that sent ``phase: end`` is forgotten this long after its last event.
     ended_job_seconds: float = 600.0
     #: At most this many jobs are tracked; beyond, the least recently active job *without an open
-    #: alert* is forgotten (a hung job is never pushed out by new ones); when the
-    #: ``EVICTION_PROBES`` least recently active all have open alerts, the new job's event is refused
-    #: and counted (``stepwatch_engine_jobs_refused_total``).
+    #: alert* is forgotten (a hung job is never pushed out by new ones), else one whose only open alert
+    #: is a hang no rank has spoken since (dead junk: its hang resolves ``forgotten``; issue 44 finding 2);
+    #: when the ``EVICTION_PROBES`` least recently active are neither, the new job's event is refused
+    #: and counted (``stepwatch_engine_jobs_refused_total``). Evictions: ``stepwatch_engine_jobs_evicted_total``.
     max_jobs: int = 10_000
     #: Ranks tracked per job at most; events of further new ranks are left out and counted
     #: (``stepwatch_state_capped_total{what="ranks_per_job"}``): one producer cannot grow a job forever.
@@ -195,6 +196,9 @@ class DetectionEngine:
         self.jobs: OrderedDict[str, JobState] = OrderedDict()
         #: Events of new jobs refused because every job the cap would evict had an open alert.
         self.jobs_refused = 0
+        #: Jobs forgotten, by why: ``idle`` (no events for the retention), ``cap`` (room for a new job), ``dead_hang``
+        #: (room for a new job, taken from a job whose only open alert was a hang no rank had spoken since).
+        self.jobs_evicted: Counter[str] = Counter()
         self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
         self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job``
         #: Input refused before the engine (``Pipeline``: new jobs per message), by what; part of ``capped``.
@@ -355,27 +359,34 @@ class DetectionEngine:
         when the cap is reached and no job near the front of the LRU may go (all have open alerts)."""
         evicted: list[Alert] = []
         if len(self.jobs) >= self.settings.retention.max_jobs:
-            victim = self._evictable()
+            victim, dead = self._evictable()
             if victim is None:
                 self.jobs_refused += 1
                 return None, []
-            evicted = self._evict(victim, "too many jobs tracked")
+            self.jobs_evicted["dead_hang" if dead else "cap"] += 1
+            evicted = self._evict(victim, "too many jobs tracked" + (": hung, no rank heard since" if dead else ""))
         job = self.jobs[name] = self._new_job(name)
         self._touches += 1
         job.touched = self._touches
         self._touch(job)
         return job, evicted
 
-    def _evictable(self) -> JobState | None:
-        """The least recently active job without an open alert among the first ``EVICTION_PROBES``."""
+    def _evictable(self) -> tuple[JobState | None, bool]:
+        """The least recently active job without an open alert among the first ``EVICTION_PROBES``, else the
+        first of them whose only open alert is a hang no rank has spoken since (True then): such a job holds
+        nothing a live job needs, and a flood of one-step jobs that go silent must not lock real ones out."""
+        dead = None
         for _ in range(min(EVICTION_PROBES, len(self.jobs))):
             name, job = next(iter(self.jobs.items()))
-            if not job.open_alerts():
-                return job
+            alerts = job.open_alerts()
+            if not alerts:
+                return job, False
+            if dead is None and _dead_hang(job, alerts):
+                dead = job
             self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
             self._touches += 1
             job.touched = self._touches
-        return None
+        return dead, dead is not None
 
     def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
         """Step events ``lo:hi`` of one job, in order, by columns: the only road of step events.
@@ -551,6 +562,7 @@ class DetectionEngine:
                 job.last_seen = now
             idle = now - job.last_seen
             if idle > (retention.ended_job_seconds if job.ended else retention.job_idle_seconds):
+                self.jobs_evicted["idle"] += 1
                 out.extend(self._evict(job, f"no events for {idle:.0f} s"))
                 continue
             job_now = now - job.clock_offset()  # the same instant on the job's own clock
@@ -806,6 +818,12 @@ class DetectionEngine:
 
     def open_alerts(self) -> list[Alert]:
         return [a for job in self.jobs.values() for a in job.open_alerts()]
+
+
+def _dead_hang(job: JobState, alerts: list[Alert]) -> bool:
+    """Whether ``alerts`` (the job's open ones) are a hang alone, and no event of the job came since it fired (its
+    ``starts_at``, on the job's clock): no rank is alive to be helped by keeping it."""
+    return all(a.type == "hang" for a in alerts) and job.last_ts < min(a.starts_at for a in alerts)
 
 
 def _by_touch(job: JobState) -> int:

@@ -45,8 +45,33 @@ def test_new_job_ids_do_not_evict_a_hung_job():
 
 def test_a_cap_full_of_alerting_jobs_refuses_the_new_one_and_counts_it():
     engine, now = hung_engine(max_jobs=1)
+    # Its ranks are alive (a heartbeat since the hang fired): a real hang, never pushed out.
+    engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": "hung", "rank": 0, "ts": now + 1, "step": 30}))
     assert engine.process(parse_event({"v": 1, "kind": "phase", "job": "new", "ts": now, "phase": "train"})) == []
     assert list(engine.jobs) == ["hung"] and engine.jobs_refused == 1
+
+
+def test_silent_hung_junk_jobs_do_not_lock_out_a_real_one():
+    """Issue 44 finding 2: with the cap at 300 and a 60 s hang timeout, 300 one-step jobs that go silent all held
+    open hangs and refused a real job (no alert). Jobs whose only open alert is a hang no rank has spoken since
+    make room: each counted, its hang resolved ``forgotten``; the real job's straggler fires."""
+    from engine_driver import replay
+    from fleet import Job, job_events
+
+    settings = dataclasses.replace(Settings(), retention=RetentionSettings(max_jobs=300),
+                                   hang=dataclasses.replace(Settings().hang, timeout_seconds=60.0))
+    engine = DetectionEngine(settings)
+    junk = [parse_event({"v": 1, "kind": "step", "job": f"junk-{i}", "rank": r, "step": 1, "ts": T0 + i * 0.01,
+                         "step_time": 1.0}) for i in range(300) for r in range(2)]
+    alerts = list(replay(junk, engine=engine)) + engine.tick(T0 + 100)
+    assert len({a.job for a in alerts if a.type == "hang" and a.status == "firing"}) == 300
+    real = Job("real", ["r1", "r2", "r3", "r4"], slow_node="r3", slow_factor=1.5, start=T0 + 120)
+    alerts = list(replay((parse_event(e) for e in job_events(real)), engine=engine))
+    assert [a.ranks for a in alerts if a.job == "real" and a.type == "straggler" and a.status == "firing"] == [(8,)]
+    assert engine.jobs_refused == 0 and engine.jobs_evicted["dead_hang"] >= 1
+    forgotten = [a for a in alerts if a.job.startswith("junk-") and a.status == "resolved"]
+    assert forgotten and {a.evidence["resolution"] for a in forgotten} == {"forgotten"}
+    assert len(forgotten) == engine.jobs_evicted["dead_hang"]
 
 
 def test_a_new_job_costs_a_bounded_number_of_probes(monkeypatch):
