@@ -53,6 +53,9 @@ class RetentionSettings:
     #: Ranks tracked per job at most; events of further new ranks are left out and counted
     #: (``stepwatch_state_capped_total{what="ranks_per_job"}``): one producer cannot grow a job forever.
     max_ranks_per_job: int = 131_072
+    #: Ranks tracked across all jobs at most (per-job caps must not multiply: 2 jobs x 100k ranks took 877 MB);
+    #: events of further new ranks are left out and counted as the per-job cap's are.
+    max_ranks_total: int = 262_144
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended, and so
@@ -76,7 +79,7 @@ def _late_after_end(job: JobState, rank: int, step, ts: float) -> bool:
     return continues or ts <= job.ended_at + END_GRACE_SECONDS
 #: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
 CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
-               "op_names_per_job")
+               "op_names_per_job", "gpus_total", "ports_total")
 #: Least recently active jobs looked at to find one to evict for a new job (those with open alerts go
 #: to the back): the cost per new job stays O(1) whatever the number of jobs.
 EVICTION_PROBES = 64
@@ -200,7 +203,8 @@ class DetectionEngine:
         #: (room for a new job, taken from a job whose only open alert was a hang no rank had spoken since).
         self.jobs_evicted: Counter[str] = Counter()
         self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
-        self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job``
+        self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job`` (or ``max_ranks_total``)
+        self._ranks_total = 0  # ranks tracked across all jobs (the hang rules' slots), kept by ``_count_ranks``
         #: Input refused before the engine (``Pipeline``: new jobs per message), by what; part of ``capped``.
         self.capped_input: Counter[str] = Counter()
         #: Rows of the column batch being processed that the rank cap left out, with what (the pipeline takes
@@ -262,6 +266,25 @@ class DetectionEngine:
             out = self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
             self.refused.clear()  # one event: its caller compares ``capped_mark``
             return out
+        job = self.jobs.get(getattr(event, "job", ""))
+        before = job.hang.rank_count if job is not None else 0
+        out = self._process_event(event, arrival)
+        self._count_ranks(getattr(event, "job", ""), job, before)
+        return out
+
+    def _count_ranks(self, name: str, job: JobState | None, before: int) -> None:
+        """Add the ranks job ``name`` gained (or lost: a restart) since it had ``before`` (``job``: its state then)."""
+        now = self.jobs.get(name)
+        if now is not None:
+            self._ranks_total += now.hang.rank_count - (before if now is job else 0)
+
+    def _rank_limit(self, job: JobState) -> int:
+        """The ranks ``job`` may have: its own cap, and no more than the room left under the total."""
+        retention = self.settings.retention
+        return min(retention.max_ranks_per_job, job.hang.rank_count + max(0, retention.max_ranks_total -
+                                                                           self._ranks_total))
+
+    def _process_event(self, event: Event, arrival: float | None) -> list[Alert]:
         self.events_by_kind[event.kind] += 1
         if event.ts > self.clock:
             self.clock = event.ts
@@ -282,8 +305,7 @@ class DetectionEngine:
             self._touches += 1
             job.touched = self._touches
         rank = getattr(event, "rank", None)
-        if (rank is not None and not job.hang.knows(rank)
-                and job.hang.rank_count >= self.settings.retention.max_ranks_per_job):
+        if rank is not None and not job.hang.knows(rank) and job.hang.rank_count >= self._rank_limit(job):
             self._capped_ranks += 1
             return self.telemetry.enrich(evicted)
         if event.ts > job.last_ts:
@@ -389,6 +411,14 @@ class DetectionEngine:
         return dead, dead is not None
 
     def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
+        job = self.jobs.get(name)
+        before = job.hang.rank_count if job is not None else 0
+        out = self._process_steps_run(name, cols, lo, hi, arrival)
+        self._count_ranks(name, job, before)
+        return out
+
+    def _process_steps_run(self, name: str, cols: StepColumns, lo: int, hi: int,
+                           arrival: float | None) -> list[Alert]:
         """Step events ``lo:hi`` of one job, in order, by columns: the only road of step events.
 
         The work of each rule is done for the whole run at once; the alerts come out in event
@@ -427,13 +457,13 @@ class DetectionEngine:
                 ts = cols.ts[lo:hi]
                 ts_array = ts_array[late:] if ts_array is not None else None
                 earliest, latest = _bounds(ts, ts_array)
-        limit = self.settings.retention.max_ranks_per_job
+        limit = self._rank_limit(job)
         if job.hang.rank_count + (hi - lo) > limit and job.hang.rank_count + len(
                 {r for r in cols.rank[lo:hi] if not job.hang.knows(r)}) > limit:  # over the rank cap: rare
             kept = self._within_rank_cap(job, cols.events()[lo:hi], limit, lo)
             if len(kept) < hi - lo:
                 self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
-                out = self._process_steps(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
+                out = self._process_steps_run(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
                 return self.telemetry.enrich(evicted) + out if evicted else out
         whole = lo == 0 and hi == len(cols)
 
@@ -653,11 +683,13 @@ class DetectionEngine:
         order of ``CAPPED_MARK``: compared before and after one event, they say whether and what of it was left out."""
         tracker = self.telemetry.tracker.capped
         state = self.jobs.get(job) if job else None
+        totals = tracker["gpus_total"], tracker["ports_total"]
         if state is None:
-            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0
+            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0, *totals
         hang = state.hang.capped
         return (self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"],
-                hang["process_groups_per_job"], hang["pg_ranks_per_job"], state.comm.capped["op_names_per_job"])
+                hang["process_groups_per_job"], hang["pg_ranks_per_job"], state.comm.capped["op_names_per_job"],
+                *totals)
 
     def capped(self) -> Counter[str]:
         """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
@@ -674,6 +706,7 @@ class DetectionEngine:
     def _evict(self, job: JobState, reason: str) -> list[Alert]:
         """Forget a job; its open alerts resolve, saying why."""
         self.jobs.pop(job.job, None)
+        self._ranks_total -= job.hang.rank_count
         for rule in job.rules:
             self._capped_gone.update(rule.capped())
         self.telemetry.fabric.forget_job(job.job)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from stepwatch.config import RetentionSettings, Settings
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.wire.events import parse_event
@@ -298,3 +300,52 @@ def test_an_open_step_keeps_a_bounded_copy_of_a_duplicating_senders_reports_and_
     [(_, [step])] = assembler.add_columns([3], [7], [4], ["train"], tuple(c[:1] for c in columns))
     assert step.ranks.tolist() == [0, 1, 2, 3]
     assert step.compute_time.tolist() == [n - 3, n - 2, n - 1, 0.0]  # the latest of each rank
+
+
+# -- totals: per-key caps must not multiply across nodes and jobs (issue 44) ---------------------------------
+
+def test_gpus_and_ports_across_nodes_are_capped_in_total(monkeypatch):
+    """200 forged nodes x 256 ports took 1.84 GB: each node under its own cap, the sum unbounded."""
+    from stepwatch.models.telemetry import telemetry_tracker as tt
+
+    monkeypatch.setattr(tt, "MAX_PORTS_TOTAL", 100)
+    monkeypatch.setattr(tt, "MAX_GPUS_TOTAL", 60)
+    engine = DetectionEngine()
+    for n in range(20):
+        for p in range(10):
+            engine.process(parse_event({"v": 1, "kind": "link", "node": f"n{n}", "ts": T0, "device": "mlx5_0",
+                                        "port": p + 1, "state": "ACTIVE", "rate": 400.0, "counters": {}}))
+        for g in range(8):
+            engine.process(parse_event({"v": 1, "kind": "gpu", "node": f"n{n}", "ts": T0, "gpu": g, "temp_c": 60.0}))
+    nodes = engine.telemetry.tracker._nodes.values()
+    assert sum(len(node.ports) for node in nodes) == 100 and sum(len(node.gpus) for node in nodes) == 60
+    capped = engine.capped()
+    assert (capped["ports_total"], capped["gpus_total"]) == (100, 100)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one-by-one", "batch"])
+def test_ranks_across_jobs_are_capped_in_total_and_an_evicted_job_frees_its_share(batch):
+    """2 jobs x 100k ranks took 877 MB: each job under its own cap, the sum unbounded."""
+    from stepwatch.models.pipeline import Message, Pipeline
+    from stepwatch.models.wire.events import encode_events
+
+    settings = dataclasses.replace(Settings(), retention=RetentionSettings(max_ranks_per_job=80, max_ranks_total=100,
+                                                                          max_jobs=2))
+
+    def steps(job: str, ts: float) -> list[dict]:
+        return [{"v": 1, "kind": "step", "job": job, "rank": r, "step": 1, "ts": ts, "step_time": 1.0}
+                for r in range(80)]
+
+    pipeline = Pipeline(settings=settings)
+    engine = pipeline.engine
+    for i, job in enumerate(("a", "b", "c")):
+        if batch:
+            pipeline.feed([Message(encode_events(steps(job, T0 + i)), job.encode(), "ev", 0, i)], arrival=T0 + i)
+        else:
+            for e in steps(job, T0 + i):
+                engine.process(parse_event(e))
+        tracked = sum(j.hang.rank_count for j in engine.jobs.values())
+        assert tracked <= 100, (job, tracked)
+    # a (80) and b (20 of 80) filled the total; c evicted a (no open alert) and took its 80
+    assert {name: j.hang.rank_count for name, j in engine.jobs.items()} == {"b": 20, "c": 80}
+    assert engine.capped()["ranks_per_job"] >= 60
