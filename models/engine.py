@@ -45,13 +45,17 @@ class RetentionSettings:
     #: A job that sent ``phase: end`` is forgotten this long after its last event.
     ended_job_seconds: float = 600.0
     #: At most this many jobs are tracked; beyond, the least recently active job *without an open
-    #: alert* is forgotten (a hung job is never pushed out by new ones); when the
-    #: ``EVICTION_PROBES`` least recently active all have open alerts, the new job's event is refused
-    #: and counted (``stepwatch_engine_jobs_refused_total``).
+    #: alert* is forgotten (a hung job is never pushed out by new ones), else one whose only open alert
+    #: is a hang no rank has spoken since (dead junk: its hang resolves ``forgotten``; issue 44 finding 2);
+    #: when the ``EVICTION_PROBES`` least recently active are neither, the new job's event is refused
+    #: and counted (``stepwatch_engine_jobs_refused_total``). Evictions: ``stepwatch_engine_jobs_evicted_total``.
     max_jobs: int = 10_000
     #: Ranks tracked per job at most; events of further new ranks are left out and counted
     #: (``stepwatch_state_capped_total{what="ranks_per_job"}``): one producer cannot grow a job forever.
     max_ranks_per_job: int = 131_072
+    #: Ranks tracked across all jobs at most (per-job caps must not multiply: 2 jobs x 100k ranks took 877 MB);
+    #: events of further new ranks are left out and counted as the per-job cap's are.
+    max_ranks_total: int = 262_144
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended, and so
@@ -75,7 +79,7 @@ def _late_after_end(job: JobState, rank: int, step, ts: float) -> bool:
     return continues or ts <= job.ended_at + END_GRACE_SECONDS
 #: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
 CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
-               "op_names_per_job")
+               "op_names_per_job", "gpus_total", "ports_total")
 #: Least recently active jobs looked at to find one to evict for a new job (those with open alerts go
 #: to the back): the cost per new job stays O(1) whatever the number of jobs.
 EVICTION_PROBES = 64
@@ -195,8 +199,12 @@ class DetectionEngine:
         self.jobs: OrderedDict[str, JobState] = OrderedDict()
         #: Events of new jobs refused because every job the cap would evict had an open alert.
         self.jobs_refused = 0
+        #: Jobs forgotten, by why: ``idle`` (no events for the retention), ``cap`` (room for a new job), ``dead_hang``
+        #: (room for a new job, taken from a job whose only open alert was a hang no rank had spoken since).
+        self.jobs_evicted: Counter[str] = Counter()
         self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
-        self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job``
+        self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job`` (or ``max_ranks_total``)
+        self._ranks_total = 0  # ranks tracked across all jobs (the hang rules' slots), kept by ``_count_ranks``
         #: Input refused before the engine (``Pipeline``: new jobs per message), by what; part of ``capped``.
         self.capped_input: Counter[str] = Counter()
         #: Rows of the column batch being processed that the rank cap left out, with what (the pipeline takes
@@ -221,6 +229,9 @@ class DetectionEngine:
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger
         #: (models/oncall/oncall.py).
         self.oncall = OnCall(self.settings.oncall)
+        # Only a node's own agent speaks for it: no node_suspect for a node whose telemetry never came.
+        if any(r.spec.name == "node_ledger" for r in self.oncall.rules):
+            self.oncall.ledger.vouched = self._agent_reported
         #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
         self.straggler_flaps: Counter[str] = Counter()
         #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
@@ -237,6 +248,10 @@ class DetectionEngine:
         # (column batch, its runs' layouts) of the latest ``layouts`` call: one comparison per run and batch
         self._layouts: tuple[StepColumns, dict[tuple[int, int], RunLayout]] | None = None
 
+    def _agent_reported(self, node: str, at: float) -> bool:
+        """Whether the node's agent had reported by ``at`` (its own first report, e.g. an Xid, counts)."""
+        return self.telemetry.reported_before(node, math.nextafter(at, math.inf))
+
     # -- input ----------------------------------------------------------------------------
 
     @leaving_engine
@@ -251,6 +266,25 @@ class DetectionEngine:
             out = self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
             self.refused.clear()  # one event: its caller compares ``capped_mark``
             return out
+        job = self.jobs.get(getattr(event, "job", ""))
+        before = job.hang.rank_count if job is not None else 0
+        out = self._process_event(event, arrival)
+        self._count_ranks(getattr(event, "job", ""), job, before)
+        return out
+
+    def _count_ranks(self, name: str, job: JobState | None, before: int) -> None:
+        """Add the ranks job ``name`` gained (or lost: a restart) since it had ``before`` (``job``: its state then)."""
+        now = self.jobs.get(name)
+        if now is not None:
+            self._ranks_total += now.hang.rank_count - (before if now is job else 0)
+
+    def _rank_limit(self, job: JobState) -> int:
+        """The ranks ``job`` may have: its own cap, and no more than the room left under the total."""
+        retention = self.settings.retention
+        return min(retention.max_ranks_per_job, job.hang.rank_count + max(0, retention.max_ranks_total -
+                                                                           self._ranks_total))
+
+    def _process_event(self, event: Event, arrival: float | None) -> list[Alert]:
         self.events_by_kind[event.kind] += 1
         if event.ts > self.clock:
             self.clock = event.ts
@@ -271,8 +305,7 @@ class DetectionEngine:
             self._touches += 1
             job.touched = self._touches
         rank = getattr(event, "rank", None)
-        if (rank is not None and not job.hang.knows(rank)
-                and job.hang.rank_count >= self.settings.retention.max_ranks_per_job):
+        if rank is not None and not job.hang.knows(rank) and job.hang.rank_count >= self._rank_limit(job):
             self._capped_ranks += 1
             return self.telemetry.enrich(evicted)
         if event.ts > job.last_ts:
@@ -348,29 +381,44 @@ class DetectionEngine:
         when the cap is reached and no job near the front of the LRU may go (all have open alerts)."""
         evicted: list[Alert] = []
         if len(self.jobs) >= self.settings.retention.max_jobs:
-            victim = self._evictable()
+            victim, dead = self._evictable()
             if victim is None:
                 self.jobs_refused += 1
                 return None, []
-            evicted = self._evict(victim, "too many jobs tracked")
+            self.jobs_evicted["dead_hang" if dead else "cap"] += 1
+            evicted = self._evict(victim, "too many jobs tracked" + (": hung, no rank heard since" if dead else ""))
         job = self.jobs[name] = self._new_job(name)
         self._touches += 1
         job.touched = self._touches
         self._touch(job)
         return job, evicted
 
-    def _evictable(self) -> JobState | None:
-        """The least recently active job without an open alert among the first ``EVICTION_PROBES``."""
+    def _evictable(self) -> tuple[JobState | None, bool]:
+        """The least recently active job without an open alert among the first ``EVICTION_PROBES``, else the
+        first of them whose only open alert is a hang no rank has spoken since (True then): such a job holds
+        nothing a live job needs, and a flood of one-step jobs that go silent must not lock real ones out."""
+        dead = None
         for _ in range(min(EVICTION_PROBES, len(self.jobs))):
             name, job = next(iter(self.jobs.items()))
-            if not job.open_alerts():
-                return job
+            alerts = job.open_alerts()
+            if not alerts:
+                return job, False
+            if dead is None and _dead_hang(job, alerts):
+                dead = job
             self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
             self._touches += 1
             job.touched = self._touches
-        return None
+        return dead, dead is not None
 
     def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
+        job = self.jobs.get(name)
+        before = job.hang.rank_count if job is not None else 0
+        out = self._process_steps_run(name, cols, lo, hi, arrival)
+        self._count_ranks(name, job, before)
+        return out
+
+    def _process_steps_run(self, name: str, cols: StepColumns, lo: int, hi: int,
+                           arrival: float | None) -> list[Alert]:
         """Step events ``lo:hi`` of one job, in order, by columns: the only road of step events.
 
         The work of each rule is done for the whole run at once; the alerts come out in event
@@ -409,13 +457,13 @@ class DetectionEngine:
                 ts = cols.ts[lo:hi]
                 ts_array = ts_array[late:] if ts_array is not None else None
                 earliest, latest = _bounds(ts, ts_array)
-        limit = self.settings.retention.max_ranks_per_job
+        limit = self._rank_limit(job)
         if job.hang.rank_count + (hi - lo) > limit and job.hang.rank_count + len(
                 {r for r in cols.rank[lo:hi] if not job.hang.knows(r)}) > limit:  # over the rank cap: rare
             kept = self._within_rank_cap(job, cols.events()[lo:hi], limit, lo)
             if len(kept) < hi - lo:
                 self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
-                out = self._process_steps(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
+                out = self._process_steps_run(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
                 return self.telemetry.enrich(evicted) + out if evicted else out
         whole = lo == 0 and hi == len(cols)
 
@@ -544,6 +592,7 @@ class DetectionEngine:
                 job.last_seen = now
             idle = now - job.last_seen
             if idle > (retention.ended_job_seconds if job.ended else retention.job_idle_seconds):
+                self.jobs_evicted["idle"] += 1
                 out.extend(self._evict(job, f"no events for {idle:.0f} s"))
                 continue
             job_now = now - job.clock_offset()  # the same instant on the job's own clock
@@ -634,11 +683,13 @@ class DetectionEngine:
         order of ``CAPPED_MARK``: compared before and after one event, they say whether and what of it was left out."""
         tracker = self.telemetry.tracker.capped
         state = self.jobs.get(job) if job else None
+        totals = tracker["gpus_total"], tracker["ports_total"]
         if state is None:
-            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0
+            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0, *totals
         hang = state.hang.capped
         return (self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"],
-                hang["process_groups_per_job"], hang["pg_ranks_per_job"], state.comm.capped["op_names_per_job"])
+                hang["process_groups_per_job"], hang["pg_ranks_per_job"], state.comm.capped["op_names_per_job"],
+                *totals)
 
     def capped(self) -> Counter[str]:
         """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
@@ -655,6 +706,7 @@ class DetectionEngine:
     def _evict(self, job: JobState, reason: str) -> list[Alert]:
         """Forget a job; its open alerts resolve, saying why."""
         self.jobs.pop(job.job, None)
+        self._ranks_total -= job.hang.rank_count
         for rule in job.rules:
             self._capped_gone.update(rule.capped())
         self.telemetry.fabric.forget_job(job.job)
@@ -799,6 +851,12 @@ class DetectionEngine:
 
     def open_alerts(self) -> list[Alert]:
         return [a for job in self.jobs.values() for a in job.open_alerts()]
+
+
+def _dead_hang(job: JobState, alerts: list[Alert]) -> bool:
+    """Whether ``alerts`` (the job's open ones) are a hang alone, and no event of the job came since it fired (its
+    ``starts_at``, on the job's clock): no rank is alive to be helped by keeping it."""
+    return all(a.type == "hang" for a in alerts) and job.last_ts < min(a.starts_at for a in alerts)
 
 
 def _by_touch(job: JobState) -> int:

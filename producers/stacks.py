@@ -15,7 +15,11 @@ events topic, through the monitor's ordinary queue and sender:
   The Python stacks are sent first and flushed at once (no wait for the batch timer or linger);
   the dump, which took 6 s on gloo, follows in a second ``stack`` event with the same request id;
 * rank-side limits (:class:`StackLimits`): one answer per rank per 5 s at most, and no answer to
-  a request addressed to more than 64 ranks (both settable).
+  a request addressed to more than 64 ranks (both settable);
+* a bounded listener (issue 44: 109 KB ``stack_request``s flooding the job's partition slowed training 43%):
+  fetches of at most ``FETCH_BYTES``, a record over ``MAX_REQUEST_BYTES`` dropped unread, and at most
+  ``MAX_RECORDS_PER_SECOND`` records looked at a second: beyond, the backlog is skipped (the listener seeks
+  to the partition's end and waits out the second). Dropped records are counted (``dropped``).
 
 The training thread is never touched: capturing reads other threads' frames under the GIL,
 which a thread blocked in a collective, a sleep or I/O does not hold. A frozen (SIGSTOPped)
@@ -168,6 +172,14 @@ def _env(env: Mapping[str, str], name: str, default: str) -> str:
     return value.strip() if value is not None and value.strip() else default
 
 
+#: A stack request is a few hundred bytes (at most 64 ranks): anything far larger is not one.
+MAX_REQUEST_BYTES = 16 * 1024
+#: Bytes fetched per poll from the control topic (the job's partition only).
+FETCH_BYTES = 256 * 1024
+#: Control records looked at per second at most; a flood beyond is skipped, not parsed.
+MAX_RECORDS_PER_SECOND = 20
+
+
 class ControlListener:
     """Reads the job's partition of the control topic and answers stack requests (daemon thread)."""
 
@@ -178,6 +190,10 @@ class ControlListener:
         self.topic = topic
         self.poll_seconds = poll_seconds
         self.answered = 0
+        #: Control records not looked at: too large, or beyond ``MAX_RECORDS_PER_SECOND`` (the backlog skipped).
+        self.dropped = 0
+        self._window = (0.0, 0)  # (start of the current second, records looked at in it)
+        self._flood_logged = False
         self.ready = threading.Event()  # set once reading from the partition's end
         self._thread = threading.Thread(target=self._run, name=f"stepwatch-control-r{monitor.rank}", daemon=True)
 
@@ -204,7 +220,8 @@ class ControlListener:
                                  request_timeout_ms=30_000, bootstrap_timeout_ms=2000,
                                  # Long polls: an idle rank costs the broker one fetch per 5 s, and a
                                  # request still arrives at once (the broker answers when data comes).
-                                 fetch_max_wait_ms=5000, **security)
+                                 fetch_max_wait_ms=5000, max_partition_fetch_bytes=FETCH_BYTES,
+                                 fetch_max_bytes=FETCH_BYTES, **security)
         partitions = consumer.partitions_for_topic(self.topic)
         if not partitions:
             consumer.close()
@@ -244,8 +261,11 @@ class ControlListener:
                 self.monitor._error("control topic", exc)
                 stop.wait(backoff)
                 continue
-            for records in batches.values():
-                for record in records:
+            for tp, records in batches.items():
+                for i, record in enumerate(records):
+                    if not self._admit(record.value):
+                        self._skip_backlog(consumer, tp, len(records) - i - 1)
+                        break
                     self._handle(record.value)
         if consumer is not None:
             try:
@@ -253,7 +273,36 @@ class ControlListener:
             except Exception:  # silent: closing the stack responder's consumer on the way out
                 pass
 
+    def _admit(self, raw: bytes | None) -> bool:
+        """Whether to look at one more record now (False: over this second's budget; the caller skips the
+        backlog). A record too large to be a request is dropped unread, and still counts against the budget."""
+        now = time.monotonic()
+        start, seen = self._window
+        if now - start >= 1.0:
+            start, seen = now, 0
+        if seen >= MAX_RECORDS_PER_SECOND:
+            return False
+        self._window = (start, seen + 1)
+        if raw is not None and len(raw) > MAX_REQUEST_BYTES:
+            self.dropped += 1  # ``_handle`` ignores it
+        return True
+
+    def _skip_backlog(self, consumer, tp, left: int) -> None:
+        """A flood: drop what was fetched and what waits, and let the training thread have the rest of the second."""
+        self.dropped += left + 1
+        if not self._flood_logged:  # once, not per flood second
+            self._flood_logged = True
+            log.warning("stepwatch: control topic flooded (over %d records/s): backlog skipped, counted",
+                        MAX_RECORDS_PER_SECOND)
+        try:
+            consumer.seek_to_end(tp)
+        except Exception as exc:  # a failed seek only means reading on; the budget still holds
+            self.monitor._error("control topic", exc)
+        self.monitor._stop.wait(max(0.0, 1.0 - (time.monotonic() - self._window[0])))
+
     def _handle(self, raw: bytes | None) -> None:
+        if raw is not None and len(raw) > MAX_REQUEST_BYTES:
+            return  # not a request (counted in ``_admit``)
         try:
             request = parse_request(orjson.loads(raw)) if raw else None
         except orjson.JSONDecodeError:

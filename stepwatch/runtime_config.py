@@ -133,6 +133,33 @@ def validate_job_health(overrides: dict[str, Any], base: JobHealthSettings) -> J
     return dataclasses.replace(base, **values)
 
 
+def validate_worker(overrides: dict[str, dict[str, Any]], base: Settings) -> dict[str, Any]:
+    """The worker-wide sections' settings ``overrides`` (the ``*`` scope's) give on top of ``base``."""
+    for section in WORKER_SECTIONS:
+        for field, value in overrides.get(section, {}).items():
+            _convert(section, field, value)
+    out = {section: dataclasses.replace(getattr(base, section), **overrides.get(section, {}))
+           for section in WORKER_SECTIONS}
+    t, o = out["telemetry"], out["oncall"]
+    if not 1 <= t.link_error_min_samples <= t.link_error_window:
+        raise ValueError("telemetry: need 1 <= link_error_min_samples <= link_error_window")
+    if t.baseline_min_samples > t.baseline_samples:
+        raise ValueError("telemetry: need baseline_min_samples <= baseline_samples")
+    if o.ledger_window_seconds <= 0:
+        raise ValueError("oncall.ledger_window_seconds must be positive")
+    return out
+
+
+def validate_all(overrides: dict[str, dict[str, Any]], base: Settings) -> None:
+    """``ValueError`` (saying why) unless one scope's ``overrides`` give usable settings in every section on top
+    of ``base``: what ``stepwatch config set`` checks before writing, the same checks a worker makes on reading
+    (so a value the workers would refuse never reaches the topic)."""
+    validate(overrides, base.straggler)
+    validate_hang(overrides, base.hang)
+    validate_job_health(overrides, base.job_health)
+    validate_worker(overrides, base)
+
+
 def encode(overrides: dict[str, dict[str, Any]] | None) -> bytes | None:
     if overrides is None:
         return None
@@ -190,17 +217,7 @@ class RuntimeConfig:
 
     def effective_worker(self) -> dict[str, Any]:
         """The worker-wide sections' settings: the environment's, then ``*`` (``ValueError`` when not usable)."""
-        scope = self.scopes.get(GLOBAL, {})
-        out = {section: dataclasses.replace(getattr(self.base, section), **scope.get(section, {}))
-               for section in WORKER_SECTIONS}
-        t, o = out["telemetry"], out["oncall"]
-        if not 1 <= t.link_error_min_samples <= t.link_error_window:
-            raise ValueError("telemetry: need 1 <= link_error_min_samples <= link_error_window")
-        if t.baseline_min_samples > t.baseline_samples:
-            raise ValueError("telemetry: need baseline_min_samples <= baseline_samples")
-        if o.ledger_window_seconds <= 0:
-            raise ValueError("oncall.ledger_window_seconds must be positive")
-        return out
+        return validate_worker(self.scopes.get(GLOBAL, {}), self.base)
 
     def source(self, job: str) -> str:
         if job in self.scopes:

@@ -272,12 +272,20 @@ class _ScrapeTimeCollector:
         yield CounterMetricFamily("stepwatch_engine_jobs_refused", "Events of new jobs refused at the job cap "
                                   "(retention.max_jobs) because the jobs it would evict all had open alerts.",
                                   value=getattr(engine, "jobs_refused", 0))
+        evicted = CounterMetricFamily("stepwatch_engine_jobs_evicted", "Jobs forgotten, by reason: idle (no events "
+                                      "for the retention), cap (room for a new job), dead_hang (room for a new job, "
+                                      "from a job whose only open alert was a hang no rank had spoken since).",
+                                      labels=["reason"])
+        for reason in ("idle", "cap", "dead_hang"):
+            evicted.add_metric([reason], getattr(engine, "jobs_evicted", {}).get(reason, 0))
+        yield evicted
         capped = CounterMetricFamily("stepwatch_state_capped", "Input left out at a per-producer state cap, by "
                                      "what (ranks_per_job, process_groups_per_job, pg_ranks_per_job, op_names_per_job, "
-                                     "gpus_per_node, ports_per_node, nodes, new_jobs_per_message); docs/security.md.", labels=["what"])
+                                     "gpus_per_node, ports_per_node, gpus_total, ports_total, nodes, "
+                                     "new_jobs_per_message); docs/security.md.", labels=["what"])
         counts = engine.capped() if hasattr(engine, "capped") else {}
         for what in ("ranks_per_job", "process_groups_per_job", "pg_ranks_per_job", "op_names_per_job",
-                     "gpus_per_node", "ports_per_node", "nodes", "new_jobs_per_message"):
+                     "gpus_per_node", "ports_per_node", "gpus_total", "ports_total", "nodes", "new_jobs_per_message"):
             capped.add_metric([what], counts.get(what, 0))
         yield capped
         yield GaugeMetricFamily("stepwatch_jobs_active", "Jobs not ended.",

@@ -88,6 +88,14 @@ def xid_event(node: str, gpu: int, xid: int, ts: float) -> dict:
             "message": f"NVRM: Xid (PCI:0000:1b:00): {xid}, pid=1234"}
 
 
+def agent_reports(*jobs: Job, ts: float | None = None) -> list[dict]:
+    """One ordinary GPU sample per node of ``jobs``, from its node agent, before the jobs start: only an agent
+    speaks for its node (a node_suspect needs its agent to have reported; issue 44)."""
+    nodes = sorted({n for j in jobs for n in j.nodes})
+    at = min(j.start for j in jobs) - 60.0 if ts is None else ts
+    return [{"v": 1, "kind": "gpu", "node": n, "gpu": 0, "ts": at, "temp_c": 60.0} for n in nodes]
+
+
 def merge(*streams: list[dict]) -> list[dict]:
     """Events of several sources in time order (stable: a source's own order kept on ties)."""
     tagged = [(e["ts"], i, n, e) for i, s in enumerate(streams) for n, e in enumerate(s)]

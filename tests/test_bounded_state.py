@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from stepwatch.config import RetentionSettings, Settings
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.wire.events import parse_event
@@ -45,8 +47,33 @@ def test_new_job_ids_do_not_evict_a_hung_job():
 
 def test_a_cap_full_of_alerting_jobs_refuses_the_new_one_and_counts_it():
     engine, now = hung_engine(max_jobs=1)
+    # Its ranks are alive (a heartbeat since the hang fired): a real hang, never pushed out.
+    engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": "hung", "rank": 0, "ts": now + 1, "step": 30}))
     assert engine.process(parse_event({"v": 1, "kind": "phase", "job": "new", "ts": now, "phase": "train"})) == []
     assert list(engine.jobs) == ["hung"] and engine.jobs_refused == 1
+
+
+def test_silent_hung_junk_jobs_do_not_lock_out_a_real_one():
+    """Issue 44 finding 2: with the cap at 300 and a 60 s hang timeout, 300 one-step jobs that go silent all held
+    open hangs and refused a real job (no alert). Jobs whose only open alert is a hang no rank has spoken since
+    make room: each counted, its hang resolved ``forgotten``; the real job's straggler fires."""
+    from engine_driver import replay
+    from fleet import Job, job_events
+
+    settings = dataclasses.replace(Settings(), retention=RetentionSettings(max_jobs=300),
+                                   hang=dataclasses.replace(Settings().hang, timeout_seconds=60.0))
+    engine = DetectionEngine(settings)
+    junk = [parse_event({"v": 1, "kind": "step", "job": f"junk-{i}", "rank": r, "step": 1, "ts": T0 + i * 0.01,
+                         "step_time": 1.0}) for i in range(300) for r in range(2)]
+    alerts = list(replay(junk, engine=engine)) + engine.tick(T0 + 100)
+    assert len({a.job for a in alerts if a.type == "hang" and a.status == "firing"}) == 300
+    real = Job("real", ["r1", "r2", "r3", "r4"], slow_node="r3", slow_factor=1.5, start=T0 + 120)
+    alerts = list(replay((parse_event(e) for e in job_events(real)), engine=engine))
+    assert [a.ranks for a in alerts if a.job == "real" and a.type == "straggler" and a.status == "firing"] == [(8,)]
+    assert engine.jobs_refused == 0 and engine.jobs_evicted["dead_hang"] >= 1
+    forgotten = [a for a in alerts if a.job.startswith("junk-") and a.status == "resolved"]
+    assert forgotten and {a.evidence["resolution"] for a in forgotten} == {"forgotten"}
+    assert len(forgotten) == engine.jobs_evicted["dead_hang"]
 
 
 def test_a_new_job_costs_a_bounded_number_of_probes(monkeypatch):
@@ -273,3 +300,52 @@ def test_an_open_step_keeps_a_bounded_copy_of_a_duplicating_senders_reports_and_
     [(_, [step])] = assembler.add_columns([3], [7], [4], ["train"], tuple(c[:1] for c in columns))
     assert step.ranks.tolist() == [0, 1, 2, 3]
     assert step.compute_time.tolist() == [n - 3, n - 2, n - 1, 0.0]  # the latest of each rank
+
+
+# -- totals: per-key caps must not multiply across nodes and jobs (issue 44) ---------------------------------
+
+def test_gpus_and_ports_across_nodes_are_capped_in_total(monkeypatch):
+    """200 forged nodes x 256 ports took 1.84 GB: each node under its own cap, the sum unbounded."""
+    from stepwatch.models.telemetry import telemetry_tracker as tt
+
+    monkeypatch.setattr(tt, "MAX_PORTS_TOTAL", 100)
+    monkeypatch.setattr(tt, "MAX_GPUS_TOTAL", 60)
+    engine = DetectionEngine()
+    for n in range(20):
+        for p in range(10):
+            engine.process(parse_event({"v": 1, "kind": "link", "node": f"n{n}", "ts": T0, "device": "mlx5_0",
+                                        "port": p + 1, "state": "ACTIVE", "rate": 400.0, "counters": {}}))
+        for g in range(8):
+            engine.process(parse_event({"v": 1, "kind": "gpu", "node": f"n{n}", "ts": T0, "gpu": g, "temp_c": 60.0}))
+    nodes = engine.telemetry.tracker._nodes.values()
+    assert sum(len(node.ports) for node in nodes) == 100 and sum(len(node.gpus) for node in nodes) == 60
+    capped = engine.capped()
+    assert (capped["ports_total"], capped["gpus_total"]) == (100, 100)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one-by-one", "batch"])
+def test_ranks_across_jobs_are_capped_in_total_and_an_evicted_job_frees_its_share(batch):
+    """2 jobs x 100k ranks took 877 MB: each job under its own cap, the sum unbounded."""
+    from stepwatch.models.pipeline import Message, Pipeline
+    from stepwatch.models.wire.events import encode_events
+
+    settings = dataclasses.replace(Settings(), retention=RetentionSettings(max_ranks_per_job=80, max_ranks_total=100,
+                                                                          max_jobs=2))
+
+    def steps(job: str, ts: float) -> list[dict]:
+        return [{"v": 1, "kind": "step", "job": job, "rank": r, "step": 1, "ts": ts, "step_time": 1.0}
+                for r in range(80)]
+
+    pipeline = Pipeline(settings=settings)
+    engine = pipeline.engine
+    for i, job in enumerate(("a", "b", "c")):
+        if batch:
+            pipeline.feed([Message(encode_events(steps(job, T0 + i)), job.encode(), "ev", 0, i)], arrival=T0 + i)
+        else:
+            for e in steps(job, T0 + i):
+                engine.process(parse_event(e))
+        tracked = sum(j.hang.rank_count for j in engine.jobs.values())
+        assert tracked <= 100, (job, tracked)
+    # a (80) and b (20 of 80) filled the total; c evicted a (no open alert) and took its 80
+    assert {name: j.hang.rank_count for name, j in engine.jobs.items()} == {"b": 20, "c": 80}
+    assert engine.capped()["ranks_per_job"] >= 60

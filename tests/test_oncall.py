@@ -22,7 +22,7 @@ from stepwatch.models.wire.events import parse_event
 from stepwatch.models.wire.step_columns import decode_message_columns
 from stepwatch.models.oncall.ledger import Incident, NodeLedger
 
-from fleet import Job, job_events, merge, xid_event
+from fleet import Job, agent_reports, job_events, merge, xid_event
 
 T0 = 1_764_000_000.0
 
@@ -32,7 +32,8 @@ def run(events: list[dict], settings: Settings | None = None, engine: DetectionE
 
 
 def fleet(*jobs: Job, extra: list[dict] | None = None) -> list[dict]:
-    return merge(*(job_events(j) for j in jobs), *([extra] if extra else []))
+    """The jobs' events, with their nodes' agents reporting before them (only agents speak for nodes)."""
+    return merge(agent_reports(*jobs), *(job_events(j) for j in jobs), *([extra] if extra else []))
 
 
 def firing(alerts: list[dict], kind: str) -> list[dict]:
@@ -371,7 +372,8 @@ def test_prometheus_incident_metrics():
     metrics = WorkerMetrics(engine)
     a = Job("job-a", ["n1", "n3", "n4"], slow_node="n3", start=T0 + 300)
     b = Job("job-b", ["n3", "n5", "n6"], slow_node="n3", start=T0 + 500)
-    events = merge(job_events(r), background(), job_events(a), job_events(b), [xid_event("n2", 2, 79, T0 + 94.0)])
+    events = merge(agent_reports(a, b, ts=T0 - 60), job_events(r), background(), job_events(a), job_events(b),
+                   [xid_event("n2", 2, 79, T0 + 94.0)])
     alerts = list(replay((parse_event(e) for e in events), engine=engine))
     for x in alerts:
         metrics.alert_published(x)

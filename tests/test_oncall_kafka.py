@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fleet import Job, job_events
+from fleet import Job, agent_reports, job_events
 from stepwatch.producers.publisher import EventPublisher
 from stepwatch.streams.telemetry_feed import partition_of
 from stepwatch.topics import create_topics
@@ -33,6 +33,14 @@ def send_jobs(bootstrap: str, topic: str, jobs: list[Job]) -> None:
             events = job_events(job)
             for i in range(0, len(events), 64):
                 publisher.send(job.name, events[i:i + 64])
+
+
+def send_agents(bootstrap: str, topic: str, jobs: list[Job], ts: float) -> None:
+    """One GPU sample from each node's agent, keyed by node as the agents send it."""
+    with EventPublisher(bootstrap=bootstrap, topic=topic) as publisher:
+        for sample in agent_reports(*jobs, ts=ts):
+            publisher.send(sample["node"], [sample])
+        publisher.flush()
 
 
 def suspects(alerts: list[dict], node: str) -> list[dict]:
@@ -62,6 +70,7 @@ def test_node_suspect_across_workers_and_restarts(kafka_bootstrap, topic_prefix,
         jobs.append(Job(pick("lone", 0), ["once", "ok7"], step_time=0.05, start=now, slow_node="once", slow_from=30,
                         steps=80))
         names = sorted(j.name for j in jobs[:PARTITIONS])
+        send_agents(kafka_bootstrap, topic_prefix + "telemetry", jobs, now - 30)  # only agents speak for nodes
         send_jobs(kafka_bootstrap, topic_prefix + "events", jobs)
 
         def all_named(alerts):
@@ -97,6 +106,7 @@ def test_node_suspect_across_workers_and_restarts(kafka_bootstrap, topic_prefix,
     try:
         again = Job(pick("late", 1), ["once", "ok8"], step_time=0.05, start=time.time() - 20, slow_node="once",
                     slow_from=30, steps=80)
+        send_agents(kafka_bootstrap, topic_prefix + "telemetry", [again], time.time() - 30)
         send_jobs(kafka_bootstrap, topic_prefix + "events", [again])
 
         def once_named(alerts):

@@ -265,8 +265,10 @@ NODE_FAULTS.update({
 #: Per outlet rule: as ``FAULTS``.
 OUTLET_FAULTS = {
     "restarts": lambda: (None, job_events(steps=200, restart_at=150)),
-    # two jobs' stragglers on one node (n01): a node_suspect
-    "node_ledger": lambda: (None, sorted(job_events(steps=200, slow_rank=5, slow=1.5, slow_from=60, job="a") +
+    # two jobs' stragglers on one node (n01), whose agent reports (only agents speak for nodes): a node_suspect
+    "node_ledger": lambda: (None, sorted([{"v": 1, "kind": "gpu", "node": n, "gpu": 0, "ts": T0 - 60, "temp_c": 60.0}
+                                          for n in ("n00", "n01")] +
+                                         job_events(steps=200, slow_rank=5, slow=1.5, slow_from=60, job="a") +
                                          job_events(steps=200, slow_rank=6, slow=1.5, slow_from=80, job="b"),
                                          key=lambda e: e["ts"])),
 }

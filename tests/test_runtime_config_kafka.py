@@ -123,3 +123,22 @@ def test_config_set_changes_a_node_rule_on_a_live_worker_and_a_job_scoped_node_s
              what="the job's setting applied")
     wait_for(lambda: _metric(base, 'stepwatch_config_updates_total{result="applied"}') == 2.0, what="2 applied")
     assert _metric(base, 'stepwatch_config_updates_total{result="rejected"}') == 1.0
+
+    # Values out of their range, written raw to the topic by someone else (issue 44 finding 3: a 10^9-step
+    # window grew a worker to 14.6 GB; a 0 s timeout): each message refused and counted, the scope's last good
+    # settings kept, the worker alive.
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    try:
+        for section, values in (("straggler", {"window": 1_000_000_000}), ("hang", {"timeout_seconds": 0})):
+            producer.send(topic_prefix + "config", key=b"*", value=orjson.dumps(
+                {"v": 1, "kind": "config", section: values, "updated_at": time.time()}))
+        producer.flush()
+    finally:
+        producer.close()
+    wait_for(lambda: _metric(base, 'stepwatch_config_updates_total{result="rejected"}') == 3.0,
+             what="both out-of-range messages rejected")
+    config = get_json(base + "/config")[1]
+    assert config["global"] == {"host": {"gpu_hot_temp_c": 70.0}}, config
+    assert config["effective_default"]["straggler"]["window"] == 5
+    assert config["effective_default"]["hang"]["timeout_seconds"] > 0
+    assert worker.proc.poll() is None

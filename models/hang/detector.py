@@ -42,7 +42,7 @@ from ..alerts import Alert, alert_id
 from ..evidence import HangCase
 from ..resolution import Resolution
 from ..steps.clocks import ClockOffsets
-from ..tunable import runtime, runtime_fields
+from ..tunable import MAX_SECONDS, runtime, runtime_fields
 from ..wire.events import PAUSE_PHASES, CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
 from . import text
 from .diagnosis import HangDiagnosis, across_teardown, diagnose
@@ -60,39 +60,40 @@ class HangSettings:
     and ``step_history`` are read at start-up."""
 
     #: Critical once no step completed for this many seconds (the user's N).
-    timeout_seconds: float = runtime(600.0)
+    timeout_seconds: float = runtime(600.0, low=0.0, above=True, high=MAX_SECONDS, why="0 would fire at once")
     #: Used instead while the job is in the ``checkpoint`` phase (never below the job's timeout).
-    checkpoint_timeout_seconds: float = runtime(1800.0)
+    checkpoint_timeout_seconds: float = runtime(1800.0, low=0.0, above=True, high=MAX_SECONDS)
     #: Used instead before the job's first step completed, e.g. model loading (never below the job's timeout).
-    first_step_timeout_seconds: float = runtime(1200.0)
+    first_step_timeout_seconds: float = runtime(1200.0, low=0.0, above=True, high=MAX_SECONDS)
     #: Per-job overrides of ``timeout_seconds``: ``"jobA=300,jobB=900"``.
     job_timeouts: str = ""
     #: Early warning once no step completed for ``warning_factor`` x the p99 of recent train step times ...
-    warning_factor: float = runtime(10.0)
+    warning_factor: float = runtime(10.0, low=1.0, above=True, high=1000.0, why="1 or less warns on ordinary steps")
     #: ... but never sooner than this many seconds (one slow step is not a hang).
-    warning_floor_seconds: float = runtime(30.0)
+    warning_floor_seconds: float = runtime(30.0, low=0.0, high=MAX_SECONDS)
     #: Train steps needed in the history before the early warning applies.
-    warning_min_steps: int = runtime(5)
+    warning_min_steps: int = runtime(5, low=1, high=100_000)
     #: A job that stopped and went on by itself (a warning resolved by the job's next step: an unmarked
     #: checkpoint or eval pause) is warned about again only after this many times its longest recent such
     #: pause: a checkpoint every N steps warns once, not every N steps. 0: off. The timeout is unchanged.
-    pause_factor: float = runtime(1.5)
+    pause_factor: float = runtime(1.5, low=0.0, high=1000.0)
     #: Recent train step times kept for the p99 (bounded memory).
     step_history: int = 256
     #: A rank is silent after no event from it for max(this, ``heartbeat_timeout_factor`` x the
     #: observed heartbeat interval) seconds, counted from the job's latest event.
-    heartbeat_timeout_seconds: float = runtime(15.0)
-    heartbeat_timeout_factor: float = runtime(3.0)
+    heartbeat_timeout_seconds: float = runtime(15.0, low=0.0, above=True, high=86_400.0)
+    heartbeat_timeout_factor: float = runtime(3.0, low=1.0, high=1000.0,
+                                               why="below 1 every rank is silent between heartbeats")
     #: Most ranks listed per category in an alert's evidence (counts are always complete).
-    max_listed_ranks: int = runtime(32)
+    max_listed_ranks: int = runtime(32, low=1, high=10_000)
     #: On a hang, ask the culprits (and ``stack_waiting_ranks`` waiting ranks) for their Python
     #: stacks on the control topic (docs/hang.md); False: never ask.
     stacks: bool = runtime(True)
-    stack_waiting_ranks: int = runtime(3)
+    stack_waiting_ranks: int = runtime(3, low=0, high=64, why="ranks asked for stacks per hang")
     #: Ranks that have not answered this many seconds after the request are listed in ``stack_missing``.
-    stack_timeout_seconds: float = runtime(10.0)
+    stack_timeout_seconds: float = runtime(10.0, low=0.0, above=True, high=3600.0)
     #: At most one stack request per job per this many seconds.
-    stack_min_interval_seconds: float = runtime(60.0)
+    stack_min_interval_seconds: float = runtime(60.0, low=1.0, high=86_400.0, why="a bound on stack requests per job")
 
     def __post_init__(self) -> None:
         self.job_timeout_map()  # fail early, naming the setting, on a malformed value

@@ -23,7 +23,7 @@ class JobHealthSettings:
     #: Throughput drop: smallest slowdown worth an alert (fraction of the baseline step time).
     throughput_min_effect: float = runtime(0.10, high=100.0)
     #: CUSUM alarm level (sum of relative excess over ``min_effect / 2``).
-    throughput_threshold: float = runtime(0.4)
+    throughput_threshold: float = runtime(0.4, low=0.0, high=100.0)
     #: Steps whose median must be ``min_effect`` above the baseline (one slow step never fires).
     throughput_persistence: int = runtime(5, low=1, high=10_000)
     #: Healthy steps the baseline is the median of.

@@ -17,9 +17,9 @@ Record (one JSON object)::
 Node names go into commands only when the whole name is a plain host name (letters, digits,
 ``.-_``; ``fullmatch``, so ``"n7\n"`` is refused too), so a node name can never inject shell syntax
 or a line break into a rendered command; when an inventory is configured
-(``STEPWATCH_ONCALL_NODE_INVENTORY_FILE``), only its nodes; and for an alert raised from node
-telemetry (anything but ``node_suspect``), only a node whose agent had reported before the alert's
-onset (a forged Xid for a node never seen renders nothing). Each refused node is listed in the
+(``STEPWATCH_ONCALL_NODE_INVENTORY_FILE``), only its nodes; and only a node whose agent had reported
+before the alert's onset, ``node_suspect`` included (a forged Xid, or forged jobs' stragglers naming a
+node never seen, render nothing: only agents speak for nodes). Each refused node is listed in the
 record's ``refused_nodes`` with its reason (docs/security.md).
 """
 
@@ -59,8 +59,7 @@ class ActionHooks:
     Hyperparameters (keyword-only): ``dry_run``; ``slurm_template`` and ``kubernetes_template``
     (``{node}``, ``{reason}``, ``{failure_class}`` and ``{alert_id}`` are replaced); ``max_ids`` alert ids
     remembered; ``inventory`` the nodes that may be named (None: any safe name); ``reported(node, ts)``
-    whether the node's agent had reported before ``ts`` (None: not checked), asked for alerts raised
-    from telemetry.
+    whether the node's agent had reported before ``ts`` (None: not checked), asked for every alert.
     """
 
     def __init__(self, *, dry_run: bool = True, slurm_template: str = "scontrol update nodename={node} state=drain "
@@ -119,7 +118,6 @@ class ActionHooks:
             return "not a plain host name"
         if self.inventory is not None and node not in self.inventory:
             return "not in the node inventory"
-        if (self.reported is not None and alert.type != AlertType.NODE_SUSPECT
-                and not self.reported(node, alert.starts_at)):
+        if self.reported is not None and not self.reported(node, alert.starts_at):
             return "its node agent had not reported before the alert"
         return None

@@ -20,6 +20,8 @@ and a restarted worker reads its ledger back).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +104,10 @@ class NodeLedger:
     * ``max_nodes``: nodes kept (the one with the oldest last incident dropped first).
 
     ``owns(node)``: whether this ledger's owner publishes the node's alerts (None: all).
+    ``vouched(node, ts)``: whether the node's own agent had reported before ``ts`` (None: not checked). Only an
+    agent speaks for its node: job events name nodes the training processes chose to name, so they can implicate
+    a node, never condemn it alone (issue 44 finding 1); a node no agent vouches for gets no verdict, its
+    incidents kept (counted in ``unvouched``) until its agent reports and a later incident is judged.
     State: ``incidents`` (node -> {alert id: Incident}) and ``open`` (node -> its firing alert).
     """
 
@@ -114,6 +120,9 @@ class NodeLedger:
         self.incidents: dict[str, dict[str, Incident]] = {}
         self.open: dict[str, Alert] = {}
         self.owns: Callable[[str], bool] | None = None
+        self.vouched: Callable[[str, float], bool] | None = None
+        #: Verdicts not given because no agent of the node had reported (``vouched``).
+        self.unvouched = 0
         self.clock = 0.0  # latest time seen (incidents, ticks)
         #: (node, alert id) of incidents that left the window since last cleared (the worker tombstones them).
         self.pruned: list[tuple[str, str]] = []
@@ -155,6 +164,9 @@ class NodeLedger:
             return []
         if not recent:
             return []
+        if node not in self.open and not self._vouched(node, at):
+            self.unvouched += 1
+            return []
         severity = "critical" if fatal else "warning"
         hours = self.window_seconds / 3600
         reason = (f"non-recoverable fault ({fatal[-1].failure_class})" if fatal else
@@ -179,6 +191,13 @@ class NodeLedger:
         self.open[node] = alert
         return [alert] if self.owns is None or self.owns(node) else []
 
+    def _vouched(self, node: str, at: float) -> bool:
+        """Whether the node's agent vouches for it by ``at``; asked by the node's owner only (another worker does
+        not read the node's telemetry: it keeps the verdict, the owner checks before publishing it)."""
+        if self.vouched is None or (self.owns is not None and not self.owns(node)):
+            return True
+        return self.vouched(node, at)
+
     def tick(self, now: float) -> list[Alert]:
         """Forget incidents older than the window; resolve the suspects whose node has been clean for it."""
         out = []
@@ -202,7 +221,8 @@ class NodeLedger:
         """Ownership changed: the open verdicts of the nodes for which ``gained(node)`` (this ledger's owner
         speaks for them now, and did not before), to publish again: a verdict judged while another owner spoke
         for the node, or while none did (a rebalance), was published by nobody."""
-        return [alert for node, alert in self.open.items() if gained(node)]
+        return [alert for node, alert in self.open.items()
+                if gained(node) and (self.vouched is None or self.vouched(node, math.inf))]
 
     def worst(self, limit: int = 20) -> list[dict[str, Any]]:
         """Nodes with the most incidents now, worst first."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..tunable import runtime
+from ..tunable import MAX_SECONDS, runtime
 from ..alert_types import AlertStatus, AlertType
 from .actions import Classifier, load_overrides
 from .citations import HOLD_MIN_SECONDS, HOLD_STEPS, Citations
@@ -45,7 +45,7 @@ class OnCallSettings:
     #: Overrides of the failure-class table (models/oncall/actions.py): JSON, or ``@path`` of a JSON file.
     failure_classes: str = ""
     #: The node ledger counts a node's incidents over this sliding window (seconds) ...
-    ledger_window_seconds: float = runtime(24 * 3600.0, low=1.0)
+    ledger_window_seconds: float = runtime(24 * 3600.0, low=1.0, high=MAX_SECONDS)
     #: ... and a node implicated in this many distinct jobs within it is a ``node_suspect``.
     ledger_min_jobs: int = runtime(2, low=1, high=10_000)
     #: Compacted topic of incidents (keyed by node and alert): every worker's ledger reads it whole.
@@ -57,7 +57,7 @@ class OnCallSettings:
     #: A job restarted when its step counter goes back by more than this many steps ...
     restart_min_steps_back: int = runtime(2, low=1, high=1_000_000)
     #: ... after at least this many seconds without events from the rank that reports it.
-    restart_min_silence_seconds: float = runtime(30.0)
+    restart_min_silence_seconds: float = runtime(30.0, low=0.0, high=86_400.0)
     #: Action hooks: off by default. On: ``evidence.action`` of new node_suspect and critical device
     #: alerts goes to the actions topic (and the webhook, if set).
     hooks_enabled: bool = False

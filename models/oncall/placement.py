@@ -13,6 +13,7 @@ Times are the jobs' own event times; a node alert is matched against them within
 
 from __future__ import annotations
 
+import heapq
 from itertools import repeat
 from typing import Any
 
@@ -42,6 +43,12 @@ class PlacementView:
         # job -> (layout, set of nodes) of its last batch (models/steps/layout.py): a batch of the same layout (the
         # usual next step) is known by identity, without a lookup per event
         self._last_run: dict[str, tuple[object, set]] = {}
+        # Which job to forget at ``max_jobs`` without a scan (issue 44: 20k new jobs took 91 s): a heap of (last ts
+        # when pushed, entry number, job), lazily corrected: an entry whose job has been seen since is pushed
+        # again with the newer time when it comes to the top, so the top is the least recently seen job.
+        self._order: list[tuple[float, int, str]] = []
+        self._entry: dict[str, int] = {}  # job -> its valid entry number in ``_order``
+        self._entries = 0
 
     def observe(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
         """One rank seen on ``node`` (GPU ``gpu``) at ``ts``; True when the rank is new there (or moved GPU)."""
@@ -50,9 +57,9 @@ class PlacementView:
         nodes = self._jobs.get(job)
         if nodes is None:
             if len(self._jobs) >= self.max_jobs:
-                oldest = min(self._jobs, key=lambda j: max((e[1] for e in self._jobs[j].values()), default=0.0))
-                self.forget(oldest)
+                self._forget_oldest()
             nodes = self._jobs[job] = {}
+            self._push(job, ts)
         entry = nodes.get(node)
         if entry is None:
             entry = nodes[node] = [{}, ts]
@@ -67,6 +74,30 @@ class PlacementView:
                 self.changed.add(job)  # refresh the shared copy now and then
             entry[1] = ts
         return new
+
+    def _push(self, job: str, ts: float) -> None:
+        self._entries += 1
+        self._entry[job] = self._entries
+        heapq.heappush(self._order, (ts, self._entries, job))
+        if len(self._order) > 2 * len(self._entry) + 1024:  # superseded entries: drop them
+            self._order = [e for e in self._order if self._entry.get(e[2]) == e[1]]
+            heapq.heapify(self._order)
+
+    def _forget_oldest(self) -> None:
+        """Forget the job seen least recently (amortized O(log jobs): each entry is corrected at most once per
+        time its job was seen again)."""
+        order = self._order
+        while order:
+            ts, entry, job = heapq.heappop(order)
+            nodes = self._jobs.get(job)
+            if nodes is None or self._entry.get(job) != entry:
+                continue  # forgotten, or superseded
+            latest = max((e[1] for e in nodes.values()), default=ts)
+            if latest > ts:
+                self._push(job, latest)  # seen since: back with its newer time
+                continue
+            self.forget(job)
+            return
 
     def observe_one(self, job: str, rank: int, node: str | None, gpu: int | None, ts: float) -> bool:
         """``observe`` with the batch path's shortcut: a known (rank, node) pair only refreshes the time."""
@@ -178,6 +209,7 @@ class PlacementView:
 
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
+        self._entry.pop(job, None)
         self._pairs.pop(job, None)
         self._last_node.pop(job, None)
         self._last_run.pop(job, None)

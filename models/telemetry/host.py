@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..tunable import runtime
+from ..tunable import MAX_SECONDS, runtime
 from ..alert_types import AlertType
 from ..alerts import Alert
 from ..evidence import HangEvidence, StragglerEvidence, StragglerSignal
@@ -71,7 +71,7 @@ class HostSettings:
     history_samples: int = 300
     #: gpu_idle: a GPU that runs a rank of a stepping job below this utilization (%) for ``gpu_idle_seconds``.
     gpu_idle_util_pct: float = runtime(10.0, high=100.0)
-    gpu_idle_seconds: float = runtime(300.0)
+    gpu_idle_seconds: float = runtime(300.0, low=0.0, high=MAX_SECONDS)
     #: gpu_hot: temperature at or above this (degrees C) in ``gpu_hot_samples`` consecutive samples.
     gpu_hot_temp_c: float = runtime(85.0, high=1000.0)
     gpu_hot_samples: int = runtime(3, low=1, high=10_000)

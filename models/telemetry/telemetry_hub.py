@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from ..tunable import runtime
+from ..tunable import MAX_SECONDS, runtime
 from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
 from ..evidence import HangEvidence
@@ -61,9 +61,9 @@ class TelemetrySettings:
     #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).
     correlation_window: float = 60.0
     #: Samples of each rate's own recent baseline (bounded memory).
-    baseline_samples: int = runtime(120, low=1, high=100_000)
+    baseline_samples: int = runtime(120, low=1, high=10_000, why="a ring of this many samples per GPU and port")
     #: Samples a baseline needs before a rate is judged against it.
-    baseline_min_samples: int = runtime(10, low=1, high=100_000)
+    baseline_min_samples: int = runtime(10, low=1, high=10_000)
     #: A rate (xmit_wait, CNPs) is a spike at this multiple of its baseline median (and above its floor).
     rate_factor: float = 4.0
     #: Bandwidth below this fraction of its baseline (while the baseline is busy) is a collapse.
@@ -79,7 +79,7 @@ class TelemetrySettings:
     #: A condition-based alert (throttling, link errors, link down) resolves after this many clean samples.
     clear_after: int = runtime(30, low=1, high=100_000)
     #: An event-based fault (Xid, ECC double-bit error) resolves this long after its last occurrence.
-    fault_hold_seconds: float = runtime(300.0)
+    fault_hold_seconds: float = runtime(300.0, low=0.0, high=MAX_SECONDS)
     #: Xid codes caused by the application, not the hardware: no gpu_fault.
     app_xids: str = "13,31,43,45,68"
     #: A straggler whose data_time is at least this multiple of its peers' points at the input pipeline.

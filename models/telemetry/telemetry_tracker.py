@@ -75,6 +75,10 @@ BANDWIDTH_FLOOR = 1e8
 #: link ports tracked per node; a sample of one more is left out and counted (``capped``).
 MAX_GPUS_PER_NODE = 64
 MAX_PORTS_PER_NODE = 256
+#: ... and across all nodes, so the per-node bounds cannot multiply (200 forged nodes x 256 ports took 1.84 GB;
+#: issue 44): a worker speaks for ~4,000 nodes of 8 GPUs and 4 ports each before these bind.
+MAX_GPUS_TOTAL = 32_768
+MAX_PORTS_TOTAL = 16_384
 
 THROTTLE_THERMAL = 0x8 | 0x20 | 0x40  # HW slowdown, SW thermal, HW thermal
 THROTTLE_POWER = 0x4 | 0x80  # SW power cap, HW power brake
@@ -211,6 +215,8 @@ class TelemetryTracker:
         #: Input left out at a cap, by what: ``gpus_per_node``, ``ports_per_node``, ``nodes`` (evicted).
         self.capped: Counter[str] = Counter()
         self.events_seen = 0
+        self._gpus_total = 0  # GPUs and ports tracked across all nodes (``MAX_GPUS_TOTAL``, ``MAX_PORTS_TOTAL``)
+        self._ports_total = 0
 
     # -- state ----------------------------------------------------------------------------
 
@@ -218,7 +224,9 @@ class TelemetryTracker:
         node = self._nodes.get(name)
         if node is None:
             if len(self._nodes) >= self.max_nodes:  # memory bound: forget the node silent the longest
-                self._nodes.popitem(last=False)
+                _, gone = self._nodes.popitem(last=False)
+                self._gpus_total -= len(gone.gpus)
+                self._ports_total -= len(gone.ports)
                 self.capped["nodes"] += 1
             node = self._nodes[name] = _NodeState(self.max_spikes_per_node)
         else:
@@ -273,14 +281,21 @@ class TelemetryTracker:
         """Feed one telemetry event; return the node alerts it fired or resolved."""
         self.events_seen += 1
         node = self._node(event.node)
-        if (isinstance(event, (GpuEvent, XidEvent)) and event.gpu not in node.gpus
-                and len(node.gpus) >= MAX_GPUS_PER_NODE):
-            self.capped["gpus_per_node"] += 1
-            return []
-        if (isinstance(event, LinkEvent) and (event.device, event.port) not in node.ports
-                and len(node.ports) >= MAX_PORTS_PER_NODE):
-            self.capped["ports_per_node"] += 1
-            return []
+        if isinstance(event, (GpuEvent, XidEvent)) and event.gpu not in node.gpus:
+            if len(node.gpus) >= MAX_GPUS_PER_NODE or self._gpus_total >= MAX_GPUS_TOTAL:
+                self.capped["gpus_per_node" if len(node.gpus) >= MAX_GPUS_PER_NODE else "gpus_total"] += 1
+                return []
+        if isinstance(event, LinkEvent) and (event.device, event.port) not in node.ports:
+            if len(node.ports) >= MAX_PORTS_PER_NODE or self._ports_total >= MAX_PORTS_TOTAL:
+                self.capped["ports_per_node" if len(node.ports) >= MAX_PORTS_PER_NODE else "ports_total"] += 1
+                return []
+        gpus, ports = len(node.gpus), len(node.ports)
+        out = self._feed(node, event)
+        self._gpus_total += len(node.gpus) - gpus
+        self._ports_total += len(node.ports) - ports
+        return out
+
+    def _feed(self, node: _NodeState, event) -> list[Alert]:
         if event.ts > node.last_ts:
             node.last_ts = event.ts
         if isinstance(event, LinkEvent):

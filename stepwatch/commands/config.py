@@ -11,7 +11,8 @@ from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _sett
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepwatch.runtime_config import GLOBAL, WORKER_SECTIONS, parse_assignments, read_topic, validate, write_topic
+    from stepwatch.runtime_config import (GLOBAL, WORKER_SECTIONS, parse_assignments, read_topic, validate_all,
+                                          write_topic)
 
     settings = _settings(args)
     _require_bootstrap(settings)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         merged = {sec: dict(current.get(sec, {})) for sec in set(current) | set(changes)}
         for sec, kv in changes.items():
             merged[sec].update(kv)
-        validate(merged, settings.straggler)
+        validate_all(merged, settings)  # what the workers would refuse never reaches the topic
     else:  # unset
         merged = {sec: dict(kv) for sec, kv in current.items()}
         for name in args.names:
@@ -79,7 +80,7 @@ def _check_assignments(args: argparse.Namespace) -> None:
     """A value out of range is refused before any broker is asked (stepwatch/cli.py runs this first)."""
     from stepwatch.runtime_config import WORKER_SECTIONS, parse_assignments
 
-    sections = parse_assignments(args.assignments)
+    sections = parse_assignments(args.assignments)  # each value in its field's range
     worker = sorted(set(sections) & set(WORKER_SECTIONS))
     if args.job and worker:
         raise ValueError(f"{', '.join(worker)}: the worker's node-level and outlet rules' settings, set for every "
@@ -87,14 +88,17 @@ def _check_assignments(args: argparse.Namespace) -> None:
 
 
 def runtime_fields_help() -> str:
-    """Every field ``config set`` accepts, with its default (read from the settings classes)."""
-    from stepwatch.models.tunable import runtime_fields
+    """Every field ``config set`` accepts, with its default and range (read from the settings classes)."""
+    from stepwatch.models.tunable import runtime_fields, runtime_range
     from stepwatch.runtime_config import SECTIONS
 
-    lines = ["runtime fields (SECTION.FIELD, default):"]
+    lines = ["runtime fields (SECTION.FIELD, default, range):"]
     for section, cls in SECTIONS.items():
         defaults = cls()
-        lines.extend(f"  {section}.{name} (default {getattr(defaults, name)})" for name in runtime_fields(cls))
+        for name in runtime_fields(cls):
+            value = getattr(defaults, name)
+            bounds = "" if isinstance(value, bool) else f"; {runtime_range(cls, name)}"
+            lines.append(f"  {section}.{name} (default {value}{bounds})")
     return "\n".join(lines)
 
 
