@@ -71,8 +71,16 @@ class HangSettings:
     warning_factor: float = runtime(10.0)
     #: ... but never sooner than this many seconds (one slow step is not a hang).
     warning_floor_seconds: float = runtime(30.0)
-    #: Train steps needed in the history before the early warning applies.
+    #: Train steps needed in the history before the early warning applies (before: ``warning_timeout_fraction``).
     warning_min_steps: int = runtime(5)
+    #: The early warning in training comes at the latest at this fraction of the timeout, so that it comes strictly
+    #: before the critical at every pace (60 s steps: 10 x p99 is the timeout itself). 0: off.
+    warning_timeout_fraction: float = runtime(0.5, high=0.99)
+    #: In a checkpoint or eval: once most ranks have left it (or wait in the collective after it) and some have not
+    #: for ``pause_hang_factor`` x the job's usual pause length (the median of its recent marked pauses), never
+    #: sooner than ``pause_hang_floor_seconds``, warn naming those. The pause timeout stays the last resort. 0: off.
+    pause_hang_factor: float = runtime(3.0)
+    pause_hang_floor_seconds: float = runtime(30.0)
     #: A job that stopped and went on by itself (a warning resolved by the job's next step: an unmarked
     #: checkpoint or eval pause) is warned about again only after this many times its longest recent such
     #: pause: a checkpoint every N steps warns once, not every N steps. 0: off. The timeout is unchanged.
@@ -176,6 +184,9 @@ class HangDetector:
                  warning_factor: float = _D.warning_factor, warning_floor_seconds: float = _D.warning_floor_seconds,
                  warning_min_steps: int = _D.warning_min_steps, step_history: int = _D.step_history,
                  pause_factor: float = _D.pause_factor,
+                 warning_timeout_fraction: float = _D.warning_timeout_fraction,
+                 pause_hang_factor: float = _D.pause_hang_factor,
+                 pause_hang_floor_seconds: float = _D.pause_hang_floor_seconds,
                  heartbeat_timeout_seconds: float = _D.heartbeat_timeout_seconds,
                  heartbeat_timeout_factor: float = _D.heartbeat_timeout_factor,
                  max_listed_ranks: int = _D.max_listed_ranks, stacks: bool = False,
@@ -193,6 +204,9 @@ class HangDetector:
         self.warning_floor_seconds = warning_floor_seconds
         self.warning_min_steps = warning_min_steps
         self.pause_factor = pause_factor
+        self.warning_timeout_fraction = warning_timeout_fraction
+        self.pause_hang_factor = pause_hang_factor
+        self.pause_hang_floor_seconds = pause_hang_floor_seconds
         self.step_history = step_history
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
         self.heartbeat_timeout_factor = heartbeat_timeout_factor
@@ -266,14 +280,24 @@ class HangDetector:
         if p.in_checkpoint():
             return None, max(self.checkpoint_timeout_seconds, self.timeout_seconds), "checkpoint"
         critical = self.timeout_seconds
-        if p.phase not in ("train", "warmup") or len(p.step_times) < self.warning_min_steps:
+        if p.phase not in ("train", "warmup"):
             return None, critical, p.phase
+        # At every pace a warning strictly before the critical: at the latest a fraction of the timeout.
+        latest = self.warning_timeout_fraction * critical if 0 < self.warning_timeout_fraction < 1 else math.inf
+        if len(p.step_times) < self.warning_min_steps:
+            return (latest if latest < critical else None), critical, p.phase
         p99, stop = p.step_time_stats(self.warning_floor_seconds, self.warning_factor)
         warn = max(self.warning_factor * p99, self.warning_floor_seconds)
         longest = max(max(p.pauses, default=0.0), stop)  # stops it went on from: resolved warnings, long steps
         if longest:
             warn = max(warn, self.pause_factor * longest)
+        warn = min(warn, latest)
         return (warn if warn < critical else None), critical, p.phase
+
+    def pause_hang_after(self) -> float:
+        """How long ranks may stay in a pause most ranks have left before the warning: ``pause_hang_factor`` x the
+        job's usual pause, at least ``pause_hang_floor_seconds``."""
+        return max(self.pause_hang_floor_seconds, self.pause_hang_factor * self.progress.usual_pause())
 
     def p99_step_time(self) -> float:
         """The p99 of the job's recent train step times, stops inside a step left out."""
@@ -341,7 +365,7 @@ class HangDetector:
                 return []  # a late event of a process gone at the last restart
         if isinstance(event, HeartbeatEvent) and event.rank in p.slot_of_rank:
             restarted = self._incarnation(p.slot_of_rank[event.rank], event.step, ts, event.node,
-                                          event.seq_completed)
+                                          event.seq_completed, incarnation=event.incarnation, heartbeat=True)
             if restarted is not None:  # the job restarted: fresh state, then this event
                 return restarted + self.update(original)
         if p.started_at is None:
@@ -398,11 +422,12 @@ class HangDetector:
             ranks, steps, ts, step_times, phases, nodes, world_sizes = (
                 [c[i] for i in keep] for c in (ranks, steps, ts, step_times, phases, nodes, world_sizes))
             low, high = min(steps), max(steps)
-        if p.max_step >= 1 and low < p.max_step - 1:
-            # Steps back: ranks in new processes (a restart from a checkpoint)?
+        if p.max_step >= 1 and low < p.max_step - 1 and low < p.max_step - p.burst_steps():
+            # Steps back by more than a burst: ranks in new processes (a restart from a checkpoint)?
+            burst = p.burst_steps()
             for i, (rank, step, t, node) in enumerate(zip(ranks, steps, ts, nodes)):
                 slot = p.slot_of_rank.get(rank)
-                if slot is None or not step < p.last_step[slot] - 1:
+                if slot is None or not step < p.last_step[slot] - burst:
                     continue
                 restarted = self._incarnation(slot, step, t, node, None)
                 if restarted is not None:  # the job restarted: the events from here on a fresh state
@@ -427,13 +452,13 @@ class HangDetector:
                 break
         return out
 
-    def _incarnation(self, slot: int, step: int, ts: float, node: str | None,
-                     seq_completed: int | None) -> list[Alert] | None:
+    def _incarnation(self, slot: int, step: int, ts: float, node: str | None, seq_completed: int | None, *,
+                     incarnation: int | None = None, heartbeat: bool = False) -> list[Alert] | None:
         """A rank's event from a new process of it (``JobProgress.new_process``). When the job restarted,
         the open hang resolves (it belonged to the processes that are gone) and the state starts afresh;
         returns those alerts, else None."""
         p = self.progress
-        seen = p.new_process(slot, step, ts, node, seq_completed)
+        seen = p.new_process(slot, step, ts, node, seq_completed, incarnation=incarnation, heartbeat=heartbeat)
         if seen is None:
             return None
         self.incarnations += 1
@@ -486,7 +511,7 @@ class HangDetector:
         if event.rank is not None:
             slot = p.slot_for(event.rank, event.ts)
             was = p.rank_phase[slot]
-            p.rank_phase[slot] = event.phase
+            p.set_rank_phase(slot, event.phase, event.ts)
             left = p.job_phase.rank_reports(event.rank, event.phase, ts=event.ts)  # a lost job-wide ``train``
             if left or (was == "checkpoint" and event.phase != "checkpoint"):
                 self._pause_ended(event.ts)
@@ -495,9 +520,11 @@ class HangDetector:
             out = self.close(at=event.ts, reason="job ended")
             p.ended = True
             return out
-        was = p.phase
+        was, since = p.phase, p.job_phase.since
         p.job_phase.begin(event.phase, ts=event.ts)
         if was in PAUSE_PHASES and event.phase not in PAUSE_PHASES:
+            if event.ts > since:
+                p.marked_pauses.append(event.ts - since)  # the job's usual pause (the pause hang rule)
             self._pause_ended(event.ts)
         return []
 
@@ -599,6 +626,10 @@ class HangDetector:
                 return -math.inf
             base = min(base, oldest)
         due = base + (warn if warn is not None else critical)
+        if warn is None and p.has_heartbeats:  # in a pause most ranks left: due at the pause rule's time
+            found = p.pause_stragglers(p.latest_ts, self.heartbeat_timeout())
+            if found is not None:
+                due = min(due, found[1] + self.pause_hang_after())
         if p.incarnated:  # the window's end clears the incarnation set
             due = min(due, p.incarnated_at + INCARNATION_WINDOW_SECONDS)
         return due
@@ -620,12 +651,16 @@ class HangDetector:
                 # first new processes heartbeat before the rest are up), not hung; the window's end tells.
                 return []
         # Cheap exit on every tick of a healthy job: no threshold can be shorter than this.
-        shortest = min(self.warning_floor_seconds, self.timeout_seconds)
+        shortest = min(self.warning_floor_seconds, self.timeout_seconds, self.pause_hang_floor_seconds,
+                       self.warning_timeout_fraction * self.timeout_seconds or math.inf)
         if self._episode is None and now - p.progress_ts < shortest and (
                 not p.n or now - float(p.rank_progress[:p.n].min()) < shortest):
             return []
         warn, critical, timeout_kind = self.thresholds()
         first = warn if warn is not None else critical
+        pause = self._pause_hang(now, critical) if warn is None else None
+        if pause is not None:
+            warn = first = pause[0]
         # The counter is the ranks' median (robust to one wild step number). Without heartbeats, ranks that stop
         # reporting while others step on cannot be told from ranks that finished (the last workers of an
         # asynchronous job outlive the others in a real trace: tests/test_importer.py): such a job stalls only
@@ -635,8 +670,8 @@ class HangDetector:
             stalled = min(stalled, now - float(p.rank_progress[:p.n].max()))
         kind = None
         stuck_mask = None
-        if stalled >= first:
-            kind = Stop.JOB
+        if stalled >= first or (self._episode is not None and self._episode.kind is Stop.JOB):
+            kind = Stop.JOB  # (an open job hang stays one while the job has not advanced: a teardown still shows)
         elif p.n and p.has_heartbeats:
             stuck_mask = p.partial_stuck(now, first, self.heartbeat_timeout())
             if stuck_mask is not None:
@@ -655,7 +690,10 @@ class HangDetector:
         severity = Severity.CRITICAL if stalled >= critical else Severity.WARNING
         ep = self._episode
         diagnosis = self.diagnose(now, stuck_after=first, resumed_after=p.progress_ts if (
-            ep is not None and ep.kind is Stop.JOB and kind is Stop.JOB) else None)
+            ep is not None and ep.kind is Stop.JOB and kind is Stop.JOB) else None,
+            hang_since=p.progress_ts if kind is Stop.JOB else None)
+        if pause is not None and kind is Stop.JOB:
+            diagnosis = self._in_pause(diagnosis, pause)
         if ep is not None and ep.named is not None:
             diagnosis = across_teardown(ep.named, diagnosis)
         if ep is not None and ep.alert.severity == Severity.CRITICAL and severity == Severity.WARNING:
@@ -703,11 +741,45 @@ class HangDetector:
         """What makes a new version of the alert: not every rank that dies during a teardown."""
         return (severity, d.case, d.culprits, bool(d.torn_down), d.culprits_alive)
 
-    def diagnose(self, now: float, *, stuck_after: float, resumed_after: float | None = None) -> HangDiagnosis:
+    def diagnose(self, now: float, *, stuck_after: float, resumed_after: float | None = None,
+                 hang_since: float | None = None) -> HangDiagnosis:
         """Classify every rank from its latest heartbeat and collective sequence numbers
         (models/hang/diagnosis.py ``diagnose``)."""
         return diagnose(self.progress, now, heartbeat_timeout=self.heartbeat_timeout(), stuck_after=stuck_after,
-                        resumed_after=resumed_after, max_listed_ranks=self.max_listed_ranks)
+                        resumed_after=resumed_after, max_listed_ranks=self.max_listed_ranks, hang_since=hang_since)
+
+    def _pause_hang(self, now: float, critical: float) -> tuple[float, np.ndarray, int, str] | None:
+        """In a pause without a warning of its own: ``(warn after, the ranks still in it, how many left, the pause)``
+        once most live ranks left it and some have not for ``pause_hang_after`` (warn after: the job's stall at
+        that moment, so the alert fires now), else None."""
+        if self.pause_hang_factor <= 0 and self.pause_hang_floor_seconds <= 0:
+            return None
+        p = self.progress
+        found = p.pause_stragglers(now, self.heartbeat_timeout())
+        if found is None:
+            return None
+        mask, since, phase = found
+        after = since + self.pause_hang_after() - p.progress_ts
+        if after >= critical or now - p.progress_ts < after:
+            return None
+        left = int((~mask[:p.n] & ((min(p.latest_ts, now) - p.last_seen[:p.n]) < self.heartbeat_timeout())).sum())
+        return after, mask, left, phase
+
+    def _in_pause(self, d: HangDiagnosis, pause: tuple[float, np.ndarray, int, str]) -> HangDiagnosis:
+        """``d`` for a hang in a pause: the ranks still in it are the culprits (lowest collective first, as ``d``
+        orders them), the rest were waiting for them."""
+        _, mask, left, phase = pause
+        p = self.progress
+        inside = {int(r) for r in p.rank_at[:p.n][mask[:p.n]]}
+        order = [r for r in d.culprits + d.behind + d.stuck + d.waiting if r in inside]
+        culprits = tuple(dict.fromkeys(order + sorted(inside - set(order))))
+        reason = (f"{len(culprits)} rank(s) still in the {phase} {self.pause_hang_after():.0f}s or more after "
+                  f"{left} rank(s) left it (the job's usual {phase} lasts {p.usual_pause():.0f}s)")
+        if d.case == HangCase.CULPRIT_BEFORE_COLLECTIVE and set(d.culprits) == inside:
+            reason = f"{reason}; {d.reason}"
+        return replace(d, case=HangCase.CULPRIT_BEFORE_COLLECTIVE, culprits=culprits, reason=reason,
+                       behind=tuple(r for r in d.behind if r in inside) or culprits, pause_phase=phase,
+                       pause_left=left)
 
     # -- alerts ---------------------------------------------------------------------------
 

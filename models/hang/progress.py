@@ -19,8 +19,8 @@ from enum import Enum
 
 import numpy as np
 
-from ..job_phase import JobPhase
-from ..wire.events import HeartbeatEvent
+from ..job_phase import TRAINING_PHASES, JobPhase
+from ..wire.events import PAUSE_PHASES, HeartbeatEvent
 from .evidence import RankPosition
 
 #: The default process group: its sequence numbers are also the heartbeat's top-level ones.
@@ -31,8 +31,13 @@ INCARNATION_WINDOW_SECONDS = 120.0
 #: After a job restart, rank events stamped more than this before its first new process are late ones of the
 #: processes that are gone (a reordered delivery): left out, or the fresh run would start its clock there.
 OLD_PROCESS_SLACK_SECONDS = 15.0
+#: Without incarnations, a rank's step event going back by more than the steps the job completed in this many
+#: seconds (a delivery burst; at least 1 step) is a new process of it (a restart from a checkpoint).
+BURST_SECONDS = 5.0
 #: Recent self-ended pauses kept (``JobProgress.pauses``): the pause factor applies to the longest of them.
 PAUSES_KEPT = 4
+#: Recent marked pause lengths kept (``JobProgress.marked_pauses``).
+MARKED_PAUSES_KEPT = 64
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
 #: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
@@ -80,6 +85,9 @@ class JobProgress:
         self.step_times: deque[float] = deque(maxlen=step_history)  # recent train step times
         #: Recent stops the job went on from by itself (a hang warning resolved by its next step), seconds.
         self.pauses: deque[float] = deque(maxlen=PAUSES_KEPT)
+        #: Recent marked pauses' lengths (a job-wide eval/checkpoint, or one rank's own), seconds: the job's usual
+        #: pause (``usual_pause``) that a rank still in a pause most ranks left is judged against.
+        self.marked_pauses: deque[float] = deque(maxlen=MARKED_PAUSES_KEPT)
         self.hb_gaps: deque[float] = deque(maxlen=64)  # recent heartbeat intervals (any rank)
         self.advances: deque[tuple[int, float]] = deque(maxlen=step_history)  # (new job step, when)
         # Per-rank latest values, in arrays indexed by a dense slot (grown on demand).
@@ -101,6 +109,10 @@ class JobProgress:
         self.seq_started = np.zeros(0, dtype=np.int64)  # -1: unknown
         self.seq_completed = np.zeros(0, dtype=np.int64)
         self.hb_done = np.zeros(0, dtype=np.int64)  # the latest heartbeat's seq_completed (-1: none)
+        self.incarnation = np.zeros(0, dtype=np.int64)  # the rank's process incarnation (-1: never told)
+        self.phase_at = np.zeros(0)  # when the rank's own phase last changed (its heartbeats, rank phase events)
+        self.pause_in_at = np.zeros(0)  # when the rank last began reporting a pause phase (-inf: never)
+        self.seq_at = np.zeros(0)  # when the rank's seq_started last rose
         # Ranks seen in a new process (an incarnation) since ``_incarnated_at`` (see ``_incarnation``).
         self.incarnated: set[int] = set()
         self.incarnated_at = 0.0
@@ -116,21 +128,36 @@ class JobProgress:
         self.pg_desc: dict[str, str] = {}  # group -> its description from the heartbeats (``pgs[name].desc``)
 
 
-    def new_process(self, slot: int, step: int, ts: float, node: str | None,
-                    seq_completed: int | None) -> Incarnation | None:
-        """Whether a rank's event comes from a new process of it: its step or heartbeat sequence number went
-        back, or it is on another node, in an event stamped after its latest (a late event of the old process
-        is not one). Its old positions are dropped, never compared with the new ones (``Incarnation.RANK``).
-        When most ranks did so within ``INCARNATION_WINDOW_SECONDS``, the job restarted
-        (``Incarnation.JOB``): the caller starts a fresh state. None: the same process."""
-        if not ts > self.last_seen[slot]:
-            return None
-        old_step, old_node = int(self.last_step[slot]), self.nodes[slot]
-        back = old_step >= 0 and step < old_step - 1
-        moved = node is not None and old_node is not None and node != old_node
-        seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
-        if not (back or moved or seq_back):
-            return None
+    def new_process(self, slot: int, step: int, ts: float, node: str | None, seq_completed: int | None, *,
+                    incarnation: int | None = None, heartbeat: bool = False) -> Incarnation | None:
+        """Whether a rank's event comes from a new process of it, in an event stamped after its latest (a late
+        event of the old process is not one). Where the rank's events carry an ``incarnation`` (the monitor's
+        process start), only a higher one is a new process. Without: it is on another node, its heartbeat's
+        sequence number went back, or its step went back by more than a burst (``burst_steps``); a heartbeat's
+        step behind the step events is a late heartbeat (its thread read the counter a moment before, or it
+        waited in the producer's queue), never a restart, unless the job sends no step events. Its old
+        positions are dropped, never compared with the new ones (``Incarnation.RANK``). When most ranks did
+        so within ``INCARNATION_WINDOW_SECONDS``, the job restarted (``Incarnation.JOB``): the caller starts a
+        fresh state. None: the same process."""
+        known = int(self.incarnation[slot])
+        if incarnation is not None and known >= 0:
+            if incarnation <= known:
+                return None  # the same process, or a late event of an older one
+            self.incarnation[slot] = incarnation
+        else:
+            if not ts > self.last_seen[slot]:
+                return None
+            if incarnation is None and known >= 0:
+                return None  # this rank's heartbeats carry its incarnation: they, not a step number, tell
+            if incarnation is not None:
+                self.incarnation[slot] = incarnation
+            old_step, old_node = int(self.last_step[slot]), self.nodes[slot]
+            step_back = not heartbeat or not self.has_step_events
+            back = step_back and old_step >= 0 and step < old_step - self.burst_steps()
+            moved = node is not None and old_node is not None and node != old_node
+            seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
+            if not (back or moved or seq_back):
+                return None
         if self.incarnated and ts - self.incarnated_at > INCARNATION_WINDOW_SECONDS:
             self.incarnated.clear()  # the earlier ones were single ranks restarting
         if not self.incarnated:
@@ -141,6 +168,18 @@ class JobProgress:
             return Incarnation.RANK
         return Incarnation.JOB
 
+    def burst_steps(self) -> int:
+        """Steps the job's counter advanced in the last ``BURST_SECONDS`` before its latest advance (at least 1):
+        how far behind a rank's late event may be without being a new process."""
+        if not self.advances:
+            return 1
+        last_step, last_ts = self.advances[-1]
+        first = last_step
+        for step, ts in reversed(self.advances):
+            if last_ts - ts > BURST_SECONDS:
+                break
+            first = step
+        return max(1, last_step - first)
 
     def step_time_stats(self, floor: float, factor: float) -> tuple[float, float]:
         """(the p99 of the recent train step times, the longest stop among them; 0 when none). A step time of
@@ -173,6 +212,7 @@ class JobProgress:
         """A collective event: the rank issued and completed collective ``seq``."""
         if seq > self.seq_started[slot]:
             self.seq_started[slot] = seq
+            self.seq_at[slot] = self.last_seen[slot]
         if seq > self.seq_completed[slot]:
             self.seq_completed[slot] = seq
 
@@ -193,6 +233,10 @@ class JobProgress:
             self.seq_started = np.concatenate([self.seq_started, np.full(grow, -1, dtype=np.int64)])
             self.seq_completed = np.concatenate([self.seq_completed, np.full(grow, -1, dtype=np.int64)])
             self.hb_done = np.concatenate([self.hb_done, np.full(grow, -1, dtype=np.int64)])
+            self.incarnation = np.concatenate([self.incarnation, np.full(grow, -1, dtype=np.int64)])
+            self.phase_at = np.concatenate([self.phase_at, np.zeros(grow)])
+            self.pause_in_at = np.concatenate([self.pause_in_at, np.full(grow, -np.inf)])
+            self.seq_at = np.concatenate([self.seq_at, np.zeros(grow)])
         self.rank_at[slot] = rank
         self.rank_progress[slot] = ts
         self.last_seen[slot] = ts
@@ -415,8 +459,11 @@ class JobProgress:
             self.hb_gaps.append(event.ts - last)
         if np.isnan(last) or event.ts > last:
             self.last_hb[slot] = event.ts
+        if event.incarnation is not None and event.incarnation > self.incarnation[slot]:
+            self.incarnation[slot] = event.incarnation
         if event.seq_started is not None and event.seq_started > self.seq_started[slot]:
             self.seq_started[slot] = event.seq_started
+            self.seq_at[slot] = event.ts
         if event.seq_completed is not None and event.seq_completed > self.seq_completed[slot]:
             self.seq_completed[slot] = event.seq_completed
         if event.seq_completed is not None and event.seq_completed > self.hb_done[slot]:
@@ -427,7 +474,60 @@ class JobProgress:
                 for name, desc in event.pg_desc:
                     if name in self.pg_seq:  # bounded like the groups themselves
                         self.pg_desc[name] = desc
-        self.rank_phase[slot] = event.phase
+        self.set_rank_phase(slot, event.phase, event.ts)
+
+    def set_rank_phase(self, slot: int, phase: str | None, ts: float) -> None:
+        """A rank's own phase (its heartbeat's, or its rank ``phase`` event), and since when it holds."""
+        was = self.rank_phase[slot]
+        if phase != was:
+            if phase in PAUSE_PHASES:
+                self.pause_in_at[slot] = ts
+            elif was in PAUSE_PHASES and phase is not None and ts > self.pause_in_at[slot]:
+                self.marked_pauses.append(ts - float(self.pause_in_at[slot]))
+            self.phase_at[slot] = ts
+        self.rank_phase[slot] = phase
+
+    def usual_pause(self) -> float:
+        """The median of the job's recent marked pauses (0: none seen yet)."""
+        return float(np.median(np.fromiter(self.marked_pauses, float))) if self.marked_pauses else 0.0
+
+    def pause_stragglers(self, now: float, heartbeat_timeout: float) -> tuple[np.ndarray, float, str] | None:
+        """In a pause (a job-wide eval/checkpoint, or ranks' own): the live ranks still in it while most live ranks
+        have left it, as ``(mask, since when most had left, the pause)``, else None. A rank left it when it
+        reported the pause and then a training phase, or (a job-wide pause, where every rank is in it) when it
+        waits in a collective past the ones the ranks still in it issued. Ranks that never reported the pause in a
+        pause of ranks' own (rank 0 saving alone while the others wait) never left it: no verdict."""
+        n = self.n
+        if n < 2 or not self.has_heartbeats:
+            return None
+        phases = self.rank_phase[:n]
+        in_phase = np.fromiter((ph in PAUSE_PHASES for ph in phases), bool, count=n)
+        trains = np.fromiter((ph in TRAINING_PHASES for ph in phases), bool, count=n)
+        job_wide = self.phase in PAUSE_PHASES
+        if not in_phase.any() and not job_wide:
+            return None
+        live = (min(self.latest_ts, now) - self.last_seen[:n]) < heartbeat_timeout
+        if job_wide:
+            start, pause = self.job_phase.since, self.phase
+        else:
+            start = float(self.pause_in_at[:n][in_phase & live].min()) if (in_phase & live).any() else np.inf
+            pause = next(ph for ph in phases if ph in PAUSE_PHASES)
+        reported = self.pause_in_at[:n] >= start
+        left_phase = live & trains & reported & (self.phase_at[:n] >= start)
+        seq = self.seq_started[:n]
+        inside = live & ~left_phase & (in_phase | (job_wide & ~trains))
+        left_seq = np.zeros(n, dtype=bool)
+        if inside.any() and (seq[inside] >= 0).all():
+            top = int(seq[inside].max())
+            left_seq = live & ~left_phase & (seq > top) & (self.seq_at[:n] >= start) & (job_wide | reported)
+            inside &= ~left_seq
+        left = left_phase | left_seq
+        count = int(live.sum())
+        if not inside.any() or 2 * int(left.sum()) <= count:
+            return None
+        left_at = np.where(left_phase, self.phase_at[:n], self.seq_at[:n])[left]
+        since = float(np.sort(left_at)[count // 2])  # when more than half the live ranks had left
+        return inside, since, pause
 
     def observe_pgs(self, slot: int, pgs) -> None:
         for name, started, completed, ranks in pgs:
@@ -452,6 +552,7 @@ class JobProgress:
             if name == DEFAULT_PG:  # the default group's numbers are also the top-level ones
                 if started > self.seq_started[slot]:
                     self.seq_started[slot] = started
+                    self.seq_at[slot] = self.last_seen[slot]
                 if completed > self.seq_completed[slot]:
                     self.seq_completed[slot] = completed
 
