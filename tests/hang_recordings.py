@@ -80,7 +80,7 @@ class Job:
             while self.next_hb <= self.now:
                 t = self.next_hb
                 step, seq = self._lagged(t) if self.hb_lag else (self.n, self.seq)
-                for r in range(self.ranks):
+                for r in range(self.ranks if step >= 0 else 0):  # (a lagging thread's first read: no step yet)
                     self.heartbeat(r, t, step=step, started=seq, done=seq, phase=phase)
                 self.next_hb += self.hb
 

@@ -696,6 +696,9 @@ class HangDetector:
             diagnosis = self._in_pause(diagnosis, pause)
         if ep is not None and ep.named is not None:
             diagnosis = across_teardown(ep.named, diagnosis)
+            named = ep.named
+            if named.pause_phase is not None and diagnosis.pause_phase is None and diagnosis.culprits == named.culprits:
+                diagnosis = replace(diagnosis, pause_phase=named.pause_phase, pause_left=named.pause_left)
         if ep is not None and ep.alert.severity == Severity.CRITICAL and severity == Severity.WARNING:
             severity = Severity.CRITICAL  # never de-escalate within one episode
         if ep is not None:
@@ -758,12 +761,11 @@ class HangDetector:
         found = p.pause_stragglers(now, self.heartbeat_timeout())
         if found is None:
             return None
-        mask, since, phase = found
+        mask, since, phase, left = found
         after = since + self.pause_hang_after() - p.progress_ts
         if after >= critical or now - p.progress_ts < after:
             return None
-        left = int((~mask[:p.n] & ((min(p.latest_ts, now) - p.last_seen[:p.n]) < self.heartbeat_timeout())).sum())
-        return after, mask, left, phase
+        return after, mask, int(left), phase
 
     def _in_pause(self, d: HangDiagnosis, pause: tuple[float, np.ndarray, int, str]) -> HangDiagnosis:
         """``d`` for a hang in a pause: the ranks still in it are the culprits (lowest collective first, as ``d``

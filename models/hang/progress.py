@@ -491,12 +491,12 @@ class JobProgress:
         """The median of the job's recent marked pauses (0: none seen yet)."""
         return float(np.median(np.fromiter(self.marked_pauses, float))) if self.marked_pauses else 0.0
 
-    def pause_stragglers(self, now: float, heartbeat_timeout: float) -> tuple[np.ndarray, float, str] | None:
-        """In a pause (a job-wide eval/checkpoint, or ranks' own): the live ranks still in it while most live ranks
-        have left it, as ``(mask, since when most had left, the pause)``, else None. A rank left it when it
-        reported the pause and then a training phase, or (a job-wide pause, where every rank is in it) when it
-        waits in a collective past the ones the ranks still in it issued. Ranks that never reported the pause in a
-        pause of ranks' own (rank 0 saving alone while the others wait) never left it: no verdict."""
+    def pause_stragglers(self, now: float, heartbeat_timeout: float) -> tuple[np.ndarray, float, str, int] | None:
+        """In a pause (a job-wide eval/checkpoint, or ranks' own): the ranks still in it while most ranks have left
+        it (ranks alive, or torn down after the pause began), as ``(mask, since when most had left, the pause, how many left)``, else None. A rank left it when it
+        reported the pause and then a training phase, or when it reported the pause and waits in a collective
+        past the one the lowest rank still in it is at. Ranks that never reported the pause never left it (rank 0
+        saving alone while the others wait in the next collective, their heartbeats saying ``train``): no verdict."""
         n = self.n
         if n < 2 or not self.has_heartbeats:
             return None
@@ -506,20 +506,24 @@ class JobProgress:
         job_wide = self.phase in PAUSE_PHASES
         if not in_phase.any() and not job_wide:
             return None
-        live = (min(self.latest_ts, now) - self.last_seen[:n]) < heartbeat_timeout
+        alive = (min(self.latest_ts, now) - self.last_seen[:n]) < heartbeat_timeout
         if job_wide:
             start, pause = self.job_phase.since, self.phase
         else:
-            start = float(self.pause_in_at[:n][in_phase & live].min()) if (in_phase & live).any() else np.inf
+            start = float(self.pause_in_at[:n][in_phase & alive].min()) if (in_phase & alive).any() else np.inf
             pause = next(ph for ph in phases if ph in PAUSE_PHASES)
+        # Ranks heard from a heartbeat timeout into the pause and silent since were torn down (a watchdog): where
+        # they were last is still where they were.
+        live = alive | (self.last_seen[:n] >= start + heartbeat_timeout)
         reported = self.pause_in_at[:n] >= start
         left_phase = live & trains & reported & (self.phase_at[:n] >= start)
         seq = self.seq_started[:n]
         inside = live & ~left_phase & (in_phase | (job_wide & ~trains))
         left_seq = np.zeros(n, dtype=bool)
         if inside.any() and (seq[inside] >= 0).all():
-            top = int(seq[inside].max())
-            left_seq = live & ~left_phase & (seq > top) & (self.seq_at[:n] >= start) & (job_wide | reported)
+            # Past the collective the lowest of them is at, issued since the pause began: waiting after it.
+            low = int(seq[inside].min())
+            left_seq = live & ~left_phase & reported & (seq > low) & (self.seq_at[:n] >= start)
             inside &= ~left_seq
         left = left_phase | left_seq
         count = int(live.sum())
@@ -527,7 +531,7 @@ class JobProgress:
             return None
         left_at = np.where(left_phase, self.phase_at[:n], self.seq_at[:n])[left]
         since = float(np.sort(left_at)[count // 2])  # when more than half the live ranks had left
-        return inside, since, pause
+        return inside, since, pause, int(left.sum())
 
     def observe_pgs(self, slot: int, pgs) -> None:
         for name, started, completed, ranks in pgs:

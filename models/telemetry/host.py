@@ -473,11 +473,11 @@ class HostCorrelator:
         return out
 
     def _storage_causes(self, alert: Alert, at: float) -> list[SuspectedCause]:
-        """A hang's culprits' nodes' storage near its onset (IO pressure, slow disks): ``category: storage`` (a
+        """A hang's culprits' nodes' storage from its onset on (IO pressure, slow disks): ``category: storage`` (a
         checkpoint write hung on a shared filesystem)."""
         out = []
         for node in dict.fromkeys(HangEvidence.of(alert).culprit_nodes):
-            samples = self.tracker.samples(node, at - self.window, at + self.window)
+            samples = self.tracker.samples(node, at - self.window, math.inf)  # any time since: the hang goes on
             if len(samples) < self.min_samples:
                 continue
             for cause in self._node_causes(node, samples, 1.0, lambda: {}):
