@@ -294,10 +294,12 @@ class HangDetector:
         warn = min(warn, latest)
         return (warn if warn < critical else None), critical, p.phase
 
-    def pause_hang_after(self) -> float:
+    def pause_hang_after(self, this_pause: float = 0.0) -> float:
         """How long ranks may stay in a pause most ranks have left before the warning: ``pause_hang_factor`` x the
-        job's usual pause, at least ``pause_hang_floor_seconds``."""
-        return max(self.pause_hang_floor_seconds, self.pause_hang_factor * self.progress.usual_pause())
+        job's usual pause or this one's (``this_pause``: how long most ranks took), the longer, at least
+        ``pause_hang_floor_seconds``."""
+        usual = max(self.progress.usual_pause(), this_pause)
+        return max(self.pause_hang_floor_seconds, self.pause_hang_factor * usual)
 
     def p99_step_time(self) -> float:
         """The p99 of the job's recent train step times, stops inside a step left out."""
@@ -629,7 +631,7 @@ class HangDetector:
         if warn is None and p.has_heartbeats:  # in a pause most ranks left: due at the pause rule's time
             found = p.pause_stragglers(p.latest_ts, self.heartbeat_timeout())
             if found is not None:
-                due = min(due, found[1] + self.pause_hang_after())
+                due = min(due, found[1] + self.pause_hang_after(found[1] - found[4]))
         if p.incarnated:  # the window's end clears the incarnation set
             due = min(due, p.incarnated_at + INCARNATION_WINDOW_SECONDS)
         return due
@@ -751,32 +753,33 @@ class HangDetector:
         return diagnose(self.progress, now, heartbeat_timeout=self.heartbeat_timeout(), stuck_after=stuck_after,
                         resumed_after=resumed_after, max_listed_ranks=self.max_listed_ranks, hang_since=hang_since)
 
-    def _pause_hang(self, now: float, critical: float) -> tuple[float, np.ndarray, int, str] | None:
-        """In a pause without a warning of its own: ``(warn after, the ranks still in it, how many left, the pause)``
-        once most live ranks left it and some have not for ``pause_hang_after`` (warn after: the job's stall at
-        that moment, so the alert fires now), else None."""
+    def _pause_hang(self, now: float, critical: float) -> tuple | None:
+        """In a pause without a warning of its own: ``(warn after, the ranks still in it, how many left, the pause,
+        the wait, how long most ranks took)`` once most ranks left it and some have not for ``pause_hang_after``
+        (warn after: the job's stall at that moment, so the alert fires now), else None."""
         if self.pause_hang_factor <= 0 and self.pause_hang_floor_seconds <= 0:
             return None
         p = self.progress
         found = p.pause_stragglers(now, self.heartbeat_timeout())
         if found is None:
             return None
-        mask, since, phase, left = found
-        after = since + self.pause_hang_after() - p.progress_ts
+        mask, since, phase, left, start = found
+        wait = self.pause_hang_after(since - start)
+        after = since + wait - p.progress_ts
         if after >= critical or now - p.progress_ts < after:
             return None
-        return after, mask, int(left), phase
+        return after, mask, int(left), phase, wait, since - start
 
-    def _in_pause(self, d: HangDiagnosis, pause: tuple[float, np.ndarray, int, str]) -> HangDiagnosis:
+    def _in_pause(self, d: HangDiagnosis, pause: tuple) -> HangDiagnosis:
         """``d`` for a hang in a pause: the ranks still in it are the culprits (lowest collective first, as ``d``
         orders them), the rest were waiting for them."""
-        _, mask, left, phase = pause
+        _, mask, left, phase, wait, took = pause
         p = self.progress
         inside = {int(r) for r in p.rank_at[:p.n][mask[:p.n]]}
         order = [r for r in d.culprits + d.behind + d.stuck + d.waiting if r in inside]
         culprits = tuple(dict.fromkeys(order + sorted(inside - set(order))))
-        reason = (f"{len(culprits)} rank(s) still in the {phase} {self.pause_hang_after():.0f}s or more after "
-                  f"{left} rank(s) left it (the job's usual {phase} lasts {p.usual_pause():.0f}s)")
+        reason = (f"{len(culprits)} rank(s) still in the {phase} {wait:.0f}s or more after {left} rank(s) left it "
+                  f"(most took {took:.0f}s; the job's usual pause: {p.usual_pause():.0f}s)")
         if d.case == HangCase.CULPRIT_BEFORE_COLLECTIVE and set(d.culprits) == inside:
             reason = f"{reason}; {d.reason}"
         return replace(d, case=HangCase.CULPRIT_BEFORE_COLLECTIVE, culprits=culprits, reason=reason,

@@ -491,9 +491,10 @@ class JobProgress:
         """The median of the job's recent marked pauses (0: none seen yet)."""
         return float(np.median(np.fromiter(self.marked_pauses, float))) if self.marked_pauses else 0.0
 
-    def pause_stragglers(self, now: float, heartbeat_timeout: float) -> tuple[np.ndarray, float, str, int] | None:
+    def pause_stragglers(self, now: float,
+                         heartbeat_timeout: float) -> tuple[np.ndarray, float, str, int, float] | None:
         """In a pause (a job-wide eval/checkpoint, or ranks' own): the ranks still in it while most ranks have left
-        it (ranks alive, or torn down after the pause began), as ``(mask, since when most had left, the pause, how many left)``, else None. A rank left it when it
+        it (ranks alive, or torn down after the pause began), as ``(mask, since when most had left, the pause, how many left, when it began)``, else None. A rank left it when it
         reported the pause and then a training phase, or when it reported the pause and waits in a collective
         past the one the lowest rank still in it is at. Ranks that never reported the pause never left it (rank 0
         saving alone while the others wait in the next collective, their heartbeats saying ``train``): no verdict."""
@@ -531,7 +532,7 @@ class JobProgress:
             return None
         left_at = np.where(left_phase, self.phase_at[:n], self.seq_at[:n])[left]
         since = float(np.sort(left_at)[count // 2])  # when more than half the live ranks had left
-        return inside, since, pause, int(left.sum())
+        return inside, since, pause, int(left.sum()), float(start)
 
     def observe_pgs(self, slot: int, pgs) -> None:
         for name, started, completed, ranks in pgs:
