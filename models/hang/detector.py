@@ -367,7 +367,7 @@ class HangDetector:
                 return []  # a late event of a process gone at the last restart
         if isinstance(event, HeartbeatEvent) and event.rank in p.slot_of_rank:
             restarted = self._incarnation(p.slot_of_rank[event.rank], event.step, ts, event.node,
-                                          event.seq_completed, incarnation=event.incarnation, heartbeat=True)
+                                          event.seq_completed, incarnation=event.incarnation)
             if restarted is not None:  # the job restarted: fresh state, then this event
                 return restarted + self.update(original)
         if p.started_at is None:
@@ -424,12 +424,11 @@ class HangDetector:
             ranks, steps, ts, step_times, phases, nodes, world_sizes = (
                 [c[i] for i in keep] for c in (ranks, steps, ts, step_times, phases, nodes, world_sizes))
             low, high = min(steps), max(steps)
-        if p.max_step >= 1 and low < p.max_step - 1 and low < p.max_step - p.burst_steps():
-            # Steps back by more than a burst: ranks in new processes (a restart from a checkpoint)?
-            burst = p.burst_steps()
+        if p.max_step >= 1 and low < p.max_step - 1:
+            # Steps back: ranks in new processes (a restart from a checkpoint)?
             for i, (rank, step, t, node) in enumerate(zip(ranks, steps, ts, nodes)):
                 slot = p.slot_of_rank.get(rank)
-                if slot is None or not step < p.last_step[slot] - burst:
+                if slot is None or not step < p.last_step[slot] - 1:
                     continue
                 restarted = self._incarnation(slot, step, t, node, None)
                 if restarted is not None:  # the job restarted: the events from here on a fresh state
@@ -455,12 +454,12 @@ class HangDetector:
         return out
 
     def _incarnation(self, slot: int, step: int, ts: float, node: str | None, seq_completed: int | None, *,
-                     incarnation: int | None = None, heartbeat: bool = False) -> list[Alert] | None:
+                     incarnation: int | None = None) -> list[Alert] | None:
         """A rank's event from a new process of it (``JobProgress.new_process``). When the job restarted,
         the open hang resolves (it belonged to the processes that are gone) and the state starts afresh;
         returns those alerts, else None."""
         p = self.progress
-        seen = p.new_process(slot, step, ts, node, seq_completed, incarnation=incarnation, heartbeat=heartbeat)
+        seen = p.new_process(slot, step, ts, node, seq_completed, incarnation=incarnation)
         if seen is None:
             return None
         self.incarnations += 1

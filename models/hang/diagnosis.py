@@ -182,7 +182,7 @@ def diagnose(p: JobProgress, now: float, *, heartbeat_timeout: float, stuck_afte
         accused = set(culprits)
         torn_down = tuple(r for r in pick(torn_mask) if r not in accused)
         gone = set(pick(torn_mask))
-        alive = not any(r in gone for r in culprits)
+        alive = not job_silent and not any(r in gone for r in culprits)
         if torn_down:
             reason += (f"; then the job was torn down: {len(torn_down)} rank(s) went silent after the hang began (a "
                        f"watchdog or the launcher ending the job), never culprits")

@@ -14,6 +14,7 @@ Memory is bounded: arrays per rank, bounded deques, process groups capped (``MAX
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from enum import Enum
 
@@ -31,9 +32,10 @@ INCARNATION_WINDOW_SECONDS = 120.0
 #: After a job restart, rank events stamped more than this before its first new process are late ones of the
 #: processes that are gone (a reordered delivery): left out, or the fresh run would start its clock there.
 OLD_PROCESS_SLACK_SECONDS = 15.0
-#: Without incarnations, a rank's step event going back by more than the steps the job completed in this many
-#: seconds (a delivery burst; at least 1 step) is a new process of it (a restart from a checkpoint).
-BURST_SECONDS = 5.0
+#: Without incarnations, a rank's event whose step the job passed more than this many seconds before the event
+#: (more than a delivery burst or a heartbeat thread's lag) is from a new process of it (a restart from a
+#: checkpoint: the relaunch alone takes longer); a step only a little behind is a late event.
+BURST_SECONDS = 30.0
 #: Recent self-ended pauses kept (``JobProgress.pauses``): the pause factor applies to the longest of them.
 PAUSES_KEPT = 4
 #: Recent marked pause lengths kept (``JobProgress.marked_pauses``).
@@ -129,13 +131,13 @@ class JobProgress:
 
 
     def new_process(self, slot: int, step: int, ts: float, node: str | None, seq_completed: int | None, *,
-                    incarnation: int | None = None, heartbeat: bool = False) -> Incarnation | None:
+                    incarnation: int | None = None) -> Incarnation | None:
         """Whether a rank's event comes from a new process of it, in an event stamped after its latest (a late
         event of the old process is not one). Where the rank's events carry an ``incarnation`` (the monitor's
         process start), only a higher one is a new process. Without: it is on another node, its heartbeat's
-        sequence number went back, or its step went back by more than a burst (``burst_steps``); a heartbeat's
-        step behind the step events is a late heartbeat (its thread read the counter a moment before, or it
-        waited in the producer's queue), never a restart, unless the job sends no step events. Its old
+        sequence number went back, or its step is one the job passed more than ``BURST_SECONDS`` before the event
+        (``passed_at``): a step a little behind is a late event (a heartbeat thread that read the counter a
+        moment before, a heartbeat that waited in the producer's queue), never a restart. Its old
         positions are dropped, never compared with the new ones (``Incarnation.RANK``). When most ranks did
         so within ``INCARNATION_WINDOW_SECONDS``, the job restarted (``Incarnation.JOB``): the caller starts a
         fresh state. None: the same process."""
@@ -152,8 +154,7 @@ class JobProgress:
             if incarnation is not None:
                 self.incarnation[slot] = incarnation
             old_step, old_node = int(self.last_step[slot]), self.nodes[slot]
-            step_back = not heartbeat or not self.has_step_events
-            back = step_back and old_step >= 0 and step < old_step - self.burst_steps()
+            back = old_step >= 0 and step < old_step - 1 and ts - self.passed_at(step) > BURST_SECONDS
             moved = node is not None and old_node is not None and node != old_node
             seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
             if not (back or moved or seq_back):
@@ -168,18 +169,12 @@ class JobProgress:
             return Incarnation.RANK
         return Incarnation.JOB
 
-    def burst_steps(self) -> int:
-        """Steps the job's counter advanced in the last ``BURST_SECONDS`` before its latest advance (at least 1):
-        how far behind a rank's late event may be without being a new process."""
-        if not self.advances:
-            return 1
-        last_step, last_ts = self.advances[-1]
-        first = last_step
-        for step, ts in reversed(self.advances):
-            if last_ts - ts > BURST_SECONDS:
-                break
-            first = step
-        return max(1, last_step - first)
+    def passed_at(self, step: int) -> float:
+        """When the job's counter passed ``step`` (-inf: before the advances kept; inf: not yet)."""
+        for done, ts in self.advances:  # ascending steps
+            if done > step:
+                return ts
+        return math.inf if self.advances or self.max_step <= step else -math.inf
 
     def step_time_stats(self, floor: float, factor: float) -> tuple[float, float]:
         """(the p99 of the recent train step times, the longest stop among them; 0 when none). A step time of
