@@ -7,6 +7,7 @@ world size, heartbeat lag) asserting what must not change.
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from hang_recordings import Job, culprits, hangs, node, replay
@@ -185,3 +186,30 @@ def test_an_incarnation_tells_a_restart_from_a_late_heartbeat():
     assert versions[-1]["status"] == "resolved"
     assert versions[-1]["evidence"]["resolution"] == "job_restarted", versions[-1]["summary"]
     assert T0 < start
+
+
+def test_the_incarnation_is_read_where_sent_and_old_recordings_keep_working():
+    from stepwatch.models.wire.events import decode_message, event_to_dict, parse_event
+
+    beat = {"v": 1, "kind": "heartbeat", "job": "j", "rank": 0, "ts": 1.0, "step": 3}
+    assert parse_event(beat).incarnation is None  # an older monitor's heartbeat
+    with_it = parse_event({**beat, "incarnation": 1_790_000_000_123})
+    assert with_it.incarnation == 1_790_000_000_123 and event_to_dict(with_it)["incarnation"] == 1_790_000_000_123
+    step = {"v": 1, "kind": "step", "job": "j", "rank": 0, "ts": 1.0, "step": 3, "step_time": 0.5, "incarnation": 7}
+    assert parse_event(step).incarnation == 7 and "incarnation" not in parse_event(step).extra
+    for bad in ("x", -1, 1.5, True):  # dead-lettered with a reason, never a crash
+        events, rejected = decode_message(orjson.dumps({**beat, "incarnation": bad}))
+        assert not events and rejected and "incarnation" in rejected[0].reason
+
+
+def test_the_monitor_sends_its_process_incarnation_on_heartbeats():
+    from stepwatch.producers.monitor import RankMonitor, process_incarnation
+
+    sent = []
+    with RankMonitor(job="j", rank=1, world_size=2, sink=sent.extend, heartbeat_interval=0, environ={}) as m:
+        with m.step():
+            pass
+        m.heartbeat()
+    beats = [e for e in sent if e["kind"] == "heartbeat"]
+    assert beats and {e["incarnation"] for e in beats} == {m.incarnation} == {process_incarnation()}
+    assert all("incarnation" not in e for e in sent if e["kind"] == "step")  # (the column decoder's plain steps)
