@@ -6,7 +6,10 @@ any rank) has not advanced for ``timeout_seconds`` is hung (``critical``). The t
 ``first_step_timeout_seconds`` before its first step completed (model loading). Before
 that, in the ``train`` phase, an early ``warning`` fires once no step completed for
 ``warning_factor`` x the p99 of the job's recent train step times (never sooner than
-``warning_floor_seconds``). A job that sent ``phase: end`` is finished and never hung.
+``warning_floor_seconds``, never later than ``warning_timeout_fraction`` x the timeout: a warning
+before the critical at every pace). In a checkpoint or eval, ranks still in it long after most
+ranks left it (``pause_hang_factor`` x the pause length) are warned about by name; the pause
+timeout stays the last resort. A job that sent ``phase: end`` is finished and never hung.
 
 The same alert (one id) goes from warning to critical to resolved; a new version with the
 same id is published whenever the severity or the diagnosis changes. It resolves when the
@@ -48,7 +51,7 @@ from . import text
 from .diagnosis import HangDiagnosis, across_teardown, diagnose
 from .evidence import (BlockedGroup, Culprit, CulpritState, HangAlertEvidence, HangEnd, ProcessGroupEvidence,
                        RankList, TornDown)
-from .progress import INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress
+from .progress import INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress, PauseStragglers
 from .stack_requests import StackRequests
 from .stacks import StackRequest
 
@@ -77,8 +80,9 @@ class HangSettings:
     #: before the critical at every pace (60 s steps: 10 x p99 is the timeout itself). 0: off.
     warning_timeout_fraction: float = runtime(0.5, high=0.99)
     #: In a checkpoint or eval: once most ranks have left it (or wait in the collective after it) and some have not
-    #: for ``pause_hang_factor`` x the job's usual pause length (the median of its recent marked pauses), never
-    #: sooner than ``pause_hang_floor_seconds``, warn naming those. The pause timeout stays the last resort. 0: off.
+    #: for ``pause_hang_factor`` x the pause length (the job's usual one, the median of its recent marked pauses,
+    #: or how long most ranks took in this one, the longer), never sooner than ``pause_hang_floor_seconds``, warn
+    #: naming those. The pause timeout stays the last resort. Both 0: off.
     pause_hang_factor: float = runtime(3.0)
     pause_hang_floor_seconds: float = runtime(30.0)
     #: A job that stopped and went on by itself (a warning resolved by the job's next step: an unmarked
@@ -156,6 +160,16 @@ class _Episode:
     base: Alert | None = None  # the alert before stack evidence was added
     base_evidence: HangAlertEvidence | None = None  # ``base``'s evidence, typed
     named: HangDiagnosis | None = None  # the latest culprit diagnosis (kept across a teardown)
+
+
+@dataclass(frozen=True, slots=True)
+class _PauseHang:
+    """A hang in a pause (``HangDetector._pause_hang``)."""
+
+    after: float  # the job's stall when it is due: the warning's threshold
+    found: PauseStragglers
+    wait: float  # how long the ranks may stay in the pause after most left it
+    took: float  # how long most ranks took
 
 
 class HangDetector:
@@ -630,7 +644,7 @@ class HangDetector:
         if warn is None and p.has_heartbeats:  # in a pause most ranks left: due at the pause rule's time
             found = p.pause_stragglers(p.latest_ts, self.heartbeat_timeout())
             if found is not None:
-                due = min(due, found[1] + self.pause_hang_after(found[1] - found[4]))
+                due = min(due, found.since + self.pause_hang_after(found.since - found.began))
         if p.incarnated:  # the window's end clears the incarnation set
             due = min(due, p.incarnated_at + INCARNATION_WINDOW_SECONDS)
         return due
@@ -661,7 +675,7 @@ class HangDetector:
         first = warn if warn is not None else critical
         pause = self._pause_hang(now, critical) if warn is None else None
         if pause is not None:
-            warn = first = pause[0]
+            warn = first = pause.after
         # The counter is the ranks' median (robust to one wild step number). Without heartbeats, ranks that stop
         # reporting while others step on cannot be told from ranks that finished (the last workers of an
         # asynchronous job outlive the others in a real trace: tests/test_importer.py): such a job stalls only
@@ -752,38 +766,37 @@ class HangDetector:
         return diagnose(self.progress, now, heartbeat_timeout=self.heartbeat_timeout(), stuck_after=stuck_after,
                         resumed_after=resumed_after, max_listed_ranks=self.max_listed_ranks, hang_since=hang_since)
 
-    def _pause_hang(self, now: float, critical: float) -> tuple | None:
-        """In a pause without a warning of its own: ``(warn after, the ranks still in it, how many left, the pause,
-        the wait, how long most ranks took)`` once most ranks left it and some have not for ``pause_hang_after``
-        (warn after: the job's stall at that moment, so the alert fires now), else None."""
+    def _pause_hang(self, now: float, critical: float) -> _PauseHang | None:
+        """In a pause without a warning of its own: the ranks still in it once most ranks left it and they have not
+        for ``pause_hang_after``, else None."""
         if self.pause_hang_factor <= 0 and self.pause_hang_floor_seconds <= 0:
             return None
         p = self.progress
         found = p.pause_stragglers(now, self.heartbeat_timeout())
         if found is None:
             return None
-        mask, since, phase, left, start = found
-        wait = self.pause_hang_after(since - start)
-        after = since + wait - p.progress_ts
+        took = found.since - found.began
+        wait = self.pause_hang_after(took)
+        after = found.since + wait - p.progress_ts
         if after >= critical or now - p.progress_ts < after:
             return None
-        return after, mask, int(left), phase, wait, since - start
+        return _PauseHang(after=after, found=found, wait=wait, took=took)
 
-    def _in_pause(self, d: HangDiagnosis, pause: tuple) -> HangDiagnosis:
+    def _in_pause(self, d: HangDiagnosis, pause: _PauseHang) -> HangDiagnosis:
         """``d`` for a hang in a pause: the ranks still in it are the culprits (lowest collective first, as ``d``
         orders them), the rest were waiting for them."""
-        _, mask, left, phase, wait, took = pause
+        found = pause.found
         p = self.progress
-        inside = {int(r) for r in p.rank_at[:p.n][mask[:p.n]]}
+        inside = {int(r) for r in p.rank_at[:p.n][found.inside[:p.n]]}
         order = [r for r in d.culprits + d.behind + d.stuck + d.waiting if r in inside]
         culprits = tuple(dict.fromkeys(order + sorted(inside - set(order))))
-        reason = (f"{len(culprits)} rank(s) still in the {phase} {wait:.0f}s or more after {left} rank(s) left it "
-                  f"(most took {took:.0f}s; the job's usual pause: {p.usual_pause():.0f}s)")
+        reason = (f"{len(culprits)} rank(s) still in the {found.phase} {pause.wait:.0f}s or more after {found.left} "
+                  f"rank(s) left it (most took {pause.took:.0f}s; the job's usual pause: {p.usual_pause():.0f}s)")
         if d.case == HangCase.CULPRIT_BEFORE_COLLECTIVE and set(d.culprits) == inside:
             reason = f"{reason}; {d.reason}"
         return replace(d, case=HangCase.CULPRIT_BEFORE_COLLECTIVE, culprits=culprits, reason=reason,
-                       behind=tuple(r for r in d.behind if r in inside) or culprits, pause_phase=phase,
-                       pause_left=left)
+                       behind=tuple(r for r in d.behind if r in inside) or culprits, pause_phase=found.phase,
+                       pause_left=found.left)
 
     # -- alerts ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -45,6 +46,17 @@ MAX_PGS = 4096
 #: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
 #: kept (it is judged as one without them) and counted in ``capped``.
 MAX_PG_RANK_ENTRIES = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PauseStragglers:
+    """Ranks still in a pause most ranks left (``JobProgress.pause_stragglers``)."""
+
+    inside: np.ndarray  # mask over the job's slots: the ranks still in it
+    since: float  # when most ranks had left it
+    phase: str  # the pause: ``checkpoint`` or ``eval``
+    left: int  # how many ranks left it
+    began: float  # when it began
 
 
 class Incarnation(Enum):
@@ -486,10 +498,9 @@ class JobProgress:
         """The median of the job's recent marked pauses (0: none seen yet)."""
         return float(np.median(np.fromiter(self.marked_pauses, float))) if self.marked_pauses else 0.0
 
-    def pause_stragglers(self, now: float,
-                         heartbeat_timeout: float) -> tuple[np.ndarray, float, str, int, float] | None:
+    def pause_stragglers(self, now: float, heartbeat_timeout: float) -> PauseStragglers | None:
         """In a pause (a job-wide eval/checkpoint, or ranks' own): the ranks still in it while most ranks have left
-        it (ranks alive, or torn down after the pause began), as ``(mask, since when most had left, the pause, how many left, when it began)``, else None. A rank left it when it
+        it (ranks alive, or torn down after the pause began), else None. A rank left it when it
         reported the pause and then a training phase, or when it reported the pause and waits in a collective
         past the one the lowest rank still in it is at. Ranks that never reported the pause never left it (rank 0
         saving alone while the others wait in the next collective, their heartbeats saying ``train``): no verdict."""
@@ -527,7 +538,7 @@ class JobProgress:
             return None
         left_at = np.where(left_phase, self.phase_at[:n], self.seq_at[:n])[left]
         since = float(np.sort(left_at)[count // 2])  # when more than half the live ranks had left
-        return inside, since, pause, int(left.sum()), float(start)
+        return PauseStragglers(inside=inside, since=since, phase=pause, left=int(left.sum()), began=float(start))
 
     def observe_pgs(self, slot: int, pgs) -> None:
         for name, started, completed, ranks in pgs:
