@@ -126,12 +126,13 @@ class Job:
         return [orjson.dumps(e) for e in sorted(self.events, key=lambda e: e["ts"])]
 
 
-def replay(lines: list[bytes], *, settings=None, drain: float = 0.0) -> list[dict]:
-    """The alerts of a recording through the replay pipeline, as dicts, in order."""
+def replay(lines: list[bytes], *, settings=None, drain: float = 0.0, pipeline=None) -> list[dict]:
+    """The alerts of a recording through the replay pipeline (``pipeline``, or a fresh one), as dicts, in order."""
     from stepwatch.models.pipeline import Pipeline, run_recording
 
     out = []
-    for outputs in run_recording(Pipeline(settings=settings), lines, drain=drain):
+    pipeline = pipeline if pipeline is not None else Pipeline(settings=settings)
+    for outputs in run_recording(pipeline, lines, drain=drain):
         out.extend(a.to_dict() for a in outputs.alerts)
     return out
 

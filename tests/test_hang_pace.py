@@ -53,8 +53,11 @@ def stuck_ranks(ranks: int, stuck: str = STUCK_NODE) -> list[int]:
 
 
 def test_a_checkpoint_hang_on_one_node_warns_naming_it_with_a_storage_cause_and_survives_the_teardown():
+    from stepwatch.models.pipeline import Pipeline
+
     job, start = checkpoint_hang()
-    versions = hangs(replay(job.recording()))
+    pipeline = Pipeline()
+    versions = hangs(replay(job.recording(), pipeline=pipeline))
     assert versions and len({a["id"] for a in versions}) == 1
     first = versions[0]
     # A warning within a few pause lengths of the others leaving the checkpoint (not 30 minutes).
@@ -76,6 +79,10 @@ def test_a_checkpoint_hang_on_one_node_warns_naming_it_with_a_storage_cause_and_
     # Re-published when what it says changes, not every 60 s; no stack request after the teardown.
     assert len(versions) <= 5, [a["summary"] for a in versions]
     assert all(a["evidence"]["stack_request"]["requested_at"] < start + 600 for a in versions)
+    # The node ledger holds the stuck node only, not the nodes of the ranks the watchdog killed.
+    ledger = pipeline.engine.oncall.ledger
+    assert {n for n, incidents in ledger.incidents.items() if any(i.job == "job-h" for i in incidents.values())} == {
+        STUCK_NODE}
 
 
 def test_without_io_pressure_the_checkpoint_hang_names_the_node_and_no_storage_cause():
