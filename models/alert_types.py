@@ -67,6 +67,8 @@ class CauseCategory(StrEnum):
     APPLICATION = "application"
     INPUT_PIPELINE = "input_pipeline"
     HOST = "host"
+    #: The node's storage: IO pressure, disk latency, network-filesystem client stats (a hang in a checkpoint).
+    STORAGE = "storage"
     FABRIC = "fabric"
     #: Not of this vocabulary: another producer's category, read back (``SuspectedCause.of``) with its own
     #: name kept in ``SuspectedCause.foreign_category`` and written out again as it came; never written by us.

@@ -67,6 +67,20 @@ __all__ = ["RankMonitor", "MonitorConfig", "DEFAULT_PG"]
 _perf = time.perf_counter
 
 
+
+def process_incarnation(proc_root: str = "/proc") -> int:
+    """This process's start, milliseconds since the epoch (``/proc/self/stat`` field 22 plus the boot time of
+    ``/proc/stat``): the same for every event of the process, higher after a restart. Where procfs cannot tell,
+    now (the monitor starts with the process)."""
+    try:
+        with open(f"{proc_root}/self/stat") as f:
+            start_ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open(f"{proc_root}/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return int((boot + start_ticks / os.sysconf("SC_CLK_TCK")) * 1000)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return int(time.time() * 1000)
+
 class RankMonitor:
     """Measures steps, phases and collectives of one rank and ships them to Kafka off the hot path.
 
@@ -138,6 +152,10 @@ class RankMonitor:
         rank_base: dict[str, Any] = {"job": cfg.job, "rank": cfg.rank}
         if cfg.node:
             rank_base["node"] = cfg.node
+        # This process's incarnation on its heartbeats: a restart is then told, not guessed from steps that went
+        # back (docs/events.md). Not on step events: a field outside the plain step keeps a batch off the
+        # column decoder (models/wire/step_columns.py), and the heartbeats tell the hang rule enough.
+        self.incarnation = process_incarnation()
         # Phase events of rank 0 speak for the whole job (no ``rank`` field: see docs/events.md),
         # so a job-wide eval/checkpoint/end is announced once; other ranks mark their own phase.
         self.job_phases = (cfg.rank == 0) if job_phases is None else bool(job_phases)
@@ -166,7 +184,7 @@ class RankMonitor:
             on_error=self._error, take_comm=comm.take_step, pollers=self._pollers, poll=self._poll,
             start_step=start_step)
         self.heartbeats = beats = Heartbeats(
-            enabled=self.enabled, rank_base=rank_base, emit=self._enqueue, on_error=self._error,
+            enabled=self.enabled, rank_base={**rank_base, "incarnation": self.incarnation}, emit=self._enqueue, on_error=self._error,
             step_fields=timer.heartbeat_fields, comm_fields=comm.heartbeat_fields, pollers=self._pollers,
             poll=self._poll, interval=cfg.heartbeat_interval, stop=self._stop,
             name=f"stepwatch-heartbeat-r{cfg.rank}")

@@ -6,7 +6,10 @@ any rank) has not advanced for ``timeout_seconds`` is hung (``critical``). The t
 ``first_step_timeout_seconds`` before its first step completed (model loading). Before
 that, in the ``train`` phase, an early ``warning`` fires once no step completed for
 ``warning_factor`` x the p99 of the job's recent train step times (never sooner than
-``warning_floor_seconds``). A job that sent ``phase: end`` is finished and never hung.
+``warning_floor_seconds``, never later than ``warning_timeout_fraction`` x the timeout: a warning
+before the critical at every pace). In a checkpoint or eval, ranks still in it long after most
+ranks left it (``pause_hang_factor`` x the pause length) are warned about by name; the pause
+timeout stays the last resort. A job that sent ``phase: end`` is finished and never hung.
 
 The same alert (one id) goes from warning to critical to resolved; a new version with the
 same id is published whenever the severity or the diagnosis changes. It resolves when the
@@ -48,7 +51,7 @@ from . import text
 from .diagnosis import HangDiagnosis, across_teardown, diagnose
 from .evidence import (BlockedGroup, Culprit, CulpritState, HangAlertEvidence, HangEnd, ProcessGroupEvidence,
                        RankList, TornDown)
-from .progress import INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress
+from .progress import INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress, PauseStragglers
 from .stack_requests import StackRequests
 from .stacks import StackRequest
 
@@ -71,8 +74,17 @@ class HangSettings:
     warning_factor: float = runtime(10.0, low=1.0, above=True, high=1000.0, why="1 or less warns on ordinary steps")
     #: ... but never sooner than this many seconds (one slow step is not a hang).
     warning_floor_seconds: float = runtime(30.0, low=0.0, high=MAX_SECONDS)
-    #: Train steps needed in the history before the early warning applies.
+    #: Train steps needed in the history before the early warning applies (before: ``warning_timeout_fraction``).
     warning_min_steps: int = runtime(5, low=1, high=100_000)
+    #: The early warning in training comes at the latest at this fraction of the timeout, so that it comes strictly
+    #: before the critical at every pace (60 s steps: 10 x p99 is the timeout itself). 0: off.
+    warning_timeout_fraction: float = runtime(0.5, low=0.0, high=0.99, why="1 or more is the critical itself")
+    #: In a checkpoint or eval: once most ranks have left it (or wait in the collective after it) and some have not
+    #: for ``pause_hang_factor`` x the pause length (the job's usual one, the median of its recent marked pauses,
+    #: or how long most ranks took in this one, the longer), never sooner than ``pause_hang_floor_seconds``, warn
+    #: naming those. The pause timeout stays the last resort. Both 0: off.
+    pause_hang_factor: float = runtime(3.0, low=0.0, high=1000.0)
+    pause_hang_floor_seconds: float = runtime(30.0, low=0.0, high=MAX_SECONDS)
     #: A job that stopped and went on by itself (a warning resolved by the job's next step: an unmarked
     #: checkpoint or eval pause) is warned about again only after this many times its longest recent such
     #: pause: a checkpoint every N steps warns once, not every N steps. 0: off. The timeout is unchanged.
@@ -151,6 +163,16 @@ class _Episode:
     named: HangDiagnosis | None = None  # the latest culprit diagnosis (kept across a teardown)
 
 
+@dataclass(frozen=True, slots=True)
+class _PauseHang:
+    """A hang in a pause (``HangDetector._pause_hang``)."""
+
+    after: float  # the job's stall when it is due: the warning's threshold
+    found: PauseStragglers
+    wait: float  # how long the ranks may stay in the pause after most left it
+    took: float  # how long most ranks took
+
+
 class HangDetector:
     """Hang rule and culprit localization for one job; feed it every event, ``check(now)`` on a timer.
 
@@ -177,6 +199,9 @@ class HangDetector:
                  warning_factor: float = _D.warning_factor, warning_floor_seconds: float = _D.warning_floor_seconds,
                  warning_min_steps: int = _D.warning_min_steps, step_history: int = _D.step_history,
                  pause_factor: float = _D.pause_factor,
+                 warning_timeout_fraction: float = _D.warning_timeout_fraction,
+                 pause_hang_factor: float = _D.pause_hang_factor,
+                 pause_hang_floor_seconds: float = _D.pause_hang_floor_seconds,
                  heartbeat_timeout_seconds: float = _D.heartbeat_timeout_seconds,
                  heartbeat_timeout_factor: float = _D.heartbeat_timeout_factor,
                  max_listed_ranks: int = _D.max_listed_ranks, stacks: bool = False,
@@ -194,6 +219,9 @@ class HangDetector:
         self.warning_floor_seconds = warning_floor_seconds
         self.warning_min_steps = warning_min_steps
         self.pause_factor = pause_factor
+        self.warning_timeout_fraction = warning_timeout_fraction
+        self.pause_hang_factor = pause_hang_factor
+        self.pause_hang_floor_seconds = pause_hang_floor_seconds
         self.step_history = step_history
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds
         self.heartbeat_timeout_factor = heartbeat_timeout_factor
@@ -267,14 +295,26 @@ class HangDetector:
         if p.in_checkpoint():
             return None, max(self.checkpoint_timeout_seconds, self.timeout_seconds), "checkpoint"
         critical = self.timeout_seconds
-        if p.phase not in ("train", "warmup") or len(p.step_times) < self.warning_min_steps:
+        if p.phase not in ("train", "warmup"):
             return None, critical, p.phase
+        # At every pace a warning strictly before the critical: at the latest a fraction of the timeout.
+        latest = self.warning_timeout_fraction * critical if 0 < self.warning_timeout_fraction < 1 else math.inf
+        if len(p.step_times) < self.warning_min_steps:
+            return (latest if latest < critical else None), critical, p.phase
         p99, stop = p.step_time_stats(self.warning_floor_seconds, self.warning_factor)
         warn = max(self.warning_factor * p99, self.warning_floor_seconds)
         longest = max(max(p.pauses, default=0.0), stop)  # stops it went on from: resolved warnings, long steps
         if longest:
             warn = max(warn, self.pause_factor * longest)
+        warn = min(warn, latest)
         return (warn if warn < critical else None), critical, p.phase
+
+    def pause_hang_after(self, this_pause: float = 0.0) -> float:
+        """How long ranks may stay in a pause most ranks have left before the warning: ``pause_hang_factor`` x the
+        job's usual pause or this one's (``this_pause``: how long most ranks took), the longer, at least
+        ``pause_hang_floor_seconds``."""
+        usual = max(self.progress.usual_pause(), this_pause)
+        return max(self.pause_hang_floor_seconds, self.pause_hang_factor * usual)
 
     def p99_step_time(self) -> float:
         """The p99 of the job's recent train step times, stops inside a step left out."""
@@ -342,7 +382,7 @@ class HangDetector:
                 return []  # a late event of a process gone at the last restart
         if isinstance(event, HeartbeatEvent) and event.rank in p.slot_of_rank:
             restarted = self._incarnation(p.slot_of_rank[event.rank], event.step, ts, event.node,
-                                          event.seq_completed)
+                                          event.seq_completed, incarnation=event.incarnation)
             if restarted is not None:  # the job restarted: fresh state, then this event
                 return restarted + self.update(original)
         if p.started_at is None:
@@ -428,13 +468,13 @@ class HangDetector:
                 break
         return out
 
-    def _incarnation(self, slot: int, step: int, ts: float, node: str | None,
-                     seq_completed: int | None) -> list[Alert] | None:
+    def _incarnation(self, slot: int, step: int, ts: float, node: str | None, seq_completed: int | None, *,
+                     incarnation: int | None = None) -> list[Alert] | None:
         """A rank's event from a new process of it (``JobProgress.new_process``). When the job restarted,
         the open hang resolves (it belonged to the processes that are gone) and the state starts afresh;
         returns those alerts, else None."""
         p = self.progress
-        seen = p.new_process(slot, step, ts, node, seq_completed)
+        seen = p.new_process(slot, step, ts, node, seq_completed, incarnation=incarnation)
         if seen is None:
             return None
         self.incarnations += 1
@@ -487,7 +527,7 @@ class HangDetector:
         if event.rank is not None:
             slot = p.slot_for(event.rank, event.ts)
             was = p.rank_phase[slot]
-            p.rank_phase[slot] = event.phase
+            p.set_rank_phase(slot, event.phase, event.ts)
             left = p.job_phase.rank_reports(event.rank, event.phase, ts=event.ts)  # a lost job-wide ``train``
             if left or (was == "checkpoint" and event.phase != "checkpoint"):
                 self._pause_ended(event.ts)
@@ -496,9 +536,11 @@ class HangDetector:
             out = self.close(at=event.ts, reason="job ended")
             p.ended = True
             return out
-        was = p.phase
+        was, since = p.phase, p.job_phase.since
         p.job_phase.begin(event.phase, ts=event.ts)
         if was in PAUSE_PHASES and event.phase not in PAUSE_PHASES:
+            if event.ts > since:
+                p.marked_pauses.append(event.ts - since)  # the job's usual pause (the pause hang rule)
             self._pause_ended(event.ts)
         return []
 
@@ -600,6 +642,10 @@ class HangDetector:
                 return -math.inf
             base = min(base, oldest)
         due = base + (warn if warn is not None else critical)
+        if warn is None and p.has_heartbeats:  # in a pause most ranks left: due at the pause rule's time
+            found = p.pause_stragglers(p.latest_ts, self.heartbeat_timeout())
+            if found is not None:
+                due = min(due, found.since + self.pause_hang_after(found.since - found.began))
         if p.incarnated:  # the window's end clears the incarnation set
             due = min(due, p.incarnated_at + INCARNATION_WINDOW_SECONDS)
         return due
@@ -621,12 +667,16 @@ class HangDetector:
                 # first new processes heartbeat before the rest are up), not hung; the window's end tells.
                 return []
         # Cheap exit on every tick of a healthy job: no threshold can be shorter than this.
-        shortest = min(self.warning_floor_seconds, self.timeout_seconds)
+        shortest = min(self.warning_floor_seconds, self.timeout_seconds, self.pause_hang_floor_seconds,
+                       self.warning_timeout_fraction * self.timeout_seconds or math.inf)
         if self._episode is None and now - p.progress_ts < shortest and (
                 not p.n or now - float(p.rank_progress[:p.n].min()) < shortest):
             return []
         warn, critical, timeout_kind = self.thresholds()
         first = warn if warn is not None else critical
+        pause = self._pause_hang(now, critical) if warn is None else None
+        if pause is not None:
+            warn = first = pause.after
         # The counter is the ranks' median (robust to one wild step number). Without heartbeats, ranks that stop
         # reporting while others step on cannot be told from ranks that finished (the last workers of an
         # asynchronous job outlive the others in a real trace: tests/test_importer.py): such a job stalls only
@@ -636,8 +686,8 @@ class HangDetector:
             stalled = min(stalled, now - float(p.rank_progress[:p.n].max()))
         kind = None
         stuck_mask = None
-        if stalled >= first:
-            kind = Stop.JOB
+        if stalled >= first or (self._episode is not None and self._episode.kind is Stop.JOB):
+            kind = Stop.JOB  # (an open job hang stays one while the job has not advanced: a teardown still shows)
         elif p.n and p.has_heartbeats:
             stuck_mask = p.partial_stuck(now, first, self.heartbeat_timeout())
             if stuck_mask is not None:
@@ -656,9 +706,15 @@ class HangDetector:
         severity = Severity.CRITICAL if stalled >= critical else Severity.WARNING
         ep = self._episode
         diagnosis = self.diagnose(now, stuck_after=first, resumed_after=p.progress_ts if (
-            ep is not None and ep.kind is Stop.JOB and kind is Stop.JOB) else None)
+            ep is not None and ep.kind is Stop.JOB and kind is Stop.JOB) else None,
+            hang_since=p.progress_ts if kind is Stop.JOB else None)
+        if pause is not None and kind is Stop.JOB:
+            diagnosis = self._in_pause(diagnosis, pause)
         if ep is not None and ep.named is not None:
             diagnosis = across_teardown(ep.named, diagnosis)
+            named = ep.named
+            if named.pause_phase is not None and diagnosis.pause_phase is None and diagnosis.culprits == named.culprits:
+                diagnosis = replace(diagnosis, pause_phase=named.pause_phase, pause_left=named.pause_left)
         if ep is not None and ep.alert.severity == Severity.CRITICAL and severity == Severity.WARNING:
             severity = Severity.CRITICAL  # never de-escalate within one episode
         if ep is not None:
@@ -704,11 +760,44 @@ class HangDetector:
         """What makes a new version of the alert: not every rank that dies during a teardown."""
         return (severity, d.case, d.culprits, bool(d.torn_down), d.culprits_alive)
 
-    def diagnose(self, now: float, *, stuck_after: float, resumed_after: float | None = None) -> HangDiagnosis:
+    def diagnose(self, now: float, *, stuck_after: float, resumed_after: float | None = None,
+                 hang_since: float | None = None) -> HangDiagnosis:
         """Classify every rank from its latest heartbeat and collective sequence numbers
         (models/hang/diagnosis.py ``diagnose``)."""
         return diagnose(self.progress, now, heartbeat_timeout=self.heartbeat_timeout(), stuck_after=stuck_after,
-                        resumed_after=resumed_after, max_listed_ranks=self.max_listed_ranks)
+                        resumed_after=resumed_after, max_listed_ranks=self.max_listed_ranks, hang_since=hang_since)
+
+    def _pause_hang(self, now: float, critical: float) -> _PauseHang | None:
+        """In a pause without a warning of its own: the ranks still in it once most ranks left it and they have not
+        for ``pause_hang_after``, else None."""
+        if self.pause_hang_factor <= 0 and self.pause_hang_floor_seconds <= 0:
+            return None
+        p = self.progress
+        found = p.pause_stragglers(now, self.heartbeat_timeout())
+        if found is None:
+            return None
+        took = found.since - found.began
+        wait = self.pause_hang_after(took)
+        after = found.since + wait - p.progress_ts
+        if after >= critical or now - p.progress_ts < after:
+            return None
+        return _PauseHang(after=after, found=found, wait=wait, took=took)
+
+    def _in_pause(self, d: HangDiagnosis, pause: _PauseHang) -> HangDiagnosis:
+        """``d`` for a hang in a pause: the ranks still in it are the culprits (lowest collective first, as ``d``
+        orders them), the rest were waiting for them."""
+        found = pause.found
+        p = self.progress
+        inside = {int(r) for r in p.rank_at[:p.n][found.inside[:p.n]]}
+        order = [r for r in d.culprits + d.behind + d.stuck + d.waiting if r in inside]
+        culprits = tuple(dict.fromkeys(order + sorted(inside - set(order))))
+        reason = (f"{len(culprits)} rank(s) still in the {found.phase} {pause.wait:.0f}s or more after {found.left} "
+                  f"rank(s) left it (most took {pause.took:.0f}s; the job's usual pause: {p.usual_pause():.0f}s)")
+        if d.case == HangCase.CULPRIT_BEFORE_COLLECTIVE and set(d.culprits) == inside:
+            reason = f"{reason}; {d.reason}"
+        return replace(d, case=HangCase.CULPRIT_BEFORE_COLLECTIVE, culprits=culprits, reason=reason,
+                       behind=tuple(r for r in d.behind if r in inside) or culprits, pause_phase=found.phase,
+                       pause_left=found.left)
 
     # -- alerts ---------------------------------------------------------------------------
 

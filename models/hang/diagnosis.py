@@ -57,16 +57,24 @@ class HangDiagnosis:
     #: Every group a culprit blocks: ``(name, collective seq, its culprits, its waiting ranks)``, named group first.
     blocked_groups: tuple[tuple[str, int, tuple[int, ...], tuple[int, ...]], ...] = ()
     culprits_alive: bool = True  # the culprits still send heartbeats
+    #: A hang inside a pause: the pause (``checkpoint``, ``eval``) the culprits are still in while most ranks left it,
+    #: and how many left (models/hang/progress.py ``pause_stragglers``).
+    pause_phase: str | None = None
+    pause_left: int = 0
 
 
 
 
 def diagnose(p: JobProgress, now: float, *, heartbeat_timeout: float, stuck_after: float,
-             resumed_after: float | None = None, max_listed_ranks: int) -> HangDiagnosis:
+             resumed_after: float | None = None, max_listed_ranks: int,
+             hang_since: float | None = None) -> HangDiagnosis:
     """Classify every rank from its latest heartbeat and collective sequence numbers.
 
     ``resumed_after``: ranks whose step advanced after this time are the job coming back
-    from the hang (the rest of the step's events not in yet), not ranks still stepping."""
+    from the hang (the rest of the step's events not in yet), not ranks still stepping.
+    ``hang_since``: when the job stopped. A rank still heard from a heartbeat timeout after it and silent
+    now was torn down (NCCL's watchdog, the launcher): never a silent culprit; its last positions still
+    count (the collective it waited in), and it is listed in ``torn_down``."""
     n = p.n
     hb_timeout = heartbeat_timeout
     ranks = p.rank_at[:n]
@@ -81,9 +89,14 @@ def diagnose(p: JobProgress, now: float, *, heartbeat_timeout: float, stuck_afte
     else:
         silent_mask = np.zeros(n, dtype=bool)
     live = ~silent_mask
+    torn_mask = np.zeros(n, dtype=bool)
+    if hang_since is not None and p.has_heartbeats:
+        torn_mask = silent_mask & (p.last_seen[:n] >= hang_since + hb_timeout)
+        silent_mask = silent_mask & ~torn_mask
+    present = live | torn_mask  # where it was when last heard of is evidence: alive, or alive into the hang
     seq = p.seq_started[:n]
     done = p.seq_completed[:n]
-    with_seq = live & (seq >= 0)
+    with_seq = present & (seq >= 0)
     collective_seq = int(seq[with_seq].max()) if with_seq.any() else None
     if collective_seq is not None:
         behind_mask = with_seq & (seq < collective_seq)
@@ -112,7 +125,7 @@ def diagnose(p: JobProgress, now: float, *, heartbeat_timeout: float, stuck_afte
     silent = pick(silent_mask) + p.unseen_ranks(max_listed_ranks)
     behind, waiting, stepping, stuck = pick(behind_mask), pick(waiting_mask), pick(stepping_mask), pick(
         stuck_mask)
-    groups = _pg_verdict(p, live, order) if p.pg_seq else None
+    groups = _pg_verdict(p, present, order) if p.pg_seq else None
     pg_name = pg_ranks = None
     group_waiting: tuple[int, ...] = ()
     others: tuple[str, ...] = ()
@@ -163,11 +176,22 @@ def diagnose(p: JobProgress, now: float, *, heartbeat_timeout: float, stuck_afte
             reason = "heartbeats carry no collective sequence numbers: cannot tell which rank is behind"
         else:
             reason = f"every live rank is at collective {collective_seq}: cannot tell which rank is behind"
+    torn_down: tuple[int, ...] = ()
+    alive = True
+    if torn_mask.any():
+        accused = set(culprits)
+        torn_down = tuple(r for r in pick(torn_mask) if r not in accused)
+        gone = set(pick(torn_mask))
+        alive = not job_silent and not any(r in gone for r in culprits)
+        if torn_down:
+            reason += (f"; then the job was torn down: {len(torn_down)} rank(s) went silent after the hang began (a "
+                       f"watchdog or the launcher ending the job), never culprits")
     return HangDiagnosis(case=case, reason=reason, culprits=culprits, silent=silent, behind=behind,
                          waiting=waiting, stepping=stepping, stuck=stuck, collective_seq=collective_seq,
                          heartbeat_timeout=hb_timeout, job_silent=job_silent, process_group=pg_name,
                          process_group_ranks=pg_ranks, group_waiting=group_waiting, other_groups=others,
-                         blocked_groups=blocked if case == HangCase.CULPRIT_BEFORE_COLLECTIVE else ())
+                         blocked_groups=blocked if case == HangCase.CULPRIT_BEFORE_COLLECTIVE else (),
+                         torn_down=torn_down, culprits_alive=alive)
 
 
 def _pg_verdict(p: JobProgress, live: np.ndarray, order: np.ndarray) -> dict | None:

@@ -14,13 +14,15 @@ Memory is bounded: arrays per rank, bounded deques, process groups capped (``MAX
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
 
-from ..job_phase import JobPhase
-from ..wire.events import HeartbeatEvent
+from ..job_phase import TRAINING_PHASES, JobPhase
+from ..wire.events import PAUSE_PHASES, HeartbeatEvent
 from .evidence import RankPosition
 
 #: The default process group: its sequence numbers are also the heartbeat's top-level ones.
@@ -31,13 +33,30 @@ INCARNATION_WINDOW_SECONDS = 120.0
 #: After a job restart, rank events stamped more than this before its first new process are late ones of the
 #: processes that are gone (a reordered delivery): left out, or the fresh run would start its clock there.
 OLD_PROCESS_SLACK_SECONDS = 15.0
+#: Without incarnations, a rank's event whose step the job passed more than this many seconds before the event
+#: (more than a delivery burst or a heartbeat thread's lag) is from a new process of it (a restart from a
+#: checkpoint: the relaunch alone takes longer); a step only a little behind is a late event.
+BURST_SECONDS = 30.0
 #: Recent self-ended pauses kept (``JobProgress.pauses``): the pause factor applies to the longest of them.
 PAUSES_KEPT = 4
+#: Recent marked pause lengths kept (``JobProgress.marked_pauses``).
+MARKED_PAUSES_KEPT = 64
 #: Most process groups tracked per job (bounded memory; a real job has a few hundred at most).
 MAX_PGS = 4096
 #: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
 #: kept (it is judged as one without them) and counted in ``capped``.
 MAX_PG_RANK_ENTRIES = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PauseStragglers:
+    """Ranks still in a pause most ranks left (``JobProgress.pause_stragglers``)."""
+
+    inside: np.ndarray  # mask over the job's slots: the ranks still in it
+    since: float  # when most ranks had left it
+    phase: str  # the pause: ``checkpoint`` or ``eval``
+    left: int  # how many ranks left it
+    began: float  # when it began
 
 
 class Incarnation(Enum):
@@ -80,6 +99,9 @@ class JobProgress:
         self.step_times: deque[float] = deque(maxlen=step_history)  # recent train step times
         #: Recent stops the job went on from by itself (a hang warning resolved by its next step), seconds.
         self.pauses: deque[float] = deque(maxlen=PAUSES_KEPT)
+        #: Recent marked pauses' lengths (a job-wide eval/checkpoint, or one rank's own), seconds: the job's usual
+        #: pause (``usual_pause``) that a rank still in a pause most ranks left is judged against.
+        self.marked_pauses: deque[float] = deque(maxlen=MARKED_PAUSES_KEPT)
         self.hb_gaps: deque[float] = deque(maxlen=64)  # recent heartbeat intervals (any rank)
         self.advances: deque[tuple[int, float]] = deque(maxlen=step_history)  # (new job step, when)
         # Per-rank latest values, in arrays indexed by a dense slot (grown on demand).
@@ -101,6 +123,10 @@ class JobProgress:
         self.seq_started = np.zeros(0, dtype=np.int64)  # -1: unknown
         self.seq_completed = np.zeros(0, dtype=np.int64)
         self.hb_done = np.zeros(0, dtype=np.int64)  # the latest heartbeat's seq_completed (-1: none)
+        self.incarnation = np.zeros(0, dtype=np.int64)  # the rank's process incarnation (-1: never told)
+        self.phase_at = np.zeros(0)  # when the rank's own phase last changed (its heartbeats, rank phase events)
+        self.pause_in_at = np.zeros(0)  # when the rank last began reporting a pause phase (-inf: never)
+        self.seq_at = np.zeros(0)  # when the rank's seq_started last rose
         # Ranks seen in a new process (an incarnation) since ``_incarnated_at`` (see ``_incarnation``).
         self.incarnated: set[int] = set()
         self.incarnated_at = 0.0
@@ -116,21 +142,35 @@ class JobProgress:
         self.pg_desc: dict[str, str] = {}  # group -> its description from the heartbeats (``pgs[name].desc``)
 
 
-    def new_process(self, slot: int, step: int, ts: float, node: str | None,
-                    seq_completed: int | None) -> Incarnation | None:
-        """Whether a rank's event comes from a new process of it: its step or heartbeat sequence number went
-        back, or it is on another node, in an event stamped after its latest (a late event of the old process
-        is not one). Its old positions are dropped, never compared with the new ones (``Incarnation.RANK``).
-        When most ranks did so within ``INCARNATION_WINDOW_SECONDS``, the job restarted
-        (``Incarnation.JOB``): the caller starts a fresh state. None: the same process."""
-        if not ts > self.last_seen[slot]:
-            return None
-        old_step, old_node = int(self.last_step[slot]), self.nodes[slot]
-        back = old_step >= 0 and step < old_step - 1
-        moved = node is not None and old_node is not None and node != old_node
-        seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
-        if not (back or moved or seq_back):
-            return None
+    def new_process(self, slot: int, step: int, ts: float, node: str | None, seq_completed: int | None, *,
+                    incarnation: int | None = None) -> Incarnation | None:
+        """Whether a rank's event comes from a new process of it, in an event stamped after its latest (a late
+        event of the old process is not one). Where the rank's events carry an ``incarnation`` (the monitor's
+        process start), only a higher one is a new process. Without: it is on another node, its heartbeat's
+        sequence number went back, or its step is one the job passed more than ``BURST_SECONDS`` before the event
+        (``passed_at``): a step a little behind is a late event (a heartbeat thread that read the counter a
+        moment before, a heartbeat that waited in the producer's queue), never a restart. Its old
+        positions are dropped, never compared with the new ones (``Incarnation.RANK``). When most ranks did
+        so within ``INCARNATION_WINDOW_SECONDS``, the job restarted (``Incarnation.JOB``): the caller starts a
+        fresh state. None: the same process."""
+        known = int(self.incarnation[slot])
+        if incarnation is not None and known >= 0:
+            if incarnation <= known:
+                return None  # the same process, or a late event of an older one
+            self.incarnation[slot] = incarnation
+        else:
+            if not ts > self.last_seen[slot]:
+                return None
+            if incarnation is None and known >= 0:
+                return None  # this rank's heartbeats carry its incarnation: they, not a step number, tell
+            if incarnation is not None:
+                self.incarnation[slot] = incarnation
+            old_step, old_node = int(self.last_step[slot]), self.nodes[slot]
+            back = old_step >= 0 and step < old_step - 1 and ts - self.passed_at(step) > BURST_SECONDS
+            moved = node is not None and old_node is not None and node != old_node
+            seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
+            if not (back or moved or seq_back):
+                return None
         if self.incarnated and ts - self.incarnated_at > INCARNATION_WINDOW_SECONDS:
             self.incarnated.clear()  # the earlier ones were single ranks restarting
         if not self.incarnated:
@@ -141,6 +181,12 @@ class JobProgress:
             return Incarnation.RANK
         return Incarnation.JOB
 
+    def passed_at(self, step: int) -> float:
+        """When the job's counter passed ``step`` (-inf: before the advances kept; inf: not yet)."""
+        for done, ts in self.advances:  # ascending steps
+            if done > step:
+                return ts
+        return math.inf if self.advances or self.max_step <= step else -math.inf
 
     def step_time_stats(self, floor: float, factor: float) -> tuple[float, float]:
         """(the p99 of the recent train step times, the longest stop among them; 0 when none). A step time of
@@ -173,6 +219,7 @@ class JobProgress:
         """A collective event: the rank issued and completed collective ``seq``."""
         if seq > self.seq_started[slot]:
             self.seq_started[slot] = seq
+            self.seq_at[slot] = self.last_seen[slot]
         if seq > self.seq_completed[slot]:
             self.seq_completed[slot] = seq
 
@@ -193,6 +240,10 @@ class JobProgress:
             self.seq_started = np.concatenate([self.seq_started, np.full(grow, -1, dtype=np.int64)])
             self.seq_completed = np.concatenate([self.seq_completed, np.full(grow, -1, dtype=np.int64)])
             self.hb_done = np.concatenate([self.hb_done, np.full(grow, -1, dtype=np.int64)])
+            self.incarnation = np.concatenate([self.incarnation, np.full(grow, -1, dtype=np.int64)])
+            self.phase_at = np.concatenate([self.phase_at, np.zeros(grow)])
+            self.pause_in_at = np.concatenate([self.pause_in_at, np.full(grow, -np.inf)])
+            self.seq_at = np.concatenate([self.seq_at, np.zeros(grow)])
         self.rank_at[slot] = rank
         self.rank_progress[slot] = ts
         self.last_seen[slot] = ts
@@ -415,8 +466,11 @@ class JobProgress:
             self.hb_gaps.append(event.ts - last)
         if np.isnan(last) or event.ts > last:
             self.last_hb[slot] = event.ts
+        if event.incarnation is not None and event.incarnation > self.incarnation[slot]:
+            self.incarnation[slot] = event.incarnation
         if event.seq_started is not None and event.seq_started > self.seq_started[slot]:
             self.seq_started[slot] = event.seq_started
+            self.seq_at[slot] = event.ts
         if event.seq_completed is not None and event.seq_completed > self.seq_completed[slot]:
             self.seq_completed[slot] = event.seq_completed
         if event.seq_completed is not None and event.seq_completed > self.hb_done[slot]:
@@ -427,7 +481,64 @@ class JobProgress:
                 for name, desc in event.pg_desc:
                     if name in self.pg_seq:  # bounded like the groups themselves
                         self.pg_desc[name] = desc
-        self.rank_phase[slot] = event.phase
+        self.set_rank_phase(slot, event.phase, event.ts)
+
+    def set_rank_phase(self, slot: int, phase: str | None, ts: float) -> None:
+        """A rank's own phase (its heartbeat's, or its rank ``phase`` event), and since when it holds."""
+        was = self.rank_phase[slot]
+        if phase != was:
+            if phase in PAUSE_PHASES:
+                self.pause_in_at[slot] = ts
+            elif was in PAUSE_PHASES and phase is not None and ts > self.pause_in_at[slot]:
+                self.marked_pauses.append(ts - float(self.pause_in_at[slot]))
+            self.phase_at[slot] = ts
+        self.rank_phase[slot] = phase
+
+    def usual_pause(self) -> float:
+        """The median of the job's recent marked pauses (0: none seen yet)."""
+        return float(np.median(np.fromiter(self.marked_pauses, float))) if self.marked_pauses else 0.0
+
+    def pause_stragglers(self, now: float, heartbeat_timeout: float) -> PauseStragglers | None:
+        """In a pause (a job-wide eval/checkpoint, or ranks' own): the ranks still in it while most ranks have left
+        it (ranks alive, or torn down after the pause began), else None. A rank left it when it
+        reported the pause and then a training phase, or when it reported the pause and waits in a collective
+        past the one the lowest rank still in it is at. Ranks that never reported the pause never left it (rank 0
+        saving alone while the others wait in the next collective, their heartbeats saying ``train``): no verdict."""
+        n = self.n
+        if n < 2 or not self.has_heartbeats:
+            return None
+        phases = self.rank_phase[:n]
+        in_phase = np.fromiter((ph in PAUSE_PHASES for ph in phases), bool, count=n)
+        trains = np.fromiter((ph in TRAINING_PHASES for ph in phases), bool, count=n)
+        job_wide = self.phase in PAUSE_PHASES
+        if not in_phase.any() and not job_wide:
+            return None
+        alive = (min(self.latest_ts, now) - self.last_seen[:n]) < heartbeat_timeout
+        if job_wide:
+            start, pause = self.job_phase.since, self.phase
+        else:
+            start = float(self.pause_in_at[:n][in_phase & alive].min()) if (in_phase & alive).any() else np.inf
+            pause = next(ph for ph in phases if ph in PAUSE_PHASES)
+        # Ranks heard from a heartbeat timeout into the pause and silent since were torn down (a watchdog): where
+        # they were last is still where they were.
+        live = alive | (self.last_seen[:n] >= start + heartbeat_timeout)
+        reported = self.pause_in_at[:n] >= start
+        left_phase = live & trains & reported & (self.phase_at[:n] >= start)
+        seq = self.seq_started[:n]
+        inside = live & ~left_phase & (in_phase | (job_wide & ~trains))
+        left_seq = np.zeros(n, dtype=bool)
+        if inside.any() and (seq[inside] >= 0).all():
+            # Past the collective the lowest of them is at, issued since the pause began: waiting after it.
+            low = int(seq[inside].min())
+            left_seq = live & ~left_phase & reported & (seq > low) & (self.seq_at[:n] >= start)
+            inside &= ~left_seq
+        left = left_phase | left_seq
+        count = int(live.sum())
+        if not inside.any() or 2 * int(left.sum()) <= count:
+            return None
+        left_at = np.where(left_phase, self.phase_at[:n], self.seq_at[:n])[left]
+        since = float(np.sort(left_at)[count // 2])  # when more than half the live ranks had left
+        return PauseStragglers(inside=inside, since=since, phase=pause, left=int(left.sum()), began=float(start))
 
     def observe_pgs(self, slot: int, pgs) -> None:
         for name, started, completed, ranks in pgs:
@@ -452,6 +563,7 @@ class JobProgress:
             if name == DEFAULT_PG:  # the default group's numbers are also the top-level ones
                 if started > self.seq_started[slot]:
                     self.seq_started[slot] = started
+                    self.seq_at[slot] = self.last_seen[slot]
                 if completed > self.seq_completed[slot]:
                     self.seq_completed[slot] = completed
 

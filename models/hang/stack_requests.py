@@ -90,16 +90,19 @@ class StackRequests:
         unless the job was asked less than ``min_interval`` seconds ago; ``ident``: the alert's id."""
         st = self.round
         asked = set(st.request.ranks) if st is not None else set()
-        culprits = [r for r in d.culprits if r not in asked][:MAX_STACK_CULPRITS]
+        # A silent rank (dead, frozen, torn down) cannot answer: never asked (one asked before it fell silent is
+        # listed missing).
+        gone = set(d.silent) | set(d.torn_down)
+        culprits = [r for r in d.culprits if r not in asked and r not in gone][:MAX_STACK_CULPRITS]
         if st is not None and not culprits:
             return  # everyone accused was asked already
         if self.last_request_at is not None and now - self.last_request_at < min_interval:
             return
-        ranks = list(culprits or d.culprits[:MAX_STACK_CULPRITS])
+        ranks = list(culprits or [r for r in d.culprits if r not in gone][:MAX_STACK_CULPRITS])
         for r in (d.group_waiting or d.waiting) + d.waiting + d.stuck:
             if len(ranks) >= len(culprits) + waiting_ranks:
                 break
-            if r not in ranks and r not in asked:
+            if r not in ranks and r not in asked and r not in gone:
                 ranks.append(r)
         if not ranks:
             return

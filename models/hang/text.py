@@ -47,6 +47,9 @@ def summary(p: JobProgress, job: str, severity: str, stalled: float, stop_step: 
         hb = p.position(first).last_heartbeat
         when = f"last heartbeat at {hb:.3f}" if hb is not None else "never heard from"
         tail = f"silent: {named} ({when}); {len(d.waiting)} rank(s) wait in collective {d.collective_seq}"
+    elif d.pause_phase is not None:
+        tail = (f"culprit: {named} still in the {d.pause_phase} that {d.pause_left} rank(s) left"
+                + (f" (they wait in collective {d.collective_seq})" if d.collective_seq is not None else ""))
     elif d.case == HangCase.CULPRIT_BEFORE_COLLECTIVE and d.process_group is not None:
         size = f"{len(d.process_group_ranks)} ranks" if d.process_group_ranks else "all ranks"
         tail = (f"culprit: {named} never reached collective {d.collective_seq} of process group "
@@ -63,7 +66,7 @@ def summary(p: JobProgress, job: str, severity: str, stalled: float, stop_step: 
     else:
         tail = f"culprit undetermined: {d.reason}"
     if d.torn_down:
-        tail += (f"; job torn down: {len(d.torn_down)} rank(s) went silent after the culprit was named, "
+        tail += (f"; job torn down: {len(d.torn_down)} rank(s) went silent after the hang began, "
                  f"{'the culprit still sends heartbeats' if d.culprits_alive else 'the culprit is silent too'}")
     return f"{head}; {tail}"
 

@@ -322,6 +322,8 @@ class Classifier:
             if top == "oom_kill":
                 return "host_oom"
             return "host_io" if top in ("psi_io", "disk_read_latency") else "host_cpu_memory"
+        if category == CauseCategory.STORAGE:  # models/telemetry/host.py: a hang's culprits' node storage
+            return "host_io"
         if category == CauseCategory.APPLICATION:
             return "app_xid"
         if category == CauseCategory.COMPUTE:

@@ -23,6 +23,7 @@ the correlation window, never a difference of timestamps.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable
@@ -343,8 +344,8 @@ class HostCorrelator:
 
     def _suspects(self, alert: Alert, at: float, placement: Callable[[str, int], tuple],
                   job_nodes: Callable[[str], list[str]]) -> tuple[list[SuspectedCause], list[str]]:
-        if alert.type == AlertType.HANG:
-            return self._oom_causes(alert, placement), []  # silent ranks' last events differ: not cached
+        if alert.type == AlertType.HANG:  # silent ranks' last events differ: not cached
+            return self._oom_causes(alert, placement) + self._storage_causes(alert, at), []
         if alert.type == AlertType.STRAGGLER:
             data_bound = StragglerEvidence.of(alert).signal is StragglerSignal.DATA_TIME
             nodes = list(alert.nodes)
@@ -469,6 +470,21 @@ class HostCorrelator:
             values = [v for s in self.tracker.samples(node, since, until) for v in s.disks.values()]
             if values:
                 out[node] = _median(values)
+        return out
+
+    def _storage_causes(self, alert: Alert, at: float) -> list[SuspectedCause]:
+        """A hang's culprits' nodes' storage from its onset on (IO pressure, slow disks): ``category: storage`` (a
+        checkpoint write hung on a shared filesystem)."""
+        out = []
+        for node in dict.fromkeys(HangEvidence.of(alert).culprit_nodes):
+            samples = self.tracker.samples(node, at - self.window, math.inf)  # any time since: the hang goes on
+            if len(samples) < self.min_samples:
+                continue
+            for cause in self._node_causes(node, samples, 1.0, lambda: {}):
+                if cause.component in ("cpu", "memory"):
+                    continue
+                out.append(dataclasses.replace(cause, category="storage",
+                                               hint="storage: " + cause.hint.removeprefix("host: ")))
         return out
 
     def _oom_causes(self, alert: Alert, placement: Callable[[str, int], tuple]) -> list[SuspectedCause]:

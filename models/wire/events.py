@@ -48,6 +48,9 @@ class StepEvent:
     samples: float | None = None
     loss: float | None = None
     phase: str = "train"
+    #: The rank's process incarnation (the monitor's process start, ms since the epoch): a higher one is a new
+    #: process of the rank (a restart). None: not told (older producers); the hang rule then infers restarts.
+    incarnation: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "step"
 
@@ -85,6 +88,8 @@ class HeartbeatEvent:
     #: ``((name, description), ...)`` of the groups in ``pgs`` that carry a ``desc`` (what torch knows of
     #: the group, e.g. its role: ``"tp"``); None when none does.
     pg_desc: tuple[tuple[str, str], ...] | None = None
+    #: As ``StepEvent.incarnation``.
+    incarnation: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "heartbeat"
 
@@ -124,7 +129,7 @@ _STEP_FIELDS = frozenset(
     "tokens samples loss phase".split()
 )
 _COLLECTIVE_FIELDS = frozenset("v kind job rank seq op ts duration node step pg bytes start_ts".split())
-_HEARTBEAT_FIELDS = frozenset("v kind job rank ts step node seq_started seq_completed phase pgs seqs".split())
+_HEARTBEAT_FIELDS = frozenset("v kind job rank ts step node seq_started seq_completed phase pgs seqs incarnation".split())
 _STACK_FIELDS = frozenset("v kind job rank ts request_id threads node flight_recorder".split())
 #: Bounds of a stack event (docs/events.md): longer lists are cut, not rejected.
 MAX_STACK_THREADS = 8
@@ -164,7 +169,8 @@ def _parse_step(o: dict) -> StepEvent:
         samples=_num(o, "samples", required=False),
         loss=float(loss) if loss is not None else None,  # NaN loss is a training fact, kept
         phase=_phase(o, allowed=STEP_PHASES, required=False, default="train"),
-        extra=_extra(o, _STEP_FIELDS),
+        incarnation=_int(o, "incarnation", required=False),
+        extra=_extra(o, _STEP_FIELDS | {"incarnation"}),
     )
 
 
@@ -204,6 +210,7 @@ def _parse_heartbeat(o: dict) -> HeartbeatEvent:
         phase=_phase(o, allowed=PHASES, required=False, default=None),
         pgs=_pgs(o),
         pg_desc=_pg_desc(o),
+        incarnation=_int(o, "incarnation", required=False),
         extra=_extra(o, _HEARTBEAT_FIELDS),
     )
 
