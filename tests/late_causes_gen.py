@@ -60,3 +60,42 @@ def thermal_drift(*, job: str = "drift", nodes: int = 2, per_node: int = 4, slow
         t, n = done, n + 1
     out.append({"v": 1, "kind": "phase", "job": job, "ts": round(t + 0.1, 6), "phase": "end"})
     return sorted(out, key=lambda e: e["ts"])
+
+
+def data_stall(*, job: str = "loader", ranks: int = 8, per_node: int = 4, stalled: int = 5, steps: int = 120,
+               onset: int = 50, stall: float = 0.45) -> list[dict]:
+    """``stalled``'s data loader stalls from step ``onset``: its ``data_time`` grows by ``stall`` seconds a step
+    (its compute does not); everyone waits for it in the collective. No node telemetry."""
+    out: list[dict] = []
+    t = T0
+    for n in range(steps):
+        data = [0.02 * (1 + _noise(r, n, 0.1)) + (stall if r == stalled and n >= onset else 0.0) for r in range(ranks)]
+        compute = [1.0 * (1 + _noise(r, n)) for r in range(ranks)]
+        done = t + max(d + c for d, c in zip(data, compute)) + 0.1
+        for r in range(ranks):
+            out.append({"v": 1, "kind": "step", "job": job, "rank": r, "step": n, "ts": round(done + 0.001 * r, 6),
+                        "step_time": round(done - t, 6), "compute_time": round(compute[r], 6),
+                        "data_time": round(data[r], 6), "node": f"loader-{r // per_node}", "gpu": r % per_node,
+                        "world_size": ranks})
+        t = done
+    out.append({"v": 1, "kind": "phase", "job": job, "ts": round(t + 0.1, 6), "phase": "end"})
+    return out
+
+
+def long_steps(*, job: str = "slow60", ranks: int = 16, per_node: int = 8, slow_rank: int = 9, steps: int = 70,
+               onset: int = 30, start: float = 1.11, end: float = 1.30, ramp: int = 12, step: float = 60.0) -> list[dict]:
+    """60 s steps; ``slow_rank`` is ``start`` x slower from ``onset`` growing to ``end`` x over ``ramp`` steps
+    (a straggler whose first estimate is below the truth it settles at)."""
+    out: list[dict] = []
+    t = T0
+    for n in range(steps):
+        f = 1.0 if n < onset else start + (end - start) * min(1.0, (n - onset) / ramp)
+        compute = [step * 0.9 * (1 + _noise(r, n, 0.005)) * (f if r == slow_rank else 1.0) for r in range(ranks)]
+        done = t + max(compute) + 0.05 * step
+        for r in range(ranks):
+            out.append({"v": 1, "kind": "step", "job": job, "rank": r, "step": n, "ts": round(done + 0.01 * r, 6),
+                        "step_time": round(done - t, 6), "compute_time": round(compute[r], 6),
+                        "node": f"s60-{r // per_node}", "gpu": r % per_node, "world_size": ranks})
+        t = done
+    out.append({"v": 1, "kind": "phase", "job": job, "ts": round(t + 0.1, 6), "phase": "end"})
+    return out
