@@ -22,7 +22,7 @@ def _noise(a: int, b: int, scale: float = 0.01) -> float:
     return (((a * 7919 + b * 104729) % 97) / 97 - 0.5) * 2 * scale
 
 
-def thermal_drift(*, job: str = "drift", nodes: int = 2, per_node: int = 4, slow_rank: int = 2, step: float = 3.0,
+def thermal_drift(*, job: str = "drift", nodes: int = 2, per_node: int = 4, slow_rank: int = 2, step: float = 5.0,
                   minutes: float = 90.0, peak: float = 1.25, sample: float = 10.0, hot_c: float = 85.0,
                   hover_from: float = 0.55) -> list[dict]:
     """Ranks ``n * per_node + g`` on node ``drift-n`` GPU ``g``. The slow GPU's clock falls so that its rank's compute

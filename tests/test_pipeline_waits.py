@@ -45,3 +45,25 @@ def test_a_slower_transfer_is_still_a_communication_slowdown(sends):
 
 def test_a_healthy_pipeline_raises_nothing():
     assert run(PipelineJob(stages=4, dp=8, seed=4)) == []
+
+
+# Issue 39 item 6: a 1F1B schedule whose receives are posted ahead (communication overlapped with compute), on a
+# communicator per stage pair: every receive after a slow stage waits for it, so no transfer of those keys finds
+# both sides ready. The waits are the slow stage's straggler, never a comm_slowdown ("every rank slowed alike").
+ONE_F_ONE_B = dict(stages=4, dp=4, schedule="1f1b", overlap=True, p2p_groups="pair", steps=100)
+
+
+@pytest.mark.parametrize("stage,seed", [(0, 5), (1, 2), (1, 7)])
+def test_1f1b_with_an_early_stage_rank_27pct_slow_is_its_straggler_not_the_network(stage, seed):
+    slow = stage * 4 + 2
+    alerts = run(PipelineJob(slow_rank=slow, slow_factor=1.27, seed=seed, **ONE_F_ONE_B))
+    assert [a.summary for a in alerts if a.type in NETWORK] == []
+    stragglers = [a for a in alerts if a.type == "straggler"]
+    assert {a.ranks for a in stragglers} == {(slow,)} and stragglers[0].evidence["group"] == f"stage{stage}"
+
+
+def test_1f1b_slower_transfers_are_still_a_communication_slowdown():
+    alerts = run(PipelineJob(slow_link=True, link_factor=3.0, seed=3, **ONE_F_ONE_B))
+    comm = [a for a in alerts if a.type == "comm_slowdown"]
+    assert comm and all(a.evidence["op"] in ("send", "recv") for a in comm)
+    assert [a for a in alerts if a.type == "straggler"] == []
