@@ -69,8 +69,12 @@ RATE_COUNTERS: dict[str, tuple[float, float, str]] = {
 }
 #: Port data counters count 4-byte words (InfiniBand PMA convention, also in sysfs).
 DATA_COUNTERS = ("port_xmit_data", "port_rcv_data")
-#: A bandwidth collapse needs a busy baseline: at least this many bytes per second.
+#: A bandwidth collapse needs a busy baseline: the link usually (its 10th percentile) carries this many bytes/s.
 BANDWIDTH_FLOOR = 1e8
+#: A port sample this many times the port's usual interval after the one before follows a collector gap.
+GAP_FACTOR = 3.0
+#: Below this share of what a link usually falls to, with no transmit wait, the link is idle (nothing to send).
+IDLE_SHARE = 0.02
 #: Per-node bounds (one producer cannot grow a node without limit; issue 27 finding 5): GPUs and
 #: link ports tracked per node; a sample of one more is left out and counted (``capped``).
 MAX_GPUS_PER_NODE = 64
@@ -135,14 +139,16 @@ class SpikeEpisode:
 
 
 class _PortState:
-    __slots__ = ("counters", "baselines", "bw", "bw_baseline", "max_rate", "state", "err_ring", "clean", "firing",
-                 "err_first", "err_totals", "down_samples")
+    __slots__ = ("counters", "baselines", "bw", "bw_baseline", "bw_dt", "max_rate", "state", "err_ring", "clean",
+                 "firing", "err_first", "err_totals", "down_samples", "last_wait_rate")
 
     def __init__(self, size: int, min_samples: int, window: int) -> None:
         self.counters: dict[str, CounterTrack] = {}
         self.baselines: dict[str, Baseline] = {}
         self.bw = CounterTrack()
         self.bw_baseline = Baseline(size, min_samples)
+        self.last_wait_rate: float | None = None  # port_xmit_wait per second in the latest sample
+        self.bw_dt = Baseline(16, 3)  # the port's usual interval between two samples (a collector gap is far longer)
         self.max_rate = 0.0
         self.state: str | None = None
         self.err_ring: deque[bool] = deque(maxlen=window)
@@ -367,6 +373,8 @@ class TelemetryTracker:
                     self._flag(node, ev.node, ev.ts, signal=name, label=label, weight=weight, count=delta,
                                peak=rate or 0.0, **where)
             elif name in RATE_COUNTERS and rate is not None:
+                if name == "port_xmit_wait":
+                    port.last_wait_rate = rate
                 floor, weight, label = RATE_COUNTERS[name]
                 base = port.baselines.get(name)
                 if base is None:
@@ -386,18 +394,40 @@ class TelemetryTracker:
         if not all(n in ev.counters for n in DATA_COUNTERS):
             return
         words = sum(ev.counters[n] for n in DATA_COUNTERS)
+        prev_ts = port.bw.ts if port.bw.value is not None else None
         _, rate = port.bw.update(words, ev.ts)
-        if rate is None:
+        if rate is None or prev_ts is None:
+            return
+        # After a collector gap the rate is an average over the gap (traffic and idle alike): neither judged nor
+        # learned (issue 39: real RoCE traffic with gaps of seconds to minutes logged thousands of "collapses").
+        dt, usual = ev.ts - prev_ts, port.bw_dt.median() if port.bw_dt.ready else math.nan
+        port.bw_dt.add(dt)
+        if not math.isnan(usual) and dt > GAP_FACTOR * usual:
             return
         bps = rate * 4
         base = port.bw_baseline
+        # Judged against the link's own usual pattern: what it usually falls to (its 10th percentile), not its
+        # median. A link busy all the time collapses below that; a bursty one (collectives between compute
+        # phases, idle for checkpoints) usually falls to near zero, and its quiet samples are no collapse.
+        low = base.low() if base.ready else math.nan
         median = base.median() if base.ready else math.nan
-        if base.ready and median >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * median:
+        if base.ready and low >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * low and (
+                bps >= IDLE_SHARE * low or self._waiting(port)):
             self._flag(node, ev.node, ev.ts, signal="bandwidth", label="bandwidth collapse",
                        weight=LINK_WEIGHTS["bandwidth"], peak=median / max(bps, 1.0),
-                       bytes_per_s=round(bps), baseline_bytes_per_s=round(median), **where)
+                       bytes_per_s=round(bps), baseline_bytes_per_s=round(median),
+                       usual_low_bytes_per_s=round(low), **where)
         else:
             base.add(bps)
+
+    @staticmethod
+    def _waiting(port: _PortState) -> bool:
+        """The port still wants to send (transmit wait at or above half its usual rate): a near-idle link with
+        demand is a collapse; without it, the application paused (a checkpoint, an eval, compute between
+        collectives), which is the link's usual pattern, not a fault."""
+        base, track = port.baselines.get("port_xmit_wait"), port.counters.get("port_xmit_wait")
+        return (base is not None and track is not None and base.ready and track.value is not None
+                and port.last_wait_rate is not None and port.last_wait_rate >= 0.5 * base.median())
 
     def _state(self, node: _NodeState, port: _PortState, ev: LinkEvent, where: dict) -> bool:
         down = False
