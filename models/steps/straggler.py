@@ -236,6 +236,7 @@ class StragglerDetector:
         self._nodes: list[str | None] = []
         self._run_of: tuple = (None, None)  # (slots, their first slot if consecutive) of the last step
         self._firing: dict[int, Alert] = {}
+        self._published_at: dict[int, int] = {}  # firing rank -> steps evaluated when its version was first seen
         self._evaluated = 0
         self._first_step: int | None = None
         self.last_verdict: StepVerdict | None = None
@@ -523,16 +524,25 @@ class StragglerDetector:
             alert = self._firing.get(rank)
             if alert is None or alert.evidence.get("pattern") or alert.evidence.get("signal") != signal:
                 continue  # an intermittent or data-wait alert's ratio is another measure
+            since = self._published_at.setdefault(rank, self._evaluated)
             old = alert.evidence.get("ratio")
             slot = int(slots[i])
+            # Moved for good, not by noise: the window's ratio and the median of every step judged since the
+            # last version (a window of them at least, the evidence ring's at most) both moved.
+            n = min(self._evaluated - since, self.evidence_window)
+            if n < self.window or not isinstance(old, (int, float)) or old <= 0:
+                continue
+            ring = self._ratio_ring[slot, (self._evaluated - 1 - np.arange(n)) % self.evidence_window]
+            ring = ring[~np.isnan(ring)]
             now = self._evidence(slot, signal).get("ratio")
-            if not isinstance(old, (int, float)) or not isinstance(now, (int, float)) or old <= 0 \
-                    or abs(now / old - 1.0) <= REPUBLISH_MOVE:
+            if not len(ring) or not isinstance(now, (int, float)) or abs(now / old - 1.0) <= REPUBLISH_MOVE \
+                    or abs(float(np.median(ring)) / old - 1.0) <= REPUBLISH_MOVE:
                 continue
             first = alert.evidence.get("first_step")
             new = self._fire(rank, slot, signal, step, first_step=first if isinstance(first, int) else None)
             new = dataclasses.replace(new, id=alert.id, starts_at=alert.starts_at)
             self._firing[rank] = new
+            self._published_at[rank] = self._evaluated
             out.append(new)
         return out
 
@@ -858,6 +868,7 @@ class StragglerDetector:
 
     def _resolve(self, rank: int, step: GroupStep) -> Alert:
         alert = self._firing.pop(rank)
+        self._published_at.pop(rank, None)
         slot = self._slot[rank]
         # The episode is over: its slow steps do not count towards a new intermittent pattern.
         self._flaky_ring[slot] = False
@@ -907,6 +918,7 @@ class StragglerDetector:
     def close_all(self, *, at: float, reason: str) -> list[Alert]:
         """Resolve every open alert (the job ended)."""
         out = []
+        self._published_at.clear()
         for rank in list(self._firing):
             alert = self._firing.pop(rank)
             out.append(with_resolution(alert.resolved(at=at, summary=f"resolved ({reason}): {alert.summary}"),
