@@ -325,6 +325,8 @@ class CommSlowdownDetector:
         if state.p2p is None or self.job_step is None:
             return False
         step = self.job_step()
+        if step < 0:  # a job that reports no steps (collectives only): nothing to wait for
+            return False
         if state.held_from is None or step < state.held_from:
             state.held_from = step
         return step - state.held_from < P2P_HOLD_STEPS
