@@ -67,3 +67,37 @@ def test_1f1b_slower_transfers_are_still_a_communication_slowdown():
     comm = [a for a in alerts if a.type == "comm_slowdown"]
     assert comm and all(a.evidence["op"] in ("send", "recv") for a in comm)
     assert [a for a in alerts if a.type == "straggler"] == []
+
+
+def test_p2p_waits_a_straggler_explains_feed_neither_baseline_nor_alert_and_resolve_an_open_one():
+    from stepwatch.models.alerts import Alert
+    from stepwatch.models.jobhealth.comm import P2P_HOLD_STEPS, CommSlowdownDetector
+    from stepwatch.models.wire.events import CollectiveEvent
+
+    straggler = Alert(id="s1", status="firing", type="straggler", severity="warning", job="j", ranks=(11,),
+                      nodes=("n1",), starts_at=0.0, summary="straggler")
+    state = {"step": 0, "explained": None}
+    d = CommSlowdownDetector(job="j")
+    d.explained, d.job_step = (lambda: state["explained"]), (lambda: state["step"])
+
+    def feed(n: int, duration: float, start: int):
+        out = []
+        for i in range(start, start + n):
+            state["step"] = i // 8  # 8 receives a step
+            out += d.update(CollectiveEvent(job="j", rank=19, seq=i, op="recv", ts=1000.0 + i * 0.1,
+                                            duration=duration, pg="pp3.2-3", bytes=8 << 20))
+        return out
+
+    assert feed(200, 0.004, 0) == []
+    state["explained"] = straggler  # a slow stage: every receive after it waits 3x
+    assert feed(200, 0.012, 200) == [] and d.explained_samples > 0
+    state["explained"] = None  # it recovered, the waits too: nothing learned from them, nothing fires
+    assert feed(100, 0.004, 400) == []
+    # a slower transfer with no straggler: fires, but only P2P_HOLD_STEPS steps after it crossed
+    fired = feed(200, 0.012, 500)
+    assert [a.type for a in fired] == ["comm_slowdown"]
+    assert fired[0].evidence["detected_seq"] - 500 >= 8 * P2P_HOLD_STEPS
+    state["explained"] = straggler  # a straggler after all: the waits are its, the alert resolves as such
+    [resolved] = feed(1, 0.012, 700)
+    assert resolved.status == "resolved" and resolved.evidence["resolution"] == "explained"
+    assert resolved.evidence["explained_by"] == "s1"
