@@ -134,6 +134,13 @@ class StragglerRule(JobRule):
     def open_alerts(self) -> list[Alert]:
         return [self._as_continued(a) for d in self.detectors.values() for a in d.firing.values()]
 
+    def explaining(self) -> Alert | None:
+        """A firing straggler of the job (the first one), which explains the waits of the ranks after it."""
+        for detector in self.detectors.values():
+            for alert in detector.firing.values():
+                return alert
+        return None
+
     def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
         out = [a for g, d in self.detectors.items() for a in self._continuing(d.close_all(at=at, reason=reason), g)]
         return closed(out, resolution, reason)
@@ -260,10 +267,14 @@ class CommRule(JobRule):
     """Communication slowdown (models/jobhealth/comm.py), from the ranks' collective events."""
 
     spec = RuleSpec(name="comm", consumes=frozenset({Signal.COLLECTIVES}), alert_types=(AlertType.COMM_SLOWDOWN,),
-                    failure_classes=("comm_slowdown",), settings=JobHealthSettings)
+                    failure_classes=("comm_slowdown",), settings=JobHealthSettings, needs=("straggler",))
 
     def __init__(self, job: JobContext, env: RuleEnv, needs: dict[str, JobRule]) -> None:
         self.detector: CommSlowdownDetector = comm_rule(job.job, env.job_health_settings(job.job))
+        straggler: StragglerRule = needs["straggler"]  # type: ignore[assignment]
+        # Point-to-point waits behind a slow pipeline stage are its straggler's, not the network's.
+        self.detector.explained = straggler.explaining
+        self.detector.job_step = lambda: job.latest_step
 
     def on_event(self, event: Event) -> list[Alert]:
         return self.detector.update(event)

@@ -52,6 +52,17 @@ class PipelineJob:
     link_factor: float = 3.0
     onset: int = 60
     sends: bool = True
+    #: "gpipe" (every forward, then every backward) or "1f1b" (PipeDream-flush as Megatron runs it: stage ``s`` does
+    #: ``stages - s - 1`` warm-up forwards, then alternates one forward and one backward, then the cool-down
+    #: backwards; its sends are non-blocking, as ``batch_isend_irecv``: a send returns when the receiver has it)
+    schedule: str = "gpipe"
+    #: The process group p2p events name: "replica" (``pp<d>``, the replica's pipeline group) or "pair" (``pp<d>.<s>-<t>``
+    #: from stage ``s`` to stage ``t``: NCCL runs each pair's p2p on a communicator of its own, and a recorder at
+    #: the NCCL level names that)
+    p2p_groups: str = "replica"
+    #: 1F1B with communication overlapped (Megatron's ``overlap_p2p_comm``): a rank posts the receive of its next op
+    #: when it starts the current one, so every receive's duration spans the op computed meanwhile and the wait
+    overlap: bool = False
 
     def rank(self, s: int, d: int) -> int:
         return s * self.dp + d
@@ -72,14 +83,15 @@ def events(job: PipelineJob) -> list[tuple[float, object]]:
     def pair(sender: int, sent: float, receiver: int, posted: float, xfer: float, d: int) -> float:
         """A rendezvous transfer: returns when the data is on the receiver."""
         done = max(sent, posted) + xfer * (1 + 0.05 * rng.random())
+        pg = f"pp{d}" if job.p2p_groups == "replica" else f"pp{d}.{sender // D}-{receiver // D}"
         if job.sends:
-            p2p(sender, "send", sent, done, d)
-        p2p(receiver, "recv", posted, done, d)
+            p2p(sender, "send", sent, done, pg)
+        p2p(receiver, "recv", posted, done, pg)
         return done
 
-    def p2p(rank: int, op: str, posted: float, done: float, d: int) -> None:
+    def p2p(rank: int, op: str, posted: float, done: float, pg: str) -> None:
         out.append((done, CollectiveEvent(job=job.name, rank=rank, seq=int(p2p_seq[rank]), op=op, ts=done,
-                                          duration=done - posted, node=job.node(rank), pg=f"pp{d}",
+                                          duration=done - posted, node=job.node(rank), pg=pg,
                                           bytes=8 * 2**20, start_ts=posted)))
         p2p_seq[rank] += 1
 
@@ -94,7 +106,9 @@ def events(job: PipelineJob) -> list[tuple[float, object]]:
         compute = fwd.sum(axis=1) + bwd.sum(axis=1)
         busy_until = np.full(n, t)  # each rank's clock: when it is free
         f_end = np.zeros((n, M))
-        for d in range(D):  # forwards
+        if job.schedule == "1f1b":
+            one_f_one_b(job, busy_until, fwd, bwd, xfer, pair)
+        for d in range(D if job.schedule == "gpipe" else 0):  # forwards
             for j in range(M):
                 for s in range(S):
                     r = job.rank(s, d)
@@ -106,7 +120,7 @@ def events(job: PipelineJob) -> list[tuple[float, object]]:
                     f_end[r, j] = ready + fwd[r, j]
                     busy_until[r] = f_end[r, j]
         b_end = np.zeros((n, M))
-        for d in range(D):  # backwards, last stage first
+        for d in range(D if job.schedule == "gpipe" else 0):  # backwards, last stage first
             for j in range(M):
                 for s in reversed(range(S)):
                     r = job.rank(s, d)
@@ -137,3 +151,41 @@ def events(job: PipelineJob) -> list[tuple[float, object]]:
         t = float(done.max())
     out.sort(key=lambda x: x[0])
     return out
+
+
+def one_f_one_b(job: PipelineJob, busy_until: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, xfer: float,
+                pair) -> None:
+    """One step's 1F1B schedule of every replica: each rank runs its ops in order, an op once its input arrived
+    (the previous stage's forward, the next stage's backward); ``busy_until`` ends as each rank's last op's end."""
+    S, M = job.stages, job.micro
+    for d in range(job.dp):
+        ops = []
+        for s in range(S):
+            warm = min(S - s - 1, M)
+            order = [("F", j) for j in range(warm)]
+            for k in range(M - warm):
+                order += [("F", warm + k), ("B", k)]
+            order += [("B", j) for j in range(M - warm, M)]
+            ops.append(order)
+        done: dict[tuple[str, int, int], float] = {}  # (op, stage, micro-batch) -> end
+        at = [0] * S
+        started: list[float | None] = [None] * S  # when each stage's current op started
+        while any(at[s] < len(ops[s]) for s in range(S)):
+            moved = False
+            for s in range(S):
+                while at[s] < len(ops[s]):
+                    kind, j = ops[s][at[s]]
+                    src = s - 1 if kind == "F" else s + 1
+                    r = job.rank(s, d)
+                    ready = busy_until[r]
+                    if 0 <= src < S:
+                        if (kind, src, j) not in done:
+                            break  # its input is not computed yet: another stage first
+                        posted = started[s] if job.overlap and started[s] is not None else ready
+                        ready = max(ready, pair(job.rank(src, d), done[(kind, src, j)], r, posted, xfer, d))
+                    started[s] = ready
+                    end = ready + (fwd[r, j] if kind == "F" else bwd[r, j])
+                    done[(kind, s, j)] = busy_until[r] = end
+                    at[s] += 1
+                    moved = True
+            assert moved, "1F1B schedule deadlocked"

@@ -49,6 +49,16 @@ def test_the_straggler_before_its_gpus_own_alerts_opens_the_incident_they_join()
     assert set(c.state_size().values()) == {0}, c.state_size()
 
 
+def test_a_gpus_hbm_full_joins_the_incident_of_the_straggler_on_it_and_a_late_cause_joins_too():
+    c = Citations()
+    unknown = c.cite(alert("s", "straggler", job="j", nodes=("n02",)))  # cause not named yet: no incident
+    assert "incident" not in unknown.evidence
+    fault = c.cite(alert("f", "gpu_fault", nodes=("n02",), gpu=1))
+    full = c.cite(alert("m", "hbm_full", job="j", nodes=("n02",), gpu=1))
+    named = c.cite(alert("s", "straggler", job="j", nodes=("n02",), cause=("n02", "gpu1")))  # a later version
+    assert [a.evidence["incident"] for a in (fault, full, named)] == ["f", "f", "f"]
+
+
 def test_a_jobs_comm_slowdown_and_communication_throughput_drop_are_one_incident_other_alerts_none():
     c = Citations()
     drop = c.cite(alert("t", "throughput_drop", job="j", layer="communication"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from stepwatch.config import HostSettings, Settings
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.wire.events import StepEvent
@@ -57,6 +59,23 @@ def test_gpu_hot_needs_three_consecutive_hot_samples_and_resolves():
     assert hot.evidence["rank"] == 1
     for _ in range(5):
         c.tick(temp=70)
+    # hysteresis (issue 39): 5 clean samples are not enough, a minute of them is (device_clear_seconds)
+    assert [a.status for a in c.of("gpu_hot")] == ["firing"]
+    for _ in range(56):
+        c.tick(temp=70)
+    assert [a.status for a in c.of("gpu_hot")] == ["firing", "resolved"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_temperature_hovering_at_the_threshold_is_one_gpu_hot(seed):
+    import math
+
+    c = Cluster()
+    for i in range(600):  # ten minutes at 85 C +- 1.5 C (and brief dips to 83 C): one incident
+        c.tick(temp=round(85.0 + 1.5 * math.sin((i + 13 * seed) / 7.0) - (2.0 if (i + seed) % 53 == 0 else 0.0), 1))
+    assert [a.status for a in c.of("gpu_hot")] == ["firing"]
+    for _ in range(70):  # well below (past the clear threshold): resolved, once
+        c.tick(temp=80.0)
     assert [a.status for a in c.of("gpu_hot")] == ["firing", "resolved"]
 
 
@@ -71,7 +90,7 @@ def test_gpu_idle_on_a_ranks_gpu_while_the_job_steps():
     [idle] = c.of("gpu_idle")
     assert idle.job == "j" and idle.ranks == (2,) and idle.nodes == ("a",)
     assert idle.evidence["idle_seconds"] >= 60 and idle.evidence["util"] == 4.0
-    for _ in range(5):
+    for _ in range(61):  # a minute past the clear threshold (device_clear_seconds)
         c.tick(util=95.0, gpu=2)
     assert [a.status for a in c.of("gpu_idle")] == ["firing", "resolved"]
 

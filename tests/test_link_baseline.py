@@ -202,3 +202,73 @@ def test_a_healthy_fleet_or_a_fabric_wide_lift_names_nobody(earlier_job_records,
             assert all(e.get("reference") != "baseline" for e in cause["evidence"]), a.summary
     if kind == "nccl":
         assert all(a.evidence["cause_hint"] == "unknown" for a in fired)
+
+
+# -- issue 39 item 5: a link's traffic judged against its own usual pattern --------------------------------------
+
+def _bursty_roce(port_seed: int, *, seconds: int = 3600, collapse_at: int | None = None):
+    """An hour of one RoCE port's samples as a real collector sends them (not the simulator): 1 s samples, bursty
+    collective traffic (an all-reduce of ~0.4 s at ~45 GB/s every 1.3-1.7 s step, near idle between), idle
+    checkpoints of 20-60 s every ~10 minutes, and collector gaps of 5 s to 3 minutes. ``collapse_at``: from then
+    on a steady busy link's bandwidth falls to 5% (the collapse that must still be seen)."""
+    from stepwatch.models.wire.telemetry_events import LinkEvent
+
+    state = port_seed * 7919 + 17
+
+    def rnd() -> float:  # a small LCG: the same recording every run, no shared random state
+        nonlocal state
+        state = (state * 1103515245 + 12345) % 2**31
+        return state / 2**31
+
+    words, t, out = 0, 0.0, []
+    step_end, busy_until, idle_until, next_ckpt, gap_until = 0.0, 0.0, -1.0, 300 + 600 * rnd(), -1.0
+    while t < seconds:
+        t_next = t + 1.0 + 0.02 * (rnd() - 0.5)
+        moved = 0.0
+        sub = t
+        while sub < t_next:  # integrate the traffic over the sample in 50 ms slices
+            if sub >= step_end:
+                step_end = sub + 1.3 + 0.4 * rnd()
+                busy_until = sub + 0.35 + 0.1 * rnd()
+            if sub >= next_ckpt and idle_until < sub:
+                idle_until, next_ckpt = sub + 20 + 40 * rnd(), sub + 500 + 200 * rnd()
+            rate = 45e9 if sub < busy_until else 2e7
+            if sub < idle_until:
+                rate = 1e6
+            if collapse_at is not None:
+                rate = 40e9 if sub < collapse_at else 2e9  # steady busy, then a collapse
+            moved += rate * 0.05
+            sub += 0.05
+        words += int(moved / 4)
+        t = t_next
+        if t >= gap_until and rnd() < 0.01:  # the collector misses 5 s to 3 minutes
+            gap_until = t + 5 + 175 * rnd() ** 2
+        if t < gap_until:
+            continue
+        out.append(LinkEvent(node=f"roce-{port_seed // 2:03d}", ts=1_765_000_000.0 + t, device=f"mlx5_{port_seed % 2}",
+                             port=1, state="ACTIVE", rate=400.0,
+                             counters={"port_xmit_data": words, "port_rcv_data": words, "symbol_error": 0}))
+    return out
+
+
+@pytest.mark.parametrize("ports", [range(0, 4), range(4, 8)])
+def test_bursty_roce_traffic_with_collector_gaps_is_no_bandwidth_collapse(ports):
+    from stepwatch.models.telemetry.telemetry_tracker import TelemetryTracker
+
+    tracker = TelemetryTracker()
+    for p in ports:
+        for ev in _bursty_roce(p, seconds=1800):
+            tracker.update(ev)
+    spikes = [s for n in tracker.nodes for s in tracker.spikes(n, 0.0, 2e9) if s.signal == "bandwidth"]
+    assert spikes == [], [(s.node, s.component, s.samples, s.detail) for s in spikes[:5]]
+
+
+def test_a_steady_link_that_collapses_is_still_a_spike():
+    from stepwatch.models.telemetry.telemetry_tracker import TelemetryTracker
+
+    tracker = TelemetryTracker()
+    for ev in _bursty_roce(3, seconds=900, collapse_at=600):
+        tracker.update(ev)
+    spikes = [s for n in tracker.nodes for s in tracker.spikes(n, 0.0, 2e9) if s.signal == "bandwidth"]
+    assert spikes and all(s.began >= 1_765_000_000.0 + 600 for s in spikes)  # (a collector gap may split it)
+    assert spikes[0].detail["usual_low_bytes_per_s"] > 1e10 and sum(s.samples for s in spikes) > 100

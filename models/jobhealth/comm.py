@@ -32,14 +32,25 @@ its keys does. A job with one slowed key gets the same alert as before.
 **Point-to-point ops** (``send``, ``recv``, ``isend``, ``irecv``, ``*-send``/``*-recv``): their numbers do
 not match across ranks (pipeline stages do different numbers of them), and a receive waits for
 its sender's compute. The transfer sample is the shortest of the key's last ``p2p_window``
-durations (any rank): some transfer always finds both sides ready (the slow stage's own receives
+durations (any rank): some transfer often finds both sides ready (the slow stage's own receives
 from its faster upstream), so waits behind a slow stage do not move it, a slower transfer does.
+
+**Pipeline waits are not the network** (issue 39 item 6). The shortest duration does not always hold: a 1F1B
+schedule that posts its receives ahead (communication overlapped with compute), or a recorder that names each
+stage pair's communicator, has keys whose every receive waits behind a slow upstream stage. So a point-to-point
+key's samples feed its baseline, and count towards a slowdown, only while no straggler of the job explains them
+(``explained()``, the job's straggler rule: a rank of a stage slower than its peers makes every stage after
+it wait); a point-to-point key that stays slow fires only ``P2P_HOLD_STEPS`` of the job's steps after it
+crossed (``job_step()``), the straggler rule's chance to find the slow stage first; a straggler firing
+meanwhile takes the wait for its own (no ``comm_slowdown``); one firing while a point-to-point alert is open
+resolves it (``evidence.resolution: "explained"``, the straggler named).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -71,6 +82,10 @@ def is_p2p(op: str) -> bool:
 MAX_INCIDENT_UPDATES = 8
 #: Keys named in a grouped incident's summary (``evidence.slowed`` lists them all).
 SUMMARY_KEYS = 4
+
+#: Steps of the job a slowed point-to-point key waits, still slowed, before it fires: the straggler rule's window
+#: (5) and a step, so that a slow stage is found first and takes the waits behind it for its own.
+P2P_HOLD_STEPS = 6
 
 #: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
 #: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
@@ -111,7 +126,7 @@ class CommEvidence:
 
 class _Key:
     __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
-                 "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p")
+                 "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -121,6 +136,7 @@ class _Key:
         self.first_ts: dict[int, float] = {}  # seq -> earliest event time of it
         self.newest_ts = -math.inf
         self.p2p: deque[float] | None = None  # point-to-point: the last durations of any rank
+        self.held_from: int | None = None  # point-to-point: the job's step it crossed at, while held
         self.transfer: deque[float] = deque(maxlen=window)
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
@@ -170,6 +186,12 @@ class CommSlowdownDetector:
         self._members: dict[tuple[str, str, str], Alert] = {}
         self._joined: dict[tuple[str, str, str], Alert] = {}
         self._versions = 0
+        #: Set by the job's rules: the straggler that explains point-to-point waits (its alert; None: none firing),
+        #: and the job's latest step (the hold's clock). Unset: point-to-point keys are judged as any other.
+        self.explained: Callable[[], Alert | None] | None = None
+        self.job_step: Callable[[], int] | None = None
+        #: Point-to-point samples left out because a straggler explained them (and alerts it resolved).
+        self.explained_samples = 0
 
     #: Settings ``reconfigure`` may change at run time.
     TUNABLE = ("threshold", "window", "persistence")
@@ -228,6 +250,19 @@ class CommSlowdownDetector:
         if len(state.p2p) < state.p2p.maxlen:
             return []
         state.last_seq = max(state.last_seq, event.seq)
+        straggler = self.explained() if self.explained is not None else None
+        if straggler is not None:  # a slow stage's waits: neither the baseline nor a slowdown
+            self.explained_samples += 1
+            state.over, state.held_from = 0, None
+            state.transfer.clear()
+            if state.firing is None:
+                return []
+            alert, state.firing, state.fired = state.firing, None, None
+            where = f"rank {straggler.ranks[0]}" if straggler.ranks else "a straggler"
+            return self._leave(key, alert, alert.resolved(
+                at=event.ts, summary=f"resolved: the waits are {where}'s, a slow pipeline stage "
+                                     f"(straggler {straggler.id}), not the network ({alert.summary})",
+                evidence={**alert.evidence, "resolution": "explained", "explained_by": straggler.id}))
         # The transfer: the shortest of the recent ones (both sides were ready); the ranks: this one.
         return self._assess(key, state, event.seq, min(state.p2p), event.ts,
                             {event.rank: (event.duration, event.ts, event.node)})
@@ -258,10 +293,10 @@ class CommSlowdownDetector:
         if rel >= self.threshold:
             state.over += 1
         else:
-            state.over = 0
+            state.over, state.held_from = 0, None
             if state.firing is None:
                 state.baseline.append(transfer)
-        if state.firing is None and state.over >= self.persistence:
+        if state.firing is None and state.over >= self.persistence and not self._held(state):
             state.firing, state.fired = self._fire(key, state, seq, ts, base, recent, rel, ranks)
             self._clean[key] = 0
             return self._join(key, state.firing)
@@ -284,6 +319,17 @@ class CommSlowdownDetector:
                     at=ts, summary=f"resolved: {key[1]} latency back to baseline ({alert.summary})",
                     evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value}))
         return []
+
+    def _held(self, state: _Key) -> bool:
+        """A point-to-point key that crossed waits ``P2P_HOLD_STEPS`` of the job's steps before it fires."""
+        if state.p2p is None or self.job_step is None:
+            return False
+        step = self.job_step()
+        if step < 0:  # a job that reports no steps (collectives only): nothing to wait for
+            return False
+        if state.held_from is None or step < state.held_from:
+            state.held_from = step
+        return step - state.held_from < P2P_HOLD_STEPS
 
     # -- the job's one incident ------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ incident per root cause.
 Who cites whom, as alerts leave the engine (models/oncall/oncall.py ``OnCall.finish``):
 
 * a node alert about one component (``link_errors``: each of its ports, ``gpu_fault`` / ``gpu_hot``: its
-  GPU) opens an incident for that ``(node, component)`` or joins the one already open there;
+  GPU; and ``hbm_full``, a job's alert about one GPU) opens an incident for that ``(node, component)`` or
+  joins the one already open there;
 * so does a job alert (``straggler``, ``comm_slowdown``, ``throughput_drop``, ``hang``) whose first
   suspected cause names a node and component: a straggler's alert can come before its GPU's own (the
   telemetry arrives later), and the GPU's alerts then cite the straggler's;
@@ -172,7 +173,8 @@ class Citations:
             incident = own
             if alert.job and _is_comm(alert):  # the job's other communication alert cites it too
                 self._by_job.setdefault(alert.job, own)
-        elif not alert.job and len(alert.nodes) == 1 and alert.type in COMPONENT_TYPES:
+        elif len(alert.nodes) == 1 and ((not alert.job and alert.type in COMPONENT_TYPES)
+                                        or alert.type == AlertType.HBM_FULL):  # hbm_full names its job, one GPU
             pairs = _components(alert)
             open_ = [self._by_component[p] for p in pairs if p in self._by_component]
             incident = known or (open_[0] if open_ else alert.id)

@@ -54,6 +54,7 @@ crosses ``critical_ratio``); each re-fire attempt inside the hold-off is a flap 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from dataclasses import dataclass
@@ -123,6 +124,8 @@ RECOVERY_P = 0.001
 #: The window's other ranks set the k-of-n test's rate when the learned rate explains their slow steps with at
 #: most this chance (``StragglerDetector._background_now``).
 WINDOW_RATE_P = 0.01
+#: A firing alert is published again (same id) when its rank's ratio moved by more than this share of the one published.
+REPUBLISH_MOVE = 0.10
 #: Fewest slow steps in ``intermittent_window`` that may fire as intermittent.
 INTERMITTENT_MIN = 4
 
@@ -234,6 +237,7 @@ class StragglerDetector:
         self._nodes: list[str | None] = []
         self._run_of: tuple = (None, None)  # (slots, their first slot if consecutive) of the last step
         self._firing: dict[int, Alert] = {}
+        self._published_at: dict[int, int] = {}  # firing rank -> steps evaluated when its version was first seen
         self._evaluated = 0
         self._first_step: int | None = None
         self.last_verdict: StepVerdict | None = None
@@ -506,6 +510,41 @@ class StragglerDetector:
                     out.append(alert)
         for rank in [r for r in self._firing if self._clean_run[self._slot[r]] >= self._clean_needed(self._slot[r])]:
             out.append(self._resolve(rank, step))
+        out.extend(self._moved(step, slots, counts, signal))
+        return out
+
+    def _moved(self, step: GroupStep, slots: np.ndarray, counts: np.ndarray, signal: str) -> list[Alert]:
+        """New versions (same id, start and first step) of firing alerts whose rank's ratio moved by more than
+        ``REPUBLISH_MOVE`` from the one published while the rank is still slow by the rule: the estimate follows
+        the truth (a window that still held pre-onset steps, a slowdown that keeps growing)."""
+        out: list[Alert] = []
+        if not self._firing:
+            return out
+        for i in np.flatnonzero(counts >= self.min_flagged):
+            rank = int(step.ranks[i])
+            alert = self._firing.get(rank)
+            if alert is None or alert.evidence.get("pattern") or alert.evidence.get("signal") != signal:
+                continue  # an intermittent or data-wait alert's ratio is another measure
+            since = self._published_at.setdefault(rank, self._evaluated)
+            old = alert.evidence.get("ratio")
+            slot = int(slots[i])
+            # Moved for good, not by noise: the window's ratio and the median of every step judged since the
+            # last version (a window of them at least, the evidence ring's at most) both moved.
+            n = min(self._evaluated - since, self.evidence_window)
+            if n < self.window or not isinstance(old, (int, float)) or old <= 0:
+                continue
+            ring = self._ratio_ring[slot, (self._evaluated - 1 - np.arange(n)) % self.evidence_window]
+            ring = ring[~np.isnan(ring)]
+            now = self._evidence(slot, signal).get("ratio")
+            if not len(ring) or not isinstance(now, (int, float)) or abs(now / old - 1.0) <= REPUBLISH_MOVE \
+                    or abs(float(np.median(ring)) / old - 1.0) <= REPUBLISH_MOVE:
+                continue
+            first = alert.evidence.get("first_step")
+            new = self._fire(rank, slot, signal, step, first_step=first if isinstance(first, int) else None)
+            new = dataclasses.replace(new, id=alert.id, starts_at=alert.starts_at)
+            self._firing[rank] = new
+            self._published_at[rank] = self._evaluated
+            out.append(new)
         return out
 
     # -- intermittent slowness ------------------------------------------------------------------
@@ -788,11 +827,12 @@ class StragglerDetector:
             ratio_threshold=self.ratio_threshold, z_threshold=self.z_threshold, baseline=Baseline(self._basis),
         ).to_dict()
 
-    def _fire(self, rank: int, slot: int, signal: str, step: GroupStep) -> Alert:
-        first_step = int(self._episode_start[slot]) if self._episode_start[slot] >= 0 else step.step
-        if self._basis == "self":  # a run of steps was judged: its slowdown began before the first slow verdict
-            onset = self._pace.onset(rank, self.ratio_threshold)
-            first_step = min(first_step, onset) if onset is not None else first_step
+    def _fire(self, rank: int, slot: int, signal: str, step: GroupStep, *, first_step: int | None = None) -> Alert:
+        if first_step is None:  # (given: a new version of an alert, its episode's first step)
+            first_step = int(self._episode_start[slot]) if self._episode_start[slot] >= 0 else step.step
+            if self._basis == "self":  # a run of steps was judged: its slowdown began before the first slow verdict
+                onset = self._pace.onset(rank, self.ratio_threshold)
+                first_step = min(first_step, onset) if onset is not None else first_step
         evidence = self._evidence(slot, signal)
         evidence.update(first_step=first_step, detected_step=step.step, **straggler_cost(  # models/steps/cost.py
             evidence, step, self._value_ring[:, (self._evaluated - 1 - np.arange(min(self.window, self._evaluated)))
@@ -829,6 +869,7 @@ class StragglerDetector:
 
     def _resolve(self, rank: int, step: GroupStep) -> Alert:
         alert = self._firing.pop(rank)
+        self._published_at.pop(rank, None)
         slot = self._slot[rank]
         # The episode is over: its slow steps do not count towards a new intermittent pattern.
         self._flaky_ring[slot] = False
@@ -878,6 +919,7 @@ class StragglerDetector:
     def close_all(self, *, at: float, reason: str) -> list[Alert]:
         """Resolve every open alert (the job ended)."""
         out = []
+        self._published_at.clear()
         for rank in list(self._firing):
             alert = self._firing.pop(rank)
             out.append(with_resolution(alert.resolved(at=at, summary=f"resolved ({reason}): {alert.summary}"),

@@ -31,12 +31,13 @@ def counter_delta(prev: int, cur: int) -> tuple[int | None, str]:
 class Baseline:
     """The recent values of one rate (bounded), with a cached median."""
 
-    __slots__ = ("values", "min_samples", "_median", "_stale")
+    __slots__ = ("values", "min_samples", "_median", "_low", "_stale")
 
     def __init__(self, size: int, min_samples: int) -> None:
         self.values: deque[float] = deque(maxlen=max(size, 1))
         self.min_samples = min_samples
         self._median = math.nan
+        self._low = math.nan
         self._stale = 0
 
     @property
@@ -52,8 +53,14 @@ class Baseline:
             ordered = sorted(self.values)
             n = len(ordered)
             self._median = (ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2) if n else math.nan
+            self._low = ordered[(n - 1) // 10] if n else math.nan
             self._stale = 0
         return self._median
+
+    def low(self) -> float:
+        """The 10th percentile of the recent values (cached with the median): what the rate usually falls to."""
+        self.median()
+        return self._low
 
 
 class CounterTrack:

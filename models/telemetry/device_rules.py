@@ -8,7 +8,11 @@
 * ``hbm_full``: memory used above ``hbm_ratio`` of total in ``hot_samples`` consecutive samples
   while the job's step time grew to ``hbm_step_growth`` x its earlier median (an OOM coming).
 
-Each resolves after ``clear_samples`` samples without its condition. "The job is stepping"
+Hysteresis: a firing alert's condition holds down to a clear threshold below the firing one (``hot_clear_c``
+degrees below ``hot_temp_c``, ``hbm_clear_ratio`` below ``hbm_ratio``, ``idle_clear_pct`` points above
+``idle_util_pct``), and it resolves after ``clear_samples`` samples past that threshold spanning at least
+``clear_seconds`` of the GPU's clock: a temperature hovering at 85 C is one incident, not one per crossing.
+"The job is stepping"
 is read as "the job reported new steps since this GPU's previous sample", so no timestamp of
 the GPU's node is ever compared with one of another host; the idle time is the GPU's own.
 """
@@ -51,7 +55,7 @@ class _JobSteps:
 
 
 class _GpuWatch:
-    __slots__ = ("job_count", "advanced_at", "idle_since", "hot_run", "hbm_run", "clean", "alerts")
+    __slots__ = ("job_count", "advanced_at", "idle_since", "hot_run", "hbm_run", "clean", "clean_since", "alerts")
 
     def __init__(self) -> None:
         self.job_count: int | None = None
@@ -60,6 +64,7 @@ class _GpuWatch:
         self.hot_run = 0
         self.hbm_run = 0
         self.clean: dict[str, int] = {}
+        self.clean_since: dict[str, float] = {}  # GPU clock of the first sample of the current clean run
         self.alerts: dict[str, Alert] = {}
 
 
@@ -68,7 +73,8 @@ class DeviceRules:
 
     Hyperparameters (keyword-only), from ``HostSettings``: ``idle_util_pct``, ``idle_seconds``,
     ``hot_temp_c``, ``hot_samples``, ``hbm_ratio``, ``hbm_step_growth``; ``clear_samples``
-    clean samples resolve an alert; ``step_history`` step-time values kept per job, of which
+    clean samples past the clear thresholds (``hot_clear_c``, ``hbm_clear_ratio``, ``idle_clear_pct``) over at
+    least ``clear_seconds`` resolve an alert; ``step_history`` step-time values kept per job, of which
     the last ``recent_steps`` are compared with the rest; a job counts as stepping for
     ``stepping_grace`` seconds (or 3 of its typical steps, if longer) of the GPU's clock after
     its step count last moved.
@@ -78,7 +84,8 @@ class DeviceRules:
                  idle_seconds: float = 300.0, hot_temp_c: float = 85.0, hot_samples: int = 3,
                  hbm_ratio: float = 0.90, hbm_step_growth: float = 1.1, clear_samples: int = 5,
                  step_history: int = 120, recent_steps: int = 10, stepping_grace: float = 15.0,
-                 max_jobs: int = 100_000) -> None:
+                 hot_clear_c: float = 3.0, hbm_clear_ratio: float = 0.02, idle_clear_pct: float = 5.0,
+                 clear_seconds: float = 60.0, max_jobs: int = 100_000) -> None:
         self._placement = placement  # job -> rank -> (node, gpu): the telemetry correlator's view
         self.idle_util_pct = idle_util_pct
         self.idle_seconds = idle_seconds
@@ -90,6 +97,10 @@ class DeviceRules:
         self.step_history = step_history
         self.recent_steps = recent_steps
         self.stepping_grace = stepping_grace
+        self.hot_clear_c = hot_clear_c
+        self.hbm_clear_ratio = hbm_clear_ratio
+        self.idle_clear_pct = idle_clear_pct
+        self.clear_seconds = clear_seconds
         self.max_jobs = max_jobs
         self._jobs: dict[str, _JobSteps] = {}
         self._gpus: dict[tuple[str, int], _GpuWatch] = {}
@@ -169,7 +180,8 @@ class DeviceRules:
         # gpu_idle: idle on the GPU's own clock while its job steps
         if ev.util is None:
             pass  # not reported this sample: the idle period neither grows nor ends
-        elif ev.util < self.idle_util_pct and stepping:
+        elif stepping and (ev.util < self.idle_util_pct or (
+                AlertType.GPU_IDLE in watch.alerts and ev.util < self.idle_util_pct + self.idle_clear_pct)):
             if watch.idle_since is None:
                 watch.idle_since = ev.ts
             idle_for = ev.ts - watch.idle_since
@@ -180,9 +192,10 @@ class DeviceRules:
         else:
             watch.idle_since = None
 
-        if ev.temp is not None and ev.temp >= self.hot_temp_c:
+        hot_held = AlertType.GPU_HOT in watch.alerts and ev.temp is not None and ev.temp > self.hot_temp_c - self.hot_clear_c
+        if ev.temp is not None and (ev.temp >= self.hot_temp_c or hot_held):
             watch.hot_run += 1
-            if watch.hot_run >= self.hot_samples:
+            if watch.hot_run >= self.hot_samples or hot_held:
                 active[AlertType.GPU_HOT] = (
                     f"{ev.temp:.0f} C for {watch.hot_run} samples (threshold {self.hot_temp_c:.0f} C)",
                     {"temp_c": ev.temp, "samples": watch.hot_run, "threshold_c": self.hot_temp_c,
@@ -190,7 +203,8 @@ class DeviceRules:
         else:
             watch.hot_run = 0
 
-        if ev.mem_used is not None and ev.mem_total and ev.mem_used > self.hbm_ratio * ev.mem_total:
+        hbm_line = self.hbm_ratio - (self.hbm_clear_ratio if AlertType.HBM_FULL in watch.alerts else 0.0)
+        if ev.mem_used is not None and ev.mem_total and ev.mem_used > hbm_line * ev.mem_total:
             watch.hbm_run += 1
             growth = job.growth(self.recent_steps) if job is not None else None
             held = AlertType.HBM_FULL in watch.alerts
@@ -207,14 +221,17 @@ class DeviceRules:
         out: list[Alert] = []
         for rule, (text, detail) in active.items():
             watch.clean[rule] = 0
+            watch.clean_since.pop(rule, None)
             if rule not in watch.alerts:
                 alert = self._alert(rule, ev, on, text, detail)
                 watch.alerts[rule] = alert
                 out.append(alert)
         for rule in [r for r in watch.alerts if r not in active]:
             watch.clean[rule] = watch.clean.get(rule, 0) + 1
-            if watch.clean[rule] >= self.clear_samples:
+            since = watch.clean_since.setdefault(rule, ev.ts)
+            if watch.clean[rule] >= self.clear_samples and ev.ts - since >= self.clear_seconds:
                 alert = watch.alerts.pop(rule)
+                watch.clean_since.pop(rule, None)
                 out.append(alert.resolved(at=ev.ts, summary=f"resolved: {alert.summary}"))
         return out
 
@@ -246,6 +263,7 @@ class DeviceRules:
         for watch in self._gpus.values():
             watch.alerts.clear()
             watch.clean.clear()
+            watch.clean_since.clear()
             watch.idle_since, watch.hot_run, watch.hbm_run = None, 0, 0
         return out
 
@@ -254,4 +272,6 @@ def device_rules(host_settings, placement: Callable[[], dict]) -> DeviceRules:
     h = host_settings
     return DeviceRules(placement=placement, idle_util_pct=h.gpu_idle_util_pct, idle_seconds=h.gpu_idle_seconds,
                        hot_temp_c=h.gpu_hot_temp_c, hot_samples=h.gpu_hot_samples, hbm_ratio=h.hbm_full_ratio,
-                       hbm_step_growth=h.hbm_step_growth)
+                       hbm_step_growth=h.hbm_step_growth, hot_clear_c=h.gpu_hot_clear_c,
+                       hbm_clear_ratio=h.hbm_full_clear_ratio, idle_clear_pct=h.gpu_idle_clear_pct,
+                       clear_seconds=h.device_clear_seconds)

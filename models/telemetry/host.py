@@ -80,6 +80,15 @@ class HostSettings:
     #: step time (median of its last 10 steps) grew to ``hbm_step_growth`` x its earlier median.
     hbm_full_ratio: float = runtime(0.90, high=1.0)
     hbm_step_growth: float = runtime(1.1, low=1.0, high=1000.0)
+    #: Hysteresis of the device rules: a firing gpu_hot holds until the temperature is this many degrees below
+    #: ``gpu_hot_temp_c``, hbm_full until memory is this share below ``hbm_full_ratio``, gpu_idle until
+    #: utilization is this many points above ``gpu_idle_util_pct`` ...
+    gpu_hot_clear_c: float = runtime(3.0, high=1000.0)
+    hbm_full_clear_ratio: float = runtime(0.02, high=1.0)
+    gpu_idle_clear_pct: float = runtime(5.0, high=100.0)
+    #: ... for 5 samples and at least this many seconds of the GPU's clock: a value hovering at a threshold is
+    #: one incident, not one per crossing.
+    device_clear_seconds: float = runtime(60.0)
 
 #: Per-node values that keep a baseline.
 

@@ -131,6 +131,8 @@ class DeviceRule(NodeRule):
         r.idle_util_pct, r.idle_seconds = h.gpu_idle_util_pct, h.gpu_idle_seconds
         r.hot_temp_c, r.hot_samples = h.gpu_hot_temp_c, h.gpu_hot_samples
         r.hbm_ratio, r.hbm_step_growth = h.hbm_full_ratio, h.hbm_step_growth
+        r.hot_clear_c, r.hbm_clear_ratio, r.idle_clear_pct = h.gpu_hot_clear_c, h.hbm_full_clear_ratio, h.gpu_idle_clear_pct
+        r.clear_seconds = h.device_clear_seconds
 
 
 class _IncidentRule(NodeRule):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..alert_types import AlertType
 from ..alerts import Alert
+from ..evidence import StragglerEvidence
 from .causes import SuspectedCause
 from ..wire.events import StepEvent
 from .telemetry_tracker import SpikeEpisode, TelemetryTracker
@@ -121,10 +122,12 @@ class TelemetryCorrelator:
             return None
         return own / peers
 
-    def suspects(self, alert: Alert, *, at: float | None = None, max_ranks: int = 32) -> list[SuspectedCause]:
-        """Ranked suspected causes of ``alert`` (a straggler or hang), best first."""
+    def suspects(self, alert: Alert, *, at: float | None = None, until: float | None = None,
+                 max_ranks: int = 32) -> list[SuspectedCause]:
+        """Ranked suspected causes of ``alert`` (a straggler or hang), best first: spikes within ``window`` of
+        its start ``at``, or up to ``until`` when later (a firing straggler: causes that show while it lasts)."""
         t0 = alert.starts_at if at is None else at
-        since, until = t0 - self.window, t0 + self.window
+        since, until = t0 - self.window, max(t0 + self.window, until if until is not None else -math.inf)
         ranks = alert.ranks[:max_ranks]
         targets: dict[str, list[int]] = {}  # node -> the ranks' GPUs there
         for node in alert.nodes:
@@ -161,6 +164,9 @@ class TelemetryCorrelator:
                         score=4.0 + min(ratio, 11.0), began_at=None, near_rank=True,
                         hint=f"input pipeline: data_time {ratio:.0f}x peers",
                         evidence=({"signal": "data_time", "ratio_to_peers": round(ratio, 2), "rank": rank},)))
+            own = _data_wait_cause(alert, self.placement)
+            if own is not None and not any(c.category == "input_pipeline" for c in causes):
+                causes.append(own)
         causes.sort(key=lambda c: (-c.score, c.began_at if c.began_at is not None else math.inf, c.component))
         return causes[: self.max_causes]
 
@@ -186,6 +192,26 @@ class TelemetryCorrelator:
             began_at=min(ep.began for ep in episodes), near_rank=near, gpu=top.gpu, device=top.device,
             port=top.port, hint=_hint(top.category, component, top.label, top.gpu),
             evidence=tuple(ep.to_dict() for _, ep in scored[:8]))
+
+
+def _data_wait_cause(alert: Alert, placement) -> SuspectedCause | None:
+    """The straggler rule's own reading of a data-wait straggler (``evidence.cause: "input pipeline"``) as a cause,
+    so that its cause line names the data wait when no telemetry names anything deeper (a wait 2x its peers' is
+    below ``data_time_ratio`` yet the whole of the straggler)."""
+    ev = StragglerEvidence.of(alert)
+    if not ev.input_pipeline or not alert.ranks:
+        return None
+    rank = alert.ranks[0]
+    own, peers = alert.evidence.get("rank_median"), alert.evidence.get("peer_median")
+    node = alert.nodes[0] if alert.nodes else placement(alert.job, rank)[0]
+    detail: dict = {"signal": "data_time", "rank": rank}
+    if isinstance(own, (int, float)) and isinstance(peers, (int, float)):
+        hint = f"input pipeline: rank {rank} waits {own:.3g} s for data per step vs {peers:.3g} s for its peers"
+        detail.update(data_time=own, peer_data_time=peers)
+    else:
+        hint = f"input pipeline: rank {rank} waits for its data loader"
+    return SuspectedCause(category="input_pipeline", node=node, component=f"rank{rank}/data_loader", score=4.0,
+                          began_at=None, near_rank=True, hint=hint, evidence=(detail,))
 
 
 class _DataRings:

@@ -251,11 +251,21 @@ class TelemetryHub:
 
     def _enriched(self, base: Alert) -> tuple[Alert, tuple]:
         at = self._reference_time(base)
-        causes = self.correlator.suspects(base, at=at)
+        # A firing straggler's causes are re-derived as its node's telemetry accumulates (issue 39 item 5): what
+        # shows while it lasts (a throttle that deepens, host pressure that starts) counts, not only its onset's.
+        now = self._now if base.type == AlertType.STRAGGLER and base.status == AlertStatus.FIRING else None
+        late = now is not None and now > at + self.correlator.window
+        causes = self.correlator.suspects(base, at=at, until=now if late else None)
         from .host import merge_causes
 
-        causes = merge_causes(causes, self.host_correlator.suspects(
-            base, at=at, placement=self.correlator.placement, job_nodes=self.correlator.job_nodes), self.correlator.max_causes)
+        host = self.host_correlator.suspects(base, at=at, placement=self.correlator.placement,
+                                             job_nodes=self.correlator.job_nodes)
+        if late:
+            seen = {(c.node, c.component) for c in host}
+            host = host + [c for c in self.host_correlator.suspects(
+                base, at=now, placement=self.correlator.placement, job_nodes=self.correlator.job_nodes)
+                if (c.node, c.component) not in seen]
+        causes = merge_causes(causes, host, self.correlator.max_causes)
         if self.fabric.applies(base):
             return self._enriched_job_wide(base, at, causes)
         rank = 0

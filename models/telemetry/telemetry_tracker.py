@@ -69,8 +69,12 @@ RATE_COUNTERS: dict[str, tuple[float, float, str]] = {
 }
 #: Port data counters count 4-byte words (InfiniBand PMA convention, also in sysfs).
 DATA_COUNTERS = ("port_xmit_data", "port_rcv_data")
-#: A bandwidth collapse needs a busy baseline: at least this many bytes per second.
+#: A bandwidth collapse needs a busy baseline: the link usually (its 10th percentile) carries this many bytes/s.
 BANDWIDTH_FLOOR = 1e8
+#: A port sample this many times the port's usual interval after the one before follows a collector gap.
+GAP_FACTOR = 3.0
+#: Below this share of what a link usually falls to, with no transmit wait, the link is idle (nothing to send).
+IDLE_SHARE = 0.02
 #: Per-node bounds (one producer cannot grow a node without limit; issue 27 finding 5): GPUs and
 #: link ports tracked per node; a sample of one more is left out and counted (``capped``).
 MAX_GPUS_PER_NODE = 64
@@ -95,7 +99,13 @@ XID_NAMES = {
 }
 #: Weights of GPU-side signals.
 GPU_WEIGHTS = {"xid": 10.0, "ecc_dbe": 9.0, "nvlink_down": 8.0, "throttle": 7.0, "pcie_downgrade": 5.0,
-               "nvlink_errors": 4.0, "ecc_sbe": 1.0, "app_xid": 2.0}
+               "nvlink_errors": 4.0, "ecc_sbe": 1.0, "app_xid": 2.0, "clock_below_peers": 6.0}
+#: A busy GPU's SM clock is "below its peers" under this fraction of the median of its node's other busy GPUs'
+#: latest clocks (at least ``MIN_CLOCK_PEERS`` of them, sampled within ``CLOCK_PEER_AGE`` seconds of it): a slow
+#: thermal drift throttles a GPU a few percent at a time, and its own baseline drifts down with it.
+CLOCK_PEER_RATIO = 0.97
+MIN_CLOCK_PEERS = 2
+CLOCK_PEER_AGE = 120.0
 LINK_WEIGHTS = {"link_down": 9.0, "rate_down": 6.0, "bandwidth": 2.0}
 #: Seconds without a new flag after which a spike episode is over (the next flag starts a new one).
 EPISODE_GAP = 10.0
@@ -133,14 +143,16 @@ class SpikeEpisode:
 
 
 class _PortState:
-    __slots__ = ("counters", "baselines", "bw", "bw_baseline", "max_rate", "state", "err_ring", "clean", "firing",
-                 "err_first", "err_totals", "down_samples")
+    __slots__ = ("counters", "baselines", "bw", "bw_baseline", "bw_dt", "max_rate", "state", "err_ring", "clean",
+                 "firing", "err_first", "err_totals", "down_samples", "last_wait_rate")
 
     def __init__(self, size: int, min_samples: int, window: int) -> None:
         self.counters: dict[str, CounterTrack] = {}
         self.baselines: dict[str, Baseline] = {}
         self.bw = CounterTrack()
         self.bw_baseline = Baseline(size, min_samples)
+        self.last_wait_rate: float | None = None  # port_xmit_wait per second in the latest sample
+        self.bw_dt = Baseline(16, 3)  # the port's usual interval between two samples (a collector gap is far longer)
         self.max_rate = 0.0
         self.state: str | None = None
         self.err_ring: deque[bool] = deque(maxlen=window)
@@ -153,7 +165,7 @@ class _PortState:
 
 class _GpuState:
     __slots__ = ("ecc", "clock", "throttle_run", "pcie_run", "nvlink_up", "nvlink_counters", "faults", "clean",
-                 "fault_last")
+                 "fault_last", "busy_clock", "busy_at", "temp")
 
     def __init__(self, size: int, min_samples: int) -> None:
         self.ecc = {"ecc_sbe": CounterTrack(), "ecc_dbe": CounterTrack()}
@@ -165,6 +177,9 @@ class _GpuState:
         self.faults: dict[str, Alert] = {}  # open gpu_fault alerts by fault key
         self.clean: dict[str, int] = {}
         self.fault_last: dict[str, float] = {}  # event-based faults: last occurrence
+        self.busy_clock: float | None = None  # latest SM clock while busy (its peers' reference), node time of it
+        self.busy_at = -math.inf
+        self.temp: float | None = None
 
 
 class _NodeState:
@@ -373,6 +388,8 @@ class TelemetryTracker:
                     self._flag(node, ev.node, ev.ts, signal=name, label=label, weight=weight, count=delta,
                                peak=rate or 0.0, **where)
             elif name in RATE_COUNTERS and rate is not None:
+                if name == "port_xmit_wait":
+                    port.last_wait_rate = rate
                 floor, weight, label = RATE_COUNTERS[name]
                 base = port.baselines.get(name)
                 if base is None:
@@ -392,18 +409,40 @@ class TelemetryTracker:
         if not all(n in ev.counters for n in DATA_COUNTERS):
             return
         words = sum(ev.counters[n] for n in DATA_COUNTERS)
+        prev_ts = port.bw.ts if port.bw.value is not None else None
         _, rate = port.bw.update(words, ev.ts)
-        if rate is None:
+        if rate is None or prev_ts is None:
+            return
+        # After a collector gap the rate is an average over the gap (traffic and idle alike): neither judged nor
+        # learned (issue 39: real RoCE traffic with gaps of seconds to minutes logged thousands of "collapses").
+        dt, usual = ev.ts - prev_ts, port.bw_dt.median() if port.bw_dt.ready else math.nan
+        port.bw_dt.add(dt)
+        if not math.isnan(usual) and dt > GAP_FACTOR * usual:
             return
         bps = rate * 4
         base = port.bw_baseline
+        # Judged against the link's own usual pattern: what it usually falls to (its 10th percentile), not its
+        # median. A link busy all the time collapses below that; a bursty one (collectives between compute
+        # phases, idle for checkpoints) usually falls to near zero, and its quiet samples are no collapse.
+        low = base.low() if base.ready else math.nan
         median = base.median() if base.ready else math.nan
-        if base.ready and median >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * median:
+        if base.ready and low >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * low and (
+                bps >= IDLE_SHARE * low or self._waiting(port)):
             self._flag(node, ev.node, ev.ts, signal="bandwidth", label="bandwidth collapse",
                        weight=LINK_WEIGHTS["bandwidth"], peak=median / max(bps, 1.0),
-                       bytes_per_s=round(bps), baseline_bytes_per_s=round(median), **where)
+                       bytes_per_s=round(bps), baseline_bytes_per_s=round(median),
+                       usual_low_bytes_per_s=round(low), **where)
         else:
             base.add(bps)
+
+    @staticmethod
+    def _waiting(port: _PortState) -> bool:
+        """The port still wants to send (transmit wait at or above half its usual rate): a near-idle link with
+        demand is a collapse; without it, the application paused (a checkpoint, an eval, compute between
+        collectives), which is the link's usual pattern, not a fault."""
+        base, track = port.baselines.get("port_xmit_wait"), port.counters.get("port_xmit_wait")
+        return (base is not None and track is not None and base.ready and track.value is not None
+                and port.last_wait_rate is not None and port.last_wait_rate >= 0.5 * base.median())
 
     def _state(self, node: _NodeState, port: _PortState, ev: LinkEvent, where: dict) -> bool:
         down = False
@@ -541,6 +580,7 @@ class TelemetryTracker:
                 gpu.throttle_run = 0
                 if not reasons and (ev.util is None or ev.util >= 50):
                     gpu.clock.add(ev.sm_clock)  # the busy, unthrottled clock is the baseline
+            self._clock_peers(node, gpu, ev, reasons, where)
 
         down = []
         if ev.pcie_width is not None and ev.pcie_width_max and ev.pcie_width < ev.pcie_width_max:
@@ -608,6 +648,40 @@ class TelemetryTracker:
                 out.append(alert.resolved(at=ev.ts, summary=f"resolved: {alert.summary}"))
         return out
 
+    def _clock_peers(self, node: _NodeState, gpu: _GpuState, ev: GpuEvent, reasons: int, where: dict) -> None:
+        """The GPU's clock against its node's other busy GPUs' (a spike ``clock_below_peers``, no alert): the
+        slow drift its own baseline follows, with the throttle reasons, temperature and power that explain it."""
+        busy = ev.util is None or ev.util >= 50
+        if not busy:
+            gpu.busy_clock = None
+            return
+        gpu.busy_clock, gpu.busy_at, gpu.temp = ev.sm_clock, ev.ts, ev.temp
+        peers = [(g.busy_clock, g.temp) for g in node.gpus.values()
+                 if g is not gpu and g.busy_clock is not None and abs(ev.ts - g.busy_at) <= CLOCK_PEER_AGE]
+        if len(peers) < MIN_CLOCK_PEERS:
+            return
+        peer = _median([c for c, _ in peers])
+        if not peer > 0 or ev.sm_clock >= CLOCK_PEER_RATIO * peer:
+            return
+        all_reasons = (ev.throttle or 0)
+        names = [n for bit, n in THROTTLE_NAMES.items() if all_reasons & bit]
+        kind = ("thermal throttling" if reasons & THROTTLE_THERMAL else "power capping" if reasons & THROTTLE_POWER
+                else "SM clock")
+        temps = [t for _, t in peers if t is not None]
+        peer_temp = _median(temps) if temps else None
+        label = f"{kind}: clock {1 - ev.sm_clock / peer:.0%} below its peers" + (
+            f" ({', '.join(names)})" if names else "") + (f", {ev.temp:.0f} C" if ev.temp is not None else "") + (
+            f" vs {peer_temp:.0f} C" if ev.temp is not None and peer_temp is not None else "")
+        # Explained by throttle reasons: as strong as a throttle with a clock drop; unexplained: weaker.
+        weight = GPU_WEIGHTS["clock_below_peers"] * (1.0 if reasons else 0.6)
+        self._flag(node, ev.node, ev.ts, signal="clock_below_peers", label=label, weight=weight,
+                   peak=peer / max(ev.sm_clock, 1.0), sm_clock_mhz=ev.sm_clock, peer_clock_mhz=round(peer, 1),
+                   reasons=names, temp_c=ev.temp, peer_temp_c=None if peer_temp is None else round(peer_temp, 1),
+                   power_w=ev.power, power_limit_w=ev.power_limit, **where)
+        ep = node.open.get((where["component"], "clock_below_peers"))
+        if ep is not None:
+            ep.label = label  # the latest reading (the drift goes on): the hint says how far it is now
+
     def _gpu_alert(self, node: str, gpu: int, fault: str, key: str, ts: float, severity: str, text: str,
                    detail: dict) -> Alert:
         evidence = {"node": node, "gpu": gpu, "fault": fault, "began_at": round(ts, 3)}
@@ -656,3 +730,9 @@ class TelemetryTracker:
             for key in [k for k, ep in node.open.items() if clock - ep.last > EPISODE_GAP]:
                 del node.open[key]
         return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
