@@ -83,12 +83,12 @@ class HostSettings:
     #: Hysteresis of the device rules: a firing gpu_hot holds until the temperature is this many degrees below
     #: ``gpu_hot_temp_c``, hbm_full until memory is this share below ``hbm_full_ratio``, gpu_idle until
     #: utilization is this many points above ``gpu_idle_util_pct`` ...
-    gpu_hot_clear_c: float = runtime(3.0, high=1000.0)
-    hbm_full_clear_ratio: float = runtime(0.02, high=1.0)
-    gpu_idle_clear_pct: float = runtime(5.0, high=100.0)
+    gpu_hot_clear_c: float = runtime(3.0, low=0.0, high=1000.0)
+    hbm_full_clear_ratio: float = runtime(0.02, low=0.0, high=1.0)
+    gpu_idle_clear_pct: float = runtime(5.0, low=0.0, high=100.0)
     #: ... for 5 samples and at least this many seconds of the GPU's clock: a value hovering at a threshold is
     #: one incident, not one per crossing.
-    device_clear_seconds: float = runtime(60.0)
+    device_clear_seconds: float = runtime(60.0, low=0.0, high=MAX_SECONDS)
 
 #: Per-node values that keep a baseline.
 
