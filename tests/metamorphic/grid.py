@@ -1,0 +1,170 @@
+"""The grid: every base recording x every variant that applies to it; the CI sample; the known failures.
+
+``run(source, variant)`` replays the base (once per source, cached) and the variant and returns the
+invariants that broke. The CI sample (``sample()``) is a fixed, seeded choice of small pairs; the bench
+(bench/metamorphic.py) runs ``full()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import transforms as t
+from .invariants import WITHOUT_TELEMETRY, check
+from .recording import Recording, is_telemetry, replay
+from .sources import Source, everything
+from .verdict import Verdict, verdict
+
+
+@dataclass(frozen=True)
+class Base:
+    source: Source
+    rec: Recording
+    verdict: Verdict
+
+    @property
+    def hot(self) -> dict[str, frozenset[int]]:
+        """The fault's ranks by job (the base verdict's culprits)."""
+        return {self.verdict.job: self.verdict.culprits} if self.verdict.job and self.verdict.culprits else {}
+
+    @property
+    def hot_nodes(self) -> frozenset[str]:
+        return frozenset([self.verdict.node]) if self.verdict.node else frozenset()
+
+    @functools.cached_property
+    def telemetry(self) -> bool:
+        return any(is_telemetry(line.event) for line in self.rec.lines)
+
+    @functools.cached_property
+    def heartbeats(self) -> bool:
+        return any(line.event.get("kind") == "heartbeat" for line in self.rec.lines)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    family: str
+    make: Callable[[Base], Recording]
+    applies: Callable[[Base], bool] = lambda b: True
+    excused: frozenset[str] = frozenset()
+    #: The variant's size relative to its base (events), for the cost bound.
+    weight: float = 1.0
+
+
+def _hang(b: Base) -> bool:
+    return b.verdict.primary == "hang" and bool(b.verdict.culprits) and b.rec.onset is not None
+
+
+def variants() -> list[Variant]:
+    out = []
+    for seconds in (0.02, 0.1, 2.0, 10.0, 60.0, 120.0):
+        out.append(Variant(f"step {seconds:g}s", "time scale",
+                           lambda b, s=seconds: t.time_scale(b.rec, s), weight=1.5))
+    for size in (2, 8, 64, 256, 1024, 4096, 16384):
+        out.append(Variant(f"world {size}", "world size",
+                           lambda b, n=size: t.world_size(b.rec, n, b.hot, b.hot_nodes),
+                           applies=lambda b, n=size: b.source.ranks != n, weight=size / 64))
+    for seconds in (1.0, 10.0, 30.0):
+        out.append(Variant(f"heartbeat every {seconds:g}s", "heartbeat cadence",
+                           lambda b, s=seconds: t.heartbeat_cadence(b.rec, s), applies=lambda b: b.heartbeats))
+    for lag, jitter in ((2.0, 1.0), (10.0, 5.0)):
+        out.append(Variant(f"heartbeat lag {lag:g}s+{jitter:g}s", "heartbeat lag",
+                           lambda b, a=lag, j=jitter: t.heartbeat_lag(b.rec, a, j, seed=1),
+                           applies=lambda b: b.heartbeats))
+    for share in (0.05, 0.5):
+        out.append(Variant(f"duplicated {share:.0%}", "delivery",
+                           lambda b, x=share: t.duplicated(b.rec, x, seed=2), weight=1 + share))
+    for window in (0.5, 3.0):
+        out.append(Variant(f"reordered {window:g}s", "delivery", lambda b, w=window: t.reordered(b.rec, w, seed=3)))
+    for share, seconds in ((0.02, 5.0), (0.01, 30.0)):
+        out.append(Variant(f"late {share:.0%} by {seconds:g}s", "delivery",
+                           lambda b, x=share, s=seconds: t.late(b.rec, x, s, seed=4)))
+    for spread in (2.0, 30.0):
+        out.append(Variant(f"clocks +-{spread:g}s", "clock offsets", lambda b, s=spread: t.clock_offsets(b.rec, s, seed=5)))
+    for phase, seconds in (("checkpoint", 60.0), ("eval", 30.0), ("warmup", 20.0)):
+        out.append(Variant(f"{phase} {seconds:g}s before the fault", "pause",
+                           lambda b, p=phase, s=seconds: t.pause_before_fault(b.rec, p, s)))
+    for after in (120.0, 300.0):
+        out.append(Variant(f"teardown {after:g}s into the hang", "teardown",
+                           lambda b, a=after: t.teardown(b.rec, b.hot, a), applies=_hang))
+    out.append(Variant("without telemetry", "telemetry", lambda b: t.without_telemetry(b.rec),
+                       applies=lambda b: b.telemetry, excused=WITHOUT_TELEMETRY))
+    out.append(Variant("quiet telemetry", "telemetry", lambda b: t.quiet_telemetry(b.rec),
+                       applies=lambda b: not b.telemetry, weight=2.0))
+    return out
+
+
+VARIANTS = {v.name: v for v in variants()}
+SOURCES = {s.name: s for s in everything()}
+
+
+@functools.lru_cache(maxsize=None)
+def base(name: str) -> Base:
+    source = SOURCES[name]
+    rec = source.build()
+    return Base(source, rec, verdict(replay(rec)))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    source: str
+    variant: str
+    broken: dict
+    base: Verdict
+    got: Verdict | None  # None: the variant does not apply to this base
+
+
+def run(source: str, variant: str) -> Outcome:
+    b = base(source)
+    v = VARIANTS[variant]
+    if not v.applies(b):
+        return Outcome(source, variant, {}, b.verdict, None)
+    rec = v.make(b)
+    got = verdict(replay(rec))
+    return Outcome(source, variant, check(b.verdict, got, b.rec, rec, v.excused), b.verdict, got)
+
+
+# -- the CI sample -------------------------------------------------------------------------------------------
+
+#: The CI sample: this many pairs per variant family, from bases of at most ``SAMPLE_MAX_RANKS`` ranks whose
+#: variant stays under ``SAMPLE_MAX_WORLD`` ranks; the seed fixes the choice.
+SAMPLE_PER_FAMILY = 3
+SAMPLE_MAX_RANKS = 64
+SAMPLE_MAX_WORLD = 256
+SAMPLE_SEED = 39
+
+
+def sample() -> list[tuple[str, str]]:
+    """A fixed, bounded, deterministic sample of the grid: per family, ``SAMPLE_PER_FAMILY`` (source,
+    variant) pairs drawn with ``SAMPLE_SEED`` from the small bases (every generator can be drawn)."""
+    rng = random.Random(SAMPLE_SEED)
+    small = sorted(n for n, s in SOURCES.items() if s.ranks <= SAMPLE_MAX_RANKS and not n.startswith("library:fabric"))
+    families: dict[str, list[Variant]] = {}
+    for v in VARIANTS.values():
+        if v.family == "world size" and int(v.name.split()[1]) > SAMPLE_MAX_WORLD:
+            continue
+        families.setdefault(v.family, []).append(v)
+    out = []
+    for family, members in families.items():
+        picked = 0
+        tries = 0
+        while picked < SAMPLE_PER_FAMILY and tries < 200:
+            tries += 1
+            pair = (rng.choice(small), rng.choice(members).name)
+            if pair not in out:
+                out.append(pair)
+                picked += 1
+    return out
+
+
+def full(max_events: int = 3_000_000) -> list[tuple[str, str]]:
+    """Every (source, variant) pair whose variant stays under ``max_events`` events (an estimate)."""
+    out = []
+    for name, source in SOURCES.items():
+        for v in VARIANTS.values():
+            if source.ranks * 300 * v.weight * (v.family == "world size" and 1 or 1) <= max_events:
+                out.append((name, v.name))
+    return out
