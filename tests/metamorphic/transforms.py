@@ -24,7 +24,9 @@ PERIODIC = ("heartbeat", "gpu", "host", "link")
 #: When time slows down, a periodic stream's period stretches with it only up to this (an agent or heartbeat
 #: thread keeps its wall-clock timer: its period does not follow the step time), seconds.
 MAX_PERIOD = {"heartbeat": 10.0, "gpu": 30.0, "host": 30.0, "link": 30.0}
-TIMED_KINDS = ("step", "heartbeat", "collective", "phase")
+#: A slowed recording keeps at most this many seconds after its last step event (a hang's tail, scaled, would be
+#: hours of heartbeats: every verdict is given within the hang timeout, docs/hang.md).
+MAX_TAIL_S = 1800.0
 
 
 def _source(event: dict) -> tuple:
@@ -107,6 +109,9 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
         if isinstance(e.get("start_ts"), (int, float)):
             event["start_ts"] = round(warp(e["start_ts"], e.get("node")), 6)
         lines.append(Line(ts + (line.arrival - e["ts"]), event))
+    last_step = max((line.arrival for line in lines if line.event.get("kind") == "step"), default=None)
+    if last_step is not None:  # a capture ends MAX_TAIL_S into a hang, whatever the pace (the drain goes on)
+        lines = [line for line in lines if line.arrival <= last_step + MAX_TAIL_S]
     onset = t0 + s * (rec.onset - t0) if rec.onset is not None else None
     scaled = rec.derive(f"time_scale({step_seconds:g}s)", lines, onset=onset, scale=rec.scale * s)
     periods = _periods(rec)
@@ -139,6 +144,7 @@ def recadence(rec: Recording, period: dict[tuple, float] | Callable[[tuple], flo
     last_kept: dict[tuple, Line] = {}
     progressed: dict[tuple, bool] = {}
     out: list[Line] = []
+    filled: list[Line] = []  # (merged by arrival at the end: a copy arrives when its timer would have sent it)
     for line in rec.lines:
         e = line.event
         if e.get("kind") == "step":
@@ -159,12 +165,11 @@ def recadence(rec: Recording, period: dict[tuple, float] | Callable[[tuple], flo
             continue  # (thinned)
         if e["kind"] != "heartbeat" or not progressed.get(key):
             n = int((e["ts"] - prev.event["ts"]) / p - 1e-9)
-            for i in range(1, min(n, 100_000)):
-                out.append(_moved(prev, i * p))
+            filled.extend(_moved(prev, i * p) for i in range(1, min(n + 1, 100_000)))
         last_kept[key] = line
         progressed[key] = False
         out.append(line)
-    return rec.derive(name, out)
+    return rec.derive(name, _merged(out, filled))
 
 
 def heartbeat_cadence(rec: Recording, seconds: float) -> Recording:
