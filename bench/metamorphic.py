@@ -19,6 +19,7 @@ import multiprocessing
 import sys
 import time
 from collections import Counter, defaultdict
+from itertools import zip_longest
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         by_source[s].append(v)
     started = time.time()
     deadline = started + args.budget if args.budget else float("inf")
-    tasks = [(s, vs, deadline) for s, vs in by_source.items()]
+    # Round-robin over the generators: a budget cut leaves each with some bases run.
+    per_generator: dict[str, list[str]] = defaultdict(list)
+    for s in by_source:
+        per_generator[s.split(":")[0]].append(s)
+    order = [s for group in zip_longest(*per_generator.values()) for s in group if s is not None]
+    tasks = [(s, by_source[s], deadline) for s in order]
     results: list[dict] = []
     cpu0 = time.process_time()
     with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
