@@ -15,6 +15,7 @@ table says what ran. Writes the ``metamorphic`` section of BENCHMARKS.md unless 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import sys
 import time
@@ -57,7 +58,7 @@ def _one_source(task: tuple[str, list[str], float]) -> list[dict]:
 
 
 def table(results: list[dict], command: str, stamp_text: str, summary: str) -> str:
-    from metamorphic.grid import VARIANTS
+    from metamorphic.grid import VARIANTS, explain
     from metamorphic.invariants import INVARIANTS
 
     rows = defaultdict(list)
@@ -88,7 +89,9 @@ def table(results: list[dict], command: str, stamp_text: str, summary: str) -> s
                      + " | ".join(str(broken.get(k, 0) or "") for k in INVARIANTS) + f" | {other or ''} |")
         for r in rs:
             if r["broken"]:
-                failures.append(f"- `{r['source']}` / {name}: " + "; ".join(f"{k}: {v}" for k, v in r["broken"].items()))
+                cause = explain(name, r["broken"]) if name != "(base)" else explain("", r["broken"])
+                failures.append(f"- `{r['source']}` / {name}: " + "; ".join(f"{k}: {v}" for k, v in r["broken"].items())
+                                + f" (cause: {cause or 'not analysed yet'})")
     lines += ["", f"<details><summary>{len(failures)} failing pairs</summary>", "", *failures, "", "</details>"]
     return "\n".join(lines)
 
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--draw-sample", action="store_true", help="print the CI sample drawn from the small bases")
+    ap.add_argument("--json", help="also write every pair's result (source, variant, applies, broken, verdict) here")
     args = ap.parse_args(argv)
 
     from metamorphic.grid import SOURCES, draw_sample, full
@@ -134,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                 for r in out:
                     print(f"{r['source']} / {r['variant']}: {'ok' if not r['broken'] else r['broken']}", file=sys.stderr)
     wall = time.time() - started
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
     ran = {r["source"] for r in results}
     applied = sum(1 for r in results if r["applies"] and r["variant"] != "(base)")
     held = sum(1 for r in results if r["applies"] and r["variant"] != "(base)" and not r["broken"])

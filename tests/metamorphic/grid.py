@@ -80,6 +80,9 @@ def variants() -> list[Variant]:
         out.append(Variant(f"heartbeat lag {lag:g}s+{jitter:g}s", "heartbeat lag",
                            lambda b, a=lag, j=jitter: t.heartbeat_lag(b.rec, a, j, seed=1),
                            applies=lambda b: b.heartbeats))
+    for lag in (2.0, 10.0):
+        out.append(Variant(f"heartbeat step {lag:g}s stale", "heartbeat lag",
+                           lambda b, a=lag: t.heartbeat_stale_step(b.rec, a), applies=lambda b: b.heartbeats))
     for share in (0.05, 0.5):
         out.append(Variant(f"duplicated {share:.0%}", "delivery",
                            lambda b, x=share: t.duplicated(b.rec, x, seed=2), weight=1 + share))
@@ -164,6 +167,7 @@ PINNED: list[tuple[str, str]] = [
     ("gen2:hang-before-collective", "checkpoint 60s before the fault"),
     ("gen2:hang-before-collective", "heartbeat lag 2s+1s"),
     ("gen3:throttled_gpu", "without telemetry"),
+    ("gen2:hang-before-collective", "heartbeat step 2s stale"),
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
@@ -182,6 +186,9 @@ KNOWN: dict[tuple[str, str], str] = {
     ("hand:hang", "world 8"):
         "issue 39 item 2: tests/recordings.py's hang (heartbeats one step ahead of the step events) is critical at "
         "600 s with no warning already in the base, at any world size",
+    ("gen2:hang-before-collective", "heartbeat step 2s stale"):
+        "issue 39 item 4: heartbeats that report a step 2 s behind the step events lose the hang's 30 s warning "
+        "(critical at 600 s)",
     ("gen3:varlen_accum_straggler", "late 2% by 5s"):
         "not in issue 39's items 1-7 (new finding): producers that stall 5 s on 2% of their messages add a "
         "throughput_drop to the straggler",
@@ -238,3 +245,48 @@ def full(max_ranks: int = 1 << 30, max_world: int = 16_384) -> list[tuple[str, s
                 continue
             out.append((name, v.name))
     return out
+
+
+# -- causes, as far as known (bench/metamorphic.py names them beside each failure) ------------------------------
+
+#: (variant prefix, invariant, text in how it broke, cause): the first rule that matches a broken invariant of a
+#: failing pair explains it. Causes were read from the alerts of one failing pair each (their summaries).
+CAUSES: list[tuple[str, str, str, str]] = [
+    ("step 0.02s", "warning_first", "", "issue 39 item 2: no hang warning at 20 ms steps (critical at 600 s)"),
+    ("step 6", "warning_first", "", "issue 39 item 2 where the base is a hang: at 60-120 s steps the warning "
+     "threshold lies beyond the timeout; item 2 of a straggler base: see 'first step' below"),
+    ("step 12", "warning_first", "", "issue 39 item 2 (hang bases); straggler bases: see 'first step'"),
+    ("step ", "no_new_types", "checkpoint_stale", "by design, not in items 1-7: checkpoint_max_age_seconds (1 h) is "
+     "absolute; a job of 60-120 s steps that checkpoints every 100 steps is 1.7-3.3 h between checkpoints"),
+    ("step ", "no_new_types", "hang", "harness limit: time_scale stretches the generator's warm-up and first step "
+     "past the 1200 s first-step timeout ('has not completed its first step'); scaling without the start-up is "
+     "to come"),
+    ("step 0.", "delay", "", "not in items 1-7: at 20-100 ms steps a straggler is named ~100 steps after its onset "
+     "(steps are held open for seconds of the job's pace, tests/test_assembly_bursts.py), not within ~10"),
+    ("checkpoint", "warning_first", "", "issue 39 items 1-2: a hang right after a marked pause gets no warning "
+     "(critical at 600 s after the pause)"),
+    ("eval", "warning_first", "", "issue 39 items 1-2: a hang right after a marked pause gets no warning"),
+    ("warmup", "warning_first", "", "issue 39 items 1-2: a hang right after a marked pause gets no warning"),
+    ("late", "no_new_types", "throughput_drop", "not in items 1-7 (new): a producer stalling for seconds reads "
+     "as a job-wide throughput drop"),
+    ("clocks", "no_new_types", "hang", "not in items 1-7 (new): heartbeats stamped 6-24 s ahead of the broker's "
+     "clock are not counted ('no heartbeats from this job'), so the capture's end reads as an undetermined "
+     "critical hang"),
+    ("clocks", "delay", "", "not in items 1-7: steps are held open for the hosts' clock spread (tests/"
+     "test_late_host.py), delaying the first straggler alert by ~10-15 s"),
+    ("world 2", "types_kept", "straggler", "design limit: a mild straggler among 2 ranks (one peer) is not told "
+     "apart"),
+    ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),
+    ("heartbeat step", "", "", "issue 39 item 4: heartbeats behind the step events lose the hang warning"),
+    ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),
+    ("", "warning_first", "", "issue 39 item 2: a hang critical before any warning (already in the base)"),
+]
+
+
+def explain(variant: str, broken: dict[str, str]) -> str | None:
+    """The known cause of a failing pair's broken invariants (``CAUSES``), or None."""
+    for prefix, invariant, text, cause in CAUSES:
+        for name, how in broken.items():
+            if variant.startswith(prefix) and (not invariant or name == invariant) and text in how:
+                return cause
+    return None

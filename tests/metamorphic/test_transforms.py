@@ -120,3 +120,12 @@ def test_the_invariants_fail_a_wrong_verdict():
     late = Verdict(good.types, "hang", "h", good.culprits, good.node, None, T0 + 900)
     assert "delay" in check(good, late, rec, rec)
     assert set(check(good, verdict([]), rec, rec)) == {"types_kept", "culprit"}
+
+
+def test_stale_heartbeat_steps_go_back_never_forward():
+    rec = _hang()
+    stale = t.heartbeat_stale_step(rec, 2.0)
+    pairs = [(new.event["step"], old.event["step"]) for new, old in zip(stale.lines, rec.lines)
+             if new.event["kind"] == "heartbeat"]
+    assert all(n <= o for n, o in pairs) and any(n < o for n, o in pairs)
+    assert [line.arrival for line in stale.lines] == [line.arrival for line in rec.lines]

@@ -8,6 +8,7 @@ come from ``random.Random(seed)`` (deterministic). A transformation never change
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import random
 import statistics
@@ -217,6 +218,32 @@ def heartbeat_lag(rec: Recording, lag: float, jitter: float, seed: int = 0) -> R
         at = latest[key] = max(line.arrival + lag + rng.random() * jitter, latest.get(key, float("-inf")))
         out.append(Line(at, line.event))
     return rec.derive(f"heartbeat_lag({lag:g}s+{jitter:g}s)", _sorted(out), arrival=True)
+
+
+def heartbeat_stale_step(rec: Recording, lag: float) -> Recording:
+    """Each heartbeat, sent on time, reports the step its rank had completed ``lag`` seconds earlier (a heartbeat
+    thread that read the step counter before the step's event went out): a few steps behind the step events
+    that already arrived. Only lowers a heartbeat's ``step``, never raises it.
+
+    Invariant: the same verdict; a heartbeat behind the step events is a late heartbeat, not a restart (issue 39
+    item 4)."""
+    done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for e in rec.events("step"):
+        if isinstance(e.get("step"), int) and "ts" in e:
+            done[(e.get("job"), e.get("rank"))].append((e["ts"], e["step"]))
+    for series in done.values():
+        series.sort()
+    out = []
+    for line in rec.lines:
+        e = line.event
+        series = done.get((e.get("job"), e.get("rank"))) if e.get("kind") == "heartbeat" else None
+        if not series or not isinstance(e.get("step"), int):
+            out.append(line)
+            continue
+        i = bisect.bisect_right(series, (e["ts"] - lag, float("inf"))) - 1
+        step = series[i][1] if i >= 0 else e["step"]
+        out.append(Line(line.arrival, dict(e, step=step)) if step < e["step"] else line)
+    return rec.derive(f"heartbeat_stale_step({lag:g}s)", out)
 
 
 def duplicated(rec: Recording, share: float, seed: int = 0) -> Recording:
