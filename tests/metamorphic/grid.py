@@ -147,21 +147,22 @@ DRAWN: list[tuple[str, str]] = [
     ('hand:hang', 'world 8'),
     ('gen2:hang-before-collective', 'heartbeat every 30s'),
     ('gen2:straggler-2-ranks', 'heartbeat every 10s'),
-    ('gen3:arrival_only_straggler', 'heartbeat lag 10s+5s'),
-    ('gen3:straggler_recurs', 'heartbeat lag 10s+5s'),
-    ('gen3:varlen_accum_straggler', 'late 2% by 5s'),
-    ('gen3:pauses_marked_unmarked', 'reordered 0.5s'),
-    ('library:straggler-5pct-8', 'clocks +-2s'),
-    ('gen3:hang_teardown_restart', 'clocks +-30s'),
-    ('gen3:tiny_two_ranks', 'warmup 20s before the fault'),
-    ('gen3:node_suspect_two_jobs', 'checkpoint 60s before the fault'),
-    ('gen2:hang-before-collective', 'teardown 120s into the hang'),
-    ('gen3:oom_killed_rank', 'teardown 300s into the hang'),
-    ('gen3:varlen_accum_straggler', 'quiet telemetry'),
-    ('gen2:hang-skew-lossy', 'quiet telemetry'),
+    ('gen3:hang_sorted_skewed', 'heartbeat step 10s stale'),
+    ('gen2:hang-teardown', 'heartbeat lag 10s+5s'),
+    ('gen3:slow_from_first_seen_step', 'duplicated 5%'),
+    ('gen3:start_and_end', 'duplicated 5%'),
+    ('gen3:rank0_logging_role', 'clocks +-2s'),
+    ('gen3:slow_node_2gpu', 'clocks +-2s'),
+    ('gen2:hang-before-collective', 'checkpoint 60s before the fault'),
+    ('gen3:start_and_end', 'checkpoint 60s before the fault'),
+    ('gen2:hang-before-collective', 'teardown 300s into the hang'),
+    ('gen2:hang-skew-lossy', 'teardown 300s into the hang'),
+    ('gen3:rank0_saves_alone', 'quiet telemetry'),
+    ('gen3:straggler_recovers', 'quiet telemetry'),
 ]
 #: Pairs pinned by hand beside the draw: the situations of issue 39's table (a hang at 60 s steps, a hang right
-#: after a checkpoint, heartbeats seconds late during a hang, a throttled GPU's straggler without telemetry).
+#: after a checkpoint, heartbeats seconds late or a step behind during a hang, a throttled GPU's straggler
+#: without telemetry).
 PINNED: list[tuple[str, str]] = [
     ("gen2:hang-before-collective", "step 60s"),
     ("gen2:hang-before-collective", "checkpoint 60s before the fault"),
@@ -189,13 +190,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("gen2:hang-before-collective", "heartbeat step 2s stale"):
         "issue 39 item 4: heartbeats that report a step 2 s behind the step events lose the hang's 30 s warning "
         "(critical at 600 s)",
-    ("gen3:varlen_accum_straggler", "late 2% by 5s"):
-        "not in issue 39's items 1-7 (new finding): producers that stall 5 s on 2% of their messages add a "
-        "throughput_drop to the straggler",
-    ("gen3:straggler_recovers", "step 60s"):
-        "harness limit, not a detector item: time_scale stretches gen3's warm-up too, so at 60 s steps the first "
-        "step takes longer than the 1200 s first-step timeout and a critical hang ('has not completed its first "
-        "step') opens; scaling steps without the start-up is to come",
 }
 
 SAMPLE_PER_FAMILY = 2

@@ -83,26 +83,38 @@ def node_offsets(rec: Recording) -> dict[str, float]:
 
 def time_scale(rec: Recording, step_seconds: float) -> Recording:
     """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
-    duration and gap of the job; delivery lags, clock offsets and the periods of heartbeats and telemetry keep
-    their wall-clock length (``MAX_PERIOD``).
+    duration and gap of the job from its first step to its last; delivery lags, clock offsets, the periods of heartbeats and
+    telemetry (up to ``MAX_PERIOD``), what comes before the first step (start-up) and, when time speeds up, what
+    follows the last step (a hang's tail) keep their wall-clock length.
 
     Invariant: the same verdict (types, culprit, node, cause); the first alert's delay after the onset scales
     with the step time; a hang still warns before it is critical."""
     s = step_seconds / rec.step_time()
     offsets = node_offsets(rec)
-    t0 = rec.lines[0].arrival
+    # Time is scaled from the first step on: what comes before it (start-up, compilation) keeps its length.
+    t0 = min((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=rec.lines[0].arrival)
 
     def warp(ts: float, node) -> float:
         off = offsets.get(node, 0.0)
         return t0 + s * (ts - off - t0) + off
 
+    # After the last step nothing is step-paced (a hang's tail, the capture's end): it keeps its wall-clock length
+    # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
+    last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
+    tail = max(1.0, s) - s
+
+    def after(arrival: float) -> float:
+        if arrival < t0:
+            return (1.0 - s) * (arrival - t0)
+        return tail * (arrival - last) if arrival > last else 0.0
+
     lines = []
     for line in rec.lines:
         e = line.event
         if "ts" not in e:
-            lines.append(Line(t0 + s * (line.arrival - t0), e))
+            lines.append(Line(t0 + s * (line.arrival - t0) + after(line.arrival), e))
             continue
-        ts = warp(e["ts"], e.get("node"))
+        ts = warp(e["ts"], e.get("node")) + after(line.arrival)
         event = dict(e, ts=round(ts, 6))
         for f in DURATION_FIELDS:
             if isinstance(e.get(f), (int, float)) and not isinstance(e.get(f), bool):
@@ -116,7 +128,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     onset = t0 + s * (rec.onset - t0) if rec.onset is not None else None
     scaled = rec.derive(f"time_scale({step_seconds:g}s)", lines, onset=onset, scale=rec.scale * s)
     periods = _periods(rec)
-    return recadence(scaled, {k: min(p * s, max(p, MAX_PERIOD[k[0]])) for k, p in periods.items()}, name=None)
+    return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()}, name=None)
 
 
 def _periods(rec: Recording) -> dict[tuple, float]:
