@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -82,8 +81,6 @@ def _gen2_builder(name: str) -> Callable[[], Recording]:
         plan = s.plan
         steps = [x.start for x in plan.slow] + ([plan.stuck.step] if plan.stuck else [])
         if s.expect.verdict.value != "quiet" and steps:
-            from dataclasses import replace
-
             rec = replace(rec, onset=_step_start(rec, plan.job, min(steps)))
         return rec
     return build
@@ -126,8 +123,6 @@ def hand() -> list[Source]:
 
         rec = from_lines("hand:straggler", [orjson.dumps(e) for e in straggler_and_slowdown("hand-s", t0=HAND_T0)],
                          onset=None)
-        from dataclasses import replace
-
         return replace(rec, onset=_step_start(rec, "hand-s", 40))
 
     def hang() -> Recording:
@@ -135,8 +130,6 @@ def hand() -> list[Source]:
 
         events = hang_events("hand-h", t0=HAND_T0, steps=40, tail=120.0)
         rec = from_lines("hand:hang", [orjson.dumps(e) for e in events], onset=None)
-        from dataclasses import replace
-
         return replace(rec, onset=_step_start(rec, "hand-h", 40))
 
     return [Source("hand:straggler", straggler, 8, "straggler"), Source("hand:hang", hang, 4, "hang")]
