@@ -58,6 +58,7 @@ def _one_source(task: tuple[str, list[str], float]) -> list[dict]:
 
 
 def table(results: list[dict], command: str, stamp_text: str, summary: str) -> str:
+    """The BENCHMARKS.md section: variants x invariants broken, then every failing pair with its known cause."""
     from metamorphic.grid import VARIANTS, explain
     from metamorphic.invariants import INVARIANTS
 
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--draw-sample", action="store_true", help="print the CI sample drawn from the small bases")
     ap.add_argument("--json", help="also write every pair's result (source, variant, applies, broken, verdict) here")
+    ap.add_argument("--from-json", help="no replay: the table of a run's --json file (its summary line given with "
+                                        "--summary), e.g. after the causes in tests/metamorphic/grid.py changed")
+    ap.add_argument("--summary", default="", help="with --from-json: the run's summary line")
     args = ap.parse_args(argv)
 
     from metamorphic.grid import SOURCES, draw_sample, full
@@ -117,6 +121,17 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [p for p in pairs if any(p[0] == o or (o.endswith(":") and p[0].startswith(o)) for o in args.only)]
     if args.draw_sample:
         print(draw_sample(sorted({s for s, _ in pairs})))
+        return 0
+    if args.from_json:
+        from _report import stamp
+
+        command = " ".join(["bench/metamorphic.py", *(argv if argv is not None else sys.argv[1:])])
+        text = table(json.loads(Path(args.from_json).read_text()), command, stamp(command), args.summary)
+        print(text)
+        if not args.no_write:
+            from _report import update_section
+
+            update_section("metamorphic", text)
         return 0
     by_source: dict[str, list[str]] = defaultdict(list)
     for s, v in pairs:
@@ -130,7 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     order = [s for group in zip_longest(*per_generator.values()) for s in group if s is not None]
     tasks = [(s, by_source[s], deadline) for s in order]
     results: list[dict] = []
-    cpu0 = time.process_time()
     with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
         for out in pool.imap_unordered(_one_source, tasks):
             results.extend(out)
@@ -152,15 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     print(summary)
     from _report import stamp
 
-    text = table(results, " ".join(["bench/metamorphic.py", *(argv if argv is not None else sys.argv[1:])]),
-                 stamp(" ".join(["bench/metamorphic.py", *(argv if argv is not None else sys.argv[1:])])), summary)
+    command = " ".join(["bench/metamorphic.py", *(argv if argv is not None else sys.argv[1:])])
+    text = table(results, command, stamp(command), summary)
     print(text)
     if not args.no_write:
         from _report import update_section
 
         update_section("metamorphic", text)
         print("updated BENCHMARKS.md", file=sys.stderr)
-    del cpu0
     return 0
 
 
