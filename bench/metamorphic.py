@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="these sources (names as 'library:NAME', 'gen2:NAME', ...; a prefix "
                                              "ending in ':' takes a whole generator)")
     ap.add_argument("--max-ranks", type=int, default=1 << 30, help="bases of at most this many ranks")
+    ap.add_argument("--families", nargs="*", help="only these variant families (e.g. pause 'time scale')")
     ap.add_argument("--max-world", type=int, default=16_384, help="world-size variants of at most this many ranks")
     ap.add_argument("--budget", type=float, default=0.0, help="seconds after which no new base is started (0: none)")
     ap.add_argument("-j", "--jobs", type=int, default=1)
@@ -119,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     pairs = full(args.max_ranks, args.max_world)
     if args.only:
         pairs = [p for p in pairs if any(p[0] == o or (o.endswith(":") and p[0].startswith(o)) for o in args.only)]
+    if args.families:
+        from metamorphic.grid import VARIANTS
+
+        pairs = [p for p in pairs if VARIANTS[p[1]].family in args.families]
     if args.draw_sample:
         print(draw_sample(sorted({s for s, _ in pairs})))
         return 0

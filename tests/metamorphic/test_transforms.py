@@ -76,9 +76,11 @@ def test_pause_shifts_the_fault_and_brackets_it():
     rec = _hang()
     paused = t.pause_before_fault(rec, "checkpoint", 60.0)
     phases = [(e["phase"], e["ts"]) for e in paused.events("phase")]
-    assert phases == [("checkpoint", rec.onset), ("train", rec.onset + 60.0)]
-    assert paused.onset == rec.onset + 60.0
-    during = [e for e in paused.events("heartbeat") if rec.onset < e["ts"] < rec.onset + 60]
+    at = phases[0][1]
+    assert [p for p, _ in phases] == ["checkpoint", "train"] and phases[1][1] == at + 60.0
+    last = max(e["ts"] for e in rec.events("step"))  # the stuck rank's hang begins after the last step: the pause
+    assert abs(at - last) < 0.01 and paused.onset == rec.onset + 60.0  # comes at that step boundary
+    during = [e for e in paused.events("heartbeat") if at < e["ts"] < at + 60]
     assert {e["rank"] for e in during} == {0, 1, 2, 3}
 
 

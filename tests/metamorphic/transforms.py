@@ -317,16 +317,27 @@ def clock_offsets(rec: Recording, spread: float, seed: int = 0) -> Recording:
 
 def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
     """A marked pause (``phase``: ``checkpoint``, ``eval`` or ``warmup``; job-wide phase events) of ``seconds``
-    just before the fault begins (a healthy recording: half-way through), every rank heartbeating through it
-    where the recording has heartbeats; everything after it happens ``seconds`` later.
+    at the step boundary where the fault begins (a healthy recording: half-way through), once every rank ended
+    the step before it, every rank heartbeating through it where the recording has heartbeats; every event
+    stamped after it happens ``seconds`` later (events stamped before it and still in flight arrive as they did).
 
     Invariant: the same verdict, the first alert's delay counted from the fault's onset; a pause is not a
     hang and does not hide the fault that follows it."""
     start, end = rec.span()
-    at = rec.onset if rec.onset is not None else start + (end - start) / 2
+    goal = rec.onset if rec.onset is not None else start + (end - start) / 2
+    ends: dict[tuple, list[float]] = defaultdict(list)
+    for e in rec.events("step"):
+        ends[(e.get("job"), e.get("step"))].append(e["ts"])
+    # The boundary: the end of the step whose first rank ended it closest before the goal, once all ranks did.
+    before_goal = [(min(ts), max(ts)) for ts in ends.values() if min(ts) <= goal]
+    at = max(before_goal)[1] + 1e-3 if before_goal else goal
     jobs = sorted({e["job"] for e in rec.events("step") if isinstance(e.get("job"), str)})
-    before = [line for line in rec.lines if line.arrival < at]
-    after = [_moved(line, seconds) for line in rec.lines if line.arrival >= at]
+
+    def later(line: Line) -> bool:
+        return line.event.get("ts", line.arrival) > at
+
+    before = [line for line in rec.lines if not later(line)]
+    after = [_moved(line, seconds) for line in rec.lines if later(line)]
     inserted = []
     for job in jobs:
         inserted.append(Line(at, {"v": 1, "kind": "phase", "job": job, "ts": round(at, 6), "phase": phase}))
@@ -342,11 +353,12 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
         n = 1
         while line.event["ts"] + n * p < at + seconds:
             moved = _moved(line, n * p)
-            if moved.arrival > at:
+            if moved.event["ts"] > at:
                 inserted.append(moved)
             n += 1
     onset = rec.onset + seconds if rec.onset is not None else None
-    return rec.derive(f"{phase}_pause({seconds:g}s)", before + _sorted(inserted) + after, onset=onset)
+    lines = _sorted(before + inserted + after) if rec.arrival else before + _sorted(inserted) + after
+    return rec.derive(f"{phase}_pause({seconds:g}s)", lines, onset=onset)
 
 
 # -- the watchdog's teardown ---------------------------------------------------------------------------------
