@@ -71,7 +71,7 @@ def table(results: list[dict], command: str, stamp_text: str, summary: str) -> s
              "Each variant of a base recording must keep the base's verdict (tests/metamorphic/invariants.py): "
              "the same alert types (none lost, none new), the same culprit ranks and node, the same first cause "
              "category, a first alert within 2x the base's delay scaled with the step time (+10 steps, +30 s for a "
-             "hang), and no hang critical before it warned. A cell counts the pairs where that invariant broke; "
+             "hang), and no more hangs critical before they warned than in the base. A cell counts the pairs where that invariant broke; "
              "*held*: pairs where every invariant held. The base row: the base's own hangs that were critical "
              "first. Failures are named below the table; the CI sample (tests/metamorphic/test_metamorphic.py) "
              "marks its known ones `xfail(strict=True)` with the issue item that fixes them.", "", summary, "",

@@ -119,6 +119,7 @@ def test_the_invariants_fail_a_wrong_verdict():
     torn = verdict([dict(alerts[1], id="b", evidence={"culprits": [{"rank": 0}]})])
     broken = check(good, torn, rec, rec)
     assert set(broken) == {"culprit", "warning_first"}
+    assert "warning_first" not in check(torn, torn, rec, rec)  # the base's own failure is the base's
     late = Verdict(good.types, "hang", "h", good.culprits, good.node, None, T0 + 900)
     assert "delay" in check(good, late, rec, rec)
     assert set(check(good, verdict([]), rec, rec)) == {"types_kept", "culprit"}
