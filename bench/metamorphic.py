@@ -24,9 +24,10 @@ from itertools import zip_longest
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-for path in (REPO, REPO / "tests", REPO / "bench"):
+for path in (REPO, REPO / "bench"):
     if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+        sys.path.append(str(path))
+sys.path.insert(0, str(REPO / "tests"))  # first: ``metamorphic`` is tests/metamorphic/, not this script
 
 
 def _one_source(task: tuple[str, list[str], float]) -> list[dict]:
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         from _report import stamp
 
-        command = " ".join(["bench/metamorphic.py", *(argv if argv is not None else sys.argv[1:])])
+        command = f"bench/metamorphic.py --from-json {args.from_json} (the runs its summary names)"
         text = table(json.loads(Path(args.from_json).read_text()), command, stamp(command), args.summary)
         print(text)
         if not args.no_write:

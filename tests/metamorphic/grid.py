@@ -271,7 +271,8 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "critical hang"),
     ("clocks", "delay", "", "not in items 1-7: steps are held open for the hosts' clock spread (tests/"
      "test_late_host.py), delaying the first straggler alert by ~10-15 s"),
-    ("world 2", "", "", "design limit: a straggler among 2 ranks (one peer) is not always told apart"),
+    ("world 2", "", "", "design limit, to be confirmed: a fault among 2 ranks (one peer) is not always told apart "
+     "(a 10% straggler named on the healthy rank, a hang naming both ranks)"),
     ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),
     ("heartbeat step", "", "", "issue 39 item 4: heartbeats behind the step events lose the hang warning"),
     ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),

@@ -15,8 +15,9 @@ from .verdict import TELEMETRY_TYPES, Verdict
 DELAY_FACTOR = 2.0
 #: ... plus this many of the variant's steps (detection works in whole steps) ...
 DELAY_STEPS = 10
-#: ... plus, for a hang, this many seconds (a hang's earliest warning has a floor in seconds, docs/hang.md).
-HANG_FLOOR_S = 30.0
+#: ... plus, for a hang, this many seconds (a hang's earliest warning has a floor of ~30 s whatever the pace, and
+#: the timer's ticks add a few: docs/hang.md).
+HANG_FLOOR_S = 45.0
 
 
 def types_kept(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
