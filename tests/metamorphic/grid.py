@@ -184,9 +184,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("gen2:hang-before-collective", "step 60s"):
         "issue 39 item 2: at 60 s steps the hang warning's threshold (10x the step p99) lies beyond the timeout: "
         "critical at 600 s with no warning",
-    ("gen3:oom_killed_rank", "step 0.02s"):
-        "issue 39 item 2: at 20 ms steps a rank killed by the OOM killer (silent_ranks) gets no warning: critical at "
-        "600 s (the base, 0.35 s steps, warns at 31 s)",
     ("gen2:hang-before-collective", "checkpoint 60s before the fault"):
         "issue 39 item 2 (and item 1): a hang right after a marked 60 s checkpoint gets no warning: critical at 600 s "
         "after the pause (the base warns 30 s into the hang)",
