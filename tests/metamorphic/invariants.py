@@ -1,0 +1,94 @@
+"""The invariants: what a variant's verdict must share with its base's (issue 39 item 8).
+
+Each returns None when it holds, else one line saying how it broke. A transformation may excuse some
+(``Variant.excused``, grid.py): without node telemetry, the alerts made from it and the cause read from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .recording import Recording
+from .verdict import TELEMETRY_TYPES, Verdict
+
+#: The first alert may come this many times the base's delay (scaled with the step time) after the onset...
+DELAY_FACTOR = 2.0
+#: ... plus this many of the variant's steps (detection works in whole steps) ...
+DELAY_STEPS = 10
+#: ... plus, for a hang, this many seconds (a hang's earliest warning has a floor of ~30 s whatever the pace, and
+#: the timer's ticks add a few: docs/hang.md).
+HANG_FLOOR_S = 45.0
+
+
+def types_kept(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
+    """Every alert type the base raised is raised by the variant."""
+    lost = base.types - var.types - excused
+    return f"lost {sorted(lost)}" if lost else None
+
+
+def no_new_types(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
+    """The variant raises no alert type the base did not (a new one is a false alarm the situation made)."""
+    new = var.types - base.types - excused
+    return f"new {sorted(new)}" if new else None
+
+
+def culprit(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
+    """The same primary alert naming the same culprit ranks (renumbered as the variant says) on the same node."""
+    if base.primary is None or base.primary in excused:
+        return None
+    if var.primary != base.primary:
+        return f"primary {var.primary} (base {base.primary})"
+    want = frozenset(var_rec.rank_of(base.job or "", r) for r in base.culprits)
+    if var.culprits != want:
+        return f"culprits {sorted(var.culprits)[:8]} (base {sorted(want)[:8]})"
+    if base.node is not None and var.node != var_rec.node_of(base.node):
+        return f"node {var.node} (base {var_rec.node_of(base.node)})"
+    return None
+
+
+def cause(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
+    """The primary alert's first suspected cause is of the same category."""
+    if "cause" in excused or base.primary is None or var.primary != base.primary:
+        return None
+    return None if var.cause == base.cause else f"cause {var.cause} (base {base.cause})"
+
+
+def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
+    """The first alert of the primary type comes after the onset within ``DELAY_FACTOR`` x the base's delay
+    scaled with the step time (+ ``DELAY_STEPS`` steps, + ``HANG_FLOOR_S`` for a hang)."""
+    if (base.primary is None or var.primary != base.primary or base_rec.onset is None or var_rec.onset is None
+            or base.first_at is None or var.first_at is None):
+        return None
+    s = var_rec.scale / base_rec.scale
+    was = max(0.0, base.first_at - base_rec.onset)
+    took = var.first_at - var_rec.onset
+    allowed = DELAY_FACTOR * s * was + DELAY_STEPS * var_rec.step_time() + (HANG_FLOOR_S if base.primary == "hang" else 0)
+    return None if took <= allowed else f"first {base.primary} {took:.1f} s after the onset > {allowed:.1f} s " \
+                                        f"(base {was:.1f} s, x{s:g} time)"
+
+
+def warning_first(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
+    """Every hang warns before it is critical: no more hang incidents open critical (no warning before) than in the
+    base (a base that already does is its own failure: test_metamorphic.py checks the bases)."""
+    more = len(var.critical_first) - len(base.critical_first)
+    return f"{len(var.critical_first)} hang(s) critical first (base {len(base.critical_first)})" if more > 0 else None
+
+
+INVARIANTS: dict[str, Callable[..., str | None]] = {
+    "types_kept": types_kept, "no_new_types": no_new_types, "culprit": culprit, "cause": cause, "delay": delay,
+    "warning_first": warning_first,
+}
+
+#: What dropping node telemetry may change: the alerts made from it and the cause read from it.
+WITHOUT_TELEMETRY = TELEMETRY_TYPES | {"cause"}
+
+
+def check(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording,
+          excused: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The invariants that broke: name -> how."""
+    out = {}
+    for name, fn in INVARIANTS.items():
+        why = fn(base, var, base_rec, var_rec, excused)
+        if why is not None:
+            out[name] = why
+    return out

@@ -1,0 +1,134 @@
+"""The transformations and invariants themselves (tests/metamorphic): each does what its docstring says on a
+small hand-made recording (tests/recordings.py), and the invariants fail a wrong verdict. No replay: fast."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import orjson
+
+from recordings import hang, straggler_and_slowdown
+
+from . import transforms as t
+from .invariants import check
+from .recording import Recording, from_lines
+from .verdict import Verdict, verdict
+
+T0 = 1_764_000_000.0
+
+
+def _hang() -> Recording:
+    rec = from_lines("hang", [orjson.dumps(e) for e in hang("h", t0=T0, steps=10, tail=60.0)], onset=T0 + 10)
+    return rec
+
+
+def _straggler() -> Recording:
+    return from_lines("s", [orjson.dumps(e) for e in straggler_and_slowdown("s", t0=T0, steps=60)], onset=T0 + 12)
+
+
+def test_time_scale_scales_steps_and_keeps_the_heartbeat_period():
+    rec = _hang()
+    slow = t.time_scale(rec, 60.0)
+    assert abs(slow.step_time() - 60.0) < 1e-6 and abs(slow.scale - 60.0 / rec.step_time()) < 1e-9
+    beats = [e["ts"] for e in slow.events("heartbeat") if e["rank"] == 0]
+    gaps = [b - a for a, b in zip(beats, beats[1:])]
+    assert max(gaps) <= t.MAX_PERIOD["heartbeat"] + 1e-6 or max(gaps) <= 60.0 * 1.2  # stuck gaps filled
+    assert slow.onset > rec.onset
+    fast = t.time_scale(rec, 0.02)
+    assert abs(fast.step_time() - 0.02) < 1e-6
+    assert rec.lines == _hang().lines  # pure: the base is unchanged
+
+
+def test_delivery_transforms_keep_each_producers_order_and_events():
+    rec = _straggler()
+    for variant in (t.reordered(rec, 3.0, seed=1), t.late(rec, 0.1, 30.0, seed=1)):
+        assert variant.arrival and Counter(orjson.dumps(e) for e in variant.events()) == \
+            Counter(orjson.dumps(e) for e in rec.events())
+        by_rank: dict = {}
+        for line in variant.lines:
+            if line.event.get("kind") == "step":
+                by_rank.setdefault(line.event["rank"], []).append(line.event["step"])
+        assert all(steps == sorted(steps) for steps in by_rank.values())
+    doubled = t.duplicated(rec, 0.5, seed=1)
+    assert len(rec.lines) * 1.3 < len(doubled.lines) < len(rec.lines) * 1.7
+
+
+def test_heartbeat_lag_delays_only_heartbeats():
+    rec = _hang()
+    lagged = t.heartbeat_lag(rec, 2.0, 1.0, seed=1)
+    steps = [line for line in lagged.lines if line.event["kind"] == "step"]
+    assert sorted(line.arrival for line in steps) == sorted(line.arrival for line in rec.lines
+                                                            if line.event["kind"] == "step")
+    lag = [b.arrival - b.event["ts"] for b in lagged.lines if b.event["kind"] == "heartbeat"]
+    assert min(lag) >= 2.0 - 1e-9
+
+
+def test_clock_offsets_move_stamps_not_arrivals():
+    rec = t.reordered(_straggler(), 0.0)
+    skewed = t.clock_offsets(rec, 30.0, seed=2)
+    moved = {line.event["node"]: round(line.event["ts"] - old.event["ts"], 3)
+             for line, old in zip(skewed.lines, rec.lines) if "node" in line.event}
+    assert len(set(moved.values())) > 1 and all(abs(v) <= 30 for v in moved.values())
+    assert [line.arrival for line in skewed.lines] == [line.arrival for line in rec.lines]
+
+
+def test_pause_shifts_the_fault_and_brackets_it():
+    rec = _hang()
+    paused = t.pause_before_fault(rec, "checkpoint", 60.0)
+    phases = [(e["phase"], e["ts"]) for e in paused.events("phase")]
+    at = phases[0][1]
+    assert [p for p, _ in phases] == ["checkpoint", "train"] and phases[1][1] == at + 60.0
+    last = max(e["ts"] for e in rec.events("step"))  # the stuck rank's hang begins after the last step: the pause
+    assert abs(at - last) < 0.01 and paused.onset == rec.onset + 60.0  # comes at that step boundary
+    during = [e for e in paused.events("heartbeat") if at < e["ts"] < at + 60]
+    assert {e["rank"] for e in during} == {0, 1, 2, 3}
+
+
+def test_teardown_silences_the_waiting_ranks_only():
+    rec = _hang()
+    torn = t.teardown(rec, {"h": frozenset({3})}, 20.0)
+    late_ranks = {e["rank"] for e in torn.events() if e["ts"] >= rec.onset + 20.0}
+    assert late_ranks <= {3}
+
+
+def test_world_size_grows_and_shrinks_around_the_culprit():
+    rec = _straggler()
+    big = t.world_size(rec, 32, {"s": frozenset({5})}, frozenset({"node-001"}))
+    ranks = {e["rank"] for e in big.events("step")}
+    assert ranks == set(range(32)) and {e["world_size"] for e in big.events("step")} == {32}
+    assert all(e["node"] != "node-001~1" or e["rank"] not in (5,) for e in big.events("step"))
+    small = t.world_size(rec, 2, {"s": frozenset({5})}, frozenset({"node-001"}))
+    assert {e["rank"] for e in small.events("step")} == {0, 1} and small.rank_of("s", 5) == 1
+
+
+def test_telemetry_added_and_removed():
+    rec = _straggler()
+    quiet = t.quiet_telemetry(rec, every=5.0)
+    assert {e["kind"] for e in quiet.events()} >= {"gpu", "host"}
+    assert t.without_telemetry(quiet).lines == rec.lines
+
+
+def test_the_invariants_fail_a_wrong_verdict():
+    alerts = [{"id": "a", "status": "firing", "type": "hang", "severity": "warning", "job": "h", "ranks": [3, 0],
+               "nodes": ["node-003"], "starts_at": T0 + 30, "evidence": {"culprits": [{"rank": 3, "node": "node-003"}]}},
+              {"id": "a", "status": "firing", "type": "hang", "severity": "critical", "job": "h", "ranks": [3, 0],
+               "nodes": ["node-003"], "starts_at": T0 + 30, "evidence": {"culprits": [{"rank": 3, "node": "node-003"}]}}]
+    rec = _hang()
+    good = verdict(alerts)
+    assert good.culprits == {3} and not good.critical_first and check(good, good, rec, rec) == {}
+    torn = verdict([dict(alerts[1], id="b", evidence={"culprits": [{"rank": 0}]})])
+    broken = check(good, torn, rec, rec)
+    assert set(broken) == {"culprit", "warning_first"}
+    assert "warning_first" not in check(torn, torn, rec, rec)  # the base's own failure is the base's
+    late = Verdict(good.types, "hang", "h", good.culprits, good.node, None, T0 + 900)
+    assert "delay" in check(good, late, rec, rec)
+    assert set(check(good, verdict([]), rec, rec)) == {"types_kept", "culprit"}
+
+
+def test_stale_heartbeat_steps_go_back_never_forward():
+    rec = _hang()
+    stale = t.heartbeat_stale_step(rec, 2.0)
+    pairs = [(new.event["step"], old.event["step"]) for new, old in zip(stale.lines, rec.lines)
+             if new.event["kind"] == "heartbeat"]
+    assert all(n <= o for n, o in pairs) and any(n < o for n, o in pairs)
+    assert [line.arrival for line in stale.lines] == [line.arrival for line in rec.lines]

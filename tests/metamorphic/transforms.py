@@ -1,0 +1,533 @@
+"""The transformations: each a small pure function of a recording (``Recording`` -> ``Recording``) that
+changes the situation the fault happens in and not the fault. Each docstring says the invariant it must
+preserve; invariants.py checks them and ``EXCUSED`` (grid.py) lists what a transformation may change.
+
+They act on wire events with arrival times, so they apply to any generator's output; random choices
+come from ``random.Random(seed)`` (deterministic). A transformation never changes an event in place.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import random
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from .recording import Line, Recording, is_telemetry
+
+#: Event fields that are durations (seconds): scaled with time.
+DURATION_FIELDS = ("step_time", "compute_time", "comm_time", "data_time", "optimizer_time", "duration",
+                   "wait_time", "forward_time", "backward_time", "io_time")
+#: Periodic streams: one kind of event a source sends on a timer, re-cadenced when time is scaled.
+PERIODIC = ("heartbeat", "gpu", "host", "link")
+#: When time slows down, a periodic stream's period stretches with it only up to this (an agent or heartbeat
+#: thread keeps its wall-clock timer: its period does not follow the step time), seconds.
+MAX_PERIOD = {"heartbeat": 10.0, "gpu": 30.0, "host": 30.0, "link": 30.0}
+#: A slowed recording keeps at most this many seconds after its last step event (a hang's tail, scaled, would be
+#: hours of heartbeats: every verdict is given within the hang timeout, docs/hang.md).
+MAX_TAIL_S = 1800.0
+
+
+def _source(event: dict) -> tuple:
+    """Who sends an event (its producer: delivery order is kept per producer, as Kafka keeps a key's order)."""
+    if is_telemetry(event):
+        return ("node", event.get("node"))
+    return ("rank", event.get("job"), event.get("rank"))
+
+
+def _stream(event: dict) -> tuple:
+    """One periodic series: a rank's heartbeats, a GPU's samples, a node's host samples, a port's link samples."""
+    kind = event.get("kind")
+    if kind == "heartbeat":
+        return (kind, event.get("job"), event.get("rank"))
+    return (kind, event.get("node"), event.get("gpu"), event.get("device"), event.get("port"))
+
+
+def _sorted(lines: Iterable[Line]) -> list[Line]:
+    return sorted(lines, key=lambda line: line.arrival)  # stable: ties keep their order
+
+
+def _merged(lines: Iterable[Line], added: Iterable[Line]) -> list[Line]:
+    """``added`` (sorted here) merged by arrival among ``lines``, whose own order is kept (a recording without
+    arrival times is replayed in its order)."""
+    return list(heapq.merge(lines, _sorted(added), key=lambda line: line.arrival))
+
+
+def _moved(line: Line, dt: float, *, ts: bool = True) -> Line:
+    event = dict(line.event, ts=line.event["ts"] + dt) if ts and "ts" in line.event else line.event
+    return Line(line.arrival + dt, event)
+
+
+# -- time scale ---------------------------------------------------------------------------------------------
+
+
+def node_offsets(rec: Recording) -> dict[str, float]:
+    """Each node's clock offset from the earliest (seconds), from the step ends it shares with the others: in
+    synchronous training every rank ends a step at once, what differs is the clocks."""
+    ends: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for e in rec.events("step"):
+        node = e.get("node")
+        if isinstance(node, str):
+            key = (e.get("job"), e.get("step"))
+            ends[key][node] = min(ends[key].get(node, e["ts"]), e["ts"])
+    diffs: dict[str, list[float]] = defaultdict(list)
+    for by_node in ends.values():
+        if len(by_node) > 1:
+            low = min(by_node.values())
+            for node, ts in by_node.items():
+                diffs[node].append(ts - low)
+    return {node: statistics.median(d) for node, d in diffs.items()}
+
+
+def time_scale(rec: Recording, step_seconds: float) -> Recording:
+    """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
+    duration and gap of the job from its first step to its last; delivery lags, clock offsets, the periods of heartbeats and
+    telemetry (up to ``MAX_PERIOD``), what comes before the first step (start-up) and, when time speeds up, what
+    follows the last step (a hang's tail) keep their wall-clock length.
+
+    Invariant: the same verdict (types, culprit, node, cause); the first alert's delay after the onset scales
+    with the step time; a hang still warns before it is critical."""
+    s = step_seconds / rec.step_time()
+    offsets = node_offsets(rec)
+    # Time is scaled from the first step on: what comes before it (start-up, compilation) keeps its length.
+    t0 = min((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=rec.lines[0].arrival)
+
+    def warp(ts: float, node) -> float:
+        off = offsets.get(node, 0.0)
+        return t0 + s * (ts - off - t0) + off
+
+    # After the last step nothing is step-paced (a hang's tail, the capture's end): it keeps its wall-clock length
+    # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
+    last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
+    tail = max(1.0, s) - s
+
+    def after(arrival: float) -> float:
+        if arrival < t0:
+            return (1.0 - s) * (arrival - t0)
+        return tail * (arrival - last) if arrival > last else 0.0
+
+    lines = []
+    for line in rec.lines:
+        e = line.event
+        if "ts" not in e:
+            lines.append(Line(t0 + s * (line.arrival - t0) + after(line.arrival), e))
+            continue
+        ts = warp(e["ts"], e.get("node")) + after(line.arrival)
+        event = dict(e, ts=round(ts, 6))
+        for f in DURATION_FIELDS:
+            if isinstance(e.get(f), (int, float)) and not isinstance(e.get(f), bool):
+                event[f] = round(e[f] * s, 6)
+        if isinstance(e.get("start_ts"), (int, float)):
+            event["start_ts"] = round(warp(e["start_ts"], e.get("node")), 6)
+        lines.append(Line(ts + (line.arrival - e["ts"]), event))
+    last_step = max((line.arrival for line in lines if line.event.get("kind") == "step"), default=None)
+    if last_step is not None:  # a capture ends MAX_TAIL_S into a hang, whatever the pace (the drain goes on)
+        lines = [line for line in lines if line.arrival <= last_step + MAX_TAIL_S]
+    onset = t0 + s * (rec.onset - t0) if rec.onset is not None else None
+    scaled = rec.derive(f"time_scale({step_seconds:g}s)", lines, onset=onset, scale=rec.scale * s)
+    periods = _periods(rec)
+    return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()}, name=None)
+
+
+def _periods(rec: Recording) -> dict[tuple, float]:
+    """Each periodic stream's usual period (its median gap), seconds."""
+    times: dict[tuple, list[float]] = defaultdict(list)
+    for e in rec.events():
+        if e.get("kind") in PERIODIC and "ts" in e:
+            times[_stream(e)].append(e["ts"])
+    out = {}
+    for key, ts in times.items():
+        gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
+        if gaps:
+            out[key] = statistics.median(gaps)
+    return out
+
+
+def recadence(rec: Recording, period: dict[tuple, float] | Callable[[tuple], float | None], *,
+              name: str | None = "recadence") -> Recording:
+    """Each periodic stream at its new ``period``: samples closer than it are dropped; a gap longer than it in
+    which the source made no progress (no step event of that rank since; for telemetry, any gap) is filled with
+    copies of the sample before it, as a timer would have sent them.
+
+    Invariant: a heartbeat or sample says what the one before it said until something changes, so the verdict
+    is the same as at the original cadence."""
+    get = period.get if isinstance(period, dict) else period
+    last_kept: dict[tuple, Line] = {}
+    progressed: dict[tuple, bool] = {}
+    out: list[Line] = []
+    filled: list[Line] = []  # (merged by arrival at the end: a copy arrives when its timer would have sent it)
+    for line in rec.lines:
+        e = line.event
+        if e.get("kind") == "step":
+            for key in (("heartbeat", e.get("job"), e.get("rank")),):
+                progressed[key] = True
+        if e.get("kind") not in PERIODIC or "ts" not in e:
+            out.append(line)
+            continue
+        key = _stream(e)
+        p = get(key)
+        prev = last_kept.get(key)
+        if p is None or prev is None:
+            last_kept[key] = line
+            progressed[key] = False
+            out.append(line)
+            continue
+        if e["ts"] - prev.event["ts"] < p * 0.999:
+            continue  # (thinned)
+        if e["kind"] != "heartbeat" or not progressed.get(key):
+            n = int((e["ts"] - prev.event["ts"]) / p - 1e-9)
+            filled.extend(_moved(prev, i * p) for i in range(1, min(n + 1, 100_000)))
+        last_kept[key] = line
+        progressed[key] = False
+        out.append(line)
+    return rec.derive(name, _merged(out, filled))
+
+
+def heartbeat_cadence(rec: Recording, seconds: float) -> Recording:
+    """Every rank heartbeats every ``seconds`` (a monitor configured otherwise).
+
+    Invariant: the verdict is the same (heartbeats say a rank is alive and where it is; their cadence is a
+    setting, not a symptom)."""
+    return recadence(rec, lambda key: seconds if key[0] == "heartbeat" else None, name=f"heartbeat_every({seconds:g}s)")
+
+
+# -- delivery -----------------------------------------------------------------------------------------------
+
+
+def _delivered(rec: Recording, what: str, delay: Callable[[int, Line], float], *, copies: Callable[[int, Line], int]
+               = lambda i, line: 0) -> Recording:
+    """Lines delivered ``delay(i, line)`` seconds later than recorded (each producer's order kept: a later line
+    of a source never arrives before an earlier one) and ``copies`` times again (a retried send), each copy
+    shortly after. The recording then carries arrival times (a broker capture)."""
+    latest: dict[tuple, float] = {}
+    out = []
+    for i, line in enumerate(rec.lines):
+        src = _source(line.event)
+        at = max(line.arrival + delay(i, line), latest.get(src, float("-inf")))
+        latest[src] = at
+        out.append(Line(at, line.event))
+        for c in range(copies(i, line)):
+            out.append(Line(at + 0.05 * (c + 1), line.event))
+    return rec.derive(what, _sorted(out), arrival=True)
+
+
+def heartbeat_lag(rec: Recording, lag: float, jitter: float, seed: int = 0) -> Recording:
+    """Heartbeats reach the worker ``lag`` (+ up to ``jitter``) seconds after they were stamped (a heartbeat
+    thread that read the step counter early, a message that waited in the producer's queue): each says a step
+    a few behind the step events that arrived before it.
+
+    Invariant: the same verdict; a late heartbeat is not a restart (issue 39 item 4)."""
+    rng = random.Random(seed)
+    latest: dict[tuple, float] = {}
+    out = []
+    for line in rec.lines:
+        if line.event.get("kind") != "heartbeat":
+            out.append(line)
+            continue
+        key = _stream(line.event)  # one rank's heartbeats keep their order
+        at = latest[key] = max(line.arrival + lag + rng.random() * jitter, latest.get(key, float("-inf")))
+        out.append(Line(at, line.event))
+    return rec.derive(f"heartbeat_lag({lag:g}s+{jitter:g}s)", _sorted(out), arrival=True)
+
+
+def heartbeat_stale_step(rec: Recording, lag: float) -> Recording:
+    """Each heartbeat, sent on time, reports the step its rank had completed ``lag`` seconds earlier (a heartbeat
+    thread that read the step counter before the step's event went out): a few steps behind the step events
+    that already arrived. Only lowers a heartbeat's ``step``, never raises it.
+
+    Invariant: the same verdict; a heartbeat behind the step events is a late heartbeat, not a restart (issue 39
+    item 4)."""
+    done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for e in rec.events("step"):
+        if isinstance(e.get("step"), int) and "ts" in e:
+            done[(e.get("job"), e.get("rank"))].append((e["ts"], e["step"]))
+    for series in done.values():
+        series.sort()
+    out = []
+    for line in rec.lines:
+        e = line.event
+        series = done.get((e.get("job"), e.get("rank"))) if e.get("kind") == "heartbeat" else None
+        if not series or not isinstance(e.get("step"), int):
+            out.append(line)
+            continue
+        i = bisect.bisect_right(series, (e["ts"] - lag, float("inf"))) - 1
+        step = series[i][1] if i >= 0 else e["step"]
+        out.append(Line(line.arrival, dict(e, step=step)) if step < e["step"] else line)
+    return rec.derive(f"heartbeat_stale_step({lag:g}s)", out)
+
+
+def duplicated(rec: Recording, share: float, seed: int = 0) -> Recording:
+    """A ``share`` of the messages delivered twice (a producer's retry after a lost acknowledgement).
+
+    Invariant: the same verdict, the same alert ids (at-least-once delivery is the contract)."""
+    rng = random.Random(seed)
+    return _delivered(rec, f"duplicated({share:.0%})", lambda i, line: 0.0,
+                      copies=lambda i, line: 1 if rng.random() < share else 0)
+
+
+def reordered(rec: Recording, window: float, seed: int = 0) -> Recording:
+    """Each producer's messages delayed by up to ``window`` seconds, independently: messages of different ranks
+    and nodes arrive out of their time order (each producer's own order kept, as a Kafka key's is).
+
+    Invariant: the same verdict (events of one step from many producers arrive in any order)."""
+    rng = random.Random(seed)
+    return _delivered(rec, f"reordered({window:g}s)", lambda i, line: rng.random() * window)
+
+
+def late(rec: Recording, share: float, delay: float, seed: int = 0) -> Recording:
+    """A ``share`` of the messages held ``delay`` seconds before they are sent (a producer stalls, its later
+    messages queue behind them).
+
+    Invariant: the same verdict; a late message is not a symptom."""
+    rng = random.Random(seed)
+    return _delivered(rec, f"late({share:.0%},{delay:g}s)",
+                      lambda i, line: delay if rng.random() < share else 0.0)
+
+
+# -- clocks -------------------------------------------------------------------------------------------------
+
+
+def clock_offsets(rec: Recording, spread: float, seed: int = 0) -> Recording:
+    """Each node's clock off by up to +-``spread`` seconds (broken NTP): every event stamped on it is that far
+    off; arrival times (the broker's clock) do not move. A recording without arrival times is re-sorted by the
+    stamped times, as an imported trace is.
+
+    Invariant: the same verdict; which host's clock is wrong is not a fault of the job."""
+    rng = random.Random(seed)
+    nodes = sorted({e["node"] for e in rec.events() if isinstance(e.get("node"), str)})
+    offset = {n: round((rng.random() * 2 - 1) * spread, 3) for n in nodes}
+    out = []
+    for line in rec.lines:
+        e = line.event
+        off = offset.get(e.get("node"), 0.0)
+        if not off or "ts" not in e:
+            out.append(line)
+            continue
+        event = dict(e, ts=round(e["ts"] + off, 6))
+        if isinstance(e.get("start_ts"), (int, float)):
+            event["start_ts"] = round(e["start_ts"] + off, 6)
+        out.append(Line(line.arrival if rec.arrival else event["ts"], event))
+    return rec.derive(f"clock_offsets(+-{spread:g}s)", out if rec.arrival else _sorted(out))
+
+
+# -- a pause around the fault ------------------------------------------------------------------------------
+
+
+def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
+    """A marked pause (``phase``: ``checkpoint``, ``eval`` or ``warmup``; job-wide phase events) of ``seconds``
+    at the step boundary where the fault begins (a healthy recording: half-way through), once every rank ended
+    the step before it, every rank heartbeating through it where the recording has heartbeats; every event
+    stamped after it happens ``seconds`` later (events stamped before it and still in flight arrive as they did).
+
+    Invariant: the same verdict, the first alert's delay counted from the fault's onset; a pause is not a
+    hang and does not hide the fault that follows it."""
+    start, end = rec.span()
+    goal = rec.onset if rec.onset is not None else start + (end - start) / 2
+    ends: dict[tuple, list[float]] = defaultdict(list)
+    for e in rec.events("step"):
+        ends[(e.get("job"), e.get("step"))].append(e["ts"])
+    # The boundary: the end of the step whose first rank ended it closest before the goal, once all ranks did.
+    before_goal = [(min(ts), max(ts)) for ts in ends.values() if min(ts) <= goal]
+    at = max(before_goal)[1] + 1e-3 if before_goal else goal
+    jobs = sorted({e["job"] for e in rec.events("step") if isinstance(e.get("job"), str)})
+
+    def later(line: Line) -> bool:
+        return line.event.get("ts", line.arrival) > at
+
+    before = [line for line in rec.lines if not later(line)]
+    after = [_moved(line, seconds) for line in rec.lines if later(line)]
+    inserted = []
+    for job in jobs:
+        inserted.append(Line(at, {"v": 1, "kind": "phase", "job": job, "ts": round(at, 6), "phase": phase}))
+        inserted.append(Line(at + seconds, {"v": 1, "kind": "phase", "job": job, "ts": round(at + seconds, 6),
+                                            "phase": "train"}))
+    last_hb: dict[tuple, Line] = {}
+    for line in before:
+        if line.event.get("kind") == "heartbeat":
+            last_hb[_stream(line.event)] = line
+    periods = _periods(rec)
+    for key, line in last_hb.items():
+        p = max(periods.get(key, 5.0), 0.5)
+        n = 1
+        while line.event["ts"] + n * p < at + seconds:
+            moved = _moved(line, n * p)
+            if moved.event["ts"] > at:
+                inserted.append(moved)
+            n += 1
+    onset = rec.onset + seconds if rec.onset is not None else None
+    lines = _sorted(before + inserted + after) if rec.arrival else before + _sorted(inserted) + after
+    return rec.derive(f"{phase}_pause({seconds:g}s)", lines, onset=onset)
+
+
+# -- the watchdog's teardown ---------------------------------------------------------------------------------
+
+
+def teardown(rec: Recording, culprits: dict[str, frozenset[int]], after: float) -> Recording:
+    """``after`` seconds into a hang the NCCL watchdog kills the ranks that waited: every event of a job's rank
+    that is not one of its ``culprits`` stops then (the culprits, stuck where no signal handler runs, go on).
+
+    Invariant: the same hang, the same culprit rank and node (torn-down ranks are never promoted to culprits,
+    issue 39 item 3); a warning before the critical."""
+    if rec.onset is None:
+        return rec.derive(f"teardown({after:g}s)", rec.lines)
+    cut = rec.onset + after
+    out = [line for line in rec.lines
+           if not (line.arrival >= cut and line.event.get("job") in culprits and "rank" in line.event
+                   and line.event["rank"] not in culprits[line.event["job"]])]
+    return rec.derive(f"teardown({after:g}s)", out)
+
+
+# -- node telemetry ------------------------------------------------------------------------------------------
+
+
+def without_telemetry(rec: Recording) -> Recording:
+    """No node agent: every node telemetry event (gpu, host, link, xid, topology) left out.
+
+    Invariant: the same job verdict (types made from steps and heartbeats, culprit, node); alerts made from
+    telemetry and causes read from it may go (``EXCUSED``)."""
+    return rec.derive("without_telemetry", [line for line in rec.lines if not is_telemetry(line.event)])
+
+
+def quiet_telemetry(rec: Recording, every: float = 5.0) -> Recording:
+    """Healthy node telemetry added for every node of the job that has none: each GPU of a rank's node and the
+    node's host sampled every ``every`` seconds, normal values (busy GPU, cool, at clock; idle-ish host).
+
+    Invariant: the same verdict; healthy telemetry adds no alert and no cause."""
+    have = {e.get("node") for e in rec.events() if is_telemetry(e)}
+    gpus: dict[str, set[int]] = defaultdict(set)
+    for e in rec.events("step"):
+        node = e.get("node")
+        if isinstance(node, str) and node not in have:
+            gpus[node].add(e["gpu"] if isinstance(e.get("gpu"), int) else len(gpus[node]) % 8)
+    start, end = rec.span()
+    out: list[Line] = []
+    t = start
+    while t <= end:
+        for node, indexes in gpus.items():
+            for g in sorted(indexes)[:8]:
+                out.append(Line(t, {"v": 1, "kind": "gpu", "node": node, "ts": round(t, 6), "gpu": g, "util": 98.0,
+                                    "temp": 62.0, "power": 550.0, "power_limit": 700.0, "sm_clock": 1980.0,
+                                    "sm_clock_max": 1980.0, "throttle": 0, "mem_used": 60 << 30,
+                                    "mem_total": 80 << 30}))
+            out.append(Line(t, {"v": 1, "kind": "host", "node": node, "ts": round(t, 6), "load1": 12.0,
+                                "mem_total": 2 << 40, "mem_available": 1 << 40,
+                                "psi": {"cpu": {"some_avg10": 1.0}, "io": {"some_avg10": 0.5, "full_avg10": 0.1},
+                                        "memory": {"some_avg10": 0.0, "full_avg10": 0.0}}}))
+        t += every
+    return rec.derive("quiet_telemetry", _merged(rec.lines, out))
+
+
+# -- world size ---------------------------------------------------------------------------------------------
+
+#: Event fields naming a process group: a cloned rank's groups are its copy's own.
+GROUP_FIELDS = ("pg", "group")
+
+
+def world_size(rec: Recording, size: int, hot: dict[str, frozenset[int]], hot_nodes: frozenset[str]) -> Recording:
+    """Every job of ``W`` ranks run on ``size`` ranks instead: larger, by copies of the job's healthy ranks and
+    nodes beside it (rank ``r + i*W`` on node ``<node>~i``, copied from ``r`` unless ``r`` is one of the fault's
+    ``hot`` ranks or on a ``hot_nodes`` node, then from a healthy rank); smaller, by keeping the fault's ranks
+    and the first healthy ones, numbered ``0..size-1`` in their order. Node telemetry follows the nodes kept or
+    copied.
+
+    Invariant: the same verdict, the culprit being the same rank (renumbered as ``Recording.ranks`` says) on
+    the same node; the fault's share of the job does not change what it is."""
+    worlds: dict[str, int] = {}
+    for e in rec.events("step"):
+        worlds[e["job"]] = max(worlds.get(e["job"], 0), e["rank"] + 1)
+    if not worlds:
+        return rec.derive(f"world_size({size})", rec.lines)
+    node_of: dict[tuple[str, int], str] = {}
+    for e in rec.events("step"):
+        if isinstance(e.get("node"), str):
+            node_of.setdefault((e["job"], e["rank"]), e["node"])
+    if all(size >= w for w in worlds.values()):
+        return _grown(rec, size, worlds, node_of, hot, hot_nodes)
+    return _shrunk(rec, size, worlds, node_of, hot, hot_nodes)
+
+
+def _grown(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
+    template: dict[tuple[str, int], int] = {}
+    for job, w in worlds.items():
+        cool = [r for r in range(w) if r not in hot.get(job, ()) and node_of.get((job, r)) not in hot_nodes]
+        for r in range(w):
+            healthy = r not in hot.get(job, ()) and node_of.get((job, r)) not in hot_nodes
+            template[(job, r)] = r if healthy or not cool else cool[r % len(cool)]
+    copies = {job: max(1, size // w) for job, w in worlds.items()}
+    cool_nodes = sorted({n for n in node_of.values() if n not in hot_nodes})
+    k_nodes = max(copies.values())
+    by_template: dict[tuple[str, int], list[int]] = defaultdict(list)  # template rank -> the ranks it plays
+    for (job, r), t in template.items():
+        by_template[(job, t)].append(r)
+    out: list[Line] = []
+    for line in rec.lines:
+        e = line.event
+        if is_telemetry(e):
+            out.append(line)
+            node = e.get("node")
+            for i in range(1, k_nodes):
+                if node not in hot_nodes:
+                    out.append(Line(line.arrival, dict(e, node=f"{node}~{i}")))
+                if cool_nodes and node == cool_nodes[0]:  # the hot nodes' copies: a healthy node's samples
+                    out.extend(Line(line.arrival, dict(e, node=f"{n}~{i}")) for n in sorted(hot_nodes))
+            continue
+        job, r = e.get("job"), e.get("rank")
+        if job not in worlds or r is None:  # another job's or a job-wide event: as it is
+            out.append(line)
+            continue
+        w = worlds[job]
+        out.append(Line(line.arrival, dict(e, world_size=w * copies[job])) if "world_size" in e else line)
+        for target in by_template.get((job, r), ()):
+            for i in range(1, copies[job]):
+                node = node_of.get((job, target))
+                clone = dict(e, rank=target + i * w)
+                if "world_size" in e:
+                    clone["world_size"] = w * copies[job]
+                if isinstance(node, str):
+                    clone["node"] = f"{node}~{i}"
+                for f in GROUP_FIELDS:
+                    if isinstance(e.get(f), str) and e[f] != "default":
+                        clone[f] = f"{e[f]}~{i}"
+                if isinstance(e.get("pgs"), dict):
+                    clone["pgs"] = {(name if name == "default" else f"{name}~{i}"):
+                                    (dict(v, ranks=[x + i * w for x in v["ranks"]])
+                                     if isinstance(v, dict) and isinstance(v.get("ranks"), list) else v)
+                                    for name, v in e["pgs"].items()}
+                out.append(Line(line.arrival, clone))
+    return rec.derive(f"world_size({size})", out)
+
+
+def _shrunk(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
+    keep: dict[str, dict[int, int]] = {}
+    for job, w in worlds.items():
+        first = sorted(hot.get(job, ()))
+        rest = [r for r in range(w) if r not in first and node_of.get((job, r)) not in hot_nodes]
+        rest += [r for r in range(w) if r not in first and r not in rest]
+        chosen = sorted((first + rest)[:max(size, len(first) + 1)])
+        keep[job] = {r: i for i, r in enumerate(chosen)}
+    nodes = {node_of[(job, r)] for job, kept in keep.items() for r in kept if (job, r) in node_of}
+    out = []
+    for line in rec.lines:
+        e = line.event
+        if is_telemetry(e):
+            if e.get("node") in nodes or e.get("node") is None:
+                out.append(line)
+            continue
+        job, r = e.get("job"), e.get("rank")
+        if job not in keep or r is None:
+            out.append(line)
+            continue
+        if r not in keep[job]:
+            continue
+        event = dict(e, rank=keep[job][r])
+        if "world_size" in e:
+            event["world_size"] = len(keep[job])
+        if isinstance(e.get("pgs"), dict):
+            event["pgs"] = {name: (dict(v, ranks=[keep[job][x] for x in v["ranks"] if x in keep[job]])
+                                   if isinstance(v, dict) and isinstance(v.get("ranks"), list) else v)
+                            for name, v in e["pgs"].items()}
+        out.append(Line(line.arrival, event))
+    ranks = {(job, r): i for job, kept in keep.items() for r, i in kept.items()}
+    return rec.derive(f"world_size({size})", out, ranks=ranks)
