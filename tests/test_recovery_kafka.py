@@ -1,0 +1,114 @@
+"""Recovery without duplicates (issue 44, row 8), on the real broker.
+
+A backlog reached the broker while no worker ran (its records stamped an hour ago); a worker reads part
+of it and commits, a second one reads the rest (a straggler fires and resolves) and is SIGKILLed before it
+commits; a third one rebuilds its windows from the span before the committed offset and reads the rest
+again. The alerts topic must then hold what ``stepwatch replay`` of the same events says, each firing and
+each resolution once, and no hang: the rebuilt jobs are judged on the clock the live road goes on with
+(the partition is still behind by an hour), not on the records' own times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import orjson
+import pytest
+from kafka import KafkaProducer
+
+from stepwatch.models.wire.events import encode_events
+from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec, StragglerFault
+from stepwatch.topics import create_topics
+
+from support import group_caught_up, group_offsets, read_alerts, read_all_alerts, run_stepwatch, stepwatch_env, \
+    wait_until
+
+pytestmark = pytest.mark.kafka
+
+#: One partition: every job behind the same committed offset, so the restart's span and re-read are known.
+ONE_PARTITION = {"STEPWATCH_KAFKA_PARTITIONS": "1",
+                 # A job silent for real during the test (a few tens of seconds) is not a hang: only a clock
+                 # that jumps by the backlog's hour can make one.
+                 "STEPWATCH_HANG_WARNING_FLOOR_SECONDS": "300"}
+SPLIT_STEP = 50  # the first worker reads up to here
+
+
+def backlog(reached_broker_at: float) -> tuple[list, list]:
+    """(job, value, record time in ms) of two jobs, in time order, split where the first worker stops.
+
+    ``job-s`` gets a straggler after the split that fires and resolves; ``job-h`` stops before the split
+    (no end: silent since), so a clock jump after the restart would call it hung."""
+    specs = [SimulationSpec(job="job-s", ranks=8, steps=140,
+                            stragglers=(StragglerFault(rank=3, start_step=60, factor=1.6, end_step=75),)),
+             SimulationSpec(job="job-h", ranks=8, steps=SPLIT_STEP, seed=1)]
+    messages = []
+    for spec in specs:
+        for t, batch in ClusterSimulator(spec).steps():
+            if spec.job == "job-h" and batch[0].get("phase") == "end":
+                continue
+            at_ms = int((reached_broker_at + t - spec.start_time) * 1000)
+            messages.append((t, spec.job, batch, at_ms))
+    messages.sort(key=lambda m: m[0])
+    cut = next(t for t, job, batch, _ in messages if job == "job-s" and batch[0].get("step") == SPLIT_STEP)
+    first = [(job, encode_events(batch), at) for t, job, batch, at in messages if t < cut]
+    rest = [(job, encode_events(batch), at) for t, job, batch, at in messages if t >= cut]
+    return first, rest
+
+
+def produce(bootstrap: str, topic: str, messages) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    try:
+        for job, value, at_ms in messages:
+            producer.send(topic, key=job.encode(), value=value, timestamp_ms=at_ms)
+        producer.flush(30)
+    finally:
+        producer.close()
+
+
+def published(alerts: list[dict]) -> list[tuple[str, str, str]]:
+    return [(a["id"], a["type"], a["status"]) for a in alerts]
+
+
+def test_a_worker_killed_during_catch_up_restarts_without_a_duplicate_or_a_false_hang(
+        kafka_bootstrap, topic_prefix, start_worker, worker_consumer, tmp_path):
+    events, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"
+    create_topics(kafka_bootstrap, [topic_prefix + n for n in ("events", "alerts", "deadletter", "telemetry")], 1)
+    first, rest = backlog(reached_broker_at=time.time() - 3600)
+    group = topic_prefix.rstrip(".") + "-worker" + ("" if worker_consumer == "faust" else "-events")
+
+    produce(kafka_bootstrap, events, first)
+    reader = start_worker(**ONE_PARTITION)
+    wait_until(lambda: group_caught_up(kafka_bootstrap, group, events), timeout=120,
+               what="the first worker to commit the first part", interval=0.5)
+    reader.proc.kill()
+    reader.proc.wait()
+
+    produce(kafka_bootstrap, events, rest)  # the rest of the backlog, then a worker that never commits it
+    doomed = start_worker(STEPWATCH_WORKER_COMMIT_INTERVAL="3600", **ONE_PARTITION)
+
+    def straggler_done(alerts):
+        return any(a["type"] == "straggler" and a["status"] == "resolved" for a in alerts)
+
+    read_alerts(kafka_bootstrap, alerts_topic, until=straggler_done, timeout=120)
+    committed, end = group_offsets(kafka_bootstrap, group, events)
+    assert committed < end, "the kill would not test a re-read"
+    doomed.proc.kill()  # SIGKILL: what it processed after the committed offset is read again
+    doomed.proc.wait()
+
+    restarted = start_worker(**ONE_PARTITION)
+    wait_until(lambda: group_caught_up(kafka_bootstrap, group, events), timeout=120,
+               what="the restarted worker to commit the end", interval=0.5)
+    alerts = read_all_alerts(kafka_bootstrap, alerts_topic, until=straggler_done, timeout=60)
+    assert "recovered partitions" in restarted.log_text()
+
+    env = stepwatch_env(kafka_bootstrap, topic_prefix, **ONE_PARTITION)
+    recording = tmp_path / "events.jsonl"
+    run_stepwatch("record", "-o", str(recording), env=env)
+    replayed = [orjson.loads(line) for line in run_stepwatch("replay", str(recording), env=env).stdout.splitlines()
+                if line.strip()]
+
+    logs = "\n".join(w.log_text()[-3000:] for w in (doomed, restarted))
+    assert published(alerts) == published(replayed), logs
+    assert [k for k, n in Counter(published(alerts)).items() if n > 1] == [], logs  # each firing/resolution once
+    assert {a["type"] for a in alerts} == {"straggler"}, logs  # no hang: the straggler only
