@@ -59,8 +59,8 @@ def backlog(reached_broker_at: float) -> tuple[list, list]:
 def produce(bootstrap: str, topic: str, messages) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap)
     try:
-        for job, value, at_ms in messages:
-            producer.send(topic, key=job.encode(), value=value, timestamp_ms=at_ms)
+        for key, value, at_ms in messages:  # at_ms None: the producer's clock now
+            producer.send(topic, key=key.encode(), value=value, timestamp_ms=at_ms)
         producer.flush(30)
     finally:
         producer.close()
@@ -112,3 +112,45 @@ def test_a_worker_killed_during_catch_up_restarts_without_a_duplicate_or_a_false
     assert published(alerts) == published(replayed), logs
     assert [k for k, n in Counter(published(alerts)).items() if n > 1] == [], logs  # each firing/resolution once
     assert {a["type"] for a in alerts} == {"straggler"}, logs  # no hang: the straggler only
+
+
+def test_an_open_node_suspect_is_not_fired_again_nor_its_action_recorded_again_after_a_restart(
+        kafka_bootstrap, topic_prefix, start_worker):
+    """A plain stop and start: the ledger read back from its topic judges the node again; what the alerts and
+    actions topics already hold is not published again (models/published.py, streams/action_sink.py)."""
+    from fleet import Job, job_events, xid_event
+
+    hooks = {"STEPWATCH_ONCALL_HOOKS_ENABLED": "true"}  # dry run (the default): records, no command run
+    alerts_topic, actions_topic = topic_prefix + "alerts", topic_prefix + "actions"
+    first = start_worker(**hooks)
+    t0 = time.time() - 120
+    job = Job("job-c", ["n6", "n7"], start=t0, slow_node="n7", slow_from=30, checkpoint_at=None)
+    produce(kafka_bootstrap, topic_prefix + "events", [(job.name, encode_events(job_events(job)), None)])
+    # A straggler on n7 (one job: no verdict), then Xid 79 from n7's agent: a gpu_fault and, non-recoverable, a
+    # node_suspect for n7 listing both incidents (the ledger, read back, judges the node again incident by incident).
+    read_alerts(kafka_bootstrap, alerts_topic, until=lambda a: any(x["type"] == "straggler" for x in a))
+    produce(kafka_bootstrap, topic_prefix + "telemetry", [("n7", orjson.dumps(xid_event("n7", 1, 79, t0 + 100)), None)])
+
+    def suspect(alerts):
+        return [a for a in alerts if a["type"] == "node_suspect"]
+
+    before = read_all_alerts(kafka_bootstrap, alerts_topic,
+                             until=lambda a: any(len(x["evidence"]["incidents"]) == 2 for x in suspect(a)), timeout=120)
+    def drains(records):  # the action records of n7's fault and suspect (the straggler gets its own)
+        return sorted(r["alert_type"] for r in records if r["alert_type"] in ("gpu_fault", "node_suspect"))
+
+    actions = read_all_alerts(kafka_bootstrap, actions_topic, until=lambda r: len(drains(r)) >= 2)
+    assert drains(actions) == ["gpu_fault", "node_suspect"], first.log_text()[-3000:]
+    first.stop()  # a plain kill (SIGTERM)
+
+    second = start_worker(**hooks)
+    # A job after the restart, whose straggler says the restarted worker is judging (and its ledger was read).
+    later = Job("job-d", ["n1", "n2"], start=time.time() - 100, slow_node="n2", slow_from=30, checkpoint_at=None)
+    produce(kafka_bootstrap, topic_prefix + "events", [(later.name, encode_events(job_events(later)), None)])
+    after = read_all_alerts(kafka_bootstrap, alerts_topic,
+                            until=lambda a: any(x["job"] == "job-d" for x in a[len(before):]), timeout=120)
+    logs = second.log_text()[-4000:]
+    assert suspect(after) == suspect(before), logs  # nothing more about n7: its suspect and fault stay as they were
+    assert [a for a in after[len(before):] if a["job"] != "job-d"] == [], logs
+    actions = read_all_alerts(kafka_bootstrap, actions_topic, until=lambda r: len(drains(r)) >= 2, quiet=3.0)
+    assert drains(actions) == ["gpu_fault", "node_suspect"], logs  # one record per alert
