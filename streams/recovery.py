@@ -193,7 +193,8 @@ class SpanSource:
     def __iter__(self):
         for partition, raw, *stamp in self.span.event_messages:
             at = stamp[0] if stamp else None
-            yield Read((Message(raw, partition=partition),), None if at is None else at + self.behind.get(partition, 0.0))
+            moved = None if at is None else at + self.behind.get(partition, 0.0)
+            yield Read((Message(raw, partition=partition),), moved)
 
 
 def rebuild(pipeline: Pipeline, span: RecoverySpan, now: float | None = None,

@@ -18,9 +18,9 @@ coordinates; the worker never stops on bad input. A timer runs the time-driven r
 worker's clock (streams/worker_clock.py: the wall clock at start, moved on monotonically, so a step
 of the wall clock raises no alert; steps are logged and counted). Nothing is published before the
 worker has read back what the alerts topic holds (a restarted worker does not repeat its previous
-life's alerts: models/published.py). The operator surface (metrics, status API, registry, runtime settings, Alertmanager,
-the on-call state shared between workers in streams/oncall_feed.py and the optional action hooks
-in streams/action_sink.py): docs/operations.md.
+life's alerts: models/published.py). The operator surface (metrics, status API, registry, runtime
+settings, Alertmanager, the on-call state shared between workers in streams/oncall_feed.py and the
+optional action hooks in streams/action_sink.py): docs/operations.md.
 """
 
 from __future__ import annotations
