@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 
-from .alert_types import AlertStatus
+from .alert_types import AlertStatus, Severity
 from .alerts import Alert
+
+_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
 class PublishedAlerts:
     """What this worker (or its previous life) last published per alert id.
 
-    Used to suppress a second identical publication: a ``firing`` already on the topic
-    with the same severity and summary is not sent again.
+    Used to suppress a second publication of what the topic already says (``is_duplicate``): a worker that
+    re-reads events after a restart derives again what its previous life published.
     """
 
     def __init__(self, max_ids: int = 100_000) -> None:
         self.max_ids = max_ids
-        self._last: dict[str, tuple[str, str, str]] = {}
+        self._last: dict[str, tuple[str, str, str, float]] = {}  # id -> (status, severity, summary, starts_at)
         self.open: dict[str, Alert] = {}  # id -> the firing alert as last published
         # The rebuilt engine may name a problem it saw from the middle with another id than
         # the one already published (e.g. a later first step): publish it under the old id.
@@ -32,7 +34,8 @@ class PublishedAlerts:
         it is not one)."""
         if isinstance(alert, dict):
             alert = Alert.from_dict(alert)
-        self._last[alert.id] = (alert.status, alert.severity, alert.summary)
+        self._last.pop(alert.id, None)  # (re)inserted last: the bound forgets the least recently published
+        self._last[alert.id] = (alert.status, alert.severity, alert.summary, alert.starts_at)
         if alert.status == AlertStatus.FIRING:
             self.open[alert.id] = alert
         else:
@@ -43,7 +46,22 @@ class PublishedAlerts:
             self.open.pop(oldest, None)
 
     def is_duplicate(self, alert: Alert) -> bool:
-        return self._last.get(alert.id) == (alert.status, alert.severity, alert.summary)
+        """Whether ``alert`` says nothing the topic does not already say about its id: the same status, severity
+        and summary; a second resolution; a firing of an episode the topic already resolved (one that began no
+        later: a new episode of an id, e.g. a node suspect again, begins later); or a firing the open one
+        covers (no higher severity, and every incident it lists already listed: a ledger read back)."""
+        last = self._last.get(alert.id)
+        if last is None:
+            return False
+        status, severity, summary, starts_at = last
+        if (status, severity, summary) == (alert.status, alert.severity, alert.summary):
+            return True
+        if status == AlertStatus.RESOLVED:
+            return alert.status == AlertStatus.RESOLVED or alert.starts_at <= starts_at
+        if alert.status != AlertStatus.FIRING or _RANK.get(alert.severity, 0) > _RANK.get(severity, 0):
+            return False
+        listed = _incidents(alert)
+        return listed is not None and listed <= (_incidents(self.open[alert.id]) or set())
 
     def rewrite(self, alert: Alert) -> Alert:
         """The alert under the id it was first published with."""
@@ -53,3 +71,11 @@ class PublishedAlerts:
         if alert.status == AlertStatus.RESOLVED:
             self.alias.pop(alert.id, None)
         return dataclasses.replace(alert, id=alias[0], starts_at=alias[1])
+
+
+def _incidents(alert: Alert) -> set[str] | None:
+    """The incident ids an alert's evidence lists (a ``node_suspect``'s); None: it lists none."""
+    listed = alert.evidence.get("incidents") if isinstance(alert.evidence, dict) else None
+    if not isinstance(listed, list):
+        return None
+    return {str(i.get("id")) for i in listed if isinstance(i, dict)}

@@ -6,6 +6,10 @@ Off unless ``STEPWATCH_ONCALL_HOOKS_ENABLED=true``. Detection never waits for it
 as a JSON POST (retried a few times with backoff). The executor runs only with dry-run off and
 ``STEPWATCH_ONCALL_EXECUTOR`` set: ``<executor> <command>`` for each rendered Slurm command (no
 shell; the command is one argument), and the record says what it returned.
+
+One action record per alert id, across restarts too: before delivering, the sink reads back which
+alert ids the actions topic already has a record for (a restarted worker's previous life's), and
+delivers none of those again.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -29,7 +34,8 @@ log = logging.getLogger("stepwatch.actions")
 class ActionSink:
     def __init__(self, settings: OnCallSettings, *, send: Callable[[bytes, bytes], Awaitable[Any]] | None = None,
                  queue_size: int = 1000, attempts: int = 4, timeout: float = 10.0,
-                 reported: Callable[[str, float], bool] | None = None) -> None:
+                 reported: Callable[[str, float], bool] | None = None,
+                 read_back: Callable[[], Iterable[str]] | None = None, max_ids: int = 100_000) -> None:
         self.settings = settings
         inventory = load_inventory(settings.node_inventory_file) if settings.node_inventory_file else None
         self.hooks = ActionHooks(dry_run=settings.dry_run, slurm_template=settings.slurm_template,
@@ -42,6 +48,11 @@ class ActionSink:
         self.delivered = 0
         self.dropped = 0
         self.webhook_failures = 0
+        #: () -> the alert ids the actions topic already has a record for (blocking; run once, off the loop).
+        self.read_back = read_back
+        self.max_ids = max_ids
+        self._recorded: OrderedDict[str, None] = OrderedDict()  # alert ids with a record delivered (bounded)
+        self.already_recorded = 0  # records not delivered: their alert id had one (read back)
 
     def offer(self, alert) -> None:
         """Called for every published alert; queues an action record for the ones that get one."""
@@ -56,12 +67,25 @@ class ActionSink:
     async def run(self) -> None:
         import aiohttp
 
+        if self.read_back is not None:
+            read_back, self.read_back = self.read_back, None  # once (run_forever restarts run after a failure)
+            try:
+                for alert_id in await asyncio.get_running_loop().run_in_executor(None, lambda: list(read_back())):
+                    self._note(alert_id)
+            except Exception:
+                log.exception("reading the actions topic back failed; an action recorded before may be again")
+
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as session:
             while True:
                 record = await self.queue.get()
                 await self.deliver(record, session)
 
     async def deliver(self, record: dict[str, Any], session=None) -> None:
+        if record["alert_id"] in self._recorded:
+            self.already_recorded += 1
+            log.info("action for %s %s already recorded: not again", record["alert_type"], record["alert_id"])
+            return
+        self._note(record["alert_id"])
         if not self.settings.dry_run and self.settings.executor:
             record["executed"] = await self._execute(record)
         body = orjson.dumps(record)
@@ -72,6 +96,11 @@ class ActionSink:
         self.delivered += 1
         log.info("action %s for %s %s (dry run: %s)", record["action"].get("kind"), record["alert_type"],
                  record["alert_id"], record["dry_run"])
+
+    def _note(self, alert_id: str) -> None:
+        self._recorded[alert_id] = None
+        while len(self._recorded) > self.max_ids:
+            self._recorded.popitem(last=False)
 
     async def _post(self, session, body: bytes) -> None:
         import aiohttp
@@ -117,7 +146,12 @@ def install_action_sink(app, settings, *, reported: Callable[[str, float], bool]
     async def send(key: bytes, value: bytes) -> None:
         await topic.send(key=key, value=value)
 
-    sink = ActionSink(oncall, send=send, reported=reported)
+    def read_back() -> list[str]:
+        from stepwatch.security import client_config
+
+        return recorded_alert_ids(kafka.bootstrap, kafka.topic(oncall.actions_topic), client_config(settings))
+
+    sink = ActionSink(oncall, send=send, reported=reported, read_back=read_back)
     app.stepwatch_actions = sink
 
     @app.task
@@ -125,3 +159,25 @@ def install_action_sink(app, settings, *, reported: Callable[[str, float], bool]
         await run_forever(sink.run, what="action sink", log=log)
 
     return sink
+
+
+def recorded_alert_ids(bootstrap: str, topic: str, client_config: dict | None = None, *, lookback: int = 10_000,
+                       timeout: float = 20.0) -> list[str]:
+    """The alert ids (record keys) of the last ``lookback`` records per partition of the actions topic."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from .recovery import read_span
+
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                           **dict(client_config or {}))
+    try:
+        reader.topics()  # fetch metadata: partitions_for_topic only answers from what is cached
+        tps = [TopicPartition(topic, p) for p in (reader.partitions_for_topic(topic) or ())]
+        if not tps:
+            return []
+        ends, begins = reader.end_offsets(tps), reader.beginning_offsets(tps)
+        starts = {tp: max(begins[tp], ends[tp] - lookback) for tp in tps}
+        return [r.key.decode("utf-8", "replace") for r in read_span(reader, tps, ends, starts, timeout=timeout)
+                if r.key]
+    finally:
+        reader.close()

@@ -123,6 +123,12 @@ class WorkerMetrics:
         self.gpu_seconds_lost = Counter("stepwatch_gpu_seconds_lost",
                                         "GPU-seconds lost to restarts (downtime and recomputed steps) and hangs, "
                                         "by cause (failure class).", ["cause"], registry=r)
+        self.clock_steps = Counter("stepwatch_worker_clock_steps",
+                                   "Steps of the wall clock the worker found (streams/worker_clock.py: detection "
+                                   "keeps the monotonic clock), by direction (forward, back).", ["direction"],
+                                   registry=r)
+        for direction in ("forward", "back"):
+            self.clock_steps.labels(direction)
         for kind in EVENT_KINDS:
             self.events.labels(kind)
         for t in ALERT_TYPES:

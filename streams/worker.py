@@ -14,15 +14,19 @@ streams/events_consumer.py; the default, ``STEPWATCH_WORKER_CONSUMER=aiokafka``)
 batch at a time, or with ``STEPWATCH_WORKER_CONSUMER=faust`` by one Faust agent (group
 ``<app_id>``) a ``take_events`` batch at a time; recovery, dead-lettering and metrics are shared. What does
 not decode or validate goes to the dead-letter topic with the reason and its source
-coordinates; the worker never stops on bad input. A timer runs the time-driven rules with the
-wall clock. The operator surface (metrics, status API, registry, runtime settings, Alertmanager,
-the on-call state shared between workers in streams/oncall_feed.py and the optional action hooks
-in streams/action_sink.py): docs/operations.md.
+coordinates; the worker never stops on bad input. A timer runs the time-driven rules on the
+worker's clock (streams/worker_clock.py: the wall clock at start, moved on monotonically, so a step
+of the wall clock raises no alert; steps are logged and counted). Nothing is published before the
+worker has read back what the alerts topic holds (a restarted worker does not repeat its previous
+life's alerts: models/published.py). The operator surface (metrics, status API, registry, runtime
+settings, Alertmanager, the on-call state shared between workers in streams/oncall_feed.py and the
+optional action hooks in streams/action_sink.py): docs/operations.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -42,7 +46,8 @@ from stepwatch.security import faust_credentials
 from .kafka_sink import KafkaSink
 from .metrics import WorkerMetrics
 from .producer_topics import track_sent_topics
-from .recovery import PublishedAlerts, read_recovery_span, rebuild
+from .recovery import PublishedAlerts, read_published, read_recovery_span, rebuild, remember_published, settle
+from .worker_clock import WorkerClock
 from .topic_reader import read_topic_forever
 from .broker_watch import BrokerLogLimiter, exit_if_stuck
 from .broker_watch import install as install_log_limiter
@@ -58,9 +63,10 @@ FAUST_TAKE_WITHIN = 0.005
 
 
 class Worker:
-    """A stepwatch worker for ``settings`` (default: the environment's); ``run()`` runs it."""
+    """A stepwatch worker for ``settings`` (default: the environment's); ``run()`` runs it. ``clock``: the
+    worker's clock (default: the machine's wall and monotonic clocks; tests pass one they can step)."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *, clock: WorkerClock | None = None) -> None:
         settings = self.settings = settings or Settings.from_env()
         kafka = settings.kafka
         track_sent_topics()  # before any producer sends: no topic drops out of a producer's metadata (issue 15)
@@ -78,6 +84,10 @@ class Worker:
         self.engine = DetectionEngine(settings)
         self.recorder = StatusRecorder(settings.worker.status_history_steps).attach(self.engine)
         self.metrics = WorkerMetrics(self.engine)
+        #: The time the rules run on, and the read times of live messages (steps of the wall clock left out).
+        self.clock = clock or WorkerClock()
+        if self.clock.on_step is None:
+            self.clock.on_step = self._clock_stepped
         self.runtime = RuntimeConfig(settings)
         self.published = PublishedAlerts()
         #: The aiokafka events consumer's decoder process (streams/decoder.py); None in Faust mode.
@@ -96,6 +106,11 @@ class Worker:
         #: Events partitions whose windows were rebuilt (``recover_partitions``).
         self.recovered: set[int] = set()
         self.recovering = False
+        #: Alerts open on the topic but not in a rebuilt engine, on partitions read again (``recovery.settle``).
+        self.unsettled: list = []
+        #: Set once what the alerts topic holds is known (``read_published``): nothing is judged or published
+        #: before, so a restarted worker publishes nothing its previous life did (its ledger read back included).
+        self.published_known = asyncio.Event()
         # Cleared while a recovery runs: the consumer waits, so replayed history always comes
         # before the live events that follow it.
         self.processing_allowed = asyncio.Event()
@@ -133,6 +148,7 @@ class Worker:
         install_control(self.app, self.engine, settings, self.metrics)  # stack requests of hung jobs (docs/hang.md)
         self.app.timer(interval=settings.worker.tick_interval)(self.tick)
         self.app.task(self.read_runtime_settings)
+        self.app.task(self.read_published)
         self.app.stepwatch_worker = self  # type: ignore[attr-defined]  (for code that only has the app)
 
     # -- construction ---------------------------------------------------------------------
@@ -300,10 +316,28 @@ class Worker:
             log.error("processing %s (%s) failed", what, stage, exc_info=exc)
             self.metrics.processing_failed(stage, exc)
 
-        await drive(source, self.pipeline, self.output, on_error=failed)
+        await drive(self._on_worker_time(source), self.pipeline, self.output, on_error=failed)
+
+    async def _on_worker_time(self, source: AsyncSource):
+        """``source``'s items once what the alerts topic holds is known, their read times (the wall clock's,
+        e.g. the events consumer's) on the worker's clock; ``source`` closed on the way out (``drive``)."""
+        items = aiter(source)
+        try:
+            async for item in items:
+                if not self.published_known.is_set():
+                    await self.published_known.wait()
+                if type(item) is Read and item.arrival is not None:
+                    item = dataclasses.replace(item, arrival=self.clock.from_wall(item.arrival))
+                yield item
+        finally:
+            closing = getattr(items, "aclose", None)
+            if closing is not None:
+                await closing()
 
     async def publish(self, alerts: list[Alert]) -> None:
-        """Alerts not from the pipeline's own outputs (recovery's reconciliation, telemetry)."""
+        """Alerts not from the pipeline's own outputs (recovery's reconciliation, the on-call feed's)."""
+        if not self.published_known.is_set():
+            await self.published_known.wait()
         # Made outside the engine (recovery's "resolved while down"): classified here (models/oncall/actions.py).
         alerts = [a if a.scope else self.engine.oncall.classifier.annotate(a) for a in alerts]
         await self.output.write_alerts(self.pipeline.publishable(alerts))
@@ -311,16 +345,49 @@ class Worker:
     # -- input ----------------------------------------------------------------------------
 
     async def tick(self) -> None:
-        """The timer: the time-driven rules with the wall clock."""
-        if self.recovering:
-            return  # the engine is being rebuilt; the next tick runs the rules
+        """The timer: the time-driven rules on the worker's clock (a step of the wall clock is logged, counted
+        and left out: ``WorkerClock``)."""
+        self.clock.check()
+        if self.recovering or not self.published_known.is_set():
+            return  # the engine is being rebuilt, or what was published is not known yet: the next tick runs
+        now = self.clock.now()
         try:
-            out = self.pipeline.take(Tick(time.time()))
+            out = self.pipeline.take(Tick(now))
         except Exception as exc:
             log.exception("timer rules failed")
             self.metrics.processing_failed("tick", exc)
             return
         await self.send(out)
+        if self.unsettled:
+            await self.publish(settle(self.pipeline, self.unsettled, self._caught_up(), now))
+
+    def _caught_up(self) -> set[int]:
+        """Events partitions read to their end now (lag 0)."""
+        try:
+            return {p for _, p, lag in self.metrics.lag_source() if lag == 0}
+        except Exception:  # silent: the consumer (re)starts; the next tick asks again
+            return set()
+
+    def _clock_stepped(self, seconds: float) -> None:
+        self.metrics.clock_steps.labels("forward" if seconds > 0 else "back").inc()
+
+    async def read_published(self) -> None:
+        """Once at start: remember what the alerts topic holds (``recovery.read_published``), then let alerts out.
+        A failure is logged and counted: alerts go out all the same (perhaps repeating the previous life's)."""
+        from stepwatch.security import client_config
+
+        settings, kafka = self.settings, self.settings.kafka
+        try:
+            records = await asyncio.get_running_loop().run_in_executor(None, lambda: read_published(
+                bootstrap=kafka.bootstrap, alerts_topic=kafka.topic(kafka.alerts_topic),
+                alerts_lookback=settings.worker.recovery_alerts_lookback, client_config=client_config(settings)))
+            remember_published(self.published, records)
+            log.info("read %d alerts back from the alerts topic", len(records))
+        except Exception as exc:
+            log.exception("reading the alerts topic back failed; publishing without it")
+            self.metrics.processing_failed("recovery", exc)
+        finally:
+            self.published_known.set()
 
     def apply_runtime_settings(self, record) -> None:
         """One config topic record: settings for a job (its key) or for all (no key)."""
@@ -365,7 +432,7 @@ class Worker:
                 alerts_topic=kafka.topic(kafka.alerts_topic), partitions=new,
                 replay_messages=settings.worker.recovery_messages,
                 alerts_lookback=settings.worker.recovery_alerts_lookback, client_config=client_config(settings)))
-            report, reconcile = rebuild(self.pipeline, span)
+            report, reconcile = rebuild(self.pipeline, span, self.clock.now(), self.unsettled)
             log.info("recovered partitions %s: %d messages, %d events replayed; %d alerts read back, %d of them "
                      "open, %d re-published, %d resolved while down (%.2f s)", sorted(new), report.messages_replayed,
                      report.events_replayed, len(span.alerts), report.open_on_topic, report.republished_firing,
@@ -384,6 +451,7 @@ class Worker:
         if not gone:
             return
         self.recovered.difference_update(gone)
+        self.unsettled[:] = [(p, a) for p, a in self.unsettled if p not in gone]  # the new owner settles them
         self.pipeline.forget(gone)
 
     async def _rebalance_complete(self, sender, **kwargs) -> None:
@@ -433,7 +501,7 @@ class FaustSource:
         async for events in self.stream.take_events(FAUST_TAKE_MAX, within=FAUST_TAKE_WITHIN):
             if not self.allowed.is_set():
                 await self.allowed.wait()
-            yield Read([event.message for event in events], time.time())
+            yield Read([event.message for event in events], time.time())  # (on the worker's clock: Worker.drive)
 
 
 def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:

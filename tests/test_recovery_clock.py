@@ -10,6 +10,8 @@ resolved as soon as its next live event came (seen in tests/test_reliability_kaf
 
 from __future__ import annotations
 
+import pytest
+
 from stepwatch.models.wire.events import encode_events
 from stepwatch.models.pipeline import Message, Outputs, Pipeline
 from stepwatch.streams.recovery import RecoverySpan, rebuild
@@ -80,3 +82,21 @@ def test_replay_without_record_times_keeps_the_old_behaviour_of_no_offset():
     pipeline = Pipeline()
     rebuild(pipeline, RecoverySpan(partitions=(0,), event_messages=[(0, raw, None) for raw, _ in before], alerts=[]))
     assert pipeline.engine.jobs["job-a"].clock_offset() == 0.0
+
+
+@pytest.mark.parametrize("behind", [60.0, 3600.0, 86_400.0])
+def test_a_span_the_worker_is_behind_on_is_judged_on_the_clock_the_live_road_resumes_on(behind):
+    """Restarted ``behind`` seconds after its partition's next record reached the broker (a backlog, or a crash
+    during catch-up: issue 44 row 8): the span's record times move on by that lag, as the live reads that follow
+    will have it, so neither the first tick nor the catch-up calls the job hung."""
+    before, rest = messages(120), messages(60, first=120)
+    now = rest[0][1] + behind
+    pipeline = Pipeline()
+    _, reconcile = rebuild(pipeline, RecoverySpan(partitions=(0,), event_messages=[(0, raw, at) for raw, at in before],
+                                                  alerts=[], resume_at={0: rest[0][1]}), now=now)
+    assert reconcile == [] and collect(pipeline.tick(now)) == []
+    # The backlog read at once (catch-up), ticking as it goes; then the job goes on live.
+    assert run_live(pipeline, [(raw, now + i * 0.01) for i, (raw, _) in enumerate(rest)]) == []
+    # Taken on the records' own times instead (the span not moved on), the first tick calls it hung.
+    stale, _ = restarted(before)
+    assert "hang" in {t for _, t, _ in collect(stale.tick(now))}
