@@ -6,15 +6,19 @@ import argparse
 import sys
 
 from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
+from stepwatch.timespec import HELP as TIME_HELP, parse_when
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepwatch.recording import parse_time, record
+    import time
+
+    from stepwatch.recording import record
 
     settings = _settings(args)
     _require_bootstrap(settings)
-    since = parse_time(args.since) if args.since else None
-    until = parse_time(args.until) if args.until else None
+    now = time.time()  # a duration counts back from when the command started
+    since = args.since.at(now) if args.since else None
+    until = args.until.at(now) if args.until else None
     out = sys.stdout.buffer if args.out == "-" else open(args.out, "wb")
     try:
         stats = record(settings, out, jobs=args.job, since=since, until=until, arrival=not args.no_arrival)
@@ -37,7 +41,7 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--out", default="-", metavar="FILE", help="where to write ('-': stdout, the default)")
     p.add_argument("--job", action="append", metavar="JOB",
                    help="only this job's events (node telemetry is kept whole); repeatable")
-    p.add_argument("--since", metavar="TIME", help="from this broker time (Unix seconds or ISO 8601, UTC)")
-    p.add_argument("--until", metavar="TIME", help="up to this broker time")
+    p.add_argument("--since", type=parse_when, metavar="WHEN", help=f"from this broker time: {TIME_HELP}")
+    p.add_argument("--until", type=parse_when, metavar="WHEN", help="up to this broker time (the same forms)")
     p.add_argument("--no-arrival", action="store_true", help="leave out \"_arrival\"")
     p.set_defaults(func=run)

@@ -7,18 +7,23 @@ import sys
 import time
 
 from stepwatch.commands.common import files_precheck
+from stepwatch.timespec import parse_when
 
 
 def run(args: argparse.Namespace) -> int:
     from stepwatch.config import Settings
-    from stepwatch.recording import merge_recorded, parse_time, replay
+    from stepwatch.recording import merge_recorded, replay
 
     settings = Settings.from_env()
     stats: dict = {"events": 0, "rejected": 0, "alerts": 0}
     started = time.monotonic()
-    until = parse_time(args.until) if args.until else None
+    until, drain = None, args.drain
+    if args.until is not None and args.until.relative:  # a duration: that long after the last event (--drain)
+        drain = max(drain, args.until.seconds)
+    elif args.until is not None:
+        until = args.until.seconds
     try:  # the worker's own pipeline (models/pipeline.py), on the recording's clock
-        replay(merge_recorded(args.files), settings, drain=args.drain, until=until, stats=stats)
+        replay(merge_recorded(args.files), settings, drain=drain, until=until, stats=stats)
     except FileNotFoundError as exc:
         raise SystemExit(f"stepwatch replay: {exc.filename}: no such file") from None
     sys.stdout.flush()
@@ -40,6 +45,7 @@ def add_parser(sub) -> None:
                         "same way (docs/training.md)")
     p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
                    help="after the last event, run the timer rules this many seconds on (hangs at the end fire)")
-    p.add_argument("--until", metavar="TIME", help="after the last event, run the timer rules up to this time "
-                   "(Unix seconds or ISO 8601, UTC)")
+    p.add_argument("--until", type=parse_when, metavar="WHEN",
+                   help="after the last event, run the timer rules up to this time (Unix seconds or ISO 8601, UTC), "
+                        "or this long after the last event (a duration: 30m, 2h; the same as --drain)")
     p.set_defaults(func=run, precheck=files_precheck("replay", "nothing replayed"))
