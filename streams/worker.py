@@ -46,6 +46,8 @@ from .recovery import PublishedAlerts, read_recovery_span, rebuild
 from .topic_reader import read_topic_forever
 from .broker_watch import BrokerLogLimiter, exit_if_stuck
 from .broker_watch import install as install_log_limiter
+from .benign_logs import install as install_benign_logs
+from .ready_line import announce_ready
 
 log = logging.getLogger("stepwatch.worker")
 #: How long a signalled worker may take to stop (flush, commit, leave the group) before it exits anyway.
@@ -407,6 +409,8 @@ class Worker:
         from faust.worker import Worker as FaustWorker
 
         install_log_limiter(self.broker_log)
+        install_benign_logs()  # streams/benign_logs.py: start/rebalance noise at its real level
+        announce_ready(self)  # streams/ready_line.py: one line once consuming
 
         class Worker(FaustWorker):  # the same name in the log ("[^Worker]: Ready")
             def _schedule_shutdown(self, signal) -> None:

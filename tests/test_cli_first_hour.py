@@ -341,3 +341,253 @@ def test_one_io_fault_on_one_node_is_one_incident_two_lines(tmp_path):
         lines.add(alert, 1_700_000_000.0)
     out = lines.flush()
     assert len(out) == 2 and all("node-002" in line and " 16-23 " in line for line in out), out
+
+
+# -- issue 43 item 2 / issue 44 row 14: ports, Ctrl-C, full disks, the worker's start ------------------
+
+def _one_line(result: subprocess.CompletedProcess, code: int) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def silent_port():
+    """A port that accepts connections and never answers (not Kafka)."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("command", [["alerts", "--timeout", "30"], ["record"], ["config", "show"],
+                                     ["worker", "--web-port", "0"]])
+def test_a_port_that_is_not_kafka_is_one_line_within_ten_seconds(command, silent_port):
+    bootstrap = f"127.0.0.1:{silent_port}"
+    # timeout: the 10 s a command may wait on a port that does not answer, plus the interpreter's start.
+    result = subprocess.run([sys.executable, "-m", "stepwatch.cli", *command, "--bootstrap", bootstrap],
+                            capture_output=True, text=True, cwd=REPO, env=_env(), timeout=25)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert bootstrap in lines[-1] and len(lines) <= 2, result.stderr
+    if command[0] == "worker":  # it says what it waits for first, then why it stopped
+        assert lines[0].startswith(f"stepwatch worker: waiting for Kafka at {bootstrap}")
+        assert "did not answer as Kafka" in lines[-1]
+
+
+def test_a_busy_web_port_is_one_line_naming_it(kafka_bootstrap):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _stepwatch("worker", "--bootstrap", kafka_bootstrap, "--web-port", str(port), timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"stepwatch worker: web port {port} on 127.0.0.1 is busy (Address already in use): another worker on "
+        "this host? give this one --web-port PORT (or STEPWATCH_WORKER_WEB_PORT; 0: no web server)")
+
+
+def _interrupted(args: list[str], *, env: dict[str, str], ready: str = "", until=None, **popen
+                 ) -> subprocess.CompletedProcess:
+    """``stepwatch ARGS`` sent SIGINT (Ctrl-C) once ``ready`` shows on its stderr, or once ``until(proc)``
+    returns (a condition it waits for, never a fixed sleep)."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.cli", *args], cwd=REPO, env=env,
+                            stdout=popen.pop("stdout", subprocess.DEVNULL), stderr=subprocess.PIPE, **popen)
+    seen = []
+    if until is not None:
+        until(proc)
+    else:
+        for line in proc.stderr:
+            seen.append(line.decode())
+            if ready in seen[-1]:
+                break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", "".join(seen) + rest)
+
+
+def test_ctrl_c_exits_130_quietly_in_simulate_and_replay(tmp_path):
+    import os
+    import select
+
+    env = _env()
+    # simulate writing into a FIFO nobody drains: interrupted mid-write, once its first bytes are there
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        simulate = _interrupted(["simulate", "--ranks", "4", "--steps", "100000", "--out", str(fifo)], env=env,
+                                until=lambda proc: select.select([reader], [], [], 60))
+    finally:
+        os.close(reader)
+    assert simulate.returncode == 130, simulate.stderr
+    assert "Traceback" not in simulate.stderr and "KeyboardInterrupt" not in simulate.stderr
+    # replay reading a pipe that never ends: interrupted once it has taken more than a pipe holds
+    read_end, write_end = os.pipe()
+    line = b'{"kind":"step","job":"j","rank":0,"step":1,"ts":1.0,"duration":1.0}\n'
+
+    def fed(proc):
+        os.write(write_end, line * (4 * 65_536 // len(line)))  # returns once replay has read most of it
+
+    try:
+        replay = _interrupted(["replay", "-"], env=env, until=fed, stdin=read_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert replay.returncode == 130, replay.stderr
+    assert "Traceback" not in replay.stderr and "KeyboardInterrupt" not in replay.stderr
+
+
+@pytest.mark.kafka
+def test_ctrl_c_exits_130_quietly_in_alerts(kafka_bootstrap, topic_prefix):
+    from support import stepwatch_env
+
+    result = _interrupted(["alerts"], ready="waiting for alerts", env=stepwatch_env(kafka_bootstrap, topic_prefix))
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def recorded_topics(kafka_bootstrap, tmp_path_factory):
+    """Topics holding a small simulated job (the same for every record test of this module)."""
+    import uuid
+
+    from support import stepwatch_env
+
+    env = stepwatch_env(kafka_bootstrap, f"rec-{uuid.uuid4().hex[:8]}.")
+    run_stepwatch("simulate", "--ranks", "8", "--steps", "40", "--compute-time", "0.001", env=env)
+    return env
+
+
+@pytest.mark.kafka
+def test_record_into_dev_full_is_one_line(recorded_topics):
+    result = subprocess.run([sys.executable, "-m", "stepwatch.cli", "record", "-o", "/dev/full"], cwd=REPO,
+                            env=recorded_topics, capture_output=True, text=True, timeout=60)
+    line = _one_line(result, 1)
+    assert line.startswith("stepwatch record: /dev/full: No space left on device; stopped after 0 complete lines")
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("limit", [1, 700, 4096, 65_537])
+def test_record_on_a_full_disk_ends_with_a_whole_line(recorded_topics, tmp_path, limit):
+    """A file size limit (RLIMIT_FSIZE, EFBIG: what a full disk's ENOSPC is to the writer) cuts the recording at
+    any byte; the file keeps only whole lines, and the line says how many."""
+    import json
+    import resource
+    import signal
+
+    out = tmp_path / "rec.jsonl"
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails (EFBIG) instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run([sys.executable, "-m", "stepwatch.cli", "record", "-o", str(out)], cwd=REPO,
+                            env=recorded_topics, capture_output=True, text=True, timeout=60, preexec_fn=limited)
+    line = _one_line(result, 1)
+    data = out.read_bytes()
+    assert data == b"" or data.endswith(b"\n")
+    lines = data.splitlines()
+    assert all(json.loads(x) for x in lines)
+    assert line.startswith(f"stepwatch record: {out}: File too large; stopped after {len(lines)} complete lines")
+
+
+def test_the_benign_start_and_rebalance_errors_are_demoted_and_real_ones_kept():
+    import logging
+
+    from aiokafka import errors as aiokafka_errors
+    from kafka import errors as kafka_errors
+
+    from stepwatch.streams.benign_logs import install
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Keep(level=logging.DEBUG)
+    names = ["aiokafka.consumer.group_coordinator", "faust.transport.drivers.aiokafka", "aiokafka.consumer.fetcher",
+             "kafka.cluster"]
+    benign = install()
+    try:
+        for name in names:
+            logging.getLogger(name).addHandler(handler)
+            logging.getLogger(name).setLevel(logging.INFO)
+        coordinator = logging.getLogger(names[0])
+        coordinator.error("Group Coordinator Request failed: %s", aiokafka_errors.GroupCoordinatorNotAvailableError())
+        coordinator.error("Group Coordinator Request failed: %s", aiokafka_errors.GroupAuthorizationFailedError())
+        faust_log = logging.getLogger(names[1])
+        faust_log.error("[^---AIOKafkaConsumerThread]: Aiokafka has not sent fetch request for %r since start "
+                        "(started %s)\n\nThe cause may be ...", "TP(topic='e', partition=0)", "12.00 minutes ago")
+        faust_log.error("[^---AIOKafkaConsumerThread]: Aiokafka stopped fetching from %r (last done %s)", "tp", "1m")
+        logging.getLogger(names[2]).error("Failed fetch offsets from %s: %s", 1,
+                                          aiokafka_errors.NotLeaderForPartitionError())
+        logging.getLogger(names[3]).error("Metadata refresh: failed %s", kafka_errors.Cancelled())
+    finally:
+        for name in names:
+            logging.getLogger(name).removeHandler(handler)
+            logging.getLogger(name).removeFilter(benign)
+            logging.getLogger(name).setLevel(logging.NOTSET)
+    # At info: the coordinator's election, the new topic's leader and the closing client are not shown; the
+    # rebalance's fetch message is info with what it means; a refused group and a real stall stay errors.
+    got = [(r.levelname, r.getMessage().splitlines()[0]) for r in records]
+    assert got == [
+        ("ERROR", "Group Coordinator Request failed: [Error 30] GroupAuthorizationFailedError"),
+        ("INFO", "[^---AIOKafkaConsumerThread]: Aiokafka has not sent fetch request for \"TP(topic='e', partition=0)\" "
+                 "since start (started 12.00 minutes ago) [benign after a rebalance: counted from the consumer's "
+                 "start, not the partition's]"),
+        ("ERROR", "[^---AIOKafkaConsumerThread]: Aiokafka stopped fetching from 'tp' (last done 1m)"),
+    ], got
+
+
+@pytest.mark.kafka
+def test_the_worker_prints_one_ready_line_with_its_topics_and_urls(kafka_bootstrap, topic_prefix, tmp_path):
+    from support import WorkerProcess, stepwatch_env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_WORKER_WEB_PORT=str(port),
+                        STEPWATCH_WORKER_DATADIR=str(tmp_path / "faust"))
+    worker = WorkerProcess(env, tmp_path / "worker.log").wait_ready()
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while "stepwatch worker: ready:" not in worker.log_text() and time.monotonic() < deadline:
+            time.sleep(0.2)  # polling the log for a condition, not a timed assertion
+        text = worker.log_text()
+    finally:
+        worker.stop()
+    ready = [line for line in text.splitlines() if "stepwatch worker: ready:" in line]
+    assert len(ready) == 1, text[-3000:]
+    assert ready[0].startswith(f"stepwatch worker: ready: consuming {topic_prefix}events, ")
+    assert f"dashboard http://127.0.0.1:{port}/dashboard; metrics http://127.0.0.1:{port}/metrics" in ready[0]
+    assert "consumer aiokafka" in ready[0] or "consumer faust" in ready[0]
+    assert "[ERROR]" not in text, [line for line in text.splitlines() if "[ERROR]" in line]

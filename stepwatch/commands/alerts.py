@@ -93,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
     _require_bootstrap(settings)
     header = False
     incidents = IncidentLines()
+    kafka = settings.kafka
+    print(f"stepwatch alerts: waiting for alerts on {kafka.topic(kafka.alerts_topic)} at {kafka.bootstrap}"
+          + (" (from the oldest kept)" if args.from_beginning else "") + " (Ctrl-C to stop)", file=sys.stderr,
+          flush=True)
     try:
         for batch in follow_batches(settings, from_beginning=args.from_beginning, timeout=args.timeout):
             for alert, published in batch:
@@ -108,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
                     header = True
                 print(line, flush=True)
     except KeyboardInterrupt:
-        pass
+        sys.stdout.flush()
+        return 130  # stopped by Ctrl-C (stepwatch/cli.py INTERRUPTED)
+    if args.timeout is not None:
+        print(f"stepwatch alerts: timed out: no new alert for {args.timeout:g} s (--timeout)", file=sys.stderr)
     return 0
 
 

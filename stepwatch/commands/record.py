@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
+from stepwatch.line_output import LineOutput
 from stepwatch.timespec import HELP as TIME_HELP, parse_when
 
 
@@ -19,14 +20,18 @@ def run(args: argparse.Namespace) -> int:
     now = time.time()  # a duration counts back from when the command started
     since = args.since.at(now) if args.since else None
     until = args.until.at(now) if args.until else None
-    out = sys.stdout.buffer if args.out == "-" else open(args.out, "wb")
+    out = LineOutput(args.out)
     try:
-        stats = record(settings, out, jobs=args.job, since=since, until=until, arrival=not args.no_arrival)
-    finally:
-        if out is not sys.stdout.buffer:
+        try:
+            stats = record(settings, out, jobs=args.job, since=since, until=until, arrival=not args.no_arrival)
+        finally:
             out.close()
-        else:
-            out.flush()
+    except OSError as exc:  # a full disk, /dev/full: one line, and the file ends with a whole line
+        if exc.filename != out.name:
+            raise
+        print(f"stepwatch record: {out.name}: {exc.strerror}; stopped after {out.lines_written} complete lines",
+              file=sys.stderr)
+        return 1
     print(f"stepwatch record: {stats['written']} messages written of {stats['messages']} read "
           f"({stats['skipped']} not events)" + ("" if args.out == "-" else f" to {args.out}"), file=sys.stderr)
     return 0
