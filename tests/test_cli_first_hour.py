@@ -591,3 +591,44 @@ def test_the_worker_prints_one_ready_line_with_its_topics_and_urls(kafka_bootstr
     assert f"dashboard http://127.0.0.1:{port}/dashboard; metrics http://127.0.0.1:{port}/metrics" in ready[0]
     assert "consumer aiokafka" in ready[0] or "consumer faust" in ready[0]
     assert "[ERROR]" not in text, [line for line in text.splitlines() if "[ERROR]" in line]
+
+
+# -- issue 43 item 4: nothing valid is a failure; every file error names the file -------------------------
+
+NOT_EVENTS = [b"", b"not json\n\x00\x01\n", b'{"kind": "alert", "id": "x"}\n{"kind":"step"}\n', bytes(range(256)) * 4]
+
+
+@pytest.mark.parametrize("content", NOT_EVENTS)
+def test_replay_of_a_file_without_a_valid_event_fails_naming_it(tmp_path, content):
+    path = tmp_path / "wrong.jsonl"
+    path.write_bytes(content)
+    result = _stepwatch("replay", str(path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines()[-1].startswith(f"stepwatch replay: no valid event in {path} ")
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("content", [NOT_EVENTS[1], NOT_EVENTS[3]])  # publish sends JSON objects unvalidated
+def test_publish_of_a_file_without_a_valid_event_fails_naming_it(tmp_path, content, kafka_bootstrap, topic_prefix):
+    path = tmp_path / "wrong.jsonl"
+    path.write_bytes(content)
+    result = _stepwatch("publish", "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix, str(path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"stepwatch publish: no valid event in {path}: nothing")
+
+
+def test_import_of_a_missing_or_binary_file_is_one_line_naming_it(tmp_path):
+    missing = tmp_path / "missing.csv"
+    line = _one_line(_stepwatch("import", str(missing)), 1)
+    assert line == f"stepwatch import: {missing}: no such file; nothing imported"
+    binary = tmp_path / "trace.csv"
+    binary.write_bytes(bytes(range(256)) * 64)
+    line = _one_line(_stepwatch("import", str(binary), "--col", "rank=r", "--col", "step=s", "--col",
+                                "step_time=t"), 1)
+    assert line.startswith(f"stepwatch import: {binary}: not a UTF-8 CSV file"), line
+    parquet = tmp_path / "trace.parquet"
+    parquet.write_bytes(b"PAR1 not really")
+    result = _stepwatch("import", str(parquet), "--col", "rank=r", "--col", "step=s", "--col", "step_time=t")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert str(parquet) in result.stderr.strip().splitlines()[-1]

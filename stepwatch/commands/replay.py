@@ -29,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     print(f"stepwatch replay: {stats['events']} events, {stats['rejected']} rejected, {stats['alerts']} alerts "
           f"in {time.monotonic() - started:.2f} s", file=sys.stderr)
+    if not stats["events"]:  # a wrong file (not a recording, empty) is not a quiet run with no alerts
+        print(f"stepwatch replay: no valid event in {', '.join(args.files)} (expected JSON Lines of events, e.g. "
+              "'stepwatch record' or 'stepwatch simulate --out' output)", file=sys.stderr)
+        return 1
     return 0
 
 
