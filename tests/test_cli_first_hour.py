@@ -632,3 +632,74 @@ def test_import_of_a_missing_or_binary_file_is_one_line_naming_it(tmp_path):
     result = _stepwatch("import", str(parquet), "--col", "rank=r", "--col", "step=s", "--col", "step_time=t")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert str(parquet) in result.stderr.strip().splitlines()[-1]
+
+
+# -- stepwatch status: the culprit first, readable times, the worker's token ------------------------------
+
+def _hang_job(culprit: int, ranks: int = 64, stalled_since: float = 1_796_419_937.58) -> dict:
+    alert = {"id": "h", "type": "hang", "severity": "critical", "status": "firing", "ranks": list(range(ranks)),
+             "summary": f"hang: culprit rank {culprit}",
+             "evidence": {"stalled_since": stalled_since, "checked_at": stalled_since + 30, "step": 99,
+                          "culprits": [{"rank": culprit, "node": f"node-{culprit // 8:03d}"}],
+                          "behind": {"count": 1, "ranks": [culprit]}}}
+    # Every stuck rank carries the alert; the culprit's ratio is nothing special (it is waiting, not slow).
+    rows = [{"rank": r, "node": f"node-{r // 8:03d}", "step": 99, "last_event_age": 30.0,
+             "ratio": 1.0 + ((r * 7919) % 13) / 100, "robust_z": 0.0, "phase": "train", "alert": "hang"}
+            for r in range(ranks)]
+    return {"job": "j", "rank_count": ranks, "latest_step": 99, "phase": "train", "alerts": [alert], "ranks": rows}
+
+
+@pytest.mark.parametrize("culprit", [0, 5, 37, 63])
+def test_status_lists_the_culprit_first_and_times_as_iso_and_age(culprit):
+    from stepwatch.commands.status import format_job
+
+    stalled = 1_796_419_937.58
+    text = format_job(_hang_job(culprit, stalled_since=stalled), now=stalled + 42)
+    lines = text.splitlines()
+    header = next(k for k, line in enumerate(lines) if line.split()[:2] == ["RANK", "NODE"])
+    first = lines[header + 1].split()
+    assert first[0] == str(culprit) and lines[header + 1].endswith("hang (culprit)"), text
+    assert f"culprit: rank {culprit} on node-{culprit // 8:03d}" in text
+    assert "stalled_since=2026-12-04T" in text and "(42 s ago)" in text
+    assert "1796419937" not in text
+
+
+def test_status_sends_the_token_from_its_file_and_says_what_a_401_wants(tmp_path):
+    import http.server
+    import threading
+
+    token = "s3cret-token"
+
+    class Pages(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = self.headers.get("Authorization") == f"Bearer {token}"
+            body = b'{"worker": "w", "partitions": [0], "jobs": []}' if ok else b'{"error": "a bearer token is required"}'
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        token_file = tmp_path / "token"
+        token_file.write_text(token + "\n")
+        without = _stepwatch("status", "--url", url)
+        assert without.returncode == 1 and "Traceback" not in without.stderr
+        assert "--token-file FILE" in without.stderr
+        for args, extra in ((["--token-file", str(token_file)], {}), (["--token", token], {}),
+                            ([], {"STEPWATCH_WORKER_WEB_TOKEN_FILE": str(token_file)})):
+            result = subprocess.run([sys.executable, "-m", "stepwatch.cli", "status", "--url", url, *args],
+                                    capture_output=True, text=True, cwd=REPO, env={**_env(), **extra}, timeout=60)
+            assert result.returncode == 0, result.stderr
+            assert "(no jobs on this worker)" in result.stdout
+        missing = _one_line(_stepwatch("status", "--url", url, "--token-file", str(tmp_path / "nope")), 1)
+        assert missing == f"stepwatch status: {tmp_path / 'nope'}: No such file or directory (the token file)"
+    finally:
+        server.shutdown()
+        server.server_close()
