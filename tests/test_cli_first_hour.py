@@ -189,8 +189,9 @@ def test_alerts_row_has_the_uncut_type_node_port_action_and_published_time():
     row = alert_table_row(alert, published=1_700_000_000.0)
     assert row.startswith("2023-11-14T22:13:20Z")  # the published time, not the onset (starts_at=1)
     assert " checkpoint_stale " in row and "node-007 mlx5_0/1 +1" in row
-    assert "Drain node-007 and page the fabric team. | s" in row
+    assert row.endswith("  s | Drain node-007 and page the fabric team.")  # what happened, then what to do
     assert alert_table_header().split()[:3] == ["TIME", "(UTC)", "STATUS"]
+    assert alert_table_header().endswith("SUMMARY | ACTION")
     for alert_type in ALERT_TYPES:  # never cut
         assert f" {alert_type} " in alert_table_row(dict(alert, type=alert_type), published=1.0)
 
@@ -703,3 +704,33 @@ def test_status_sends_the_token_from_its_file_and_says_what_a_401_wants(tmp_path
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_alerts_row_fits_the_terminal_summary_first_and_never_cuts_type_job_or_node():
+    import random
+    import uuid
+
+    from stepwatch.commands.alerts_table import alert_table_row
+    from stepwatch.models.alert_types import ALERT_TYPES
+
+    rng = random.Random(43)
+    for _ in range(300):
+        job = rng.choice([str(uuid.UUID(int=rng.getrandbits(128))), "llm-70b", "j" * rng.randrange(1, 50)])
+        node = rng.choice(["node-007", "gpu-rack12-host-0042.cluster.example.com"])
+        summary = " ".join(rng.choice(["straggler", "rank", "17", "on", node, "slower", "than", "peers", "1.3x"])
+                           for _ in range(rng.randrange(1, 60)))
+        action = ". ".join("Drain the node and page the fabric team" for _ in range(rng.randrange(1, 5)))
+        alert = {"id": "a", "status": rng.choice(["firing", "resolved"]), "type": rng.choice(ALERT_TYPES),
+                 "severity": "warning", "job": job, "ranks": sorted(rng.sample(range(4096), rng.randrange(0, 20))),
+                 "nodes": [node], "starts_at": 1.0, "summary": summary,
+                 "evidence": rng.choice([{}, {"device": "mlx5_0", "port": 1}]),
+                 "annotations": {"recommended_action": action}}
+        width = rng.randrange(80, 300)
+        row = alert_table_row(alert, published=1_700_000_000.0, width=width)
+        whole = alert_table_row(alert, published=1_700_000_000.0)
+        assert f" {alert['type']} " in row and f" {job} " in row and node in row  # never cut
+        fixed = whole[:whole.index(summary)]  # time .. ranks: what is left to cut is the summary and the action
+        assert len(row) <= max(width, len(fixed) + 30 + 3 + 61), (width, row)
+        assert row.index(summary[:10]) < row.index(" | ")  # the summary first, the action after it
+        assert whole.endswith(f"{summary} | {action}")  # whole: every character
+        assert "~" not in whole[len(fixed):] or "~" in summary + action
