@@ -390,6 +390,26 @@ def format_html(report: dict[str, Any]) -> str:
         f" (MTTR {_fmt(v['mttr_seconds'])})</li>" for s, v in report["by_scope"].items())
     effective = "".join(f"<tr><td>{html.escape(j)}</td><td>{share:.1%}</td></tr>"
                         for j, share in report["effective_compute"].items())
+    by_scope = "".join(
+        f"<tr><td>{html.escape(t)}</td><td>{s['count']}</td><td>{_fmt(s['mttr_seconds'])}</td>"
+        f"<td>{_fmt(s['median_seconds'])}</td><td>{_fmt(s['detect_seconds'])}</td></tr>"
+        for t, s in report["by_scope"].items())
+    node_rows = "".join(f"<tr><td>{html.escape(r['node'])}</td><td>{r['incidents']}</td>"
+                        f"<td>{html.escape(', '.join(r['jobs']) or '-')}</td></tr>" for r in report["nodes"][:10])
+    lost_rows = "".join(f"<tr><td>{html.escape(c)}</td><td>{h:.2f}</td></tr>"
+                        for c, h in report["gpu_hours_lost"].items())
+    slow = report.get("slowdown_cost")
+    slow_html = ""
+    if slow is not None:  # the text report's "GPU-hours lost a day to slow ranks and stages"
+        worst = "".join(
+            f"<tr><td>{html.escape(r['type'])}</td><td>{html.escape(r['job'])}</td>"
+            f"<td>{'-' if r['job_slowdown'] is None else format(r['job_slowdown'], '.2f') + 'x'}</td>"
+            f"<td>{r['gpu_hours_lost_per_day']:.2f}</td><td>{'open' if r['open'] else ''}</td></tr>"
+            for r in slow["worst"])
+        slow_html = (f"<h2>GPU-hours lost a day to slow ranks and stages</h2>\n<p id=\"slowdown-cost\">"
+                     f"{slow['gpu_hours_lost_per_day']:.2f} GPU-hours a day "
+                     f"({slow['open_gpu_hours_lost_per_day']:.2f} still open)</p>\n<table id=\"slowdown\"><tr>"
+                     f"<th>type</th><th>job</th><th>job slower</th><th>GPU-h a day</th><th></th></tr>{worst}</table>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>stepwatch report</title>
 <style>
@@ -409,10 +429,15 @@ ul.scopes {{ list-style: none; padding: 0; display: flex; gap: 24px; }}
 {_bars(mttr, unit="min", chart="mttr")}
 <h2>Worst nodes</h2>
 {_bars(nodes, unit="incidents", chart="nodes")}
+<table id="nodes"><tr><th>node</th><th>incidents</th><th>jobs</th></tr>{node_rows}</table>
 <h2>GPU-hours lost by cause</h2>
 {_bars(lost, unit="GPU-h", chart="lost")}
+<table id="lost"><tr><th>cause</th><th>GPU-hours</th></tr>{lost_rows}</table>
+{slow_html}
 <h2>By type</h2>
 <table id="by-type"><tr><th>type</th><th>count</th><th>MTTR</th><th>median</th><th>time to detect</th></tr>{rows}</table>
+<h2>By scope</h2>
+<table id="by-scope"><tr><th>scope</th><th>count</th><th>MTTR</th><th>median</th><th>time to detect</th></tr>{by_scope}</table>
 <h2>Effective compute share</h2>
 <table id="effective"><tr><th>job</th><th>share</th></tr>{effective}</table>
 </body></html>
@@ -488,6 +513,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.html:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(format_html(report))
+        print(f"stepwatch report: wrote {args.html} ({headline(report)})", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(public(report), option=orjson.OPT_INDENT_2).decode() + "\n")
     elif not args.html:

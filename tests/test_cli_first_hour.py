@@ -734,3 +734,21 @@ def test_an_alerts_row_fits_the_terminal_summary_first_and_never_cuts_type_job_o
         assert row.index(summary[:10]) < row.index(" | ")  # the summary first, the action after it
         assert whole.endswith(f"{summary} | {action}")  # whole: every character
         assert "~" not in whole[len(fixed):] or "~" in summary + action
+
+
+def test_report_html_says_where_it_wrote_and_has_every_text_section(alerts_file, tmp_path):
+    import re
+
+    out = tmp_path / "r.html"
+    result = _stepwatch("report", str(alerts_file), "--html", str(out))
+    assert result.returncode == 0 and result.stdout == ""
+    assert _one_line(result, 0).startswith(f"stepwatch report: wrote {out} (1 incident(s) from ")
+    text = _stepwatch("report", str(alerts_file)).stdout
+    page = re.sub(r"\s+", " ", out.read_text()).lower()
+    # Every heading of the text report (an unindented line after the first; its title before a colon or the
+    # column names) is a heading of the page.
+    titles = [re.split(r":|\s{2,}", line)[0].strip().lower() for line in text.splitlines()[1:]
+              if line and not line.startswith(" ")]
+    assert "gpu-hours lost by cause" in titles and len(titles) >= 5
+    for title in titles:
+        assert f"<h2>{title}</h2>" in page, title
