@@ -147,6 +147,7 @@ class Worker:
         settings, kafka = self.settings, self.settings.kafka
         datadir = Path(settings.worker.datadir or Path.home() / ".cache" / "stepwatch" / kafka.app_id)
         datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes the directory itself, not its parents
+        from .index_redirect import index_redirect
         from .web_auth import auth_middleware, web_token
 
         self.web_token = web_token(settings.worker)  # refuses an open off-loopback bind (docs/security.md)
@@ -162,7 +163,7 @@ class Worker:
             web_port=settings.worker.web_port or 6066,
             web_host="127.0.0.1",
             web_bind=settings.worker.web_bind,  # web_host is only the advertised name
-            web_application_options={"middlewares": [auth_middleware(self.web_token)]},
+            web_application_options={"middlewares": [index_redirect(), auth_middleware(self.web_token)]},
             canonical_url=self.canonical_url,
             broker_session_timeout=settings.worker.session_timeout,
             broker_commit_interval=settings.worker.commit_interval,

@@ -584,6 +584,12 @@ def test_the_worker_prints_one_ready_line_with_its_topics_and_urls(kafka_bootstr
         while "stepwatch worker: ready:" not in worker.log_text() and time.monotonic() < deadline:
             time.sleep(0.2)  # polling the log for a condition, not a timed assertion
         text = worker.log_text()
+        # "/" leads to the dashboard (not Faust's {"status": "OK"})
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as page:
+            assert page.url == f"http://127.0.0.1:{port}/dashboard"
+            assert b"<title>stepwatch jobs</title>" in page.read()
     finally:
         worker.stop()
     ready = [line for line in text.splitlines() if "stepwatch worker: ready:" in line]
