@@ -17,12 +17,16 @@ class LineOutput:
 
     def __init__(self, path: str) -> None:
         self.name = "stdout" if path == "-" else path
+        self.stream = None  # a stdout without a file descriptor (captured, embedded): written through
         if path == "-":
             sys.stdout.flush()
-            self.fd, self.owned = sys.stdout.fileno(), False
+            try:
+                self.fd, self.owned = sys.stdout.fileno(), False
+            except (AttributeError, OSError, ValueError):
+                self.fd, self.owned, self.stream = -1, False, getattr(sys.stdout, "buffer", sys.stdout)
         else:
             self.fd, self.owned = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), True
-        self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
+        self.regular = self.stream is None and stat.S_ISREG(os.fstat(self.fd).st_mode)
         self.buffer = bytearray()
         self.lines_written = 0
 
@@ -39,7 +43,12 @@ class LineOutput:
         done = 0
         try:
             while done < end:
-                done += os.write(self.fd, chunk[done:])
+                if self.stream is not None:
+                    self.stream.write(bytes(chunk[done:]))
+                    self.stream.flush()
+                    done = end
+                else:
+                    done += os.write(self.fd, chunk[done:])
         except OSError as exc:
             complete = bytes(chunk[:done]).rfind(b"\n") + 1  # the last line it took whole
             if self.regular and complete != done:
