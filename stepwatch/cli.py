@@ -58,7 +58,18 @@ def _short_lived_kafka_clients(*, quiet: bool) -> None:
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 
+#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell reports it.
+INTERRUPTED = 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C: what the user asked for, not an error; no traceback
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr,

@@ -111,8 +111,20 @@ _COLLECTIVE_NAMES = {"grads-reduce-scatter": "reduce_scatter", "params-all-gathe
 
 
 def read_table(path: str | Path) -> dict[str, list]:
-    """Columns of a CSV (header row) or Parquet file, as lists (CSV values parsed as numbers when they are)."""
-    path = Path(path)
+    """Columns of a CSV (header row) or Parquet file, as lists (CSV values parsed as numbers when they are).
+    Every error names the file."""
+    try:
+        return _read_table(Path(path))
+    except UnicodeDecodeError as exc:
+        raise TraceImportError(f"{path}: not a UTF-8 CSV file (byte {exc.start}: {exc.reason}); binary? "
+                               "Parquet files end in .parquet") from None
+    except csv.Error as exc:
+        raise TraceImportError(f"{path}: not a CSV file ({exc})") from None
+    except OSError as exc:
+        raise TraceImportError(f"{path}: {exc.strerror or exc}") from None
+
+
+def _read_table(path: Path) -> dict[str, list]:
     if not path.exists():
         raise TraceImportError(f"{path}: no such file")
     if path.suffix.lower() in (".parquet", ".pq"):
@@ -120,7 +132,10 @@ def read_table(path: str | Path) -> dict[str, list]:
             import pyarrow.parquet as pq
         except ModuleNotFoundError:
             raise TraceImportError("reading Parquet needs pyarrow: pip install 'stepwatch[import]'") from None
-        table = pq.read_table(path)
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # pyarrow's ArrowInvalid and kin: one line naming the file
+            raise TraceImportError(f"{path}: not a Parquet file ({str(exc).splitlines()[0] if str(exc) else exc})") from None
         return {name: table.column(name).to_pylist() for name in table.column_names}
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)

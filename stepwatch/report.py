@@ -39,20 +39,9 @@ from typing import Any
 import orjson
 
 from stepwatch.models.alert_types import AlertType
+from stepwatch.timespec import When, parse_when
 
 DAY = 86_400.0
-
-
-def parse_duration(text: str) -> float:
-    """``7d``, ``12h``, ``30m``, ``90s`` or plain seconds."""
-    text = text.strip().lower()
-    units = {"d": DAY, "h": 3600.0, "m": 60.0, "s": 1.0}
-    try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 7d, 12h, 30m)") from None
 
 
 def read_jsonl(path: str) -> Iterator[dict]:
@@ -140,9 +129,10 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float | None = None) -> dict[str, Any]:
+def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float | None = None,
+                 start: float | None = None) -> dict[str, Any]:
     """The report (``--json``'s shape) of the incidents that began within ``since`` seconds before ``now``
-    (default: the newest alert time read)."""
+    (default: the newest alert time read), or from ``start`` (Unix seconds) when given."""
     incidents: dict[str, _Incident] = {}
     newest = 0.0
     effective: dict[str, tuple[float, float]] = {}  # job -> (time, share)
@@ -164,6 +154,8 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
         else:
             inc.update(alert)
     now = newest if now is None else now
+    if start is not None:
+        since = max(now - start, 0.0)
     chosen = [i for i in incidents.values() if i.starts_at is not None and i.starts_at >= now - since]
     chosen.sort(key=lambda i: (i.starts_at, i.id))
 
@@ -398,6 +390,26 @@ def format_html(report: dict[str, Any]) -> str:
         f" (MTTR {_fmt(v['mttr_seconds'])})</li>" for s, v in report["by_scope"].items())
     effective = "".join(f"<tr><td>{html.escape(j)}</td><td>{share:.1%}</td></tr>"
                         for j, share in report["effective_compute"].items())
+    by_scope = "".join(
+        f"<tr><td>{html.escape(t)}</td><td>{s['count']}</td><td>{_fmt(s['mttr_seconds'])}</td>"
+        f"<td>{_fmt(s['median_seconds'])}</td><td>{_fmt(s['detect_seconds'])}</td></tr>"
+        for t, s in report["by_scope"].items())
+    node_rows = "".join(f"<tr><td>{html.escape(r['node'])}</td><td>{r['incidents']}</td>"
+                        f"<td>{html.escape(', '.join(r['jobs']) or '-')}</td></tr>" for r in report["nodes"][:10])
+    lost_rows = "".join(f"<tr><td>{html.escape(c)}</td><td>{h:.2f}</td></tr>"
+                        for c, h in report["gpu_hours_lost"].items())
+    slow = report.get("slowdown_cost")
+    slow_html = ""
+    if slow is not None:  # the text report's "GPU-hours lost a day to slow ranks and stages"
+        worst = "".join(
+            f"<tr><td>{html.escape(r['type'])}</td><td>{html.escape(r['job'])}</td>"
+            f"<td>{'-' if r['job_slowdown'] is None else format(r['job_slowdown'], '.2f') + 'x'}</td>"
+            f"<td>{r['gpu_hours_lost_per_day']:.2f}</td><td>{'open' if r['open'] else ''}</td></tr>"
+            for r in slow["worst"])
+        slow_html = (f"<h2>GPU-hours lost a day to slow ranks and stages</h2>\n<p id=\"slowdown-cost\">"
+                     f"{slow['gpu_hours_lost_per_day']:.2f} GPU-hours a day "
+                     f"({slow['open_gpu_hours_lost_per_day']:.2f} still open)</p>\n<table id=\"slowdown\"><tr>"
+                     f"<th>type</th><th>job</th><th>job slower</th><th>GPU-h a day</th><th></th></tr>{worst}</table>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>stepwatch report</title>
 <style>
@@ -417,10 +429,15 @@ ul.scopes {{ list-style: none; padding: 0; display: flex; gap: 24px; }}
 {_bars(mttr, unit="min", chart="mttr")}
 <h2>Worst nodes</h2>
 {_bars(nodes, unit="incidents", chart="nodes")}
+<table id="nodes"><tr><th>node</th><th>incidents</th><th>jobs</th></tr>{node_rows}</table>
 <h2>GPU-hours lost by cause</h2>
 {_bars(lost, unit="GPU-h", chart="lost")}
+<table id="lost"><tr><th>cause</th><th>GPU-hours</th></tr>{lost_rows}</table>
+{slow_html}
 <h2>By type</h2>
 <table id="by-type"><tr><th>type</th><th>count</th><th>MTTR</th><th>median</th><th>time to detect</th></tr>{rows}</table>
+<h2>By scope</h2>
+<table id="by-scope"><tr><th>scope</th><th>count</th><th>MTTR</th><th>median</th><th>time to detect</th></tr>{by_scope}</table>
 <h2>Effective compute share</h2>
 <table id="effective"><tr><th>job</th><th>share</th></tr>{effective}</table>
 </body></html>
@@ -439,13 +456,19 @@ def add_parser(sub) -> None:
                    help="a JSON Lines file of alerts ('-': stdin), e.g. 'stepwatch replay' output (default: the "
                         "alerts topic)")
     p.add_argument("--file", dest="file_option", metavar="FILE", help="the same as FILE (kept for older scripts)")
-    p.add_argument("--since", type=parse_duration, default=7 * DAY, metavar="DURATION",
-                   help="incidents that began this long before the newest alert (default 7d; e.g. 24h)")
+    p.add_argument("--since", type=parse_when, default=When(7 * DAY, relative=True), metavar="WHEN",
+                   help="incidents that began this long before the newest alert (default 7d; e.g. 24h), or from "
+                        "this time (Unix seconds or ISO 8601)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE")
     p.add_argument("--bootstrap", metavar="HOST:PORT[,...]", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP)")
     p.add_argument("--topic-prefix", metavar="PREFIX", help="topic prefix (default: STEPWATCH_KAFKA_TOPIC_PREFIX)")
     p.set_defaults(func=cmd_report)
+
+
+def _window(since: When) -> dict[str, float]:
+    """build_report's arguments for ``--since``: a duration back from the newest alert, or a time."""
+    return {"since": since.seconds} if since.relative else {"start": since.seconds}
 
 
 def _counted(alerts: Iterable[dict], stats: dict) -> Iterator[dict]:
@@ -465,7 +488,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     stats = {"alerts": 0}
     if path:
         try:
-            report = build_report(_counted(read_jsonl(path), stats), since=args.since)
+            report = build_report(_counted(read_jsonl(path), stats), **_window(args.since))
         except FileNotFoundError:
             raise SystemExit(f"stepwatch report: {path}: no such file") from None
         except IsADirectoryError:
@@ -484,12 +507,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not kafka.bootstrap:
             raise SystemExit("stepwatch report: no Kafka bootstrap servers (set KAFKA_BOOTSTRAP or --bootstrap), "
                              "or read a file with --file")
-        report = build_report(_counted(read_topic(settings), stats), since=args.since)
+        report = build_report(_counted(read_topic(settings), stats), **_window(args.since))
         if not stats["alerts"]:
             print(f"stepwatch report: no alerts on {kafka.topic(kafka.alerts_topic)}", file=sys.stderr)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(format_html(report))
+        print(f"stepwatch report: wrote {args.html} ({headline(report)})", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps(public(report), option=orjson.OPT_INDENT_2).decode() + "\n")
     elif not args.html:

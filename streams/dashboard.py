@@ -5,7 +5,8 @@ elsewhere) that polls ``/jobs/{job}/heatmap`` every 1.5 s and draws
   straggler is a warm horizontal stripe; rows become nodes, then node ranges, on big jobs),
   with the rows named by open alerts marked;
 * the step-rate line;
-* the open alerts with their suspected cause and evidence.
+* the open alerts with their suspected cause, recommended action and evidence, and the alerts
+  resolved since the page opened (the last ``RESOLVED_KEPT``, newest first).
 
 Without a job (``/dashboard``) it lists the worker's jobs.
 """
@@ -83,12 +84,15 @@ ul#jobs a { color:#6cb6ff; }
   <div>
     <section><h2>Step rate (steps/s)</h2><svg id="rateplot" width="400" height="120"></svg></section>
     <section style="margin-top:12px"><h2>Open alerts</h2><div id="alerts"><div id="none">none</div></div></section>
+    <section style="margin-top:12px"><h2>Recently resolved</h2><ul id="resolved"><li class="none">none since this page opened</li></ul></section>
   </div>
 </main>
 <script>
 "use strict";
 const JOB = __JOB__;
 const POLL_MS = 1500;
+const RESOLVED_KEPT = 20;
+let lastOpen = new Map(), resolved = [];
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;","'":"&#39;"}[c]));
 const fmt = (v, d) => (v === null || v === undefined) ? "-" : Number(v).toFixed(d);
@@ -205,6 +209,29 @@ function stack(e) {
   return out;
 }
 
+function action(a) {
+  // The on-call sentence, else what evidence.action says to do (kind, nodes, detail), else the runbook.
+  const ann = a.annotations || {}, act = (a.evidence || {}).action;
+  if (ann.recommended_action || a.recommended_action) return ann.recommended_action || a.recommended_action;
+  if (act && typeof act === "object" && act.kind)
+    return act.kind.replace(/_/g, " ") + ((act.nodes || []).length ? " (" + act.nodes.join(", ") + ")" : "") +
+      (act.detail ? ": " + act.detail : "");
+  if (typeof act === "string" && act) return act;
+  return "see docs/runbooks/" + a.type + ".md";
+}
+
+function trackResolved(alerts, now) {
+  // An alert that leaves the open list resolved: kept listed (newest first) with when it went.
+  const open = new Map(alerts.map(a => [a.id, a]));
+  for (const [id, a] of lastOpen) if (!open.has(id)) resolved.unshift({a: a, at: now});
+  resolved = resolved.slice(0, RESOLVED_KEPT);
+  lastOpen = open;
+  $("resolved").innerHTML = resolved.length ? resolved.map(r =>
+    '<li class="resolved" data-alert-id="' + esc(r.a.id) + '">' + esc(new Date(r.at * 1000).toISOString().substr(11, 8)) +
+    "Z " + esc(r.a.severity) + " " + esc(r.a.type) + ": " + esc(r.a.summary) + "</li>").join("") :
+    '<li class="none">none since this page opened</li>';
+}
+
 function drawAlerts(alerts) {
   const box = $("alerts");
   if (!alerts.length) { box.innerHTML = '<div id="none">none</div>'; return; }
@@ -217,7 +244,7 @@ function drawAlerts(alerts) {
       '<div class="cause">suspected cause: <b>' + esc(cause(a) || "none found yet (no correlated telemetry)") + "</b></div>" +
       (a.type === "straggler" ? '<div class="cause">symptom: ' + esc((a.evidence || {}).signal || "") + " " +
         esc(fmt((a.evidence || {}).ratio, 2)) + "x peer median</div>" : "") +
-      '<div class="action">action: ' + esc((a.annotations || {}).recommended_action || (a.evidence || {}).action || "-") + "</div>" +
+      '<div class="action">action: ' + esc(action(a)) + "</div>" +
       stack(a.evidence || {}) +
       "<details><summary>evidence</summary><table>" + ev + "</table></details></div>";
   }).join("");
@@ -230,7 +257,9 @@ function render(d) {
   const hang = (d.alerts || []).find(a => a.type === "hang" && a.status === "firing" && (a.evidence || {}).stalled_since);
   if (hang) {
     $("ratebox").innerHTML = '<b id="rate" class="stalled"></b>';
-    $("rate").textContent = "no step for " + Math.max(0, Math.round(d.now - hang.evidence.stalled_since)) + " s";
+    // Event time: the detector's own count (a replayed or sped-up job's clock is not the page's).
+    const e = hang.evidence, counted = typeof e.stalled_seconds === "number" ? e.stalled_seconds : 0;
+    $("rate").textContent = "no step for " + Math.max(0, Math.round(Math.max(counted, d.now - e.stalled_since))) + " s";
   } else {
     $("ratebox").innerHTML = 'rate <b id="rate"></b> steps/s';
     $("rate").textContent = fmt(s.step_rate, 2);
@@ -239,7 +268,7 @@ function render(d) {
   $("ranks").textContent = s.ranks; $("phase").textContent = s.phase + (s.ended ? " (ended)" : "");
   $("nalerts").textContent = s.open_alerts;
   $("thr").textContent = d.thresholds.ratio + "x / " + d.thresholds.critical + "x";
-  drawHeatmap(d); drawRate(d.series); drawAlerts(d.alerts);
+  drawHeatmap(d); drawRate(d.series); drawAlerts(d.alerts); trackResolved(d.alerts || [], d.now);
   document.body.dataset.ready = "1";
 }
 

@@ -51,6 +51,8 @@ from .worker_clock import WorkerClock
 from .topic_reader import read_topic_forever
 from .broker_watch import BrokerLogLimiter, exit_if_stuck
 from .broker_watch import install as install_log_limiter
+from .benign_logs import install as install_benign_logs
+from .ready_line import announce_ready
 
 log = logging.getLogger("stepwatch.worker")
 #: How long a signalled worker may take to stop (flush, commit, leave the group) before it exits anyway.
@@ -162,6 +164,7 @@ class Worker:
         settings, kafka = self.settings, self.settings.kafka
         datadir = Path(settings.worker.datadir or Path.home() / ".cache" / "stepwatch" / kafka.app_id)
         datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes the directory itself, not its parents
+        from .index_redirect import index_redirect
         from .web_auth import auth_middleware, web_token
 
         self.web_token = web_token(settings.worker)  # refuses an open off-loopback bind (docs/security.md)
@@ -177,7 +180,7 @@ class Worker:
             web_port=settings.worker.web_port or 6066,
             web_host="127.0.0.1",
             web_bind=settings.worker.web_bind,  # web_host is only the advertised name
-            web_application_options={"middlewares": [auth_middleware(self.web_token)]},
+            web_application_options={"middlewares": [index_redirect(), auth_middleware(self.web_token)]},
             canonical_url=self.canonical_url,
             broker_session_timeout=settings.worker.session_timeout,
             broker_commit_interval=settings.worker.commit_interval,
@@ -477,6 +480,8 @@ class Worker:
         from faust.worker import Worker as FaustWorker
 
         install_log_limiter(self.broker_log)
+        install_benign_logs()  # streams/benign_logs.py: start/rebalance noise at its real level
+        announce_ready(self)  # streams/ready_line.py: one line once consuming
 
         class Worker(FaustWorker):  # the same name in the log ("[^Worker]: Ready")
             def _schedule_shutdown(self, signal) -> None:

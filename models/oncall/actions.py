@@ -372,6 +372,9 @@ class Classifier:
             ev["action"]["detail"] = detail
         where = ", ".join(nodes) if nodes else "the node"
         sentence = fc.sentence.replace("{nodes}", where)
+        if alert.type == AlertType.LINK_ERRORS and isinstance(ev.get("switch"), str):  # topology knows the cable
+            sentence += (f" {ev.get('device') or 'The NIC'} is cabled to switch {ev['switch']}"
+                         + (f" port {ev['switch_port']}" if isinstance(ev.get("switch_port"), str) else "") + ".")
         return dataclasses.replace(alert, evidence=ev, scope=fc.scope, recommended_action=sentence)
 
     def is_non_recoverable(self, cls: str) -> bool:

@@ -519,17 +519,25 @@ class TelemetryTracker:
                                  bad_samples=int(sum(p.err_ring)),
                                  began_at=None if p.err_first is None else round(p.err_first, 3))
                       for (d, n), p in listed)
+        # Where the first port's cable ends, when topology said (the fabric alert names the same): the SRE goes
+        # to that switch port, not to "the switch port". Only then are the keys there (replays without topology
+        # stay byte for byte).
+        switch = node.nic_switch.get(ev.device) if ev.device else None
+        cabling = {"switch": switch, "switch_port": node.switch_ports[ev.device]} if switch and node.switch_ports.get(
+            ev.device) else ({"switch": switch} if switch else {})
+        behind = (f"; cabled to switch {switch}" + (f" port {cabling['switch_port']}" if "switch_port" in cabling
+                                                    else "")) if switch else ""
         node.link_alert = Alert(
             id=alert_id("", "link_errors", ev.node, round(began, 3)),
             status="firing", type="link_errors",
             severity="critical" if any(p.down_samples for _, p in listed) else "warning",
             job="", ranks=(), nodes=(ev.node,), starts_at=ev.ts,
             summary=(f"link_errors: {where} on {ev.node}: {what} in "
-                     f"{sum(port.err_ring)} of its last {len(port.err_ring)} samples"),
-            evidence=LinkErrorsEvidence(node=ev.node, device=ev.device, port=ev.port, began_at=round(began, 3),
-                                        errors=totals, state=port.state, rate_gbps=ev.rate,
-                                        bad_samples=int(sum(port.err_ring)), window=len(port.err_ring),
-                                        ports=ports).to_dict())
+                     f"{sum(port.err_ring)} of its last {len(port.err_ring)} samples{behind}"),
+            evidence={**LinkErrorsEvidence(node=ev.node, device=ev.device, port=ev.port, began_at=round(began, 3),
+                                           errors=totals, state=port.state, rate_gbps=ev.rate,
+                                           bad_samples=int(sum(port.err_ring)), window=len(port.err_ring),
+                                           ports=ports).to_dict(), **cabling})
         return [node.link_alert]
 
     # -- GPUs -----------------------------------------------------------------------------

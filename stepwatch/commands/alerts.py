@@ -88,11 +88,26 @@ def alert_matches(alert: dict, *, jobs: list[str] | None = None, types: list[str
             and (not statuses or alert.get("status") in statuses))
 
 
+def table_width(args: argparse.Namespace) -> int | None:
+    """The terminal's width for the table; None (whole lines) with --wide, or when stdout is a file or pipe and
+    COLUMNS is not set (a script gets every character)."""
+    import os
+    import shutil
+
+    if args.wide or not (sys.stdout.isatty() or os.environ.get("COLUMNS")):
+        return None
+    return shutil.get_terminal_size().columns
+
+
 def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _require_bootstrap(settings)
     header = False
-    incidents = IncidentLines()
+    incidents = IncidentLines(width=table_width(args))
+    kafka = settings.kafka
+    print(f"stepwatch alerts: waiting for alerts on {kafka.topic(kafka.alerts_topic)} at {kafka.bootstrap}"
+          + (" (from the oldest kept)" if args.from_beginning else "") + " (Ctrl-C to stop)", file=sys.stderr,
+          flush=True)
     try:
         for batch in follow_batches(settings, from_beginning=args.from_beginning, timeout=args.timeout):
             for alert, published in batch:
@@ -108,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
                     header = True
                 print(line, flush=True)
     except KeyboardInterrupt:
-        pass
+        sys.stdout.flush()
+        return 130  # stopped by Ctrl-C (stepwatch/cli.py INTERRUPTED)
+    if args.timeout is not None:
+        print(f"stepwatch alerts: timed out: no new alert for {args.timeout:g} s (--timeout)", file=sys.stderr)
     return 0
 
 
@@ -117,9 +135,13 @@ def add_parser(sub) -> None:
                        description="Follow the alerts topic. The table has one line per incident update (a "
                                    "republished alert whose state did not change prints nothing): when it was "
                                    "published, status, severity, type, job, node (and port or GPU), ranks, the "
-                                   "recommended action and the summary; control characters are escaped.")
+                                   "summary and the recommended action (in a terminal: cut to its width, the "
+                                   "action to its first sentence; --wide for all of it); control characters "
+                                   "are escaped.")
     _add_kafka_args(p)
-    p.add_argument("--json", action="store_true", help="print raw JSON, one alert per line")
+    p.add_argument("--json", action="store_true", help="print raw JSON, one alert per line (everything)")
+    p.add_argument("--wide", action="store_true", help="whole lines: the full summary and action, however wide "
+                                                       "(default in a terminal: cut to its width)")
     p.add_argument("--from-beginning", action="store_true", help="start at the oldest alert kept")
     p.add_argument("--timeout", type=float, help="stop after this many seconds without a new alert (counted once the alerts topic is joined)")
     p.add_argument("--job", action="append", metavar="JOB", help="only this job's alerts; repeatable")

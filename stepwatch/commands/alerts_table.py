@@ -1,4 +1,9 @@
-"""The readable alerts table of ``stepwatch alerts``: fixed-width columns, every cell escaped."""
+"""The readable alerts table of ``stepwatch alerts``: fixed-width columns, every cell escaped.
+
+A row says who and what first (time, status, type, job, node/port, ranks, then the summary) and the
+recommended action last, short (its first sentence). Given a ``width`` (the terminal's) the summary and
+action are cut to fit; the cells an SRE acts on (type, the whole job id, node/port) never are. ``--wide``
+and non-terminal output keep every character; ``--json`` has everything."""
 
 from __future__ import annotations
 
@@ -10,12 +15,22 @@ ALERT_COLUMNS = (("TIME (UTC)", 20), ("STATUS", 8), ("SEVERITY", 8), ("TYPE", ma
                  ("JOB", 20), ("NODE/PORT", 18), ("RANKS", 12))
 
 
-#: Never cut (a longer node name pushes the row on): what an SRE acts on.
-UNCUT = frozenset({"TYPE", "NODE/PORT"})
+#: Never cut (a longer job id or node name pushes the row on): what an SRE acts on. A torchrun job id is a UUID.
+UNCUT = frozenset({"TYPE", "JOB", "NODE/PORT"})
+
+#: In a terminal: at most this much of the action (its first sentence), and at least this much summary.
+ACTION_WIDTH = 60
+SUMMARY_MIN = 30
 
 
 def alert_table_header() -> str:
-    return "  ".join(f"{name:<{width}}" for name, width in ALERT_COLUMNS) + "  ACTION | SUMMARY"
+    return "  ".join(f"{name:<{width}}" for name, width in ALERT_COLUMNS) + "  SUMMARY | ACTION"
+
+
+def short_action(action: str) -> str:
+    """The action's first sentence (the rest is in --wide and --json)."""
+    head, dot, _rest = action.partition(". ")
+    return head + ("." if dot else "")
 
 
 def _where(alert: dict) -> str:
@@ -44,8 +59,9 @@ def rank_ranges(ranks) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def alert_table_row(alert: dict, *, published: float | None = None) -> str:
-    """One readable row: when it was published (else its own start or end), the incident, the action.
+def alert_table_row(alert: dict, *, published: float | None = None, width: int | None = None) -> str:
+    """One readable row: when it was published (else its own start or end), the incident, the action; cut to
+    ``width`` characters where the summary and action allow (None: whole).
 
     Every cell is escaped (``printable``): names from the wire cannot print a fake line."""
     from stepwatch.models.alerts import _iso
@@ -61,6 +77,11 @@ def alert_table_row(alert: dict, *, published: float | None = None) -> str:
                     for c, (name, w) in zip(cells, ALERT_COLUMNS))
     annotations = alert.get("annotations") if isinstance(alert.get("annotations"), dict) else {}
     action = printable(annotations.get("recommended_action") or "-")
-    return f"{row}  {action} | {printable(alert.get('summary', ''))}"
+    summary = printable(alert.get("summary", ""))
+    if width is None:
+        return f"{row}  {summary} | {action}"
+    action = _cut(short_action(action), ACTION_WIDTH)
+    room = max(width - len(row) - 2 - 3 - len(action), SUMMARY_MIN)
+    return f"{row}  {_cut(summary, room)} | {action}"
 
 

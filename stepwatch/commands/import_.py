@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import sys
 
+from stepwatch.commands.common import files_precheck
+
 
 def _parse_col(text: str) -> tuple[str, str]:
     field, sep, column = text.partition("=")
@@ -61,4 +63,4 @@ def add_parser(sub) -> None:
                    help="Unix time of the synthesized clock's start (default 1700000000)")
     p.add_argument("--single", action="store_true", help="one event per line instead of one envelope per step")
     p.add_argument("-o", "--out", default="-", metavar="FILE", help="output JSON Lines file (default: stdout)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, precheck=files_precheck("import", "nothing imported"))

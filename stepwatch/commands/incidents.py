@@ -55,8 +55,9 @@ class _Incident:
 class IncidentLines:
     """Feed alerts with ``add``; ``flush`` returns the lines of the incidents whose state changed."""
 
-    def __init__(self, max_incidents: int = MAX_INCIDENTS) -> None:
+    def __init__(self, max_incidents: int = MAX_INCIDENTS, *, width: int | None = None) -> None:
         self.max_incidents = max_incidents
+        self.width = width  # the terminal's (alerts_table.alert_table_row); None: whole lines
         self._incidents: OrderedDict[tuple, _Incident] = OrderedDict()
         self._of_alert: dict[str, tuple] = {}  # alert id -> its incident, so a changed node set stays in it
         self._dirty: dict[tuple, None] = {}
@@ -97,7 +98,7 @@ class IncidentLines:
         if state == incident.printed:
             return None
         incident.printed = state
-        return alert_table_row(view, published=incident.published)
+        return alert_table_row(view, published=incident.published, width=self.width)
 
     def flush(self) -> list[str]:
         lines, self._pending = self._pending, []

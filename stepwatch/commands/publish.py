@@ -22,6 +22,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"stepwatch publish: {stats['events_sent']} events in {stats['messages_sent']} messages from "
           f"{stats['lines']} lines ({stats['skipped']} not events, {stats['events_dropped']} dropped) in "
           f"{time.monotonic() - started:.2f} s", file=sys.stderr)
+    if not stats["events_sent"]:  # a wrong file is not a successful publish of nothing
+        print(f"stepwatch publish: no valid event in {', '.join(args.files)}: nothing sent (expected JSON Lines of "
+              "events, e.g. 'stepwatch record' or 'stepwatch simulate --out' output)", file=sys.stderr)
+        return 1
     return 1 if stats["events_dropped"] else 0
 
 

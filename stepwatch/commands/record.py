@@ -6,23 +6,32 @@ import argparse
 import sys
 
 from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
+from stepwatch.line_output import LineOutput
+from stepwatch.timespec import HELP as TIME_HELP, parse_when
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepwatch.recording import parse_time, record
+    import time
+
+    from stepwatch.recording import record
 
     settings = _settings(args)
     _require_bootstrap(settings)
-    since = parse_time(args.since) if args.since else None
-    until = parse_time(args.until) if args.until else None
-    out = sys.stdout.buffer if args.out == "-" else open(args.out, "wb")
+    now = time.time()  # a duration counts back from when the command started
+    since = args.since.at(now) if args.since else None
+    until = args.until.at(now) if args.until else None
+    out = LineOutput(args.out)
     try:
-        stats = record(settings, out, jobs=args.job, since=since, until=until, arrival=not args.no_arrival)
-    finally:
-        if out is not sys.stdout.buffer:
+        try:
+            stats = record(settings, out, jobs=args.job, since=since, until=until, arrival=not args.no_arrival)
+        finally:
             out.close()
-        else:
-            out.flush()
+    except OSError as exc:  # a full disk, /dev/full: one line, and the file ends with a whole line
+        if exc.filename != out.name:
+            raise
+        print(f"stepwatch record: {out.name}: {exc.strerror}; stopped after {out.lines_written} complete lines",
+              file=sys.stderr)
+        return 1
     print(f"stepwatch record: {stats['written']} messages written of {stats['messages']} read "
           f"({stats['skipped']} not events)" + ("" if args.out == "-" else f" to {args.out}"), file=sys.stderr)
     return 0
@@ -37,7 +46,7 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--out", default="-", metavar="FILE", help="where to write ('-': stdout, the default)")
     p.add_argument("--job", action="append", metavar="JOB",
                    help="only this job's events (node telemetry is kept whole); repeatable")
-    p.add_argument("--since", metavar="TIME", help="from this broker time (Unix seconds or ISO 8601, UTC)")
-    p.add_argument("--until", metavar="TIME", help="up to this broker time")
+    p.add_argument("--since", type=parse_when, metavar="WHEN", help=f"from this broker time: {TIME_HELP}")
+    p.add_argument("--until", type=parse_when, metavar="WHEN", help="up to this broker time (the same forms)")
     p.add_argument("--no-arrival", action="store_true", help="leave out \"_arrival\"")
     p.set_defaults(func=run)

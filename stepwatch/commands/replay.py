@@ -9,6 +9,7 @@ import sys
 import time
 
 from stepwatch.commands.common import files_precheck
+from stepwatch.timespec import parse_when
 
 #: ``--drain`` and ``--until`` reach at most this far past the recording's last event: beyond, the timer rules
 #: would run for days of ticks (``--until 1e16`` never ended).
@@ -19,19 +20,27 @@ _TAIL_BYTES = 1 << 20
 
 def run(args: argparse.Namespace) -> int:
     from stepwatch.config import Settings
-    from stepwatch.recording import merge_recorded, parse_time, replay
+    from stepwatch.recording import merge_recorded, replay
 
     settings = Settings.from_env()
     stats: dict = {"events": 0, "rejected": 0, "alerts": 0}
     started = time.monotonic()
-    until = parse_time(args.until) if args.until else None  # checked by the precheck (_bounds)
+    until, drain = None, args.drain
+    if args.until is not None and args.until.relative:  # a duration: that long after the last event (--drain)
+        drain = max(drain, args.until.seconds)
+    elif args.until is not None:
+        until = args.until.seconds
     try:  # the worker's own pipeline (models/pipeline.py), on the recording's clock
-        replay(merge_recorded(args.files), settings, drain=args.drain, until=until, stats=stats)
+        replay(merge_recorded(args.files), settings, drain=drain, until=until, stats=stats)
     except FileNotFoundError as exc:
         raise SystemExit(f"stepwatch replay: {exc.filename}: no such file") from None
     sys.stdout.flush()
     print(f"stepwatch replay: {stats['events']} events, {stats['rejected']} rejected, {stats['alerts']} alerts "
           f"in {time.monotonic() - started:.2f} s", file=sys.stderr)
+    if not stats["events"]:  # a wrong file (not a recording, empty) is not a quiet run with no alerts
+        print(f"stepwatch replay: no valid event in {', '.join(args.files)} (expected JSON Lines of events, e.g. "
+              "'stepwatch record' or 'stepwatch simulate --out' output)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -48,8 +57,9 @@ def add_parser(sub) -> None:
                         "same way (docs/training.md)")
     p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
                    help="after the last event, run the timer rules this many seconds on (hangs at the end fire)")
-    p.add_argument("--until", metavar="TIME", help="after the last event, run the timer rules up to this time "
-                   "(Unix seconds or ISO 8601, UTC)")
+    p.add_argument("--until", type=parse_when, metavar="WHEN",
+                   help="after the last event, run the timer rules up to this time (Unix seconds or ISO 8601, UTC), "
+                        "or this long after the last event (a duration: 30m, 2h; the same as --drain)")
     p.set_defaults(func=run, precheck=_precheck)
 
 
@@ -63,21 +73,25 @@ def _precheck(args: argparse.Namespace) -> None:
 
 def _bounds(args: argparse.Namespace) -> None:
     """``--drain`` and ``--until`` within ``MAX_AFTER_SECONDS`` of the recording's end: one line otherwise."""
-    from stepwatch.recording import parse_time
 
     days = MAX_AFTER_SECONDS / 86_400
     if not (math.isfinite(args.drain) and 0 <= args.drain <= MAX_AFTER_SECONDS):
         raise ValueError(f"--drain must be between 0 and {MAX_AFTER_SECONDS:.0f} seconds ({days:.0f} days), "
                          f"got {args.drain:g}")
-    if not args.until:
+    if args.until is None:
         return
-    until = parse_time(args.until)  # a ValueError is one line too
+    if args.until.relative:  # a duration after the last event: the --drain bound
+        if not (math.isfinite(args.until.seconds) and args.until.seconds <= MAX_AFTER_SECONDS):
+            raise ValueError(f"--until must be at most {MAX_AFTER_SECONDS:.0f} seconds ({days:.0f} days) after the "
+                             f"recording's end, got {args.until.seconds:g}")
+        return
+    until = args.until.seconds
     if not math.isfinite(until):
-        raise ValueError(f"--until must be a time, got {args.until!r}")
+        raise ValueError(f"--until must be a time, got {until!r}")
     end = _recording_end(args.files)
     reference, what = (end, "the recording's last event") if end is not None else (time.time(), "now")
     if until > reference + MAX_AFTER_SECONDS:
-        raise ValueError(f"--until {args.until} is more than {days:.0f} days after {what} "
+        raise ValueError(f"--until {until:g} is more than {days:.0f} days after {what} "
                          f"({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(reference))}): the timer rules would "
                          "run for that long; give a time closer to the recording")
 
