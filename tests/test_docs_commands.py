@@ -175,7 +175,7 @@ def test_a_typo_in_a_shown_command_is_caught():
 # -- running the safe ones ------------------------------------------------------------------------------
 
 #: Shown as failing on purpose, with the exit status the page gives.
-EXPECTED_EXIT = {"stepwatch config set hang.timeout_seconds=inf": 2}
+EXPECTED_EXIT = {"stepwatch config set hang.timeout_seconds=inf": 2, "stepwatch config set hang.timeout_seconds=0": 2}
 
 #: Commands that end on their own and write only to the test's topics and the scratch directory.
 SAFE = {"simulate", "replay", "record", "report", "publish", "scenarios", "alerts", "config"}
