@@ -125,3 +125,31 @@ def install_action_sink(app, settings, *, reported: Callable[[str, float], bool]
         await run_forever(sink.run, what="action sink", log=log)
 
     return sink
+
+
+def apply_release(engine, value: bytes | None) -> bool:
+    """One releases topic record (``stepwatch actions release``): the held drain it names is let through at the
+    next tick. False: this worker holds no such alert (another may). ``ValueError``: not a release record."""
+    from stepwatch.models.oncall.budget import parse_release
+
+    ident, by = parse_release(value)
+    return engine.oncall.rule("drain_budget").release(ident, by=by)
+
+
+def install_releases(app, engine, settings) -> None:
+    """Read the whole releases topic (every worker: the held alert lives on the one that speaks for its node)."""
+    from .topic_reader import read_topic_forever
+
+    kafka = settings.kafka
+    topic = kafka.topic(settings.oncall.releases_topic)
+
+    def handle(record) -> None:
+        try:
+            if apply_release(engine, record.value):
+                log.warning("held drain %s released by a human", record.key)
+        except ValueError as exc:
+            log.warning("ignored a releases topic record: %s", exc)
+
+    @app.task
+    async def releases() -> None:
+        await read_topic_forever(settings, topic, handle, what="releases topic reader")

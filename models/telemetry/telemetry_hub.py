@@ -179,6 +179,10 @@ class TelemetryHub:
         first = self._reported.get(node)
         return first is not None and first < ts
 
+    def reported_nodes(self) -> int:
+        """How many nodes' agents have reported (bounded by the tracker's ``max_nodes``): the drain budget's fleet."""
+        return len(self._reported)
+
     def _note_report(self, node, ts: float) -> None:
         if not isinstance(node, str):
             return
