@@ -150,6 +150,17 @@ def install_releases(app, engine, settings) -> None:
         except ValueError as exc:
             log.warning("ignored a releases topic record: %s", exc)
 
+    def create() -> None:
+        from stepwatch.security import client_config
+        from stepwatch.topics import create_topics
+
+        create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor, compacted=[topic],
+                      timeout=10, client_config=client_config(settings))
+
     @app.task
     async def releases() -> None:
+        try:  # the workers may create topics under the prefix (stepwatch/acls.py); operators only write this one
+            await asyncio.get_running_loop().run_in_executor(None, create)
+        except Exception as exc:  # an existing topic, or one the operator creates: read it all the same
+            log.info("could not create %s: %s", topic, exc)
         await read_topic_forever(settings, topic, handle, what="releases topic reader")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import logging
 
 from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
 
 
 def run(args: argparse.Namespace) -> int:
     from kafka import KafkaProducer
+    from kafka.errors import KafkaError
 
     from stepwatch.models.oncall.budget import release_record
     from stepwatch.security import client_config
@@ -21,8 +23,11 @@ def run(args: argparse.Namespace) -> int:
     kafka = settings.kafka
     topic = kafka.topic(settings.oncall.releases_topic)
     security = client_config(settings)
-    create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor, compacted=[topic],
-                  client_config=security)
+    try:  # the workers create it too; an operator may lack the right to (stepwatch/acls.py)
+        create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor, compacted=[topic],
+                      timeout=10, client_config=security)
+    except KafkaError as exc:
+        logging.getLogger("stepwatch.actions").info("could not create %s: %s", topic, exc)
     producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all", **security)
     try:
         producer.send(topic, key=args.alert_id.encode(), value=value).get(timeout=30)
