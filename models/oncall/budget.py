@@ -149,7 +149,7 @@ class DrainBudget:
             self._latest[alert.id] = alert
             return self._hold(alert, self.held[alert.id].budget, again=True)
         fresh = tuple(n for n in nodes if n not in self._asked)
-        if fresh and alert.id not in self._allowed:
+        if fresh:  # new nodes need room, even for an alert let through before (a later version naming more)
             over = self._over(fresh, _jobs_of(alert))
             if over is not None:
                 return self._hold(alert, over)
