@@ -226,3 +226,22 @@ def test_stepwatch_actions_release_reaches_the_worker_that_holds_it(kafka_bootst
     assert again.evidence["action"]["kind"] != HOLD and again.evidence["action_released"]["by"] == "oncall-sre"
     with pytest.raises(ValueError):
         apply_release(engine, b'{"kind": "release", "alert_id": "a b"}')
+
+
+def test_the_budgets_are_runtime_settings_with_ranges():
+    from stepwatch.runtime_config import RuntimeConfig, encode
+
+    engine = engine_for()
+    runtime = RuntimeConfig(Settings())
+    runtime.apply(engine, "*", encode({"oncall": {"drain_budget_per_hour": 7, "drain_budget_fleet_percent": 12.5}}))
+    limits = engine.oncall.rule("drain_budget").budget.limits
+    assert (limits.per_hour, limits.per_job_hour, limits.fleet_percent) == (7, 1, 12.5)
+    for bad in ({"drain_budget_per_hour": -1}, {"drain_budget_fleet_percent": 101.0},
+                {"drain_budget_per_job_hour": float("nan")}):
+        with pytest.raises(ValueError):
+            runtime.apply(engine, "*", b'{"v": 1, "kind": "config", "oncall": %s}' % repr(bad).replace(
+                "'", '"').replace("nan", "NaN").encode())
+        assert engine.oncall.rule("drain_budget").budget.limits == limits
+    alerts = rollout(engine, fleet=100, faulty=20)  # 12.5 % of 100 nodes: 12 at once; 7 an hour
+    allowed = {n for a in alerts if asks_drain(a) for n in a.evidence["action"]["exclude_nodes"]}
+    assert len(allowed) == 7
