@@ -32,6 +32,7 @@ class AlertType(StrEnum):
     GPU_IDLE = "gpu_idle"  # models/telemetry/device_rules.py
     GPU_HOT = "gpu_hot"  # models/telemetry/device_rules.py
     HBM_FULL = "hbm_full"  # models/telemetry/device_rules.py
+    ACTION_BUDGET = "action_budget"  # models/oncall/budget.py (drains held beyond the drain budget)
 
 
 class AlertStatus(StrEnum):
@@ -57,6 +58,7 @@ class Scope(StrEnum):
     DEVICE = "device"  # a GPU, a node: drain, reset, replace
     PLATFORM = "platform"  # network, power, shared storage
     JOB = "job"  # the job's own code, data or partitioning
+    FLEET = "fleet"  # stepwatch's own automation across the fleet (the drain budget)
 
 
 class CauseCategory(StrEnum):

@@ -18,7 +18,7 @@ from .alert_types import AlertType
 from .job_rules import (CheckpointRule, CommRule, HangRule, ImbalanceRule, InspectorRule, LongStragglerRule,
                         StragglerRule, ThroughputRule)
 from .rule import JobRule, NodeRule, OutletRule, RuleSpec, dependency_order
-from .oncall.outlet_rules import LedgerRule, RestartRule
+from .oncall.outlet_rules import DrainBudgetRule, LedgerRule, RestartRule
 from .telemetry.node_rules import DeviceRule, FabricRule, IntermittentRule, NodeIncidentRule, TelemetryRule
 
 JOB_RULES: tuple[type[JobRule], ...] = (
@@ -52,6 +52,7 @@ NODE_RULES: tuple[type[NodeRule], ...] = (
 OUTLET_RULES: tuple[type[OutletRule], ...] = (
     RestartRule,  # job restarts, naming the alert before them (models/oncall/restarts.py)
     LedgerRule,  # node_suspect: a node implicated in several jobs' incidents (models/oncall/ledger.py)
+    DrainBudgetRule,  # drains beyond the drain budget held for a human (models/oncall/budget.py)
 )
 
 

@@ -209,6 +209,11 @@ class OutletRule(Rule):
     def flush(self) -> list[Alert]:
         return []
 
+    def gate(self, alerts: list[Alert]) -> list[Alert]:
+        """Every alert the outlet is about to return, last, in order: the list to return instead (the drain
+        budget holds drains beyond it: models/oncall/budget.py). Default: unchanged."""
+        return alerts
+
 
 def closed(alerts: list[Alert], resolution: Resolution, reason: str) -> list[Alert]:
     """``alerts``, resolved by a rule's own close-for-a-reason, saying ``resolution``: where the rule set

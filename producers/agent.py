@@ -1,5 +1,9 @@
 """The node agent: samples GPUs (NVML), InfiniBand/RoCE ports (sysfs) and host signals (procfs); publishes them.
 
+Xid events come from NVML and, with ``kmsg_path`` (``--kmsg``), from the kernel log (producers/kmsg.py);
+repeated device events are coalesced (one event a second per node, GPU and code, with a ``count``) and
+queued per kind, bounded, newest wins (producers/event_storm.py).
+
 Runs on every node (``stepwatch agent``). Every ``interval`` seconds it sends one batch
 keyed by the node name to the telemetry topic: a ``gpu`` event per GPU, a ``link``
 event per port and one ``host`` event (producers/procfs_host.py), with raw cumulative counters; ``xid`` events go out as soon as NVML
@@ -36,6 +40,8 @@ from typing import Any, TextIO
 
 from stepwatch.config import Settings
 
+from .event_storm import Coalescer, KindQueues
+from .kmsg import KmsgReader, short_bus_id, sysfs_gpu_order
 from .nccl_inspector import InspectorReader, InspectorSettings
 from .nccl_ras import RasPoller
 from .nvml_sampler import NvmlSampler
@@ -156,6 +162,12 @@ class NodeAgent:
         #: The switch behind each port (ibnetdiscover output, lldpctl -f json or a map), re-read when it changes.
         self.topology_file = TopologyFile(t.topology_file) if t.topology_file else None
         self._topology_error: str | None = None
+        #: Storm protection (producers/event_storm.py): repeated device events coalesced, bounded queues per kind.
+        self.storm = Coalescer(window=1.0)
+        self.queues = KindQueues(size=1000)
+        self._sysfs_root = sysfs_root if sysfs_root is not None else t.sysfs_root
+        #: Xid lines of the kernel log (producers/kmsg.py), from ``t.kmsg_path`` ("" = off).
+        self.kmsg = KmsgReader(t.kmsg_path, node=self.node, gpus=self._bus_to_gpu) if t.kmsg_path else None
 
     def discover(self) -> None:
         """Find GPUs and ports; say once what exists and what is skipped."""
@@ -176,6 +188,11 @@ class NodeAgent:
             self.found.append(f"host signals under {self.host.proc} ({psi}, {len(self.host.disks())} disk(s))")
         else:
             self.skipped.append(f"host events (cannot read {self.host.proc / 'stat'})")
+        if self.kmsg is not None:
+            if self.kmsg.open():
+                self.found.append(f"Xid lines in {self.kmsg.path}")
+            else:
+                self.skipped.append(f"kernel log Xid lines ({self.kmsg.error})")
         if self.inspector is not None:
             self.found.append(f"NCCL Inspector logs under {self.inspector.dir}")
         if self.ras is not None:
@@ -220,8 +237,23 @@ class NodeAgent:
         host = self.host.to_event(self.node, now)
         if host is not None:
             events.append(host)
+        events.extend(self.device_events(now))
         self.samples += 1
         return events
+
+    def device_events(self, now: float) -> list[dict]:
+        """The kernel log's new Xid lines and the storm's held repeats, coalesced, through the bounded queues."""
+        if self.kmsg is not None:
+            for event in self.kmsg.poll(now):
+                self.queues.offer(self.storm.add(event, now))
+        self.queues.offer(self.storm.flush(now))
+        return self.queues.drain()
+
+    def _bus_to_gpu(self) -> dict[str, int]:
+        """Short PCI bus id -> GPU index: NVML's where it knows them, else the nvidia driver's sysfs order."""
+        if self.gpus.available and self.gpus.bus_ids:
+            return {short_bus_id(b): i for i, b in enumerate(self.gpus.bus_ids) if b}
+        return sysfs_gpu_order(self._sysfs_root)
 
     def local_ports(self) -> list[LocalPort]:
         """This node's ports as a topology file can name them (node GUID, NodeDescription, netdev)."""
@@ -274,8 +306,12 @@ class NodeAgent:
                 log.exception("waiting for Xid events failed")
                 self._stop.wait(5)
                 continue
-            if events:
-                self.sink(self.node, events)
+            now = self.clock()
+            for event in events:  # the first of a burst at once; its repeats with the next sample, counted
+                self.queues.offer(self.storm.add(event, now))
+            out = self.queues.drain()
+            if out:
+                self.sink(self.node, out)
 
     def _poll_jobs(self) -> None:
         """The job sources' own loop: what they read (other users' files, a port anyone may listen on) can be
@@ -314,3 +350,5 @@ class NodeAgent:
     def close(self) -> None:
         self.stop()
         self.gpus.close()
+        if self.kmsg is not None:
+            self.kmsg.close()

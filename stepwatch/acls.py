@@ -57,6 +57,7 @@ def grants(settings: Settings | None = None) -> dict[Role, tuple[Grant, ...]]:
                       Grant(k.app_id + "-", ("All",), prefixed=True),  # Faust's own topics (<app_id>-...)
                       Grant(k.app_id, ("Read", "Describe"), prefixed=True, resource="group")),
         Role.OPERATOR: (Grant(topic(k.config_topic), WRITE), Grant(control, WRITE),
+                        Grant(topic(s.oncall.releases_topic), WRITE),  # stepwatch actions release
                         Grant(k.topic_prefix, READ, prefixed=True)),
     }
 

@@ -181,3 +181,42 @@ def recorded_alert_ids(bootstrap: str, topic: str, client_config: dict | None = 
                 if r.key]
     finally:
         reader.close()
+
+
+def apply_release(engine, value: bytes | None) -> bool:
+    """One releases topic record (``stepwatch actions release``): the held drain it names is let through at the
+    next tick. False: this worker holds no such alert (another may). ``ValueError``: not a release record."""
+    from stepwatch.models.oncall.budget import parse_release
+
+    ident, by = parse_release(value)
+    return engine.oncall.rule("drain_budget").release(ident, by=by)
+
+
+def install_releases(app, engine, settings) -> None:
+    """Read the whole releases topic (every worker: the held alert lives on the one that speaks for its node)."""
+    from .topic_reader import read_topic_forever
+
+    kafka = settings.kafka
+    topic = kafka.topic(settings.oncall.releases_topic)
+
+    def handle(record) -> None:
+        try:
+            if apply_release(engine, record.value):
+                log.warning("held drain %s released by a human", record.key)
+        except ValueError as exc:
+            log.warning("ignored a releases topic record: %s", exc)
+
+    def create() -> None:
+        from stepwatch.security import client_config
+        from stepwatch.topics import create_topics
+
+        create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor, compacted=[topic],
+                      timeout=10, client_config=client_config(settings))
+
+    @app.task
+    async def releases() -> None:
+        try:  # the workers may create topics under the prefix (stepwatch/acls.py); operators only write this one
+            await asyncio.get_running_loop().run_in_executor(None, create)
+        except Exception as exc:  # an existing topic, or one the operator creates: read it all the same
+            log.info("could not create %s: %s", topic, exc)
+        await read_topic_forever(settings, topic, handle, what="releases topic reader")

@@ -76,7 +76,8 @@ def install_oncall(app, engine, settings: Settings, *, owned, publish, interval:
         if mine is None or before is None or mine == before:
             return []
         gained = mine - before
-        return oncall.ledger.took_over(lambda node: partition_of(node, n_partitions) in gained)
+        # through the drain budget, as every alert leaving the outlet (models/oncall/budget.py)
+        return oncall.gate(oncall.ledger.took_over(lambda node: partition_of(node, n_partitions) in gained))
 
     def on_ledger(record) -> None:
         if record.value is None:

@@ -125,6 +125,9 @@ class Worker:
 
         # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
         self.action_sink = install_action_sink(self.app, settings, reported=self.engine.telemetry.reported_before)
+        from .action_sink import install_releases
+
+        install_releases(self.app, self.engine, settings)  # humans' releases of held drains (models/oncall/budget.py)
         #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
         self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink,
                                 max_request_size=self.app.conf.producer_max_request_size)

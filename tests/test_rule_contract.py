@@ -271,6 +271,11 @@ OUTLET_FAULTS = {
                                          job_events(steps=200, slow_rank=5, slow=1.5, slow_from=60, job="a") +
                                          job_events(steps=200, slow_rank=6, slow=1.5, slow_from=80, job="b"),
                                          key=lambda e: e["ts"])),
+    # GPUs fall off the bus on both of the job's nodes: one drain an hour per job, the other held for a human
+    "drain_budget": lambda: (None, sorted(job_events(steps=200) + [
+        {"v": 1, "kind": "gpu", "node": n, "ts": T0 + 1.0, "gpu": 0, "temp_c": 60.0} for n in ("n00", "n01")] + [
+        {"v": 1, "kind": "xid", "node": n, "gpu": 0, "xid": 79, "ts": T0 + 100.0 + i, "message": "NVRM: Xid 79"}
+        for i, n in enumerate(("n00", "n01"))], key=lambda e: e["ts"])),
 }
 
 

@@ -76,8 +76,15 @@ class ActionHooks:
         self.max_ids = max_ids
         self._seen: OrderedDict[str, None] = OrderedDict()
 
+    @staticmethod
+    def _key(alert: Alert) -> str:
+        # Once per alert id and action kind: a drain held for a human (models/oncall/budget.py) and later released
+        # is the same alert again, now with its drain.
+        action = alert.evidence.get("action")
+        return f"{alert.id}/{action.get('kind') if isinstance(action, dict) else ''}"
+
     def wants(self, alert: Alert) -> bool:
-        if alert.status != AlertStatus.FIRING or alert.id in self._seen:
+        if alert.status != AlertStatus.FIRING or self._key(alert) in self._seen:
             return False
         return alert.type == AlertType.NODE_SUSPECT or (alert.severity == Severity.CRITICAL
                                                         and alert.scope == Scope.DEVICE)
@@ -86,7 +93,7 @@ class ActionHooks:
         """The action record for ``alert`` (None: not one that gets an action, or already done)."""
         if not self.wants(alert):
             return None
-        self._seen[alert.id] = None
+        self._seen[self._key(alert)] = None
         while len(self._seen) > self.max_ids:
             self._seen.popitem(last=False)
         action = dict(alert.evidence.get("action") or {})

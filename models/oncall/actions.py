@@ -59,6 +59,7 @@ gpu_hot                      device    investigate      no         no       GPU 
 hbm_full                     job       fix_application  no         no       GPU memory nearly full
 job_restart                  job       investigate      yes        no       the job restarted
 node_suspect                 device    drain_node       no         yes      node implicated repeatedly
+action_budget                fleet     hold_for_human   no         no       drains held beyond the budget
 unknown                      job       investigate      yes        no       anything else
 ===========================  ========  ===============  =========  =======  ===========================
 
@@ -84,9 +85,9 @@ from ..alerts import Alert
 from ..evidence import HangCase, HangEvidence, StragglerEvidence, StragglerSignal
 from ..telemetry.causes import SuspectedCause
 
-SCOPES = ("device", "platform", "job")
+SCOPES = ("device", "platform", "job", "fleet")
 ACTION_KINDS = ("drain_node", "reset_gpu", "replace_gpu", "check_link", "restart_job", "fix_application",
-                "repartition", "investigate")
+                "repartition", "investigate", "hold_for_human")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +195,9 @@ FAILURE_CLASSES: dict[str, FailureClass] = {
     "node_suspect": _fc("device", "drain_node", False, True,
                         "{nodes} keeps being implicated in incidents: drain it, run diagnostics, and keep jobs off "
                         "it."),
+    "action_budget": _fc("fleet", "hold_for_human", False, False,
+                         "Drains held beyond the drain budget on {nodes}: look for one cause (a rollout, power, a "
+                         "switch) before releasing any (models/oncall/budget.py)."),
     "unknown": _fc("job", "investigate", True, False, "Investigate the alert's evidence."),
 }
 
@@ -203,6 +207,7 @@ TYPE_CLASSES: dict[str, str] = {
     "imbalance": "imbalance", "gpu_idle": "gpu_idle", "gpu_hot": "gpu_hot", "hbm_full": "hbm_full",
     "job_restart": "job_restart", "node_suspect": "node_suspect", "straggler": "straggler_unexplained",
     "link_errors": "link_errors", "gpu_fault": "xid_other", "fabric": "fabric",
+    "action_budget": "action_budget",
 }
 
 XID_CLASSES: dict[int, str] = {79: "xid_79_off_bus", 74: "xid_74_nvlink", 48: "xid_48_dbe", 63: "xid_63_row_remap",

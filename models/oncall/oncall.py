@@ -73,6 +73,14 @@ class OnCallSettings:
     kubernetes_template: str = "kubectl cordon {node}"
     #: Optional file of the nodes actions may name (one a line); others are refused (docs/security.md).
     node_inventory_file: str = ""
+    #: Compacted topic of humans' releases of held drains (``stepwatch actions release``), read by every worker.
+    releases_topic: str = "releases"
+    #: The drain budget (models/oncall/budget.py): at most this many nodes drained by stepwatch per hour ...
+    drain_budget_per_hour: int = runtime(2, low=0, high=10_000)
+    #: ... this many per job per hour ...
+    drain_budget_per_job_hour: int = runtime(1, low=0, high=10_000)
+    #: ... and this share (%) of the nodes seen drained at once (at least one node); beyond: held for a human.
+    drain_budget_fleet_percent: float = runtime(5.0, low=0.0, high=100.0)
 
 
 class OnCall:
@@ -107,6 +115,7 @@ class OnCall:
         self._alert_rules = [r for r in self.rules if Signal.ALERTS in r.spec.consumes]
         self._tick_rules = [r for r in self.rules if Signal.TICKS in r.spec.consumes]
         self._flush_rules = [r for r in self.rules if type(r).flush is not OutletRule.flush]  # once per engine call
+        self._gate_rules = [r for r in self.rules if type(r).gate is not OutletRule.gate]  # last, on all leaving
 
     def rule(self, name: str) -> OutletRule:
         """The outlet rule registered as ``name``."""
@@ -178,7 +187,13 @@ class OnCall:
 
     def add_incident(self, incident: Incident) -> list[Alert]:
         """An incident recorded by another worker (or this one before a restart)."""
-        return self.rule("node_ledger").add_incident(incident)
+        return self.gate(self.rule("node_ledger").add_incident(incident))
+
+    def gate(self, alerts: list[Alert]) -> list[Alert]:
+        """The alerts leaving, through the gating rules (the drain budget: models/oncall/budget.py)."""
+        for rule in self._gate_rules:
+            alerts = rule.gate(alerts)
+        return alerts
 
     # -- output -------------------------------------------------------------------------------
 
@@ -197,7 +212,7 @@ class OnCall:
         if self._new_pairs:
             pairs, self._new_pairs = self._new_pairs, []
             out.extend(self._republish(pairs))
-        return out
+        return self.gate(out)
 
     def _publish(self, alert: Alert, out: list[Alert]) -> None:
         """One alert leaving: cited, classified, remembered, shown to the outlet rules (their alerts after it)."""
@@ -235,7 +250,7 @@ class OnCall:
                 self._share = {name: share for name, share in shares.items() if name in jobs}
         for rule in self._tick_rules:
             out.extend(rule.tick(now))
-        return out
+        return self.gate(out)
 
     def _attribute(self, alert: Alert, jobs: list[dict] | None = None) -> Alert:
         gpu = alert.evidence.get("gpu")

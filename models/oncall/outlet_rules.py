@@ -17,6 +17,7 @@ from ..alerts import Alert, alert_id
 from ..resolution import Resolution
 from ..rule import OutletRule, RuleSpec, Signal, closed
 from .actions import Classifier
+from .budget import DrainBudget, Limits
 from .ledger import Incident, NodeLedger, incidents_of
 from .oncall import OnCallSettings
 from .restarts import Restart, RestartCause, RestartTracker, restart_cause
@@ -212,6 +213,53 @@ class LedgerRule(OutletRule):
             raise ValueError("oncall: need ledger_window_seconds > 0 and ledger_min_jobs >= 1")
         self.ledger.window_seconds = settings.ledger_window_seconds
         self.ledger.min_jobs = settings.ledger_min_jobs
+
+
+class DrainBudgetRule(OutletRule):
+    """The drain budget (models/oncall/budget.py): drains beyond it are held for a human, with one
+    ``action_budget`` alert; fabric incidents never drain."""
+
+    spec = RuleSpec(name="drain_budget", consumes=frozenset({Signal.ALERTS, Signal.TICKS}),
+                    alert_types=(AlertType.ACTION_BUDGET,), failure_classes=("action_budget",),
+                    settings=OnCallSettings)
+
+    def __init__(self, env: OutletEnv, needs: dict[str, OutletRule]) -> None:
+        self.env = env
+
+        def covered(nodes, at):
+            engine = getattr(env, "engine", None)
+            return engine.telemetry.incidents.covering(nodes, at) if engine is not None else None
+
+        def seen() -> int:
+            engine = getattr(env, "engine", None)
+            return engine.telemetry.reported_nodes() if engine is not None else 0
+
+        self.budget = DrainBudget(_limits(env.settings), covered=covered, seen_nodes=seen)
+
+    def gate(self, alerts: list[Alert]) -> list[Alert]:
+        return self.budget.gate(alerts)
+
+    def release(self, ident: str, *, by: str = "", at: float | None = None) -> bool:
+        """A human lets a held drain through (``stepwatch actions release``); published at the next tick."""
+        return self.budget.release(ident, by=by, at=at)
+
+    def tick(self, now: float) -> list[Alert]:
+        return self.budget.tick(now)
+
+    def open_alerts(self) -> list[Alert]:
+        return [self.budget.alert] if self.budget.alert is not None else []
+
+    def close(self, *, at: float, resolution: Resolution, reason: str) -> list[Alert]:
+        return closed(self.budget.close(at), resolution, reason)
+
+    def reconfigure(self, settings: OnCallSettings) -> None:
+        """New limits apply to the next drain asked for (held alerts stay held until released)."""
+        self.budget.limits = _limits(settings)
+
+
+def _limits(s: OnCallSettings) -> Limits:
+    return Limits(per_hour=int(s.drain_budget_per_hour), per_job_hour=int(s.drain_budget_per_job_hour),
+                  fleet_percent=float(s.drain_budget_fleet_percent))
 
 
 def _priority(kind: str) -> int:

@@ -41,6 +41,8 @@ class TelemetrySettings:
     sysfs_root: str = "/sys"
     #: Root of procfs for the agent's host signals (tests point it at a fake tree).
     proc_root: str = "/proc"
+    #: The agent reads Xid lines from this kernel log (``/dev/kmsg``, or a file written the same way); "" = off.
+    kmsg_path: str = ""
     #: Batches the agent holds while Kafka is slow or away; beyond, the oldest are dropped and counted.
     agent_queue_size: int = 600
     #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
@@ -178,6 +180,10 @@ class TelemetryHub:
         """Whether telemetry of ``node`` arrived before ``ts`` (its agent is real, not one forged message)."""
         first = self._reported.get(node)
         return first is not None and first < ts
+
+    def reported_nodes(self) -> int:
+        """How many nodes' agents have reported (bounded by the tracker's ``max_nodes``): the drain budget's fleet."""
+        return len(self._reported)
 
     def _note_report(self, node, ts: float) -> None:
         if not isinstance(node, str):

@@ -165,7 +165,7 @@ class _PortState:
 
 class _GpuState:
     __slots__ = ("ecc", "clock", "throttle_run", "pcie_run", "nvlink_up", "nvlink_counters", "faults", "clean",
-                 "fault_last", "busy_clock", "busy_at", "temp")
+                 "fault_last", "busy_clock", "busy_at", "temp", "fault_count", "fault_shown")
 
     def __init__(self, size: int, min_samples: int) -> None:
         self.ecc = {"ecc_sbe": CounterTrack(), "ecc_dbe": CounterTrack()}
@@ -180,6 +180,9 @@ class _GpuState:
         self.busy_clock: float | None = None  # latest SM clock while busy (its peers' reference), node time of it
         self.busy_at = -math.inf
         self.temp: float | None = None
+        self.fault_count: dict[str, int] = {}  # event-based faults: occurrences (agents' coalesced ``count``s)
+        #: (when, count) the open alert was last published, and the updates held back since it opened.
+        self.fault_shown: dict[str, tuple[float, int, int]] = {}
 
 
 class _NodeState:
@@ -232,6 +235,9 @@ class TelemetryTracker:
         self.events_seen = 0
         self._gpus_total = 0  # GPUs and ports tracked across all nodes (``MAX_GPUS_TOTAL``, ``MAX_PORTS_TOTAL``)
         self._ports_total = 0
+        #: Re-publications of an open Xid fault (a new ``count``) held back: at most one every
+        #: ``REPUBLISH_SECONDS`` per fault, the storm's counts summed into the next.
+        self.updates_held = 0
 
     # -- state ----------------------------------------------------------------------------
 
@@ -274,6 +280,8 @@ class TelemetryTracker:
                 gpu.faults.clear()
                 gpu.clean.clear()
                 gpu.fault_last.clear()
+                gpu.fault_count.clear()
+                gpu.fault_shown.clear()
         return out
 
     def nearest_ports(self, node: str, gpu: int) -> tuple[tuple[str, int], ...] | None:
@@ -699,13 +707,31 @@ class TelemetryTracker:
                      summary=f"gpu_fault: GPU {gpu} on {node}: {text}", evidence=evidence)
 
     def _event_fault(self, gpu: _GpuState, node: str, index: int, key: str, ts: float, text: str,
-                     detail: dict) -> list[Alert]:
+                     detail: dict, count: int = 1) -> list[Alert]:
         gpu.fault_last[key] = ts
-        if key in gpu.faults:
+        total = gpu.fault_count[key] = gpu.fault_count.get(key, 0) + count
+        alert = gpu.faults.get(key)
+        if alert is not None and not key.startswith("xid"):
             return []
+        if alert is not None:
+            # The same incident: its count grows in the evidence, published again at most every
+            # REPUBLISH_SECONDS (severity and culprit cannot change: one key is one GPU and one code).
+            shown_at, shown, held = gpu.fault_shown.get(key, (alert.starts_at, 1, 0))
+            if total == shown:
+                return []
+            if ts - shown_at < REPUBLISH_SECONDS:
+                self.updates_held += 1
+                gpu.fault_shown[key] = (shown_at, shown, held + 1)
+                return []
+            alert = alert.__class__(**{**{f: getattr(alert, f) for f in Alert.__slots__}, "evidence": {
+                **alert.evidence, "count": total, "last_at": round(ts, 3), "updates_held": held}})
+            gpu.faults[key] = alert
+            gpu.fault_shown[key] = (ts, total, held)
+            return [alert]
         fault = "xid" if key.startswith("xid") else key
-        alert = self._gpu_alert(node, index, fault, key, ts, "critical", text, detail)
+        alert = self._gpu_alert(node, index, fault, key, ts, "critical", text, {**detail, "count": total})
         gpu.faults[key] = alert
+        gpu.fault_shown[key] = (ts, total, 0)
         return [alert]
 
     def _on_xid(self, node: _NodeState, ev: XidEvent) -> list[Alert]:
@@ -718,7 +744,8 @@ class TelemetryTracker:
         if app:
             return []
         text = f"Xid {ev.xid}" + (f" ({name})" if name else "") + (f": {ev.message}" if ev.message else "")
-        return self._event_fault(gpu, ev.node, ev.gpu, f"xid{ev.xid}", ev.ts, text, {"xid": ev.xid})
+        return self._event_fault(gpu, ev.node, ev.gpu, f"xid{ev.xid}", ev.ts, text, {"xid": ev.xid},
+                                 count=_count(ev))
 
     def tick(self, now: float) -> list[Alert]:
         """Resolve event-based GPU faults (Xid, ECC) not seen again for ``fault_hold_seconds`` of node time."""
@@ -729,11 +756,22 @@ class TelemetryTracker:
                 for key, last in list(gpu.fault_last.items()):
                     if clock - last >= self.fault_hold_seconds:
                         del gpu.fault_last[key]
+                        gpu.fault_count.pop(key, None)
+                        gpu.fault_shown.pop(key, None)
                         alert = gpu.faults.pop(key, None)
                         if alert is not None:
                             out.append(alert.resolved(at=clock, summary=f"resolved: not seen again for "
                                                                         f"{self.fault_hold_seconds:.0f} s "
                                                                         f"({alert.summary})"))
+                for key, (shown_at, shown, held) in list(gpu.fault_shown.items()):
+                    alert, total = gpu.faults.get(key), gpu.fault_count.get(key, shown)
+                    if alert is not None and total != shown and clock - shown_at >= REPUBLISH_SECONDS:
+                        # a burst's last counts, held back while it lasted
+                        alert = alert.__class__(**{**{f: getattr(alert, f) for f in Alert.__slots__}, "evidence": {
+                            **alert.evidence, "count": total, "updates_held": held}})
+                        gpu.faults[key] = alert
+                        gpu.fault_shown[key] = (clock, total, held)
+                        out.append(alert)
             # Close spike episodes that have been quiet (keeps `open` small).
             for key in [k for k, ep in node.open.items() if clock - ep.last > EPISODE_GAP]:
                 del node.open[key]
@@ -744,3 +782,15 @@ def _median(values: list[float]) -> float:
     ordered = sorted(values)
     n = len(ordered)
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+#: An open Xid fault is published again with its new ``count`` at most once in this many seconds (node time).
+REPUBLISH_SECONDS = 30.0
+
+
+def _count(ev: XidEvent) -> int:
+    """How many occurrences an Xid event stands for (the agent coalesces a burst into one, with ``count``)."""
+    n = ev.extra.get("count", 1) if isinstance(ev.extra, dict) else 1
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return 1
+    return min(n, 1_000_000)

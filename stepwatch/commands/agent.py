@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     # Each option given overrides its STEPWATCH_TELEMETRY_* setting (the option's name but ``interval``).
     fields = {"interval": "agent_interval", "sysfs_root": "sysfs_root", "proc_root": "proc_root",
               "nccl_inspector_dir": "nccl_inspector_dir", "nccl_inspector_window": "nccl_inspector_window",
-              "nccl_ras": "nccl_ras", "nccl_ras_interval": "nccl_ras_interval", "topology": "topology_file"}
+              "nccl_ras": "nccl_ras", "nccl_ras_interval": "nccl_ras_interval", "topology": "topology_file", "kmsg": "kmsg_path"}
     overrides = {field: getattr(args, option) for option, field in fields.items()
                  if getattr(args, option) is not None}
     if overrides:
@@ -75,6 +75,12 @@ def run(args: argparse.Namespace) -> int:
             if source is not None and source.counts:  # what was read, skipped and why (nothing is dropped silently)
                 print(f"stepwatch agent: {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(source.counts.items())),
                       file=sys.stderr)
+        if agent.kmsg is not None and agent.kmsg.counts:
+            print("stepwatch agent: kernel log: " + ", ".join(f"{k} {v}" for k, v in sorted(agent.kmsg.counts.items())),
+                  file=sys.stderr)
+        if agent.queues.dropped:  # stepwatch_agent_events_dropped_total{kind}
+            print("stepwatch agent: events dropped (queue full, oldest first): "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(agent.queues.dropped.items())), file=sys.stderr)
         if agent.refusals.counts:  # what no launcher vouched for, or no check let through (docs/security.md)
             refused = sorted(agent.refusals.counts.items())
             print("stepwatch agent: refused: " + ", ".join(f"{k} {v}" for k, v in refused), file=sys.stderr)
@@ -106,6 +112,10 @@ def add_parser(sub) -> None:
                         "the output of ibnetdiscover (InfiniBand), of lldpctl -f json (RoCE) or a JSON/YAML map "
                         "{\"nodes\": {NODE: {DEVICE[/PORT]: SWITCH}}}; re-read when it changes (docs/network.md). "
                         "Nodes erring together under one switch are then one fabric incident naming it")
+    p.add_argument("--kmsg", metavar="FILE",
+                   help="read the NVIDIA driver's Xid lines from this kernel log (/dev/kmsg, or a file written the "
+                        "same way: for nodes where NVML cannot report Xid events); repeats are coalesced into one "
+                        "event a second with a count")
     p.add_argument("--nccl-inspector-dir", metavar="DIR",
                    help="tail the NCCL Inspector logs (NCCL_INSPECTOR_DUMP_DIR) of every job on the node and publish "
                         "nccl_window events keyed by job to the events topic (docs/zero-code.md)")
