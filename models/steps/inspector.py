@@ -220,6 +220,10 @@ class InspectorJudge:
                     duration=float(total) / count, node=ps[-1].node, pg=key[0], bytes=ps[0].bytes)))
         return out
 
+    def held(self) -> int:
+        """Events held, waiting for their window's other ranks (bounded: ``max_open`` per rank and key)."""
+        return sum(len(parts) for st in self._keys.values() for parts in st.pending.values())
+
     def reconfigure(self, settings: StragglerSettings, values: dict) -> None:
         """Settings changed at run time (``stepwatch config set straggler.*``)."""
         self.straggler = settings
