@@ -168,3 +168,29 @@ def test_a_bad_window_setting_is_one_line(value):
     with pytest.raises(ValueError, match="NCCL Inspector window") as exc:
         window_bounds(value)
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_agent_changing_sizes_sends_aligned_disjoint_windows_holding_every_record(tmp_path, seed):
+    """The job's pace changes (1 to 400 collectives a second, dumps every few to many): each rank's windows are powers
+    of two up to the cap, aligned, never overlapping, every record in exactly one, and a healthy job is judged whole."""
+    rng = random.Random(seed)
+    at, t = [], 0
+    for _ in range(rng.randint(2, 4)):  # segments of a pace
+        gap = rng.choice([2 * SECOND, SECOND, SECOND // 10, SECOND // 400])
+        for _ in range(rng.randint(20, 400)):
+            at.append(t)
+            t += gap
+    hosts = write_job(tmp_path, job="4242", n_colls=len(at), late_rank=None, at_us=at,
+                      dump_every=rng.choice([1, 7, 50]))
+    events = sorted((e for node, host in hosts.items() for e in _agent(host, node)), key=lambda e: e["ts"])
+    for rank in range(16):
+        mine = [e for e in events if e["rank"] == rank]
+        ranges = [(e["window"] * e["window_size"], (e["window"] + 1) * e["window_size"]) for e in mine]
+        assert all(e["window_size"] in (1, 2, 4, 8, 16, 32, 64) for e in mine)
+        assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:]))  # in order, disjoint
+        assert sum(e["count"] for e in mine) == len(at)
+        assert len(mine) <= 2 * t / SECOND + len(at) / 64 + 8  # ~2 a second or one per 64 collectives
+    _, _, engine = _named_at(events)
+    judge = engine.jobs["4242"].inspector
+    assert judge.counts["judged"] >= 1 and judge.counts["count_mismatch"] == judge.counts["incomplete"] == 0

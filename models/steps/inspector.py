@@ -47,6 +47,8 @@ from ..wire.nccl_events import NcclWindowEvent
 from .straggler import StragglerDetector, StragglerSettings, median
 
 SOURCE = "nccl_inspector"
+#: Ranks of one communicator the judge follows (a bad ``n_ranks`` must not grow its state).
+MAX_RANKS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ class InspectorJudge:
                 return []
             st = self._keys[key] = _Key(event.n_ranks)
         st.n_ranks = event.n_ranks
-        if event.rank not in st.progress and len(st.progress) >= st.n_ranks:
+        if event.rank not in st.progress and len(st.progress) >= min(st.n_ranks, MAX_RANKS):
             self.counts["extra_ranks"] += 1  # more ranks than the communicator has: not comparable
             return []
         start = event.window * event.window_size
@@ -120,6 +122,9 @@ class InspectorJudge:
         if end > st.progress.get(event.rank, -1):
             st.progress[event.rank] = end
             heapq.heappush(st.heap, (end, event.rank))
+            if len(st.heap) > 2 * len(st.progress) + 64:  # stale entries (a rank's older ends): rebuilt, bounded
+                st.heap = [(p, r) for r, p in st.progress.items()]
+                heapq.heapify(st.heap)
         if start < st.judged_end:
             self.counts["late"] += 1  # a copy of (or a rank rejoining) a window already judged
             return []
