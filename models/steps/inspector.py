@@ -91,7 +91,7 @@ class InspectorJudge:
     """Per job: feed ``nccl_window`` events; returns straggler (and comm_slowdown) alerts."""
 
     def __init__(self, *, job: str, straggler: StragglerSettings | None = None,
-                 comm: CommSlowdownDetector | None = None, max_open: int = 256, max_keys: int = 256) -> None:
+                 comm: CommSlowdownDetector | None = None, max_open: int = 128, max_keys: int = 256) -> None:
         self.job = job
         self.straggler = straggler or StragglerSettings()
         self.comm = comm
