@@ -18,14 +18,16 @@ exits.
 
 Window sizes fit the job (``auto``, the default): a power of two between ``window_min`` and
 ``window_size`` (the cap), about the ``coll_sn`` a communicator advances per ``window_seconds``
-(its rate measured between Inspector dumps), so a job with one all-reduce per step gets a
-window of a few steps' collectives and one with hundreds per step the cap. Each agent decides
+(its rate measured between Inspector dumps), so a job with one all-reduce per 1 s step gets
+windows of one collective (one step) and one with hundreds per step the cap. Each agent decides
 alone; windows stay comparable across ranks because aligned powers of two nest (a window of 16
 lies inside one of 64) and the worker judges the largest window any rank used
 (models/steps/inspector.py). A size grows only at a boundary of the larger size (no window
 overlaps one already sent) and shrinks by splitting the open window. Until the rate is known
 (two dump intervals) the cap is used. Events per rank and key: at most about
-``2 / window_seconds`` per second, or the collective rate over the cap. Nothing here raises on bad input: a line
+``2 / window_seconds`` per second, or the collective rate over the cap.
+
+Nothing here raises on bad input: a line
 that is not JSON, a record without its fields, a file whose pid is unknown are counted
 (``counts``) and reported once per file.
 
