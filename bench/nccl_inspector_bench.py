@@ -2,7 +2,7 @@
 
 Writes a node's worth of Inspector logs (8 ranks, per-line layout, tests/nccl_fixtures.py's format) and times
 ``InspectorReader.poll`` over them with ``time.process_time`` (the agent's own CPU, not wall time).
-Run: ``python bench/nccl_inspector_bench.py [records_per_rank] [window]``.
+Run: ``python bench/nccl_inspector_bench.py [records_per_rank] [window: auto (default), auto:CAP or N]``.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from nccl_fixtures import write_job  # noqa: E402
 
-from stepwatch.producers.nccl_inspector import InspectorReader, InspectorSettings  # noqa: E402
+from stepwatch.producers.nccl_inspector import InspectorReader, InspectorSettings, window_bounds  # noqa: E402
 from stepwatch.producers.proc_identity import ProcTable  # noqa: E402
 
 
 def main() -> None:
     per_rank = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
-    window = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+    low, window = window_bounds(sys.argv[2] if len(sys.argv) > 2 else "auto")
     with tempfile.TemporaryDirectory() as tmp:
         host = write_job(Path(tmp), job="bench", n_colls=per_rank, late_rank=None, dump_every=500)["gpu-a"]
         size = sum(p.stat().st_size for p in host["dir"].iterdir())
-        reader = InspectorReader(InspectorSettings(directory=str(host["dir"]), window_size=window), node="gpu-a",
+        reader = InspectorReader(InspectorSettings(directory=str(host["dir"]), window_min=low, window_size=window), node="gpu-a",
                                  procs=ProcTable(host["proc"]))
         t0 = time.process_time()
         events = 0

@@ -42,7 +42,7 @@ from stepwatch.config import Settings
 
 from .event_storm import Coalescer, KindQueues
 from .kmsg import KmsgReader, short_bus_id, sysfs_gpu_order
-from .nccl_inspector import InspectorReader, InspectorSettings
+from .nccl_inspector import InspectorReader, InspectorSettings, window_bounds
 from .nccl_ras import RasPoller
 from .nvml_sampler import NvmlSampler
 from .port_neighbors import LocalPort, TopologyFile, nic_entries
@@ -154,9 +154,12 @@ class NodeAgent:
         #: What the agent refused to read or speak for (producers/refusals.py), shared by every job source.
         self.refusals = Refusals()
         procs = self.procs = ProcTable(proc_root if proc_root is not None else t.proc_root, refusals=self.refusals)
-        self.inspector = InspectorReader(
-            InspectorSettings(directory=t.nccl_inspector_dir, window_size=t.nccl_inspector_window),
-            node=self.node, procs=procs, clock=clock) if t.nccl_inspector_dir else None
+        self.inspector = None
+        if t.nccl_inspector_dir:
+            low, cap = window_bounds(t.nccl_inspector_window)  # a bad value: one-line ValueError
+            self.inspector = InspectorReader(InspectorSettings(directory=t.nccl_inspector_dir, window_min=low,
+                                                               window_size=cap), node=self.node, procs=procs,
+                                             clock=clock)
         self.ras = RasPoller(t.nccl_ras, procs=procs, node=self.node, interval=t.nccl_ras_interval,
                              clock=clock) if t.nccl_ras else None
         #: The switch behind each port (ibnetdiscover output, lldpctl -f json or a map), re-read when it changes.

@@ -12,10 +12,22 @@ Two layouts, told apart by their structure (never by the version string):
 
 ``p2p_perf`` lines are counted and skipped. Each file's pid is mapped to its job and global
 rank through ``/proc`` (producers/proc_identity.py). Records are summed per communicator,
-collective type and window of ``window_size`` consecutive ``coll_sn`` (``coll_sn // window_size``,
-the same window on every rank), and one event per window and rank is sent when the rank's
-next window starts, or its process exits: the event rate is bounded by ``1 / window_size`` of
-the collective rate, whatever the dump interval. Nothing here raises on bad input: a line
+collective type and window of ``window_size`` consecutive ``coll_sn`` (``coll_sn // window_size``),
+and one event per window and rank is sent when the rank's next window starts, or its process
+exits.
+
+Window sizes fit the job (``auto``, the default): a power of two between ``window_min`` and
+``window_size`` (the cap), about the ``coll_sn`` a communicator advances per ``window_seconds``
+(its rate measured between Inspector dumps), so a job with one all-reduce per 1 s step gets
+windows of one collective (one step) and one with hundreds per step the cap. Each agent decides
+alone; windows stay comparable across ranks because aligned powers of two nest (a window of 16
+lies inside one of 64) and the worker judges the largest window any rank used
+(models/steps/inspector.py). A size grows only at a boundary of the larger size (no window
+overlaps one already sent) and shrinks by splitting the open window. Until the rate is known
+(two dump intervals) the cap is used. Events per rank and key: at most about
+``2 / window_seconds`` per second, or the collective rate over the cap.
+
+Nothing here raises on bad input: a line
 that is not JSON, a record without its fields, a file whose pid is unknown are counted
 (``counts``) and reported once per file.
 
@@ -24,7 +36,7 @@ only when its pid maps to a process a launcher vouches for (producers/proc_ident
 is opened without following a symbolic link, is a regular file and is owned by that process's
 uid (producers/safe_files.py); otherwise it is refused, counted and logged once
 (producers/refusals.py). State is bounded whatever the files hold: a window keeps at most
-``window_size`` records per communicator and collective type (one per ``coll_sn``; a repeated
+``window_size`` (the cap) records per communicator and collective type (one per ``coll_sn``; a repeated
 ``coll_sn`` is refused), and all open windows together at most ``MAX_OPEN_SAMPLES`` records.
 """
 
@@ -64,20 +76,58 @@ class InspectorSettings:
 
     #: Directory NCCL_INSPECTOR_DUMP_DIR points at ("" = off).
     directory: str = ""
-    #: Consecutive coll_sn per window: one event per rank, communicator, collective type and window.
+    #: Consecutive coll_sn per window: one event per rank, communicator, collective type and window. The cap;
+    #: below ``window_min`` the size follows the collective rate (powers of two: windows of ranks nest).
     window_size: int = 64
+    #: The smallest window (``window_size``: fixed, the size of every window).
+    window_min: int = 1
+    #: Auto sizes: about this many seconds of a communicator's collectives per window.
+    window_seconds: float = 1.0
     #: Most bytes read per file per poll (bounds the agent's CPU after a long pause).
     max_read_bytes: int = 8 << 20
     #: A file not grown for this long whose process is gone is finished (its open windows are sent).
     stale_seconds: float = 60.0
 
 
+def window_bounds(value: str | int) -> tuple[int, int]:
+    """``STEPWATCH_TELEMETRY_NCCL_INSPECTOR_WINDOW``: ``auto`` (sizes 1-64 by rate), ``auto:CAP`` or ``N`` (fixed)
+    -> (window_min, window_size)."""
+    text = str(value).strip().lower()
+    if text in ("auto", "auto:"):
+        return 1, 64
+    fixed = not text.startswith("auto:")
+    try:
+        n = int(text if fixed else text[5:])
+    except ValueError:
+        raise ValueError(f"NCCL Inspector window {value!r}: expected auto, auto:CAP or a number of collectives") from None
+    if not 1 <= n <= 1 << 20:
+        raise ValueError(f"NCCL Inspector window {value!r}: the number of collectives must be 1 to {1 << 20}")
+    if fixed:
+        return n, n
+    cap = 1 << (n.bit_length() - 1)  # a power of two: auto windows must nest
+    return 1, cap
+
+
 @dataclass
 class _Window:
     window: int
-    execs: list[int] = field(default_factory=list)  # at most window_size: one per coll_sn
+    size: int
+    sns: list[int] = field(default_factory=list)  # at most size: one per coll_sn
+    execs: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     dump_us: int = 0
+
+
+@dataclass
+class _Rate:
+    """A key's ``coll_sn`` per second, measured between dumps (a dump's records share its timestamp)."""
+
+    dump_us: int = 0  # the current dump's and its highest coll_sn
+    sn: int = -1
+    prev_us: int = 0  # the previous dump's
+    prev_sn: int = -1
+    per_s: float | None = None
+    sent_end: int = 0  # end (coll_sn) of the last window sent: no new window may start before it
 
 
 @dataclass
@@ -94,6 +144,7 @@ class _File:
     marker: tuple[dict, dict] | None = None  # the v4.3 layout's current (header, metadata)
     windows: dict[tuple[str, str], _Window] = field(default_factory=dict)
     meta: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # key -> (n_ranks, comm_rank)
+    rates: dict[tuple[str, str], _Rate] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)
     done: bool = False
 
@@ -279,40 +330,104 @@ class InspectorReader:
             return []
         self.counts["records"] += 1
         key = (comm, op)
-        window = sn // self.settings.window_size
+        rate = self._rate(f, key, sn, dump_us)
+        if rate is None:
+            self.counts["keys_over_limit"] += 1
+            return []
+        want = self._size(rate)
         cur = f.windows.get(key)
         out: list[dict] = []
-        if cur is not None and window != cur.window:
-            if window < cur.window:
-                self.counts["late_records"] += 1  # a window already sent
-                return []
-            out.append(self._event(f, key, cur))
+        if sn < rate.sent_end or (cur is not None and sn < cur.window * cur.size):
+            self.counts["late_records"] += 1  # a window already sent
+            return []
+        if cur is not None and want < cur.size:
+            out.extend(self._split(f, key, cur, want, sn))  # smaller windows from now on: send the open one's parts
+            cur = f.windows.get(key)
+        if cur is not None and sn >= (cur.window + 1) * cur.size:
+            out.append(self._close(f, key, cur))
             cur = None
         if cur is None:
             if len(f.windows) >= MAX_KEYS_PER_FILE:
                 self.counts["keys_over_limit"] += 1
                 return out
-            cur = f.windows[key] = _Window(window)
+            size = want
+            while size > 1 and (sn // size) * size < rate.sent_end:  # grow only at a boundary of the larger size
+                size //= 2
+            cur = f.windows[key] = _Window(sn // size, size)
         # A window has one record per coll_sn: more is a repeated coll_sn (never NCCL's), and the reader's state
         # stays bounded whatever a file holds.
-        if len(cur.execs) >= self.settings.window_size or self.open_samples >= MAX_OPEN_SAMPLES:
+        if len(cur.execs) >= cur.size or self.open_samples >= MAX_OPEN_SAMPLES:
             self.counts["excess_records"] += 1
-            self.refusals.refuse(Refusal.EXCESS_RECORDS, f"{f.path.name}: more records for window {window} of "
-                                 f"{key} than its {self.settings.window_size} collectives (or over the reader's "
+            self.refusals.refuse(Refusal.EXCESS_RECORDS, f"{f.path.name}: more records for window {cur.window} of "
+                                 f"{key} than its {cur.size} collectives (or over the reader's "
                                  f"{MAX_OPEN_SAMPLES} open records)")
             if not cur.execs:
                 del f.windows[key]
             return out
         self.open_samples += 1
         f.meta[key] = (n_ranks, comm_rank)
+        cur.sns.append(sn)
         cur.execs.append(exec_us)
         cur.sizes.append(size)
         cur.dump_us = max(cur.dump_us, dump_us)
         return out
 
+    def _rate(self, f: _File, key: tuple[str, str], sn: int, dump_us: int) -> _Rate | None:
+        """The key's coll_sn per second, updated when a new dump starts: the previous dump's advance over the time
+        between the two dumps before (a dump's records all carry its timestamp)."""
+        rate = f.rates.get(key)
+        if rate is None:
+            if len(f.rates) >= MAX_KEYS_PER_FILE:
+                return None
+            rate = f.rates[key] = _Rate()
+        if dump_us > rate.dump_us:
+            if rate.prev_us and rate.sn > rate.prev_sn and rate.dump_us > rate.prev_us:
+                sample = (rate.sn - rate.prev_sn) / ((rate.dump_us - rate.prev_us) / 1e6)
+                rate.per_s = sample if rate.per_s is None else (rate.per_s + sample) / 2
+            rate.prev_us, rate.prev_sn, rate.dump_us = rate.dump_us, rate.sn, dump_us
+        rate.sn = max(rate.sn, sn)
+        return rate
+
+    def _size(self, rate: _Rate) -> int:
+        """The window a new window of the key gets: the cap, or (auto) the power of two of ~window_seconds of
+        coll_sn, between window_min and the cap."""
+        low, cap = self.settings.window_min, self.settings.window_size
+        if low >= cap or rate.per_s is None:
+            return cap
+        want = min(rate.per_s * self.settings.window_seconds, cap)
+        size = max(low, 1)
+        while size * 2 <= want:
+            size *= 2
+        return size
+
+    def _split(self, f: _File, key: tuple[str, str], cur: _Window, size: int, sn: int) -> list[dict]:
+        """Cut the open window into windows of ``size`` (nested: powers of two), send those before ``sn``'s."""
+        target = sn // size
+        if cur.size % size or (cur.sns and max(cur.sns) // size > target):
+            return []  # not nested, or records out of order: keep the open window as it is
+        parts: dict[int, _Window] = {}
+        for i, s in enumerate(cur.sns):
+            part = parts.setdefault(s // size, _Window(s // size, size, dump_us=cur.dump_us))
+            part.sns.append(s)
+            part.execs.append(cur.execs[i])
+            part.sizes.append(cur.sizes[i])
+        del f.windows[key]
+        out = []
+        for index in sorted(parts):
+            if index < target:
+                out.append(self._close(f, key, parts[index]))
+            else:
+                f.windows[key] = parts[index]
+        return out
+
+    def _close(self, f: _File, key: tuple[str, str], w: _Window) -> dict:
+        f.rates[key].sent_end = (w.window + 1) * w.size
+        if f.windows.get(key) is w:
+            del f.windows[key]
+        return self._event(f, key, w)
+
     def _flush(self, f: _File) -> list[dict]:
-        out = [self._event(f, key, w) for key, w in f.windows.items()]
-        f.windows.clear()  # _event gave back each window's records
+        out = [self._close(f, key, w) for key, w in list(f.windows.items())]  # each gives back its records
         f.meta.clear()
         return out
 
@@ -324,7 +439,7 @@ class InspectorReader:
         ts = w.dump_us / 1e6 if w.dump_us else self.clock()
         return {"v": 1, "kind": "nccl_window", "job": info.job, "rank": info.rank, "node": self.node,
                 "ts": round(ts, 6), "comm": key[0], "op": key[1], "window": w.window,
-                "window_size": self.settings.window_size, "count": len(w.execs),
+                "window_size": w.size, "count": len(w.execs),
                 "exec_sum": sum(w.execs) / 1e6, "exec_median": statistics.median(w.execs) / 1e6,
                 "bytes": int(statistics.median(w.sizes)), "n_ranks": n_ranks, "comm_rank": comm_rank,
                 "pid": f.pid, "source": "nccl_inspector"}

@@ -103,11 +103,14 @@ def _perf(sn: int, exec_us: int, size: int) -> dict:
 
 def write_job(root: Path, *, job: str, n_colls: int, late_rank: int | None, late_us: int = 2000,
               layout: str = "per-line", dump_every: int = 32, seed: int = 7, comm_name: str | None = None,
-              split_last_line: bool = False, late_from: int = 0) -> dict[str, dict]:
+              split_last_line: bool = False, late_from: int = 0, us_per_coll: int = 3000,
+              at_us: list[int] | None = None) -> dict[str, dict]:
     """A 16-rank job on 2 hosts (ranks 0-7 on gpu-a, 8-15 on gpu-b): per host an Inspector dir and a /proc.
 
     gpu-a's processes run on the host (file pid = host pid); gpu-b's in a container (file pid =
-    the container's, NSpid maps it). Returns ``{host: {"dir", "proc", "pids", "vouch"}}``, ``vouch`` the
+    the container's, NSpid maps it). Collectives follow each other every ``us_per_coll``; a rank dumps every
+    ``dump_every`` collectives, stamping the dump with its first collective's time (``at_us[sn]``, the
+    collectives' times, where given). Returns ``{host: {"dir", "proc", "pids", "vouch"}}``, ``vouch`` the
     ``write_proc`` arguments that put another process under the host's launcher."""
     n_ranks, size = 16, 16 << 20
     times = exec_times(n_ranks, n_colls, late_rank=late_rank, late_us=late_us, seed=seed, late_from=late_from)
@@ -144,7 +147,8 @@ def write_job(root: Path, *, job: str, n_colls: int, late_rank: int | None, late
                       "n_ranks": n_ranks, "nnodes": 2}
             lines = []
             for start in range(0, n_colls, dump_every):
-                dump_us = START_US + start * 3000 + rank * 37  # each rank dumps on its own schedule
+                at = at_us[start] if at_us is not None else start * us_per_coll
+                dump_us = START_US + at + rank * 37  # each rank dumps on its own schedule
                 version = "v4.0" if layout == "per-line" else "v4.3"
                 metadata = {"inspector_output_format_version": version, "git_rev": "", "rec_mechanism":
                             "nccl_profiler_interface", "dump_timestamp_us": dump_us,

@@ -48,9 +48,10 @@ class TelemetrySettings:
     #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
     agent_max_block_ms: int = 1000
     #: The agent's NCCL Inspector reader (producers/nccl_inspector.py, docs/zero-code.md): the directory of
-    #: NCCL_INSPECTOR_DUMP_DIR ("" = off), and the coll_sn per window of its ``nccl_window`` events.
+    #: NCCL_INSPECTOR_DUMP_DIR ("" = off), and the coll_sn per window of its ``nccl_window`` events: ``auto``
+    #: (powers of two up to 64, ~1 s of each communicator's collectives), ``auto:CAP``, or a fixed number.
     nccl_inspector_dir: str = ""
-    nccl_inspector_window: int = 64
+    nccl_inspector_window: str = "auto"
     #: The agent's NCCL RAS client (producers/nccl_ras.py): HOST:PORT ("" = off; NCCL's is localhost:28028),
     #: queried every this many seconds (at least 5: frequent queries have crashed jobs, NVIDIA/nccl#1762).
     nccl_ras: str = ""

@@ -12,6 +12,16 @@ import orjson
 from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _settings
 
 
+def _inspector_window(value: str) -> str:
+    from stepwatch.producers.nccl_inspector import window_bounds
+
+    try:
+        window_bounds(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     """The node agent: GPU (NVML) and InfiniBand (sysfs) telemetry to Kafka, keyed by node."""
     from stepwatch.producers.agent import KafkaSender, NodeAgent
@@ -119,9 +129,10 @@ def add_parser(sub) -> None:
     p.add_argument("--nccl-inspector-dir", metavar="DIR",
                    help="tail the NCCL Inspector logs (NCCL_INSPECTOR_DUMP_DIR) of every job on the node and publish "
                         "nccl_window events keyed by job to the events topic (docs/zero-code.md)")
-    p.add_argument("--nccl-inspector-window", type=int, metavar="N",
-                   help="coll_sn per window: one event per rank, communicator, collective type and N collectives "
-                        "(default 64)")
+    p.add_argument("--nccl-inspector-window", type=_inspector_window, metavar="auto|auto:CAP|N",
+                   help="coll_sn per window: one event per rank, communicator, collective type and window; auto "
+                        "(default): powers of two up to 64 (or CAP) fitting ~1 s of each communicator's collectives; "
+                        "N: always N")
     p.add_argument("--nccl-ras", metavar="HOST:PORT",
                    help="query NCCL RAS (NCCL's is localhost:28028) for per-rank collective counts: heartbeats for "
                         "the hang rule (default off)")
