@@ -92,7 +92,7 @@ def test_a_config_line_in_a_recording_changes_a_node_rule_where_it_stands_on_rep
 
     from stepwatch.recording import replay
 
-    events = fleet_events(seconds=200)
+    events = fleet_events(seconds=260)  # (a minute clean after the line resolves: device-rule hysteresis)
     at = next(i for i, e in enumerate(events) if e["ts"] >= T0 + 120)
     back = next(i for i, e in enumerate(events) if e["ts"] >= T0 + 160)
     lower = {"v": 1, "kind": "config", "_key": GLOBAL, "host": {"gpu_hot_temp_c": 50.0}, "updated_at": T0}
