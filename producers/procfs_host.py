@@ -21,7 +21,11 @@ Everything here is plain file reading, no dependency. Per sample, from ``<proc_r
   line per op written by net/sunrpc/stats.c ``_print_rpc_iostats``: ``OP: ops ntrans timeouts bytes_sent
   bytes_recv queue_ms rtt_ms execute_ms [errors]`` (the 9th field since RPC iostats 1.1). ``ntrans - ops``
   are retransmissions, ``timeouts`` major timeouts; rtt and execute are summed over completed ops
-  (nfs-utils' ``mountstats``/``nfsiostat`` divide them by ops).
+  (nfs-utils' ``mountstats``/``nfsiostat`` divide them by ops);
+* ``fs/lustre/llite/<instance>/stats``: per Lustre client instance, lines ``NAME COUNT samples [UNIT] MIN MAX SUM
+  [SUMSQ]`` (wiki.lustre.org, "Lustre IO Monitoring"). Where the Lustre version times ``write`` and ``fsync`` in
+  ``[usecs]``, they are sent as the mount's ``write_*`` and ``commit_*`` (count as ops, the summed latency in ms
+  as ``rtt_ms``; no timeouts there); a version that counts only ``write_bytes`` sends nothing for it.
 
 and, optionally, per physical network interface, ``<sysfs_root>/class/net/<if>/statistics``
 ``rx_dropped tx_dropped rx_errors tx_errors``. Counters stay raw and cumulative; the worker
@@ -171,6 +175,32 @@ def parse_mountstats(text: str | None, limit: int = MAX_MOUNTS) -> list[dict]:
     return out
 
 
+#: Lustre llite stats timed in microseconds, as the mount fields they fill (write: the write; fsync: the commit).
+LUSTRE_OPS = {"write": "write", "fsync": "commit"}
+
+
+def parse_llite_stats(instance: str, text: str | None) -> dict | None:
+    """One Lustre client instance's ``llite/*/stats`` as a mount entry (None without a timed write or fsync).
+
+    >>> parse_llite_stats("scratch-ffff9a", "snapshot_time 1764547200.1 secs.nsecs\\n"
+    ...                   "write_bytes 40 samples [bytes] 4096 1048576 41943040\\n"
+    ...                   "write 40 samples [usecs] 80 250000 2400000 1\\nfsync 2 samples [usecs] 900 1100 2000 1\\n")
+    {'mount': 'lustre:scratch-ffff9a', 'fstype': 'lustre', 'write_ops': 40, 'write_trans': 40, \
+'write_rtt_ms': 2400, 'commit_ops': 2, 'commit_trans': 2, 'commit_rtt_ms': 2}
+    """
+    entry: dict = {"mount": f"lustre:{instance}"[:256], "fstype": "lustre"}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) < 7 or parts[0] not in LUSTRE_OPS or parts[2] != "samples" or parts[3] != "[usecs]":
+            continue
+        if not (parts[1].isdigit() and parts[6].isdigit()):
+            continue
+        op = LUSTRE_OPS[parts[0]]
+        entry[f"{op}_ops"] = entry[f"{op}_trans"] = int(parts[1])
+        entry[f"{op}_rtt_ms"] = int(parts[6]) // 1000
+    return entry if len(entry) > 2 else None
+
+
 class HostReader:
     """Reads the ``host`` signals of this node from ``<proc_root>`` (and ``<sysfs_root>`` for disks and NICs)."""
 
@@ -225,6 +255,19 @@ class HostReader:
                 out.append(entry)
         return out
 
+    def lustre(self) -> list[dict]:
+        llite = self.proc / "fs" / "lustre" / "llite"
+        try:
+            names = sorted(p.name for p in llite.iterdir())[:MAX_MOUNTS]
+        except OSError:  # no Lustre client here
+            return []
+        out = []
+        for name in names:
+            entry = parse_llite_stats(name, _read(llite / name / "stats"))
+            if entry is not None:
+                out.append(entry)
+        return out
+
     def to_event(self, node: str, ts: float) -> dict | None:
         """One ``host`` event (None when even /proc/stat cannot be read)."""
         cpu = parse_cpu(_read(self.proc / "stat"))
@@ -245,9 +288,9 @@ class HostReader:
         if oom is not None:
             event["oom_kills"] = oom
         event["disks"] = self.disks()
-        mounts = parse_mountstats(_read(self.proc / "self" / "mountstats"))
+        mounts = parse_mountstats(_read(self.proc / "self" / "mountstats")) + self.lustre()
         if mounts:
-            event["mounts"] = mounts
+            event["mounts"] = mounts[:MAX_MOUNTS]
         if self.netdevs:
             nets = self.netdev_counters()
             if nets:

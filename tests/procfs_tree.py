@@ -94,3 +94,23 @@ def write_mountstats(root: Path, mounts: dict[str, dict]) -> Path:
     (root / "self").mkdir(parents=True, exist_ok=True)
     (root / "self" / "mountstats").write_text("".join(lines))
     return root
+
+
+def write_llite_stats(root: Path, instance: str, *, write: tuple[int, int], fsync: tuple[int, int],
+                      timed_write: bool = True) -> Path:
+    """Write ``root/fs/lustre/llite/<instance>/stats`` as a Lustre client does (``NAME COUNT samples [UNIT] MIN MAX
+    SUM SUMSQ``): ``write`` and ``fsync`` are (count, summed microseconds); ``timed_write=False``: a version that
+    counts only ``write_bytes``."""
+    count, usecs = write
+    lines = ["snapshot_time             1764547200.264716203 secs.nsecs\n",
+             f"write_bytes               {count} samples [bytes] 4096 1048576 {count * 1048576}\n"]
+    if timed_write and count:
+        lines.append(f"write                     {count} samples [usecs] 1 {usecs} {usecs} {usecs * usecs}\n")
+    lines.append("open                      12 samples [usecs] 3 90 400 20000\n")
+    if fsync[0]:
+        lines.append(f"fsync                     {fsync[0]} samples [usecs] 1 {fsync[1]} {fsync[1]} {fsync[1] ** 2}\n")
+    lines.append("getattr                   40 samples [usecs] 1 30 200 2000\n")
+    path = root / "fs" / "lustre" / "llite" / instance
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "stats").write_text("".join(lines))
+    return root

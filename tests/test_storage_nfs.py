@@ -1,6 +1,6 @@
-"""NFS client RPC statistics as the storage cause of a hang in a checkpoint (issue 39 item 1).
+"""NFS (and Lustre) client statistics as the storage cause of a hang in a checkpoint (issue 39 item 1).
 
-The agent reads ``/proc/self/mountstats`` (a procfs tree written in the kernel's layout by tests/procfs_tree.py);
+The agent reads ``/proc/self/mountstats`` and ``/proc/fs/lustre/llite/*/stats`` (a procfs tree written in the kernel's layout by tests/procfs_tree.py);
 the hang recording is tests/hang_recordings.py's checkpoint hang on node n3 without IO pressure, so only the
 mount's round trips can explain it. Variants (mount name, how slow, timeouts only, the healthy control) assert
 what must not change: the culprits, and that the cause names the mount exactly when its RPCs went wrong.
@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from hang_recordings import T0, culprits, hangs, replay
-from procfs_tree import write_mountstats, write_procfs
+from procfs_tree import write_llite_stats, write_mountstats, write_procfs
 from stepwatch.models.wire.events import decode_message
 from stepwatch.producers.procfs_host import MAX_MOUNTS, HostReader
 from test_hang_pace import STUCK_NODE, checkpoint_hang, stuck_ranks
@@ -39,7 +39,8 @@ class NfsClient:
         return {"server": "10.0.0.7:/ckpt", "write": tuple(self.write), "commit": tuple(self.commit)}
 
 
-def with_nfs(tmp_path, job, start, *, mount="/ckpt", stuck_rtt=2100.0, timeouts=1, retrans=1, ck=20.0, end=1900.0):
+def with_nfs(tmp_path, job, start, *, mount="/ckpt", stuck_rtt=2100.0, timeouts=1, retrans=1, ck=20.0, end=1900.0,
+             lustre: str | None = None):
     """Host events of n3 and n0 every 5 s, read by the agent's reader from procfs trees: small writes to ``mount``
     at 4 ms, a checkpoint's burst at 5 ms, and on n3 from the stuck save on a few writes a sample taking
     ``stuck_rtt`` ms with ``timeouts`` major timeouts and ``retrans`` retransmissions."""
@@ -52,7 +53,13 @@ def with_nfs(tmp_path, job, start, *, mount="/ckpt", stuck_rtt=2100.0, timeouts=
                 client.advance(2, stuck_rtt, timeouts=timeouts, retrans=retrans)
             else:
                 client.advance(4, 4.0)
-            write_mountstats(tmp_path / name, {mount: client.spec(), "/home": {"server": "10.0.0.9:/home", "vers": 3}})
+            if lustre:  # the save goes to Lustre; an idle NFS home mount beside it
+                write_llite_stats(tmp_path / name, lustre, write=(client.write[0], client.write[3] * 1000),
+                                  fsync=(client.commit[0], client.commit[3] * 1000))
+                write_mountstats(tmp_path / name, {"/home": {"server": "10.0.0.9:/home", "vers": 3}})
+            else:
+                write_mountstats(tmp_path / name, {mount: client.spec(),
+                                                   "/home": {"server": "10.0.0.9:/home", "vers": 3}})
             event = readers[name].to_event(name, t)
             job.events.append(event)
         t += 5.0
@@ -104,6 +111,16 @@ def control_versions(tmp_path) -> list[dict]:
     return hangs(replay(job.recording()))
 
 
+def test_a_hang_in_a_checkpoint_names_the_lustre_client_of_the_stuck_node(tmp_path):
+    job, start = checkpoint_hang(ranks=32, io=False, end=400.0)
+    with_nfs(tmp_path, job, start, lustre="scratch-ffff9a3b", end=400.0)
+    versions = hangs(replay(job.recording()))
+    assert versions and culprits(versions[0]) == stuck_ranks(32)
+    cause = versions[0]["evidence"]["suspected_causes"][0]
+    assert (cause["category"], cause["node"], cause["component"]) == ("storage", STUCK_NODE, "lustre:scratch-ffff9a3b")
+    assert cause["hint"].startswith("storage: Lustre client scratch-ffff9a3b on n3: WRITE latency 2.1 s (baseline 4.0 ms)")
+
+
 def test_a_healthy_mount_is_no_cause(tmp_path):
     versions = control_versions(tmp_path)
     assert versions and culprits(versions[0]) == stuck_ranks(32)
@@ -125,6 +142,12 @@ def test_reader_reads_nfs_mounts_in_the_kernels_layout_and_bounds_them(tmp_path)
         {"mount": "/home", "server": "h:/home", "fstype": "nfs", "write_ops": 5, "write_trans": 5, "write_timeouts": 0,
          "write_rtt_ms": 20, "write_exe_ms": 21, "commit_ops": 0, "commit_trans": 0, "commit_timeouts": 0,
          "commit_rtt_ms": 0, "commit_exe_ms": 0}]
+    # Lustre: an instance timing write and fsync is a mount; one counting only write_bytes (older clients) is not.
+    write_llite_stats(proc, "scratch-ffff01", write=(40, 2_400_000), fsync=(2, 2_000))
+    write_llite_stats(proc, "home-ffff02", write=(40, 0), fsync=(0, 0), timed_write=False)
+    lustre = [m for m in reader.to_event("n1", 2.5)["mounts"] if m["fstype"] == "lustre"]
+    assert lustre == [{"mount": "lustre:scratch-ffff01", "fstype": "lustre", "write_ops": 40, "write_trans": 40,
+                       "write_rtt_ms": 2400, "commit_ops": 2, "commit_trans": 2, "commit_rtt_ms": 2}]
     write_mountstats(proc, {f"/m{i}": {} for i in range(MAX_MOUNTS + 5)})
     event = reader.to_event("n1", 3.0)
     assert len(event["mounts"]) == MAX_MOUNTS

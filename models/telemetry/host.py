@@ -145,6 +145,7 @@ class MountSample:
     mount's baseline of it before this sample; major timeouts and retransmissions of WRITE and COMMIT."""
 
     server: str | None
+    fstype: str | None
     rtt: dict[str, float]
     exe: dict[str, float]
     base: dict[str, float]
@@ -362,8 +363,8 @@ class HostTracker:
                 if not (baseline.ready and self.nfs_outlier(rtt[op], base[op])):
                     baseline.add(rtt[op])
             if rtt or timeouts or retrans:
-                sample.mounts[name] = MountSample(server=mount.get("server"), rtt=rtt, exe=exe, base=base,
-                                                  timeouts=timeouts, retrans=retrans)
+                sample.mounts[name] = MountSample(server=mount.get("server"), fstype=mount.get("fstype"), rtt=rtt,
+                                                  exe=exe, base=base, timeouts=timeouts, retrans=retrans)
 
     def nfs_outlier(self, rtt_ms: float, baseline: float) -> bool:
         return rtt_ms >= self.nfs_rtt_floor_ms and rtt_ms >= self.nfs_rtt_factor * max(baseline, 0.0)
@@ -618,23 +619,28 @@ class HostCorrelator:
             op = max(ratios, key=ratios.get, default=None)
             if op is not None and not (bases[op] is None or t.nfs_outlier(slow[op], bases[op])):
                 op = None  # its round trips look usual: the timeouts are the news
+            last = flagged[-1].mounts[mount]
+            lustre = last.fstype == "lustre"  # llite stats: the syscall's latency (fsync for the commit)
+            label = {"write": "WRITE", "commit": "FSYNC" if lustre else "COMMIT"}
             if op is not None:
-                what.append(f"{op.upper()} rtt {_ms(slow[op])}"
+                what.append(f"{label[op]} {'latency' if lustre else 'rtt'} {_ms(slow[op])}"
                             + (f" (baseline {_ms(bases[op])})" if bases[op] is not None else ""))
             if timeouts:
                 what.append(f"{timeouts} timeout{'s' if timeouts != 1 else ''}")
             if retrans:
                 what.append(f"{retrans} retransmission{'s' if retrans != 1 else ''}")
             ratio = ratios[op] if op is not None else 1.0
-            server = flagged[-1].mounts[mount].server
-            evidence = {"signal": "nfs_rpc", "mount": mount, "server": server, "op": op.upper() if op else None,
+            evidence = {"signal": "lustre_llite" if lustre else "nfs_rpc", "mount": mount, "server": last.server,
+                        "fstype": last.fstype, "op": label[op] if op else None,
                         "rtt_ms_per_op": _r(slow.get(op) if op else None, 3),
                         "baseline_rtt_ms_per_op": _r(bases.get(op) if op else None, 3),
                         "exe_ms_per_op": _r(_median([s.mounts[mount].exe[op] for s in flagged
                                                       if op in s.mounts[mount].exe]) if op else None, 3),
                         "timeouts": timeouts, "retransmissions": retrans, "ratio": _r(ratio)}
-            cause = self._cause(node, f"nfs:{mount}", flagged, NFS_SCORE + min(ratio, 8.0) + min(timeouts, 4),
-                                f"storage: NFS mount {mount} on {node}: " + ", ".join(what), evidence)
+            where = f"Lustre client {mount.removeprefix('lustre:')}" if lustre else f"NFS mount {mount}"
+            cause = self._cause(node, mount if lustre else f"nfs:{mount}", flagged,
+                                NFS_SCORE + min(ratio, 8.0) + min(timeouts, 4),
+                                f"storage: {where} on {node}: " + ", ".join(what), evidence)
             out.append(dataclasses.replace(cause, category="storage"))
         return out
 
