@@ -344,6 +344,7 @@ class HostTracker:
             exe: dict[str, float] = {}
             base: dict[str, float] = {}
             timeouts = retrans = 0
+            slow = False
             for op in NFS_OPS:
                 ops = track.delta(f"{op}_ops", mount.get(f"{op}_ops"), ev.ts)
                 trans = track.delta(f"{op}_trans", mount.get(f"{op}_trans"), ev.ts)
@@ -360,9 +361,12 @@ class HostTracker:
                 baseline = track.baselines[op]
                 if baseline.ready:
                     base[op] = baseline.median()
-                if not (baseline.ready and self.nfs_outlier(rtt[op], base[op])):
-                    baseline.add(rtt[op])
-            if rtt or timeouts or retrans:
+                    if self.nfs_outlier(rtt[op], base[op]):
+                        slow = True
+                        continue
+                baseline.add(rtt[op])
+            # Kept only when it is evidence (most samples are not): bounded memory with many mounts and nodes.
+            if slow or timeouts or retrans:
                 sample.mounts[name] = MountSample(server=mount.get("server"), fstype=mount.get("fstype"), rtt=rtt,
                                                   exe=exe, base=base, timeouts=timeouts, retrans=retrans)
 
