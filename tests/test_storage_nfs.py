@@ -163,3 +163,20 @@ def test_bad_mounts_are_rejected_not_crashing():
     events, rejected = decode_message(orjson.dumps({"v": 1, "kind": "batch", "events": [good] + bad}))
     assert len(events) == 1 and len(rejected) == len(bad)
     assert events[0].mounts == ({"mount": "/ckpt", "write_ops": 3},)
+
+
+def test_the_mount_stays_the_first_cause_across_the_teardown_to_the_critical_and_adds_no_version(tmp_path):
+    """With the node's IO pressure too (tests/test_hang_pace.py's full case: teardown at 600 s, critical at 1800 s):
+    the mount outranks the pressure in every version, and the versions are those the pressure alone gives."""
+    job, start = checkpoint_hang(ranks=32)
+    with_nfs(tmp_path, job, start)
+    versions = hangs(replay(job.recording()))
+    plain, _ = checkpoint_hang(ranks=32)
+    assert [(v["severity"], v["evidence"]["case"]) for v in versions] == [
+        (v["severity"], v["evidence"]["case"]) for v in hangs(replay(plain.recording()))]
+    assert versions[-1]["severity"] == "critical" and "torn_down" in versions[-1]["evidence"]
+    for v in versions:
+        assert culprits(v) == stuck_ranks(32), v["summary"]
+        first = v["evidence"]["suspected_causes"][0]
+        assert (first["category"], first["component"]) == ("storage", "nfs:/ckpt"), v["summary"]
+        assert any(c["component"] == "io_pressure" for c in v["evidence"]["suspected_causes"])
