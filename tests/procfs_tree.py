@@ -56,3 +56,61 @@ def write_procfs(root: Path, *, cpu=(10_000, 20, 3_000, 80_000, 500, 0, 40, 0), 
     lines.append(" 253       0 dm-0 500 0 4000 200 800 0 6400 300 0 400 500 0 0 0 0 0 0\n")
     (root / "diskstats").write_text("".join(lines))
     return root
+
+
+#: NFSv4 ops the kernel lists per mount before and after WRITE and COMMIT (a few of the ~60; zeros here).
+_NFS4_OTHER_OPS = ("NULL", "READ", "OPEN", "OPEN_CONFIRM", "CLOSE", "SETATTR", "GETATTR", "LOOKUP", "ACCESS")
+
+
+def write_mountstats(root: Path, mounts: dict[str, dict]) -> Path:
+    """Write ``root/self/mountstats`` as the kernel does (fs/nfs/super.c ``nfs_show_stats``, net/sunrpc/stats.c
+    ``_print_rpc_iostats``), with a few non-NFS mounts around: ``mounts`` maps a mount point to ``{"server",
+    "vers" (3 or 4), "write": (ops, ntrans, timeouts, rtt_ms, exe_ms), "commit": (...)}``."""
+    lines = ["device proc mounted on /proc with fstype proc\n",
+             "device sysfs mounted on /sys with fstype sysfs\n",
+             "device /dev/nvme0n1p1 mounted on / with fstype ext4\n"]
+    for mount, spec in mounts.items():
+        vers = spec.get("vers", 4)
+        escaped = mount.replace("\\", "\\134").replace(" ", "\\040")
+        lines.append(f"device {spec.get('server', '10.0.0.7:/export')} mounted on {escaped} with fstype "
+                     f"{'nfs4' if vers == 4 else 'nfs'} statvers=1.1\n")
+        lines.append(f"\topts:\trw,vers={vers}.{1 if vers == 4 else 0},rsize=1048576,wsize=1048576,namlen=255,"
+                     "acregmin=3,acregmax=60,acdirmin=30,acdirmax=60,hard,proto=tcp,timeo=600,retrans=2,sec=sys\n")
+        lines.append("\tage:\t86400\n\tcaps:\tcaps=0x3fff7,wtmult=512,dtsize=32768,bsize=0,namlen=255\n")
+        lines.append("\tsec:\tflavor=1,pseudoflavor=1\n")
+        lines.append("\tevents:\t" + " ".join(["12"] * 27) + "\n")
+        lines.append("\tbytes:\t123456 654321 0 0 123456 654321 40 160\n")
+        lines.append(f"\tRPC iostats version: 1.1  p/v: 100003/{vers} (nfs)\n")
+        lines.append("\txprt:\ttcp 833 1 1 0 0 41041 41041 0 164101 0 2 0 0\n")
+        lines.append("\tper-op statistics\n")
+        for op in ("NULL", "READ", "WRITE", "COMMIT") + (_NFS4_OTHER_OPS[2:] if vers == 4 else ("GETATTR",)):
+            if op in ("WRITE", "COMMIT"):
+                ops, trans, timeouts, rtt, exe = spec.get(op.lower(), (0, 0, 0, 0, 0))
+                sent, recv = ops * 1_048_776, ops * 136
+                lines.append(f"\t{op:>12}: {ops} {trans} {timeouts} {sent} {recv} {ops // 10} {rtt} {exe} 0\n")
+            else:
+                lines.append(f"\t{op:>12}: 0 0 0 0 0 0 0 0 0\n")
+        lines.append("\n")
+    (root / "self").mkdir(parents=True, exist_ok=True)
+    (root / "self" / "mountstats").write_text("".join(lines))
+    return root
+
+
+def write_llite_stats(root: Path, instance: str, *, write: tuple[int, int], fsync: tuple[int, int],
+                      timed_write: bool = True) -> Path:
+    """Write ``root/fs/lustre/llite/<instance>/stats`` as a Lustre client does (``NAME COUNT samples [UNIT] MIN MAX
+    SUM SUMSQ``): ``write`` and ``fsync`` are (count, summed microseconds); ``timed_write=False``: a version that
+    counts only ``write_bytes``."""
+    count, usecs = write
+    lines = ["snapshot_time             1764547200.264716203 secs.nsecs\n",
+             f"write_bytes               {count} samples [bytes] 4096 1048576 {count * 1048576}\n"]
+    if timed_write and count:
+        lines.append(f"write                     {count} samples [usecs] 1 {usecs} {usecs} {usecs * usecs}\n")
+    lines.append("open                      12 samples [usecs] 3 90 400 20000\n")
+    if fsync[0]:
+        lines.append(f"fsync                     {fsync[0]} samples [usecs] 1 {fsync[1]} {fsync[1]} {fsync[1] ** 2}\n")
+    lines.append("getattr                   40 samples [usecs] 1 30 200 2000\n")
+    path = root / "fs" / "lustre" / "llite" / instance
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "stats").write_text("".join(lines))
+    return root

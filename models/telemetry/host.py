@@ -14,7 +14,10 @@ value (the median of the node's recent normal samples).
   or its peers', CPU saturation or memory pressure (``category: "host"``, ``component``:
   ``io_pressure``, ``cpu``, ``memory`` or the disk's name);
 * a hang whose silent rank went quiet right after its node's OOM kill counter rose
-  (``component: "oom_kill"``).
+  (``component: "oom_kill"``);
+* a hang whose culprits' node shows, from the hang's onset on, IO pressure, a slow disk or an NFS
+  mount whose WRITE/COMMIT round trips are far above the mount's own baseline or time out
+  (``category: "storage"``, ``component``: ``io_pressure``, the disk, or ``nfs:<mount point>``).
 
 A node whose pressure is always high has that as its baseline, so only a rise above it counts.
 Times compared are the node's own (a rank and its node's agent share a clock); across nodes only
@@ -63,6 +66,11 @@ class HostSettings:
     disk_latency_floor_ms: float = 2.0
     #: Reads between two samples below which a latency is not measured (too few to mean anything).
     disk_min_reads: int = 5
+    #: An NFS mount's WRITE or COMMIT round trip (ms per completed op over a sample) counts at this multiple of
+    #: the mount's own baseline ...
+    nfs_rtt_factor: float = 4.0
+    #: ... and above this many ms; a sample with a major RPC timeout or a retransmission counts whatever the rtt.
+    nfs_rtt_floor_ms: float = 50.0
     #: Host samples in the correlation window a condition must hold in to be evidence.
     min_samples: int = 2
     #: A silent rank is blamed on an OOM kill of its node within this many seconds after its last event.
@@ -118,14 +126,52 @@ class HostSample:
     swap_used: int | None = None
     load1: float | None = None
     disks: dict[str, float] = field(default_factory=dict)  # device -> ms per completed read since last sample
+    mounts: dict[str, "MountSample"] = field(default_factory=dict)  # NFS mount point -> its RPCs since last sample
     # Baselines (medians) before this sample; consecutive samples share one dict while they do not move.
     base: dict[str, float] = field(default_factory=dict)
     disk_base: dict[str, float] = field(default_factory=dict)
 
 
+#: NFS ops whose round trips a checkpoint's save waits on (producers/procfs_host.py NFS_OPS).
+NFS_OPS = ("write", "commit")
+#: Mounts tracked per node (the agent sends at most 16; mounts come and go with jobs): bounded memory.
+MAX_MOUNTS_PER_NODE = 64
+NFS_SCORE = 16.0
+
+
+@dataclass(frozen=True, slots=True)
+class MountSample:
+    """One NFS mount between two host samples: per op, ms per completed op (None: too few completed) and the
+    mount's baseline of it before this sample; major timeouts and retransmissions of WRITE and COMMIT."""
+
+    server: str | None
+    fstype: str | None
+    rtt: dict[str, float]
+    exe: dict[str, float]
+    base: dict[str, float]
+    timeouts: int = 0
+    retrans: int = 0
+
+
+class _MountTrack:
+    __slots__ = ("counters", "baselines")
+
+    def __init__(self, size: int, min_samples: int) -> None:
+        self.counters: dict[str, CounterTrack] = {}
+        self.baselines = {op: Baseline(size, min_samples) for op in NFS_OPS}
+
+    def delta(self, name: str, value: int | None, ts: float) -> int | None:
+        if value is None:
+            return None
+        track = self.counters.get(name)
+        if track is None:
+            track = self.counters[name] = CounterTrack()
+        return track.update(value, ts)[0]
+
+
 class _HostNode:
     __slots__ = ("cpu", "disks", "oom", "ooms", "samples", "baselines", "disk_baselines", "last_ts", "last_base",
-                 "last_disk_base")
+                 "last_disk_base", "mounts")
 
     def __init__(self, history: int, size: int, min_samples: int) -> None:
         self.cpu: dict[str, int] | None = None
@@ -138,6 +184,7 @@ class _HostNode:
         self.last_ts = 0.0
         self.last_base: dict[str, float] = {}
         self.last_disk_base: dict[str, float] = {}
+        self.mounts: dict[str, _MountTrack] = {}
 
 
 class HostTracker:
@@ -153,7 +200,7 @@ class HostTracker:
     def __init__(self, *, history: int = 300, baseline_samples: int = 120, baseline_min_samples: int = 10,
                  pressure_factor: float = 2.0, thresholds: dict[str, float] | None = None,
                  disk_latency_factor: float = 4.0, disk_latency_floor_ms: float = 2.0, disk_min_reads: int = 5,
-                 max_nodes: int = 100_000) -> None:
+                 nfs_rtt_factor: float = 4.0, nfs_rtt_floor_ms: float = 50.0, max_nodes: int = 100_000) -> None:
         self.history = history
         self.baseline_samples = baseline_samples
         self.baseline_min_samples = baseline_min_samples
@@ -162,6 +209,8 @@ class HostTracker:
         self.disk_latency_factor = disk_latency_factor
         self.disk_latency_floor_ms = disk_latency_floor_ms
         self.disk_min_reads = disk_min_reads
+        self.nfs_rtt_factor = nfs_rtt_factor
+        self.nfs_rtt_floor_ms = nfs_rtt_floor_ms
         self.max_nodes = max_nodes
         self._nodes: dict[str, _HostNode] = {}
         self.events_seen = 0
@@ -212,6 +261,7 @@ class HostTracker:
             sample.mem_available_ratio = ev.mem_available / ev.mem_total
         self._cpu(state, ev, sample)
         self._disks(state, ev, sample)
+        self._mounts(state, ev, sample)
         if ev.oom_kills is not None:
             delta, _ = state.oom.update(ev.oom_kills, ev.ts)
             if delta:
@@ -282,6 +332,47 @@ class HostTracker:
             if not (base.ready and self.disk_outlier(latency, base.median())):
                 base.add(latency)
 
+    def _mounts(self, state: _HostNode, ev: HostEvent, sample: HostSample) -> None:
+        for mount in ev.mounts:
+            name = mount["mount"]
+            track = state.mounts.get(name)
+            if track is None:
+                if len(state.mounts) >= MAX_MOUNTS_PER_NODE:  # the oldest mount first (an unmounted job's)
+                    del state.mounts[next(iter(state.mounts))]
+                track = state.mounts[name] = _MountTrack(self.baseline_samples, self.baseline_min_samples)
+            rtt: dict[str, float] = {}
+            exe: dict[str, float] = {}
+            base: dict[str, float] = {}
+            timeouts = retrans = 0
+            slow = False
+            for op in NFS_OPS:
+                ops = track.delta(f"{op}_ops", mount.get(f"{op}_ops"), ev.ts)
+                trans = track.delta(f"{op}_trans", mount.get(f"{op}_trans"), ev.ts)
+                rtt_ms = track.delta(f"{op}_rtt_ms", mount.get(f"{op}_rtt_ms"), ev.ts)
+                exe_ms = track.delta(f"{op}_exe_ms", mount.get(f"{op}_exe_ms"), ev.ts)
+                timeouts += track.delta(f"{op}_timeouts", mount.get(f"{op}_timeouts"), ev.ts) or 0
+                if ops is not None and trans is not None:
+                    retrans += max(trans - ops, 0)
+                if not ops or rtt_ms is None:
+                    continue
+                rtt[op] = rtt_ms / ops
+                if exe_ms is not None:
+                    exe[op] = exe_ms / ops
+                baseline = track.baselines[op]
+                if baseline.ready:
+                    base[op] = baseline.median()
+                    if self.nfs_outlier(rtt[op], base[op]):
+                        slow = True
+                        continue
+                baseline.add(rtt[op])
+            # Kept only when it is evidence (most samples are not): bounded memory with many mounts and nodes.
+            if slow or timeouts or retrans:
+                sample.mounts[name] = MountSample(server=mount.get("server"), fstype=mount.get("fstype"), rtt=rtt,
+                                                  exe=exe, base=base, timeouts=timeouts, retrans=retrans)
+
+    def nfs_outlier(self, rtt_ms: float, baseline: float) -> bool:
+        return rtt_ms >= self.nfs_rtt_floor_ms and rtt_ms >= self.nfs_rtt_factor * max(baseline, 0.0)
+
     def disk_outlier(self, latency: float, reference: float) -> bool:
         return latency >= self.disk_latency_floor_ms and latency >= self.disk_latency_factor * max(reference, 0.0)
 
@@ -302,6 +393,13 @@ def _median(values: list[float]) -> float:
     if not n:
         return math.nan
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def _ms(value: float) -> str:
+    """2100.0 -> '2.1 s', 4.2 -> '4.2 ms'."""
+    if value >= 1000.0:
+        return f"{value / 1000.0:.1f} s"
+    return f"{value:.1f} ms" if value < 10.0 else f"{value:.0f} ms"
 
 
 def _r(value: float | None, digits: int = 2) -> float | None:
@@ -489,11 +587,65 @@ class HostCorrelator:
             samples = self.tracker.samples(node, at - self.window, math.inf)  # any time since: the hang goes on
             if len(samples) < self.min_samples:
                 continue
+            out.extend(self._mount_causes(node, samples, at))
             for cause in self._node_causes(node, samples, 1.0, lambda: {}):
                 if cause.component in ("cpu", "memory"):
                     continue
                 out.append(dataclasses.replace(cause, category="storage",
                                                hint="storage: " + cause.hint.removeprefix("host: ")))
+        return out
+
+    def _mount_causes(self, node: str, samples: list[HostSample], at: float) -> list[SuspectedCause]:
+        """NFS mounts of ``node`` whose WRITE/COMMIT round trips were far above their own baseline, or whose RPCs
+        timed out or were retransmitted, in at least ``min_samples`` samples. The numbers shown are those of the
+        flagged samples up to ``window`` after ``at``: they stay put as the hang goes on, so the alert is not
+        re-published for a count that grows."""
+        t = self.tracker
+        out = []
+        for mount in sorted({m for s in samples for m in s.mounts}):
+            flagged = []
+            for s in samples:
+                m = s.mounts.get(mount)
+                if m is not None and (m.timeouts or m.retrans or any(
+                        op in m.base and t.nfs_outlier(rtt, m.base[op]) for op, rtt in m.rtt.items())):
+                    flagged.append(s)
+            if len(flagged) < self.min_samples:
+                continue
+            flagged = [s for s in flagged if s.ts <= at + self.window] or flagged[:self.min_samples]
+            slow = {op: _median([s.mounts[mount].rtt[op] for s in flagged if op in s.mounts[mount].rtt])
+                    for op in NFS_OPS if any(op in s.mounts[mount].rtt for s in flagged)}
+            bases = {op: next((s.mounts[mount].base[op] for s in flagged if op in s.mounts[mount].base), None)
+                     for op in slow}
+            ratios = {op: slow[op] / bases[op] if bases[op] else 10.0 for op in slow}
+            timeouts = sum(s.mounts[mount].timeouts for s in flagged)
+            retrans = sum(s.mounts[mount].retrans for s in flagged)
+            what = []
+            op = max(ratios, key=ratios.get, default=None)
+            if op is not None and not (bases[op] is None or t.nfs_outlier(slow[op], bases[op])):
+                op = None  # its round trips look usual: the timeouts are the news
+            last = flagged[-1].mounts[mount]
+            lustre = last.fstype == "lustre"  # llite stats: the syscall's latency (fsync for the commit)
+            label = {"write": "WRITE", "commit": "FSYNC" if lustre else "COMMIT"}
+            if op is not None:
+                what.append(f"{label[op]} {'latency' if lustre else 'rtt'} {_ms(slow[op])}"
+                            + (f" (baseline {_ms(bases[op])})" if bases[op] is not None else ""))
+            if timeouts:
+                what.append(f"{timeouts} timeout{'s' if timeouts != 1 else ''}")
+            if retrans:
+                what.append(f"{retrans} retransmission{'s' if retrans != 1 else ''}")
+            ratio = ratios[op] if op is not None else 1.0
+            evidence = {"signal": "lustre_llite" if lustre else "nfs_rpc", "mount": mount, "server": last.server,
+                        "fstype": last.fstype, "op": label[op] if op else None,
+                        "rtt_ms_per_op": _r(slow.get(op) if op else None, 3),
+                        "baseline_rtt_ms_per_op": _r(bases.get(op) if op else None, 3),
+                        "exe_ms_per_op": _r(_median([s.mounts[mount].exe[op] for s in flagged
+                                                      if op in s.mounts[mount].exe]) if op else None, 3),
+                        "timeouts": timeouts, "retransmissions": retrans, "ratio": _r(ratio)}
+            where = f"Lustre client {mount.removeprefix('lustre:')}" if lustre else f"NFS mount {mount}"
+            cause = self._cause(node, mount if lustre else f"nfs:{mount}", flagged,
+                                NFS_SCORE + min(ratio, 8.0) + min(timeouts, 4),
+                                f"storage: {where} on {node}: " + ", ".join(what), evidence)
+            out.append(dataclasses.replace(cause, category="storage"))
         return out
 
     def _oom_causes(self, alert: Alert, placement: Callable[[str, int], tuple]) -> list[SuspectedCause]:
@@ -530,7 +682,7 @@ def host_hub_parts(telemetry_settings, host_settings) -> tuple[HostTracker, Host
         thresholds={"io_some": h.io_pressure_pct, "cpu_some": h.cpu_pressure_pct, "mem_some": h.memory_pressure_pct,
                     "cpu_busy": h.cpu_busy_ratio},
         disk_latency_factor=h.disk_latency_factor, disk_latency_floor_ms=h.disk_latency_floor_ms,
-        disk_min_reads=h.disk_min_reads)
+        disk_min_reads=h.disk_min_reads, nfs_rtt_factor=h.nfs_rtt_factor, nfs_rtt_floor_ms=h.nfs_rtt_floor_ms)
     correlator = HostCorrelator(tracker, window=telemetry_settings.correlation_window, min_samples=h.min_samples,
                                 mem_available_ratio=h.mem_available_ratio, oom_window=h.oom_window_seconds)
     return tracker, correlator

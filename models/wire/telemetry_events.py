@@ -274,8 +274,13 @@ HOST_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq",
 HOST_DISK_FIELDS = ("reads", "read_ms", "writes", "write_ms", "io_ms")
 HOST_NETDEV_FIELDS = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
 MAX_HOST_DEVICES = 256
+#: Per-op counters of an NFS mount (producers/procfs_host.py): WRITE and COMMIT's ops, transmissions, major
+#: timeouts and the summed rtt and execute ms of completed ops.
+HOST_MOUNT_FIELDS = tuple(f"{op}_{f}" for op in ("write", "commit") for f in ("ops", "trans", "timeouts", "rtt_ms",
+                                                                          "exe_ms"))
+MAX_HOST_MOUNTS = 64
 _HOST_FIELDS = frozenset("v kind node ts psi cpu load1 mem_total mem_available swap_used oom_kills disks "
-                         "netdevs".split())
+                         "netdevs mounts".split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +296,7 @@ class HostEvent:
     oom_kills: int | None = None  # cumulative, /proc/vmstat oom_kill
     disks: tuple[dict[str, Any], ...] = ()  # {"device", "reads", "read_ms", "writes", "write_ms", "io_ms"}
     netdevs: tuple[dict[str, Any], ...] = ()  # {"name", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors"}
+    mounts: tuple[dict[str, Any], ...] = ()  # NFS: {"mount", "server", "fstype", "write_ops", ... HOST_MOUNT_FIELDS}
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "host"
 
@@ -324,15 +330,26 @@ def _host_psi(o: dict) -> dict[str, dict[str, float]] | None:
     return out or None
 
 
-def _host_items(o: dict, name: str, key: str, fields: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
+def _host_items(o: dict, name: str, key: str, fields: tuple[str, ...],
+                limit: int = MAX_HOST_DEVICES) -> tuple[dict[str, Any], ...]:
     out = []
-    for item in _list(o, name, MAX_HOST_DEVICES):
+    for item in _list(o, name, limit):
         entry: dict[str, Any] = {key: _str(item, key, required=True)}
         for f in fields:
             if item.get(f) is not None:
                 entry[f] = _uint(item[f], f"{name} '{f}'")
         out.append(entry)
     return tuple(out)
+
+
+def _host_mounts(o: dict) -> tuple[dict[str, Any], ...]:
+    out = _host_items(o, "mounts", "mount", HOST_MOUNT_FIELDS, MAX_HOST_MOUNTS)
+    for entry, item in zip(out, o["mounts"] if out else ()):
+        for name in ("server", "fstype"):
+            value = _str(item, name, required=False)
+            if value is not None:
+                entry[name] = value
+    return out
 
 
 def _parse_host(o: dict) -> HostEvent:
@@ -353,6 +370,7 @@ def _parse_host(o: dict) -> HostEvent:
         oom_kills=_int(o, "oom_kills", required=False),
         disks=_host_items(o, "disks", "device", HOST_DISK_FIELDS),
         netdevs=_host_items(o, "netdevs", "name", HOST_NETDEV_FIELDS),
+        mounts=_host_mounts(o),
         extra=_extra(o, _HOST_FIELDS),
     )
 
