@@ -594,8 +594,8 @@ class DetectionEngine:
         """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs).
 
         Only the jobs that can need it are visited (``_jobs_due``): those an event reached since the last
-        tick, those with an open hang alert, and those whose next deadline (a hang threshold, a step's
-        wait, the checkpoint age, eviction) has come, in the order of their last activity. A skipped job's
+        tick, and those whose next deadline (a hang threshold, the next time an open hang's verdict can change,
+        a step's wait, the checkpoint age, eviction) has come, in the order of their last activity. A skipped job's
         rules would have returned nothing and changed nothing, so the alerts are the same, at the same
         ticks, as visiting every job: the cost is O(jobs due), not O(jobs).
         """
@@ -665,8 +665,8 @@ class DetectionEngine:
 
     def _schedule(self, job: JobState, now: float, job_now: float) -> None:
         """Put ``job`` back on the timer's heap at the earliest tick-clock time one of its timer rules can say
-        something: a hang threshold (every tick while a hang is open), a step's wait, the checkpoint age, or
-        its eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
+        something: a hang threshold (while a hang is open: the next time its verdict can change), a step's wait,
+        the checkpoint age, or its eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
         if self.jobs.get(job.job) is not job:
             return  # evicted by this very tick
         job.ticked = now
