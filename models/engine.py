@@ -280,14 +280,13 @@ class DetectionEngine:
         self._count_ranks(getattr(event, "job", ""), job, before, before_pgs)
         return out
 
-    def _count_ranks(self, name: str, job: JobState | None, before: int, before_pgs: int | None = None) -> None:
-        """Add the ranks job ``name`` gained (or lost: a restart) since it had ``before`` (``job``: its state then),
-        and its process groups since ``before_pgs`` (None: the same as then)."""
+    def _count_ranks(self, name: str, job: JobState | None, before: int, before_pgs: int) -> None:
+        """Add the ranks and process groups job ``name`` gained (or lost: a restart) since it had ``before`` and
+        ``before_pgs`` (``job``: its state then)."""
         now = self.jobs.get(name)
         if now is not None:
             self._ranks_total += now.hang.rank_count - (before if now is job else 0)
-            if before_pgs is not None or now is not job:
-                self._pgs_total += now.hang.pg_count - ((before_pgs or 0) if now is job else 0)
+            self._pgs_total += now.hang.pg_count - (before_pgs if now is job else 0)
 
     def _limit_pgs(self, job: JobState) -> None:
         """Let ``job`` hold no more process groups than the room left under the total (and its own cap)."""
