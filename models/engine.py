@@ -56,6 +56,9 @@ class RetentionSettings:
     #: Ranks tracked across all jobs at most (per-job caps must not multiply: 2 jobs x 100k ranks took 877 MB);
     #: events of further new ranks are left out and counted as the per-job cap's are.
     max_ranks_total: int = 262_144
+    #: Process groups tracked across all jobs at most (the per-job 4096 must not multiply across forged jobs);
+    #: heartbeats' further new groups are left out, counted (``stepwatch_state_capped_total{what="process_groups_total"}``).
+    max_process_groups_total: int = 65_536
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended, and so
@@ -79,7 +82,7 @@ def _late_after_end(job: JobState, rank: int, step, ts: float) -> bool:
     return continues or ts <= job.ended_at + END_GRACE_SECONDS
 #: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
 CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
-               "op_names_per_job", "gpus_total", "ports_total")
+               "op_names_per_job", "gpus_total", "ports_total", "process_groups_total")
 #: Least recently active jobs looked at to find one to evict for a new job (those with open alerts go
 #: to the back): the cost per new job stays O(1) whatever the number of jobs.
 EVICTION_PROBES = 64
@@ -205,6 +208,7 @@ class DetectionEngine:
         self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
         self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job`` (or ``max_ranks_total``)
         self._ranks_total = 0  # ranks tracked across all jobs (the hang rules' slots), kept by ``_count_ranks``
+        self._pgs_total = 0  # process groups tracked across all jobs, kept by ``_count_ranks``
         #: Input refused before the engine (``Pipeline``: new jobs per message), by what; part of ``capped``.
         self.capped_input: Counter[str] = Counter()
         #: Rows of the column batch being processed that the rank cap left out, with what (the pipeline takes
@@ -268,15 +272,26 @@ class DetectionEngine:
             return out
         job = self.jobs.get(getattr(event, "job", ""))
         before = job.hang.rank_count if job is not None else 0
+        pgs = getattr(event, "pgs", None)
+        if pgs and job is not None:
+            self._limit_pgs(job)
+        before_pgs = job.hang.pg_count if job is not None else 0
         out = self._process_event(event, arrival)
-        self._count_ranks(getattr(event, "job", ""), job, before)
+        self._count_ranks(getattr(event, "job", ""), job, before, before_pgs)
         return out
 
-    def _count_ranks(self, name: str, job: JobState | None, before: int) -> None:
-        """Add the ranks job ``name`` gained (or lost: a restart) since it had ``before`` (``job``: its state then)."""
+    def _count_ranks(self, name: str, job: JobState | None, before: int, before_pgs: int) -> None:
+        """Add the ranks and process groups job ``name`` gained (or lost: a restart) since it had ``before`` and
+        ``before_pgs`` (``job``: its state then)."""
         now = self.jobs.get(name)
         if now is not None:
             self._ranks_total += now.hang.rank_count - (before if now is job else 0)
+            self._pgs_total += now.hang.pg_count - (before_pgs if now is job else 0)
+
+    def _limit_pgs(self, job: JobState) -> None:
+        """Let ``job`` hold no more process groups than the room left under the total (and its own cap)."""
+        job.hang.limit_pgs(job.hang.pg_count + max(0, self.settings.retention.max_process_groups_total -
+                                                   self._pgs_total))
 
     def _rank_limit(self, job: JobState) -> int:
         """The ranks ``job`` may have: its own cap, and no more than the room left under the total."""
@@ -326,7 +341,7 @@ class DetectionEngine:
             if job.phases.phase in PAUSE_PHASES:  # the ranks tell the end of a pause whose marker was lost
                 job.phases.rank_reports(event.rank, event.phase, ts=event.ts)
         if getattr(event, "node", None) is not None:
-            self.telemetry.fabric.observe_node(event.job, event.node)  # the job's nodes (models/telemetry/fabric.py)
+            self.telemetry.observe_node(event.job, event.node)  # the job's nodes (models/telemetry/fabric.py)
         if isinstance(event, CollectiveEvent):
             job.arrival.observe_collective(event)
         elif isinstance(event, PhaseEvent):
@@ -388,6 +403,7 @@ class DetectionEngine:
             self.jobs_evicted["dead_hang" if dead else "cap"] += 1
             evicted = self._evict(victim, "too many jobs tracked" + (": hung, no rank heard since" if dead else ""))
         job = self.jobs[name] = self._new_job(name)
+        self._limit_pgs(job)
         self._touches += 1
         job.touched = self._touches
         self._touch(job)
@@ -413,8 +429,9 @@ class DetectionEngine:
     def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
         job = self.jobs.get(name)
         before = job.hang.rank_count if job is not None else 0
+        before_pgs = job.hang.pg_count if job is not None else 0
         out = self._process_steps_run(name, cols, lo, hi, arrival)
-        self._count_ranks(name, job, before)
+        self._count_ranks(name, job, before, before_pgs)
         return out
 
     def _process_steps_run(self, name: str, cols: StepColumns, lo: int, hi: int,
@@ -562,6 +579,7 @@ class DetectionEngine:
             job = self.jobs.get(request.job)
             if job is not None:
                 job.hang.mark_sent(request.request_id)
+                self._touch(job)  # sent: its stack key can change (ranks that do not answer count as missing)
         return out
 
     def process_many(self, events: Iterable[Event]) -> list[Alert]:
@@ -575,8 +593,8 @@ class DetectionEngine:
         """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs).
 
         Only the jobs that can need it are visited (``_jobs_due``): those an event reached since the last
-        tick, those with an open hang alert, and those whose next deadline (a hang threshold, a step's
-        wait, the checkpoint age, eviction) has come, in the order of their last activity. A skipped job's
+        tick, and those whose next deadline (a hang threshold, the next time an open hang's verdict can change,
+        a step's wait, the checkpoint age, eviction) has come, in the order of their last activity. A skipped job's
         rules would have returned nothing and changed nothing, so the alerts are the same, at the same
         ticks, as visiting every job: the cost is O(jobs due), not O(jobs).
         """
@@ -597,7 +615,8 @@ class DetectionEngine:
                 continue
             job_now = now - job.clock_offset()  # the same instant on the job's own clock
             if job.ticked is not None and previous is not None and job.ticked < previous:
-                job.sli.on_tick(previous, hung=False)  # skipped ticks: not hung then (an open hang is never skipped)
+                # Skipped ticks: hung then as now (an open hang is skipped only while its verdict cannot change).
+                job.sli.on_tick(previous - (now - job_now), hung=bool(job.hang.firing))
             for assembler in job.assemblers.values():
                 out.extend(self._judge(job, assembler.flush(job_now)))
             for rule in job.by_signal[Signal.TICKS]:
@@ -609,6 +628,17 @@ class DetectionEngine:
             job.sli.on_tick(job_now, hung=bool(hang.firing))
             self._schedule(job, now, job_now)
         return self.telemetry.enrich(out) + self.telemetry.tick(now)
+
+    @property
+    def incremental(self) -> bool:
+        """Whether a tick skips open alerts that cannot have changed (an open hang until its verdict can
+        change, an enriched alert until its telemetry or placement changed: issue 44); False (tests compare
+        the alerts both ways): every open hang and enriched alert every tick."""
+        return self.telemetry.incremental
+
+    @incremental.setter
+    def incremental(self, on: bool) -> None:
+        self.telemetry.incremental = on
 
     def _touch(self, job: JobState) -> None:
         """An event (or a setting) reached ``job``: the next tick visits it."""
@@ -634,12 +664,12 @@ class DetectionEngine:
 
     def _schedule(self, job: JobState, now: float, job_now: float) -> None:
         """Put ``job`` back on the timer's heap at the earliest tick-clock time one of its timer rules can say
-        something: a hang threshold (every tick while a hang is open), a step's wait, the checkpoint age, or
-        its eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
+        something: a hang threshold (while a hang is open: the next time its verdict can change), a step's wait,
+        the checkpoint age, or its eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
         if self.jobs.get(job.job) is not job:
             return  # evicted by this very tick
         job.ticked = now
-        quiet = job.hang.quiet_until()
+        quiet = job.hang.quiet_until() if self.incremental or not job.hang.firing else -math.inf
         for assembler in job.assemblers.values():
             quiet = min(quiet, assembler.flush_due())
         if not job.ended:
@@ -685,11 +715,11 @@ class DetectionEngine:
         state = self.jobs.get(job) if job else None
         totals = tracker["gpus_total"], tracker["ports_total"]
         if state is None:
-            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0, *totals
+            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0, *totals, 0
         hang = state.hang.capped
         return (self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"],
                 hang["process_groups_per_job"], hang["pg_ranks_per_job"], state.comm.capped["op_names_per_job"],
-                *totals)
+                *totals, hang["process_groups_total"])
 
     def capped(self) -> Counter[str]:
         """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
@@ -707,9 +737,10 @@ class DetectionEngine:
         """Forget a job; its open alerts resolve, saying why."""
         self.jobs.pop(job.job, None)
         self._ranks_total -= job.hang.rank_count
+        self._pgs_total -= job.hang.pg_count
         for rule in job.rules:
             self._capped_gone.update(rule.capped())
-        self.telemetry.fabric.forget_job(job.job)
+        self.telemetry.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
                                 Resolution.FORGOTTEN, reason) for alert in job.open_alerts()]

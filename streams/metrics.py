@@ -286,12 +286,13 @@ class _ScrapeTimeCollector:
             evicted.add_metric([reason], getattr(engine, "jobs_evicted", {}).get(reason, 0))
         yield evicted
         capped = CounterMetricFamily("stepwatch_state_capped", "Input left out at a per-producer state cap, by "
-                                     "what (ranks_per_job, process_groups_per_job, pg_ranks_per_job, op_names_per_job, "
-                                     "gpus_per_node, ports_per_node, gpus_total, ports_total, nodes, "
-                                     "new_jobs_per_message); docs/security.md.", labels=["what"])
+                                     "what (ranks_per_job, process_groups_per_job, process_groups_total, "
+                                     "pg_ranks_per_job, op_names_per_job, gpus_per_node, ports_per_node, gpus_total, "
+                                     "ports_total, nodes, new_jobs_per_message); docs/security.md.", labels=["what"])
         counts = engine.capped() if hasattr(engine, "capped") else {}
-        for what in ("ranks_per_job", "process_groups_per_job", "pg_ranks_per_job", "op_names_per_job",
-                     "gpus_per_node", "ports_per_node", "gpus_total", "ports_total", "nodes", "new_jobs_per_message"):
+        for what in ("ranks_per_job", "process_groups_per_job", "process_groups_total", "pg_ranks_per_job",
+                     "op_names_per_job", "gpus_per_node", "ports_per_node", "gpus_total", "ports_total", "nodes",
+                     "new_jobs_per_message"):
             capped.add_metric([what], counts.get(what, 0))
         yield capped
         yield GaugeMetricFamily("stepwatch_jobs_active", "Jobs not ended.",

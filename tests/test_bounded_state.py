@@ -349,3 +349,24 @@ def test_ranks_across_jobs_are_capped_in_total_and_an_evicted_job_frees_its_shar
     # a (80) and b (20 of 80) filled the total; c evicted a (no open alert) and took its 80
     assert {name: j.hang.rank_count for name, j in engine.jobs.items()} == {"b": 20, "c": 80}
     assert engine.capped()["ranks_per_job"] >= 60
+
+
+def test_process_groups_across_jobs_are_capped_in_total_and_an_evicted_job_frees_its_share():
+    """The per-job group cap must not multiply across (forged) jobs: a total across jobs, counted apart."""
+    settings = dataclasses.replace(Settings(), retention=RetentionSettings(max_process_groups_total=100, max_jobs=2))
+    engine = DetectionEngine(settings)
+
+    def heartbeat(job: str, i: int, ts: float) -> None:
+        pgs = {f"{job}-pg{i}-{g}": {"started": 1, "completed": 1} for g in range(40)}
+        engine.process(parse_event({"v": 1, "kind": "heartbeat", "job": job, "rank": 0, "ts": ts, "step": 1,
+                                    "pgs": pgs}))
+
+    for i, job in enumerate(("a", "b", "c")):
+        for k in range(2):  # 80 groups asked for by each job, in two heartbeats
+            heartbeat(job, k, T0 + 10 * i + k)
+        tracked = sum(j.hang.pg_count for j in engine.jobs.values())
+        assert tracked <= 100, (job, tracked)
+    # a (80) and b (20 of 80) filled the total; c evicted a (no open alert) and took its 80
+    assert {name: j.hang.pg_count for name, j in engine.jobs.items()} == {"b": 20, "c": 80}
+    capped = engine.capped()
+    assert capped["process_groups_total"] >= 60 and capped["process_groups_per_job"] == 0

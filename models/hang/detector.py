@@ -242,6 +242,7 @@ class HangDetector:
         self.stack_requests = StackRequests()
         #: Events stamped before this (the job's clock) belong to the processes of the run before the last restart.
         self._old_before = -math.inf
+        self._pg_limit: int | None = None  # process groups the engine lets the job hold (``limit_pgs``)
         self._reset_state()
 
     @classmethod
@@ -258,7 +259,9 @@ class HangDetector:
     def _reset_state(self) -> None:
         """A fresh run of the job: new progress, no episode, no stack round (the clocks and counts stay)."""
         self.progress = JobProgress(self.step_history)
+        self.progress.max_pgs = self._pg_limit  # (the limit outlives a restart)
         self._episode: _Episode | None = None
+        self._checked_at = -math.inf  # the latest ``check``'s time (the job's clock)
         self.stack_requests.reset()
 
     # -- views ----------------------------------------------------------------------------
@@ -335,6 +338,15 @@ class HangDetector:
     @property
     def rank_count(self) -> int:
         return len(self.progress.slot_of_rank)
+
+    @property
+    def pg_count(self) -> int:
+        """Process groups tracked (the engine caps their total across jobs on this)."""
+        return len(self.progress.pg_seq)
+
+    def limit_pgs(self, limit: int) -> None:
+        """Hold at most ``limit`` process groups (no fewer than held now); beyond, new ones are left out, counted."""
+        self._pg_limit = self.progress.max_pgs = max(limit, len(self.progress.pg_seq))
 
     def continues(self, rank: int, step: int, ts: float, within: float) -> bool:
         """After the job's end: whether an event of ``rank`` at ``step`` is a late one of the run that ended,
@@ -632,7 +644,7 @@ class HangDetector:
         if p.ended or p.started_at is None:
             return math.inf
         if self._episode is not None:
-            return -math.inf
+            return self._episode_quiet_until()
         warn, critical, _ = self.thresholds()
         # No alert before the job (stalled >= first) or one rank (the partial test) has been quiet that long.
         base = p.progress_ts
@@ -650,9 +662,43 @@ class HangDetector:
             due = min(due, p.incarnated_at + INCARNATION_WINDOW_SECONDS)
         return due
 
+    def _episode_quiet_until(self) -> float:
+        """While a hang episode is open: the earliest time after the latest ``check`` at which, with no new input,
+        its verdict (kind, severity, diagnosis, stack requests and their key) could change. Every time comparison
+        ``check`` and ``diagnose`` make is ``now - X >= c`` for a time X the rule keeps and a threshold c, so it
+        flips at some X + c; the earliest of those still ahead bounds the quiet time (issue 44: many open,
+        unchanged hangs cost nothing per tick). ``-inf`` (every tick) where that is not worked out: ranks
+        restarting, a pause whose stragglers the pause rule judges."""
+        p = self.progress
+        if p.incarnated or not p.n:
+            return -math.inf
+        warn, critical, _ = self.thresholds()
+        hbt = self.heartbeat_timeout()
+        if warn is None and p.has_heartbeats and (self.pause_hang_factor > 0 or self.pause_hang_floor_seconds > 0) \
+                and p.pause_stragglers(max(p.latest_ts, self._checked_at), hbt) is not None:
+            return -math.inf
+        first = warn if warn is not None else critical
+        n = p.n
+        times = np.concatenate([p.rank_progress[:n], p.last_seen[:n],
+                                np.fromiter((a[1] for a in p.advances), dtype=float, count=len(p.advances)),
+                                np.array([p.progress_ts, p.latest_ts])])
+        limits = np.array([0.0, first, critical, hbt])
+        at = (times[:, None] + limits[None, :]).ravel()
+        st = self.stack_requests.round
+        if self.stacks and st is not None:
+            extra = [st.request.ts + self.stack_timeout_seconds]
+            if self.stack_requests.last_request_at is not None:
+                extra.append(self.stack_requests.last_request_at + self.stack_min_interval_seconds)
+            at = np.concatenate([at, np.array(extra)])
+        ahead = at[at > self._checked_at]  # (NaN compares False: no bound from an unknown time)
+        if np.isnan(at).any():
+            return -math.inf
+        return float(ahead.min()) if ahead.size else math.inf
+
     def check(self, now: float) -> list[Alert]:
         """Evaluate the rule at ``now``; return a new or updated alert when something changed."""
         p = self.progress
+        self._checked_at = now
         if p.ended or p.started_at is None:
             return []
         if p.latest_ts > now + FUTURE_SLACK_SECONDS:

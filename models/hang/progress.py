@@ -137,6 +137,8 @@ class JobProgress:
         self.pg_seq: dict[str, dict[int, tuple[int, int]]] = {}
         self.pg_ranks: dict[str, tuple[int, ...] | None] = {}
         self.pg_rank_entries = 0
+        #: Groups this job may hold beside ``MAX_PGS``: the room the engine's total across jobs leaves (None: no total).
+        self.max_pgs: int | None = None
         #: Input left out at a cap (process groups beyond MAX_PGS, ranks lists beyond MAX_PG_RANK_ENTRIES).
         self.capped: Counter[str] = Counter()
         self.pg_desc: dict[str, str] = {}  # group -> its description from the heartbeats (``pgs[name].desc``)
@@ -544,8 +546,8 @@ class JobProgress:
         for name, started, completed, ranks in pgs:
             seqs = self.pg_seq.get(name)
             if seqs is None:
-                if len(self.pg_seq) >= MAX_PGS:
-                    self.capped["process_groups_per_job"] += 1
+                if len(self.pg_seq) >= MAX_PGS or (self.max_pgs is not None and len(self.pg_seq) >= self.max_pgs):
+                    self.capped["process_groups_per_job" if len(self.pg_seq) >= MAX_PGS else "process_groups_total"] += 1
                     continue
                 seqs = self.pg_seq[name] = {}
                 self.pg_ranks[name] = None

@@ -86,11 +86,14 @@ NVLINK_FEATURES = ("nvlink_errors", "nvlink_down")
 class _Component:
     """One component's recent samples: a ring of rows ``(ts, feature...)`` (NaN: not in that sample)."""
 
-    __slots__ = ("features", "rows", "n", "tracks")
+    __slots__ = ("features", "rows", "n", "tracks", "size")
 
     def __init__(self, features: tuple[str, ...], size: int) -> None:
         self.features = features
-        self.rows = np.full((size, 1 + len(features)), np.nan)
+        self.size = size
+        # Grown as samples come (doubling, up to ``size``): a component heard from once (2,000 forged nodes'
+        # GPUs and ports) holds a few rows, not the whole ring (issue 44: 296 MiB for 16,000 components).
+        self.rows = np.full((min(size, 4), 1 + len(features)), np.nan)
         self.n = 0  # rows written so far
         self.tracks: dict[str, CounterTrack] = {}
 
@@ -102,6 +105,9 @@ class _Component:
 
     def add(self, ts: float, values: dict[str, float]) -> None:
         get = values.get
+        if self.n == len(self.rows) < self.size:  # not wrapped yet: rows 0..n-1 in order, so grow in place
+            more = np.full((min(len(self.rows), self.size - len(self.rows)), self.rows.shape[1]), np.nan)
+            self.rows = np.concatenate([self.rows, more])
         self.rows[self.n % len(self.rows)] = [ts, *[get(name, math.nan) for name in self.features]]
         self.n += 1
 

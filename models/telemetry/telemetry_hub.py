@@ -116,6 +116,9 @@ class TelemetryHub:
     #: compare all of the job's nodes with each other (models/telemetry/fabric.py, ``FabricCorrelator.applies``).
     ENRICHED_TYPES = ENRICHED_TYPES
 
+    #: Re-enrich only the open alerts whose inputs changed (``refresh``); False: all of them every tick.
+    incremental = True
+
     def __init__(self, settings=None, host=None, rules=None) -> None:
         """``rules``: the node rules' classes, in feeding order (default: the registry's ``NODE_RULES``)."""
         if settings is None:
@@ -173,6 +176,21 @@ class TelemetryHub:
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
+        # What ``refresh`` re-enriches (issue 44: many open alerts cost O(what changed) per tick, not O(open)):
+        # an open alert whose job (placement, steps, nodes) or one of whose nodes (telemetry) changed since its
+        # last enrichment, one whose causes depend on the clock (``_timed``), and every one when something any
+        # alert may depend on changed (``_all_changed``: a node first heard of, a node rule's alert, settings)
+        # or every ``full_refresh_seconds`` all the same. ``incremental = False``: every open alert every tick.
+        self.full_refresh_seconds = 300.0
+        self._last_full: float | None = None
+        self._all_changed = False
+        self._changed_jobs: set[str] = set()
+        self._changed_nodes: set[str] = set()
+        self._by_job: dict[str, set[str]] = {}
+        self._by_node: dict[str, set[str]] = {}
+        self._deps: dict[str, tuple[str, tuple[str, ...]]] = {}  # alert id -> (job, nodes) it was indexed under
+        self._timed: set[str] = set()
+        self._seq = 0  # order of first enrichment: ``refresh`` publishes in it
         #: Node -> ts of its agent's first report (least recently reporting first; bounded like the
         #: tracker's nodes): action hooks drain only nodes whose agent reported before the alert.
         self._reported: OrderedDict[str, float] = OrderedDict()
@@ -191,7 +209,9 @@ class TelemetryHub:
             return
         if node in self._reported:
             self._reported.move_to_end(node)
+            self._changed_nodes.add(node)
             return
+        self._all_changed = True  # a node first heard of (it may push another out of the bounded node tables)
         if len(self._reported) >= self.tracker.max_nodes:
             self._reported.popitem(last=False)
         self._reported[node] = ts
@@ -209,7 +229,10 @@ class TelemetryHub:
 
     def process(self, event) -> list[Alert]:
         """One node event: to the node rules that take its kind, their alerts through those that consume alerts."""
-        self._note_report(getattr(event, "node", None), getattr(event, "ts", 0.0))
+        node = getattr(event, "node", None)
+        self._note_report(node, getattr(event, "ts", 0.0))
+        if not isinstance(node, str):
+            self._all_changed = True
         self.fabric.history.update(event)
         # Host signals name causes of job alerts (models/telemetry/host.py): no alert of their own so far.
         out: list[Alert] = self.host.update(event) if event.kind == "host" else []
@@ -218,6 +241,8 @@ class TelemetryHub:
                 out.extend(rule.update(event))
             else:
                 out = rule.on_alerts(out)
+        if out:
+            self._all_changed = True
         return out
 
     def open_alerts(self) -> list[Alert]:
@@ -231,6 +256,18 @@ class TelemetryHub:
     def reconfigure(self, settings) -> None:
         """New settings (``TelemetrySettings`` or ``HostSettings``) to every node rule that takes them."""
         reconfigure_rules(self.rules, settings)
+        self._all_changed = True
+
+    def observe_node(self, job: str, node: str | None) -> None:
+        """An event of ``job`` ran on ``node`` (the job's nodes: models/telemetry/fabric.py)."""
+        if node is not None and node not in self.fabric.job_nodes(job):
+            self.fabric.observe_node(job, node)
+            self._changed_jobs.add(job)
+
+    def forget_job(self, job: str) -> None:
+        """``job``'s state was evicted: its nodes are no longer known."""
+        self.fabric.forget_job(job)
+        self._changed_jobs.add(job)
 
     def ranks_on(self, job: str, node: str) -> tuple[int, ...]:
         return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))
@@ -244,6 +281,7 @@ class TelemetryHub:
                       steps: list[int] = (), step_times: list[float] = (), *, layout=None) -> None:
         """Step events of one job, in order; ``layout``: the run's (models/steps/layout.py) when these are a whole run."""
         self.correlator.observe_steps(job, ranks, nodes, gpus, data_times, layout=layout)
+        self._changed_jobs.add(job)
         if steps:
             for rule in self._step_rules:
                 rule.on_steps(job, steps, step_times)
@@ -333,7 +371,7 @@ class TelemetryHub:
         # nodes' telemetry, another topic): compared again as soon as any has come, whatever the age.
         late_telemetry = cached is not None and cached[1] is None and cached[2] != samples
         if cached is not None and now is not None and not late_telemetry and (
-                now - cached[0] < self.fabric_refresh_seconds or cached[0] > at + 2 * self.fabric.window + 60.0):
+                now - cached[0] < self.fabric_refresh_seconds or self._fabric_frozen(cached, base)):
             return cached[1]
         found = self.fabric.suspects(nodes, at)
         if len(self._fabric_cache) >= self.max_open:
@@ -350,9 +388,42 @@ class TelemetryHub:
         return self._grouped(self._enrich(alerts))
 
     def _grouped(self, alerts: list[Alert]) -> list[Alert]:
+        before = [a.id for a in alerts]
         for rule in self._enriched_rules:
             alerts = rule.on_alerts(alerts)
+        if [a.id for a in alerts] != before:  # a rule made an incident of them: alerts may depend on it
+            self._all_changed = True
         return alerts
+
+    def _index(self, alert_id: str, base: Alert, enriched: Alert) -> None:
+        """Note what ``alert_id``'s enrichment depends on (``refresh``)."""
+        self._unindex(alert_id)
+        nodes = tuple(dict.fromkeys((*base.nodes, *enriched.nodes, *self._job_nodes(base.job))))
+        self._deps[alert_id] = (base.job, nodes)
+        self._by_job.setdefault(base.job, set()).add(alert_id)
+        for node in nodes:
+            self._by_node.setdefault(node, set()).add(alert_id)
+        cached = self._fabric_cache.get(alert_id)
+        if (base.type == AlertType.STRAGGLER and base.status == AlertStatus.FIRING) or (
+                self.fabric.applies(base) and (cached is None or not self._fabric_frozen(cached, base))):
+            self._timed.add(alert_id)  # its causes follow the clock (a late straggler's, the fabric cache's age)
+
+    def _unindex(self, alert_id: str) -> None:
+        deps = self._deps.pop(alert_id, None)
+        self._timed.discard(alert_id)
+        if deps is None:
+            return
+        job, nodes = deps
+        for key, index in ((job, self._by_job), *((n, self._by_node) for n in nodes)):
+            ids = index.get(key)
+            if ids is not None:
+                ids.discard(alert_id)
+                if not ids:
+                    del index[key]
+
+    def _fabric_frozen(self, cached: tuple, base: Alert) -> bool:
+        """Whether an alert's fabric comparison is no longer recomputed by age (its window has passed)."""
+        return cached[0] > self._reference_time(base) + 2 * self.fabric.window + 60.0
 
     def _enrich(self, alerts: list[Alert]) -> list[Alert]:
         out = []
@@ -365,12 +436,18 @@ class TelemetryHub:
                 enriched, signature = self._enriched(alert)
                 if not signature and not self.tracker.events_seen and not self.host.events_seen:
                     enriched = alert  # no agent deployed (yet) and no other clue: left as it is
-                if len(self._open) >= self.max_open:
-                    self._open.pop(next(iter(self._open)))
-                self._open[alert.id] = [alert, signature, 0, enriched]
+                entry = self._open.get(alert.id)
+                if entry is None:
+                    if len(self._open) >= self.max_open:
+                        self._unindex(next(iter(self._open)))
+                        self._open.pop(next(iter(self._open)))
+                    self._seq += 1
+                self._open[alert.id] = [alert, signature, 0, enriched, entry[4] if entry else self._seq]
+                self._index(alert.id, alert, enriched)
                 out.append(enriched)
             else:
                 entry = self._open.pop(alert.id, None)
+                self._unindex(alert.id)
                 self._fabric_cache.pop(alert.id, None)
                 if (entry is not None and "suspected_causes" not in alert.evidence
                         and "suspected_causes" in entry[3].evidence):
@@ -385,15 +462,37 @@ class TelemetryHub:
     def refresh(self) -> list[Alert]:
         """New versions (still firing, same id) of open alerts whose suspected causes changed."""
         out = []
-        for alert_id_, entry in list(self._open.items()):
-            base, signature, updates, _ = entry
+        for alert_id, entry in self._due():
+            base, signature, updates, _, _ = entry
             if updates >= self.max_updates:
+                self._unindex(alert_id)  # never re-enriched again: nothing to track
                 continue
             enriched, new_signature = self._enriched(base)
+            self._index(alert_id, base, enriched)
             if new_signature != signature:
                 entry[1], entry[2], entry[3] = new_signature, updates + 1, enriched
                 out.append(enriched)
         return out
+
+    def _due(self) -> list[tuple[str, list]]:
+        """The open alerts ``refresh`` re-enriches now (see ``incremental``), in the order they opened."""
+        now = self._now
+        full = (not self.incremental or self._all_changed or now is None or self._last_full is None
+                or now - self._last_full >= self.full_refresh_seconds)
+        if full:
+            self._last_full = now
+            due = list(self._open.items())
+        else:
+            ids = set(self._timed)
+            for job in self._changed_jobs:
+                ids.update(self._by_job.get(job, ()))
+            for node in self._changed_nodes:
+                ids.update(self._by_node.get(node, ()))
+            due = sorted(((i, self._open[i]) for i in ids if i in self._open), key=lambda item: item[1][4])
+        self._all_changed = False
+        self._changed_jobs.clear()
+        self._changed_nodes.clear()
+        return due
 
     def tick(self, now: float) -> list[Alert]:
         self._now = now
