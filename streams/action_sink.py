@@ -81,11 +81,12 @@ class ActionSink:
                 await self.deliver(record, session)
 
     async def deliver(self, record: dict[str, Any], session=None) -> None:
-        if record["alert_id"] in self._recorded:
+        key = record_key(record["alert_id"], record.get("action"))
+        if key in self._recorded:
             self.already_recorded += 1
             log.info("action for %s %s already recorded: not again", record["alert_type"], record["alert_id"])
             return
-        self._note(record["alert_id"])
+        self._note(key)
         if not self.settings.dry_run and self.settings.executor:
             record["executed"] = await self._execute(record)
         body = orjson.dumps(record)
@@ -97,8 +98,8 @@ class ActionSink:
         log.info("action %s for %s %s (dry run: %s)", record["action"].get("kind"), record["alert_type"],
                  record["alert_id"], record["dry_run"])
 
-    def _note(self, alert_id: str) -> None:
-        self._recorded[alert_id] = None
+    def _note(self, key: str) -> None:
+        self._recorded[key] = None
         while len(self._recorded) > self.max_ids:
             self._recorded.popitem(last=False)
 
@@ -161,9 +162,16 @@ def install_action_sink(app, settings, *, reported: Callable[[str, float], bool]
     return sink
 
 
+def record_key(alert_id: str, action) -> str:
+    """What makes an action record once-only: its alert id and action kind (a drain held for a human and later
+    released is the same alert again, now with its drain: models/oncall/budget.py), as ActionHooks keys them."""
+    return f"{alert_id}/{action.get('kind') if isinstance(action, dict) else ''}"
+
+
 def recorded_alert_ids(bootstrap: str, topic: str, client_config: dict | None = None, *, lookback: int = 10_000,
                        timeout: float = 20.0) -> list[str]:
-    """The alert ids (record keys) of the last ``lookback`` records per partition of the actions topic."""
+    """The ``record_key`` (alert id and action kind) of the last ``lookback`` records per partition of the actions
+    topic."""
     from kafka import KafkaConsumer, TopicPartition
 
     from .recovery import read_span
@@ -177,8 +185,16 @@ def recorded_alert_ids(bootstrap: str, topic: str, client_config: dict | None = 
             return []
         ends, begins = reader.end_offsets(tps), reader.beginning_offsets(tps)
         starts = {tp: max(begins[tp], ends[tp] - lookback) for tp in tps}
-        return [r.key.decode("utf-8", "replace") for r in read_span(reader, tps, ends, starts, timeout=timeout)
-                if r.key]
+        out = []
+        for r in read_span(reader, tps, ends, starts, timeout=timeout):
+            if not r.key:
+                continue
+            try:
+                action = orjson.loads(r.value).get("action") if r.value else None
+            except (orjson.JSONDecodeError, AttributeError):
+                action = None  # silent: a record we cannot read keys its id alone
+            out.append(record_key(r.key.decode("utf-8", "replace"), action))
+        return out
     finally:
         reader.close()
 

@@ -84,11 +84,15 @@ def test_a_tick_visits_the_jobs_events_reached_not_every_job():
     assert engine.last_tick_visits == 10
     pipeline.tick(t + 4)
     assert engine.last_tick_visits == 0
-    # No step for the hang timeout: every quiet job is due, and its hang fires at that tick.
-    timeout = engine.hang_settings("j99").timeout_seconds
+    # Every job's warning first (a warning before the critical at every pace: at the latest half the timeout) ...
+    settings = engine.hang_settings("j99")
+    timeout = settings.timeout_seconds
+    warned = pipeline.tick(t + 3 + settings.warning_timeout_fraction * timeout + 0.5).alerts
+    assert {a.job for a in warned if a.type == "hang"} == set(jobs)
+    # ... then no step for the hang timeout: every quiet job is due, and its hang turns critical at that tick.
     fired = pipeline.tick(t + 2 + timeout + 0.5).alerts
     assert {a.job for a in fired if a.type == "hang"} == set(jobs[10:])
-    assert engine.last_tick_visits == len(jobs) - 10
+    assert not [a for a in fired if a.job in jobs[:10]]  # their own deadline is a second later
 
 
 def test_run_recording_reference_and_schedule_agree_on_a_runtime_threshold_change(monkeypatch):
