@@ -87,7 +87,7 @@ from ..telemetry.causes import SuspectedCause
 
 SCOPES = ("device", "platform", "job", "fleet")
 ACTION_KINDS = ("drain_node", "reset_gpu", "replace_gpu", "check_link", "restart_job", "fix_application",
-                "repartition", "investigate", "hold_for_human")
+                "repartition", "investigate", "hold_for_human", "observe", "notify_owner")
 
 
 @dataclass(frozen=True, slots=True)
