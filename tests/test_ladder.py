@@ -99,3 +99,21 @@ def test_the_decision_is_monotone_in_loss_and_cost():
             assert rank(decide(g, notify_gpu_hours=notify).step) <= rank(base.step), (f, g)
         moved_off = decide(dataclasses.replace(f, job_on_node=False), notify_gpu_hours=notify)
         assert moved_off.step is Rung.DRAIN
+
+
+def test_a_node_suspect_drains_only_once_no_job_is_on_the_node():
+    from stepwatch.models.engine import DetectionEngine
+
+    a = Job("job-a", ["n1", "n2", "n3"], slow_node="n2")
+    b = Job("job-b", ["n2", "n4", "n5"], slow_node="n2", start=T0 + 400)
+    engine = DetectionEngine()
+    alerts = list(replay((parse_event(e) for e in merge(agent_reports(a, b), job_events(a), job_events(b))),
+                         engine=engine))
+    suspect = [x for x in alerts if x.type == "node_suspect" and x.status == "firing"][-1]
+    assert suspect.severity == "warning" and suspect.evidence["action"]["kind"] != "drain_node"
+    assert "job-b" in suspect.evidence["decision"]["jobs_on_node"]
+    engine.tick(engine.clock + engine.settings.oncall.placement_window_seconds + 1.0)  # the jobs are gone
+    again = engine.oncall.gate([suspect])[0]
+    d = again.evidence["decision"]
+    assert d["step"] == "drain_node" and d["jobs_on_node"] == [] and not d["job_on_node"]
+    assert again.evidence["action"]["exclude_nodes"] == ["n2"]
