@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 __all__ = ["StepwatchTrainerCallback"]
 
 
+#: ``total_steps`` (the Trainer's ``max_steps``; the escalation ladder's horizon, docs/events.md) rides on the first
+#: step event and every this many after: an envelope with it takes the worker's per-event decoder.
+TOTAL_STEPS_EVERY = 500
+
+
 class StepwatchTrainerCallback(TrainerCallback):
     """Reports steps and phases of this rank to stepwatch; never raises into training."""
 
@@ -33,6 +38,7 @@ class StepwatchTrainerCallback(TrainerCallback):
         self.monitor = monitor
         self._own_monitor = monitor is None
         self._monitor_kwargs = monitor_kwargs
+        self._steps_sent = 0
 
     def _phase(self, name: str) -> None:
         try:
@@ -70,7 +76,13 @@ class StepwatchTrainerCallback(TrainerCallback):
             samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
         except Exception:  # silent: arguments without batch sizes: the step is sent without its sample count
             pass
-        m.end_step(samples=samples)
+        extra = {}
+        total = getattr(state, "max_steps", 0)
+        if (isinstance(total, int) and not isinstance(total, bool) and total > 0
+                and (self._steps_sent == 0 or state.global_step % TOTAL_STEPS_EVERY == 0)):
+            extra["total_steps"] = total  # now and then: envelopes without it keep the worker's fast decoder
+        self._steps_sent += 1
+        m.end_step(samples=samples, **extra)
         # DefaultFlowCallback (first in the list) has decided what the Trainer does next.
         if getattr(control, "should_evaluate", False):
             self._phase("eval")

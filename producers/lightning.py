@@ -37,6 +37,11 @@ def _batch_size(batch: Any) -> int | None:
         return None
 
 
+#: ``total_steps`` (the trainer's ``max_steps``; the escalation ladder's horizon, docs/events.md) rides on the first
+#: step event and every this many after: an envelope with it takes the worker's per-event decoder.
+TOTAL_STEPS_EVERY = 500
+
+
 class StepwatchCallback(pl.Callback):
     """Reports steps, phases and collectives of this rank to stepwatch; never raises into training."""
 
@@ -48,6 +53,7 @@ class StepwatchCallback(pl.Callback):
         self._monitor_kwargs = monitor_kwargs
         self._time_collectives = time_collectives
         self._timer = None
+        self._steps_sent = 0
 
     def _safe(self, what: str, fn, *args, **kwargs) -> None:
         try:
@@ -96,7 +102,13 @@ class StepwatchCallback(pl.Callback):
         m = self.monitor
         if m is None:
             return
-        m.end_step(samples=_batch_size(batch))
+        extra = {}
+        if batch_idx % TOTAL_STEPS_EVERY == 0 or self._steps_sent == 0:  # now and then: batches keep the fast decoder
+            total = getattr(trainer, "max_steps", -1)  # -1: unset (estimated_stepping_batches may load data: not cheap)
+            if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+                extra["total_steps"] = total
+        self._steps_sent += 1
+        m.end_step(samples=_batch_size(batch), **extra)
         m.data_begin()
 
     def on_validation_start(self, trainer, pl_module) -> None:

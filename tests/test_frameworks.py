@@ -72,6 +72,7 @@ def test_lightning_fit_emits_steps_and_phases(tmp_path):
     steps, phases = check_events(sink.events)
     assert [s.step for s in steps] == list(range(24))
     assert all(s.samples == 4 for s in steps)
+    assert steps[0].total_steps == 24 and {s.total_steps for s in steps} <= {24, None}  # max_steps, now and then
     assert phases[0] == "train" and phases[-1] == "end"
     assert "eval" in phases and "checkpoint" in phases
     assert phases.count("eval") >= 2
@@ -115,6 +116,7 @@ def test_hf_trainer_emits_steps_and_phases(tmp_path):
     monitor.close()
     steps, phases = check_events(monitor._sink.events)
     assert [s.step for s in steps] == list(range(20))
+    assert steps[0].total_steps == 20 and {s.total_steps for s in steps} <= {20, None}
     assert phases[0] == "train" and phases[-1] == "end"
     assert "eval" in phases and "checkpoint" in phases
     # Steps are always measured in the train phase; eval and checkpoint are announced before the pause.

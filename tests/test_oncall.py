@@ -60,8 +60,11 @@ def test_node_culprit_in_two_jobs_gives_one_node_suspect_naming_both():
     assert {j["job"]: j["ranks"] for j in s["evidence"]["jobs"]} == {"job-a": [4], "job-b": [0]}
     assert {i["job"] for i in s["evidence"]["incidents"]} == {"job-a", "job-b"}
     assert {i["id"] for i in s["evidence"]["incidents"]} == {x["id"] for x in stragglers}
-    assert s["evidence"]["action"] == {"kind": "drain_node", "nodes": ["n2"], "retryable": False,
-                                       "exclude_nodes": ["n2"]}
+    # The ladder (models/oncall/ladder.py): job-b still runs on n2 and reports no checkpoints (a restart's cost
+    # unknown), so its owner is told; the drain waits until it has moved off (tests/test_ladder.py).
+    assert s["evidence"]["action"] == {"kind": "notify_owner", "nodes": ["n2"], "retryable": False,
+                                       "exclude_nodes": []}
+    assert s["evidence"]["decision"]["step"] == "notify_owner" and "job-b" in s["evidence"]["decision"]["jobs_on_node"]
 
 
 def test_node_implicated_once_is_not_suspect():

@@ -91,7 +91,9 @@ def test_node_suspect_across_workers_and_restarts(kafka_bootstrap, topic_prefix,
         assert all(by_worker), by_worker
         found = suspects(alerts, "bad")
         assert len({a["id"] for a in found}) == 1  # one problem, updated as jobs add up
-        assert found[-1]["labels"]["scope"] == "device" and found[-1]["evidence"]["action"]["kind"] == "drain_node"
+        assert found[-1]["labels"]["scope"] == "device"
+        # a warning verdict's action follows the escalation ladder (models/oncall/ladder.py; tests/test_ladder.py)
+        assert found[-1]["evidence"]["action"]["kind"] == found[-1]["evidence"]["decision"]["step"]
         assert suspects(alerts, "once") == []
         # each version published by one worker only: the node's owner
         owners = [i for i, w in enumerate(workers) if f" {found[-1]['id']}:" in w.log_text()]

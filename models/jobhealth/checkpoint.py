@@ -128,6 +128,11 @@ class CheckpointDetector:
         self._age_alert: Alert | None = None
         self._slow_alert: Alert | None = None
 
+    @property
+    def latest_step(self) -> int | None:
+        """The job's highest step seen (None: none yet)."""
+        return self._latest_step if self._latest_step >= 0 else None
+
     def observe(self, ts: float, step: int | None = None) -> None:
         """Any event of the job: learns its start time and latest step."""
         if self._job_start is None:

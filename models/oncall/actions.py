@@ -63,6 +63,10 @@ action_budget                fleet     hold_for_human   no         no       drai
 unknown                      job       investigate      yes        no       anything else
 ===========================  ========  ===============  =========  =======  ===========================
 
+``straggler_unexplained`` and a ``warning`` ``node_suspect`` get their action from the escalation
+ladder instead (``observe``, ``notify_owner``, ``restart_job``, ``drain_node``: models/oncall/ladder.py,
+applied by the outlet: models/oncall/escalation.py); the table's kind is what they fall back to.
+
 A straggler, hang or communication slowdown with suspected causes takes the class of its
 first (best-ranked) cause when that cause is a device or platform fault (an Xid on the
 culprit's GPU makes the straggler an ``xid_*`` incident, with that node to drain).
@@ -87,7 +91,7 @@ from ..telemetry.causes import SuspectedCause
 
 SCOPES = ("device", "platform", "job", "fleet")
 ACTION_KINDS = ("drain_node", "reset_gpu", "replace_gpu", "check_link", "restart_job", "fix_application",
-                "repartition", "investigate", "hold_for_human")
+                "repartition", "investigate", "hold_for_human", "observe", "notify_owner")
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from typing import Any
 from ..tunable import MAX_SECONDS, runtime
 from ..alert_types import AlertStatus, AlertType
 from .actions import Classifier, load_overrides
+from .escalation import Escalation
 from .citations import HOLD_MIN_SECONDS, HOLD_STEPS, Citations
 from ..alerts import Alert
 from ..wire.events import StepEvent
@@ -81,6 +82,14 @@ class OnCallSettings:
     drain_budget_per_job_hour: int = runtime(1, low=0, high=10_000)
     #: ... and this share (%) of the nodes seen drained at once (at least one node); beyond: held for a human.
     drain_budget_fleet_percent: float = runtime(5.0, low=0.0, high=100.0)
+    #: The escalation ladder for slow nodes (models/oncall/ladder.py): a straggler's loss is counted over this
+    #: horizon (or the job's remaining time, from its ``total_steps``, when shorter) ...
+    ladder_horizon_seconds: float = runtime(6 * 3600.0, low=60.0, high=MAX_SECONDS)
+    #: ... against a restart's cost: the work since the job's last checkpoint plus this restart time (when the
+    #: job's own restarts have not taught one) ...
+    ladder_restart_seconds: float = runtime(600.0, low=0.0, high=86_400.0)
+    #: ... and a loss below this many GPU-hours is only observed (above: the job's owner is notified).
+    ladder_notify_gpu_hours: float = runtime(1.0, low=0.0, high=1e9)
 
 
 class OnCall:
@@ -101,6 +110,8 @@ class OnCall:
         self.sli_of = None
         self.engine = None  # the engine it serves (set on its first call)
         self._share: dict[str, float] = {}  # job -> productive share at the latest tick
+        self.escalation = Escalation(self)  # the ladder for slow nodes (models/oncall/ladder.py)
+        self._total_steps: dict[str, int] = {}  # job -> its monitor's ``total_steps`` (the ladder's horizon)
         from ..registry import OUTLET_RULES  # the registry imports the rules, which import this module
         from ..rule import dependency_order
 
@@ -159,6 +170,8 @@ class OnCall:
     def observe(self, item: Any) -> None:
         """An event or a StepColumns batch about to enter the engine."""
         if isinstance(item, StepEvent):
+            if item.total_steps is not None:
+                self._note_total_steps(item.job, item.total_steps)
             if self.placement.observe_one(item.job, item.rank, item.node, item.gpu, item.ts):
                 self._new_pairs.append((item.job, item.node))
             for rule in self._step_rules:
@@ -181,6 +194,15 @@ class OnCall:
             for one in item:
                 self.observe(one)
 
+    def _note_total_steps(self, job: str, total: int) -> None:
+        if job not in self._total_steps and len(self._total_steps) >= 10_000:
+            self._total_steps.pop(next(iter(self._total_steps)))  # bounded: the oldest job forgotten
+        self._total_steps[job] = total
+
+    def total_steps(self, job: str) -> int | None:
+        """The job's total steps as its monitor last said (``total_steps`` on step events); None: not told."""
+        return self._total_steps.get(job)
+
     def merge_placement(self, record: dict[str, Any]) -> None:
         """Another worker's placement record (streams/oncall_feed.py)."""
         self._new_pairs.extend(self.placement.merge(record))
@@ -191,9 +213,31 @@ class OnCall:
 
     def gate(self, alerts: list[Alert]) -> list[Alert]:
         """The alerts leaving, through the gating rules (the drain budget: models/oncall/budget.py)."""
+        alerts = self.escalation.apply(alerts)  # first: a drain the ladder chooses counts against the budget
         for rule in self._gate_rules:
             alerts = rule.gate(alerts)
         return alerts
+
+    # -- what the escalation ladder asks about a job (models/oncall/escalation.py ``JobFacts``) ------------------
+
+    def now(self) -> float | None:
+        return self.engine.clock if self.engine is not None else None
+
+    def checkpoint_of(self, job: str) -> tuple[float | None, int | None]:
+        state = self.engine.jobs.get(job) if self.engine is not None else None
+        if state is None:
+            return None, None
+        detector = state.checkpoint
+        return detector.last_success_ts, detector.latest_step
+
+    def restart_seconds(self, job: str) -> float | None:
+        try:
+            return self.rule("restarts").restart_seconds(job)
+        except KeyError:  # an outlet made without the restarts rule
+            return None
+
+    def jobs_on(self, node: str, at: float) -> list[str]:
+        return [j["job"] for j in self.placement.jobs_on(node, at=at)]
 
     # -- output -------------------------------------------------------------------------------
 

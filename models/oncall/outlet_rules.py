@@ -59,7 +59,13 @@ class RestartRule(OutletRule):
                                       min_silence_seconds=s.restart_min_silence_seconds)
         self._found: list[Restart] = []  # restarts seen in this engine call's input
         self._latest: dict[str, deque] = {}  # job -> recent firing alerts (starts_at, id, type, class, detail)
+        self._downtimes: dict[str, deque] = {}  # job -> its recent restarts' downtimes (the ladder's restart time)
         self.seen = 0
+
+    def restart_seconds(self, job: str) -> float | None:
+        """The median downtime of the job's recent restarts (None: none seen): what its next restart costs."""
+        times = sorted(self._downtimes.get(job) or ())
+        return times[len(times) // 2] if times else None
 
     def on_steps(self, job: str, ranks, steps, ts, layout=None) -> None:
         if len(ranks) == 1:  # a lone event: the tracker's one-event path (the same verdicts, less bookkeeping)
@@ -121,6 +127,12 @@ class RestartRule(OutletRule):
     def _alerts(self, r: Restart) -> list[Alert]:
         env, classifier = self.env, self.env.classifier
         self.seen += 1
+        ring = self._downtimes.get(r.job)
+        if ring is None:
+            if len(self._downtimes) >= 10_000:
+                self._downtimes.pop(next(iter(self._downtimes)))
+            ring = self._downtimes[r.job] = deque(maxlen=8)
+        ring.append(r.downtime_seconds)
         preceding = self._preceding(r)
         cls = preceding["failure_class"] if preceding else "unknown"
         cause, blamed = restart_cause(preceding)

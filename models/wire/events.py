@@ -51,6 +51,9 @@ class StepEvent:
     #: The rank's process incarnation (the monitor's process start, ms since the epoch): a higher one is a new
     #: process of the rank (a restart). None: not told (older producers); the hang rule then infers restarts.
     incarnation: int | None = None
+    #: The job's total steps, where its monitor knows them (``max_steps``): the escalation ladder's horizon
+    #: (models/oncall/ladder.py). None: not told.
+    total_steps: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     kind = "step"
 
@@ -170,7 +173,8 @@ def _parse_step(o: dict) -> StepEvent:
         loss=float(loss) if loss is not None else None,  # NaN loss is a training fact, kept
         phase=_phase(o, allowed=STEP_PHASES, required=False, default="train"),
         incarnation=_int(o, "incarnation", required=False),
-        extra=_extra(o, _STEP_FIELDS | {"incarnation"}),
+        total_steps=_int(o, "total_steps", required=False),
+        extra=_extra(o, _STEP_FIELDS | {"incarnation", "total_steps"}),
     )
 
 
