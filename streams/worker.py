@@ -183,7 +183,7 @@ class Worker:
             web_port=settings.worker.web_port or 6066,
             web_host="127.0.0.1",
             web_bind=settings.worker.web_bind,  # web_host is only the advertised name
-            web_application_options={"middlewares": [index_redirect(), auth_middleware(self.web_token)]},
+            web_application_options={"middlewares": [auth_middleware(self.web_token), index_redirect()]},
             canonical_url=self.canonical_url,
             broker_session_timeout=settings.worker.session_timeout,
             broker_commit_interval=settings.worker.commit_interval,

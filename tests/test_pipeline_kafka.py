@@ -53,8 +53,10 @@ def test_live_alerts_equal_replay_and_record_replays_them(kafka_bootstrap, topic
     assert [_key(a) for a in _replayed(captured, worker.env)] == [_key(a) for a in live]
 
 
+#: (the warning at a fraction of the timeout off: these tests are about the clock past a capture's end, with
+#: the critical as the one alert; tests/test_hang_pace.py holds the warning-before-critical rule)
 HANG_ENV = {"STEPWATCH_HANG_TIMEOUT_SECONDS": "8", "STEPWATCH_HANG_WARNING_FLOOR_SECONDS": "3",
-            "STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS": "3"}
+            "STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS": "3", "STEPWATCH_HANG_WARNING_TIMEOUT_FRACTION": "0"}
 
 
 def test_a_hang_published_at_its_own_pace_fires_as_replay_drain_says(kafka_bootstrap, topic_prefix, start_worker,

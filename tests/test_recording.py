@@ -13,8 +13,10 @@ from stepwatch.recording import _job_filter, _line_events, parse_time, unreadabl
 from support import run_stepwatch, stepwatch_env
 
 T0 = 1_700_000_000.0
+#: (the warning at a fraction of the timeout off: these tests are about the clock past a capture's end, with
+#: the critical as the one alert; tests/test_hang_pace.py holds the warning-before-critical rule)
 HANG_ENV = {"STEPWATCH_HANG_TIMEOUT_SECONDS": "8", "STEPWATCH_HANG_WARNING_FLOOR_SECONDS": "3",
-            "STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS": "3"}
+            "STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS": "3", "STEPWATCH_HANG_WARNING_TIMEOUT_FRACTION": "0"}
 
 
 def test_replay_drain_and_until_run_the_clock_past_the_end_of_the_capture(tmp_path):

@@ -20,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, worker=dataclasses.replace(settings.worker, **overrides))
     _require_reachable(settings, "worker")
     _require_free_web_port(settings)
+    _require_web_auth(settings)  # a configuration mistake says so before any wait for the broker
     _require_kafka(settings)
     from stepwatch.recording import tune_gc
 
@@ -28,6 +29,13 @@ def run(args: argparse.Namespace) -> int:
     tune_gc()
     run_worker(settings, loglevel=args.loglevel)
     return 0
+
+
+def _require_web_auth(settings) -> None:
+    """An off-loopback bind without a token (or an unreadable token file): its one line, before the Kafka wait."""
+    from stepwatch.streams.web_auth import web_token
+
+    web_token(settings.worker)  # a ValueError: one line and exit 2 (stepwatch/cli.py)
 
 
 #: How long the worker waits for a bootstrap server that accepts connections to answer as Kafka.
