@@ -55,4 +55,9 @@ def test_with_the_nodes_agent_reporting_the_node_is_suspect_as_before():
     suspects = [a for a in alerts if a.type == "node_suspect" and a.status == "firing"]
     assert {a.nodes for a in suspects} == {("node-003",)}
     assert [j["job"] for j in suspects[-1].evidence["jobs"]] == ["forged-a", "forged-b"]
-    assert any("nodename=node-003 state=drain" in c for c in _drains(records, "node-003"))
+    # its action follows the escalation ladder (issue 42): jobs still run on it, so not a drain yet
+    # (tests/test_ladder.py drains it once they moved off)
+    action, decision = suspects[-1].evidence["action"], suspects[-1].evidence["decision"]
+    assert action["kind"] == decision["step"]
+    assert (action["kind"] == "drain_node") == any("nodename=node-003 state=drain" in c
+                                                    for c in _drains(records, "node-003"))
