@@ -194,3 +194,12 @@ def group_caught_up(bootstrap: str, group: str, topic: str) -> bool:
         return bool(ends) and all((consumer.committed(tp) or 0) >= end for tp, end in ends.items())
     finally:
         consumer.close(autocommit=False)
+
+
+def process_alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent's wait counts as gone), from /proc/<pid>/stat's state field."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

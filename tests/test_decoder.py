@@ -17,6 +17,7 @@ from stepwatch.models.wire.decode_plan import plan_read
 from stepwatch.streams.decoder import CHUNK_MESSAGES, MIN_OFFLOAD_BYTES, Decoder, decode_processes, usable_cpus
 from stepwatch.streams.metrics import WorkerMetrics
 
+from support import process_alive as _alive
 from support import wait_until
 
 
@@ -108,15 +109,6 @@ def test_a_process_that_cannot_start_leaves_the_reads_to_the_worker(monkeypatch)
     assert decoder.submit(_envelopes(CHUNK_MESSAGES)) is None  # decoded in the worker
     assert not decoder.enabled and decoder.parts(_envelopes(150)) == []  # and so are the next reads
     assert _counter(metrics, "stepwatch_decoder_fallbacks_total") == 1
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent's wait counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_stopped_process_is_not_waited_for_its_read_is_decoded_in_the_worker_and_it_is_replaced(monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 
 from opsupport import free_port, get, wait_for
 from support import group_caught_up, read_all_alerts, run_stepwatch, wait_until
+from support import process_alive as _alive
 from test_one_road_kafka import _view
 
 pytestmark = pytest.mark.kafka
@@ -139,14 +140,6 @@ def _children(pid: int) -> dict[int, bytes]:
         except (FileNotFoundError, ProcessLookupError):
             continue
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_stopped_decoder_process_stalls_nothing_and_every_helper_dies_with_its_worker(kafka_bootstrap, topic_prefix,

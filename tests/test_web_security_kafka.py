@@ -50,6 +50,30 @@ def listening_addresses(port: int) -> set[str]:
     return out
 
 
+def second_events_member(kafka_bootstrap: str, topic_prefix: str, app_id: str):
+    """Start a second member of the worker's events group (round robin): the worker then holds one partition of
+    two and has a job to proxy. Returns the function that makes it leave the group."""
+    stop = threading.Event()
+
+    def member() -> None:
+        consumer = KafkaConsumer(topic_prefix + "events", bootstrap_servers=kafka_bootstrap, group_id=app_id + "-events",
+                                 partition_assignment_strategy=[RoundRobinPartitionAssignor], enable_auto_commit=False)
+        try:
+            while not stop.is_set():
+                consumer.poll(timeout_ms=200)
+        finally:
+            consumer.close()
+
+    thread = threading.Thread(target=member, daemon=True)
+    thread.start()
+
+    def leave() -> None:
+        stop.set()
+        thread.join(timeout=10)
+
+    return leave
+
+
 def test_default_bind_is_loopback_and_an_open_off_loopback_bind_is_refused(start_worker, kafka_bootstrap,
                                                                          topic_prefix, tmp_path):
     port = free_port()
@@ -129,19 +153,7 @@ def test_a_forged_workers_record_does_not_make_the_proxy_fetch_an_arbitrary_url(
                  STEPWATCH_WORKER_PEER_KEY_FILE=str(tmp_path / "peer-key"),
                  STEPWATCH_WORKER_WEB_TOKEN_FILE=str(token_file))
     # A second member of the worker's events group takes one partition: the worker has a job to proxy.
-    stop = threading.Event()
-
-    def member() -> None:
-        consumer = KafkaConsumer(topic_prefix + "events", bootstrap_servers=kafka_bootstrap, group_id=app_id + "-events",
-                                 partition_assignment_strategy=[RoundRobinPartitionAssignor], enable_auto_commit=False)
-        try:
-            while not stop.is_set():
-                consumer.poll(timeout_ms=200)
-        finally:
-            consumer.close()
-
-    thread = threading.Thread(target=member, daemon=True)
-    thread.start()
+    leave_group = second_events_member(kafka_bootstrap, topic_prefix, app_id)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     try:
         import orjson
@@ -192,8 +204,7 @@ def test_a_forged_workers_record_does_not_make_the_proxy_fetch_an_arbitrary_url(
                         what="the tombstone refused in /metrics") == 1.0
         assert proxied() == b'{"peer": "said"}' and len(peer.hits) == 2
     finally:
-        stop.set()
-        thread.join(timeout=10)
+        leave_group()
         producer.close()
         internal.close()
         peer.close()
@@ -215,20 +226,7 @@ def test_without_a_peer_key_or_list_the_proxy_follows_no_workers_topic_url(start
                           STEPWATCH_WORKER_CONSUMER="aiokafka", STEPWATCH_WORKER_REGISTRY_INTERVAL="2",
                           STEPWATCH_WORKER_WEB_TOKEN_FILE=str(token_file))
     assert "no peer key and no peer list" in worker.log_text()
-    stop = threading.Event()
-
-    def member() -> None:  # a second member of the events group: the worker holds one partition of two
-        consumer = KafkaConsumer(topic_prefix + "events", bootstrap_servers=kafka_bootstrap,
-                                 group_id=app_id + "-events", enable_auto_commit=False,
-                                 partition_assignment_strategy=[RoundRobinPartitionAssignor])
-        try:
-            while not stop.is_set():
-                consumer.poll(timeout_ms=200)
-        finally:
-            consumer.close()
-
-    thread = threading.Thread(target=member, daemon=True)
-    thread.start()
+    leave_group = second_events_member(kafka_bootstrap, topic_prefix, app_id)  # the worker holds one of two
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     try:
         mine = wait_for(lambda: (p := orjson.loads(request(port, "/health")[2]).get("partitions")) and len(p) == 1
@@ -250,7 +248,6 @@ def test_without_a_peer_key_or_list_the_proxy_follows_no_workers_topic_url(start
         assert "STEPWATCH_WORKER_PEER_KEY_FILE" in answer["error"] and "not proxied" in answer["error"]
         assert attacker.hits == []
     finally:
-        stop.set()
-        thread.join(timeout=10)
+        leave_group()
         producer.close()
         attacker.close()
