@@ -5,7 +5,8 @@ may write only their own events (stack answers travel there too) and read the co
 agents write only telemetry (Xid, link state: the telemetry that can drain a node); workers write
 what they derive (alerts, dead letters, the workers registry, ledger, placement, link baselines,
 actions, stack requests on the control topic, the shard stage's job events) and read everything;
-operators write runtime settings (config) and may send control requests. One table drives both the
+operators (the SREs) write runtime settings (config), verdicts on alerts (feedback) and may send control
+requests; workers only read the feedback topic. One table drives both the
 ``kafka-acls`` commands printed in docs/security.md (``kafka_acls_commands``) and the bindings the
 tests apply to a real broker with an authorizer (``acl_bindings``, kafka-python's admin client
 sends the same CreateAcls request as ``kafka-acls --add``).
@@ -58,6 +59,7 @@ def grants(settings: Settings | None = None) -> dict[Role, tuple[Grant, ...]]:
                       Grant(k.app_id, ("Read", "Describe"), prefixed=True, resource="group")),
         Role.OPERATOR: (Grant(topic(k.config_topic), WRITE), Grant(control, WRITE),
                         Grant(topic(s.oncall.releases_topic), WRITE),  # stepwatch actions release
+                        Grant(topic(k.feedback_topic), WRITE),  # stepwatch feedback: verdicts on alerts
                         Grant(k.topic_prefix, READ, prefixed=True)),
     }
 

@@ -38,6 +38,9 @@ class KafkaSettings:
     #: Output of the optional shard stage (``stepwatch shard``): the raw events re-batched per job, keyed
     #: by job. Detection workers read it with ``STEPWATCH_KAFKA_EVENTS_TOPIC=job-events``.
     job_events_topic: str = "job-events"
+    #: Verdicts on alerts (compacted, keyed by alert id; ``stepwatch feedback``, models/wire/feedback.py):
+    #: SREs write it, workers and ``stepwatch report`` read it.
+    feedback_topic: str = "feedback"
     #: Partitions for topics stepwatch creates; jobs are spread over partitions by key.
     partitions: int = 4
     #: Replication factor for topics stepwatch creates (1 suits a single local broker).
