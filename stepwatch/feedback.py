@@ -57,7 +57,7 @@ def write_feedback(settings, record: Feedback, *, timeout: float = 10.0) -> None
         producer.close(timeout=timeout)
 
 
-def _read_all(settings, topic: str, *, timeout: float) -> Iterator[Any]:
+def read_all(settings, topic: str, *, timeout: float) -> Iterator[Any]:
     """Every record of ``topic`` from its beginning to its end as of now (no consumer group)."""
     from kafka import KafkaConsumer, TopicPartition
 
@@ -84,7 +84,7 @@ def iter_feedback(settings, *, timeout: float = 10.0, refused: list[str] | None 
     """The feedback topic's records in order: a ``Feedback``, or the alert id of a tombstone (a verdict taken
     back). A record that is not one is skipped, its reason appended to ``refused`` (never silently)."""
     kafka = settings.kafka
-    for record in _read_all(settings, kafka.topic(kafka.feedback_topic), timeout=timeout):
+    for record in read_all(settings, kafka.topic(kafka.feedback_topic), timeout=timeout):
         if record.value is None:
             if record.key:
                 yield record.key.decode(errors="replace")

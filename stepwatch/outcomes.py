@@ -73,52 +73,69 @@ class _Seen:
     failure_class: str = ""
 
 
-def automatic_outcomes(alerts: Iterable[dict], settings: OutcomeSettings = OutcomeSettings()) -> dict[str, Feedback]:
-    """Alert id -> its automatic verdict, for the alerts (alerts-topic records, in topic order) that have one."""
-    seen: dict[str, _Seen] = {}
-    for alert in alerts:
+class OutcomeTracker:
+    """Reads alerts one at a time (in topic order; a report reads each once), then ``outcomes()``. Keeps a few
+    fields per alert id, not the records."""
+
+    def __init__(self, settings: OutcomeSettings = OutcomeSettings()) -> None:
+        self.settings = settings
+        self.seen: dict[str, _Seen] = {}
+
+    def add(self, alert: dict) -> None:
         ident, status = alert.get("id"), alert.get("status")
         if not isinstance(ident, str) or not ident:
-            continue
-        starts = _num(alert.get("starts_at"))
+            return
         ev = alert.get("evidence") if isinstance(alert.get("evidence"), dict) else {}
-        s = seen.get(ident)
+        s = self.seen.get(ident)
         if s is None:
+            starts = _num(alert.get("starts_at"))
             if status != "firing" or starts is None:
-                continue
+                return  # a resolved whose firing was not read: nothing to judge
             nodes = alert.get("nodes") if isinstance(alert.get("nodes"), list) else []
-            s = seen[ident] = _Seen(type=str(alert.get("type") or ""), job=str(alert.get("job") or ""),
-                                    nodes=frozenset(str(n) for n in nodes if n), starts_at=starts,
-                                    failure_class=str(ev.get("failure_class") or ""))
-            continue
+            self.seen[ident] = _Seen(type=str(alert.get("type") or ""), job=str(alert.get("job") or ""),
+                                     nodes=frozenset(str(n) for n in nodes if n), starts_at=starts,
+                                     failure_class=str(ev.get("failure_class") or ""))
+            return
         if status == "resolved":
             if s.resolved_at is None:
                 s.resolved_at = _num(alert.get("ends_at"))
                 s.recovered = ev.get("resolution") == "recovered"
         elif status == "firing" and s.resolved_at is not None:
             s.fired_again = True  # the same problem again after it had gone: not transient
-    hardware, faults = hardware_classes(), fault_types()
-    # Node -> start times of hardware faults on it.
-    faults_on: dict[str, list[float]] = {}
-    for s in seen.values():
-        if s.type in faults and s.failure_class in hardware:
-            for node in s.nodes:
-                faults_on.setdefault(node, []).append(s.starts_at)
-    out: dict[str, Feedback] = {}
-    for ident, s in seen.items():
-        if s.type in JUDGED_TYPES:
-            later = [t for node in s.nodes for t in faults_on.get(node, ())
-                     if s.starts_at <= t <= s.starts_at + settings.confirm_window]
-            if later:
-                out[ident] = Feedback(alert_id=ident, verdict=Verdict.CONFIRMED, by=BY, at=min(later), automatic=True,
-                                      note="a hardware fault on a node it named followed", type=s.type, job=s.job or None)
-                continue
-        if (s.recovered and s.resolved_at is not None and not s.fired_again
-                and s.resolved_at - s.starts_at <= settings.transient_seconds):
-            out[ident] = Feedback(alert_id=ident, verdict=Verdict.TRANSIENT, by=BY, at=s.resolved_at, automatic=True,
-                                  note="resolved by itself within minutes and never recurred", type=s.type or None,
-                                  job=s.job or None)
-    return out
+
+    def outcomes(self) -> dict[str, Feedback]:
+        """Alert id -> its automatic verdict, for the alerts read that have one."""
+        settings, seen = self.settings, self.seen
+        hardware, faults = hardware_classes(), fault_types()
+        faults_on: dict[str, list[float]] = {}  # node -> start times of hardware faults on it
+        for s in seen.values():
+            if s.type in faults and s.failure_class in hardware:
+                for node in s.nodes:
+                    faults_on.setdefault(node, []).append(s.starts_at)
+        out: dict[str, Feedback] = {}
+        for ident, s in seen.items():
+            if s.type in JUDGED_TYPES:
+                later = [t for node in s.nodes for t in faults_on.get(node, ())
+                         if s.starts_at <= t <= s.starts_at + settings.confirm_window]
+                if later:
+                    out[ident] = Feedback(alert_id=ident, verdict=Verdict.CONFIRMED, by=BY, at=min(later),
+                                          automatic=True, note="a hardware fault on a node it named followed",
+                                          type=s.type, job=s.job or None)
+                    continue
+            if (s.recovered and s.resolved_at is not None and not s.fired_again
+                    and s.resolved_at - s.starts_at <= settings.transient_seconds):
+                out[ident] = Feedback(alert_id=ident, verdict=Verdict.TRANSIENT, by=BY, at=s.resolved_at,
+                                      automatic=True, note="resolved by itself within minutes and never recurred",
+                                      type=s.type or None, job=s.job or None)
+        return out
+
+
+def automatic_outcomes(alerts: Iterable[dict], settings: OutcomeSettings = OutcomeSettings()) -> dict[str, Feedback]:
+    """Alert id -> its automatic verdict, for the alerts (alerts-topic records, in topic order) that have one."""
+    tracker = OutcomeTracker(settings)
+    for alert in alerts:
+        tracker.add(alert)
+    return tracker.outcomes()
 
 
 def _num(value) -> float | None:
