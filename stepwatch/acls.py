@@ -6,8 +6,8 @@ agents write only telemetry (Xid, link state: the telemetry that can drain a nod
 what they derive (alerts, dead letters, the workers registry, ledger, placement, link baselines,
 actions, stack requests on the control topic, the shard stage's job events) and read everything;
 operators (the SREs) write runtime settings (config), verdicts on alerts (feedback) and may send control
-requests; workers only read the feedback topic. One table drives both the
-``kafka-acls`` commands printed in docs/security.md (``kafka_acls_commands``) and the bindings the
+requests; a worker writes to the feedback topic only the verdicts its token-guarded web port takes. One
+table drives both the ``kafka-acls`` commands printed in docs/security.md (``kafka_acls_commands``) and the bindings the
 tests apply to a real broker with an authorizer (``acl_bindings``, kafka-python's admin client
 sends the same CreateAcls request as ``kafka-acls --add``).
 """
@@ -49,7 +49,8 @@ def grants(settings: Settings | None = None) -> dict[Role, tuple[Grant, ...]]:
     events, control = topic(k.events_topic), topic(k.control_topic)
     worker_writes = [topic(k.alerts_topic), topic(k.deadletter_topic), topic(k.workers_topic),
                      topic(s.oncall.ledger_topic), topic(s.oncall.placement_topic), topic(k.link_baselines_topic),
-                     topic(s.oncall.actions_topic), control, topic(k.job_events_topic)]
+                     topic(s.oncall.actions_topic), control, topic(k.job_events_topic),
+                     topic(k.feedback_topic)]  # the verdicts the web port takes (POST /alerts/<id>/feedback)
     return {
         Role.TRAINING: (Grant(events, WRITE), Grant(control, READ)),
         Role.AGENT: (Grant(topic(s.telemetry.topic), WRITE),),

@@ -121,6 +121,11 @@ class Worker:
         self.metrics.ready_source = self.is_ready
         self.metrics.lag_source = self.consumer_lag  # replaced by the aiokafka consumer's own in that mode
         self.sink = self._alertmanager()  # the Alertmanager's (or None)
+        from .feedback_feed import install_feedback
+
+        # Verdicts on alerts: /metrics, Alertmanager's low-precision sentence, POST /alerts/<id>/feedback.
+        self.feedback = install_feedback(self.app, settings, self.metrics.registry, sink=self.sink,
+                                         lookup=self.published.open.get)
         from .action_sink import install_action_sink
 
         # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
