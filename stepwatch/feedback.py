@@ -49,7 +49,8 @@ def write_feedback(settings, record: Feedback, *, timeout: float = 10.0) -> None
     from stepwatch.security import client_config
 
     kafka = settings.kafka
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all", **client_config(settings))
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all", max_block_ms=int(timeout * 1000),
+                             **client_config(settings))
     try:
         producer.send(kafka.topic(kafka.feedback_topic), key=record.alert_id.encode(),
                       value=record.to_json()).get(timeout=timeout)

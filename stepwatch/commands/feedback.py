@@ -58,7 +58,14 @@ def run(args: argparse.Namespace) -> int:
                          f"{kafka.topic(kafka.alerts_topic)} (check the id; --force records it anyway)")
     record = Feedback(alert_id=args.alert_id, verdict=Verdict(args.verdict), by=principal(settings), at=time.time(),
                       note=args.note or "", type=_field(alert, "type"), job=_field(alert, "job"))
-    write_feedback(settings, record)
+    from kafka.errors import TopicAuthorizationFailedError
+
+    try:
+        write_feedback(settings, record)
+    except TopicAuthorizationFailedError:
+        kafka = settings.kafka
+        raise SystemExit(f"stepwatch feedback: {record.by} is not allowed to write {kafka.topic(kafka.feedback_topic)} "
+                         "(operators write it: docs/security.md)") from None
     what = f"{record.type} alert" if record.type else "alert"
     print(f"stepwatch feedback: {what} {record.alert_id} marked {record.verdict} by {record.by}")
     return 0
