@@ -335,11 +335,11 @@ def _interval(row: dict) -> str:
 
 def _precision_lines(table: dict[str, Any]) -> list[str]:
     """Precision per rule and settings version (transient outcomes apart: never counted as false)."""
-    lines = [f"{'precision per rule':<26} {'alerts':>6} {'said':>5} {'right':>5} {'false':>5} {'dup':>4} "
+    lines = [f"{'precision per rule':<30} {'alerts':>6} {'said':>5} {'right':>5} {'false':>5} {'dup':>4} "
              f"{'trans':>5} {'precision':>9} {'95% CI':>10} {'detect':>8}"]
 
     def row(name: str, r: dict) -> str:
-        return (f"  {name:<24} {r['alerts']:>6} {r['with_feedback']:>5} {r['confirmed']:>5} {r['false']:>5} "
+        return (f"  {name:<28} {r['alerts']:>6} {r['with_feedback']:>5} {r['confirmed']:>5} {r['false']:>5} "
                 f"{r['duplicate']:>4} {r['transient']:>5} {_pct(r['precision']):>9} {_interval(r):>10} "
                 f"{_fmt(r['median_detect_seconds']):>8}")
 

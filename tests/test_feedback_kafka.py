@@ -87,9 +87,13 @@ def test_cli_and_web_feedback_reach_the_report_the_export_and_metrics(kafka_boot
     wait_for(lambda: metric(port, "false") == 2.0 and metric(port, "confirmed") == 1.0, timeout=60,
              what="the verdicts in /metrics")
 
-    # The report: precision of the straggler rule from the same verdicts.
+    # The report: precision of the straggler rule from the same verdicts; a settings change after the alerts makes
+    # them the version before it.
+    run_stepwatch("config", "set", "straggler.ratio_threshold=1.3", env=env)
     report = json.loads(run_stepwatch("report", "--json", env=env).stdout)
     row = report["precision"]["straggler"]
+    assert [v.split(" ")[0] for v in row["versions"]] == ["before"] and row["versions"] and \
+        next(iter(row["versions"].values()))["false"] == 2
     assert {k: row[k] for k in ("alerts", "with_feedback", "confirmed", "false", "precision")} == {
         "alerts": 4, "with_feedback": 3, "confirmed": 1, "false": 2, "precision": 0.3333}
     assert row["interval"][0] < 1 / 3 < row["interval"][1]
