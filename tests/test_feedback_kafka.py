@@ -111,3 +111,33 @@ def test_cli_and_web_feedback_reach_the_report_the_export_and_metrics(kafka_boot
     path.write_text("\n".join(lines) + "\n")
     assert json.loads(run_stepwatch("report", "--json", "--feedback", str(path), env=env).stdout)["precision"] == \
         report["precision"]
+
+
+def test_a_rule_with_low_precision_says_so_at_alertmanager_and_not_on_the_alerts_topic(kafka_bootstrap, topic_prefix,
+                                                                                      start_worker):
+    from opsupport import FakeAlertmanager, send_steps
+    from support import read_alerts, topic_messages
+
+    env = stepwatch_env(kafka_bootstrap, topic_prefix, STEPWATCH_SECURITY_SASL_USERNAME="")
+    with FakeAlertmanager() as am:
+        start_worker(STEPWATCH_ALERTMANAGER_URL=am.url, STEPWATCH_ALERTMANAGER_RESEND_INTERVAL="1",
+                     STEPWATCH_ALERTMANAGER_LOW_PRECISION="0.9", STEPWATCH_ALERTMANAGER_LOW_PRECISION_MIN_FEEDBACK="2")
+        for ident in ("old1", "old2"):  # two earlier straggler alerts judged false (their alerts long gone)
+            record = Feedback(alert_id=ident, verdict=Verdict.FALSE, by="alice", at=time.time(), type="straggler")
+            producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+            producer.send(topic_prefix + "feedback", key=ident.encode(), value=record.to_json()).get(timeout=30)
+            producer.close()
+        send_steps(kafka_bootstrap, topic_prefix + "events", job="live", ranks=16, steps=range(0, 40), slow_rank=5,
+                   factor=1.4)
+        read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: bool(a))
+        # Firing alerts are re-sent every second: one of them carries the sentence once the feed has read the verdicts.
+        said = wait_for(lambda: [a for a in am.alerts() if "precision" in a["annotations"]], timeout=60,
+                        what="the low-precision sentence at Alertmanager")
+        note = said[0]["annotations"]["precision"]
+        assert "0 of 2 straggler alerts judged were confirmed" in note
+        assert said[0]["annotations"]["summary"].endswith(f" {note}")
+    # The alerts topic's records (what replay must reproduce byte for byte) never carry it.
+    count = topic_messages(kafka_bootstrap, topic_prefix + "alerts")
+    records = read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: len(a) >= count)
+    assert records and not [a for a in records if "precision" in orjson.dumps(a).decode().lower()]
+    assert run_stepwatch("feedback", "--export", env=env).stdout.count("\n") == 2
