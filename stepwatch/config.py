@@ -137,6 +137,13 @@ class AlertmanagerSettings:
     #: ... with at least this many confirmed-or-false verdicts on the rule's alerts.
     low_precision_min_feedback: int = 20
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.low_precision <= 1.0:
+            raise ValueError(f"alertmanager.low_precision: expected 0 to 1 (0 never says so), got {self.low_precision!r}")
+        if self.low_precision_min_feedback < 1:
+            raise ValueError(f"alertmanager.low_precision_min_feedback: expected at least 1, "
+                             f"got {self.low_precision_min_feedback!r}")
+
 
 
 
