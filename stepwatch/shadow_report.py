@@ -1,0 +1,133 @@
+"""``stepwatch report --shadow``: what the candidate settings would have done, against the live alerts.
+
+Reads the shadow-alerts topic (streams/shadow.py), the alerts topic and the feedback topic, and compares, for the
+latest candidate on the shadow-alerts topic and the alert types of its rules under trial, the alerts that began
+within the window (``--since``, counted back from now; never before the candidate started): added, dropped and
+changed by alert id, each with the latest verdict on it (models/shadow.py ``compare``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+
+import orjson
+
+from stepwatch.models.shadow import Comparison, compare
+from stepwatch.models.wire.feedback import Feedback, Verdict
+
+
+def _records(settings, topic: str, *, timeout: float = 10.0) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record of ``topic``, from its beginning to its end as of now (none if it is absent)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from stepwatch.security import client_config
+
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest", **client_config(settings))
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        if not tps:
+            return
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    yield record.key, record.value
+    finally:
+        consumer.close()
+
+
+def _alerts(settings, topic: str) -> list[dict]:
+    out = []
+    for _, value in _records(settings, topic):
+        try:
+            obj = orjson.loads(value) if value else None
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and obj.get("id"):
+            out.append(obj)
+    return out
+
+
+def read_feedback(settings) -> dict[str, Verdict]:
+    """The latest verdict per alert id on the feedback topic (a private reader until the feedback branch's
+    ``stepwatch/feedback.py`` lands; malformed records passed over, a tombstone drops its alert's verdict)."""
+    topic = settings.kafka.topic(getattr(settings.kafka, "feedback_topic", "feedback"))
+    latest: dict[str, Feedback] = {}
+    for key, value in _records(settings, topic):
+        if value is None:
+            if key:
+                latest.pop(key.decode("utf-8", "replace"), None)
+            continue
+        try:
+            record = Feedback.from_json(value)
+        except ValueError:
+            continue
+        old = latest.get(record.alert_id)
+        if old is None or record.at >= old.at:
+            latest[record.alert_id] = record
+    return {k: v.verdict for k, v in latest.items()}
+
+
+def shadow_comparison(live: list[dict], shadow: list[dict], feedback: dict[str, Verdict], *, since: float,
+                      now: float) -> Comparison | None:
+    """The comparison for the latest candidate among ``shadow``'s records (None: no shadow alert at all)."""
+    tagged = [a for a in shadow if isinstance(a.get("shadow"), dict) and isinstance(a["shadow"].get("id"), str)]
+    if not tagged:
+        return None
+    latest = tagged[-1]["shadow"]
+    mine = [a for a in tagged if a["shadow"]["id"] == latest["id"]]
+    started = min(float(a["shadow"].get("since") or 0.0) for a in mine)
+    types = {t for a in mine for t in _types(a["shadow"])} or {a.get("type") for a in mine}
+    return compare(live, mine, types=types, feedback=feedback, start=max(now - since, started), end=now,
+                   shadow_id=latest["id"])
+
+
+def _types(tag: dict) -> list[str]:
+    from stepwatch.models.shadow import trial_types
+
+    sections = [s for s in tag.get("sections") or () if isinstance(s, str)]
+    try:
+        return list(trial_types(sections))
+    except KeyError:  # a section this version does not know
+        return []
+
+
+def format_text(c: Comparison) -> str:
+    lines = [f"shadow {c.shadow_id} (types {', '.join(c.types)}), from {_iso(c.start)} to {_iso(c.end)}: "
+             f"{c.live_alerts} live alerts, {c.shadow_alerts} shadow alerts",
+             f"the candidate {c.summary()}"]
+    for change in c.changes:
+        said = f" [{change.verdict}]" if change.verdict is not None else ""
+        extra = f" ({', '.join(change.fields)})" if change.fields else ""
+        lines.append(f"  {change.change:<7} {change.type:<15} {change.job} {change.id}{extra}{said}")
+    return "\n".join(lines) + "\n"
+
+
+def _iso(ts: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def cmd_shadow_report(settings, since: float, *, as_json: bool) -> int:
+    kafka = settings.kafka
+    shadow = _alerts(settings, kafka.topic(kafka.shadow_alerts_topic))
+    live = _alerts(settings, kafka.topic(kafka.alerts_topic))
+    result = shadow_comparison(live, shadow, read_feedback(settings), since=since, now=time.time())
+    if result is None:
+        print(f"stepwatch report: no shadow alerts on {kafka.topic(kafka.shadow_alerts_topic)} (set a candidate "
+              f"with 'stepwatch config set --shadow')", file=sys.stderr)
+        if as_json:
+            sys.stdout.write("null\n")
+        return 0
+    if as_json:
+        sys.stdout.write(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(format_text(result))
+    return 0
