@@ -121,6 +121,9 @@ class Outcome:
     nodes: tuple[str, ...]
     status: str
     ends_at: float | None
+    #: When it was first published (its record's ``_at``, the broker's timestamp, where the reader added it;
+    #: else ``starts_at``): what the window is about, since an alert may start before its rule is sure.
+    seen_at: float = 0.0
 
 
 _SEVERITY = {"info": 0, "warning": 1, "critical": 2}
@@ -138,15 +141,16 @@ def outcomes(alerts: Iterable[Mapping[str, Any]]) -> dict[str, Outcome]:
         severity = str(a.get("severity", ""))
         ends = a.get("ends_at") if isinstance(a.get("ends_at"), (int, float)) else None
         starts = a.get("starts_at") if isinstance(a.get("starts_at"), (int, float)) else 0.0
+        seen = a.get("_at") if isinstance(a.get("_at"), (int, float)) else starts
         old = out.get(ident)
         if old is not None:
             if _SEVERITY.get(old.severity, -1) > _SEVERITY.get(severity, -1):
                 severity = old.severity
             ranks = tuple(sorted(set(old.ranks) | set(ranks)))
             nodes = tuple(sorted(set(old.nodes) | set(nodes)))
-            starts = old.starts_at
+            starts, seen = old.starts_at, old.seen_at
         out[ident] = Outcome(ident, kind, str(a.get("job", "")), float(starts), severity, tuple(sorted(ranks)),
-                             tuple(sorted(nodes)), str(a.get("status", "")), ends)
+                             tuple(sorted(nodes)), str(a.get("status", "")), ends, float(seen))
     return out
 
 
@@ -236,7 +240,8 @@ def _verdicts(items: list[AlertChange]) -> str:
 
 def compare(live: Iterable[Mapping[str, Any]], shadow: Iterable[Mapping[str, Any]], *, types: Iterable[str],
             feedback: Mapping[str, Verdict], start: float, end: float, shadow_id: str = "") -> Comparison:
-    """The candidate's effect on the alerts of ``types`` that began within ``[start, end]``, by alert id; each joined
+    """The candidate's effect on the alerts of ``types`` first published within ``[start, end]`` (``_at``, else
+    ``starts_at``), by alert id; each joined
     with the latest verdict on it (``feedback``: alert id -> verdict). Live alerts of other types are only read to
     tell whether an added alert's job and ranks were later confirmed."""
     types = tuple(sorted(set(types)))
@@ -244,7 +249,7 @@ def compare(live: Iterable[Mapping[str, Any]], shadow: Iterable[Mapping[str, Any
     confirmed = [o for i, o in live_all.items() if feedback.get(i) is Verdict.CONFIRMED]
 
     def within(o: Outcome) -> bool:
-        return o.type in types and start <= o.starts_at <= end
+        return o.type in types and start <= o.seen_at <= end
 
     lives = {i: o for i, o in live_all.items() if within(o)}
     shadows = {i: o for i, o in outcomes(shadow).items() if within(o)}

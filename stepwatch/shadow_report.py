@@ -18,8 +18,8 @@ from stepwatch.models.shadow import Comparison, compare
 from stepwatch.models.wire.feedback import Feedback, Verdict
 
 
-def _records(settings, topic: str, *, timeout: float = 10.0) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """(key, value) of every record of ``topic``, from its beginning to its end as of now (none if it is absent)."""
+def _records(settings, topic: str, *, timeout: float = 10.0) -> Iterator[tuple[bytes | None, bytes | None, float]]:
+    """(key, value, broker timestamp in seconds) of every record of ``topic``, from its beginning to its end as of now (none if it is absent)."""
     from kafka import KafkaConsumer, TopicPartition
 
     from stepwatch.security import client_config
@@ -37,19 +37,20 @@ def _records(settings, topic: str, *, timeout: float = 10.0) -> Iterator[tuple[b
         while any(consumer.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
                 for record in records:
-                    yield record.key, record.value
+                    yield record.key, record.value, record.timestamp / 1000
     finally:
         consumer.close()
 
 
 def _alerts(settings, topic: str) -> list[dict]:
     out = []
-    for _, value in _records(settings, topic):
+    for _, value, at in _records(settings, topic):
         try:
             obj = orjson.loads(value) if value else None
         except orjson.JSONDecodeError:
             continue
         if isinstance(obj, dict) and obj.get("id"):
+            obj["_at"] = at  # when it was published: the window is about that (models/shadow.py)
             out.append(obj)
     return out
 
@@ -59,7 +60,7 @@ def read_feedback(settings) -> dict[str, Verdict]:
     ``stepwatch/feedback.py`` lands; malformed records passed over, a tombstone drops its alert's verdict)."""
     topic = settings.kafka.topic(getattr(settings.kafka, "feedback_topic", "feedback"))
     latest: dict[str, Feedback] = {}
-    for key, value in _records(settings, topic):
+    for key, value, _ in _records(settings, topic):
         if value is None:
             if key:
                 latest.pop(key.decode("utf-8", "replace"), None)
