@@ -29,8 +29,10 @@ import orjson
 
 from .registry import all_specs
 from .rule import RuleSpec
+from .settings import DetectionSettings
 from .wire.feedback import Verdict
 
+_SECTIONS = frozenset(f.name for f in dataclasses.fields(DetectionSettings))
 #: The config topic key of the candidate (a job id never starts with ``~``; the ``*`` scope is the live one).
 SHADOW_KEY = "~shadow"
 
@@ -46,19 +48,6 @@ def encode(overrides: Mapping[str, Mapping[str, Any]] | None, *, now: float | No
         return None
     return orjson.dumps({"v": 1, "kind": "config", "shadow": True, **overrides, "id": identity(overrides),
                          "updated_at": time.time() if now is None else now})
-
-
-def decode(value: bytes | None) -> dict[str, dict[str, Any]] | None:
-    """A candidate's overrides (None: dropped); ``ValueError`` when malformed or not marked as shadow (each
-    value converted and range-checked as a live ``config set`` value is)."""
-    from stepwatch.runtime_config import decode as decode_config
-
-    if value is None:
-        return None
-    overrides = decode_config(value)
-    if orjson.loads(value).get("shadow") is not True:
-        raise ValueError(f"the {SHADOW_KEY!r} config message is not marked as shadow")
-    return overrides or None
 
 
 def merged(live: Mapping[str, Mapping[str, Any]], shadow: Mapping[str, Mapping[str, Any]]) -> dict[str, dict]:
@@ -83,10 +72,14 @@ def differing_sections(base: Any, live: Mapping[str, Mapping[str, Any]],
 
 
 def rules_under_trial(sections: Iterable[str]) -> tuple[RuleSpec, ...]:
-    """The registered rules (job, node and outlet) whose settings class is one of ``sections``'."""
-    from stepwatch.runtime_config import SECTIONS
-
-    classes = {SECTIONS[s] for s in sections}
+    """The registered rules (job, node and outlet) whose settings class is one of ``sections``' (sections of
+    ``DetectionSettings``; ``KeyError`` for another name)."""
+    defaults = DetectionSettings()
+    classes = set()
+    for section in sections:
+        if section not in _SECTIONS:
+            raise KeyError(section)
+        classes.add(type(getattr(defaults, section)))
     return tuple(spec for spec in all_specs() if spec.settings in classes)
 
 

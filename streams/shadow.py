@@ -27,6 +27,7 @@ from stepwatch.models.pipeline import Pipeline
 from stepwatch.models.published import PublishedAlerts
 from stepwatch.models.sources import Tick
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
+from stepwatch.runtime_config import decode as decode_config
 from stepwatch.runtime_config import encode as encode_config
 
 log = logging.getLogger("stepwatch.worker")
@@ -82,7 +83,7 @@ class ShadowRun:
         self.trial = None
         self.error = None
         try:
-            overrides = candidate.decode(value)
+            overrides = decode(value)
             if overrides is None:
                 return
             self.trial = self._start(overrides, time.time() if now is None else now)
@@ -197,6 +198,17 @@ class ShadowRun:
             return {"active": False, "error": self.error}
         return {"active": True, "id": trial.id, "settings": trial.overrides, "sections": list(trial.sections),
                 "types": sorted(trial.types), "since": trial.since, "pending": len(self.pending)}
+
+
+def decode(value: bytes | None) -> dict | None:
+    """A candidate's overrides from its config message (None: dropped); ``ValueError`` when malformed or not
+    marked as shadow (each value converted and range-checked as a live ``config set`` value is)."""
+    if value is None:
+        return None
+    overrides = decode_config(value)  # a dict of kind "config", or ValueError
+    if orjson.loads(value).get("shadow") is not True:
+        raise ValueError(f"the {candidate.SHADOW_KEY!r} config message is not marked as shadow")
+    return overrides or None
 
 
 class Tapped:
