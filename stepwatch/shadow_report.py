@@ -76,17 +76,44 @@ def read_feedback(settings) -> dict[str, Verdict]:
 
 
 def shadow_comparison(live: list[dict], shadow: list[dict], feedback: dict[str, Verdict], *, since: float,
-                      now: float) -> Comparison | None:
-    """The comparison for the latest candidate among ``shadow``'s records (None: no shadow alert at all)."""
+                      now: float, current: dict | None = None) -> Comparison | None:
+    """The comparison for the candidate on trial now (``current``: ``{"id", "sections", "since"}`` from the config
+    topic; a candidate that fired nothing still drops every live alert of its rules), else for the latest one
+    among ``shadow``'s records; None: neither."""
     tagged = [a for a in shadow if isinstance(a.get("shadow"), dict) and isinstance(a["shadow"].get("id"), str)]
-    if not tagged:
+    if current is None and not tagged:
         return None
-    latest = tagged[-1]["shadow"]
-    mine = [a for a in tagged if a["shadow"]["id"] == latest["id"]]
-    started = min(float(a["shadow"].get("since") or 0.0) for a in mine)
-    types = {t for a in mine for t in _types(a["shadow"])} or {a.get("type") for a in mine}
+    tag = current if current is not None else tagged[-1]["shadow"]
+    mine = [a for a in tagged if a["shadow"]["id"] == tag["id"]]
+    # When this candidate started: on the workers (its alerts say), else when it was written.
+    started = min([float(a["shadow"].get("since") or 0.0) for a in mine] or [float(tag.get("since") or 0.0)])
+    types = set(_types(tag)) or {a.get("type") for a in mine}
     return compare(live, mine, types=types, feedback=feedback, start=max(now - since, started), end=now,
-                   shadow_id=latest["id"])
+                   shadow_id=tag["id"])
+
+
+def current_candidate(settings) -> dict | None:
+    """The candidate on the config topic now, as a shadow alert's tag (``id``, ``settings``, ``sections``: those
+    that differ from the live ``*`` settings, ``since``: when it was written); None: none on trial."""
+    from stepwatch.models.shadow import SHADOW_KEY, differing_sections, identity
+    from stepwatch.runtime_config import GLOBAL, decode
+
+    kafka = settings.kafka
+    found: dict[str, tuple[dict | None, float]] = {}
+    for key, value, at in _records(settings, kafka.topic(kafka.config_topic)):
+        scope = key.decode("utf-8", "replace") if key else GLOBAL
+        if scope not in (GLOBAL, SHADOW_KEY):
+            continue
+        try:
+            found[scope] = (decode(value), at)
+        except ValueError:
+            continue
+    overrides, at = found.get(SHADOW_KEY, (None, 0.0))
+    if not overrides:
+        return None
+    live = found.get(GLOBAL, (None, 0.0))[0] or {}
+    return {"id": identity(overrides), "settings": overrides,
+            "sections": list(differing_sections(settings, live, overrides)), "since": at}
 
 
 def _types(tag: dict) -> list[str]:
@@ -120,10 +147,12 @@ def cmd_shadow_report(settings, since: float, *, as_json: bool) -> int:
     kafka = settings.kafka
     shadow = _alerts(settings, kafka.topic(kafka.shadow_alerts_topic))
     live = _alerts(settings, kafka.topic(kafka.alerts_topic))
-    result = shadow_comparison(live, shadow, read_feedback(settings), since=since, now=time.time())
+    result = shadow_comparison(live, shadow, read_feedback(settings), since=since, now=time.time(),
+                               current=current_candidate(settings))
     if result is None:
-        print(f"stepwatch report: no shadow alerts on {kafka.topic(kafka.shadow_alerts_topic)} (set a candidate "
-              f"with 'stepwatch config set --shadow')", file=sys.stderr)
+        print(f"stepwatch report: no shadow settings on trial and no shadow alerts on "
+              f"{kafka.topic(kafka.shadow_alerts_topic)} (set a candidate with 'stepwatch config set --shadow')",
+              file=sys.stderr)
         if as_json:
             sys.stdout.write("null\n")
         return 0

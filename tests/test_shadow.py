@@ -22,7 +22,7 @@ from streams.shadow import ShadowRun, Tapped
 
 
 def _messages(slow_factor: float = 1.2, seed: int = 11) -> list[bytes]:
-    job = SyncJob(job="sh-job", ranks=16, steps=240, slow_rank=5, slow_factor=slow_factor, slow_from=60, seed=seed)
+    job = SyncJob(job="sh-job", ranks=16, steps=150, slow_rank=5, slow_factor=slow_factor, slow_from=60, seed=seed)
     return [orjson.dumps(e) for e in job.events()]
 
 
@@ -207,3 +207,15 @@ def test_the_comparison_of_a_side_with_itself_is_empty_and_swapping_sides_swaps_
     back = compare(other, side, types=["straggler"], feedback={}, start=0, end=1e9)
     assert {c.id for c in there.of(Change.DROPPED)} == {c.id for c in back.of(Change.ADDED)}
     assert {c.id for c in there.of(Change.ADDED)} == {c.id for c in back.of(Change.DROPPED)}
+
+
+def test_a_candidate_that_fired_nothing_still_drops_the_live_alerts_of_its_rules():
+    from stepwatch.shadow_report import shadow_comparison
+
+    live = [_alert("a", _at=150.0), _alert("b", _at=40.0), _alert("h", type_="hang", _at=150.0)]
+    current = {"id": "c1", "settings": {"straggler": {"ratio_threshold": 3.0}}, "sections": ["straggler"],
+               "since": 100.0}
+    result = shadow_comparison(live, [], {"a": Verdict.FALSE}, since=1000.0, now=200.0, current=current)
+    assert [(c.change, c.id, c.verdict) for c in result.changes] == [(Change.DROPPED, "a", Verdict.FALSE)]
+    assert result.shadow_id == "c1" and result.start == 100.0  # not before the candidate was written
+    assert shadow_comparison(live, [], {}, since=1000.0, now=200.0) is None
