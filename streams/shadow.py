@@ -90,6 +90,9 @@ class ShadowRun:
         except ValueError as exc:
             self.error = str(exc)
             raise
+        except Exception as exc:  # a bug here must not stop the config reader (the live settings come that way)
+            self.error = f"could not start: {exc!r}"
+            self._failed("settings", exc)
 
     def _start(self, overrides: dict, now: float) -> _Trial:
         base = self.runtime.base
@@ -132,6 +135,9 @@ class ShadowRun:
         except ValueError as exc:  # the candidate on top of the new live settings is not usable
             self.trial, self.error = None, f"dropped after a live change of {key!r}: {exc}"
             log.warning("shadow %s %s", trial.id, self.error)
+        except Exception as exc:  # never the config reader's problem: the trial stops, counted
+            self.trial, self.error = None, f"dropped after a live change of {key!r}: {exc!r}"
+            self._failed("settings", exc)
 
     # -- the stream ------------------------------------------------------------------------
 
@@ -145,6 +151,8 @@ class ShadowRun:
         except Exception as exc:
             self._failed("tick" if type(item) is Tick else "events", exc)
             return
+        if type(item) is Tick:  # its hang rule's stack requests, as the live ones are sent (never: bounded anyway)
+            trial.pipeline.engine.take_stack_requests()
         for dead in out.deadletters:
             if dead.cause == "detector":  # the candidate's rules raised (the live road dead-letters its own)
                 self._failed("detector", None)

@@ -219,3 +219,19 @@ def test_a_candidate_that_fired_nothing_still_drops_the_live_alerts_of_its_rules
     assert [(c.change, c.id, c.verdict) for c in result.changes] == [(Change.DROPPED, "a", Verdict.FALSE)]
     assert result.shadow_id == "c1" and result.start == 100.0  # not before the candidate was written
     assert shadow_comparison(live, [], {}, since=1000.0, now=200.0) is None
+
+
+def test_a_failure_starting_or_reconfiguring_the_shadow_never_reaches_the_config_reader(monkeypatch):
+    settings = Settings()
+    engine = DetectionEngine(settings)
+    runtime = RuntimeConfig(settings)
+    run = ShadowRun(Pipeline(engine), runtime)
+    monkeypatch.setattr(RuntimeConfig, "apply", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bug")))
+    run.set(candidate.encode({"straggler": {"window": 8}}))  # no exception out of it
+    assert run.trial is None and "bug" in run.error
+    monkeypatch.undo()
+    run.set(candidate.encode({"straggler": {"window": 8}}))
+    assert run.trial is not None
+    monkeypatch.setattr(RuntimeConfig, "apply", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bug")))
+    run.live_changed(GLOBAL, None)
+    assert run.trial is None and "bug" in run.error
