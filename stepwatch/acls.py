@@ -48,6 +48,7 @@ def grants(settings: Settings | None = None) -> dict[Role, tuple[Grant, ...]]:
     topic = k.topic
     events, control = topic(k.events_topic), topic(k.control_topic)
     worker_writes = [topic(k.alerts_topic), topic(k.deadletter_topic), topic(k.workers_topic),
+                     topic(k.shadow_alerts_topic),  # candidate settings' alerts (streams/shadow.py)
                      topic(s.oncall.ledger_topic), topic(s.oncall.placement_topic), topic(k.link_baselines_topic),
                      topic(s.oncall.actions_topic), control, topic(k.job_events_topic),
                      topic(k.feedback_topic)]  # the verdicts the web port takes (POST /alerts/<id>/feedback)

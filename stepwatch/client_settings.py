@@ -26,6 +26,9 @@ class KafkaSettings:
     events_topic: str = "events"
     alerts_topic: str = "alerts"
     deadletter_topic: str = "deadletter"
+    #: Alerts of candidate settings under trial (``stepwatch config set --shadow``): never paged, compared by
+    #: ``stepwatch report --shadow`` (streams/shadow.py).
+    shadow_alerts_topic: str = "shadow-alerts"
     #: Runtime settings (compacted, keyed by job id or ``*``; see docs/operations.md).
     config_topic: str = "config"
     #: Workers registry (compacted, one partition, keyed by worker URL): which worker owns which

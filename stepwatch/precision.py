@@ -114,10 +114,13 @@ def read_config_changes(settings, *, timeout: float = 10.0) -> list[float]:
     import orjson
 
     from stepwatch.feedback import read_all
+    from stepwatch.models.shadow import SHADOW_KEY
 
     kafka = settings.kafka
     out = []
     for record in read_all(settings, kafka.topic(kafka.config_topic), timeout=timeout):
+        if record.key == SHADOW_KEY.encode():  # a candidate on trial is not the settings in force
+            continue
         when = None
         if record.value is not None:
             try:

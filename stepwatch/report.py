@@ -523,6 +523,9 @@ def add_parser(sub) -> None:
                    help="an alert that resolved by itself within this many seconds and never recurred is "
                         "'transient' (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--shadow", action="store_true",
+                   help="compare the shadow (candidate) settings' alerts with the live ones over --since (counted "
+                        "back from now): added, dropped, changed, with the feedback on them")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE")
     p.add_argument("--bootstrap", metavar="HOST:PORT[,...]", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP)")
     p.add_argument("--topic-prefix", metavar="PREFIX", help="topic prefix (default: STEPWATCH_KAFKA_TOPIC_PREFIX)")
@@ -551,6 +554,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from stepwatch.precision import read_config_changes
 
     path = args.file or args.file_option
+    if args.shadow:  # stepwatch/shadow_report.py: the topics, not a file
+        return _shadow_report(args)
     stats = {"alerts": 0}
     outcomes = OutcomeSettings(transient_seconds=args.transient)
     refused: list[str] = []
@@ -599,3 +604,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif not args.html:
         sys.stdout.write(format_text(report))
     return 0
+
+
+def _shadow_report(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from stepwatch.config import Settings
+    from stepwatch.shadow_report import cmd_shadow_report
+
+    if args.file or args.file_option or args.html:
+        raise SystemExit("stepwatch report: --shadow reads the topics (no FILE, no --html)")
+    if not args.since.relative:
+        raise SystemExit("stepwatch report: --shadow takes --since as a duration (e.g. 24h)")
+    settings = Settings.from_env()
+    kafka = settings.kafka
+    if args.bootstrap:
+        kafka = dataclasses.replace(kafka, bootstrap=args.bootstrap)
+    if args.topic_prefix is not None:
+        kafka = dataclasses.replace(kafka, topic_prefix=args.topic_prefix)
+    if not kafka.bootstrap:
+        raise SystemExit("stepwatch report: no Kafka bootstrap servers (set KAFKA_BOOTSTRAP or --bootstrap)")
+    return cmd_shadow_report(dataclasses.replace(settings, kafka=kafka), args.since.seconds, as_json=args.json)

@@ -9,11 +9,11 @@ from stepwatch.config import KafkaSettings
 
 def topic_names(kafka: KafkaSettings) -> list[str]:
     return [kafka.topic(kafka.events_topic), kafka.topic(kafka.alerts_topic), kafka.topic(kafka.deadletter_topic),
-            kafka.topic(kafka.control_topic)]
+            kafka.topic(kafka.control_topic), kafka.topic(kafka.shadow_alerts_topic)]
 
 
 def ensure_topics(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:
-    """Create the events, alerts, dead-letter, control, config, workers and feedback topics if they do not exist yet.
+    """Create the events, alerts, dead-letter, control, shadow-alerts, config, workers and feedback topics if they do not exist yet.
 
     ``client_config``: kafka-python connection settings (TLS/SASL, see stepwatch.security).
     """
