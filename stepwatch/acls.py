@@ -17,6 +17,7 @@ import enum
 from dataclasses import dataclass
 
 from stepwatch.config import Settings
+from stepwatch.models.oncall.drain_ledger import TOPIC as DRAIN_LEDGER_TOPIC
 
 
 class Role(enum.Enum):
@@ -48,7 +49,8 @@ def grants(settings: Settings | None = None) -> dict[Role, tuple[Grant, ...]]:
     events, control = topic(k.events_topic), topic(k.control_topic)
     worker_writes = [topic(k.alerts_topic), topic(k.deadletter_topic), topic(k.workers_topic),
                      topic(s.oncall.ledger_topic), topic(s.oncall.placement_topic), topic(k.link_baselines_topic),
-                     topic(s.oncall.actions_topic), control, topic(k.job_events_topic)]
+                     topic(s.oncall.actions_topic), control, topic(k.job_events_topic),
+                     topic(DRAIN_LEDGER_TOPIC)]  # one drain budget across workers (streams/drain_ledger.py)
     return {
         Role.TRAINING: (Grant(events, WRITE), Grant(control, READ)),
         Role.AGENT: (Grant(topic(s.telemetry.topic), WRITE),),
