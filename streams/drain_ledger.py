@@ -36,11 +36,13 @@ def install_drain_ledger(app, engine, settings) -> None:
 
     kafka = settings.kafka
     topic = kafka.topic(TOPIC)
-    budget = engine.oncall.rule("drain_budget").budget
+
+    def budget():  # looked up at each use, as the releases reader does (the rule may be made again)
+        return engine.oncall.rule("drain_budget").budget
 
     def handle(record) -> None:
         try:
-            if apply_record(budget, record.value):
+            if apply_record(budget(), record.value):
                 log.info("drain ledger: %s drained by another worker, counted", record.key)
         except ValueError as exc:
             log.warning("ignored a drain ledger record: %s", exc)
@@ -69,9 +71,10 @@ def install_drain_ledger(app, engine, settings) -> None:
         producer = None
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
-            if not budget.outbox:
+            gate = budget()
+            if not gate.outbox:
                 continue
-            records = take_records(budget)
+            records = take_records(gate)
             try:
                 if producer is None:
                     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap.split(","), linger_ms=10,
@@ -81,10 +84,10 @@ def install_drain_ledger(app, engine, settings) -> None:
                     await producer.send(topic, key=record.node.encode(), value=record.encode())
                 await producer.flush()
             except asyncio.CancelledError:
-                budget.outbox.extendleft(reversed(records))
+                gate.outbox.extendleft(reversed(records))
                 raise
             except Exception as exc:  # the broker away: sent again at the next flush (the budget here counts them)
-                budget.outbox.extendleft(reversed(records))
+                gate.outbox.extendleft(reversed(records))
                 log.warning("drain ledger: could not write %d record(s) yet: %r", len(records), exc)
                 if producer is not None:
                     try:
