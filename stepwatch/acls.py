@@ -18,6 +18,7 @@ import enum
 from dataclasses import dataclass
 
 from stepwatch.config import Settings
+from stepwatch.models.oncall.drain_ledger import TOPIC as DRAIN_LEDGER_TOPIC
 
 
 class Role(enum.Enum):
@@ -51,7 +52,8 @@ def grants(settings: Settings | None = None) -> dict[Role, tuple[Grant, ...]]:
                      topic(k.shadow_alerts_topic),  # candidate settings' alerts (streams/shadow.py)
                      topic(s.oncall.ledger_topic), topic(s.oncall.placement_topic), topic(k.link_baselines_topic),
                      topic(s.oncall.actions_topic), control, topic(k.job_events_topic),
-                     topic(k.feedback_topic)]  # the verdicts the web port takes (POST /alerts/<id>/feedback)
+                     topic(k.feedback_topic),  # the verdicts the web port takes (POST /alerts/<id>/feedback)
+                     topic(DRAIN_LEDGER_TOPIC)]  # one drain budget across workers (streams/drain_ledger.py)
     return {
         Role.TRAINING: (Grant(events, WRITE), Grant(control, READ)),
         Role.AGENT: (Grant(topic(s.telemetry.topic), WRITE),),

@@ -134,6 +134,9 @@ class Worker:
         from .action_sink import install_releases
 
         install_releases(self.app, self.engine, settings)  # humans' releases of held drains (models/oncall/budget.py)
+        from .drain_ledger import install_drain_ledger
+
+        install_drain_ledger(self.app, self.engine, settings)  # one drain budget across workers (the ledger topic)
         #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
         self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink,
                                 max_request_size=self.app.conf.producer_max_request_size)
