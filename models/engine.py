@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .settings import DetectionSettings, RetentionSettings  # noqa: F401  (RetentionSettings: re-exported)
 from .alerts import Alert
 from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
@@ -33,32 +34,8 @@ from .jobhealth.sli import JobSLI
 from .wire.step_columns import StepColumns
 from .steps.straggler import StragglerDetector, StragglerSettings
 from .telemetry.telemetry_hub import TELEMETRY_KINDS, TelemetryHub
-from dataclasses import dataclass
 
 
-@dataclass(frozen=True, kw_only=True)
-class RetentionSettings:
-    """Bounds on the engine's state: nothing grows without limit."""
-
-    #: A job with no event for this long is forgotten (its open alerts resolve as "evicted").
-    job_idle_seconds: float = 6 * 3600.0
-    #: A job that sent ``phase: end`` is forgotten this long after its last event.
-    ended_job_seconds: float = 600.0
-    #: At most this many jobs are tracked; beyond, the least recently active job *without an open
-    #: alert* is forgotten (a hung job is never pushed out by new ones), else one whose only open alert
-    #: is a hang no rank has spoken since (dead junk: its hang resolves ``forgotten``; issue 44 finding 2);
-    #: when the ``EVICTION_PROBES`` least recently active are neither, the new job's event is refused
-    #: and counted (``stepwatch_engine_jobs_refused_total``). Evictions: ``stepwatch_engine_jobs_evicted_total``.
-    max_jobs: int = 10_000
-    #: Ranks tracked per job at most; events of further new ranks are left out and counted
-    #: (``stepwatch_state_capped_total{what="ranks_per_job"}``): one producer cannot grow a job forever.
-    max_ranks_per_job: int = 131_072
-    #: Ranks tracked across all jobs at most (per-job caps must not multiply: 2 jobs x 100k ranks took 877 MB);
-    #: events of further new ranks are left out and counted as the per-job cap's are.
-    max_ranks_total: int = 262_144
-    #: Process groups tracked across all jobs at most (the per-job 4096 must not multiply across forged jobs);
-    #: heartbeats' further new groups are left out, counted (``stepwatch_state_capped_total{what="process_groups_total"}``).
-    max_process_groups_total: int = 65_536
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended, and so
@@ -193,8 +170,6 @@ class DetectionEngine:
 
     def __init__(self, settings=None) -> None:
         if settings is None:
-            from .settings import DetectionSettings  # the tree imports this module
-
             settings = DetectionSettings()
         self.settings = settings
         #: Jobs, least recently active first (every event moves its job to the end): an LRU, so the
