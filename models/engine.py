@@ -18,6 +18,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from .settings import DetectionSettings, RetentionSettings  # noqa: F401  (RetentionSettings: re-exported)
+from .settings_store import SettingsStore, section_of
 from .alerts import Alert
 from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
@@ -192,17 +193,11 @@ class DetectionEngine:
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
-        self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
         self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host)
-        #: Hang settings changed at run time: per job, and the default (None: the environment's).
-        self.hang_overrides: dict[str, HangSettings] = {}
-        self.hang_default: HangSettings | None = None
-        #: Per-job straggler settings changed at run time (see ``apply_settings``).
-        self.straggler_overrides: dict[str, StragglerSettings] = {}
-        #: Job-wide rules' settings changed at run time: per job, and the default (see ``apply_job_health_settings``).
-        self.job_health_overrides: dict[str, JobHealthSettings] = {}
-        self.job_health_default: JobHealthSettings | None = None
+        #: The job rules' settings in force: the environment's, run-time defaults, jobs' own
+        #: (models/settings_store.py; ``apply_rule_settings``).
+        self.rule_settings = SettingsStore(self.settings)
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger
@@ -538,15 +533,6 @@ class DetectionEngine:
     def _new_job(self, job: str) -> JobState:
         return JobState(job, self)
 
-    def hang_settings(self, job: str) -> HangSettings:
-        """The hang rule's settings for ``job``: run-time overrides, else the environment's."""
-        if job in self.hang_overrides:
-            return self.hang_overrides[job]
-        h = self.hang_default or self.settings.hang
-        if job in self._job_timeouts and self.hang_default is None:
-            h = dataclasses.replace(h, timeout_seconds=self._job_timeouts[job])
-        return h
-
     def take_stack_requests(self) -> list:
         """Stack requests of hung jobs made since the last call (the worker sends them on the control topic)."""
         out, self.stack_requests = self.stack_requests, []
@@ -778,45 +764,27 @@ class DetectionEngine:
 
     # -- runtime settings -----------------------------------------------------------------
 
-    def straggler_settings(self, job: str) -> StragglerSettings:
-        return self.straggler_overrides.get(job, self.settings.straggler)
+    def settings_for(self, cls: type, job: str):
+        """The settings of class ``cls`` (a rule's ``spec.settings``) in force for ``job``."""
+        return self.rule_settings.get(cls, job)
 
-    def apply_settings(self, job: str | None, straggler: StragglerSettings | None) -> None:
-        """Change the straggler rule's settings while running, existing detectors included.
+    def apply_rule_settings(self, cls: type, job: str | None, settings) -> None:
+        """Change the settings of class ``cls`` while running, for every job rule that takes them, existing ones
+        included (state and open alerts kept; an open alert a raised threshold ends resolves saying so).
 
-        ``job=None`` sets the default of every job without its own; ``straggler=None`` for a
-        job drops its own settings (back to the default).
+        ``job=None`` sets the default of every job without its own; ``settings=None`` for a job drops its own
+        (back to the default).
         """
+        self.rule_settings.set(cls, job, settings)
         if job is None:
-            if straggler is None:
-                raise ValueError("the default settings cannot be removed")
-            self.settings = dataclasses.replace(self.settings, straggler=straggler)
-            targets = [j for name, j in self.jobs.items() if name not in self.straggler_overrides]
+            section = section_of(cls)
+            if isinstance(getattr(self.settings, section, None), cls):  # the tree in force (rules read it)
+                self.settings = dataclasses.replace(self.settings, **{section: settings})
+            targets = [j for name, j in self.jobs.items() if not self.rule_settings.has_own(cls, name)]
         else:
-            if straggler is None:
-                self.straggler_overrides.pop(job, None)
-            else:
-                self.straggler_overrides[job] = straggler
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
-            self._reconfigure(state, self.straggler_settings(state.job))
-            self._touch(state)
-
-    def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
-        """Change the hang rule's settings while running (like ``apply_settings``)."""
-        if job is None:
-            if hang is None:
-                raise ValueError("the default settings cannot be removed")
-            self.hang_default = hang
-            targets = [j for name, j in self.jobs.items() if name not in self.hang_overrides]
-        else:
-            if hang is None:
-                self.hang_overrides.pop(job, None)
-            else:
-                self.hang_overrides[job] = hang
-            targets = [self.jobs[job]] if job in self.jobs else []
-        for state in targets:
-            self._reconfigure(state, self.hang_settings(state.job))
+            self._reconfigure(state, self.settings_for(cls, state.job))
             self._touch(state)  # new thresholds: its deadlines move
 
     @staticmethod
@@ -826,27 +794,24 @@ class DetectionEngine:
             if rule.spec.settings is type(settings):
                 rule.reconfigure(settings)
 
+    # The rules' settings by name (callers and tests written before the store).
+    def straggler_settings(self, job: str) -> StragglerSettings:
+        return self.settings_for(StragglerSettings, job)
+
+    def hang_settings(self, job: str) -> HangSettings:
+        return self.settings_for(HangSettings, job)
+
     def job_health_settings(self, job: str) -> JobHealthSettings:
-        """The job-wide rules' settings for ``job``: run-time overrides, else the environment's."""
-        return self.job_health_overrides.get(job, self.job_health_default or self.settings.job_health)
+        return self.settings_for(JobHealthSettings, job)
+
+    def apply_settings(self, job: str | None, straggler: StragglerSettings | None) -> None:
+        self.apply_rule_settings(StragglerSettings, job, straggler)
+
+    def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
+        self.apply_rule_settings(HangSettings, job, hang)
 
     def apply_job_health_settings(self, job: str | None, health: JobHealthSettings | None) -> None:
-        """Change the job-wide rules' settings while running (like ``apply_hang_settings``); an open alert
-        ended by a raised threshold resolves saying so (``evidence.resolution = threshold_changed``)."""
-        if job is None:
-            if health is None:
-                raise ValueError("the default settings cannot be removed")
-            self.job_health_default = health
-            targets = [j for name, j in self.jobs.items() if name not in self.job_health_overrides]
-        else:
-            if health is None:
-                self.job_health_overrides.pop(job, None)
-            else:
-                self.job_health_overrides[job] = health
-            targets = [self.jobs[job]] if job in self.jobs else []
-        for state in targets:
-            self._reconfigure(state, self.job_health_settings(state.job))
-            self._touch(state)
+        self.apply_rule_settings(JobHealthSettings, job, health)
 
     # -- views ----------------------------------------------------------------------------
 

@@ -46,6 +46,9 @@ class RuleEnv(Protocol):
     settings: Any  # DetectionSettings (models/settings.py)
     verdict_listener: Any
 
+    def settings_for(self, cls: type, job: str) -> Any:
+        """The settings of class ``cls`` (a rule's ``spec.settings``) in force for ``job`` (models/settings_store.py)."""
+
     def straggler_settings(self, job: str) -> StragglerSettings: ...
 
     def hang_settings(self, job: str) -> HangSettings: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..tunable import MAX_SECONDS, runtime
@@ -83,3 +84,9 @@ class HangSettings:
 
     def timeout_for(self, job: str) -> float:
         return self.job_timeout_map().get(job, self.timeout_seconds)
+
+    def for_job(self, job: str) -> HangSettings:
+        """These settings as the environment gives them to ``job``: its ``job_timeouts`` entry as the timeout
+        (models/settings_store.py asks this of the fleet's settings only; a run-time default replaces them)."""
+        timeout = self.job_timeout_map().get(job)
+        return self if timeout is None else dataclasses.replace(self, timeout_seconds=timeout)
