@@ -90,3 +90,12 @@ class HangSettings:
         (models/settings_store.py asks this of the fleet's settings only; a run-time default replaces them)."""
         timeout = self.job_timeout_map().get(job)
         return self if timeout is None else dataclasses.replace(self, timeout_seconds=timeout)
+
+    def check(self) -> None:
+        """``ValueError`` unless the settings are usable as a whole (the environment's included)."""
+        for name in ("timeout_seconds", "checkpoint_timeout_seconds", "first_step_timeout_seconds",
+                     "warning_factor", "heartbeat_timeout_seconds"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"hang.{name} must be positive")
+        if self.warning_min_steps < 1 or self.max_listed_ranks < 1:
+            raise ValueError("hang.warning_min_steps and hang.max_listed_ranks must be at least 1")

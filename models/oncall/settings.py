@@ -58,3 +58,8 @@ class OnCallSettings:
     ladder_restart_seconds: float = runtime(600.0, low=0.0, high=86_400.0)
     #: ... and a loss below this many GPU-hours is only observed (above: the job's owner is notified).
     ladder_notify_gpu_hours: float = runtime(1.0, low=0.0, high=1e9)
+
+    def check(self) -> None:
+        """``ValueError`` unless the settings are usable as a whole (the environment's included)."""
+        if self.ledger_window_seconds <= 0:
+            raise ValueError("oncall.ledger_window_seconds must be positive")

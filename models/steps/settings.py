@@ -51,6 +51,23 @@ class StragglerSettings:
     #: ... judged over this many steps of per-rank history.
     long_window: int = runtime(200, low=1, high=2000, why="this many steps of history per rank")
 
+    def check(self) -> None:
+        """``ValueError`` unless the fields make sense together (each field's range: ``runtime`` above)."""
+        if not 1 <= self.min_flagged <= self.window:
+            raise ValueError("straggler: need 1 <= min_flagged <= window")
+        for name in ("ratio_threshold", "critical_ratio", "z_threshold"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"straggler.{name} must be positive")
+        if self.intermittent_window < 0:
+            raise ValueError("straggler.intermittent_window must not be negative")
+        for name in ("evidence_window", "clear_after", "min_peers", "long_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"straggler.{name} must be at least 1")
+        if not 0 < self.coincidence_p <= 1:
+            raise ValueError("straggler.coincidence_p must be in (0, 1]")
+        if self.holdoff_steps < 0 or self.long_min_effect < 0 or self.spike_rate_floor < 0:
+            raise ValueError("straggler.holdoff_steps, long_min_effect and spike_rate_floor must not be negative")
+
 
 @dataclass(frozen=True, kw_only=True)
 class AssemblySettings:

@@ -89,6 +89,13 @@ class TelemetrySettings:
         except ValueError:
             raise ValueError(f"telemetry.app_xids: expected comma-separated integers, got {self.app_xids!r}") from None
 
+    def check(self) -> None:
+        """``ValueError`` unless the fields make sense together."""
+        if not 1 <= self.link_error_min_samples <= self.link_error_window:
+            raise ValueError("telemetry: need 1 <= link_error_min_samples <= link_error_window")
+        if self.baseline_min_samples > self.baseline_samples:
+            raise ValueError("telemetry: need baseline_min_samples <= baseline_samples")
+
 
 @dataclass(frozen=True, kw_only=True)
 class HostSettings:
