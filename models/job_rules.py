@@ -203,7 +203,7 @@ class HangRule(JobRule):
     spec = RuleSpec(name="hang", consumes=frozenset({Signal.RANK_STEPS, Signal.HEARTBEATS, Signal.COLLECTIVES,
                                                      Signal.PHASES, Signal.STACKS, Signal.TICKS}),
                     alert_types=(AlertType.HANG,),
-                    failure_classes=("hang_silent_ranks", "hang_culprit", "hang_partial", "hang_undetermined"),
+                    failure_classes=("hang_undetermined", "hang_silent_ranks", "hang_culprit", "hang_partial"),
                     settings=HangSettings)
 
     def __init__(self, job: JobContext, env: RuleEnv, needs: dict[str, JobRule]) -> None:

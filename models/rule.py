@@ -88,7 +88,9 @@ class RuleSpec:
     consumes: frozenset[Signal]
     #: Every ``Alert.type`` the rule emits.
     alert_types: tuple[AlertType, ...]
-    #: Failure classes (models/oncall/actions.py ``FAILURE_CLASSES``) its alerts can be classified as.
+    #: Failure classes (models/oncall/actions.py ``FAILURE_CLASSES``) its alerts can be classified as: the one
+    #: declaration of which classes exist. An alert type's class by its type alone (``TYPE_CLASSES``) is the one
+    #: named as the type, else the first (models/registry.py ``type_classes``).
     failure_classes: tuple[str, ...]
     #: The settings dataclass ``reconfigure`` takes (None: the rule has no run-time settings).
     settings: type | None
