@@ -625,16 +625,17 @@ class DetectionEngine:
 
     def _schedule(self, job: JobState, now: float, job_now: float) -> None:
         """Put ``job`` back on the timer's heap at the earliest tick-clock time one of its timer rules can say
-        something: a hang threshold (while a hang is open: the next time its verdict can change), a step's wait,
-        the checkpoint age, or its eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
+        something (each rule's ``next_due``: e.g. a hang threshold, the checkpoint age), a step's wait, or its
+        eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
         if self.jobs.get(job.job) is not job:
             return  # evicted by this very tick
         job.ticked = now
-        quiet = job.hang.quiet_until() if self.incremental or not job.hang.firing else -math.inf
+        quiet = math.inf
+        for rule in job.by_signal[Signal.TICKS]:
+            due = rule.next_due(job_now, incremental=self.incremental)
+            quiet = min(quiet, due if due == due else -math.inf)  # NaN: no bound known, the next tick
         for assembler in job.assemblers.values():
             quiet = min(quiet, assembler.flush_due())
-        if not job.ended:
-            quiet = min(quiet, job.checkpoint.check_due())
         retention = self.settings.retention
         idle = retention.ended_job_seconds if job.ended else retention.job_idle_seconds
         at = min(quiet + (now - job_now), job.last_seen + idle)

@@ -9,6 +9,7 @@ the maths; these adapters are where the engine's per-rule code went.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .alert_types import AlertStatus, AlertType
@@ -226,6 +227,10 @@ class HangRule(JobRule):
             hangs = [dataclasses.replace(a, evidence={**a.evidence, "source": source}) for a in hangs]
         return hangs
 
+    def next_due(self, now: float, *, incremental: bool = True) -> float:
+        # An open hang is skipped only while its verdict cannot change; not incremental: every tick.
+        return self.detector.quiet_until() if incremental or not self.detector.firing else -math.inf
+
     def open_alerts(self) -> list[Alert]:
         return list(self.detector.firing.values())
 
@@ -319,6 +324,9 @@ class CheckpointRule(JobRule):
 
     def tick(self, now: float) -> list[Alert]:
         return [] if self.context.ended else self.detector.check(now)
+
+    def next_due(self, now: float, *, incremental: bool = True) -> float:
+        return math.inf if self.context.ended else self.detector.check_due()
 
     def open_alerts(self) -> list[Alert]:
         return self.detector.open_alerts()
