@@ -1,18 +1,18 @@
 """The detection core's settings tree: the sections the core reads, each defined next to what it configures.
 
-=================  ==============================================  ===================================
-section            class, where                                    configures
-=================  ==============================================  ===================================
-``straggler``      ``StragglerSettings``, models/steps/settings.py       straggler and long-horizon rules
-``assembly``       ``AssemblySettings``, models/steps/settings.py        gathering ranks into one step
-``hang``           ``HangSettings``, models/hang/settings.py                the hang rule
-``job_health``     ``JobHealthSettings``, models/jobhealth/settings.py       throughput, comm, checkpoint rules
-``retention``      ``RetentionSettings``, this module              bounds on the engine's jobs
-``telemetry``      ``TelemetrySettings``, models/telemetry/settings.py       node telemetry, causes, the agent
-``host``           ``HostSettings``, models/telemetry/settings.py            host signals, device-layer rules
-``oncall``         ``OnCallSettings``, models/oncall/settings.py          scope, action, restarts, node ledger
-``worker``         ``PipelineSettings``, this module               the pipeline's timer, input checks
-=================  ==============================================  ===================================
+==============  ===================================================  ====================================
+section         class, where                                         configures
+==============  ===================================================  ====================================
+``straggler``   ``StragglerSettings``, models/steps/settings.py      straggler and long-horizon rules
+``assembly``    ``AssemblySettings``, models/steps/settings.py       gathering ranks into one step
+``hang``        ``HangSettings``, models/hang/settings.py            the hang rule
+``job_health``  ``JobHealthSettings``, models/jobhealth/settings.py  throughput, comm, checkpoint rules
+``retention``   ``RetentionSettings``, this module                   bounds on the engine's jobs
+``telemetry``   ``TelemetrySettings``, models/telemetry/settings.py  node telemetry, causes, the agent
+``host``        ``HostSettings``, models/telemetry/settings.py       host signals, device-layer rules
+``oncall``      ``OnCallSettings``, models/oncall/settings.py        scope, action, restarts, node ledger
+``worker``      ``PipelineSettings``, this module                    the pipeline's timer, input checks
+==============  ===================================================  ====================================
 
 stepwatch/config.py's ``Settings`` extends this tree with what only the processes need (Kafka,
 security, the worker's web server, Alertmanager, the shard stage) and reads the environment
