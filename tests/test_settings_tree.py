@@ -76,7 +76,7 @@ def test_detectors_take_their_settings_and_defaults_from_the_dataclass():
     assert "step_history" not in runtime_fields(HangSettings)
 
 
-@pytest.mark.parametrize("module", ["stepwatch.models.settings", "stepwatch.config"])
+@pytest.mark.parametrize("module", ["stepwatch.models.settings", "stepwatch.models.settings_store", "stepwatch.config"])
 def test_the_settings_tree_imports_no_detector_engine_or_numeric_stack(module):
     """Each section's class lives in a light settings module (issue 40 item 4): reading settings loads no
     engine, pipeline or detector, so no import cycle runs through the tree."""
@@ -89,7 +89,8 @@ def test_the_settings_tree_imports_no_detector_engine_or_numeric_stack(module):
     assert result.returncode == 0, result.stderr[-2000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     ours = {m.removeprefix("stepwatch.") for m in loaded if m.split(".")[0] == "stepwatch"}
-    light = {"", "stepwatch", "client_settings", "config", "models", "models.tunable", "models.settings"}
+    light = {"", "stepwatch", "client_settings", "config", "models", "models.tunable", "models.settings",
+             "models.settings_store"}
     assert sorted(m for m in ours if m not in light and not m.endswith(".settings")
                   and m not in {"models.steps", "models.hang", "models.jobhealth", "models.telemetry",
                                 "models.oncall"}) == []
