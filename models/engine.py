@@ -17,6 +17,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .settings import DetectionSettings, RetentionSettings  # noqa: F401  (RetentionSettings: re-exported)
+from .settings_store import SettingsStore, section_of
 from .alerts import Alert
 from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
@@ -33,32 +35,8 @@ from .jobhealth.sli import JobSLI
 from .wire.step_columns import StepColumns
 from .steps.straggler import StragglerDetector, StragglerSettings
 from .telemetry.telemetry_hub import TELEMETRY_KINDS, TelemetryHub
-from dataclasses import dataclass
 
 
-@dataclass(frozen=True, kw_only=True)
-class RetentionSettings:
-    """Bounds on the engine's state: nothing grows without limit."""
-
-    #: A job with no event for this long is forgotten (its open alerts resolve as "evicted").
-    job_idle_seconds: float = 6 * 3600.0
-    #: A job that sent ``phase: end`` is forgotten this long after its last event.
-    ended_job_seconds: float = 600.0
-    #: At most this many jobs are tracked; beyond, the least recently active job *without an open
-    #: alert* nor a hang still to judge is forgotten (a hung or stalled job is never pushed out by new ones), else one whose only open alert
-    #: is a hang no rank has spoken since (dead junk: its hang resolves ``forgotten``; issue 44 finding 2);
-    #: when the ``EVICTION_PROBES`` least recently active are neither, the new job's event is refused
-    #: and counted (``stepwatch_engine_jobs_refused_total``). Evictions: ``stepwatch_engine_jobs_evicted_total``.
-    max_jobs: int = 10_000
-    #: Ranks tracked per job at most; events of further new ranks are left out and counted
-    #: (``stepwatch_state_capped_total{what="ranks_per_job"}``): one producer cannot grow a job forever.
-    max_ranks_per_job: int = 131_072
-    #: Ranks tracked across all jobs at most (per-job caps must not multiply: 2 jobs x 100k ranks took 877 MB);
-    #: events of further new ranks are left out and counted as the per-job cap's are.
-    max_ranks_total: int = 262_144
-    #: Process groups tracked across all jobs at most (the per-job 4096 must not multiply across forged jobs);
-    #: heartbeats' further new groups are left out, counted (``stepwatch_state_capped_total{what="process_groups_total"}``).
-    max_process_groups_total: int = 65_536
 
 
 #: Rank events stamped up to this long after a job's ``end`` are late arrivals of the run that ended, and so
@@ -193,8 +171,6 @@ class DetectionEngine:
 
     def __init__(self, settings=None) -> None:
         if settings is None:
-            from .settings import DetectionSettings  # the tree imports this module
-
             settings = DetectionSettings()
         self.settings = settings
         #: Jobs, least recently active first (every event moves its job to the end): an LRU, so the
@@ -217,17 +193,11 @@ class DetectionEngine:
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
-        self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
         self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host)
-        #: Hang settings changed at run time: per job, and the default (None: the environment's).
-        self.hang_overrides: dict[str, HangSettings] = {}
-        self.hang_default: HangSettings | None = None
-        #: Per-job straggler settings changed at run time (see ``apply_settings``).
-        self.straggler_overrides: dict[str, StragglerSettings] = {}
-        #: Job-wide rules' settings changed at run time: per job, and the default (see ``apply_job_health_settings``).
-        self.job_health_overrides: dict[str, JobHealthSettings] = {}
-        self.job_health_default: JobHealthSettings | None = None
+        #: The job rules' settings in force: the environment's, run-time defaults, jobs' own
+        #: (models/settings_store.py; ``apply_rule_settings``).
+        self.rule_settings = SettingsStore(self.settings)
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger
@@ -565,15 +535,6 @@ class DetectionEngine:
     def _new_job(self, job: str) -> JobState:
         return JobState(job, self)
 
-    def hang_settings(self, job: str) -> HangSettings:
-        """The hang rule's settings for ``job``: run-time overrides, else the environment's."""
-        if job in self.hang_overrides:
-            return self.hang_overrides[job]
-        h = self.hang_default or self.settings.hang
-        if job in self._job_timeouts and self.hang_default is None:
-            h = dataclasses.replace(h, timeout_seconds=self._job_timeouts[job])
-        return h
-
     def take_stack_requests(self) -> list:
         """Stack requests of hung jobs made since the last call (the worker sends them on the control topic)."""
         out, self.stack_requests = self.stack_requests, []
@@ -666,16 +627,17 @@ class DetectionEngine:
 
     def _schedule(self, job: JobState, now: float, job_now: float) -> None:
         """Put ``job`` back on the timer's heap at the earliest tick-clock time one of its timer rules can say
-        something: a hang threshold (while a hang is open: the next time its verdict can change), a step's wait,
-        the checkpoint age, or its eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
+        something (each rule's ``next_due``: e.g. a hang threshold, the checkpoint age), a step's wait, or its
+        eviction. Events reaching it before then bring it to the next tick anyway (``_touch``)."""
         if self.jobs.get(job.job) is not job:
             return  # evicted by this very tick
         job.ticked = now
-        quiet = job.hang.quiet_until() if self.incremental or not job.hang.firing else -math.inf
+        quiet = math.inf
+        for rule in job.by_signal[Signal.TICKS]:
+            due = rule.next_due(job_now, incremental=self.incremental)
+            quiet = min(quiet, due if due == due else -math.inf)  # NaN: no bound known, the next tick
         for assembler in job.assemblers.values():
             quiet = min(quiet, assembler.flush_due())
-        if not job.ended:
-            quiet = min(quiet, job.checkpoint.check_due())
         retention = self.settings.retention
         idle = retention.ended_job_seconds if job.ended else retention.job_idle_seconds
         at = min(quiet + (now - job_now), job.last_seen + idle)
@@ -805,45 +767,27 @@ class DetectionEngine:
 
     # -- runtime settings -----------------------------------------------------------------
 
-    def straggler_settings(self, job: str) -> StragglerSettings:
-        return self.straggler_overrides.get(job, self.settings.straggler)
+    def settings_for(self, cls: type, job: str):
+        """The settings of class ``cls`` (a rule's ``spec.settings``) in force for ``job``."""
+        return self.rule_settings.get(cls, job)
 
-    def apply_settings(self, job: str | None, straggler: StragglerSettings | None) -> None:
-        """Change the straggler rule's settings while running, existing detectors included.
+    def apply_rule_settings(self, cls: type, job: str | None, settings) -> None:
+        """Change the settings of class ``cls`` while running, for every job rule that takes them, existing ones
+        included (state and open alerts kept; an open alert a raised threshold ends resolves saying so).
 
-        ``job=None`` sets the default of every job without its own; ``straggler=None`` for a
-        job drops its own settings (back to the default).
+        ``job=None`` sets the default of every job without its own; ``settings=None`` for a job drops its own
+        (back to the default).
         """
+        self.rule_settings.set(cls, job, settings)
         if job is None:
-            if straggler is None:
-                raise ValueError("the default settings cannot be removed")
-            self.settings = dataclasses.replace(self.settings, straggler=straggler)
-            targets = [j for name, j in self.jobs.items() if name not in self.straggler_overrides]
+            section = section_of(cls)
+            if isinstance(getattr(self.settings, section, None), cls):  # the tree in force (rules read it)
+                self.settings = dataclasses.replace(self.settings, **{section: settings})
+            targets = [j for name, j in self.jobs.items() if not self.rule_settings.has_own(cls, name)]
         else:
-            if straggler is None:
-                self.straggler_overrides.pop(job, None)
-            else:
-                self.straggler_overrides[job] = straggler
             targets = [self.jobs[job]] if job in self.jobs else []
         for state in targets:
-            self._reconfigure(state, self.straggler_settings(state.job))
-            self._touch(state)
-
-    def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
-        """Change the hang rule's settings while running (like ``apply_settings``)."""
-        if job is None:
-            if hang is None:
-                raise ValueError("the default settings cannot be removed")
-            self.hang_default = hang
-            targets = [j for name, j in self.jobs.items() if name not in self.hang_overrides]
-        else:
-            if hang is None:
-                self.hang_overrides.pop(job, None)
-            else:
-                self.hang_overrides[job] = hang
-            targets = [self.jobs[job]] if job in self.jobs else []
-        for state in targets:
-            self._reconfigure(state, self.hang_settings(state.job))
+            self._reconfigure(state, self.settings_for(cls, state.job))
             self._touch(state)  # new thresholds: its deadlines move
 
     @staticmethod
@@ -853,27 +797,24 @@ class DetectionEngine:
             if rule.spec.settings is type(settings):
                 rule.reconfigure(settings)
 
+    # The rules' settings by name (callers and tests written before the store).
+    def straggler_settings(self, job: str) -> StragglerSettings:
+        return self.settings_for(StragglerSettings, job)
+
+    def hang_settings(self, job: str) -> HangSettings:
+        return self.settings_for(HangSettings, job)
+
     def job_health_settings(self, job: str) -> JobHealthSettings:
-        """The job-wide rules' settings for ``job``: run-time overrides, else the environment's."""
-        return self.job_health_overrides.get(job, self.job_health_default or self.settings.job_health)
+        return self.settings_for(JobHealthSettings, job)
+
+    def apply_settings(self, job: str | None, straggler: StragglerSettings | None) -> None:
+        self.apply_rule_settings(StragglerSettings, job, straggler)
+
+    def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
+        self.apply_rule_settings(HangSettings, job, hang)
 
     def apply_job_health_settings(self, job: str | None, health: JobHealthSettings | None) -> None:
-        """Change the job-wide rules' settings while running (like ``apply_hang_settings``); an open alert
-        ended by a raised threshold resolves saying so (``evidence.resolution = threshold_changed``)."""
-        if job is None:
-            if health is None:
-                raise ValueError("the default settings cannot be removed")
-            self.job_health_default = health
-            targets = [j for name, j in self.jobs.items() if name not in self.job_health_overrides]
-        else:
-            if health is None:
-                self.job_health_overrides.pop(job, None)
-            else:
-                self.job_health_overrides[job] = health
-            targets = [self.jobs[job]] if job in self.jobs else []
-        for state in targets:
-            self._reconfigure(state, self.job_health_settings(state.job))
-            self._touch(state)
+        self.apply_rule_settings(JobHealthSettings, job, health)
 
     # -- views ----------------------------------------------------------------------------
 

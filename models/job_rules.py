@@ -9,6 +9,7 @@ the maths; these adapters are where the engine's per-rule code went.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .alert_types import AlertStatus, AlertType
@@ -45,6 +46,9 @@ class RuleEnv(Protocol):
 
     settings: Any  # DetectionSettings (models/settings.py)
     verdict_listener: Any
+
+    def settings_for(self, cls: type, job: str) -> Any:
+        """The settings of class ``cls`` (a rule's ``spec.settings``) in force for ``job`` (models/settings_store.py)."""
 
     def straggler_settings(self, job: str) -> StragglerSettings: ...
 
@@ -200,7 +204,7 @@ class HangRule(JobRule):
     spec = RuleSpec(name="hang", consumes=frozenset({Signal.RANK_STEPS, Signal.HEARTBEATS, Signal.COLLECTIVES,
                                                      Signal.PHASES, Signal.STACKS, Signal.TICKS}),
                     alert_types=(AlertType.HANG,),
-                    failure_classes=("hang_silent_ranks", "hang_culprit", "hang_partial", "hang_undetermined"),
+                    failure_classes=("hang_undetermined", "hang_silent_ranks", "hang_culprit", "hang_partial"),
                     settings=HangSettings)
 
     def __init__(self, job: JobContext, env: RuleEnv, needs: dict[str, JobRule]) -> None:
@@ -222,6 +226,10 @@ class HangRule(JobRule):
             source = "nccl_ras" if "callback" not in sources else "callback"
             hangs = [dataclasses.replace(a, evidence={**a.evidence, "source": source}) for a in hangs]
         return hangs
+
+    def next_due(self, now: float, *, incremental: bool = True) -> float:
+        # An open hang is skipped only while its verdict cannot change; not incremental: every tick.
+        return self.detector.quiet_until() if incremental or not self.detector.firing else -math.inf
 
     def open_alerts(self) -> list[Alert]:
         return list(self.detector.firing.values())
@@ -316,6 +324,9 @@ class CheckpointRule(JobRule):
 
     def tick(self, now: float) -> list[Alert]:
         return [] if self.context.ended else self.detector.check(now)
+
+    def next_due(self, now: float, *, incremental: bool = True) -> float:
+        return math.inf if self.context.ended else self.detector.check_due()
 
     def open_alerts(self) -> list[Alert]:
         return self.detector.open_alerts()

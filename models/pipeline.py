@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from .settings import PipelineSettings  # noqa: F401  (defined in a light module; re-exported here)
 from .alerts import Alert
 from .engine import CAPPED_MARK, DetectionEngine
 from .wire.deadletter import Rejected, deadletter_message
@@ -52,21 +53,6 @@ from .published import PublishedAlerts
 from .sources import Item, Message, Read, RecordingSource, Tick, _message, _pop_arrival  # noqa: F401  (Message: its former home)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PipelineSettings:
-    """What the pipeline itself needs of the worker's settings (``STEPWATCH_WORKER_<FIELD>``;
-    stepwatch/config.py's ``WorkerSettings`` adds the rest)."""
-
-    #: How often the worker's timer runs time-driven rules (hang checks, step flush), seconds
-    #: (``run_recording`` ticks a recording's clock as often).
-    tick_interval: float = 1.0
-    #: Events stamped further than this ahead of the worker's clock are dead-lettered (a
-    #: sender clock or unit bug); older timestamps are fine (recordings, clock offsets).
-    max_future_seconds: float = 86_400.0
-    #: New jobs one message may open at most: events of further new jobs in it are dead-lettered (cause
-    #: ``capped``) and counted (``stepwatch_state_capped_total{what="new_jobs_per_message"}``), so that one
-    #: message cannot churn the job table (a rank monitor's envelope holds one job).
-    max_new_jobs_per_message: int = 256
 
 
 log = logging.getLogger("stepwatch.pipeline")

@@ -68,3 +68,19 @@ def declared_types() -> dict[AlertType, list[str]]:
         for t in spec.alert_types:
             out[t].append(spec.name)
     return out
+
+
+def declared_classes() -> set[str]:
+    """Every failure class a registered rule declares (models/oncall/actions.py has a row for each)."""
+    return {c for spec in all_specs() for c in spec.failure_classes}
+
+
+def type_classes() -> dict[str, str]:
+    """Alert type -> its failure class by type alone, as the rules declare it: the class named as the type, else
+    the first the first rule emitting the type declares (models/oncall/actions.py ``TYPE_CLASSES``)."""
+    out: dict[str, str] = {}
+    for spec in all_specs():
+        for t in spec.alert_types:
+            if t.value not in out and spec.failure_classes:
+                out[t.value] = t.value if t.value in spec.failure_classes else spec.failure_classes[0]
+    return out

@@ -8,7 +8,8 @@ reconfigure, capped) and declare themselves with a ``RuleSpec``.
 Every per-job rule the engine runs (models/registry.py lists them) is a ``JobRule``: one instance per job,
 made by its registry entry when the job first appears, fed only the signals its ``RuleSpec.consumes``
 names, in event order, and asked for its open alerts and to close them through the same five methods.
-The engine (models/engine.py) knows no rule by name beyond the hang rule's rank bookkeeping: a new
+The engine (models/engine.py) knows no rule by name beyond the hang rule's rank bookkeeping (its timer
+asks each rule's ``next_due``): a new
 rule is one module with a ``JobRule`` subclass and one line in the registry, and the shared contract
 test (tests/test_rule_contract.py) runs it like every other (warm-up, reconfigure, bounded state, replay
 determinism, open alerts closed with a ``Resolution``).
@@ -19,6 +20,7 @@ with the state held in the instance and reset only by the rule itself.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -88,7 +90,9 @@ class RuleSpec:
     consumes: frozenset[Signal]
     #: Every ``Alert.type`` the rule emits.
     alert_types: tuple[AlertType, ...]
-    #: Failure classes (models/oncall/actions.py ``FAILURE_CLASSES``) its alerts can be classified as.
+    #: Failure classes (models/oncall/actions.py ``FAILURE_CLASSES``) its alerts can be classified as: the one
+    #: declaration of which classes exist. An alert type's class by its type alone (``TYPE_CLASSES``) is the one
+    #: named as the type, else the first (models/registry.py ``type_classes``).
     failure_classes: tuple[str, ...]
     #: The settings dataclass ``reconfigure`` takes (None: the rule has no run-time settings).
     settings: type | None
@@ -111,6 +115,13 @@ class Rule:
 
     def tick(self, now: float) -> list[Alert]:
         return []
+
+    def next_due(self, now: float, *, incremental: bool = True) -> float:
+        """The earliest time (``tick``'s clock) at which ``tick`` can say or change anything with no new input, asked
+        right after a tick at ``now``: the engine's timer skips the job until then (``inf``: not before input or a
+        setting reaches the rule; ``-inf`` or NaN: every tick). ``incremental=False``: open alerts that only a tick
+        can move are due every tick (tests compare both ways). Default: ``inf``, a rule with no timer of its own."""
+        return math.inf
 
     def open_alerts(self) -> list[Alert]:
         """The rule's alerts now firing."""

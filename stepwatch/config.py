@@ -20,7 +20,7 @@ from typing import Any
 from stepwatch.models.settings import (AssemblySettings, DetectionSettings, HangSettings, HostSettings,  # noqa: F401
                              JobHealthSettings, OnCallSettings, RetentionSettings, StragglerSettings,
                              TelemetrySettings)
-from stepwatch.models.pipeline import PipelineSettings
+from stepwatch.models.settings import PipelineSettings
 # The Kafka client's sections live in a light module, so the training side imports no detection core.
 from stepwatch.client_settings import KafkaSettings, SecuritySettings, _parse, env_overrides  # noqa: F401
 
@@ -29,7 +29,7 @@ from stepwatch.client_settings import KafkaSettings, SecuritySettings, _parse, e
 class WorkerSettings(PipelineSettings):
     """The worker process (``stepwatch worker``): ``STEPWATCH_WORKER_<FIELD>``. The timer and input
     checks the pipeline itself uses (``tick_interval``, ``max_future_seconds``) are defined with it
-    (models/pipeline.py)."""
+    (models/settings.py, used by models/pipeline.py)."""
 
     #: Port of the worker's web server (metrics, status); 0 disables it.
     web_port: int = 6066

@@ -12,6 +12,11 @@ A job's effective settings are the worker's environment settings, overridden by 
 overridden by the job's own. The node-level and outlet rules' sections (``telemetry``, ``host``, ``oncall``)
 are the worker's, not a job's: only ``*`` sets them, and they go to the telemetry hub's node rules and the
 on-call outlet rules (their ``reconfigure``). ``stepwatch config set/unset/show`` write and read the topic.
+
+Nothing here lists a rule's settings: the sections, their fields, ranges and checks are read from the settings
+classes the registered rules declare (``RuleSpec.settings``, models/registry.py; models/settings_store.py), at
+the time they are asked for. A section a per-job rule takes is set per job; one only the node-level or outlet
+rules take is the worker's.
 """
 
 from __future__ import annotations
@@ -23,21 +28,50 @@ from typing import Any
 
 import orjson
 
-from stepwatch.models.hang.detector import HangSettings
-from stepwatch.models.jobhealth.job_health import JobHealthSettings
-from stepwatch.models.oncall.oncall import OnCallSettings
-from stepwatch.models.telemetry.host import HostSettings
-from stepwatch.models.telemetry.telemetry_hub import TelemetrySettings
-from stepwatch.models.steps.straggler import StragglerSettings
-from stepwatch.models.tunable import check_runtime_value, runtime_fields
+from stepwatch.models import registry
+from stepwatch.models.hang.settings import HangSettings
+from stepwatch.models.jobhealth.settings import JobHealthSettings
+from stepwatch.models.settings_store import check, section_of
+from stepwatch.models.steps.settings import StragglerSettings
+from stepwatch.models.tunable import check_runtime_value, runtime_fields, runtime_range
 from stepwatch.config import Settings, _parse
 
 GLOBAL = "*"
-#: Sections that can be changed at run time, with their settings class.
-SECTIONS: dict[str, type] = {"straggler": StragglerSettings, "hang": HangSettings, "job_health": JobHealthSettings,
-                             "telemetry": TelemetrySettings, "host": HostSettings, "oncall": OnCallSettings}
-#: Sections of the worker-wide rules (node-level: the telemetry hub; outlet: on call): set for ``*`` only.
-WORKER_SECTIONS = ("telemetry", "host", "oncall")
+#: The section a bare ``FIELD`` in ``config set`` means.
+BARE_SECTION = "straggler"
+
+
+def sections() -> dict[str, type]:
+    """Sections that can be changed at run time, with their settings class: every class a registered rule
+    takes (``RuleSpec.settings``), in registry order (per-job rules first)."""
+    out: dict[str, type] = {}
+    for rule in (*registry.JOB_RULES, *registry.NODE_RULES, *registry.OUTLET_RULES):
+        cls = rule.spec.settings
+        if cls is not None and section_of(cls) not in out:
+            out[section_of(cls)] = cls
+    return out
+
+
+def worker_sections() -> tuple[str, ...]:
+    """Sections of the worker-wide rules only (node-level: the telemetry hub; outlet: on call): set for ``*``
+    only."""
+    per_job = {rule.spec.settings for rule in registry.JOB_RULES}
+    return tuple(name for name, cls in sections().items() if cls not in per_job)
+
+
+def job_sections() -> tuple[str, ...]:
+    """Sections a per-job rule takes: set for ``*`` or one job."""
+    worker = worker_sections()
+    return tuple(name for name in sections() if name not in worker)
+
+
+def __getattr__(name: str):
+    # ``SECTIONS``/``WORKER_SECTIONS``: the names callers knew, read from the registry when asked.
+    if name == "SECTIONS":
+        return sections()
+    if name == "WORKER_SECTIONS":
+        return worker_sections()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def parse_assignments(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -52,16 +86,17 @@ def parse_assignments(items: list[str]) -> dict[str, dict[str, Any]]:
         if not sep or not name:
             raise ValueError(f"expected SECTION.FIELD=VALUE, got {item!r}")
         section, dot, field = name.rpartition(".")
-        section = section if dot else "straggler"
+        section = section if dot else BARE_SECTION
         out.setdefault(section, {})[field] = _convert(section, field, raw.strip())
     validate(out)
     return out
 
 
-def _convert(section: str, field: str, raw: Any) -> Any:
-    cls = SECTIONS.get(section)
+def _convert(section: str, field: str, raw: Any, known: dict[str, type] | None = None) -> Any:
+    known = sections() if known is None else known
+    cls = known.get(section)
     if cls is None:
-        raise ValueError(f"unknown section {section!r}: runtime settings exist for {', '.join(SECTIONS)}")
+        raise ValueError(f"unknown section {section!r}: runtime settings exist for {', '.join(known)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     if field in fields and field not in runtime_fields(cls):  # marked on the dataclass (models/tunable.py)
         raise ValueError(f"{section}.{field} can only be set at start-up "
@@ -86,78 +121,76 @@ def _convert(section: str, field: str, raw: Any) -> Any:
     return value
 
 
-def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | None = None) -> StragglerSettings:
-    """The straggler settings ``overrides`` give on top of ``base``; ``ValueError`` when not usable."""
+def _convert_all(overrides: dict[str, dict[str, Any]]) -> None:
+    """``ValueError`` unless every value of one scope's ``overrides`` is a known runtime field's, in range."""
+    known = sections()
     for section, values in overrides.items():
         for field, value in values.items():
-            _convert(section, field, value)
-    settings = dataclasses.replace(base or StragglerSettings(), **overrides.get("straggler", {}))
-    if not 1 <= settings.min_flagged <= settings.window:
-        raise ValueError("straggler: need 1 <= min_flagged <= window")
-    for name in ("ratio_threshold", "critical_ratio", "z_threshold"):
-        if not getattr(settings, name) > 0:
-            raise ValueError(f"straggler.{name} must be positive")
-    if settings.intermittent_window < 0:
-        raise ValueError("straggler.intermittent_window must not be negative")
-    for name in ("evidence_window", "clear_after", "min_peers", "long_window"):
-        if getattr(settings, name) < 1:
-            raise ValueError(f"straggler.{name} must be at least 1")
-    if not 0 < settings.coincidence_p <= 1:
-        raise ValueError("straggler.coincidence_p must be in (0, 1]")
-    if settings.holdoff_steps < 0 or settings.long_min_effect < 0 or settings.spike_rate_floor < 0:
-        raise ValueError("straggler.holdoff_steps, long_min_effect and spike_rate_floor must not be negative")
-    return settings
+            _convert(section, field, value, known)
+
+
+def validate_section(section: str, overrides: dict[str, dict[str, Any]], base: Any) -> Any:
+    """Section ``section``'s settings one scope's ``overrides`` give on top of ``base`` (that section's values
+    must already be converted), after the class's own checks across fields; ``ValueError`` when not usable."""
+    return check(dataclasses.replace(base, **overrides.get(section, {})))
+
+
+def validate(overrides: dict[str, dict[str, Any]], base: StragglerSettings | None = None) -> StragglerSettings:
+    """The straggler settings ``overrides`` give on top of ``base``; ``ValueError`` when not usable."""
+    _convert_all(overrides)
+    return validate_section("straggler", overrides, base or StragglerSettings())
 
 
 def validate_hang(overrides: dict[str, Any], base: HangSettings) -> HangSettings:
     """The hang settings ``overrides`` (one scope's ``hang`` section) give on top of ``base``."""
-    values = overrides.get("hang", {})
-    for field, value in values.items():
-        _convert("hang", field, value)
-    settings = dataclasses.replace(base, **values)
-    for name in ("timeout_seconds", "checkpoint_timeout_seconds", "first_step_timeout_seconds",
-                 "warning_factor", "heartbeat_timeout_seconds"):
-        if not getattr(settings, name) > 0:
-            raise ValueError(f"hang.{name} must be positive")
-    if settings.warning_min_steps < 1 or settings.max_listed_ranks < 1:
-        raise ValueError("hang.warning_min_steps and hang.max_listed_ranks must be at least 1")
-    return settings
+    _convert_all({"hang": overrides.get("hang", {})})
+    return validate_section("hang", overrides, base)
 
 
 def validate_job_health(overrides: dict[str, Any], base: JobHealthSettings) -> JobHealthSettings:
-    """The job-wide rules' settings ``overrides`` (one scope's ``job_health`` section) give on top of ``base``
-    (each value's range is checked by ``_convert``: ``runtime(..., low, high)`` on the field)."""
-    values = overrides.get("job_health", {})
-    for field, value in values.items():
-        _convert("job_health", field, value)
-    return dataclasses.replace(base, **values)
+    """The job-wide rules' settings ``overrides`` (one scope's ``job_health`` section) give on top of ``base``."""
+    _convert_all({"job_health": overrides.get("job_health", {})})
+    return validate_section("job_health", overrides, base)
+
+
+def _base(settings: Any, cls: type) -> Any:
+    """The environment's settings of ``cls`` in ``settings`` (its defaults where the tree holds no such section)."""
+    value = getattr(settings, section_of(cls), None)
+    return value if isinstance(value, cls) else cls()
 
 
 def validate_worker(overrides: dict[str, dict[str, Any]], base: Settings) -> dict[str, Any]:
     """The worker-wide sections' settings ``overrides`` (the ``*`` scope's) give on top of ``base``."""
-    for section in WORKER_SECTIONS:
-        for field, value in overrides.get(section, {}).items():
-            _convert(section, field, value)
-    out = {section: dataclasses.replace(getattr(base, section), **overrides.get(section, {}))
-           for section in WORKER_SECTIONS}
-    t, o = out["telemetry"], out["oncall"]
-    if not 1 <= t.link_error_min_samples <= t.link_error_window:
-        raise ValueError("telemetry: need 1 <= link_error_min_samples <= link_error_window")
-    if t.baseline_min_samples > t.baseline_samples:
-        raise ValueError("telemetry: need baseline_min_samples <= baseline_samples")
-    if o.ledger_window_seconds <= 0:
-        raise ValueError("oncall.ledger_window_seconds must be positive")
-    return out
+    known, worker = sections(), worker_sections()
+    _convert_all({section: overrides.get(section, {}) for section in worker})
+    return {section: validate_section(section, overrides, _base(base, known[section])) for section in worker}
 
 
 def validate_all(overrides: dict[str, dict[str, Any]], base: Settings) -> None:
     """``ValueError`` (saying why) unless one scope's ``overrides`` give usable settings in every section on top
     of ``base``: what ``stepwatch config set`` checks before writing, the same checks a worker makes on reading
     (so a value the workers would refuse never reaches the topic)."""
-    validate(overrides, base.straggler)
-    validate_hang(overrides, base.hang)
-    validate_job_health(overrides, base.job_health)
+    _convert_all(overrides)
+    known = sections()
+    for section in job_sections():
+        validate_section(section, overrides, _base(base, known[section]))
     validate_worker(overrides, base)
+
+
+def runtime_table() -> str:
+    """The runtime fields as a Markdown table (docs/configuration.md holds it; tests/test_runtime_config_store.py
+    keeps the two the same): every field ``config set`` accepts, its default, range and scope."""
+    worker = worker_sections()
+    lines = ["| setting | default | range | set for |", "| --- | --- | --- | --- |"]
+    for section, cls in sections().items():
+        defaults = cls()
+        for name in runtime_fields(cls):
+            value = getattr(defaults, name)
+            bounds = "true or false" if isinstance(value, bool) else str(runtime_range(cls, name))
+            why = runtime_range(cls, name).why
+            scope = "`*` only" if section in worker else "`*` or a job"
+            lines.append(f"| `{section}.{name}` | {value} | {bounds}{f' ({why})' if why else ''} | {scope} |")
+    return "\n".join(lines) + "\n"
 
 
 def encode(overrides: dict[str, dict[str, Any]] | None) -> bytes | None:
@@ -177,7 +210,7 @@ def decode(value: bytes | None) -> dict[str, dict[str, Any]] | None:
     if not isinstance(record, dict) or record.get("kind") != "config":
         raise ValueError("config message is not a {'kind': 'config'} object")
     out = {}
-    for section in SECTIONS:
+    for section in sections():
         values = record.get(section) or {}
         if not isinstance(values, dict):
             raise ValueError(f"config message: {section!r} must be an object")
@@ -195,25 +228,25 @@ class RuntimeConfig:
         self.updates = 0
         self.errors: list[str] = []  # the latest few rejected messages, for the status API
 
-    def effective(self, job: str | None = None) -> StragglerSettings:
-        settings = validate(self.scopes.get(GLOBAL, {}), self.base.straggler)
+    def effective_section(self, section: str, job: str | None = None, base: Any = None) -> Any:
+        """Section ``section``'s settings: ``base`` (default: the environment's), then ``*``, then the job's."""
+        if base is None:
+            base = _base(self.base, sections()[section])
+        settings = validate_section(section, self.scopes.get(GLOBAL, {}), base)
         if job is not None and job in self.scopes:
-            settings = validate(self.scopes[job], settings)
+            settings = validate_section(section, self.scopes[job], settings)
         return settings
+
+    def effective(self, job: str | None = None) -> StragglerSettings:
+        return self.effective_section("straggler", job)
 
     def effective_hang(self, engine_base: HangSettings, job: str | None = None) -> HangSettings:
         """Hang settings: ``engine_base`` (the environment's, per job), then ``*``, then the job's."""
-        settings = validate_hang(self.scopes.get(GLOBAL, {}), engine_base)
-        if job is not None and job in self.scopes:
-            settings = validate_hang(self.scopes[job], settings)
-        return settings
+        return self.effective_section("hang", job, engine_base)
 
     def effective_job_health(self, job: str | None = None) -> JobHealthSettings:
         """Job-wide rules' settings: the environment's, then ``*``, then the job's."""
-        settings = validate_job_health(self.scopes.get(GLOBAL, {}), self.base.job_health)
-        if job is not None and job in self.scopes:
-            settings = validate_job_health(self.scopes[job], settings)
-        return settings
+        return self.effective_section("job_health", job)
 
     def effective_worker(self) -> dict[str, Any]:
         """The worker-wide sections' settings: the environment's, then ``*`` (``ValueError`` when not usable)."""
@@ -225,13 +258,14 @@ class RuntimeConfig:
         return "global" if GLOBAL in self.scopes else "default"
 
     def apply(self, engine, key: str, value: bytes | None, *, now: float | None = None) -> None:
-        """Apply one config message to ``engine`` (``DetectionEngine.apply_settings``).
+        """Apply one config message to ``engine`` (``DetectionEngine.apply_rule_settings``, per settings class).
 
         Raises ``ValueError`` for a malformed or unusable message and changes nothing then.
         """
         overrides = decode(value)
         old = self.scopes.get(key)
-        worker = {s for s in (*(overrides or {}), *(old or {})) if s in WORKER_SECTIONS}
+        worker_all = worker_sections()
+        worker = {s for s in (*(overrides or {}), *(old or {})) if s in worker_all}
         if key != GLOBAL and worker & set(overrides or {}):
             self.errors = (self.errors + [f"{key}: worker-wide sections ({', '.join(sorted(worker))}) are set "
                                           f"for '*' only"])[-5:]
@@ -241,25 +275,14 @@ class RuntimeConfig:
             self.scopes[key] = overrides
         else:
             self.scopes.pop(key, None)
-        try:
-            base_hang = self.base.hang
-            if worker and key == GLOBAL:  # the node-level rules (telemetry hub) and the outlet rules (on call)
-                new = self.effective_worker()
-                for section in ("telemetry", "host"):
-                    engine.telemetry.reconfigure(new[section])
-                engine.oncall.reconfigure(new["oncall"])
-            if key == GLOBAL:
-                engine.apply_settings(None, self.effective())
-                engine.apply_hang_settings(None, self.effective_hang(base_hang))
-                engine.apply_job_health_settings(None, self.effective_job_health())
-                for job in [j for j in self.scopes if j != GLOBAL]:
-                    engine.apply_settings(job, self.effective(job))
-                    engine.apply_hang_settings(job, self.effective_hang(base_hang, job))
-                    engine.apply_job_health_settings(job, self.effective_job_health(job))
-            else:
-                engine.apply_settings(key, self.effective(key) if key in self.scopes else None)
-                engine.apply_hang_settings(key, self.effective_hang(base_hang, key) if key in self.scopes else None)
-                engine.apply_job_health_settings(key, self.effective_job_health(key) if key in self.scopes else None)
+        known = sections()
+        try:  # every section's new settings first: an unusable one changes nothing
+            new_worker = self.effective_worker() if worker and key == GLOBAL else {}
+            changes: list[tuple[type, str | None, Any]] = []
+            for job in ([None, *(j for j in self.scopes if j != GLOBAL)] if key == GLOBAL else [key]):
+                for section in job_sections():
+                    own = job is None or job in self.scopes
+                    changes.append((known[section], job, self.effective_section(section, job) if own else None))
         except ValueError as exc:
             if old is None:
                 self.scopes.pop(key, None)
@@ -267,19 +290,25 @@ class RuntimeConfig:
                 self.scopes[key] = old
             self.errors = (self.errors + [f"{key}: {exc}"])[-5:]
             raise
+        for settings in new_worker.values():  # to the node-level (telemetry hub) or outlet rules (on call) taking them
+            for holder in (engine.telemetry, engine.oncall):
+                if any(rule.spec.settings is type(settings) for rule in holder.rules):
+                    holder.reconfigure(settings)
+        for cls, job, settings in changes:
+            engine.apply_rule_settings(cls, job, settings)
         self.updated_at[key] = time.time() if now is None else now
         self.updates += 1
 
     def as_dict(self) -> dict[str, Any]:
+        worker = self.effective_worker()
         return {
             "default": dataclasses.asdict(self.base.straggler),
             "global": self.scopes.get(GLOBAL, {}),
             "jobs": {k: v for k, v in self.scopes.items() if k != GLOBAL},
-            "effective_default": {"straggler": dataclasses.asdict(self.effective()),
-                                  "hang": dataclasses.asdict(self.effective_hang(self.base.hang)),
-                                  "job_health": dataclasses.asdict(self.effective_job_health()),
+            "effective_default": {**{section: dataclasses.asdict(self.effective_section(section))
+                                     for section in job_sections()},
                                   **{section: {name: getattr(settings, name) for name in runtime_fields(type(settings))}
-                                     for section, settings in self.effective_worker().items()}},
+                                     for section, settings in worker.items()}},
             "updates": self.updates,
             "errors": list(self.errors),
         }

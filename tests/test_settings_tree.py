@@ -74,3 +74,24 @@ def test_detectors_take_their_settings_and_defaults_from_the_dataclass():
     hang.reconfigure(dataclasses.replace(h, timeout_seconds=30.0, step_history=999))
     assert (hang.timeout_seconds, hang.step_history) == (30.0, 16)  # step_history is start-up only
     assert "step_history" not in runtime_fields(HangSettings)
+
+
+@pytest.mark.parametrize("module", ["stepwatch.models.settings", "stepwatch.models.settings_store", "stepwatch.config"])
+def test_the_settings_tree_imports_no_detector_engine_or_numeric_stack(module):
+    """Each section's class lives in a light settings module (issue 40 item 4): reading settings loads no
+    engine, pipeline or detector, so no import cycle runs through the tree."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"import importlib, json, sys; importlib.import_module({module!r}); print(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    ours = {m.removeprefix("stepwatch.") for m in loaded if m.split(".")[0] == "stepwatch"}
+    light = {"", "stepwatch", "client_settings", "config", "models", "models.tunable", "models.settings",
+             "models.settings_store"}
+    assert sorted(m for m in ours if m not in light and not m.endswith(".settings")
+                  and m not in {"models.steps", "models.hang", "models.jobhealth", "models.telemetry",
+                                "models.oncall"}) == []
+    assert sorted(m for m in loaded if m.split(".")[0] in ("numpy", "scipy", "faust", "aiokafka", "orjson")) == []

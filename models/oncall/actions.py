@@ -107,6 +107,8 @@ def _fc(scope: str, kind: str, retryable: bool, exclude: bool, sentence: str) ->
     return FailureClass(scope, kind, retryable, exclude, sentence)
 
 
+#: What each failure class means and asks for: a row per class the registered rules declare
+#: (``RuleSpec.failure_classes``, the one list of which exist), and ``unknown`` (tests/test_failure_classes.py).
 FAILURE_CLASSES: dict[str, FailureClass] = {
     "xid_79_off_bus": _fc("device", "drain_node", False, True,
                           "GPU fell off the bus (Xid 79): drain {nodes}, reset or replace the GPU, and restart the "
@@ -205,14 +207,21 @@ FAILURE_CLASSES: dict[str, FailureClass] = {
     "unknown": _fc("job", "investigate", True, False, "Investigate the alert's evidence."),
 }
 
-#: Alert types classified by type alone (the default when nothing more specific applies).
-TYPE_CLASSES: dict[str, str] = {
-    "throughput_drop": "throughput_drop", "comm_slowdown": "comm_slowdown", "checkpoint_stale": "checkpoint_stale",
-    "imbalance": "imbalance", "gpu_idle": "gpu_idle", "gpu_hot": "gpu_hot", "hbm_full": "hbm_full",
-    "job_restart": "job_restart", "node_suspect": "node_suspect", "straggler": "straggler_unexplained",
-    "link_errors": "link_errors", "gpu_fault": "xid_other", "fabric": "fabric",
-    "action_budget": "action_budget",
-}
+
+
+def type_classes() -> dict[str, str]:
+    """Alert types classified by type alone (the default when nothing more specific applies), as the registered
+    rules declare them (``RuleSpec.failure_classes``, models/registry.py ``type_classes``): no second list here."""
+    from ..registry import type_classes as declared  # the registry imports the rules, which import this module
+
+    return declared()
+
+
+def __getattr__(name: str):
+    if name == "TYPE_CLASSES":  # the name callers knew, read from the registry when asked
+        return type_classes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 XID_CLASSES: dict[int, str] = {79: "xid_79_off_bus", 74: "xid_74_nvlink", 48: "xid_48_dbe", 63: "xid_63_row_remap",
                                64: "xid_64_row_remap_failure", 92: "xid_92_sbe_rate", 94: "xid_94_contained_ecc",
@@ -256,7 +265,7 @@ class Classifier:
 
     def __init__(self, *, overrides: dict[str, Any] | None = None) -> None:
         self.classes = dict(FAILURE_CLASSES)
-        self.types = dict(TYPE_CLASSES)
+        self.types = type_classes()
         for name, change in (overrides or {}).items():
             if name == "types":
                 if not isinstance(change, dict):

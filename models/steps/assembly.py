@@ -31,27 +31,10 @@ from itertools import groupby
 
 import numpy as np
 
+from .settings import AssemblySettings  # noqa: F401  (defined in a light module; re-exported here)
 from ..wire.events import StepEvent
 
 
-@dataclass(frozen=True, kw_only=True)
-class AssemblySettings:
-    """How per-rank step events are gathered into one comparable step."""
-
-    #: A step is evaluated once every known rank of its group reported, or once half the group's
-    #: ranks reported a step this many steps newer (late ranks are then left out of that step) ...
-    max_lag_steps: int = 3
-    #: ... or once it has waited this many seconds of event time.
-    max_wait_seconds: float = 30.0
-    #: Steps held open per group at least: the most a late rank's events may trail by (the learned lag's
-    #: bound), and the memory bound for jobs with missing ranks ...
-    max_pending_steps: int = 16
-    #: ... or as many steps of the job as fit in this many seconds (its pace: the step times it reports), for
-    #: fast steps whose producers send in bursts (a rank's events then come up to a flush interval late) and
-    #: recordings sorted by host time, where a host whose clock is 10 s ahead trails one 10 s behind by 20 s ...
-    max_pending_seconds: float = 30.0
-    #: ... but never more than this many by the seconds (the hard memory bound per group, with ``max_pending_steps``).
-    pending_steps_cap: int = 256
 
 
 NAN = float("nan")

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .settings import StragglerSettings  # noqa: F401  (defined in a light module; re-exported here)
 from ..alerts import Alert, alert_id
 from .cost import straggler_cost
 from .robust import median, step_median
@@ -69,51 +70,9 @@ from .straggler_evidence import Baseline, DataWaitEvidence, PeerEvidence
 from ..evidence import StragglerSignal
 from .assembly import GroupStep
 from ..resolution import Resolution, with_resolution
-from ..tunable import runtime, runtime_fields
+from ..tunable import runtime_fields
 
 
-@dataclass(frozen=True, kw_only=True)
-class StragglerSettings:
-    """Settings of the peer-comparison straggler rule (this module) and of the long-horizon rule
-    (models/steps/long_straggler.py): ``STEPWATCH_STRAGGLER_<FIELD>``. Every field may change at run time
-    (``stepwatch config set straggler.FIELD=VALUE``)."""
-
-    #: A step is "slow" for a rank when its signal is at least this multiple of the peer median ...
-    ratio_threshold: float = runtime(1.10, low=1.0, above=True, high=100.0, why="a ratio of 1 or less flags every rank")
-    #: ... and its robust z-score (MAD-based) is at least this.
-    z_threshold: float = runtime(3.5, low=0.0, above=True, high=1000.0)
-    #: Fire when at least ``min_flagged`` of the last ``window`` evaluated steps were slow.
-    min_flagged: int = runtime(3, low=1, high=1000)
-    window: int = runtime(5, low=1, high=1000, why="a ring of this many steps per rank")
-    #: Resolve after this many consecutive clean steps (hysteresis).
-    clear_after: int = runtime(10, low=1, high=100_000)
-    #: Floor on the spread used by the z-score, as a fraction of the peer median: stops a
-    #: perfectly uniform group (MAD ~ 0) from turning 0.1% differences into huge z-scores.
-    spread_floor: float = runtime(0.02, low=0.0, high=1.0)
-    #: Groups with fewer ranks than this (a median of 2 says nothing) are judged against each rank's
-    #: own usual pace against its peers instead (2 ranks at least; models/steps/small_group.py).
-    min_peers: int = runtime(4, low=1, high=100_000)
-    #: Steps ignored at the start of a job (and after each restart of the step counter).
-    warmup_steps: int = runtime(10, low=0, high=1_000_000)
-    #: Ratio at and above which a straggler alert is critical rather than a warning.
-    critical_ratio: float = runtime(1.5, low=1.0, above=True, high=100.0,
-                                      why="a ratio of 1 or less makes every alert critical")
-    #: Steps of per-rank history kept for the evidence of an alert.
-    evidence_window: int = runtime(20, low=1, high=1000, why="a ring of this many steps per rank")
-    #: Fire only when so many slow steps have at most this chance of being independent spikes at
-    #: the job's learned background rate (1 disables the test: plain k of n).
-    coincidence_p: float = runtime(2e-7, low=0.0, above=True, high=1.0, why="a probability")
-    #: Lowest background rate of slow rank-steps assumed (also the prior before it is learned).
-    spike_rate_floor: float = runtime(0.001, low=0.0, high=1.0, why="a rate per rank-step")
-    #: A rank whose alert resolved fires again within this many steps only when clearly worse.
-    holdoff_steps: int = runtime(200, low=0, high=1_000_000)
-    #: Intermittent slowness: slow verdicts counted over each rank's last this many steps (0: off).
-    intermittent_window: int = runtime(100, low=0, high=2000, why="a ring of this many steps per rank")
-    #: Long-horizon rule (models/steps/long_straggler.py, severity info): smallest steady slowdown
-    #: reported (0 = off) ...
-    long_min_effect: float = runtime(0.03, low=0.0, high=10.0)
-    #: ... judged over this many steps of per-rank history.
-    long_window: int = runtime(200, low=1, high=2000, why="this many steps of history per rank")
 
 
 _D = StragglerSettings()

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..tunable import MAX_SECONDS, runtime
+from .settings import HostSettings  # noqa: F401  (defined in a light module; re-exported here)
 from ..alert_types import AlertType
 from ..alerts import Alert
 from ..evidence import HangEvidence, StragglerEvidence, StragglerSignal
@@ -42,61 +42,6 @@ from .counters import Baseline, CounterTrack, counter_delta
 from ..wire.telemetry_events import HOST_CPU_FIELDS, HostEvent
 
 
-@dataclass(frozen=True, kw_only=True)
-class HostSettings:
-    """Host signals as causes (models/telemetry/host.py) and the device-layer rules of seed 003
-    (models/telemetry/device_rules.py)."""
-
-    #: IO pressure: PSI io ``some avg10`` at or above this percentage (and ``pressure_factor`` x the node's baseline).
-    io_pressure_pct: float = 20.0
-    #: CPU saturation: busy share of all CPUs at or above this (0-1), or PSI cpu ``some avg10`` above
-    #: ``cpu_pressure_pct``.
-    cpu_busy_ratio: float = 0.95
-    cpu_pressure_pct: float = 50.0
-    #: Memory pressure: PSI memory ``some avg10`` at or above this percentage, or MemAvailable below
-    #: ``mem_available_ratio`` of MemTotal.
-    memory_pressure_pct: float = 10.0
-    mem_available_ratio: float = 0.05
-    #: A pressure counts only at this multiple of the node's own baseline median (once it has one).
-    pressure_factor: float = 2.0
-    #: A disk's read latency (ms per completed read) counts at this multiple of its baseline or of the peer
-    #: nodes' disks' median ...
-    disk_latency_factor: float = 4.0
-    #: ... and above this many ms (a fast NVMe going from 0.1 to 0.5 ms is no stall).
-    disk_latency_floor_ms: float = 2.0
-    #: Reads between two samples below which a latency is not measured (too few to mean anything).
-    disk_min_reads: int = 5
-    #: An NFS mount's WRITE or COMMIT round trip (ms per completed op over a sample) counts at this multiple of
-    #: the mount's own baseline ...
-    nfs_rtt_factor: float = 4.0
-    #: ... and above this many ms; a sample with a major RPC timeout or a retransmission counts whatever the rtt.
-    nfs_rtt_floor_ms: float = 50.0
-    #: Host samples in the correlation window a condition must hold in to be evidence.
-    min_samples: int = 2
-    #: A silent rank is blamed on an OOM kill of its node within this many seconds after its last event.
-    oom_window_seconds: float = 60.0
-    #: Host samples kept per node (the correlation looks ``telemetry.correlation_window`` either side of an
-    #: alert's start; causes are kept once the window has closed). About 500 bytes each.
-    history_samples: int = 300
-    #: gpu_idle: a GPU that runs a rank of a stepping job below this utilization (%) for ``gpu_idle_seconds``.
-    gpu_idle_util_pct: float = runtime(10.0, high=100.0)
-    gpu_idle_seconds: float = runtime(300.0, low=0.0, high=MAX_SECONDS)
-    #: gpu_hot: temperature at or above this (degrees C) in ``gpu_hot_samples`` consecutive samples.
-    gpu_hot_temp_c: float = runtime(85.0, high=1000.0)
-    gpu_hot_samples: int = runtime(3, low=1, high=10_000)
-    #: hbm_full: memory used above this share of total (``gpu_hot_samples`` samples in a row) while the job's
-    #: step time (median of its last 10 steps) grew to ``hbm_step_growth`` x its earlier median.
-    hbm_full_ratio: float = runtime(0.90, high=1.0)
-    hbm_step_growth: float = runtime(1.1, low=1.0, high=1000.0)
-    #: Hysteresis of the device rules: a firing gpu_hot holds until the temperature is this many degrees below
-    #: ``gpu_hot_temp_c``, hbm_full until memory is this share below ``hbm_full_ratio``, gpu_idle until
-    #: utilization is this many points above ``gpu_idle_util_pct`` ...
-    gpu_hot_clear_c: float = runtime(3.0, low=0.0, high=1000.0)
-    hbm_full_clear_ratio: float = runtime(0.02, low=0.0, high=1.0)
-    gpu_idle_clear_pct: float = runtime(5.0, low=0.0, high=100.0)
-    #: ... for 5 samples and at least this many seconds of the GPU's clock: a value hovering at a threshold is
-    #: one incident, not one per crossing.
-    device_clear_seconds: float = runtime(60.0, low=0.0, high=MAX_SECONDS)
 
 #: Per-node values that keep a baseline.
 

@@ -45,9 +45,10 @@ class NodeEnv(Protocol):
 
 #: The link and GPU faults the tracker's alerts are classified as (models/oncall/actions.py), and the causes
 #: it names for other alerts (spikes; host signals are named through the hub's host correlator).
-TELEMETRY_CLASSES = ("xid_79_off_bus", "xid_74_nvlink", "xid_48_dbe", "ecc_dbe", "xid_63_row_remap",
+TELEMETRY_CLASSES = ("xid_other",  # first: a gpu_fault's class by its type alone (RuleSpec.failure_classes)
+                     "xid_79_off_bus", "xid_74_nvlink", "xid_48_dbe", "ecc_dbe", "xid_63_row_remap",
                      "xid_64_row_remap_failure", "xid_92_sbe_rate", "xid_94_contained_ecc", "xid_95_uncontained_ecc",
-                     "xid_gsp", "xid_other", "nvlink_down", "pcie_downgrade", "thermal_throttle", "power_throttle",
+                     "xid_gsp", "app_xid", "nvlink_down", "pcie_downgrade", "thermal_throttle", "power_throttle",
                      "link_errors", "link_down", "network_congestion", "host_io", "host_cpu_memory", "host_oom")
 
 

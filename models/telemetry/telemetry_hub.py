@@ -15,9 +15,9 @@ configures all of it and the node agent.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ..tunable import MAX_SECONDS, runtime
+from .settings import TelemetrySettings  # noqa: F401  (defined in a light module; re-exported here)
 from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
 from ..evidence import HangEvidence
@@ -28,85 +28,6 @@ from .telemetry_tracker import TelemetryTracker
 from ..rule import NodeRule, Signal, capped_of, open_alerts_of, reconfigure_rules
 
 
-@dataclass(frozen=True, kw_only=True)
-class TelemetrySettings:
-    """Node telemetry: the node agent, counter spikes, GPU/link alerts, correlation
-    (models/telemetry/telemetry_hub.py)."""
-
-    #: Topic of node telemetry (keyed by node), under the Kafka topic prefix.
-    topic: str = "telemetry"
-    #: Seconds between two samples of the node agent.
-    agent_interval: float = 1.0
-    #: Root of sysfs for the agent (tests point it at a recorded tree).
-    sysfs_root: str = "/sys"
-    #: Root of procfs for the agent's host signals (tests point it at a fake tree).
-    proc_root: str = "/proc"
-    #: The agent reads Xid lines from this kernel log (``/dev/kmsg``, or a file written the same way); "" = off.
-    kmsg_path: str = ""
-    #: Batches the agent holds while Kafka is slow or away; beyond, the oldest are dropped and counted.
-    agent_queue_size: int = 600
-    #: How long one send may block on a full producer buffer or missing metadata, milliseconds.
-    agent_max_block_ms: int = 1000
-    #: The agent's NCCL Inspector reader (producers/nccl_inspector.py, docs/zero-code.md): the directory of
-    #: NCCL_INSPECTOR_DUMP_DIR ("" = off), and the coll_sn per window of its ``nccl_window`` events: ``auto``
-    #: (powers of two up to 64, ~1 s of each communicator's collectives), ``auto:CAP``, or a fixed number.
-    nccl_inspector_dir: str = ""
-    nccl_inspector_window: str = "auto"
-    #: The agent's NCCL RAS client (producers/nccl_ras.py): HOST:PORT ("" = off; NCCL's is localhost:28028),
-    #: queried every this many seconds (at least 5: frequent queries have crashed jobs, NVIDIA/nccl#1762).
-    nccl_ras: str = ""
-    nccl_ras_interval: float = 10.0
-    #: Seconds between two topology events from the agent.
-    topology_interval: float = 60.0
-    #: The agent's topology file (producers/port_neighbors.py, docs/network.md): ``ibnetdiscover`` output,
-    #: ``lldpctl -f json`` output or a node -> port -> switch map, re-read when it changes ("" = none).
-    topology_file: str = ""
-    #: Suspected causes are spikes and faults within this many seconds of an alert's start (both sides).
-    correlation_window: float = 60.0
-    #: Samples of each rate's own recent baseline (bounded memory).
-    baseline_samples: int = runtime(120, low=1, high=10_000, why="a ring of this many samples per GPU and port")
-    #: Samples a baseline needs before a rate is judged against it.
-    baseline_min_samples: int = runtime(10, low=1, high=10_000)
-    #: A rate (xmit_wait, CNPs) is a spike at this multiple of its baseline median (and above its floor).
-    rate_factor: float = 4.0
-    #: Bandwidth below this fraction of its baseline (while the baseline is busy) is a collapse.
-    bandwidth_collapse_ratio: float = runtime(0.3, high=1.0)
-    #: Throttling counts as a fault once the SM clock is below this fraction of its baseline.
-    clock_drop_ratio: float = runtime(0.85, high=1.0)
-    #: Consecutive throttled samples before a gpu_fault for throttling fires.
-    throttle_min_samples: int = runtime(3, low=1, high=10_000)
-    #: A port has sustained errors (link_errors alert) when its error counters rose in
-    #: ``link_error_min_samples`` of its last ``link_error_window`` samples.
-    link_error_window: int = runtime(10, low=1, high=10_000)
-    link_error_min_samples: int = runtime(3, low=1, high=10_000)
-    #: A condition-based alert (throttling, link errors, link down) resolves after this many clean samples.
-    clear_after: int = runtime(30, low=1, high=100_000)
-    #: An event-based fault (Xid, ECC double-bit error) resolves this long after its last occurrence.
-    fault_hold_seconds: float = runtime(300.0, low=0.0, high=MAX_SECONDS)
-    #: Xid codes caused by the application, not the hardware: no gpu_fault.
-    app_xids: str = "13,31,43,45,68"
-    #: A straggler whose data_time is at least this multiple of its peers' points at the input pipeline.
-    data_time_ratio: float = 3.0
-    #: Spikes remembered per node for correlation (oldest dropped first).
-    max_spikes_per_node: int = 512
-    #: Suspected causes listed per alert.
-    max_causes: int = 5
-    #: Enrichment updates (new versions) published per alert at most.
-    max_enrichment_updates: int = 5
-    #: The worker's global telemetry feed starts this many seconds back in the topic.
-    feed_lookback_seconds: float = 300.0
-    #: Persistent link baselines (models/telemetry/link_baseline.py, docs/network.md): a sample's weight halves
-    #: after this many seconds of the node's clock; a port's own baseline counts after this many samples;
-    #: the owner of a node's partition writes the node's baselines to the compacted topic this often.
-    link_baseline_half_life: float = 21600.0
-    link_baseline_min_samples: int = 120
-    link_baseline_publish_interval: float = 60.0
-
-    def app_xid_set(self) -> frozenset[int]:
-        try:
-            return frozenset(int(x) for x in self.app_xids.split(",") if x.strip())
-        except ValueError:
-            raise ValueError(f"telemetry.app_xids: expected comma-separated integers, got {self.app_xids!r}") from None
 
 
 class TelemetryHub:

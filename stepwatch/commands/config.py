@@ -12,7 +12,7 @@ from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _sett
 
 def run(args: argparse.Namespace) -> int:
     from stepwatch.models.shadow import SHADOW_KEY
-    from stepwatch.runtime_config import (GLOBAL, WORKER_SECTIONS, parse_assignments, read_topic, validate_all,
+    from stepwatch.runtime_config import (GLOBAL, parse_assignments, read_topic, validate_all, worker_sections,
                                           write_topic)
 
     settings = _settings(args)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     current = read_topic(settings).get(key, {})
     refused = _refused(key, current)
     if refused:  # kept, they would make the workers refuse this scope's new message too
-        current = {sec: kv for sec, kv in current.items() if sec not in WORKER_SECTIONS}
+        current = {sec: kv for sec, kv in current.items() if sec not in worker_sections()}
         print(f"stepwatch config: job {key}: dropped {', '.join(refused)} (the workers refused it: set for '*' "
               f"only)", file=sys.stderr)
     if args.config_command == "set":
@@ -85,19 +85,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _refused(scope: str, overrides: dict) -> list[str]:
     """The worker-wide sections a job's scope names: the workers refuse such a message whole."""
-    from stepwatch.runtime_config import GLOBAL, WORKER_SECTIONS
+    from stepwatch.runtime_config import GLOBAL, worker_sections
 
-    return [] if scope == GLOBAL else sorted(set(overrides) & set(WORKER_SECTIONS))
+    return [] if scope == GLOBAL else sorted(set(overrides) & set(worker_sections()))
 
 
 def _check_assignments(args: argparse.Namespace) -> None:
     """A value out of range is refused before any broker is asked (stepwatch/cli.py runs this first)."""
-    from stepwatch.runtime_config import WORKER_SECTIONS, parse_assignments
+    from stepwatch.runtime_config import parse_assignments, worker_sections
 
     sections = parse_assignments(args.assignments)  # each value in its field's range
     if getattr(args, "shadow", False) and args.job:
         raise ValueError("--shadow settings are tried for every job ('*'): drop --job")
-    worker = sorted(set(sections) & set(WORKER_SECTIONS))
+    worker = sorted(set(sections) & set(worker_sections()))
     if args.job and worker:
         raise ValueError(f"{', '.join(worker)}: the worker's node-level and outlet rules' settings, set for every "
                          f"job ('*') only: drop --job")
@@ -106,10 +106,10 @@ def _check_assignments(args: argparse.Namespace) -> None:
 def runtime_fields_help() -> str:
     """Every field ``config set`` accepts, with its default and range (read from the settings classes)."""
     from stepwatch.models.tunable import runtime_fields, runtime_range
-    from stepwatch.runtime_config import SECTIONS
+    from stepwatch.runtime_config import sections
 
     lines = ["runtime fields (SECTION.FIELD, default, range):"]
-    for section, cls in SECTIONS.items():
+    for section, cls in sections().items():
         defaults = cls()
         for name in runtime_fields(cls):
             value = getattr(defaults, name)
