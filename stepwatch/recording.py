@@ -368,8 +368,11 @@ def merge_lines(paths: list[str], *, what: str = "replay") -> Iterator[bytes]:
 
 
 def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, until: float | None = None,
-           out=None, stats: dict | None = None) -> dict:
-    """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts."""
+           out=None, stats: dict | None = None, across_arrivals: bool = True) -> dict:
+    """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts.
+
+    ``across_arrivals``: lines of different ``_arrival`` merged into the worker's column batches, each row on
+    its own arrival (the same alerts: tests/test_replay_fast.py); False: a read per arrival, as before."""
     from stepwatch.commands.common import json_line, printable
     from stepwatch.models.pipeline import Pipeline, run_recording
     from stepwatch.models.sinks import JsonLinesSink
@@ -381,7 +384,8 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     # Terminal-safe lines: replay often prints to one (control characters in names escaped).
     sink = JsonLinesSink(out or sys.stdout, report=sys.stderr, line=lambda a: json_line(a.to_dict()), text=printable)
     try:  # the recording's lines -> the pipeline -> the sink, as the worker's topics -> pipeline -> topics
-        for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
+        for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until,
+                                     across_arrivals=across_arrivals):
             sink.write(outputs)
     finally:  # counts so far, also when reading stops half-way
         stats.update(events=pipeline.engine.events_by_kind.total(), rejected=sink.rejected, alerts=sink.alerts)
