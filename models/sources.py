@@ -211,6 +211,15 @@ def _latest_ts(obj) -> float | None:
     return latest
 
 
+class Elsewhere(NamedTuple):
+    """A recording line another process feeds (``stepwatch replay --jobs``: the recording split by job): only its
+    time, its ``_arrival`` (``arrival``) or else its latest event time (None: it states none), so that this
+    process's clock, and so its ticks, move as one process's would."""
+
+    at: float | None
+    arrival: bool
+
+
 @dataclass(slots=True)
 class RecordingSource:
     """A recording's lines on its own clock: ``Read``s of its lines and the ``Tick``s the live worker's timer
@@ -246,12 +255,37 @@ class RecordingSource:
             return Read(group, max(arrivals) if many else group_arrival, parsed=True,
                         arrivals=tuple(arrivals) if many else None)
 
+        marks: list[float] = []  # arrivals of other processes' lines since the last read (``Elsewhere``)
+        elsewhere = float("-inf")  # the latest event time of other processes' lines: their part of the engine's clock
+
         def seen(arrival: float | None) -> None:
             nonlocal clock
-            now = arrival if arrival is not None else self.clock()
+            if marks:
+                arrival = max(marks) if arrival is None else max(arrival, *marks)
+                marks.clear()
+            now = arrival if arrival is not None else max(self.clock(), elsewhere)
             clock = now if clock is None else max(clock, now)
 
         for msg in self.lines:
+            if type(msg) is Elsewhere:  # another process's line: the clock moves (and ticks fall) as with it here
+                if msg.arrival:
+                    marks.append(msg.at)
+                elif msg.at is not None:
+                    elsewhere = max(elsewhere, msg.at)
+                if next_tick is not None and msg.at is not None and msg.at < next_tick:
+                    continue
+                own = None
+                if group:
+                    yield read()
+                    own = max(arrivals) if arrivals else group_arrival
+                    group, arrivals = [], []
+                seen(own)
+                if next_tick is None:
+                    next_tick = clock + interval
+                elif clock >= next_tick:
+                    yield Tick(clock)
+                    next_tick = clock + interval
+                continue
             if callable(msg):  # e.g. recorded runtime settings: applied after every line before it
                 if group:
                     yield read()

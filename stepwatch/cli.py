@@ -11,6 +11,7 @@ from stepwatch import __version__
 from stepwatch.commands.common import _require_bootstrap, _require_reachable, client_settings
 from stepwatch.commands import (actions, agent, alerts, broker, config, demo, import_, publish, record, replay,
                                 scenarios, shard, simulate, status, worker)
+from stepwatch.commands import backtest
 
 #: Commands that talk to Kafka (given these arguments): checked for a reachable bootstrap first.
 KAFKA_CLIENTS = {"alerts": lambda a: True, "record": lambda a: True, "config": lambda a: True, "actions": lambda a: True,
@@ -20,6 +21,7 @@ KAFKA_CLIENTS = {"alerts": lambda a: True, "record": lambda a: True, "config": l
 #: In the order ``stepwatch --help`` lists them.
 COMMANDS = (worker, simulate, replay, record, publish, alerts, status, config, actions, demo, broker, shard, agent,
             import_, scenarios)
+COMMANDS += (backtest,)
 
 
 def build_parser() -> argparse.ArgumentParser:
