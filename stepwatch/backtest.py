@@ -6,7 +6,7 @@ assignments ``stepwatch config set`` takes, for every job: ``*``), and compares 
 - :func:`diff`: alerts matched by id (a stable fingerprint of what is alerted on): **new** (only the
   candidate raises it), **dropped** (only the current settings), **changed** (both, but the last firing
   version differs in severity, ranks, nodes or cause);
-- :func:`score`: with labels, each side's precision and recall. Labels are either feedback records
+- :func:`score`: with labels, each side's precision and recall, of the alerts that page (warning, critical). Labels are either feedback records
   (``stepwatch feedback --export``, models/wire/feedback.py: ``confirmed`` ids are true, ``false`` ids false,
   ``duplicate`` and ``transient`` are neither) or a labelled scenario's JSON (stepwatch/sim/scenarios.py
   ``labels``: an alert is true when it fires in a problem's window for its job or nodes, of the problem's
@@ -158,9 +158,15 @@ def _in_window(alert: dict, p: dict) -> bool:
     return bool(mine) and alert.get("type") in kinds and onset <= t <= end + GRACE_S
 
 
+def pages(alerts: list[dict]) -> list[dict]:
+    """The alerts that page someone: severity warning or critical (an ``info`` alert is a note on the dashboard)."""
+    return [a for a in alerts if _SEVERITY.get(a.get("severity"), 1) >= _SEVERITY["warning"]]
+
+
 def score(alerts: list[dict], labels: Labels) -> dict:
-    """One run's precision and recall against ``labels``: ``{"true", "false", "unlabelled", "precision",
-    "recall", "found", "known"}`` (precision, recall: None when nothing to divide by)."""
+    """One run's precision and recall against ``labels``, of the alerts that page (``pages``): ``{"true", "false",
+    "unlabelled", "precision", "recall", "found", "known"}`` (precision, recall: None when nothing to divide by)."""
+    alerts = pages(alerts)
     fired = firing(alerts)
     if labels.problems:
         from stepwatch.models.alert_types import DERIVED_TYPES
