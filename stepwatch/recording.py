@@ -70,9 +70,10 @@ def parse_time(text: str) -> float:
     return when.timestamp()
 
 
-def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]:
-    """The non-empty lines of recordings ('-': stdin), with a progress line on stderr now and then."""
-    next_report = time.monotonic() + PROGRESS_SECONDS
+def read_lines(paths: Iterable[str], *, what: str = "replay", progress: bool = True) -> Iterator[bytes]:
+    """The non-empty lines of recordings ('-': stdin), with a progress line on stderr every ``PROGRESS_SECONDS`` or so
+    (a recording read for longer than that; ``progress``: False, none)."""
+    next_report = time.monotonic() + PROGRESS_SECONDS if progress else float("inf")
     for path in paths:
         stream = sys.stdin.buffer if path == "-" else open(path, "rb")
         try:
@@ -498,7 +499,7 @@ def _replay_share(path: str, drain: float, until: float | None, share: int) -> t
 
     def lines() -> Iterator[bytes | Elsewhere]:
         nonlocal position
-        for raw in read_lines([path], what="replay"):
+        for raw in read_lines([path], progress=False):  # (the split's own reading says how far it is)
             position += 1
             if raw.startswith(b'{"_elsewhere"'):
                 mark = orjson.loads(raw)
