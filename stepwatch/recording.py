@@ -77,12 +77,17 @@ def read_lines(paths: Iterable[str], *, what: str = "replay", progress: bool = T
     for path in paths:
         stream = sys.stdin.buffer if path == "-" else open(path, "rb")
         try:
+            size = os.fstat(stream.fileno()).st_size if path != "-" else 0
+        except (OSError, ValueError):  # not a file with a size (a pipe, a test's stream)
+            size = 0
+        try:
             for lineno, line in enumerate(stream, 1):
                 line = line.strip()
                 if not line:
                     continue
                 if lineno % 4096 == 0 and time.monotonic() > next_report:
-                    print(f"stepwatch {what}: {path}: line {lineno}", file=sys.stderr, flush=True)
+                    done = f" ({100 * stream.tell() / size:.0f} %)" if size else ""
+                    print(f"stepwatch {what}: {path}: line {lineno}{done}", file=sys.stderr, flush=True)
                     next_report = time.monotonic() + PROGRESS_SECONDS
                 yield line
         finally:
