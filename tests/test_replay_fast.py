@@ -24,9 +24,9 @@ from stepwatch.sim import scenarios as library
 T0 = 1_764_000_000.0
 
 
-def _library(name: str, seed: int) -> list[bytes]:
+def _library(name: str, seed: int, limit: int | None = None) -> list[bytes]:
     """A library scenario as single-event lines, each with its own ``_arrival`` (a broker's jittered lag, so
-    that neighbouring lines differ), a bad line now and then."""
+    that neighbouring lines differ), a bad line now and then; its first ``limit`` lines (a bounded sample)."""
     rng = random.Random(seed)
     out = []
     for i, event in enumerate(e for _, batch in library.batches(library.get(name)) for e in batch):
@@ -36,7 +36,7 @@ def _library(name: str, seed: int) -> list[bytes]:
         if i % 1499 == 7:
             out.append(b'{"v":1,"kind":"step","job":"x","rank":-1,"step":1,"ts":1.0,"_arrival":1764000000.0}')
             out.append(b"{not json")
-    return out
+    return out[:limit]
 
 
 def _hand_made() -> list[bytes]:
@@ -61,7 +61,7 @@ def _gen3(name: str) -> list[bytes]:
 
 RECORDINGS = {
     "library-hang-hang-64": lambda: _library("hang-hang-64", 1),
-    "library-net-ib-errors-64": lambda: _library("net-ib-errors-64", 2),
+    "library-net-ib-errors-64": lambda: _library("net-ib-errors-64", 2, 20_000),
     "recordings-hand-made": _hand_made,
     "gen2-fleet": _gen2,
     "gen3-xid79_dead_rank": lambda: _gen3("xid79_dead_rank"),
