@@ -45,7 +45,7 @@ class RetentionSettings:
     #: A job that sent ``phase: end`` is forgotten this long after its last event.
     ended_job_seconds: float = 600.0
     #: At most this many jobs are tracked; beyond, the least recently active job *without an open
-    #: alert* is forgotten (a hung job is never pushed out by new ones), else one whose only open alert
+    #: alert* nor a hang still to judge is forgotten (a hung or stalled job is never pushed out by new ones), else one whose only open alert
     #: is a hang no rank has spoken since (dead junk: its hang resolves ``forgotten``; issue 44 finding 2);
     #: when the ``EVICTION_PROBES`` least recently active are neither, the new job's event is refused
     #: and counted (``stepwatch_engine_jobs_refused_total``). Evictions: ``stepwatch_engine_jobs_evicted_total``.
@@ -412,16 +412,18 @@ class DetectionEngine:
         return job, evicted
 
     def _evictable(self) -> tuple[JobState | None, bool]:
-        """The least recently active job without an open alert among the first ``EVICTION_PROBES``, else the
-        first of them whose only open alert is a hang no rank has spoken since (True then): such a job holds
-        nothing a live job needs, and a flood of one-step jobs that go silent must not lock real ones out."""
+        """The least recently active job without an open alert or a hang still to judge among the first
+        ``EVICTION_PROBES``, else the first of them whose only open alert is a hang no rank has spoken since (True
+        then): such a job holds nothing a live job needs, and a flood of one-step jobs that go silent must not lock
+        real ones out. A job with a rhythm that stalled, its hang not yet due, is kept like one with an open alert
+        (issue 44: 10,001 one-step jobs evicted a job stalled 10 s and its hang never fired)."""
         dead = None
         for _ in range(min(EVICTION_PROBES, len(self.jobs))):
             name, job = next(iter(self.jobs.items()))
             alerts = job.open_alerts()
-            if not alerts:
+            if not alerts and not _hang_pending(job):
                 return job, False
-            if dead is None and _dead_hang(job, alerts):
+            if dead is None and alerts and _dead_hang(job, alerts):
                 dead = job
             self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
             self._touches += 1
@@ -896,6 +898,13 @@ def _dead_hang(job: JobState, alerts: list[Alert]) -> bool:
     """Whether ``alerts`` (the job's open ones) are a hang alone, and no event of the job came since it fired (its
     ``starts_at``, on the job's clock): no rank is alive to be helped by keeping it."""
     return all(a.type == "hang" for a in alerts) and job.last_ts < min(a.starts_at for a in alerts)
+
+
+def _hang_pending(job: JobState) -> bool:
+    """Whether the job's hang rule still has a verdict to give: it stepped at a rhythm (two advances at least; a
+    one-step job has none to miss) and has not ended, so its silence would fire a hang once due."""
+    hang = job.hang
+    return len(hang.progress.step_times) >= 2 and math.isfinite(hang.quiet_until())
 
 
 def _by_touch(job: JobState) -> int:

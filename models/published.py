@@ -28,12 +28,23 @@ class PublishedAlerts:
         # The rebuilt engine may name a problem it saw from the middle with another id than
         # the one already published (e.g. a later first step): publish it under the old id.
         self.alias: dict[str, tuple[str, float]] = {}  # engine id -> (published id, its starts_at)
+        #: Per id whose latest record was read back from the topic (a previous life's, not this one's): the gists
+        #: (``_gist``) of the firing versions of its episode read back.
+        self.read_back: dict[str, set[tuple]] = {}
 
-    def remember(self, alert: Alert | dict) -> None:
-        """``alert`` is on the topic now (a record read back from it: ``Alert.from_dict``, ``ValueError`` if
-        it is not one)."""
+    def remember(self, alert: Alert | dict, *, read_back: bool = False) -> None:
+        """``alert`` is on the topic now: published by this life, or ``read_back`` from the topic (a previous
+        life's record; a dict: ``Alert.from_dict``, ``ValueError`` if it is not one)."""
         if isinstance(alert, dict):
             alert = Alert.from_dict(alert)
+        if not read_back:
+            self.read_back.pop(alert.id, None)
+        elif alert.status == AlertStatus.FIRING:
+            last = self._last.get(alert.id)
+            gists = self.read_back.get(alert.id) if last is not None and last[3] == alert.starts_at else None
+            self.read_back[alert.id] = (gists or set()) | {_gist(alert)}  # (a new episode starts the set again)
+        else:
+            self.read_back.pop(alert.id, None)
         self._last.pop(alert.id, None)  # (re)inserted last: the bound forgets the least recently published
         self._last[alert.id] = (alert.status, alert.severity, alert.summary, alert.starts_at)
         if alert.status == AlertStatus.FIRING:
@@ -44,12 +55,15 @@ class PublishedAlerts:
             oldest = next(iter(self._last))
             self._last.pop(oldest)
             self.open.pop(oldest, None)
+            self.read_back.pop(oldest, None)
 
     def is_duplicate(self, alert: Alert) -> bool:
         """Whether ``alert`` says nothing the topic does not already say about its id: the same status, severity
         and summary; a second resolution; a firing of an episode the topic already resolved (one that began no
         later: a new episode of an id, e.g. a node suspect again, begins later); or a firing the open one
-        covers (no higher severity, and every incident it lists already listed: a ledger read back)."""
+        covers (no higher severity, and every incident it lists already listed: a ledger read back; or any
+        version of the same episode read back from the topic: a restarted worker re-deriving, from events its
+        previous life had handled, an update that says what a version read back said, in figures of its own)."""
         last = self._last.get(alert.id)
         if last is None:
             return False
@@ -60,6 +74,10 @@ class PublishedAlerts:
             return alert.status == AlertStatus.RESOLVED or alert.starts_at <= starts_at
         if alert.status != AlertStatus.FIRING or _RANK.get(alert.severity, 0) > _RANK.get(severity, 0):
             return False
+        if alert.starts_at == starts_at and alert.id in self.read_back:
+            mine = _gist(alert)
+            if any(g[:3] == mine[:3] and mine[3] <= g[3] for g in self.read_back[alert.id]):
+                return True  # says no word a version read back did not say
         listed = _incidents(alert)
         return listed is not None and listed <= (_incidents(self.open[alert.id]) or set())
 
@@ -71,6 +89,14 @@ class PublishedAlerts:
         if alert.status == AlertStatus.RESOLVED:
             self.alias.pop(alert.id, None)
         return dataclasses.replace(alert, id=alias[0], starts_at=alias[1])
+
+
+def _gist(alert: Alert) -> tuple:
+    """What a firing says, its figures left out: severity, ranks, nodes and the evidence's words (signal, cause,
+    incident, failure class). Two lives' versions of one update differ in figures only (each its own ratios)."""
+    words = frozenset((k, v) for k, v in alert.evidence.items() if isinstance(v, str)) \
+        if isinstance(alert.evidence, dict) else frozenset()
+    return alert.severity, tuple(alert.ranks), tuple(alert.nodes), words
 
 
 def _incidents(alert: Alert) -> set[str] | None:

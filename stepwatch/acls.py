@@ -5,8 +5,9 @@ may write only their own events (stack answers travel there too) and read the co
 agents write only telemetry (Xid, link state: the telemetry that can drain a node); workers write
 what they derive (alerts, dead letters, the workers registry, ledger, placement, link baselines,
 actions, stack requests on the control topic, the shard stage's job events) and read everything;
-operators write runtime settings (config) and may send control requests. One table drives both the
-``kafka-acls`` commands printed in docs/security.md (``kafka_acls_commands``) and the bindings the
+operators (the SREs) write runtime settings (config), verdicts on alerts (feedback) and may send control
+requests; a worker writes to the feedback topic only the verdicts its token-guarded web port takes. One
+table drives both the ``kafka-acls`` commands printed in docs/security.md (``kafka_acls_commands``) and the bindings the
 tests apply to a real broker with an authorizer (``acl_bindings``, kafka-python's admin client
 sends the same CreateAcls request as ``kafka-acls --add``).
 """
@@ -17,6 +18,7 @@ import enum
 from dataclasses import dataclass
 
 from stepwatch.config import Settings
+from stepwatch.models.oncall.drain_ledger import TOPIC as DRAIN_LEDGER_TOPIC
 
 
 class Role(enum.Enum):
@@ -47,8 +49,11 @@ def grants(settings: Settings | None = None) -> dict[Role, tuple[Grant, ...]]:
     topic = k.topic
     events, control = topic(k.events_topic), topic(k.control_topic)
     worker_writes = [topic(k.alerts_topic), topic(k.deadletter_topic), topic(k.workers_topic),
+                     topic(k.shadow_alerts_topic),  # candidate settings' alerts (streams/shadow.py)
                      topic(s.oncall.ledger_topic), topic(s.oncall.placement_topic), topic(k.link_baselines_topic),
-                     topic(s.oncall.actions_topic), control, topic(k.job_events_topic)]
+                     topic(s.oncall.actions_topic), control, topic(k.job_events_topic),
+                     topic(k.feedback_topic),  # the verdicts the web port takes (POST /alerts/<id>/feedback)
+                     topic(DRAIN_LEDGER_TOPIC)]  # one drain budget across workers (streams/drain_ledger.py)
     return {
         Role.TRAINING: (Grant(events, WRITE), Grant(control, READ)),
         Role.AGENT: (Grant(topic(s.telemetry.topic), WRITE),),
@@ -58,6 +63,7 @@ def grants(settings: Settings | None = None) -> dict[Role, tuple[Grant, ...]]:
                       Grant(k.app_id, ("Read", "Describe"), prefixed=True, resource="group")),
         Role.OPERATOR: (Grant(topic(k.config_topic), WRITE), Grant(control, WRITE),
                         Grant(topic(s.oncall.releases_topic), WRITE),  # stepwatch actions release
+                        Grant(topic(k.feedback_topic), WRITE),  # stepwatch feedback: verdicts on alerts
                         Grant(k.topic_prefix, READ, prefixed=True)),
     }
 

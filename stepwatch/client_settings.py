@@ -26,6 +26,9 @@ class KafkaSettings:
     events_topic: str = "events"
     alerts_topic: str = "alerts"
     deadletter_topic: str = "deadletter"
+    #: Alerts of candidate settings under trial (``stepwatch config set --shadow``): never paged, compared by
+    #: ``stepwatch report --shadow`` (streams/shadow.py).
+    shadow_alerts_topic: str = "shadow-alerts"
     #: Runtime settings (compacted, keyed by job id or ``*``; see docs/operations.md).
     config_topic: str = "config"
     #: Workers registry (compacted, one partition, keyed by worker URL): which worker owns which
@@ -38,6 +41,9 @@ class KafkaSettings:
     #: Output of the optional shard stage (``stepwatch shard``): the raw events re-batched per job, keyed
     #: by job. Detection workers read it with ``STEPWATCH_KAFKA_EVENTS_TOPIC=job-events``.
     job_events_topic: str = "job-events"
+    #: Verdicts on alerts (compacted, keyed by alert id; ``stepwatch feedback``, models/wire/feedback.py):
+    #: SREs write it, workers and ``stepwatch report`` read it.
+    feedback_topic: str = "feedback"
     #: Partitions for topics stepwatch creates; jobs are spread over partitions by key.
     partitions: int = 4
     #: Replication factor for topics stepwatch creates (1 suits a single local broker).

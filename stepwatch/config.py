@@ -131,6 +131,18 @@ class AlertmanagerSettings:
     backoff_max: float = 30.0
     #: ... for at most this many attempts.
     max_attempts: int = 8
+    #: An alert's summary says its rule's precision on this fleet is low when the 95 % interval of its
+    #: confirmed share (feedback topic, streams/feedback_feed.py) lies wholly under this ...
+    low_precision: float = 0.5
+    #: ... with at least this many confirmed-or-false verdicts on the rule's alerts.
+    low_precision_min_feedback: int = 20
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.low_precision <= 1.0:
+            raise ValueError(f"alertmanager.low_precision: expected 0 to 1 (0 never says so), got {self.low_precision!r}")
+        if self.low_precision_min_feedback < 1:
+            raise ValueError(f"alertmanager.low_precision_min_feedback: expected at least 1, "
+                             f"got {self.low_precision_min_feedback!r}")
 
 
 

@@ -19,7 +19,10 @@ newest alert read, so a replay of an old recording reports on its own week):
   incident's latest value), in total, for the incidents still open, and per cause, and the
   costliest incidents with their ``job_slowdown``;
 * effective compute share per job: the latest ``evidence.effective_compute`` its alerts carry
-  (the job's productive share when the alert resolved, models/jobhealth/sli.py).
+  (the job's productive share when the alert resolved, models/jobhealth/sli.py);
+* precision per rule (``precision``): per type and settings version, the verdicts on its alerts (the
+  feedback topic, or ``--feedback FILE``; automatic outcomes from the alerts' own history,
+  stepwatch/outcomes.py), precision with its Wilson interval, median time to detect (stepwatch/precision.py).
 
 Output: plain text, ``--json`` (the shape in docs/operations.md, "On call"), or ``--html FILE``:
 one self-contained page, charts drawn as inline SVG (no script, no network).
@@ -39,6 +42,8 @@ from typing import Any
 import orjson
 
 from stepwatch.models.alert_types import AlertType
+from stepwatch.outcomes import OutcomeSettings, OutcomeTracker
+from stepwatch.precision import Judged, Versions, precision_table
 from stepwatch.timespec import When, parse_when
 
 DAY = 86_400.0
@@ -130,16 +135,22 @@ def _num(value: Any) -> float | None:
 
 
 def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float | None = None,
-                 start: float | None = None) -> dict[str, Any]:
+                 start: float | None = None, verdicts: dict | None = None, versions: Versions | None = None,
+                 outcomes: OutcomeSettings = OutcomeSettings()) -> dict[str, Any]:
     """The report (``--json``'s shape) of the incidents that began within ``since`` seconds before ``now``
-    (default: the newest alert time read), or from ``start`` (Unix seconds) when given."""
+    (default: the newest alert time read), or from ``start`` (Unix seconds) when given. ``verdicts``: alert id
+    -> feedback (stepwatch/feedback.py ``read_feedback``); ``versions``: the settings changes' times."""
+    from stepwatch.feedback import latest
+
     incidents: dict[str, _Incident] = {}
+    tracker = OutcomeTracker(outcomes)
     newest = 0.0
     effective: dict[str, tuple[float, float]] = {}  # job -> (time, share)
     for alert in alerts:
         ident = alert.get("id")
         if not isinstance(ident, str):
             continue
+        tracker.add(alert)
         when = _num(alert.get("ends_at")) or _num(alert.get("starts_at")) or 0.0
         newest = max(newest, when)
         share = _num((alert.get("evidence") or {}).get("effective_compute"))
@@ -206,6 +217,9 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
                   if chosen else None),
         "_timeline": [(i.starts_at, i.type, i.scope) for i in chosen],
     }
+    # A person's verdict beats the automatic one, whichever came last.
+    said = latest([*tracker.outcomes().values(), *(verdicts or {}).values()])
+    out["precision"] = precision_table([Judged(i.id, i.type, i.starts_at, i.onset) for i in chosen], said, versions)
     slow = _slowdown_cost(chosen)
     if slow is not None:
         out["slowdown_cost"] = slow
@@ -301,6 +315,7 @@ def format_text(report: dict[str, Any]) -> str:
             lines.append(f"  {row['type']:<10} {row['job']:<18} job {factor:>6} slower {row['gpu_hours_lost_per_day']:>9.2f}"
                          f"{'  (open)' if row['open'] else ''}")
         lines.append("")
+    lines.extend(_precision_lines(report.get("precision") or {}))
     lines.append("effective compute share")
     for job, share in report["effective_compute"].items() or [("(no job reported one)", None)]:
         lines.append(f"  {job:<28} {'-' if share is None else f'{share:.1%}':>10}")
@@ -308,6 +323,35 @@ def format_text(report: dict[str, Any]) -> str:
 
     # Names come from the wire: each line escaped, so none can print a fake line of its own.
     return "\n".join(printable(line) for line in lines) + "\n"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _interval(row: dict) -> str:
+    return "" if not row.get("interval") else f"{row['interval'][0]:.0%}-{row['interval'][1]:.0%}"
+
+
+def _precision_lines(table: dict[str, Any]) -> list[str]:
+    """Precision per rule and settings version (transient outcomes apart: never counted as false)."""
+    lines = [f"{'precision per rule':<30} {'alerts':>6} {'said':>5} {'right':>5} {'false':>5} {'dup':>4} "
+             f"{'trans':>5} {'precision':>9} {'95% CI':>10} {'detect':>8}"]
+
+    def row(name: str, r: dict) -> str:
+        return (f"  {name:<28} {r['alerts']:>6} {r['with_feedback']:>5} {r['confirmed']:>5} {r['false']:>5} "
+                f"{r['duplicate']:>4} {r['transient']:>5} {_pct(r['precision']):>9} {_interval(r):>10} "
+                f"{_fmt(r['median_detect_seconds']):>8}")
+
+    for kind, r in table.items():
+        lines.append(row(kind, r))
+        versions = r.get("versions") or {}
+        if len(versions) > 1 or any(v != "-" for v in versions):
+            lines.extend(row("  " + version, v) for version, v in versions.items())
+    if not table:
+        lines.append("  (no alerts)")
+    lines.append("")
+    return lines
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -375,6 +419,9 @@ def _timeline(report: dict[str, Any], width: int = 900, height: int = 220) -> st
     return "".join(parts)
 
 
+VERSION_ROW = ' class="version"'
+
+
 def format_html(report: dict[str, Any]) -> str:
     w = report["_window"]
     mttr = [(t, round((s["mttr_seconds"] or 0) / 60, 2), "#5b8def") for t, s in report["by_type"].items()
@@ -398,6 +445,13 @@ def format_html(report: dict[str, Any]) -> str:
                         f"<td>{html.escape(', '.join(r['jobs']) or '-')}</td></tr>" for r in report["nodes"][:10])
     lost_rows = "".join(f"<tr><td>{html.escape(c)}</td><td>{h:.2f}</td></tr>"
                         for c, h in report["gpu_hours_lost"].items())
+    precision_rows = "".join(
+        f"<tr{'' if version is None else VERSION_ROW}><td>{html.escape(kind if version is None else version)}</td>"
+        f"<td>{r['alerts']}</td><td>{r['with_feedback']}</td><td>{r['confirmed']}</td><td>{r['false']}</td>"
+        f"<td>{r['duplicate']}</td><td>{r['transient']}</td><td>{_pct(r['precision'])}</td>"
+        f"<td>{_interval(r)}</td><td>{_fmt(r['median_detect_seconds'])}</td></tr>"
+        for kind, top in (report.get("precision") or {}).items()
+        for version, r in [(None, top), *((v, x) for v, x in (top.get("versions") or {}).items() if v != "-")])
     slow = report.get("slowdown_cost")
     slow_html = ""
     if slow is not None:  # the text report's "GPU-hours lost a day to slow ranks and stages"
@@ -418,7 +472,7 @@ h1 {{ font-size: 22px; }} h2 {{ font-size: 17px; margin-top: 28px; }}
 table {{ border-collapse: collapse; }} td, th {{ padding: 4px 12px; border-bottom: 1px solid #ddd; text-align: left; }}
 .swatch {{ display: inline-block; width: 12px; height: 12px; margin-right: 6px; }}
 ul.scopes {{ list-style: none; padding: 0; display: flex; gap: 24px; }}
-.empty {{ color: #888; }}
+.empty {{ color: #888; }} tr.version td:first-child {{ padding-left: 28px; color: #555; }}
 </style></head><body>
 <h1>stepwatch report</h1>
 <p id="summary"><b id="incident-count">{report['incidents']}</b> {html.escape(headline(report).split(" ", 1)[1])}</p>
@@ -436,6 +490,9 @@ ul.scopes {{ list-style: none; padding: 0; display: flex; gap: 24px; }}
 {slow_html}
 <h2>By type</h2>
 <table id="by-type"><tr><th>type</th><th>count</th><th>MTTR</th><th>median</th><th>time to detect</th></tr>{rows}</table>
+<h2>Precision per rule</h2>
+<table id="precision"><tr><th>type / settings</th><th>alerts</th><th>with feedback</th><th>confirmed</th><th>false</th>
+<th>duplicate</th><th>transient</th><th>precision</th><th>95% interval</th><th>median time to detect</th></tr>{precision_rows}</table>
 <h2>By scope</h2>
 <table id="by-scope"><tr><th>scope</th><th>count</th><th>MTTR</th><th>median</th><th>time to detect</th></tr>{by_scope}</table>
 <h2>Effective compute share</h2>
@@ -459,7 +516,16 @@ def add_parser(sub) -> None:
     p.add_argument("--since", type=parse_when, default=When(7 * DAY, relative=True), metavar="WHEN",
                    help="incidents that began this long before the newest alert (default 7d; e.g. 24h), or from "
                         "this time (Unix seconds or ISO 8601)")
+    p.add_argument("--feedback", metavar="FILE",
+                   help="verdicts from this JSON Lines file ('stepwatch feedback --export' output) instead of the "
+                        "feedback topic")
+    p.add_argument("--transient", type=float, default=OutcomeSettings().transient_seconds, metavar="SECONDS",
+                   help="an alert that resolved by itself within this many seconds and never recurred is "
+                        "'transient' (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--shadow", action="store_true",
+                   help="compare the shadow (candidate) settings' alerts with the live ones over --since (counted "
+                        "back from now): added, dropped, changed, with the feedback on them")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE")
     p.add_argument("--bootstrap", metavar="HOST:PORT[,...]", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP)")
     p.add_argument("--topic-prefix", metavar="PREFIX", help="topic prefix (default: STEPWATCH_KAFKA_TOPIC_PREFIX)")
@@ -484,11 +550,25 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.file and args.file_option and args.file != args.file_option:
         raise SystemExit("stepwatch report: give the file once (FILE or --file)")
+    from stepwatch.feedback import read_feedback
+    from stepwatch.precision import read_config_changes
+
     path = args.file or args.file_option
+    if args.shadow:  # stepwatch/shadow_report.py: the topics, not a file
+        return _shadow_report(args)
     stats = {"alerts": 0}
+    outcomes = OutcomeSettings(transient_seconds=args.transient)
+    refused: list[str] = []
+    verdicts = None
+    if args.feedback:
+        try:
+            verdicts = read_feedback(path=args.feedback, refused=refused)
+        except FileNotFoundError:
+            raise SystemExit(f"stepwatch report: {args.feedback}: no such file") from None
     if path:
         try:
-            report = build_report(_counted(read_jsonl(path), stats), **_window(args.since))
+            report = build_report(_counted(read_jsonl(path), stats), **_window(args.since), verdicts=verdicts,
+                                  outcomes=outcomes)
         except FileNotFoundError:
             raise SystemExit(f"stepwatch report: {path}: no such file") from None
         except IsADirectoryError:
@@ -507,9 +587,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not kafka.bootstrap:
             raise SystemExit("stepwatch report: no Kafka bootstrap servers (set KAFKA_BOOTSTRAP or --bootstrap), "
                              "or read a file with --file")
-        report = build_report(_counted(read_topic(settings), stats), **_window(args.since))
+        if verdicts is None:
+            verdicts = read_feedback(settings, refused=refused)
+        report = build_report(_counted(read_topic(settings), stats), **_window(args.since), verdicts=verdicts,
+                              versions=Versions(read_config_changes(settings)), outcomes=outcomes)
         if not stats["alerts"]:
             print(f"stepwatch report: no alerts on {kafka.topic(kafka.alerts_topic)}", file=sys.stderr)
+    for reason in refused:  # never silently: what was skipped
+        print(f"stepwatch report: skipped a record that is not feedback ({reason})", file=sys.stderr)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(format_html(report))
@@ -519,3 +604,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif not args.html:
         sys.stdout.write(format_text(report))
     return 0
+
+
+def _shadow_report(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from stepwatch.config import Settings
+    from stepwatch.shadow_report import cmd_shadow_report
+
+    if args.file or args.file_option or args.html:
+        raise SystemExit("stepwatch report: --shadow reads the topics (no FILE, no --html)")
+    if not args.since.relative:
+        raise SystemExit("stepwatch report: --shadow takes --since as a duration (e.g. 24h)")
+    settings = Settings.from_env()
+    kafka = settings.kafka
+    if args.bootstrap:
+        kafka = dataclasses.replace(kafka, bootstrap=args.bootstrap)
+    if args.topic_prefix is not None:
+        kafka = dataclasses.replace(kafka, topic_prefix=args.topic_prefix)
+    if not kafka.bootstrap:
+        raise SystemExit("stepwatch report: no Kafka bootstrap servers (set KAFKA_BOOTSTRAP or --bootstrap)")
+    return cmd_shadow_report(dataclasses.replace(settings, kafka=kafka), args.since.seconds, as_json=args.json)

@@ -9,11 +9,11 @@ from stepwatch.config import KafkaSettings
 
 def topic_names(kafka: KafkaSettings) -> list[str]:
     return [kafka.topic(kafka.events_topic), kafka.topic(kafka.alerts_topic), kafka.topic(kafka.deadletter_topic),
-            kafka.topic(kafka.control_topic)]
+            kafka.topic(kafka.control_topic), kafka.topic(kafka.shadow_alerts_topic)]
 
 
 def ensure_topics(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:
-    """Create the events, alerts, dead-letter, control, config and workers topics if they do not exist yet.
+    """Create the events, alerts, dead-letter, control, shadow-alerts, config, workers and feedback topics if they do not exist yet.
 
     ``client_config``: kafka-python connection settings (TLS/SASL, see stepwatch.security).
     """
@@ -21,6 +21,13 @@ def ensure_topics(kafka: KafkaSettings, *, timeout: float = 30, client_config: d
                   replication_factor=kafka.replication_factor, timeout=timeout, client_config=client_config)
     ensure_config_topic(kafka, timeout=timeout, client_config=client_config)
     ensure_workers_topic(kafka, timeout=timeout, client_config=client_config)
+    ensure_feedback_topic(kafka, timeout=timeout, client_config=client_config)
+
+
+def ensure_feedback_topic(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:
+    """Verdicts on alerts (stepwatch/feedback.py): compacted, keyed by alert id (the latest verdict counts)."""
+    create_topics(kafka.bootstrap, [], kafka.partitions, replication_factor=kafka.replication_factor,
+                  compacted=[kafka.topic(kafka.feedback_topic)], timeout=timeout, client_config=client_config)
 
 
 def ensure_workers_topic(kafka: KafkaSettings, *, timeout: float = 30, client_config: dict | None = None) -> None:

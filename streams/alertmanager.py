@@ -21,6 +21,7 @@ import logging
 import random
 import time
 from datetime import datetime, timezone
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -44,9 +45,14 @@ def am_labels(alert: Alert) -> dict[str, str]:
     return {**alert.labels, "alert_id": alert.id}
 
 
-def am_alert(alert: Alert, *, now: float, resend_interval: float, generator_url: str = "") -> dict[str, Any]:
-    """One alert in Alertmanager's v2 API form."""
+def am_alert(alert: Alert, *, now: float, resend_interval: float, generator_url: str = "",
+             precision_note: str | None = None) -> dict[str, Any]:
+    """One alert in Alertmanager's v2 API form; ``precision_note``: the sentence saying its rule's precision on
+    this fleet is low (streams/feedback_feed.py), added here only, never to the alerts-topic record."""
     annotations = {k: v for k, v in alert.annotations.items() if v}
+    if precision_note:
+        annotations["summary"] = f"{annotations.get('summary', '')} {precision_note}".strip()
+        annotations["precision"] = precision_note
     if alert.evidence:
         evidence = orjson.dumps(alert.evidence, default=str).decode()
         annotations["evidence"] = evidence[:MAX_EVIDENCE_CHARS]
@@ -82,6 +88,8 @@ class AlertmanagerSink:
         self._labels: dict[str, dict[str, str]] = {}  # id -> label set last sent
         self.posts_ok = 0
         self.dropped = 0
+        #: alert type -> the low-precision sentence or None (set by streams/feedback_feed.py).
+        self.precision_note: Callable[[str], str | None] | None = None
 
     # -- producer side (the worker; never waits) -------------------------------------------------
 
@@ -123,7 +131,9 @@ class AlertmanagerSink:
 
     def _payload(self, alert: Alert, now: float) -> dict[str, Any]:
         url = f"{self.generator_url}/dashboard/{alert.job}" if self.generator_url else ""
-        return am_alert(alert, now=now, resend_interval=self.settings.resend_interval, generator_url=url)
+        note = self.precision_note(str(alert.type)) if self.precision_note is not None else None
+        return am_alert(alert, now=now, resend_interval=self.settings.resend_interval, generator_url=url,
+                        precision_note=note)
 
     def _updates(self, batch: list[Alert]) -> list[dict[str, Any]]:
         now = self.clock()

@@ -5,8 +5,9 @@ elsewhere) that polls ``/jobs/{job}/heatmap`` every 1.5 s and draws
   straggler is a warm horizontal stripe; rows become nodes, then node ranges, on big jobs),
   with the rows named by open alerts marked;
 * the step-rate line;
-* the open alerts with their suspected cause, recommended action and evidence, and the alerts
-  resolved since the page opened (the last ``RESOLVED_KEPT``, newest first).
+* the open alerts with their suspected cause, recommended action and evidence, and buttons to mark
+  each confirmed, false or duplicate (``POST /alerts/<id>/feedback``), and the alerts resolved since
+  the page opened (the last ``RESOLVED_KEPT``, newest first).
 
 Without a job (``/dashboard``) it lists the worker's jobs.
 """
@@ -52,6 +53,7 @@ canvas { image-rendering: pixelated; display:block; }
 .alert .sev { font-weight:700; text-transform:uppercase; font-size:11px; }
 .alert .cause { margin-top:4px; } .alert .cause b { color:#fff; }
 .alert .action { margin-top:4px; color:#9fe0a8; }
+.alert .feedback { margin-top:4px; font-size:11px; color:var(--dim); } .alert .feedback button { font-size:11px; }
 .alert pre.stack { font-size:11px; margin:2px 0 0 0; white-space:pre-wrap; word-break:break-all; color:#cfd6e0; }
 .alert table { font-size:11px; color:var(--dim); border-collapse:collapse; margin-top:4px; }
 .alert td { padding:1px 6px 1px 0; vertical-align:top; word-break:break-all; }
@@ -238,7 +240,7 @@ function drawAlerts(alerts) {
   box.innerHTML = alerts.map(a => {
     const ev = Object.entries(a.evidence || {}).filter(([k, v]) => typeof v !== "object" || v === null || Array.isArray(v))
       .slice(0, 24).map(([k, v]) => "<tr><td>" + esc(k) + "</td><td>" + esc(Array.isArray(v) ? v.slice(0, 20).join(", ") : v) + "</td></tr>").join("");
-    return '<div class="alert ' + esc(a.severity) + '" data-alert-id="' + esc(a.id) + '" data-ranks="' + esc(a.ranks.join(",")) + '">' +
+    return '<div class="alert ' + esc(a.severity) + '" data-alert-id="' + esc(a.id) + '" data-type="' + esc(a.type) + '" data-ranks="' + esc(a.ranks.join(",")) + '">' +
       '<span class="sev">' + esc(a.severity) + " " + esc(a.type) + "</span> &middot; since " +
       esc(new Date(a.starts_at * 1000).toISOString().substr(11, 8)) + "Z<div>" + esc(a.summary) + "</div>" +
       '<div class="cause">suspected cause: <b>' + esc(cause(a) || "none found yet (no correlated telemetry)") + "</b></div>" +
@@ -246,9 +248,29 @@ function drawAlerts(alerts) {
         esc(fmt((a.evidence || {}).ratio, 2)) + "x peer median</div>" : "") +
       '<div class="action">action: ' + esc(action(a)) + "</div>" +
       stack(a.evidence || {}) +
-      "<details><summary>evidence</summary><table>" + ev + "</table></details></div>";
+      "<details><summary>evidence</summary><table>" + ev + "</table></details>" +
+      '<div class="feedback">was it right? ' + VERDICTS.map(v => '<button data-verdict="' + v + '">' + v + "</button>").join(" ") +
+      ' <span class="said">' + esc(said.get(a.id) || "") + "</span></div></div>";
   }).join("");
 }
+
+// Feedback buttons (POST /alerts/<id>/feedback, streams/feedback_feed.py): the cards are redrawn on each poll,
+// so one listener on the page, and what was said kept here to draw it again.
+const VERDICTS = ["confirmed", "false", "duplicate"];
+const said = new Map();
+document.addEventListener("click", async ev => {
+  const b = ev.target.closest("button[data-verdict]"); if (!b) return;
+  const card = b.closest("[data-alert-id]"), id = card.dataset.alertId;
+  let text;
+  try {
+    const r = await fetch("/alerts/" + encodeURIComponent(id) + "/feedback", {method: "POST",
+      headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({verdict: b.dataset.verdict, type: card.dataset.type, job: JOB || ""})});
+    text = r.ok ? "marked " + b.dataset.verdict : "not recorded: " + ((await r.json()).error || r.status);
+  } catch (err) { text = "not recorded: " + err.message; }
+  said.set(id, text);
+  card.querySelector(".said").textContent = text;
+});
 
 function render(d) {
   const s = d.summary;

@@ -175,7 +175,7 @@ def remember_published(published: PublishedAlerts, records: Iterable[dict]) -> N
     """Alerts-topic records into ``published`` (``Alert.from_dict``: the one reading of such a record)."""
     for record in records:
         try:
-            published.remember(record)
+            published.remember(record, read_back=True)
         except ValueError as exc:  # a record this worker cannot have written: not an alert of ours
             log.warning("recovery skipped an alerts-topic record: %s", exc)
 

@@ -12,6 +12,7 @@
 ``/jobs/{job}/heatmap``   the dashboard's data (rows x recent steps of compute-time ratio)
 ``/config``               runtime settings read from the config topic
 ``/dashboard/{job}``      the live dashboard (``/dashboard`` lists the jobs; ``?job=`` works too)
+``/alerts/{id}/feedback`` POST: a verdict on an alert, to the feedback topic (streams/feedback_feed.py)
 ========================  =====================================================================
 
 A job lives on the worker that owns its events partition (events are keyed by job). A

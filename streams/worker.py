@@ -39,6 +39,7 @@ from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.pipeline import Outputs, Pipeline
 from stepwatch.models.sources import AsyncSource, Read, Tick, drive
+from stepwatch.models.shadow import SHADOW_KEY
 from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 from stepwatch.security import faust_credentials
@@ -121,6 +122,11 @@ class Worker:
         self.metrics.ready_source = self.is_ready
         self.metrics.lag_source = self.consumer_lag  # replaced by the aiokafka consumer's own in that mode
         self.sink = self._alertmanager()  # the Alertmanager's (or None)
+        from .feedback_feed import install_feedback
+
+        # Verdicts on alerts: /metrics, Alertmanager's low-precision sentence, POST /alerts/<id>/feedback.
+        self.feedback = install_feedback(self.app, settings, self.metrics.registry, sink=self.sink,
+                                         lookup=self.published.open.get)
         from .action_sink import install_action_sink
 
         # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
@@ -128,6 +134,9 @@ class Worker:
         from .action_sink import install_releases
 
         install_releases(self.app, self.engine, settings)  # humans' releases of held drains (models/oncall/budget.py)
+        from .drain_ledger import install_drain_ledger
+
+        install_drain_ledger(self.app, self.engine, settings)  # one drain budget across workers (the ledger topic)
         #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
         self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink,
                                 max_request_size=self.app.conf.producer_max_request_size)
@@ -151,6 +160,11 @@ class Worker:
         from .control import install_control
 
         install_control(self.app, self.engine, settings, self.metrics)  # stack requests of hung jobs (docs/hang.md)
+        from .shadow import Tapped, install_shadow
+
+        # Candidate settings on the same stream, their alerts on shadow-alerts only (streams/shadow.py).
+        self.shadow = install_shadow(self.app, settings, self.pipeline, self.runtime, self.metrics)
+        self.tapped = Tapped(self.pipeline, self.shadow)
         self.app.timer(interval=settings.worker.tick_interval)(self.tick)
         self.app.task(self.read_runtime_settings)
         self.app.task(self.read_published)
@@ -322,7 +336,7 @@ class Worker:
             log.error("processing %s (%s) failed", what, stage, exc_info=exc)
             self.metrics.processing_failed(stage, exc)
 
-        await drive(self._on_worker_time(source), self.pipeline, self.output, on_error=failed)
+        await drive(self._on_worker_time(source), self.tapped, self.output, on_error=failed)
 
     async def _on_worker_time(self, source: AsyncSource):
         """``source``'s items once what the alerts topic holds is known, their read times (the wall clock's,
@@ -358,7 +372,7 @@ class Worker:
             return  # the engine is being rebuilt, or what was published is not known yet: the next tick runs
         now = self.clock.now()
         try:
-            out = self.pipeline.take(Tick(now))
+            out = self.tapped.take(Tick(now))
         except Exception as exc:
             log.exception("timer rules failed")
             self.metrics.processing_failed("tick", exc)
@@ -398,6 +412,13 @@ class Worker:
     def apply_runtime_settings(self, record) -> None:
         """One config topic record: settings for a job (its key) or for all (no key)."""
         key = record.key.decode("utf-8", "replace") if record.key else GLOBAL
+        if key == SHADOW_KEY:  # candidate settings (streams/shadow.py): never the live engine's
+            try:
+                self.shadow.set(record.value)
+            except ValueError as exc:
+                self.metrics.config_updates.labels("rejected").inc()
+                log.warning("ignored shadow settings: %s", exc)
+            return
         try:
             self.runtime.apply(self.engine, key, record.value)
         except ValueError as exc:
@@ -406,6 +427,7 @@ class Worker:
         else:
             self.metrics.config_updates.labels("applied").inc()
             log.info("runtime settings for %r: %s", key, self.runtime.scopes.get(key))
+            self.shadow.live_changed(key, record.value)
 
     async def read_runtime_settings(self) -> None:
         """Read the whole config topic (no consumer group: every worker sees every scope), apply as it comes."""
@@ -459,6 +481,7 @@ class Worker:
         self.recovered.difference_update(gone)
         self.unsettled[:] = [(p, a) for p, a in self.unsettled if p not in gone]  # the new owner settles them
         self.pipeline.forget(gone)
+        self.shadow.forget(gone)
 
     async def _rebalance_complete(self, sender, **kwargs) -> None:
         self.faust_ready = True

@@ -370,3 +370,27 @@ def test_process_groups_across_jobs_are_capped_in_total_and_an_evicted_job_frees
     assert {name: j.hang.pg_count for name, j in engine.jobs.items()} == {"b": 20, "c": 80}
     capped = engine.capped()
     assert capped["process_groups_total"] >= 60 and capped["process_groups_per_job"] == 0
+
+
+@pytest.mark.parametrize("max_jobs", [20, 100])
+def test_a_job_stalled_before_its_hang_fires_is_not_evicted_by_one_step_jobs(max_jobs):
+    """Issue 44 (still open from the audit): a real job stalled 10 s, its hang not yet due, then cap + 1 one-step
+    jobs. The stalled job must not make room (its hang would never fire): the one-step jobs make room for each
+    other, and the real job's hang fires once due."""
+    settings = dataclasses.replace(Settings(), retention=RetentionSettings(max_jobs=max_jobs))
+    engine = DetectionEngine(settings)
+    for step in range(30):
+        for rank in range(4):
+            engine.process(parse_event({"v": 1, "kind": "step", "job": "real", "rank": rank, "step": step,
+                                        "ts": T0 + step, "step_time": 1.0}))
+        engine.tick(T0 + step)
+    stalled = T0 + 29 + 10
+    out = engine.tick(stalled)
+    for i in range(max_jobs + 1):
+        out.extend(engine.process(parse_event({"v": 1, "kind": "step", "job": f"one-{i}", "rank": 0, "step": 1,
+                                               "ts": stalled + i * 0.001, "step_time": 1.0})))
+    assert "real" in engine.jobs and len(engine.jobs) == max_jobs
+    assert engine.jobs_refused == 0  # one-step jobs made room for each other
+    assert [a for a in out if a.job == "real"] == []
+    out.extend(engine.tick(T0 + 29 + settings.hang.timeout_seconds + 60))
+    assert [(a.type, a.status) for a in out if a.job == "real"] == [("hang", "firing")]

@@ -61,6 +61,8 @@ def _stepwatch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     ["config", "set", "straggler.window=8"],
     ["publish", "-"],
     ["report"],
+    ["feedback", "--export"],
+    ["feedback", "a1", "false"],
 ])
 def test_every_kafka_client_fails_in_one_line_on_a_dead_bootstrap(command):
     bootstrap = f"127.0.0.1:{closed_port()}"

@@ -65,6 +65,7 @@ def test_dashboard_shows_the_straggler_stripe_live(kafka_bootstrap, topic_prefix
     assert row_count(dom) == 32
     assert 'data-ranks="13"' in dom and "rank 13 on node node-001" in dom  # the open alert
     assert "suspected cause" in dom and "compute_time" in dom
+    assert all(f'data-verdict="{v}"' in dom for v in ("confirmed", "false", "duplicate"))  # the feedback buttons
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     shot.unlink(missing_ok=True)

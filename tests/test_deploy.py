@@ -181,10 +181,10 @@ def test_the_metric_name_scan_finds_names_and_nothing_else():
 def test_dashboard_covers_the_fleet_job_and_worker_views():
     dash = json.loads(DASHBOARD.read_text())
     rows = [p["title"] for p in dash["panels"] if p["type"] == "row"]
-    assert [r.split(":")[0] for r in rows] == ["Fleet", "Jobs", "Worker health"]
+    assert [r.split(":")[0] for r in rows] == ["Fleet", "Jobs", "Worker health", "Alert quality"]
     titles = " | ".join(p["title"] for p in dash["panels"])
     for word in ("GPU-hours lost", "MTTR", "Incidents", "Node suspects", "Steps per second", "Consumer lag",
-                 "Workers ready", "Detection time"):
+                 "Workers ready", "Detection time", "Precision by rule"):
         assert word in titles, word
     assert all(p["datasource"]["uid"] == "${datasource}" for p in dash["panels"] if "targets" in p)
 

@@ -19,7 +19,7 @@ from engine_driver import replay
 from fleet import Job, job_events, merge, xid_event
 from stepwatch.config import OnCallSettings, Settings
 from stepwatch.models.engine import DetectionEngine
-from stepwatch.models.oncall.budget import HOLD, DrainBudget, asks_drain
+from stepwatch.models.oncall.budget import COALESCE_SECONDS, HOLD, DrainBudget, asks_drain
 from stepwatch.models.wire.events import parse_event
 from stepwatch.streams.action_sink import ActionSink
 
@@ -46,6 +46,7 @@ def rollout(engine: DetectionEngine, *, fleet: int = 100, faulty: int = 20, jobs
     streams = [agents(nodes, T0 + 1.0), xids, *(job_events(j) for j in jobs)]
     alerts = list(replay((parse_event(e) for e in merge(*streams)), engine=engine))
     alerts.extend(engine.tick(engine.clock + 1.0))
+    alerts.extend(engine.tick(engine.clock + COALESCE_SECONDS))  # the held drains the page coalesced join it
     return alerts
 
 

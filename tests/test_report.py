@@ -64,7 +64,7 @@ def test_report_numbers_by_hand(tmp_path):
     path = tmp_path / "alerts.jsonl"
     path.write_bytes(b"".join(orjson.dumps(a) + b"\n" for a in alerts) + b"stepwatch replay: a progress line\n")
     out = json.loads(stepwatch("report", "--file", str(path), "--json").stdout)
-    assert set(out) == {"incidents", "by_type", "by_scope", "nodes", "gpu_hours_lost", "effective_compute"}
+    assert set(out) == {"incidents", "by_type", "by_scope", "nodes", "gpu_hours_lost", "effective_compute", "precision"}
     assert out["incidents"] == 6
     assert out["by_type"]["straggler"] == {"count": 3, "mttr_seconds": 160.0, "median_seconds": 120.0,
                                            "detect_seconds": 20.0}

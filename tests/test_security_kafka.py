@@ -266,7 +266,7 @@ def test_the_documented_acls_keep_each_principal_to_its_topics(secure_broker, to
     settings = Settings.from_env({"STEPWATCH_KAFKA_TOPIC_PREFIX": topic_prefix})
     admin = role_client(secure_broker, KafkaAdminClient, "admin", "admin-pw")
     try:
-        names = ["events", "telemetry", "config", "control", "alerts"]
+        names = ["events", "telemetry", "config", "control", "alerts", "feedback"]
         admin.create_topics([NewTopic(topic_prefix + n, 1, 1) for n in names])
         admin.create_acls(acl_bindings(PRINCIPALS, settings))
     finally:
@@ -292,6 +292,41 @@ def test_the_documented_acls_keep_each_principal_to_its_topics(secure_broker, to
     assert can_write("agent", "telemetry") and not can_write("agent", "events")
     assert can_write("operator", "config") and can_write("operator", "control")
     assert can_write("worker", "alerts") and can_write("worker", "control") and not can_write("worker", "config")
+    # Verdicts on alerts (issue 41): the SREs, and the workers for what their guarded web port takes; a training
+    # process or an agent cannot mark alerts false (and so lower a rule's precision or hide a page's sentence).
+    assert can_write("operator", "feedback") and can_write("worker", "feedback")
+    assert not can_write("training", "feedback") and not can_write("agent", "feedback")
+
+
+def test_stepwatch_feedback_from_an_unauthorised_principal_is_refused_in_one_line(secure_broker, topic_prefix,
+                                                                                   tmp_path):
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from stepwatch.config import Settings
+
+    settings = Settings.from_env({"STEPWATCH_KAFKA_TOPIC_PREFIX": topic_prefix})
+    admin = role_client(secure_broker, KafkaAdminClient, "admin", "admin-pw")
+    try:
+        admin.create_topics([NewTopic(topic_prefix + n, 1, 1) for n in ("alerts", "feedback")])
+        admin.create_acls(acl_bindings(PRINCIPALS, settings))
+    finally:
+        admin.close()
+
+    def feedback(role: str, *args: str):
+        (tmp_path / role).write_text(f"{role}-pw\n")
+        env = stepwatch_env(secure_broker["bootstrap"], topic_prefix, STEPWATCH_SECURITY_PROTOCOL="SASL_SSL",
+                            STEPWATCH_SECURITY_SSL_CAFILE=secure_broker["cafile"],
+                            STEPWATCH_SECURITY_SASL_USERNAME=role,
+                            STEPWATCH_SECURITY_SASL_PASSWORD_FILE=str(tmp_path / role))
+        return run_stepwatch("feedback", *args, env=env, check=False, timeout=120)
+
+    refused = feedback("training", "a1", "false", "--force")
+    assert refused.returncode != 0 and "not allowed to write" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    allowed = feedback("operator", "a1", "confirmed", "--force")
+    assert allowed.returncode == 0 and "marked confirmed by operator" in allowed.stdout, allowed.stderr
+    exported = feedback("operator", "--export")
+    assert [json.loads(line)["by"] for line in exported.stdout.splitlines()] == ["operator"], exported.stderr
 
 
 def test_docs_security_lists_the_acl_commands_of_the_table():

@@ -22,6 +22,14 @@ critical device alert whose ``evidence.action.kind`` drains: models/oncall/actio
 
 Drains are counted when stepwatch asks for them, executed or not: dry run shows what execution
 would do. Pure and bounded: the drain log keeps the last hour, the held and decided ids are capped.
+
+One budget fleet-wide: the drains this worker lets through go out as ledger records (``outbox``, written to the
+drain-ledger topic: models/oncall/drain_ledger.py, which states the bound in a race), and the other workers'
+records read back are counted here too (``observe``).
+
+The ``action_budget`` alert is published when it opens, resolves or a held drain leaves it; drains held within
+``COALESCE_SECONDS`` of its last publication join it at the first tick after (counted in ``updates_held``):
+a rollout holding 20 nodes over a minute is two pages' worth of updates, not twenty.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
+import socket
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,12 +49,17 @@ from typing import Any
 from ..alert_types import AlertStatus, AlertType, Scope, Severity
 from ..alerts import Alert, alert_id
 from .action_hooks import DRAINING_KINDS
+from .drain_ledger import DrainRecord
 
 HOUR = 3600.0
 #: An alert id as stepwatch makes them (``alert_id``: hex), or anything as plain: refused otherwise.
 SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: The action kind of a held alert (models/oncall/actions.py ``ACTION_KINDS``).
 HOLD = "hold_for_human"
+#: Held drains added within this many seconds of the action_budget alert's last publication wait for the next.
+COALESCE_SECONDS = 30.0
+#: Bounds on what the ledger brings in (other workers' drains) and on what waits to go out.
+MAX_LEDGER = 10_000
 
 
 class Budget(StrEnum):
@@ -101,8 +116,13 @@ class DrainBudget:
     ALERT_ID = alert_id("", "action_budget", "fleet")
 
     def __init__(self, limits: Limits = Limits(), *, covered: Callable[[tuple[str, ...], float], Any] | None = None,
-                 seen_nodes: Callable[[], int] | None = None, max_ids: int = 10_000) -> None:
+                 seen_nodes: Callable[[], int] | None = None, max_ids: int = 10_000, worker: str = "") -> None:
         self.limits = limits
+        #: This worker's name in the drain ledger (its own records read back are not counted twice).
+        self.worker = worker or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(4).hex()}"
+        #: Drain records to write to the ledger topic (streams/drain_ledger.py takes them; bounded: oldest dropped).
+        self.outbox: deque[DrainRecord] = deque(maxlen=MAX_LEDGER)
+        self._peers: OrderedDict[str, str] = OrderedDict()  # node drained now by another worker -> that worker
         self.covered = covered
         self.seen_nodes = seen_nodes
         self.max_ids = max_ids
@@ -118,6 +138,10 @@ class DrainBudget:
         #: Drains let through and alerts held, since start (``stepwatch_actions_total``-style counters).
         self.drains = 0
         self.holds = 0
+        self.peer_drains = 0  # other workers' drains read back from the ledger
+        self._shown_at = -math.inf  # clock of the action_budget alert's last publication
+        self._pending = False  # held drains added since, waiting for the coalescing window
+        self.updates_held = 0
 
     # -- the gate ---------------------------------------------------------------------------------
 
@@ -127,7 +151,12 @@ class DrainBudget:
         before = tuple(self.held)
         out = [self._one(a) for a in alerts]
         if tuple(self.held) != before:
-            out.extend(self._budget_alert())
+            if self.alert is not None and self.held and set(before) <= set(self.held) \
+                    and self.clock - self._shown_at < COALESCE_SECONDS:
+                self._pending = True  # additions only, soon after the last page: they join it at a later tick
+                self.updates_held += 1
+            else:
+                out.extend(self._budget_alert())
         return out
 
     def _one(self, alert: Alert) -> Alert:
@@ -148,7 +177,8 @@ class DrainBudget:
         if alert.id in self.held:
             self._latest[alert.id] = alert
             return self._hold(alert, self.held[alert.id].budget, again=True)
-        fresh = tuple(n for n in nodes if n not in self._asked)
+        # (a node another worker drained now is counted already: it needs no room here either)
+        fresh = tuple(n for n in nodes if n not in self._asked and n not in self._peers)
         if fresh:  # new nodes need room, even for an alert let through before (a later version naming more)
             over = self._over(fresh, _jobs_of(alert))
             if over is not None:
@@ -159,12 +189,12 @@ class DrainBudget:
     def _over(self, fresh: tuple[str, ...], jobs: tuple[str, ...]) -> Budget | None:
         """The first budget the drains of ``fresh`` would break (None: they fit)."""
         self._prune()
-        if len(self._log) + len(fresh) > self.limits.per_hour:
+        if len(self._log) + len(fresh) > self.limits.per_hour:  # (the others' drains read back included)
             return Budget.PER_HOUR
         for job in jobs:
             if sum(1 for _, _, js in self._log if job in js) + len(fresh) > self.limits.per_job_hour:
                 return Budget.PER_JOB_HOUR
-        if len(self._asked) + len(fresh) > self.limits.at_once(self._seen()):
+        if self._drained_now() + len(fresh) > self.limits.at_once(self._seen()):
             return Budget.AT_ONCE
         return None
 
@@ -173,6 +203,7 @@ class DrainBudget:
             self._asked.setdefault(node, set()).add(ident)
         for node in fresh:
             self._log.append((self.clock, node, jobs))
+            self.outbox.append(DrainRecord(node=node, worker=self.worker, at=self.clock, jobs=jobs[:64]))
             self.drains += 1
         self._allowed[ident] = nodes
         self._allowed.move_to_end(ident)
@@ -214,7 +245,7 @@ class DrainBudget:
             jobs = _jobs_of(alert)
             return self.limits.per_job_hour, max((sum(1 for _, _, js in self._log if j in js) for j in jobs),
                                                  default=0)
-        return self.limits.at_once(self._seen()), len(self._asked)
+        return self.limits.at_once(self._seen()), self._drained_now()
 
     # -- release, resolve, time -----------------------------------------------------------------
 
@@ -236,9 +267,39 @@ class DrainBudget:
         self.clock = max(self.clock, now)
         self._prune()
         if not self._released:
+            if self._pending and self.clock - self._shown_at >= COALESCE_SECONDS:
+                return self._budget_alert()
             return []
         out, self._released = self._released, []
         return [*out, *self._budget_alert()]
+
+    # -- the ledger: the other workers' drains ---------------------------------------------------------
+
+    def observe(self, record: DrainRecord) -> bool:
+        """Count another worker's drain read back from the ledger (this worker's own are counted already).
+        False: nothing new (its own, or a record already counted)."""
+        if record.worker == self.worker:
+            return False
+        if not record.open:  # (only the worker that drained it frees it)
+            return self._peers.get(record.node) == record.worker and self._peers.pop(record.node) is not None
+        new = not any(n == record.node and t == record.at for t, n, _ in self._log)
+        if new and record.at >= self.clock - HOUR:
+            self._log.append((record.at, record.node, record.jobs))
+            if len(self._log) > 1 and self._log[-2][0] > record.at:  # out of order: the prune reads from the left
+                self._log = deque(sorted(self._log, key=lambda e: e[0]))
+            while len(self._log) > MAX_LEDGER:
+                self._log.popleft()
+            self.peer_drains += 1
+        known = self._peers.get(record.node) == record.worker
+        self._peers[record.node] = record.worker
+        self._peers.move_to_end(record.node)
+        while len(self._peers) > MAX_LEDGER:
+            self._peers.popitem(last=False)
+        return new or not known
+
+    def _drained_now(self) -> int:
+        """Nodes drained now fleet-wide as this worker knows: asked for here, or by another worker."""
+        return len(self._asked) + sum(1 for n in self._peers if n not in self._asked)
 
     def _forget(self, ident: str) -> None:
         nodes = self._allowed.pop(ident, None)
@@ -254,6 +315,7 @@ class DrainBudget:
                 asked.discard(ident)
                 if not asked:
                     del self._asked[node]  # no firing alert asks for it: it no longer counts at once
+                    self.outbox.append(DrainRecord(node=node, worker=self.worker, at=self.clock, open=False))
 
     def _prune(self) -> None:
         while self._log and self._log[0][0] < self.clock - HOUR:
@@ -271,6 +333,7 @@ class DrainBudget:
     # -- the action_budget alert ----------------------------------------------------------------
 
     def _budget_alert(self) -> list[Alert]:
+        self._pending, self._shown_at = False, self.clock
         if not self.held:
             if self.alert is None:
                 return []
@@ -282,7 +345,8 @@ class DrainBudget:
                         "held_at": h.held_at} for h in held[:200]],
               "held_count": len(held), "nodes": nodes[:200],
               "limits": dataclasses.asdict(self.limits), "drains_last_hour": len(self._log),
-              "drained_now": len(self._asked), "nodes_seen": self._seen(), "failure_class": "action_budget",
+              "drained_now": self._drained_now(), "nodes_seen": self._seen(), "failure_class": "action_budget",
+              "updates_held": self.updates_held,
               "onset_ts": min(h.held_at for h in held),
               "action": {"kind": HOLD, "nodes": nodes[:200], "retryable": False, "exclude_nodes": []}}
         summary = (f"action_budget: {len(held)} drain(s) held for a human on {len(nodes)} node(s) "

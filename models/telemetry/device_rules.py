@@ -63,8 +63,9 @@ class _GpuWatch:
         self.idle_since: float | None = None
         self.hot_run = 0
         self.hbm_run = 0
-        self.clean: dict[str, int] = {}
-        self.clean_since: dict[str, float] = {}  # GPU clock of the first sample of the current clean run
+        # Clean runs matter only while an alert is open: made then (24,000 forged GPUs held them empty; issue 44).
+        self.clean: dict[str, int] | None = None
+        self.clean_since: dict[str, float] | None = None  # GPU clock of the first sample of the current clean run
         self.alerts: dict[str, Alert] = {}
 
 
@@ -220,13 +221,16 @@ class DeviceRules:
 
         out: list[Alert] = []
         for rule, (text, detail) in active.items():
-            watch.clean[rule] = 0
-            watch.clean_since.pop(rule, None)
+            if watch.clean is not None:
+                watch.clean[rule] = 0
+                watch.clean_since.pop(rule, None)
             if rule not in watch.alerts:
                 alert = self._alert(rule, ev, on, text, detail)
                 watch.alerts[rule] = alert
                 out.append(alert)
         for rule in [r for r in watch.alerts if r not in active]:
+            if watch.clean is None:
+                watch.clean, watch.clean_since = {}, {}
             watch.clean[rule] = watch.clean.get(rule, 0) + 1
             since = watch.clean_since.setdefault(rule, ev.ts)
             if watch.clean[rule] >= self.clear_samples and ev.ts - since >= self.clear_seconds:
@@ -262,8 +266,7 @@ class DeviceRules:
         out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
         for watch in self._gpus.values():
             watch.alerts.clear()
-            watch.clean.clear()
-            watch.clean_since.clear()
+            watch.clean = watch.clean_since = None
             watch.idle_since, watch.hot_run, watch.hbm_run = None, 0, 0
         return out
 

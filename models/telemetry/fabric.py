@@ -93,11 +93,13 @@ class _Component:
         self.size = size
         # Grown as samples come (doubling, up to ``size``): a component heard from once (2,000 forged nodes'
         # GPUs and ports) holds a few rows, not the whole ring (issue 44: 296 MiB for 16,000 components).
-        self.rows = np.full((min(size, 4), 1 + len(features)), np.nan)
+        self.rows = np.full((1, 1 + len(features)), np.nan)
         self.n = 0  # rows written so far
-        self.tracks: dict[str, CounterTrack] = {}
+        self.tracks: dict[str, CounterTrack] | None = None  # from the first counter on (most components have few)
 
     def delta(self, name: str, value: int, ts: float) -> tuple[int | None, float | None]:
+        if self.tracks is None:
+            self.tracks = {}
         track = self.tracks.get(name)
         if track is None:
             track = self.tracks[name] = CounterTrack()
@@ -232,7 +234,7 @@ class FabricHistory:
         nv_err_rate: float | None = None
         baselines = self.baselines
         per_gpu = self._nvlink_tracks.get((ev.node, ev.gpu))
-        if per_gpu is None:
+        if per_gpu is None and ev.nvlinks:  # a GPU whose samples list no NVLinks keeps no dict for them
             per_gpu = self._nvlink_tracks[(ev.node, ev.gpu)] = {}
         known = self._nodes.get(ev.node, {})
         for link in ev.nvlinks:

@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from ..alerts import Alert, alert_id
-from .counters import Baseline, CounterTrack
+from .counters import Baseline, BitRing, CounterTrack
 from .link_evidence import LinkErrorsEvidence, PortErrors
 from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
 
@@ -155,7 +156,7 @@ class _PortState:
         self.bw_dt = Baseline(16, 3)  # the port's usual interval between two samples (a collector gap is far longer)
         self.max_rate = 0.0
         self.state: str | None = None
-        self.err_ring: deque[bool] = deque(maxlen=window)
+        self.err_ring = BitRing(window)
         self.clean = 0
         self.firing = False  # sustained errors (or down): the node's link_errors alert covers this port
         self.err_first: float | None = None
@@ -163,26 +164,44 @@ class _PortState:
         self.down_samples = 0
 
 
+#: The empty fault map GPUs share until their first fault (read-only: a write to it raises, never leaks).
+_NONE: Any = MappingProxyType({})
+
+
 class _GpuState:
     __slots__ = ("ecc", "clock", "throttle_run", "pcie_run", "nvlink_up", "nvlink_counters", "faults", "clean",
                  "fault_last", "busy_clock", "busy_at", "temp", "fault_count", "fault_shown")
 
     def __init__(self, size: int, min_samples: int) -> None:
-        self.ecc = {"ecc_sbe": CounterTrack(), "ecc_dbe": CounterTrack()}
+        # None until first needed: 30,000 forged GPUs each heard from once held ~2 KiB apiece (issue 44).
+        self.ecc: dict[str, CounterTrack] | None = None
         self.clock = Baseline(size, min_samples)
         self.throttle_run = 0
         self.pcie_run = 0
-        self.nvlink_up: dict[int, bool] = {}
-        self.nvlink_counters: dict[tuple[int, str], CounterTrack] = {}
-        self.faults: dict[str, Alert] = {}  # open gpu_fault alerts by fault key
-        self.clean: dict[str, int] = {}
-        self.fault_last: dict[str, float] = {}  # event-based faults: last occurrence
+        self.nvlink_up: dict[int, bool] | None = None
+        self.nvlink_counters: dict[tuple[int, str], CounterTrack] | None = None
+        # The fault maps are one shared read-only empty map until the GPU's first fault (``own_faults``).
+        self.faults: dict[str, Alert] = _NONE  # open gpu_fault alerts by fault key
+        self.clean: dict[str, int] = _NONE
+        self.fault_last: dict[str, float] = _NONE  # event-based faults: last occurrence
         self.busy_clock: float | None = None  # latest SM clock while busy (its peers' reference), node time of it
         self.busy_at = -math.inf
         self.temp: float | None = None
-        self.fault_count: dict[str, int] = {}  # event-based faults: occurrences (agents' coalesced ``count``s)
+        self.fault_count: dict[str, int] = _NONE  # event-based faults: occurrences (agents' coalesced ``count``s)
         #: (when, count) the open alert was last published, and the updates held back since it opened.
-        self.fault_shown: dict[str, tuple[float, int, int]] = {}
+        self.fault_shown: dict[str, tuple[float, int, int]] = _NONE
+
+    def own_faults(self) -> None:
+        """Give the GPU its own fault maps (before the first write: the shared one refuses writes)."""
+        if self.faults is _NONE:
+            self.faults, self.clean, self.fault_last, self.fault_count, self.fault_shown = {}, {}, {}, {}, {}
+
+    def forget_faults(self) -> None:
+        self.faults = self.clean = self.fault_last = self.fault_count = self.fault_shown = _NONE
+
+
+#: What a node without spikes holds (a deque with a bound of 0: nothing is ever appended to it).
+_NO_SPIKES: deque = deque(maxlen=0)
 
 
 class _NodeState:
@@ -192,7 +211,7 @@ class _NodeState:
     def __init__(self, max_spikes: int) -> None:
         self.gpus: dict[int, _GpuState] = {}
         self.ports: dict[tuple[str, int], _PortState] = {}
-        self.spikes: deque[SpikeEpisode] = deque(maxlen=max_spikes)
+        self.spikes: deque[SpikeEpisode] = _NO_SPIKES  # a node's own deque from its first spike on
         self.open: dict[tuple[str, str], SpikeEpisode] = {}
         self.gpu_nics: dict[int, tuple[str, ...]] = {}
         self.nic_ports: dict[str, tuple[int, ...]] = {}
@@ -277,11 +296,7 @@ class TelemetryTracker:
                 port.firing, port.err_first, port.err_totals = False, None, {}
                 port.err_ring.clear()
             for gpu in node.gpus.values():
-                gpu.faults.clear()
-                gpu.clean.clear()
-                gpu.fault_last.clear()
-                gpu.fault_count.clear()
-                gpu.fault_shown.clear()
+                gpu.forget_faults()
         return out
 
     def nearest_ports(self, node: str, gpu: int) -> tuple[tuple[str, int], ...] | None:
@@ -365,6 +380,8 @@ class TelemetryTracker:
             ep = SpikeEpisode(node=name, component=component, category=category, signal=signal, label=label,
                               weight=weight, began=ts, last=ts, gpu=gpu, device=device, port=port)
             node.open[key] = ep
+            if node.spikes is _NO_SPIKES:
+                node.spikes = deque(maxlen=self.max_spikes_per_node)
             node.spikes.append(ep)
         ep.last = max(ep.last, ts)
         ep.count += count
@@ -492,7 +509,7 @@ class TelemetryTracker:
         if not port.firing:
             if port.clean >= self.link_error_window:
                 port.err_first, port.err_totals = None, {}  # the last episode is over
-            if sum(port.err_ring) >= self.link_error_min_samples:
+            if port.err_ring.count() >= self.link_error_min_samples:
                 port.firing = True
         elif port.clean >= self.clear_after:
             port.firing = False
@@ -511,8 +528,8 @@ class TelemetryTracker:
         if not port.firing:
             return []
         # The port that fired first, then the node's other ports with errors in their recent samples.
-        others = sorted(((k, p) for k, p in node.ports.items() if p is not port and (p.firing or any(p.err_ring))),
-                        key=lambda kp: (-sum(kp[1].err_ring), kp[0]))
+        others = sorted(((k, p) for k, p in node.ports.items() if p is not port and (p.firing or p.err_ring.bits)),
+                        key=lambda kp: (-kp[1].err_ring.count(), kp[0]))
         listed = [((ev.device, ev.port), port), *others]
         began = min(p.err_first for _, p in listed if p.err_first is not None) if any(
             p.err_first is not None for _, p in listed) else ev.ts
@@ -524,7 +541,7 @@ class TelemetryTracker:
         if len(listed) > 1:
             where = f"{len(listed)} ports ({', '.join(f'{d}/{n}' for (d, n), _ in listed)}), first {ev.device}/{ev.port},"
         ports = tuple(PortErrors(device=d, port=n, errors=dict(p.err_totals), state=p.state,
-                                 bad_samples=int(sum(p.err_ring)),
+                                 bad_samples=int(p.err_ring.count()),
                                  began_at=None if p.err_first is None else round(p.err_first, 3))
                       for (d, n), p in listed)
         # Where the first port's cable ends, when topology said (the fabric alert names the same): the SRE goes
@@ -541,10 +558,10 @@ class TelemetryTracker:
             severity="critical" if any(p.down_samples for _, p in listed) else "warning",
             job="", ranks=(), nodes=(ev.node,), starts_at=ev.ts,
             summary=(f"link_errors: {where} on {ev.node}: {what} in "
-                     f"{sum(port.err_ring)} of its last {len(port.err_ring)} samples{behind}"),
+                     f"{port.err_ring.count()} of its last {len(port.err_ring)} samples{behind}"),
             evidence={**LinkErrorsEvidence(node=ev.node, device=ev.device, port=ev.port, began_at=round(began, 3),
                                            errors=totals, state=port.state, rate_gbps=ev.rate,
-                                           bad_samples=int(sum(port.err_ring)), window=len(port.err_ring),
+                                           bad_samples=int(port.err_ring.count()), window=len(port.err_ring),
                                            ports=ports).to_dict(), **cabling})
         return [node.link_alert]
 
@@ -567,6 +584,8 @@ class TelemetryTracker:
             value = getattr(ev, name)
             if value is None:
                 continue
+            if gpu.ecc is None:
+                gpu.ecc = {"ecc_sbe": CounterTrack(), "ecc_dbe": CounterTrack()}
             delta, _ = gpu.ecc[name].update(value, ev.ts)
             if delta:
                 label = "ECC double-bit errors" if name == "ecc_dbe" else "ECC single-bit errors"
@@ -617,6 +636,8 @@ class TelemetryTracker:
             gpu.pcie_run = 0
 
         links_down = []
+        if ev.nvlinks and gpu.nvlink_up is None:
+            gpu.nvlink_up, gpu.nvlink_counters = {}, {}
         for link in ev.nvlinks:
             n = link["link"]
             up = link.get("up")
@@ -646,6 +667,8 @@ class TelemetryTracker:
             active[f"nvlink{n}"] = (f"NVLink {n} down", {"link": n})
 
         # Condition faults: fire when present, resolve after `clear_after` samples without them.
+        if active:
+            gpu.own_faults()
         for key, (text, detail) in active.items():
             gpu.clean[key] = 0
             if key not in gpu.faults:
@@ -659,7 +682,7 @@ class TelemetryTracker:
             if gpu.clean[key] >= self.clear_after:
                 alert = gpu.faults.pop(key)
                 gpu.clean.pop(key, None)
-                if key.startswith("nvlink"):
+                if key.startswith("nvlink") and gpu.nvlink_up is not None:
                     gpu.nvlink_up.pop(int(key[6:]), None)
                 out.append(alert.resolved(at=ev.ts, summary=f"resolved: {alert.summary}"))
         return out
@@ -708,6 +731,7 @@ class TelemetryTracker:
 
     def _event_fault(self, gpu: _GpuState, node: str, index: int, key: str, ts: float, text: str,
                      detail: dict, count: int = 1) -> list[Alert]:
+        gpu.own_faults()
         gpu.fault_last[key] = ts
         total = gpu.fault_count[key] = gpu.fault_count.get(key, 0) + count
         alert = gpu.faults.get(key)

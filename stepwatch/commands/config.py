@@ -11,18 +11,27 @@ from stepwatch.commands.common import _add_kafka_args, _require_bootstrap, _sett
 
 
 def run(args: argparse.Namespace) -> int:
+    from stepwatch.models.shadow import SHADOW_KEY
     from stepwatch.runtime_config import (GLOBAL, WORKER_SECTIONS, parse_assignments, read_topic, validate_all,
                                           write_topic)
 
     settings = _settings(args)
     _require_bootstrap(settings)
+    if getattr(args, "shadow", False) or args.config_command == "promote-shadow":
+        from stepwatch.commands.shadow import run_shadow  # candidate settings (stepwatch/commands/shadow.py)
+
+        return run_shadow(args, settings)
     key = args.job or GLOBAL
     if args.config_command == "show":
         scopes = read_topic(settings)
+        from stepwatch.commands.shadow import take_shadow
+
+        shadow = take_shadow(scopes)  # the candidate's scope is shown apart (never a job's)
         if args.job:
             scopes = {k: v for k, v in scopes.items() if k == args.job}
         if args.json:  # the topic's content as it is; a refused scope is said on stderr (the JSON keeps its shape)
-            print(orjson.dumps(scopes, option=orjson.OPT_INDENT_2).decode())
+            print(orjson.dumps({**scopes, **({"shadow": shadow} if shadow else {})},
+                               option=orjson.OPT_INDENT_2).decode())
             for scope in sorted(scopes):
                 refused = _refused(scope, scopes[scope])
                 if refused:
@@ -31,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if not scopes:
             print("no runtime settings: every job uses the worker's own settings")
+        if shadow:
+            print("shadow (on trial, not live): " + ", ".join(
+                f"{sec}.{k}={v}" for sec, kv in shadow.items() for k, v in sorted(kv.items())))
         for scope in sorted(scopes, key=lambda k: (k != GLOBAL, k)):
             name = "all jobs (*)" if scope == GLOBAL else f"job {scope}"
             values = ", ".join(f"{sec}.{k}={v}" for sec, kv in scopes[scope].items() for k, v in sorted(kv.items()))
@@ -40,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
                                          if refused else ""))
         return 0
     changes = parse_assignments(args.assignments) if args.config_command == "set" else {}
+    if key == SHADOW_KEY:
+        raise ValueError(f"{SHADOW_KEY!r} is the shadow settings' scope: use --shadow")
     current = read_topic(settings).get(key, {})
     refused = _refused(key, current)
     if refused:  # kept, they would make the workers refuse this scope's new message too
@@ -81,6 +95,8 @@ def _check_assignments(args: argparse.Namespace) -> None:
     from stepwatch.runtime_config import WORKER_SECTIONS, parse_assignments
 
     sections = parse_assignments(args.assignments)  # each value in its field's range
+    if getattr(args, "shadow", False) and args.job:
+        raise ValueError("--shadow settings are tried for every job ('*'): drop --job")
     worker = sorted(set(sections) & set(WORKER_SECTIONS))
     if args.job and worker:
         raise ValueError(f"{', '.join(worker)}: the worker's node-level and outlet rules' settings, set for every "
@@ -123,6 +139,9 @@ def add_parser(sub) -> None:
                                     "straggler.FIELD. A value out of range is refused with the reason.")
     _add_kafka_args(c)
     c.add_argument("--job", help="only this job (default: every job, '*')")
+    c.add_argument("--shadow", action="store_true",
+                   help="a candidate for every job, tried on the live stream: its alerts go to the shadow-alerts "
+                        "topic only (compare with 'stepwatch report --shadow', make live with promote-shadow)")
     c.add_argument("assignments", nargs="+", metavar="SECTION.FIELD=VALUE",
                    help="one or more settings, e.g. straggler.ratio_threshold=1.2 hang.timeout_seconds=900")
     c.set_defaults(func=run, precheck=_check_assignments)
@@ -131,8 +150,14 @@ def add_parser(sub) -> None:
                                     "named fields, or all of the scope's without names.")
     _add_kafka_args(c)
     c.add_argument("--job", help="only this job (default: every job, '*')")
+    c.add_argument("--shadow", action="store_true", help="drop candidate settings instead (all without names)")
     c.add_argument("names", nargs="*", metavar="SECTION.FIELD", help="the settings to drop (default: all of them)")
     c.set_defaults(func=run)
+    c = csub.add_parser("promote-shadow", help="make the shadow settings live (and clear the shadow)",
+                        description="Merge the shadow (candidate) settings into every job's live settings ('*') "
+                                    "in one step, then drop the shadow.")
+    _add_kafka_args(c)
+    c.set_defaults(func=run, job=None)
     c = csub.add_parser("show", help="print the settings in the config topic",
                         description="Print the runtime settings the config topic holds, per scope.")
     _add_kafka_args(c)
