@@ -478,7 +478,8 @@ def replay_jobs(paths: list[str], settings: Settings, *, jobs: int, drain: float
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
             results = list(pool.map(_replay_share, names, [drain] * jobs, [until] * jobs, range(jobs)))
-    merged = sorted((key, k, seq, text) for k, (found, _) in enumerate(results) for seq, (key, text) in enumerate(found))
+    merged = sorted((key, k, seq, text) for k, (found, _) in enumerate(results)
+                    for seq, (key, text) in enumerate(found))
     for *_, text in merged:
         out.write(text)
     events = sum(r[1]["events"] for r in results) - (jobs - 1) * shared
