@@ -9,8 +9,8 @@ assignments ``stepwatch config set`` takes, for every job: ``*``), and compares 
 - :func:`score`: with labels, each side's precision and recall, of the alerts that page (warning, critical).
   Labels are either feedback records (``stepwatch feedback --export``, models/wire/feedback.py: ``confirmed``
   ids are true, ``false`` ids false, ``duplicate`` and ``transient`` are neither) or a labelled scenario's
-  JSON (stepwatch/sim/scenarios.py ``labels``: an alert is true when it fires in a problem's window for its job or nodes, of the problem's
-  type or one it accepts; a problem is found when one of its type does).
+  JSON (stepwatch/sim/scenarios.py ``labels``: an alert is true when it fires in a problem's window for its
+  job or nodes, of the problem's type or one it accepts; a problem is found when one of its type does).
 
 Pure: lists of alert records (``Alert.to_dict``) in, plain dicts out.
 """
