@@ -487,7 +487,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--root-cause", action="store_true",
                     help="run the issue-26 recordings (one incident per root cause) instead of the suite")
+    ap.add_argument("--curves", action="store_true",
+                    help="precision/recall per rule over its main threshold (bench/pr_curves.py, stepwatch backtest)")
     args = ap.parse_args(argv)
+    if args.curves:
+        from pr_curves import main as curves
+
+        return curves(write=not args.no_write)
     if args.root_cause:
         rows = run_root_cause()
         text = root_cause_markdown(rows, ".venv/bin/python bench/quality.py --root-cause")

@@ -3,6 +3,10 @@
 - ``replay``: ``stepwatch replay`` of one ``stepwatch simulate --out`` recording (single-event lines) by this
   checkout and by another one (``--base``: a checkout's venv, e.g. a worktree of an older commit), one after
   the other in one run: CPU-seconds of each child process and events per CPU-second.
+- ``fleet`` (``--fleet``): issue 41's replay at fleet speed: single-event lines with ``_arrival`` (one large job,
+  mid-sized jobs, 300 small jobs), step batch envelopes and node-telemetry envelopes, each replayed by replay's
+  road before (a read per arrival) and now (lines of different arrivals in one column batch), one after the
+  other in one process: CPU-seconds, events per CPU-second, and whether the alerts are byte-identical.
 - ``flatness``: the core's cost per rank-step event (``decode_message_columns`` + ``process_batch`` on batch
   envelopes of 256 events, as the worker runs it) at each job size, its first steps (new ranks) left out.
 
@@ -46,6 +50,126 @@ def replay(venvs: dict[str, Path], *, ranks: int = 16384, steps: int = 60, tmp: 
         out[f"{name}_events_per_cpu_s"] = round(events / cpu)
         out[f"{name}_alerts"] = len(alerts[name])
     return out
+
+
+# -- issue 41 item 5: replay at fleet speed, the road before and now side by side ----------------------
+
+T0 = 1_764_000_000.0
+
+
+def _step(job: str, rank: int, step: int, ts: float, took: float, ranks: int) -> dict:
+    return {"v": 1, "kind": "step", "job": job, "rank": rank, "step": step, "ts": round(ts, 6),
+            "step_time": round(took, 6), "node": f"{job}-n{rank // 8:03d}", "gpu": rank % 8, "world_size": ranks}
+
+
+def fleet_single(jobs: int, ranks: int, seconds: float, seed: int = 1) -> list[bytes]:
+    """``jobs`` jobs of ``ranks`` ranks, one step event a message, as ``stepwatch record`` writes them: each line with
+    its broker arrival (a jittered lag), in arrival order; one rank in ten jobs 1.4x slower from step 100."""
+    import heapq
+    import random
+
+    import orjson
+
+    rng = random.Random(seed)
+    streams = []
+    for j in range(jobs):
+        name, step_time, slow = f"job-{j:04d}", rng.uniform(0.7, 1.1), (rng.randrange(ranks) if j % 10 == 0 else None)
+        t, step, out = T0 + rng.uniform(0, 1), 0, []
+        while t < T0 + seconds:
+            for r in range(ranks):
+                took = step_time * (1.4 if r == slow and step >= 100 else 1.0) * (1 + rng.gauss(0, 0.01))
+                out.append((t + took - step_time + 0.05 + rng.random() * 0.1, _step(name, r, step, t, took, ranks)))
+            t += step_time * (1.4 if slow is not None and step >= 100 else 1.0)
+            step += 1
+        streams.append(out)
+    return [orjson.dumps(dict(e, _arrival=round(at, 6))) for at, e in heapq.merge(*streams, key=lambda x: x[0])]
+
+
+def fleet_batches(ranks: int, steps: int, per_envelope: int = 8, seed: int = 2) -> list[bytes]:
+    """One job of ``ranks`` ranks whose rank monitors send each step's events of ``per_envelope`` ranks (a node) in
+    one batch envelope, each line with its arrival."""
+    import random
+
+    import orjson
+
+    rng = random.Random(seed)
+    out, t = [], T0
+    for step in range(steps):
+        for lo in range(0, ranks, per_envelope):
+            events = [_step("big", r, step, t + rng.uniform(-0.01, 0.01), 1.0 + rng.gauss(0, 0.01), ranks)
+                      for r in range(lo, min(ranks, lo + per_envelope))]
+            out.append(orjson.dumps({"v": 1, "kind": "batch", "events": events,
+                                     "_arrival": round(t + 0.05 + rng.random() * 0.05, 6)}))
+        t += 1.0
+    return out
+
+
+def fleet_telemetry(nodes: int, seconds: float, ports: int = 4, seed: int = 3) -> list[bytes]:
+    """Node agents' envelopes: every 10 s each node sends its ``ports`` InfiniBand ports' link samples (cumulative
+    counters) in one batch envelope, with its arrival."""
+    import random
+
+    import orjson
+
+    rng = random.Random(seed)
+    counters = {(n, p): [rng.randrange(10**12), rng.randrange(10**12)] for n in range(nodes) for p in range(ports)}
+    out, t = [], T0
+    while t < T0 + seconds:
+        for n in range(nodes):
+            events = []
+            for p in range(ports):
+                c = counters[n, p]
+                c[0] += int(4e10 * rng.uniform(0.9, 1.1))
+                c[1] += int(4e10 * rng.uniform(0.9, 1.1))
+                events.append({"v": 1, "kind": "link", "node": f"srv-{n:03d}", "ts": round(t + rng.random(), 6),
+                               "device": f"mlx5_{p}", "port": 1, "state": "ACTIVE", "phys_state": "LinkUp",
+                               "rate": 400.0, "link_layer": "InfiniBand",
+                               "counters": {"port_xmit_data": c[0], "port_rcv_data": c[1], "symbol_error": 0,
+                                            "link_error_recovery": 0, "link_downed": 0, "port_rcv_errors": 0}})
+            out.append(orjson.dumps({"v": 1, "kind": "batch", "events": events, "_arrival": round(t + 1.2, 6)}))
+        t += 10.0
+    return out
+
+
+def side_by_side(name: str, lines: list[bytes], tmp: Path) -> dict:
+    """``stepwatch replay``'s function on ``lines``, by the road before (a read per arrival) and now, one after the
+    other in this process: CPU-seconds, events per CPU-second, and whether the alerts are byte-identical."""
+    import io
+
+    from stepwatch.config import Settings
+    from stepwatch.recording import merge_recorded, replay
+
+    path = tmp / f"{name}.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    row: dict = {"recording": name, "lines": len(lines)}
+    outputs = {}
+    for road, fast in (("before", False), ("now", True)):
+        out = io.StringIO()
+        started = time.process_time()
+        stats = replay(merge_recorded([str(path)]), Settings.from_env(), drain=60.0, out=out, across_arrivals=fast)
+        cpu = time.process_time() - started
+        outputs[road] = out.getvalue()
+        row.update({"events": stats["events"], "alerts": stats["alerts"], f"{road}_cpu_s": round(cpu, 2),
+                    f"{road}_events_per_cpu_s": round(stats["events"] / cpu)})
+    row["identical"] = outputs["before"] == outputs["now"]
+    row["speedup"] = round(row["before_cpu_s"] / row["now_cpu_s"], 2)
+    return row
+
+
+def fleet(scale: float = 1.0) -> list[dict]:
+    """The issue's three shapes of recording (sized by ``scale``), each replayed both ways."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        side_by_side("warm-up", fleet_single(2, 4, 30), Path(tmp))  # imports and first calls out of the figures
+        for name, make in (
+                ("single-event, 1 job x 1,024 ranks", lambda: fleet_single(1, 1024, 60 * scale)),
+                ("single-event, 30 jobs x 64 ranks", lambda: fleet_single(30, 64, 60 * scale)),
+                ("single-event, 300 jobs x 4 ranks", lambda: fleet_single(300, 4, 40 * scale)),
+                ("step batch envelopes (8 a node), 4,096 ranks", lambda: fleet_batches(4096, int(60 * scale))),
+                ("node telemetry envelopes, 253 nodes x 4 ports", lambda: fleet_telemetry(253, 600 * scale))):
+            rows.append(side_by_side(name, make(), Path(tmp)))
+            print("fleet:", rows[-1], flush=True)
+    return rows
 
 
 def flatness(sizes=(1024, 65536), *, steps: int = 8, warm: int = 2, tuned_gc: bool = False) -> dict:
@@ -102,7 +226,12 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=16384)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--skip-replay", action="store_true")
+    ap.add_argument("--fleet", action="store_true", help="only the fleet-speed recordings, before and now (issue 41)")
+    ap.add_argument("--scale", type=float, default=1.0, help="the fleet recordings' length, x")
     args = ap.parse_args()
+    if args.fleet:
+        fleet(args.scale)
+        return
     if not args.skip_replay:
         venvs = {"base": args.base} if args.base else {}
         venvs["now"] = Path(PY).parent.parent

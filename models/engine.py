@@ -326,9 +326,11 @@ class DetectionEngine:
         return out
 
     @leaving_engine
-    def process_batch(self, events: list[Event] | StepColumns, *, arrival: float | None = None) -> list[Alert]:
+    def process_batch(self, events: list[Event] | StepColumns, *,
+                      arrival: float | list[float] | None = None) -> list[Alert]:
         """Feed one message's events in order: the same alerts, and the same state after, as ``process``
-        for each event (a batch envelope of step events, ``StepColumns``, goes by columns)."""
+        for each event (a batch envelope of step events, ``StepColumns``, goes by columns). ``arrival``: one
+        for all, or (columns) a list of each row's (a replay's lines of different arrivals in one batch)."""
         if not isinstance(events, StepColumns):
             out: list[Alert] = []
             for event in events:
@@ -452,6 +454,9 @@ class DetectionEngine:
             kept = self._within_rank_cap(job, cols.events()[lo:hi], limit, lo)
             if len(kept) < hi - lo:
                 self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
+                if type(arrival) is list:  # per row: the kept rows' own
+                    row = {id(e): i for i, e in enumerate(cols.events()[lo:hi], lo)}
+                    arrival = [arrival[row[id(e)]] for e in kept]
                 out = self._process_steps_run(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
                 return self.telemetry.enrich(evicted) + out if evicted else out
         whole = lo == 0 and hi == len(cols)
@@ -468,7 +473,10 @@ class DetectionEngine:
             job.last_ts = latest
         job.last_seen = self._tick_clock
         self._touch(job)
-        if arrival is not None:
+        if type(arrival) is list:  # each row its own arrival (a replay's lines merged into one batch)
+            n = -(job.lags.maxlen or len(ts))
+            job.lags.extend([a - t for a, t in zip(arrival[lo:hi][n:], ts[n:])])
+        elif arrival is not None:
             job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
         job.sli.observe(latest)

@@ -195,30 +195,44 @@ class Pipeline:
 
     def feed_parsed(self, parsed: Iterable[tuple[Message, object, Rejected | None]], arrival: float | None = None,
                     *, road: Road = EVENTS_ROAD, speaks_for: Callable[[Alert], bool] | None = None,
-                    reports: Callable[[Message], bool] | None = None) -> Outputs:
+                    reports: Callable[[Message], bool] | None = None,
+                    arrivals: Sequence[float] | None = None) -> Outputs:
         """``feed`` for messages whose values are already parsed: (message, its JSON value, or why it has none;
-        ``models.wire.step_columns.parse_value``). ``run_recording`` parses each line once, for its ``_arrival`` too."""
+        ``models.wire.step_columns.parse_value``). ``run_recording`` parses each line once, for its ``_arrival`` too.
+
+        ``arrivals``: each message's own arrival instead of ``arrival`` (a recording's lines, each with its
+        ``_arrival``): runs of step messages are still merged, each row keeping its message's arrival, so the
+        same alerts and state as feeding each message alone at its arrival."""
         out = Outputs()
         alerts: list[Alert] = []
         merge = road.kinds is None or "step" in road.kinds
         run: list[tuple[Message, object]] = []  # consecutive step messages of one partition, and their values
         items: list = []
-        for msg, obj, bad in parsed:
+        rows: list[float] | None = [] if arrivals is not None else None  # each item's arrival (``arrivals``)
+        run_arrival = arrival
+        for n, (msg, obj, bad) in enumerate(parsed):
+            if arrivals is not None:
+                arrival = arrivals[n]
             found = step_items_of(obj) if merge and bad is None else None
             if found is not None and len(found) > self.max_new_jobs and self._opens_too_many(found):
                 found = None  # one at a time: the events of jobs over the bound dead-lettered by index
             if found is None or (run and (msg.partition != run[0][0].partition
                                           or len(items) + len(found) > MAX_RUN_EVENTS)):
                 if run:
-                    self._feed_run(run, items, arrival, road, alerts, out)
+                    self._feed_run(run, items, rows if rows else run_arrival, road, alerts, out)
                     run, items = [], []
+                    if rows is not None:
+                        rows = []
                 if found is None:
                     self._feed_one(msg, obj, bad, arrival, road, alerts, out)
                     continue
             run.append((msg, obj))
             items.extend(found)
+            if rows is not None:
+                rows.extend([arrival] * len(found))
+            run_arrival = arrival
         if run:
-            self._feed_run(run, items, arrival, road, alerts, out)
+            self._feed_run(run, items, rows if rows else run_arrival, road, alerts, out)
         return self._outputs(out, alerts, speaks_for, reports)
 
     def feed_planned(self, messages: Sequence, plan: ReadPlan, arrival: float | None = None, *,
@@ -273,7 +287,7 @@ class Pipeline:
                                      reports=item.reports)
         if item.parsed:
             return self.feed_parsed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for,
-                                    reports=item.reports)
+                                    reports=item.reports, arrivals=item.arrivals)
         return self.feed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for, reports=item.reports)
     def _opens_too_many(self, items) -> bool:
         """Whether a message's event dicts name more new jobs than one message may open."""
@@ -332,15 +346,27 @@ class Pipeline:
         by a decode plan; then the values are parsed here only if the batch must be taken apart)."""
         if cols is None and items is not None:
             cols = _step_columns(items) if len(run) > 1 else None
-        if cols is None or (arrival is not None and max(cols.ts) > arrival + self.max_future_seconds):
+        rows = arrival if type(arrival) is list else None  # each row's arrival (``feed_parsed``'s ``arrivals``)
+        if rows is not None:
+            arrival = rows[0]
+            if min(rows) == max(rows):  # one arrival after all: as any run
+                rows = None
+        if cols is None or (arrival is not None and (
+                max(cols.ts) > arrival + self.max_future_seconds if rows is None
+                else any(t > a + self.max_future_seconds for t, a in zip(cols.ts, rows)))):
             # Something in it needs one message at a time (dead letters with coordinates); a lone message
             # too (its own decode keeps a lone step event on the events path). Each value is parsed already
             # (but for a planned run's).
+            at = 0
             for msg, obj in run:
                 if obj is None:
-                    self._feed_one(msg, *parse_value(msg.value), arrival, road, alerts, out)
+                    obj, bad = parse_value(msg.value)
                 else:
-                    self._feed_one(msg, obj, None, arrival, road, alerts, out)
+                    bad = None
+                if rows is not None:  # the message's own arrival: its first row's
+                    arrival = rows[at]
+                    at += len(step_items_of(obj) or (None,))
+                self._feed_one(msg, obj, bad, arrival, road, alerts, out)
             return
         m = self.metrics
         if m is not None:
@@ -350,7 +376,8 @@ class Pipeline:
         if shapes is None:
             shapes = [(1, None) if obj.get("kind") == "step" else (len(obj["events"]), 0) for _, obj in run]
         parts = [(n, first, _Rejects()) for n, first in shapes]
-        alerts.extend(self._feed_columns(cols, messages[0].partition, arrival, messages, out, parts))
+        alerts.extend(self._feed_columns(cols, messages[0].partition, arrival if rows is None else rows, messages,
+                                         out, parts))
         for msg, (_, _, rejects) in zip(messages, parts):
             if rejects.items:
                 out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
@@ -519,7 +546,7 @@ _GROUP_LINES = MAX_RUN_EVENTS
 
 
 def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, tick_interval: float | None = None,
-                  drain: float = 0.0, until: float | None = None) -> Iterator[Outputs]:
+                  drain: float = 0.0, until: float | None = None, across_arrivals: bool = True) -> Iterator[Outputs]:
     """Run a recording through ``pipeline`` on its own clock, yielding the outputs of each step.
 
     Each line is parsed once (its ``_arrival`` taken out of the parsed value). The clock is the latest
@@ -532,11 +559,13 @@ def run_recording(pipeline: Pipeline, messages: Iterable[Message | bytes], *, ti
     before it is fed (replay's recorded runtime settings).
 
     Lines go to the pipeline in groups (its column batches for runs of step lines), cut wherever a tick
-    could fall: the same alerts, dead letters and ticks as line by line.
+    could fall: the same alerts, dead letters and ticks as line by line. Lines of different ``_arrival`` go in
+    one group, each on its own arrival (``across_arrivals``; False: a group per arrival, as before).
 
     It ends for any timestamp it accepts: the ticks are counted, not added up (at ``1e16`` a second is
     lost to float precision), and a clock where a tick would not move it on ends the drain.
     """
     return (pipeline.take(item) for item in RecordingSource(
         messages, clock=lambda: pipeline.engine.clock, drain=drain, until=until,
-        tick_interval=tick_interval or pipeline.engine.settings.worker.tick_interval, group_lines=_GROUP_LINES))
+        tick_interval=tick_interval or pipeline.engine.settings.worker.tick_interval, group_lines=_GROUP_LINES,
+        across_arrivals=across_arrivals))

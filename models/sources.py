@@ -53,7 +53,9 @@ class Read:
     carry (``road``; None: the events topic's). ``speaks_for``/``reports``: as ``Pipeline.feed``'s.
     ``parsed``: the messages are ``(message, value, rejected)`` triples parsed already (recordings).
     ``plan``: how the messages decode, worked out already (``models.wire.decode_plan``: the live worker's
-    decoder process); None: the pipeline decodes them."""
+    decoder process); None: the pipeline decodes them. ``arrivals``: each parsed message's own arrival (a
+    recording's lines of different ``_arrival`` read as one: still merged into column batches, each row on its
+    own arrival); ``arrival`` is then the latest."""
 
     messages: Sequence[Any]
     arrival: float | None = None
@@ -62,6 +64,7 @@ class Read:
     reports: Callable | None = None
     parsed: bool = False
     plan: Any = None
+    arrivals: Sequence[float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,15 @@ def _latest_ts(obj) -> float | None:
     return latest
 
 
+class Elsewhere(NamedTuple):
+    """A recording line another process feeds (``stepwatch replay --jobs``: the recording split by job): only its
+    time, its ``_arrival`` (``arrival``) or else its latest event time (None: it states none), so that this
+    process's clock, and so its ticks, move as one process's would."""
+
+    at: float | None
+    arrival: bool
+
+
 @dataclass(slots=True)
 class RecordingSource:
     """A recording's lines on its own clock: ``Read``s of its lines and the ``Tick``s the live worker's timer
@@ -225,6 +237,9 @@ class RecordingSource:
     until: float | None = None
     #: Lines in one read at most (the pipeline merges runs of step lines into column batches itself).
     group_lines: int = 1_024
+    #: Lines of different ``_arrival`` in one read (each keeps its own: ``Read.arrivals``); False: a read per
+    #: arrival, as before (one line a read, and a call chain per event, for a recording of single-event lines).
+    across_arrivals: bool = True
 
     def __iter__(self) -> Iterator[Item]:
         interval = self.tick_interval
@@ -232,27 +247,61 @@ class RecordingSource:
         clock: float | None = None
         group: list[tuple[Message, object, Rejected | None]] = []
         group_arrival: float | None = None
+        arrivals: list[float] = []  # each grouped line's (lines with an arrival: never mixed with lines without)
+        across = self.across_arrivals
+
+        def read() -> Read:
+            many = arrivals and arrivals[0] != group_arrival or len(set(arrivals)) > 1
+            return Read(group, max(arrivals) if many else group_arrival, parsed=True,
+                        arrivals=tuple(arrivals) if many else None)
+
+        marks: list[float] = []  # arrivals of other processes' lines since the last read (``Elsewhere``)
+        elsewhere = float("-inf")  # the latest event time of other processes' lines: their part of the engine's clock
 
         def seen(arrival: float | None) -> None:
             nonlocal clock
-            now = arrival if arrival is not None else self.clock()
+            if marks:
+                arrival = max(marks) if arrival is None else max(arrival, *marks)
+                marks.clear()
+            now = arrival if arrival is not None else max(self.clock(), elsewhere)
             clock = now if clock is None else max(clock, now)
 
         for msg in self.lines:
+            if type(msg) is Elsewhere:  # another process's line: the clock moves (and ticks fall) as with it here
+                if msg.arrival:
+                    marks.append(msg.at)
+                elif msg.at is not None:
+                    elsewhere = max(elsewhere, msg.at)
+                if next_tick is not None and msg.at is not None and msg.at < next_tick:
+                    continue
+                own = None
+                if group:
+                    yield read()
+                    own = max(arrivals) if arrivals else group_arrival
+                    group, arrivals = [], []
+                seen(own)
+                if next_tick is None:
+                    next_tick = clock + interval
+                elif clock >= next_tick:
+                    yield Tick(clock)
+                    next_tick = clock + interval
+                continue
             if callable(msg):  # e.g. recorded runtime settings: applied after every line before it
                 if group:
-                    yield Read(group, group_arrival, parsed=True)
-                    group = []
-                    seen(group_arrival)
+                    yield read()
+                    seen(max(arrivals) if arrivals else group_arrival)
+                    group, arrivals = [], []
                 msg()
                 continue
             line = _recorded(msg)
             arrival = line[3]
-            if group and arrival != group_arrival:
-                yield Read(group, group_arrival, parsed=True)
-                group = []
-                seen(group_arrival)
+            if group and arrival != group_arrival and (not across or arrival is None or group_arrival is None):
+                yield read()
+                seen(max(arrivals) if arrivals else group_arrival)
+                group, arrivals = [], []
             group.append(line[:3])
+            if arrival is not None:
+                arrivals.append(arrival)
             group_arrival = arrival
             # Lines are read in groups (the worker's column batches for runs of step lines: a recording of
             # single-event lines is otherwise a call chain per event), cut wherever the clock could reach the
@@ -262,17 +311,17 @@ class RecordingSource:
             if (next_tick is not None and bound is not None and bound < next_tick
                     and len(group) < self.group_lines):
                 continue
-            yield Read(group, arrival, parsed=True)
-            group = []
-            seen(arrival)
+            yield read()
+            seen(max(arrivals) if arrivals else arrival)
+            group, arrivals = [], []
             if next_tick is None:
                 next_tick = clock + interval
             elif clock >= next_tick:
                 yield Tick(clock)
                 next_tick = clock + interval
         if group:  # under the bound: no tick was due after any of them
-            yield Read(group, group_arrival, parsed=True)
-            seen(group_arrival)
+            yield read()
+            seen(max(arrivals) if arrivals else group_arrival)
         if clock is None or next_tick is None:
             return
         end = max(clock + max(self.drain, 0.0), self.until if self.until is not None else clock)

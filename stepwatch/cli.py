@@ -9,8 +9,8 @@ import sys
 
 from stepwatch import __version__
 from stepwatch.commands.common import _require_bootstrap, _require_reachable, client_settings
-from stepwatch.commands import (actions, agent, alerts, broker, config, demo, feedback, import_, publish, record,
-                                replay, scenarios, shard, simulate, status, worker)
+from stepwatch.commands import (actions, agent, alerts, backtest, broker, config, demo, feedback, import_, publish,
+                                record, replay, scenarios, shard, simulate, status, worker)
 
 #: Commands that talk to Kafka (given these arguments): checked for a reachable bootstrap first.
 KAFKA_CLIENTS = {"alerts": lambda a: True, "record": lambda a: True, "config": lambda a: True, "actions": lambda a: True,
@@ -18,8 +18,8 @@ KAFKA_CLIENTS = {"alerts": lambda a: True, "record": lambda a: True, "config": l
                  "report": lambda a: not (a.file or a.file_option)}
 
 #: In the order ``stepwatch --help`` lists them.
-COMMANDS = (worker, simulate, replay, record, publish, alerts, status, config, feedback, actions, demo, broker, shard,
-            agent, import_, scenarios)
+COMMANDS = (worker, simulate, replay, backtest, record, publish, alerts, status, config, feedback, actions, demo, broker,
+            shard, agent, import_, scenarios)
 
 
 def build_parser() -> argparse.ArgumentParser:

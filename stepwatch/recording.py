@@ -70,18 +70,24 @@ def parse_time(text: str) -> float:
     return when.timestamp()
 
 
-def read_lines(paths: Iterable[str], *, what: str = "replay") -> Iterator[bytes]:
-    """The non-empty lines of recordings ('-': stdin), with a progress line on stderr now and then."""
-    next_report = time.monotonic() + PROGRESS_SECONDS
+def read_lines(paths: Iterable[str], *, what: str = "replay", progress: bool = True) -> Iterator[bytes]:
+    """The non-empty lines of recordings ('-': stdin), with a progress line on stderr every ``PROGRESS_SECONDS`` or so
+    (a recording read for longer than that; ``progress``: False, none)."""
+    next_report = time.monotonic() + PROGRESS_SECONDS if progress else float("inf")
     for path in paths:
         stream = sys.stdin.buffer if path == "-" else open(path, "rb")
+        try:
+            size = os.fstat(stream.fileno()).st_size if path != "-" else 0
+        except (OSError, ValueError):  # not a file with a size (a pipe, a test's stream)
+            size = 0
         try:
             for lineno, line in enumerate(stream, 1):
                 line = line.strip()
                 if not line:
                     continue
                 if lineno % 4096 == 0 and time.monotonic() > next_report:
-                    print(f"stepwatch {what}: {path}: line {lineno}", file=sys.stderr, flush=True)
+                    done = f" ({100 * stream.tell() / size:.0f} %)" if size else ""
+                    print(f"stepwatch {what}: {path}: line {lineno}{done}", file=sys.stderr, flush=True)
                     next_report = time.monotonic() + PROGRESS_SECONDS
                 yield line
         finally:
@@ -368,8 +374,11 @@ def merge_lines(paths: list[str], *, what: str = "replay") -> Iterator[bytes]:
 
 
 def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, until: float | None = None,
-           out=None, stats: dict | None = None) -> dict:
-    """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts."""
+           out=None, stats: dict | None = None, across_arrivals: bool = True) -> dict:
+    """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts.
+
+    ``across_arrivals``: lines of different ``_arrival`` merged into the worker's column batches, each row on
+    its own arrival (the same alerts: tests/test_replay_fast.py); False: a read per arrival, as before."""
     from stepwatch.commands.common import json_line, printable
     from stepwatch.models.pipeline import Pipeline, run_recording
     from stepwatch.models.sinks import JsonLinesSink
@@ -381,11 +390,143 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     # Terminal-safe lines: replay often prints to one (control characters in names escaped).
     sink = JsonLinesSink(out or sys.stdout, report=sys.stderr, line=lambda a: json_line(a.to_dict()), text=printable)
     try:  # the recording's lines -> the pipeline -> the sink, as the worker's topics -> pipeline -> topics
-        for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until):
+        for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until,
+                                     across_arrivals=across_arrivals):
             sink.write(outputs)
     finally:  # counts so far, also when reading stops half-way
         stats.update(events=pipeline.engine.events_by_kind.total(), rejected=sink.rejected, alerts=sink.alerts)
     return stats
+
+
+# -- replay --jobs N -------------------------------------------------------------------------------
+
+
+def _share(value, jobs: int) -> int | None:
+    """Which of ``jobs`` processes feeds a parsed line: its job's (by a stable hash of the name), None: every one
+    (node telemetry, runtime settings: every job's rules read them), -1: the first (not an event: dead-lettered
+    once). An envelope of several jobs' events goes whole to its first job's process."""
+    import zlib
+
+    if type(value) is not dict:
+        return -1
+    events = value.get("events") if value.get("kind") == "batch" else [value]
+    if value.get("kind") == "config" or type(events) is not list:
+        return None if value.get("kind") == "config" else -1
+    for event in events:
+        job = event.get("job") if type(event) is dict else None
+        if type(job) is str:
+            return zlib.crc32(job.encode()) % jobs
+    return None
+
+
+def replay_jobs(paths: list[str], settings: Settings, *, jobs: int, drain: float = 0.0, until: float | None = None,
+                out=None, stats: dict | None = None, overrides: dict | None = None) -> dict:
+    """``replay`` split by job over ``jobs`` processes (``stepwatch replay --jobs N``); alerts to ``out`` in the
+    order one process gives them, as far as it can be known (below). Returns counts.
+
+    Each job's lines go to one process (``_share``); node telemetry and runtime settings go to every process;
+    every process gets, for each line another one feeds, its time only (``models.sources.Elsewhere``), so its
+    clock and ticks are one process's. The alerts are merged by where in the recording they came out (the line
+    read when its process produced them, a read before a tick, ticks by their time), then by process. Node-scope
+    alerts (no job) are taken from the first process only (each process sees all node telemetry).
+
+    What is exact: job-scope rules (straggler, hang, throughput, imbalance...) of jobs that share no node. What
+    needs all jobs' data, so one process: alerts that correlate jobs (a node suspected from several jobs'
+    stragglers, incidents across jobs, the drain budget), and the order of two jobs' alerts raised between the
+    same two ticks (here: by process)."""
+    import concurrent.futures
+    import multiprocessing
+    import tempfile
+
+    from stepwatch.models.sources import recorded
+
+    stats = stats if stats is not None else {}
+    out = out or sys.stdout
+    lines = merge_recorded(paths)
+    if overrides is not None:
+        from stepwatch.backtest import candidate_lines
+
+        lines = candidate_lines(lines, overrides)
+    with tempfile.TemporaryDirectory(prefix="stepwatch-replay-") as tmp:
+        names = [os.path.join(tmp, f"{k}.jsonl") for k in range(jobs)]
+        files = [open(name, "wb") for name in names]
+        shared = 0
+        try:
+            for line in lines:
+                parsed = recorded(line)
+                share = _share(parsed.value, jobs)
+                if type(line) is bytes:  # as its file has it
+                    raw = line
+                elif parsed.arrival is not None and type(parsed.value) is dict:
+                    raw = orjson.dumps({**parsed.value, "_arrival": parsed.arrival})
+                else:
+                    raw = parsed.message.value
+                if share is None:  # counted by every process: once in the stats
+                    value = parsed.value
+                    shared += len(value["events"]) if value.get("kind") == "batch" else value.get("kind") != "config"
+                    for f in files:
+                        f.write(raw + b"\n")
+                    continue
+                share = max(share, 0)
+                at = parsed.arrival if parsed.arrival is not None else _merge_time(parsed)
+                mark = orjson.dumps({"_elsewhere": at, "_arrival": parsed.arrival is not None}) + b"\n"
+                for k, f in enumerate(files):
+                    f.write(raw + b"\n" if k == share else mark)
+        finally:
+            for f in files:
+                f.close()
+        context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            results = list(pool.map(_replay_share, names, [drain] * jobs, [until] * jobs, range(jobs)))
+    merged = sorted((key, k, seq, text) for k, (found, _) in enumerate(results)
+                    for seq, (key, text) in enumerate(found))
+    for *_, text in merged:
+        out.write(text)
+    events = sum(r[1]["events"] for r in results) - (jobs - 1) * shared
+    stats.update(events=events, rejected=sum(r[1]["rejected"] for r in results), alerts=len(merged))
+    return stats
+
+
+def _replay_share(path: str, drain: float, until: float | None, share: int) -> tuple[list, dict]:
+    """One process of ``replay_jobs``: its share of the recording, each alert line with where it came out."""
+    import io
+
+    from stepwatch.commands.common import json_line, printable
+    from stepwatch.models.pipeline import Pipeline
+    from stepwatch.models.sinks import JsonLinesSink
+    from stepwatch.models.sources import Elsewhere, RecordingSource, Tick
+
+    settings = Settings.from_env()
+    tune_gc()
+    pipeline = Pipeline(settings=settings)
+    buffer = io.StringIO()
+    sink = JsonLinesSink(buffer, report=sys.stderr, line=lambda a: json_line(a.to_dict()), text=printable)
+    position = 0
+
+    def lines() -> Iterator[bytes | Elsewhere]:
+        nonlocal position
+        for raw in read_lines([path], progress=False):  # (the split's own reading says how far it is)
+            position += 1
+            if raw.startswith(b'{"_elsewhere"'):
+                mark = orjson.loads(raw)
+                yield Elsewhere(mark["_elsewhere"], mark["_arrival"])
+            else:
+                yield raw
+
+    found: list = []
+    events = 0
+    for item in RecordingSource(_apply_config(lines(), pipeline, settings), clock=lambda: pipeline.engine.clock,
+                                tick_interval=settings.worker.tick_interval, drain=drain, until=until):
+        outputs = pipeline.take(item)
+        if share:  # node-scope alerts: the first process's (every process reads all node telemetry)
+            outputs.alerts = [a for a in outputs.alerts if a.job]
+        buffer.seek(0)
+        buffer.truncate()
+        sink.write(outputs)
+        key = (position, 1, item.at) if type(item) is Tick else (position, 0, 0.0)
+        found.extend((key, text) for text in buffer.getvalue().splitlines(keepends=True))
+    events = pipeline.engine.events_by_kind.total()
+    return found, {"events": events, "rejected": sink.rejected}
 
 
 def _is_config(line: bytes) -> bool:
@@ -408,6 +549,9 @@ def _apply_config(lines: Iterable[bytes | RecordedLine], pipeline, settings: Set
             print(f"stepwatch replay: ignored runtime settings for {key!r}: {exc}", file=sys.stderr)
 
     for line in lines:
+        if type(line) is not bytes and not hasattr(line, "message"):  # another process's line (``replay_jobs``)
+            yield line
+            continue
         raw = line if type(line) is bytes else line.message.value
         if _is_config(raw):
             record = recorded(line).value  # (a parsed line: as it is)

@@ -20,7 +20,7 @@ _TAIL_BYTES = 1 << 20
 
 def run(args: argparse.Namespace) -> int:
     from stepwatch.config import Settings
-    from stepwatch.recording import merge_recorded, replay
+    from stepwatch.recording import merge_recorded, replay, replay_jobs
 
     settings = Settings.from_env()
     stats: dict = {"events": 0, "rejected": 0, "alerts": 0}
@@ -31,7 +31,10 @@ def run(args: argparse.Namespace) -> int:
     elif args.until is not None:
         until = args.until.seconds
     try:  # the worker's own pipeline (models/pipeline.py), on the recording's clock
-        replay(merge_recorded(args.files), settings, drain=drain, until=until, stats=stats)
+        if args.jobs > 1:
+            replay_jobs(args.files, settings, jobs=args.jobs, drain=drain, until=until, stats=stats)
+        else:
+            replay(merge_recorded(args.files), settings, drain=drain, until=until, stats=stats)
     except FileNotFoundError as exc:
         raise SystemExit(f"stepwatch replay: {exc.filename}: no such file") from None
     sys.stdout.flush()
@@ -60,6 +63,11 @@ def add_parser(sub) -> None:
     p.add_argument("--until", type=parse_when, metavar="WHEN",
                    help="after the last event, run the timer rules up to this time (Unix seconds or ISO 8601, UTC), "
                         "or this long after the last event (a duration: 30m, 2h; the same as --drain)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="split the recording by job over N processes (a large backtest): each job's lines in one "
+                        "process, node telemetry and settings in all, alerts merged in one process's order; exact "
+                        "for job-scope rules of jobs that share no node, not for alerts that correlate jobs "
+                        "(docs/operations.md)")
     p.set_defaults(func=run, precheck=_precheck)
 
 
@@ -69,6 +77,8 @@ _files = files_precheck("replay", "nothing replayed")
 def _precheck(args: argparse.Namespace) -> None:
     _files(args)
     _bounds(args)
+    if not 1 <= args.jobs <= 256:
+        raise ValueError(f"--jobs must be between 1 and 256, got {args.jobs}")
 
 
 def _bounds(args: argparse.Namespace) -> None:
