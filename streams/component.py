@@ -40,15 +40,14 @@ def as_service(app: Any, part: Startable, name: str) -> None:
     """Run ``part.start()``/``part.stop()`` as a ``mode.Service`` of ``app``."""
     from mode import Service
 
-    class PartService(Service):
-        async def on_start(self) -> None:
-            await part.start()
+    async def on_start(self) -> None:
+        await part.start()
 
-        async def on_stop(self) -> None:
-            await part.stop()
+    async def on_stop(self) -> None:
+        await part.stop()
 
-    PartService.__name__ = PartService.__qualname__ = name  # its name in Faust's log
-    app.service(PartService)
+    # Made with its name (Faust's log says it; mode keys a service's tasks by its class name when it is made).
+    app.service(type(name, (Service,), {"on_start": on_start, "on_stop": on_stop, "__module__": __name__}))
 
 
 def app_sender(app: Any, *names: str) -> Send:
