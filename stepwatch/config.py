@@ -15,6 +15,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from stepwatch.models.settings import (AssemblySettings, DetectionSettings, HangSettings, HostSettings,  # noqa: F401
@@ -23,6 +24,13 @@ from stepwatch.models.settings import (AssemblySettings, DetectionSettings, Hang
 from stepwatch.models.settings import PipelineSettings
 # The Kafka client's sections live in a light module, so the training side imports no detection core.
 from stepwatch.client_settings import KafkaSettings, SecuritySettings, _parse, env_overrides  # noqa: F401
+
+
+class ConsumerMode(StrEnum):
+    """Who consumes the events topic (``worker.consumer``)."""
+
+    AIOKAFKA = "aiokafka"  # the worker's own consumer (streams/events_consumer.py)
+    FAUST = "faust"  # a Faust agent (streams/faust_agent.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,8 +66,8 @@ class WorkerSettings(PipelineSettings):
     dashboard_max_rows: int = 256
     #: Who consumes the events topic: ``aiokafka`` (the worker's own consumer in the group
     #: ``<app_id>-events``, ``getmany`` batches into the engine; the default) or ``faust`` (a Faust
-    #: agent in the group ``<app_id>``, one message at a time).
-    consumer: str = "aiokafka"
+    #: agent in the group ``<app_id>``, ``take_events`` batches).
+    consumer: ConsumerMode = ConsumerMode.AIOKAFKA
     #: Decoder processes of the aiokafka events consumer (streams/decoder.py): under load, large reads are
     #: decoded there while the worker detects on the one before. -1: one where the worker may use two CPUs
     #: or more, else none; 0: none (decode in the worker); 1: one.
@@ -80,8 +88,10 @@ class WorkerSettings(PipelineSettings):
     peers: str = ""
 
     def __post_init__(self) -> None:
-        if self.consumer not in ("faust", "aiokafka"):
-            raise ValueError(f"worker.consumer: expected 'faust' or 'aiokafka', got {self.consumer!r}")
+        try:  # a plain string (a test, ``dataclasses.replace``) becomes the enum
+            object.__setattr__(self, "consumer", ConsumerMode(self.consumer))
+        except ValueError:
+            raise ValueError(f"worker.consumer: expected 'faust' or 'aiokafka', got {self.consumer!r}") from None
 
 
 @dataclass(frozen=True, kw_only=True)

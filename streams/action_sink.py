@@ -135,31 +135,39 @@ class ActionSink:
         return out
 
 
-def install_action_sink(app, settings, *, reported: Callable[[str, float], bool] | None = None) -> ActionSink | None:
-    """The worker's action sink, or None when hooks are off (the default). ``reported(node, ts)``:
-    whether the node's agent reported before ``ts`` (the engine's ``TelemetryHub.reported_before``)."""
-    oncall = settings.oncall
-    if not oncall.hooks_enabled:
-        return None
-    kafka = settings.kafka
-    topic = app.topic(kafka.topic(oncall.actions_topic), value_serializer="raw", key_serializer="raw")
+class ActionHooksTask:
+    """The worker's action sink as a component (streams/component.py): ``sink`` (None when hooks are off, the
+    default) runs as an app task that never dies. ``reported(node, ts)``: whether the node's agent reported
+    before ``ts`` (the engine's ``TelemetryHub.reported_before``)."""
 
-    async def send(key: bytes, value: bytes) -> None:
-        await topic.send(key=key, value=value)
+    def __init__(self, settings, *, reported: Callable[[str, float], bool] | None = None) -> None:
+        oncall, kafka = settings.oncall, settings.kafka
+        self.topic = kafka.topic(oncall.actions_topic)
+        self._send = None  # the app's producer, at ``attach``
 
-    def read_back() -> list[str]:
-        from stepwatch.security import client_config
+        def read_back() -> list[str]:
+            from stepwatch.security import client_config
 
-        return recorded_alert_ids(kafka.bootstrap, kafka.topic(oncall.actions_topic), client_config(settings))
+            return recorded_alert_ids(kafka.bootstrap, self.topic, client_config(settings))
 
-    sink = ActionSink(oncall, send=send, reported=reported, read_back=read_back)
-    app.stepwatch_actions = sink
+        async def send(key: bytes, value: bytes) -> None:
+            await self._send(self.topic, key, value)
 
-    @app.task
-    async def action_hooks() -> None:
-        await run_forever(sink.run, what="action sink", log=log)
+        self.sink = ActionSink(oncall, send=send, reported=reported, read_back=read_back) \
+            if oncall.hooks_enabled else None
 
-    return sink
+    def attach(self, app) -> None:
+        if self.sink is None:
+            return
+        from .component import app_sender
+
+        self._send = app_sender(app, self.topic)
+        sink = self.sink
+
+        async def action_hooks() -> None:
+            await run_forever(sink.run, what="action sink", log=log)
+
+        app.task(action_hooks)
 
 
 def record_key(alert_id: str, action) -> str:
@@ -208,31 +216,37 @@ def apply_release(engine, value: bytes | None) -> bool:
     return engine.oncall.rule("drain_budget").release(ident, by=by)
 
 
-def install_releases(app, engine, settings) -> None:
-    """Read the whole releases topic (every worker: the held alert lives on the one that speaks for its node)."""
-    from .topic_reader import read_topic_forever
+class Releases:
+    """Reads the whole releases topic (every worker: the held alert lives on the one that speaks for its node) into
+    ``engine`` (``apply_release``); a component (streams/component.py)."""
 
-    kafka = settings.kafka
-    topic = kafka.topic(settings.oncall.releases_topic)
+    def __init__(self, engine, settings) -> None:
+        self._engine, self.settings = engine, settings
+        self.topic = settings.kafka.topic(settings.oncall.releases_topic)
 
-    def handle(record) -> None:
+    def attach(self, app) -> None:
+        app.task(self.read)
+
+    def handle(self, record) -> None:
         try:
-            if apply_release(engine, record.value):
+            if apply_release(self._engine, record.value):
                 log.warning("held drain %s released by a human", record.key)
         except ValueError as exc:
             log.warning("ignored a releases topic record: %s", exc)
 
-    def create() -> None:
+    def _create(self) -> None:
         from stepwatch.security import client_config
         from stepwatch.topics import create_topics
 
-        create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor, compacted=[topic],
-                      timeout=10, client_config=client_config(settings))
+        kafka = self.settings.kafka
+        create_topics(kafka.bootstrap, [], 1, replication_factor=kafka.replication_factor, compacted=[self.topic],
+                      timeout=10, client_config=client_config(self.settings))
 
-    @app.task
-    async def releases() -> None:
+    async def read(self) -> None:
+        from .topic_reader import read_topic_forever
+
         try:  # the workers may create topics under the prefix (stepwatch/acls.py); operators only write this one
-            await asyncio.get_running_loop().run_in_executor(None, create)
+            await asyncio.get_running_loop().run_in_executor(None, self._create)
         except Exception as exc:  # an existing topic, or one the operator creates: read it all the same
-            log.info("could not create %s: %s", topic, exc)
-        await read_topic_forever(settings, topic, handle, what="releases topic reader")
+            log.info("could not create %s: %s", self.topic, exc)
+        await read_topic_forever(self.settings, self.topic, self.handle, what="releases topic reader")

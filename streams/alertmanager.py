@@ -108,6 +108,15 @@ class AlertmanagerSink:
 
     # -- the posting task -----------------------------------------------------------------------
 
+    def attach(self, app) -> None:
+        """Run as an app task that never dies (a component of the worker, streams/component.py)."""
+        from .supervise import run_forever
+
+        async def alertmanager_sink() -> None:
+            await run_forever(self.run, what="Alertmanager sink", log=logging.getLogger("stepwatch.worker"))
+
+        app.task(alertmanager_sink)
+
     async def run(self) -> None:
         import aiohttp
 

@@ -166,17 +166,25 @@ class BrokerProbe:
             await client.close()
 
 
-def install_broker_probe(app, settings, limiter: BrokerLogLimiter):
-    """Run a ``BrokerProbe`` as a task of ``app``; returns ``broker_away()`` for /health: the limiter saw a
-    client fail to connect, or the probe got no answer."""
-    from stepwatch.security import client_config
+class BrokerWatch:
+    """A ``BrokerProbe`` run as a task of the app (a component, streams/component.py); ``away()`` for /health:
+    ``limiter`` saw a client fail to connect, or the probe got no answer."""
 
-    from .supervise import run_forever
+    def __init__(self, settings, limiter: BrokerLogLimiter) -> None:
+        from stepwatch.security import client_config
 
-    probe = BrokerProbe(settings.kafka.bootstrap, client_config(settings))
+        self.limiter = limiter
+        self.probe = BrokerProbe(settings.kafka.bootstrap, client_config(settings))
 
-    async def broker_probe() -> None:
-        await run_forever(probe.run, what="broker probe", log=log)
+    def attach(self, app) -> None:
+        from .supervise import run_forever
 
-    app.task(broker_probe)
-    return lambda: limiter.broker_away() or probe.away()
+        probe = self.probe
+
+        async def broker_probe() -> None:
+            await run_forever(probe.run, what="broker probe", log=log)
+
+        app.task(broker_probe)
+
+    def away(self) -> bool:
+        return self.limiter.broker_away() or self.probe.away()

@@ -60,48 +60,59 @@ async def read_baselines(settings: Settings, topic: str, baselines) -> int:
         await consumer.stop()
 
 
-def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[], set[int] | None]) -> None:
-    """Read the baselines topic back at start and write the nodes this worker owns (see the module doc).
+class LinkBaselinesSync:
+    """Reads the baselines topic back at start and writes the nodes this worker owns (see the module doc); a
+    component (streams/component.py) whose ``start()``/``stop()`` run as a service of the app, or nothing when
+    the engine keeps no baselines.
 
+    ``baselines``: the engine's link baselines (``engine.telemetry.fabric.history.baselines``; None: off);
     ``owned()``: this worker's events partitions now (None: not known yet; nothing is written then).
     """
-    from mode import Service
 
-    from stepwatch.security import client_config
+    def __init__(self, baselines, settings: Settings, *, owned: Callable[[], set[int] | None]) -> None:
+        kafka = settings.kafka
+        self.baselines, self.settings, self._owned = baselines, settings, owned
+        self.topic = kafka.topic(kafka.link_baselines_topic)
+        self.interval = max(0.1, settings.telemetry.link_baseline_publish_interval)
+        self._producer = None
+        self._read = False  # read back once: never overwrite a record this worker did not read back first
+        self._unsent: set[str] = set()
+        self._task = None
 
-    from .telemetry_feed import partition_of
+    def attach(self, app) -> None:
+        if self.baselines is None:
+            return
+        from .component import as_service
 
-    kafka = settings.kafka
-    topic = kafka.topic(kafka.link_baselines_topic)
-    baselines = engine.telemetry.fabric.history.baselines
-    if baselines is None:
-        return
-    interval = max(0.1, settings.telemetry.link_baseline_publish_interval)
-    holder: dict = {"producer": None, "read": False}
-    unsent: set[str] = set()
+        as_service(app, self, "LinkBaselinesService")
 
-    async def publish() -> int:
-        mine = owned()
-        unsent.update(baselines.take_dirty())
-        if mine is None or not unsent:
+    async def publish(self) -> int:
+        from .telemetry_feed import partition_of
+
+        mine = self._owned()
+        self._unsent.update(self.baselines.take_dirty())
+        if mine is None or not self._unsent:
             return 0
-        n_partitions = kafka.partitions
+        n_partitions = self.settings.kafka.partitions
         sent = 0
-        for node in sorted(unsent):
+        for node in sorted(self._unsent):
             if partition_of(node, n_partitions) in mine:  # the owner of the node's partition speaks for it
-                value = baselines.record(node)
+                value = self.baselines.record(node)
                 if value is not None:
-                    await holder["producer"].send(topic, key=node.encode(), value=value)
+                    await self._producer.send(self.topic, key=node.encode(), value=value)
                     sent += 1
-        await holder["producer"].flush()
-        unsent.clear()  # the others' owners write theirs
+        await self._producer.flush()
+        self._unsent.clear()  # the others' owners write theirs
         return sent
 
-    async def run() -> None:
+    async def run(self) -> None:
         from aiokafka import AIOKafkaProducer
 
-        while holder["producer"] is None:  # the broker may be away at start: detection does not wait
-            producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap.split(","), linger_ms=50,
+        from stepwatch.security import client_config
+
+        settings, baselines = self.settings, self.baselines
+        while self._producer is None:  # the broker may be away at start: detection does not wait
+            producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap.split(","), linger_ms=50,
                                         **client_config(settings))
             try:
                 await producer.start()
@@ -112,13 +123,13 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
                 await producer.stop()
                 await asyncio.sleep(2.0)
             else:
-                holder["producer"] = producer
+                self._producer = producer
         while True:
             try:
-                count = await read_baselines(settings, topic, baselines)
+                count = await read_baselines(settings, self.topic, baselines)
                 log.info("link baselines: read %d records back from %s (%d nodes known, %d rejected)",
-                         count, topic, len(baselines.nodes()), baselines.rejected)
-                holder["read"] = True
+                         count, self.topic, len(baselines.nodes()), baselines.rejected)
+                self._read = True
                 break
             except asyncio.CancelledError:
                 raise
@@ -126,9 +137,9 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
                 log.warning("reading the link baselines back failed (will retry): %r", exc)
                 await asyncio.sleep(2.0)
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.interval)
             try:
-                sent = await publish()
+                sent = await self.publish()
                 if sent:
                     log.debug("link baselines: wrote %d node records", sent)
             except asyncio.CancelledError:
@@ -136,37 +147,32 @@ def install_link_baselines(app, engine, settings: Settings, *, owned: Callable[[
             except Exception as exc:  # kept in ``unsent``: the next round tries again
                 log.warning("writing link baselines failed (will retry): %r", exc)
 
-    async def start() -> None:
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, ensure_topic)
-        except Exception as exc:  # the reader and writer retry; the topic may appear later
-            log.warning("could not create the link baselines topic %s: %r", topic, exc)
-        await run()
-
-    def ensure_topic() -> None:
+    def _ensure_topic(self) -> None:
+        from stepwatch.security import client_config
         from stepwatch.topics import ensure_link_baselines_topic
 
-        ensure_link_baselines_topic(kafka, client_config=client_config(settings))
+        ensure_link_baselines_topic(self.settings.kafka, client_config=client_config(self.settings))
 
-    @app.service
-    class LinkBaselinesService(Service):
-        """Reads the link baselines back at start and writes the owned nodes' (see install_link_baselines)."""
+    async def _begin(self) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._ensure_topic)
+        except Exception as exc:  # the reader and writer retry; the topic may appear later
+            log.warning("could not create the link baselines topic %s: %r", self.topic, exc)
+        await self.run()
 
-        _task = None
+    async def start(self) -> None:
+        self._task = asyncio.ensure_future(self._begin())
 
-        async def on_start(self) -> None:
-            self._task = asyncio.ensure_future(start())
-
-        async def on_stop(self) -> None:
-            await cancel(self._task)
-            producer = holder["producer"]
-            if producer is None:
-                return
-            try:  # a clean stop: what was learned since the last round is not lost
-                if not holder["read"]:
-                    return  # never overwrite a record this worker did not read back first
-                await asyncio.wait_for(publish(), timeout=5.0)
-            except Exception as exc:
-                log.warning("could not write the link baselines on stop: %r", exc)
-            finally:
-                await producer.stop()
+    async def stop(self) -> None:
+        await cancel(self._task)
+        producer = self._producer
+        if producer is None:
+            return
+        try:  # a clean stop: what was learned since the last round is not lost
+            if not self._read:
+                return  # never overwrite a record this worker did not read back first
+            await asyncio.wait_for(self.publish(), timeout=5.0)
+        except Exception as exc:
+            log.warning("could not write the link baselines on stop: %r", exc)
+        finally:
+            await producer.stop()

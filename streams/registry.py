@@ -17,7 +17,7 @@ URLs count; a ``ts`` more than ``max_future`` seconds ahead of the reader's cloc
 future stamp would outlive the real owner's re-advertising); at most ``MAX_WORKERS`` entries.
 
 ``WorkersRegistry`` is the pure part (``apply``/``owner``, clock passed in; unit-tested in
-tests/test_registry.py); ``install_registry`` is the thin Kafka adapter (a ``mode.Service`` of
+tests/test_registry.py); ``RegistryAdvertiser`` is the thin Kafka adapter (a ``mode.Service`` of
 the app with its own producer and reader).
 """
 
@@ -243,102 +243,107 @@ def registry_for(settings, topic: str, *, group: str | None,
     return registry
 
 
-def install_registry(app, settings, *, registry: WorkersRegistry, url: str, owned: Callable[[], set[int] | None]):
-    """Publish this worker's events partitions on the workers topic and read everyone's into ``registry``.
+class RegistryAdvertiser:
+    """Publishes this worker's events partitions on the workers topic and reads everyone's into ``registry``.
 
-    ``owned()``: this worker's events partitions now (None: not known yet). Returns a function
-    to call on every assignment change (publishes at once). A ``mode.Service`` of the app: its
-    own ``AIOKafkaProducer`` (so it can still say "no partitions" on stop) and a group-less reader.
+    ``owned()``: this worker's events partitions now (None: not known yet); ``changed()``: to call on every
+    assignment change (publishes at once). A component (streams/component.py) whose ``start()``/``stop()`` run
+    as a service of the app: its own ``AIOKafkaProducer`` (so it can still say "no partitions" on stop) and a
+    group-less reader.
     """
-    from mode import Service
 
-    from stepwatch.security import client_config
+    def __init__(self, settings, *, registry: WorkersRegistry, url: str, owned: Callable[[], set[int] | None]) -> None:
+        kafka = settings.kafka
+        self.settings, self.registry, self.url, self._owned = settings, registry, url, owned
+        self.topic = kafka.topic(kafka.workers_topic)
+        self.interval = max(0.1, settings.worker.registry_interval)
+        self._changed = asyncio.Event()
+        self._producer = None
+        self._published: list[int] | None = None
+        self._jobs: list = []
 
-    kafka = settings.kafka
-    topic = kafka.topic(kafka.workers_topic)
-    interval = max(0.1, settings.worker.registry_interval)
-    changed = asyncio.Event()
-    holder: dict = {"producer": None, "published": None}
+    def attach(self, app) -> None:
+        from .component import as_service
 
-    def assignment_changed() -> None:
-        changed.set()
+        as_service(app, self, "WorkersRegistryService")
 
-    async def publish(partitions) -> None:
+    def changed(self) -> None:
+        self._changed.set()
+
+    async def publish(self, partitions) -> None:
+        registry, url = self.registry, self.url
         value = registry_record(url=url, topic=registry.topic, group=registry.group, partitions=partitions,
                                 ts=time.time(), key=registry.key)
-        await holder["producer"].send_and_wait(topic, key=url.encode(), value=value)
+        await self._producer.send_and_wait(self.topic, key=url.encode(), value=value)
         registry.apply(value, time.time())  # our own word counts at once (the reader sees it too)
-        if holder["published"] != sorted(partitions):
-            holder["published"] = sorted(partitions)
-            log.info("workers registry: %s owns events partitions %s", url, holder["published"])
+        if self._published != sorted(partitions):
+            self._published = sorted(partitions)
+            log.info("workers registry: %s owns events partitions %s", url, self._published)
 
-    async def advertise() -> None:
+    async def advertise(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(changed.wait(), timeout=interval)
+                await asyncio.wait_for(self._changed.wait(), timeout=self.interval)
             except asyncio.TimeoutError:
                 pass
-            changed.clear()
-            mine = owned()
+            self._changed.clear()
+            mine = self._owned()
             if mine is None:
                 continue
             try:
-                await publish(mine)
+                await self.publish(mine)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # e.g. the broker is away: the next round tries again
                 log.warning("publishing to the workers registry failed (will retry): %r", exc)
-                changed.set()
+                self._changed.set()
                 await asyncio.sleep(1.0)
 
-    async def read() -> None:
+    async def read(self) -> None:
         from .topic_reader import read_topic_forever
+
+        registry = self.registry
 
         def since_ms() -> int:
             # Older entries are ignored anyway: start a little before the oldest that still counts.
-            return int((time.time() - registry.max_age - interval) * 1000)
+            return int((time.time() - registry.max_age - self.interval) * 1000)
 
-        await read_topic_forever(settings, topic,
+        await read_topic_forever(self.settings, self.topic,
                                  lambda record: registry.apply(record.value, time.time(), key=record.key),
                                  what="workers registry reader", start_ms=since_ms)
 
-    def ensure_topic() -> None:
+    def _ensure_topic(self) -> None:
+        from stepwatch.security import client_config
         from stepwatch.topics import ensure_workers_topic
 
-        ensure_workers_topic(kafka, client_config=client_config(settings))
+        ensure_workers_topic(self.settings.kafka, client_config=client_config(self.settings))
 
-    @app.service
-    class WorkersRegistryService(Service):
-        """Advertises this worker's events partitions and reads the others' (see install_registry)."""
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaProducer
 
-        _jobs: list = []
+        from stepwatch.security import client_config
 
-        async def on_start(self) -> None:
-            from aiokafka import AIOKafkaProducer
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._ensure_topic)
+        except Exception as exc:  # the reader and publisher retry; the topic may appear later
+            log.warning("could not create the workers topic %s: %r", self.topic, exc)
+        producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka.bootstrap.split(","), linger_ms=0,
+                                    **client_config(self.settings))
+        await producer.start()
+        self._producer = producer
+        self._jobs = [asyncio.ensure_future(self.read()), asyncio.ensure_future(self.advertise())]
 
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, ensure_topic)
-            except Exception as exc:  # the reader and publisher retry; the topic may appear later
-                log.warning("could not create the workers topic %s: %r", topic, exc)
-            producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap.split(","), linger_ms=0,
-                                        **client_config(settings))
-            await producer.start()
-            holder["producer"] = producer
-            self._jobs = [asyncio.ensure_future(read()), asyncio.ensure_future(advertise())]
-
-        async def on_stop(self) -> None:
-            for task in self._jobs:
-                task.cancel()
-            for task in self._jobs:
-                await cancel(task)  # streams/supervise.py: an error it ended with is logged
-            producer = holder["producer"]
-            if producer is None:
-                return
-            try:  # a clean stop: nothing is ours any more
-                await asyncio.wait_for(publish(()), timeout=5.0)
-            except Exception as exc:
-                log.warning("could not withdraw from the workers registry: %r", exc)
-            finally:
-                await producer.stop()
-
-    return assignment_changed
+    async def stop(self) -> None:
+        for task in self._jobs:
+            task.cancel()
+        for task in self._jobs:
+            await cancel(task)  # streams/supervise.py: an error it ended with is logged
+        producer = self._producer
+        if producer is None:
+            return
+        try:  # a clean stop: nothing is ours any more
+            await asyncio.wait_for(self.publish(()), timeout=5.0)
+        except Exception as exc:
+            log.warning("could not withdraw from the workers registry: %r", exc)
+        finally:
+            await producer.stop()

@@ -16,8 +16,8 @@ reason for what does not decode or does not belong there (a job's event sent to 
 topic). Every worker reads every message, so one of them reports each dead letter: the owner of
 the events partition with the telemetry partition's number (modulo the events topic's partitions).
 
-``attach_telemetry(app, settings, drive=...)`` adds this to a worker's Faust app
-(``streams.worker.Worker`` does); ``python -m stepwatch.streams.telemetry_feed`` runs such a worker.
+``TelemetryRoad(settings, drive=..., owned=...)`` is this part of a worker (``streams.worker.Worker`` composes
+it); ``python -m stepwatch.streams.telemetry_feed`` runs such a worker.
 """
 
 from __future__ import annotations
@@ -222,29 +222,21 @@ class TelemetrySource:
                 pass  # silent: nothing came within the interval; drain again (positions move on)
 
 
-def attach_telemetry(app, settings: Settings, *, drive, owned=None):
-    """Give a worker the global telemetry view; idempotent.
+class TelemetryRoad:
+    """The global telemetry view as a component (streams/component.py): ``feed`` (a ``TelemetryFeed``) drained
+    by an app task into ``drive(source, stage)`` (the worker's road, ``streams.worker.Worker.drive``: its
+    ``Pipeline`` and Kafka sink), so the telemetry topic's messages take the same road as the events topic's.
+    ``owned()``: the worker's events partitions now (None: unknown)."""
 
-    ``drive(source, stage)``: the worker's road (``streams.worker.Worker.drive``: its ``Pipeline`` and Kafka
-    sink), run as an app task on a ``TelemetrySource``: the telemetry topic's messages take the same road as
-    the events topic's. ``owned()``: the worker's events partitions now (None: unknown); default: the Faust
-    consumer's.
-    """
-    if getattr(app, "stepwatch_telemetry_feed", None) is not None:
-        return app.stepwatch_telemetry_feed
-    kafka = settings.kafka
-    feed = TelemetryFeed(settings)
-    app.stepwatch_telemetry_feed = feed
-    events_topic = kafka.topic(kafka.events_topic)
-    if owned is None:
-        def owned():
-            return owned_partitions(app, events_topic)
+    def __init__(self, settings: Settings, *, drive, owned) -> None:
+        self.settings, self._drive, self._owned = settings, drive, owned
+        self.feed = TelemetryFeed(settings)
 
-    @app.task
-    async def telemetry_road():
-        await drive(TelemetrySource(feed, owned, kafka.partitions), "telemetry")
+    def attach(self, app) -> None:
+        app.task(self.road)
 
-    return feed
+    async def road(self) -> None:
+        await self._drive(TelemetrySource(self.feed, self._owned, self.settings.kafka.partitions), "telemetry")
 
 
 def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:

@@ -45,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from stepwatch.config import ConsumerMode
 from stepwatch.models.status import heatmap_view, job_view, jobs_view
 
 from .dashboard import render_dashboard
@@ -62,9 +63,19 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str).decode()
 
 
-def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, settings, is_ready,
-                  owned_partitions=None, partition_count=None, workers=None, token: str | None = None,
-                  broker_away=None) -> None:
+class StatusPages:
+    """The web pages as a component (streams/component.py): ``attach(app)`` registers them (see ``_register``)."""
+
+    def __init__(self, **deps: Any) -> None:
+        self._deps = deps
+
+    def attach(self, app) -> None:
+        _register(app, **self._deps)
+
+
+def _register(app, *, engine, recorder, metrics, runtime, events_topic, settings, is_ready,
+              owned_partitions=None, partition_count=None, workers=None, token: str | None = None,
+              broker_away=None) -> None:
     """Register the pages on ``app`` (a faust.App with its web server enabled).
 
     ``owned_partitions()``: this worker's events partitions (None: unknown); ``partition_count()``:
@@ -101,7 +112,7 @@ def install_pages(app, *, engine, recorder, metrics, runtime, events_topic, sett
         # The producers' default partitioner (murmur2 of the key, as Kafka's Java client).
         info["partition"] = partition = partition_of(job, count)
         owner = None
-        if settings.worker.consumer == "faust":  # Faust's group is the events consumer's: its assignor knows
+        if settings.worker.consumer is ConsumerMode.FAUST:  # Faust's group is the events consumer's: its assignor knows
             owner = getattr(app.assignor, "_external_tps_url", {}).get(TP(topic, partition))
         if not owner:
             if partition in (mine() or ()):

@@ -1,12 +1,15 @@
 """The worker: one object that moves bytes between Kafka and the pure detection core.
 
 ``Worker`` owns everything a running worker has: the Faust app (timers, web server, producer),
-the events consumer, the ``Pipeline`` (models/pipeline.py, the one road from bytes to alerts)
-with its engine, status recorder and published-alert memory, the metrics, runtime settings,
-the workers registry, the telemetry feed, the on-call feed and the optional Alertmanager and
-action sinks. Each is a field;
-what they do together is a method (``send``, ``tick``, ``recover_partitions``, ...), so a
-reader finds the worker's state in one place instead of closures and app attributes.
+the ``Pipeline`` (models/pipeline.py, the one road from bytes to alerts) with its engine, status
+recorder and published-alert memory, the metrics and runtime settings. Its other parts are components
+(streams/component.py: each built from explicit dependencies, ``attach(app)`` registers what it runs):
+the events consumer (streams/events_consumer.py, or the Faust agent of streams/faust_agent.py, by
+``ConsumerMode``), the telemetry road, the on-call feed, the link baselines, the stack requests, the
+releases reader, the action hooks, the Alertmanager sink, the workers registry, the broker probe and the
+pages. ``_components`` composes them, in one place; what they do together is a method (``send``,
+``tick``, ``recover_partitions``, ...). A failed item of a live road goes to the injectable error
+policy (default: logged and counted, /health says degraded); the road goes on.
 
 The events topic (keyed by job, so a job's events stay in one partition and one worker) is
 read by the worker's own ``AIOKafkaConsumer`` (group ``<app_id>-events``,
@@ -28,13 +31,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import faust
 
-from stepwatch.config import Settings
+from stepwatch.config import ConsumerMode, Settings
 from stepwatch.models.alerts import Alert
 from stepwatch.models.engine import DetectionEngine
 from stepwatch.models.pipeline import Outputs, Pipeline
@@ -44,6 +45,9 @@ from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 from stepwatch.security import faust_credentials
 
+from .component import Attached, Component, ErrorPolicy
+from .events_consumer import EventsConsumer
+from .faust_agent import FaustAgent, FaustSource  # noqa: F401  (FaustSource: its former home)
 from .kafka_sink import KafkaSink
 from .metrics import WorkerMetrics
 from .producer_topics import track_sent_topics
@@ -59,22 +63,21 @@ log = logging.getLogger("stepwatch.worker")
 #: How long a signalled worker may take to stop (flush, commit, leave the group) before it exits anyway.
 SHUTDOWN_GRACE_SECONDS = 20.0
 
-#: The Faust agent's batches (``stream.take_events``): at most this many messages, and a batch not full
-#: goes after this many seconds (the alert latency it may add; the aiokafka consumer's getmany has none).
-FAUST_TAKE_MAX = 1000
-FAUST_TAKE_WITHIN = 0.005
 
 
 class Worker:
     """A stepwatch worker for ``settings`` (default: the environment's); ``run()`` runs it. ``clock``: the
-    worker's clock (default: the machine's wall and monotonic clocks; tests pass one they can step)."""
+    worker's clock (default: the machine's wall and monotonic clocks; tests pass one they can step).
+    ``on_error(stage, item, exc)``: what a failed item of a live road does (default: logged and counted)."""
 
-    def __init__(self, settings: Settings | None = None, *, clock: WorkerClock | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *, clock: WorkerClock | None = None,
+                 on_error: ErrorPolicy | None = None) -> None:
         settings = self.settings = settings or Settings.from_env()
         kafka = settings.kafka
         track_sent_topics()  # before any producer sends: no topic drops out of a producer's metadata (issue 15)
         if not kafka.bootstrap:
             raise ValueError("no Kafka bootstrap servers configured (set KAFKA_BOOTSTRAP)")
+        self.mode: ConsumerMode = settings.worker.consumer
         self.app = self._faust_app()
         #: Quiets the Kafka clients' reconnect log while the broker is away; /health reads it (streams/broker_watch.py).
         self.broker_log = BrokerLogLimiter()
@@ -82,7 +85,7 @@ class Worker:
         self.alerts_topic = self._topic(kafka.alerts_topic)
         self.deadletter_topic = self._topic(kafka.deadletter_topic)
         #: The events consumer's group: its committed offsets end the span recovery reads back.
-        self.events_group = kafka.app_id if settings.worker.consumer == "faust" else kafka.app_id + "-events"
+        self.events_group = kafka.app_id if self.mode is ConsumerMode.FAUST else kafka.app_id + "-events"
 
         self.engine = DetectionEngine(settings)
         self.recorder = StatusRecorder(settings.worker.status_history_steps).attach(self.engine)
@@ -93,19 +96,8 @@ class Worker:
             self.clock.on_step = self._clock_stepped
         self.runtime = RuntimeConfig(settings)
         self.published = PublishedAlerts()
-        #: The aiokafka events consumer's decoder process (streams/decoder.py); None in Faust mode.
-        self.decoder = None
-        self.pipeline = Pipeline(self.engine, recorder=self.recorder, published=self.published,
-                                 max_future_seconds=settings.worker.max_future_seconds, metrics=self.metrics)
+        self.on_error: ErrorPolicy = on_error or self._log_and_count
 
-        # Consumer state (written by the assignment hooks of either consumer mode).
-        self.faust_ready = False  # Faust's first rebalance completed
-        self.faust_assigned = False  # the Faust agent's assignment is known
-        self.events_assigned = False  # the aiokafka consumer got its first assignment (and recovered it)
-        self.events_rebalancing = False
-        #: The aiokafka events consumer's partitions (None in Faust mode) and partition count.
-        self.events_owned: set[int] | None = None
-        self.events_partition_counter: Callable[[], int | None] | None = None
         #: Events partitions whose windows were rebuilt (``recover_partitions``).
         self.recovered: set[int] = set()
         self.recovering = False
@@ -118,57 +110,79 @@ class Worker:
         # before the live events that follow it.
         self.processing_allowed = asyncio.Event()
         self.processing_allowed.set()
+        #: The workers registry's advertiser (with the web server only; streams/registry.py).
+        self.registry = None
 
-        self.metrics.ready_source = self.is_ready
-        self.metrics.lag_source = self.consumer_lag  # replaced by the aiokafka consumer's own in that mode
-        self.sink = self._alertmanager()  # the Alertmanager's (or None)
-        from .feedback_feed import install_feedback
-
-        # Verdicts on alerts: /metrics, Alertmanager's low-precision sentence, POST /alerts/<id>/feedback.
-        self.feedback = install_feedback(self.app, settings, self.metrics.registry, sink=self.sink,
-                                         lookup=self.published.open.get)
-        from .action_sink import install_action_sink
-
-        # None unless action hooks are on; telemetry alerts drain only nodes whose agent reported before.
-        self.action_sink = install_action_sink(self.app, settings, reported=self.engine.telemetry.reported_before)
-        from .action_sink import install_releases
-
-        install_releases(self.app, self.engine, settings)  # humans' releases of held drains (models/oncall/budget.py)
-        from .drain_ledger import install_drain_ledger
-
-        install_drain_ledger(self.app, self.engine, settings)  # one drain budget across workers (the ledger topic)
-        #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
-        self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink,
-                                max_request_size=self.app.conf.producer_max_request_size)
-        #: Called when events partitions come or go (the workers registry advertises them at once).
-        self.assignment_changed: Callable[[], None] | None = None
-        self.workers = self._web()
-        self._events_consumer()
-        from .oncall_feed import install_oncall
+        #: The events topic's consumer (by ``ConsumerMode``): what it owns, whether it is ready, its lag.
+        self.events: EventsConsumer | FaustAgent = self._events_consumer()
+        from .oncall_feed import OnCallFeed
 
         # Node alerts (node_suspect, a fault re-published naming a job) go out from the node's owner only.
-        self.pipeline.speaks_for = install_oncall(self.app, self.engine, settings, owned=self.owned_events_partitions,
-                                                  publish=self.publish)
-        from .telemetry_feed import attach_telemetry
-
-        self.telemetry = attach_telemetry(self.app, settings, drive=self.drive, owned=self._node_partitions)
-        self.metrics.telemetry_lag_source = self.telemetry.lag
-        self.metrics.telemetry_offset_source = lambda: sorted(self.telemetry.applied.items())
-        from .link_baselines import install_link_baselines
-
-        install_link_baselines(self.app, self.engine, settings, owned=self.owned_events_partitions)  # docs/network.md
-        from .control import install_control
-
-        install_control(self.app, self.engine, settings, self.metrics)  # stack requests of hung jobs (docs/hang.md)
-        from .shadow import Tapped, install_shadow
-
-        # Candidate settings on the same stream, their alerts on shadow-alerts only (streams/shadow.py).
-        self.shadow = install_shadow(self.app, settings, self.pipeline, self.runtime, self.metrics)
-        self.tapped = Tapped(self.pipeline, self.shadow)
+        self.oncall_feed = OnCallFeed(self.engine.oncall, settings, owned=self.owned_events_partitions,
+                                      publish=self.publish)
+        self.pipeline = Pipeline(self.engine, recorder=self.recorder, published=self.published,
+                                 max_future_seconds=settings.worker.max_future_seconds, metrics=self.metrics,
+                                 speaks_for=self.oncall_feed.speaks_for)
+        self.metrics.ready_source = self.is_ready
+        self.metrics.lag_source = self.events.lag
+        for part in self._components():
+            part.attach(self.app)
         self.app.timer(interval=settings.worker.tick_interval)(self.tick)
         self.app.task(self.read_runtime_settings)
         self.app.task(self.read_published)
-        self.app.stepwatch_worker = self  # type: ignore[attr-defined]  (for code that only has the app)
+        self.app.stepwatch_worker = self  # type: ignore[attr-defined]  (for code that only has the app: bench/)
+
+    def _components(self) -> list[Component]:
+        """The worker's parts, in the order the app starts their tasks and services (each from explicit
+        dependencies; streams/component.py)."""
+        from .action_sink import ActionHooksTask, Releases
+        from .drain_ledger import install_drain_ledger
+        from .feedback_feed import install_feedback
+        from .shadow import Tapped, install_shadow
+        from .control import StackRequests
+        from .link_baselines import LinkBaselinesSync
+        from .telemetry_feed import TelemetryRoad
+
+        settings = self.settings
+        parts: list[Component] = []
+        self.sink = self._alertmanager()  # the Alertmanager's (or None)
+        if self.sink is not None:
+            parts.append(self.sink)
+        # Action hooks (None unless on); telemetry alerts drain only nodes whose agent reported before.
+        hooks = ActionHooksTask(settings, reported=self.engine.telemetry.reported_before)
+        self.action_sink = hooks.sink
+        parts.append(hooks)
+        parts.append(Releases(self.engine, settings))  # humans' releases of held drains (models/oncall/budget.py)
+        # One drain budget across workers (the drain-ledger topic).
+        parts.append(Attached(lambda app: install_drain_ledger(app, self.engine, settings)))
+
+        def feedback(app) -> None:  # verdicts on alerts: /metrics, Alertmanager's low-precision sentence, the POST page
+            self.feedback = install_feedback(app, settings, self.metrics.registry, sink=self.sink,
+                                             lookup=self.published.open.get)
+
+        parts.append(Attached(feedback))
+        #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
+        self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink,
+                                max_request_size=self.app.conf.producer_max_request_size)
+        parts.extend(self._web())
+        parts.append(self.events)
+        parts.append(self.oncall_feed)
+        road = TelemetryRoad(settings, drive=self.drive, owned=self.events.node_partitions)
+        self.telemetry = road.feed
+        self.metrics.telemetry_lag_source = self.telemetry.lag
+        self.metrics.telemetry_offset_source = lambda: sorted(self.telemetry.applied.items())
+        parts.append(road)
+        parts.append(LinkBaselinesSync(self.engine.telemetry.fabric.history.baselines, settings,
+                                       owned=self.owned_events_partitions))  # docs/network.md
+        # Stack requests of hung jobs (docs/hang.md).
+        parts.append(StackRequests(self.engine.take_stack_requests, settings, registry=self.metrics.registry))
+
+        def shadow(app) -> None:  # candidate settings on the same stream, their alerts on shadow-alerts only
+            self.shadow = install_shadow(app, settings, self.pipeline, self.runtime, self.metrics)
+            self.tapped = Tapped(self.pipeline, self.shadow)
+
+        parts.append(Attached(shadow))
+        return parts
 
     # -- construction ---------------------------------------------------------------------
 
@@ -205,121 +219,78 @@ class Worker:
             datadir=str(datadir),
             # Faust's own leader-election topic is not needed: no agent here relies on it. With the
             # aiokafka events consumer it is Faust's only subscription (Faust cannot run subscribed to nothing).
-            topic_disable_leader=settings.worker.consumer == "faust",
+            topic_disable_leader=self.mode is ConsumerMode.FAUST,
             broker_credentials=faust_credentials(settings.security),
         )
-        app.on_rebalance_complete.connect(self._rebalance_complete)
         return app
 
     def _topic(self, name: str):
         return self.app.topic(self.settings.kafka.topic(name), value_serializer="raw", key_serializer="raw")
 
     def _alertmanager(self):
-        """The optional Alertmanager sink, run as an app task that never dies."""
+        """The optional Alertmanager sink (a component: it runs as an app task that never dies), or None."""
         settings = self.settings
         if not settings.alertmanager.url:
             return None
         from .alertmanager import AlertmanagerSink
-        from .supervise import run_forever
 
         sink = AlertmanagerSink(settings.alertmanager, metrics=self.metrics,
                                 generator_url=self.canonical_url if settings.worker.web_port > 0 else "")
         self.metrics.alertmanager_queue = sink.queue.qsize
-
-        async def alertmanager_sink() -> None:
-            await run_forever(sink.run, what="Alertmanager sink", log=log)
-
-        self.app.task(alertmanager_sink)
         return sink
 
-    def _web(self):
-        """Status pages and the workers registry (with the web server only); the registry or None."""
+    def _web(self) -> list[Component]:
+        """The workers registry, the broker probe and the status pages (with the web server only)."""
         settings = self.settings
         if settings.worker.web_port <= 0:
-            return None
-        from .broker_watch import install_broker_probe
-        from .registry import install_registry, registry_for
-        from .web import install_pages
+            return []
+        from .broker_watch import BrokerWatch
+        from .registry import RegistryAdvertiser, registry_for
+        from .web import StatusPages
 
         workers = registry_for(settings, self.events_topic.get_topic_name(), group=self.events_group,
                                on_refused=self.metrics.peer_record_refused)
-        self.assignment_changed = install_registry(self.app, settings, registry=workers,
-                                                   url=self.canonical_url.rstrip("/"),
-                                                   owned=self.owned_events_partitions)
-        install_pages(self.app, engine=self.engine, recorder=self.recorder, metrics=self.metrics,
-                      runtime=self.runtime, events_topic=self.events_topic, settings=settings,
-                      is_ready=self.is_ready, owned_partitions=self.owned_events_partitions,
-                      partition_count=self.events_partition_count, workers=workers, token=self.web_token,
-                      broker_away=install_broker_probe(self.app, settings, self.broker_log))
-        return workers
+        self.registry = RegistryAdvertiser(settings, registry=workers, url=self.canonical_url.rstrip("/"),
+                                           owned=self.owned_events_partitions)
+        broker = BrokerWatch(settings, self.broker_log)
+        pages = StatusPages(engine=self.engine, recorder=self.recorder, metrics=self.metrics, runtime=self.runtime,
+                            events_topic=self.events_topic, settings=settings, is_ready=self.is_ready,
+                            owned_partitions=self.owned_events_partitions,
+                            partition_count=self.events_partition_count, workers=workers, token=self.web_token,
+                            broker_away=broker.away)
+        return [self.registry, broker, pages]
 
-    def _events_consumer(self) -> None:
+    def _events_consumer(self) -> EventsConsumer | FaustAgent:
         """The events topic's consumer: the worker's own aiokafka consumer, or a Faust agent."""
-        if self.settings.worker.consumer != "faust":
-            from .events_consumer import install_events_consumer
+        hooks = dict(drive=self.drive, recover=self.recover_partitions, forget=self.forget_partitions,
+                     allowed=self.processing_allowed, assignment_changed=self._assignment_changed)
+        if self.mode is ConsumerMode.FAUST:
+            return FaustAgent(self.app, self.events_topic, **hooks)
+        from .decoder import Decoder, decode_processes
 
-            install_events_consumer(self)
-            return
-        app = self.app
-        app.on_partitions_assigned.connect(self._faust_assigned)
-        app.on_partitions_revoked.connect(self._faust_revoked)
-
-        async def detect(stream):
-            await self.drive(FaustSource(stream, self.processing_allowed), "events")
-
-        app.agent(self.events_topic, name="stepwatch-detect")(detect)
+        decoder = Decoder(decode_processes(self.settings.worker.decode_processes),
+                          self.engine.settings.worker.max_new_jobs_per_message, self.metrics)
+        return EventsConsumer(self.settings, topic=self.events_topic.get_topic_name(), group_id=self.events_group,
+                              decoder=decoder, **hooks)
 
     # -- state ----------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
         """Consuming: the events consumer has its partitions and is not rebalancing."""
-        if self.settings.worker.consumer == "aiokafka":  # the events consumer is ours, not Faust's
-            return self.events_assigned and not self.events_rebalancing
-        return self.faust_ready and not self.app.rebalancing
-
-    def consumer_lag(self) -> Iterator[tuple[str, int, int]]:
-        """(topic, partition, lag) per assigned events partition of the Faust consumer: highwater - last read - 1."""
-        consumer = self.app.consumer
-        read = consumer._read_offset
-        committed = getattr(consumer, "_committed_offset", {})
-        topic = self.events_topic.get_topic_name()
-        for tp in sorted(consumer.assignment()):
-            if tp.topic != topic:
-                continue
-            high = consumer.highwater(tp)
-            if high is None:
-                continue
-            last = read.get(tp)
-            position = last + 1 if last is not None else committed.get(tp)
-            if position is None:
-                position = 0
-            yield tp.topic, tp.partition, max(0, high - position)
+        return self.events.ready()
 
     def owned_events_partitions(self) -> set[int] | None:
         """This worker's events partitions now (None: not known)."""
-        if self.events_owned is not None:  # the aiokafka events consumer's assignment
-            return set(self.events_owned)
-        if self.settings.worker.consumer != "faust" or not self.faust_assigned:
-            return None
-        topic = self.events_topic.get_topic_name()
-        try:
-            return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == topic}
-        except Exception:  # silent: no assignment while the consumer (re)starts: unknown, as documented
-            return None
-
-    def _node_partitions(self) -> set[int] | None:
-        """The events partitions whose nodes' alerts this worker speaks for (streams/telemetry_feed.py)."""
-        if self.events_owned is not None:
-            return set(self.events_owned)
-        from .telemetry_feed import owned_partitions
-
-        return owned_partitions(self.app, self.events_topic.get_topic_name())  # the Faust consumer's
+        return self.events.owned()
 
     def events_partition_count(self) -> int | None:
         """Partitions of the events topic, as this worker's events consumer knows them."""
-        if self.events_partition_counter is not None:  # the aiokafka events consumer
-            return self.events_partition_counter()
-        return self.app.consumer.topic_partitions(self.events_topic.get_topic_name())
+        return self.events.partition_count()
+
+    def _assignment_changed(self) -> None:
+        """Events partitions came or went: the workers registry advertises them at once."""
+        if self.registry is not None:
+            self.registry.changed()
 
     # -- output ---------------------------------------------------------------------------
 
@@ -331,12 +302,14 @@ class Worker:
         """A live road (models/sources.py ``drive``): ``source`` through the pipeline into the Kafka sink; a
         failure of one item is logged and counted under ``stage`` (/health says degraded), the road goes on."""
 
-        def failed(item, exc: Exception) -> None:
-            what = f"{len(item.messages)} messages" if type(item) is Read else "a tick"
-            log.error("processing %s (%s) failed", what, stage, exc_info=exc)
-            self.metrics.processing_failed(stage, exc)
+        await drive(self._on_worker_time(source), self.tapped, self.output,
+                    on_error=lambda item, exc: self.on_error(stage, item, exc))
 
-        await drive(self._on_worker_time(source), self.tapped, self.output, on_error=failed)
+    def _log_and_count(self, stage: str, item, exc: Exception) -> None:
+        """The default error policy: the failure logged and counted under ``stage`` (/health says degraded)."""
+        what = f"{len(item.messages)} messages" if type(item) is Read else "a tick"
+        log.error("processing %s (%s) failed", what, stage, exc_info=exc)
+        self.metrics.processing_failed(stage, exc)
 
     async def _on_worker_time(self, source: AsyncSource):
         """``source``'s items once what the alerts topic holds is known, their read times (the wall clock's,
@@ -483,22 +456,6 @@ class Worker:
         self.pipeline.forget(gone)
         self.shadow.forget(gone)
 
-    async def _rebalance_complete(self, sender, **kwargs) -> None:
-        self.faust_ready = True
-
-    async def _faust_assigned(self, sender, assigned, **kwargs) -> None:
-        topic_name = self.events_topic.get_topic_name()
-        self.faust_assigned = True  # the assignment is known from here on (owned_events_partitions)
-        if self.assignment_changed is not None:
-            self.assignment_changed()
-        await self.recover_partitions({tp.partition for tp in assigned if tp.topic == topic_name})
-
-    async def _faust_revoked(self, sender, revoked, **kwargs) -> None:
-        topic_name = self.events_topic.get_topic_name()
-        self.forget_partitions({tp.partition for tp in revoked if tp.topic == topic_name})
-        if self.assignment_changed is not None:
-            self.assignment_changed()
-
     # -- running --------------------------------------------------------------------------
 
     def run(self, *, loglevel: str = "info") -> None:
@@ -516,23 +473,6 @@ class Worker:
                 super()._schedule_shutdown(signal)
 
         Worker(self.app, loglevel=loglevel, quiet=True).execute_from_commandline()
-
-
-class FaustSource:
-    """The Faust agent's stream as a source (models/sources.py): one ``Read`` per ``take_events`` batch (whole
-    batches, as the aiokafka consumer's getmany: the pipeline merges consecutive step messages into one column
-    batch), while ``allowed`` (recovery clears it). take_events acks a batch's events only once the next is
-    asked for, after this batch was processed (offsets committed after processing), and a revoke waits for them
-    (stream_wait_empty). Faust's messages have the attributes the pipeline reads."""
-
-    def __init__(self, stream, allowed: asyncio.Event) -> None:
-        self.stream, self.allowed = stream, allowed
-
-    async def __aiter__(self):
-        async for events in self.stream.take_events(FAUST_TAKE_MAX, within=FAUST_TAKE_WITHIN):
-            if not self.allowed.is_set():
-                await self.allowed.wait()
-            yield Read([event.message for event in events], time.time())  # (on the worker's clock: Worker.drive)
 
 
 def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:

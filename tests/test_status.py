@@ -113,8 +113,9 @@ def test_reconfigure_keeps_history_and_applies_new_thresholds():
     assert [a.status for a in alerts] == ["firing"]
     detector = engine.jobs["j"].stragglers[""]
     detector.reconfigure(window=8, evidence_window=10, min_flagged=4)
-    assert detector._slow_ring.shape[1] == 8 and detector._ratio_ring.shape[1] == 10
-    assert detector._slow_ring[detector._slot[5]].sum() == 5  # the last 5 verdicts were kept
+    verdicts = detector.window_verdicts(5)
+    assert len(verdicts) == 8 and detector.evidence_window == 10
+    assert verdicts.sum() == 5  # the last 5 verdicts were kept
     with pytest.raises(ValueError):
         detector.reconfigure(min_flagged=9)
     # A threshold above the straggler's ratio: it is clean from now on and resolves after clear_after.

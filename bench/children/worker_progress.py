@@ -31,7 +31,7 @@ def main() -> None:
     @app.timer(interval=0.02)
     async def watch():  # progress for the parent: events seen, first and last time the count moved
         n = sum(engine.events_by_kind.values())
-        owned = app.stepwatch_worker.events_owned  # STEPWATCH_WORKER_CONSUMER=aiokafka
+        owned = app.stepwatch_worker.owned_events_partitions()  # either consumer mode's (None: not known yet)
         assigned = sorted(owned) if owned is not None else sorted(tp.partition for tp in app.consumer.assignment()
                                                                   if tp.topic == events_topic)
         if n != state["n"] or assigned != state.get("assigned"):

@@ -44,7 +44,8 @@ from .assembly import GroupStep
 from ..jobhealth.comm import CommSlowdownDetector
 from ..wire.events import CollectiveEvent
 from ..wire.nccl_events import NcclWindowEvent
-from .straggler import StragglerDetector, StragglerSettings, median
+from .robust import median
+from .straggler import StragglerDetector, StragglerSettings
 
 SOURCE = "nccl_inspector"
 #: Ranks of one communicator the judge follows (a bad ``n_ranks`` must not grow its state).
