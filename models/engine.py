@@ -26,7 +26,7 @@ from .wire.events import PAUSE_PHASES, CollectiveEvent, Event, PhaseEvent, StepE
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
 from .oncall.oncall import OnCall, leaving_engine
-from .registry import FEED_ORDER, JOB_RULES
+from .registry import FEED_ORDER, JOB_RULES, NODE_RULES, OUTLET_RULES
 from .resolution import Resolution, with_resolution
 from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal, open_alerts_of
 from .jobhealth.sli import JobSLI
@@ -219,7 +219,7 @@ class DetectionEngine:
         self._tick_clock: float | None = None  # ``now`` of the latest tick
         self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
-        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host)
+        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host, rules=NODE_RULES)
         #: Hang settings changed at run time: per job, and the default (None: the environment's).
         self.hang_overrides: dict[str, HangSettings] = {}
         self.hang_default: HangSettings | None = None
@@ -232,7 +232,7 @@ class DetectionEngine:
         self.verdict_listener = None
         #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger
         #: (models/oncall/oncall.py).
-        self.oncall = OnCall(self.settings.oncall)
+        self.oncall = OnCall(self.settings.oncall, rules=OUTLET_RULES)
         # Only a node's own agent speaks for it: no node_suspect for a node whose telemetry never came.
         if any(r.spec.name == "node_ledger" for r in self.oncall.rules):
             self.oncall.ledger.vouched = self._agent_reported

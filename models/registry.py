@@ -42,9 +42,9 @@ FEED_ORDER: tuple[type[JobRule], ...] = tuple(
 NODE_RULES: tuple[type[NodeRule], ...] = (
     TelemetryRule,  # GPU faults and link errors (models/telemetry/telemetry_tracker.py); spikes name causes
     DeviceRule,  # gpu_idle, gpu_hot, hbm_full (models/telemetry/device_rules.py)
-    FabricRule,  # many nodes' link errors at once: one fabric incident (models/oncall/incidents.py)
-    NodeIncidentRule,  # most ranks of one node straggling: one node incident (models/oncall/incidents.py)
-    IntermittentRule,  # a rank's straggler episodes close together: one incident (models/oncall/incidents.py)
+    FabricRule,  # many nodes' link errors at once: one fabric incident (models/telemetry/incidents.py)
+    NodeIncidentRule,  # most ranks of one node straggling: one node incident (models/telemetry/incidents.py)
+    IntermittentRule,  # a rank's straggler episodes close together: one incident (models/telemetry/incidents.py)
 )
 
 #: The rules on the alerts leaving the engine, which the engine's outlet (``OnCall``, models/oncall/oncall.py)

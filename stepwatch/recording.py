@@ -35,6 +35,7 @@ import orjson
 from typing import TYPE_CHECKING
 
 from stepwatch.config import Settings
+from stepwatch.terminal import json_line, printable
 
 if TYPE_CHECKING:  # the detection core loads when a recording is read, not for the commands' file checks
     from stepwatch.models.sources import RecordedLine
@@ -370,7 +371,6 @@ def merge_lines(paths: list[str], *, what: str = "replay") -> Iterator[bytes]:
 def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, until: float | None = None,
            out=None, stats: dict | None = None) -> dict:
     """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts."""
-    from stepwatch.commands.common import json_line, printable
     from stepwatch.models.pipeline import Pipeline, run_recording
     from stepwatch.models.sinks import JsonLinesSink
 

@@ -22,7 +22,7 @@ from stepwatch.models.jobhealth.checkpoint import (Basis, CheckpointAgeEvidence,
 from stepwatch.models.jobhealth.comm import CommEvidence
 from stepwatch.models.jobhealth.throughput import Layer, ThroughputEvidence
 from stepwatch.models.oncall.actions import Classifier, implicated_nodes
-from stepwatch.models.oncall.incidents import EpisodesEvidence, IntermittentIncidents
+from stepwatch.models.telemetry.incidents import EpisodesEvidence, IntermittentIncidents
 from stepwatch.models.steps.cost import Cost
 from stepwatch.models.steps.imbalance_evidence import (ClassImbalanceEvidence, ImbalanceKind, RankClass, Remedy,
                                                        RemedyKind, StageImbalanceEvidence, StageLoad)

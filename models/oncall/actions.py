@@ -156,7 +156,7 @@ FAILURE_CLASSES: dict[str, FailureClass] = {
                               "Network congestion near {nodes}: check the fabric (congestion control, routing)."),
     "fabric": _fc("platform", "check_link", True, False,
                   "One fault of the shared fabric (a switch or its cabling) under {nodes}: check the switch; no "
-                  "node is to blame or drain (models/oncall/incidents.py)."),
+                  "node is to blame or drain (models/telemetry/incidents.py)."),
     "input_pipeline": _fc("job", "fix_application", False, False,
                           "The input pipeline is slow on {nodes}: check data loader workers and storage throughput."),
     "host_io": _fc("platform", "investigate", True, False,
@@ -325,7 +325,7 @@ class Classifier:
         top = signals[0] if signals else None
         if category == CauseCategory.INPUT_PIPELINE:
             return "input_pipeline"
-        if category == CauseCategory.FABRIC:  # a fabric incident (models/oncall/incidents.py)
+        if category == CauseCategory.FABRIC:  # a fabric incident (models/telemetry/incidents.py)
             return "fabric"
         if category == CauseCategory.HOST:  # models/telemetry/host.py: node IO, CPU, memory pressure, OOM kills
             if top == "oom_kill":

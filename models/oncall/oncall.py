@@ -34,7 +34,7 @@ from ..alerts import Alert
 from ..wire.events import StepEvent
 from .ledger import Incident, NodeLedger
 from .placement import PlacementView
-from ..rule import OutletRule, Signal, capped_of, open_alerts_of, reconfigure_rules
+from ..rule import OutletRule, Signal, capped_of, dependency_order, open_alerts_of, reconfigure_rules
 from ..wire.step_columns import StepColumns
 from dataclasses import dataclass
 
@@ -95,8 +95,8 @@ class OnCallSettings:
 class OnCall:
     """The engine's outlet: see the module doc. ``settings``: ``OnCallSettings``."""
 
-    def __init__(self, settings=None, rules=None) -> None:
-        """``rules``: the outlet rules' classes, in feeding order (default: the registry's ``OUTLET_RULES``)."""
+    def __init__(self, settings=None, *, rules) -> None:
+        """``rules``: the outlet rules' classes, in feeding order (the registry's ``OUTLET_RULES``)."""
         if settings is None:
             settings = OnCallSettings()
         self.settings = settings
@@ -112,10 +112,7 @@ class OnCall:
         self._share: dict[str, float] = {}  # job -> productive share at the latest tick
         self.escalation = Escalation(self)  # the ladder for slow nodes (models/oncall/ladder.py)
         self._total_steps: dict[str, int] = {}  # job -> its monitor's ``total_steps`` (the ladder's horizon)
-        from ..registry import OUTLET_RULES  # the registry imports the rules, which import this module
-        from ..rule import dependency_order
-
-        classes = tuple(OUTLET_RULES if rules is None else rules)
+        classes = tuple(rules)
         made: dict[str, OutletRule] = {}
         by_name = {c.spec.name: c for c in classes}
         for spec in dependency_order([c.spec for c in classes]):  # each after the rules it needs
@@ -245,7 +242,7 @@ class OnCall:
         out: list[Alert] = []
         for alert in alerts:
             if not alert.job and alert.nodes and alert.type not in (AlertType.NODE_SUSPECT, AlertType.FABRIC):
-                alert = self._attribute(alert)  # a fabric incident names its jobs itself (models/oncall/incidents.py)
+                alert = self._attribute(alert)  # a fabric incident names its jobs itself (models/telemetry/incidents.py)
             elif alert.job and "onset_ts" not in alert.evidence:
                 alert = self._onset_from_steps(alert)
             if self.citations.absorbs(alert, ranks_of=self._ranks_of):

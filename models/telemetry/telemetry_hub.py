@@ -25,7 +25,7 @@ from .causes import SuspectedCause
 from .telemetry_correlator import TelemetryCorrelator
 from ..wire.telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
 from .telemetry_tracker import TelemetryTracker
-from ..rule import NodeRule, Signal, capped_of, open_alerts_of, reconfigure_rules
+from ..rule import NodeRule, Signal, capped_of, dependency_order, open_alerts_of, reconfigure_rules
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,8 +119,8 @@ class TelemetryHub:
     #: Re-enrich only the open alerts whose inputs changed (``refresh``); False: all of them every tick.
     incremental = True
 
-    def __init__(self, settings=None, host=None, rules=None) -> None:
-        """``rules``: the node rules' classes, in feeding order (default: the registry's ``NODE_RULES``)."""
+    def __init__(self, settings=None, host=None, *, rules) -> None:
+        """``rules``: the node rules' classes, in feeding order (the registry's ``NODE_RULES``)."""
         if settings is None:
             settings = TelemetrySettings()
         if host is None:
@@ -130,10 +130,7 @@ class TelemetryHub:
         s = settings
         self.settings = s
         self.host_settings = host
-        from ..registry import NODE_RULES  # the registry imports the rules, which import this module
-        from ..rule import dependency_order
-
-        classes = tuple(NODE_RULES if rules is None else rules)
+        classes = tuple(rules)
         made: dict[str, NodeRule] = {}
         by_name = {c.spec.name: c for c in classes}
         for spec in dependency_order([c.spec for c in classes]):  # each after the rules it needs
@@ -156,7 +153,7 @@ class TelemetryHub:
 
         baselines = LinkBaselines(half_life=s.link_baseline_half_life, min_samples=s.link_baseline_min_samples)
         self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
-        # Many nodes' ports erring at once: one fabric incident, not a page per node (models/oncall/incidents.py).
+        # Many nodes' ports erring at once: one fabric incident, not a page per node (models/telemetry/incidents.py).
         self.incidents = self.rule("fabric").incidents
         #: The rules that consume ``ENRICHED`` (one node's stragglers as one incident, a flaky rank's episodes as
         #: one): the job rules' alerts go through them, in this order, once their causes are named.
@@ -382,7 +379,7 @@ class TelemetryHub:
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
         """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts, then pass them
         through the node rules that consume ``ENRICHED`` (e.g. the stragglers of most ranks of one node become one
-        node incident: models/oncall/incidents.py)."""
+        node incident: models/telemetry/incidents.py)."""
         if not alerts:
             return alerts
         return self._grouped(self._enrich(alerts))
