@@ -28,7 +28,8 @@ from .jobhealth.job_health import JobHealthSettings
 from .jobs_view import JobsView
 from .oncall.oncall import OnCall
 from .outlet import Outlet
-from .registry import FEED_ORDER, JOB_RULES, NODE_RULES, OUTLET_RULES, OUTLET_STAGES
+from . import registry
+from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
 from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal, open_alerts_of
 from .jobhealth.sli import JobSLI
@@ -221,7 +222,8 @@ class DetectionEngine:
         self._tick_clock: float | None = None  # ``now`` of the latest tick
         self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
-        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host, rules=NODE_RULES)
+        # (the registry's lists read when the engine is made, not imported: a test may add a rule)
+        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host, rules=registry.NODE_RULES)
         #: Hang settings changed at run time: per job, and the default (None: the environment's).
         self.hang_overrides: dict[str, HangSettings] = {}
         self.hang_default: HangSettings | None = None
@@ -235,7 +237,7 @@ class DetectionEngine:
         #: The public facts of the jobs that the outlet chain reads (models/outlet.py ``EngineView``).
         self.view = JobsView(self)
         #: The on-call state of the outlet chain: placement, citations, classifier, outlet rules (models/oncall/).
-        self.oncall = OnCall(self.settings.oncall, rules=OUTLET_RULES, stages=OUTLET_STAGES)
+        self.oncall = OnCall(self.settings.oncall, rules=registry.OUTLET_RULES, stages=registry.OUTLET_STAGES)
         self.oncall.bind(self.view)
         #: Where alerts leave the engine: the registry's ``OUTLET_STAGES``, in order (models/outlet.py).
         self.outlet = Outlet(self.oncall.stages)
