@@ -156,7 +156,8 @@ FAILURE_CLASSES: dict[str, FailureClass] = {
                               "Network congestion near {nodes}: check the fabric (congestion control, routing)."),
     "fabric": _fc("platform", "check_link", True, False,
                   "One fault of the shared fabric (a switch or its cabling) under {nodes}: check the switch; no "
-                  "node is to blame or drain (models/telemetry/incidents.py)."),
+                  # (the path is the incidents' former home: kept, the alert text must not change in issue 40)
+                  "node is to blame or drain (models/oncall/incidents.py)."),
     "input_pipeline": _fc("job", "fix_application", False, False,
                           "The input pipeline is slow on {nodes}: check data loader workers and storage throughput."),
     "host_io": _fc("platform", "investigate", True, False,
