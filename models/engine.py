@@ -223,7 +223,8 @@ class DetectionEngine:
         self._job_timeouts = self.settings.hang.job_timeout_map()
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
         # (the registry's lists read when the engine is made, not imported: a test may add a rule)
-        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host, rules=registry.NODE_RULES)
+        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host, rules=registry.NODE_RULES,
+                                      finders=registry.CAUSE_FINDERS)
         #: Hang settings changed at run time: per job, and the default (None: the environment's).
         self.hang_overrides: dict[str, HangSettings] = {}
         self.hang_default: HangSettings | None = None

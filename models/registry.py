@@ -21,6 +21,7 @@ from .rule import JobRule, NodeRule, OutletRule, RuleSpec, dependency_order
 from .oncall.outlet_rules import DrainBudgetRule, LedgerRule, RestartRule
 from .oncall.stages import (AttributeStage, CiteStage, ClassifyStage, EffectiveComputeStage, GateStage, OnsetStage,
                             OutletRulesStage)
+from .telemetry.cause_finders import CauseFinder, FabricCauses, HostCauses, RankCauses
 from .telemetry.node_rules import DeviceRule, FabricRule, IntermittentRule, NodeIncidentRule, TelemetryRule
 
 JOB_RULES: tuple[type[JobRule], ...] = (
@@ -48,6 +49,10 @@ NODE_RULES: tuple[type[NodeRule], ...] = (
     NodeIncidentRule,  # most ranks of one node straggling: one node incident (models/telemetry/incidents.py)
     IntermittentRule,  # a rank's straggler episodes close together: one incident (models/telemetry/incidents.py)
 )
+
+#: What names suspected causes (models/telemetry/cause_finders.py): the telemetry hub asks those that apply to an
+#: alert: the ranks' own GPUs and ports, host signals, and the comparison of a job's nodes for job-wide alerts.
+CAUSE_FINDERS: tuple[type[CauseFinder], ...] = (RankCauses, HostCauses, FabricCauses)
 
 #: The rules on the alerts leaving the engine, which the engine's outlet (``OnCall``, models/oncall/oncall.py)
 #: makes once for the worker and feeds, in this order, every alert as it leaves.

@@ -597,3 +597,24 @@ def test_the_stages_read_no_private_state_of_another_module():
         source = inspect.getsource(module)
         for private in ("._steps", ".engine", "last_tick_jobs", "._placement", ".jobs.get("):
             assert private not in source, (module.__name__, private)
+
+
+def test_the_cause_finders_are_the_registry_list_and_deterministic():
+    """Every registered cause finder (models/telemetry/cause_finders.py) is a ``CauseFinder``; asked twice about the
+    same alert it names the same causes; an alert none applies to leaves the hub as it came."""
+    from stepwatch.models.registry import CAUSE_FINDERS
+    from stepwatch.models.telemetry.cause_finders import CauseFinder
+
+    engine, _ = run(fleet_events(seconds=60))
+    hub = engine.telemetry
+    assert [type(f) for f in hub.finders.values()] == list(CAUSE_FINDERS)
+    assert all(isinstance(f, CauseFinder) for f in hub.finders.values())
+    asked = 0
+    for alert in _alerts(7, n=40):
+        for finder in hub.finders.values():
+            if finder.applies(alert):
+                asked += 1
+                assert finder.suspects(alert, alert.starts_at, hub) == finder.suspects(alert, alert.starts_at, hub)
+    assert asked
+    plain = [a for a in _alerts(8, n=40) if not any(f.applies(a) for f in hub.finders.values())]
+    assert plain and hub.enrich(list(plain)) == plain

@@ -22,6 +22,7 @@ from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
 from ..evidence import HangEvidence
 from .causes import SuspectedCause
+from .host import merge_causes
 from .telemetry_correlator import TelemetryCorrelator
 from ..wire.telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
 from .telemetry_tracker import TelemetryTracker
@@ -119,8 +120,9 @@ class TelemetryHub:
     #: Re-enrich only the open alerts whose inputs changed (``refresh``); False: all of them every tick.
     incremental = True
 
-    def __init__(self, settings=None, host=None, *, rules) -> None:
-        """``rules``: the node rules' classes, in feeding order (the registry's ``NODE_RULES``)."""
+    def __init__(self, settings=None, host=None, *, rules, finders=()) -> None:
+        """``rules``: the node rules' classes, in feeding order (the registry's ``NODE_RULES``); ``finders``: the cause
+        finders' classes (the registry's ``CAUSE_FINDERS``, models/telemetry/cause_finders.py)."""
         if settings is None:
             settings = TelemetrySettings()
         if host is None:
@@ -170,6 +172,8 @@ class TelemetryHub:
         from .host import host_hub_parts
 
         self.host, self.host_correlator = host_hub_parts(s, host)
+        #: What names suspected causes, by name (models/telemetry/cause_finders.py).
+        self.finders = {f.name: f.of(self) for f in finders}
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
@@ -267,12 +271,12 @@ class TelemetryHub:
         self._changed_jobs.add(job)
 
     def ranks_on(self, job: str, node: str) -> tuple[int, ...]:
-        return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))
+        return tuple(sorted(r for r, (n, _) in self.correlator.placements().get(job, {}).items() if n == node))
 
     def jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
         wanted = set(nodes)
-        jobs = dict.fromkeys((*self.correlator._placement, *self.fabric._job_nodes))
-        return [job for job in jobs if wanted.intersection(self._job_nodes(job))]
+        jobs = dict.fromkeys((*self.correlator.placements(), *self.fabric.jobs()))
+        return [job for job in jobs if wanted.intersection(self.job_nodes(job))]
 
     def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
                       steps: list[int] = (), step_times: list[float] = (), *, layout=None) -> None:
@@ -287,8 +291,16 @@ class TelemetryHub:
         since = HangEvidence.of(alert).stalled_since if alert.type == AlertType.HANG else None
         return alert.starts_at if since is None else float(since)
 
-    def _job_nodes(self, job: str) -> tuple[str, ...]:
-        placed = (node for node, _ in self.correlator._placement.get(job, {}).values() if node is not None)
+    # -- where jobs run, as the cause finders ask (models/telemetry/cause_finders.py ``CauseView``) ----------------
+
+    def placement(self, job: str, rank: int) -> tuple[str | None, int | None]:
+        return self.correlator.placement(job, rank)
+
+    def rank_nodes(self, job: str) -> list[str]:
+        return self.correlator.job_nodes(job)
+
+    def job_nodes(self, job: str) -> tuple[str, ...]:
+        placed = (node for node, _ in self.correlator.placements().get(job, {}).values() if node is not None)
         return tuple(dict.fromkeys((*placed, *self.fabric.job_nodes(job))))
 
     def _enriched(self, base: Alert) -> tuple[Alert, tuple]:
@@ -297,18 +309,14 @@ class TelemetryHub:
         # shows while it lasts (a throttle that deepens, host pressure that starts) counts, not only its onset's.
         now = self._now if base.type == AlertType.STRAGGLER and base.status == AlertStatus.FIRING else None
         late = now is not None and now > at + self.correlator.window
-        causes = self.correlator.suspects(base, at=at, until=now if late else None)
-        from .host import merge_causes
-
-        host = self.host_correlator.suspects(base, at=at, placement=self.correlator.placement,
-                                             job_nodes=self.correlator.job_nodes)
+        finders = self.finders
+        causes = finders["ranks"].suspects(base, at, self, until=now if late else None)
+        host = finders["host"].suspects(base, at, self)
         if late:
             seen = {(c.node, c.component) for c in host}
-            host = host + [c for c in self.host_correlator.suspects(
-                base, at=now, placement=self.correlator.placement, job_nodes=self.correlator.job_nodes)
-                if (c.node, c.component) not in seen]
+            host = host + [c for c in finders["host"].suspects(base, now, self) if (c.node, c.component) not in seen]
         causes = merge_causes(causes, host, self.correlator.max_causes)
-        if self.fabric.applies(base):
+        if finders["fabric"].applies(base):
             return self._enriched_job_wide(base, at, causes)
         rank = 0
         listed = []
@@ -324,7 +332,7 @@ class TelemetryHub:
     def _enriched_job_wide(self, base: Alert, at: float, own: list[SuspectedCause]) -> tuple[Alert, tuple]:
         """A job-level alert: the job's nodes compared with each other (models/telemetry/fabric.py); with too few
         nodes to compare, every spike on any of them near the onset is a candidate."""
-        nodes = self._job_nodes(base.job)
+        nodes = self.job_nodes(base.job)
         host = [c for c in own if c.category == "host"]  # host signals (models/telemetry/host.py) judged on their own
         incident = self.incidents.covering(nodes, at)
         if incident is not None:  # the job's nodes are in a fabric incident: that is the cause, no node is
@@ -340,9 +348,9 @@ class TelemetryHub:
         found = self._fabric_suspects(base, nodes, at)
         if found is None:
             wide = replace(base, nodes=tuple(dict.fromkeys((*base.nodes, *nodes))), ranks=())
-            causes = self.correlator.suspects(wide, at=at) + host
+            causes = self.finders["ranks"].suspects(wide, at, self) + host
         else:
-            causes = [s.cause() for s in found]
+            causes = list(found)
             seen = {(c.node, c.component) for c in causes}
             # Spikes near the ranks it names (ranks that stood out); a hang's listed ranks are all waiting.
             causes += [c for c in (own if base.type != AlertType.HANG else host) if (c.node, c.component) not in seen]
@@ -370,7 +378,7 @@ class TelemetryHub:
         if cached is not None and now is not None and not late_telemetry and (
                 now - cached[0] < self.fabric_refresh_seconds or self._fabric_frozen(cached, base)):
             return cached[1]
-        found = self.fabric.suspects(nodes, at)
+        found = self.finders["fabric"].suspects(base, at, self)  # (of the job's nodes: ``nodes``)
         if len(self._fabric_cache) >= self.max_open:
             self._fabric_cache.pop(next(iter(self._fabric_cache)))
         self._fabric_cache[base.id] = (now if now is not None else at, found, samples)
@@ -395,14 +403,14 @@ class TelemetryHub:
     def _index(self, alert_id: str, base: Alert, enriched: Alert) -> None:
         """Note what ``alert_id``'s enrichment depends on (``refresh``)."""
         self._unindex(alert_id)
-        nodes = tuple(dict.fromkeys((*base.nodes, *enriched.nodes, *self._job_nodes(base.job))))
+        nodes = tuple(dict.fromkeys((*base.nodes, *enriched.nodes, *self.job_nodes(base.job))))
         self._deps[alert_id] = (base.job, nodes)
         self._by_job.setdefault(base.job, set()).add(alert_id)
         for node in nodes:
             self._by_node.setdefault(node, set()).add(alert_id)
         cached = self._fabric_cache.get(alert_id)
         if (base.type == AlertType.STRAGGLER and base.status == AlertStatus.FIRING) or (
-                self.fabric.applies(base) and (cached is None or not self._fabric_frozen(cached, base))):
+                self.finders["fabric"].applies(base) and (cached is None or not self._fabric_frozen(cached, base))):
             self._timed.add(alert_id)  # its causes follow the clock (a late straggler's, the fabric cache's age)
 
     def _unindex(self, alert_id: str) -> None:
@@ -425,8 +433,7 @@ class TelemetryHub:
     def _enrich(self, alerts: list[Alert]) -> list[Alert]:
         out = []
         for alert in alerts:
-            if (alert.type not in self.ENRICHED_TYPES and not self.host_correlator.enriches(alert)
-                    and not self.fabric.applies(alert)):
+            if not any(finder.applies(alert) for finder in self.finders.values()):
                 out.append(alert)
                 continue
             if alert.status == AlertStatus.FIRING:
