@@ -66,3 +66,27 @@ def test_a_reverse_edge_is_a_cycle(edges):
         planted = {m: set(d) for m, d in _without_known(edges).items()}
         planted[b].add(a)
         assert any(a in c and b in c for c in cycles(planted)), (a, b)
+
+
+#: Imports of stepwatch's own modules inside a function of models/ (a hidden dependency): none but these.
+LAZY_KNOWN = {
+    ("models/engine.py", "stepwatch.models.settings"): "issue 40 item 3 (the engine's default settings)",
+}
+
+
+def test_models_import_their_own_modules_at_load_time():
+    """A function-level import is for an optional dependency (torch, pyarrow), not to hide a cycle."""
+    import ast
+
+    from import_graph import REPO, ROOTS, _resolve
+
+    found = set()
+    for path in sorted(ROOTS["stepwatch.models"].rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        name = "stepwatch." + rel[:-3].replace("/", ".").removesuffix(".__init__")
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("stepwatch")):
+                        found.add((rel, _resolve(name, path.name == "__init__.py", node) if node.level else node.module))
+    assert found == set(LAZY_KNOWN), sorted(found ^ set(LAZY_KNOWN))

@@ -22,7 +22,9 @@ from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
 from ..evidence import HangEvidence
 from .causes import SuspectedCause
-from .host import merge_causes
+from .fabric import FabricCorrelator, FabricHistory
+from .host import HostSettings, host_hub_parts, merge_causes
+from .link_baseline import LinkBaselines
 from .telemetry_correlator import TelemetryCorrelator
 from ..wire.telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
 from .telemetry_tracker import TelemetryTracker
@@ -126,8 +128,6 @@ class TelemetryHub:
         if settings is None:
             settings = TelemetrySettings()
         if host is None:
-            from .host import HostSettings
-
             host = HostSettings()
         s = settings
         self.settings = s
@@ -150,9 +150,6 @@ class TelemetryHub:
                                               data_time_ratio=s.data_time_ratio)
         self.max_updates = s.max_enrichment_updates
         # Job-level alerts (comm_slowdown, ...) are judged against all of the job's nodes (models/telemetry/fabric.py).
-        from .fabric import FabricCorrelator, FabricHistory
-        from .link_baseline import LinkBaselines
-
         baselines = LinkBaselines(half_life=s.link_baseline_half_life, min_samples=s.link_baseline_min_samples)
         self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
         # Many nodes' ports erring at once: one fabric incident, not a page per node (models/telemetry/incidents.py).
@@ -169,8 +166,6 @@ class TelemetryHub:
         self._fabric_cache: dict[str, tuple[float, list | None]] = {}
         self._now: float | None = None
         # Host signals (models/telemetry/host.py) and the device-layer rules (models/telemetry/device_rules.py).
-        from .host import host_hub_parts
-
         self.host, self.host_correlator = host_hub_parts(s, host)
         #: What names suspected causes, by name (models/telemetry/cause_finders.py).
         self.finders = {f.name: f.of(self) for f in finders}
