@@ -54,3 +54,9 @@ class JobsView:
     def agent_reported(self, node: str, at: float) -> bool:
         # the node's own first report (e.g. an Xid) at ``at`` counts
         return self._engine.telemetry.reported_before(node, math.nextafter(at, math.inf))
+
+    def reported_nodes(self) -> int:
+        return self._engine.telemetry.reported_nodes()
+
+    def incident_covering(self, nodes, at: float):
+        return self._engine.telemetry.incidents.covering(nodes, at)

@@ -65,6 +65,12 @@ class EngineView(Protocol):
     def agent_reported(self, node: str, at: float) -> bool:
         """Whether the node's own agent had reported by ``at`` (only an agent speaks for its node)."""
 
+    def reported_nodes(self) -> int:
+        """How many nodes' agents have reported (the drain budget's fleet)."""
+
+    def incident_covering(self, nodes: tuple[str, ...], at: float) -> Any:
+        """The open fabric incident (models/telemetry/incidents.py) whose nodes cover ``nodes`` at ``at``, or None."""
+
 
 @runtime_checkable
 class AlertStage(Protocol):

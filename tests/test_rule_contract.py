@@ -591,9 +591,9 @@ def test_the_stages_read_no_private_state_of_another_module():
     """The stages and on-call read the engine through its view: no ``engine.jobs``, ``sli._steps`` and the like."""
     import inspect
 
-    from stepwatch.models.oncall import oncall, stages
+    from stepwatch.models.oncall import oncall, outlet_rules, stages
 
-    for module in (stages, oncall):
+    for module in (stages, oncall, outlet_rules):
         source = inspect.getsource(module)
         for private in ("._steps", ".engine", "last_tick_jobs", "._placement", ".jobs.get("):
             assert private not in source, (module.__name__, private)
