@@ -2,7 +2,7 @@
 labelled scenario library: ``bench/quality.py --curves`` (an SVG in docs/, the table in BENCHMARKS.md).
 
 For each rule and each threshold, every scenario of a bounded set is replayed with that setting as the candidate
-(``stepwatch.backtest.candidate_lines``, the settings as ``stepwatch config set`` would put them) and scored
+(``stepwatch.recording.candidate_lines``, the settings as ``stepwatch config set`` would put them) and scored
 against its labels (``stepwatch.backtest.score``: paging alerts of the rule's type, problems of that type),
 summed over the scenarios. The SVG is written by hand (no plotting library needed).
 """
@@ -28,7 +28,7 @@ DRAIN_S = 60.0
 def _alerts(recording: Path, overrides: dict) -> list[dict]:
     import orjson
 
-    from stepwatch.backtest import candidate_lines
+    from stepwatch.recording import candidate_lines
     from stepwatch.config import Settings
     from stepwatch.recording import merge_recorded, replay
 

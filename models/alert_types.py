@@ -28,7 +28,7 @@ class AlertType(StrEnum):
     NODE_SUSPECT = "node_suspect"  # models/oncall/ledger.py
     GPU_FAULT = "gpu_fault"  # models/telemetry/telemetry_tracker.py (Xid, ECC)
     LINK_ERRORS = "link_errors"  # models/telemetry/telemetry_tracker.py (InfiniBand/RoCE ports)
-    FABRIC = "fabric"  # models/oncall/incidents.py (many nodes' ports erring together: one fabric incident)
+    FABRIC = "fabric"  # models/telemetry/incidents.py (many nodes' ports erring together: one fabric incident)
     GPU_IDLE = "gpu_idle"  # models/telemetry/device_rules.py
     GPU_HOT = "gpu_hot"  # models/telemetry/device_rules.py
     HBM_FULL = "hbm_full"  # models/telemetry/device_rules.py

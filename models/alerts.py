@@ -80,7 +80,7 @@ class Alert:
         }
         if self.scope:
             out["scope"] = self.scope
-        # Grouping keys for Alertmanager (models/oncall/incidents.py; docs/operations.md, "Alertmanager"): the
+        # Grouping keys for Alertmanager (models/telemetry/incidents.py; docs/operations.md, "Alertmanager"): the
         # incident an alert belongs to, the shared fabric (switch) behind it, the one node it is about.
         ev = self.evidence
         if isinstance(ev.get("incident"), str):

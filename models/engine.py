@@ -27,7 +27,10 @@ from .steps.layout import RunLayout, layout_of
 from .wire.events import PAUSE_PHASES, CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
-from .oncall.oncall import OnCall, leaving_engine
+from .jobs_view import JobsView
+from .oncall.oncall import OnCall
+from .outlet import Outlet
+from . import registry
 from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
 from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal, open_alerts_of
@@ -194,18 +197,22 @@ class DetectionEngine:
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
         #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
-        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host)
+        # (the registry's lists read when the engine is made, not imported: a test may add a rule)
+        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host, rules=registry.NODE_RULES,
+                                      finders=registry.CAUSE_FINDERS)
         #: The job rules' settings in force: the environment's, run-time defaults, jobs' own
         #: (models/settings_store.py; ``apply_rule_settings``).
         self.rule_settings = SettingsStore(self.settings)
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
-        #: Where alerts leave the engine: scope, action, job attribution, restarts, node ledger
-        #: (models/oncall/oncall.py).
-        self.oncall = OnCall(self.settings.oncall)
-        # Only a node's own agent speaks for it: no node_suspect for a node whose telemetry never came.
-        if any(r.spec.name == "node_ledger" for r in self.oncall.rules):
-            self.oncall.ledger.vouched = self._agent_reported
+        #: The public facts of the jobs that the outlet chain reads (models/outlet.py ``EngineView``).
+        self.view = JobsView(self)
+        #: The on-call state of the outlet chain: placement, citations, classifier, outlet rules (models/oncall/).
+        self.oncall = OnCall(self.settings.oncall, rules=registry.OUTLET_RULES, stages=registry.OUTLET_STAGES,
+                             types=registry.type_classes())
+        self.oncall.bind(self.view)
+        #: Where alerts leave the engine: the registry's ``OUTLET_STAGES``, in order (models/outlet.py).
+        self.outlet = Outlet(self.oncall.stages)
         #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
         self.straggler_flaps: Counter[str] = Counter()
         #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
@@ -222,20 +229,20 @@ class DetectionEngine:
         # (column batch, its runs' layouts) of the latest ``layouts`` call: one comparison per run and batch
         self._layouts: tuple[StepColumns, dict[tuple[int, int], RunLayout]] | None = None
 
-    def _agent_reported(self, node: str, at: float) -> bool:
-        """Whether the node's agent had reported by ``at`` (its own first report, e.g. an Xid, counts)."""
-        return self.telemetry.reported_before(node, math.nextafter(at, math.inf))
-
     # -- input ----------------------------------------------------------------------------
 
-    @leaving_engine
     def process(self, event: Event, *, arrival: float | None = None) -> list[Alert]:
-        """Feed one valid event; return the alerts it caused (firing or resolved).
+        """Feed one valid event; return the alerts it caused (firing or resolved), through the outlet chain.
 
         ``arrival``: when the event reached the worker, on the timer's clock (live: wall
         time). It lets the time-driven rules allow for producers whose clocks differ from
         the worker's; replay leaves it out (the event's own time is the clock).
         """
+        self.outlet.observe(event, self.view)
+        return self.outlet.process(self._process(event, arrival), self.view)
+
+    def _process(self, event: Event, arrival: float | None) -> list[Alert]:
+        """``process`` before the outlet chain: the rules' alerts."""
         if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
             out = self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
             self.refused.clear()  # one event: its caller compares ``capped_mark``
@@ -325,16 +332,21 @@ class DetectionEngine:
             out.extend(rule.on_event(event))
         return out
 
-    @leaving_engine
     def process_batch(self, events: list[Event] | StepColumns, *,
                       arrival: float | list[float] | None = None) -> list[Alert]:
         """Feed one message's events in order: the same alerts, and the same state after, as ``process``
-        for each event (a batch envelope of step events, ``StepColumns``, goes by columns). ``arrival``: one
-        for all, or (columns) a list of each row's (a replay's lines of different arrivals in one batch)."""
+        for each event (a batch envelope of step events, ``StepColumns``, goes by columns); the alerts go through
+        the outlet chain once, together. ``arrival``: one for all, or (columns) a list of each row's (a replay's
+        lines of different arrivals in one batch)."""
+        self.outlet.observe(events, self.view)
+        return self.outlet.process(self._process_batch(events, arrival), self.view)
+
+    def _process_batch(self, events: list[Event] | StepColumns,
+                       arrival: float | list[float] | None) -> list[Alert]:
         if not isinstance(events, StepColumns):
             out: list[Alert] = []
             for event in events:
-                out.extend(self.process(event, arrival=arrival))
+                out.extend(self._process(event, arrival))
             return out
         out = []
         self.refused.clear()  # this batch's only (``take_refused``)
@@ -559,8 +571,14 @@ class DetectionEngine:
             out.extend(self.process(event))
         return out
 
-    @leaving_engine
     def tick(self, now: float) -> list[Alert]:
+        """``_tick``'s alerts through the outlet chain, then what its stages say at the tick (held alerts released,
+        the outlet rules' timers)."""
+        out = self.outlet.process(self._tick(now), self.view)
+        out.extend(self.outlet.tick(now, self.view))
+        return out
+
+    def _tick(self, now: float) -> list[Alert]:
         """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs).
 
         Only the jobs that can need it are visited (``_jobs_due``): those an event reached since the last

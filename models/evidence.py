@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .alert_types import AlertType
 from .alerts import Alert
-
-if TYPE_CHECKING:
-    from .hang.evidence import RankPosition
+from .hang.case import HangCase
+from .hang.evidence import RankPosition
 
 
 class StragglerSignal(StrEnum):
@@ -34,15 +33,6 @@ class Horizon(StrEnum):
 
     SHORT = "short"
     LONG = "long"
-
-
-class HangCase(StrEnum):
-    """What the hang rule found about who is where (models/hang/diagnosis.py ``HangDiagnosis``)."""
-
-    CULPRIT_BEFORE_COLLECTIVE = "culprit_before_collective"
-    SILENT_RANKS = "silent_ranks"
-    PARTIAL_HANG = "partial_hang"
-    UNDETERMINED = "undetermined"
 
 
 def _number(ev: dict, name: str, strict: bool) -> float | None:
@@ -77,7 +67,7 @@ class StragglerEvidence:
     group: str | None = None  # the peer group compared within (None: the whole job)
     resolved_step: int | None = None  # the step a resolved episode ended at
     node_incident: bool = False  # ``incident_scope`` is set: one alert for several ranks of a node
-    #: (models/oncall/incidents.py ``NodeIncidents``), not one rank's
+    #: (models/telemetry/incidents.py ``NodeIncidents``), not one rank's
     ratio: float | None = None  # the rank's median over its peers' (rank_median / peer_median)
     rank_median: float | None = None  # the rank's median of ``signal`` (seconds)
     #: What the rank costs its job (models/steps/cost.py ``Cost.to_evidence``): the job's slowdown, the
@@ -128,7 +118,7 @@ class HangEvidence:
     stalled_since: float | None  # event time the job stopped progressing
     culprit_nodes: tuple[str, ...]  # nodes of the ranks the rule names as the cause, most likely first
     #: Where each silent rank was last seen (``evidence.silent``; models/hang/evidence.py ``RankPosition``).
-    silent: tuple["RankPosition", ...] = ()
+    silent: tuple[RankPosition, ...] = ()
 
     @classmethod
     def of(cls, alert: Alert, *, strict: bool = False) -> "HangEvidence":
@@ -139,8 +129,6 @@ class HangEvidence:
         if strict and not isinstance(culprits, (list, tuple)):
             raise ValueError(f"evidence.culprits: not a list: {culprits!r}")
         nodes = tuple(str(c["node"]) for c in culprits if isinstance(c, dict) and c.get("node"))
-        from .hang.evidence import RankPosition  # (it imports this module's HangCase)
-
         silent = ev.get("silent") or ()
         positions = tuple(
             RankPosition(rank=s["rank"], node=s.get("node") if isinstance(s.get("node"), str) else None,

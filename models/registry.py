@@ -8,7 +8,7 @@ A new node-level rule (node telemetry, keyed by node) is a module with a ``NodeR
 ``NODE_RULES``; the telemetry hub makes one for the worker and feeds it what it declares. A new rule on the
 alerts leaving the engine (restarts, the node ledger) is a module with an ``OutletRule`` and one line in
 ``OUTLET_RULES``; the engine's outlet (``OnCall``) makes one for the worker and feeds it every alert leaving.
-Every alert type has a declared source, and every registered rule runs through one contract
+The outlet chain itself is ``OUTLET_STAGES`` (models/outlet.py). Every alert type has a declared source, and every registered rule runs through one contract
 (tests/test_rule_contract.py).
 """
 
@@ -19,6 +19,9 @@ from .job_rules import (CheckpointRule, CommRule, HangRule, ImbalanceRule, Inspe
                         StragglerRule, ThroughputRule)
 from .rule import JobRule, NodeRule, OutletRule, RuleSpec, dependency_order
 from .oncall.outlet_rules import DrainBudgetRule, LedgerRule, RestartRule
+from .oncall.stages import (AttributeStage, CiteStage, ClassifyStage, EffectiveComputeStage, GateStage, OnsetStage,
+                            OutletRulesStage)
+from .telemetry.cause_finders import CauseFinder, FabricCauses, HostCauses, RankCauses
 from .telemetry.node_rules import DeviceRule, FabricRule, IntermittentRule, NodeIncidentRule, TelemetryRule
 
 JOB_RULES: tuple[type[JobRule], ...] = (
@@ -42,10 +45,14 @@ FEED_ORDER: tuple[type[JobRule], ...] = tuple(
 NODE_RULES: tuple[type[NodeRule], ...] = (
     TelemetryRule,  # GPU faults and link errors (models/telemetry/telemetry_tracker.py); spikes name causes
     DeviceRule,  # gpu_idle, gpu_hot, hbm_full (models/telemetry/device_rules.py)
-    FabricRule,  # many nodes' link errors at once: one fabric incident (models/oncall/incidents.py)
-    NodeIncidentRule,  # most ranks of one node straggling: one node incident (models/oncall/incidents.py)
-    IntermittentRule,  # a rank's straggler episodes close together: one incident (models/oncall/incidents.py)
+    FabricRule,  # many nodes' link errors at once: one fabric incident (models/telemetry/incidents.py)
+    NodeIncidentRule,  # most ranks of one node straggling: one node incident (models/telemetry/incidents.py)
+    IntermittentRule,  # a rank's straggler episodes close together: one incident (models/telemetry/incidents.py)
 )
+
+#: What names suspected causes (models/telemetry/cause_finders.py): the telemetry hub asks those that apply to an
+#: alert: the ranks' own GPUs and ports, host signals, and the comparison of a job's nodes for job-wide alerts.
+CAUSE_FINDERS: tuple[type[CauseFinder], ...] = (RankCauses, HostCauses, FabricCauses)
 
 #: The rules on the alerts leaving the engine, which the engine's outlet (``OnCall``, models/oncall/oncall.py)
 #: makes once for the worker and feeds, in this order, every alert as it leaves.
@@ -53,6 +60,19 @@ OUTLET_RULES: tuple[type[OutletRule], ...] = (
     RestartRule,  # job restarts, naming the alert before them (models/oncall/restarts.py)
     LedgerRule,  # node_suspect: a node implicated in several jobs' incidents (models/oncall/ledger.py)
     DrainBudgetRule,  # drains beyond the drain budget held for a human (models/oncall/budget.py)
+)
+
+
+#: The outlet chain (models/outlet.py): the stages every alert leaving the engine goes through, in this order, before
+#: the pipeline's record of what was published. Each is made once for the worker with the on-call state it shares.
+OUTLET_STAGES = (
+    AttributeStage,  # node alerts name the jobs on their node (models/oncall/placement.py)
+    OnsetStage,  # evidence.onset_ts from the job's recent steps
+    CiteStage,  # the incident each alert belongs to; a straggler's own cost absorbed or held (models/oncall/citations.py)
+    ClassifyStage,  # scope, failure class, action (models/oncall/actions.py)
+    EffectiveComputeStage,  # resolved job alerts carry the job's productive share
+    OutletRulesStage,  # the OUTLET_RULES above; node alerts republished when a job starts on their node
+    GateStage,  # the escalation ladder, then the drain budget
 )
 
 

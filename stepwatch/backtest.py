@@ -75,30 +75,6 @@ def diff(current: list[dict], candidate: list[dict]) -> dict:
             "same": len(before.keys() & after.keys()) - len(changed)}
 
 
-def candidate_lines(lines, overrides: dict):
-    """The recording's lines with the candidate settings in force from its start, for every job (scope ``*``), as
-    ``stepwatch config set`` would put them: a ``*`` config line first, and each recorded ``*`` config line
-    (which replaces the scope's settings whole) with the candidate's values laid over it."""
-    from stepwatch.recording import _is_config
-    from stepwatch.runtime_config import GLOBAL
-
-    yield orjson.dumps({"v": 1, "kind": "config", "_key": GLOBAL, **overrides})
-    for line in lines:
-        raw = line if type(line) is bytes else line.message.value
-        if _is_config(raw):
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                record = None
-            if isinstance(record, dict) and record.get("kind") == "config" and record.get("_key") == GLOBAL:
-                for section, values in overrides.items():
-                    record[section] = {**(record.get(section) if isinstance(record.get(section), dict) else {}),
-                                       **values}
-                yield orjson.dumps(record)
-                continue
-        yield line
-
-
 # -- labels ---------------------------------------------------------------------------------------
 
 

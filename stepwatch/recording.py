@@ -35,6 +35,7 @@ import orjson
 from typing import TYPE_CHECKING
 
 from stepwatch.config import Settings
+from stepwatch.terminal import json_line, printable
 
 if TYPE_CHECKING:  # the detection core loads when a recording is read, not for the commands' file checks
     from stepwatch.models.sources import RecordedLine
@@ -373,13 +374,35 @@ def merge_lines(paths: list[str], *, what: str = "replay") -> Iterator[bytes]:
 # -- replay ---------------------------------------------------------------------------------
 
 
+def candidate_lines(lines, overrides: dict):
+    """The recording's lines with the candidate settings in force from its start, for every job (scope ``*``), as
+    ``stepwatch config set`` would put them: a ``*`` config line first, and each recorded ``*`` config line
+    (which replaces the scope's settings whole) with the candidate's values laid over it."""
+    from stepwatch.runtime_config import GLOBAL
+
+    yield orjson.dumps({"v": 1, "kind": "config", "_key": GLOBAL, **overrides})
+    for line in lines:
+        raw = line if type(line) is bytes else line.message.value
+        if _is_config(raw):
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                record = None
+            if isinstance(record, dict) and record.get("kind") == "config" and record.get("_key") == GLOBAL:
+                for section, values in overrides.items():
+                    record[section] = {**(record.get(section) if isinstance(record.get(section), dict) else {}),
+                                       **values}
+                yield orjson.dumps(record)
+                continue
+        yield line
+
+
 def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, until: float | None = None,
            out=None, stats: dict | None = None, across_arrivals: bool = True) -> dict:
     """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts.
 
     ``across_arrivals``: lines of different ``_arrival`` merged into the worker's column batches, each row on
     its own arrival (the same alerts: tests/test_replay_fast.py); False: a read per arrival, as before."""
-    from stepwatch.commands.common import json_line, printable
     from stepwatch.models.pipeline import Pipeline, run_recording
     from stepwatch.models.sinks import JsonLinesSink
 
@@ -444,8 +467,6 @@ def replay_jobs(paths: list[str], settings: Settings, *, jobs: int, drain: float
     out = out or sys.stdout
     lines = merge_recorded(paths)
     if overrides is not None:
-        from stepwatch.backtest import candidate_lines
-
         lines = candidate_lines(lines, overrides)
     with tempfile.TemporaryDirectory(prefix="stepwatch-replay-") as tmp:
         names = [os.path.join(tmp, f"{k}.jsonl") for k in range(jobs)]
@@ -491,7 +512,6 @@ def _replay_share(path: str, drain: float, until: float | None, share: int) -> t
     """One process of ``replay_jobs``: its share of the recording, each alert line with where it came out."""
     import io
 
-    from stepwatch.commands.common import json_line, printable
     from stepwatch.models.pipeline import Pipeline
     from stepwatch.models.sinks import JsonLinesSink
     from stepwatch.models.sources import Elsewhere, RecordingSource, Tick

@@ -225,6 +225,11 @@ class WorkersRegistry:
         return {p: url for p, (_, url) in sorted(out.items())}
 
 
+#: What an unverified owner's answer (and the worker's start-up warning) tells the operator to do.
+UNVERIFIED_HINT = ("set a shared peer key on every worker (STEPWATCH_WORKER_PEER_KEY_FILE) or list the peers "
+                   "(STEPWATCH_WORKER_PEERS); ask the owner directly meanwhile")
+
+
 def registry_for(settings, topic: str, *, group: str | None,
                  on_refused: Callable[[PeerRefusal], None] | None = None) -> WorkersRegistry:
     """The registry a worker with ``settings`` keeps (key and peers from ``worker.peer_key_file``/``peers``)."""
@@ -235,8 +240,6 @@ def registry_for(settings, topic: str, *, group: str | None,
     registry = WorkersRegistry(topic, group=group, max_age=STALE_AFTER_INTERVALS * w.registry_interval, key=key,
                                peers=parse_peers(w.peers), on_refused=on_refused)
     if not registry.verifies and settings.kafka.partitions > 1:  # room for a second worker
-        from .web import UNVERIFIED_HINT
-
         log.warning("no peer key and no peer list: this worker will not proxy status requests to the workers "
                     "that own the other events partitions (a workers-topic record is not verified); %s",
                     UNVERIFIED_HINT)

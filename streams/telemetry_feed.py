@@ -17,7 +17,7 @@ topic). Every worker reads every message, so one of them reports each dead lette
 the events partition with the telemetry partition's number (modulo the events topic's partitions).
 
 ``TelemetryRoad(settings, drive=..., owned=...)`` is this part of a worker (``streams.worker.Worker`` composes
-it); ``python -m stepwatch.streams.telemetry_feed`` runs such a worker.
+it); ``python -m stepwatch.streams.worker`` runs such a worker.
 """
 
 from __future__ import annotations
@@ -237,17 +237,3 @@ class TelemetryRoad:
 
     async def road(self) -> None:
         await self._drive(TelemetrySource(self.feed, self._owned, self.settings.kafka.partitions), "telemetry")
-
-
-def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> None:
-    """``stepwatch worker`` (it attaches the telemetry feed itself); kept for ``python -m``."""
-    from stepwatch.streams.worker import run_worker as run_app_worker
-
-    run_app_worker(settings, loglevel=loglevel)
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.argv = sys.argv[:1] + ["worker"]  # Faust's command line: run the worker
-    run_worker()

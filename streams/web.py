@@ -50,13 +50,11 @@ from stepwatch.models.status import heatmap_view, job_view, jobs_view
 
 from .dashboard import render_dashboard
 from .metrics import CONTENT_TYPE_LATEST
+from .registry import UNVERIFIED_HINT
 
 log = logging.getLogger("stepwatch.web")
 
 JSON = "application/json"
-#: What an unverified owner's answer (and the worker's start-up warning) tells the operator to do.
-UNVERIFIED_HINT = ("set a shared peer key on every worker (STEPWATCH_WORKER_PEER_KEY_FILE) or list the peers "
-                   "(STEPWATCH_WORKER_PEERS); ask the owner directly meanwhile")
 
 
 def _dumps(value: Any) -> str:

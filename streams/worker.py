@@ -483,3 +483,10 @@ def run_worker(settings: Settings | None = None, *, loglevel: str = "info") -> N
     settings = settings or Settings.from_env()
     ensure_topics(settings.kafka, client_config=client_config(settings))
     Worker(settings).run(loglevel=loglevel)
+
+
+if __name__ == "__main__":  # ``python -m stepwatch.streams.worker``: ``stepwatch worker`` without the CLI
+    import sys
+
+    sys.argv = sys.argv[:1] + ["worker"]  # Faust's command line: run the worker
+    run_worker()

@@ -199,7 +199,9 @@ def test_alerts_row_has_the_uncut_type_node_port_action_and_published_time():
 
 
 def test_the_declared_alert_types_are_every_type_the_worker_classifies():
-    from stepwatch.models.oncall.actions import TYPE_CLASSES
+    from stepwatch.models.registry import type_classes
+
+    TYPE_CLASSES = type_classes()
     from stepwatch.models.alert_types import ALERT_TYPES
 
     # straggler and hang are classified by their evidence, the others by type (models/oncall/actions.py).
@@ -309,7 +311,7 @@ def test_alerts_prints_one_line_per_incident_update_escaped_with_the_published_t
 
 def test_one_io_fault_on_one_node_is_one_incident_two_lines(tmp_path):
     """host-io-64: one IO fault on node-002 under all 8 of its ranks. The worker makes it one node incident
-    (models/oncall/incidents.py; it was a straggler alert per rank, 24 messages), and the table prints it as one
+    (models/telemetry/incidents.py; it was a straggler alert per rank, 24 messages), and the table prints it as one
     firing and one resolved line, with the node and its ranks; the table's own grouping of per-rank alerts of
     one node is tested below with the alerts split per rank as older workers published them."""
     from stepwatch.commands.incidents import IncidentLines

@@ -56,7 +56,9 @@ def emitted_alert_types() -> set[str]:
     """Every alert type the worker can emit: ``Alert(type="...")`` in models/, and the types the
     failure-class table classifies (it names the device rules' types, which are built from a variable)."""
     from stepwatch.models.alert_types import AlertType
-    from stepwatch.models.oncall.actions import TYPE_CLASSES
+    from stepwatch.models.registry import type_classes
+
+    TYPE_CLASSES = type_classes()
 
     found = set()
     for path in (REPO / "models").rglob("*.py"):

@@ -5,7 +5,7 @@ one alert"). Found by the third generator (tests/gen3, slow_node_2gpu): the node
 from __future__ import annotations
 
 from stepwatch.models.alerts import Alert
-from stepwatch.models.oncall.incidents import NodeIncidents
+from stepwatch.models.telemetry.incidents import NodeIncidents
 
 from gen3.judge import judge, replay
 from gen3.write import write_all

@@ -1,4 +1,4 @@
-"""One incident per root cause (models/oncall/incidents.py, issue 26): a leaf switch fault is one fabric
+"""One incident per root cause (models/telemetry/incidents.py, issue 26): a leaf switch fault is one fabric
 incident, a node's erring ports are one node alert.
 
 The fleet recordings come from tests/switch_gen.py (built on tests/fabric_gen.py, not the simulator).
@@ -133,7 +133,7 @@ def test_a_single_straggler_is_still_a_rank_alert():
 
 def test_a_node_incident_resolves_when_its_ranks_do_with_their_reason():
     from stepwatch.models.alerts import Alert
-    from stepwatch.models.oncall.incidents import NodeIncidents
+    from stepwatch.models.telemetry.incidents import NodeIncidents
 
     def rank_alert(r: int, status: str = "firing", summary: str = "straggler") -> Alert:
         return Alert(id=f"r{r}", status=status, type="straggler", severity="warning", job="j", ranks=(r,),
@@ -155,7 +155,7 @@ def test_a_node_incident_resolves_when_its_ranks_do_with_their_reason():
 
 
 def test_a_fabric_incident_resolves_once_every_members_ports_are_clean():
-    from stepwatch.models.oncall.incidents import FabricIncidents
+    from stepwatch.models.telemetry.incidents import FabricIncidents
 
     tracker = TelemetryTracker(clear_after=10)
     grouper = FabricIncidents(tracker, min_nodes=4)

@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from stepwatch.models.registry import type_classes
 from stepwatch.models.alert_types import AlertType, CauseCategory
 from stepwatch.models.alerts import Alert
 from stepwatch.models.evidence import Horizon, StragglerEvidence, StragglerSignal
@@ -22,7 +23,7 @@ from stepwatch.models.jobhealth.checkpoint import (Basis, CheckpointAgeEvidence,
 from stepwatch.models.jobhealth.comm import CommEvidence
 from stepwatch.models.jobhealth.throughput import Layer, ThroughputEvidence
 from stepwatch.models.oncall.actions import Classifier, implicated_nodes
-from stepwatch.models.oncall.incidents import EpisodesEvidence, IntermittentIncidents
+from stepwatch.models.telemetry.incidents import EpisodesEvidence, IntermittentIncidents
 from stepwatch.models.steps.cost import Cost
 from stepwatch.models.steps.imbalance_evidence import (ClassImbalanceEvidence, ImbalanceKind, RankClass, Remedy,
                                                        RemedyKind, StageImbalanceEvidence, StageLoad)
@@ -265,7 +266,7 @@ def test_a_foreign_producers_cause_is_kept_and_goes_out_as_it_came():
     straggler = alert(AlertType.STRAGGLER, {"signal": "compute_time", "horizon": "short", "suspected_causes": [wire]},
                       ranks=(3,))
     assert implicated_nodes(straggler) == ("node-042",)
-    assert Classifier().failure_class(straggler) == Classifier().failure_class(
+    assert Classifier(types=type_classes()).failure_class(straggler) == Classifier(types=type_classes()).failure_class(
         alert(AlertType.STRAGGLER, {"signal": "compute_time", "horizon": "short"}, ranks=(3,)))  # its own class
     ours = SuspectedCause.of(dict(wire, category="host"))
     assert ours.foreign_category is None and ours.to_dict(1)["category"] == "host"
@@ -273,7 +274,7 @@ def test_a_foreign_producers_cause_is_kept_and_goes_out_as_it_came():
 
 
 def test_the_failure_class_and_nodes_come_from_the_first_cause_record():
-    classes = Classifier()
+    classes = Classifier(types=type_classes())
     xid = {"rank": 1, "category": "compute", "node": "node-007", "component": "GPU 3", "score": 9.0, "began_at": 5.0,
            "hint": "Xid 79 on GPU 3", "gpu": 3, "evidence": [{"signal": "xid", "xid": 79}]}
     throttle = dict(xid, hint="compute: power brake", evidence=[{"signal": "throttle"}])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from stepwatch.models.registry import type_classes
 from stepwatch.models.oncall.actions import Classifier
 from stepwatch.models.telemetry.telemetry_tracker import TelemetryTracker
 from stepwatch.models.wire.telemetry_events import LinkEvent, TopologyEvent
@@ -25,7 +26,7 @@ def link_alert(events) -> dict:
     alerts = [a for ev in events for a in tracker.update(ev)]
     fired = [a for a in alerts if a.type == "link_errors" and a.status == "firing"]
     assert fired, alerts
-    return Classifier().annotate(fired[0]).to_dict()
+    return Classifier(types=type_classes()).annotate(fired[0]).to_dict()
 
 
 @pytest.mark.parametrize("device,switch,port", [("mlx5_0", "leaf-07", "12"), ("mlx5_3", "ib-sw-a1", "Eth1/33")])

@@ -13,6 +13,7 @@ import re
 import orjson
 import pytest
 
+from stepwatch.models.registry import type_classes
 from stepwatch.config import OnCallSettings, Settings
 from stepwatch.models.oncall.actions import ACTION_KINDS, FAILURE_CLASSES, SCOPES, Classifier
 from stepwatch.models.alerts import Alert
@@ -260,13 +261,13 @@ def alert(kind: str, **evidence) -> Alert:
     ({"fault": "throttle", "reasons": ["SW power cap"]}, "power_throttle", "investigate", False),
 ])
 def test_gpu_fault_classes(evidence, cls, kind, retryable):
-    out = Classifier().annotate(alert("gpu_fault", **evidence))
+    out = Classifier(types=type_classes()).annotate(alert("gpu_fault", **evidence))
     assert out.evidence["failure_class"] == cls
     assert out.evidence["action"]["kind"] == kind and out.evidence["action"]["retryable"] is retryable
 
 
 def test_causes_hang_cases_and_unknown_types():
-    c = Classifier()
+    c = Classifier(types=type_classes())
     cause = {"rank": 1, "category": "network", "node": "n9", "component": "mlx5_0/1", "hint": "x",
              "evidence": [{"signal": "symbol_error"}]}
     s = c.annotate(alert("straggler", suspected_causes=[cause]))
@@ -286,13 +287,13 @@ def test_a_rules_own_remedy_survives_the_annotation():
     """The imbalance rule says what to do (which stages to move layers out of; or that the ranks are of different
     classes); the annotation sets the failure class's kind, nodes and retry, keeps the rule's words as the
     action's detail, and is idempotent."""
-    c = Classifier()
+    c = Classifier(types=type_classes())
     placement = {"kind": "placement", "detail": "per-rank straggler alerts now compare ranks within their class"}
     once = c.annotate(alert("imbalance", action=placement))
     assert once.evidence["action"] == {"kind": "repartition", "nodes": [], "retryable": True,
                                        "exclude_nodes": [], "detail": placement["detail"]}
     assert c.annotate(once).evidence == once.evidence
-    mine = Classifier(overrides={"imbalance": {"kind": "investigate"}}).annotate(alert("imbalance", action=placement))
+    mine = Classifier(types=type_classes(), overrides={"imbalance": {"kind": "investigate"}}).annotate(alert("imbalance", action=placement))
     assert mine.evidence["action"]["kind"] == "investigate" and mine.evidence["action"]["detail"] == placement["detail"]
     assert "detail" not in c.annotate(alert("straggler")).evidence["action"]
 
@@ -308,7 +309,7 @@ def test_failure_classes_overridable_in_configuration(tmp_path):
     assert c.annotate(alert("gpu_fault", fault="xid", xid=79)).evidence["action"]["kind"] == "replace_gpu"
     assert c.annotate(alert("some_new_type")).scope == "platform"
     with pytest.raises(ValueError):
-        Classifier(overrides={"xid_79_off_bus": {"kind": "reboot_the_world"}})
+        Classifier(types=type_classes(), overrides={"xid_79_off_bus": {"kind": "reboot_the_world"}})
     with pytest.raises(ValueError):
         DetectionEngine(Settings.from_env({"STEPWATCH_ONCALL_FAILURE_CLASSES": "{not json"}))
 

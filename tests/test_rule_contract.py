@@ -497,3 +497,124 @@ def test_a_new_node_rule_is_one_class_and_one_registry_line(monkeypatch):
     assert fired and {a.id for a in fired} == {a.id for a in rule.open_alerts()}
     # it left through the engine like any alert: classified on its way out
     assert all("failure_class" in a.evidence for a in fired)
+
+
+# -- the outlet chain's stages (models/outlet.py, registry ``OUTLET_STAGES``) -------------------------------------
+
+#: Per stage, the alerts it may change (others pass through it equal and in order): generated variants below.
+STAGE_HANDLES: dict[str, Callable[[Any], bool]] = {
+    "attribute": lambda a: not a.job and bool(a.nodes) and a.type not in (AlertType.NODE_SUSPECT, AlertType.FABRIC),
+    "onset": lambda a: bool(a.job) and "first_step" in a.evidence,
+    "cite": lambda a: True,  # any alert may belong to an incident
+    "classify": lambda a: True,  # every alert gets its scope and class
+    "effective_compute": lambda a: bool(a.job) and a.status == "resolved",
+    "outlet_rules": lambda a: False,  # each alert passes; the rules' own alerts come after it
+    "gate": lambda a: a.type in (AlertType.STRAGGLER, AlertType.NODE_SUSPECT) or "action" in a.evidence,
+}
+_TYPES = (AlertType.STRAGGLER, AlertType.HANG, AlertType.THROUGHPUT_DROP, AlertType.GPU_FAULT, AlertType.LINK_ERRORS,
+          AlertType.GPU_HOT, AlertType.COMM_SLOWDOWN)
+
+
+def _alerts(seed: int, n: int = 24) -> list:
+    """Alerts of every shape a stage meets: job and node alerts, firing and resolved, with and without step fields."""
+    from stepwatch.models.alerts import Alert
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        kind = _TYPES[int(rng.integers(len(_TYPES)))]
+        node_alert = kind in (AlertType.GPU_FAULT, AlertType.LINK_ERRORS, AlertType.GPU_HOT)
+        evidence: dict[str, Any] = {"gpu": int(rng.integers(4))} if node_alert else {}
+        if not node_alert and rng.random() < 0.5:
+            evidence.update(first_step=int(rng.integers(1, 50)), detected_step=60)
+        status = "resolved" if rng.random() < 0.3 else "firing"
+        out.append(Alert(id=f"a{seed}-{i}", status=status, type=kind, severity="warning",
+                         job="" if node_alert else f"job-{int(rng.integers(2))}",
+                         ranks=() if node_alert else (int(rng.integers(8)),), nodes=(f"node-{int(rng.integers(3))}",),
+                         starts_at=T0 + 10.0 * i, summary=f"{kind} {i}", evidence=evidence,
+                         ends_at=T0 + 10.0 * i + 5 if status == "resolved" else None))
+    return out
+
+
+def _engine_with_jobs() -> DetectionEngine:
+    """An engine that has seen a little of two jobs on three nodes (placement, steps): the stages' view."""
+    engine = DetectionEngine()
+    for name in ("job-0", "job-1"):
+        run(job_events(steps=40, job=name), engine=engine)
+    return engine
+
+
+def test_the_outlet_chain_is_the_registry_list():
+    from stepwatch.models.outlet import AlertStage
+    from stepwatch.models.registry import OUTLET_STAGES
+
+    engine = DetectionEngine()
+    assert [type(s) for s in engine.outlet.stages] == list(OUTLET_STAGES)
+    assert all(isinstance(s, AlertStage) and s.spec.does for s in engine.outlet.stages)
+    assert set(STAGE_HANDLES) == {s.spec.name for s in engine.outlet.stages}, "a new stage needs its STAGE_HANDLES"
+    assert engine.outlet.stages[-1].spec.name == "gate"  # the budget sees every alert that leaves
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_stage_passes_on_what_it_does_not_handle(seed):
+    """Each stage alone: an alert it does not handle comes out equal, in order; none comes out with another id,
+    type, job or status (a stage adds to an alert, never changes what it is)."""
+    for i, name in enumerate(STAGE_HANDLES):
+        engine = _engine_with_jobs()
+        stage = engine.outlet.stage(name)
+        alerts = _alerts(seed * 10 + i)
+        out = stage.process(list(alerts), engine.view)
+        by_id = {a.id: a for a in out}
+        kept = [a.id for a in out if a.id in {b.id for b in alerts}]
+        assert kept == [a.id for a in alerts if a.id in by_id], name  # in order
+        for a in alerts:
+            if a.id in by_id:
+                b = by_id[a.id]
+                assert (b.type, b.job, b.status) == (a.type, a.job, a.status), name
+            if not STAGE_HANDLES[name](a):
+                assert by_id.get(a.id) == a, (name, a.id)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_chain_is_deterministic(seed):
+    """The same alerts and ticks through two engines that saw the same input: the same alerts leave."""
+    results = []
+    for _ in range(2):
+        engine = _engine_with_jobs()
+        out = engine.outlet.process(_alerts(seed), engine.view)
+        out += engine.outlet.tick(engine.clock + 60.0, engine.view)
+        results.append([a.to_json() for a in out])
+    assert results[0] == results[1] and results[0]
+
+
+def test_the_stages_read_no_private_state_of_another_module():
+    """The stages and on-call read the engine through its view: no ``engine.jobs``, ``sli._steps`` and the like."""
+    import inspect
+
+    from stepwatch.models.oncall import oncall, outlet_rules, stages
+
+    for module in (stages, oncall, outlet_rules):
+        source = inspect.getsource(module)
+        for private in ("._steps", ".engine", "last_tick_jobs", "._placement", ".jobs.get("):
+            assert private not in source, (module.__name__, private)
+
+
+def test_the_cause_finders_are_the_registry_list_and_deterministic():
+    """Every registered cause finder (models/telemetry/cause_finders.py) is a ``CauseFinder``; asked twice about the
+    same alert it names the same causes; an alert none applies to leaves the hub as it came."""
+    from stepwatch.models.registry import CAUSE_FINDERS
+    from stepwatch.models.telemetry.cause_finders import CauseFinder
+
+    engine, _ = run(fleet_events(seconds=60))
+    hub = engine.telemetry
+    assert [type(f) for f in hub.finders.values()] == list(CAUSE_FINDERS)
+    assert all(isinstance(f, CauseFinder) for f in hub.finders.values())
+    asked = 0
+    for alert in _alerts(7, n=40):
+        for finder in hub.finders.values():
+            if finder.applies(alert):
+                asked += 1
+                assert finder.suspects(alert, alert.starts_at, hub) == finder.suspects(alert, alert.starts_at, hub)
+    assert asked
+    plain = [a for a in _alerts(8, n=40) if not any(f.applies(a) for f in hub.finders.values())]
+    assert plain and hub.enrich(list(plain)) == plain

@@ -29,7 +29,7 @@ class TelemetryWorker(WorkerProcess):
         self.env = env
         self.log_path = log_path
         self._log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "stepwatch.streams.telemetry_feed"], env=env, cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "stepwatch.streams.worker"], env=env, cwd=REPO,
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
 

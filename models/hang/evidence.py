@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..evidence import HangCase
+from .case import HangCase
 from ..resolution import Resolution
 
 

@@ -43,6 +43,16 @@ class JobSLI:
         self.peak_flops_per_gpu: float | None = None
         self._last_tick: float | None = None
 
+    def recent_steps(self) -> tuple[tuple[int, float, float, float], ...]:
+        """The recent judged steps, oldest first: (step, end ts, step time, tokens)."""
+        return tuple(self._steps)
+
+    def productive_share(self) -> float | None:
+        """Productive seconds over the span seen, at most 1 (None: no span yet)."""
+        if self.first_ts is None or self.last_ts is None or self.last_ts <= self.first_ts:
+            return None
+        return round(min(self.productive_seconds / (self.last_ts - self.first_ts), 1.0), 4)
+
     def observe(self, ts: float) -> None:
         if self.first_ts is None or ts < self.first_ts:
             self.first_ts = ts

@@ -6,7 +6,7 @@ Every alert leaving the engine that asks to keep jobs off nodes (a firing ``node
 critical device alert whose ``evidence.action.kind`` drains: models/oncall/action_hooks.py
 ``DRAINING_KINDS``) passes :meth:`DrainBudget.gate` first:
 
-* a node whose open **fabric incident** (models/oncall/incidents.py: its switch neighbours failing
+* a node whose open **fabric incident** (models/telemetry/incidents.py: its switch neighbours failing
   together) covers it is never drained: the action becomes ``check_link`` with no node to exclude
   and ``evidence.action_held = {"budget": "fabric", ...}``;
 * a node already counted (another alert asked for it and was let through) counts once: allowed;

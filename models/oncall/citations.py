@@ -20,7 +20,7 @@ Who cites whom, as alerts leave the engine (models/oncall/oncall.py ``OnCall.fin
 * otherwise a job's ``comm_slowdown`` and communication ``throughput_drop`` cite the job's open
   communication incident (the first of them), or open it;
 * an alert that already cites an incident (a fabric incident, a node straggler incident:
-  models/oncall/incidents.py) keeps it, and its resolution cites what its firing versions cited.
+  models/telemetry/incidents.py) keeps it, and its resolution cites what its firing versions cited.
 
 **A job's slowdown that is its straggler's.** In a job of two ranks (or whenever open stragglers are half
 its ranks) the median compute time moves with the slow rank, so the throughput rule sees a compute-layer

@@ -1,20 +1,23 @@
-"""Where alerts leave the engine: scope, action, job attribution, restarts, the node ledger.
+"""On call: what the outlet chain (models/outlet.py) does to every alert leaving the detection core.
 
-``DetectionEngine.process``, ``process_batch`` and ``tick`` are wrapped by
-:func:`leaving_engine`, so every alert they return, whatever detector made it, passes
-through :meth:`OnCall.finish` once:
+:class:`OnCall` holds the state the on-call stages share (placement, citations, the classifier, the outlet rules,
+the escalation ladder, the open node alerts); its stages (models/oncall/stages.py), listed in the registry's
+``OUTLET_STAGES`` (models/registry.py), do, in this order:
 
-1. node alerts (job empty) get ``evidence.jobs``: the jobs with ranks on the node (and GPU)
+1. ``attribute``: node alerts (job empty) get ``evidence.jobs``: the jobs with ranks on the node (and GPU)
    around the alert (``models/oncall/placement.py``), also named in the summary;
-2. every alert is classified (``models/oncall/actions.py``): ``labels.scope``, ``evidence.onset_ts``,
-   ``evidence.failure_class``, ``evidence.action`` and ``annotations.recommended_action``;
-3. every alert goes to the outlet rules (``OutletRule``s: models/rule.py, models/oncall/outlet_rules.py), made
-   from the registry's ``OUTLET_RULES`` (models/registry.py) and fed what they declare: the node ledger
-   (``models/oncall/ledger.py``) records firing alerts that implicate nodes and may add a ``node_suspect``;
-   restarts seen in the input (``models/oncall/restarts.py``) become ``job_restart`` alerts at the end of the
-   call, fired and resolved at once, naming the alert that preceded them;
-4. an open node alert is published again (same id) with the new job when a job starts on
-   its node.
+2. ``onset``: job alerts that name the step a problem began at get ``evidence.onset_ts``;
+3. ``cite``: the incident each alert belongs to (``models/oncall/citations.py``); a drop that may be a straggler's
+   own cost is held, and released at a tick if no straggler explained it;
+4. ``classify``: ``labels.scope``, ``evidence.failure_class``, ``evidence.action`` and
+   ``annotations.recommended_action`` (``models/oncall/actions.py``);
+5. ``effective_compute``: resolved job alerts carry the job's productive share at the latest tick;
+6. ``outlet_rules``: the ``OutletRule``s (models/rule.py, models/oncall/outlet_rules.py), made from the registry's
+   ``OUTLET_RULES`` and fed what they declare: the node ledger (``models/oncall/ledger.py``) records firing alerts
+   that implicate nodes and may add a ``node_suspect``; restarts seen in the input (``models/oncall/restarts.py``)
+   become ``job_restart`` alerts at the end of the call; an open node alert is published again (same id) with the
+   new job when a job starts on its node;
+7. ``gate``: the escalation ladder (models/oncall/escalation.py), then the drain budget (models/oncall/budget.py).
 
 The worker shares placement and incidents with the other workers (streams/oncall_feed.py):
 ``new_incidents`` and ``placement.changed`` are what it has to send.
@@ -22,8 +25,7 @@ The worker shares placement and incidents with the other workers (streams/oncall
 
 from __future__ import annotations
 
-import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .settings import OnCallSettings  # noqa: F401  (defined in a light module; re-exported here)
 from ..alert_types import AlertStatus, AlertType
@@ -34,47 +36,57 @@ from ..alerts import Alert
 from ..wire.events import StepEvent
 from .ledger import Incident, NodeLedger
 from .placement import PlacementView
-from ..rule import OutletRule, Signal, capped_of, open_alerts_of, reconfigure_rules
+from ..rule import OutletRule, Signal, capped_of, dependency_order, open_alerts_of, reconfigure_rules
 from ..wire.step_columns import StepColumns
+
+if TYPE_CHECKING:
+    from ..outlet import EngineView
 
 
 
 
 class OnCall:
-    """The engine's outlet: see the module doc. ``settings``: ``OnCallSettings``."""
+    """The on-call stages' shared state: see the module doc. ``settings``: ``OnCallSettings``."""
 
-    def __init__(self, settings=None, rules=None) -> None:
-        """``rules``: the outlet rules' classes, in feeding order (default: the registry's ``OUTLET_RULES``)."""
+    def __init__(self, settings=None, *, rules, stages=(), types: dict[str, str] | None = None) -> None:
+        """``rules``: the outlet rules' classes, in feeding order (the registry's ``OUTLET_RULES``); ``stages``: the
+        on-call stages' classes, in chain order (the registry's ``OUTLET_STAGES``); ``types``: the alert types'
+        failure classes by type alone (the registry's ``type_classes()``)."""
         if settings is None:
             settings = OnCallSettings()
         self.settings = settings
-        self.classifier = Classifier(overrides=load_overrides(settings.failure_classes))
+        self.classifier = Classifier(types=types or {}, overrides=load_overrides(settings.failure_classes))
         self.placement = PlacementView(window=settings.placement_window_seconds)
-        self.depth = 0  # nesting of wrapped engine calls: only the outermost one finishes alerts
-        self._new_pairs: list[tuple[str, str]] = []  # (job, node) first seen in this call
+        #: (job, node) first seen since the alerts last left (the ``outlet_rules`` stage republishes their nodes').
+        self.new_pairs: list[tuple[str, str]] = []
         self.open_node_alerts: dict[str, Alert] = {}  # firing node alerts by id (latest version)
         self.citations = Citations()  # the incident each alert belongs to (models/oncall/citations.py)
-        #: job -> its SLI snapshot (the engine's ``job_sli``): resolved job alerts carry its effective compute.
-        self.sli_of = None
-        self.engine = None  # the engine it serves (set on its first call)
-        self._share: dict[str, float] = {}  # job -> productive share at the latest tick
+        #: The engine's public job facts (models/outlet.py ``EngineView``), once ``bind`` gave them.
+        self.view: EngineView | None = None
+        #: job -> productive share at the latest tick (the ``effective_compute`` stage keeps it).
+        self.shares: dict[str, float] = {}
         self.escalation = Escalation(self)  # the ladder for slow nodes (models/oncall/ladder.py)
         self._total_steps: dict[str, int] = {}  # job -> its monitor's ``total_steps`` (the ladder's horizon)
-        from ..registry import OUTLET_RULES  # the registry imports the rules, which import this module
-        from ..rule import dependency_order
-
-        classes = tuple(OUTLET_RULES if rules is None else rules)
+        classes = tuple(rules)
         made: dict[str, OutletRule] = {}
         by_name = {c.spec.name: c for c in classes}
         for spec in dependency_order([c.spec for c in classes]):  # each after the rules it needs
             made[spec.name] = by_name[spec.name](self, {n: made[n] for n in spec.needs})
         #: The outlet rules, in feeding order.
         self.rules: tuple[OutletRule, ...] = tuple(made[c.spec.name] for c in classes)
-        self._step_rules = [r for r in self.rules if Signal.RANK_STEPS in r.spec.consumes]
-        self._alert_rules = [r for r in self.rules if Signal.ALERTS in r.spec.consumes]
-        self._tick_rules = [r for r in self.rules if Signal.TICKS in r.spec.consumes]
-        self._flush_rules = [r for r in self.rules if type(r).flush is not OutletRule.flush]  # once per engine call
+        self.step_rules = [r for r in self.rules if Signal.RANK_STEPS in r.spec.consumes]
+        self.alert_rules = [r for r in self.rules if Signal.ALERTS in r.spec.consumes]
+        self.tick_rules = [r for r in self.rules if Signal.TICKS in r.spec.consumes]
+        self.flush_rules = [r for r in self.rules if type(r).flush is not OutletRule.flush]  # once per engine call
         self._gate_rules = [r for r in self.rules if type(r).gate is not OutletRule.gate]  # last, on all leaving
+        #: The on-call stages of the outlet chain, in order (models/oncall/stages.py).
+        self.stages = tuple(stage(self) for stage in stages)
+
+    def bind(self, view: EngineView) -> None:
+        """The engine's facts to read (models/outlet.py): its jobs, and whose agents reported (node_suspect)."""
+        self.view = view
+        if any(r.spec.name == "node_ledger" for r in self.rules):
+            self.ledger.vouched = view.agent_reported
 
     def rule(self, name: str) -> OutletRule:
         """The outlet rule registered as ``name``."""
@@ -115,32 +127,46 @@ class OnCall:
 
     # -- input --------------------------------------------------------------------------------
 
-    def observe(self, item: Any) -> None:
-        """An event or a StepColumns batch about to enter the engine."""
+    def observe_placement(self, item: Any, layouts) -> None:
+        """Where the ranks of an event, a list of events or a StepColumns batch about to enter the engine run
+        (``layouts``: the batch's run layouts, ``EngineView.layouts``), and their jobs' ``total_steps``."""
         if isinstance(item, StepEvent):
             if item.total_steps is not None:
                 self._note_total_steps(item.job, item.total_steps)
             if self.placement.observe_one(item.job, item.rank, item.node, item.gpu, item.ts):
-                self._new_pairs.append((item.job, item.node))
-            for rule in self._step_rules:
+                self.new_pairs.append((item.job, item.node))
+        elif isinstance(item, StepColumns):
+            runs = item.job_runs()
+            for job, lo, hi in runs:
+                if len(runs) == 1:  # the usual envelope: one job, no copies
+                    ranks, ts, nodes, gpus = item.rank, item.ts, item.node, item.gpu
+                else:
+                    ranks, ts, nodes, gpus = item.rank[lo:hi], item.ts[lo:hi], item.node[lo:hi], item.gpu[lo:hi]
+                if self.placement.observe_run(job, ranks, nodes, gpus, max(ts), layouts.get((lo, hi))):
+                    self.new_pairs.extend((job, node) for node in set(nodes) if node)
+        elif isinstance(item, list):
+            for one in item:
+                self.observe_placement(one, layouts)
+
+    def observe_steps(self, item: Any, layouts) -> None:
+        """The same input's rank steps, to the outlet rules that take them (restarts)."""
+        if not self.step_rules:
+            return
+        if isinstance(item, StepEvent):
+            for rule in self.step_rules:
                 rule.on_steps(item.job, (item.rank,), (item.step,), (item.ts,))
         elif isinstance(item, StepColumns):
             runs = item.job_runs()
-            layouts = self.engine.layouts(item) if self.engine is not None else {}
             for job, lo, hi in runs:
-                if len(runs) == 1:  # the usual envelope: one job, no copies
-                    ranks, ts, nodes, gpus, steps = item.rank, item.ts, item.node, item.gpu, item.step
+                if len(runs) == 1:
+                    ranks, ts, steps = item.rank, item.ts, item.step
                 else:
-                    ranks, ts, nodes = item.rank[lo:hi], item.ts[lo:hi], item.node[lo:hi]
-                    gpus, steps = item.gpu[lo:hi], item.step[lo:hi]
-                layout = layouts.get((lo, hi))
-                if self.placement.observe_run(job, ranks, nodes, gpus, max(ts), layout):
-                    self._new_pairs.extend((job, node) for node in set(nodes) if node)
-                for rule in self._step_rules:
-                    rule.on_steps(job, ranks, steps, ts, layout)
+                    ranks, ts, steps = item.rank[lo:hi], item.ts[lo:hi], item.step[lo:hi]
+                for rule in self.step_rules:
+                    rule.on_steps(job, ranks, steps, ts, layouts.get((lo, hi)))
         elif isinstance(item, list):
             for one in item:
-                self.observe(one)
+                self.observe_steps(one, layouts)
 
     def _note_total_steps(self, job: str, total: int) -> None:
         if job not in self._total_steps and len(self._total_steps) >= 10_000:
@@ -153,7 +179,7 @@ class OnCall:
 
     def merge_placement(self, record: dict[str, Any]) -> None:
         """Another worker's placement record (streams/oncall_feed.py)."""
-        self._new_pairs.extend(self.placement.merge(record))
+        self.new_pairs.extend(self.placement.merge(record))
 
     def add_incident(self, incident: Incident) -> list[Alert]:
         """An incident recorded by another worker (or this one before a restart)."""
@@ -166,17 +192,19 @@ class OnCall:
             alerts = rule.gate(alerts)
         return alerts
 
+    def finish(self, alerts: list[Alert]) -> list[Alert]:
+        """``alerts`` through the on-call stages, in order (``finish([])``: what a merged placement republishes)."""
+        for stage in self.stages:
+            alerts = stage.process(alerts, self.view)
+        return alerts
+
     # -- what the escalation ladder asks about a job (models/oncall/escalation.py ``JobFacts``) ------------------
 
     def now(self) -> float | None:
-        return self.engine.clock if self.engine is not None else None
+        return self.view.clock if self.view is not None else None
 
     def checkpoint_of(self, job: str) -> tuple[float | None, int | None]:
-        state = self.engine.jobs.get(job) if self.engine is not None else None
-        if state is None:
-            return None, None
-        detector = state.checkpoint
-        return detector.last_success_ts, detector.latest_step
+        return self.view.checkpoint_of(job) if self.view is not None else (None, None)
 
     def restart_seconds(self, job: str) -> float | None:
         try:
@@ -187,64 +215,22 @@ class OnCall:
     def jobs_on(self, node: str, at: float) -> list[str]:
         return [j["job"] for j in self.placement.jobs_on(node, at=at)]
 
-    # -- output -------------------------------------------------------------------------------
+    def ranks_of(self, job: str) -> int:
+        return self.view.ranks_of(job) if self.view is not None else 0
 
-    def finish(self, alerts: list[Alert]) -> list[Alert]:
-        out: list[Alert] = []
-        for alert in alerts:
-            if not alert.job and alert.nodes and alert.type not in (AlertType.NODE_SUSPECT, AlertType.FABRIC):
-                alert = self._attribute(alert)  # a fabric incident names its jobs itself (models/oncall/incidents.py)
-            elif alert.job and "onset_ts" not in alert.evidence:
-                alert = self._onset_from_steps(alert)
-            if self.citations.absorbs(alert, ranks_of=self._ranks_of):
-                continue  # a drop that is (or may be) a straggler's own cost (models/oncall/citations.py)
-            self._publish(alert, out)
-        for rule in self._flush_rules:
-            out.extend(rule.flush())
-        if self._new_pairs:
-            pairs, self._new_pairs = self._new_pairs, []
-            out.extend(self._republish(pairs))
-        return self.gate(out)
+    def typical_step_time(self, job: str) -> float:
+        """Median duration of the job's recent judged steps (models/jobhealth/sli.py; a restart's resumed steps are
+        not judged again until they pass the old highest step, so these are the steps before it)."""
+        steps = self.view.recent_steps(job) if self.view is not None else ()
+        if not steps:
+            return 0.0
+        durations = sorted(d for _, _, d, _ in steps)
+        return round(durations[len(durations) // 2], 6)
 
-    def _publish(self, alert: Alert, out: list[Alert]) -> None:
-        """One alert leaving: cited, classified, remembered, shown to the outlet rules (their alerts after it)."""
-        alert = self.classifier.annotate(self.citations.cite(alert))
-        if alert.job and alert.status == AlertStatus.RESOLVED:
-            alert = self.with_effective_compute(alert)
-        out.append(alert)
-        self._remember(alert)
-        for rule in self._alert_rules:
-            out.extend(rule.update(alert))
+    # -- what the stages share ----------------------------------------------------------------
 
-    def _ranks_of(self, job: str) -> int:
-        state = self.engine.jobs.get(job) if self.engine is not None else None
-        return len(state.ranks) if state is not None else 0
-
-    def _hold_seconds(self, job: str) -> float:
-        return max(HOLD_MIN_SECONDS, HOLD_STEPS * self.typical_step_time(job))
-
-    def tick(self, now: float) -> list[Alert]:
-        out: list[Alert] = []
-        for alert in self.citations.release(now, self._hold_seconds):  # drops no straggler explained
-            self._publish(alert, out)
-        if self.engine is not None:
-            # Only the jobs the engine's timer just visited: a job's share moves only with its events, and every
-            # job an event reached is visited (models/engine.py ``tick``): O(jobs due), not O(jobs).
-            shares, jobs = self._share, self.engine.jobs
-            for job in self.engine.last_tick_jobs:
-                name, sli = job.job, job.sli
-                if jobs.get(name) is job and sli.first_ts is not None and sli.last_ts is not None \
-                        and sli.last_ts > sli.first_ts:
-                    shares[name] = round(min(sli.productive_seconds / (sli.last_ts - sli.first_ts), 1.0), 4)
-                else:
-                    shares.pop(name, None)  # evicted at this tick, or no span yet
-            if len(shares) > 2 * len(jobs) + 1024:  # jobs forgotten without a tick (revoked partitions)
-                self._share = {name: share for name, share in shares.items() if name in jobs}
-        for rule in self._tick_rules:
-            out.extend(rule.tick(now))
-        return self.gate(out)
-
-    def _attribute(self, alert: Alert, jobs: list[dict] | None = None) -> Alert:
+    def attribute(self, alert: Alert, jobs: list[dict] | None = None) -> Alert:
+        """A node alert naming the jobs with ranks on its node (and GPU) around its start."""
         gpu = alert.evidence.get("gpu")
         if jobs is None:
             jobs = self.placement.jobs_on(alert.nodes[0], at=alert.starts_at,
@@ -255,41 +241,19 @@ class OnCall:
         if jobs:  # with the rank counts: a version naming more ranks is a new version, not a repeat
             summary += "; jobs: " + ", ".join(f"{j['job']} ({len(j['ranks'])} rank{'s' * (len(j['ranks']) != 1)})"
                                               for j in jobs)
-        return alert.__class__(**{**_fields(alert), "evidence": evidence, "summary": summary})
+        return alert.__class__(**{**fields_of(alert), "evidence": evidence, "summary": summary})
 
     def with_effective_compute(self, alert: Alert) -> Alert:
         """The job's productive share (models/jobhealth/sli.py) as sampled at the latest timer tick: the timer runs
         between messages, so events one by one and batch envelopes give the same value."""
-        share = self._share.get(alert.job)
+        share = self.shares.get(alert.job)
         if share is None:
             return alert
-        return alert.__class__(**{**_fields(alert), "evidence": {**alert.evidence, "effective_compute": share}})
+        return alert.__class__(**{**fields_of(alert), "evidence": {**alert.evidence, "effective_compute": share}})
 
-    def _onset_from_steps(self, alert: Alert) -> Alert:
-        """Rules that name the step a problem began at (straggler, throughput drop): when that step ended,
-        minus its duration, from the job's recent judged steps (models/jobhealth/sli.py); older than those: the
-        detection time minus the steps since at their median duration."""
-        ev = alert.evidence
-        first = ev.get("first_step", ev.get("onset_step"))
-        detected = ev.get("detected_step")
-        job = self.engine.jobs.get(alert.job) if self.engine is not None else None
-        if not isinstance(first, int) or not isinstance(detected, int) or job is None:
-            return alert
-        steps = list(job.sli._steps)  # (step, end ts, step time, tokens), oldest first
-        onset = None
-        for step, end, duration, _ in steps:
-            if step == first:
-                onset = end - duration
-                break
-        if onset is None and steps:
-            typical = sorted(d for _, _, d, _ in steps)[len(steps) // 2]
-            onset = alert.starts_at - max(detected - first + 1, 0) * typical
-        if onset is None:
-            return alert
-        return alert.__class__(**{**_fields(alert), "evidence": {**ev, "onset_ts": round(min(onset, alert.starts_at), 6)}})
-
-    def _remember(self, alert: Alert) -> None:
-        if not alert.job and alert.nodes and alert.type not in (AlertType.NODE_SUSPECT, AlertType.FABRIC):
+    def remember(self, alert: Alert) -> None:
+        """An alert leaving: a firing node alert is kept (republished when a job starts on its node)."""
+        if is_node_alert(alert):
             if alert.status == AlertStatus.FIRING:
                 self.open_node_alerts[alert.id] = alert
                 if len(self.open_node_alerts) > 100_000:  # bound: a forgotten node's faults never resolve
@@ -297,57 +261,11 @@ class OnCall:
             else:
                 self.open_node_alerts.pop(alert.id, None)
 
-    def typical_step_time(self, job: str) -> float:
-        """Median duration of the job's recent judged steps (models/jobhealth/sli.py; a restart's resumed steps are
-        not judged again until they pass the old highest step, so these are the steps before it)."""
-        state = self.engine.jobs.get(job) if self.engine is not None else None
-        if state is None or not state.sli._steps:
-            return 0.0
-        durations = sorted(d for _, _, d, _ in state.sli._steps)
-        return round(durations[len(durations) // 2], 6)
 
-    def _republish(self, pairs: list[tuple[str, str]]) -> list[Alert]:
-        nodes = {node for _, node in pairs}
-        out = []
-        for ident, alert in list(self.open_node_alerts.items()):
-            if alert.nodes and alert.nodes[0] in nodes:
-                again = self._attribute(alert)
-                if again.evidence.get("jobs") != alert.evidence.get("jobs"):
-                    again = self.classifier.annotate(again)
-                    self.open_node_alerts[ident] = again
-                    self._remember(again)
-                    out.append(again)
-                    for rule in self._alert_rules:
-                        out.extend(rule.update(again))
-        return out
+def is_node_alert(alert: Alert) -> bool:
+    """A node's own alert (no job; not an incident, which names its jobs itself: models/telemetry/incidents.py)."""
+    return not alert.job and bool(alert.nodes) and alert.type not in (AlertType.NODE_SUSPECT, AlertType.FABRIC)
 
 
-def _fields(alert: Alert) -> dict[str, Any]:
+def fields_of(alert: Alert) -> dict[str, Any]:
     return {name: getattr(alert, name) for name in Alert.__slots__}
-
-
-def leaving_engine(method):
-    """Wrap an engine method so the alerts it returns pass through ``self.oncall`` once."""
-    name = method.__name__
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        oncall: OnCall = self.oncall
-        if oncall.engine is None:
-            oncall.engine = self
-            oncall.sli_of = self.job_sli
-        if oncall.depth:
-            return method(self, *args, **kwargs)
-        oncall.depth += 1
-        try:
-            if name in ("process", "process_batch") and args:
-                oncall.observe(args[0])
-            out = method(self, *args, **kwargs)
-            out = oncall.finish(out)
-            if name == "tick":
-                out.extend(oncall.tick(args[0] if args else kwargs["now"]))
-            return out
-        finally:
-            oncall.depth -= 1
-
-    return wrapper

@@ -23,6 +23,7 @@ from .oncall import OnCallSettings
 from .restarts import Restart, RestartCause, RestartTracker, restart_cause
 
 if TYPE_CHECKING:
+    from ..outlet import EngineView
     from .placement import PlacementView
 
 #: A restart names the job's latest firing alert from at most this long before its silence began.
@@ -35,6 +36,7 @@ class OutletEnv(Protocol):
     settings: Any  # OnCallSettings
     classifier: Classifier
     placement: PlacementView
+    view: EngineView | None  # the engine's public facts (models/outlet.py), once bound
 
     def typical_step_time(self, job: str) -> float:
         """Median duration of the job's recent judged steps (0.0: unknown)."""
@@ -238,13 +240,11 @@ class DrainBudgetRule(OutletRule):
     def __init__(self, env: OutletEnv, needs: dict[str, OutletRule]) -> None:
         self.env = env
 
-        def covered(nodes, at):
-            engine = getattr(env, "engine", None)
-            return engine.telemetry.incidents.covering(nodes, at) if engine is not None else None
+        def covered(nodes, at):  # (the engine's facts, once the outlet is bound to it: models/outlet.py)
+            return env.view.incident_covering(nodes, at) if env.view is not None else None
 
         def seen() -> int:
-            engine = getattr(env, "engine", None)
-            return engine.telemetry.reported_nodes() if engine is not None else 0
+            return env.view.reported_nodes() if env.view is not None else 0
 
         self.budget = DrainBudget(_limits(env.settings), covered=covered, seen_nodes=seen)
 

@@ -430,6 +430,10 @@ class FabricCorrelator:
     def job_nodes(self, job: str) -> tuple[str, ...]:
         return tuple(self._job_nodes.get(job, ()))
 
+    def jobs(self) -> tuple[str, ...]:
+        """The jobs whose nodes are known, in the order first seen."""
+        return tuple(self._job_nodes)
+
     def forget_job(self, job: str) -> None:
         self._job_nodes.pop(job, None)
 

@@ -2,7 +2,7 @@
 
 The telemetry tracker (models/telemetry/telemetry_tracker.py) writes one ``link_errors`` alert per node: the port
 that fired first, then the node's other ports that erred recently (docs/network.md). The fabric incidents
-(models/oncall/incidents.py ``FabricIncidents``) read it back through ``LinkErrorsEvidence.of`` to find the
+(models/telemetry/incidents.py ``FabricIncidents``) read it back through ``LinkErrorsEvidence.of`` to find the
 switch the erring ports are cabled to and the kinds of error, instead of by key. ``to_dict`` is the wire form,
 key for key and in order, as the tracker wrote it before (recordings replay byte for byte); keys added later
 (the jobs on the node, the on-call action) are kept by the alert, not by the record.

@@ -16,11 +16,11 @@ from ..rule import NodeRule, RuleSpec, Signal, closed
 from .device_rules import DeviceRules, device_rules
 from .host import HostSettings
 from .telemetry_hub import TelemetrySettings
+from .incidents import FabricIncidents, IntermittentIncidents, NodeIncidents
 from .telemetry_tracker import TelemetryTracker
 
 if TYPE_CHECKING:
     from ..alerts import Alert
-    from ..oncall.incidents import FabricIncidents, IntermittentIncidents, NodeIncidents
     from ..wire.events import Event
 
 
@@ -137,7 +137,7 @@ class DeviceRule(NodeRule):
 
 
 class _IncidentRule(NodeRule):
-    """A node rule that is an incidents object of models/oncall/incidents.py (``self.incidents``: ``filter``,
+    """A node rule that is an incidents object of models/telemetry/incidents.py (``self.incidents``: ``filter``,
     ``firing``, ``close``) fed alerts: the three methods said once."""
 
     incidents: Any
@@ -154,14 +154,12 @@ class _IncidentRule(NodeRule):
 
 class FabricRule(_IncidentRule):
     """Many nodes' ports erring at once: one fabric incident instead of a link alert per node
-    (models/oncall/incidents.py). Takes the telemetry rule's alerts as they leave."""
+    (models/telemetry/incidents.py). Takes the telemetry rule's alerts as they leave."""
 
     spec = RuleSpec(name="fabric", consumes=frozenset({Signal.ALERTS}), alert_types=(AlertType.FABRIC,),
                     failure_classes=("fabric",), settings=None, needs=("telemetry",))
 
     def __init__(self, env: NodeEnv, needs: dict[str, NodeRule]) -> None:
-        from ..oncall.incidents import FabricIncidents  # oncall imports the engine's outlet: not at load time
-
         telemetry = needs["telemetry"]
         assert isinstance(telemetry, TelemetryRule)
         self.incidents: FabricIncidents = FabricIncidents(telemetry.tracker, jobs_on=env.jobs_on)
@@ -174,28 +172,24 @@ STRAGGLER_CLASSES = ("straggler_unexplained", "input_pipeline")
 
 class NodeIncidentRule(_IncidentRule):
     """The stragglers of most ranks of one node, with one kind of cause, as one node incident
-    (models/oncall/incidents.py ``NodeIncidents``). Takes the job rules' alerts once their causes are named."""
+    (models/telemetry/incidents.py ``NodeIncidents``). Takes the job rules' alerts once their causes are named."""
 
     spec = RuleSpec(name="node_incident", consumes=frozenset({Signal.ENRICHED}), alert_types=(AlertType.STRAGGLER,),
                     failure_classes=STRAGGLER_CLASSES, settings=None)
 
     def __init__(self, env: NodeEnv, needs: dict[str, NodeRule]) -> None:
-        from ..oncall.incidents import NodeIncidents  # oncall imports the engine's outlet: not at load time
-
         self.incidents: NodeIncidents = NodeIncidents(env.ranks_on)
 
 
 class IntermittentRule(NodeRule):
     """A rank straggling again soon after its last episode ended: the same incident, under the first episode's id
-    (models/oncall/incidents.py ``IntermittentIncidents``). Takes the job rules' alerts once their causes are
+    (models/telemetry/incidents.py ``IntermittentIncidents``). Takes the job rules' alerts once their causes are
     named, after the node incidents."""
 
     spec = RuleSpec(name="intermittent_incident", consumes=frozenset({Signal.ENRICHED}),
                     alert_types=(AlertType.STRAGGLER,), failure_classes=STRAGGLER_CLASSES, settings=None)
 
     def __init__(self, env: NodeEnv, needs: dict[str, NodeRule]) -> None:
-        from ..oncall.incidents import IntermittentIncidents
-
         self.incidents: IntermittentIncidents = IntermittentIncidents()
         #: Incidents now firing (an episode after the first, under the first one's id), by id: latest version.
         self._open: dict[str, Alert] = {}

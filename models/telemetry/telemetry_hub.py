@@ -22,10 +22,13 @@ from ..alert_types import AlertStatus, AlertType, ENRICHED_TYPES
 from ..alerts import Alert
 from ..evidence import HangEvidence
 from .causes import SuspectedCause
+from .fabric import FabricCorrelator, FabricHistory
+from .host import HostSettings, host_hub_parts, merge_causes
+from .link_baseline import LinkBaselines
 from .telemetry_correlator import TelemetryCorrelator
 from ..wire.telemetry_events import TELEMETRY_KINDS  # noqa: F401  (the engine routes these kinds here)
 from .telemetry_tracker import TelemetryTracker
-from ..rule import NodeRule, Signal, capped_of, open_alerts_of, reconfigure_rules
+from ..rule import NodeRule, Signal, capped_of, dependency_order, open_alerts_of, reconfigure_rules
 
 
 
@@ -40,21 +43,17 @@ class TelemetryHub:
     #: Re-enrich only the open alerts whose inputs changed (``refresh``); False: all of them every tick.
     incremental = True
 
-    def __init__(self, settings=None, host=None, rules=None) -> None:
-        """``rules``: the node rules' classes, in feeding order (default: the registry's ``NODE_RULES``)."""
+    def __init__(self, settings=None, host=None, *, rules, finders=()) -> None:
+        """``rules``: the node rules' classes, in feeding order (the registry's ``NODE_RULES``); ``finders``: the cause
+        finders' classes (the registry's ``CAUSE_FINDERS``, models/telemetry/cause_finders.py)."""
         if settings is None:
             settings = TelemetrySettings()
         if host is None:
-            from .host import HostSettings
-
             host = HostSettings()
         s = settings
         self.settings = s
         self.host_settings = host
-        from ..registry import NODE_RULES  # the registry imports the rules, which import this module
-        from ..rule import dependency_order
-
-        classes = tuple(NODE_RULES if rules is None else rules)
+        classes = tuple(rules)
         made: dict[str, NodeRule] = {}
         by_name = {c.spec.name: c for c in classes}
         for spec in dependency_order([c.spec for c in classes]):  # each after the rules it needs
@@ -72,12 +71,9 @@ class TelemetryHub:
                                               data_time_ratio=s.data_time_ratio)
         self.max_updates = s.max_enrichment_updates
         # Job-level alerts (comm_slowdown, ...) are judged against all of the job's nodes (models/telemetry/fabric.py).
-        from .fabric import FabricCorrelator, FabricHistory
-        from .link_baseline import LinkBaselines
-
         baselines = LinkBaselines(half_life=s.link_baseline_half_life, min_samples=s.link_baseline_min_samples)
         self.fabric = FabricCorrelator(FabricHistory(baselines=baselines), window=s.correlation_window)
-        # Many nodes' ports erring at once: one fabric incident, not a page per node (models/oncall/incidents.py).
+        # Many nodes' ports erring at once: one fabric incident, not a page per node (models/telemetry/incidents.py).
         self.incidents = self.rule("fabric").incidents
         #: The rules that consume ``ENRICHED`` (one node's stragglers as one incident, a flaky rank's episodes as
         #: one): the job rules' alerts go through them, in this order, once their causes are named.
@@ -91,9 +87,9 @@ class TelemetryHub:
         self._fabric_cache: dict[str, tuple[float, list | None]] = {}
         self._now: float | None = None
         # Host signals (models/telemetry/host.py) and the device-layer rules (models/telemetry/device_rules.py).
-        from .host import host_hub_parts
-
         self.host, self.host_correlator = host_hub_parts(s, host)
+        #: What names suspected causes, by name (models/telemetry/cause_finders.py).
+        self.finders = {f.name: f.of(self) for f in finders}
         # Open enriched alerts: id -> [base alert, signature of its causes, updates published, last version]
         self._open: dict[str, list] = {}
         self.max_open = 10_000
@@ -191,12 +187,12 @@ class TelemetryHub:
         self._changed_jobs.add(job)
 
     def ranks_on(self, job: str, node: str) -> tuple[int, ...]:
-        return tuple(sorted(r for r, (n, _) in self.correlator._placement.get(job, {}).items() if n == node))
+        return tuple(sorted(r for r, (n, _) in self.correlator.placements().get(job, {}).items() if n == node))
 
     def jobs_on(self, nodes: tuple[str, ...]) -> list[str]:
         wanted = set(nodes)
-        jobs = dict.fromkeys((*self.correlator._placement, *self.fabric._job_nodes))
-        return [job for job in jobs if wanted.intersection(self._job_nodes(job))]
+        jobs = dict.fromkeys((*self.correlator.placements(), *self.fabric.jobs()))
+        return [job for job in jobs if wanted.intersection(self.job_nodes(job))]
 
     def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
                       steps: list[int] = (), step_times: list[float] = (), *, layout=None) -> None:
@@ -211,8 +207,16 @@ class TelemetryHub:
         since = HangEvidence.of(alert).stalled_since if alert.type == AlertType.HANG else None
         return alert.starts_at if since is None else float(since)
 
-    def _job_nodes(self, job: str) -> tuple[str, ...]:
-        placed = (node for node, _ in self.correlator._placement.get(job, {}).values() if node is not None)
+    # -- where jobs run, as the cause finders ask (models/telemetry/cause_finders.py ``CauseView``) ----------------
+
+    def placement(self, job: str, rank: int) -> tuple[str | None, int | None]:
+        return self.correlator.placement(job, rank)
+
+    def rank_nodes(self, job: str) -> list[str]:
+        return self.correlator.job_nodes(job)
+
+    def job_nodes(self, job: str) -> tuple[str, ...]:
+        placed = (node for node, _ in self.correlator.placements().get(job, {}).values() if node is not None)
         return tuple(dict.fromkeys((*placed, *self.fabric.job_nodes(job))))
 
     def _enriched(self, base: Alert) -> tuple[Alert, tuple]:
@@ -221,18 +225,14 @@ class TelemetryHub:
         # shows while it lasts (a throttle that deepens, host pressure that starts) counts, not only its onset's.
         now = self._now if base.type == AlertType.STRAGGLER and base.status == AlertStatus.FIRING else None
         late = now is not None and now > at + self.correlator.window
-        causes = self.correlator.suspects(base, at=at, until=now if late else None)
-        from .host import merge_causes
-
-        host = self.host_correlator.suspects(base, at=at, placement=self.correlator.placement,
-                                             job_nodes=self.correlator.job_nodes)
+        finders = self.finders
+        causes = finders["ranks"].suspects(base, at, self, until=now if late else None)
+        host = finders["host"].suspects(base, at, self)
         if late:
             seen = {(c.node, c.component) for c in host}
-            host = host + [c for c in self.host_correlator.suspects(
-                base, at=now, placement=self.correlator.placement, job_nodes=self.correlator.job_nodes)
-                if (c.node, c.component) not in seen]
+            host = host + [c for c in finders["host"].suspects(base, now, self) if (c.node, c.component) not in seen]
         causes = merge_causes(causes, host, self.correlator.max_causes)
-        if self.fabric.applies(base):
+        if finders["fabric"].applies(base):
             return self._enriched_job_wide(base, at, causes)
         rank = 0
         listed = []
@@ -248,7 +248,7 @@ class TelemetryHub:
     def _enriched_job_wide(self, base: Alert, at: float, own: list[SuspectedCause]) -> tuple[Alert, tuple]:
         """A job-level alert: the job's nodes compared with each other (models/telemetry/fabric.py); with too few
         nodes to compare, every spike on any of them near the onset is a candidate."""
-        nodes = self._job_nodes(base.job)
+        nodes = self.job_nodes(base.job)
         host = [c for c in own if c.category == "host"]  # host signals (models/telemetry/host.py) judged on their own
         incident = self.incidents.covering(nodes, at)
         if incident is not None:  # the job's nodes are in a fabric incident: that is the cause, no node is
@@ -264,9 +264,9 @@ class TelemetryHub:
         found = self._fabric_suspects(base, nodes, at)
         if found is None:
             wide = replace(base, nodes=tuple(dict.fromkeys((*base.nodes, *nodes))), ranks=())
-            causes = self.correlator.suspects(wide, at=at) + host
+            causes = self.finders["ranks"].suspects(wide, at, self) + host
         else:
-            causes = [s.cause() for s in found]
+            causes = list(found)
             seen = {(c.node, c.component) for c in causes}
             # Spikes near the ranks it names (ranks that stood out); a hang's listed ranks are all waiting.
             causes += [c for c in (own if base.type != AlertType.HANG else host) if (c.node, c.component) not in seen]
@@ -294,7 +294,7 @@ class TelemetryHub:
         if cached is not None and now is not None and not late_telemetry and (
                 now - cached[0] < self.fabric_refresh_seconds or self._fabric_frozen(cached, base)):
             return cached[1]
-        found = self.fabric.suspects(nodes, at)
+        found = self.finders["fabric"].suspects(base, at, self)  # (of the job's nodes: ``nodes``)
         if len(self._fabric_cache) >= self.max_open:
             self._fabric_cache.pop(next(iter(self._fabric_cache)))
         self._fabric_cache[base.id] = (now if now is not None else at, found, samples)
@@ -303,7 +303,7 @@ class TelemetryHub:
     def enrich(self, alerts: list[Alert]) -> list[Alert]:
         """Add ``suspected_causes`` (and a hint in the summary) to straggler, hang and comm alerts, then pass them
         through the node rules that consume ``ENRICHED`` (e.g. the stragglers of most ranks of one node become one
-        node incident: models/oncall/incidents.py)."""
+        node incident: models/telemetry/incidents.py)."""
         if not alerts:
             return alerts
         return self._grouped(self._enrich(alerts))
@@ -319,14 +319,14 @@ class TelemetryHub:
     def _index(self, alert_id: str, base: Alert, enriched: Alert) -> None:
         """Note what ``alert_id``'s enrichment depends on (``refresh``)."""
         self._unindex(alert_id)
-        nodes = tuple(dict.fromkeys((*base.nodes, *enriched.nodes, *self._job_nodes(base.job))))
+        nodes = tuple(dict.fromkeys((*base.nodes, *enriched.nodes, *self.job_nodes(base.job))))
         self._deps[alert_id] = (base.job, nodes)
         self._by_job.setdefault(base.job, set()).add(alert_id)
         for node in nodes:
             self._by_node.setdefault(node, set()).add(alert_id)
         cached = self._fabric_cache.get(alert_id)
         if (base.type == AlertType.STRAGGLER and base.status == AlertStatus.FIRING) or (
-                self.fabric.applies(base) and (cached is None or not self._fabric_frozen(cached, base))):
+                self.finders["fabric"].applies(base) and (cached is None or not self._fabric_frozen(cached, base))):
             self._timed.add(alert_id)  # its causes follow the clock (a late straggler's, the fabric cache's age)
 
     def _unindex(self, alert_id: str) -> None:
@@ -349,8 +349,7 @@ class TelemetryHub:
     def _enrich(self, alerts: list[Alert]) -> list[Alert]:
         out = []
         for alert in alerts:
-            if (alert.type not in self.ENRICHED_TYPES and not self.host_correlator.enriches(alert)
-                    and not self.fabric.applies(alert)):
+            if not any(finder.applies(alert) for finder in self.finders.values()):
                 out.append(alert)
                 continue
             if alert.status == AlertStatus.FIRING:

@@ -18,7 +18,7 @@ and per port:
   errors in several of its recent samples, or down), firing and resolved. ``link_errors`` is one
   alert per **node**, whichever of its ports err (``evidence.ports`` lists them): a node whose
   every port errs is one problem, not one page per port. Many nodes erring together are one
-  ``fabric`` incident instead (models/oncall/incidents.py reads :meth:`TelemetryTracker.link_trouble`).
+  ``fabric`` incident instead (models/telemetry/incidents.py reads :meth:`TelemetryTracker.link_trouble`).
 
 The spike episodes are what the correlator (models/telemetry/telemetry_correlator.py) ranks as suspected causes.
 """

@@ -231,7 +231,7 @@ def _topology_nic(item: dict) -> dict[str, Any]:
                                               for p in ports):
         raise InvalidEvent("topology nic 'ports' must be a list of port numbers")
     out["ports"] = ports[:64]
-    # the switch at the other end of the cable (models/oncall/incidents.py)
+    # the switch at the other end of the cable (models/telemetry/incidents.py)
     switch = _str(item, "switch", required=False)
     if switch:
         out["switch"] = switch

@@ -13,7 +13,7 @@ from stepwatch.commands.common import files_precheck
 
 
 def _alerts(files: list[str], settings, overrides: dict | None, args) -> tuple[list[dict], dict]:
-    from stepwatch.backtest import candidate_lines
+    from stepwatch.recording import candidate_lines
     from stepwatch.recording import merge_recorded, replay, replay_jobs
 
     out = io.StringIO()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 
 from typing import TYPE_CHECKING
+
+from stepwatch.terminal import json_line, printable  # noqa: F401  (the commands' text helpers, re-exported)
 
 if TYPE_CHECKING:  # the whole tree loads the detection core: only when a command needs it, not to parse
     from stepwatch.client_settings import ClientSettings
@@ -81,28 +82,6 @@ def _require_reachable(settings: Settings | ClientSettings, command: str, timeou
             errors.append(f"{server.strip()}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
     raise SystemExit(f"stepwatch {command}: Kafka broker unreachable ({'; '.join(errors)}); check --bootstrap or "
                      "KAFKA_BOOTSTRAP (`stepwatch broker` starts a local one)")
-
-
-def printable(text: object) -> str:
-    """``text`` safe for a terminal: control characters (C0, DEL, C1, line and paragraph separators, bidi
-    overrides) as Python escapes, so a job named ``x\\n... RESOLVED`` or with ``\\x1b[`` cannot print a fake
-    line or move the cursor (issue 27 item 10)."""
-    s = str(text)
-    if s.isprintable():
-        return s
-    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in s)
-
-
-#: What JSON leaves raw but a terminal may act on: C1 controls, line/paragraph separators, bidi controls.
-_JSON_UNSAFE = re.compile("[\u0080-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def json_line(obj: object) -> str:
-    """``obj`` as one JSON line that is safe on a terminal (JSON already escapes C0 controls; the rest are only
-    ever inside strings, where a ``\\uXXXX`` escape means the same)."""
-    import orjson
-
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode())
 
 
 def _cut(text: str, width: int) -> str:

@@ -33,8 +33,8 @@ from typing import Any, Callable
 from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
 from ..evidence import Horizon, StragglerEvidence
-from ..telemetry.causes import SuspectedCause
-from ..telemetry.link_evidence import LinkErrorsEvidence
+from .causes import SuspectedCause
+from .link_evidence import LinkErrorsEvidence
 from ..steps.cost import cost
 
 #: The group of nodes without a known switch: the whole fleet.
