@@ -20,11 +20,13 @@ Imports no detector: the store, like the tree, loads light.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from .settings import DetectionSettings
 
 
+@functools.cache  # asked for each rule of each new job: the tree's fields are read once per class
 def section_of(cls: type) -> str:
     """The section name of settings class ``cls``: its field in the tree, else its ``SECTION`` attribute."""
     for f in dataclasses.fields(DetectionSettings):

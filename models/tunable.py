@@ -14,6 +14,7 @@ low end exclusive; ``why`` says in a few words what an out-of-range value would 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -80,11 +81,13 @@ def check_runtime_value(cls: type, name: str, value: Any) -> None:
         raise ValueError(f"{name}={value!r}: expected {bounds}" + (f" ({bounds.why})" if bounds.why else ""))
 
 
+@functools.cache  # read for each new job's rules: a class's fields do not change
 def runtime_fields(cls: type) -> tuple[str, ...]:
     """Names of ``cls``'s fields marked :func:`runtime`, in declaration order."""
     return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get(_RUNTIME))
 
 
+@functools.cache
 def startup_fields(cls: type) -> tuple[str, ...]:
     """Names of ``cls``'s fields that only the environment sets (not marked :func:`runtime`)."""
     return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get(_RUNTIME))

@@ -92,6 +92,6 @@ def install_drain_ledger(app, engine, settings) -> None:
                 if producer is not None:
                     try:
                         await producer.stop()
-                    except Exception:  # a producer that cannot stop: a new one next time
+                    except Exception:  # silent: dropped, a new one next time (the failure is logged above)
                         pass
                 producer = None

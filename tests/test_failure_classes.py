@@ -3,10 +3,10 @@ classes the registered rules declare, and an alert type's class by type alone is
 
 from __future__ import annotations
 
-from stepwatch.models.registry import type_classes
 from stepwatch.models import registry
 from stepwatch.models.alert_types import ALERT_TYPES
-from stepwatch.models.oncall.actions import FAILURE_CLASSES, Classifier, type_classes
+from stepwatch.models.registry import type_classes
+from stepwatch.models.oncall.actions import FAILURE_CLASSES, Classifier
 
 
 def test_the_table_has_a_row_for_each_class_a_rule_declares_and_no_other():
