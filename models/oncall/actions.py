@@ -108,7 +108,7 @@ def _fc(scope: str, kind: str, retryable: bool, exclude: bool, sentence: str) ->
 
 
 #: What each failure class means and asks for: a row per class the registered rules declare
-#: (``RuleSpec.failure_classes``, the one list of which exist), and ``unknown`` (tests/test_failure_classes.py).
+#: (``RuleSpec.failure_classes``, the one list of which exist), and ``unknown`` (tests/models/oncall/test_failure_classes.py).
 FAILURE_CLASSES: dict[str, FailureClass] = {
     "xid_79_off_bus": _fc("device", "drain_node", False, True,
                           "GPU fell off the bus (Xid 79): drain {nodes}, reset or replace the GPU, and restart the "
@@ -159,7 +159,7 @@ FAILURE_CLASSES: dict[str, FailureClass] = {
     "fabric": _fc("platform", "check_link", True, False,
                   "One fault of the shared fabric (a switch or its cabling) under {nodes}: check the switch; no "
                   # (the path is the incidents' former home: kept, the alert text must not change in issue 40)
-                  "node is to blame or drain (models/oncall/incidents.py)."),
+                  "node is to blame or drain (models/telemetry/incidents.py)."),
     "input_pipeline": _fc("job", "fix_application", False, False,
                           "The input pipeline is slow on {nodes}: check data loader workers and storage throughput."),
     "host_io": _fc("platform", "investigate", True, False,
