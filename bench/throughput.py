@@ -200,7 +200,7 @@ def targets(kafka_r: dict | None, mem_r: list | None) -> str:
            f"(target 200k: {ok(rate >= 200_000)}), {rate / bare:.2f}x the bare consumer on the same messages "
            f"(target 0.5: {ok(rate >= 0.5 * bare)}). The worker decodes a plain step envelope column by column "
            "(`decode_message_columns`) and `DetectionEngine.process_batch` judges it with array operations (same "
-           "alerts and state as event by event: tests/test_batch_path.py); the Faust agent mode reaches "
+           "alerts and state as event by event: tests/models/steps/test_batch_path.py); the Faust agent mode reaches "
            f"{b['stepwatch_events_s'] / bare:.2f}x.",
            f"- Single-event messages: {single:.1f}x a trivial default Faust agent (target 3x: {ok(single >= 3)}); "
            "the worker's own aiokafka consumer merges consecutive step messages of a partition (up to 1,024 "

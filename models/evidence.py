@@ -3,7 +3,7 @@
 An alert's ``evidence`` is a dict because it is the wire form (docs/alerts.md). The rules write it; other
 modules (models/oncall/actions.py: failure class, implicated nodes, onset) read a few fields of it. They read them
 through these records instead of by key, so a field's name and type are stated once, next to the vocabulary
-of its values, and the contract test (tests/test_rule_contract.py) checks that every straggler and hang
+of its values, and the contract test (tests/models/test_rule_contract.py) checks that every straggler and hang
 alert the rules emit reads back as its record.
 """
 

@@ -10,7 +10,7 @@ Each stage is an :class:`AlertStage`: it may ``observe`` the input runs before t
 restarts), ``process`` the alerts leaving it (and returns them, changed, dropped or with new ones after them), and
 say at a ``tick`` what it has to say then (held alerts released, the outlet rules' timers); what a stage's tick
 returns goes through the stages after it. A stage passes on, unchanged and in order, every alert it does not handle
-(tests/test_rule_contract.py). Stages know the jobs only through an :class:`EngineView`: public, read-only facts.
+(tests/models/test_rule_contract.py). Stages know the jobs only through an :class:`EngineView`: public, read-only facts.
 """
 
 from __future__ import annotations

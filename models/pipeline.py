@@ -182,7 +182,7 @@ class Pipeline:
 
         Consecutive step messages of one partition are decoded as one column batch (up to
         ``MAX_RUN_EVENTS`` events); anything else goes one message at a time. Both give the
-        same alerts and state (tests/test_batch_path.py, tests/test_pipeline.py). ``messages``: ``Message``s
+        same alerts and state (tests/models/steps/test_batch_path.py, tests/models/test_pipeline.py). ``messages``: ``Message``s
         (or records with the same attributes) or bare values.
 
         ``road``: what the messages' topic may carry (the events topic: everything; the telemetry topic:

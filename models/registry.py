@@ -9,7 +9,7 @@ A new node-level rule (node telemetry, keyed by node) is a module with a ``NodeR
 alerts leaving the engine (restarts, the node ledger) is a module with an ``OutletRule`` and one line in
 ``OUTLET_RULES``; the engine's outlet (``OnCall``) makes one for the worker and feeds it every alert leaving.
 The outlet chain itself is ``OUTLET_STAGES`` (models/outlet.py). Every alert type has a declared source, and every registered rule runs through one contract
-(tests/test_rule_contract.py).
+(tests/models/test_rule_contract.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ names, in event order, and asked for its open alerts and to close them through t
 The engine (models/engine.py) knows no rule by name beyond the hang rule's rank bookkeeping (its timer
 asks each rule's ``next_due``): a new
 rule is one module with a ``JobRule`` subclass and one line in the registry, and the shared contract
-test (tests/test_rule_contract.py) runs it like every other (warm-up, reconfigure, bounded state, replay
+test (tests/models/test_rule_contract.py) runs it like every other (warm-up, reconfigure, bounded state, replay
 determinism, open alerts closed with a ``Resolution``).
 
 Like River's ``DriftDetector``: a small base class whose ``update``-style methods return what happened,
@@ -175,7 +175,7 @@ class NodeRule(Rule):
     * ``Signal.TICKS``: ``tick(now)``, ``now`` on the worker's timer clock.
 
     Each feeding method returns the alerts that fired or resolved because of its input. A new node rule is a
-    ``NodeRule`` subclass and one line in ``NODE_RULES``; tests/test_rule_contract.py runs it through the same
+    ``NodeRule`` subclass and one line in ``NODE_RULES``; tests/models/test_rule_contract.py runs it through the same
     contract as the other rules.
     """
 

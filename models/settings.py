@@ -20,7 +20,7 @@ security, the worker's web server, Alertmanager, the shard stage) and reads the 
 the worker runs. The core takes a ``DetectionSettings`` (or a ``Settings``) and imports nothing from
 ``stepwatch``. Each section's class lives in a light ``settings.py`` beside what it configures, importing no
 detector (its old home re-exports it), so this tree and stepwatch/config.py load no engine
-(tests/test_settings_tree.py).
+(tests/models/test_settings_tree.py).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def runtime_range(cls: type, name: str) -> Range:
 
 
 def has_own_range(cls: type, name: str) -> bool:
-    """Whether field ``name`` states its own range (every runtime number should: tests/test_runtime_config_bounds.py)."""
+    """Whether field ``name`` states its own range (every runtime number should: tests/cli/test_runtime_config_bounds.py)."""
     field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
     return bool(field is not None and field.metadata.get(_OWN_RANGE))
 

@@ -2,7 +2,7 @@
 
 What every Kafka client needs, in a module that imports nothing heavy: the rank monitor and the
 training callbacks use :class:`ClientSettings` (``import stepwatch.producers.monitor`` loads no
-numpy, scipy, Faust or detection model; tests/test_light_import.py). ``stepwatch.config.Settings``
+numpy, scipy, Faust or detection model; tests/cli/test_light_import.py). ``stepwatch.config.Settings``
 composes the same two sections into the whole tree, parsed by the same rules.
 """
 

@@ -402,7 +402,7 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts.
 
     ``across_arrivals``: lines of different ``_arrival`` merged into the worker's column batches, each row on
-    its own arrival (the same alerts: tests/test_replay_fast.py); False: a read per arrival, as before."""
+    its own arrival (the same alerts: tests/cli/test_replay_fast.py); False: a read per arrival, as before."""
     from stepwatch.models.pipeline import Pipeline, run_recording
     from stepwatch.models.sinks import JsonLinesSink
 

@@ -178,7 +178,7 @@ def validate_all(overrides: dict[str, dict[str, Any]], base: Settings) -> None:
 
 
 def runtime_table() -> str:
-    """The runtime fields as a Markdown table (docs/configuration.md holds it; tests/test_runtime_config_store.py
+    """The runtime fields as a Markdown table (docs/configuration.md holds it; tests/cli/test_runtime_config_store.py
     keeps the two the same): every field ``config set`` accepts, its default, range and scope."""
     worker = worker_sections()
     lines = ["| setting | default | range | set for |", "| --- | --- | --- | --- |"]

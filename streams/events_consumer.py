@@ -8,7 +8,7 @@ forgetting and publishing are the worker's own methods (streams/worker.py), give
 
 A component (streams/component.py): built from explicit dependencies, ``start()``/``stop()`` run as a service of
 the worker's app; ``consumer_factory`` and ``faust_offsets`` are the only parts that touch Kafka, so a test
-drives the component with an in-memory consumer (tests/test_events_consumer.py).
+drives the component with an in-memory consumer (tests/streams/test_events_consumer.py).
 """
 
 from __future__ import annotations

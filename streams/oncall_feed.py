@@ -18,7 +18,7 @@ A restarted worker reads both topics back from the beginning, so the ledger surv
 
 A component (streams/component.py): ``OnCallFeed`` is built from the on-call state, the settings and callables
 (its partitions, the alert publisher, a ``send`` to Kafka); ``attach(app)`` adds the topic readers and the
-timer. A test drives ``on_ledger``/``on_placement``/``share`` in memory (tests/test_oncall_feed.py).
+timer. A test drives ``on_ledger``/``on_placement``/``share`` in memory (tests/streams/test_oncall_feed.py).
 """
 
 from __future__ import annotations

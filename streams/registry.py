@@ -17,7 +17,7 @@ URLs count; a ``ts`` more than ``max_future`` seconds ahead of the reader's cloc
 future stamp would outlive the real owner's re-advertising); at most ``MAX_WORKERS`` entries.
 
 ``WorkersRegistry`` is the pure part (``apply``/``owner``, clock passed in; unit-tested in
-tests/test_registry.py); ``RegistryAdvertiser`` is the thin Kafka adapter (a ``mode.Service`` of
+tests/models/test_registry.py); ``RegistryAdvertiser`` is the thin Kafka adapter (a ``mode.Service`` of
 the app with its own producer and reader).
 """
 

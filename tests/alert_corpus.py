@@ -3,7 +3,7 @@ generators (tests/gen2, tests/gen3), replayed as ``stepwatch replay`` does, and 
 JSON Lines. A redesign must leave every digest as it is (issue 40: "behaviour does not change").
 
 ``python tests/alert_corpus.py [--write] [NAME...]`` prints (or writes into ``DIGESTS``) the digests and the
-seconds each recording took; tests/test_alert_corpus.py compares a bounded sample (or all: ``--full``).
+seconds each recording took; tests/models/test_alert_corpus.py compares a bounded sample (or all: ``--full``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DIGESTS = HERE / "fixtures" / "alert_corpus.json"
-#: ``--drain`` of each family, as its own tests replay it (tests/test_gen2_replay.py, tests/gen3/judge.py).
+#: ``--drain`` of each family, as its own tests replay it (tests/scenarios/test_gen2_replay.py, tests/gen3/judge.py).
 GEN2_DRAIN = 120.0
 GEN3_DRAIN = 900.0
 LIBRARY_DRAIN = 0.0

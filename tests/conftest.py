@@ -22,6 +22,18 @@ from collections.abc import Iterator
 
 import pytest
 
+import sys
+from pathlib import Path
+
+# The tests mirror the code's tree (tests/models/steps/...); a few import helpers from a test
+# module in another folder (test_rule_contract's runs, test_agent's sysfs tree): every test
+# folder is on the path, so those imports do not depend on the order pytest collects in.
+for _folder in sorted(p for p in Path(__file__).resolve().parent.rglob("*") if p.is_dir()
+                      and any(p.glob("test_*.py")) and not (p / "__init__.py").exists()):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
+
 from allowed_skips import allowed
 
 

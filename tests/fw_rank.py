@@ -1,7 +1,7 @@
 """One rank of a small real training job in one of the frameworks LLM jobs use (gloo, CPU), adopted
 with the two documented lines only: ``RankMonitor()`` and ``with monitor.step(): ...``.
 
-Run by tests/test_training_frameworks.py as ``python tests/fw_rank.py --framework NAME`` with the
+Run by tests/producers/frameworks/test_training_frameworks.py as ``python tests/fw_rank.py --framework NAME`` with the
 torchrun environment conventions (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and the
 stepwatch ones (KAFKA_BOOTSTRAP, STEPWATCH_KAFKA_TOPIC_PREFIX, STEPWATCH_JOB).
 

@@ -2,7 +2,7 @@
 
 Every import counts, in the module's body or inside a function: an import moved into a function to break a
 cycle at load time still makes the two modules depend on each other (issue 40 item 4). Only one under
-``if TYPE_CHECKING:`` is left out (it never runs). tests/test_import_cycles.py fails on a cycle.
+``if TYPE_CHECKING:`` is left out (it never runs). tests/models/test_import_cycles.py fails on a cycle.
 """
 
 from __future__ import annotations

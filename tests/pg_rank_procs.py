@@ -1,6 +1,6 @@
 """Ranks as OS processes running real gloo collectives on a tensor-parallel subgroup and the
 default (data-parallel) group, publishing through RankMonitor (process groups tracked
-automatically, stack requests answered). Used by tests/test_hang_forensics_kafka.py.
+automatically, stack requests answered). Used by tests/models/hang/test_hang_forensics_kafka.py.
 
 Each step: a little "compute", one all-reduce on the rank's TP pair (``new_subgroups``), one on
 the default group. ``stall_rank`` stops at ``stall_step`` before its TP collective, inside

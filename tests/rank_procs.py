@@ -1,6 +1,6 @@
 """Ranks as OS processes that publish through RankMonitor, synchronised by a real cross-process barrier.
 
-Used by tests/test_monitor_hang.py. Each rank: a step of ``step_s`` of "compute", then a
+Used by tests/models/hang/test_monitor_hang.py. Each rank: a step of ``step_s`` of "compute", then a
 collective (a ``multiprocessing`` barrier every rank must reach, numbered and timed by
 the monitor), with the monitor's heartbeat thread reporting every ``heartbeat_s``.
 ``stall_rank`` stops at ``stall_step`` *before* the collective (its training thread sleeps;

@@ -1,6 +1,6 @@
 """One rank of a small real DDP training job (gloo, CPU), monitored by stepwatch.
 
-Run by tests/test_torch_ddp.py (and bench/) as ``python tests/train_rank.py`` with the
+Run by tests/producers/frameworks/test_torch_ddp.py (and bench/) as ``python tests/train_rank.py`` with the
 torchrun environment conventions (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)
 and the stepwatch ones (KAFKA_BOOTSTRAP, STEPWATCH_KAFKA_TOPIC_PREFIX, STEPWATCH_JOB): the
 monitor reads its whole configuration from the environment, as it would under torchrun.

@@ -1,4 +1,4 @@
-"""A local user's process on the agent's node, for tests/test_agent_trust.py (stdlib only: run with the
+"""A local user's process on the agent's node, for tests/producers/test_agent_trust.py (stdlib only: run with the
 system's python3, as ``nobody`` through ``setpriv``, or as root for a genuine rank).
 
     untrusted_proc.py READY sleep

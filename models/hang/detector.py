@@ -454,7 +454,7 @@ class HangDetector:
         """Back from a pause no step was due in (a job-wide eval or checkpoint, or the last rank's own checkpoint):
         the wait for the next step starts now. Counted from the step before the pause, a 60 s eval of 2 s steps
         (or rank 0 saving alone for 5 minutes) made a warning the moment training resumed
-        (tests/test_gen3_hang_after_pause.py). Clamped like any progress (``clamp_future``)."""
+        (tests/models/hang/test_gen3_hang_after_pause.py). Clamped like any progress (``clamp_future``)."""
         p = self.progress
         if self._episode is None and not p.in_checkpoint():
             p.progress_ts = max(p.progress_ts, ts)
@@ -650,7 +650,7 @@ class HangDetector:
             warn = first = pause.after
         # The counter is the ranks' median (robust to one wild step number). Without heartbeats, ranks that stop
         # reporting while others step on cannot be told from ranks that finished (the last workers of an
-        # asynchronous job outlive the others in a real trace: tests/test_importer.py): such a job stalls only
+        # asynchronous job outlive the others in a real trace: tests/cli/test_importer.py): such a job stalls only
         # when no rank steps. With heartbeats, live ranks that do not step are stuck (a partial hang).
         stalled = now - p.progress_ts
         if p.n and not p.has_heartbeats:

@@ -17,7 +17,7 @@ the restart itself. :func:`decide` climbs the ladder from the alert's own figure
 * cost (GPU-hours) = ``gpus * (checkpoint_age + restart_seconds)``: the work redone since the last
   checkpoint plus the time to restart (learned from the job's previous restarts, else a setting).
 
-The decision is monotone (tests/test_ladder.py checks it on a generated sweep): more loss never
+The decision is monotone (tests/models/oncall/test_ladder.py checks it on a generated sweep): more loss never
 de-escalates, more cost never escalates. Pure: the on-call outlet gathers the figures
 (models/oncall/outlet_rules.py ``LadderRule``) and puts :meth:`Decision.to_evidence` in the alert's
 ``evidence.decision``.

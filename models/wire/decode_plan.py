@@ -5,7 +5,7 @@ A live worker under load gets reads of hundreds of messages; it hands each one's
 process (streams/decoder.py), which runs :func:`plan_read`, and goes on detecting on the previous read
 meanwhile: two cores instead of one. The plan says how ``Pipeline.feed`` would cut the read into runs,
 with each run's :class:`~.step_columns.StepColumns` already made and packed for the trip back;
-``Pipeline.feed_planned`` feeds the runs exactly as ``feed`` would have (tests/test_decode_plan.py
+``Pipeline.feed_planned`` feeds the runs exactly as ``feed`` would have (tests/models/wire/test_decode_plan.py
 compares both on clean, mixed and broken reads).
 
 Pure and broker-free: the same function runs in the decoder process and in process. Whatever it cannot

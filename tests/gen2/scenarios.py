@@ -48,7 +48,7 @@ class Scenario:
     expect: Expect
     transport: Transport = Transport()
     arrival: bool = True  # False: the recording is sorted by event time, without ``_arrival``
-    #: Findings: check (a test of tests/test_gen2_replay.py: "alerts", "refire") -> what stepwatch does
+    #: Findings: check (a test of tests/scenarios/test_gen2_replay.py: "alerts", "refire") -> what stepwatch does
     #: today instead, and where the cause seems to be. The test is xfail(strict=True) with it as the reason.
     findings: dict[str, str] = field(default_factory=dict)
 

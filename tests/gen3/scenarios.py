@@ -442,7 +442,7 @@ def scenarios() -> list[Scenario]:
                  slow=[Slow(1.4, 50, rank=6)])],
         # No node telemetry here: job events implicate n01 but never condemn it alone (issue 44: only a node's own
         # agent speaks for it), so no node_suspect; with n01's agent reporting it is one
-        # (tests/test_only_agents_speak_for_nodes.py).
+        # (tests/models/oncall/test_only_agents_speak_for_nodes.py).
         expect=[lambda m: E("straggler", "jobA2", m["jobA2"]["step"][50], 10, ranks=[5], nodes=["n01"]),
                 lambda m: E("straggler", "jobB2", m["jobB2"]["step"][50], 10, ranks=[6], nodes=["n01"])]))
     # 54. a marked 40 s checkpoint at step 60 whose closing `train` marker is lost (the producer's queue

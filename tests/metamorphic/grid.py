@@ -247,7 +247,7 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("step ", "warning_first", "", "issue 39 item 2: at 60-120 s steps the hang warning's threshold lies beyond "
      "the timeout (critical at 600 s, no warning)"),
     ("step 0.", "delay", "", "not in items 1-7: at 20-100 ms steps a straggler is named tens of steps after its "
-     "onset (steps are held open for seconds of the job's pace, tests/test_assembly_bursts.py), not within ~10"),
+     "onset (steps are held open for seconds of the job's pace, tests/models/steps/test_assembly_bursts.py), not within ~10"),
     ("checkpoint", "warning_first", "", "issue 39 items 1-2: a hang right after a marked pause gets no warning "
      "(critical at 600 s after the pause)"),
     ("eval", "warning_first", "", "issue 39 items 1-2: a hang right after a marked pause gets no warning"),
