@@ -34,7 +34,6 @@ import argparse
 import html
 import statistics
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -69,32 +68,16 @@ def read_jsonl(path: str) -> Iterator[dict]:
 
 def read_topic(settings, *, timeout: float = 10.0) -> Iterator[dict]:
     """Every alert on the alerts topic, from its beginning to its end as of now."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    from stepwatch.security import client_config
+    from stepwatch.feedback import read_all
 
     kafka = settings.kafka
-    topic = kafka.topic(kafka.alerts_topic)
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", **client_config(settings))
-    try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        end = consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    try:
-                        obj = orjson.loads(record.value)
-                    except orjson.JSONDecodeError:
-                        continue
-                    if isinstance(obj, dict) and obj.get("id"):
-                        yield obj
-    finally:
-        consumer.close()
+    for record in read_all(settings, kafka.topic(kafka.alerts_topic), timeout=timeout):
+        try:
+            obj = orjson.loads(record.value)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and obj.get("id"):
+            yield obj
 
 
 class _Incident:

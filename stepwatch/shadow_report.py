@@ -19,27 +19,12 @@ from stepwatch.models.wire.feedback import Verdict
 
 
 def _records(settings, topic: str, *, timeout: float = 10.0) -> Iterator[tuple[bytes | None, bytes | None, float]]:
-    """(key, value, broker timestamp in seconds) of every record of ``topic``, from its beginning to its end as of now (none if it is absent)."""
-    from kafka import KafkaConsumer, TopicPartition
+    """(key, value, broker timestamp in seconds) of every record of ``topic``, from its beginning to its end as of
+    now (none if it is absent): stepwatch/feedback.py's ``read_all``."""
+    from stepwatch.feedback import read_all
 
-    from stepwatch.security import client_config
-
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", **client_config(settings))
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        if not tps:
-            return
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        end = consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    yield record.key, record.value, record.timestamp / 1000
-    finally:
-        consumer.close()
+    for record in read_all(settings, topic, timeout=timeout):
+        yield record.key, record.value, record.timestamp / 1000
 
 
 def _alerts(settings, topic: str) -> list[dict]:
