@@ -36,6 +36,29 @@ def alert_id(job: str, alert_type: str, *parts: object) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:20]
 
 
+class Evidence(dict):
+    """An alert's evidence, read-only: the alert is frozen, so a change is a new alert with a new mapping
+    (``dataclasses.replace(alert, evidence={**alert.evidence, ...})``); writing into a published alert's
+    evidence raises ``TypeError`` instead of silently changing an alert another stage still holds. A ``dict``
+    subclass, so JSON writers (orjson, json) and ``isinstance(..., dict)`` readers see a plain dict. The values
+    are the rule's own; tests/models/test_alert_invariants.py checks that nothing writes into them either."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("an alert's evidence is read-only: make a new alert (dataclasses.replace)")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
+    update = setdefault = pop = popitem = clear = _read_only  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        # copy/deepcopy/pickle (the shadow copies an engine) rebuild it whole, never item by item.
+        return (Evidence, (dict(self),))
+
+    def copy(self) -> dict[str, Any]:  # type: ignore[override]
+        return dict(self)
+
+
 @dataclass(frozen=True, slots=True)
 class Alert:
     """One alert, typed: ``status``, ``severity`` and ``scope`` are members of their closed vocabularies
@@ -60,6 +83,8 @@ class Alert:
     recommended_action: str = ""
 
     def __post_init__(self) -> None:
+        if type(self.evidence) is not Evidence:  # one copy, here: the caller's dict stays theirs
+            object.__setattr__(self, "evidence", Evidence(self.evidence))
         # Rules and tests may pass the plain strings: one conversion here keeps every alert typed.
         if type(self.status) is not AlertStatus:
             object.__setattr__(self, "status", AlertStatus(self.status))

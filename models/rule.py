@@ -231,7 +231,7 @@ def closed(alerts: list[Alert], resolution: Resolution, reason: str) -> list[Ale
     another (a detector's ``close`` presumes the job ended), the one asked for replaces it."""
     out = []
     for alert in alerts:
-        if alert.evidence.get("resolution") not in (None, resolution.value):
+        if alert.evidence.get("resolution") not in (None, resolution):
             alert = replace(alert, evidence={k: v for k, v in alert.evidence.items()
                                              if k not in ("resolution", "resolution_detail")})
         out.append(with_resolution(alert, resolution, reason))

@@ -167,7 +167,7 @@ class HangEnd:
 
     def to_dict(self) -> dict[str, Any]:
         return {"resolved_step": self.resolved_step, "hung_seconds": self.hung_seconds,
-                "resolution": self.resolution.value}
+                "resolution": self.resolution}
 
 
 @dataclass(frozen=True, slots=True)

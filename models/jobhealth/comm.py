@@ -262,7 +262,7 @@ class CommSlowdownDetector:
             return self._leave(key, alert, alert.resolved(
                 at=event.ts, summary=f"resolved: the waits are {where}'s, a slow pipeline stage "
                                      f"(straggler {straggler.id}), not the network ({alert.summary})",
-                evidence={**alert.evidence, "resolution": "explained", "explained_by": straggler.id}))
+                evidence={**alert.evidence, "resolution": Resolution.EXPLAINED, "explained_by": straggler.id}))
         # The transfer: the shortest of the recent ones (both sides were ready); the ranks: this one.
         return self._assess(key, state, event.seq, min(state.p2p), event.ts,
                             {event.rank: (event.duration, event.ts, event.node)})
@@ -310,14 +310,14 @@ class CommSlowdownDetector:
                 return self._leave(key, alert, alert.resolved(
                     at=ts, summary=f"resolved: threshold changed ({detail}); {key[1]} latency is still {rel:.0%} "
                                    f"above its baseline, below the new threshold ({alert.summary})",
-                    evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                    evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED,
                               "resolution_detail": detail, "recent_increase": round(rel, 4)}))
             self._clean[key] = self._clean.get(key, 0) + 1 if rel < self.threshold / 2 else 0
             if self._clean[key] >= self.clear_after:
                 alert, state.firing, state.fired = state.firing, None, None
                 return self._leave(key, alert, alert.resolved(
                     at=ts, summary=f"resolved: {key[1]} latency back to baseline ({alert.summary})",
-                    evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value}))
+                    evidence={**alert.evidence, "resolution": Resolution.RECOVERED}))
         return []
 
     def _held(self, state: _Key) -> bool:

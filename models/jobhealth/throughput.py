@@ -396,14 +396,14 @@ class ThroughputDetector:
             return [alert.resolved(at=sample.ts, summary=f"resolved: threshold changed ({detail}); job {self.job} is "
                                                          f"still {recent:.0%} slower than its baseline, below the new "
                                                          f"threshold ({alert.summary})",
-                                   evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                                   evidence={**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED,
                                              "resolution_detail": detail, "recent_slowdown": round(recent, 4)})]
         self._clean = self._clean + 1 if recent < self.min_effect / 2 else 0
         if self._clean >= self.clear_after:
             alert = self._end()
             return [alert.resolved(at=sample.ts, summary=f"resolved: throughput of job {self.job} back to "
                                                          f"baseline at step {sample.step} ({alert.summary})",
-                                   evidence={**alert.evidence, "resolution": Resolution.RECOVERED.value})]
+                                   evidence={**alert.evidence, "resolution": Resolution.RECOVERED})]
         return []
 
     def _end(self) -> Alert:

@@ -199,7 +199,7 @@ class ImbalanceDetector:
             detail = f"imbalance.{setting} {fired_at:g} -> {value:g}"
             return old.resolved(at=at, summary=f"resolved: threshold changed ({detail}); {what} by the new "
                                                f"threshold ({old.summary})",
-                                evidence={**old.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+                                evidence={**old.evidence, "resolution": Resolution.THRESHOLD_CHANGED,
                                           "resolution_detail": detail})
         return old.resolved(at=at, summary=f"resolved: {what} ({old.summary})")
 

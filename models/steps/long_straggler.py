@@ -219,12 +219,12 @@ class LongStragglerDetector:
         if self.min_effect > fired_with and ratio >= 1.0 + fired_with / 2:
             # Clean only by the raised setting: say so, not "back in line".
             detail = f"straggler.long_min_effect {fired_with:g} -> {self.min_effect:g}"
-            evidence = {**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED.value,
+            evidence = {**alert.evidence, "resolution": Resolution.THRESHOLD_CHANGED,
                         "resolution_detail": detail, "recent_ratio": round(ratio, 4)}
             summary = (f"resolved: threshold changed ({detail}); rank {rank} is still {100 * (ratio - 1):.1f}% "
                        f"slower than its peers over the last {steps} steps ({alert.summary})")
         else:
-            evidence = {**alert.evidence, "resolution": Resolution.RECOVERED.value}
+            evidence = {**alert.evidence, "resolution": Resolution.RECOVERED}
             summary = f"resolved: rank {rank} back in line with its peers over the last {steps} steps ({alert.summary})"
         return alert.resolved(at=step.ts, summary=summary, evidence=evidence)
 

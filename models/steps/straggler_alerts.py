@@ -153,12 +153,12 @@ def recovered(alert: Alert, rank: int, step: GroupStep, clean: int, still: tuple
     evidence.update(resolved_step=step.step, clean_steps=clean)
     if still is not None:  # clean only because the thresholds were raised while it fired
         changed = ", ".join(f"straggler.{name} {old:g} -> {new:g}" for name, old, new in still[1])
-        evidence.update(resolution=Resolution.THRESHOLD_CHANGED.value, resolution_detail=changed,
+        evidence.update(resolution=Resolution.THRESHOLD_CHANGED, resolution_detail=changed,
                         recent_ratio=_round(still[0]))
         summary = (f"resolved: threshold changed ({changed}); rank {rank} is still {still[0]:.2f}x its peers, "
                    f"no longer a straggler by the new threshold ({alert.summary})")
     else:
-        evidence["resolution"] = Resolution.RECOVERED.value
+        evidence["resolution"] = Resolution.RECOVERED
         summary = (f"resolved: rank {rank} back in line with its peers since step "
                    f"{step.step - clean + 1} ({alert.summary})")
     return alert.resolved(at=step.ts, summary=summary, evidence=evidence)

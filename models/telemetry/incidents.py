@@ -33,6 +33,7 @@ from typing import Any, Callable
 from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
 from ..evidence import Horizon, StragglerEvidence
+from ..resolution import Resolution
 from .causes import SuspectedCause
 from .link_evidence import LinkErrorsEvidence
 from ..steps.cost import cost
@@ -163,7 +164,7 @@ class FabricIncidents:
             self._member_of[n] = key
             paged = self._paged.pop(n, None)
             if paged is not None:  # published before the incident was seen: it is this incident now
-                evidence = {**paged.evidence, "resolution": "grouped", "incident": inc.id}
+                evidence = {**paged.evidence, "resolution": Resolution.GROUPED, "incident": inc.id}
                 out.append(paged.resolved(at=at, evidence=evidence,
                                           summary=f"resolved (grouped into fabric incident {inc.id}): {paged.summary}"))
                 inc.held[n] = paged
@@ -186,7 +187,7 @@ class FabricIncidents:
         if len(self._recent) > self.max_incidents:
             self._recent.pop(next(iter(self._recent)))
         last = inc.alert
-        evidence = {**last.evidence, "resolution": "clean"}
+        evidence = {**last.evidence, "resolution": Resolution.CLEAN}
         return [last.resolved(at=alert.ends_at or alert.starts_at, evidence=evidence,
                               summary=f"resolved: every port clean again ({last.summary})")]
 
@@ -372,18 +373,18 @@ class NodeIncidents:
         first = min(members.values(), key=lambda a: a.starts_at)
         inc = _NodeOpen(alert=first, members=dict(members), open_ids=set(members))
         self._open[key] = inc
-        out: list[Alert] = []
+        grouped: list[Alert] = []
         for ident in members:
             self._member_of[ident] = key
             paged = self._paged.pop(ident, None)
             if paged is not None:  # published before the node's other ranks were slow too
-                out.append(paged.resolved(at=max(a.starts_at for a in batch),
-                                          evidence={**paged.evidence, "resolution": "grouped"},
-                                          summary=f"resolved (grouped into the node incident of {node}): "
-                                                  f"{paged.summary}"))
-        published = self._publish(key, inc)
-        for alert in out:
-            alert.evidence["incident"] = inc.alert.id
+                grouped.append(paged)
+        published = self._publish(key, inc)  # the incident's id is known once it is published
+        at = max(a.starts_at for a in batch)
+        out = [paged.resolved(at=at, evidence={**paged.evidence, "resolution": Resolution.GROUPED,
+                                               "incident": inc.alert.id},
+                              summary=f"resolved (grouped into the node incident of {node}): {paged.summary}")
+               for paged in grouped]
         return published + out
 
     def _publish(self, key: tuple[str, str, str], inc: _NodeOpen) -> list[Alert]:
@@ -451,14 +452,15 @@ class NodeIncidents:
             self._member_of.pop(ident, None)
         last = inc.alert
         # The last member's reason is the incident's (back in line, or the job ended or was forgotten).
-        reason = alert.evidence.get("resolution")
+        # (A member's resolution is always set where it resolves: models/resolution.py's with_resolution.)
+        reason = Resolution.of(alert.evidence.get("resolution"), Resolution.CLEAN)
         if alert.summary.startswith("resolved ("):
             why = alert.summary[len("resolved ("):].split(")", 1)[0]
             return [last.resolved(at=alert.ends_at or alert.starts_at,
-                                  evidence={**last.evidence, "resolution": reason or why},
+                                  evidence={**last.evidence, "resolution": reason},
                                   summary=f"resolved ({why}): {last.summary}")]
         return [last.resolved(at=alert.ends_at or alert.starts_at,
-                              evidence={**last.evidence, "resolution": reason or "clean"},
+                              evidence={**last.evidence, "resolution": reason},
                               summary=f"resolved: every rank of {key[1]} back in line ({last.summary})")]
 
 
