@@ -62,14 +62,3 @@ def app_sender(app: Any, *names: str) -> Send:
         await out.send(key=key, value=value)
 
     return send
-
-
-class Attached:
-    """A part whose whole wiring is one function of the app (``install(app)``: a reader task, a timer, a
-    page); for the parts that need nothing started or stopped besides what they register."""
-
-    def __init__(self, install: Callable[[Any], None]) -> None:
-        self.install = install
-
-    def attach(self, app: Any) -> None:
-        self.install(app)

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 
 from stepwatch.models.alert_types import ALERT_TYPES
 from stepwatch.models.wire.feedback import HUMAN_VERDICTS, MAX_FIELD, MAX_NOTE, Feedback, Verdict
 from stepwatch.precision import low_precision, wilson
+
+from .component import Send
 
 log = logging.getLogger("stepwatch.worker")
 
@@ -157,49 +159,70 @@ def make_record(alert_id: str, fields: dict[str, str], known: tuple[str, str] | 
                     type=known[0], job=job)
 
 
-def install_feedback(app, settings, registry, *, sink=None, lookup: Callable[[str], object] | None = None
-                     ) -> FeedbackFeed:
-    """Add the feed (a task reading the topic forever), its metrics, the Alertmanager sentence and the POST page."""
-    from .topic_reader import read_topic_forever
+class FeedbackRoad:
+    """The worker's component (streams/component.py) for the feedback topic: a reader task (every record into
+    ``feed``, ``on_record``) and, with a web port, the POST page (``post``: one verdict written to the topic).
 
-    kafka = settings.kafka
-    am = settings.alertmanager
-    feed = FeedbackFeed(low=am.low_precision, min_feedback=am.low_precision_min_feedback)
-    registry.register(feed)
-    if sink is not None:
-        sink.precision_note = feed.note
-    name = kafka.topic(kafka.feedback_topic)
+    ``registry``: where the feed's metrics go; ``sink``: the Alertmanager sink (its low-precision sentence);
+    ``lookup(alert_id)``: the open alert of that id, or None; ``send``: one record to a topic, awaited until
+    written (default: the app's producer, at ``attach``).
+    """
 
-    async def read_feedback() -> None:
-        await read_topic_forever(settings, name, lambda r: feed.apply_record(
-            r.key, r.value, f"partition {r.partition} offset {r.offset}"), what="feedback reader")
+    def __init__(self, settings, registry=None, *, sink=None, lookup: Callable[[str], object] | None = None,
+                 send: Send | None = None) -> None:
+        am, kafka = settings.alertmanager, settings.kafka
+        self.settings, self._lookup, self._send = settings, lookup, send
+        self.feed = FeedbackFeed(low=am.low_precision, min_feedback=am.low_precision_min_feedback)
+        if registry is not None:
+            registry.register(self.feed)
+        if sink is not None:
+            sink.precision_note = self.feed.note
+        self.topic = kafka.topic(kafka.feedback_topic)
 
-    app.task(read_feedback)
-    if settings.worker.web_port > 0:
-        _install_page(app, name, lookup)
-    return feed
+    def attach(self, app) -> None:
+        if self._send is None:
+            topic = app.topic(self.topic, value_serializer="raw", key_serializer="raw")
+
+            async def send(_: str, key: bytes, value: bytes | None) -> None:  # awaited until written: 503 if not
+                await (await topic.send(key=key, value=value))
+
+            self._send = send
+        app.task(self.read)
+        if self.settings.worker.web_port > 0:
+            _install_page(app, self.post)
+
+    def on_record(self, record) -> None:
+        """One record of the topic (``key``, ``value``, ``partition``, ``offset``)."""
+        self.feed.apply_record(record.key, record.value, f"partition {record.partition} offset {record.offset}")
+
+    async def read(self) -> None:
+        from .topic_reader import read_topic_forever
+
+        await read_topic_forever(self.settings, self.topic, self.on_record, what="feedback reader")
+
+    async def post(self, alert_id: str, body: bytes, content_type: str) -> tuple[int, dict]:
+        """``POST /alerts/<alert_id>/feedback``: (HTTP status, JSON body); 201 once the record is written."""
+        alert = self._lookup(alert_id) if self._lookup is not None else None
+        known = (str(alert.type), alert.job) if alert is not None else None
+        try:
+            record = make_record(alert_id, parse_request(body, content_type), known, now=time.time())
+        except LookupError as exc:
+            return 404, {"error": str(exc)}
+        except ValueError as exc:
+            return 400, {"error": str(exc)}
+        try:
+            await self._send(self.topic, alert_id.encode(), record.to_json())
+        except Exception as exc:  # the broker refused or is away: say so, the verdict is not recorded
+            log.warning("feedback on %s not written: %r", alert_id, exc)
+            return 503, {"error": f"the verdict was not recorded: {exc!r}"}
+        return 201, orjson.loads(record.to_json())
 
 
-def _install_page(app, topic_name: str, lookup) -> None:
+def _install_page(app, post: Callable[[str, bytes, str], Awaitable[tuple[int, dict]]]) -> None:
     from faust.web import View
-
-    topic = app.topic(topic_name, value_serializer="raw", key_serializer="raw")
 
     @app.page("/alerts/{alert_id}/feedback")
     class AlertFeedback(View):
         async def post(self, request, alert_id):
-            alert = lookup(alert_id) if lookup is not None else None
-            known = (str(alert.type), alert.job) if alert is not None else None
-            try:
-                fields = parse_request(await request.read(), request.headers.get("Content-Type", ""))
-                record = make_record(alert_id, fields, known, now=time.time())
-            except LookupError as exc:
-                return self.json({"error": str(exc)}, status=404)
-            except ValueError as exc:
-                return self.json({"error": str(exc)}, status=400)
-            try:
-                await (await topic.send(key=alert_id.encode(), value=record.to_json()))
-            except Exception as exc:  # the broker refused or is away: say so, the verdict is not recorded
-                log.warning("feedback on %s not written: %r", alert_id, exc)
-                return self.json({"error": f"the verdict was not recorded: {exc!r}"}, status=503)
-            return self.json(orjson.loads(record.to_json()), status=201)
+            status, body = await post(alert_id, await request.read(), request.headers.get("Content-Type", ""))
+            return self.json(body, status=status)

@@ -30,6 +30,8 @@ from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 from stepwatch.runtime_config import decode as decode_config
 from stepwatch.runtime_config import encode as encode_config
 
+from .component import Send, app_sender
+
 log = logging.getLogger("stepwatch.worker")
 #: Shadow alerts waiting to be sent at most; more are dropped and counted (the broker away must not grow memory).
 MAX_PENDING = 10_000
@@ -52,11 +54,15 @@ class _Trial:
 
 
 class ShadowRun:
-    """The worker's component (``install_shadow``): ``set`` a candidate from its config message, ``live_changed``
-    after a live config message, ``take`` each item after the live pipeline, ``forget`` revoked partitions."""
+    """The worker's component (streams/component.py): ``set`` a candidate from its config message,
+    ``live_changed`` after a live config message, ``take`` each item after the live pipeline, ``forget`` revoked
+    partitions; ``flush`` (the worker's timer, every ``interval`` seconds) sends the waiting alerts to ``topic``
+    (keyed by alert id) through ``send`` (default: the app's producer, at ``attach``; None before: they wait)."""
 
-    def __init__(self, live: Pipeline, runtime: RuntimeConfig, *, send=None, metrics=None) -> None:
+    def __init__(self, live: Pipeline, runtime: RuntimeConfig, *, send: Send | None = None, metrics=None,
+                 topic: str = "shadow-alerts", interval: float = 1.0) -> None:
         self.live, self.runtime, self._send = live, runtime, send
+        self.topic, self.interval = topic, interval
         self.trial: _Trial | None = None
         self.pending: deque[tuple[bytes, bytes]] = deque()
         self.error: str | None = None  # why the latest candidate is not running (status, logs)
@@ -74,6 +80,11 @@ class ShadowRun:
             }
             Gauge("stepwatch_shadow_active", "1 while a shadow candidate runs on this worker.",
                   registry=r).set_function(lambda: 1 if self.trial is not None else 0)
+
+    def attach(self, app) -> None:
+        if self._send is None:
+            self._send = app_sender(app, self.topic)
+        app.timer(interval=self.interval)(self.flush)
 
     # -- settings --------------------------------------------------------------------------
 
@@ -176,7 +187,7 @@ class ShadowRun:
         while self.pending and self._send is not None:
             key, value = self.pending.popleft()
             try:
-                await self._send(key, value)
+                await self._send(self.topic, key, value)
             except Exception as exc:
                 self._count("alerts", "failed")
                 self._log(exc, "a shadow alert not sent")
@@ -232,20 +243,3 @@ class Tapped:
         if self.shadow.trial is not None:
             self.shadow.take(item)
         return out
-
-
-def install_shadow(app, settings, live: Pipeline, runtime: RuntimeConfig, metrics=None) -> ShadowRun:
-    """The worker's shadow run, sending to ``<prefix>shadow-alerts`` (keyed by alert id) on the worker's timer."""
-    kafka = settings.kafka
-    topic = app.topic(kafka.topic(kafka.shadow_alerts_topic), value_serializer="raw", key_serializer="raw")
-
-    async def send(key: bytes, value: bytes) -> None:
-        await topic.send(key=key, value=value)
-
-    run = ShadowRun(live, runtime, send=send, metrics=metrics)
-
-    @app.timer(interval=settings.worker.tick_interval)
-    async def shadow_alerts() -> None:
-        await run.flush()
-
-    return run

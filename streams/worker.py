@@ -45,7 +45,7 @@ from stepwatch.models.status import StatusRecorder
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig
 from stepwatch.security import faust_credentials
 
-from .component import Attached, Component, ErrorPolicy
+from .component import Component, ErrorPolicy
 from .events_consumer import EventsConsumer
 from .faust_agent import FaustAgent, FaustSource  # noqa: F401  (FaustSource: its former home)
 from .kafka_sink import KafkaSink
@@ -136,9 +136,9 @@ class Worker:
         """The worker's parts, in the order the app starts their tasks and services (each from explicit
         dependencies; streams/component.py)."""
         from .action_sink import ActionHooksTask, Releases
-        from .drain_ledger import install_drain_ledger
-        from .feedback_feed import install_feedback
-        from .shadow import Tapped, install_shadow
+        from .drain_ledger import DrainLedgerSync
+        from .feedback_feed import FeedbackRoad
+        from .shadow import ShadowRun, Tapped
         from .control import StackRequests
         from .link_baselines import LinkBaselinesSync
         from .telemetry_feed import TelemetryRoad
@@ -153,14 +153,13 @@ class Worker:
         self.action_sink = hooks.sink
         parts.append(hooks)
         parts.append(Releases(self.engine, settings))  # humans' releases of held drains (models/oncall/budget.py)
-        # One drain budget across workers (the drain-ledger topic).
-        parts.append(Attached(lambda app: install_drain_ledger(app, self.engine, settings)))
-
-        def feedback(app) -> None:  # verdicts on alerts: /metrics, Alertmanager's low-precision sentence, the POST page
-            self.feedback = install_feedback(app, settings, self.metrics.registry, sink=self.sink,
-                                             lookup=self.published.open.get)
-
-        parts.append(Attached(feedback))
+        # One drain budget across workers (the drain-ledger topic); the budget looked up at each use (the rule
+        # may be made again).
+        parts.append(DrainLedgerSync(lambda: self.engine.oncall.rule("drain_budget").budget, settings))
+        # Verdicts on alerts: /metrics, Alertmanager's low-precision sentence, the POST page.
+        road = FeedbackRoad(settings, self.metrics.registry, sink=self.sink, lookup=self.published.open.get)
+        self.feedback = road.feed
+        parts.append(road)
         #: Where every road's outputs go (models/sinks.py's AsyncSink): the alerts and dead-letter topics.
         self.output = KafkaSink(self.alerts_topic, self.deadletter_topic, self.sink, self.action_sink,
                                 max_request_size=self.app.conf.producer_max_request_size)
@@ -176,12 +175,12 @@ class Worker:
                                        owned=self.owned_events_partitions))  # docs/network.md
         # Stack requests of hung jobs (docs/hang.md).
         parts.append(StackRequests(self.engine.take_stack_requests, settings, registry=self.metrics.registry))
-
-        def shadow(app) -> None:  # candidate settings on the same stream, their alerts on shadow-alerts only
-            self.shadow = install_shadow(app, settings, self.pipeline, self.runtime, self.metrics)
-            self.tapped = Tapped(self.pipeline, self.shadow)
-
-        parts.append(Attached(shadow))
+        # Candidate settings on the same stream, their alerts on shadow-alerts only.
+        kafka = settings.kafka
+        self.shadow = ShadowRun(self.pipeline, self.runtime, metrics=self.metrics,
+                                topic=kafka.topic(kafka.shadow_alerts_topic), interval=settings.worker.tick_interval)
+        self.tapped = Tapped(self.pipeline, self.shadow)
+        parts.append(self.shadow)
         return parts
 
     # -- construction ---------------------------------------------------------------------

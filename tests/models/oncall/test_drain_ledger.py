@@ -114,9 +114,9 @@ def test_two_workers_share_the_budget_through_the_real_broker(kafka_bootstrap, t
 
     from stepwatch.config import KafkaSettings, OnCallSettings, Settings
     from stepwatch.models.engine import DetectionEngine
-    from stepwatch.streams.drain_ledger import install_drain_ledger
+    from stepwatch.streams.drain_ledger import DrainLedgerSync
 
-    class App:  # what install_drain_ledger needs of the Faust app: its tasks
+    class App:  # what the component needs of the Faust app: its tasks
         def __init__(self):
             self.tasks = []
 
@@ -130,7 +130,7 @@ def test_two_workers_share_the_budget_through_the_real_broker(kafka_bootstrap, t
     engines = [DetectionEngine(settings), DetectionEngine(settings)]
     apps = [App(), App()]
     for app, engine in zip(apps, engines):
-        install_drain_ledger(app, engine, settings)
+        DrainLedgerSync(lambda engine=engine: engine.oncall.rule("drain_budget").budget, settings).attach(app)
     one, two = (e.oncall.rule("drain_budget").budget for e in engines)
 
     async def main():
