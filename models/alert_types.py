@@ -5,13 +5,16 @@ Each is a ``StrEnum``: a member *is* its string (``AlertType.HANG == "hang"``, `
 the rules, the engine and the sinks name them. Which rule emits which type is declared by the rule
 (``RuleSpec.alert_types``, models/rule.py; the node-level sources in models/registry.py).
 
-The sets at the end group types by what other parts do with them (derived, node-scoped, network, ...):
-one place, instead of a set of names in every module that branches on them.
+``FACTS`` declares, once per type, what other parts do with it (derived, node-scoped, network, pages, ...); the
+sets at the end are derived from it: one place, instead of a set of names in every module that branches on them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class AlertType(StrEnum):
@@ -77,17 +80,76 @@ class CauseCategory(StrEnum):
     OTHER = "other"
 
 
+@dataclass(frozen=True, slots=True)
+class TypeFacts:
+    """What the rest of stepwatch does with an alert type, declared once per type (``FACTS``): the families the
+    outlet, the on-call stages, the feeds and the reports branch on. A new type is one row of ``FACTS`` (a test
+    fails until it has one); nothing else names it to be routed, paged or classified like its family."""
+
+    #: Made from other alerts where they leave the engine (restarts, the node ledger), not by a detector on input.
+    derived: bool = False
+    #: A node telemetry alert about one component (a GPU, a port): published by the owner of the node's partition
+    #: (streams/telemetry_feed.py); a job alert's suspected cause can point at it (models/oncall/citations.py).
+    node_component: bool = False
+    #: About the network between ranks: a link, the fabric, or the job's collectives.
+    network: bool = False
+    #: Implicates the nodes it names in the node ledger (models/oncall/ledger.py).
+    implicates: bool = False
+    #: Its ``nodes`` are the culprits' (a hang's culprits are in its evidence; other job alerts name victims too).
+    names_culprit_nodes: bool = False
+    #: The telemetry hub names its suspected causes, and its failure class follows the first one
+    #: (models/oncall/actions.py).
+    enriched: bool = False
+    #: A job's symptom that names its cause's node and component (models/oncall/citations.py).
+    symptom: bool = False
+    #: Pages: its own series in /metrics (streams/metrics.py) and judged by automatic confirmation (stepwatch/outcomes.py).
+    pages: bool = False
+    #: An incident of several nodes that names its jobs itself: no ``node`` label, not a node's own alert.
+    multi_node_incident: bool = False
+    #: Asks for its action whatever its severity and scope (a verdict on a node: the action hooks, the drain budget).
+    always_acts: bool = False
+
+
+_NODE_FAULT = TypeFacts(node_component=True, implicates=True, names_culprit_nodes=True)
+FACTS: Mapping[AlertType, TypeFacts] = MappingProxyType({
+    AlertType.STRAGGLER: TypeFacts(implicates=True, names_culprit_nodes=True, enriched=True, symptom=True, pages=True),
+    AlertType.HANG: TypeFacts(implicates=True, enriched=True, symptom=True, pages=True),
+    AlertType.THROUGHPUT_DROP: TypeFacts(symptom=True),
+    AlertType.COMM_SLOWDOWN: TypeFacts(network=True, enriched=True, symptom=True),
+    AlertType.CHECKPOINT_STALE: TypeFacts(),
+    AlertType.IMBALANCE: TypeFacts(),
+    AlertType.JOB_RESTART: TypeFacts(derived=True),
+    AlertType.NODE_SUSPECT: TypeFacts(derived=True, names_culprit_nodes=True, always_acts=True),
+    AlertType.GPU_FAULT: _NODE_FAULT,
+    AlertType.LINK_ERRORS: replace(_NODE_FAULT, network=True),
+    AlertType.FABRIC: TypeFacts(network=True, multi_node_incident=True),
+    AlertType.GPU_IDLE: TypeFacts(),
+    AlertType.GPU_HOT: TypeFacts(node_component=True),
+    AlertType.HBM_FULL: TypeFacts(),
+    AlertType.ACTION_BUDGET: TypeFacts(),
+})
+_UNKNOWN = TypeFacts()
+
+
+def facts(alert_type: AlertType | str) -> TypeFacts:
+    """``alert_type``'s facts; a type this version does not know (read back from a newer worker) has none."""
+    return FACTS.get(alert_type, _UNKNOWN)  # type: ignore[arg-type]
+
+
+def _having(fact: str) -> frozenset[AlertType]:
+    return frozenset(t for t, f in FACTS.items() if getattr(f, fact))
+
+
 #: Every alert type, as strings (the CLI's choices).
 ALERT_TYPES: tuple[str, ...] = tuple(t.value for t in AlertType)
-#: Made from other alerts where they leave the engine (models/oncall/oncall.py), not by a detector on the input.
-DERIVED_TYPES = frozenset({AlertType.JOB_RESTART, AlertType.NODE_SUSPECT})
-#: About the network between ranks: a link, the fabric, or the job's collectives.
-NETWORK_TYPES = frozenset({AlertType.COMM_SLOWDOWN, AlertType.LINK_ERRORS, AlertType.FABRIC})
+#: The families of ``FACTS``, as sets (each derived: one declaration per type).
+DERIVED_TYPES = _having("derived")
+NETWORK_TYPES = _having("network")
 #: Node telemetry alerts owned by the node's partition (streams/telemetry_feed.py).
-NODE_TYPES = frozenset({AlertType.GPU_FAULT, AlertType.LINK_ERRORS, AlertType.GPU_HOT})
+NODE_TYPES = _having("node_component")
 #: Alerts that implicate the nodes they name in the node ledger (models/oncall/ledger.py).
-IMPLICATING_TYPES = frozenset({AlertType.STRAGGLER, AlertType.HANG, AlertType.GPU_FAULT, AlertType.LINK_ERRORS})
+IMPLICATING_TYPES = _having("implicates")
 #: Alerts the telemetry hub names suspected causes for (models/telemetry/telemetry_hub.py).
-ENRICHED_TYPES = frozenset({AlertType.STRAGGLER, AlertType.HANG, AlertType.COMM_SLOWDOWN})
-#: Types with a per-type series in /metrics (streams/metrics.py): the two that page.
-METERED_TYPES: tuple[AlertType, ...] = (AlertType.STRAGGLER, AlertType.HANG)
+ENRICHED_TYPES = _having("enriched")
+#: Types with a per-type series in /metrics (streams/metrics.py): those that page, in ``AlertType`` order.
+METERED_TYPES: tuple[AlertType, ...] = tuple(t for t in AlertType if facts(t).pages)

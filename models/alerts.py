@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .alert_types import AlertStatus, AlertType, Scope, Severity
+from .alert_types import AlertStatus, AlertType, Scope, Severity, facts
 
 WIRE_VERSION = 1
 #: ``annotations.runbook_url`` is ``<base>/<type>.md``; the default is the runbooks' place in this repository
@@ -114,7 +114,7 @@ class Alert:
             out["fabric"] = ev["fabric"]
         if ev.get("incident_scope") == "node" and isinstance(ev.get("node"), str):
             out["node"] = ev["node"]
-        elif not self.job and len(self.nodes) == 1 and self.type != AlertType.FABRIC:
+        elif not self.job and len(self.nodes) == 1 and not facts(self.type).multi_node_incident:
             out["node"] = self.nodes[0]
         return out
 

@@ -19,11 +19,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 
-from stepwatch.models.alert_types import DERIVED_TYPES, AlertType
+from stepwatch.models.alert_types import DERIVED_TYPES, METERED_TYPES
 from stepwatch.models.wire.feedback import Feedback, Verdict
 
-#: The alert types automatic confirmation judges.
-JUDGED_TYPES = frozenset({AlertType.STRAGGLER, AlertType.HANG})
+#: The alert types automatic confirmation judges: those that page (models/alert_types.py ``FACTS``).
+JUDGED_TYPES = frozenset(METERED_TYPES)
 #: Actions that repair a part: a class with one of these is a hardware fault.
 REPAIR_KINDS = frozenset({"reset_gpu", "replace_gpu", "drain_node", "check_link"})
 #: A repair-kind class that is no broken part: congestion means a busy fabric, and says nothing of the node.

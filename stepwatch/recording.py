@@ -398,8 +398,9 @@ def candidate_lines(lines, overrides: dict):
 
 
 def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, until: float | None = None,
-           out=None, stats: dict | None = None, across_arrivals: bool = True) -> dict:
+           out=None, stats: dict | None = None, across_arrivals: bool = True, tap=None) -> dict:
     """Run recording lines through the worker's pipeline; alerts to ``out`` as JSON Lines. Returns counts.
+    ``tap``: a ``Sink`` (models/sinks.py) that sees every step's outputs first, as objects (tests).
 
     ``across_arrivals``: lines of different ``_arrival`` merged into the worker's column batches, each row on
     its own arrival (the same alerts: tests/cli/test_replay_fast.py); False: a read per arrival, as before."""
@@ -415,6 +416,8 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     try:  # the recording's lines -> the pipeline -> the sink, as the worker's topics -> pipeline -> topics
         for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until,
                                      across_arrivals=across_arrivals):
+            if tap is not None:
+                tap.write(outputs)
             sink.write(outputs)
     finally:  # counts so far, also when reading stops half-way
         stats.update(events=pipeline.engine.events_by_kind.total(), rejected=sink.rejected, alerts=sink.alerts)

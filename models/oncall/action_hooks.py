@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..alert_types import AlertStatus, AlertType, Scope, Severity
+from ..alert_types import AlertStatus, Scope, Severity, facts
 from ..alerts import Alert
 
 #: A plain host name, matched with ``fullmatch`` (``$`` would let a trailing newline through).
@@ -86,7 +86,7 @@ class ActionHooks:
     def wants(self, alert: Alert) -> bool:
         if alert.status != AlertStatus.FIRING or self._key(alert) in self._seen:
             return False
-        return alert.type == AlertType.NODE_SUSPECT or (alert.severity == Severity.CRITICAL
+        return facts(alert.type).always_acts or (alert.severity == Severity.CRITICAL
                                                         and alert.scope == Scope.DEVICE)
 
     def record(self, alert: Alert) -> dict[str, Any] | None:

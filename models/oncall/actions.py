@@ -84,7 +84,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..alert_types import AlertType, CauseCategory
+from ..alert_types import AlertType, CauseCategory, facts
 from ..alerts import Alert
 from ..evidence import HangCase, HangEvidence, StragglerEvidence, StragglerSignal
 from ..telemetry.causes import SuspectedCause
@@ -283,7 +283,7 @@ class Classifier:
         if alert.type == AlertType.LINK_ERRORS:
             state = str(ev.get("state") or "ACTIVE").upper()
             return "link_down" if state not in ("ACTIVE", "NONE") else "link_errors"
-        if alert.type in (AlertType.STRAGGLER, AlertType.HANG, AlertType.COMM_SLOWDOWN):
+        if facts(alert.type).enriched:  # its first suspected cause says its class
             cause = _first_cause(ev)
             if cause is not None:
                 from_cause = self._cause_class(cause)
@@ -408,8 +408,7 @@ def implicated_nodes(alert: Alert) -> tuple[str, ...]:
     cause = _first_cause(ev)
     if alert.type == AlertType.HANG:
         out.extend(HangEvidence.of(alert).culprit_nodes)
-    elif alert.type in (AlertType.STRAGGLER, AlertType.GPU_FAULT, AlertType.LINK_ERRORS,
-                        AlertType.NODE_SUSPECT) or not alert.job:
+    elif facts(alert.type).names_culprit_nodes or not alert.job:
         out.extend(alert.nodes)
     if cause is not None and cause.node:
         out.append(str(cause.node))

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..alert_types import AlertStatus, AlertType, Scope, Severity
+from ..alert_types import AlertStatus, AlertType, Scope, Severity, facts
 from ..alerts import Alert, alert_id
 from .action_hooks import DRAINING_KINDS
 from .drain_ledger import DrainRecord
@@ -95,7 +95,7 @@ def asks_drain(alert: Alert) -> bool:
     """Whether a firing alert asks to drain nodes (what the action hooks would render drain commands for)."""
     if alert.status != AlertStatus.FIRING:
         return False
-    if alert.type != AlertType.NODE_SUSPECT and not (alert.severity == Severity.CRITICAL
+    if not facts(alert.type).always_acts and not (alert.severity == Severity.CRITICAL
                                                      and alert.scope == Scope.DEVICE):
         return False
     action = alert.evidence.get("action")

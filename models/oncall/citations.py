@@ -42,17 +42,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..alert_types import AlertStatus, AlertType
+from ..alert_types import AlertStatus, AlertType, facts
 from ..alerts import Alert
 
 #: A two-rank job's compute-layer drop waits this many of its steps for a straggler to explain it ...
 HOLD_STEPS = 10
 #: ... and at least this many seconds (the worker's timer clock).
 HOLD_MIN_SECONDS = 5.0
-#: Node alerts about one component that a job alert's suspected cause can point at.
-COMPONENT_TYPES = frozenset({AlertType.LINK_ERRORS, AlertType.GPU_FAULT, AlertType.GPU_HOT})
-#: Job alerts that name their cause's node and component (models/telemetry/telemetry_hub.py).
-SYMPTOM_TYPES = frozenset({AlertType.STRAGGLER, AlertType.COMM_SLOWDOWN, AlertType.THROUGHPUT_DROP, AlertType.HANG})
 
 
 def _components(alert: Alert) -> list[tuple[str, str]]:
@@ -173,14 +169,14 @@ class Citations:
             incident = own
             if alert.job and _is_comm(alert):  # the job's other communication alert cites it too
                 self._by_job.setdefault(alert.job, own)
-        elif len(alert.nodes) == 1 and ((not alert.job and alert.type in COMPONENT_TYPES)
+        elif len(alert.nodes) == 1 and ((not alert.job and facts(alert.type).node_component)
                                         or alert.type == AlertType.HBM_FULL):  # hbm_full names its job, one GPU
             pairs = _components(alert)
             open_ = [self._by_component[p] for p in pairs if p in self._by_component]
             incident = known or (open_[0] if open_ else alert.id)
             for pair in pairs:
                 self._by_component.setdefault(pair, incident)
-        elif alert.job and alert.type in SYMPTOM_TYPES:
+        elif alert.job and facts(alert.type).symptom:
             causes = alert.evidence.get("suspected_causes") or ()
             first = causes[0] if causes and isinstance(causes[0], dict) else {}
             key = (first.get("node"), first.get("component"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..alert_types import AlertStatus, AlertType
+from ..alert_types import AlertStatus, AlertType, facts
 from ..alerts import Alert, alert_id
 from ..resolution import Resolution
 from ..rule import OutletRule, RuleSpec, Signal, closed
@@ -81,7 +81,7 @@ class RestartRule(OutletRule):
 
     def update(self, alert: Alert) -> list[Alert]:
         """Remember the job's firing alerts: what classifies a restart after them (``restart_cause``)."""
-        if alert.status != AlertStatus.FIRING or alert.type in (AlertType.JOB_RESTART, AlertType.NODE_SUSPECT):
+        if alert.status != AlertStatus.FIRING or facts(alert.type).derived:
             return []
         ev = alert.evidence
         detail = {"case": ev.get("case"), "lost_nodes": list(ev.get("lost_nodes") or ()),
