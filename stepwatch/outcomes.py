@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from stepwatch.models.alert_types import DERIVED_TYPES, METERED_TYPES
+from stepwatch.models.resolution import Resolution
 from stepwatch.models.wire.feedback import Feedback, Verdict
 
 #: The alert types automatic confirmation judges: those that page (models/alert_types.py ``FACTS``).
@@ -99,7 +100,7 @@ class OutcomeTracker:
         if status == "resolved":
             if s.resolved_at is None:
                 s.resolved_at = _num(alert.get("ends_at"))
-                s.recovered = ev.get("resolution") == "recovered"
+                s.recovered = ev.get("resolution") == Resolution.RECOVERED
         elif status == "firing" and s.resolved_at is not None:
             s.fired_again = True  # the same problem again after it had gone: not transient
 
