@@ -101,11 +101,12 @@ class _Component:
         self.tracks: dict[str, CounterTrack] | None = None  # from the first counter on (most components have few)
 
     def delta(self, name: str, value: int, ts: float) -> tuple[int | None, float | None]:
-        if self.tracks is None:
-            self.tracks = {}
-        track = self.tracks.get(name)
+        tracks = self.tracks
+        if tracks is None:
+            tracks = self.tracks = {}
+        track = tracks.get(name)
         if track is None:
-            track = self.tracks[name] = CounterTrack()
+            track = tracks[name] = CounterTrack()
         return track.update(value, ts)
 
     def add(self, ts: float, values: dict[str, float]) -> None:
@@ -199,7 +200,8 @@ class FabricHistory:
         else:
             return
         self.samples += 1
-        self._last[event.node] = max(self._last.get(event.node, 0.0), event.ts)
+        last = self._last.get(event.node, 0.0)
+        self._last[event.node] = event.ts if event.ts > last else last
 
     def _link(self, ev: LinkEvent) -> None:
         comp = self._component(ev.node, f"{ev.device}/{ev.port}", PORT_FEATURES)
@@ -207,9 +209,10 @@ class FabricHistory:
         errors = 0
         err_rate: float | None = None
         wait = math.nan
+        delta_of = comp.delta
         for name, value in counters.items():
             if name in ERROR_COUNTERS:
-                delta, rate = comp.delta(name, value, ts)
+                delta, rate = delta_of(name, value, ts)
                 if delta:
                     errors += delta
                 if rate is not None:

@@ -319,6 +319,10 @@ class TelemetryTracker:
         """Feed one telemetry event; return the node alerts it fired or resolved."""
         self.events_seen += 1
         node = self._node(event.node)
+        if type(event) is LinkEvent and (event.device, event.port) in node.ports:  # the usual sample: no new port
+            if event.ts > node.last_ts:
+                node.last_ts = event.ts
+            return self._on_link(node, event)
         if isinstance(event, (GpuEvent, XidEvent)) and event.gpu not in node.gpus:
             if len(node.gpus) >= MAX_GPUS_PER_NODE or self._gpus_total >= MAX_GPUS_TOTAL:
                 self.capped["gpus_per_node" if len(node.gpus) >= MAX_GPUS_PER_NODE else "gpus_total"] += 1
@@ -528,7 +532,7 @@ class TelemetryTracker:
         else:
             port.clean += 1
         if not port.firing:
-            if port.clean >= self.link_error_window:
+            if port.clean >= self.link_error_window and (port.err_first is not None or port.err_totals):
                 port.err_first, port.err_totals = None, {}  # the last episode is over
             if port.err_ring.count() >= self.link_error_min_samples:
                 port.firing = True
@@ -540,6 +544,8 @@ class TelemetryTracker:
     def _node_link_alert(self, node: _NodeState, ev: LinkEvent, port: _PortState) -> list[Alert]:
         """The node's one link_errors alert: fires with its first port in trouble, lists every port that
         erred, resolves once none is in trouble."""
+        if node.link_alert is None and not port.firing:  # the usual sample: nothing fires, nothing to resolve
+            return []
         if node.link_alert is not None:
             if any(p.firing for p in node.ports.values()):
                 return []
