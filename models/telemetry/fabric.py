@@ -204,7 +204,8 @@ class FabricHistory:
         self._last[event.node] = event.ts if event.ts > last else last
 
     def _link(self, ev: LinkEvent) -> None:
-        comp = self._component(ev.node, f"{ev.device}/{ev.port}", PORT_FEATURES)
+        where = f"{ev.device}/{ev.port}"
+        comp = self._component(ev.node, where, PORT_FEATURES)
         counters, ts = ev.counters, ev.ts
         errors = 0
         err_rate: float | None = None
@@ -237,7 +238,7 @@ class FabricHistory:
                 learn["xmit_wait"] = wait
             if link_rate == link_rate:
                 learn["link_rate"] = link_rate
-            self.baselines.observe(ev.node, f"{ev.device}/{ev.port}", ts, learn)
+            self.baselines.observe(ev.node, where, ts, learn)
 
     def _gpu(self, ev: GpuEvent) -> None:
         gpu = self._component(ev.node, f"gpu{ev.gpu}", GPU_FEATURES)
