@@ -10,7 +10,12 @@
 - ``flatness``: the core's cost per rank-step event (``decode_message_columns`` + ``process_batch`` on batch
   envelopes of 256 events, as the worker runs it) at each job size, its first steps (new ranks) left out.
 
+- ``telemetry`` (``--telemetry-base CHECKOUT``): the node-telemetry recording alone, replayed by another checkout
+  (e.g. a worktree of main) and by this one in child processes taking turns: best CPU-seconds of each, and whether
+  their alerts are byte-identical.
+
     .venv/bin/python -m bench.replay_bench --base /work/wt/base/.venv
+    .venv/bin/python -m bench.replay_bench --telemetry-base /work/wt/base
 """
 
 from __future__ import annotations
@@ -104,28 +109,37 @@ def fleet_batches(ranks: int, steps: int, per_envelope: int = 8, seed: int = 2) 
     return out
 
 
-def fleet_telemetry(nodes: int, seconds: float, ports: int = 4, seed: int = 3) -> list[bytes]:
+def fleet_telemetry(nodes: int, seconds: float, ports: int = 4, seed: int = 3, faults: bool = False) -> list[bytes]:
     """Node agents' envelopes: every 10 s each node sends its ``ports`` InfiniBand ports' link samples (cumulative
-    counters) in one batch envelope, with its arrival."""
+    counters) in one batch envelope, with its arrival. ``faults``: from the middle on, a few ports log symbol
+    errors, one goes down and one's traffic collapses (alerts to compare, byte for byte)."""
     import random
 
     import orjson
 
     rng = random.Random(seed)
     counters = {(n, p): [rng.randrange(10**12), rng.randrange(10**12)] for n in range(nodes) for p in range(ports)}
+    errs = [0] * nodes
     out, t = [], T0
     while t < T0 + seconds:
         for n in range(nodes):
             events = []
             for p in range(ports):
                 c = counters[n, p]
-                c[0] += int(4e10 * rng.uniform(0.9, 1.1))
-                c[1] += int(4e10 * rng.uniform(0.9, 1.1))
+                late = faults and t >= T0 + seconds / 2 and p == 0
+                share = 0.05 if late and n % 50 == 7 else 1.0  # a collapse
+                c[0] += int(4e10 * share * rng.uniform(0.9, 1.1))
+                c[1] += int(4e10 * share * rng.uniform(0.9, 1.1))
+                if late and n % 50 == 3:
+                    errs[n] += rng.randrange(1, 40)  # symbol errors
+                down = late and n % 50 == 11 and t >= T0 + seconds * 0.75
                 events.append({"v": 1, "kind": "link", "node": f"srv-{n:03d}", "ts": round(t + rng.random(), 6),
-                               "device": f"mlx5_{p}", "port": 1, "state": "ACTIVE", "phys_state": "LinkUp",
+                               "device": f"mlx5_{p}", "port": 1, "state": "DOWN" if down else "ACTIVE",
+                               "phys_state": "Polling" if down else "LinkUp",
                                "rate": 400.0, "link_layer": "InfiniBand",
-                               "counters": {"port_xmit_data": c[0], "port_rcv_data": c[1], "symbol_error": 0,
-                                            "link_error_recovery": 0, "link_downed": 0, "port_rcv_errors": 0}})
+                               "counters": {"port_xmit_data": c[0], "port_rcv_data": c[1],
+                                            "symbol_error": errs[n] if p == 0 else 0,
+                                            "link_error_recovery": 0, "link_downed": int(down), "port_rcv_errors": 0}})
             out.append(orjson.dumps({"v": 1, "kind": "batch", "events": events, "_arrival": round(t + 1.2, 6)}))
         t += 10.0
     return out
@@ -170,6 +184,52 @@ def fleet(scale: float = 1.0) -> list[dict]:
             rows.append(side_by_side(name, make(), Path(tmp)))
             print("fleet:", rows[-1], flush=True)
     return rows
+
+
+#: One replay of a recording in a child process of another checkout (its code on the path first): the CPU-seconds of
+#: the replay call, its events and alerts, and a digest of its output (the alerts, byte for byte).
+_CHILD = """
+import hashlib, io, json, sys, time
+from stepwatch.config import Settings
+from stepwatch.recording import merge_recorded, replay
+replay(merge_recorded([sys.argv[2]]), Settings.from_env(), drain=60.0, out=io.StringIO(), across_arrivals=True)
+out = io.StringIO()
+started = time.process_time()
+stats = replay(merge_recorded([sys.argv[1]]), Settings.from_env(), drain=60.0, out=out, across_arrivals=True)
+cpu = time.process_time() - started
+print(json.dumps({"cpu_s": cpu, "events": stats["events"], "alerts": stats["alerts"],
+                  "digest": hashlib.sha256(out.getvalue().encode()).hexdigest()}))
+"""
+
+
+def telemetry_checkouts(base: Path, *, rounds: int = 3, scale: float = 1.0) -> dict:
+    """The node-telemetry recording replayed (the road now, ``across_arrivals``) by ``base`` (a checkout, e.g. a
+    worktree of main) and by this checkout, in child processes taking turns, ``rounds`` times each: the best
+    CPU-seconds of each, events per CPU-second, and whether their alerts are byte-identical."""
+    import json
+    import os
+
+    here = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        rec, head = Path(tmp) / "telemetry.jsonl", Path(tmp) / "warm-up.jsonl"
+        lines = fleet_telemetry(253, 600 * scale, faults=True)
+        rec.write_bytes(b"".join(line + b"\n" for line in lines))
+        head.write_bytes(b"".join(line + b"\n" for line in lines[:2000]))  # imports and first calls out of the figures
+        runs: dict[str, list[dict]] = {"base": [], "now": []}
+        for _ in range(rounds):
+            for name, checkout in (("base", base.resolve()), ("now", here)):
+                env = {**os.environ, "PYTHONPATH": str(checkout)}
+                done = subprocess.run([PY, "-c", _CHILD, str(rec), str(head)], cwd=checkout, env=env, check=True,
+                                      capture_output=True, text=True)
+                runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    row: dict = {"recording": "node telemetry envelopes, 253 nodes x 4 ports", "events": runs["now"][0]["events"],
+                 "alerts": runs["now"][0]["alerts"]}
+    for name, got in runs.items():
+        cpu = min(r["cpu_s"] for r in got)
+        row.update({f"{name}_cpu_s": round(cpu, 2), f"{name}_events_per_cpu_s": round(got[0]["events"] / cpu)})
+    row["identical"] = len({r["digest"] for rs in runs.values() for r in rs}) == 1
+    row["speedup"] = round(row["base_cpu_s"] / row["now_cpu_s"], 2)
+    return row
 
 
 def flatness(sizes=(1024, 65536), *, steps: int = 8, warm: int = 2, tuned_gc: bool = False) -> dict:
@@ -228,7 +288,14 @@ def main() -> None:
     ap.add_argument("--skip-replay", action="store_true")
     ap.add_argument("--fleet", action="store_true", help="only the fleet-speed recordings, before and now (issue 41)")
     ap.add_argument("--scale", type=float, default=1.0, help="the fleet recordings' length, x")
+    ap.add_argument("--telemetry-base", type=Path, metavar="CHECKOUT",
+                    help="only the node-telemetry recording, replayed by CHECKOUT (e.g. a worktree of main) and by "
+                         "this checkout, taking turns (issue 41 item 5)")
+    ap.add_argument("--rounds", type=int, default=3, help="with --telemetry-base: replays of each, the best counts")
     args = ap.parse_args()
+    if args.telemetry_base:
+        print("telemetry:", telemetry_checkouts(args.telemetry_base, rounds=args.rounds, scale=args.scale), flush=True)
+        return
     if args.fleet:
         fleet(args.scale)
         return

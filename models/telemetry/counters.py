@@ -91,6 +91,10 @@ class CounterTrack:
         """Feed the raw value at ``ts``; return ``(delta, rate per second)`` (None on the first or a reset)."""
         prev, prev_ts = self.value, self.ts
         self.value, self.ts = value, ts
+        if prev is not None and value >= prev:  # the usual sample: no wrap, no reset
+            delta = value - prev
+            dt = ts - prev_ts
+            return delta, (delta / dt if dt >= 0.2 else None)
         if prev is None:
             return None, None
         delta, how = counter_delta(prev, value)

@@ -28,6 +28,7 @@ NTP) shift a window by seconds out of minutes. No two hosts' timestamps are subt
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,35 +87,47 @@ NVLINK_FEATURES = ("nvlink_errors", "nvlink_down")
 class _Component:
     """One component's recent samples: a ring of rows ``(ts, feature...)`` (NaN: not in that sample)."""
 
-    __slots__ = ("features", "rows", "n", "tracks", "size")
+    __slots__ = ("features", "rows", "n", "tracks", "size", "width")
 
     def __init__(self, features: tuple[str, ...], size: int) -> None:
         self.features = features
         self.size = size
-        # Grown as samples come (doubling, up to ``size``): a component heard from once (2,000 forged nodes'
-        # GPUs and ports) holds a few rows, not the whole ring (issue 44: 296 MiB for 16,000 components).
-        self.rows = np.full((1, 1 + len(features)), np.nan)
+        self.width = 1 + len(features)
+        # The rows end to end in C doubles, grown as samples come (up to ``size`` rows, then a ring): a component
+        # heard from once (2,000 forged nodes' GPUs and ports) holds one row, not the whole ring (issue 44: 296 MiB
+        # for 16,000 components). A sample is one append, not a NumPy row write; reads (an alert's windows) copy.
+        self.rows = array("d")
         self.n = 0  # rows written so far
         self.tracks: dict[str, CounterTrack] | None = None  # from the first counter on (most components have few)
 
     def delta(self, name: str, value: int, ts: float) -> tuple[int | None, float | None]:
-        if self.tracks is None:
-            self.tracks = {}
-        track = self.tracks.get(name)
+        tracks = self.tracks
+        if tracks is None:
+            tracks = self.tracks = {}
+        track = tracks.get(name)
         if track is None:
-            track = self.tracks[name] = CounterTrack()
+            track = tracks[name] = CounterTrack()
         return track.update(value, ts)
 
     def add(self, ts: float, values: dict[str, float]) -> None:
         get = values.get
-        if self.n == len(self.rows) < self.size:  # not wrapped yet: rows 0..n-1 in order, so grow in place
-            more = np.full((min(len(self.rows), self.size - len(self.rows)), self.rows.shape[1]), np.nan)
-            self.rows = np.concatenate([self.rows, more])
-        self.rows[self.n % len(self.rows)] = [ts, *[get(name, math.nan) for name in self.features]]
+        self.add_row((ts, *[get(name, math.nan) for name in self.features]))
+
+    def add_row(self, row: tuple[float, ...]) -> None:
+        """One sample: ``(ts, feature...)`` in ``features``' order (NaN: not in it)."""
+        if self.n < self.size:
+            self.rows.extend(row)
+        else:
+            at = (self.n % self.size) * self.width
+            self.rows[at:at + self.width] = array("d", row)
         self.n += 1
 
+    def table(self) -> np.ndarray:
+        """The rows written (oldest first until the ring wraps), one per sample: a copy."""
+        return np.frombuffer(self.rows, dtype=np.float64).reshape(-1, self.width).copy()
+
     def window(self, since: float, until: float) -> dict[str, tuple[float, float]]:
-        rows = self.rows[: min(self.n, len(self.rows))]
+        rows = self.table()
         ts = rows[:, 0]
         sel = rows[(ts >= since) & (ts <= until)]
         out = {}
@@ -132,7 +145,7 @@ class _Component:
             if name not in BASELINE_FEATURES:
                 continue
             if FEATURES[name].aggregate == "sum":
-                rows = self.rows[: min(self.n, len(self.rows))]
+                rows = self.table()
                 j = 1 + self.features.index(name)
                 sel = rows[(rows[:, 0] >= since) & (rows[:, 0] <= until) & ~np.isnan(rows[:, j]), 0]
                 if len(sel) < 2 or sel.max() <= sel.min():
@@ -187,40 +200,45 @@ class FabricHistory:
         else:
             return
         self.samples += 1
-        self._last[event.node] = max(self._last.get(event.node, 0.0), event.ts)
+        last = self._last.get(event.node, 0.0)
+        self._last[event.node] = event.ts if event.ts > last else last
 
     def _link(self, ev: LinkEvent) -> None:
-        comp = self._component(ev.node, f"{ev.device}/{ev.port}", PORT_FEATURES)
-        feats: dict[str, float] = {}
+        where = f"{ev.device}/{ev.port}"
+        comp = self._component(ev.node, where, PORT_FEATURES)
+        counters, ts = ev.counters, ev.ts
         errors = 0
         err_rate: float | None = None
-        for name, value in ev.counters.items():
+        wait = math.nan
+        delta_of = comp.delta
+        for name, value in counters.items():
             if name in ERROR_COUNTERS:
-                delta, rate = comp.delta(name, value, ev.ts)
-                errors += delta or 0
+                delta, rate = delta_of(name, value, ts)
+                if delta:
+                    errors += delta
                 if rate is not None:
                     err_rate = (err_rate or 0.0) + rate
             elif name == "port_xmit_wait":
-                _, rate = comp.delta(name, value, ev.ts)
+                _, rate = comp.delta(name, value, ts)
                 if rate is not None:
-                    feats["xmit_wait"] = rate
-        feats["link_errors"] = float(errors)
-        if "port_xmit_data" in ev.counters and "port_rcv_data" in ev.counters:
+                    wait = rate
+        data = math.nan
+        xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
+        if xmit is not None and rcv is not None:
             # PMA data counters count 4-byte words.
-            _, rate = comp.delta("data", ev.counters["port_xmit_data"] + ev.counters["port_rcv_data"], ev.ts)
+            _, rate = comp.delta("data", xmit + rcv, ts)
             if rate is not None:
-                feats["data_rate"] = rate * 4
-        down = ev.state is not None and ev.state.upper() != "ACTIVE"
-        feats["link_down"] = 1.0 if down else 0.0
-        if ev.rate and not down:
-            feats["link_rate"] = float(ev.rate)
-        comp.add(ev.ts, feats)
+                data = rate * 4
+        down = ev.state is not None and ev.state != "ACTIVE" and ev.state.upper() != "ACTIVE"
+        link_rate = float(ev.rate) if ev.rate and not down else math.nan
+        comp.add_row((ts, float(errors), wait, data, 1.0 if down else 0.0, link_rate))  # PORT_FEATURES' order
         if self.baselines is not None:
             learn = {"link_errors": err_rate} if err_rate is not None else {}
-            for name in ("xmit_wait", "link_rate"):
-                if name in feats:
-                    learn[name] = feats[name]
-            self.baselines.observe(ev.node, f"{ev.device}/{ev.port}", ev.ts, learn)
+            if wait == wait:  # not NaN
+                learn["xmit_wait"] = wait
+            if link_rate == link_rate:
+                learn["link_rate"] = link_rate
+            self.baselines.observe(ev.node, where, ts, learn)
 
     def _gpu(self, ev: GpuEvent) -> None:
         gpu = self._component(ev.node, f"gpu{ev.gpu}", GPU_FEATURES)

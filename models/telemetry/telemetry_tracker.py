@@ -319,6 +319,10 @@ class TelemetryTracker:
         """Feed one telemetry event; return the node alerts it fired or resolved."""
         self.events_seen += 1
         node = self._node(event.node)
+        if type(event) is LinkEvent and (event.device, event.port) in node.ports:  # the usual sample: no new port
+            if event.ts > node.last_ts:
+                node.last_ts = event.ts
+            return self._on_link(node, event)
         if isinstance(event, (GpuEvent, XidEvent)) and event.gpu not in node.gpus:
             if len(node.gpus) >= MAX_GPUS_PER_NODE or self._gpus_total >= MAX_GPUS_TOTAL:
                 self.capped["gpus_per_node" if len(node.gpus) >= MAX_GPUS_PER_NODE else "gpus_total"] += 1
@@ -398,44 +402,60 @@ class TelemetryTracker:
         if port is None:
             port = node.ports[key] = _PortState(self.baseline_samples, self.baseline_min_samples,
                                                 self.link_error_window)
-        comp = f"{ev.device}/{ev.port}"
-        where = dict(component=comp, category="network", device=ev.device, port=ev.port)
+        where: dict | None = None  # the spike's place, made only for a spike (most samples flag none)
         errors: dict[str, int] = {}
-        for name, value in ev.counters.items():
-            track = port.counters.get(name)
+        counters = ev.counters
+        tracks = port.counters
+        ts = ev.ts
+        for name, value in counters.items():
+            error = ERROR_COUNTERS.get(name)
+            rated = RATE_COUNTERS.get(name) if error is None else None
+            if error is None and rated is None:
+                continue  # no rule reads it (the data counters: ``_bandwidth``'s own track)
+            track = tracks.get(name)
             if track is None:
-                track = port.counters[name] = CounterTrack()
-            delta, rate = track.update(value, ev.ts)
-            if name in ERROR_COUNTERS:
+                track = tracks[name] = CounterTrack()
+            delta, rate = track.update(value, ts)
+            if error is not None:
                 if delta:
-                    weight, label = ERROR_COUNTERS[name]
+                    weight, label = error
                     errors[name] = delta
-                    self._flag(node, ev.node, ev.ts, signal=name, label=label, weight=weight, count=delta,
+                    if where is None:
+                        where = self._where(ev)
+                    self._flag(node, ev.node, ts, signal=name, label=label, weight=weight, count=delta,
                                peak=rate or 0.0, **where)
-            elif name in RATE_COUNTERS and rate is not None:
+            elif rate is not None:
                 if name == "port_xmit_wait":
                     port.last_wait_rate = rate
-                floor, weight, label = RATE_COUNTERS[name]
+                floor, weight, label = rated
                 base = port.baselines.get(name)
                 if base is None:
                     base = port.baselines[name] = Baseline(self.baseline_samples, self.baseline_min_samples)
                 median = base.median() if base.ready else math.nan
                 if base.ready and rate >= floor and rate > self.rate_factor * max(median, floor / self.rate_factor):
                     ratio = rate / median if median > 0 else math.inf
-                    self._flag(node, ev.node, ev.ts, signal=name, label=label, weight=weight, count=delta or 0,
+                    if where is None:
+                        where = self._where(ev)
+                    self._flag(node, ev.node, ts, signal=name, label=label, weight=weight, count=delta or 0,
                                peak=min(ratio, 1e6), rate=round(rate, 1), baseline=round(median, 1), **where)
                 else:
                     base.add(rate)
-        self._bandwidth(node, port, ev, where)
-        down = self._state(node, port, ev, where)
+        self._bandwidth(node, port, ev)
+        down = self._state(node, port, ev)
         return self._link_alert(node, ev, port, errors, down)
 
-    def _bandwidth(self, node: _NodeState, port: _PortState, ev: LinkEvent, where: dict) -> None:
-        if not all(n in ev.counters for n in DATA_COUNTERS):
+    @staticmethod
+    def _where(ev: LinkEvent) -> dict:
+        return dict(component=f"{ev.device}/{ev.port}", category="network", device=ev.device, port=ev.port)
+
+    def _bandwidth(self, node: _NodeState, port: _PortState, ev: LinkEvent) -> None:
+        counters = ev.counters
+        xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
+        if xmit is None or rcv is None:
             return
-        words = sum(ev.counters[n] for n in DATA_COUNTERS)
-        prev_ts = port.bw.ts if port.bw.value is not None else None
-        _, rate = port.bw.update(words, ev.ts)
+        bw = port.bw
+        prev_ts = bw.ts if bw.value is not None else None
+        _, rate = bw.update(xmit + rcv, ev.ts)
         if rate is None or prev_ts is None:
             return
         # After a collector gap the rate is an average over the gap (traffic and idle alike): neither judged nor
@@ -449,16 +469,17 @@ class TelemetryTracker:
         # Judged against the link's own usual pattern: what it usually falls to (its 10th percentile), not its
         # median. A link busy all the time collapses below that; a bursty one (collectives between compute
         # phases, idle for checkpoints) usually falls to near zero, and its quiet samples are no collapse.
-        low = base.low() if base.ready else math.nan
-        median = base.median() if base.ready else math.nan
-        if base.ready and low >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * low and (
-                bps >= IDLE_SHARE * low or self._waiting(port)):
-            self._flag(node, ev.node, ev.ts, signal="bandwidth", label="bandwidth collapse",
-                       weight=LINK_WEIGHTS["bandwidth"], peak=median / max(bps, 1.0),
-                       bytes_per_s=round(bps), baseline_bytes_per_s=round(median),
-                       usual_low_bytes_per_s=round(low), **where)
-        else:
-            base.add(bps)
+        if base.ready:
+            low = base.low()
+            if low >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * low and (
+                    bps >= IDLE_SHARE * low or self._waiting(port)):
+                median = base.median()
+                self._flag(node, ev.node, ev.ts, signal="bandwidth", label="bandwidth collapse",
+                           weight=LINK_WEIGHTS["bandwidth"], peak=median / max(bps, 1.0),
+                           bytes_per_s=round(bps), baseline_bytes_per_s=round(median),
+                           usual_low_bytes_per_s=round(low), **self._where(ev))
+                return
+        base.add(bps)
 
     @staticmethod
     def _waiting(port: _PortState) -> bool:
@@ -469,25 +490,29 @@ class TelemetryTracker:
         return (base is not None and track is not None and base.ready and track.value is not None
                 and port.last_wait_rate is not None and port.last_wait_rate >= 0.5 * base.median())
 
-    def _state(self, node: _NodeState, port: _PortState, ev: LinkEvent, where: dict) -> bool:
+    def _state(self, node: _NodeState, port: _PortState, ev: LinkEvent) -> bool:
         down = False
-        if ev.state is not None:
-            state = ev.state.upper()
+        state = ev.state
+        if state is not None:
+            if state != "ACTIVE":
+                state = state.upper()
             was = port.state
             port.state = state
             if state != "ACTIVE" and (was == "ACTIVE" or port.down_samples):
                 down = True
                 port.down_samples += 1
                 self._flag(node, ev.node, ev.ts, signal="link_down", label="link down",
-                           weight=LINK_WEIGHTS["link_down"], state=state, phys_state=ev.phys_state, **where)
+                           weight=LINK_WEIGHTS["link_down"], state=state, phys_state=ev.phys_state,
+                           **self._where(ev))
             elif state == "ACTIVE":
                 port.down_samples = 0
-        if ev.rate and (ev.state is None or ev.state.upper() == "ACTIVE"):
+        if ev.rate and (state is None or state == "ACTIVE"):
             if ev.rate < port.max_rate:
                 self._flag(node, ev.node, ev.ts, signal="rate_down", label="link renegotiated lower",
                            weight=LINK_WEIGHTS["rate_down"], rate_gbps=ev.rate, max_rate_gbps=port.max_rate,
-                           **where)
-            port.max_rate = max(port.max_rate, ev.rate)
+                           **self._where(ev))
+            if ev.rate > port.max_rate:
+                port.max_rate = ev.rate
         return down
 
     def _link_alert(self, node: _NodeState, ev: LinkEvent, port: _PortState, errors: dict[str, int],
@@ -507,7 +532,7 @@ class TelemetryTracker:
         else:
             port.clean += 1
         if not port.firing:
-            if port.clean >= self.link_error_window:
+            if port.clean >= self.link_error_window and (port.err_first is not None or port.err_totals):
                 port.err_first, port.err_totals = None, {}  # the last episode is over
             if port.err_ring.count() >= self.link_error_min_samples:
                 port.firing = True
@@ -519,6 +544,8 @@ class TelemetryTracker:
     def _node_link_alert(self, node: _NodeState, ev: LinkEvent, port: _PortState) -> list[Alert]:
         """The node's one link_errors alert: fires with its first port in trouble, lists every port that
         erred, resolves once none is in trouble."""
+        if node.link_alert is None and not port.firing:  # the usual sample: nothing fires, nothing to resolve
+            return []
         if node.link_alert is not None:
             if any(p.firing for p in node.ports.values()):
                 return []

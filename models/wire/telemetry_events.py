@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from .wire import MAX_NAME_LEN, InvalidEvent, _extra, _int, _num, _str
+from .wire import _MAX_FLOAT, MAX_COUNTER, MAX_NAME_LEN, InvalidEvent, _extra, _int, _num, _str
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +173,23 @@ def _parse_xid(o: dict) -> XidEvent:
     )
 
 
+_COUNTER_TOP = 2**64
+_INT_ONLY = {int}
+_STR_ONLY = {str}
+
+
 def _counters(o: dict) -> dict[str, int]:
     value = o.get("counters")
     if value is None:
         return {}
+    # The usual object (string names, non-negative 64-bit integers) checked in C loops; anything else is
+    # checked name by name below for its one-line reason.
+    if type(value) is dict and 0 < len(value) <= MAX_COUNTERS:
+        counts = value.values()
+        if (set(map(type, counts)) == _INT_ONLY and min(counts) >= 0 and max(counts) < _COUNTER_TOP
+                and set(map(type, value)) == _STR_ONLY and min(map(len, value)) > 0
+                and max(map(len, value)) <= MAX_NAME_LEN):
+            return dict(value)
     if not isinstance(value, dict):
         raise InvalidEvent("'counters' must be an object of name -> integer")
     if len(value) > MAX_COUNTERS:
@@ -193,7 +206,23 @@ def _counters(o: dict) -> dict[str, int]:
     return out
 
 
+def _name_or_none(value) -> bool:
+    return value is None or (type(value) is str and 0 < len(value) <= MAX_NAME_LEN)
+
+
 def _parse_link(o: dict) -> LinkEvent:
+    # The agent's usual sample (every field of its type and range) without the field checks' calls; anything
+    # else takes them, for its one-line reason.
+    get = o.get
+    node, ts, device, port, rate = get("node"), get("ts"), get("device"), get("port"), get("rate")
+    state, phys_state, link_layer, netdev = get("state"), get("phys_state"), get("link_layer"), get("netdev")
+    if (type(node) is str and 0 < len(node) <= MAX_NAME_LEN and type(device) is str and 0 < len(device) <= MAX_NAME_LEN
+            and type(ts) is float and 0.0 <= ts <= _MAX_FLOAT and type(port) is int and 0 <= port <= MAX_COUNTER
+            and (rate is None or (type(rate) is float and 0.0 <= rate <= _MAX_FLOAT))
+            and _name_or_none(state) and _name_or_none(phys_state) and _name_or_none(link_layer)
+            and _name_or_none(netdev)):
+        return LinkEvent(node, ts, device, port, state, phys_state, rate, link_layer, netdev, _counters(o),
+                         _extra(o, _LINK_FIELDS))
     return LinkEvent(
         node=_str(o, "node", required=True),
         ts=_num(o, "ts", required=True),
