@@ -16,6 +16,7 @@
 
     .venv/bin/python -m bench.replay_bench --base /work/wt/base/.venv
     .venv/bin/python -m bench.replay_bench --telemetry-base /work/wt/base
+    .venv/bin/python -m bench.replay_bench --fleet --base-tree /work/wt/base [--only "300 jobs"]
 """
 
 from __future__ import annotations
@@ -170,19 +171,79 @@ def side_by_side(name: str, lines: list[bytes], tmp: Path) -> dict:
     return row
 
 
-def fleet(scale: float = 1.0) -> list[dict]:
-    """The issue's three shapes of recording (sized by ``scale``), each replayed both ways."""
+FLEET = (
+    ("single-event, 1 job x 1,024 ranks", lambda scale: fleet_single(1, 1024, 60 * scale)),
+    ("single-event, 30 jobs x 64 ranks", lambda scale: fleet_single(30, 64, 60 * scale)),
+    ("single-event, 300 jobs x 4 ranks", lambda scale: fleet_single(300, 4, 40 * scale)),
+    ("step batch envelopes (8 a node), 4,096 ranks", lambda scale: fleet_batches(4096, int(60 * scale))),
+    ("node telemetry envelopes, 253 nodes x 4 ports", lambda scale: fleet_telemetry(253, 600 * scale)))
+
+
+def fleet(scale: float = 1.0, only: str | None = None) -> list[dict]:
+    """The issue's three shapes of recording (sized by ``scale``; ``only``: those whose name contains it), each
+    replayed both ways."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         side_by_side("warm-up", fleet_single(2, 4, 30), Path(tmp))  # imports and first calls out of the figures
-        for name, make in (
-                ("single-event, 1 job x 1,024 ranks", lambda: fleet_single(1, 1024, 60 * scale)),
-                ("single-event, 30 jobs x 64 ranks", lambda: fleet_single(30, 64, 60 * scale)),
-                ("single-event, 300 jobs x 4 ranks", lambda: fleet_single(300, 4, 40 * scale)),
-                ("step batch envelopes (8 a node), 4,096 ranks", lambda: fleet_batches(4096, int(60 * scale))),
-                ("node telemetry envelopes, 253 nodes x 4 ports", lambda: fleet_telemetry(253, 600 * scale))):
-            rows.append(side_by_side(name, make(), Path(tmp)))
-            print("fleet:", rows[-1], flush=True)
+        for name, make in FLEET:
+            if only is None or only in name:
+                rows.append(side_by_side(name, make(scale), Path(tmp)))
+                print("fleet:", rows[-1], flush=True)
+    return rows
+
+
+#: One replay in a child process by a checkout (``--base``: its PYTHONPATH, so its own models and recording.py; only
+#: ``stepwatch.recording.replay`` is used, which every checkout of the fleet road has), after a warm-up replay.
+_CHILD = """
+import io, json, sys, time
+from stepwatch.config import Settings
+from stepwatch.recording import merge_recorded, replay
+warm, path, out_path = sys.argv[1:4]
+replay(merge_recorded([warm]), Settings.from_env(), drain=60.0, out=io.StringIO())
+out = io.StringIO()
+started = time.process_time()
+stats = replay(merge_recorded([path]), Settings.from_env(), drain=60.0, out=out)
+cpu = time.process_time() - started
+open(out_path, "w").write(out.getvalue())
+print(json.dumps({"cpu": cpu, "events": stats["events"], "alerts": stats["alerts"]}))
+"""
+
+
+def fleet_against(base: Path, scale: float = 1.0, only: str | None = None, rounds: int = 2) -> list[dict]:
+    """Each fleet recording replayed by ``base`` (another checkout, e.g. a worktree of main) and by this one, in
+    child processes, alternately, ``rounds`` times each: the least CPU-seconds of each, and whether the alerts
+    are byte-identical."""
+    import json
+    import os
+
+    here = Path(__file__).resolve().parent.parent
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = Path(tmp) / "warm.jsonl"
+        warm.write_bytes(b"".join(line + b"\n" for line in fleet_single(2, 4, 30)))
+        for name, make in FLEET:
+            if only is not None and only not in name:
+                continue
+            path = Path(tmp) / "recording.jsonl"
+            path.write_bytes(b"".join(line + b"\n" for line in make(scale)))
+            row: dict = {"recording": name}
+            outputs: dict[str, str] = {}
+            for _ in range(rounds):
+                for road, tree in (("base", base), ("now", here)):
+                    out = Path(tmp) / f"{road}.out"
+                    env = dict(os.environ, PYTHONPATH=str(tree))
+                    done = subprocess.run([PY, "-c", _CHILD, str(warm), str(path), str(out)], cwd=tree, env=env,
+                                          check=True, capture_output=True, text=True)
+                    got = json.loads(done.stdout.strip().splitlines()[-1])
+                    outputs[road] = out.read_text()
+                    row["events"], row[f"{road}_alerts"] = got["events"], got["alerts"]
+                    row[f"{road}_cpu_s"] = round(min(got["cpu"], row.get(f"{road}_cpu_s", float("inf"))), 2)
+            for road in ("base", "now"):
+                row[f"{road}_events_per_cpu_s"] = round(row["events"] / row[f"{road}_cpu_s"])
+            row["speedup"] = round(row["base_cpu_s"] / row["now_cpu_s"], 2)
+            row["identical"] = outputs["base"] == outputs["now"]
+            rows.append(row)
+            print("fleet:", row, flush=True)
     return rows
 
 
@@ -292,12 +353,18 @@ def main() -> None:
                     help="only the node-telemetry recording, replayed by CHECKOUT (e.g. a worktree of main) and by "
                          "this checkout, taking turns (issue 41 item 5)")
     ap.add_argument("--rounds", type=int, default=3, help="with --telemetry-base: replays of each, the best counts")
+    ap.add_argument("--only", help="--fleet: only the recordings whose name contains this")
+    ap.add_argument("--base-tree", type=Path, help="--fleet: another checkout (a worktree of main) to replay each "
+                                                    "recording with too, side by side, in child processes")
     args = ap.parse_args()
     if args.telemetry_base:
         print("telemetry:", telemetry_checkouts(args.telemetry_base, rounds=args.rounds, scale=args.scale), flush=True)
         return
     if args.fleet:
-        fleet(args.scale)
+        if args.base_tree:
+            fleet_against(args.base_tree, args.scale, args.only)
+        else:
+            fleet(args.scale, args.only)
         return
     if not args.skip_replay:
         venvs = {"base": args.base} if args.base else {}

@@ -353,7 +353,7 @@ class Pipeline:
                 rows = None
         if cols is None or (arrival is not None and (
                 max(cols.ts) > arrival + self.max_future_seconds if rows is None
-                else any(t > a + self.max_future_seconds for t, a in zip(cols.ts, rows)))):
+                else cols.ahead_of(rows, self.max_future_seconds))):
             # Something in it needs one message at a time (dead letters with coordinates); a lone message
             # too (its own decode keeps a lone step event on the events path). Each value is parsed already
             # (but for a planned run's).

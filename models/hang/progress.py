@@ -22,6 +22,7 @@ from enum import Enum
 import numpy as np
 
 from ..job_phase import TRAINING_PHASES, JobPhase
+from ..steps.robust import sorted_percentile
 from ..wire.events import PAUSE_PHASES, HeartbeatEvent
 from .evidence import RankPosition
 
@@ -197,6 +198,10 @@ class JobProgress:
         running): a pause, kept out of the p99, which would otherwise grow with every such checkpoint."""
         if not self.step_times:
             return 0.0, 0.0
+        ordered = sorted(self.step_times)
+        total = sum(ordered)
+        if total - total == 0.0 and ordered[-1] < floor:  # the usual job (all finite): numpy's p99 without its cost
+            return sorted_percentile(ordered, 99), 0.0
         times = np.fromiter(self.step_times, float)
         if times.max() >= floor:  # a cheap test first: steps are shorter than the floor in most jobs
             stop = (times >= floor) & (times >= factor * np.median(times))

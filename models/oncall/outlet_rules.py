@@ -138,7 +138,9 @@ class RestartRule(OutletRule):
         preceding = self._preceding(r)
         cls = preceding["failure_class"] if preceding else "unknown"
         cause, blamed = restart_cause(preceding)
-        nodes = tuple(env.placement.nodes_of(r.job))[:64]
+        # Where the job ran until it went down: nodes first seen after the middle of its silence are where it
+        # resumed (a spare), known or not by now depending on how its first steps were batched.
+        nodes = tuple(env.placement.nodes_of(r.job, before=(r.silence_began_at + r.at) / 2))[:64]
         step_time = env.typical_step_time(r.job)
         lost = r.cost(step_time)
         evidence = {

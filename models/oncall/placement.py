@@ -32,7 +32,7 @@ class PlacementView:
     def __init__(self, *, window: float = 300.0, max_jobs: int = 10_000) -> None:
         self.window = window
         self.max_jobs = max_jobs
-        # job -> node -> [{rank: gpu or None}, last ts]
+        # job -> node -> [{rank: gpu or None}, last ts, first ts]
         self._jobs: dict[str, dict[str, list]] = {}
         self._remote: dict[str, dict[str, list]] = {}  # the same, from other workers
         self.changed: set[str] = set()  # jobs whose placement changed since the last snapshot
@@ -62,7 +62,7 @@ class PlacementView:
             self._push(job, ts)
         entry = nodes.get(node)
         if entry is None:
-            entry = nodes[node] = [{}, ts]
+            entry = nodes[node] = [{}, ts, ts]
         gpu = None if gpu is None or gpu != gpu else int(gpu)
         ranks = entry[0]
         new = rank not in ranks or ranks[rank] != gpu
@@ -173,8 +173,13 @@ class PlacementView:
                     out.pop(job, None)
         return [{"job": job, "ranks": ranks} for job, ranks in sorted(out.items())]
 
-    def nodes_of(self, job: str) -> list[str]:
-        return sorted(set(self._jobs.get(job, {})) | set(self._remote.get(job, {})))
+    def nodes_of(self, job: str, *, before: float | None = None) -> list[str]:
+        """The job's nodes; ``before``: only those this worker saw it on before that time (other workers' view has
+        no first time: kept whole)."""
+        local = self._jobs.get(job, {})
+        if before is not None:
+            local = {n: e for n, e in local.items() if e[2] < before}
+        return sorted(set(local) | set(self._remote.get(job, {})))
 
     def snapshot(self, job: str) -> dict[str, Any] | None:
         """This worker's placement of ``job`` as a JSON-able record (None: unknown)."""

@@ -99,8 +99,23 @@ class ClockOffsets:
                     if prev is None or t < prev:
                         ends[node] = t
             return
-        for node, step, t in zip(nodes, steps, ts):
-            self.observe(node, step, t)
+        if n < 8:
+            for node, step, t in zip(nodes, steps, ts):
+                self.observe(node, step, t)
+            return
+        # Several steps (a replay's merged lines: arrival order, a step's ranks mostly together): each run of one
+        # step as above, the same result as event by event.
+        lo = 0
+        while lo < n:
+            step, hi = steps[lo], lo + 1
+            while hi < n and steps[hi] == step:
+                hi += 1
+            if hi - lo > 1:
+                self.observe_many(nodes[lo:hi], steps[lo:hi], ts[lo:hi], None,
+                                  None if ts_array is None else ts_array[lo:hi], True)
+            else:
+                self.observe(nodes[lo], step, ts[lo])
+            lo = hi
 
     def _close(self, step: int) -> None:
         ends = self._ends.pop(step)

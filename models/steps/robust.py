@@ -45,3 +45,21 @@ def step_median(step, name: str, values: np.ndarray | None = None) -> float:
     if value is None:
         value = memo[name] = nan_median(getattr(step, name) if values is None else values)
     return value
+
+
+def sorted_percentile(ordered: list[float], q: float) -> float:
+    """``float(np.percentile(values, q))`` (its default, linear interpolation) of the non-empty, finite ``values``
+    given sorted, without its per-call cost (~30 us, for a hundred step times): numpy's virtual index and its
+    lerp, step by step in the same float operations, so the same float."""
+    n = len(ordered)
+    quantile = q / 100
+    virtual = (n - 1) * quantile  # numpy's virtual index of its ``linear`` method
+    if virtual >= n - 1:
+        return float(ordered[-1])
+    if virtual < 0:
+        return float(ordered[0])
+    below = int(virtual // 1)
+    a, b = ordered[below], ordered[below + 1]
+    gamma = virtual - below
+    diff = b - a
+    return float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)

@@ -87,6 +87,15 @@ class StepColumns:
             a.flags.writeable = False
         return a
 
+    def ahead_of(self, arrivals, slack: float) -> bool:
+        """Whether some row is stamped more than ``slack`` seconds after its own arrival (``arrivals``, one a row): the
+        future-timestamp check of a replay's merged lines, one array comparison instead of a step per row."""
+        if len(arrivals) < 16:
+            return any(t > a + slack for t, a in zip(self.ts, arrivals))
+        import numpy as np
+
+        return bool((self.array("ts") > np.array(arrivals, dtype=np.float64) + slack).any())
+
     def events(self) -> list[StepEvent]:
         if self._events is None:
             if self.items is None:  # made in a decoder process (decode_plan.py): its messages parsed again

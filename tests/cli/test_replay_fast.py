@@ -70,10 +70,6 @@ RECORDINGS = {
     "gen3-envelopes_loose_types": lambda: _gen3("envelopes_loose_types"),
     "gen3-spare_straggles": lambda: _gen3("spare_straggles"),
 }
-#: Recordings whose alerts the column batches change today, with the finding (strict: the fix removes the mark).
-DIFFER = {"gen3-spare_straggles": "observed: the job_restart's resolved alert lists the spare node n09 too; "
-                                  "likely: in a column batch the job's nodes take the batch's rows (the rank "
-                                  "restarted on the spare) before the alert resolved by an earlier row is made"}
 
 
 def _replay(path, *, fast: bool) -> tuple[bytes, dict]:
@@ -82,8 +78,7 @@ def _replay(path, *, fast: bool) -> tuple[bytes, dict]:
     return out.getvalue().encode(), stats
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason=DIFFER[n])]
-                                                 if n in DIFFER else []) for n in sorted(RECORDINGS)])
+@pytest.mark.parametrize("name", sorted(RECORDINGS))
 def test_fast_replay_is_byte_identical_to_a_read_per_arrival(name, tmp_path):
     path = tmp_path / f"{name}.jsonl"
     path.write_bytes(b"".join(line + b"\n" for line in RECORDINGS[name]()))
