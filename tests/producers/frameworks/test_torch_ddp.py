@@ -92,9 +92,12 @@ def healthy_then_slow(kafka_bootstrap, tmp_path_factory):
 def test_slow_rank_is_named_by_compute_time_while_step_times_look_alike(kafka_bootstrap, healthy_then_slow):
     prefix, worker, stats, alerts = healthy_then_slow
     alerts = [a for a in alerts if a["job"] == "ddp-slow"]
-    # Exactly these two alerts: firing, then resolved by the job's end.
-    assert [(a["job"], a["status"], a["type"], a["ranks"]) for a in alerts] == [
-        ("ddp-slow", "firing", "straggler", [2]), ("ddp-slow", "resolved", "straggler", [2])], \
+    # Exactly one alert: firing, then resolved by the job's end, rank 2 only. A firing alert is published again
+    # when its figures move (docs/detection.md; under load they do): the same id, so one state, not a second alert.
+    states = [(a["status"], a["type"], a["ranks"]) for i, a in enumerate(alerts)
+              if i == 0 or a["status"] != alerts[i - 1]["status"]]
+    assert states == [("firing", "straggler", [2]), ("resolved", "straggler", [2])] and \
+        len({a["id"] for a in alerts}) == 1 and {tuple(a["ranks"]) for a in alerts} == {(2,)}, \
         f"{[a['summary'] for a in alerts]}; worker log:\n{worker.log_text()[-3000:]}"
     assert alerts[0]["evidence"]["signal"] == "compute_time"
 
@@ -119,9 +122,10 @@ def test_slow_rank_is_named_by_compute_time_while_step_times_look_alike(kafka_bo
 
 def test_healthy_ddp_run_raises_no_alert(healthy_then_slow):
     _prefix, _worker, _stats, alerts = healthy_then_slow
-    # Exactly the slow job's straggler, resolved when it ends (the worker got that far); nothing for the healthy job.
-    assert [(a["job"], a["status"], a["type"]) for a in alerts] == [
-        ("ddp-slow", "firing", "straggler"), ("ddp-slow", "resolved", "straggler")], \
+    # The slow job's straggler resolved when it ended (the worker got that far), and nothing else: no alert for
+    # the healthy job, none without a job. (Exactly the slow job's two alerts: the slow-rank test.)
+    assert any(a["job"] == "ddp-slow" and a["status"] == "resolved" for a in alerts)
+    assert {(a["job"], a["type"]) for a in alerts} == {("ddp-slow", "straggler")}, \
         [(a["job"], a["summary"]) for a in alerts]
 
 
