@@ -98,7 +98,7 @@ def worker_consumer() -> str:
 def start_worker(kafka_bootstrap, topic_prefix, tmp_path, worker_consumer):
     """Factory: ``start_worker(**env)`` runs ``stepwatch worker`` on this test's topics, ready to consume.
 
-    Returns the ``support.WorkerProcess``; every worker started is stopped after the test.
+    Returns the ``support.WorkerProcess``; every worker started is killed after the test (``discard``).
     """
     from support import WorkerProcess, stepwatch_env
 
@@ -114,7 +114,7 @@ def start_worker(kafka_bootstrap, topic_prefix, tmp_path, worker_consumer):
 
     yield start
     for worker in started:
-        worker.stop()
+        worker.discard()
 
 
 # -- no silent skips ---------------------------------------------------------------------------------

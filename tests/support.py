@@ -68,6 +68,14 @@ class StepwatchProcess:
         self._log.close()
         return self.proc.returncode
 
+    def discard(self) -> None:
+        """SIGKILL, for a process whose test is over: a graceful stop there proves nothing and costs a worker
+        seconds (its helpers die with it: streams/decoder.py). A test that asserts on a stop calls ``stop``."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
 
 class WorkerProcess(StepwatchProcess):
     """``stepwatch worker`` in a subprocess; ``wait_ready`` blocks until it consumes."""

@@ -10,6 +10,7 @@ hand-written hang recordings (tests/recordings.py).
 from __future__ import annotations
 
 import io
+import os
 
 import orjson
 
@@ -37,8 +38,20 @@ def _replay(lines: list[bytes], drain: float) -> str:
     return out.getvalue()
 
 
+#: The fleet CI replays (twice): a job of each kind of quiet the schedule must get right (lost and reordered
+#: events, clock skew, restarts, hangs, a slow checkpoint flush, runtime config lines, a fabric fault) among
+#: others; ``STEPWATCH_FULL_GRID=1`` replays the whole fleet (34 jobs, 4x the events).
+FLEET_SAMPLE = {"healthy", "straggler-2-ranks", "lost-reordered", "clock-skew", "restart-clean", "restart-spare",
+                "hang-before-collective", "hang-skew-lossy", "hang-teardown", "checkpoint-marked-slow-flush",
+                "threshold-raised", "fabric-a"}
+
+
 def test_scheduled_ticks_give_the_reference_alerts_on_the_messy_fleet(monkeypatch):
-    lines = merge(s.timed_lines() for s in catalog() if s.arrival)
+    fleet = [s for s in catalog() if s.arrival]
+    assert FLEET_SAMPLE <= {s.name for s in fleet}  # a renamed scenario does not leave the sample unnoticed
+    if not os.environ.get("STEPWATCH_FULL_GRID"):
+        fleet = [s for s in fleet if s.name in FLEET_SAMPLE]
+    lines = merge(s.timed_lines() for s in fleet)
     scheduled = _replay(lines, drain=300)
     monkeypatch.setattr(DetectionEngine, "_jobs_due", _every_job)
     reference = _replay(lines, drain=300)

@@ -73,4 +73,4 @@ def test_agent_host_events_name_the_io_cause_of_a_straggler(kafka_bootstrap, top
     finally:
         agent.terminate()
         agent.wait(30)
-        worker.stop()
+        worker.discard()  # the test is over: no graceful stop to wait for

@@ -43,7 +43,7 @@ def _states(hangs: list[dict]) -> list[dict]:
 
 def _simulate(kafka_bootstrap: str, topic_prefix: str, *fault: str) -> None:
     env = stepwatch_env(kafka_bootstrap, topic_prefix)
-    run_stepwatch("simulate", "--job", "hang-live", "--ranks", "8", "--ranks-per-node", "4", "--steps", "30",
+    run_stepwatch("simulate", "--job", "hang-live", "--ranks", "8", "--ranks-per-node", "4", "--steps", "20",
                   "--compute-time", "0.2", "--heartbeat-interval", "0.5", "--speed", "1", *fault,
                   env=env, timeout=90)
 
@@ -55,7 +55,7 @@ def _simulate(kafka_bootstrap: str, topic_prefix: str, *fault: str) -> None:
 def test_live_hang_alert_names_the_culprit_then_resolves(kafka_bootstrap, topic_prefix, start_worker, scenario,
                                                          flag, case):
     worker = start_worker(**HANG_ENV)
-    # Rank 5 (on node-001) stops before step 15's first collective for 12 s, then resumes.
+    # Rank 5 (on node-001) stops before step 15's first collective for 12 s, then resumes; 5 steps more end the job.
     _simulate(kafka_bootstrap, topic_prefix, "--scenario", scenario, flag, "5:15:12")
     # Every alert, until the topic stays quiet after the resolution: a second hang alert would be in the list.
     alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",

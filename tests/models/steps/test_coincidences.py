@@ -27,9 +27,11 @@ def test_the_same_job_raised_coincidences_under_the_plain_k_of_n_rule():
     # The recording really contains coincidences of 3 spikes in 5 steps: the test above can fail.
     plain = dataclasses.replace(Settings(), straggler=StragglerSettings(coincidence_p=1.0, holdoff_steps=0))
     alerts = []
-    for seed in (0, 1, 2):
+    for seed in (0, 1, 2):  # the seeds above, until 3 firings are found (one seed may hold them all)
         alerts += SteadyJob(ranks=128, steps=3000, noise=0.015, spike_rate=0.01, seed=seed).run(
             DetectionEngine(plain))[1]
+        if len(firing(alerts, "straggler")) >= 3:
+            break
     assert len(firing(alerts, "straggler")) >= 3
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import uuid
 from collections import defaultdict
 
 import pytest
@@ -63,21 +64,45 @@ def by_rank(events, kind: str, field: str, phase: str = "train") -> dict[int, li
 NO_JOB_WIDE_RULE = {"STEPWATCH_JOB_HEALTH_THROUGHPUT_MIN_EFFECT": "10"}
 
 
-def test_slow_rank_is_named_by_compute_time_while_step_times_look_alike(kafka_bootstrap, topic_prefix, start_worker,
-                                                                        tmp_path):
-    worker = start_worker(**NO_JOB_WIDE_RULE)
-    env = dict(worker.env, STEPWATCH_JOB="ddp-slow")
-    stats = run_ddp_job(env, tmp_path, world=WORLD, args=("--steps", STEPS, "--slow-rank", "2"))
-    # The job ends (its ``end`` phase), which resolves the straggler: exactly these two alerts.
-    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
-                             until=lambda a: any(x["type"] == "straggler" and x["status"] == "resolved" for x in a))
-    assert [(a["job"], a["status"], a["type"], a["ranks"]) for a in alerts] == [
-        ("ddp-slow", "firing", "straggler", [2]), ("ddp-slow", "resolved", "straggler", [2])], \
+@pytest.fixture(scope="module")
+def healthy_then_slow(kafka_bootstrap, tmp_path_factory):
+    """One worker judging a healthy job, then a job whose rank 2 is slow (the slow-rank test's job, and for the
+    healthy test the marker that proves the worker got past the healthy job's events): (prefix, worker, stats
+    of the slow job, every alert once the slow job's straggler resolved)."""
+    from support import WorkerProcess
+
+    tmp = tmp_path_factory.mktemp("ddp")
+    prefix = f"t-ddp-{uuid.uuid4().hex[:8]}."
+    env = stepwatch_env(kafka_bootstrap, prefix, STEPWATCH_WORKER_DATADIR=str(tmp / "faust"), **NO_JOB_WIDE_RULE)
+    worker = WorkerProcess(env, tmp / "worker.log").wait_ready()
+    try:
+        (tmp / "healthy").mkdir()
+        run_ddp_job(dict(env, STEPWATCH_JOB="ddp-healthy"), tmp / "healthy", world=WORLD, args=("--steps", STEPS))
+        (tmp / "slow").mkdir()
+        stats = run_ddp_job(dict(env, STEPWATCH_JOB="ddp-slow"), tmp / "slow", world=WORLD,
+                            args=("--steps", STEPS, "--slow-rank", "2"))
+        # The slow job ends (its ``end`` phase), which resolves its straggler.
+        alerts = read_all_alerts(kafka_bootstrap, prefix + "alerts", until=lambda a: any(
+            x["job"] == "ddp-slow" and x["type"] == "straggler" and x["status"] == "resolved" for x in a))
+        yield prefix, worker, stats, alerts
+    finally:
+        worker.discard()
+
+
+def test_slow_rank_is_named_by_compute_time_while_step_times_look_alike(kafka_bootstrap, healthy_then_slow):
+    prefix, worker, stats, alerts = healthy_then_slow
+    alerts = [a for a in alerts if a["job"] == "ddp-slow"]
+    # Exactly one alert: firing, then resolved by the job's end, rank 2 only. A firing alert is published again
+    # when its figures move (docs/detection.md; under load they do): the same id, so one state, not a second alert.
+    states = [(a["status"], a["type"], a["ranks"]) for i, a in enumerate(alerts)
+              if i == 0 or a["status"] != alerts[i - 1]["status"]]
+    assert states == [("firing", "straggler", [2]), ("resolved", "straggler", [2])] and \
+        len({a["id"] for a in alerts}) == 1 and {tuple(a["ranks"]) for a in alerts} == {(2,)}, \
         f"{[a['summary'] for a in alerts]}; worker log:\n{worker.log_text()[-3000:]}"
     assert alerts[0]["evidence"]["signal"] == "compute_time"
 
     # What the worker saw: every event well formed; step_time alike on all ranks, compute_time not.
-    events = read_events(kafka_bootstrap, topic_prefix + "events")
+    events = [e for e in read_events(kafka_bootstrap, prefix + "events") if e.job == "ddp-slow"]
     step_time = {r: statistics.median(v) for r, v in by_rank(events, "step", "step_time").items()}
     compute = {r: statistics.median(v) for r, v in by_rank(events, "step", "compute_time").items()}
     assert sorted(step_time) == list(range(WORLD))
@@ -95,18 +120,12 @@ def test_slow_rank_is_named_by_compute_time_while_step_times_look_alike(kafka_bo
         assert s["dropped"] == 0 and s["sent"] == s["produced"], s
 
 
-def test_healthy_ddp_run_raises_no_alert(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
-    worker = start_worker(**NO_JOB_WIDE_RULE)
-    run_ddp_job(dict(worker.env, STEPWATCH_JOB="ddp-healthy"), tmp_path, world=WORLD, args=("--steps", STEPS))
-    # A marker job with a straggler, sent afterwards, proves the worker got past the healthy job's events.
-    (tmp_path / "marker").mkdir()
-    run_ddp_job(dict(worker.env, STEPWATCH_JOB="ddp-marker"), tmp_path / "marker", world=WORLD,
-                args=("--steps", "40", "--slow-rank", "1"))
-    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
-                             until=lambda a: any(x["job"] == "ddp-marker" and x["status"] == "resolved" for x in a))
-    # Exactly the marker's straggler, resolved when the marker job ends; nothing for the healthy job.
-    assert [(a["job"], a["status"], a["type"]) for a in alerts] == [
-        ("ddp-marker", "firing", "straggler"), ("ddp-marker", "resolved", "straggler")], \
+def test_healthy_ddp_run_raises_no_alert(healthy_then_slow):
+    _prefix, _worker, _stats, alerts = healthy_then_slow
+    # The slow job's straggler resolved when it ended (the worker got that far), and nothing else: no alert for
+    # the healthy job, none without a job. (Exactly the slow job's two alerts: the slow-rank test.)
+    assert any(a["job"] == "ddp-slow" and a["status"] == "resolved" for a in alerts)
+    assert {(a["job"], a["type"]) for a in alerts} == {("ddp-slow", "straggler")}, \
         [(a["job"], a["summary"]) for a in alerts]
 
 
