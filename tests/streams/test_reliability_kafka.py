@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -71,10 +70,8 @@ def _publish(bootstrap: str, topic: str, spec, *, drop_end: bool = True) -> None
             publisher.send(spec.job, batch)
 
 
-#: CI kills each consumer mid-stream and restarts the default one (after its own kill, and as the switch from the
-#: killed Faust agent); ``STEPWATCH_FULL_GRID=1`` adds a Faust agent restarting after its own kill.
-KILL_RESTART = [("aiokafka", "aiokafka"), ("faust", "aiokafka")] + (
-    [("faust", "faust")] if os.environ.get("STEPWATCH_FULL_GRID") else [])
+#: Each consumer killed mid-stream and restarted as itself, and the switch from a killed Faust agent to the default.
+KILL_RESTART = [(mode, mode) for mode in WORKER_CONSUMERS] + [("faust", "aiokafka")]
 assert {mode for pair in KILL_RESTART for mode in pair} == set(WORKER_CONSUMERS)
 
 
