@@ -177,11 +177,7 @@ KNOWN_BASES: dict[str, str] = {}
 
 #: Pairs of the sample that fail today, with the issue item that fixes them (strict xfail: remove the entry
 #: when that fix lands and the pair passes).
-KNOWN: dict[tuple[str, str], str] = {
-    ("gen2:hang-before-collective", "checkpoint 60s before the fault"):
-        "open after issue 39 items 1-2 landed: a hang right after a marked 60 s checkpoint is warned at half the "
-        "timeout (301 s, no longer critical-first) instead of ~30 s: the pause still lengthens the learned wait",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 SAMPLE_PER_FAMILY = 2
 SAMPLE_SEED = 39

@@ -1,0 +1,41 @@
+"""Families of the grid's neighbouring cases (the leftovers of issue 39 item 8), each as an invariant over
+generated variants rather than the one pair that found it. Bounded: a few replays of small bases each.
+
+Each family composes the harness's own transformations (transforms.py) with parameters the fixed grid does not
+try, and holds the variant to its base's verdict (invariants.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import transforms as t
+from .grid import base
+from .invariants import check
+from .recording import replay
+from .verdict import verdict
+
+
+def _held(source: str, rec) -> dict[str, str]:
+    b = base(source)
+    return check(b.verdict, verdict(replay(rec)), b.rec, rec)
+
+
+# -- f: a hang right after a marked pause ----------------------------------------------------------------------
+# The pause's heartbeats repeat a step a few behind the step events (gen2's heartbeat thread lags); counted in
+# wall time that lag grew through the pause until it read as a restart, the job's progress was thrown away and
+# the hang after the pause warned at half the timeout instead of ~30 s.
+
+
+@pytest.mark.parametrize("phase,seconds", [("checkpoint", 45.0), ("checkpoint", 150.0), ("eval", 90.0),
+                                           ("warmup", 40.0)])
+def test_a_hang_after_a_pause_of_any_length_warns_as_without_it(phase: str, seconds: float):
+    rec = t.pause_before_fault(base("gen2:hang-before-collective").rec, phase, seconds)
+    assert not _held("gen2:hang-before-collective", rec)
+
+
+@pytest.mark.parametrize("source", ["gen2:hang-before-collective", "gen3:tp_dp_hang"])
+def test_heartbeats_a_step_behind_through_a_pause_are_not_a_restart(source: str):
+    """Heartbeats 2 s behind the step events through a 60 s checkpoint, then the hang: as without the pause."""
+    rec = t.pause_before_fault(t.heartbeat_stale_step(base(source).rec, 2.0), "checkpoint", 60.0)
+    assert not _held(source, rec)
