@@ -169,6 +169,8 @@ PINNED: list[tuple[str, str]] = [
     ("gen2:hang-before-collective", "heartbeat lag 2s+1s"),
     ("gen3:throttled_gpu", "without telemetry"),
     ("gen2:hang-before-collective", "heartbeat step 2s stale"),
+    # The grid's leftovers (tests/metamorphic/test_neighbours.py has their families).
+    ("hand:straggler", "step 120s"),  # a: no checkpoint_stale at a long pace's own cadence
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
