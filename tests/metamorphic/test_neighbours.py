@@ -39,3 +39,22 @@ def test_heartbeats_a_step_behind_through_a_pause_are_not_a_restart(source: str)
     """Heartbeats 2 s behind the step events through a 60 s checkpoint, then the hang: as without the pause."""
     rec = t.pause_before_fault(t.heartbeat_stale_step(base(source).rec, 2.0), "checkpoint", 60.0)
     assert not _held(source, rec)
+
+
+# -- b: a producer's late messages are not a slowdown -----------------------------------------------------------
+# Late messages at the start left the first steps incomplete, so the throughput rule's baseline began later; on a
+# job of variable sequence lengths its step time alone then crossed the threshold while its tokens per second
+# held. Whatever the lateness, the verdict is the base's.
+
+
+@pytest.mark.parametrize("share,seconds,seed", [(0.02, 5.0, 4), (0.02, 5.0, 11), (0.05, 2.0, 1)])
+def test_late_delivery_makes_no_throughput_drop(share: float, seconds: float, seed: int):
+    source = "gen3:varlen_accum_straggler"
+    assert not _held(source, t.late(base(source).rec, share, seconds, seed=seed))
+
+
+@pytest.mark.parametrize("share,seconds", [(0.02, 5.0), (0.01, 30.0)])
+def test_late_delivery_keeps_a_real_throughput_drop(share: float, seconds: float):
+    source = "gen2:job-slowdown"
+    assert "throughput_drop" in base(source).verdict.types
+    assert not _held(source, t.late(base(source).rec, share, seconds, seed=4))
