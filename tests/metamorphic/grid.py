@@ -171,6 +171,7 @@ PINNED: list[tuple[str, str]] = [
     ("gen2:hang-before-collective", "heartbeat step 2s stale"),
     # The grid's leftovers (tests/metamorphic/test_neighbours.py has their families).
     ("hand:straggler", "step 120s"),  # a: no checkpoint_stale at a long pace's own cadence
+    ("library:straggler-10pct-8", "world 2"),  # d: the healthy rank of a pair is not named (KNOWN: nor the slow)
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
@@ -179,7 +180,11 @@ KNOWN_BASES: dict[str, str] = {}
 
 #: Pairs of the sample that fail today, with the issue item that fixes them (strict xfail: remove the entry
 #: when that fix lands and the pair passes).
-KNOWN: dict[tuple[str, str], str] = {}
+KNOWN: dict[tuple[str, str], str] = {
+    ("library:straggler-10pct-8", "world 2"):
+        "design limit at the threshold: a 10% rank of a pair reads 1.09x paired (under ratio_threshold 1.1) and is "
+        "not named; it no longer names the healthy rank when it recovers (tests/models/steps/test_pair_naming.py)",
+}
 
 SAMPLE_PER_FAMILY = 2
 SAMPLE_SEED = 39
