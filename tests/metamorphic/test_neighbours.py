@@ -58,3 +58,17 @@ def test_late_delivery_keeps_a_real_throughput_drop(share: float, seconds: float
     source = "gen2:job-slowdown"
     assert "throughput_drop" in base(source).verdict.types
     assert not _held(source, t.late(base(source).rec, share, seconds, seed=4))
+
+
+# -- c: hosts' clocks ahead of the process that sends the job's end ---------------------------------------------
+# The last step events of a host whose clock runs ahead come stamped after the job's end; a rank whose heartbeat
+# had told a step its step events still carried in flight read as going back, so they were a new run, which
+# then "hung" for lack of events: an undetermined critical hang at the end of a healthy job.
+
+
+@pytest.mark.parametrize("spread,seed", [(30.0, 5), (20.0, 6), (30.0, 8)])
+def test_clocks_ahead_at_the_end_make_no_hang(spread: float, seed: int):
+    source = "gen3:rank0_logging_role"
+    rec = t.clock_offsets(base(source).rec, spread, seed=seed)
+    got = verdict(replay(rec))
+    assert "hang" not in got.types and got.types >= base(source).verdict.types
