@@ -52,7 +52,8 @@ from . import text
 from .diagnosis import HangDiagnosis, across_teardown, diagnose
 from .evidence import (BlockedGroup, Culprit, CulpritState, HangAlertEvidence, HangEnd, ProcessGroupEvidence,
                        RankList, TornDown)
-from .progress import BURST_SECONDS, INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress, PauseStragglers
+from .progress import (BURST_SECONDS, INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress,
+                       PauseStragglers)
 from .stack_requests import StackRequests
 from .stacks import StackRequest
 

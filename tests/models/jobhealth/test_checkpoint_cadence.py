@@ -20,8 +20,8 @@ SAVE_SECONDS = 30.0
 
 def _run(step_time: float, every: int, checkpoints: int, seconds: float) -> tuple[list, float]:
     """Steps at ``step_time`` for ``seconds``, a checkpoint every ``every`` steps for the first ``checkpoints``;
-    the timer ticks every step or every 5 s of steps, the longer (the steps between ticks seen at the tick). Returns (alerts,
-    the interval between checkpoint starts)."""
+    the timer ticks every step or every 5 s of steps, the longer (the steps between ticks seen at the tick).
+    Returns (alerts, the interval between checkpoint starts)."""
     det = CheckpointDetector(job="j", max_age_seconds=MAX_AGE)
     per_tick = max(1, math.ceil(5.0 / step_time))
     tick = per_tick * step_time
