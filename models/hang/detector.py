@@ -52,7 +52,8 @@ from . import text
 from .diagnosis import HangDiagnosis, across_teardown, diagnose
 from .evidence import (BlockedGroup, Culprit, CulpritState, HangAlertEvidence, HangEnd, ProcessGroupEvidence,
                        RankList, TornDown)
-from .progress import INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress, PauseStragglers
+from .progress import (BURST_SECONDS, INCARNATION_WINDOW_SECONDS, OLD_PROCESS_SLACK_SECONDS, Incarnation, JobProgress,
+                       PauseStragglers)
 from .stack_requests import StackRequests
 from .stacks import StackRequest
 
@@ -275,19 +276,20 @@ class HangDetector:
 
     def continues(self, rank: int, step: int, ts: float, within: float) -> bool:
         """After the job's end: whether an event of ``rank`` at ``step`` is a late one of the run that ended,
-        i.e. the rank is known, its step did not go back and the event comes within ``within`` seconds of its
-        previous one on its own clock (a host whose clock runs ahead has its events sorted late in a
-        recording sorted by time; a restart relaunches the process and loads a checkpoint first). A late
-        event is remembered as the rank's latest (the next one continues from it)."""
+        i.e. the rank is known, its step did not go back by more than a late event's (``new_process``'s rule: its
+        heartbeat may have told a step its step events still carry in flight) and the event comes within
+        ``within`` seconds of its previous one on its own clock (a host whose clock runs ahead has its events
+        sorted late in a recording sorted by time; a restart relaunches the process and loads a checkpoint
+        first). A late event is remembered as the rank's latest (the next one continues from it)."""
         p = self.progress
         slot = p.slot_of_rank.get(rank)
-        if slot is None or step < p.last_step[slot]:
+        if slot is None or (step < p.last_step[slot] and p.progressed_since(step, ts) > BURST_SECONDS):
             return False
         ts -= self.clocks.offset(p.nodes[slot])  # on the job's median clock, as ``last_seen``
         if ts - p.last_seen[slot] > within:
             return False
-        p.last_step[slot] = step
-        p.last_seen[slot] = ts
+        p.last_step[slot] = max(step, int(p.last_step[slot]))
+        p.last_seen[slot] = max(ts, float(p.last_seen[slot]))
         return True
 
     def update(self, event: Event) -> list[Alert]:

@@ -34,9 +34,9 @@ INCARNATION_WINDOW_SECONDS = 120.0
 #: After a job restart, rank events stamped more than this before its first new process are late ones of the
 #: processes that are gone (a reordered delivery): left out, or the fresh run would start its clock there.
 OLD_PROCESS_SLACK_SECONDS = 15.0
-#: Without incarnations, a rank's event whose step the job passed more than this many seconds before the event
-#: (more than a delivery burst or a heartbeat thread's lag) is from a new process of it (a restart from a
-#: checkpoint: the relaunch alone takes longer); a step only a little behind is a late event.
+#: Without incarnations, a rank's event whose step the job passed more than this many seconds of its progress
+#: before the event (more than a delivery burst or a heartbeat thread's lag) is from a new process of it (a restart
+#: from a checkpoint); a step only a little behind is a late event.
 BURST_SECONDS = 30.0
 #: Recent self-ended pauses kept (``JobProgress.pauses``): the pause factor applies to the longest of them.
 PAUSES_KEPT = 4
@@ -150,9 +150,9 @@ class JobProgress:
         """Whether a rank's event comes from a new process of it, in an event stamped after its latest (a late
         event of the old process is not one). Where the rank's events carry an ``incarnation`` (the monitor's
         process start), only a higher one is a new process. Without: it is on another node, its heartbeat's
-        sequence number went back, or its step is one the job passed more than ``BURST_SECONDS`` before the event
-        (``passed_at``): a step a little behind is a late event (a heartbeat thread that read the counter a
-        moment before, a heartbeat that waited in the producer's queue), never a restart. Its old
+        sequence number went back, or its step is one the job passed more than ``BURST_SECONDS`` of its progress
+        before the event (``progressed_since``): a step a little behind is a late event (a heartbeat thread that
+        read the counter a moment before, a heartbeat that waited in the producer's queue), never a restart. Its old
         positions are dropped, never compared with the new ones (``Incarnation.RANK``). When most ranks did
         so within ``INCARNATION_WINDOW_SECONDS``, the job restarted (``Incarnation.JOB``): the caller starts a
         fresh state. None: the same process."""
@@ -169,7 +169,7 @@ class JobProgress:
             if incarnation is not None:
                 self.incarnation[slot] = incarnation
             old_step, old_node = int(self.last_step[slot]), self.nodes[slot]
-            back = old_step >= 0 and step < old_step - 1 and ts - self.passed_at(step) > BURST_SECONDS
+            back = old_step >= 0 and step < old_step - 1 and self.progressed_since(step, ts) > BURST_SECONDS
             moved = node is not None and old_node is not None and node != old_node
             seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
             if not (back or moved or seq_back):
@@ -190,6 +190,14 @@ class JobProgress:
             if done > step:
                 return ts
         return math.inf if self.advances or self.max_step <= step else -math.inf
+
+    def progressed_since(self, step: int, ts: float) -> float:
+        """How long the job went on advancing after it passed ``step``, up to ``ts``. While it stands still (a
+        checkpoint, a hang) a lagging heartbeat repeating its step gets no later: counted in wall time, 30 s into a
+        60 s checkpoint the lag read as a restart and the job's progress was thrown away (the hang after it
+        warned at half the timeout, tests/metamorphic: "checkpoint 60s before the fault")."""
+        last = self.advances[-1][1] if self.advances else ts
+        return min(ts, last) - self.passed_at(step)
 
     def step_time_stats(self, floor: float, factor: float) -> tuple[float, float]:
         """(the p99 of the recent train step times, the longest stop among them; 0 when none). A step time of

@@ -9,7 +9,9 @@ returns to ``train`` (or another non-end phase) afterwards. The detector fires
   on evidence that the job should checkpoint: it has reported a checkpoint before (then
   stopped), or a configured policy requires one (``required``). A job whose producer never
   sends checkpoint phases is not stale, it is silent about checkpoints. The alert says which
-  (``evidence.basis``: ``"reported"`` or ``"policy"``); or
+  (``evidence.basis``: ``"reported"`` or ``"policy"``). Without a policy the age limit is at
+  least ``CADENCE_FACTOR`` x the job's own checkpoint interval (``age_limit``): a job of 60 s
+  steps that checkpoints every 100 steps has not stopped checkpointing after an hour; or
 * a checkpoint took more than ``slow_factor`` times the median of the previous ones
   (at least ``min_history`` of them).
 
@@ -27,6 +29,14 @@ from typing import Any
 import numpy as np
 
 from ..alerts import Alert, alert_id
+
+
+#: Without a policy, a job that reported checkpoints is stale only once it went this many times its own usual
+#: interval between checkpoint starts without one (a missed checkpoint and then some): "stopped checkpointing"
+#: is judged against the job's cadence, as the other rules judge against its step time.
+CADENCE_FACTOR = 2.0
+#: Checkpoint intervals kept (their median is the job's cadence).
+INTERVALS_KEPT = 16
 
 
 class StaleReason(StrEnum):
@@ -120,6 +130,8 @@ class CheckpointDetector:
         self.min_history = min_history
         self.history = history
         self._durations: deque[float] = deque(maxlen=history)
+        self._intervals: deque[float] = deque(maxlen=INTERVALS_KEPT)  # between the starts of checkpoints
+        self._last_start: float | None = None  # when the latest checkpoint started
         self._started: tuple[float, int | None] | None = None  # (ts, step) of a checkpoint in progress
         self.last_success_ts: float | None = None
         self.last_success_step: int | None = None
@@ -146,6 +158,9 @@ class CheckpointDetector:
             self.seen_checkpoint = True
             if self._started is None:
                 self._started = (ts, step)
+                if self._last_start is not None and ts > self._last_start:
+                    self._intervals.append(ts - self._last_start)
+                self._last_start = ts
             return []
         if self._started is None or phase == "end":
             return []
@@ -178,6 +193,23 @@ class CheckpointDetector:
                                                      f"({alert.summary})"))
         return out
 
+    def usual_interval(self) -> float:
+        """The job's usual time between checkpoint starts (the median of the recent intervals; before a second
+        checkpoint, from the job's start to the first; 0: no checkpoint yet)."""
+        if self._intervals:
+            return float(np.median(np.fromiter(self._intervals, float)))
+        if self._last_start is not None and self._job_start is not None:
+            return max(self._last_start - self._job_start, 0.0)
+        return 0.0
+
+    def age_limit(self) -> float:
+        """The age past which the last checkpoint is stale (0: off): ``max_age_seconds``, and without a policy
+        at least ``CADENCE_FACTOR`` x the job's usual interval (a job that always checkpointed every 2 h is
+        not late after one; a policy's limit is the user's word)."""
+        if self.max_age_seconds <= 0 or self.required:
+            return self.max_age_seconds
+        return max(self.max_age_seconds, CADENCE_FACTOR * self.usual_interval())
+
     def check_due(self) -> float:
         """The earliest time ``check`` can fire (``inf``: not before an event changes this rule's state)."""
         if self._age_alert is not None or self._job_start is None or not (self.seen_checkpoint or self.required):
@@ -185,7 +217,8 @@ class CheckpointDetector:
         if self.max_age_seconds <= 0:
             return float("inf")  # only ``max_age_steps``, which events move
         since_ts = self.last_success_ts if self.last_success_ts is not None else self._job_start
-        return since_ts + self.max_age_seconds
+        limit = self.age_limit()
+        return max(since_ts, self._started[0] if self._started is not None else since_ts) + limit
 
     def check(self, now: float) -> list[Alert]:
         """Timer rule: is the last successful checkpoint too old?"""
@@ -197,12 +230,17 @@ class CheckpointDetector:
         since_step = self.last_success_step if self.last_success_step is not None else None
         age = now - since_ts
         steps = self._latest_step - since_step if since_step is not None else None
-        too_old = self.max_age_seconds > 0 and age > self.max_age_seconds
+        limit = self.age_limit()
+        if self._started is not None and now - self._started[0] <= limit:
+            return []  # checkpointing on time now: one that never ends is the hang rule's (its checkpoint timeout)
+        too_old = limit > 0 and age > limit
         too_many = self.max_age_steps > 0 and steps is not None and steps > self.max_age_steps
         if not (too_old or too_many):
             return []
         what = (f"last successful checkpoint at step {since_step}, {age / 60:.0f} min and {steps} steps ago"
                 if since_step is not None else f"no checkpoint since the job started {age / 60:.0f} min ago")
+        if too_old and limit > self.max_age_seconds:
+            what += f" (over {CADENCE_FACTOR:g}x its usual {self.usual_interval() / 60:.0f} min between checkpoints)"
         basis = Basis.REPORTED if self.seen_checkpoint else Basis.POLICY
         why = ("the job reported checkpoints before, then stopped" if basis is Basis.REPORTED
                else "the checkpoint policy requires one")
@@ -211,7 +249,7 @@ class CheckpointDetector:
             status="firing", type="checkpoint_stale", severity="warning", job=self.job, ranks=(), nodes=(),
             starts_at=now, summary=f"checkpoint stale: job {self.job}: {what} ({why})",
             evidence=CheckpointAgeEvidence(basis=basis, age_seconds=round(age, 1), steps_since=steps,
-                                           last_checkpoint_step=since_step, max_age_seconds=self.max_age_seconds,
+                                           last_checkpoint_step=since_step, max_age_seconds=round(limit, 1),
                                            max_age_steps=self.max_age_steps).to_dict())
         return [self._age_alert]
 

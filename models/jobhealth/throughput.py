@@ -13,7 +13,9 @@ the job's own baseline:
   or a stationary but bimodal job (occasional hiccups on some rank) does not pass it, a
   real shift does within a few steps;
 * values join the baseline only after leaving the recent window, and not while an alert
-  is open, so a regression is never absorbed into its own baseline.
+  is open, so a regression is never absorbed into its own baseline;
+* where the job reports tokens, longer steps whose time per token held (under half of
+  ``min_effect``) are not a drop: they carry more tokens (``_tokens_kept_pace``).
 
 Threshold changes (``reconfigure``): an alert open when ``min_effect`` is raised past the job's recent
 slowdown resolves at the next step with ``evidence.resolution = threshold_changed``, saying how much
@@ -379,6 +381,8 @@ class ThroughputDetector:
             gate = dict(threshold=self.threshold, min_effect=self.min_effect, persistence=self.persistence,
                         alpha=self.alpha)
             effect = self._step_time.regression(**gate)
+            if effect is not None and self._tokens_kept_pace():
+                effect = None
             if effect is None:
                 effect = self._per_token.regression(**gate)
             if effect is not None:
@@ -405,6 +409,16 @@ class ThroughputDetector:
                                                          f"baseline at step {sample.step} ({alert.summary})",
                                    evidence={**alert.evidence, "resolution": Resolution.RECOVERED})]
         return []
+
+    def _tokens_kept_pace(self) -> bool:
+        """Whether the job's time per token (where it reports tokens) held while its steps grew: longer steps
+        that carry as many more tokens (variable sequence lengths) are not a throughput drop. A varlen job's
+        step time alone drifts by more than ``min_effect`` over a few steps, and which early steps were complete
+        (a producer's late start) decided whether it fired (tests/metamorphic/test_neighbours.py)."""
+        if self._per_token.mean is None:
+            return False
+        n = max(self._step_time.since_onset, self.persistence)
+        return self._per_token.recent_effect(n) < self.min_effect / 2
 
     def _end(self) -> Alert:
         alert, self.firing, self._fired = self.firing, None, None

@@ -14,7 +14,11 @@ A median of two or three ranks says nothing about which one is slow, so each ran
   spike (GC, a preemption on a loaded host) moves a median of nine by nothing; a rank 1.4x slower for five
   steps moves it all the way. ``ratio = exp(excess)`` and ``z = excess / (noise * 1.2533 / sqrt(n))`` (the
   standard error of a median of ``n``), so on a noisy host the bar rises with the measured noise and a steady
-  1.4x still clears it. The straggler rule's ``ratio_threshold``, ``z_threshold`` and k-of-n apply unchanged.
+  1.4x still clears it. The straggler rule's ``ratio_threshold``, ``z_threshold`` and k-of-n apply unchanged;
+* in a pair, one rank's ``d`` is the other's negated: the paired ratio alone cannot tell a rank that slowed from
+  its peer that sped up (a straggler learnt as the usual pace, then recovering, made the healthy rank look
+  1.1x slow). A rank of a pair counts as slow only by as much as its own value rose over its own usual value
+  (``absolute``): where neither moved enough, no rank is named.
 
 Measured (bench/small_jobs.py, BENCHMARKS.md): on a loaded host a 1.4x rank is named within 10 steps where
 one-step z-scores against a baseline could not tell it from preemption.
@@ -82,14 +86,19 @@ class PairedPace:
         self._recent: dict[int, deque[float]] = {}
         self._trail: dict[int, deque[tuple[int, float]]] = {}
         # The last steps' d by rank, waiting HOLD_STEPS quiet steps to join the baselines.
-        self._pending: deque[dict[int, float]] = deque()
+        self._pending: deque[tuple[dict[int, float], dict[int, float]]] = deque()
         self._last: dict[int, float] = {}
+        # Pairs only (module docstring): each rank's own log value, its baseline and last RUN_STEPS values.
+        self._abs_baseline: dict[int, deque[float]] = {}
+        self._abs_recent: dict[int, deque[float]] = {}
+        self._last_abs: dict[int, float] = {}
         self._off_run = 0  # steps in a row the group was off its pace without a flag
 
     def judge(self, ranks: np.ndarray, x: np.ndarray, step: int = 0) -> PairedVerdict | None:
         """This step's verdict, or None while a rank's baseline is still being learnt (or a value is not
         positive)."""
         self._last = {}
+        self._last_abs = {}
         if not (x > 0).all():
             return None
         logs = np.log(x)
@@ -101,6 +110,10 @@ class PairedPace:
         for r, value in self._last.items():
             self._ring(self._recent, r, RUN_STEPS).append(value)
             self._ring(self._trail, r, TRAIL_STEPS).append((step, value))
+        if n == 2:
+            self._last_abs = dict(zip(ranks_list, logs.tolist()))
+            for r, value in self._last_abs.items():
+                self._ring(self._abs_recent, r, RUN_STEPS).append(value)
         rings = [self._baseline.get(r) for r in ranks_list]
         if any(ring is None or len(ring) < SELF_BASELINE_MIN for ring in rings):
             return None
@@ -119,9 +132,22 @@ class PairedPace:
             # medians' errors (a short baseline is uncertain too).
             scatter = max(noise[i], np.median(np.abs(recent - center)) / _NORMAL_MAD_SCALE)
             se[i] = scatter * _MEDIAN_SE * math.sqrt(1.0 / len(recent) + 1.0 / len(values))
+        if n == 2:
+            run = np.minimum(run, self._absolute(ranks_list))
         excess = d - base
         return PairedVerdict(ratio=np.exp(run), z=run / se, step_ratio=np.exp(excess), step_z=excess / noise,
                              expected=x * np.exp(-excess))
+
+    def _absolute(self, ranks: list[int]) -> np.ndarray:
+        """Per rank of a pair, how far its own value rose over its own usual one (log units, at least 0; inf
+        where not known yet: the paired ratio alone decides)."""
+        out = np.full(len(ranks), np.inf)
+        for i, r in enumerate(ranks):
+            ring, recent = self._abs_baseline.get(r), self._abs_recent.get(r)
+            if ring and len(ring) >= SELF_BASELINE_MIN and recent:
+                rise = float(np.median(np.fromiter(recent, float)) - np.median(np.fromiter(ring, float)))
+                out[i] = max(rise, 0.0)
+        return out
 
     def onset(self, rank: int, ratio_threshold: float) -> int | None:
         """The step a rank's slowdown began: of its recent steps, the split after which slow steps (at least
@@ -150,10 +176,13 @@ class PairedPace:
             self._pending.clear()
             return
         if self._last:
-            self._pending.append(self._last)
-        while len(self._pending) > HOLD_STEPS or (self._pending and not self._warm(self._pending[0])):
-            for r, value in self._pending.popleft().items():
+            self._pending.append((self._last, self._last_abs))
+        while len(self._pending) > HOLD_STEPS or (self._pending and not self._warm(self._pending[0][0])):
+            paired, absolute = self._pending.popleft()
+            for r, value in paired.items():
                 self._ring(self._baseline, r, SELF_BASELINE_STEPS).append(value)
+            for r, value in absolute.items():
+                self._ring(self._abs_baseline, r, SELF_BASELINE_STEPS).append(value)
 
     def _warm(self, step: dict[int, float]) -> bool:
         # Before a rank has a baseline nothing is judged, so nothing can be flagged: no reason to wait.

@@ -1,0 +1,74 @@
+"""Families of the grid's neighbouring cases (the leftovers of issue 39 item 8), each as an invariant over
+generated variants rather than the one pair that found it. Bounded: a few replays of small bases each.
+
+Each family composes the harness's own transformations (transforms.py) with parameters the fixed grid does not
+try, and holds the variant to its base's verdict (invariants.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import transforms as t
+from .grid import base
+from .invariants import check
+from .recording import replay
+from .verdict import verdict
+
+
+def _held(source: str, rec) -> dict[str, str]:
+    b = base(source)
+    return check(b.verdict, verdict(replay(rec)), b.rec, rec)
+
+
+# -- f: a hang right after a marked pause ----------------------------------------------------------------------
+# The pause's heartbeats repeat a step a few behind the step events (gen2's heartbeat thread lags); counted in
+# wall time that lag grew through the pause until it read as a restart, the job's progress was thrown away and
+# the hang after the pause warned at half the timeout instead of ~30 s.
+
+
+@pytest.mark.parametrize("phase,seconds", [("checkpoint", 45.0), ("checkpoint", 150.0), ("eval", 90.0),
+                                           ("warmup", 40.0)])
+def test_a_hang_after_a_pause_of_any_length_warns_as_without_it(phase: str, seconds: float):
+    rec = t.pause_before_fault(base("gen2:hang-before-collective").rec, phase, seconds)
+    assert not _held("gen2:hang-before-collective", rec)
+
+
+@pytest.mark.parametrize("source", ["gen2:hang-before-collective", "gen3:tp_dp_hang"])
+def test_heartbeats_a_step_behind_through_a_pause_are_not_a_restart(source: str):
+    """Heartbeats 2 s behind the step events through a 60 s checkpoint, then the hang: as without the pause."""
+    rec = t.pause_before_fault(t.heartbeat_stale_step(base(source).rec, 2.0), "checkpoint", 60.0)
+    assert not _held(source, rec)
+
+
+# -- b: a producer's late messages are not a slowdown -----------------------------------------------------------
+# Late messages at the start left the first steps incomplete, so the throughput rule's baseline began later; on a
+# job of variable sequence lengths its step time alone then crossed the threshold while its tokens per second
+# held. Whatever the lateness, the verdict is the base's.
+
+
+@pytest.mark.parametrize("share,seconds,seed", [(0.02, 5.0, 4), (0.02, 5.0, 11), (0.05, 2.0, 1)])
+def test_late_delivery_makes_no_throughput_drop(share: float, seconds: float, seed: int):
+    source = "gen3:varlen_accum_straggler"
+    assert not _held(source, t.late(base(source).rec, share, seconds, seed=seed))
+
+
+@pytest.mark.parametrize("share,seconds", [(0.02, 5.0), (0.01, 30.0)])
+def test_late_delivery_keeps_a_real_throughput_drop(share: float, seconds: float):
+    source = "gen2:job-slowdown"
+    assert "throughput_drop" in base(source).verdict.types
+    assert not _held(source, t.late(base(source).rec, share, seconds, seed=4))
+
+
+# -- c: hosts' clocks ahead of the process that sends the job's end ---------------------------------------------
+# The last step events of a host whose clock runs ahead come stamped after the job's end; a rank whose heartbeat
+# had told a step its step events still carried in flight read as going back, so they were a new run, which
+# then "hung" for lack of events: an undetermined critical hang at the end of a healthy job.
+
+
+@pytest.mark.parametrize("spread,seed", [(30.0, 5), (20.0, 6), (30.0, 8)])
+def test_clocks_ahead_at_the_end_make_no_hang(spread: float, seed: int):
+    source = "gen3:rank0_logging_role"
+    rec = t.clock_offsets(base(source).rec, spread, seed=seed)
+    got = verdict(replay(rec))
+    assert "hang" not in got.types and got.types >= base(source).verdict.types
