@@ -21,7 +21,8 @@ import orjson
 
 from stepwatch.config import Settings
 from stepwatch.recording import tune_gc
-from stepwatch.models.engine import DetectionEngine, _by_touch
+from stepwatch.models.detection import DetectionEngine
+from stepwatch.models.engine import _by_touch
 from stepwatch.models.pipeline import Pipeline
 
 

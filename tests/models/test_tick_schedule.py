@@ -17,7 +17,8 @@ from gen2.scenarios import catalog
 from gen2.transport import merge
 from recordings import hang, straggler_and_slowdown
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine, _by_touch
+from stepwatch.models.detection import DetectionEngine
+from stepwatch.models.engine import _by_touch
 from stepwatch.models.pipeline import Pipeline, run_recording
 from stepwatch.recording import replay
 
