@@ -52,6 +52,8 @@ class DetectionEngine(JobEngine):
         self.oncall.bind(self.view)
         #: Where alerts leave: the registry's ``OUTLET_STAGES``, in order (models/outlet.py).
         self.outlet = Outlet(self.oncall.stages)
+        #: The column batch being taken and its runs' layouts, worked out before any run is (``view.layouts``).
+        self.batch_layouts: tuple[StepColumns, dict] | None = None
 
     @property
     def incremental(self) -> bool:
@@ -81,7 +83,7 @@ class DetectionEngine(JobEngine):
         lines of different arrivals in one batch)."""
         if isinstance(events, StepColumns):
             # the layouts before any run is taken (a job evicted by this batch keeps its own), for the stages too
-            self.view.share_layouts(events, self.layouts(events))
+            self.batch_layouts = (events, self.layouts(events))
             self.take_refused()  # this batch's only
             out: list[Alert] = []
             for job, lo, hi in events.job_runs():
@@ -108,9 +110,8 @@ class DetectionEngine(JobEngine):
     def _detect(self, event: Event, arrival: float | None) -> list[Alert]:
         """One event's alerts, enriched, before the outlet chain."""
         if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
-            run = self.judge_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
-            self.take_refused()  # one event: its caller compares ``capped_mark``
-            return self._enriched(run)
+            self.take_refused()  # one event: its caller compares ``capped_mark`` (and the next batch's are its own)
+            return self._enriched(self.judge_steps(event.job, StepColumns.of([event]), 0, 1, arrival))
         if event.kind in TELEMETRY_KINDS:  # node telemetry is keyed by node, not by job
             self.note(event.kind, event.ts)
             return self.telemetry.process(event)

@@ -2,8 +2,8 @@
 (models/engine.py) and of node telemetry (models/telemetry/telemetry_hub.py), nothing else.
 
 Reading it never calls back into the engine's code: its facts are the engine's public attributes (jobs, clock,
-the jobs ticked) and the run layouts of the batch being taken, which ``DetectionEngine`` shares before the engine
-takes it (``share_layouts``)."""
+the jobs ticked, the run layouts of the batch being taken: ``DetectionEngine.batch_layouts``), the jobs' own
+records (recent steps, checkpoint) and node telemetry's answers."""
 
 from __future__ import annotations
 
@@ -11,24 +11,19 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .engine import JobEngine
+    from .detection import DetectionEngine
     from .outlet import StepRecord
     from .telemetry.telemetry_hub import TelemetryHub
 
 
 class JobsView:
-    """``EngineView`` over a ``JobEngine`` and a ``TelemetryHub``: what the outlet stages may read of them."""
+    """``EngineView`` over a ``DetectionEngine``'s jobs and its ``TelemetryHub``: what the outlet stages may read."""
 
-    __slots__ = ("_engine", "_telemetry", "_layouts")
+    __slots__ = ("_engine", "_telemetry")
 
-    def __init__(self, engine: JobEngine, telemetry: TelemetryHub) -> None:
+    def __init__(self, engine: DetectionEngine, telemetry: TelemetryHub) -> None:
         self._engine = engine
         self._telemetry = telemetry
-        self._layouts: tuple[object, dict] | None = None  # (column batch, its runs' layouts)
-
-    def share_layouts(self, cols, layouts: dict) -> None:
-        """The run layouts of the column batch about to be taken (the engine's ``layouts``), for the stages."""
-        self._layouts = (cols, layouts)
 
     @property
     def clock(self) -> float:
@@ -43,7 +38,7 @@ class JobsView:
         return state.sli.recent_steps() if state is not None else ()
 
     def layouts(self, cols) -> dict:
-        shared = self._layouts
+        shared = self._engine.batch_layouts
         if shared is not None and shared[0] is cols:
             return shared[1]
         return self._engine.layouts(cols)  # (a batch not shared: tests that drive a stage alone)
