@@ -27,9 +27,7 @@ from stepwatch.models.pipeline import Pipeline
 
 
 def _every_job(self: DetectionEngine, now: float):
-    for job in self._dirty:
-        job.dirty = False
-    self._dirty = []
+    self.schedule.take_touched()
     return sorted(self.jobs.values(), key=_by_touch)
 
 

@@ -10,7 +10,6 @@ clock; ``stepwatch replay`` feeds it a recording and ticks it with the recording
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from collections import Counter, OrderedDict, deque
 
@@ -33,6 +32,7 @@ from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal, open_alerts_of
 from .jobhealth.sli import JobSLI
 from .wire.step_columns import StepColumns
 from .steps.straggler import StragglerDetector, StragglerSettings
+from .tick_schedule import TickSchedule, by_touch
 
 
 
@@ -207,9 +207,8 @@ class JobEngine:
         self.stack_requests: list = []
         # The timer's schedule (see ``tick``): jobs an event reached since the last tick, and a heap of
         # (tick-clock time a job's timer rules can next say anything, entry number, job).
-        self._dirty: list[JobState] = []
-        self._due: list[tuple[float, int, str]] = []
-        self._slots = 0
+        #: The timer's schedule (models/tick_schedule.py): jobs touched since the last tick, and when each is due.
+        self.schedule = TickSchedule()
         self._touches = 0
         #: Jobs the timer visited at the latest tick, and how many (the outlet's view, tests, bench/tick_bench.py).
         self.last_tick_jobs: list[JobState] = []
@@ -569,25 +568,11 @@ class JobEngine:
 
     def _touch(self, job: JobState) -> None:
         """An event (or a setting) reached ``job``: the next tick visits it."""
-        if not job.dirty:
-            job.dirty = True
-            self._dirty.append(job)
+        self.schedule.touch(job)
 
     def _jobs_due(self, now: float) -> list[JobState]:
         """The jobs the tick at ``now`` visits: touched since the last tick, or due by the schedule."""
-        visits: dict[int, JobState] = {}
-        for job in self._dirty:
-            job.dirty = False
-            if self.jobs.get(job.job) is job:  # not evicted or forgotten since
-                visits[id(job)] = job
-        self._dirty = []
-        due = self._due
-        while due and due[0][0] <= now:
-            _, slot, name = heapq.heappop(due)
-            job = self.jobs.get(name)
-            if job is not None and job.slot == slot:
-                visits[id(job)] = job
-        return sorted(visits.values(), key=_by_touch) if len(visits) > 1 else list(visits.values())
+        return self.schedule.due(now, self.jobs)
 
     def _schedule(self, job: JobState, now: float, job_now: float) -> None:
         """Put ``job`` back on the timer's heap at the earliest tick-clock time one of its timer rules can say
@@ -607,12 +592,7 @@ class JobEngine:
         at = min(quiet + (now - job_now), job.last_seen + idle)
         if math.isnan(at):
             at = now  # no bound known: the next tick
-        self._slots += 1
-        job.slot = self._slots
-        heapq.heappush(self._due, (at, job.slot, job.job))
-        if len(self._due) > 2 * len(self.jobs) + 1024:  # entries superseded by later visits: drop them
-            self._due = [e for e in self._due if (j := self.jobs.get(e[2])) is not None and j.slot == e[1]]
-            heapq.heapify(self._due)
+        self.schedule.put(job, at, self.jobs)
 
     def _within_rank_cap(self, job: JobState, events: list, limit: int, first_row: int) -> list:
         """``events`` (rows ``first_row``... of the batch) without those of new ranks beyond ``limit`` ranks for
@@ -801,8 +781,7 @@ def _hang_pending(job: JobState) -> bool:
     return len(hang.progress.step_times) >= 2 and math.isfinite(hang.quiet_until())
 
 
-def _by_touch(job: JobState) -> int:
-    return job.touched
+_by_touch = by_touch  # (its former name: tests and bench/ sort by it)
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:

@@ -25,9 +25,7 @@ from stepwatch.recording import replay
 
 def _every_job(self: DetectionEngine, now: float):
     """The reference: every job on every tick, least recently active first (the tick before the schedule)."""
-    for job in self._dirty:
-        job.dirty = False
-    self._dirty = []
+    self.schedule.take_touched()
     return sorted(self.jobs.values(), key=_by_touch)
 
 

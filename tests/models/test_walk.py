@@ -2,13 +2,14 @@
 
 One step event that makes a rule fire is fed, as a lone message and as a batch envelope, to a pipeline that was
 fed the job's earlier events untraced; ``sys.setprofile`` records every call into the repository's models/ and
-streams/ files. A call *enters* a file when the nearest repository frame below it is in another file.
+streams/ files. A call *enters* a station when the nearest repository frame below it is in another station.
 
 What the walk counts (a file of models/ or streams/ in no station and not a helper fails the test: place it):
 
 - stations, in the road's order: ``pipeline`` (models/pipeline.py), ``decode`` (models/wire/, counted only when
   the pipeline calls it: elsewhere StepColumns is the batch's data being read), ``detection``
-  (models/detection.py, the composition), ``engine`` (models/engine.py), ``rules`` (models/job_rules.py,
+  (models/detection.py, the composition), ``engine`` (models/engine.py and its parts: models/tick_schedule.py),
+  ``rules`` (models/job_rules.py,
   models/steps/, models/hang/, models/jobhealth/, models/job_phase.py, models/settings_store.py), ``telemetry``
   (models/telemetry/), ``outlet`` (models/outlet.py, models/oncall/, models/jobs_view.py), ``publishable``
   (models/published.py);
@@ -40,7 +41,7 @@ STATIONS = (
     ("pipeline", ("models/pipeline.py",)),
     ("decode", ("models/wire/",)),
     ("detection", ("models/detection.py",)),
-    ("engine", ("models/engine.py",)),
+    ("engine", ("models/engine.py", "models/tick_schedule.py")),
     ("rules", ("models/job_rules.py", "models/steps/", "models/hang/", "models/jobhealth/", "models/job_phase.py",
                "models/settings_store.py")),
     ("telemetry", ("models/telemetry/",)),
@@ -114,6 +115,8 @@ def _walk(pipeline: Pipeline, value: bytes) -> tuple[list[str], set[tuple[str, s
         station = _station(rel)
         if station is None or (station == "decode" and by is not None and _station(by) != "pipeline"):
             continue
+        if by is not None and _station(by) == station:
+            continue  # within a station (the engine and its schedule)
         if by is None:
             stations.append("pipeline")  # the walk's start
         elif not stations or stations[-1] != station:
