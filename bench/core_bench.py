@@ -10,7 +10,7 @@ from bench.common import BATCH, encode, sim_events
 
 
 def core(ranks: int = 1024, steps: int = 40, rounds: int = 2) -> dict:
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.wire.events import decode_message
     from stepwatch.models.wire.step_columns import decode_message_columns
 
@@ -61,7 +61,7 @@ def profile(ranks: int = 1024, steps: int = 30, top: int = 8) -> list[tuple[str,
     import cProfile
     import pstats
 
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.wire.step_columns import decode_message_columns
 
     msgs = encode(sim_events(ranks, steps), BATCH)

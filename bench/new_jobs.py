@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 
 T0 = 1_764_000_000.0

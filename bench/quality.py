@@ -422,7 +422,7 @@ def root_cause_scenarios() -> list[tuple[str, int, object]]:
 
 
 def run_root_cause() -> list[dict]:
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
 
     rows = []
     for name, expected, make in root_cause_scenarios():

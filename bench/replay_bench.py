@@ -309,7 +309,7 @@ def flatness(sizes=(1024, 65536), *, steps: int = 8, warm: int = 2, tuned_gc: bo
 
 
 def _flatness(sizes, *, steps: int, warm: int) -> dict:
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.wire.events import encode_events
     from stepwatch.models.wire.step_columns import decode_message_columns
     from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec

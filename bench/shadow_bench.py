@@ -32,7 +32,7 @@ def road(reads: list[list[bytes]], mode: str) -> tuple[float, int]:
     the start); and the shadow alerts queued."""
     from stepwatch.config import Settings
     from stepwatch.models import shadow as candidate
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.pipeline import Pipeline
     from stepwatch.models.sources import Read, Tick
     from stepwatch.runtime_config import RuntimeConfig
@@ -56,7 +56,7 @@ def start_cost(reads: list[list[bytes]]) -> tuple[float, float, int]:
     the reads at all (for scale); the jobs tracked."""
     from stepwatch.config import Settings
     from stepwatch.models import shadow as candidate
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.pipeline import Pipeline
     from stepwatch.models.sources import Read
     from stepwatch.runtime_config import RuntimeConfig

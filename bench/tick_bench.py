@@ -21,14 +21,13 @@ import orjson
 
 from stepwatch.config import Settings
 from stepwatch.recording import tune_gc
-from stepwatch.models.engine import DetectionEngine, _by_touch
+from stepwatch.models.detection import DetectionEngine
+from stepwatch.models.engine import _by_touch
 from stepwatch.models.pipeline import Pipeline
 
 
 def _every_job(self: DetectionEngine, now: float):
-    for job in self._dirty:
-        job.dirty = False
-    self._dirty = []
+    self.schedule.take_touched()
     return sorted(self.jobs.values(), key=_by_touch)
 
 

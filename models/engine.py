@@ -1,19 +1,17 @@
-"""The detection core: routes events to per-job detectors, driven by an explicit clock.
+"""The job-rule core: routes job events to per-job rules, driven by an explicit clock.
 
-``DetectionEngine`` knows nothing of Kafka or Faust. It is driven through ``Pipeline``
-(models/pipeline.py): the worker feeds it what arrives and ticks it from a timer with the
-wall clock; ``stepwatch replay`` feeds it a recording and ticks it with the recording's own
-clock. Both publish exactly what the pipeline returns, so every live alert can be
-reproduced offline.
+``JobEngine`` judges jobs and nothing else: it returns the rules' alerts tagged with the event that caused them
+(models/engine_output.py) and neither enriches them nor knows node telemetry or on-call. ``DetectionEngine``
+(models/detection.py) composes it with node telemetry and the outlet chain, and ``Pipeline``
+(models/pipeline.py) drives that: the worker feeds it what arrives and ticks it from a timer with the wall
+clock; ``stepwatch replay`` feeds it a recording and ticks it with the recording's own clock.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -27,17 +25,14 @@ from .steps.layout import RunLayout, layout_of
 from .wire.events import PAUSE_PHASES, CollectiveEvent, Event, PhaseEvent, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
-from .jobs_view import JobsView
-from .oncall.oncall import OnCall
-from .outlet import Outlet
-from . import registry
+from .engine_output import Caused, JobsObserver, StepsJudged, Unobserved
 from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
 from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal, open_alerts_of
 from .jobhealth.sli import JobSLI
 from .wire.step_columns import StepColumns
 from .steps.straggler import StragglerDetector, StragglerSettings
-from .telemetry.telemetry_hub import TELEMETRY_KINDS, TelemetryHub
+from .tick_schedule import TickSchedule, by_touch
 
 
 
@@ -61,9 +56,6 @@ def _late_after_end(job: JobState, rank: int, step, ts: float) -> bool:
     rank's own count is asked first: a late event moves it on, so the next one continues from there."""
     continues = type(step) is int and job.hang.continues(rank, step, ts, END_GRACE_SECONDS)
     return continues or ts <= job.ended_at + END_GRACE_SECONDS
-#: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
-CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
-               "op_names_per_job", "gpus_total", "ports_total", "process_groups_total")
 #: Least recently active jobs looked at to find one to evict for a new job (those with open alerts go
 #: to the back): the cost per new job stays O(1) whatever the number of jobs.
 EVICTION_PROBES = 64
@@ -73,7 +65,7 @@ class JobState:
     """Everything the engine holds for one job: its rules (models/registry.py) and the job's own bookkeeping."""
 
     __slots__ = ("job", "assemblers", "phases", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
-                 "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "_by_name",
+                 "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "named",
                  "touched", "slot", "dirty", "ticked", "layout", "ranks_of")
 
     @property
@@ -114,19 +106,20 @@ class JobState:
         #: The ranks, nodes and GPUs of the job's latest run of step events (models/steps/layout.py).
         self.layout: RunLayout | None = None
         # The job's rules, one per registry entry, made in feeding order (each after those it needs).
-        self._by_name: dict[str, JobRule] = {}
+        #: The job's rules by registered name (read-only to others: ``rule``).
+        self.named: dict[str, JobRule] = {}
         for cls in FEED_ORDER:
-            self._by_name[cls.spec.name] = cls(self, env, self._by_name)
+            self.named[cls.spec.name] = cls(self, env, self.named)
         #: In registry order: how open alerts are listed and closed.
-        self.rules: tuple[JobRule, ...] = tuple(self._by_name[cls.spec.name] for cls in JOB_RULES)
+        self.rules: tuple[JobRule, ...] = tuple(self.named[cls.spec.name] for cls in JOB_RULES)
         #: The rules fed each signal, in feeding order.
         self.by_signal: dict[Signal, tuple[JobRule, ...]] = {
-            signal: tuple(self._by_name[c.spec.name] for c in FEED_ORDER if signal in c.spec.consumes)
+            signal: tuple(self.named[c.spec.name] for c in FEED_ORDER if signal in c.spec.consumes)
             for signal in Signal}
 
     def rule(self, name: str) -> JobRule:
         """The job's rule registered as ``name`` (``KeyError`` if none)."""
-        return self._by_name[name]
+        return self.named[name]
 
     def open_alerts(self) -> list[Alert]:
         return open_alerts_of(self.rules)
@@ -134,45 +127,50 @@ class JobState:
     # Views of the rules' detectors (status views, tests); the engine goes through the rules.
     @property
     def hang(self) -> HangDetector:
-        return self._by_name["hang"].detector
+        return self.named["hang"].detector
 
     @property
     def stragglers(self) -> dict[str, StragglerDetector]:
-        return self._by_name["straggler"].detectors
+        return self.named["straggler"].detectors
 
     @property
     def long_stragglers(self) -> dict:
-        return self._by_name["long_straggler"].detectors
+        return self.named["long_straggler"].detectors
 
     @property
     def throughput(self):
-        return self._by_name["throughput"].detector
+        return self.named["throughput"].detector
 
     @property
     def comm(self):
-        return self._by_name["comm"].detector
+        return self.named["comm"].detector
 
     @property
     def checkpoint(self):
-        return self._by_name["checkpoint"].detector
+        return self.named["checkpoint"].detector
 
     @property
     def imbalance(self):
-        return self._by_name["imbalance"].detector
+        return self.named["imbalance"].detector
 
     @property
     def inspector(self):
-        return self._by_name["inspector"].judge
+        return self.named["inspector"].judge
 
     def clock_offset(self) -> float:
         # The median: a few events with absurd timestamps cannot move the job's clock.
         return float(np.median(self.lags)) if self.lags else 0.0
 
 
-class DetectionEngine:
-    """``settings``: a ``DetectionSettings`` (models/settings.py) or the whole ``stepwatch.config.Settings``."""
+class JobEngine:
+    """``settings``: a ``DetectionSettings`` (models/settings.py) or the whole ``stepwatch.config.Settings``;
+    ``observer``: told of jobs' nodes and of jobs forgotten (models/engine_output.py ``JobsObserver``)."""
 
-    def __init__(self, settings=None) -> None:
+    #: Whether a tick skips open alerts that cannot have changed (an open hang until its verdict can change);
+    #: False (tests compare the alerts both ways): every open hang every tick.
+    incremental = True
+
+    def __init__(self, settings=None, *, observer: JobsObserver | None = None) -> None:
         if settings is None:
             settings = DetectionSettings()
         self.settings = settings
@@ -196,34 +194,23 @@ class DetectionEngine:
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
-        #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs.
-        # (the registry's lists read when the engine is made, not imported: a test may add a rule)
-        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host, rules=registry.NODE_RULES,
-                                      finders=registry.CAUSE_FINDERS)
+        #: Told of jobs' nodes and of jobs forgotten, as it happens (node telemetry: models/detection.py).
+        self.observer: JobsObserver = observer if observer is not None else Unobserved()
         #: The job rules' settings in force: the environment's, run-time defaults, jobs' own
         #: (models/settings_store.py; ``apply_rule_settings``).
         self.rule_settings = SettingsStore(self.settings)
         #: Given to every straggler detector as its ``on_verdict`` hook (status views).
         self.verdict_listener = None
-        #: The public facts of the jobs that the outlet chain reads (models/outlet.py ``EngineView``).
-        self.view = JobsView(self)
-        #: The on-call state of the outlet chain: placement, citations, classifier, outlet rules (models/oncall/).
-        self.oncall = OnCall(self.settings.oncall, rules=registry.OUTLET_RULES, stages=registry.OUTLET_STAGES,
-                             types=registry.type_classes())
-        self.oncall.bind(self.view)
-        #: Where alerts leave the engine: the registry's ``OUTLET_STAGES``, in order (models/outlet.py).
-        self.outlet = Outlet(self.oncall.stages)
         #: Straggler re-fire attempts within the hold-off, by outcome (suppressed, refired).
         self.straggler_flaps: Counter[str] = Counter()
         #: Stack requests made by the hang rule, not yet sent (``take_stack_requests``).
         self.stack_requests: list = []
         # The timer's schedule (see ``tick``): jobs an event reached since the last tick, and a heap of
         # (tick-clock time a job's timer rules can next say anything, entry number, job).
-        self._dirty: list[JobState] = []
-        self._due: list[tuple[float, int, str]] = []
-        self._slots = 0
+        #: The timer's schedule (models/tick_schedule.py): jobs touched since the last tick, and when each is due.
+        self.schedule = TickSchedule()
         self._touches = 0
-        #: Jobs the timer visited at the latest tick, and how many (OnCall.tick, tests and bench/tick_bench.py).
+        #: Jobs the timer visited at the latest tick, and how many (the outlet's view, tests, bench/tick_bench.py).
         self.last_tick_jobs: list[JobState] = []
         self.last_tick_visits = 0
         # (column batch, its runs' layouts) of the latest ``layouts`` call: one comparison per run and batch
@@ -231,22 +218,24 @@ class DetectionEngine:
 
     # -- input ----------------------------------------------------------------------------
 
-    def process(self, event: Event, *, arrival: float | None = None) -> list[Alert]:
-        """Feed one valid event; return the alerts it caused (firing or resolved), through the outlet chain.
+    def note(self, kind: str, ts: float) -> None:
+        """An event the engine does not judge (node telemetry): counted, and its time moves the clock."""
+        self.events_by_kind[kind] += 1
+        if ts > self.clock:
+            self.clock = ts
+
+    def judge(self, event: Event, *, arrival: float | None = None) -> list[Caused]:
+        """Feed one valid job event other than a step (``judge_steps``); the alerts it caused, as one group.
 
         ``arrival``: when the event reached the worker, on the timer's clock (live: wall
         time). It lets the time-driven rules allow for producers whose clocks differ from
         the worker's; replay leaves it out (the event's own time is the clock).
         """
-        self.outlet.observe(event, self.view)
-        return self.outlet.process(self._process(event, arrival), self.view)
-
-    def _process(self, event: Event, arrival: float | None) -> list[Alert]:
-        """``process`` before the outlet chain: the rules' alerts."""
         if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
-            out = self._process_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
-            self.refused.clear()  # one event: its caller compares ``capped_mark``
-            return out
+            run = self.judge_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
+            self.refused.clear()  # one event: its caller compares ``capped_counts``
+            alerts = run.alerts() if run is not None else []
+            return [(0, alerts)] if alerts else []
         job = self.jobs.get(getattr(event, "job", ""))
         before = job.hang.rank_count if job is not None else 0
         pgs = getattr(event, "pgs", None)
@@ -255,7 +244,7 @@ class DetectionEngine:
         before_pgs = job.hang.pg_count if job is not None else 0
         out = self._process_event(event, arrival)
         self._count_ranks(getattr(event, "job", ""), job, before, before_pgs)
-        return out
+        return [(0, out)] if out else []
 
     def _count_ranks(self, name: str, job: JobState | None, before: int, before_pgs: int) -> None:
         """Add the ranks and process groups job ``name`` gained (or lost: a restart) since it had ``before`` and
@@ -277,11 +266,7 @@ class DetectionEngine:
                                                                            self._ranks_total))
 
     def _process_event(self, event: Event, arrival: float | None) -> list[Alert]:
-        self.events_by_kind[event.kind] += 1
-        if event.ts > self.clock:
-            self.clock = event.ts
-        if event.kind in TELEMETRY_KINDS:  # node telemetry is keyed by node, not by job
-            return self.telemetry.process(event)
+        self.note(event.kind, event.ts)
         job = self.jobs.get(event.job)
         evicted: list[Alert] = []
         if job is None:
@@ -299,7 +284,7 @@ class DetectionEngine:
         rank = getattr(event, "rank", None)
         if rank is not None and not job.hang.knows(rank) and job.hang.rank_count >= self._rank_limit(job):
             self._capped_ranks += 1
-            return self.telemetry.enrich(evicted)
+            return evicted
         if event.ts > job.last_ts:
             job.last_ts = event.ts
         job.last_seen = self._tick_clock
@@ -309,21 +294,21 @@ class DetectionEngine:
         job.sli.observe(event.ts)
         signal = EVENT_SIGNALS.get(event.kind)
         if signal is None:  # not a job event kind the rules take (the decoder lets none through)
-            return self.telemetry.enrich(evicted)
+            return evicted
         if signal is Signal.INSPECTOR:
-            return evicted + self.telemetry.enrich(self._feed(job, signal, event))
+            return evicted + self._feed(job, signal, event)
         if signal is Signal.HEARTBEATS:
             if not self._count_heartbeat(job, event):
                 return evicted
             if job.phases.phase in PAUSE_PHASES:  # the ranks tell the end of a pause whose marker was lost
                 job.phases.rank_reports(event.rank, event.phase, ts=event.ts)
         if getattr(event, "node", None) is not None:
-            self.telemetry.observe_node(event.job, event.node)  # the job's nodes (models/telemetry/fabric.py)
+            self.observer.observe_node(event.job, event.node)  # the job's nodes (node telemetry compares them)
         if isinstance(event, CollectiveEvent):
             job.arrival.observe_collective(event)
         elif isinstance(event, PhaseEvent):
-            return self.telemetry.enrich(evicted + self._on_phase(job, event))
-        return self.telemetry.enrich(evicted + self._feed(job, signal, event))
+            return evicted + self._on_phase(job, event)
+        return evicted + self._feed(job, signal, event)
 
     @staticmethod
     def _feed(job: JobState, signal: Signal, event: Event) -> list[Alert]:
@@ -332,33 +317,11 @@ class DetectionEngine:
             out.extend(rule.on_event(event))
         return out
 
-    def process_batch(self, events: list[Event] | StepColumns, *,
-                      arrival: float | list[float] | None = None) -> list[Alert]:
-        """Feed one message's events in order: the same alerts, and the same state after, as ``process``
-        for each event (a batch envelope of step events, ``StepColumns``, goes by columns); the alerts go through
-        the outlet chain once, together. ``arrival``: one for all, or (columns) a list of each row's (a replay's
-        lines of different arrivals in one batch)."""
-        self.outlet.observe(events, self.view)
-        return self.outlet.process(self._process_batch(events, arrival), self.view)
-
-    def _process_batch(self, events: list[Event] | StepColumns,
-                       arrival: float | list[float] | None) -> list[Alert]:
-        if not isinstance(events, StepColumns):
-            out: list[Alert] = []
-            for event in events:
-                out.extend(self._process(event, arrival))
-            return out
-        out = []
-        self.refused.clear()  # this batch's only (``take_refused``)
-        for job, lo, hi in events.job_runs():
-            out.extend(self._process_steps(job, events, lo, hi, arrival))
-        return out
-
     def layouts(self, cols: StepColumns) -> dict[tuple[int, int], RunLayout]:
         """The layout of each job run ``(start, end)`` of ``cols``: the job's latest one where the run repeats it.
 
-        Worked out once per batch and shared by everything that takes the batch (the status recorder, the on-call
-        outlet, the rules): each knows by identity whether the run has the ranks, nodes and GPUs of the last one.
+        Worked out once per batch and shared by everything that takes the batch (the status recorder, the outlet's
+        view, the rules): each knows by identity whether the run has the ranks, nodes and GPUs of the last one.
         """
         memo = self._layouts
         if memo is not None and memo[0] is cols:
@@ -412,7 +375,11 @@ class DetectionEngine:
             job.touched = self._touches
         return dead, dead is not None
 
-    def _process_steps(self, name: str, cols: StepColumns, lo: int, hi: int, arrival: float | None) -> list[Alert]:
+    def judge_steps(self, name: str, cols: StepColumns, lo: int, hi: int,
+                    arrival: float | list[float] | None = None) -> StepsJudged | None:
+        """Step events ``lo:hi`` of ``cols``, one job's run (``StepColumns.job_runs``); None: the rules took none.
+        ``arrival``: one for all, or a list of each row's (a replay's lines of different arrivals in one batch).
+        Rows a state cap left out go to ``refused`` (``take_refused``)."""
         job = self.jobs.get(name)
         before = job.hang.rank_count if job is not None else 0
         before_pgs = job.hang.pg_count if job is not None else 0
@@ -421,12 +388,12 @@ class DetectionEngine:
         return out
 
     def _process_steps_run(self, name: str, cols: StepColumns, lo: int, hi: int,
-                           arrival: float | None) -> list[Alert]:
+                           arrival: float | None) -> StepsJudged | None:
         """Step events ``lo:hi`` of one job, in order, by columns: the only road of step events.
 
         The work of each rule is done for the whole run at once; the alerts come out in event
-        order (for each event: the hang rule's, then the straggler/throughput rules'), node
-        telemetry caught up to the event before each alert is enriched, as one by one.
+        order (for each event: the hang rule's, then the straggler/throughput rules'), each group
+        tagged with its row, so that node telemetry catches up to it before it is enriched.
         """
         self.events_by_kind["step"] += hi - lo
         ts = cols.ts if lo == 0 and hi == len(cols) else cols.ts[lo:hi]
@@ -440,7 +407,7 @@ class DetectionEngine:
         if job is None:
             job, evicted = self._add_job(name)
             if job is None:
-                return []
+                return None
         else:
             self.jobs.move_to_end(name)
             self._touches += 1
@@ -456,7 +423,7 @@ class DetectionEngine:
                 job.late_after_end += late
                 lo += late
                 if lo == hi:
-                    return []
+                    return None
                 ts = cols.ts[lo:hi]
                 ts_array = ts_array[late:] if ts_array is not None else None
                 earliest, latest = _bounds(ts, ts_array)
@@ -469,8 +436,13 @@ class DetectionEngine:
                 if type(arrival) is list:  # per row: the kept rows' own
                     row = {id(e): i for i, e in enumerate(cols.events()[lo:hi], lo)}
                     arrival = [arrival[row[id(e)]] for e in kept]
-                out = self._process_steps_run(name, StepColumns.of(kept), 0, len(kept), arrival) if kept else []
-                return self.telemetry.enrich(evicted) + out if evicted else out
+                kept_cols = StepColumns.of(kept)
+                out = self._process_steps_run(name, kept_cols, 0, len(kept), arrival) if kept else None
+                if not evicted:
+                    return out
+                if out is None:
+                    return StepsJudged(name, kept_cols, 0, 0, None, evicted=tuple(evicted))
+                return dataclasses.replace(out, evicted=tuple(evicted))  # enriched after the kept rows' (as ever)
         whole = lo == 0 and hi == len(cols)
 
         def part(column: list) -> list:  # the batch's own list when the run is all of it (no rule changes a column)
@@ -533,24 +505,13 @@ class DetectionEngine:
             for j, closed in self._assembler(job, groups[start] or "").add_columns(*heads, rest):
                 results.append((start + j, 1, closed))
             start = i
-        out = []
-        seen = 0  # events observed by node telemetry so far (it names suspected causes)
+        caused: list[Caused] = []
         for i, what, value in sorted(results, key=lambda r: r[:2]) if len(results) > 1 else results:
             alerts = evicted + (value if what == 0 else self._judge(job, value))
-            evicted = []
+            evicted = []  # (with the first group: enriched together, once telemetry saw the rows up to it)
             if alerts:
-                self.telemetry.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1],
-                                             cols.gpu[lo + seen:lo + i + 1], cols.data_time[lo + seen:lo + i + 1],
-                                             steps[seen:i + 1], cols.step_time[lo + seen:lo + i + 1])
-                seen = i + 1
-                out.extend(self.telemetry.enrich(alerts))
-        if seen:
-            self.telemetry.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi],
-                                         cols.data_time[lo + seen:hi], steps[seen:], step_times[seen:])
-        else:  # the whole run: its own columns, and the batch's data-time array
-            self.telemetry.observe_steps(name, ranks, nodes, part(cols.gpu), cols.array("data_time")[lo:hi], steps,
-                                         step_times, layout=layout)
-        return self.telemetry.enrich(evicted) + out if evicted else out
+                caused.append((lo + i, alerts))
+        return StepsJudged(name, cols, lo, hi, layout, tuple(caused), tuple(evicted))
 
     def _new_job(self, job: str) -> JobState:
         return JobState(job, self)
@@ -565,21 +526,8 @@ class DetectionEngine:
                 self._touch(job)  # sent: its stack key can change (ranks that do not answer count as missing)
         return out
 
-    def process_many(self, events: Iterable[Event]) -> list[Alert]:
-        out: list[Alert] = []
-        for event in events:
-            out.extend(self.process(event))
-        return out
-
-    def tick(self, now: float) -> list[Alert]:
-        """``_tick``'s alerts through the outlet chain, then what its stages say at the tick (held alerts released,
-        the outlet rules' timers)."""
-        out = self.outlet.process(self._tick(now), self.view)
-        out.extend(self.outlet.tick(now, self.view))
-        return out
-
-    def _tick(self, now: float) -> list[Alert]:
-        """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs).
+    def judge_tick(self, now: float) -> list[Alert]:
+        """Run the time-driven rules at ``now`` (close steps that waited too long, check for hangs); their alerts.
 
         Only the jobs that can need it are visited (``_jobs_due``): those an event reached since the last
         tick, and those whose next deadline (a hang threshold, the next time an open hang's verdict can change,
@@ -616,40 +564,15 @@ class DetectionEngine:
                 del self.stack_requests[:-1000]  # replay takes none: bounded all the same
             job.sli.on_tick(job_now, hung=bool(hang.firing))
             self._schedule(job, now, job_now)
-        return self.telemetry.enrich(out) + self.telemetry.tick(now)
-
-    @property
-    def incremental(self) -> bool:
-        """Whether a tick skips open alerts that cannot have changed (an open hang until its verdict can
-        change, an enriched alert until its telemetry or placement changed: issue 44); False (tests compare
-        the alerts both ways): every open hang and enriched alert every tick."""
-        return self.telemetry.incremental
-
-    @incremental.setter
-    def incremental(self, on: bool) -> None:
-        self.telemetry.incremental = on
+        return out
 
     def _touch(self, job: JobState) -> None:
         """An event (or a setting) reached ``job``: the next tick visits it."""
-        if not job.dirty:
-            job.dirty = True
-            self._dirty.append(job)
+        self.schedule.touch(job)
 
     def _jobs_due(self, now: float) -> list[JobState]:
         """The jobs the tick at ``now`` visits: touched since the last tick, or due by the schedule."""
-        visits: dict[int, JobState] = {}
-        for job in self._dirty:
-            job.dirty = False
-            if self.jobs.get(job.job) is job:  # not evicted or forgotten since
-                visits[id(job)] = job
-        self._dirty = []
-        due = self._due
-        while due and due[0][0] <= now:
-            _, slot, name = heapq.heappop(due)
-            job = self.jobs.get(name)
-            if job is not None and job.slot == slot:
-                visits[id(job)] = job
-        return sorted(visits.values(), key=_by_touch) if len(visits) > 1 else list(visits.values())
+        return self.schedule.due(now, self.jobs)
 
     def _schedule(self, job: JobState, now: float, job_now: float) -> None:
         """Put ``job`` back on the timer's heap at the earliest tick-clock time one of its timer rules can say
@@ -669,12 +592,7 @@ class DetectionEngine:
         at = min(quiet + (now - job_now), job.last_seen + idle)
         if math.isnan(at):
             at = now  # no bound known: the next tick
-        self._slots += 1
-        job.slot = self._slots
-        heapq.heappush(self._due, (at, job.slot, job.job))
-        if len(self._due) > 2 * len(self.jobs) + 1024:  # entries superseded by later visits: drop them
-            self._due = [e for e in self._due if (j := self.jobs.get(e[2])) is not None and j.slot == e[1]]
-            heapq.heapify(self._due)
+        self.schedule.put(job, at, self.jobs)
 
     def _within_rank_cap(self, job: JobState, events: list, limit: int, first_row: int) -> list:
         """``events`` (rows ``first_row``... of the batch) without those of new ranks beyond ``limit`` ranks for
@@ -698,18 +616,15 @@ class DetectionEngine:
         out, self.refused = self.refused, []
         return out
 
-    def capped_mark(self, job: str | None) -> tuple[int, ...]:
-        """The counts of input a cap left out that an event of ``job`` (or node telemetry) can add to, in the
-        order of ``CAPPED_MARK``: compared before and after one event, they say whether and what of it was left out."""
-        tracker = self.telemetry.tracker.capped
+    def capped_counts(self, job: str | None) -> tuple[int, int, int, int, int]:
+        """The job rules' counts of input a cap left out that an event of ``job`` can add to: ranks (all jobs), the
+        job's process groups, process-group ranks and op names, and process groups in all (``capped_mark``)."""
         state = self.jobs.get(job) if job else None
-        totals = tracker["gpus_total"], tracker["ports_total"]
         if state is None:
-            return self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"], 0, 0, 0, *totals, 0
+            return self._capped_ranks, 0, 0, 0, 0
         hang = state.hang.capped
-        return (self._capped_ranks, tracker["gpus_per_node"], tracker["ports_per_node"],
-                hang["process_groups_per_job"], hang["pg_ranks_per_job"], state.comm.capped["op_names_per_job"],
-                *totals, hang["process_groups_total"])
+        return (self._capped_ranks, hang["process_groups_per_job"], hang["pg_ranks_per_job"],
+                state.comm.capped["op_names_per_job"], hang["process_groups_total"])
 
     def capped(self) -> Counter[str]:
         """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
@@ -717,7 +632,6 @@ class DetectionEngine:
         out.update(self.capped_input)
         if self._capped_ranks:
             out["ranks_per_job"] += self._capped_ranks
-        out.update(self.telemetry.capped())  # the node rules'
         for job in self.jobs.values():
             for rule in job.rules:
                 out.update(rule.capped())
@@ -730,7 +644,7 @@ class DetectionEngine:
         self._pgs_total -= job.hang.pg_count
         for rule in job.rules:
             self._capped_gone.update(rule.capped())
-        self.telemetry.forget_job(job.job)
+        self.observer.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
                                 Resolution.FORGOTTEN, reason) for alert in job.open_alerts()]
@@ -748,6 +662,7 @@ class DetectionEngine:
         return assembler
 
     def _judge(self, job: JobState, steps: list[GroupStep]) -> list[Alert]:
+        """The closed steps of one group to the rules that judge steps, in order."""
         out: list[Alert] = []
         rules = job.by_signal[Signal.STEPS]  # imbalance first: classes known before the per-rank rules judge
         for step in steps:
@@ -866,8 +781,7 @@ def _hang_pending(job: JobState) -> bool:
     return len(hang.progress.step_times) >= 2 and math.isfinite(hang.quiet_until())
 
 
-def _by_touch(job: JobState) -> int:
-    return job.touched
+_by_touch = by_touch  # (its former name: tests and bench/ sort by it)
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:

@@ -168,6 +168,8 @@ class LongStragglerRule(JobRule):
         self.short: StragglerRule = needs["straggler"]  # type: ignore[assignment]
         self.short.long = self
         self.detectors: dict[str, LongStragglerDetector] = {}
+        # The short rule's ``long_*`` settings; a change at run time comes as ``reconfigure`` and applies at once.
+        self.settings: StragglerSettings = env.straggler_settings(job.job)
 
     def hand_over(self, group: str, rank: int) -> Alert | None:
         """``rank``'s open alert in ``group``, let go of (the short rule continues it); None if none is open."""
@@ -175,8 +177,7 @@ class LongStragglerRule(JobRule):
         return detector.hand_over(rank) if detector is not None else None
 
     def on_step(self, step: GroupStep) -> list[Alert]:
-        # Settings are read at each step (the short rule's ``long_*``): a change at run time applies at once.
-        s = self.env.straggler_settings(self.context.job)
+        s = self.settings
         if s.long_min_effect <= 0:
             return []
         long = self.detectors.get(step.group)
@@ -188,6 +189,9 @@ class LongStragglerRule(JobRule):
         long.rank_class = short.rank_class
         long.min_effect = s.long_min_effect
         return long.update(step, job_ranks=len(self.context.ranks), exclude=short.speaking_for())
+
+    def reconfigure(self, settings: StragglerSettings) -> None:
+        self.settings = settings  # (the detectors take the new ``long_*`` at their next step)
 
     def open_alerts(self) -> list[Alert]:
         return [a for d in self.detectors.values() for a in d.firing.values()]

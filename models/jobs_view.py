@@ -1,4 +1,9 @@
-"""The outlet's read-only view of the engine's jobs (models/outlet.py ``EngineView``): public facts only."""
+"""The outlet's read-only view of the jobs (models/outlet.py ``EngineView``): public facts of the job-rule engine
+(models/engine.py) and of node telemetry (models/telemetry/telemetry_hub.py), nothing else.
+
+Reading it never calls back into the engine's code: its facts are the engine's public attributes (jobs, clock,
+the jobs ticked, the run layouts of the batch being taken: ``DetectionEngine.batch_layouts``), the jobs' own
+records (recent steps, checkpoint) and node telemetry's answers."""
 
 from __future__ import annotations
 
@@ -6,17 +11,19 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .engine import DetectionEngine
+    from .detection import DetectionEngine
     from .outlet import StepRecord
+    from .telemetry.telemetry_hub import TelemetryHub
 
 
 class JobsView:
-    """``EngineView`` over a ``DetectionEngine``: what the outlet stages may read of its jobs."""
+    """``EngineView`` over a ``DetectionEngine``'s jobs and its ``TelemetryHub``: what the outlet stages may read."""
 
-    __slots__ = ("_engine",)
+    __slots__ = ("_engine", "_telemetry")
 
-    def __init__(self, engine: DetectionEngine) -> None:
+    def __init__(self, engine: DetectionEngine, telemetry: TelemetryHub) -> None:
         self._engine = engine
+        self._telemetry = telemetry
 
     @property
     def clock(self) -> float:
@@ -31,13 +38,16 @@ class JobsView:
         return state.sli.recent_steps() if state is not None else ()
 
     def layouts(self, cols) -> dict:
-        return self._engine.layouts(cols)
+        shared = self._engine.batch_layouts
+        if shared is not None and shared[0] is cols:
+            return shared[1]
+        return self._engine.layouts(cols)  # (a batch not shared: tests that drive a stage alone)
 
     def checkpoint_of(self, job: str) -> tuple[float | None, int | None]:
         state = self._engine.jobs.get(job)
         if state is None:
             return None, None
-        detector = state.checkpoint
+        detector = state.named["checkpoint"].detector
         return detector.last_success_ts, detector.latest_step
 
     def ticked_shares(self) -> list[tuple[str, float | None]]:
@@ -53,10 +63,10 @@ class JobsView:
 
     def agent_reported(self, node: str, at: float) -> bool:
         # the node's own first report (e.g. an Xid) at ``at`` counts
-        return self._engine.telemetry.reported_before(node, math.nextafter(at, math.inf))
+        return self._telemetry.reported_before(node, math.nextafter(at, math.inf))
 
     def reported_nodes(self) -> int:
-        return self._engine.telemetry.reported_nodes()
+        return self._telemetry.reported_nodes()
 
     def incident_covering(self, nodes, at: float):
-        return self._engine.telemetry.incidents.covering(nodes, at)
+        return self._telemetry.incidents.covering(nodes, at)

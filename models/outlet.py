@@ -1,13 +1,13 @@
 """The outlet chain: what happens to an alert after a rule fired, as one ordered list of stages.
 
-A rule's alert leaves the detection core (models/engine.py) and goes through the stages of the registry's
-``OUTLET_STAGES`` (models/registry.py), in that order, before the pipeline's record of what was published
-(models/pipeline.py ``publishable``):
+A rule's alert leaves the job-rule engine (models/engine.py), is enriched by node telemetry (models/detection.py
+composes the two), and goes through the stages of the registry's ``OUTLET_STAGES`` (models/registry.py), in that
+order, before the pipeline's record of what was published (models/pipeline.py ``publishable``):
 
     attribute -> onset -> cite -> classify -> effective compute -> outlet rules -> gate
 
-Each stage is an :class:`AlertStage`: it may ``observe`` the input runs before the engine takes them (placement,
-restarts), ``process`` the alerts leaving it (and returns them, changed, dropped or with new ones after them), and
+Each stage is an :class:`AlertStage`: it may ``observe`` the input runs the engine just took, before the alerts they
+caused reach it (placement, restarts), ``process`` the alerts leaving it (and returns them, changed, dropped or with new ones after them), and
 say at a ``tick`` what it has to say then (held alerts released, the outlet rules' timers); what a stage's tick
 returns goes through the stages after it. A stage passes on, unchanged and in order, every alert it does not handle
 (tests/models/test_rule_contract.py). Stages know the jobs only through an :class:`EngineView`: public, read-only facts.
@@ -79,7 +79,7 @@ class AlertStage(Protocol):
     spec: StageSpec
 
     def observe(self, item: Any, view: EngineView) -> None:
-        """An event, a list of them or a StepColumns batch about to enter the engine."""
+        """An event, a list of them or a StepColumns batch the engine just took (before ``process`` of its alerts)."""
 
     def process(self, alerts: list[Alert], view: EngineView) -> list[Alert]:
         """The alerts reaching this stage, in order: returns those that go on."""

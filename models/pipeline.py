@@ -41,7 +41,7 @@ import orjson
 
 from .settings import PipelineSettings  # noqa: F401  (defined in a light module; re-exported here)
 from .alerts import Alert
-from .engine import CAPPED_MARK, DetectionEngine
+from .detection import CAPPED_MARK, DetectionEngine
 from .wire.deadletter import Rejected, deadletter_message
 from .wire.events import event_to_dict
 from .wire.decode_plan import ReadPlan

@@ -37,7 +37,7 @@ import faust
 
 from stepwatch.config import ConsumerMode, Settings
 from stepwatch.models.alerts import Alert
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.pipeline import Outputs, Pipeline
 from stepwatch.models.sources import AsyncSource, Read, Tick, drive
 from stepwatch.models.shadow import SHADOW_KEY

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.step_columns import decode_message_columns
 
 

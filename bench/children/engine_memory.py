@@ -20,7 +20,7 @@ def rss():
 def main() -> None:
     ranks, steps = int(sys.argv[1]), int(sys.argv[2])
     from bench.common import sim_events
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.wire.events import parse_event
     batches = []
     for s in range(steps):

@@ -128,7 +128,7 @@ class OnCall:
     # -- input --------------------------------------------------------------------------------
 
     def observe_placement(self, item: Any, layouts) -> None:
-        """Where the ranks of an event, a list of events or a StepColumns batch about to enter the engine run
+        """Where the ranks of an event, a list of events or a StepColumns batch the engine took run
         (``layouts``: the batch's run layouts, ``EngineView.layouts``), and their jobs' ``total_steps``."""
         if isinstance(item, StepEvent):
             if item.total_steps is not None:

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.tunable import has_own_range, runtime_fields, runtime_range
 from stepwatch.models.wire.events import parse_event
 from stepwatch.runtime_config import SECTIONS, RuntimeConfig, decode, parse_assignments

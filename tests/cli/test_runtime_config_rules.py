@@ -9,7 +9,7 @@ import pytest
 from test_rule_contract import NODES, T0, fleet_events, run
 from stepwatch.config import Settings
 from stepwatch.models.alert_types import AlertType
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig, encode
 
 

@@ -21,7 +21,7 @@ from stepwatch.commands.config import runtime_fields_help
 from stepwatch.config import Settings
 from stepwatch.models import engine as engine_module
 from stepwatch.models import registry
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.hang.settings import HangSettings
 from stepwatch.models.jobhealth.settings import JobHealthSettings
 from stepwatch.models.rule import JobRule, RuleSpec

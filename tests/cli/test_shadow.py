@@ -11,7 +11,7 @@ import orjson
 from step_gen import SyncJob
 from stepwatch.config import Settings
 from stepwatch.models import shadow as candidate
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.pipeline import Pipeline
 from stepwatch.models.shadow import SHADOW_KEY, Change, compare
 from stepwatch.models.sources import ListSource, Tick

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from stepwatch.config import Settings, StragglerSettings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import HeartbeatEvent, PhaseEvent, StepEvent
 from stepwatch.models.status import StatusRecorder, heatmap_view, job_view, jobs_view
 from stepwatch.models.steps.straggler import StragglerDetector

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from stepwatch.config import RetentionSettings, Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 
 T0 = 1_764_000_000.0

@@ -80,3 +80,15 @@ def test_models_import_their_own_modules_at_load_time():
                     if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("stepwatch")):
                         found.add((rel, _resolve(name, path.name == "__init__.py", node) if node.level else node.module))
     assert found == set(LAZY_KNOWN), sorted(found ^ set(LAZY_KNOWN))
+
+
+def test_the_job_rule_engine_knows_no_telemetry_and_no_oncall(edges):
+    """Issue 40 item 1: models/engine.py judges jobs; node telemetry and the outlet chain are composed around it
+    (models/detection.py). Its own imports name neither package, nor the composition."""
+    direct = edges["stepwatch.models.engine"]
+    banned = ("stepwatch.models.telemetry", "stepwatch.models.oncall")
+    assert not {m for m in direct if m.startswith(banned) or m in ("stepwatch.models.detection",
+                                                                    "stepwatch.models.outlet",
+                                                                    "stepwatch.models.jobs_view")}, direct
+    assert "stepwatch.models.engine_output" in direct  # what leaves it: typed records and an observer protocol
+    assert "stepwatch.models.engine" in edges["stepwatch.models.detection"]

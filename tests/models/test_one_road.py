@@ -14,7 +14,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import encode_events
 from stepwatch.models.pipeline import TELEMETRY_ROAD, Message, Pipeline, run_recording
 from stepwatch.models.status import StatusRecorder

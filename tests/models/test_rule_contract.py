@@ -26,7 +26,8 @@ import pytest
 
 from stepwatch.models.oncall.actions import FAILURE_CLASSES
 from stepwatch.models.alert_types import AlertType
-from stepwatch.models.engine import DetectionEngine, JobState
+from stepwatch.models.detection import DetectionEngine
+from stepwatch.models.engine import JobState
 from stepwatch.models.wire.events import parse_event
 from stepwatch.models.evidence import HangEvidence, StragglerEvidence
 from stepwatch.models.hang.detector import HangSettings

@@ -16,7 +16,7 @@ from fabric_gen import Job, events as fabric_events
 from step_gen import SyncJob
 from stepwatch.config import Settings
 from stepwatch.models.steps.assembly import GroupStep
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 from stepwatch.models.steps.imbalance import ImbalanceDetector
 from stepwatch.runtime_config import RuntimeConfig, encode, parse_assignments

@@ -18,16 +18,15 @@ from gen2.scenarios import catalog
 from gen2.transport import merge
 from recordings import hang, straggler_and_slowdown
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine, _by_touch
+from stepwatch.models.detection import DetectionEngine
+from stepwatch.models.engine import _by_touch
 from stepwatch.models.pipeline import Pipeline, run_recording
 from stepwatch.recording import replay
 
 
 def _every_job(self: DetectionEngine, now: float):
     """The reference: every job on every tick, least recently active first (the tick before the schedule)."""
-    for job in self._dirty:
-        job.dirty = False
-    self._dirty = []
+    self.schedule.take_touched()
     return sorted(self.jobs.values(), key=_by_touch)
 
 

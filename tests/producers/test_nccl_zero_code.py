@@ -17,7 +17,7 @@ from nccl_fixtures import TORCHRUN, COMM_ID, RasServer, ras_status, rank_env, sl
 from support import run_stepwatch
 
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import decode_message, parse_event
 from stepwatch.producers.nccl_inspector import InspectorReader, InspectorSettings
 from stepwatch.producers.nccl_ras import RasError, RasPoller, heartbeats, query_status

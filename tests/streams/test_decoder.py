@@ -12,7 +12,7 @@ import signal
 import orjson
 from prometheus_client import generate_latest
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.decode_plan import plan_read
 from stepwatch.streams.decoder import CHUNK_MESSAGES, MIN_OFFLOAD_BYTES, Decoder, decode_processes, usable_cpus
 from stepwatch.streams.metrics import WorkerMetrics

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.streams.metrics import STALL_SECONDS, WorkerMetrics
 
 

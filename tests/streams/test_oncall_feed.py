@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from stepwatch.config import Settings
 from stepwatch.models.alerts import Alert
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.oncall.ledger import Incident
 from stepwatch.streams.oncall_feed import OnCallFeed
 from stepwatch.streams.telemetry_feed import partition_of

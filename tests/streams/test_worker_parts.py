@@ -16,7 +16,7 @@ import pytest
 
 from stepwatch.config import Settings
 from stepwatch.models.alerts import Alert
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.oncall.budget import DrainBudget, Limits
 from stepwatch.models.pipeline import Pipeline
 from stepwatch.runtime_config import RuntimeConfig

@@ -9,7 +9,7 @@ import pytest
 
 from stepwatch.config import HangSettings, Settings
 from engine_driver import replay
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import CollectiveEvent, HeartbeatEvent, PhaseEvent, StepEvent, parse_event
 from stepwatch.models.hang.detector import HangDetector
 from stepwatch.sim.simulator import ClusterSimulator, HangFault, SimulationSpec

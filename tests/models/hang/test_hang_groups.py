@@ -14,7 +14,7 @@ import orjson
 
 from stepwatch.config import HangSettings, Settings
 from engine_driver import replay
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import decode_message, event_to_dict, parse_event
 from stepwatch.models.hang.detector import HangDetector
 from stepwatch.models.hang.stacks import parse_request

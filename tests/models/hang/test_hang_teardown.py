@@ -198,7 +198,7 @@ def teardown_recording(*, grace: float = 30.0, seed: int = 9) -> list[dict]:
 def test_through_the_engine_the_teardown_blames_only_the_culprits_node():
     from engine_driver import replay
     from stepwatch.config import Settings
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.wire.events import parse_event
 
     engine = DetectionEngine(Settings())

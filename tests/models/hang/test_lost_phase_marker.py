@@ -66,7 +66,7 @@ def test_steps_during_a_marked_eval_stay_in_it_while_rank_0_says_eval():
 def test_the_status_views_leave_the_pause_with_the_ranks():
     # /jobs and /jobs/{job} show the job's phase from the engine's JobPhase: the checkpoint while it lasts,
     # training once the ranks have left it, though its closing marker was lost.
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.status import StatusRecorder, job_summary, job_view
 
     evs = events(lose_marker=True)

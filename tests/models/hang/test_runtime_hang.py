@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 from stepwatch.runtime_config import GLOBAL, RuntimeConfig, encode, parse_assignments
 

@@ -176,7 +176,7 @@ def test_a_checkpoint_much_slower_than_usual_fires():
 
 
 def test_slis_measure_straggler_waste_productive_share_and_mfu():
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.wire.events import parse_event
     from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec, StragglerFault
 
@@ -206,7 +206,7 @@ def test_slis_measure_straggler_waste_productive_share_and_mfu():
 
 def test_idle_and_ended_jobs_are_evicted_and_their_alerts_resolved():
     from stepwatch.config import RetentionSettings, Settings
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.wire.events import parse_event
     from stepwatch.sim.simulator import ClusterSimulator, SimulationSpec, StragglerFault
     import dataclasses
@@ -243,7 +243,7 @@ def test_idle_and_ended_jobs_are_evicted_and_their_alerts_resolved():
 def test_producer_clock_offset_is_allowed_for_by_time_driven_rules():
     # A live worker ticks with its wall clock; a job whose clock is far behind (or whose
     # recording is replayed into a live worker) is neither idle nor hung because of it.
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.models.wire.events import parse_event
 
     engine = DetectionEngine()
@@ -293,7 +293,7 @@ def test_a_job_that_never_reports_checkpoints_is_not_stale_unless_a_policy_requi
     from steady_jobs import SteadyJob, firing
 
     from stepwatch.config import JobHealthSettings, Settings
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
 
     job = SteadyJob(ranks=8, steps=2500, compute=1.5, noise=0.015, seed=4)  # 75 min, no checkpoint phases
     _, alerts = job.run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 from stepwatch.models.status import StatusRecorder, job_view, jobs_view
 from stepwatch.sim.simulator import ClusterSimulator, CommSlowdown, SimulationSpec

@@ -147,7 +147,7 @@ def test_node_names_must_match_whole_and_be_in_the_inventory(tmp_path):
 
 def test_a_forged_xid_for_a_never_seen_node_renders_no_drain():
     """The worker's wiring: ``TelemetryHub.reported_before`` (a node's agent must have reported first)."""
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
 
     def run(first_report: bool):
         engine = DetectionEngine()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from engine_driver import replay
 from fabric_gen import Job, events
 from stepwatch.models.alerts import Alert
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.oncall.citations import Citations
 
 

@@ -18,7 +18,7 @@ import pytest
 from engine_driver import replay
 from fleet import Job, job_events, merge, xid_event
 from stepwatch.config import OnCallSettings, Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.oncall.budget import COALESCE_SECONDS, HOLD, DrainBudget, asks_drain
 from stepwatch.models.wire.events import parse_event
 from stepwatch.streams.action_sink import ActionSink

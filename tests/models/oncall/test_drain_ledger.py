@@ -113,7 +113,7 @@ def test_two_workers_share_the_budget_through_the_real_broker(kafka_bootstrap, t
     import dataclasses
 
     from stepwatch.config import KafkaSettings, OnCallSettings, Settings
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
     from stepwatch.streams.drain_ledger import DrainLedgerSync
 
     class App:  # what the component needs of the Faust app: its tasks

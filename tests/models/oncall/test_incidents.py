@@ -197,7 +197,7 @@ def test_a_rank_slow_again_soon_after_is_the_same_incident():
 
 
 def test_a_rank_slow_again_long_after_is_a_new_incident():
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
 
     engine = DetectionEngine()
     engine.telemetry.intermittent.hold_steps = 5  # the clean steps between are more than that

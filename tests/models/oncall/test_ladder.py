@@ -102,7 +102,7 @@ def test_the_decision_is_monotone_in_loss_and_cost():
 
 
 def test_a_node_suspect_drains_only_once_no_job_is_on_the_node():
-    from stepwatch.models.engine import DetectionEngine
+    from stepwatch.models.detection import DetectionEngine
 
     a = Job("job-a", ["n1", "n2", "n3"], slow_node="n2")
     b = Job("job-b", ["n2", "n4", "n5"], slow_node="n2", start=T0 + 400)

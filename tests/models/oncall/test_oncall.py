@@ -18,7 +18,7 @@ from stepwatch.config import OnCallSettings, Settings
 from stepwatch.models.oncall.actions import ACTION_KINDS, FAILURE_CLASSES, SCOPES, Classifier
 from stepwatch.models.alerts import Alert
 from engine_driver import replay
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 from stepwatch.models.wire.step_columns import decode_message_columns
 from stepwatch.models.oncall.ledger import Incident, NodeLedger

@@ -14,7 +14,7 @@ import pytest
 
 from engine_driver import replay
 from fleet import Job, agent_reports, job_events, merge
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.oncall.action_hooks import ActionHooks
 from stepwatch.models.wire.events import parse_event
 

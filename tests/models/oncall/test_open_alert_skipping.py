@@ -16,7 +16,7 @@ import pytest
 from gen2.scenarios import catalog
 from gen2.transport import merge
 from hang_recordings import Job, replay
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.telemetry.telemetry_hub import TelemetryHub
 
 T = 1_790_000_000.0

@@ -8,7 +8,7 @@ import dataclasses
 
 from step_gen import SyncJob
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 
 JOB = "res-8"

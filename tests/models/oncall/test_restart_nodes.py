@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import StepEvent, parse_event
 from test_restart_spare import DEAD_NODE, JOB, SPARE, WORLD, recording
 

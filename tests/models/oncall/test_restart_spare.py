@@ -16,7 +16,7 @@ import random
 
 from engine_driver import replay
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 
 T0 = 1_820_000_000.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.steps.assembly import PENDING_REPORTS, StepAssembler
 from stepwatch.models.wire.events import parse_event
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import decode_message
 from stepwatch.models.wire.step_columns import StepColumns, decode_message_columns
 from stepwatch.models.status import StatusRecorder

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from stepwatch.config import Settings, StragglerSettings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 
 from steady_jobs import SteadyJob, firing
 

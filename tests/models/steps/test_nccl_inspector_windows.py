@@ -15,7 +15,7 @@ import random
 import pytest
 from nccl_fixtures import exec_times, write_job
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.steps.inspector import InspectorJudge
 from stepwatch.models.wire.events import parse_event
 from stepwatch.models.wire.nccl_events import NcclWindowEvent

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 
 RANKS, STEPS, SLOW_RANK, SLOW = 8, 80, 3, range(20, 45)

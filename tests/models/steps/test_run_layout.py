@@ -4,7 +4,7 @@ something per layout see a changed run as changed."""
 
 from __future__ import annotations
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.steps.layout import RunLayout, layout_of
 from stepwatch.models.wire.events import StepEvent
 from stepwatch.models.wire.step_columns import StepColumns

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 
 T0, STEP, STEPS = 1_700_000_000.0, 0.2, 100

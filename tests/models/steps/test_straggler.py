@@ -8,7 +8,7 @@ import pytest
 
 from stepwatch.config import Settings, StragglerSettings
 from engine_driver import replay
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 from stepwatch.sim.simulator import ClusterSimulator, JobSlowdown, SimulationSpec, StragglerFault
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from stepwatch.config import HostSettings, Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import StepEvent
 from stepwatch.models.wire.telemetry_events import GpuEvent
 

@@ -6,7 +6,7 @@ import pytest
 
 from stepwatch.config import Settings
 from engine_driver import replay
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 from stepwatch.models.wire.telemetry_events import HostEvent
 from stepwatch.models.telemetry.host import HostTracker

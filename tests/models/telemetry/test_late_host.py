@@ -4,7 +4,7 @@ counter, which goes back only when the job restarts. Events written here by hand
 
 from __future__ import annotations
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.steps.assembly import StepAssembler
 from stepwatch.models.wire.events import parse_event
 

@@ -12,7 +12,7 @@ import math
 import orjson
 import pytest
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.telemetry.link_baseline import LinkBaselines
 
 from fabric_gen import T0, Job, events

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 
 from fabric_gen import Job, events, onset_time
 

@@ -10,7 +10,7 @@ import pytest
 from stepwatch.config import Settings, TelemetrySettings
 from stepwatch.models.alerts import Alert
 from engine_driver import replay
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import decode_message, parse_event
 from stepwatch.models.wire.telemetry_events import GpuEvent, LinkEvent
 from stepwatch.models.wire.wire import InvalidEvent

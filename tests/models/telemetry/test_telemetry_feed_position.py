@@ -7,7 +7,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.streams.metrics import WorkerMetrics
 from stepwatch.streams.telemetry_feed import TelemetryFeed
 

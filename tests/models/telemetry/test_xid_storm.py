@@ -13,7 +13,7 @@ import pytest
 
 from engine_driver import replay
 from stepwatch.config import Settings
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.telemetry.telemetry_tracker import REPUBLISH_SECONDS
 from stepwatch.models.wire.events import parse_event
 from stepwatch.producers.agent import NodeAgent

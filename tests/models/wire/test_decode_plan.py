@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from stepwatch.models.engine import DetectionEngine
+from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.settings import DetectionSettings
 from stepwatch.models.pipeline import Message, Pipeline
 from stepwatch.models.status import StatusRecorder

@@ -1,0 +1,167 @@
+"""The detection core as the pipeline drives it: the job rules, node telemetry, and the outlet chain, in that order.
+
+    event ─> JobEngine (models/engine.py): the job rules' alerts, each group tagged with the event that caused it
+          ─> TelemetryHub (models/telemetry/telemetry_hub.py): observes the rows up to that event, then enriches
+          ─> Outlet (models/outlet.py): the registry's OUTLET_STAGES, in order
+          ─> Pipeline.publishable (models/pipeline.py)
+
+``DetectionEngine`` is a ``JobEngine`` (jobs, clock, settings, status views) that returns finished alerts: what
+tests, bench/ and the pipeline drive. Node telemetry (events of ``TELEMETRY_KINDS``) goes straight to the hub; the
+engine tells the hub of jobs' nodes and jobs forgotten as it goes (its ``observer``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from .alerts import Alert
+from .engine import JobEngine
+from .engine_output import StepsJudged
+from .jobs_view import JobsView
+from .oncall.oncall import OnCall
+from .outlet import Outlet
+from . import registry
+from .telemetry.telemetry_hub import TelemetryHub
+from .wire.events import Event, StepEvent
+from .wire.step_columns import StepColumns
+from .wire.telemetry_events import TELEMETRY_KINDS
+
+#: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
+CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_groups_per_job", "pg_ranks_per_job",
+               "op_names_per_job", "gpus_total", "ports_total", "process_groups_total")
+
+
+class DetectionEngine(JobEngine):
+    """The job rules (``JobEngine``), node telemetry (``telemetry``) and the outlet chain (``outlet``, its on-call
+    state ``oncall``, reading ``view``): ``process``, ``process_batch`` and ``tick`` return finished alerts."""
+
+    def __init__(self, settings=None) -> None:
+        super().__init__(settings)
+        #: Node telemetry: spikes, GPU/link alerts, suspected causes of stragglers and hangs; it hears of the jobs'
+        #: nodes and of jobs forgotten from the engine (its ``observer``).
+        # (the registry's lists read when the engine is made, not imported: a test may add a rule)
+        self.telemetry = TelemetryHub(self.settings.telemetry, self.settings.host, rules=registry.NODE_RULES,
+                                      finders=registry.CAUSE_FINDERS)
+        self.observer = self.telemetry
+        #: The public facts of the jobs and of node telemetry that the outlet chain reads (models/outlet.py).
+        self.view = JobsView(self, self.telemetry)
+        #: The on-call state of the outlet chain: placement, citations, classifier, outlet rules (models/oncall/).
+        self.oncall = OnCall(self.settings.oncall, rules=registry.OUTLET_RULES, stages=registry.OUTLET_STAGES,
+                             types=registry.type_classes())
+        self.oncall.bind(self.view)
+        #: Where alerts leave: the registry's ``OUTLET_STAGES``, in order (models/outlet.py).
+        self.outlet = Outlet(self.oncall.stages)
+        #: The column batch being taken and its runs' layouts, worked out before any run is (``view.layouts``).
+        self.batch_layouts: tuple[StepColumns, dict] | None = None
+
+    @property
+    def incremental(self) -> bool:
+        """Whether a tick skips open alerts that cannot have changed (an open hang until its verdict can
+        change, an enriched alert until its telemetry or placement changed: issue 44); False (tests compare
+        the alerts both ways): every open hang and enriched alert every tick."""
+        return self.telemetry.incremental
+
+    @incremental.setter
+    def incremental(self, on: bool) -> None:
+        self.telemetry.incremental = on
+
+    # -- input ----------------------------------------------------------------------------
+
+    def process(self, event: Event, *, arrival: float | None = None) -> list[Alert]:
+        """Feed one valid event; return the alerts it caused (firing or resolved), enriched and through the
+        outlet chain. ``arrival``: as ``JobEngine.judge``'s."""
+        alerts = self._detect(event, arrival)
+        self.outlet.observe(event, self.view)  # (the stages' own state: the engine and telemetry never read it)
+        return self.outlet.process(alerts, self.view)
+
+    def process_batch(self, events: list[Event] | StepColumns, *,
+                      arrival: float | list[float] | None = None) -> list[Alert]:
+        """Feed one message's events in order: the same alerts, and the same state after, as ``process``
+        for each event (a batch envelope of step events, ``StepColumns``, goes by columns); the alerts go through
+        the outlet chain once, together. ``arrival``: one for all, or (columns) a list of each row's (a replay's
+        lines of different arrivals in one batch)."""
+        if isinstance(events, StepColumns):
+            # the layouts before any run is taken (a job evicted by this batch keeps its own), for the stages too
+            self.batch_layouts = (events, self.layouts(events))
+            self.take_refused()  # this batch's only
+            out: list[Alert] = []
+            for job, lo, hi in events.job_runs():
+                out.extend(self._enriched(self.judge_steps(job, events, lo, hi, arrival)))
+        else:
+            out = [alert for event in events for alert in self._detect(event, arrival)]
+        self.outlet.observe(events, self.view)
+        return self.outlet.process(out, self.view)
+
+    def process_many(self, events: Iterable[Event]) -> list[Alert]:
+        out: list[Alert] = []
+        for event in events:
+            out.extend(self.process(event))
+        return out
+
+    def tick(self, now: float) -> list[Alert]:
+        """The timer rules' alerts at ``now``, enriched, then node telemetry's; all through the outlet chain, then
+        what its stages say at the tick (held alerts released, the outlet rules' timers)."""
+        alerts = self.telemetry.enrich(self.judge_tick(now)) + self.telemetry.tick(now)
+        out = self.outlet.process(alerts, self.view)
+        out.extend(self.outlet.tick(now, self.view))
+        return out
+
+    def _detect(self, event: Event, arrival: float | None) -> list[Alert]:
+        """One event's alerts, enriched, before the outlet chain."""
+        if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
+            self.take_refused()  # one event: its caller compares ``capped_mark`` (and the next batch's are its own)
+            return self._enriched(self.judge_steps(event.job, StepColumns.of([event]), 0, 1, arrival))
+        if event.kind in TELEMETRY_KINDS:  # node telemetry is keyed by node, not by job
+            self.note(event.kind, event.ts)
+            return self.telemetry.process(event)
+        hub = self.telemetry
+        return [alert for _, group in self.judge(event, arrival=arrival) for alert in hub.enrich(group)]
+
+    def _enriched(self, run: StepsJudged | None) -> list[Alert]:
+        """A run's alerts enriched in event order, node telemetry caught up to each group's event before it is
+        enriched (as one event at a time), then the rest of the run observed."""
+        if run is None:
+            return []
+        hub = self.telemetry
+        name, cols, lo, hi = run.job, run.cols, run.lo, run.hi
+        whole = lo == 0 and hi == len(cols)
+
+        def part(column: list) -> list:  # the batch's own list when the run is all of it
+            return column if whole else column[lo:hi]
+
+        ranks, nodes, steps, step_times = part(cols.rank), part(cols.node), part(cols.step), part(cols.step_time)
+        out: list[Alert] = []
+        seen = 0  # events observed by node telemetry so far (it names suspected causes)
+        for row, alerts in run.caused:
+            i = row - lo
+            hub.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1], cols.gpu[lo + seen:lo + i + 1],
+                              cols.data_time[lo + seen:lo + i + 1], steps[seen:i + 1],
+                              cols.step_time[lo + seen:lo + i + 1])
+            seen = i + 1
+            out.extend(hub.enrich(alerts))
+        if lo == hi:
+            pass  # nothing the rules kept (a state cap): nothing to observe
+        elif seen:
+            hub.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi], cols.data_time[lo + seen:hi],
+                              steps[seen:], step_times[seen:])
+        else:  # the whole run: its own columns, and the batch's data-time array
+            hub.observe_steps(name, ranks, nodes, part(cols.gpu), cols.array("data_time")[lo:hi], steps, step_times,
+                              layout=run.layout)
+        return hub.enrich(list(run.evicted)) + out if run.evicted else out
+
+    # -- state caps -----------------------------------------------------------------------
+
+    def capped_mark(self, job: str | None) -> tuple[int, ...]:
+        """The counts of input a cap left out that an event of ``job`` (or node telemetry) can add to, in the
+        order of ``CAPPED_MARK``: compared before and after one event, they say whether and what of it was left out."""
+        tracker = self.telemetry.tracker.capped
+        ranks, pgs, pg_ranks, op_names, pgs_total = self.capped_counts(job)
+        return (ranks, tracker["gpus_per_node"], tracker["ports_per_node"], pgs, pg_ranks, op_names,
+                tracker["gpus_total"], tracker["ports_total"], pgs_total)
+
+    def capped(self) -> Counter[str]:
+        """Input left out at a state cap so far, by what: the job rules' and the node rules'."""
+        out = super().capped()
+        out.update(self.telemetry.capped())
+        return out
