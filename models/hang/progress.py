@@ -150,8 +150,9 @@ class JobProgress:
         """Whether a rank's event comes from a new process of it, in an event stamped after its latest (a late
         event of the old process is not one). Where the rank's events carry an ``incarnation`` (the monitor's
         process start), only a higher one is a new process. Without: it is on another node, its heartbeat's
-        sequence number went back, or its step is one the job passed more than ``BURST_SECONDS`` of its progress
-        before the event (``progressed_since``): a step a little behind is a late event (a heartbeat thread that
+        sequence number went back, or its step is one the job passed more than ``BURST_SECONDS`` before the event:
+        of the job's progress (``progressed_since``) while the rank kept talking, of the clock after a silence of
+        the rank longer than that (its process relaunched): a step a little behind is a late event (a heartbeat thread that
         read the counter a moment before, a heartbeat that waited in the producer's queue), never a restart. Its old
         positions are dropped, never compared with the new ones (``Incarnation.RANK``). When most ranks did
         so within ``INCARNATION_WINDOW_SECONDS``, the job restarted (``Incarnation.JOB``): the caller starts a
@@ -169,7 +170,11 @@ class JobProgress:
             if incarnation is not None:
                 self.incarnation[slot] = incarnation
             old_step, old_node = int(self.last_step[slot]), self.nodes[slot]
-            back = old_step >= 0 and step < old_step - 1 and self.progressed_since(step, ts) > BURST_SECONDS
+            # A rank that kept talking (a heartbeat lagging through a checkpoint) is late by the job's progress; one
+            # silent for longer than a burst may have been relaunched (a crash, a resume from a checkpoint): by the clock.
+            silent = ts - self.last_seen[slot] > BURST_SECONDS
+            late = ts - self.passed_at(step) if silent else self.progressed_since(step, ts)
+            back = old_step >= 0 and step < old_step - 1 and late > BURST_SECONDS
             moved = node is not None and old_node is not None and node != old_node
             seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
             if not (back or moved or seq_back):
