@@ -23,18 +23,20 @@ from .steps.assembly import GroupStep, StepAssembler
 from .job_phase import JobPhase
 from .steps.layout import RunLayout, layout_of
 from .steps.robust import median
-from .wire.events import PAUSE_PHASES, CollectiveEvent, Event, PhaseEvent, StepEvent
+from .wire.events import Event, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
 from .engine_output import Caused, JobsObserver, StepsJudged, Unobserved
 from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
-from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal, open_alerts_of
+from .rule import JobRule, RankSteps, Signal, open_alerts_of
 from .jobhealth.sli import JobSLI
 from .wire.step_columns import StepColumns
 from .steps.straggler import StragglerDetector, StragglerSettings
 from .tick_schedule import TickSchedule, by_touch
-from .jobs_store import EVICTION_PROBES, JobsStore, dead_hang as _dead_hang, hang_pending as _hang_pending  # noqa: F401  (re-exported)
+from .event_router import route
+from .jobs_store import JobsStore
+from .jobs_store import EVICTION_PROBES, dead_hang as _dead_hang, hang_pending as _hang_pending  # noqa: F401  (old names)
 
 
 
@@ -274,30 +276,7 @@ class JobEngine:
         if arrival is not None:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
-        signal = EVENT_SIGNALS.get(event.kind)
-        if signal is None:  # not a job event kind the rules take (the decoder lets none through)
-            return evicted
-        if signal is Signal.INSPECTOR:
-            return evicted + self._feed(job, signal, event)
-        if signal is Signal.HEARTBEATS:
-            if not self._count_heartbeat(job, event):
-                return evicted
-            if job.phases.phase in PAUSE_PHASES:  # the ranks tell the end of a pause whose marker was lost
-                job.phases.rank_reports(event.rank, event.phase, ts=event.ts)
-        if getattr(event, "node", None) is not None:
-            self.observer.observe_node(event.job, event.node)  # the job's nodes (node telemetry compares them)
-        if isinstance(event, CollectiveEvent):
-            job.arrival.observe_collective(event)
-        elif isinstance(event, PhaseEvent):
-            return evicted + self._on_phase(job, event)
-        return evicted + self._feed(job, signal, event)
-
-    @staticmethod
-    def _feed(job: JobState, signal: Signal, event: Event) -> list[Alert]:
-        out: list[Alert] = []
-        for rule in job.by_signal[signal]:
-            out.extend(rule.on_event(event))
-        return out
+        return evicted + route(job, event, self.observer)  # the rules that hear it (models/event_router.py)
 
     def layouts(self, cols: StepColumns) -> dict[tuple[int, int], RunLayout]:
         """The layout of each job run ``(start, end)`` of ``cols``: the job's latest one where the run repeats it.
@@ -601,32 +580,6 @@ class JobEngine:
     def count_flap(self, detector: StragglerDetector, outcome: str) -> None:
         """Given to every straggler detector as its ``on_flap`` hook (``stepwatch_straggler_flaps_total``)."""
         self.straggler_flaps[outcome] += 1
-
-    @staticmethod
-    def _count_heartbeat(job: JobState, event) -> bool:
-        """Whether the hang rule takes this heartbeat: RAS-derived ones (``source: nccl_ras``, from the node
-        agent) only while the job sends none of its own (the callback's sequence numbers are finer)."""
-        source = event.extra.get("source") or "callback"
-        job.sources.add(source)
-        return source == "callback" or "callback" not in job.sources
-
-    def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
-        out = self._feed(job, Signal.PHASES, event)
-        if event.rank is not None:  # a single rank's phase is carried by its own step events
-            job.phases.rank_reports(event.rank, event.phase, ts=event.ts)
-            return out
-        if event.phase == "end":
-            job.ended = True
-            job.ended_at = event.ts
-            job.phases.begin("train", ts=event.ts)
-            # Steps still incomplete at the end (a rank's last events lost) are never judged: a later tick's
-            # flush would feed them to the rules just closed and re-open their alerts.
-            job.assemblers.clear()
-            for rule in job.rules:
-                out.extend(rule.close(at=event.ts, resolution=Resolution.JOB_ENDED, reason="job ended"))
-            return [with_resolution(a, Resolution.JOB_ENDED, "job ended") for a in out]
-        job.phases.begin(event.phase, ts=event.ts)
-        return out
 
     # -- runtime settings -----------------------------------------------------------------
 
