@@ -36,7 +36,6 @@ from .steps.straggler import StragglerDetector, StragglerSettings
 from .tick_schedule import TickSchedule, by_touch
 from .event_router import route
 from .jobs_store import JobsStore
-from .jobs_store import EVICTION_PROBES, dead_hang as _dead_hang, hang_pending as _hang_pending  # noqa: F401  (old names)
 
 
 
