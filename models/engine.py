@@ -22,17 +22,20 @@ from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
 from .job_phase import JobPhase
 from .steps.layout import RunLayout, layout_of
-from .wire.events import PAUSE_PHASES, CollectiveEvent, Event, PhaseEvent, StepEvent
+from .steps.robust import median
+from .wire.events import Event, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
 from .engine_output import Caused, JobsObserver, StepsJudged, Unobserved
 from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
-from .rule import EVENT_SIGNALS, JobRule, RankSteps, Signal, open_alerts_of
+from .rule import JobRule, RankSteps, Signal, open_alerts_of
 from .jobhealth.sli import JobSLI
 from .wire.step_columns import StepColumns
 from .steps.straggler import StragglerDetector, StragglerSettings
 from .tick_schedule import TickSchedule, by_touch
+from .event_router import route
+from .jobs_store import JobsStore
 
 
 
@@ -56,9 +59,6 @@ def _late_after_end(job: JobState, rank: int, step, ts: float) -> bool:
     rank's own count is asked first: a late event moves it on, so the next one continues from there."""
     continues = type(step) is int and job.hang.continues(rank, step, ts, END_GRACE_SECONDS)
     return continues or ts <= job.ended_at + END_GRACE_SECONDS
-#: Least recently active jobs looked at to find one to evict for a new job (those with open alerts go
-#: to the back): the cost per new job stays O(1) whatever the number of jobs.
-EVICTION_PROBES = 64
 
 
 class JobState:
@@ -158,8 +158,10 @@ class JobState:
         return self.named["inspector"].judge
 
     def clock_offset(self) -> float:
-        # The median: a few events with absurd timestamps cannot move the job's clock.
-        return float(np.median(self.lags)) if self.lags else 0.0
+        # The median: a few events with absurd timestamps cannot move the job's clock. robust.median gives
+        # np.median's float (the lags are finite: the decoder refuses other times) without its per-call cost.
+        lags = self.lags
+        return median(np.fromiter(lags, float, len(lags))) if lags else 0.0
 
 
 class JobEngine:
@@ -174,23 +176,14 @@ class JobEngine:
         if settings is None:
             settings = DetectionSettings()
         self.settings = settings
-        #: Jobs, least recently active first (every event moves its job to the end): an LRU, so the
-        #: job to evict for a new one is found without a scan.
-        self.jobs: OrderedDict[str, JobState] = OrderedDict()
-        #: Events of new jobs refused because every job the cap would evict had an open alert.
-        self.jobs_refused = 0
-        #: Jobs forgotten, by why: ``idle`` (no events for the retention), ``cap`` (room for a new job), ``dead_hang``
-        #: (room for a new job, taken from a job whose only open alert was a hang no rank had spoken since).
-        self.jobs_evicted: Counter[str] = Counter()
-        self._capped_gone: Counter[str] = Counter()  # ``capped`` of evicted jobs (the total never goes back)
-        self._capped_ranks = 0  # events of ranks beyond ``retention.max_ranks_per_job`` (or ``max_ranks_total``)
-        self._ranks_total = 0  # ranks tracked across all jobs (the hang rules' slots), kept by ``_count_ranks``
-        self._pgs_total = 0  # process groups tracked across all jobs, kept by ``_count_ranks``
+        #: The jobs tracked, their LRU order, eviction choice and the caps' counts (models/jobs_store.py).
+        self.store: JobsStore[JobState] = JobsStore()
+        #: Jobs, least recently active first (the store's LRU; read-only to others).
+        self.jobs: OrderedDict[str, JobState] = self.store.jobs
+        #: Jobs forgotten, by why (``JobsStore.evicted``).
+        self.jobs_evicted: Counter[str] = self.store.evicted
         #: Input refused before the engine (``Pipeline``: new jobs per message), by what; part of ``capped``.
-        self.capped_input: Counter[str] = Counter()
-        #: Rows of the column batch being processed that the rank cap left out, with what (the pipeline takes
-        #: them after each batch and dead-letters those events: ``take_refused``).
-        self.refused: list[tuple[int, str]] = []
+        self.capped_input: Counter[str] = self.store.capped_input
         self.events_by_kind: Counter[str] = Counter()
         self.clock = 0.0  # latest time seen: event time in replay, wall time when ticked live
         self._tick_clock: float | None = None  # ``now`` of the latest tick
@@ -209,12 +202,22 @@ class JobEngine:
         # (tick-clock time a job's timer rules can next say anything, entry number, job).
         #: The timer's schedule (models/tick_schedule.py): jobs touched since the last tick, and when each is due.
         self.schedule = TickSchedule()
-        self._touches = 0
         #: Jobs the timer visited at the latest tick, and how many (the outlet's view, tests, bench/tick_bench.py).
         self.last_tick_jobs: list[JobState] = []
         self.last_tick_visits = 0
         # (column batch, its runs' layouts) of the latest ``layouts`` call: one comparison per run and batch
         self._layouts: tuple[StepColumns, dict[tuple[int, int], RunLayout]] | None = None
+
+    @property
+    def jobs_refused(self) -> int:
+        """Events of new jobs refused because every job the cap would evict had an open alert."""
+        return self.store.refused_new
+
+    @property
+    def refused(self) -> list[tuple[int, str]]:
+        """Rows of the column batch being processed that the rank cap left out, with what (the pipeline takes
+        them after each batch and dead-letters those events: ``take_refused``)."""
+        return self.store.refused
 
     # -- input ----------------------------------------------------------------------------
 
@@ -233,37 +236,18 @@ class JobEngine:
         """
         if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
             run = self.judge_steps(event.job, StepColumns.of([event]), 0, 1, arrival)
-            self.refused.clear()  # one event: its caller compares ``capped_counts``
+            self.store.refused.clear()  # one event: its caller compares ``capped_counts``
             alerts = run.alerts() if run is not None else []
             return [(0, alerts)] if alerts else []
         job = self.jobs.get(getattr(event, "job", ""))
         before = job.hang.rank_count if job is not None else 0
         pgs = getattr(event, "pgs", None)
         if pgs and job is not None:
-            self._limit_pgs(job)
+            self.store.limit_pgs(job, self.settings.retention)
         before_pgs = job.hang.pg_count if job is not None else 0
         out = self._process_event(event, arrival)
-        self._count_ranks(getattr(event, "job", ""), job, before, before_pgs)
+        self.store.count_ranks(getattr(event, "job", ""), job, before, before_pgs)
         return [(0, out)] if out else []
-
-    def _count_ranks(self, name: str, job: JobState | None, before: int, before_pgs: int) -> None:
-        """Add the ranks and process groups job ``name`` gained (or lost: a restart) since it had ``before`` and
-        ``before_pgs`` (``job``: its state then)."""
-        now = self.jobs.get(name)
-        if now is not None:
-            self._ranks_total += now.hang.rank_count - (before if now is job else 0)
-            self._pgs_total += now.hang.pg_count - (before_pgs if now is job else 0)
-
-    def _limit_pgs(self, job: JobState) -> None:
-        """Let ``job`` hold no more process groups than the room left under the total (and its own cap)."""
-        job.hang.limit_pgs(job.hang.pg_count + max(0, self.settings.retention.max_process_groups_total -
-                                                   self._pgs_total))
-
-    def _rank_limit(self, job: JobState) -> int:
-        """The ranks ``job`` may have: its own cap, and no more than the room left under the total."""
-        retention = self.settings.retention
-        return min(retention.max_ranks_per_job, job.hang.rank_count + max(0, retention.max_ranks_total -
-                                                                           self._ranks_total))
 
     def _process_event(self, event: Event, arrival: float | None) -> list[Alert]:
         self.note(event.kind, event.ts)
@@ -278,12 +262,11 @@ class JobEngine:
             job.late_after_end += 1  # see _process_steps
             return []
         else:
-            self.jobs.move_to_end(event.job)
-            self._touches += 1
-            job.touched = self._touches
+            self.store.used(job)
         rank = getattr(event, "rank", None)
-        if rank is not None and not job.hang.knows(rank) and job.hang.rank_count >= self._rank_limit(job):
-            self._capped_ranks += 1
+        if rank is not None and not job.hang.knows(rank) and job.hang.rank_count >= self.store.rank_limit(
+                job, self.settings.retention):
+            self.store.refuse_rank()
             return evicted
         if event.ts > job.last_ts:
             job.last_ts = event.ts
@@ -292,30 +275,7 @@ class JobEngine:
         if arrival is not None:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
-        signal = EVENT_SIGNALS.get(event.kind)
-        if signal is None:  # not a job event kind the rules take (the decoder lets none through)
-            return evicted
-        if signal is Signal.INSPECTOR:
-            return evicted + self._feed(job, signal, event)
-        if signal is Signal.HEARTBEATS:
-            if not self._count_heartbeat(job, event):
-                return evicted
-            if job.phases.phase in PAUSE_PHASES:  # the ranks tell the end of a pause whose marker was lost
-                job.phases.rank_reports(event.rank, event.phase, ts=event.ts)
-        if getattr(event, "node", None) is not None:
-            self.observer.observe_node(event.job, event.node)  # the job's nodes (node telemetry compares them)
-        if isinstance(event, CollectiveEvent):
-            job.arrival.observe_collective(event)
-        elif isinstance(event, PhaseEvent):
-            return evicted + self._on_phase(job, event)
-        return evicted + self._feed(job, signal, event)
-
-    @staticmethod
-    def _feed(job: JobState, signal: Signal, event: Event) -> list[Alert]:
-        out: list[Alert] = []
-        for rule in job.by_signal[signal]:
-            out.extend(rule.on_event(event))
-        return out
+        return evicted + route(job, event, self.observer)  # the rules that hear it (models/event_router.py)
 
     def layouts(self, cols: StepColumns) -> dict[tuple[int, int], RunLayout]:
         """The layout of each job run ``(start, end)`` of ``cols``: the job's latest one where the run repeats it.
@@ -340,40 +300,17 @@ class JobEngine:
 
     def _add_job(self, name: str) -> tuple[JobState | None, list[Alert]]:
         """A new job's state, and the alerts of the job evicted to make room for it (if any); None
-        when the cap is reached and no job near the front of the LRU may go (all have open alerts)."""
+        when the cap is reached and no job near the front of the LRU may go (``JobsStore.room``)."""
+        ok, victim, why = self.store.room(self.settings.retention.max_jobs)
+        if not ok:
+            return None, []
         evicted: list[Alert] = []
-        if len(self.jobs) >= self.settings.retention.max_jobs:
-            victim, dead = self._evictable()
-            if victim is None:
-                self.jobs_refused += 1
-                return None, []
-            self.jobs_evicted["dead_hang" if dead else "cap"] += 1
-            evicted = self._evict(victim, "too many jobs tracked" + (": hung, no rank heard since" if dead else ""))
-        job = self.jobs[name] = self._new_job(name)
-        self._limit_pgs(job)
-        self._touches += 1
-        job.touched = self._touches
+        if victim is not None:
+            evicted = self._evict(victim, "too many jobs tracked" + (": hung, no rank heard since"
+                                                                     if why == "dead_hang" else ""))
+        job = self.store.add(self._new_job(name), self.settings.retention)
         self._touch(job)
         return job, evicted
-
-    def _evictable(self) -> tuple[JobState | None, bool]:
-        """The least recently active job without an open alert or a hang still to judge among the first
-        ``EVICTION_PROBES``, else the first of them whose only open alert is a hang no rank has spoken since (True
-        then): such a job holds nothing a live job needs, and a flood of one-step jobs that go silent must not lock
-        real ones out. A job with a rhythm that stalled, its hang not yet due, is kept like one with an open alert
-        (issue 44: 10,001 one-step jobs evicted a job stalled 10 s and its hang never fired)."""
-        dead = None
-        for _ in range(min(EVICTION_PROBES, len(self.jobs))):
-            name, job = next(iter(self.jobs.items()))
-            alerts = job.open_alerts()
-            if not alerts and not _hang_pending(job):
-                return job, False
-            if dead is None and alerts and _dead_hang(job, alerts):
-                dead = job
-            self.jobs.move_to_end(name)  # kept: an open alert is never silenced by new jobs
-            self._touches += 1
-            job.touched = self._touches
-        return dead, dead is not None
 
     def judge_steps(self, name: str, cols: StepColumns, lo: int, hi: int,
                     arrival: float | list[float] | None = None) -> StepsJudged | None:
@@ -384,7 +321,7 @@ class JobEngine:
         before = job.hang.rank_count if job is not None else 0
         before_pgs = job.hang.pg_count if job is not None else 0
         out = self._process_steps_run(name, cols, lo, hi, arrival)
-        self._count_ranks(name, job, before, before_pgs)
+        self.store.count_ranks(name, job, before, before_pgs)
         return out
 
     def _process_steps_run(self, name: str, cols: StepColumns, lo: int, hi: int,
@@ -409,9 +346,7 @@ class JobEngine:
             if job is None:
                 return None
         else:
-            self.jobs.move_to_end(name)
-            self._touches += 1
-            job.touched = self._touches
+            self.store.used(job)
         if job.ended:
             # Stamped before (or just after, on another rank's clock) the job said it ended, arriving
             # after: overtaken on another path (e.g. a different shard stage process), not a restart,
@@ -427,10 +362,10 @@ class JobEngine:
                 ts = cols.ts[lo:hi]
                 ts_array = ts_array[late:] if ts_array is not None else None
                 earliest, latest = _bounds(ts, ts_array)
-        limit = self._rank_limit(job)
+        limit = self.store.rank_limit(job, self.settings.retention)
         if job.hang.rank_count + (hi - lo) > limit and job.hang.rank_count + len(
                 {r for r in cols.rank[lo:hi] if not job.hang.knows(r)}) > limit:  # over the rank cap: rare
-            kept = self._within_rank_cap(job, cols.events()[lo:hi], limit, lo)
+            kept = self.store.within_rank_cap(job, cols.events()[lo:hi], limit, lo)
             if len(kept) < hi - lo:
                 self.events_by_kind["step"] -= hi - lo  # the kept ones count again below
                 if type(arrival) is list:  # per row: the kept rows' own
@@ -594,56 +529,21 @@ class JobEngine:
             at = now  # no bound known: the next tick
         self.schedule.put(job, at, self.jobs)
 
-    def _within_rank_cap(self, job: JobState, events: list, limit: int, first_row: int) -> list:
-        """``events`` (rows ``first_row``... of the batch) without those of new ranks beyond ``limit`` ranks for
-        the job (first come, first kept); the rows left out go to ``refused``."""
-        room = limit - job.hang.rank_count
-        admitted: set[int] = set()
-        kept = []
-        for i, event in enumerate(events):
-            if job.hang.knows(event.rank) or event.rank in admitted:
-                kept.append(event)
-            elif len(admitted) < room:
-                admitted.add(event.rank)
-                kept.append(event)
-            else:
-                self.refused.append((first_row + i, "ranks_per_job"))
-        self._capped_ranks += len(events) - len(kept)
-        return kept
-
     def take_refused(self) -> list[tuple[int, str]]:
         """Rows of the latest column batch the caps left out (see ``refused``), and forget them."""
-        out, self.refused = self.refused, []
-        return out
+        return self.store.take_refused()
 
     def capped_counts(self, job: str | None) -> tuple[int, int, int, int, int]:
-        """The job rules' counts of input a cap left out that an event of ``job`` can add to: ranks (all jobs), the
-        job's process groups, process-group ranks and op names, and process groups in all (``capped_mark``)."""
-        state = self.jobs.get(job) if job else None
-        if state is None:
-            return self._capped_ranks, 0, 0, 0, 0
-        hang = state.hang.capped
-        return (self._capped_ranks, hang["process_groups_per_job"], hang["pg_ranks_per_job"],
-                state.comm.capped["op_names_per_job"], hang["process_groups_total"])
+        """The job rules' counts of input a cap left out that an event of ``job`` can add to (``JobsStore``)."""
+        return self.store.capped_counts(job)
 
     def capped(self) -> Counter[str]:
         """Input left out at a state cap so far, by what (docs/security.md "Bounded state"; /metrics)."""
-        out = Counter(self._capped_gone)
-        out.update(self.capped_input)
-        if self._capped_ranks:
-            out["ranks_per_job"] += self._capped_ranks
-        for job in self.jobs.values():
-            for rule in job.rules:
-                out.update(rule.capped())
-        return out
+        return self.store.capped()
 
     def _evict(self, job: JobState, reason: str) -> list[Alert]:
         """Forget a job; its open alerts resolve, saying why."""
-        self.jobs.pop(job.job, None)
-        self._ranks_total -= job.hang.rank_count
-        self._pgs_total -= job.hang.pg_count
-        for rule in job.rules:
-            self._capped_gone.update(rule.capped())
+        self.store.remove(job)
         self.observer.forget_job(job.job)
         at = max(self.clock, job.last_ts)
         return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
@@ -679,32 +579,6 @@ class JobEngine:
     def count_flap(self, detector: StragglerDetector, outcome: str) -> None:
         """Given to every straggler detector as its ``on_flap`` hook (``stepwatch_straggler_flaps_total``)."""
         self.straggler_flaps[outcome] += 1
-
-    @staticmethod
-    def _count_heartbeat(job: JobState, event) -> bool:
-        """Whether the hang rule takes this heartbeat: RAS-derived ones (``source: nccl_ras``, from the node
-        agent) only while the job sends none of its own (the callback's sequence numbers are finer)."""
-        source = event.extra.get("source") or "callback"
-        job.sources.add(source)
-        return source == "callback" or "callback" not in job.sources
-
-    def _on_phase(self, job: JobState, event: PhaseEvent) -> list[Alert]:
-        out = self._feed(job, Signal.PHASES, event)
-        if event.rank is not None:  # a single rank's phase is carried by its own step events
-            job.phases.rank_reports(event.rank, event.phase, ts=event.ts)
-            return out
-        if event.phase == "end":
-            job.ended = True
-            job.ended_at = event.ts
-            job.phases.begin("train", ts=event.ts)
-            # Steps still incomplete at the end (a rank's last events lost) are never judged: a later tick's
-            # flush would feed them to the rules just closed and re-open their alerts.
-            job.assemblers.clear()
-            for rule in job.rules:
-                out.extend(rule.close(at=event.ts, resolution=Resolution.JOB_ENDED, reason="job ended"))
-            return [with_resolution(a, Resolution.JOB_ENDED, "job ended") for a in out]
-        job.phases.begin(event.phase, ts=event.ts)
-        return out
 
     # -- runtime settings -----------------------------------------------------------------
 
@@ -766,19 +640,6 @@ class JobEngine:
 
     def open_alerts(self) -> list[Alert]:
         return [a for job in self.jobs.values() for a in job.open_alerts()]
-
-
-def _dead_hang(job: JobState, alerts: list[Alert]) -> bool:
-    """Whether ``alerts`` (the job's open ones) are a hang alone, and no event of the job came since it fired (its
-    ``starts_at``, on the job's clock): no rank is alive to be helped by keeping it."""
-    return all(a.type == "hang" for a in alerts) and job.last_ts < min(a.starts_at for a in alerts)
-
-
-def _hang_pending(job: JobState) -> bool:
-    """Whether the job's hang rule still has a verdict to give: it stepped at a rhythm (two advances at least; a
-    one-step job has none to miss) and has not ended, so its silence would fire a hang once due."""
-    hang = job.hang
-    return len(hang.progress.step_times) >= 2 and math.isfinite(hang.quiet_until())
 
 
 _by_touch = by_touch  # (its former name: tests and bench/ sort by it)

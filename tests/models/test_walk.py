@@ -8,7 +8,8 @@ What the walk counts (a file of models/ or streams/ in no station and not a help
 
 - stations, in the road's order: ``pipeline`` (models/pipeline.py), ``decode`` (models/wire/, counted only when
   the pipeline calls it: elsewhere StepColumns is the batch's data being read), ``detection``
-  (models/detection.py, the composition), ``engine`` (models/engine.py and its parts: models/tick_schedule.py),
+  (models/detection.py, the composition), ``engine`` (models/engine.py and its parts: models/tick_schedule.py,
+  models/jobs_store.py, models/event_router.py),
   ``rules`` (models/job_rules.py,
   models/steps/, models/hang/, models/jobhealth/, models/job_phase.py, models/settings_store.py), ``telemetry``
   (models/telemetry/), ``outlet`` (models/outlet.py, models/oncall/, models/jobs_view.py), ``publishable``
@@ -41,7 +42,8 @@ STATIONS = (
     ("pipeline", ("models/pipeline.py",)),
     ("decode", ("models/wire/",)),
     ("detection", ("models/detection.py",)),
-    ("engine", ("models/engine.py", "models/tick_schedule.py")),
+    ("engine", ("models/engine.py", "models/tick_schedule.py", "models/jobs_store.py",
+                "models/event_router.py")),
     ("rules", ("models/job_rules.py", "models/steps/", "models/hang/", "models/jobhealth/", "models/job_phase.py",
                "models/settings_store.py")),
     ("telemetry", ("models/telemetry/",)),
