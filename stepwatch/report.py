@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from stepwatch.models.alert_types import AlertType
+from stepwatch.models.alert_types import AlertType, facts
 from stepwatch.outcomes import OutcomeSettings, OutcomeTracker
 from stepwatch.precision import Judged, Versions, precision_table
 from stepwatch.timespec import When, parse_when
@@ -215,7 +215,7 @@ def _slowdown_cost(chosen: list[_Incident]) -> dict[str, Any] | None:
     for inc in chosen:
         ev = inc.last.get("evidence") or {}
         per_day = _num(ev.get("gpu_hours_lost_per_day"))
-        if per_day is None or inc.type not in (AlertType.STRAGGLER, AlertType.IMBALANCE):
+        if per_day is None or not facts(inc.type).costed:
             continue
         rows.append((inc, per_day, _num(ev.get("job_slowdown"))))
     if not rows:
