@@ -109,7 +109,8 @@ class TypeFacts:
     #: Asks for its action whatever its severity and scope (a verdict on a node: the action hooks, the drain budget).
     always_acts: bool = False
     #: A job's ranks stopped (a hang): its listed ranks all wait, so only host causes near them are theirs
-    #: (telemetry_hub.py), and a job with only these open and no event since is dead (models/engine.py).
+    #: (telemetry_hub.py); a job with only these open and no event since is dead (models/engine.py); one during a
+    #: restart's silence is counted in the restart (stepwatch/report.py).
     stalls: bool = False
     #: While it fires, its suspected causes are re-derived as its nodes' telemetry accumulates (telemetry_hub.py).
     causes_follow_clock: bool = False
@@ -140,6 +141,17 @@ FACTS: Mapping[AlertType, TypeFacts] = MappingProxyType({
     AlertType.ACTION_BUDGET: TypeFacts(),
 })
 _UNKNOWN = TypeFacts()
+
+
+def check_rows(types: type[StrEnum], rows: Mapping) -> None:
+    """Raise if a type has no row of facts: a type without one would be routed as no family (never paged, never
+    enriched) without a word, so the import fails instead."""
+    missing = [t.value for t in types if t not in rows]
+    if missing:
+        raise TypeError(f"alert types without a FACTS row (models/alert_types.py): {', '.join(missing)}")
+
+
+check_rows(AlertType, FACTS)
 
 
 def facts(alert_type: AlertType | str) -> TypeFacts:
