@@ -108,16 +108,28 @@ class TypeFacts:
     multi_node_incident: bool = False
     #: Asks for its action whatever its severity and scope (a verdict on a node: the action hooks, the drain budget).
     always_acts: bool = False
+    #: A job's ranks stopped (a hang): its listed ranks all wait, so only host causes near them are theirs
+    #: (telemetry_hub.py); a job with only these open and no event since is dead (models/engine.py); one during a
+    #: restart's silence is counted in the restart (stepwatch/report.py).
+    stalls: bool = False
+    #: While it fires, its suspected causes are re-derived as its nodes' telemetry accumulates (telemetry_hub.py).
+    causes_follow_clock: bool = False
+    #: Its evidence prices the slowdown in GPU-hours a day (models/steps/cost.py), summed by ``stepwatch report``.
+    costed: bool = False
+    #: A job's alert about one GPU of one node: cited as that component's incident, like a node alert
+    #: (models/oncall/citations.py).
+    job_component: bool = False
 
 
 _NODE_FAULT = TypeFacts(node_component=True, implicates=True, names_culprit_nodes=True)
 FACTS: Mapping[AlertType, TypeFacts] = MappingProxyType({
-    AlertType.STRAGGLER: TypeFacts(implicates=True, names_culprit_nodes=True, enriched=True, symptom=True, pages=True),
-    AlertType.HANG: TypeFacts(implicates=True, enriched=True, symptom=True, pages=True),
+    AlertType.STRAGGLER: TypeFacts(implicates=True, names_culprit_nodes=True, enriched=True, symptom=True, pages=True,
+                                   causes_follow_clock=True, costed=True),
+    AlertType.HANG: TypeFacts(implicates=True, enriched=True, symptom=True, pages=True, stalls=True),
     AlertType.THROUGHPUT_DROP: TypeFacts(symptom=True),
     AlertType.COMM_SLOWDOWN: TypeFacts(network=True, enriched=True, symptom=True),
     AlertType.CHECKPOINT_STALE: TypeFacts(),
-    AlertType.IMBALANCE: TypeFacts(),
+    AlertType.IMBALANCE: TypeFacts(costed=True),
     AlertType.JOB_RESTART: TypeFacts(derived=True),
     AlertType.NODE_SUSPECT: TypeFacts(derived=True, names_culprit_nodes=True, always_acts=True),
     AlertType.GPU_FAULT: _NODE_FAULT,
@@ -125,10 +137,21 @@ FACTS: Mapping[AlertType, TypeFacts] = MappingProxyType({
     AlertType.FABRIC: TypeFacts(network=True, multi_node_incident=True),
     AlertType.GPU_IDLE: TypeFacts(),
     AlertType.GPU_HOT: TypeFacts(node_component=True),
-    AlertType.HBM_FULL: TypeFacts(),
+    AlertType.HBM_FULL: TypeFacts(job_component=True),
     AlertType.ACTION_BUDGET: TypeFacts(),
 })
 _UNKNOWN = TypeFacts()
+
+
+def check_rows(types: type[StrEnum], rows: Mapping) -> None:
+    """Raise if a type has no row of facts: a type without one would be routed as no family (never paged, never
+    enriched) without a word, so the import fails instead."""
+    missing = [t.value for t in types if t not in rows]
+    if missing:
+        raise TypeError(f"alert types without a FACTS row (models/alert_types.py): {', '.join(missing)}")
+
+
+check_rows(AlertType, FACTS)
 
 
 def facts(alert_type: AlertType | str) -> TypeFacts:

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .alert_types import AlertStatus, AlertType, Scope, Severity, facts
+from .alert_types import AlertStatus, AlertType, Scope, Severity, TypeFacts, facts
 
 WIRE_VERSION = 1
 #: ``annotations.runbook_url`` is ``<base>/<type>.md``; the default is the runbooks' place in this repository
@@ -94,6 +94,11 @@ class Alert:
             object.__setattr__(self, "scope", Scope(self.scope))
         if type(self.type) is not AlertType and self.type in _KNOWN_TYPES:
             object.__setattr__(self, "type", AlertType(self.type))
+
+    @property
+    def facts(self) -> TypeFacts:
+        """Its type's facts (models/alert_types.py ``FACTS``): what the rest of stepwatch does with it."""
+        return facts(self.type)
 
     @property
     def labels(self) -> dict[str, str]:

@@ -24,7 +24,7 @@ J = TypeVar("J")
 def dead_hang(job: Any, alerts: list) -> bool:
     """Whether ``alerts`` (the job's open ones) are a hang alone, and no event of the job came since it fired (its
     ``starts_at``, on the job's clock): no rank is alive to be helped by keeping it."""
-    return all(a.type == "hang" for a in alerts) and job.last_ts < min(a.starts_at for a in alerts)
+    return all(a.facts.stalls for a in alerts) and job.last_ts < min(a.starts_at for a in alerts)
 
 
 def hang_pending(job: Any) -> bool:

@@ -48,7 +48,7 @@ class RetentionSettings:
     #: At most this many jobs are tracked; beyond, the least recently active job *without an open
     #: alert* nor a hang still to judge is forgotten (a hung or stalled job is never pushed out by new ones), else one whose only open alert
     #: is a hang no rank has spoken since (dead junk: its hang resolves ``forgotten``; issue 44 finding 2);
-    #: when the ``EVICTION_PROBES`` least recently active are neither, the new job's event is refused
+    #: when the ``EVICTION_PROBES`` (models/jobs_store.py) least recently active are neither, the new job's event is refused
     #: and counted (``stepwatch_engine_jobs_refused_total``). Evictions: ``stepwatch_engine_jobs_evicted_total``.
     max_jobs: int = 10_000
     #: Ranks tracked per job at most; events of further new ranks are left out and counted

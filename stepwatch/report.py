@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from stepwatch.models.alert_types import AlertType
+from stepwatch.models.alert_types import AlertType, facts
 from stepwatch.outcomes import OutcomeSettings, OutcomeTracker
 from stepwatch.precision import Judged, Versions, precision_table
 from stepwatch.timespec import When, parse_when
@@ -176,11 +176,11 @@ def build_report(alerts: Iterable[dict], *, since: float = 7 * DAY, now: float |
              for n, incs in nodes.items()]
     worst.sort(key=lambda r: (-r["incidents"], -len(r["jobs"]), r["node"]))
     lost: dict[str, float] = {}
-    # A hang during a restart's silence lasted through its downtime: counted once, in the restart.
+    # A stall (a hang) during a restart's silence lasted through its downtime: counted once, in the restart.
     silences = [(i.job, i.starts_at, i.ends_at) for i in chosen
                 if i.type == AlertType.JOB_RESTART and i.ends_at is not None]
     for inc in chosen:
-        if inc.type == AlertType.HANG and any(job == inc.job and lo <= inc.starts_at <= hi for job, lo, hi in silences):
+        if facts(inc.type).stalls and any(job == inc.job and lo <= inc.starts_at <= hi for job, lo, hi in silences):
             continue
         hours = _gpu_hours_lost(inc)
         if hours:
@@ -215,7 +215,7 @@ def _slowdown_cost(chosen: list[_Incident]) -> dict[str, Any] | None:
     for inc in chosen:
         ev = inc.last.get("evidence") or {}
         per_day = _num(ev.get("gpu_hours_lost_per_day"))
-        if per_day is None or inc.type not in (AlertType.STRAGGLER, AlertType.IMBALANCE):
+        if per_day is None or not facts(inc.type).costed:
             continue
         rows.append((inc, per_day, _num(ev.get("job_slowdown"))))
     if not rows:

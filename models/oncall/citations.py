@@ -169,8 +169,7 @@ class Citations:
             incident = own
             if alert.job and _is_comm(alert):  # the job's other communication alert cites it too
                 self._by_job.setdefault(alert.job, own)
-        elif len(alert.nodes) == 1 and ((not alert.job and facts(alert.type).node_component)
-                                        or alert.type == AlertType.HBM_FULL):  # hbm_full names its job, one GPU
+        elif len(alert.nodes) == 1 and ((not alert.job and alert.facts.node_component) or alert.facts.job_component):
             pairs = _components(alert)
             open_ = [self._by_component[p] for p in pairs if p in self._by_component]
             incident = known or (open_[0] if open_ else alert.id)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .settings import OnCallSettings  # noqa: F401  (defined in a light module; re-exported here)
-from ..alert_types import AlertStatus, AlertType
+from ..alert_types import AlertStatus
 from .actions import Classifier, load_overrides
 from .escalation import Escalation
 from .citations import HOLD_MIN_SECONDS, HOLD_STEPS, Citations
@@ -264,7 +264,7 @@ class OnCall:
 
 def is_node_alert(alert: Alert) -> bool:
     """A node's own alert (no job; not an incident, which names its jobs itself: models/telemetry/incidents.py)."""
-    return not alert.job and bool(alert.nodes) and alert.type not in (AlertType.NODE_SUSPECT, AlertType.FABRIC)
+    return not alert.job and bool(alert.nodes) and not (alert.facts.derived or alert.facts.multi_node_incident)
 
 
 def fields_of(alert: Alert) -> dict[str, Any]:

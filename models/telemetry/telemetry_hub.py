@@ -223,7 +223,7 @@ class TelemetryHub:
         at = self._reference_time(base)
         # A firing straggler's causes are re-derived as its node's telemetry accumulates (issue 39 item 5): what
         # shows while it lasts (a throttle that deepens, host pressure that starts) counts, not only its onset's.
-        now = self._now if base.type == AlertType.STRAGGLER and base.status == AlertStatus.FIRING else None
+        now = self._now if base.facts.causes_follow_clock and base.status == AlertStatus.FIRING else None
         late = now is not None and now > at + self.correlator.window
         finders = self.finders
         causes = finders["ranks"].suspects(base, at, self, until=now if late else None)
@@ -268,8 +268,8 @@ class TelemetryHub:
         else:
             causes = list(found)
             seen = {(c.node, c.component) for c in causes}
-            # Spikes near the ranks it names (ranks that stood out); a hang's listed ranks are all waiting.
-            causes += [c for c in (own if base.type != AlertType.HANG else host) if (c.node, c.component) not in seen]
+            # Spikes near the ranks it names (ranks that stood out); a stalled job's listed ranks are all waiting.
+            causes += [c for c in (host if base.facts.stalls else own) if (c.node, c.component) not in seen]
         causes = causes[: self.correlator.max_causes]
         listed = [c.to_dict(i) for i, c in enumerate(causes, 1)]
         hint = causes[0].hint if causes else "unknown"
@@ -325,7 +325,7 @@ class TelemetryHub:
         for node in nodes:
             self._by_node.setdefault(node, set()).add(alert_id)
         cached = self._fabric_cache.get(alert_id)
-        if (base.type == AlertType.STRAGGLER and base.status == AlertStatus.FIRING) or (
+        if (base.facts.causes_follow_clock and base.status == AlertStatus.FIRING) or (
                 self.finders["fabric"].applies(base) and (cached is None or not self._fabric_frozen(cached, base))):
             self._timed.add(alert_id)  # its causes follow the clock (a late straggler's, the fabric cache's age)
 
