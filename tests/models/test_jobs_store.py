@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from stepwatch.config import RetentionSettings
+from stepwatch.models.alert_types import facts
 from stepwatch.models.jobs_store import EVICTION_PROBES, JobsStore
 
 KINDS = ("quiet", "alerting", "dead_hang", "pending")
@@ -24,6 +25,10 @@ KINDS = ("quiet", "alerting", "dead_hang", "pending")
 class _Alert:
     type: str
     starts_at: float
+
+    @property
+    def facts(self):  # as models/alerts.py's Alert: its type's facts (models/alert_types.py)
+        return facts(self.type)
 
 
 @dataclass
