@@ -22,13 +22,13 @@ import orjson
 from stepwatch.config import Settings
 from stepwatch.recording import tune_gc
 from stepwatch.models.detection import DetectionEngine
-from stepwatch.models.engine import _by_touch
+from stepwatch.models.tick_schedule import by_touch
 from stepwatch.models.pipeline import Pipeline
 
 
 def _every_job(self: DetectionEngine, now: float):
     self.schedule.take_touched()
-    return sorted(self.jobs.values(), key=_by_touch)
+    return sorted(self.jobs.values(), key=by_touch)
 
 
 def _envelope(jobs: list[str], step: int, ts: float) -> bytes:

@@ -136,8 +136,7 @@ class DetectionEngine(JobEngine):
         for row, alerts in run.caused:
             i = row - lo
             hub.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1], cols.gpu[lo + seen:lo + i + 1],
-                              cols.data_time[lo + seen:lo + i + 1], steps[seen:i + 1],
-                              cols.step_time[lo + seen:lo + i + 1])
+                              cols.data_time[lo + seen:lo + i + 1], steps[seen:i + 1], step_times[seen:i + 1])
             seen = i + 1
             out.extend(hub.enrich(alerts))
         if lo == hi:

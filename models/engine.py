@@ -33,7 +33,7 @@ from .rule import JobRule, RankSteps, Signal, open_alerts_of
 from .jobhealth.sli import JobSLI
 from .wire.step_columns import StepColumns
 from .steps.straggler import StragglerDetector, StragglerSettings
-from .tick_schedule import TickSchedule, by_touch
+from .tick_schedule import TickSchedule
 from .event_router import route
 from .jobs_store import JobsStore
 
@@ -640,9 +640,6 @@ class JobEngine:
 
     def open_alerts(self) -> list[Alert]:
         return [a for job in self.jobs.values() for a in job.open_alerts()]
-
-
-_by_touch = by_touch  # (its former name: tests and bench/ sort by it)
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:

@@ -19,7 +19,7 @@ from gen2.transport import merge
 from recordings import hang, straggler_and_slowdown
 from stepwatch.config import Settings
 from stepwatch.models.detection import DetectionEngine
-from stepwatch.models.engine import _by_touch
+from stepwatch.models.tick_schedule import by_touch
 from stepwatch.models.pipeline import Pipeline, run_recording
 from stepwatch.recording import replay
 
@@ -27,7 +27,7 @@ from stepwatch.recording import replay
 def _every_job(self: DetectionEngine, now: float):
     """The reference: every job on every tick, least recently active first (the tick before the schedule)."""
     self.schedule.take_touched()
-    return sorted(self.jobs.values(), key=_by_touch)
+    return sorted(self.jobs.values(), key=by_touch)
 
 
 def _replay(lines: list[bytes], drain: float) -> str:
