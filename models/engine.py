@@ -36,6 +36,7 @@ from .steps.straggler import StragglerDetector, StragglerSettings
 from .tick_schedule import TickSchedule
 from .event_router import route
 from .jobs_store import JobsStore
+from .alert_clock import AlertClock
 
 
 
@@ -66,7 +67,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "phases", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "named",
-                 "touched", "slot", "dirty", "ticked", "layout", "ranks_of")
+                 "touched", "slot", "dirty", "ticked", "layout", "ranks_of", "alert_clock")
 
     @property
     def phase(self) -> str:
@@ -86,6 +87,8 @@ class JobState:
         # Arrival time minus event time of recent events: the job's clock offset against the
         # timer's clock (0 in replay), so time-driven rules judge the job on its own clock.
         self.lags: deque[float] = deque(maxlen=256)
+        #: Moves the job's alert times onto the broker's clock when its hosts' clocks are off (models/alert_clock.py).
+        self.alert_clock = AlertClock()
         self.assemblers: dict[str, StepAssembler] = {}
         #: The job-wide phase (job-wide phase events; its end told by the ranks if the closing one is lost).
         self.phases = JobPhase()
@@ -163,6 +166,13 @@ class JobState:
         lags = self.lags
         return median(np.fromiter(lags, float, len(lags))) if lags else 0.0
 
+    def on_broker_clock(self, alerts: list[Alert], broker: bool = True) -> list[Alert]:
+        """This job's ``alerts`` with their times on the broker's clock (``AlertClock``; as they are when no
+        arrival is known, ``broker`` is False, or the hosts' clocks are right)."""
+        if not alerts:
+            return alerts
+        return self.alert_clock.to_broker(alerts, self.clock_offset() if self.lags and broker else None)
+
 
 class JobEngine:
     """``settings``: a ``DetectionSettings`` (models/settings.py) or the whole ``stepwatch.config.Settings``;
@@ -171,6 +181,10 @@ class JobEngine:
     #: Whether a tick skips open alerts that cannot have changed (an open hang until its verdict can change);
     #: False (tests compare the alerts both ways): every open hang every tick.
     incremental = True
+    #: Whether the arrivals it is given are the broker's (live; a recording's ``_arrival``), so that a job's alert
+    #: times go on that clock where its hosts' are off (models/alert_clock.py). ``stepwatch replay`` of a file
+    #: without ``_arrival`` sets False: its arrivals are its own merge of the hosts' times, not a clock to trust.
+    broker_arrivals = True
 
     def __init__(self, settings=None, *, observer: JobsObserver | None = None) -> None:
         if settings is None:
@@ -275,7 +289,8 @@ class JobEngine:
         if arrival is not None:
             job.lags.append(arrival - event.ts)
         job.sli.observe(event.ts)
-        return evicted + route(job, event, self.observer)  # the rules that hear it (models/event_router.py)
+        # the rules that hear it (models/event_router.py)
+        return evicted + job.on_broker_clock(route(job, event, self.observer), self.broker_arrivals)
 
     def layouts(self, cols: StepColumns) -> dict[tuple[int, int], RunLayout]:
         """The layout of each job run ``(start, end)`` of ``cols``: the job's latest one where the run repeats it.
@@ -442,7 +457,7 @@ class JobEngine:
             start = i
         caused: list[Caused] = []
         for i, what, value in sorted(results, key=lambda r: r[:2]) if len(results) > 1 else results:
-            alerts = evicted + (value if what == 0 else self._judge(job, value))
+            alerts = evicted + job.on_broker_clock(value if what == 0 else self._judge(job, value), self.broker_arrivals)
             evicted = []  # (with the first group: enriched together, once telemetry saw the rows up to it)
             if alerts:
                 caused.append((lo + i, alerts))
@@ -490,9 +505,9 @@ class JobEngine:
                 # Skipped ticks: hung then as now (an open hang is skipped only while its verdict cannot change).
                 job.sli.on_tick(previous - (now - job_now), hung=bool(job.hang.firing))
             for assembler in job.assemblers.values():
-                out.extend(self._judge(job, assembler.flush(job_now)))
+                out.extend(job.on_broker_clock(self._judge(job, assembler.flush(job_now)), self.broker_arrivals))
             for rule in job.by_signal[Signal.TICKS]:
-                out.extend(rule.tick(job_now))
+                out.extend(job.on_broker_clock(rule.tick(job_now), self.broker_arrivals))
             hang = job.hang
             if hang.pending_requests:
                 self.stack_requests.extend(hang.take_stack_requests())
@@ -546,8 +561,9 @@ class JobEngine:
         self.store.remove(job)
         self.observer.forget_job(job.job)
         at = max(self.clock, job.last_ts)
-        return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
-                                Resolution.FORGOTTEN, reason) for alert in job.open_alerts()]
+        return job.on_broker_clock([with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): "
+                                                                   f"{alert.summary}"), Resolution.FORGOTTEN, reason)
+                                    for alert in job.open_alerts()], self.broker_arrivals)
 
     # -- handlers -------------------------------------------------------------------------
 

@@ -414,7 +414,8 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     # Terminal-safe lines: replay often prints to one (control characters in names escaped).
     sink = JsonLinesSink(out or sys.stdout, report=sys.stderr, line=lambda a: json_line(a.to_dict()), text=printable)
     try:  # the recording's lines -> the pipeline -> the sink, as the worker's topics -> pipeline -> topics
-        for outputs in run_recording(pipeline, _apply_config(lines, pipeline, settings), drain=drain, until=until,
+        for outputs in run_recording(pipeline, _apply_config(_told_arrivals(lines, pipeline.engine), pipeline, settings),
+                                     drain=drain, until=until,
                                      across_arrivals=across_arrivals):
             if tap is not None:
                 tap.write(outputs)
@@ -554,6 +555,20 @@ def _replay_share(path: str, drain: float, until: float | None, share: int) -> t
 
 def _is_config(line: bytes) -> bool:
     return b'"config"' in line and line.startswith(b"{") and b'"_key"' in line
+
+
+def _told_arrivals(lines: Iterable, engine) -> Iterator:
+    """The lines as they are; the engine told by the first whether the recording's arrivals are the broker's
+    (``_arrival`` written by ``record``) or replay's own merge of its hosts' times (``JobEngine.broker_arrivals``)."""
+    it = iter(lines)
+    for line in it:
+        if type(line) is bytes or hasattr(line, "message"):
+            raw = line if type(line) is bytes else line.message.value
+            engine.broker_arrivals = b'"_arrival"' in raw if type(raw) is bytes else False
+            yield line
+            break
+        yield line
+    yield from it
 
 
 def _apply_config(lines: Iterable[bytes | RecordedLine], pipeline, settings: Settings

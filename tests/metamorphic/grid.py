@@ -172,6 +172,8 @@ PINNED: list[tuple[str, str]] = [
     # The grid's leftovers (tests/metamorphic/test_neighbours.py has their families).
     ("hand:straggler", "step 120s"),  # a: no checkpoint_stale at a long pace's own cadence
     ("library:straggler-10pct-8", "world 2"),  # d: the healthy rank of a pair is not named (KNOWN: nor the slow)
+    # The second round's (tests/metamorphic/test_neighbours.py has their families).
+    ("gen3:varlen_accum_straggler", "clocks +-30s"),  # a: alert times on the broker's clock
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
@@ -261,9 +263,8 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "time per token held is no drop): a producer stalling for seconds reads as a job-wide throughput drop"),
     ("clocks", "no_new_types", "hang", "open (leftover c fixed the case found: steps a little behind the rank's "
      "heartbeat, stamped after the job's end by a host clock ahead, read as a new run that then hung)"),
-    ("clocks", "delay", "", "detector output on host clocks (leftover e, analysed): the straggler is named at the "
-     "same step as in the base; the alert's starts_at is the step's upper-median host time, so hosts ahead of the "
-     "broker stamp it that far late (engine: put alert times on the broker's clock where arrival is known)"),
+    ("clocks", "delay", "", "open (second round's a fixed the recordings with arrival times: a job's alert times "
+     "go on the broker's clock where its hosts' are off, models/alert_clock.py)"),
     ("world 2", "", "", "design limit (leftover d: the healthy rank of a pair is no longer named; a straggler at the "
      "ratio threshold (10%) in a pair reads under it and is not named; a hang names both ranks)"),
     ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),

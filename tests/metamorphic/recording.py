@@ -42,6 +42,9 @@ class Recording:
     #: Whether the lines carry ``_arrival`` (a broker capture); False: the events' own times are replay's clock.
     arrival: bool = True
     scale: float = 1.0
+    #: Seconds its hosts' clocks were moved with no broker clock to tell (a recording without arrival times under
+    #: ``clock_offsets``): replay has only the hosts' times, so an alert may be stamped that far off (invariants.py).
+    clock_error: float = 0.0
     ranks: dict[tuple[str, int], int] = field(default_factory=dict, compare=False)
     nodes: dict[str, str] = field(default_factory=dict, compare=False)
     #: Names of the transformations applied, in order.

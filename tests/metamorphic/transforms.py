@@ -309,7 +309,10 @@ def clock_offsets(rec: Recording, spread: float, seed: int = 0) -> Recording:
         if isinstance(e.get("start_ts"), (int, float)):
             event["start_ts"] = round(e["start_ts"] + off, 6)
         out.append(Line(line.arrival if rec.arrival else event["ts"], event))
-    return rec.derive(f"clock_offsets(+-{spread:g}s)", out if rec.arrival else _sorted(out))
+    if rec.arrival:  # the broker's clock did not move: alert times are judged on it
+        return rec.derive(f"clock_offsets(+-{spread:g}s)", out)
+    return rec.derive(f"clock_offsets(+-{spread:g}s)", _sorted(out),
+                      clock_error=max(rec.clock_error, max(map(abs, offset.values()), default=0.0)))
 
 
 # -- a pause around the fault ------------------------------------------------------------------------------

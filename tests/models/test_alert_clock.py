@@ -1,0 +1,99 @@
+"""Alert times on the broker's clock when the job's hosts' clocks are off (models/alert_clock.py; the metamorphic
+grid's ``clocks +-30s`` leftover): whatever the hosts' error, an alert found at the same step is stamped at the
+same broker time, every version of one alert keeps one ``starts_at``, and hosts within the tolerance of the
+broker keep their own times (nothing moves for a healthy cluster)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from recordings import hang, straggler_and_slowdown
+from stepwatch.models.alert_clock import TOLERANCE_SECONDS, AlertClock
+from stepwatch.models.alerts import Alert, AlertStatus
+from stepwatch.models.detection import DetectionEngine
+from stepwatch.models.wire.events import parse_event
+
+T0 = 1_770_000_000.0
+
+
+def _replay(events: list[dict], error: float | None, delivery: float, seed: int) -> list[Alert]:
+    """The events stamped ``error`` seconds off true time (None: no arrival known), each arriving ``delivery``
+    (+ jitter) after its true time; the timer ticks every second on the broker's clock."""
+    rng = random.Random(seed)
+    engine = DetectionEngine()
+    out: list[Alert] = []
+    next_tick = T0
+    for e in events:
+        true = e["ts"]
+        arrival = true + delivery + rng.random() * 0.05
+        while next_tick < arrival:
+            out.extend(engine.tick(next_tick))
+            next_tick += 1.0
+        stamped = dict(e, ts=round(true + (error or 0.0), 6))
+        out.extend(engine.process(parse_event(stamped), arrival=None if error is None else arrival))
+    end = next_tick + 900
+    while next_tick < end:
+        out.extend(engine.tick(next_tick))
+        next_tick += 1.0
+    return out
+
+
+def _first(alerts: list[Alert], kind: str) -> Alert:
+    return next(a for a in alerts if a.type == kind and a.status == AlertStatus.FIRING)
+
+
+def _one_start_per_id(alerts: list[Alert]) -> None:
+    starts: dict[str, float] = {}
+    for a in alerts:
+        assert starts.setdefault(a.id, a.starts_at) == a.starts_at, a
+        if a.ends_at is not None:
+            assert a.ends_at >= a.starts_at - 1e-6, a
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_straggler_is_stamped_on_the_broker_clock_whatever_the_hosts_error(seed: int):
+    rng = random.Random(seed)
+    events = straggler_and_slowdown("clk", t0=T0)
+    truth = _first(_replay(events, None, 0.0, seed), "straggler").starts_at  # stamped by right clocks
+    for error in (rng.uniform(6, 60), -rng.uniform(6, 60)):
+        delivery = rng.uniform(0.05, 1.0)
+        alerts = _replay(events, error, delivery, seed)
+        got = _first(alerts, "straggler")
+        assert abs(got.starts_at - (truth + delivery)) < 0.2, (error, delivery, got.starts_at - truth)
+        _one_start_per_id(alerts)
+
+
+@pytest.mark.parametrize("error", [-(TOLERANCE_SECONDS - 1), 0.0, TOLERANCE_SECONDS - 1])
+def test_clocks_within_the_tolerance_keep_the_hosts_times(error: float):
+    events = straggler_and_slowdown("ok", t0=T0)
+    stamped = [(a.id, a.starts_at, a.ends_at) for a in _replay(events, None, 0.0, 0) if a.type == "straggler"]
+    shifted = [(a.id, a.starts_at - error, None if a.ends_at is None else a.ends_at - error)
+               for a in _replay(events, error, 0.3, 0) if a.type == "straggler"]
+    assert [s[0] for s in shifted] == [s[0] for s in stamped]
+    assert all(abs(a[1] - b[1]) < 1e-5 for a, b in zip(shifted, stamped))
+
+
+def test_a_hang_is_stamped_on_the_broker_clock_whatever_the_hosts_error():
+    events = hang("h", t0=T0, steps=40, tail=120.0)
+    base = _first(_replay(events, 0.0, 0.2, 0), "hang").starts_at
+    for error in (-45.0, 30.0):
+        alerts = _replay(events, error, 0.2, 0)
+        assert abs(_first(alerts, "hang").starts_at - base) <= 1.0 + 1e-6, error  # (one tick)
+        _one_start_per_id(alerts)
+
+
+def test_the_shift_is_kept_per_open_alert_and_bounded():
+    clock = AlertClock()
+    a = Alert(id="a", status=AlertStatus.FIRING, type="straggler", severity="warning", job="j", ranks=(1,),
+              nodes=(), starts_at=100.0, summary="s")
+    assert clock.to_broker([a], -20.0)[0].starts_at == 80.0
+    assert clock.to_broker([a], -21.0)[0].starts_at == 80.0  # the first version's shift, not a new estimate
+    done = clock.to_broker([a.resolved(at=130.0)], -25.0)[0]
+    assert (done.starts_at, done.ends_at) == (80.0, 110.0)
+    assert clock.to_broker([a], 1.0)[0].starts_at == 100.0  # resolved: forgotten, a new episode starts afresh
+    for i in range(1000):
+        clock.to_broker([dataclasses.replace(a, id=str(i))], -20.0)
+    assert len(clock._shift) <= 256
