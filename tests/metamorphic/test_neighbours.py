@@ -86,3 +86,18 @@ def test_clocks_ahead_at_the_end_make_no_hang(spread: float, seed: int):
                                                 ("gen2:hang-before-collective", 30.0, 11)])
 def test_hosts_clocks_off_the_broker_keep_the_delay(source: str, spread: float, seed: int):
     assert not _held(source, t.clock_offsets(base(source).rec, spread, seed=seed))
+
+
+# -- c (second round): a shrunk job keeps every straggler -------------------------------------------------------
+# Shrinking kept the first straggler only: the second one's ranks were dropped while the others' step and comm
+# times still held its waits, a slower collective for no visible rank, which the throughput rule rightly read as a
+# communication drop. The fault's ranks are every straggler's (verdict.fault_ranks); a world where they would be
+# the majority is another fault (grid._minority).
+
+
+@pytest.mark.parametrize("size", [5, 8, 12])
+def test_a_shrunk_job_with_two_stragglers_keeps_the_verdict(size: int):
+    source = "gen3:two_stragglers"
+    b = base(source)
+    assert len(b.hot[b.verdict.job]) == 2
+    assert not _held(source, t.world_size(b.rec, size, b.hot, b.hot_nodes))

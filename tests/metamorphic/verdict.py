@@ -33,6 +33,9 @@ class Verdict:
     #: Hang incidents whose first firing version was already critical (no warning before it).
     critical_first: tuple[str, ...] = ()
     alerts: int = 0
+    #: Every rank the fault is on: the primary's culprits and, beside a straggler, the ranks of the other alerts
+    #: of its type in its job (two stragglers: a world-size variant keeps both, grid.py ``Base.hot``).
+    fault_ranks: frozenset[int] = frozenset()
 
     def describe(self) -> str:
         culprit = ",".join(map(str, sorted(self.culprits)[:6])) or "-"
@@ -60,5 +63,10 @@ def verdict(alerts: list[dict]) -> Verdict:
     else:
         culprits = frozenset(last.get("ranks") or ())
     causes = evidence.get("suspected_causes") or []
+    fault = culprits
+    if primary != "hang":
+        fault = fault.union(*(a.get("ranks") or () for a in lasts.values()
+                              if a["type"] == primary and a.get("job") == first.get("job")))
     return Verdict(types, primary, first.get("job") or None, culprits, (last.get("nodes") or [None])[0],
-                   causes[0].get("category") if causes else None, first["starts_at"], critical_first, len(alerts))
+                   causes[0].get("category") if causes else None, first["starts_at"], critical_first, len(alerts),
+                   frozenset(fault))
