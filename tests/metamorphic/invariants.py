@@ -63,7 +63,8 @@ def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, 
     was = max(0.0, base.first_at - base_rec.onset)
     took = var.first_at - var_rec.onset
     allowed = DELAY_FACTOR * s * was + DELAY_STEPS * var_rec.step_time() + (HANG_FLOOR_S if base.primary == "hang" else 0)
-    allowed += var_rec.clock_error  # (no broker clock: the hosts' times are all there is)
+    # (no broker clock: the hosts' times are all there is; a late producer's events reach the worker that late)
+    allowed += var_rec.clock_error + var_rec.lateness
     return None if took <= allowed else f"first {base.primary} {took:.1f} s after the onset > {allowed:.1f} s " \
                                         f"(base {was:.1f} s, x{s:g} time)"
 

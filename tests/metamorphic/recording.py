@@ -45,6 +45,10 @@ class Recording:
     #: Seconds its hosts' clocks were moved with no broker clock to tell (a recording without arrival times under
     #: ``clock_offsets``): replay has only the hosts' times, so an alert may be stamped that far off (invariants.py).
     clock_error: float = 0.0
+    #: Seconds a producer's messages may arrive late (``late``: a stall, the messages after it queued behind): a
+    #: fault's events in them reach the worker that much later (their steps close without them), and so may its
+    #: first alert (invariants.py).
+    lateness: float = 0.0
     ranks: dict[tuple[str, int], int] = field(default_factory=dict, compare=False)
     nodes: dict[str, str] = field(default_factory=dict, compare=False)
     #: Names of the transformations applied, in order.

@@ -101,3 +101,18 @@ def test_a_shrunk_job_with_two_stragglers_keeps_the_verdict(size: int):
     b = base(source)
     assert len(b.hot[b.verdict.job]) == 2
     assert not _held(source, t.world_size(b.rec, size, b.hot, b.hot_nodes))
+
+
+# -- e (second round): a producer's stall delays the alert by at most the stall --------------------------------
+# ``late`` holds a message and queues the producer's later ones behind it: a straggler whose events are stuck in
+# such a stall has its steps closed without it and is named at the first step its events reach in time. The
+# verdict is the base's and the first alert comes at most the stall's length later (Recording.lateness).
+
+
+@pytest.mark.parametrize("source,share,seconds,seed", [("gen3:straggler_recurs", 0.01, 30.0, 4),
+                                                       ("gen3:straggler_recurs", 0.02, 15.0, 7),
+                                                       ("gen3:varlen_accum_straggler", 0.01, 30.0, 8),
+                                                       ("hand:straggler", 0.01, 30.0, 9)])
+def test_a_stalled_producer_delays_the_alert_by_at_most_the_stall(source: str, share: float, seconds: float,
+                                                                    seed: int):
+    assert not _held(source, t.late(base(source).rec, share, seconds, seed=seed))

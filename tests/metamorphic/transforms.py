@@ -14,6 +14,7 @@ import random
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from .recording import Line, Recording, is_telemetry
 
@@ -282,8 +283,8 @@ def late(rec: Recording, share: float, delay: float, seed: int = 0) -> Recording
 
     Invariant: the same verdict; a late message is not a symptom."""
     rng = random.Random(seed)
-    return _delivered(rec, f"late({share:.0%},{delay:g}s)",
-                      lambda i, line: delay if rng.random() < share else 0.0)
+    out = _delivered(rec, f"late({share:.0%},{delay:g}s)", lambda i, line: delay if rng.random() < share else 0.0)
+    return replace(out, lateness=max(rec.lateness, delay))
 
 
 # -- clocks -------------------------------------------------------------------------------------------------
