@@ -103,6 +103,13 @@ def diagnose(p: JobProgress, now: float, *, heartbeat_timeout: float, stuck_afte
         waiting_mask = with_seq & (seq == collective_seq) & (done < seq)
     else:
         behind_mask = waiting_mask = np.zeros(n, dtype=bool)
+    dying = torn_mask & behind_mask
+    if dying.any() and not (torn_mask & ~behind_mask).any() and not p.pg_seq:
+        # The watchdog tears down the ranks that wait in the collective; while they all live, one behind it that fell
+        # silent died by itself (OOM-killed, crashed: e.g. after heartbeating through a warm-up): a silent culprit,
+        # with when it was last heard of (its node's OOM kill is read against that). (Several groups: their seqs
+        # are not comparable.)
+        torn_mask, silent_mask, behind_mask = torn_mask & ~dying, silent_mask | dying, behind_mask & ~dying
     known = step >= 0
     stepping_mask = known & live & p.stepped[:n] & ((now - p.rank_progress[:n]) < stuck_after)
     if resumed_after is not None:

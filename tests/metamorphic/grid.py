@@ -185,6 +185,7 @@ PINNED: list[tuple[str, str]] = [
     ("gen3:varlen_accum_straggler", "clocks +-30s"),  # a: alert times on the broker's clock
     ("gen3:two_stragglers", "world 8"),  # c: a shrunk job keeps both stragglers
     ("gen3:straggler_recurs", "late 1% by 30s"),  # e: a stalled producer delays the alert by at most the stall
+    ("gen3:oom_killed_rank", "warmup 20s before the fault"),  # b: a culprit dying after a warm-up is silent
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
@@ -286,8 +287,12 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("heartbeat step", "", "", "issue 39 item 4: heartbeats behind the step events lose the hang warning"),
     ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),
     ("", "warning_first", "", "issue 39 item 2: a hang critical before any warning (already in the base)"),
-    ("", "cause", "cause None (base host)", "not analysed: the OOM-killed rank's host cause lost under a pause or a "
-     "long pace; the same on main before the leftovers' fixes (93fe196)"),
+    ("step ", "cause", "cause None (base host)", "harness limit (second round's b, analysed): time_scale stretches "
+     "the tail after the last step with the pace, so the ~3 s between the OOM kill and its node's next host sample "
+     "become 2-4 min (an agent samples every 5-30 s whatever the pace) and the killed rank's heartbeats stay 7-15 min "
+     "apart: no kill lies within oom_window_seconds (60) of its last event"),
+    ("", "cause", "cause None (base host)", "open: an OOM-killed rank's host cause lost (second round's b fixed it "
+     "after a warm-up: a culprit dying while the others wait is silent, not torn down)"),
 ]
 
 

@@ -116,3 +116,18 @@ def test_a_shrunk_job_with_two_stragglers_keeps_the_verdict(size: int):
 def test_a_stalled_producer_delays_the_alert_by_at_most_the_stall(source: str, share: float, seconds: float,
                                                                     seed: int):
     assert not _held(source, t.late(base(source).rec, share, seconds, seed=seed))
+
+
+# -- b (second round): a culprit that dies after heartbeating through a pause keeps its cause -------------------
+# A warm-up with no steps counts toward the stall (docs/hang.md: warm-up is training); the OOM-killed rank had
+# heartbeated through it, so when it died it had been heard from a heartbeat timeout after the job's last step and
+# was read as torn down, never silent: the OOM kill on its node, matched against a silent rank's last event, was
+# lost. A rank behind the collective that falls silent while the waiting ranks live died by itself
+# (models/hang/diagnosis.py): the host cause holds whatever the warm-up's length.
+
+
+@pytest.mark.parametrize("seconds", [10.0, 20.0, 45.0])
+def test_an_oom_killed_culprit_after_a_warmup_keeps_its_host_cause(seconds: float):
+    source = "gen3:oom_killed_rank"
+    assert base(source).verdict.cause == "host"
+    assert not _held(source, t.pause_before_fault(base(source).rec, "warmup", seconds))

@@ -213,3 +213,17 @@ def test_through_the_engine_the_teardown_blames_only_the_culprits_node():
     implicated = {n for n, incidents in engine.oncall.ledger.incidents.items()
                   if any(i.job == JOB for i in incidents.values())}
     assert implicated == {node(7)}
+
+
+def test_a_culprit_that_dies_while_the_others_wait_is_silent_not_torn_down():
+    # Rank 3 never issues the collective; it heartbeats on for a while (a warm-up, a slow death) and then dies
+    # (OOM-killed) while every other rank still waits: a silent culprit with its last heartbeat (the OOM cause reads
+    # that), never a torn-down rank. Whatever how long it lived on.
+    for lived, seed in ((20, 1), (35, 2), (50, 3)):
+        job = Recording(16, seed=seed)
+        job.steps(20)
+        job.hang(lived + 60, culprit=3, alive=lambda r, t: r != 3 or t < lived)
+        last = job.hangs("firing")[-1]
+        assert [c["rank"] for c in last.evidence["culprits"]] == [3], last.summary
+        assert [s["rank"] for s in last.evidence["silent"]] == [3], last.summary
+        assert "torn_down" not in last.evidence, last.summary
