@@ -457,7 +457,8 @@ class JobEngine:
             start = i
         caused: list[Caused] = []
         for i, what, value in sorted(results, key=lambda r: r[:2]) if len(results) > 1 else results:
-            alerts = evicted + job.on_broker_clock(value if what == 0 else self._judge(job, value), self.broker_arrivals)
+            alerts = evicted + job.on_broker_clock(value if what == 0 else self._judge(job, value),
+                                                   self.broker_arrivals)
             evicted = []  # (with the first group: enriched together, once telemetry saw the rows up to it)
             if alerts:
                 caused.append((lo + i, alerts))
@@ -561,9 +562,10 @@ class JobEngine:
         self.store.remove(job)
         self.observer.forget_job(job.job)
         at = max(self.clock, job.last_ts)
-        return job.on_broker_clock([with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): "
-                                                                   f"{alert.summary}"), Resolution.FORGOTTEN, reason)
-                                    for alert in job.open_alerts()], self.broker_arrivals)
+        # (their published starts_at; ``at`` is the engine's clock already)
+        opened = job.on_broker_clock(job.open_alerts(), self.broker_arrivals)
+        return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
+                                Resolution.FORGOTTEN, reason) for alert in opened]
 
     # -- handlers -------------------------------------------------------------------------
 

@@ -414,8 +414,8 @@ def replay(lines: Iterable[bytes], settings: Settings, *, drain: float = 0.0, un
     # Terminal-safe lines: replay often prints to one (control characters in names escaped).
     sink = JsonLinesSink(out or sys.stdout, report=sys.stderr, line=lambda a: json_line(a.to_dict()), text=printable)
     try:  # the recording's lines -> the pipeline -> the sink, as the worker's topics -> pipeline -> topics
-        for outputs in run_recording(pipeline, _apply_config(_told_arrivals(lines, pipeline.engine), pipeline, settings),
-                                     drain=drain, until=until,
+        told = _told_arrivals(lines, pipeline.engine)
+        for outputs in run_recording(pipeline, _apply_config(told, pipeline, settings), drain=drain, until=until,
                                      across_arrivals=across_arrivals):
             if tap is not None:
                 tap.write(outputs)
@@ -562,9 +562,9 @@ def _told_arrivals(lines: Iterable, engine) -> Iterator:
     (``_arrival`` written by ``record``) or replay's own merge of its hosts' times (``JobEngine.broker_arrivals``)."""
     it = iter(lines)
     for line in it:
-        if type(line) is bytes or hasattr(line, "message"):
-            raw = line if type(line) is bytes else line.message.value
-            engine.broker_arrivals = b'"_arrival"' in raw if type(raw) is bytes else False
+        raw = line if type(line) is bytes else getattr(getattr(line, "message", None), "value", None)
+        if type(raw) is bytes and not _is_config(raw):  # (another process's mark, a config line: the next)
+            engine.broker_arrivals = b'"_arrival"' in raw
             yield line
             break
         yield line

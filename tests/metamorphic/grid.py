@@ -289,10 +289,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("", "warning_first", "", "issue 39 item 2: a hang critical before any warning (already in the base)"),
     ("step 120s", "culprit", "", "harness limit (second round's d, analysed): time_scale keeps a stepping rank's "
      "heartbeats the scaled period apart (5 s becomes 12 min at 120 s steps; a monitor's timer sends them every few "
-     "seconds), and gen3:tp_dp_hang's first steps take 330 s: at start-up some ranks read as stopped at step 0 while "
-     "one's heartbeat says a step more, a partial hang whose culprits become the verdict's; at the real hang the "
-     "ranks' collective counters are minutes stale. Timer heartbeats filled in with the step reached (tried) left "
-     "the counters stale: the recording has no collective progress to give them"),
+     "seconds), so ranks read as silent or stopped between two steps and their collective counters are minutes "
+     "stale at the hang (gen3:tp_dp_hang: its 330 s first steps read as a partial hang at start-up whose culprits "
+     "become the verdict's). Timer heartbeats filled in with the step reached (tried) left the counters stale: the "
+     "recording has no collective progress to give them"),
     ("step ", "cause", "cause None (base host)", "harness limit (second round's b, analysed): time_scale stretches "
      "the tail after the last step with the pace, so the ~3 s between the OOM kill and its node's next host sample "
      "become 2-4 min (an agent samples every 5-30 s whatever the pace) and the killed rank's heartbeats stay 7-15 min "
