@@ -31,6 +31,10 @@ class AlertClock:
     def __init__(self) -> None:
         self._shift: dict[str, float] = {}  # alert id -> seconds added to its times (0: none)
 
+    def __len__(self) -> int:
+        """Alerts whose shift is kept (open ones, at most ``MAX_OPEN``)."""
+        return len(self._shift)
+
     def to_broker(self, alerts: list[Alert], offset: float | None) -> list[Alert]:
         """``alerts`` of one job with their times on the broker's clock; ``offset``: the job's arrival lag
         (broker minus job time), None when no arrival is known (replay of a file without ``_arrival``)."""

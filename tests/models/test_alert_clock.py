@@ -96,4 +96,4 @@ def test_the_shift_is_kept_per_open_alert_and_bounded():
     assert clock.to_broker([a], 1.0)[0].starts_at == 100.0  # resolved: forgotten, a new episode starts afresh
     for i in range(1000):
         clock.to_broker([dataclasses.replace(a, id=str(i))], -20.0)
-    assert len(clock._shift) <= 256
+    assert len(clock) <= 256
