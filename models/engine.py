@@ -66,7 +66,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "phases", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "named",
-                 "touched", "slot", "dirty", "ticked", "layout", "ranks_of")
+                 "touched", "slot", "dirty", "ticked", "layout", "ranks_of", "offset")
 
     @property
     def phase(self) -> str:
@@ -86,6 +86,7 @@ class JobState:
         # Arrival time minus event time of recent events: the job's clock offset against the
         # timer's clock (0 in replay), so time-driven rules judge the job on its own clock.
         self.lags: deque[float] = deque(maxlen=256)
+        self.offset: float | None = None  # ``clock_offset`` of ``lags`` as they are (None: not taken since they changed)
         self.assemblers: dict[str, StepAssembler] = {}
         #: The job-wide phase (job-wide phase events; its end told by the ranks if the closing one is lost).
         self.phases = JobPhase()
@@ -160,8 +161,16 @@ class JobState:
     def clock_offset(self) -> float:
         # The median: a few events with absurd timestamps cannot move the job's clock. robust.median gives
         # np.median's float (the lags are finite: the decoder refuses other times) without its per-call cost.
-        lags = self.lags
-        return median(np.fromiter(lags, float, len(lags))) if lags else 0.0
+        # Kept until the lags change (``add_lags``): every tick visiting the job asks, most with no new event.
+        if self.offset is None:
+            lags = self.lags
+            self.offset = median(np.fromiter(lags, float, len(lags))) if lags else 0.0
+        return self.offset
+
+    def add_lags(self, lags) -> None:
+        """Arrival minus event time of new events (``lags``)."""
+        self.lags.extend(lags)
+        self.offset = None
 
 
 class JobEngine:
@@ -273,7 +282,7 @@ class JobEngine:
         job.last_seen = self._tick_clock
         self._touch(job)
         if arrival is not None:
-            job.lags.append(arrival - event.ts)
+            job.add_lags((arrival - event.ts,))
         job.sli.observe(event.ts)
         return evicted + route(job, event, self.observer)  # the rules that hear it (models/event_router.py)
 
@@ -394,9 +403,9 @@ class JobEngine:
         self._touch(job)
         if type(arrival) is list:  # each row its own arrival (a replay's lines merged into one batch)
             n = -(job.lags.maxlen or len(ts))
-            job.lags.extend([a - t for a, t in zip(arrival[lo:hi][n:], ts[n:])])
+            job.add_lags([a - t for a, t in zip(arrival[lo:hi][n:], ts[n:])])
         elif arrival is not None:
-            job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
+            job.add_lags([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
         job.sli.observe(latest)
         step_times, world_sizes = part(cols.step_time), part(cols.world_size)

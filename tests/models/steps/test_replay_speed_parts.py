@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stepwatch.models.steps.clocks import ClockOffsets
-from stepwatch.models.steps.robust import sorted_percentile
+from stepwatch.models.steps.robust import nan_sum, sorted_percentile
 from stepwatch.models.wire.step_columns import _step_columns
 
 
@@ -67,3 +67,16 @@ def test_rows_ahead_of_their_arrival_are_found_by_the_array_too():
         for slack in (0.0, 0.5, 2.0):
             arrivals = [100.5 + rng.uniform(-1, 1) for _ in range(n)]
             assert cols.ahead_of(arrivals, slack) == any(t > a + slack for t, a in zip(cols.ts, arrivals))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_nan_sum_is_numpys_float(seed):
+    rng = random.Random(seed)
+    specials = [float("nan"), -0.0, 0.0, 1e16, -1e16, 1.0, 1e-300, 3.0]
+    for _ in range(3000):
+        n = rng.choice([0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 40])
+        values = [rng.choice(specials) if rng.random() < 0.3 else rng.uniform(-1, 1) * 10 ** rng.randint(-8, 17)
+                  for _ in range(n)]
+        array = np.array(values, dtype=float)
+        got, want = nan_sum(array), float(np.nansum(array))
+        assert repr(got) == repr(want), values  # the same float, the sign of a zero included
