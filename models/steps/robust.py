@@ -21,9 +21,17 @@ from __future__ import annotations
 import numpy as np
 
 
+#: Arrays up to this long take ``sorted`` (a small job's ranks): the same order statistics as numpy's partition.
+_SMALL = 16
+
+
 def median(values: np.ndarray) -> float:
     """``float(np.median(values))`` of a non-empty 1-D float array without NaN."""
     n = len(values)
+    if n <= _SMALL:
+        got = _small_median(values.tolist())
+        if got != 0.0:  # (a zero's sign may depend on which of several zeros a partition picks: numpy's own)
+            return got
     k = n // 2
     if n % 2:
         return float(np.partition(values, k)[k])
@@ -31,8 +39,25 @@ def median(values: np.ndarray) -> float:
     return float((part[k - 1] + part[k]) / 2)
 
 
+def _small_median(ordered: list[float]) -> float:
+    """``median`` of a few values, by a sort: the middle one, or the mean of the middle two as numpy takes it."""
+    ordered.sort()
+    n = len(ordered)
+    k = n // 2
+    if n % 2:
+        return float(ordered[k])
+    return float((ordered[k - 1] + ordered[k]) / 2)
+
+
 def nan_median(values: np.ndarray) -> float:
     """``float(np.nanmedian(values))`` of a 1-D float array (NaN when nothing is reported), without the warning."""
+    if len(values) <= _SMALL:
+        kept = [x for x in values.tolist() if x == x]
+        if not kept:
+            return float("nan")
+        got = _small_median(kept)
+        if got != 0.0:
+            return got
     ok = values[~np.isnan(values)]
     return median(ok) if len(ok) else float("nan")
 
