@@ -22,7 +22,7 @@ from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
 from .job_phase import JobPhase
 from .steps.layout import RunLayout, layout_of
-from .steps.robust import median
+from .steps.robust import list_median
 from .wire.events import Event, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
@@ -163,8 +163,7 @@ class JobState:
         # np.median's float (the lags are finite: the decoder refuses other times) without its per-call cost.
         # Kept until the lags change (``add_lags``): every tick visiting the job asks, most with no new event.
         if self.offset is None:
-            lags = self.lags
-            self.offset = median(np.fromiter(lags, float, len(lags))) if lags else 0.0
+            self.offset = list_median(list(self.lags)) if self.lags else 0.0
         return self.offset
 
     def add_lags(self, lags) -> None:

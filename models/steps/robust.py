@@ -49,6 +49,12 @@ def _small_median(ordered: list[float]) -> float:
     return float((ordered[k - 1] + ordered[k]) / 2)
 
 
+def list_median(values: list[float]) -> float:
+    """``median`` of a non-empty list of finite floats: the same float, without making an array."""
+    got = _small_median(sorted(values))
+    return got if got != 0.0 else median(np.array(values, dtype=float))
+
+
 def nan_median(values: np.ndarray) -> float:
     """``float(np.nanmedian(values))`` of a 1-D float array (NaN when nothing is reported), without the warning."""
     if len(values) <= _SMALL:
@@ -60,6 +66,18 @@ def nan_median(values: np.ndarray) -> float:
             return got
     ok = values[~np.isnan(values)]
     return median(ok) if len(ok) else float("nan")
+
+
+def nan_max(values: np.ndarray) -> float:
+    """``float(np.nanmax(values))`` of a 1-D float array, NaN when all are NaN (without numpy's warning)."""
+    if len(values) <= _SMALL:
+        kept = [x for x in values.tolist() if x == x]
+        if not kept:
+            return float("nan")
+        top = max(kept)
+        if top != 0.0:  # (which of several zeros is the max sets its sign: numpy's pick)
+            return float(top)
+    return float(np.nanmax(values)) if np.any(~np.isnan(values)) else float("nan")
 
 
 def step_median(step, name: str, values: np.ndarray | None = None) -> float:

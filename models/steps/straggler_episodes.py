@@ -81,9 +81,10 @@ class IntermittentEpisodes:
         self._steps = resized(self._steps[None, :], old, width, -1, self.n)[0]
 
     def count_step(self, slots: np.ndarray, at, slow: np.ndarray, ratio: np.ndarray, step: int, signal: str,
-                   peers: np.ndarray, evaluated: int) -> None:
+                   peers: np.ndarray | float, evaluated: int) -> None:
         """This step's verdicts into each rank's ring (only the ranks written change); ``at``: ``slots``, or the
-        slice they make; ``evaluated``: steps the rule judged before this one."""
+        slice they make; ``peers``: each rank's expected value, or one for all; ``evaluated``: steps the rule
+        judged before this one."""
         width = self.width
         if signal != "step_time":
             self._rich_at = evaluated
@@ -99,6 +100,7 @@ class IntermittentEpisodes:
         self._episode_slow[at] += slow
         self._episode_steps[at] += 1
         if slow.any():
+            peers = np.broadcast_to(peers, ratio.shape)  # (only here: most steps have no slow rank)
             hit = slots[slow]
             old = self._ratio[hit]
             self._ratio[hit] = np.where(old > 0, 0.8 * old + 0.2 * ratio[slow], ratio[slow])
