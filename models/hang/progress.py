@@ -49,7 +49,7 @@ MAX_PGS = 4096
 MAX_PG_RANK_ENTRIES = 1_000_000
 #: Runs of step events (and jobs' ranks) up to this many take plain Python, not numpy: one call's overhead is
 #: more than the work on a few elements (a small job's step: tests/models/hang/test_small_runs.py).
-SMALL_RUN = 16
+SMALL_RUN = 32
 
 
 @dataclass(frozen=True, slots=True)

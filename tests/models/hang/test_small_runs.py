@@ -17,7 +17,7 @@ _SCALARS = ("max_step", "above", "known", "completed_any", "progress_ts", "lates
 
 
 def _events(rng: random.Random) -> list[tuple]:
-    ranks = rng.randint(2, 14)
+    ranks = rng.randint(2, 40)
     out, t = [], 100.0
     for step in range(rng.randint(5, 40)):
         order = list(range(ranks))
@@ -48,12 +48,12 @@ def _feed(events: list[tuple], cuts: list[int], small: int, monkeypatch) -> JobP
 @pytest.mark.parametrize("seed", range(8))
 def test_small_runs_leave_the_column_roads_state(seed, monkeypatch):
     rng = random.Random(seed)
-    for _ in range(20):
+    for _ in range(12):
         events = _events(rng)
         cuts = [0]
         while cuts[-1] < len(events):
-            cuts.append(min(len(events), cuts[-1] + rng.choice([1, 2, 3, 4, 5, 8, 16])))
-        small = _feed(events, cuts, 16, monkeypatch)
+            cuts.append(min(len(events), cuts[-1] + rng.choice([1, 2, 3, 4, 5, 8, 16, 31, 32, 33])))
+        small = _feed(events, cuts, 32, monkeypatch)
         numpy_road = _feed(events, cuts, 0, monkeypatch)
         for name in _SCALARS:
             assert getattr(small, name) == getattr(numpy_road, name), name
