@@ -249,7 +249,7 @@ def fleet_against(base: Path, scale: float = 1.0, only: str | None = None, round
 
 #: One replay of a recording in a child process of another checkout (its code on the path first): the CPU-seconds of
 #: the replay call, its events and alerts, and a digest of its output (the alerts, byte for byte).
-_CHILD = """
+_TEL_CHILD = """
 import hashlib, io, json, sys, time
 from stepwatch.config import Settings
 from stepwatch.recording import merge_recorded, replay
@@ -280,7 +280,7 @@ def telemetry_checkouts(base: Path, *, rounds: int = 3, scale: float = 1.0) -> d
         for _ in range(rounds):
             for name, checkout in (("base", base.resolve()), ("now", here)):
                 env = {**os.environ, "PYTHONPATH": str(checkout)}
-                done = subprocess.run([PY, "-c", _CHILD, str(rec), str(head)], cwd=checkout, env=env, check=True,
+                done = subprocess.run([PY, "-c", _TEL_CHILD, str(rec), str(head)], cwd=checkout, env=env, check=True,
                                       capture_output=True, text=True)
                 runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     row: dict = {"recording": "node telemetry envelopes, 253 nodes x 4 ports", "events": runs["now"][0]["events"],

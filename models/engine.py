@@ -22,7 +22,7 @@ from .steps.arrival import CollectiveArrival
 from .steps.assembly import GroupStep, StepAssembler
 from .job_phase import JobPhase
 from .steps.layout import RunLayout, layout_of
-from .steps.robust import median
+from .steps.robust import list_median
 from .wire.events import Event, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
@@ -67,7 +67,7 @@ class JobState:
 
     __slots__ = ("job", "assemblers", "phases", "ended", "last_ts", "latest_step", "ranks", "last_seen", "sli", "lags",
                  "ended_at", "late_after_end", "arrival", "sources", "rules", "by_signal", "named",
-                 "touched", "slot", "dirty", "ticked", "layout", "ranks_of", "alert_clock")
+                 "touched", "slot", "dirty", "ticked", "layout", "ranks_of", "offset", "alert_clock")
 
     @property
     def phase(self) -> str:
@@ -87,6 +87,7 @@ class JobState:
         # Arrival time minus event time of recent events: the job's clock offset against the
         # timer's clock (0 in replay), so time-driven rules judge the job on its own clock.
         self.lags: deque[float] = deque(maxlen=256)
+        self.offset: float | None = None  # ``clock_offset`` of ``lags`` as they are (None: not taken since they changed)
         #: Moves the job's alert times onto the broker's clock when its hosts' clocks are off (models/alert_clock.py).
         self.alert_clock = AlertClock()
         self.assemblers: dict[str, StepAssembler] = {}
@@ -163,8 +164,15 @@ class JobState:
     def clock_offset(self) -> float:
         # The median: a few events with absurd timestamps cannot move the job's clock. robust.median gives
         # np.median's float (the lags are finite: the decoder refuses other times) without its per-call cost.
-        lags = self.lags
-        return median(np.fromiter(lags, float, len(lags))) if lags else 0.0
+        # Kept until the lags change (``add_lags``): every tick visiting the job asks, most with no new event.
+        if self.offset is None:
+            self.offset = list_median(list(self.lags)) if self.lags else 0.0
+        return self.offset
+
+    def add_lags(self, lags) -> None:
+        """Arrival minus event time of new events (``lags``)."""
+        self.lags.extend(lags)
+        self.offset = None
 
     def on_broker_clock(self, alerts: list[Alert], broker: bool = True) -> list[Alert]:
         """This job's ``alerts`` with their times on the broker's clock (``AlertClock``; as they are when no
@@ -287,7 +295,7 @@ class JobEngine:
         job.last_seen = self._tick_clock
         self._touch(job)
         if arrival is not None:
-            job.lags.append(arrival - event.ts)
+            job.add_lags((arrival - event.ts,))
         job.sli.observe(event.ts)
         # the rules that hear it (models/event_router.py)
         return evicted + job.on_broker_clock(route(job, event, self.observer), self.broker_arrivals)
@@ -409,9 +417,9 @@ class JobEngine:
         self._touch(job)
         if type(arrival) is list:  # each row its own arrival (a replay's lines merged into one batch)
             n = -(job.lags.maxlen or len(ts))
-            job.lags.extend([a - t for a, t in zip(arrival[lo:hi][n:], ts[n:])])
+            job.add_lags([a - t for a, t in zip(arrival[lo:hi][n:], ts[n:])])
         elif arrival is not None:
-            job.lags.extend([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
+            job.add_lags([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
         job.sli.observe(earliest)
         job.sli.observe(latest)
         step_times, world_sizes = part(cols.step_time), part(cols.world_size)

@@ -47,6 +47,9 @@ MAX_PGS = 4096
 #: Most ranks kept over all of a job's process groups' ``ranks`` lists; beyond, a group's ranks are not
 #: kept (it is judged as one without them) and counted in ``capped``.
 MAX_PG_RANK_ENTRIES = 1_000_000
+#: Runs of step events (and jobs' ranks) up to this many take plain Python, not numpy: one call's overhead is
+#: more than the work on a few elements (a small job's step: tests/models/hang/test_small_runs.py).
+SMALL_RUN = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +321,19 @@ class JobProgress:
             self.progress_ts = ts[0]
         if newest is None:
             newest = max(steps)
+        if len(slots) <= SMALL_RUN and len(slots) > 1:
+            # A small job's run (a step's few events): event by event, the reference the column road below
+            # reproduces, without its dozen numpy calls on arrays of a few elements.
+            if newest <= top:  # no rank passes the counter: the per-rank writes only
+                for slot, step, t, node in zip(slots, steps, ts, nodes):
+                    self.rank_row(slot, step, t, node)
+                return
+            for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
+                self.rank_row(slot, step, t, node)
+                passed = self.counter_passed()
+                if passed is not None:
+                    self.counted_advance(i, passed, first, step_times, phases, ts)
+            return
         if newest <= top or len(slots) == 1 or not unique:
             if newest > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
                 for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
@@ -468,6 +484,10 @@ class JobProgress:
         known = self.known
         if not self.above or self.above < known - (known - 1) // 2:
             return None  # fewer than half the ranks are above it: the median cannot be
+        if self.n <= SMALL_RUN:  # a few ranks: the same order statistic by a sort, without numpy's per-call cost
+            steps = sorted(s for s in self.last_step[:self.n].tolist() if s >= 0)
+            median = steps[(len(steps) - 1) // 2]
+            return median if median > self.max_step else None
         steps = self.last_step[:self.n]
         steps = steps[steps >= 0]
         k = (len(steps) - 1) // 2
@@ -476,7 +496,10 @@ class JobProgress:
 
     def set_counter(self, step: int) -> None:
         self.max_step = step
-        self.above = int((self.last_step[:self.n] > step).sum())
+        if self.n <= SMALL_RUN:
+            self.above = sum(1 for s in self.last_step[:self.n].tolist() if s > step)
+        else:
+            self.above = int((self.last_step[:self.n] > step).sum())
 
     def observe_heartbeat(self, slot: int, event: HeartbeatEvent) -> None:
         """A heartbeat's positions (its step is the caller's: a first one is a baseline, not progress)."""

@@ -23,7 +23,7 @@ from collections import Counter, deque
 import numpy as np
 
 from ..steps.assembly import GroupStep
-from ..steps.robust import step_median
+from ..steps.robust import nan_sum, step_median
 
 
 class JobSLI:
@@ -72,7 +72,7 @@ class JobSLI:
             return
         self._last_step = step.step
         step_time = step_median(step, "step_time") if step.step_time.size else 0.0
-        tokens = float(np.nansum(step.tokens)) if step.tokens.size else 0.0
+        tokens = nan_sum(step.tokens) if step.tokens.size else 0.0
         self.productive_seconds += step_time
         self._steps.append((step.step, step.ts, step_time, tokens))
         if step.lowest_ts == step.lowest_ts and step.ranks.size:

@@ -80,6 +80,8 @@ class GroupStep:
     #: Medians of this step taken by the rules so far, by name (models/steps/robust.py ``step_median``); a step
     #: made by ``dataclasses.replace`` starts without any.
     medians: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: The signal the step rules judge it on, once chosen (models/steps/straggler_verdict.py ``choose_signal``): [] until then.
+    chosen: list = field(default_factory=list, init=False, repr=False, compare=False)
 
 
 class _OpenStep:

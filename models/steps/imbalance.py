@@ -42,7 +42,7 @@ from .cost import cost
 from .imbalance_evidence import (ClassImbalanceEvidence, Remedy, RemedyKind, RankClass, StageImbalanceEvidence,
                                  StageLoad)
 from ..resolution import Resolution
-from .robust import step_median
+from .robust import nan_max, step_median
 from .straggler import choose_signal
 
 
@@ -169,7 +169,7 @@ class ImbalanceDetector:
         g.values[slots, g.count % self.window] = x
         g.count += 1
         g.medians.append(step_median(step, signal, x))
-        g.maxima.append(float(np.nanmax(x)) if np.any(~np.isnan(x)) else float("nan"))
+        g.maxima.append(nan_max(x))
         g.step_times.append(step_median(step, "step_time"))
         if changed or g.count % 100 == 1:  # nodes rarely change: not every step
             for r, node in zip(step.ranks, step.nodes):

@@ -12,6 +12,8 @@ array: the same order statistics, the mean of the middle two taken as ``(a + b) 
 2.5
 >>> nan_median(np.array([np.nan]))
 nan
+>>> nan_sum(np.array([1.0, np.nan, 2.5]))
+3.5
 """
 
 from __future__ import annotations
@@ -19,9 +21,17 @@ from __future__ import annotations
 import numpy as np
 
 
+#: Arrays up to this long take ``sorted`` (a small job's ranks): the same order statistics as numpy's partition.
+_SMALL = 16
+
+
 def median(values: np.ndarray) -> float:
     """``float(np.median(values))`` of a non-empty 1-D float array without NaN."""
     n = len(values)
+    if n <= _SMALL:
+        got = _small_median(values.tolist())
+        if got != 0.0:  # (a zero's sign may depend on which of several zeros a partition picks: numpy's own)
+            return got
     k = n // 2
     if n % 2:
         return float(np.partition(values, k)[k])
@@ -29,10 +39,45 @@ def median(values: np.ndarray) -> float:
     return float((part[k - 1] + part[k]) / 2)
 
 
+def _small_median(ordered: list[float]) -> float:
+    """``median`` of a few values, by a sort: the middle one, or the mean of the middle two as numpy takes it."""
+    ordered.sort()
+    n = len(ordered)
+    k = n // 2
+    if n % 2:
+        return float(ordered[k])
+    return float((ordered[k - 1] + ordered[k]) / 2)
+
+
+def list_median(values: list[float]) -> float:
+    """``median`` of a non-empty list of finite floats: the same float, without making an array."""
+    got = _small_median(sorted(values))
+    return got if got != 0.0 else median(np.array(values, dtype=float))
+
+
 def nan_median(values: np.ndarray) -> float:
     """``float(np.nanmedian(values))`` of a 1-D float array (NaN when nothing is reported), without the warning."""
+    if len(values) <= _SMALL:
+        kept = [x for x in values.tolist() if x == x]
+        if not kept:
+            return float("nan")
+        got = _small_median(kept)
+        if got != 0.0:
+            return got
     ok = values[~np.isnan(values)]
     return median(ok) if len(ok) else float("nan")
+
+
+def nan_max(values: np.ndarray) -> float:
+    """``float(np.nanmax(values))`` of a 1-D float array, NaN when all are NaN (without numpy's warning)."""
+    if len(values) <= _SMALL:
+        kept = [x for x in values.tolist() if x == x]
+        if not kept:
+            return float("nan")
+        top = max(kept)
+        if top != 0.0:  # (which of several zeros is the max sets its sign: numpy's pick)
+            return float(top)
+    return float(np.nanmax(values)) if np.any(~np.isnan(values)) else float("nan")
 
 
 def step_median(step, name: str, values: np.ndarray | None = None) -> float:
@@ -63,3 +108,19 @@ def sorted_percentile(ordered: list[float], q: float) -> float:
     gamma = virtual - below
     diff = b - a
     return float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
+
+
+#: numpy sums fewer elements than this one after another (its pairwise summation starts at 8): below it, a loop in
+#: Python adds in the same order, so gives the same float, without numpy's per-call cost.
+_PAIRWISE_FROM = 8
+
+
+def nan_sum(values: np.ndarray) -> float:
+    """``float(np.nansum(values))`` of a 1-D float array (NaN counted as 0), the same float."""
+    if len(values) >= _PAIRWISE_FROM:
+        return float(np.nansum(values))
+    total = 0.0  # numpy's start (the sum's identity: so -0.0 alone sums to 0.0 there too)
+    for x in values.tolist():
+        if x == x:  # a NaN counts as the 0 numpy puts in its place: adding it changes nothing
+            total += x
+    return total

@@ -265,7 +265,7 @@ class StragglerDetector:
         if self.intermittent_window:
             self._episodes.count_step(slots, at, slow if verdict.step_slow is None else verdict.step_slow,
                                       ratio if verdict.step_ratio is None else verdict.step_ratio, step.step,
-                                      signal, np.broadcast_to(peers if peers is not None else peer, ratio.shape),
+                                      signal, peers if peers is not None else peer,
                                       history.evaluated)
         history.record(at, slow, ratio, z, x, peers if peers is not None else peer)
         self._slots.record_nodes(slots, first, step.nodes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -52,7 +53,6 @@ class IntermittentEpisodes:
         # Slow and judged steps of each rank since its alert fired (its episode's slow rate; reset on firing).
         self._episode_slow = np.zeros(0, dtype=np.int64)
         self._episode_steps = np.zeros(0, dtype=np.int64)
-        self._need: dict[tuple[int, float], int] = {}  # (steps seen, rate) -> fewest slow that may fire
 
     @property
     def width(self) -> int:
@@ -79,12 +79,12 @@ class IntermittentEpisodes:
         self._ring = resized(self._ring, old, width, False, self.n)
         self.count = self._ring.sum(axis=1).astype(np.int64)
         self._steps = resized(self._steps[None, :], old, width, -1, self.n)[0]
-        self._need.clear()
 
     def count_step(self, slots: np.ndarray, at, slow: np.ndarray, ratio: np.ndarray, step: int, signal: str,
-                   peers: np.ndarray, evaluated: int) -> None:
+                   peers: np.ndarray | float, evaluated: int) -> None:
         """This step's verdicts into each rank's ring (only the ranks written change); ``at``: ``slots``, or the
-        slice they make; ``evaluated``: steps the rule judged before this one."""
+        slice they make; ``peers``: each rank's expected value, or one for all; ``evaluated``: steps the rule
+        judged before this one."""
         width = self.width
         if signal != "step_time":
             self._rich_at = evaluated
@@ -100,6 +100,7 @@ class IntermittentEpisodes:
         self._episode_slow[at] += slow
         self._episode_steps[at] += 1
         if slow.any():
+            peers = np.broadcast_to(peers, ratio.shape)  # (only here: most steps have no slow rank)
             hit = slots[slow]
             old = self._ratio[hit]
             self._ratio[hit] = np.where(old > 0, 0.8 * old + 0.2 * ratio[slow], ratio[slow])
@@ -111,7 +112,7 @@ class IntermittentEpisodes:
         rate and were clearly slow."""
         seen = self.seen
         counts = self.count[slots]
-        floor_need = self._fewest(seen, spike_rate_floor, coincidence_p=coincidence_p, min_flagged=min_flagged)
+        floor_need = fewest_slow(seen, spike_rate_floor, coincidence_p, min_flagged)
         maybe = np.flatnonzero((counts >= floor_need)  # the fewest at the lowest rate: a cheap filter
                                & (self._ratio[slots] >= 1.0 + 2.0 * (ratio_threshold - 1.0)))
         if not len(maybe):
@@ -163,19 +164,6 @@ class IntermittentEpisodes:
         self._ratio[slot] = 0.0
         self._peer[slot] = 0.0
 
-    def _fewest(self, seen: int, rate: float, *, coincidence_p: float, min_flagged: int) -> int:
-        """The fewest slow steps of ``seen`` whose chance at ``rate`` is at most ``coincidence_p`` (cached)."""
-        key = (seen, rate)
-        need = self._need.get(key)
-        if need is None:
-            need = max(INTERMITTENT_MIN, min_flagged)
-            while need <= seen and binomial_tail(need, seen, rate) > coincidence_p:
-                need += 1
-            if len(self._need) > 1024:
-                self._need.clear()
-            self._need[key] = need
-        return need
-
     def clean_needed(self, slot: int, clean: int, *, clear_after: int) -> int:
         """Clean steps that end an episode: ``clear_after``, or more while the rank's slow rate before its clean
         run of ``clean`` steps makes so many clean steps in a row likely (a flaky rank is clean most steps)."""
@@ -188,3 +176,13 @@ class IntermittentEpisodes:
         if q < 1.0:
             return max(clear_after, math.ceil(math.log(RECOVERY_P) / math.log1p(-q)))
         return clear_after
+
+
+@lru_cache(maxsize=4096)
+def fewest_slow(seen: int, rate: float, coincidence_p: float, min_flagged: int) -> int:
+    """The fewest slow steps of ``seen`` whose chance at ``rate`` is at most ``coincidence_p``: one bounded cache for
+    every rank and job (a pure function of its arguments; a fleet of small jobs each worked out the same few)."""
+    need = max(INTERMITTENT_MIN, min_flagged)
+    while need <= seen and binomial_tail(need, seen, rate) > coincidence_p:
+        need += 1
+    return need

@@ -55,12 +55,21 @@ class Judgement:
 
 
 def choose_signal(step: GroupStep) -> tuple[str, np.ndarray] | None:
-    """The best signal every rank of this step reported, with its values."""
+    """The best signal every rank of this step reported, with its values (chosen once per step: three rules ask)."""
+    memo = step.chosen
+    if not memo:
+        memo.append(_choose_signal(step))
+    return memo[0]
+
+
+def _choose_signal(step: GroupStep) -> tuple[str, np.ndarray] | None:
     if not np.isnan(step.compute_time).any():
         return "compute_time", step.compute_time
     if not (np.isnan(step.comm_time).any() or np.isnan(step.step_time).any()):
         # Time before the rank entered its collectives: the last to arrive waits least.
-        return "arrival", np.maximum(step.step_time - step.comm_time, 0.0)
+        arrival = np.maximum(step.step_time - step.comm_time, 0.0)
+        arrival.flags.writeable = False  # shared by the rules that judge the step, as its columns are
+        return "arrival", arrival
     if not np.isnan(step.step_time).any():
         return "step_time", step.step_time
     return None

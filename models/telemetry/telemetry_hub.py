@@ -382,11 +382,30 @@ class TelemetryHub:
     def refresh(self) -> list[Alert]:
         """New versions (still firing, same id) of open alerts whose suspected causes changed."""
         out = []
+        now = self._now
+        # With no node telemetry ever heard, a timed alert (one the fabric comparison may take up again) whose job
+        # did not change and whose fabric comparison is still fresh would be enriched from the same inputs as last
+        # time: the same causes, so no new version. Skipped; a full refresh and a clock-following one are not.
+        clockless = (self.incremental and not self._all_changed and now is not None and self._last_full is not None
+                     and now - self._last_full < self.full_refresh_seconds and not self._reported
+                     and not self.tracker.events_seen and not self.host.events_seen)
+        marked: set[str] = set()
+        if clockless:
+            for job in self._changed_jobs:
+                marked.update(self._by_job.get(job, ()))
+            for node in self._changed_nodes:
+                marked.update(self._by_node.get(node, ()))
         for alert_id, entry in self._due():
             base, signature, updates, _, _ = entry
             if updates >= self.max_updates:
                 self._unindex(alert_id)  # never re-enriched again: nothing to track
                 continue
+            if clockless and alert_id not in marked and not (
+                    base.facts.causes_follow_clock and base.status == AlertStatus.FIRING):
+                cached = self._fabric_cache.get(alert_id)
+                if cached is not None and not (cached[1] is None and cached[2] != self.fabric.history.samples) and (
+                        now - cached[0] < self.fabric_refresh_seconds or self._fabric_frozen(cached, base)):
+                    continue  # (``_fabric_suspects`` would return ``cached``: nothing it reads has moved)
             enriched, new_signature = self._enriched(base)
             self._index(alert_id, base, enriched)
             if new_signature != signature:

@@ -34,6 +34,6 @@ def test_the_clock_offset_is_numpys_median_bit_for_bit(seed):
     for _ in range(150):
         lags = _lags(rng)
         job.lags.clear()
-        job.lags.extend(lags)
+        job.add_lags(lags)  # the engine's road in: it forgets the kept offset
         got, want = job.clock_offset(), float(np.median(lags))
         assert got == want and type(got) is float, (lags, got, want)

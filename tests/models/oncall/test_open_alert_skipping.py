@@ -30,10 +30,11 @@ def _both_ways(lines: list[bytes], monkeypatch, drain: float) -> tuple[list[dict
     return skipping, every
 
 
-def _variant(seed: int) -> list[bytes]:
+def _variant(seed: int, *, host: bool = True) -> list[bytes]:
     """Jobs that hang in different ways (one rank stuck with the rest waiting, every rank silent, ranks torn
     down one by one, a rank that comes back), with host samples whose IO pressure rises on one node during the
-    hang (a cause that arrives while the hang is open) and late heartbeats of one rank."""
+    hang (a cause that arrives while the hang is open; ``host=False``: no node telemetry at all) and late
+    heartbeats of one rank."""
     rng = random.Random(seed)
     events: list[dict] = []
     for k in range(rng.randint(2, 4)):
@@ -56,7 +57,7 @@ def _variant(seed: int) -> list[bytes]:
 
         start = job.now
         job.wait(wait, who)
-        for i in range(int(wait // 10)):
+        for i in range(int(wait // 10) if host else 0):
             hot = f"n{rng.randrange((ranks + 7) // 8)}"
             job.host(start + 10 * i, {hot: 60.0 if i > wait // 20 else 1.0})
         if rng.random() < 0.5:
@@ -73,6 +74,16 @@ def test_generated_hangs_publish_the_same_alerts_with_and_without_skipping(seed,
     lines = _variant(seed)
     skipping, every = _both_ways(lines, monkeypatch, drain=1_200)
     assert any(a["type"] == "hang" for a in every)  # the comparison is about something
+    assert skipping == every
+
+
+@pytest.mark.parametrize("seed", range(4, 7))
+def test_without_node_telemetry_the_same_alerts_with_and_without_skipping(seed, monkeypatch):
+    """No agent deployed: an open hang's causes are not re-derived while nothing they read moved (its job, its
+    fabric comparison's age), and the alerts are those of re-enriching every open alert every tick."""
+    lines = _variant(seed, host=False)
+    skipping, every = _both_ways(lines, monkeypatch, drain=1_200)
+    assert any(a["type"] == "hang" for a in every)
     assert skipping == every
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stepwatch.models.steps.clocks import ClockOffsets
-from stepwatch.models.steps.robust import sorted_percentile
+from stepwatch.models.steps.robust import list_median, median, nan_max, nan_median, nan_sum, sorted_percentile
 from stepwatch.models.wire.step_columns import _step_columns
 
 
@@ -67,3 +67,47 @@ def test_rows_ahead_of_their_arrival_are_found_by_the_array_too():
         for slack in (0.0, 0.5, 2.0):
             arrivals = [100.5 + rng.uniform(-1, 1) for _ in range(n)]
             assert cols.ahead_of(arrivals, slack) == any(t > a + slack for t, a in zip(cols.ts, arrivals))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_nan_sum_is_numpys_float(seed):
+    rng = random.Random(seed)
+    specials = [float("nan"), -0.0, 0.0, 1e16, -1e16, 1.0, 1e-300, 3.0]
+    for _ in range(3000):
+        n = rng.choice([0, 1, 2, 3, 4, 5, 7, 8, 9, 16, 40])
+        values = [rng.choice(specials) if rng.random() < 0.3 else rng.uniform(-1, 1) * 10 ** rng.randint(-8, 17)
+                  for _ in range(n)]
+        array = np.array(values, dtype=float)
+        got, want = nan_sum(array), float(np.nansum(array))
+        assert repr(got) == repr(want), values  # the same float, the sign of a zero included
+
+
+def _partition_median(values: np.ndarray) -> float:
+    """The median by numpy's partition (robust.median before its small path): the float to keep, a zero's sign too."""
+    n, k = len(values), len(values) // 2
+    if n % 2:
+        return float(np.partition(values, k)[k])
+    part = np.partition(values, (k - 1, k))
+    return float((part[k - 1] + part[k]) / 2)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_medians_of_a_few_values_are_the_partitions_float(seed):
+    rng = random.Random(seed)
+    specials = [-0.0, 0.0, 1e300, -1e300, float("inf"), 5e-324, 1.0, 1.0 + 2 ** -52]
+    for _ in range(1500):
+        n = rng.choice([rng.randint(1, 20), 255, 256])  # (a job's clock offset: 256 lags)
+        values = [rng.choice(specials) if rng.random() < 0.3 else round(rng.uniform(-1, 1) * 10 ** rng.randint(-6, 6),
+                                                                          rng.randint(0, 12)) for _ in range(n)]
+        array = np.array(values, dtype=float)
+        assert repr(median(array)) == repr(_partition_median(array)), values
+        assert median(array) == float(np.median(array))
+        if np.isfinite(array).all():
+            assert repr(list_median(values)) == repr(_partition_median(array)), values
+        holes = array.copy()
+        holes[[i for i in range(n) if rng.random() < 0.3]] = np.nan
+        kept = holes[~np.isnan(holes)]
+        want = _partition_median(kept) if len(kept) else float("nan")
+        assert repr(nan_median(holes)) == repr(want), holes.tolist()
+        top = float(np.nanmax(holes)) if len(kept) else float("nan")
+        assert repr(nan_max(holes)) == repr(top), holes.tolist()
