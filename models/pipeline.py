@@ -47,6 +47,7 @@ from .wire.events import event_to_dict
 from .wire.decode_plan import ReadPlan
 from .wire.step_columns import (MAX_RUN_EVENTS, StepColumns, _step_columns, decode_value, parse_value,
                                  step_items_of, step_job_names)
+from .wire.telemetry_columns import LinkColumns, link_columns_of
 from .wire.telemetry_events import TELEMETRY_KINDS
 from .wire.wire import MAX_MESSAGE_BYTES
 from .published import PublishedAlerts
@@ -170,6 +171,8 @@ class Pipeline:
         self.speaks_for = speaks_for
         self.metrics = metrics
         self.max_new_jobs = self.engine.settings.worker.max_new_jobs_per_message
+        #: Whether node agents' envelopes of link samples go by columns (the engine's node rules take them so).
+        self._link_columns = self.engine.telemetry.link_columns
         #: Which events partition each job came from, for ``forget``.
         self.job_partition: dict[str, int] = {}
 
@@ -427,6 +430,8 @@ class Pipeline:
             m.messages.inc()
         if bad is not None:
             events, rejected = [], [bad]
+        elif self._link_columns and (links := link_columns_of(obj)) is not None:
+            events, rejected = links, []  # a node agent's usual envelope of link samples: by columns
         else:
             events, rejected = decode_value(obj, msg.value)
         is_batch = type(obj) is dict and obj.get("kind") == "batch"
@@ -462,6 +467,13 @@ class Pipeline:
                 else:
                     events = events.events()  # not all belong here: one by one, each index known
                     index = range(len(events))
+            elif isinstance(events, LinkColumns):
+                if road.misplaced("link") is None and (too_far is None or max(events.ts) <= too_far):
+                    self._feed_links(events, rejects, alerts)
+                    events = []
+                else:
+                    events = events.events()  # not all belong here: one by one, each index known
+                index = range(len(events)) if len(events) > 1 else (None,)
             elif rejected:  # the good events' places in the envelope, for the dead letter of any of them
                 skip = {r.index for r in rejected}
                 index = [i for i in range(len(events) + len(rejected)) if i not in skip]
@@ -508,6 +520,24 @@ class Pipeline:
                 m.detection.labels("events").observe(time.perf_counter() - started)
         if rejects.items:
             out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
+
+    def _feed_links(self, cols: LinkColumns, rejects: _Rejects, alerts: list[Alert]) -> None:
+        """One envelope's link samples by columns (``DetectionEngine.process_batch``): the same alerts, state and dead
+        letters (a sample a state cap left out, by its index) as one sample at a time."""
+        if self.metrics is not None:
+            self.metrics.events.labels("link").inc(len(cols))
+        many = len(cols) > 1
+        try:
+            alerts.extend(self.engine.process_batch(cols))
+        except Exception as exc:  # a bug must not stop the worker; keep the samples
+            log.exception("processing %d link samples by columns failed", len(cols))
+            self._failed("events", exc)
+            for i, ev in enumerate(cols.events()):
+                rejects.add(Rejected(f"detector error: {exc!r}", event_to_dict(ev), i if many else None), "detector")
+            return
+        for row, what in self.engine.take_refused_links():
+            rejects.add(Rejected(_capped_reason(what), event_to_dict(cols.event(row)), row if many else None),
+                        "capped")
 
     def _failed(self, stage: str, exc: BaseException) -> None:
         if self.metrics is not None:

@@ -203,7 +203,20 @@ class FabricHistory:
         last = self._last.get(event.node, 0.0)
         self._last[event.node] = event.ts if event.ts > last else last
 
+    def update_links(self, cols, lo: int, hi: int) -> None:
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one node: ``update`` of each in turn."""
+        link = self._link
+        rows = cols.rows()
+        for i in range(lo, hi):
+            link(rows[i])
+        self.samples += hi - lo
+        node = cols.node[lo]
+        last = self._last.get(node, 0.0)
+        newest = max(cols.ts[lo:hi])
+        self._last[node] = newest if newest > last else last
+
     def _link(self, ev: LinkEvent) -> None:
+        """One link sample (a ``LinkEvent``, or a ``LinkRow`` of a column batch: the same fields)."""
         where = f"{ev.device}/{ev.port}"
         comp = self._component(ev.node, where, PORT_FEATURES)
         counters, ts = ev.counters, ev.ts

@@ -337,6 +337,33 @@ class TelemetryTracker:
         self._ports_total += len(node.ports) - ports
         return out
 
+    def update_links(self, cols, lo: int, hi: int, refused: list[tuple[int, str]]) -> tuple[list[Alert], int]:
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one node,
+        as ``update`` of each in turn, up to the first row that fired or resolved an alert: ``(its alerts, the row
+        after it)``, or ``([], hi)``. A sample a cap left out is listed in ``refused`` as ``(row, what)``."""
+        node = self._node(cols.node[lo])  # (``update`` moves the node to the LRU's end for each of its samples alike)
+        ports = node.ports
+        rows = cols.rows()
+        capped = self.capped
+        for i in range(lo, hi):
+            row = rows[i]
+            port = ports.get((row[2], row[3]))
+            if port is None:  # a port's first sample: ``update``'s checks and caps
+                mark = capped["ports_per_node"], capped["ports_total"]
+                out = self.update(cols.event(i))
+                if capped["ports_per_node"] != mark[0]:
+                    refused.append((i, "ports_per_node"))
+                elif capped["ports_total"] != mark[1]:
+                    refused.append((i, "ports_total"))
+            else:
+                self.events_seen += 1
+                if row[1] > node.last_ts:
+                    node.last_ts = row[1]
+                out = self._on_link(node, row, port)
+            if out:
+                return out, i + 1
+        return [], hi
+
     def _feed(self, node: _NodeState, event) -> list[Alert]:
         if event.ts > node.last_ts:
             node.last_ts = event.ts
@@ -396,12 +423,14 @@ class TelemetryTracker:
 
     # -- ports ----------------------------------------------------------------------------
 
-    def _on_link(self, node: _NodeState, ev: LinkEvent) -> list[Alert]:
-        key = (ev.device, ev.port)
-        port = node.ports.get(key)
+    def _on_link(self, node: _NodeState, ev: LinkEvent, port: _PortState | None = None) -> list[Alert]:
+        """One link sample (a ``LinkEvent``, or a ``LinkRow`` of a column batch: the same fields)."""
         if port is None:
-            port = node.ports[key] = _PortState(self.baseline_samples, self.baseline_min_samples,
-                                                self.link_error_window)
+            key = (ev.device, ev.port)
+            port = node.ports.get(key)
+            if port is None:
+                port = node.ports[key] = _PortState(self.baseline_samples, self.baseline_min_samples,
+                                                    self.link_error_window)
         where: dict | None = None  # the spike's place, made only for a spike (most samples flag none)
         errors: dict[str, int] = {}
         counters = ev.counters
