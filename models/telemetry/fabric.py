@@ -217,16 +217,34 @@ class FabricHistory:
 
     def _link(self, ev: LinkEvent) -> None:
         """One link sample (a ``LinkEvent``, or a ``LinkRow`` of a column batch: the same fields)."""
+        node, ts, counters = ev.node, ev.ts, ev.counters
         where = f"{ev.device}/{ev.port}"
-        comp = self._component(ev.node, where, PORT_FEATURES)
-        counters, ts = ev.counters, ev.ts
+        comps = self._nodes.get(node)
+        comp = comps.get(where) if comps is not None else None
+        if comp is None:
+            comp = self._component(node, where, PORT_FEATURES)
+        tracks = comp.tracks
+        if tracks is None:
+            tracks = comp.tracks = {}
         errors = 0
         err_rate: float | None = None
         wait = math.nan
-        delta_of = comp.delta
         for name, value in counters.items():
             if name in ERROR_COUNTERS:
-                delta, rate = delta_of(name, value, ts)
+                track = tracks.get(name)
+                if track is None:
+                    track = tracks[name] = CounterTrack()
+                prev = track.value
+                if prev is not None and value >= prev:  # the usual sample: ``CounterTrack.update``'s first branch
+                    dt = ts - track.ts
+                    track.value, track.ts = value, ts
+                    delta = value - prev
+                    if delta:
+                        errors += delta
+                    if dt >= 0.2:
+                        err_rate = (err_rate or 0.0) + delta / dt
+                    continue
+                delta, rate = track.update(value, ts)
                 if delta:
                     errors += delta
                 if rate is not None:
@@ -251,7 +269,7 @@ class FabricHistory:
                 learn["xmit_wait"] = wait
             if link_rate == link_rate:
                 learn["link_rate"] = link_rate
-            self.baselines.observe(ev.node, where, ts, learn)
+            self.baselines.observe(node, where, ts, learn)
 
     def _gpu(self, ev: GpuEvent) -> None:
         gpu = self._component(ev.node, f"gpu{ev.gpu}", GPU_FEATURES)

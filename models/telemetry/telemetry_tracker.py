@@ -438,14 +438,14 @@ class TelemetryTracker:
         ts = ev.ts
         for name, value in counters.items():
             error = ERROR_COUNTERS.get(name)
-            rated = RATE_COUNTERS.get(name) if error is None else None
-            if error is None and rated is None:
-                continue  # no rule reads it (the data counters: ``_bandwidth``'s own track)
-            track = tracks.get(name)
-            if track is None:
-                track = tracks[name] = CounterTrack()
-            delta, rate = track.update(value, ts)
             if error is not None:
+                track = tracks.get(name)
+                if track is None:
+                    track = tracks[name] = CounterTrack()
+                elif track.value == value:  # the usual error counter: no new errors (``update``'s delta 0), nothing flagged
+                    track.ts = ts
+                    continue
+                delta, rate = track.update(value, ts)
                 if delta:
                     weight, label = error
                     errors[name] = delta
@@ -453,7 +453,15 @@ class TelemetryTracker:
                         where = self._where(ev)
                     self._flag(node, ev.node, ts, signal=name, label=label, weight=weight, count=delta,
                                peak=rate or 0.0, **where)
-            elif rate is not None:
+                continue
+            rated = RATE_COUNTERS.get(name)
+            if rated is None:
+                continue  # no rule reads it (the data counters: ``_bandwidth``'s own track)
+            track = tracks.get(name)
+            if track is None:
+                track = tracks[name] = CounterTrack()
+            delta, rate = track.update(value, ts)
+            if rate is not None:
                 if name == "port_xmit_wait":
                     port.last_wait_rate = rate
                 floor, weight, label = rated
@@ -483,15 +491,26 @@ class TelemetryTracker:
         if xmit is None or rcv is None:
             return
         bw = port.bw
-        prev_ts = bw.ts if bw.value is not None else None
-        _, rate = bw.update(xmit + rcv, ev.ts)
-        if rate is None or prev_ts is None:
-            return
+        total, prev, ts = xmit + rcv, bw.value, ev.ts
+        if prev is not None and total >= prev:  # the usual sample: ``CounterTrack.update``'s first branch, inline
+            prev_ts = bw.ts
+            bw.value, bw.ts = total, ts
+            dt = ts - prev_ts
+            if dt < 0.2:
+                return
+            rate = (total - prev) / dt
+        else:
+            prev_ts = bw.ts if prev is not None else None
+            _, rate = bw.update(total, ts)
+            if rate is None or prev_ts is None:
+                return
+            dt = ts - prev_ts
         # After a collector gap the rate is an average over the gap (traffic and idle alike): neither judged nor
         # learned (issue 39: real RoCE traffic with gaps of seconds to minutes logged thousands of "collapses").
-        dt, usual = ev.ts - prev_ts, port.bw_dt.median() if port.bw_dt.ready else math.nan
-        port.bw_dt.add(dt)
-        if not math.isnan(usual) and dt > GAP_FACTOR * usual:
+        gaps = port.bw_dt
+        usual = gaps.median() if gaps.ready else math.nan
+        gaps.add(dt)
+        if dt > GAP_FACTOR * usual:  # (False while ``usual`` is NaN)
             return
         bps = rate * 4
         base = port.bw_baseline

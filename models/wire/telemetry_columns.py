@@ -11,13 +11,12 @@ per-event decoder, which keeps the good samples and dead-letters each bad one wi
 
 from __future__ import annotations
 
+from itertools import chain
 from operator import itemgetter
 
 from .telemetry_events import _COUNTER_TOP, _LINK_FIELDS, MAX_COUNTERS, LinkEvent
 from .wire import _MAX_FLOAT, MAX_BATCH_EVENTS, MAX_COUNTER, MAX_NAME_LEN, WIRE_VERSION
 
-_NONE = type(None)
-_OPT_STR = {str, _NONE}
 
 
 class LinkRow(tuple):
@@ -82,31 +81,44 @@ class LinkColumns:
 
 def _names(values, optional: bool) -> bool:
     """Every value a name (a non-empty string of at most MAX_NAME_LEN characters), or None where ``optional``."""
-    kinds = set(map(type, values))
-    if kinds == {str}:
-        return min(map(len, values)) > 0 and max(map(len, values)) <= MAX_NAME_LEN
-    if not optional or not kinds <= _OPT_STR:
-        return False
-    named = [v for v in values if v is not None]
-    return not named or (min(map(len, named)) > 0 and max(map(len, named)) <= MAX_NAME_LEN)
+    distinct = set(values)  # (a column repeats a few names: each checked once)
+    if optional:
+        distinct.discard(None)
+        if not distinct:
+            return True
+    return set(map(type, distinct)) == {str} and min(map(len, distinct)) > 0 and max(map(len, distinct)) <= MAX_NAME_LEN
 
 
 def _counters_ok(objs: list) -> bool:
-    """Every sample's counters the agent's usual object: string names, non-negative 64-bit integers."""
+    """Every sample's counters the agent's usual object: string names, non-negative 64-bit integers (checked over the
+    whole batch at once: all the counts in one list, the distinct names in one set)."""
     if set(map(type, objs)) != {dict}:
         return False
-    for value in objs:
-        if not 0 < len(value) <= MAX_COUNTERS:
-            return False
-        counts = value.values()
-        if (set(map(type, counts)) != {int} or min(counts) < 0 or max(counts) >= _COUNTER_TOP
-                or set(map(type, value)) != {str} or min(map(len, value)) == 0 or max(map(len, value)) > MAX_NAME_LEN):
-            return False
-    return True
+    sizes = list(map(len, objs))
+    if min(sizes) == 0 or max(sizes) > MAX_COUNTERS:
+        return False
+    counts = list(chain.from_iterable(map(dict.values, objs)))
+    if set(map(type, counts)) != {int} or min(counts) < 0 or max(counts) >= _COUNTER_TOP:
+        return False
+    names = set(chain.from_iterable(objs))
+    return set(map(type, names)) == {str} and min(map(len, names)) > 0 and max(map(len, names)) <= MAX_NAME_LEN
+
+
+def _in_range(floats: list[float]) -> bool:
+    """Every value in [0, the largest finite float] (NaN and infinity too are not: their sum is neither)."""
+    total = sum(floats)
+    return min(floats) >= 0.0 and total == total and total <= _MAX_FLOAT
 
 
 def link_columns(items: list) -> LinkColumns | None:
     """Columns of an envelope's items when every one is a plain valid link sample (see the module doc), else None."""
+    try:
+        return _link_columns(items)
+    except TypeError:  # e.g. an object where a name belongs (unhashable): the per-event decoder says why
+        return None
+
+
+def _link_columns(items: list) -> LinkColumns | None:
     n = len(items)
     if not n or set(map(type, items)) != {dict}:
         return None
@@ -134,8 +146,8 @@ def link_columns(items: list) -> LinkColumns | None:
     c.node, c.device, c.ts, c.port = col("node"), col("device"), col("ts"), col("port")
     if not _names(c.node, False) or not _names(c.device, False):
         return None
-    if set(map(type, c.ts)) != {float} or min(c.ts) < 0.0 or max(c.ts) > _MAX_FLOAT:
-        return None  # (an integer or NaN-free out-of-range time: the per-event decoder's reasons)
+    if set(map(type, c.ts)) != {float} or not _in_range(c.ts):
+        return None  # (an integer or out-of-range time: the per-event decoder's reasons)
     if set(map(type, c.port)) != {int} or min(c.port) < 0 or max(c.port) > MAX_COUNTER:
         return None
     none = [None] * n
@@ -147,7 +159,7 @@ def link_columns(items: list) -> LinkColumns | None:
     c.rate = col("rate") if "rate" in keys else none
     if c.rate is not none:
         rates = [r for r in c.rate if r is not None]
-        if rates and (set(map(type, rates)) != {float} or min(rates) < 0.0 or max(rates) > _MAX_FLOAT):
+        if rates and (set(map(type, rates)) != {float} or not _in_range(rates)):
             return None
     c.counters = col("counters")
     if not _counters_ok(c.counters):
