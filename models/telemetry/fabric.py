@@ -205,20 +205,23 @@ class FabricHistory:
 
     def update_links(self, cols, lo: int, hi: int) -> None:
         """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one node: ``update`` of each in turn."""
-        link = self._link
-        rows = cols.rows()
-        for i in range(lo, hi):
-            link(rows[i])
-        self.samples += hi - lo
         node = cols.node[lo]
+        sample = self._port_sample
+        for ts, device, port, state, rate, counters in zip(cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi],
+                                                          cols.state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
+            sample(node, ts, device, port, state, rate, counters)
+        self.samples += hi - lo
         last = self._last.get(node, 0.0)
         newest = max(cols.ts[lo:hi])
         self._last[node] = newest if newest > last else last
 
     def _link(self, ev: LinkEvent) -> None:
-        """One link sample (a ``LinkEvent``, or a ``LinkRow`` of a column batch: the same fields)."""
-        node, ts, counters = ev.node, ev.ts, ev.counters
-        where = f"{ev.device}/{ev.port}"
+        self._port_sample(ev.node, ev.ts, ev.device, ev.port, ev.state, ev.rate, ev.counters)
+
+    def _port_sample(self, node: str, ts: float, device: str, port: int, state: str | None, rate: float | None,
+                     counters: dict[str, int]) -> None:
+        """One link sample's features (``update`` of a ``LinkEvent``; ``update_links`` of a column batch's row)."""
+        where = f"{device}/{port}"
         comps = self._nodes.get(node)
         comp = comps.get(where) if comps is not None else None
         if comp is None:
@@ -244,24 +247,33 @@ class FabricHistory:
                     if dt >= 0.2:
                         err_rate = (err_rate or 0.0) + delta / dt
                     continue
-                delta, rate = track.update(value, ts)
+                delta, err = track.update(value, ts)
                 if delta:
                     errors += delta
-                if rate is not None:
-                    err_rate = (err_rate or 0.0) + rate
+                if err is not None:
+                    err_rate = (err_rate or 0.0) + err
             elif name == "port_xmit_wait":
-                _, rate = comp.delta(name, value, ts)
-                if rate is not None:
-                    wait = rate
+                _, per_s = comp.delta(name, value, ts)
+                if per_s is not None:
+                    wait = per_s
         data = math.nan
         xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
         if xmit is not None and rcv is not None:
             # PMA data counters count 4-byte words.
-            _, rate = comp.delta("data", xmit + rcv, ts)
-            if rate is not None:
-                data = rate * 4
-        down = ev.state is not None and ev.state != "ACTIVE" and ev.state.upper() != "ACTIVE"
-        link_rate = float(ev.rate) if ev.rate and not down else math.nan
+            track = tracks.get("data")
+            total = xmit + rcv
+            prev = track.value if track is not None else None
+            if prev is not None and total >= prev:  # the usual sample, inline
+                dt = ts - track.ts
+                track.value, track.ts = total, ts
+                if dt >= 0.2:
+                    data = (total - prev) / dt * 4
+            else:
+                _, per_s = comp.delta("data", total, ts)
+                if per_s is not None:
+                    data = per_s * 4
+        down = state is not None and state != "ACTIVE" and state.upper() != "ACTIVE"
+        link_rate = float(rate) if rate and not down else math.nan
         comp.add_row((ts, float(errors), wait, data, 1.0 if down else 0.0, link_rate))  # PORT_FEATURES' order
         if self.baselines is not None:
             learn = {"link_errors": err_rate} if err_rate is not None else {}
