@@ -172,7 +172,7 @@ class Pipeline:
         self.metrics = metrics
         self.max_new_jobs = self.engine.settings.worker.max_new_jobs_per_message
         #: Whether node agents' envelopes of link samples go by columns (the engine's node rules take them so).
-        self._link_columns = self.engine.telemetry.link_columns
+        self.link_columns = self.engine.telemetry.link_columns
         #: Which events partition each job came from, for ``forget``.
         self.job_partition: dict[str, int] = {}
 
@@ -348,7 +348,7 @@ class Pipeline:
         """Consecutive step messages of one partition: one column batch (``cols``/``shapes``: decoded already,
         by a decode plan; then the values are parsed here only if the batch must be taken apart)."""
         if cols is None and items is not None:
-            if len(run) > 1 and self._link_columns and self._feed_link_run(run, items, arrival, road, alerts, out):
+            if len(run) > 1 and self.link_columns and self._feed_link_run(run, items, arrival, road, alerts, out):
                 return  # node agents' envelopes of link samples: one column batch
             cols = _step_columns(items) if len(run) > 1 else None
         rows = arrival if type(arrival) is list else None  # each row's arrival (``feed_parsed``'s ``arrivals``)
@@ -432,7 +432,7 @@ class Pipeline:
             m.messages.inc()
         if bad is not None:
             events, rejected = [], [bad]
-        elif self._link_columns and (links := link_columns_of(obj)) is not None:
+        elif self.link_columns and (links := link_columns_of(obj)) is not None:
             events, rejected = links, []  # a node agent's usual envelope of link samples: by columns
         else:
             events, rejected = decode_value(obj, msg.value)
