@@ -450,7 +450,7 @@ class TelemetryTracker:
                 track = tracks.get(counter)
                 if track is None:
                     track = tracks[counter] = CounterTrack()
-                elif track.value == value:  # the usual error counter: no new errors (``update``'s delta 0), nothing flagged
+                elif track.value == value:  # the usual error counter: no new errors (``update``: delta 0)
                     track.ts = ts
                     continue
                 delta, per_s = track.update(value, ts)
@@ -494,8 +494,11 @@ class TelemetryTracker:
             down = self._state(node, port, LinkRow((name, ts, device, number, state, phys_state, rate, counters)))
         if not errors and not down and not port.firing and node.link_alert is None and not port.err_ring.bits \
                 and port.err_first is None and not port.err_totals:
-            # the usual clean sample of a clean port (``_link_alert`` of it: nothing fires, nothing to resolve)
-            port.err_ring.append(False)
+            # the usual clean sample of a clean port (``_link_alert`` of it: nothing fires, nothing to resolve; the
+            # ring's bits stay 0, one more sample counted)
+            ring = port.err_ring
+            if ring.n < ring.size:
+                ring.n += 1
             port.clean += 1
             return []
         return self._link_alert(node, LinkRow((name, ts, device, number, state, phys_state, rate, counters)), port,
@@ -528,7 +531,7 @@ class TelemetryTracker:
         # After a collector gap the rate is an average over the gap (traffic and idle alike): neither judged nor
         # learned (issue 39: real RoCE traffic with gaps of seconds to minutes logged thousands of "collapses").
         gaps = port.bw_dt
-        usual = gaps.median() if gaps.ready else math.nan
+        usual = gaps.median() if len(gaps.values) >= gaps.min_samples else math.nan  # (``gaps.ready``)
         gaps.add(dt)
         if dt > GAP_FACTOR * usual:  # (False while ``usual`` is NaN)
             return
@@ -537,7 +540,7 @@ class TelemetryTracker:
         # Judged against the link's own usual pattern: what it usually falls to (its 10th percentile), not its
         # median. A link busy all the time collapses below that; a bursty one (collectives between compute
         # phases, idle for checkpoints) usually falls to near zero, and its quiet samples are no collapse.
-        if base.ready:
+        if len(base.values) >= base.min_samples:  # (``base.ready``)
             low = base.low()
             if low >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * low and (
                     bps >= IDLE_SHARE * low or self._waiting(port)):
