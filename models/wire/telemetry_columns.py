@@ -18,10 +18,9 @@ from .telemetry_events import _COUNTER_TOP, _LINK_FIELDS, MAX_COUNTERS, LinkEven
 from .wire import _MAX_FLOAT, MAX_BATCH_EVENTS, MAX_COUNTER, MAX_NAME_LEN, WIRE_VERSION
 
 
-
 class LinkRow(tuple):
-    """One sample of :class:`LinkColumns` with ``LinkEvent``'s field names (what the node rules read of a sample),
-    without building an event: a tuple, read through its names."""
+    """One link sample with ``LinkEvent``'s field names, as a tuple ``(node, ts, device, port, state, phys_state,
+    rate, counters)``: what the node rules hand their helpers for a spike or an alert, without building an event."""
 
     __slots__ = ()
     kind = "link"
@@ -36,12 +35,12 @@ class LinkRow(tuple):
 
 
 class LinkColumns:
-    """The link samples of one envelope, column by column, in message order (what ``DetectionEngine.process_batch``
+    """The link samples of one envelope (or of a replay's run of envelopes), column by column, in message order (what ``DetectionEngine.process_batch``
     reads). ``counters``: each sample's counter object as parsed (read, never changed); ``event(i)`` gives the
     ``LinkEvent`` the per-event decoder returns for sample ``i``."""
 
     __slots__ = ("node", "ts", "device", "port", "state", "phys_state", "rate", "link_layer", "netdev", "counters",
-                 "_events", "_rows")
+                 "_events")
 
     kind = "link"
 
@@ -51,13 +50,6 @@ class LinkColumns:
     def event(self, i: int) -> LinkEvent:
         return LinkEvent(self.node[i], self.ts[i], self.device[i], self.port[i], self.state[i], self.phys_state[i],
                          self.rate[i], self.link_layer[i], self.netdev[i], dict(self.counters[i]), {})
-
-    def rows(self) -> list[LinkRow]:
-        """Each sample as a :class:`LinkRow` (made once, in C loops)."""
-        if self._rows is None:
-            self._rows = list(map(LinkRow, zip(self.node, self.ts, self.device, self.port, self.state,
-                                               self.phys_state, self.rate, self.counters)))
-        return self._rows
 
     def events(self) -> list[LinkEvent]:
         if self._events is None:
@@ -142,7 +134,7 @@ def _link_columns(items: list) -> LinkColumns | None:
             return [o.get(name) for o in items]
 
     c = LinkColumns()
-    c._events = c._rows = None
+    c._events = None
     c.node, c.device, c.ts, c.port = col("node"), col("device"), col("ts"), col("port")
     if not _names(c.node, False) or not _names(c.device, False):
         return None
