@@ -4,6 +4,7 @@ sample in an envelope is dead-lettered with its reason while the envelope's good
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from array import array
@@ -199,18 +200,20 @@ def test_a_bad_sample_is_dead_lettered_and_the_others_kept(size, data):
         samples[bad].pop(field)
     else:
         samples[bad][field] = value
+    raw = json.dumps({"v": 1, "kind": "batch", "events": samples}).encode()  # (any integer: orjson stops at 64 bits)
+    items = orjson.loads(raw)["events"]  # the sample as the worker parses it
     try:
-        parse_event(samples[bad])
+        parse_event(items[bad])
         return  # (still a valid sample: nothing to dead-letter)
     except InvalidEvent as exc:
         reason = str(exc)
-    assert link_columns(samples) is None  # the envelope takes the per-event decoder
+    assert link_columns(items) is None  # the envelope takes the per-event decoder
     before = [_sample("node-0", T0, "mlx5_0", {"port_xmit_data": 0})]  # a good envelope on each side: still columns
     pipeline = Pipeline()
-    out = pipeline.feed([_envelope(before), _envelope(samples), _envelope(before)], T0 + 10)
+    out = pipeline.feed([_envelope(before), raw, _envelope(before)], T0 + 10)
     (dead,) = out.deadletters
     assert [(r.index, r.reason) for r in dead.rejects] == [(bad, reason)]
-    assert dead.message.value == _envelope(samples)
+    assert dead.message.value == raw
     good = Pipeline()
     good.feed([_envelope(before), _envelope(samples[:bad] + samples[bad + 1:]), _envelope(before)], T0 + 10)
     assert pipeline.engine.telemetry.tracker.events_seen == 2 + size - 1
