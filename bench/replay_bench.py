@@ -12,10 +12,12 @@
 
 - ``telemetry`` (``--telemetry-base CHECKOUT``): the node-telemetry recording alone, replayed by another checkout
   (e.g. a worktree of main) and by this one in child processes taking turns: best CPU-seconds of each, and whether
-  their alerts are byte-identical.
+  their alerts are byte-identical. ``--telemetry-parts``: where a link sample's CPU goes in this checkout (the
+  column decode, the node rules' two parts, the engine call, the replay with and without the node rules).
 
     .venv/bin/python -m bench.replay_bench --base /work/wt/base/.venv
     .venv/bin/python -m bench.replay_bench --telemetry-base /work/wt/base
+    .venv/bin/python -m bench.replay_bench --telemetry-parts
     .venv/bin/python -m bench.replay_bench --fleet --base-tree /work/wt/base [--only "300 jobs"]
 """
 
@@ -248,8 +250,9 @@ def fleet_against(base: Path, scale: float = 1.0, only: str | None = None, round
 
 
 #: One replay of a recording in a child process of another checkout (its code on the path first): the CPU-seconds of
-#: the replay call, its events and alerts, and a digest of its output (the alerts, byte for byte).
-_TEL_CHILD = """
+#: the replay call, its events and alerts, and a digest of its output (the alerts, byte for byte). (Its own name: it
+#: once shadowed ``_CHILD`` above, and ``--fleet --base-tree`` ran this one with the other's arguments.)
+_TELEMETRY_CHILD = """
 import hashlib, io, json, sys, time
 from stepwatch.config import Settings
 from stepwatch.recording import merge_recorded, replay
@@ -280,8 +283,8 @@ def telemetry_checkouts(base: Path, *, rounds: int = 3, scale: float = 1.0) -> d
         for _ in range(rounds):
             for name, checkout in (("base", base.resolve()), ("now", here)):
                 env = {**os.environ, "PYTHONPATH": str(checkout)}
-                done = subprocess.run([PY, "-c", _TEL_CHILD, str(rec), str(head)], cwd=checkout, env=env, check=True,
-                                      capture_output=True, text=True)
+                done = subprocess.run([PY, "-c", _TELEMETRY_CHILD, str(rec), str(head)], cwd=checkout, env=env,
+                                      check=True, capture_output=True, text=True)
                 runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     row: dict = {"recording": "node telemetry envelopes, 253 nodes x 4 ports", "events": runs["now"][0]["events"],
                  "alerts": runs["now"][0]["alerts"]}
@@ -291,6 +294,72 @@ def telemetry_checkouts(base: Path, *, rounds: int = 3, scale: float = 1.0) -> d
     row["identical"] = len({r["digest"] for rs in runs.values() for r in rs}) == 1
     row["speedup"] = round(row["base_cpu_s"] / row["now_cpu_s"], 2)
     return row
+
+
+def telemetry_parts(rounds: int = 4) -> dict:
+    """Where a link sample's CPU goes in this checkout, in process, best of ``rounds`` (microseconds per sample): the
+    column decode of the recording's envelopes merged as a replay merges them (runs of 1,024 samples), the node rules'
+    two parts (the tracker, the fabric history with its baselines), the whole engine call (the rules, the hub, the
+    outlet), and the whole replay with the two parts of the node rules made free (what is left around them)."""
+    import gc
+    import io
+
+    import orjson
+
+    from stepwatch.config import Settings
+    from stepwatch.models.detection import DetectionEngine
+    from stepwatch.models.telemetry.fabric import FabricHistory
+    from stepwatch.models.telemetry.telemetry_tracker import TelemetryTracker
+    from stepwatch.models.wire.telemetry_columns import link_columns
+    from stepwatch.recording import merge_recorded, replay
+
+    lines = fleet_telemetry(253, 600, faults=True)
+    samples = [e for line in lines for e in orjson.loads(line)["events"]]
+    runs = [samples[i:i + 1024] for i in range(0, len(samples), 1024)]
+
+    def timed(part: str) -> float:
+        batches = [link_columns(r) for r in runs]
+        engine = DetectionEngine()
+        tracker, history = engine.telemetry.tracker, engine.telemetry.fabric.history
+        gc.collect()
+        started = time.process_time()
+        if part == "decode":
+            for r in runs:
+                link_columns(r)
+        elif part == "engine":
+            for b in batches:
+                engine.process_batch(b)
+        for b in batches if part in ("tracker", "fabric") else ():
+            for _, lo, hi in b.node_runs():
+                if part == "fabric":
+                    history.update_links(b, lo, hi)
+                    continue
+                at = lo
+                while at < hi:
+                    _, at = tracker.update_links(b, at, hi, [])
+        return time.process_time() - started
+
+    out = {part: round(min(timed(part) for _ in range(rounds)) / len(samples) * 1e6, 2)
+           for part in ("decode", "tracker", "fabric", "engine")}
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = Path(tmp) / "telemetry.jsonl"
+        rec.write_bytes(b"".join(line + b"\n" for line in lines))
+
+        def whole() -> float:
+            started = time.process_time()
+            replay(merge_recorded([str(rec)]), Settings.from_env(), drain=60.0, out=io.StringIO(), across_arrivals=True)
+            return time.process_time() - started
+
+        whole()  # imports and first calls
+        out["replay"] = round(min(whole() for _ in range(2)) / len(samples) * 1e6, 2)
+        saved = TelemetryTracker.update_links, FabricHistory.update_links
+        TelemetryTracker.update_links = lambda self, cols, lo, hi, refused: ([], hi)
+        FabricHistory.update_links = lambda self, cols, lo, hi: None
+        try:
+            out["replay_rules_free"] = round(min(whole() for _ in range(2)) / len(samples) * 1e6, 2)
+        finally:
+            TelemetryTracker.update_links, FabricHistory.update_links = saved
+    return {"us_per_sample": out, "samples": len(samples)}
 
 
 def flatness(sizes=(1024, 65536), *, steps: int = 8, warm: int = 2, tuned_gc: bool = False) -> dict:
@@ -353,10 +422,15 @@ def main() -> None:
                     help="only the node-telemetry recording, replayed by CHECKOUT (e.g. a worktree of main) and by "
                          "this checkout, taking turns (issue 41 item 5)")
     ap.add_argument("--rounds", type=int, default=3, help="with --telemetry-base: replays of each, the best counts")
+    ap.add_argument("--telemetry-parts", action="store_true",
+                    help="only where a link sample's CPU goes in this checkout (decode, node rules, the rest)")
     ap.add_argument("--only", help="--fleet: only the recordings whose name contains this")
     ap.add_argument("--base-tree", type=Path, help="--fleet: another checkout (a worktree of main) to replay each "
                                                     "recording with too, side by side, in child processes")
     args = ap.parse_args()
+    if args.telemetry_parts:
+        print("telemetry parts:", telemetry_parts(), flush=True)
+        return
     if args.telemetry_base:
         print("telemetry:", telemetry_checkouts(args.telemetry_base, rounds=args.rounds, scale=args.scale), flush=True)
         return

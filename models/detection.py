@@ -25,6 +25,7 @@ from . import registry
 from .telemetry.telemetry_hub import TelemetryHub
 from .wire.events import Event, StepEvent
 from .wire.step_columns import StepColumns
+from .wire.telemetry_columns import LinkColumns
 from .wire.telemetry_events import TELEMETRY_KINDS
 
 #: What ``DetectionEngine.capped_mark`` counts, in order (``stepwatch_state_capped_total{what}``).
@@ -54,6 +55,8 @@ class DetectionEngine(JobEngine):
         self.outlet = Outlet(self.oncall.stages)
         #: The column batch being taken and its runs' layouts, worked out before any run is (``view.layouts``).
         self.batch_layouts: tuple[StepColumns, dict] | None = None
+        #: The rows of the last batch of link samples a state cap left out (``take_refused_links``).
+        self.refused_links: list[tuple[int, str]] = []
 
     @property
     def incremental(self) -> bool:
@@ -75,12 +78,15 @@ class DetectionEngine(JobEngine):
         self.outlet.observe(event, self.view)  # (the stages' own state: the engine and telemetry never read it)
         return self.outlet.process(alerts, self.view)
 
-    def process_batch(self, events: list[Event] | StepColumns, *,
+    def process_batch(self, events: list[Event] | StepColumns | LinkColumns, *,
                       arrival: float | list[float] | None = None) -> list[Alert]:
         """Feed one message's events in order: the same alerts, and the same state after, as ``process``
         for each event (a batch envelope of step events, ``StepColumns``, goes by columns); the alerts go through
         the outlet chain once, together. ``arrival``: one for all, or (columns) a list of each row's (a replay's
-        lines of different arrivals in one batch)."""
+        lines of different arrivals in one batch). Link samples by columns (``LinkColumns``) go through the outlet chain
+        row by row, as each sample alone would (``take_refused_links``: the rows a state cap left out)."""
+        if isinstance(events, LinkColumns):
+            return self._process_links(events)
         if isinstance(events, StepColumns):
             # the layouts before any run is taken (a job evicted by this batch keeps its own), for the stages too
             self.batch_layouts = (events, self.layouts(events))
@@ -92,6 +98,41 @@ class DetectionEngine(JobEngine):
             out = [alert for event in events for alert in self._detect(event, arrival)]
         self.outlet.observe(events, self.view)
         return self.outlet.process(out, self.view)
+
+    def _process_links(self, cols: LinkColumns) -> list[Alert]:
+        """``process`` of each link sample of ``cols`` in turn, by node runs (``TelemetryHub.process_links``): the
+        engine's count and clock caught up to a row before its alerts go through the outlet chain (the chain passes
+        a sample without alerts by unchanged: it is not called for those)."""
+        out: list[Alert] = []
+        noted = 0
+        ts = cols.ts
+
+        def note(upto: int) -> None:
+            nonlocal noted
+            if upto > noted:
+                self.events_by_kind["link"] += upto - noted
+                newest = max(ts[noted:upto])
+                if newest > self.clock:
+                    self.clock = newest
+                noted = upto
+
+        def emit(row: int, alerts: list[Alert]) -> None:
+            note(row + 1)
+            out.extend(self.outlet.process(alerts, self.view))
+
+        self.outlet.observe(cols, self.view)  # (no stage reads link samples: for one that would)
+        refused: list[tuple[int, str]] = []
+        hub = self.telemetry
+        for _, lo, hi in cols.node_runs():
+            refused.extend(hub.process_links(cols, lo, hi, emit))
+        note(len(ts))
+        self.refused_links = refused
+        return out
+
+    def take_refused_links(self) -> list[tuple[int, str]]:
+        """The rows of the last ``LinkColumns`` batch a state cap left out, ``(row, what)``, once."""
+        out, self.refused_links = self.refused_links, []
+        return out
 
     def process_many(self, events: Iterable[Event]) -> list[Alert]:
         out: list[Alert] = []

@@ -47,6 +47,7 @@ from .wire.events import event_to_dict
 from .wire.decode_plan import ReadPlan
 from .wire.step_columns import (MAX_RUN_EVENTS, StepColumns, _step_columns, decode_value, parse_value,
                                  step_items_of, step_job_names)
+from .wire.telemetry_columns import LinkColumns, link_columns, link_columns_of
 from .wire.telemetry_events import TELEMETRY_KINDS
 from .wire.wire import MAX_MESSAGE_BYTES
 from .published import PublishedAlerts
@@ -170,6 +171,8 @@ class Pipeline:
         self.speaks_for = speaks_for
         self.metrics = metrics
         self.max_new_jobs = self.engine.settings.worker.max_new_jobs_per_message
+        #: Whether node agents' envelopes of link samples go by columns (the engine's node rules take them so).
+        self.link_columns = self.engine.telemetry.link_columns
         #: Which events partition each job came from, for ``forget``.
         self.job_partition: dict[str, int] = {}
 
@@ -345,6 +348,8 @@ class Pipeline:
         """Consecutive step messages of one partition: one column batch (``cols``/``shapes``: decoded already,
         by a decode plan; then the values are parsed here only if the batch must be taken apart)."""
         if cols is None and items is not None:
+            if len(run) > 1 and self.link_columns and self._feed_link_run(run, items, arrival, road, alerts, out):
+                return  # node agents' envelopes of link samples: one column batch
             cols = _step_columns(items) if len(run) > 1 else None
         rows = arrival if type(arrival) is list else None  # each row's arrival (``feed_parsed``'s ``arrivals``)
         if rows is not None:
@@ -427,6 +432,8 @@ class Pipeline:
             m.messages.inc()
         if bad is not None:
             events, rejected = [], [bad]
+        elif self.link_columns and (links := link_columns_of(obj)) is not None:
+            events, rejected = links, []  # a node agent's usual envelope of link samples: by columns
         else:
             events, rejected = decode_value(obj, msg.value)
         is_batch = type(obj) is dict and obj.get("kind") == "batch"
@@ -462,6 +469,13 @@ class Pipeline:
                 else:
                     events = events.events()  # not all belong here: one by one, each index known
                     index = range(len(events))
+            elif isinstance(events, LinkColumns):
+                if road.misplaced("link") is None and (too_far is None or max(events.ts) <= too_far):
+                    self._feed_links(events, [rejects], [0, len(events)], alerts)
+                    events = []
+                else:
+                    events = events.events()  # not all belong here: one by one, each index known
+                index = range(len(events)) if len(events) > 1 else (None,)
             elif rejected:  # the good events' places in the envelope, for the dead letter of any of them
                 skip = {r.index for r in rejected}
                 index = [i for i in range(len(events) + len(rejected)) if i not in skip]
@@ -508,6 +522,59 @@ class Pipeline:
                 m.detection.labels("events").observe(time.perf_counter() - started)
         if rejects.items:
             out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
+
+    def _feed_link_run(self, run: list[tuple[Message, object]], items: list, arrival, road: Road,
+                       alerts: list[Alert], out: Outputs) -> bool:
+        """Consecutive envelopes of link samples (``run``, their samples ``items``) as one column batch, with the same
+        alerts, state and dead letters as each envelope alone; False (nothing done): not all of them are plain link
+        samples that belong on ``road`` and are not stamped too far ahead (each then goes alone, ``_feed_one``)."""
+        if type(items[0]) is not dict or items[0].get("kind") != "link" or road.misplaced("link") is not None:
+            return False
+        cols = link_columns(items)
+        if cols is None:
+            return False
+        slack = self.max_future_seconds
+        if type(arrival) is list:  # each sample's own arrival (a replay's lines)
+            if any(t > a + slack for t, a in zip(cols.ts, arrival)):
+                return False
+        elif arrival is not None and max(cols.ts) > arrival + slack:
+            return False
+        m = self.metrics
+        if m is not None:
+            m.messages.inc(len(run))
+        started = time.perf_counter()
+        parts = [_Rejects() for _ in run]
+        starts = list(itertools.accumulate((len(obj["events"]) for _, obj in run), initial=0))
+        self._feed_links(cols, parts, starts, alerts)
+        for (msg, _), rejects in zip(run, parts):
+            if rejects.items:
+                out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
+        if m is not None:
+            m.detection.labels("events").observe(time.perf_counter() - started)
+        return True
+
+    def _feed_links(self, cols: LinkColumns, parts: list[_Rejects], starts: list[int], alerts: list[Alert]) -> None:
+        """Envelopes' link samples by columns (``DetectionEngine.process_batch``): the same alerts, state and dead
+        letters (a sample a state cap left out, by its index in its envelope) as one sample at a time. ``parts``:
+        each envelope's rejects; ``starts``: the row of each one's first sample (and the end)."""
+        if self.metrics is not None:
+            self.metrics.events.labels("link").inc(len(cols))
+        try:
+            alerts.extend(self.engine.process_batch(cols))
+            refused = self.engine.take_refused_links()
+        except Exception as exc:  # a bug must not stop the worker; keep the samples
+            log.exception("processing %d link samples by columns failed", len(cols))
+            self._failed("events", exc)
+            refused = [(row, None) for row in range(len(cols))]
+            reason = f"detector error: {exc!r}"
+        for row, what in refused:
+            k = bisect.bisect_right(starts, row) - 1
+            first, size = starts[k], starts[k + 1] - starts[k]
+            where = row - first if size > 1 else None
+            if what is None:
+                parts[k].add(Rejected(reason, event_to_dict(cols.event(row)), where), "detector")
+            else:
+                parts[k].add(Rejected(_capped_reason(what), event_to_dict(cols.event(row)), where), "capped")
 
     def _failed(self, stage: str, exc: BaseException) -> None:
         if self.metrics is not None:

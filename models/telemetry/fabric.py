@@ -203,34 +203,77 @@ class FabricHistory:
         last = self._last.get(event.node, 0.0)
         self._last[event.node] = event.ts if event.ts > last else last
 
+    def update_links(self, cols, lo: int, hi: int) -> None:
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one node: ``update`` of each in turn."""
+        node = cols.node[lo]
+        sample = self._port_sample
+        for ts, device, port, state, rate, counters in zip(cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi],
+                                                          cols.state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
+            sample(node, ts, device, port, state, rate, counters)
+        self.samples += hi - lo
+        last = self._last.get(node, 0.0)
+        newest = max(cols.ts[lo:hi])
+        self._last[node] = newest if newest > last else last
+
     def _link(self, ev: LinkEvent) -> None:
-        where = f"{ev.device}/{ev.port}"
-        comp = self._component(ev.node, where, PORT_FEATURES)
-        counters, ts = ev.counters, ev.ts
+        self._port_sample(ev.node, ev.ts, ev.device, ev.port, ev.state, ev.rate, ev.counters)
+
+    def _port_sample(self, node: str, ts: float, device: str, port: int, state: str | None, rate: float | None,
+                     counters: dict[str, int]) -> None:
+        """One link sample's features (``update`` of a ``LinkEvent``; ``update_links`` of a column batch's row)."""
+        where = f"{device}/{port}"
+        comps = self._nodes.get(node)
+        comp = comps.get(where) if comps is not None else None
+        if comp is None:
+            comp = self._component(node, where, PORT_FEATURES)
+        tracks = comp.tracks
+        if tracks is None:
+            tracks = comp.tracks = {}
         errors = 0
         err_rate: float | None = None
         wait = math.nan
-        delta_of = comp.delta
         for name, value in counters.items():
             if name in ERROR_COUNTERS:
-                delta, rate = delta_of(name, value, ts)
+                track = tracks.get(name)
+                if track is None:
+                    track = tracks[name] = CounterTrack()
+                prev = track.value
+                if prev is not None and value >= prev:  # the usual sample: ``CounterTrack.update``'s first branch
+                    dt = ts - track.ts
+                    track.value, track.ts = value, ts
+                    delta = value - prev
+                    if delta:
+                        errors += delta
+                    if dt >= 0.2:
+                        err_rate = (err_rate or 0.0) + delta / dt
+                    continue
+                delta, err = track.update(value, ts)
                 if delta:
                     errors += delta
-                if rate is not None:
-                    err_rate = (err_rate or 0.0) + rate
+                if err is not None:
+                    err_rate = (err_rate or 0.0) + err
             elif name == "port_xmit_wait":
-                _, rate = comp.delta(name, value, ts)
-                if rate is not None:
-                    wait = rate
+                _, per_s = comp.delta(name, value, ts)
+                if per_s is not None:
+                    wait = per_s
         data = math.nan
         xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
         if xmit is not None and rcv is not None:
             # PMA data counters count 4-byte words.
-            _, rate = comp.delta("data", xmit + rcv, ts)
-            if rate is not None:
-                data = rate * 4
-        down = ev.state is not None and ev.state != "ACTIVE" and ev.state.upper() != "ACTIVE"
-        link_rate = float(ev.rate) if ev.rate and not down else math.nan
+            track = tracks.get("data")
+            total = xmit + rcv
+            prev = track.value if track is not None else None
+            if prev is not None and total >= prev:  # the usual sample, inline
+                dt = ts - track.ts
+                track.value, track.ts = total, ts
+                if dt >= 0.2:
+                    data = (total - prev) / dt * 4
+            else:
+                _, per_s = comp.delta("data", total, ts)
+                if per_s is not None:
+                    data = per_s * 4
+        down = state is not None and state != "ACTIVE" and state.upper() != "ACTIVE"
+        link_rate = float(rate) if rate and not down else math.nan
         comp.add_row((ts, float(errors), wait, data, 1.0 if down else 0.0, link_rate))  # PORT_FEATURES' order
         if self.baselines is not None:
             learn = {"link_errors": err_rate} if err_rate is not None else {}
@@ -238,7 +281,7 @@ class FabricHistory:
                 learn["xmit_wait"] = wait
             if link_rate == link_rate:
                 learn["link_rate"] = link_rate
-            self.baselines.observe(ev.node, where, ts, learn)
+            self.baselines.observe(node, where, ts, learn)
 
     def _gpu(self, ev: GpuEvent) -> None:
         gpu = self._component(ev.node, f"gpu{ev.gpu}", GPU_FEATURES)

@@ -130,12 +130,7 @@ class LinkBaselines:
         entry.last = ts
         self._updates += 1
         self._dirty.add(node)
-        if last is None:
-            decay = 0.0
-        else:
-            decay = _LN2 * (ts - last) / self.half_life
-            if decay > 1e-3:
-                decay = 1.0 - math.exp(-decay)
+        decay = None  # worked out for the first value that moves its baseline (the usual sample moves none)
         stats = entry.stats
         for name, x in values.items():
             st = stats.get(name)
@@ -161,6 +156,13 @@ class LinkBaselines:
             elif x < mean - lim:
                 x = mean - lim
             # A running mean while young, then exponential forgetting by time.
+            if decay is None:
+                if last is None:
+                    decay = 0.0
+                else:
+                    decay = _LN2 * (ts - last) / self.half_life
+                    if decay > 1e-3:
+                        decay = 1.0 - math.exp(-decay)
             alpha = 1.0 / (n + 1)
             if alpha < decay:
                 alpha = decay

@@ -162,6 +162,40 @@ class TelemetryHub:
             self._all_changed = True
         return out
 
+    @property
+    def link_columns(self) -> bool:
+        """Whether link samples may come by columns (``process_links``): the telemetry rule is the one rule that takes
+        them, first, and the rules after it take its alerts (``on_alerts`` of none: nothing). Otherwise (a rule
+        added) each sample goes through ``process``."""
+        route = self._route.get("link", ())
+        return bool(route) and route[0][0] is self.rule("telemetry") and route[0][1] and not any(
+            takes for _, takes in route[1:])
+
+    def process_links(self, cols, lo: int, hi: int, emit) -> list[tuple[int, str]]:
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one node:
+        the same state and alerts as ``process`` of each in turn. Each row's alerts (rare) go to ``emit(row, alerts)``
+        as soon as they are known, before the next row is taken. Returns the rows a state cap left out,
+        ``(row, what)``."""
+        node = cols.node[lo]
+        self._note_report(node, cols.ts[lo])
+        if hi - lo > 1:
+            self._note_report(node, cols.ts[lo + 1])  # (what its later samples note: once is all of it)
+        route = self._route["link"]
+        tracker, history = self.tracker, self.fabric.history
+        refused: list[tuple[int, str]] = []
+        at = lo
+        while at < hi:
+            out, upto = tracker.update_links(cols, at, hi, refused)
+            history.update_links(cols, at, upto)
+            if out:
+                for rule, _ in route[1:]:
+                    out = rule.on_alerts(out)
+                if out:
+                    self._all_changed = True
+                    emit(upto - 1, out)
+            at = upto
+        return refused
+
     def open_alerts(self) -> list[Alert]:
         """The node rules' alerts now firing."""
         return open_alerts_of(self.rules)

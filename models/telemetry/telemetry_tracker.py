@@ -34,6 +34,7 @@ from typing import Any
 from ..alerts import Alert, alert_id
 from .counters import Baseline, BitRing, CounterTrack
 from .link_evidence import LinkErrorsEvidence, PortErrors
+from ..wire.telemetry_columns import LinkRow
 from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
 
 #: Error counters of a port (sysfs counters/ and hw_counters/): any increase is a spike.
@@ -337,6 +338,35 @@ class TelemetryTracker:
         self._ports_total += len(node.ports) - ports
         return out
 
+    def update_links(self, cols, lo: int, hi: int, refused: list[tuple[int, str]]) -> tuple[list[Alert], int]:
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one node,
+        as ``update`` of each in turn, up to the first row that fired or resolved an alert: ``(its alerts, the row
+        after it)``, or ``([], hi)``. A sample a cap left out is listed in ``refused`` as ``(row, what)``."""
+        name = cols.node[lo]
+        node = self._node(name)  # (``update`` moves the node to the LRU's end for each of its samples alike)
+        ports = node.ports
+        capped = self.capped
+        sample = self._port_sample
+        for i, ts, device, number, state, phys_state, rate, counters in zip(
+                range(lo, hi), cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi], cols.state[lo:hi],
+                cols.phys_state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
+            port = ports.get((device, number))
+            if port is None:  # a port's first sample: ``update``'s checks and caps
+                mark = capped["ports_per_node"], capped["ports_total"]
+                out = self.update(cols.event(i))
+                if capped["ports_per_node"] != mark[0]:
+                    refused.append((i, "ports_per_node"))
+                elif capped["ports_total"] != mark[1]:
+                    refused.append((i, "ports_total"))
+            else:
+                self.events_seen += 1
+                if ts > node.last_ts:
+                    node.last_ts = ts
+                out = sample(node, port, name, ts, device, number, state, phys_state, rate, counters)
+            if out:
+                return out, i + 1
+        return [], hi
+
     def _feed(self, node: _NodeState, event) -> list[Alert]:
         if event.ts > node.last_ts:
             node.last_ts = event.ts
@@ -396,88 +426,129 @@ class TelemetryTracker:
 
     # -- ports ----------------------------------------------------------------------------
 
-    def _on_link(self, node: _NodeState, ev: LinkEvent) -> list[Alert]:
-        key = (ev.device, ev.port)
-        port = node.ports.get(key)
+    def _on_link(self, node: _NodeState, ev: LinkEvent, port: _PortState | None = None) -> list[Alert]:
         if port is None:
-            port = node.ports[key] = _PortState(self.baseline_samples, self.baseline_min_samples,
-                                                self.link_error_window)
+            key = (ev.device, ev.port)
+            port = node.ports.get(key)
+            if port is None:
+                port = node.ports[key] = _PortState(self.baseline_samples, self.baseline_min_samples,
+                                                    self.link_error_window)
+        return self._port_sample(node, port, ev.node, ev.ts, ev.device, ev.port, ev.state, ev.phys_state, ev.rate,
+                                 ev.counters)
+
+    def _port_sample(self, node: _NodeState, port: _PortState, name: str, ts: float, device: str, number: int,
+                     state: str | None, phys_state: str | None, rate: float | None,
+                     counters: dict[str, int]) -> list[Alert]:
+        """One link sample of a known port, by its fields (``update`` of a ``LinkEvent``; ``update_links`` of a column
+        batch's row): the helpers that flag a spike or build an alert (rare) get it as a ``LinkRow``."""
         where: dict | None = None  # the spike's place, made only for a spike (most samples flag none)
         errors: dict[str, int] = {}
-        counters = ev.counters
         tracks = port.counters
-        ts = ev.ts
-        for name, value in counters.items():
-            error = ERROR_COUNTERS.get(name)
-            rated = RATE_COUNTERS.get(name) if error is None else None
-            if error is None and rated is None:
-                continue  # no rule reads it (the data counters: ``_bandwidth``'s own track)
-            track = tracks.get(name)
-            if track is None:
-                track = tracks[name] = CounterTrack()
-            delta, rate = track.update(value, ts)
+        for counter, value in counters.items():
+            error = ERROR_COUNTERS.get(counter)
             if error is not None:
+                track = tracks.get(counter)
+                if track is None:
+                    track = tracks[counter] = CounterTrack()
+                elif track.value == value:  # the usual error counter: no new errors (``update``: delta 0)
+                    track.ts = ts
+                    continue
+                delta, per_s = track.update(value, ts)
                 if delta:
                     weight, label = error
-                    errors[name] = delta
+                    errors[counter] = delta
                     if where is None:
-                        where = self._where(ev)
-                    self._flag(node, ev.node, ts, signal=name, label=label, weight=weight, count=delta,
-                               peak=rate or 0.0, **where)
-            elif rate is not None:
-                if name == "port_xmit_wait":
-                    port.last_wait_rate = rate
+                        where = _place(device, number)
+                    self._flag(node, name, ts, signal=counter, label=label, weight=weight, count=delta,
+                               peak=per_s or 0.0, **where)
+                continue
+            rated = RATE_COUNTERS.get(counter)
+            if rated is None:
+                continue  # no rule reads it (the data counters: ``_bandwidth``'s own track)
+            track = tracks.get(counter)
+            if track is None:
+                track = tracks[counter] = CounterTrack()
+            delta, per_s = track.update(value, ts)
+            if per_s is not None:
+                if counter == "port_xmit_wait":
+                    port.last_wait_rate = per_s
                 floor, weight, label = rated
-                base = port.baselines.get(name)
+                base = port.baselines.get(counter)
                 if base is None:
-                    base = port.baselines[name] = Baseline(self.baseline_samples, self.baseline_min_samples)
+                    base = port.baselines[counter] = Baseline(self.baseline_samples, self.baseline_min_samples)
                 median = base.median() if base.ready else math.nan
-                if base.ready and rate >= floor and rate > self.rate_factor * max(median, floor / self.rate_factor):
-                    ratio = rate / median if median > 0 else math.inf
+                if base.ready and per_s >= floor and per_s > self.rate_factor * max(median, floor / self.rate_factor):
+                    ratio = per_s / median if median > 0 else math.inf
                     if where is None:
-                        where = self._where(ev)
-                    self._flag(node, ev.node, ts, signal=name, label=label, weight=weight, count=delta or 0,
-                               peak=min(ratio, 1e6), rate=round(rate, 1), baseline=round(median, 1), **where)
+                        where = _place(device, number)
+                    self._flag(node, name, ts, signal=counter, label=label, weight=weight, count=delta or 0,
+                               peak=min(ratio, 1e6), rate=round(per_s, 1), baseline=round(median, 1), **where)
                 else:
-                    base.add(rate)
-        self._bandwidth(node, port, ev)
-        down = self._state(node, port, ev)
-        return self._link_alert(node, ev, port, errors, down)
+                    base.add(per_s)
+        self._bandwidth(node, port, name, ts, device, number, counters)
+        if state == "ACTIVE" and (not rate or rate == port.max_rate):  # the usual: up, at its top rate (``_state``)
+            port.state = state
+            port.down_samples = 0
+            down = False
+        else:
+            down = self._state(node, port, LinkRow((name, ts, device, number, state, phys_state, rate, counters)))
+        if not errors and not down and not port.firing and node.link_alert is None and not port.err_ring.bits \
+                and port.err_first is None and not port.err_totals:
+            # the usual clean sample of a clean port (``_link_alert`` of it: nothing fires, nothing to resolve; the
+            # ring's bits stay 0, one more sample counted)
+            ring = port.err_ring
+            if ring.n < ring.size:
+                ring.n += 1
+            port.clean += 1
+            return []
+        return self._link_alert(node, LinkRow((name, ts, device, number, state, phys_state, rate, counters)), port,
+                                errors, down)
 
     @staticmethod
     def _where(ev: LinkEvent) -> dict:
-        return dict(component=f"{ev.device}/{ev.port}", category="network", device=ev.device, port=ev.port)
+        return _place(ev.device, ev.port)
 
-    def _bandwidth(self, node: _NodeState, port: _PortState, ev: LinkEvent) -> None:
-        counters = ev.counters
+    def _bandwidth(self, node: _NodeState, port: _PortState, name: str, ts: float, device: str, number: int,
+                   counters: dict[str, int]) -> None:
         xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
         if xmit is None or rcv is None:
             return
         bw = port.bw
-        prev_ts = bw.ts if bw.value is not None else None
-        _, rate = bw.update(xmit + rcv, ev.ts)
-        if rate is None or prev_ts is None:
-            return
+        total, prev = xmit + rcv, bw.value
+        if prev is not None and total >= prev:  # the usual sample: ``CounterTrack.update``'s first branch, inline
+            prev_ts = bw.ts
+            bw.value, bw.ts = total, ts
+            dt = ts - prev_ts
+            if dt < 0.2:
+                return
+            rate = (total - prev) / dt
+        else:
+            prev_ts = bw.ts if prev is not None else None
+            _, rate = bw.update(total, ts)
+            if rate is None or prev_ts is None:
+                return
+            dt = ts - prev_ts
         # After a collector gap the rate is an average over the gap (traffic and idle alike): neither judged nor
         # learned (issue 39: real RoCE traffic with gaps of seconds to minutes logged thousands of "collapses").
-        dt, usual = ev.ts - prev_ts, port.bw_dt.median() if port.bw_dt.ready else math.nan
-        port.bw_dt.add(dt)
-        if not math.isnan(usual) and dt > GAP_FACTOR * usual:
+        gaps = port.bw_dt
+        usual = gaps.median() if len(gaps.values) >= gaps.min_samples else math.nan  # (``gaps.ready``)
+        gaps.add(dt)
+        if dt > GAP_FACTOR * usual:  # (False while ``usual`` is NaN)
             return
         bps = rate * 4
         base = port.bw_baseline
         # Judged against the link's own usual pattern: what it usually falls to (its 10th percentile), not its
         # median. A link busy all the time collapses below that; a bursty one (collectives between compute
         # phases, idle for checkpoints) usually falls to near zero, and its quiet samples are no collapse.
-        if base.ready:
+        if len(base.values) >= base.min_samples:  # (``base.ready``)
             low = base.low()
             if low >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * low and (
                     bps >= IDLE_SHARE * low or self._waiting(port)):
                 median = base.median()
-                self._flag(node, ev.node, ev.ts, signal="bandwidth", label="bandwidth collapse",
+                self._flag(node, name, ts, signal="bandwidth", label="bandwidth collapse",
                            weight=LINK_WEIGHTS["bandwidth"], peak=median / max(bps, 1.0),
                            bytes_per_s=round(bps), baseline_bytes_per_s=round(median),
-                           usual_low_bytes_per_s=round(low), **self._where(ev))
+                           usual_low_bytes_per_s=round(low), **_place(device, number))
                 return
         base.add(bps)
 
@@ -827,6 +898,11 @@ class TelemetryTracker:
             for key in [k for k, ep in node.open.items() if clock - ep.last > EPISODE_GAP]:
                 del node.open[key]
         return out
+
+
+def _place(device: str, port: int) -> dict:
+    """A port spike's place (``_flag``'s keywords)."""
+    return dict(component=f"{device}/{port}", category="network", device=device, port=port)
 
 
 def _median(values: list[float]) -> float:
