@@ -43,7 +43,7 @@ STATIONS = (
     ("decode", ("models/wire/",)),
     ("detection", ("models/detection.py",)),
     ("engine", ("models/engine.py", "models/tick_schedule.py", "models/jobs_store.py",
-                "models/event_router.py")),
+                "models/event_router.py", "models/alert_clock.py")),
     ("rules", ("models/job_rules.py", "models/steps/", "models/hang/", "models/jobhealth/", "models/job_phase.py",
                "models/settings_store.py")),
     ("telemetry", ("models/telemetry/",)),
