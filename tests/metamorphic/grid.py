@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import noise as n
 from . import transforms as t
 from .invariants import WITHOUT_TELEMETRY, check
 from .recording import Recording, is_telemetry, replay
@@ -103,6 +104,48 @@ def variants() -> list[Variant]:
                        applies=lambda b: b.telemetry, excused=WITHOUT_TELEMETRY))
     out.append(Variant("quiet telemetry", "telemetry", lambda b: t.quiet_telemetry(b.rec),
                        applies=lambda b: not b.telemetry, weight=2.0))
+    return out + noise_variants()
+
+
+def _straggler(b: Base) -> bool:
+    return b.verdict.primary == "straggler" and bool(b.verdict.culprits) and b.rec.onset is not None
+
+
+def _one_run(b: Base) -> bool:
+    """Step events of one run per job (noise.complete_steps leaves a restarted job alone)."""
+    return "job_restart" not in b.verdict.types and bool(n.complete_steps(b.rec))
+
+
+def noise_variants() -> list[Variant]:
+    """The brief's noise list (noise.py): benign noise, relabelling, jobs beside, drift, the world changing first."""
+    out = [
+        Variant("gc hiccups 0.5%", "noise", lambda b: n.hiccups(b.rec, 0.005, "compute_time", seed=7), applies=_one_run),
+        Variant("data-loader hiccups 0.5%", "noise", lambda b: n.hiccups(b.rec, 0.005, "data_time", seed=8),
+                applies=_one_run),
+        Variant("job-wide slowdown 20% 60s", "noise", lambda b: n.job_slowdown(b.rec, 0.2), applies=_one_run),
+        Variant("job-wide slowdown 50% 60s", "noise", lambda b: n.job_slowdown(b.rec, 0.5), applies=_one_run),
+        Variant("moe imbalance 10%", "noise", lambda b: n.moe_imbalance(b.rec, 0.1, seed=9), applies=_one_run),
+        Variant("moe imbalance 30%", "noise", lambda b: n.moe_imbalance(b.rec, 0.3, seed=9), applies=_one_run),
+        Variant("unmarked eval 30s", "noise", lambda b: n.unmarked_eval(b.rec, 30.0), applies=_one_run),
+    ]
+    for seed in (1, 2):
+        out.append(Variant(f"relabelled {seed}", "relabel", lambda b, s=seed: n.relabel(b.rec, seed=s)))
+    for count in (1, 3):
+        out.append(Variant(f"{count} healthy job(s) beside", "bystanders",
+                           lambda b, c=count: n.bystanders(b.rec, base("library:healthy-8").rec, c),
+                           weight=1.0 + count))
+    for share in (0.25, 0.5):
+        out.append(Variant(f"drift over {share:.0%} of the fault", "drift",
+                           lambda b, s=share: n.drift(b.rec, b.hot, s), applies=lambda b: _straggler(b) and _one_run(b)))
+    out.append(Variant("checkpoint marked around the onset", "phase at onset",
+                       lambda b: n.phase_around_onset(b.rec, "checkpoint", 5), applies=lambda b: b.rec.onset is not None))
+    out.append(Variant("eval 30s 5 steps into the fault", "phase at onset",
+                       lambda b: n.pause_after_onset(b.rec, "eval", 30.0, 5), applies=lambda b: b.rec.onset is not None))
+    restart = frozenset({"job_restart"})
+    out.append(Variant("restart on spares before the fault", "world change", lambda b: n.restart_on_spares(b.rec),
+                       applies=_one_run, excused=restart, weight=1.5))
+    out.append(Variant("resized from half before the fault", "world change", lambda b: n.resize_before(b.rec),
+                       applies=_one_run, excused=restart, weight=1.5))
     return out
 
 

@@ -74,9 +74,15 @@ def warning_first(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Rec
     return f"{len(var.critical_first)} hang(s) critical first (base {len(base.critical_first)})" if more > 0 else None
 
 
+def quiet_jobs(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
+    """Healthy jobs the variant added beside the base's (noise.bystanders) get no alert."""
+    loud = var.jobs & var_rec.quiet_jobs
+    return f"alerts for added jobs {sorted(loud)[:4]}" if loud else None
+
+
 INVARIANTS: dict[str, Callable[..., str | None]] = {
     "types_kept": types_kept, "no_new_types": no_new_types, "culprit": culprit, "cause": cause, "delay": delay,
-    "warning_first": warning_first,
+    "warning_first": warning_first, "quiet_jobs": quiet_jobs,
 }
 
 #: What dropping node telemetry may change: the alerts made from it and the cause read from it.

@@ -33,6 +33,8 @@ class Verdict:
     #: Hang incidents whose first firing version was already critical (no warning before it).
     critical_first: tuple[str, ...] = ()
     alerts: int = 0
+    #: Every job a firing alert was about.
+    jobs: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         culprit = ",".join(map(str, sorted(self.culprits)[:6])) or "-"
@@ -43,6 +45,7 @@ class Verdict:
 def verdict(alerts: list[dict]) -> Verdict:
     firing = [a for a in alerts if a.get("status") == "firing"]
     types = frozenset(str(a["type"]) for a in firing)
+    jobs = frozenset(str(a["job"]) for a in firing if a.get("job"))
     firsts: dict[str, dict] = {}
     lasts: dict[str, dict] = {}
     for a in firing:
@@ -51,7 +54,7 @@ def verdict(alerts: list[dict]) -> Verdict:
     critical_first = tuple(i for i, a in firsts.items() if a["type"] == "hang" and a["severity"] == "critical")
     primary = next((t for t in PRIMARY_ORDER if t in types), None)
     if primary is None:
-        return Verdict(types, critical_first=critical_first, alerts=len(alerts))
+        return Verdict(types, critical_first=critical_first, alerts=len(alerts), jobs=jobs)
     first = next(a for a in firing if a["type"] == primary)
     last = lasts[first["id"]]
     evidence = last.get("evidence") or {}
@@ -61,4 +64,4 @@ def verdict(alerts: list[dict]) -> Verdict:
         culprits = frozenset(last.get("ranks") or ())
     causes = evidence.get("suspected_causes") or []
     return Verdict(types, primary, first.get("job") or None, culprits, (last.get("nodes") or [None])[0],
-                   causes[0].get("category") if causes else None, first["starts_at"], critical_first, len(alerts))
+                   causes[0].get("category") if causes else None, first["starts_at"], critical_first, len(alerts), jobs)
