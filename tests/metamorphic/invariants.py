@@ -39,9 +39,13 @@ def culprit(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording
     if var.primary != base.primary:
         return f"primary {var.primary} (base {base.primary})"
     want = frozenset(var_rec.rank_of(base.job or "", r) for r in base.culprits)
-    if var.culprits != want:
+    # Several culprits found at once are alerts in rank order: any of them may come first where all are named.
+    every = frozenset(var_rec.rank_of(base.job or "", r) for r in base.all_culprits)
+    reordered = bool(every) and var.all_culprits == every and var.culprits <= every
+    if var.culprits != want and not reordered:
         return f"culprits {sorted(var.culprits)[:8]} (base {sorted(want)[:8]})"
-    if base.node is not None and var.node != var_rec.node_of(base.node):
+    nodes = {var_rec.node_of(n) for n in base.all_nodes}
+    if base.node is not None and var.node != var_rec.node_of(base.node) and not (reordered and var.node in nodes):
         return f"node {var.node} (base {var_rec.node_of(base.node)})"
     return None
 

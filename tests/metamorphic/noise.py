@@ -171,8 +171,17 @@ def stretch(rec: Recording, what: str, extra: Extra) -> Recording:
 
 
 def _beats_through(rec: Recording, out: list[Line], shifts: list[float]) -> list[Line]:
-    """Heartbeats a timer sends through the time a step got longer: a copy of the one before, at its period."""
+    """Heartbeats a timer sends through the time a step got longer: the one before, at its period, brought up to
+    the rank's last completed step (its sequence numbers advanced at the rank's usual collectives per step)."""
     periods = _periods(rec)
+    done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for line in out:
+        e = line.event
+        if e.get("kind") == "step" and isinstance(e.get("step"), int):
+            done[(e.get("job"), e.get("rank"))].append((e["ts"], e["step"]))
+    for series in done.values():
+        series.sort()
+    rates = _seq_rates(rec)
     last: dict[tuple, tuple[Line, float]] = {}
     added = []
     for line, dt in zip(out, shifts):
@@ -184,9 +193,68 @@ def _beats_through(rec: Recording, out: list[Line], shifts: list[float]) -> list
         p = periods.get(key)
         if prev is None or not p or dt - prev[1] < 0.5 * p:
             continue
-        n = int((line.event["ts"] - prev[0].event["ts"]) / p - 1e-9)
-        added.extend(_moved(prev[0], i * p) for i in range(1, min(n, 10_000) + 1))
+        hb = prev[0]
+        series = done.get((hb.event.get("job"), hb.event.get("rank")), [])
+        t = hb.event["ts"] + p
+        while t < line.event["ts"] - 0.5 * p and len(added) < 1_000_000:
+            copy = _moved(hb, t - hb.event["ts"])
+            i = bisect.bisect_right(series, (t, float("inf"))) - 1
+            if i >= 0 and isinstance(hb.event.get("step"), int) and series[i][1] > hb.event["step"]:
+                copy = Line(copy.arrival, _advanced(copy.event, series[i][1], rates.get(key, {})))
+            added.append(copy)
+            t += p
     return added
+
+
+def _seq_rates(rec: Recording) -> dict[tuple, dict[str, float]]:
+    """Per heartbeat stream, its sequence numbers' usual advance per step (``seq_completed``, ``pgs/NAME``)."""
+    seen: dict[tuple, list[dict]] = defaultdict(list)
+    for e in rec.events("heartbeat"):
+        if isinstance(e.get("step"), int):
+            seen[_stream(e)].append(e)
+    out = {}
+    for key, beats in seen.items():
+        per: dict[str, list[float]] = defaultdict(list)
+        for a, b in zip(beats, beats[1:]):
+            steps = b["step"] - a["step"]
+            if steps <= 0:
+                continue
+            for name, x, y in _seqs(a, b):
+                per[name].append((y - x) / steps)
+        out[key] = {name: statistics.median(v) for name, v in per.items()}
+    return out
+
+
+def _seqs(a: dict, b: dict):
+    for f in ("seq_started", "seq_completed"):
+        if isinstance(a.get(f), int) and isinstance(b.get(f), int):
+            yield f, a[f], b[f]
+    pa, pb = a.get("pgs"), b.get("pgs")
+    if isinstance(pa, dict) and isinstance(pb, dict):
+        for name, va in pa.items():
+            vb = pb.get(name)
+            if isinstance(va, dict) and isinstance(vb, dict):
+                for f in ("started", "completed"):
+                    if isinstance(va.get(f), int) and isinstance(vb.get(f), int):
+                        yield f"pgs/{name}/{f}", va[f], vb[f]
+
+
+def _advanced(e: dict, step: int, rates: dict[str, float]) -> dict:
+    """A heartbeat brought forward to ``step``: its sequence numbers as many steps further at their rates."""
+    k = step - e["step"]
+    ev = dict(e, step=step)
+    for f in ("seq_started", "seq_completed"):
+        if isinstance(e.get(f), int) and f in rates:
+            ev[f] = e[f] + round(rates[f] * k)
+    if isinstance(e.get("pgs"), dict):
+        pgs = {}
+        for name, v in e["pgs"].items():
+            if isinstance(v, dict):
+                v = dict(v, **{f: v[f] + round(rates[f"pgs/{name}/{f}"] * k) for f in ("started", "completed")
+                               if isinstance(v.get(f), int) and f"pgs/{name}/{f}" in rates})
+            pgs[name] = v
+        ev["pgs"] = pgs
+    return ev
 
 
 # -- 1. benign noise -----------------------------------------------------------------------------------------
@@ -211,6 +279,12 @@ def hiccups(rec: Recording, rate: float, field: str = "compute_time", seed: int 
     return stretch(rec, f"hiccups({rate:g},{field})", extra)
 
 
+def _step_times(steps: dict[str, dict[int, dict[int, dict]]]) -> dict[tuple[str, int], float]:
+    """When each step of each job ended, job-wide (the median rank's stamp)."""
+    return {(job, s): statistics.median(e["ts"] for e in by_rank.values())
+            for job, by_step in steps.items() for s, by_rank in by_step.items()}
+
+
 def _window(rec: Recording, job: str) -> tuple[float, float]:
     """Where noise before the fault goes: the job's steps before the onset (all of them if none)."""
     ts = sorted(e["ts"] for e in rec.events("step") if e.get("job") == job)
@@ -223,12 +297,15 @@ def job_slowdown(rec: Recording, factor: float, seconds: float = 60.0) -> Record
     (a shared file system, the cluster's network busy): job-wide, no rank slower than the others.
 
     Invariant: the same verdict; a job-wide slowdown names no culprit (it may be a ``throughput_drop``: excused)."""
-    spans = {job: _window(rec, job) for job in complete_steps(rec)}
+    steps = complete_steps(rec)
+    spans = {job: _window(rec, job) for job in steps}
+    when = _step_times(steps)
 
     def extra(job, rank, step, e):
         start, end = spans[job]
         begin = start + (end - start) / 3
-        return ("compute_time", _busy(e) * factor) if begin <= e["ts"] < begin + seconds else None
+        # (the step's job-wide time, not the rank's: hosts' clocks differ, the slowdown is the same step's)
+        return ("compute_time", _busy(e) * factor) if begin <= when[(job, step)] < begin + seconds else None
 
     return stretch(rec, f"job_slowdown({factor:.0%},{seconds:g}s)", extra)
 
@@ -371,15 +448,16 @@ def drift(rec: Recording, culprits: dict[str, frozenset[int]], share: float) -> 
     if rec.onset is None or not culprits:
         return rec.derive(f"drift({share:.0%})", rec.lines)
     steps = complete_steps(rec)
+    when = _step_times(steps)
     last = max(e["ts"] for e in rec.events("step"))
     ramp = max(1e-6, share * (last - rec.onset))
 
     def extra(job, rank, step, e):
-        if rank not in culprits.get(job, ()) or e["ts"] < rec.onset:
+        if rank not in culprits.get(job, ()) or when[(job, step)] < rec.onset:
             return None
         others = [_busy(x) for r, x in steps[job][step].items() if r not in culprits[job]]
         excess = _busy(e) - statistics.median(others) if others else 0.0
-        done = min(1.0, (e["ts"] - rec.onset) / ramp)
+        done = min(1.0, (when[(job, step)] - rec.onset) / ramp)
         field = "compute_time" if "compute_time" in e else "data_time"
         return (field, -excess * (1.0 - done)) if excess > 0 and done < 1.0 else None
 
@@ -431,6 +509,13 @@ def _prefix(rec: Recording, share: float) -> tuple[list[Line], float]:
                                                                    and line.event.get("phase") == "end")], cut
 
 
+def _run(lines: list[Line], incarnation: int) -> list[Line]:
+    """A run's rank events with the process start a producer of today tells (``incarnation``, ms): a relaunch
+    whose first run was short is known as one, not inferred from its steps going back (docs/hang.md)."""
+    return [Line(line.arrival, dict(line.event, incarnation=incarnation))
+            if line.event.get("kind") in ("step", "heartbeat") and "rank" in line.event else line for line in lines]
+
+
 def _later(line: Line, dt: float) -> Line:
     e = line.event
     if "ts" not in e:
@@ -457,10 +542,12 @@ def restart_on_spares(rec: Recording, share: float = 0.5, gap: float = 20.0) -> 
     dt = cut - rec.lines[0].arrival + gap
     run2 = [_later(line, dt) for line in rec.lines]
     onset = rec.onset + dt if rec.onset is not None else None
-    return rec.derive(f"restart_on_spares({share:.0%},{gap:g}s)", [*run1, *_sorted(run2)], onset=onset)
+    t0 = int(rec.lines[0].arrival * 1000)
+    return rec.derive(f"restart_on_spares({share:.0%},{gap:g}s)",
+                      [*_run(run1, t0), *_run(_sorted(run2), t0 + int(dt * 1000))], onset=onset)
 
 
-def resize_before(rec: Recording, share: float = 0.5, gap: float = 30.0) -> Recording:
+def resize_before(rec: Recording, share: float = 0.5, gap: float = 20.0) -> Recording:
     """An elastic job that first ran at half its world (its first ranks, on their nodes) for ``share`` of its time
     before the fault, then was resized (relaunched, ``gap`` seconds) to the base's world.
 
@@ -474,4 +561,6 @@ def resize_before(rec: Recording, share: float = 0.5, gap: float = 30.0) -> Reco
     dt = cut - rec.lines[0].arrival + gap
     run2 = [_later(line, dt) for line in rec.lines]
     onset = rec.onset + dt if rec.onset is not None else None
-    return rec.derive(f"resize_before({share:.0%},{gap:g}s)", [*small.lines, *_sorted(run2)], onset=onset)
+    t0 = int(rec.lines[0].arrival * 1000)
+    return rec.derive(f"resize_before({share:.0%},{gap:g}s)",
+                      [*_run(list(small.lines), t0), *_run(_sorted(run2), t0 + int(dt * 1000))], onset=onset)

@@ -35,6 +35,10 @@ class Verdict:
     alerts: int = 0
     #: Every job a firing alert was about.
     jobs: frozenset[str] = frozenset()
+    #: The culprits and nodes of every alert of the primary type in the primary's job (two stragglers found at
+    #: one step are two alerts, published in rank order: which is first is not the verdict).
+    all_culprits: frozenset[int] = frozenset()
+    all_nodes: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         culprit = ",".join(map(str, sorted(self.culprits)[:6])) or "-"
@@ -63,5 +67,15 @@ def verdict(alerts: list[dict]) -> Verdict:
     else:
         culprits = frozenset(last.get("ranks") or ())
     causes = evidence.get("suspected_causes") or []
+    same = [lasts[i] for i, a in firsts.items() if a["type"] == primary and a.get("job") == first.get("job")]
+    every = frozenset(r for a in same for r in _culprits(a))
+    nodes = frozenset(n for a in same for n in (a.get("nodes") or ())[:1])
     return Verdict(types, primary, first.get("job") or None, culprits, (last.get("nodes") or [None])[0],
-                   causes[0].get("category") if causes else None, first["starts_at"], critical_first, len(alerts), jobs)
+                   causes[0].get("category") if causes else None, first["starts_at"], critical_first, len(alerts), jobs, every, nodes)
+
+
+def _culprits(alert: dict) -> frozenset[int]:
+    culprits = (alert.get("evidence") or {}).get("culprits")
+    if alert["type"] == "hang" and culprits:
+        return frozenset(c["rank"] for c in culprits if c.get("rank") is not None)
+    return frozenset(alert.get("ranks") or ())
