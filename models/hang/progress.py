@@ -269,6 +269,11 @@ class JobProgress:
         self.last_seen[slot] = ts
         self.nodes.append(None)
         self.rank_phase.append(None)
+        if self.incarnated and ts - self.incarnated_at <= INCARNATION_WINDOW_SECONDS:
+            # A rank first seen while the job's ranks come back in new processes is of the new run (an elastic
+            # job relaunched on more ranks): counted with them, or the old ranks' relaunch were never "most"
+            # ranks and the new run's steps read as the old run's stuck counter (a hang warning while it trains).
+            self.incarnated.add(slot)
         return slot
 
     def reset_rank(self, slot: int) -> None:
