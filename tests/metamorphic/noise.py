@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .recording import Line, Recording, is_telemetry
-from .transforms import _moved, _periods, _sorted, _stream, pause_before_fault, world_size
+from .transforms import _merged, _moved, _periods, _sorted, _stream, pause_before_fault, world_size
 
 #: ``extra(job, rank, step, event) -> (field, seconds)``: the time added to one rank's step (None: none).
 Extra = Callable[[str, int, int, dict], "tuple[str, float] | None"]
@@ -162,12 +162,15 @@ def stretch(rec: Recording, what: str, extra: Extra) -> Recording:
             ev["start_ts"] = round(e["start_ts"] + dt, 6)
         out.append(Line(line.arrival + dt, ev))
         shifts.append(dt)
-    out += _beats_through(rec, out, shifts)
+    beats = _beats_through(rec, out, shifts)
+    # A capture is delivered in arrival order; a recording without arrivals in its own order (a line moved later
+    # keeps its place: its job's later lines moved with it).
+    out = _sorted([*out, *beats]) if rec.arrival else _merged(out, beats)
     onset = rec.onset
     if onset is not None and job_ends:
         main = max(job_ends, key=lambda j: len(job_ends[j]))
         onset = onset + shift_at(job_ends[main], main, onset)
-    return rec.derive(what, _sorted(out), onset=onset)
+    return rec.derive(what, out, onset=onset)
 
 
 def _beats_through(rec: Recording, out: list[Line], shifts: list[float]) -> list[Line]:
@@ -431,8 +434,7 @@ def bystanders(rec: Recording, healthy: Recording, count: int = 1) -> Recording:
             if isinstance(ev.get("start_ts"), (int, float)):
                 ev["start_ts"] = round(ev["start_ts"] + dt, 6)
             added.append(Line(line.arrival + dt, ev))
-    lines = _sorted([*rec.lines, *added])
-    return rec.derive(f"bystanders({count})", lines, quiet_jobs=frozenset(quiet))
+    return rec.derive(f"bystanders({count})", _merged(rec.lines, added), quiet_jobs=frozenset(quiet))
 
 
 # -- 4. a drifting culprit; a phase around the onset -----------------------------------------------------------
@@ -481,7 +483,7 @@ def phase_around_onset(rec: Recording, phase: str, steps: int) -> Recording:
                                            "phase": phase}))
         marks.append(Line(rec.onset + dt, {"v": 1, "kind": "phase", "job": job, "ts": round(rec.onset + dt, 6),
                                            "phase": "train"}))
-    return rec.derive(f"{phase}_around_onset({steps})", _sorted([*rec.lines, *marks]), onset=rec.onset + dt)
+    return rec.derive(f"{phase}_around_onset({steps})", _merged(rec.lines, marks), onset=rec.onset + dt)
 
 
 def pause_after_onset(rec: Recording, phase: str, seconds: float, steps: int) -> Recording:
@@ -544,7 +546,7 @@ def restart_on_spares(rec: Recording, share: float = 0.5, gap: float = 20.0) -> 
     onset = rec.onset + dt if rec.onset is not None else None
     t0 = int(rec.lines[0].arrival * 1000)
     return rec.derive(f"restart_on_spares({share:.0%},{gap:g}s)",
-                      [*_run(run1, t0), *_run(_sorted(run2), t0 + int(dt * 1000))], onset=onset)
+                      [*_run(run1, t0), *_run(run2, t0 + int(dt * 1000))], onset=onset)
 
 
 def resize_before(rec: Recording, share: float = 0.5, gap: float = 20.0) -> Recording:
@@ -563,4 +565,4 @@ def resize_before(rec: Recording, share: float = 0.5, gap: float = 20.0) -> Reco
     onset = rec.onset + dt if rec.onset is not None else None
     t0 = int(rec.lines[0].arrival * 1000)
     return rec.derive(f"resize_before({share:.0%},{gap:g}s)",
-                      [*_run(list(small.lines), t0), *_run(_sorted(run2), t0 + int(dt * 1000))], onset=onset)
+                      [*_run(list(small.lines), t0), *_run(run2, t0 + int(dt * 1000))], onset=onset)
