@@ -219,6 +219,13 @@ PINNED: list[tuple[str, str]] = [
     # The grid's leftovers (tests/metamorphic/test_neighbours.py has their families).
     ("hand:straggler", "step 120s"),  # a: no checkpoint_stale at a long pace's own cadence
     ("library:straggler-10pct-8", "world 2"),  # d: the healthy rank of a pair is not named (KNOWN: nor the slow)
+    # The noise list's families (noise.py; tests/metamorphic/test_noise.py has them generated).
+    ("hand:straggler", "unmarked eval 30s"),  # the stop hid the later throughput_drop (throughput.py)
+    ("gen2:hang-before-collective", "resized from half before the fault"),  # a relaunch on 2x the ranks (progress.py)
+    ("gen3:two_stragglers", "relabelled 1"),  # two culprits at one step, in rank order (verdict.all_culprits)
+    ("hand:hang", "1 healthy job(s) beside"),
+    ("gen3:slow_node_2gpu", "drift over 50% of the fault"),
+    ("hand:straggler", "eval 30s 5 steps into the fault"),
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
@@ -316,6 +323,18 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),
     ("heartbeat step", "", "", "issue 39 item 4: heartbeats behind the step events lose the hang warning"),
     ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),
+    ("unmarked eval 30s", "", "", "design (docs/hang.md, pauses the job went on from by itself): a stop without "
+     "phase markers over the 30 s warning floor warns once, as a hang's first 30 s would (20 s holds); on gen3's "
+     "bases that warning names 7 of 8 ranks as a partial hang (one rank's last progress was a heartbeat a few "
+     "seconds after the others' step events): not analysed further"),
+    ("moe imbalance", "", "", "statistics: 10-30% per-step jitter on every rank around a straggler of 10-13% (at "
+     "the 1.1 ratio threshold): named later, fewer of a slow node's ranks at first, or (library 10%, gen3's rank 0 "
+     "logging role, which gen3 labels quiet) not at all; 30% stragglers hold"),
+    ("gc hiccups", "delay", "", "knife-edge base: library:straggler-10pct-8's rank reads 1.10-1.11x, at the 1.1 "
+     "threshold; a few steps' noise or skipped steps after the onset move its first alert past the base's next "
+     "stretch above it (the same base at 30% holds)"),
+    ("checkpoint marked around", "delay", "", "knife-edge base: library:straggler-10pct-8's rank reads 1.10-1.11x, "
+     "at the 1.1 threshold; the 5 steps after the onset the phase skips were its clearest (the 30% base holds)"),
     ("", "warning_first", "", "issue 39 item 2: a hang critical before any warning (already in the base)"),
     ("", "cause", "cause None (base host)", "not analysed: the OOM-killed rank's host cause lost under a pause or a "
      "long pace; the same on main before the leftovers' fixes (93fe196)"),
