@@ -141,8 +141,10 @@ def noise_variants() -> list[Variant]:
     for share in (0.25, 0.5):
         out.append(Variant(f"drift over {share:.0%} of the fault", "drift",
                            lambda b, s=share: n.drift(b.rec, b.hot, s), applies=lambda b: _straggler(b) and _one_run(b)))
+    # (not where the fault is the checkpoints': a marked checkpoint at the onset is one taken, not noise)
     out.append(Variant("checkpoint marked around the onset", "phase at onset",
-                       lambda b: n.phase_around_onset(b.rec, "checkpoint", 5), applies=lambda b: b.rec.onset is not None))
+                       lambda b: n.phase_around_onset(b.rec, "checkpoint", 5),
+                       applies=lambda b: b.rec.onset is not None and "checkpoint_stale" not in b.verdict.types))
     out.append(Variant("eval 30s 5 steps into the fault", "phase at onset",
                        lambda b: n.pause_after_onset(b.rec, "eval", 30.0, 5), applies=lambda b: b.rec.onset is not None))
     restart = frozenset({"job_restart"})
