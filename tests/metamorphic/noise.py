@@ -197,13 +197,16 @@ def _beats_through(rec: Recording, out: list[Line], shifts: list[float]) -> list
         if prev is None or not p or dt - prev[1] < 0.5 * p:
             continue
         hb = prev[0]
+        if line.event["ts"] - hb.event["ts"] - (dt - prev[1]) > 1.5 * p:
+            continue  # a silence of the base's own (a frozen rank): not the timer's to fill
         series = done.get((hb.event.get("job"), hb.event.get("rank")), [])
         t = hb.event["ts"] + p
         while t < line.event["ts"] - 0.5 * p and len(added) < 1_000_000:
             copy = _moved(hb, t - hb.event["ts"])
             i = bisect.bisect_right(series, (t, float("inf"))) - 1
             if i >= 0 and isinstance(hb.event.get("step"), int) and series[i][1] > hb.event["step"]:
-                copy = Line(copy.arrival, _advanced(copy.event, series[i][1], rates.get(key, {})))
+                step = min(series[i][1], line.event.get("step", series[i][1]))
+                copy = Line(copy.arrival, _advanced(copy.event, step, rates.get(key, {}), line.event))
             added.append(copy)
             t += p
     return added
@@ -242,18 +245,24 @@ def _seqs(a: dict, b: dict):
                         yield f"pgs/{name}/{f}", va[f], vb[f]
 
 
-def _advanced(e: dict, step: int, rates: dict[str, float]) -> dict:
-    """A heartbeat brought forward to ``step``: its sequence numbers as many steps further at their rates."""
+def _advanced(e: dict, step: int, rates: dict[str, float], after: dict) -> dict:
+    """A heartbeat brought forward to ``step``: its sequence numbers as many steps further at their rates, never past
+    the heartbeat ``after`` it (an estimate ahead of the rank would make every other rank read as behind it)."""
     k = step - e["step"]
     ev = dict(e, step=step)
     for f in ("seq_started", "seq_completed"):
         if isinstance(e.get(f), int) and f in rates:
-            ev[f] = e[f] + round(rates[f] * k)
+            cap = after[f] if isinstance(after.get(f), int) else float("inf")
+            ev[f] = max(e[f], min(e[f] + round(rates[f] * k), cap))
     if isinstance(e.get("pgs"), dict):
+        later = after.get("pgs") if isinstance(after.get("pgs"), dict) else {}
         pgs = {}
         for name, v in e["pgs"].items():
             if isinstance(v, dict):
-                v = dict(v, **{f: v[f] + round(rates[f"pgs/{name}/{f}"] * k) for f in ("started", "completed")
+                nxt = later.get(name) if isinstance(later.get(name), dict) else {}
+                v = dict(v, **{f: max(v[f], min(v[f] + round(rates[f"pgs/{name}/{f}"] * k),
+                                                 nxt[f] if isinstance(nxt.get(f), int) else float("inf")))
+                               for f in ("started", "completed")
                                if isinstance(v.get(f), int) and f"pgs/{name}/{f}" in rates})
             pgs[name] = v
         ev["pgs"] = pgs
