@@ -327,11 +327,11 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),
     ("unmarked eval 30s", "", "", "design (docs/hang.md, pauses the job went on from by itself): a stop without "
      "phase markers over the 30 s warning floor warns once, as a hang's first 30 s would (20 s holds); on gen3's "
-     "bases that warning names 7 of 8 ranks as a partial hang (one rank's last progress was a heartbeat a few "
-     "seconds after the others' step events): not analysed further"),
-    ("moe imbalance", "", "", "statistics: 10-30% per-step jitter on every rank around a straggler of 10-13% (at "
-     "the 1.1 ratio threshold): named later, fewer of a slow node's ranks at first, or (library 10%, gen3's rank 0 "
-     "logging role, which gen3 labels quiet) not at all; 30% stragglers hold"),
+     "bases that warning names 7 of 8 ranks as a partial hang (one rank's next step came in just before the "
+     "others'): not changed"),
+    ("moe imbalance", "", "", "statistics: 10-30% per-step jitter on every rank around a slowdown of 10-13% (at "
+     "the 1.1 ratio threshold) or one still growing: named later, fewer of a slow node's ranks at first, or (library "
+     "10%, gen3's rank 0 logging role, which gen3 labels quiet) not at all; 30% stragglers hold"),
     ("gc hiccups", "delay", "", "knife-edge base: library:straggler-10pct-8's rank reads 1.10-1.11x, at the 1.1 "
      "threshold; a few steps' noise or skipped steps after the onset move its first alert past the base's next "
      "stretch above it (the same base at 30% holds)"),
