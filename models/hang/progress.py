@@ -135,6 +135,7 @@ class JobProgress:
         self.incarnated: set[int] = set()
         self.incarnated_at = 0.0
         self.nodes: list[str | None] = []
+        self.first_seen: list[float] = []  # per slot: when the rank was first heard of
         self.rank_phase: list[str | None] = []
         # Per-process-group sequence numbers from heartbeats' ``pgs``: group -> slot -> (started,
         # completed), and the group's global ranks (None: not told, e.g. the default group).
@@ -187,10 +188,18 @@ class JobProgress:
         if not self.incarnated:
             self.incarnated_at = ts
         self.incarnated.add(slot)
-        if 2 * len(self.incarnated) <= self.n:
+        if 2 * (len(self.incarnated) + self._joined()) <= self.n:
             self.reset_rank(slot)
             return Incarnation.RANK
         return Incarnation.JOB
+
+    def _joined(self) -> int:
+        """Ranks first heard of since the job last progressed, near its relaunch, not counted in ``incarnated``: the
+        new run's ranks beyond the old run's (an elastic job relaunched on more ranks). Counted with the ranks in new
+        processes, or a relaunch on twice the ranks never had "most" of them new and its steps read as the old
+        run's counter standing still (a hang warning while it trained: tests/models/hang/test_elastic_relaunch.py)."""
+        since = max(self.progress_ts, self.incarnated_at - INCARNATION_WINDOW_SECONDS)
+        return sum(1 for s, t in enumerate(self.first_seen[:self.n]) if t > since and s not in self.incarnated)
 
     def passed_at(self, step: int) -> float:
         """When the job's counter passed ``step`` (-inf: before the advances kept; inf: not yet)."""
@@ -272,6 +281,7 @@ class JobProgress:
         self.last_seen[slot] = ts
         self.nodes.append(None)
         self.rank_phase.append(None)
+        self.first_seen.append(ts)
         return slot
 
     def reset_rank(self, slot: int) -> None:

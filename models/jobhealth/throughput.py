@@ -13,7 +13,8 @@ the job's own baseline:
   or a stationary but bimodal job (occasional hiccups on some rank) does not pass it, a
   real shift does within a few steps;
 * values join the baseline only after leaving the recent window, and not while an alert
-  is open, so a regression is never absorbed into its own baseline;
+  is open, so a regression is never absorbed into its own baseline; a stop (a step over
+  ``STOP_FACTOR`` x the baseline's median: an unmarked eval or checkpoint) is left out of its mean;
 * where the job reports tokens, longer steps whose time per token held (under half of
   ``min_effect``) are not a drop: they carry more tokens (``_tokens_kept_pace``).
 
@@ -57,6 +58,11 @@ class Layer(StrEnum):
     INPUT_PIPELINE = "input pipeline"  # the data wait (data_time)
     UNKNOWN = "unknown"  # no layer explains at least half of the increase
 
+
+#: A baseline value over this many times the baseline's median is a stop (an unmarked eval or checkpoint: one step
+#: of the whole job tens of seconds long), left out of the CUSUM's baseline mean: kept in, one 30 s step among
+#: 200 of 0.25 s raised the mean 60% and hid a later real drop (tests/metamorphic/test_noise.py).
+STOP_FACTOR = 3.0
 
 LAYERS = ((Layer.COMMUNICATION, "comm"), (Layer.COMPUTE, "compute"), (Layer.INPUT_PIPELINE, "data"))
 
@@ -219,7 +225,11 @@ class _Regression:
         if len(self.baseline) < self.min_baseline:
             return None
         if self._mean is None:  # np.mean's float, without its slow conversion of a deque
-            self._mean = float(np.fromiter(self.baseline, np.float64, len(self.baseline)).mean())
+            values = np.fromiter(self.baseline, np.float64, len(self.baseline))
+            mean = float(values.mean())
+            if values.max() > STOP_FACTOR * mean:  # (a stop in it: the median is needed only then)
+                mean = float(values[values <= STOP_FACTOR * float(np.median(values))].mean())
+            self._mean = mean
         return self._mean
 
     def update(self, step: int, value: float, *, learn: bool) -> None:

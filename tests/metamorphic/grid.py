@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import noise as n
 from . import transforms as t
 from .invariants import WITHOUT_TELEMETRY, check
 from .recording import Recording, is_telemetry, replay
@@ -112,6 +113,54 @@ def variants() -> list[Variant]:
                        applies=lambda b: b.telemetry, excused=WITHOUT_TELEMETRY))
     out.append(Variant("quiet telemetry", "telemetry", lambda b: t.quiet_telemetry(b.rec),
                        applies=lambda b: not b.telemetry, weight=2.0))
+    return out + noise_variants()
+
+
+def _straggler(b: Base) -> bool:
+    return b.verdict.primary == "straggler" and bool(b.verdict.culprits) and b.rec.onset is not None
+
+
+def _one_run(b: Base) -> bool:
+    """Step events of one run per job (noise.complete_steps leaves a restarted job alone)."""
+    return "job_restart" not in b.verdict.types and bool(n.complete_steps(b.rec))
+
+
+def noise_variants() -> list[Variant]:
+    """The brief's noise list (noise.py): benign noise, relabelling, jobs beside, drift, the world changing first."""
+    out = [
+        Variant("gc hiccups 0.5%", "noise", lambda b: n.hiccups(b.rec, 0.005, "compute_time", seed=7), applies=_one_run),
+        Variant("data-loader hiccups 0.5%", "noise", lambda b: n.hiccups(b.rec, 0.005, "data_time", seed=8),
+                applies=_one_run),
+        # (a job-wide slowdown is what throughput_drop reports, docs/job-health.md: the right alert, not noise's)
+        Variant("job-wide slowdown 20% 60s", "noise", lambda b: n.job_slowdown(b.rec, 0.2), applies=_one_run,
+                excused=frozenset({"throughput_drop"})),
+        Variant("job-wide slowdown 50% 60s", "noise", lambda b: n.job_slowdown(b.rec, 0.5), applies=_one_run,
+                excused=frozenset({"throughput_drop"})),
+        Variant("moe imbalance 10%", "noise", lambda b: n.moe_imbalance(b.rec, 0.1, seed=9), applies=_one_run),
+        Variant("moe imbalance 30%", "noise", lambda b: n.moe_imbalance(b.rec, 0.3, seed=9), applies=_one_run),
+        Variant("unmarked eval 20s", "noise", lambda b: n.unmarked_eval(b.rec, 20.0), applies=_one_run),
+        Variant("unmarked eval 30s", "noise", lambda b: n.unmarked_eval(b.rec, 30.0), applies=_one_run),
+    ]
+    for seed in (1, 2):
+        out.append(Variant(f"relabelled {seed}", "relabel", lambda b, s=seed: n.relabel(b.rec, seed=s)))
+    for count in (1, 3):
+        out.append(Variant(f"{count} healthy job(s) beside", "bystanders",
+                           lambda b, c=count: n.bystanders(b.rec, base("library:healthy-8").rec, c),
+                           weight=1.0 + count))
+    for share in (0.25, 0.5):
+        out.append(Variant(f"drift over {share:.0%} of the fault", "drift",
+                           lambda b, s=share: n.drift(b.rec, b.hot, s), applies=lambda b: _straggler(b) and _one_run(b)))
+    # (not where the fault is the checkpoints': a marked checkpoint at the onset is one taken, not noise)
+    out.append(Variant("checkpoint marked around the onset", "phase at onset",
+                       lambda b: n.phase_around_onset(b.rec, "checkpoint", 5),
+                       applies=lambda b: b.rec.onset is not None and "checkpoint_stale" not in b.verdict.types))
+    out.append(Variant("eval 30s 5 steps into the fault", "phase at onset",
+                       lambda b: n.pause_after_onset(b.rec, "eval", 30.0, 5), applies=lambda b: b.rec.onset is not None))
+    restart = frozenset({"job_restart"})
+    out.append(Variant("restart on spares before the fault", "world change", lambda b: n.restart_on_spares(b.rec),
+                       applies=_one_run, excused=restart, weight=1.5))
+    out.append(Variant("resized from half before the fault", "world change", lambda b: n.resize_before(b.rec),
+                       applies=_one_run, excused=restart, weight=1.5))
     return out
 
 
@@ -186,6 +235,13 @@ PINNED: list[tuple[str, str]] = [
     ("gen3:two_stragglers", "world 8"),  # c: a shrunk job keeps both stragglers
     ("gen3:straggler_recurs", "late 1% by 30s"),  # e: a stalled producer delays the alert by at most the stall
     ("gen3:oom_killed_rank", "warmup 20s before the fault"),  # b: a culprit dying after a warm-up is silent
+    # The noise list's families (noise.py; tests/metamorphic/test_noise.py has them generated).
+    ("hand:straggler", "unmarked eval 30s"),  # the stop hid the later throughput_drop (throughput.py)
+    ("gen2:hang-before-collective", "resized from half before the fault"),  # a relaunch on 2x the ranks (progress.py)
+    ("gen3:two_stragglers", "relabelled 1"),  # two culprits at one step, in rank order (verdict.all_culprits)
+    ("hand:hang", "1 healthy job(s) beside"),
+    ("gen3:slow_node_2gpu", "drift over 50% of the fault"),
+    ("hand:straggler", "eval 30s 5 steps into the fault"),
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
@@ -286,6 +342,18 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),
     ("heartbeat step", "", "", "issue 39 item 4: heartbeats behind the step events lose the hang warning"),
     ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),
+    ("unmarked eval 30s", "", "", "design (docs/hang.md, pauses the job went on from by itself): a stop without "
+     "phase markers over the 30 s warning floor warns once, as a hang's first 30 s would (20 s holds); on gen3's "
+     "bases that warning names 7 of 8 ranks as a partial hang (one rank's next step came in just before the "
+     "others'): not changed"),
+    ("moe imbalance", "", "", "statistics: 10-30% per-step jitter on every rank around a slowdown of 10-13% (at "
+     "the 1.1 ratio threshold) or one still growing: named later, fewer of a slow node's ranks at first, or (library "
+     "10%, gen3's rank 0 logging role, which gen3 labels quiet) not at all; 30% stragglers hold"),
+    ("gc hiccups", "delay", "", "knife-edge base: library:straggler-10pct-8's rank reads 1.10-1.11x, at the 1.1 "
+     "threshold; a few steps' noise or skipped steps after the onset move its first alert past the base's next "
+     "stretch above it (the same base at 30% holds)"),
+    ("checkpoint marked around", "delay", "", "knife-edge base: library:straggler-10pct-8's rank reads 1.10-1.11x, "
+     "at the 1.1 threshold; the 5 steps after the onset the phase skips were its clearest (the 30% base holds)"),
     ("", "warning_first", "", "issue 39 item 2: a hang critical before any warning (already in the base)"),
     ("step 120s", "culprit", "", "harness limit (second round's d, analysed): time_scale keeps a stepping rank's "
      "heartbeats the scaled period apart (5 s becomes 12 min at 120 s steps; a monitor's timer sends them every few "

@@ -39,9 +39,13 @@ def culprit(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording
     if var.primary != base.primary:
         return f"primary {var.primary} (base {base.primary})"
     want = frozenset(var_rec.rank_of(base.job or "", r) for r in base.culprits)
-    if var.culprits != want:
+    # Several culprits found at once are alerts in rank order: any of them may come first where all are named.
+    every = frozenset(var_rec.rank_of(base.job or "", r) for r in base.all_culprits)
+    reordered = bool(every) and var.all_culprits == every and var.culprits <= every
+    if var.culprits != want and not reordered:
         return f"culprits {sorted(var.culprits)[:8]} (base {sorted(want)[:8]})"
-    if base.node is not None and var.node != var_rec.node_of(base.node):
+    nodes = {var_rec.node_of(n) for n in base.all_nodes}
+    if base.node is not None and var.node != var_rec.node_of(base.node) and not (reordered and var.node in nodes):
         return f"node {var.node} (base {var_rec.node_of(base.node)})"
     return None
 
@@ -76,9 +80,15 @@ def warning_first(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Rec
     return f"{len(var.critical_first)} hang(s) critical first (base {len(base.critical_first)})" if more > 0 else None
 
 
+def quiet_jobs(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
+    """Healthy jobs the variant added beside the base's (noise.bystanders) get no alert."""
+    loud = var.jobs & var_rec.quiet_jobs
+    return f"alerts for added jobs {sorted(loud)[:4]}" if loud else None
+
+
 INVARIANTS: dict[str, Callable[..., str | None]] = {
     "types_kept": types_kept, "no_new_types": no_new_types, "culprit": culprit, "cause": cause, "delay": delay,
-    "warning_first": warning_first,
+    "warning_first": warning_first, "quiet_jobs": quiet_jobs,
 }
 
 #: What dropping node telemetry may change: the alerts made from it and the cause read from it.

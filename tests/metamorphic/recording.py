@@ -53,6 +53,8 @@ class Recording:
     nodes: dict[str, str] = field(default_factory=dict, compare=False)
     #: Names of the transformations applied, in order.
     applied: tuple[str, ...] = ()
+    #: Jobs added beside the base's (noise.bystanders): healthy, they must get no alert.
+    quiet_jobs: frozenset[str] = frozenset()
 
     def derive(self, what: str | None, lines: Iterable[Line], **changes) -> "Recording":
         """A variant: new lines, the transformation's name appended (None: a step of one already named), other

@@ -36,6 +36,12 @@ class Verdict:
     #: Every rank the fault is on: the primary's culprits and, beside a straggler, the ranks of the other alerts
     #: of its type in its job (two stragglers: a world-size variant keeps both, grid.py ``Base.hot``).
     fault_ranks: frozenset[int] = frozenset()
+    #: Every job a firing alert was about.
+    jobs: frozenset[str] = frozenset()
+    #: The culprits and nodes of every alert of the primary type in the primary's job (two stragglers found at
+    #: one step are two alerts, published in rank order: which is first is not the verdict).
+    all_culprits: frozenset[int] = frozenset()
+    all_nodes: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         culprit = ",".join(map(str, sorted(self.culprits)[:6])) or "-"
@@ -46,6 +52,7 @@ class Verdict:
 def verdict(alerts: list[dict]) -> Verdict:
     firing = [a for a in alerts if a.get("status") == "firing"]
     types = frozenset(str(a["type"]) for a in firing)
+    jobs = frozenset(str(a["job"]) for a in firing if a.get("job"))
     firsts: dict[str, dict] = {}
     lasts: dict[str, dict] = {}
     for a in firing:
@@ -54,7 +61,7 @@ def verdict(alerts: list[dict]) -> Verdict:
     critical_first = tuple(i for i, a in firsts.items() if a["type"] == "hang" and a["severity"] == "critical")
     primary = next((t for t in PRIMARY_ORDER if t in types), None)
     if primary is None:
-        return Verdict(types, critical_first=critical_first, alerts=len(alerts))
+        return Verdict(types, critical_first=critical_first, alerts=len(alerts), jobs=jobs)
     first = next(a for a in firing if a["type"] == primary)
     last = lasts[first["id"]]
     evidence = last.get("evidence") or {}
@@ -67,6 +74,16 @@ def verdict(alerts: list[dict]) -> Verdict:
     if primary != "hang":
         fault = fault.union(*(a.get("ranks") or () for a in lasts.values()
                               if a["type"] == primary and a.get("job") == first.get("job")))
+    same = [lasts[i] for i, a in firsts.items() if a["type"] == primary and a.get("job") == first.get("job")]
+    every = frozenset(r for a in same for r in _culprits(a))
+    nodes = frozenset(n for a in same for n in (a.get("nodes") or ())[:1])
     return Verdict(types, primary, first.get("job") or None, culprits, (last.get("nodes") or [None])[0],
                    causes[0].get("category") if causes else None, first["starts_at"], critical_first, len(alerts),
-                   frozenset(fault))
+                   fault_ranks=frozenset(fault), jobs=jobs, all_culprits=every, all_nodes=nodes)
+
+
+def _culprits(alert: dict) -> frozenset[int]:
+    culprits = (alert.get("evidence") or {}).get("culprits")
+    if alert["type"] == "hang" and culprits:
+        return frozenset(c["rank"] for c in culprits if c.get("rank") is not None)
+    return frozenset(alert.get("ranks") or ())
