@@ -231,6 +231,12 @@ class Pipeline:
         # A lone step event opens one job at most: merged without the new-jobs check while one may be opened.
         lone = merge and self.max_new_jobs >= 1
         partitions = _partitions(messages)  # None: all of one partition
+        if lone and partitions is None and _all_lone_steps(values):  # (a replay's read of single-event lines)
+            for start in range(0, len(values), MAX_RUN_EVENTS):  # (as the loop below cuts them)
+                end = min(len(values), start + MAX_RUN_EVENTS)
+                self._feed_slice(messages, values, start, end, values[start:end], False, arrival, arrivals, road,
+                                 alerts, out)
+            return self._outputs(out, alerts, speaks_for, reports)
         items: list = []  # the current run's event dicts (a run: messages[start:n])
         start = 0
         batched = False  # the run has an envelope: its rows' arrivals repeat per event
@@ -280,7 +286,9 @@ class Pipeline:
                 for at, obj in zip(arrivals[start:end], run):
                     rows += [at] * (1 if obj["kind"] == "step" else len(obj["events"]))
             else:
-                rows = list(arrivals[start:end])
+                rows = arrivals[start:end]
+                if type(rows) is not list:
+                    rows = list(rows)
             arrival = rows
         self._feed_run(messages[start:end], run, items, arrival, road, alerts, out)
 
@@ -579,6 +587,15 @@ def _shapes(shapes: Sequence) -> Sequence[tuple[int, int | None]]:
     if not shapes or type(shapes[0]) is tuple:
         return shapes
     return [(1, None) if obj.get("kind") == "step" else (len(obj["events"]), 0) for obj in shapes]
+
+
+def _all_lone_steps(values: Sequence) -> bool:
+    """Whether every value is a lone step event (an object whose kind is ``step``), C-level."""
+    try:
+        kinds = list(map(dict.get, values, itertools.repeat("kind")))
+    except TypeError:  # a value that is not an object
+        return False
+    return kinds.count("step") == len(kinds)
 
 
 def _partitions(messages: Sequence) -> list[int] | None:

@@ -235,8 +235,12 @@ def recorded_blocks(lines: list[bytes]) -> Iterator[RecordedBlock | RecordedLine
                 broken[n] = bad
     # (a value that is not an object has no arrival: it is odd, as a line whose arrival is not a float Unix time)
     arrivals = [v.pop("_arrival", None) if type(v) is dict else None for v in values]
-    odd = [n for n, v, a in zip(range(len(values)), values, arrivals)
-           if type(a) is not float or not 0.0 < a < 1e11 or v.get("kind") == "config"]
+    if (list(map(type, arrivals)).count(float) == len(arrivals) and 0.0 < min(arrivals) and max(arrivals) < 1e11
+            and "config" not in map(dict.get, values, itertools.repeat("kind"))):
+        odd = []  # the usual block (C-level checks: every value an object, as its arrival is a float)
+    else:
+        odd = [n for n, v, a in zip(range(len(values)), values, arrivals)
+               if type(a) is not float or not 0.0 < a < 1e11 or v.get("kind") == "config"]
     start = 0
     for n in odd:
         if n > start:
