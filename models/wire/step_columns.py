@@ -167,18 +167,36 @@ def _all_str(values) -> bool:
     return all(type(v) is str for v in values)
 
 
+class _Ragged(Exception):
+    """Some event lacks a key of the first one (``_columns``' exact mode): its keys are looked at after all."""
+
+
 def _step_columns(items: list) -> StepColumns | None:
     """Columns of a batch's events when all are plain valid step events, else None (use the per-event path)."""
+    n = len(items)
+    if not n or _types(items) != {dict}:
+        return None
+    first = items[0]
+    if list(map(len, items)).count(len(first)) == n and first.keys() <= _STEP_FIELDS:
+        # Every event has as many keys as the first: the same ones if each of those is found in each event (a miss
+        # raises _Ragged), without the union of every event's keys.
+        try:
+            return _columns(items, first.keys(), exact=True)
+        except _Ragged:
+            pass
+    keys = set().union(*items)
+    if not keys <= _STEP_FIELDS:
+        return None  # extra fields are kept per event: the per-event path does that
+    return _columns(items, keys, exact=False)
+
+
+def _columns(items: list, keys, *, exact: bool) -> StepColumns | None:
+    """``_step_columns`` of events whose keys are ``keys`` (``exact``: each event has them all, else _Ragged)."""
     from operator import itemgetter
 
     import numpy as np
 
     n = len(items)
-    if not n or _types(items) != {dict}:
-        return None
-    keys = set().union(*items)
-    if not keys <= _STEP_FIELDS:
-        return None  # extra fields are kept per event: the per-event path does that
     # The first event's own key objects: a parser's keys are one object each (orjson's key cache), so a lookup by
     # them is a pointer comparison, not a string comparison (about half the cost of a column).
     own = {k: k for k in items[0]}
@@ -188,6 +206,8 @@ def _step_columns(items: list) -> StepColumns | None:
         try:
             return list(map(itemgetter(key), items))
         except KeyError:
+            if exact:
+                raise _Ragged from None
             return [o.get(key) for o in items]
 
     def optional(name: str) -> list | None:

@@ -1,8 +1,9 @@
 """The column decoder (models/wire/step_columns.py ``_step_columns``) was made cheaper (issue 41 item 5: the first
-event's own key objects for the lookups, a column's types by one count, the distinct names' types for all, float
-columns kept as they are, counters checked by Python's min and max). Invariant: on generated envelopes, valid and
-corrupted, it takes exactly the envelopes the decoder before it took (``_reference`` below, its text at 05e3282),
-with the same columns (values and their types) and arrays, and the pipeline's rejects of the others are unchanged.
+event's own key objects for the lookups, its keys for all when every event has as many (else their union), a
+column's types by one count, the distinct names' types for all, float columns kept as they are, counters checked
+by Python's min and max). Invariant: on generated envelopes, valid and corrupted, it takes exactly the envelopes
+the decoder before it took (``_reference`` below, its text at 05e3282), with the same columns (values and their
+types) and arrays, and the pipeline's rejects of the others are unchanged.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ def _event(rng: random.Random, job: str, rank: int, world: int) -> dict:
 
 def _envelope(rng: random.Random) -> list:
     """A batch envelope's events as the parser gives them: valid ones, and now and then one broken field, a
-    missing one, an extra one, an event that is not an object, or a rank past the world size."""
+    missing one, a field for another, an extra one, an event that is not an object, or a rank past the world
+    size."""
     world = rng.choice([4, 64])
     jobs = [rng.choice(["a", "job-b", "ü"]) for _ in range(rng.choice([1, 2]))]
     events = [_event(rng, rng.choice(jobs), r, world) for r in range(rng.randrange(1, world + 1))]
@@ -186,9 +188,13 @@ def _envelope(rng: random.Random) -> list:
         what = rng.random()
         if what < 0.6:
             e[rng.choice(sorted(_STEP_FIELDS))] = rng.choice(_BAD)
-        elif what < 0.75:
+        elif what < 0.7:
             e.pop(rng.choice(["job", "rank", "ts", "step_time", "v", "kind"]), None)
-        elif what < 0.85:
+        elif what < 0.8:  # as many keys as the others, not the same ones (a field for another)
+            gone = rng.choice(sorted(e))
+            e.pop(gone)
+            e[rng.choice(sorted(_STEP_FIELDS - {gone} - e.keys()) or ["extra"])] = rng.choice([1, 0.5, "n", None])
+        elif what < 0.87:
             e["extra"] = 1
         elif what < 0.95:
             e["rank"] = world + 1
