@@ -146,7 +146,8 @@ _COLUMNS = ("job", "rank", "step", "ts", "step_time", "compute_time", "data_time
 _FLOATS = ("ts", "step_time", "compute_time", "data_time", "comm_time", "tokens", "samples")
 
 #: Values that break a field (wrong types, out of range, the JSON scalars a sender in the wild writes).
-_BAD = [None, True, False, -1, -0.5, 2**53 + 1, 2**63, 2**64, 1e300, "", "x" * (MAX_NAME_LEN + 1), "7", [], {}, 1.5, 0, 3]
+_BAD = [None, True, False, -1, -0.5, 2**53 + 1, 2**63, 2**64, 1e300, "", "x" * (MAX_NAME_LEN + 1), "7", [], {}, 1.5,
+        0, 3]
 
 
 def _event(rng: random.Random, job: str, rank: int, world: int) -> dict:
