@@ -48,7 +48,7 @@ from .wire.decode_plan import ReadPlan
 from .wire.step_columns import (MAX_RUN_EVENTS, StepColumns, _step_columns, decode_value, parse_value,
                                  step_items_of, step_job_names)
 from .wire.telemetry_events import TELEMETRY_KINDS
-from .wire.wire import MAX_MESSAGE_BYTES
+from .wire.wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
 from .published import PublishedAlerts
 from .sources import Item, Message, Read, RecordingSource, Tick, _message, _pop_arrival  # noqa: F401  (Message: its former home)
 
@@ -237,6 +237,19 @@ class Pipeline:
                 self._feed_slice(messages, values, start, end, values[start:end], False, arrival, arrivals, road,
                                  alerts, out)
             return self._outputs(out, alerts, speaks_for, reports)
+        sizes = _envelope_sizes(values) if lone and partitions is None else None
+        if sizes is not None and max(sizes) <= self.max_new_jobs:  # (a replay's read of batch envelopes)
+            # Runs cut as the loop below cuts them (no envelope can open too many jobs); no step per message.
+            start, count = 0, 0
+            for n, size in enumerate(sizes):
+                if count and count + size > MAX_RUN_EVENTS:
+                    self._feed_slice(messages, values, start, n, None, True, arrival, arrivals, road, alerts, out,
+                                     sizes=sizes)
+                    start, count = n, 0
+                count += size
+            self._feed_slice(messages, values, start, len(values), None, True, arrival, arrivals, road, alerts, out,
+                             sizes=sizes)
+            return self._outputs(out, alerts, speaks_for, reports)
         items: list = []  # the current run's event dicts (a run: messages[start:n])
         start = 0
         batched = False  # the run has an envelope: its rows' arrivals repeat per event
@@ -274,13 +287,19 @@ class Pipeline:
                              out)
         return self._outputs(out, alerts, speaks_for, reports)
 
-    def _feed_slice(self, messages: Sequence, values: Sequence, start: int, end: int, items: list, batched: bool,
-                    arrival: float | None, arrivals: Sequence[float] | None, road: Road, alerts: list[Alert],
-                    out: Outputs) -> None:
+    def _feed_slice(self, messages: Sequence, values: Sequence, start: int, end: int, items: list | None,
+                    batched: bool, arrival: float | None, arrivals: Sequence[float] | None, road: Road,
+                    alerts: list[Alert], out: Outputs, *, sizes: list[int] | None = None) -> None:
         """``feed_values``'s run ``messages[start:end]`` (``items``: their event dicts; ``batched``: some is an
-        envelope) as one column batch, each row on its message's arrival if ``arrivals``, else on ``arrival``."""
+        envelope) as one column batch, each row on its message's arrival if ``arrivals``, else on ``arrival``.
+        ``sizes``: every message is a batch envelope of that many events (``items`` made here)."""
         run = values[start:end]
-        if arrivals is not None:
+        if sizes is not None:
+            items = list(itertools.chain.from_iterable(obj["events"] for obj in run))
+            if arrivals is not None:
+                arrival = list(itertools.chain.from_iterable(map(itertools.repeat, arrivals[start:end],
+                                                                 sizes[start:end])))
+        elif arrivals is not None:
             if batched:  # an envelope's events each on its arrival
                 rows: list = []
                 for at, obj in zip(arrivals[start:end], run):
@@ -596,6 +615,25 @@ def _all_lone_steps(values: Sequence) -> bool:
     except TypeError:  # a value that is not an object
         return False
     return kinds.count("step") == len(kinds)
+
+
+def _envelope_sizes(values: Sequence) -> list[int] | None:
+    """Each value's events when every one is a batch envelope whose events are merged into a run (``step_items_of``:
+    of the wire's version, a list of 1 to ``MAX_BATCH_EVENTS``), C-level; None: not all are."""
+    if not values:
+        return None
+    try:
+        kinds = list(map(dict.get, values, itertools.repeat("kind")))
+        versions = list(map(dict.get, values, itertools.repeat("v")))
+    except TypeError:  # a value that is not an object
+        return None
+    if kinds.count("batch") != len(kinds) or versions.count(WIRE_VERSION) != len(versions):
+        return None
+    events = list(map(dict.get, values, itertools.repeat("events")))
+    if list(map(type, events)).count(list) != len(events):
+        return None
+    sizes = list(map(len, events))
+    return sizes if min(sizes) > 0 and max(sizes) <= MAX_BATCH_EVENTS else None
 
 
 def _partitions(messages: Sequence) -> list[int] | None:
