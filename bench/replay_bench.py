@@ -163,7 +163,8 @@ def side_by_side(name: str, lines: list[bytes], tmp: Path) -> dict:
     for road, fast in (("before", False), ("now", True)):
         out = io.StringIO()
         started = time.process_time()
-        stats = replay(merge_recorded([str(path)]), Settings.from_env(), drain=60.0, out=out, across_arrivals=fast)
+        stats = replay(merge_recorded([str(path)], blocks=fast), Settings.from_env(), drain=60.0, out=out,
+                       across_arrivals=fast)
         cpu = time.process_time() - started
         outputs[road] = out.getvalue()
         row.update({"events": stats["events"], "alerts": stats["alerts"], f"{road}_cpu_s": round(cpu, 2),
@@ -195,16 +196,18 @@ def fleet(scale: float = 1.0, only: str | None = None) -> list[dict]:
 
 
 #: One replay in a child process by a checkout (``--base``: its PYTHONPATH, so its own models and recording.py; only
-#: ``stepwatch.recording.replay`` is used, which every checkout of the fleet road has), after a warm-up replay.
-_CHILD = """
-import io, json, sys, time
+#: ``stepwatch.recording.replay`` is used, which every checkout of the fleet road has), after a warm-up replay; the
+#: recording read as that checkout's ``stepwatch replay`` reads it (by blocks where its ``merge_recorded`` can).
+_FLEET_CHILD = """
+import inspect, io, json, sys, time
 from stepwatch.config import Settings
 from stepwatch.recording import merge_recorded, replay
 warm, path, out_path = sys.argv[1:4]
-replay(merge_recorded([warm]), Settings.from_env(), drain=60.0, out=io.StringIO())
+kw = {"blocks": True} if "blocks" in inspect.signature(merge_recorded).parameters else {}
+replay(merge_recorded([warm], **kw), Settings.from_env(), drain=60.0, out=io.StringIO())
 out = io.StringIO()
 started = time.process_time()
-stats = replay(merge_recorded([path]), Settings.from_env(), drain=60.0, out=out)
+stats = replay(merge_recorded([path], **kw), Settings.from_env(), drain=60.0, out=out)
 cpu = time.process_time() - started
 open(out_path, "w").write(out.getvalue())
 print(json.dumps({"cpu": cpu, "events": stats["events"], "alerts": stats["alerts"]}))
@@ -234,8 +237,8 @@ def fleet_against(base: Path, scale: float = 1.0, only: str | None = None, round
                 for road, tree in (("base", base), ("now", here)):
                     out = Path(tmp) / f"{road}.out"
                     env = dict(os.environ, PYTHONPATH=str(tree))
-                    done = subprocess.run([PY, "-c", _CHILD, str(warm), str(path), str(out)], cwd=tree, env=env,
-                                          check=True, capture_output=True, text=True)
+                    done = subprocess.run([PY, "-c", _FLEET_CHILD, str(warm), str(path), str(out)], cwd=tree,
+                                          env=env, check=True, capture_output=True, text=True)
                     got = json.loads(done.stdout.strip().splitlines()[-1])
                     outputs[road] = out.read_text()
                     row["events"], row[f"{road}_alerts"] = got["events"], got["alerts"]
@@ -251,7 +254,7 @@ def fleet_against(base: Path, scale: float = 1.0, only: str | None = None, round
 
 #: One replay of a recording in a child process of another checkout (its code on the path first): the CPU-seconds of
 #: the replay call, its events and alerts, and a digest of its output (the alerts, byte for byte). (Its own name: it
-#: once shadowed ``_CHILD`` above, and ``--fleet --base-tree`` ran this one with the other's arguments.)
+#: once shadowed ``_FLEET_CHILD`` above, and ``--fleet --base-tree`` ran this one with the other's arguments.)
 _TELEMETRY_CHILD = """
 import hashlib, io, json, sys, time
 from stepwatch.config import Settings
@@ -421,7 +424,8 @@ def main() -> None:
     ap.add_argument("--telemetry-base", type=Path, metavar="CHECKOUT",
                     help="only the node-telemetry recording, replayed by CHECKOUT (e.g. a worktree of main) and by "
                          "this checkout, taking turns (issue 41 item 5)")
-    ap.add_argument("--rounds", type=int, default=3, help="with --telemetry-base: replays of each, the best counts")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="with --telemetry-base or --base-tree: replays of each, the best counts")
     ap.add_argument("--telemetry-parts", action="store_true",
                     help="only where a link sample's CPU goes in this checkout (decode, node rules, the rest)")
     ap.add_argument("--only", help="--fleet: only the recordings whose name contains this")
@@ -436,7 +440,7 @@ def main() -> None:
         return
     if args.fleet:
         if args.base_tree:
-            fleet_against(args.base_tree, args.scale, args.only)
+            fleet_against(args.base_tree, args.scale, args.only, rounds=args.rounds)
         else:
             fleet(args.scale, args.only)
         return

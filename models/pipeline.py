@@ -49,7 +49,7 @@ from .wire.step_columns import (MAX_RUN_EVENTS, StepColumns, _step_columns, deco
                                  step_items_of, step_job_names)
 from .wire.telemetry_columns import LinkColumns, link_columns, link_columns_of
 from .wire.telemetry_events import TELEMETRY_KINDS
-from .wire.wire import MAX_MESSAGE_BYTES
+from .wire.wire import MAX_BATCH_EVENTS, MAX_MESSAGE_BYTES, WIRE_VERSION
 from .published import PublishedAlerts
 from .sources import Item, Message, Read, RecordingSource, Tick, _message, _pop_arrival  # noqa: F401  (Message: its former home)
 
@@ -193,50 +193,126 @@ class Pipeline:
         ``reports(message)``: whether this worker publishes the message's dead letter (every worker reads
         the whole telemetry topic: one of them reports); None: yes.
         """
-        return self.feed_parsed(((m, *parse_value(m.value)) for m in map(_message, messages)), arrival,
-                                road=road, speaks_for=speaks_for, reports=reports)
+        msgs = list(map(_message, messages))
+        values, rejected = _parsed_values(m.value for m in msgs)
+        return self.feed_values(msgs, values, rejected, arrival, road=road, speaks_for=speaks_for, reports=reports)
 
     def feed_parsed(self, parsed: Iterable[tuple[Message, object, Rejected | None]], arrival: float | None = None,
                     *, road: Road = EVENTS_ROAD, speaks_for: Callable[[Alert], bool] | None = None,
                     reports: Callable[[Message], bool] | None = None,
                     arrivals: Sequence[float] | None = None) -> Outputs:
-        """``feed`` for messages whose values are already parsed: (message, its JSON value, or why it has none;
-        ``models.wire.step_columns.parse_value``). ``run_recording`` parses each line once, for its ``_arrival`` too.
+        """``feed_values`` for (message, its JSON value, or why it has none; ``models.wire.step_columns.parse_value``)
+        triples."""
+        msgs: list = []
+        values: list = []
+        rejected: list = []
+        for msg, obj, bad in parsed:
+            msgs.append(msg)
+            values.append(obj)
+            rejected.append(bad)
+        return self.feed_values(msgs, values, rejected if rejected.count(None) != len(rejected) else None, arrival,
+                                road=road, speaks_for=speaks_for, reports=reports, arrivals=arrivals)
+
+    def feed_values(self, messages: Sequence, values: Sequence, rejected: Sequence[Rejected | None] | None = None,
+                    arrival: float | None = None, *, road: Road = EVENTS_ROAD,
+                    speaks_for: Callable[[Alert], bool] | None = None,
+                    reports: Callable[[Message], bool] | None = None,
+                    arrivals: Sequence[float] | None = None) -> Outputs:
+        """``feed`` for messages whose values are parsed already: ``values[n]`` is ``messages[n]``'s JSON (a message
+        ``Message``, a record with its attributes, or a bare value) and ``rejected[n]`` why it has none (None: every
+        message has one). ``run_recording`` parses each line once, for its ``_arrival`` too, a block at a time.
 
         ``arrivals``: each message's own arrival instead of ``arrival`` (a recording's lines, each with its
         ``_arrival``): runs of step messages are still merged, each row keeping its message's arrival, so the
-        same alerts and state as feeding each message alone at its arrival."""
+        same alerts and state as feeding each message alone at its arrival.
+
+        A run is a slice of the messages; its per-message bookkeeping (shapes, rejects, ``Message``s of bare
+        values) is made only when something in it must be dead-lettered."""
         out = Outputs()
         alerts: list[Alert] = []
         merge = road.kinds is None or "step" in road.kinds
-        run: list[tuple[Message, object]] = []  # consecutive step messages of one partition, and their values
-        items: list = []
-        rows: list[float] | None = [] if arrivals is not None else None  # each item's arrival (``arrivals``)
-        run_arrival = arrival
-        for n, (msg, obj, bad) in enumerate(parsed):
-            if arrivals is not None:
-                arrival = arrivals[n]
+        # A lone step event opens one job at most: merged without the new-jobs check while one may be opened.
+        lone = merge and self.max_new_jobs >= 1
+        partitions = _partitions(messages)  # None: all of one partition
+        if lone and partitions is None and _all_lone_steps(values):  # (a replay's read of single-event lines)
+            for start in range(0, len(values), MAX_RUN_EVENTS):  # (as the loop below cuts them)
+                end = min(len(values), start + MAX_RUN_EVENTS)
+                self._feed_slice(messages, values, start, end, values[start:end], False, arrival, arrivals, road,
+                                 alerts, out)
+            return self._outputs(out, alerts, speaks_for, reports)
+        sizes = _envelope_sizes(values) if lone and partitions is None else None
+        if sizes is not None and max(sizes) <= self.max_new_jobs:  # (a replay's read of batch envelopes)
+            # Runs cut as the loop below cuts them (no envelope can open too many jobs); no step per message.
+            start, count = 0, 0
+            for n, size in enumerate(sizes):
+                if count and count + size > MAX_RUN_EVENTS:
+                    self._feed_slice(messages, values, start, n, None, True, arrival, arrivals, road, alerts, out,
+                                     sizes=sizes)
+                    start, count = n, 0
+                count += size
+            self._feed_slice(messages, values, start, len(values), None, True, arrival, arrivals, road, alerts, out,
+                             sizes=sizes)
+            return self._outputs(out, alerts, speaks_for, reports)
+        items: list = []  # the current run's event dicts (a run: messages[start:n])
+        start = 0
+        batched = False  # the run has an envelope: its rows' arrivals repeat per event
+        for n, obj in enumerate(values):
+            if lone and type(obj) is dict and obj.get("kind") == "step":  # the common message: no other check
+                if items and (len(items) >= MAX_RUN_EVENTS or (partitions is not None
+                                                                 and partitions[n] != partitions[start])):
+                    self._feed_slice(messages, values, start, n, items, batched, arrival, arrivals, road, alerts,
+                                     out)
+                    items = []
+                if not items:
+                    start, batched = n, False
+                items.append(obj)
+                continue
+            bad = rejected[n] if rejected is not None else None
             found = step_items_of(obj) if merge and bad is None else None
             if found is not None and len(found) > self.max_new_jobs and self._opens_too_many(found):
                 found = None  # one at a time: the events of jobs over the bound dead-lettered by index
-            if found is None or (run and (msg.partition != run[0][0].partition
-                                          or len(items) + len(found) > MAX_RUN_EVENTS)):
-                if run:
-                    self._feed_run(run, items, rows if rows else run_arrival, road, alerts, out)
-                    run, items = [], []
-                    if rows is not None:
-                        rows = []
+            if found is None or (items and ((partitions is not None and partitions[n] != partitions[start])
+                                            or len(items) + len(found) > MAX_RUN_EVENTS)):
+                if items:
+                    self._feed_slice(messages, values, start, n, items, batched, arrival, arrivals, road, alerts,
+                                     out)
+                    items = []
                 if found is None:
-                    self._feed_one(msg, obj, bad, arrival, road, alerts, out)
+                    self._feed_one(_message(messages[n]), obj, bad, arrival if arrivals is None else arrivals[n],
+                                   road, alerts, out)
                     continue
-            run.append((msg, obj))
+            if not items:
+                start, batched = n, False
             items.extend(found)
-            if rows is not None:
-                rows.extend([arrival] * len(found))
-            run_arrival = arrival
-        if run:
-            self._feed_run(run, items, rows if rows else run_arrival, road, alerts, out)
+            batched = batched or type(found) is list
+        if items:
+            self._feed_slice(messages, values, start, len(values), items, batched, arrival, arrivals, road, alerts,
+                             out)
         return self._outputs(out, alerts, speaks_for, reports)
+
+    def _feed_slice(self, messages: Sequence, values: Sequence, start: int, end: int, items: list | None,
+                    batched: bool, arrival: float | None, arrivals: Sequence[float] | None, road: Road,
+                    alerts: list[Alert], out: Outputs, *, sizes: list[int] | None = None) -> None:
+        """``feed_values``'s run ``messages[start:end]`` (``items``: their event dicts; ``batched``: some is an
+        envelope) as one column batch, each row on its message's arrival if ``arrivals``, else on ``arrival``.
+        ``sizes``: every message is a batch envelope of that many events (``items`` made here)."""
+        run = values[start:end]
+        if sizes is not None:
+            items = list(itertools.chain.from_iterable(obj["events"] for obj in run))
+            if arrivals is not None:
+                arrival = list(itertools.chain.from_iterable(map(itertools.repeat, arrivals[start:end],
+                                                                 sizes[start:end])))
+        elif arrivals is not None:
+            if batched:  # an envelope's events each on its arrival
+                rows: list = []
+                for at, obj in zip(arrivals[start:end], run):
+                    rows += [at] * (1 if obj["kind"] == "step" else len(obj["events"]))
+            else:
+                rows = arrivals[start:end]
+                if type(rows) is not list:
+                    rows = list(rows)
+            arrival = rows
+        self._feed_run(messages[start:end], run, items, arrival, road, alerts, out)
 
     def feed_planned(self, messages: Sequence, plan: ReadPlan, arrival: float | None = None, *,
                      road: Road = EVENTS_ROAD, speaks_for: Callable[[Alert], bool] | None = None,
@@ -258,14 +334,14 @@ class Pipeline:
                 if part.messages == 1:
                     self._feed_one(msgs[0], *parse_value(msgs[0].value), arrival, road, alerts, out)
                 else:
-                    self._feed_run([(m, parse_value(m.value)[0]) for m in msgs], None, arrival, road, alerts, out)
+                    self._feed_run(msgs, [parse_value(m.value)[0] for m in msgs], None, arrival, road, alerts, out)
                 continue
             cols = part.unpack([m.value for m in msgs])
             if part.messages == 1:
                 self._feed_decoded(msgs[0], part.shapes[0][1] is not None, cols, [], arrival, road,
                                    alerts, out)
             else:
-                self._feed_run([(m, None) for m in msgs], None, arrival, road, alerts, out, cols=cols,
+                self._feed_run(msgs, [None] * len(msgs), None, arrival, road, alerts, out, cols=cols,
                                shapes=part.shapes)
         if at != len(messages):
             raise ValueError(f"a decode plan for {at} messages given {len(messages)}")
@@ -288,6 +364,9 @@ class Pipeline:
         if item.plan is not None:
             return self.feed_planned(item.messages, item.plan, item.arrival, road=road, speaks_for=item.speaks_for,
                                      reports=item.reports)
+        if item.values is not None:
+            return self.feed_values(item.messages, item.values, item.rejected, item.arrival, road=road,
+                                    speaks_for=item.speaks_for, reports=item.reports, arrivals=item.arrivals)
         if item.parsed:
             return self.feed_parsed(item.messages, item.arrival, road=road, speaks_for=item.speaks_for,
                                     reports=item.reports, arrivals=item.arrivals)
@@ -342,16 +421,18 @@ class Pipeline:
 
     # -- the two ways in ------------------------------------------------------------------
 
-    def _feed_run(self, run: list[tuple[Message, object]], items: list | None, arrival: float | None, road: Road,
+    def _feed_run(self, messages: Sequence, values: Sequence, items: list | None, arrival, road: Road,
                   alerts: list[Alert], out: Outputs, *, cols: StepColumns | None = None,
-                  shapes: tuple | None = None) -> None:
-        """Consecutive step messages of one partition: one column batch (``cols``/``shapes``: decoded already,
-        by a decode plan; then the values are parsed here only if the batch must be taken apart)."""
+                  shapes: Sequence[tuple[int, int | None]] | None = None) -> None:
+        """Consecutive step messages of one partition (``values``: their parsed values, None for one not parsed) as
+        one column batch (``cols``/``shapes``: decoded already, by a decode plan; then the values are parsed here
+        only if the batch must be taken apart). ``arrival``: a list is each row's own arrival."""
         if cols is None and items is not None:
-            if len(run) > 1 and self.link_columns and self._feed_link_run(run, items, arrival, road, alerts, out):
+            if len(messages) > 1 and self.link_columns and self._feed_link_run(messages, values, items, arrival, road,
+                                                                                alerts, out):
                 return  # node agents' envelopes of link samples: one column batch
-            cols = _step_columns(items) if len(run) > 1 else None
-        rows = arrival if type(arrival) is list else None  # each row's arrival (``feed_parsed``'s ``arrivals``)
+            cols = _step_columns(items) if len(messages) > 1 else None
+        rows = arrival if type(arrival) is list else None  # each row's arrival (``feed_values``'s ``arrivals``)
         if rows is not None:
             arrival = rows[0]
             if min(rows) == max(rows):  # one arrival after all: as any run
@@ -363,7 +444,8 @@ class Pipeline:
             # too (its own decode keeps a lone step event on the events path). Each value is parsed already
             # (but for a planned run's).
             at = 0
-            for msg, obj in run:
+            for msg, obj in zip(messages, values):
+                msg = _message(msg)
                 if obj is None:
                     obj, bad = parse_value(msg.value)
                 else:
@@ -375,24 +457,18 @@ class Pipeline:
             return
         m = self.metrics
         if m is not None:
-            m.messages.inc(len(run))
+            m.messages.inc(len(messages))
         started = time.perf_counter()
-        messages = [msg for msg, _ in run]
-        if shapes is None:
-            shapes = [(1, None) if obj.get("kind") == "step" else (len(obj["events"]), 0) for _, obj in run]
-        parts = [(n, first, _Rejects()) for n, first in shapes]
-        alerts.extend(self._feed_columns(cols, messages[0].partition, arrival if rows is None else rows, messages,
-                                         out, parts))
-        for msg, (_, _, rejects) in zip(messages, parts):
-            if rejects.items:
-                out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
+        alerts.extend(self._feed_columns(cols, _message(messages[0]).partition, arrival if rows is None else rows,
+                                         messages, out, shapes if shapes is not None else values))
         if m is not None:
             m.detection.labels("events").observe(time.perf_counter() - started)
 
-    def _feed_columns(self, cols: StepColumns, partition: int, arrival: float | None, messages: list[Message],
-                      out: Outputs, parts: list[tuple[int, int | None, _Rejects]]) -> list[Alert]:
-        """One column batch of ``messages``; ``parts``: each message's (events, index of its first event in its
-        envelope or None for a lone event, its rejects), in order: what a state cap left out goes there."""
+    def _feed_columns(self, cols: StepColumns, partition: int, arrival, messages: Sequence, out: Outputs,
+                      shapes: Sequence, into: _Rejects | None = None) -> list[Alert]:
+        """One column batch of ``messages``. What a state cap left out is dead-lettered by message: ``shapes``, each
+        message's (events, index of its first event in its envelope or None for a lone event), or the messages'
+        parsed values to work them out from (only then); ``into``: the one message's rejects to add to instead."""
         if self.metrics is not None:
             self.metrics.events.labels("step").inc(len(cols))
         for job in cols.jobs:
@@ -403,25 +479,33 @@ class Pipeline:
             alerts = self.engine.process_batch(cols, arrival=arrival)
             refused = self.engine.take_refused()
             if refused:
-                self._refused_rows(cols, refused, parts)
+                self._refused_rows(cols, refused, _shapes(shapes), messages, out, into)
             return alerts
         except Exception as exc:  # a bug must not stop the worker; keep the messages
             log.exception("processing a batch of %d events from %d messages failed", len(cols), len(messages))
             self._failed("events", exc)
             for msg in messages:
-                self._deadletter(out, msg, Rejected(f"detector error: {exc!r}", None), "detector")
+                self._deadletter(out, _message(msg), Rejected(f"detector error: {exc!r}", None), "detector")
             return []
 
     @staticmethod
-    def _refused_rows(cols: StepColumns, refused: list[tuple[int, str]], parts) -> None:
-        """Rows of ``cols`` a state cap left out, into their messages' rejects (by index in the envelope)."""
+    def _refused_rows(cols: StepColumns, refused: list[tuple[int, str]], shapes, messages: Sequence, out: Outputs,
+                      into: _Rejects | None) -> None:
+        """Rows of ``cols`` a state cap left out, dead-lettered by message (by index in the envelope), in message
+        order (``into``: all into the one message's rejects)."""
         events = cols.events()
-        starts = list(itertools.accumulate((n for n, _, _ in parts), initial=0))
+        starts = list(itertools.accumulate((n for n, _ in shapes), initial=0))
+        found: dict[int, _Rejects] = {}
         for row, what in refused:
             k = bisect.bisect_right(starts, row) - 1
-            _, first, rejects = parts[k]
+            first = shapes[k][1]
             index = None if first is None else first + row - starts[k]
+            rejects = into if into is not None else found.setdefault(k, _Rejects())
             rejects.add(Rejected(_capped_reason(what), event_to_dict(events[row]), index), "capped")
+        for k in sorted(found):
+            rejects = found[k]
+            out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, _message(messages[k]),
+                                              tuple(rejects.items)))
 
     def _feed_one(self, msg: Message, obj, bad: Rejected | None, arrival: float | None, road: Road,
                   alerts: list[Alert], out: Outputs) -> None:
@@ -464,7 +548,7 @@ class Pipeline:
                             [{"job": j} for j in events.jobs])):
                     first = 0 if is_batch else None
                     alerts.extend(self._feed_columns(events, msg.partition, arrival, [msg], out,
-                                                     [(len(events), first, rejects)]))
+                                                     [(len(events), first)], into=rejects))
                     events = []
                 else:
                     events = events.events()  # not all belong here: one by one, each index known
@@ -523,9 +607,9 @@ class Pipeline:
         if rejects.items:
             out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
 
-    def _feed_link_run(self, run: list[tuple[Message, object]], items: list, arrival, road: Road,
+    def _feed_link_run(self, messages: Sequence, values: Sequence, items: list, arrival, road: Road,
                        alerts: list[Alert], out: Outputs) -> bool:
-        """Consecutive envelopes of link samples (``run``, their samples ``items``) as one column batch, with the same
+        """Consecutive envelopes of link samples (``messages``, their parsed ``values``, their samples ``items``) as one column batch, with the same
         alerts, state and dead letters as each envelope alone; False (nothing done): not all of them are plain link
         samples that belong on ``road`` and are not stamped too far ahead (each then goes alone, ``_feed_one``)."""
         if type(items[0]) is not dict or items[0].get("kind") != "link" or road.misplaced("link") is not None:
@@ -541,14 +625,15 @@ class Pipeline:
             return False
         m = self.metrics
         if m is not None:
-            m.messages.inc(len(run))
+            m.messages.inc(len(messages))
         started = time.perf_counter()
-        parts = [_Rejects() for _ in run]
-        starts = list(itertools.accumulate((len(obj["events"]) for _, obj in run), initial=0))
+        parts = [_Rejects() for _ in messages]
+        starts = list(itertools.accumulate((len(obj["events"]) for obj in values), initial=0))
         self._feed_links(cols, parts, starts, alerts)
-        for (msg, _), rejects in zip(run, parts):
+        for msg, rejects in zip(messages, parts):
             if rejects.items:
-                out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, msg, tuple(rejects.items)))
+                out.deadletters.append(DeadLetter(rejects.items[0], rejects.cause, _message(msg),
+                                                  tuple(rejects.items)))
         if m is not None:
             m.detection.labels("events").observe(time.perf_counter() - started)
         return True
@@ -582,6 +667,61 @@ class Pipeline:
 
     def _deadletter(self, out: Outputs, msg: Message, rejected: Rejected, cause: str) -> None:
         out.deadletters.append(DeadLetter(rejected, cause, msg, (rejected,)))
+
+
+def _shapes(shapes: Sequence) -> Sequence[tuple[int, int | None]]:
+    """Each message's (events, index of its first event in its envelope or None for a lone event): ``shapes`` as
+    they are, or worked out from a run's parsed values (a lone step event or a batch envelope each)."""
+    if not shapes or type(shapes[0]) is tuple:
+        return shapes
+    return [(1, None) if obj.get("kind") == "step" else (len(obj["events"]), 0) for obj in shapes]
+
+
+def _all_lone_steps(values: Sequence) -> bool:
+    """Whether every value is a lone step event (an object whose kind is ``step``), C-level."""
+    try:
+        kinds = list(map(dict.get, values, itertools.repeat("kind")))
+    except TypeError:  # a value that is not an object
+        return False
+    return kinds.count("step") == len(kinds)
+
+
+def _envelope_sizes(values: Sequence) -> list[int] | None:
+    """Each value's events when every one is a batch envelope whose events are merged into a run (``step_items_of``:
+    of the wire's version, a list of 1 to ``MAX_BATCH_EVENTS``), C-level; None: not all are."""
+    if not values:
+        return None
+    try:
+        kinds = list(map(dict.get, values, itertools.repeat("kind")))
+        versions = list(map(dict.get, values, itertools.repeat("v")))
+    except TypeError:  # a value that is not an object
+        return None
+    if kinds.count("batch") != len(kinds) or versions.count(WIRE_VERSION) != len(versions):
+        return None
+    events = list(map(dict.get, values, itertools.repeat("events")))
+    if list(map(type, events)).count(list) != len(events):
+        return None
+    sizes = list(map(len, events))
+    return sizes if min(sizes) > 0 and max(sizes) <= MAX_BATCH_EVENTS else None
+
+
+def _partitions(messages: Sequence) -> list[int] | None:
+    """Each message's partition, or None when all are of one (a recording's bare lines: the default's)."""
+    if not messages or set(map(type, messages)) <= {bytes}:
+        return None
+    found = [0 if m is None or type(m) is bytes else m.partition for m in messages]
+    return None if found.count(found[0]) == len(found) else found
+
+
+def _parsed_values(raws: Iterable) -> tuple[list, list[Rejected | None] | None]:
+    """Message values parsed (``parse_value``): each one's JSON, and why one has none (None: every one has)."""
+    values: list = []
+    rejected: list = []
+    for raw in raws:
+        obj, bad = parse_value(raw)
+        values.append(obj)
+        rejected.append(bad)
+    return values, rejected if rejected.count(None) != len(rejected) else None
 
 
 def _capped_reason(what: str) -> str:

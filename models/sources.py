@@ -22,12 +22,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import operator
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Union
 
+import orjson
+
 from .wire.deadletter import Rejected
 from .wire.step_columns import parse_value
+from .wire.wire import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from .pipeline import Outputs, Pipeline, Road
@@ -55,7 +59,9 @@ class Read:
     ``plan``: how the messages decode, worked out already (``models.wire.decode_plan``: the live worker's
     decoder process); None: the pipeline decodes them. ``arrivals``: each parsed message's own arrival (a
     recording's lines of different ``_arrival`` read as one: still merged into column batches, each row on its
-    own arrival); ``arrival`` is then the latest."""
+    own arrival); ``arrival`` is then the latest. ``values``: the messages' parsed values, in step with
+    ``messages`` (bare values or ``Message``s; a recording's reads), and ``rejected`` why a message has none (None:
+    every one has): ``Pipeline.feed_values``."""
 
     messages: Sequence[Any]
     arrival: float | None = None
@@ -65,6 +71,8 @@ class Read:
     parsed: bool = False
     plan: Any = None
     arrivals: Sequence[float] | None = None
+    values: Sequence[Any] | None = None
+    rejected: Sequence[Rejected | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +156,15 @@ def _message(msg) -> Message:
     return Message(msg) if msg is None or type(msg) is bytes else msg
 
 
-def _pop_arrival(obj: dict) -> float | None:
-    arrival = obj.pop("_arrival", None)
+def _unix_time(arrival) -> float | None:
+    """A recorded ``_arrival`` if it is a Unix time (seconds), else None."""
     if type(arrival) not in (int, float) or not 0 < arrival < 1e11:
         return None
     return arrival
+
+
+def _pop_arrival(obj: dict) -> float | None:
+    return _unix_time(obj.pop("_arrival", None))
 
 
 #: ``Message(value)`` without the keyword defaults' Python-level ``__new__`` (once per recording line).
@@ -188,6 +200,58 @@ def recorded(msg) -> RecordedLine:
 
 
 _recorded_line = functools.partial(tuple.__new__, RecordedLine)
+
+
+class RecordedBlock(NamedTuple):
+    """Consecutive lines of one recording, parsed at once (``recorded_blocks``): each one JSON within the message size
+    limit, with a float ``_arrival`` that is a Unix time, and not a config line. ``RecordingSource`` cuts its reads
+    out of it by slices (a replay's common line costs no per-line object)."""
+
+    #: The lines as read (each one its message's value, ``_arrival`` and all, as a ``RecordedLine``'s).
+    lines: list[bytes]
+    #: Each line's JSON less ``_arrival``.
+    values: list
+    arrivals: list[float]
+
+
+def recorded_blocks(lines: list[bytes]) -> Iterator[RecordedBlock | RecordedLine]:
+    """A block of recording lines (``stepwatch.recording.read_blocks``), parsed at once: runs of plain lines as
+    ``RecordedBlock``s, any other line alone as its ``RecordedLine`` (``recorded``), in order: one that is not JSON or
+    is over the message size limit (dead-lettered with its reason), has no Unix-time ``_arrival`` (or an int one), or
+    may be a config line (replay applies those where they stand)."""
+    if not lines:
+        return
+    try:
+        if max(map(len, lines)) > MAX_MESSAGE_BYTES:
+            raise ValueError
+        values = list(map(orjson.loads, lines))  # (C-level: no Python frame per line)
+        broken: dict[int, Rejected] = {}
+    except ValueError:  # (orjson's JSONDecodeError too) a line to reject: each parsed alone, the others as usual
+        values, broken = [], {}
+        for n, raw in enumerate(lines):
+            obj, bad = parse_value(raw)
+            values.append(obj)
+            if bad is not None:
+                broken[n] = bad
+    # (a value that is not an object has no arrival: it is odd, as a line whose arrival is not a float Unix time)
+    arrivals = [v.pop("_arrival", None) if type(v) is dict else None for v in values]
+    if (list(map(type, arrivals)).count(float) == len(arrivals) and 0.0 < min(arrivals) and max(arrivals) < 1e11
+            and "config" not in map(dict.get, values, itertools.repeat("kind"))):
+        odd = []  # the usual block (C-level checks: every value an object, as its arrival is a float)
+    else:
+        odd = [n for n, v, a in zip(range(len(values)), values, arrivals)
+               if type(a) is not float or not 0.0 < a < 1e11 or v.get("kind") == "config"]
+    start = 0
+    for n in odd:
+        if n > start:
+            yield RecordedBlock(lines[start:n], values[start:n], arrivals[start:n])
+        yield _recorded_line((_bare_message((lines[n], None, "", 0, None)), values[n], broken.get(n),
+                              _unix_time(arrivals[n])))
+        start = n + 1
+    if start == 0:
+        yield RecordedBlock(lines, values, arrivals)
+    elif start < len(lines):
+        yield RecordedBlock(lines[start:], values[start:], arrivals[start:])
 
 
 def _latest_ts(obj) -> float | None:
@@ -245,15 +309,24 @@ class RecordingSource:
         interval = self.tick_interval
         next_tick: float | None = None
         clock: float | None = None
-        group: list[tuple[Message, object, Rejected | None]] = []
+        # The group read next: its messages (``Message``s, or a block's lines as they are), their values and, once one
+        # of them has none, why (``bads``, in step; None while every one has a value).
+        msgs: list = []
+        vals: list = []
+        bads: list | None = None
         group_arrival: float | None = None
         arrivals: list[float] = []  # each grouped line's (lines with an arrival: never mixed with lines without)
         across = self.across_arrivals
+        limit = self.group_lines
 
         def read() -> Read:
             many = arrivals and arrivals[0] != group_arrival or len(set(arrivals)) > 1
-            return Read(group, max(arrivals) if many else group_arrival, parsed=True,
-                        arrivals=tuple(arrivals) if many else None)
+            return Read(msgs, max(arrivals) if many else group_arrival, parsed=True, values=vals, rejected=bads,
+                        arrivals=arrivals if many else None)
+
+        def reset() -> None:
+            nonlocal msgs, vals, bads, arrivals
+            msgs, vals, bads, arrivals = [], [], None, []
 
         marks: list[float] = []  # arrivals of other processes' lines since the last read (``Elsewhere``)
         elsewhere = float("-inf")  # the latest event time of other processes' lines: their part of the engine's clock
@@ -266,7 +339,44 @@ class RecordingSource:
             now = arrival if arrival is not None else max(self.clock(), elsewhere)
             clock = now if clock is None else max(clock, now)
 
-        for msg in self.lines:
+        for msg in self.lines if across else _line_by_line(self.lines):
+            if type(msg) is RecordedBlock:  # plain lines parsed at once: the reads cut out of it by slices, as below
+                lines, values, stamps = msg
+                if msgs and group_arrival is None:  # (lines without an arrival are never read with lines with one)
+                    yield read()
+                    seen(max(arrivals) if arrivals else group_arrival)
+                    reset()
+                i, n = 0, len(lines)
+                while i < n:
+                    room = max(1, limit - len(msgs))
+                    end = min(n, i + room)
+                    # The first line whose arrival reaches the next tick (each line's arrival is its bound, below).
+                    cut = i if next_tick is None else next(itertools.compress(
+                        range(i, end), map(functools.partial(operator.le, next_tick), stamps[i:end])), None)
+                    if cut is None:
+                        if end < i + room:  # the block ends before the group is full: no read yet
+                            cut = n
+                        else:
+                            cut = end - 1  # the group is full at that line
+                    taken = min(cut + 1, n)
+                    msgs += lines[i:taken]
+                    vals += values[i:taken]
+                    arrivals += stamps[i:taken]
+                    if bads is not None:
+                        bads += [None] * (taken - i)
+                    group_arrival = stamps[taken - 1]
+                    i = taken
+                    if cut == n:
+                        break
+                    yield read()
+                    seen(max(arrivals))
+                    reset()
+                    if next_tick is None:
+                        next_tick = clock + interval
+                    elif clock >= next_tick:
+                        yield Tick(clock)
+                        next_tick = clock + interval
+                continue
             if type(msg) is Elsewhere:  # another process's line: the clock moves (and ticks fall) as with it here
                 if msg.arrival:
                     marks.append(msg.at)
@@ -275,10 +385,10 @@ class RecordingSource:
                 if next_tick is not None and msg.at is not None and msg.at < next_tick:
                     continue
                 own = None
-                if group:
+                if msgs:
                     yield read()
                     own = max(arrivals) if arrivals else group_arrival
-                    group, arrivals = [], []
+                    reset()
                 seen(own)
                 if next_tick is None:
                     next_tick = clock + interval
@@ -287,19 +397,23 @@ class RecordingSource:
                     next_tick = clock + interval
                 continue
             if callable(msg):  # e.g. recorded runtime settings: applied after every line before it
-                if group:
+                if msgs:
                     yield read()
                     seen(max(arrivals) if arrivals else group_arrival)
-                    group, arrivals = [], []
+                    reset()
                 msg()
                 continue
-            line = _recorded(msg)
-            arrival = line[3]
-            if group and arrival != group_arrival and (not across or arrival is None or group_arrival is None):
+            message, value, bad, arrival = _recorded(msg)
+            if msgs and arrival != group_arrival and (not across or arrival is None or group_arrival is None):
                 yield read()
                 seen(max(arrivals) if arrivals else group_arrival)
-                group, arrivals = [], []
-            group.append(line[:3])
+                reset()
+            if bad is not None and bads is None:
+                bads = [None] * len(msgs)
+            msgs.append(message)
+            vals.append(value)
+            if bads is not None:
+                bads.append(bad)
             if arrival is not None:
                 arrivals.append(arrival)
             group_arrival = arrival
@@ -307,19 +421,18 @@ class RecordingSource:
             # single-event lines is otherwise a call chain per event), cut wherever the clock could reach the
             # next tick, so that the ticks fall where they would line by line: the clock only moves on to a
             # line's arrival, or to one of its event times, so a line under the bound cannot have moved it there.
-            bound = arrival if arrival is not None else _latest_ts(line[1])
-            if (next_tick is not None and bound is not None and bound < next_tick
-                    and len(group) < self.group_lines):
+            bound = arrival if arrival is not None else _latest_ts(value)
+            if next_tick is not None and bound is not None and bound < next_tick and len(msgs) < limit:
                 continue
             yield read()
             seen(max(arrivals) if arrivals else arrival)
-            group, arrivals = [], []
+            reset()
             if next_tick is None:
                 next_tick = clock + interval
             elif clock >= next_tick:
                 yield Tick(clock)
                 next_tick = clock + interval
-        if group:  # under the bound: no tick was due after any of them
+        if msgs:  # under the bound: no tick was due after any of them
             yield read()
             seen(max(arrivals) if arrivals else group_arrival)
         if clock is None or next_tick is None:
@@ -332,3 +445,14 @@ class RecordingSource:
                 break
             yield Tick(at)
             previous = at
+
+
+def _line_by_line(lines: Iterable[Any]) -> Iterator[Any]:
+    """The lines with each ``RecordedBlock`` taken apart into its lines (a read per arrival: ``across_arrivals``
+    False)."""
+    for line in lines:
+        if type(line) is RecordedBlock:
+            for raw, value, arrival in zip(*line):
+                yield _recorded_line((_bare_message((raw, None, "", 0, None)), value, None, arrival))
+        else:
+            yield line

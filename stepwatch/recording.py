@@ -38,7 +38,7 @@ from stepwatch.config import Settings
 from stepwatch.terminal import json_line, printable
 
 if TYPE_CHECKING:  # the detection core loads when a recording is read, not for the commands' file checks
-    from stepwatch.models.sources import RecordedLine
+    from stepwatch.models.sources import RecordedBlock, RecordedLine
 
 PROGRESS_SECONDS = 5.0
 
@@ -71,9 +71,14 @@ def parse_time(text: str) -> float:
     return when.timestamp()
 
 
-def read_lines(paths: Iterable[str], *, what: str = "replay", progress: bool = True) -> Iterator[bytes]:
-    """The non-empty lines of recordings ('-': stdin), with a progress line on stderr every ``PROGRESS_SECONDS`` or so
-    (a recording read for longer than that; ``progress``: False, none)."""
+#: Bytes read from a recording at a time: its lines are split from a block at once (C-level), not read one by one.
+READ_BLOCK = 1 << 20
+
+
+def read_blocks(paths: Iterable[str], *, what: str = "replay", progress: bool = True) -> Iterator[list[bytes]]:
+    """``read_lines``'s lines, a list per block of about ``READ_BLOCK`` bytes (each line stripped, empty ones left out).
+
+    A pipe (stdin) gives what it has (``read1``), so a line is not held back until a block fills up."""
     next_report = time.monotonic() + PROGRESS_SECONDS if progress else float("inf")
     for path in paths:
         stream = sys.stdin.buffer if path == "-" else open(path, "rb")
@@ -81,19 +86,46 @@ def read_lines(paths: Iterable[str], *, what: str = "replay", progress: bool = T
             size = os.fstat(stream.fileno()).st_size if path != "-" else 0
         except (OSError, ValueError):  # not a file with a size (a pipe, a test's stream)
             size = 0
+        read = getattr(stream, "read1", stream.read)
+        lineno = 0
+        pending: list[bytes] = []  # the start of a line not ended yet (a line longer than a block: joined once)
         try:
-            for lineno, line in enumerate(stream, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                if lineno % 4096 == 0 and time.monotonic() > next_report:
+            while True:
+                chunk = read(READ_BLOCK)
+                if not chunk:
+                    lines = [b"".join(pending)] if pending else []
+                    pending = []
+                else:
+                    end = chunk.rfind(b"\n")
+                    if end < 0:
+                        pending.append(chunk)
+                        continue
+                    if pending:
+                        pending.append(chunk[:end])
+                        lines = b"".join(pending).split(b"\n")
+                    else:
+                        lines = chunk[:end].split(b"\n")
+                    pending = [chunk[end + 1:]] if end + 1 < len(chunk) else []
+                lineno += len(lines)
+                lines = list(filter(None, map(bytes.strip, lines)))
+                if time.monotonic() > next_report:
                     done = f" ({100 * stream.tell() / size:.0f} %)" if size else ""
                     print(f"stepwatch {what}: {path}: line {lineno}{done}", file=sys.stderr, flush=True)
                     next_report = time.monotonic() + PROGRESS_SECONDS
-                yield line
+                if lines:
+                    yield lines
+                if not chunk:
+                    break
         finally:
             if stream is not sys.stdin.buffer:
                 stream.close()
+
+
+def read_lines(paths: Iterable[str], *, what: str = "replay", progress: bool = True) -> Iterator[bytes]:
+    """The non-empty lines of recordings ('-': stdin), with a progress line on stderr every ``PROGRESS_SECONDS`` or so
+    (a recording read for longer than that; ``progress``: False, none)."""
+    for lines in read_blocks(paths, what=what, progress=progress):
+        yield from lines
 
 
 def unreadable(paths: Iterable[str]) -> str | None:
@@ -215,7 +247,8 @@ def _typical(step_times: list[float]) -> float:
     return step_times[len(step_times) // 2] if step_times else float("nan")
 
 
-def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes | RecordedLine]:
+def merge_recorded(paths: list[str], *, what: str = "replay", blocks: bool = False
+                   ) -> Iterator[bytes | RecordedLine | RecordedBlock]:
     """The lines of several recordings as one: one file per rank or node (each written on its own host) merged
     by time, so that replaying them is replaying one recording of the whole job. ``stepwatch replay`` and
     ``stepwatch publish`` both read their files through it.
@@ -232,10 +265,12 @@ def merge_recorded(paths: list[str], *, what: str = "replay") -> Iterator[bytes 
 
     Each line is parsed once: several files' lines come parsed (``RecordedLine``, models/sources.py: the
     merge needs their times, and replay's pipeline and publish take the parsed value as it is); one file's
-    come as they are (bytes, parsed where they are used).
+    come as they are (bytes, parsed where they are used); with ``blocks`` (``replay``), one file's plain lines come
+    parsed a block at a time (``RecordedBlock``s, models/sources.py ``recorded_blocks``: what ``replay`` reads
+    fastest), any other line as its ``RecordedLine``.
     """
     if len(paths) < 2:
-        yield from _one_recording(paths, what=what)
+        yield from _one_recording(paths, what=what, blocks=blocks)
         return
     from stepwatch.models.sources import recorded
     offsets, heads = _clock_heads(paths, what=what)
@@ -265,7 +300,8 @@ SORTED_HEAD_EVENTS = 50_000  # parsed lines held: tens of MB at most
 SORTED_BACK_SHARE = 0.01
 
 
-def _one_recording(paths: list[str], *, what: str) -> Iterator[bytes | RecordedLine]:
+def _one_recording(paths: list[str], *, what: str, blocks: bool = False
+                   ) -> Iterator[bytes | RecordedLine | RecordedBlock]:
     """The lines of one recording: as they are, unless it is sorted by event time (no ``_arrival``: an
     imported or generated trace) and its hosts' clocks disagree by more than half a step. Sorting by raw
     time puts a host whose clock is seconds ahead many steps late (its steps closed without it, or taken
@@ -274,11 +310,13 @@ def _one_recording(paths: list[str], *, what: str) -> Iterator[bytes | RecordedL
     step ends in the head). Lines without a node (job-wide phases, config) stay on the raw clock.
 
     Lazy: the head (parsed, for the estimate) and, while merging, the lines within the hosts' clock spread
-    are held; each line is parsed once."""
-    from stepwatch.models.sources import recorded
+    are held; each line is parsed once. ``blocks``: the lines after the head, where they come as they are,
+    parsed a block at a time (``merge_recorded``)."""
+    from stepwatch.models.sources import recorded, recorded_blocks
     from stepwatch.models.steps.clocks import source_offsets
 
-    lines = read_lines(paths, what=what)
+    read = read_blocks(paths, what=what)
+    rest: list[bytes] = []  # the lines of the block the head ended in, after it
     head: list[RecordedLine] = []
     ends: dict[str, dict[tuple[str, int], float]] = {}  # node -> (job, step) -> earliest step end
     steps: set[tuple[str, int]] = set()
@@ -290,15 +328,15 @@ def _one_recording(paths: list[str], *, what: str) -> Iterator[bytes | RecordedL
         node = event.get("node")
         return ends.setdefault(node, {}) if type(node) is str else None
 
-    for raw in lines:
-        line = recorded(raw)
-        head.append(line)
+    def enough(line: RecordedLine) -> bool:
+        """Note a head line; True: the head is read."""
+        nonlocal events, timed, back, previous
         if line.arrival is not None:
-            break  # on the broker's clock: its order is the order things arrived
+            return True  # on the broker's clock: its order is the order things arrived
         obj = line.value
         batch = obj.get("events") if type(obj) is dict and obj.get("kind") == "batch" else [obj]
         if type(batch) is not list:
-            continue
+            return False
         when = _merge_time(line)
         if when is not None:
             if previous is not None:
@@ -308,14 +346,35 @@ def _one_recording(paths: list[str], *, what: str) -> Iterator[bytes | RecordedL
         events += len(batch)
         if type(obj) is dict:
             _step_ends(obj, of_node, step_times, steps)
-        if len(steps) >= SORTED_HEAD_STEPS or events >= SORTED_HEAD_EVENTS:
-            break
+        return len(steps) >= SORTED_HEAD_STEPS or events >= SORTED_HEAD_EVENTS
+
+    for block in read:
+        for k, raw in enumerate(block):
+            line = recorded(raw)
+            head.append(line)
+            if enough(line):
+                rest = block[k + 1:]
+                break
+        else:
+            continue
+        break
+
+    def raw_lines() -> Iterator[bytes]:
+        yield from rest
+        for block in read:
+            yield from block
+
     offsets: list[float] = []
     if head[-1:] and head[-1].arrival is None and len(ends) > 1 and back <= SORTED_BACK_SHARE * timed:
         offsets = source_offsets(list(ends.values()), step_time=_typical(step_times))
     if not any(offsets):
         yield from head
-        yield from lines
+        if not blocks:
+            yield from raw_lines()
+            return
+        yield from recorded_blocks(rest)
+        for block in read:
+            yield from recorded_blocks(block)
         return
     offset = dict(zip(ends, offsets))
     top = max(0.0, *offsets)  # no later line's merge time is below the newest raw time less this
@@ -323,7 +382,7 @@ def _one_recording(paths: list[str], *, what: str) -> Iterator[bytes | RecordedL
     def parsed() -> Iterator[RecordedLine]:
         yield from head
         head.clear()
-        for raw in lines:
+        for raw in raw_lines():
             yield recorded(raw)
 
     held: list[tuple[float, int, RecordedLine]] = []
@@ -382,6 +441,9 @@ def candidate_lines(lines, overrides: dict):
 
     yield orjson.dumps({"v": 1, "kind": "config", "_key": GLOBAL, **overrides})
     for line in lines:
+        if type(line) is not bytes and not hasattr(line, "message"):  # a block of plain lines (no config line)
+            yield line
+            continue
         raw = line if type(line) is bytes else line.message.value
         if _is_config(raw):
             try:
@@ -587,8 +649,8 @@ def _apply_config(lines: Iterable[bytes | RecordedLine], pipeline, settings: Set
             print(f"stepwatch replay: ignored runtime settings for {key!r}: {exc}", file=sys.stderr)
 
     for line in lines:
-        if type(line) is not bytes and not hasattr(line, "message"):  # another process's line (``replay_jobs``)
-            yield line
+        if type(line) is not bytes and not hasattr(line, "message"):
+            yield line  # a block of plain lines (none a config line: ``recorded_blocks``), another process's line
             continue
         raw = line if type(line) is bytes else line.message.value
         if _is_config(raw):

@@ -79,10 +79,10 @@ def alert_lines(recording: Recording) -> bytes:
     from stepwatch.recording import merge_recorded, replay
 
     out = io.StringIO()
-    with tempfile.TemporaryDirectory() as folder:  # a file, as the command reads it (merge_recorded per file)
+    with tempfile.TemporaryDirectory() as folder:  # a file, read as the command reads it (merge_recorded, by blocks)
         path = Path(folder) / "recording.jsonl"
         path.write_bytes(b"".join(line + b"\n" for line in recording.lines()))
-        replay(merge_recorded([str(path)]), Settings(), drain=recording.drain, out=out, stats={})
+        replay(merge_recorded([str(path)], blocks=True), Settings(), drain=recording.drain, out=out, stats={})
     return out.getvalue().encode()
 
 

@@ -10,6 +10,7 @@ gets the same per-event results and rejection reasons as before.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 
@@ -107,13 +108,10 @@ class StepColumns:
         """``(job, start, end)`` of each run of consecutive events of one job."""
         if len(self.jobs) == 1:
             return [(self.job[0], 0, len(self.job))]
-        out, start, jobs = [], 0, self.job
-        for i in range(1, len(jobs)):
-            if jobs[i] != jobs[i - 1]:
-                out.append((jobs[start], start, i))
-                start = i
-        out.append((jobs[start], start, len(jobs)))
-        return out
+        jobs = self.job
+        # Where the job changes, found C-level (a fleet's merged lines change job every few rows); a loop per run only.
+        starts = [0, *itertools.compress(range(1, len(jobs)), map(operator.ne, jobs, jobs[1:])), len(jobs)]
+        return [(jobs[lo], lo, hi) for lo, hi in zip(starts, starts[1:])]
 
 
 #: Step events merged into one column batch at most (``Pipeline.feed``). Merging amortises the per-call cost for
@@ -151,57 +149,84 @@ _NONE = type(None)
 _NUM_TYPES = frozenset({float, int})
 _OPT_NUM_TYPES = frozenset({float, int, _NONE})
 _OPT_INT_TYPES = frozenset({int, _NONE})
+_FLOAT = frozenset({float})
 
 
 def _types(values: list) -> set:
-    return set(map(type, values))
+    kinds = list(map(type, values))
+    if kinds and kinds.count(kinds[0]) == len(kinds):  # the common column, of one type: a third of a set's cost
+        return {kinds[0]}
+    return set(kinds)
 
 
 def _names_ok(values) -> bool:
     return all(0 < len(v) <= MAX_NAME_LEN for v in values)
 
 
+def _all_str(values) -> bool:
+    return all(type(v) is str for v in values)
+
+
+class _Ragged(Exception):
+    """Some event lacks a key of the first one (``_columns``' exact mode): its keys are looked at after all."""
+
+
 def _step_columns(items: list) -> StepColumns | None:
     """Columns of a batch's events when all are plain valid step events, else None (use the per-event path)."""
+    n = len(items)
+    if not n or _types(items) != {dict}:
+        return None
+    first = items[0]
+    if list(map(len, items)).count(len(first)) == n and first.keys() <= _STEP_FIELDS:
+        # Every event has as many keys as the first: the same ones if each of those is found in each event (a miss
+        # raises _Ragged), without the union of every event's keys.
+        try:
+            return _columns(items, first.keys(), exact=True)
+        except _Ragged:
+            pass
+    keys = set().union(*items)
+    if not keys <= _STEP_FIELDS:
+        return None  # extra fields are kept per event: the per-event path does that
+    return _columns(items, keys, exact=False)
+
+
+def _columns(items: list, keys, *, exact: bool) -> StepColumns | None:
+    """``_step_columns`` of events whose keys are ``keys`` (``exact``: each event has them all, else _Ragged)."""
     from operator import itemgetter
 
     import numpy as np
 
     n = len(items)
-    if not n or _types(items) != {dict}:
-        return None
-    keys = set().union(*items)
-    if not keys <= _STEP_FIELDS:
-        return None  # extra fields are kept per event: the per-event path does that
+    # The first event's own key objects: a parser's keys are one object each (orjson's key cache), so a lookup by
+    # them is a pointer comparison, not a string comparison (about half the cost of a column).
+    own = {k: k for k in items[0]}
 
     def col(name: str) -> list:
+        key = own.get(name, name)
         try:
-            return list(map(itemgetter(name), items))
+            return list(map(itemgetter(key), items))
         except KeyError:
-            return [o.get(name) for o in items]
+            if exact:
+                raise _Ragged from None
+            return [o.get(key) for o in items]
 
     def optional(name: str) -> list | None:
         return col(name) if name in keys else None
 
-    def floats(name: str, values: list, *, maximum: float) -> list[float] | None:
-        """As floats (None -> NaN), or None if some value is out of [0, maximum]; the array is kept
-        (``StepColumns.array``)."""
+    def floats(name: str, values: list, types: set, *, maximum: float) -> list[float] | None:
+        """As floats (None -> NaN), or None if some value is out of [0, maximum] or infinite; the array is kept
+        (``StepColumns.array``). A column of floats only is kept as it is (the same floats, not made again)."""
         a = np.array(values, dtype=np.float64)
-        if (a < 0).any() or (a > maximum).any():
+        if (a < 0).any() or (a > maximum).any() or (maximum == math.inf and (a == math.inf).any()):
             return None
         a.flags.writeable = False
         c._arrays[name] = a
-        return a.tolist()
+        return values if types == _FLOAT else a.tolist()
 
     def counters(values: list) -> bool:
+        # (ints only, checked before: Python's min and max compare them exactly, without an int64 array)
         present = [v for v in values if v is not None] if None in values else values
-        if not present:
-            return True
-        try:
-            a = np.array(present, dtype=np.int64)
-        except OverflowError:
-            return False
-        return bool(a.min() >= 0 and a.max() <= MAX_COUNTER)
+        return not present or (min(present) >= 0 and max(present) <= MAX_COUNTER)
 
     try:
         v, kind = col("v"), col("kind")
@@ -214,18 +239,19 @@ def _step_columns(items: list) -> StepColumns | None:
         c._raw = None
         c.extra = None  # events with extra fields take the per-event decoder
         c.job = col("job")
-        if _types(c.job) != {str}:
+        c.jobs = set(c.job)  # (the types of the distinct values are those of all: only equal values are merged)
+        if not _all_str(c.jobs):
             return None
-        c.jobs = set(c.job)
         c.rank, c.step = col("rank"), col("step")
         if _types(c.rank) != {int} or _types(c.step) != {int} or not counters(c.rank) or not counters(c.step):
             return None
         c.ts, c.step_time = col("ts"), col("step_time")
-        if not _types(c.ts) <= _NUM_TYPES or not _types(c.step_time) <= _NUM_TYPES:
+        ts_types, took_types = _types(c.ts), _types(c.step_time)
+        if not ts_types <= _NUM_TYPES or not took_types <= _NUM_TYPES:
             return None
-        c.ts = floats("ts", c.ts, maximum=math.inf)
-        c.step_time = floats("step_time", c.step_time, maximum=MAX_DURATION)
-        if c.ts is None or c.step_time is None or math.inf in c.ts or not _names_ok(c.jobs):
+        c.ts = floats("ts", c.ts, ts_types, maximum=math.inf)
+        c.step_time = floats("step_time", c.step_time, took_types, maximum=MAX_DURATION)
+        if c.ts is None or c.step_time is None or not _names_ok(c.jobs):
             return None
         nan_column = [math.nan] * n
         for name, maximum in (("compute_time", MAX_DURATION), ("data_time", MAX_DURATION),
@@ -234,10 +260,11 @@ def _step_columns(items: list) -> StepColumns | None:
             if values is None:
                 setattr(c, name, nan_column)
                 continue
-            if not _types(values) <= _OPT_NUM_TYPES:
+            types = _types(values)
+            if not types <= _OPT_NUM_TYPES:
                 return None
-            values = floats(name, values, maximum=maximum)
-            if values is None or (maximum == math.inf and math.inf in values):
+            values = floats(name, values, types, maximum=maximum)
+            if values is None:
                 return None
             setattr(c, name, values)
         none_column = [None] * n
@@ -251,9 +278,11 @@ def _step_columns(items: list) -> StepColumns | None:
                 else any(w is not None and r >= w for r, w in zip(c.rank, c.world_size))):
             return None
         c.node = optional("node") or none_column
-        if c.node is not none_column and (not _types(c.node) <= {str, _NONE}
-                                          or not _names_ok(set(c.node) - {None})):
-            return None
+        if c.node is not none_column:
+            nodes = set(c.node)
+            nodes.discard(None)
+            if not _all_str(nodes) or not _names_ok(nodes):
+                return None
         c.group = optional("group") or none_column
         if c.group is not none_column:
             types = _types(c.group)
@@ -270,7 +299,7 @@ def _step_columns(items: list) -> StepColumns | None:
         if phase is None:
             c.phase = ["train"] * n
         else:
-            if not _types(phase) <= {str, _NONE} or not set(phase) - {None} <= STEP_PHASES:
+            if not set(phase) - {None} <= STEP_PHASES:  # (only strings equal a phase's name)
                 return None
             c.phase = ["train" if p is None else p for p in phase] if None in phase else phase
         return c

@@ -88,7 +88,7 @@ def _phase(obj: dict, *, allowed: frozenset[str], required: bool, default: str |
         if required:
             raise InvalidEvent("missing required field 'phase'")
         return default
-    if value not in allowed:
+    if type(value) is not str or value not in allowed:  # (a list or an object is no phase: not looked up, unhashable)
         raise InvalidEvent(f"unknown phase {value!r} (expected one of {sorted(allowed)})")
     return value
 

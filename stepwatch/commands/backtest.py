@@ -21,7 +21,7 @@ def _alerts(files: list[str], settings, overrides: dict | None, args) -> tuple[l
     if args.jobs > 1:
         replay_jobs(files, settings, jobs=args.jobs, drain=args.drain, out=out, stats=stats, overrides=overrides)
     else:
-        lines = merge_recorded(files, what="backtest")
+        lines = merge_recorded(files, what="backtest", blocks=True)
         replay(lines if overrides is None else candidate_lines(lines, overrides), settings, drain=args.drain,
                out=out, stats=stats)
     return [orjson.loads(line) for line in out.getvalue().splitlines() if line.strip()], stats

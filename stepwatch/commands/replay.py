@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         if args.jobs > 1:
             replay_jobs(args.files, settings, jobs=args.jobs, drain=drain, until=until, stats=stats)
         else:
-            replay(merge_recorded(args.files), settings, drain=drain, until=until, stats=stats)
+            replay(merge_recorded(args.files, blocks=True), settings, drain=drain, until=until, stats=stats)
     except FileNotFoundError as exc:
         raise SystemExit(f"stepwatch replay: {exc.filename}: no such file") from None
     sys.stdout.flush()
