@@ -13,7 +13,6 @@ engine tells the hub of jobs' nodes and jobs forgotten as it goes (its ``observe
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 
 from .alerts import Alert
 from .engine import JobEngine
@@ -132,12 +131,6 @@ class DetectionEngine(JobEngine):
     def take_refused_links(self) -> list[tuple[int, str]]:
         """The rows of the last ``LinkColumns`` batch a state cap left out, ``(row, what)``, once."""
         out, self.refused_links = self.refused_links, []
-        return out
-
-    def process_many(self, events: Iterable[Event]) -> list[Alert]:
-        out: list[Alert] = []
-        for event in events:
-            out.extend(self.process(event))
         return out
 
     def tick(self, now: float) -> list[Alert]:

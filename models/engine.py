@@ -138,10 +138,6 @@ class JobState:
         return self.named["straggler"].detectors
 
     @property
-    def long_stragglers(self) -> dict:
-        return self.named["long_straggler"].detectors
-
-    @property
     def throughput(self):
         return self.named["throughput"].detector
 
@@ -653,9 +649,6 @@ class JobEngine:
 
     def apply_hang_settings(self, job: str | None, hang: HangSettings | None) -> None:
         self.apply_rule_settings(HangSettings, job, hang)
-
-    def apply_job_health_settings(self, job: str | None, health: JobHealthSettings | None) -> None:
-        self.apply_rule_settings(JobHealthSettings, job, health)
 
     # -- views ----------------------------------------------------------------------------
 
