@@ -622,15 +622,29 @@ def _is_config(line: bytes) -> bool:
 def _told_arrivals(lines: Iterable, engine) -> Iterator:
     """The lines as they are; the engine told by the first whether the recording's arrivals are the broker's
     (``_arrival`` written by ``record``) or replay's own merge of its hosts' times (``JobEngine.broker_arrivals``)."""
+    from stepwatch.models.sources import RecordedBlock
+
     it = iter(lines)
     for line in it:
+        if type(line) is RecordedBlock:  # (its lines all carry a Unix-time ``_arrival``)
+            engine.broker_arrivals = True
+            yield line
+            break
         raw = line if type(line) is bytes else getattr(getattr(line, "message", None), "value", None)
-        if type(raw) is bytes and not _is_config(raw):  # (another process's mark, a config line: the next)
-            engine.broker_arrivals = b'"_arrival"' in raw
+        # (another process's mark, a config line, a line that is no JSON object: the next decides)
+        if type(raw) is bytes and not _is_config(raw) and type(value := _json_or_none(raw)) is dict:
+            engine.broker_arrivals = "_arrival" in value
             yield line
             break
         yield line
     yield from it
+
+
+def _json_or_none(raw: bytes):
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _apply_config(lines: Iterable[bytes | RecordedLine], pipeline, settings: Settings

@@ -70,3 +70,26 @@ def test_a_line_longer_than_a_block_is_one_line(tmp_path, monkeypatch):
     path = tmp_path / "long.jsonl"
     path.write_bytes(b"\n".join(lines))
     assert list(read_lines([str(path)])) == [b"x" * 100, b"short", b"y" * 40, b"z" * 33]
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_odd_first_lines_do_not_decide_whose_clock_the_arrivals_are(tmp_path, seed, blocks):
+    """Whether a recording's arrivals are the broker's (``_arrival``, alert times then on the broker's clock:
+    models/alert_clock.py) is told by its first JSON object, whatever odd lines (bad JSON, a runtime setting, not an
+    object) come before it, read by blocks or line by line."""
+    rng = random.Random(seed)
+    for with_arrival in (True, False):
+        good = [orjson.dumps({"v": 1, "kind": "step", "job": "j", "rank": r, "step": s, "ts": T0 + s,
+                              "step_time": 1.0, "world_size": 2, **({"_arrival": T0 + s + 0.2} if with_arrival else {})})
+                for s in range(20) for r in range(2)]
+        path = tmp_path / f"rec-{with_arrival}.jsonl"
+        odd = [line for line in ODD if b"_arrival" not in line]  # (a bad event with an arrival is a recorded one)
+        path.write_bytes(b"\n".join(rng.sample(odd, rng.randrange(1, len(odd) + 1)) + good) + b"\n")
+
+        class Engine:
+            broker_arrivals = None
+
+        engine = Engine()
+        list(recording._told_arrivals(merge_recorded([str(path)], blocks=blocks), engine))
+        assert engine.broker_arrivals is with_arrival
