@@ -170,12 +170,15 @@ class JobState:
         self.lags.extend(lags)
         self.offset = None
 
-    def on_broker_clock(self, alerts: list[Alert], broker: bool = True) -> list[Alert]:
+    def on_broker_clock(self, alerts: list[Alert], broker: bool = True, offset: float | None = None) -> list[Alert]:
         """This job's ``alerts`` with their times on the broker's clock (``AlertClock``; as they are when no
-        arrival is known, ``broker`` is False, or the hosts' clocks are right)."""
+        arrival is known, ``broker`` is False, or the hosts' clocks are right). ``offset``: the job's clock offset
+        as of the row that fired (a column run adds all its rows' lags before its rules run); None: as it is."""
         if not alerts:
             return alerts
-        return self.alert_clock.to_broker(alerts, self.clock_offset() if self.lags and broker else None)
+        if not broker or not self.lags:
+            return self.alert_clock.to_broker(alerts, None)
+        return self.alert_clock.to_broker(alerts, self.clock_offset() if offset is None else offset)
 
 
 class JobEngine:
@@ -411,6 +414,9 @@ class JobEngine:
             job.last_ts = latest
         job.last_seen = self._tick_clock
         self._touch(job)
+        # The lags before this run: an alert of an earlier row is stamped with the offset as of its row, as one
+        # event at a time would (``_offset_at``).
+        lags_before = list(job.lags) if arrival is not None and self.broker_arrivals else None
         if type(arrival) is list:  # each row its own arrival (a replay's lines merged into one batch)
             n = -(job.lags.maxlen or len(ts))
             job.add_lags([a - t for a, t in zip(arrival[lo:hi][n:], ts[n:])])
@@ -461,8 +467,11 @@ class JobEngine:
             start = i
         caused: list[Caused] = []
         for i, what, value in sorted(results, key=lambda r: r[:2]) if len(results) > 1 else results:
-            alerts = evicted + job.on_broker_clock(value if what == 0 else self._judge(job, value),
-                                                   self.broker_arrivals)
+            judged = value if what == 0 else self._judge(job, value)
+            offset = None
+            if judged and lags_before is not None and i < len(ts) - 1:
+                offset = _offset_at(job, lags_before, arrival[lo:hi] if type(arrival) is list else arrival, ts, i)
+            alerts = evicted + job.on_broker_clock(judged, self.broker_arrivals, offset)
             evicted = []  # (with the first group: enriched together, once telemetry saw the rows up to it)
             if alerts:
                 caused.append((lo + i, alerts))
@@ -659,6 +668,14 @@ class JobEngine:
 
     def open_alerts(self) -> list[Alert]:
         return [a for job in self.jobs.values() for a in job.open_alerts()]
+
+
+def _offset_at(job: JobState, before: list[float], arrival, ts: list[float], row: int) -> float:
+    """The job's clock offset once row ``row`` of a column run was added to the lags ``before`` it (``arrival``: the
+    run's arrivals, a list of each row's or one for all): what one event at a time had when that row fired."""
+    rows = [a - t for a, t in zip(arrival[:row + 1], ts)] if type(arrival) is list else [arrival - t for t in
+                                                                                            ts[:row + 1]]
+    return list_median((before + rows)[-(job.lags.maxlen or len(before) + len(rows)):])
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:
