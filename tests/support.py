@@ -15,6 +15,15 @@ from kafka import KafkaConsumer
 REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger("tests.support")
 
+#: ``STEPWATCH_FULL_GRID=1``: the heaviest generated tests run every variant; without it (CI) a bounded,
+#: fixed sample that still reaches each code path and each named bug (docs/testing.md).
+FULL_GRID = bool(os.environ.get("STEPWATCH_FULL_GRID"))
+
+
+def full_or(full, sample):
+    """``full`` under ``STEPWATCH_FULL_GRID=1``, else ``sample``: a parameter list or an example count."""
+    return full if FULL_GRID else sample
+
 
 def stepwatch_env(bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
     """Environment pointing every stepwatch command at one test's topics and app id."""

@@ -15,6 +15,7 @@ from stepwatch.models.wire.events import encode_events
 from stepwatch.models.pipeline import Message, Outputs, Pipeline, run_recording
 from stepwatch.models.status import StatusRecorder
 from stepwatch.sim import scenarios
+from support import full_or
 
 T0 = 1_700_000_000.0
 
@@ -48,8 +49,13 @@ def job_steps(job: str, *, ranks: int, steps: int, t0: float = T0, dt: float = 1
     return out
 
 
-@pytest.mark.parametrize("scenario", ["straggler-30pct-64", "multi-job-3", "straggler-2x-8"])
-@pytest.mark.parametrize("per_message", [1, 16])
+#: CI: each scenario once and each message size twice (the many-job read with single events, the heaviest);
+#: ``STEPWATCH_FULL_GRID=1``: every pair.
+GETMANY = [(s, n) for n in (1, 16) for s in ("straggler-30pct-64", "multi-job-3", "straggler-2x-8")]
+
+
+@pytest.mark.parametrize("scenario,per_message", full_or(GETMANY, [("straggler-30pct-64", 16), ("multi-job-3", 1),
+                                                                   ("straggler-2x-8", 16)]))
 def test_a_getmany_at_once_gives_the_alerts_of_one_message_at_a_time(scenario, per_message):
     """The aiokafka consumer feeds a partition's whole ``getmany`` (merged into column batches); the Faust
     agent one message at a time. Both call ``Pipeline.feed``; both must give the same alerts and state."""

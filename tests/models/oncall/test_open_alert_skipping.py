@@ -18,6 +18,7 @@ from gen2.transport import merge
 from hang_recordings import Job, replay
 from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.telemetry.telemetry_hub import TelemetryHub
+from support import FULL_GRID
 
 T = 1_790_000_000.0
 
@@ -87,8 +88,15 @@ def test_without_node_telemetry_the_same_alerts_with_and_without_skipping(seed, 
     assert skipping == every
 
 
+#: CI's part of the fleet: each kind of hang (one lossy, with clock skew), a straggler with a telemetry cause and a
+#: fabric fault, at once; ``STEPWATCH_FULL_GRID=1`` replays all nine (twice the events).
+FLEET_SAMPLE = {"hang-before-collective", "hang-skew-lossy", "hang-teardown", "straggler-gpu-throttled", "fabric-a"}
+
+
 def test_the_messy_fleet_publishes_the_same_alerts_with_and_without_skipping(monkeypatch):
-    lines = merge(s.timed_lines() for s in catalog() if s.telemetry or "hang" in s.name)
+    fleet = [s for s in catalog() if s.telemetry or "hang" in s.name]
+    assert FLEET_SAMPLE <= {s.name for s in fleet}  # a renamed scenario does not leave the sample unnoticed
+    lines = merge(s.timed_lines() for s in fleet if FULL_GRID or s.name in FLEET_SAMPLE)
     skipping, every = _both_ways(lines, monkeypatch, drain=300)
     assert {"hang", "straggler"} <= {a["type"] for a in every}
     assert skipping == every

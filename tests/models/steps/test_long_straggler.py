@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from steady_jobs import SteadyJob, firing
+from support import full_or
 
 
 def _long(alerts, status="firing"):
@@ -48,7 +49,8 @@ def test_below_the_minimum_effect_nothing_fires():
     assert firing(alerts) == []
 
 
-@pytest.mark.parametrize("spike_rate", [0.0, 0.01])
+# CI: the heavy-tailed run only (its noise is the plain run's plus spikes); STEPWATCH_FULL_GRID=1: both.
+@pytest.mark.parametrize("spike_rate", full_or([0.0, 0.01], [0.01]))
 def test_a_healthy_job_raises_nothing_over_3000_steps_also_with_heavy_tails(spike_rate):
     job = SteadyJob(ranks=128, steps=3000, noise=0.01, spike_rate=spike_rate, seed=11, drop_rate=0.002, shuffle=True)
     _, alerts = job.run()

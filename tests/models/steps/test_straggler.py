@@ -8,6 +8,7 @@ import pytest
 
 from stepwatch.config import Settings, StragglerSettings
 from engine_driver import replay
+from support import full_or
 from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
 from stepwatch.sim.simulator import ClusterSimulator, JobSlowdown, SimulationSpec, StragglerFault
@@ -47,7 +48,7 @@ def test_persistent_15_percent_compute_slowdown_is_flagged_within_a_handful_of_s
     assert "ranks" not in alert.to_dict()["labels"]  # per-rank detail stays out of labels
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", full_or([1, 2, 3], [1]))  # CI: one seed; STEPWATCH_FULL_GRID=1: three
 def test_healthy_noise_over_thousands_of_steps_raises_nothing(seed):
     # 1% jitter, GC spikes, frequent data-loader hiccups, warm-up and checkpoint pauses: all normal.
     spec = SimulationSpec(ranks=32, steps=3000, checkpoint_every=250, seed=seed, hiccup_probability=0.02)
