@@ -19,6 +19,13 @@ import dataclasses
 
 from .alerts import Alert, AlertStatus
 
+#: Off (2026-12-05): node telemetry's enrichment (models/telemetry/telemetry_hub.py, the window from the alert's
+#: ``starts_at``) and the node incidents read alert times on the hosts' clocks, and they run after the engine: a
+#: shifted alert found no telemetry behind it (tests/models/telemetry/test_network_kafka.py, whose simulated job
+#: runs ahead of the broker, lost its cause). The shift belongs after them, at the outlet's end; until it moves
+#: there alert times stay the hosts' (the metamorphic grid's ``clocks +-30s`` delay: a strict xfail).
+ON = False
+
 #: A job's median arrival lag within this many seconds is delivery, not a clock error (times left as stamped).
 TOLERANCE_SECONDS = 5.0
 #: Open alerts whose shift is kept per job (more: the oldest forgotten; a job has a handful).

@@ -622,7 +622,7 @@ def _is_config(line: bytes) -> bool:
 def _told_arrivals(lines: Iterable, engine) -> Iterator:
     """The lines as they are; the engine told by the first whether the recording's arrivals are the broker's
     (``_arrival`` written by ``record``) or replay's own merge of its hosts' times (``JobEngine.broker_arrivals``)."""
-    from stepwatch.models.sources import RecordedBlock
+    from stepwatch.models.sources import RecordedBlock, RecordedLine
 
     it = iter(lines)
     for line in it:
@@ -631,9 +631,11 @@ def _told_arrivals(lines: Iterable, engine) -> Iterator:
             yield line
             break
         raw = line if type(line) is bytes else getattr(getattr(line, "message", None), "value", None)
-        # (another process's mark, a config line, a line that is no JSON object: the next decides)
-        if type(raw) is bytes and not _is_config(raw) and type(value := _json_or_none(raw)) is dict:
-            engine.broker_arrivals = "_arrival" in value
+        # (another process's mark, a config line, a line that is no JSON object: the next decides; a merged
+        # line is parsed already: its value, not a second parse)
+        if type(raw) is bytes and not _is_config(raw) and type(
+                line.value if type(line) is RecordedLine else _json_or_none(raw)) is dict:
+            engine.broker_arrivals = b'"_arrival"' in raw
             yield line
             break
         yield line

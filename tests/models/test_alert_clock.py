@@ -15,6 +15,14 @@ from stepwatch.models.alert_clock import TOLERANCE_SECONDS, AlertClock
 from stepwatch.models.alerts import Alert, AlertStatus
 from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.events import parse_event
+from stepwatch.models import alert_clock
+
+
+@pytest.fixture(autouse=True)
+def _clock_on(monkeypatch):
+    """The shift is off in the engine (models/alert_clock.py ``ON``: enrichment still reads the hosts' times);
+    these tests keep its mechanism right for when it moves after the outlet."""
+    monkeypatch.setattr(alert_clock, "ON", True)
 
 T0 = 1_770_000_000.0
 
