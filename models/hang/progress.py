@@ -297,6 +297,15 @@ class JobProgress:
         for seqs in self.pg_seq.values():
             seqs.pop(slot, None)
 
+    def _one_by_one(self, slots, steps, ts, nodes, first: bool, step_times, phases) -> None:
+        """A run event by event: each rank's row, then whether the counter passed (the reference the column road
+        reproduces)."""
+        for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
+            self.rank_row(slot, step, t, node)
+            passed = self.counter_passed()
+            if passed is not None:
+                self.counted_advance(i, passed, first, step_times, phases, ts)
+
     def quiet_steps(self, ranks: list[int], steps: list[int], ts: list[float], step_times: list[float],
                      phases: list[str], nodes: list[str | None], world_sizes: list[int | None], *,
                      layout=None, ts_array: np.ndarray | None = None, newest: int | None = None) -> None:
@@ -338,19 +347,11 @@ class JobProgress:
                 for slot, step, t, node in zip(slots, steps, ts, nodes):
                     self.rank_row(slot, step, t, node)
                 return
-            for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
-                self.rank_row(slot, step, t, node)
-                passed = self.counter_passed()
-                if passed is not None:
-                    self.counted_advance(i, passed, first, step_times, phases, ts)
+            self._one_by_one(slots, steps, ts, nodes, first, step_times, phases)
             return
         if newest <= top or len(slots) == 1 or not unique:
             if newest > top and len(slots) > 1:  # a rank twice (merged envelopes): event by event
-                for i, (slot, step, t, node) in enumerate(zip(slots, steps, ts, nodes)):
-                    self.rank_row(slot, step, t, node)
-                    passed = self.counter_passed()
-                    if passed is not None:
-                        self.counted_advance(i, passed, first, step_times, phases, ts)
+                self._one_by_one(slots, steps, ts, nodes, first, step_times, phases)
                 return
             if len(slots) == 1:  # a lone event: plain writes (numpy's per-call cost dwarfs one element)
                 self.rank_row(slots[0], steps[0], ts[0], nodes[0])
