@@ -417,7 +417,9 @@ class JobEngine:
         self._touch(job)
         # The lags before this run: an alert of an earlier row is stamped with the offset as of its row, as one
         # event at a time would (``_offset_at``).
-        lags_before = list(job.lags) if arrival is not None and self.broker_arrivals else None
+        # (Only while the shift is on: the copy is per run.)
+        lags_before = (list(job.lags) if arrival is not None and self.broker_arrivals and alert_clock_module.ON
+                       else None)
         if type(arrival) is list:  # each row its own arrival (a replay's lines merged into one batch)
             n = -(job.lags.maxlen or len(ts))
             job.add_lags([a - t for a, t in zip(arrival[lo:hi][n:], ts[n:])])

@@ -339,6 +339,16 @@ class RecordingSource:
             now = arrival if arrival is not None else max(self.clock(), elsewhere)
             clock = now if clock is None else max(clock, now)
 
+        def tick_due() -> Tick | None:
+            """The tick the clock has reached since the last one (the first read sets the first), or None."""
+            nonlocal next_tick
+            if next_tick is None:
+                next_tick = clock + interval
+            elif clock >= next_tick:
+                next_tick = clock + interval
+                return Tick(clock)
+            return None
+
         for msg in self.lines if across else _line_by_line(self.lines):
             if type(msg) is RecordedBlock:  # plain lines parsed at once: the reads cut out of it by slices, as below
                 lines, values, stamps = msg
@@ -371,11 +381,8 @@ class RecordingSource:
                     yield read()
                     seen(max(arrivals))
                     reset()
-                    if next_tick is None:
-                        next_tick = clock + interval
-                    elif clock >= next_tick:
-                        yield Tick(clock)
-                        next_tick = clock + interval
+                    if (tick := tick_due()) is not None:
+                        yield tick
                 continue
             if type(msg) is Elsewhere:  # another process's line: the clock moves (and ticks fall) as with it here
                 if msg.arrival:
@@ -390,11 +397,8 @@ class RecordingSource:
                     own = max(arrivals) if arrivals else group_arrival
                     reset()
                 seen(own)
-                if next_tick is None:
-                    next_tick = clock + interval
-                elif clock >= next_tick:
-                    yield Tick(clock)
-                    next_tick = clock + interval
+                if (tick := tick_due()) is not None:
+                    yield tick
                 continue
             if callable(msg):  # e.g. recorded runtime settings: applied after every line before it
                 if msgs:
@@ -427,11 +431,8 @@ class RecordingSource:
             yield read()
             seen(max(arrivals) if arrivals else arrival)
             reset()
-            if next_tick is None:
-                next_tick = clock + interval
-            elif clock >= next_tick:
-                yield Tick(clock)
-                next_tick = clock + interval
+            if (tick := tick_due()) is not None:
+                yield tick
         if msgs:  # under the bound: no tick was due after any of them
             yield read()
             seen(max(arrivals) if arrivals else group_arrival)
