@@ -169,6 +169,10 @@ class StepAssembler:
         self._rank_step: dict[int, int] = {}
         self.late_events = 0
         self.restarts = 0
+        #: The last closed step's ranks, as a list and as its read-only array: a step of the same ranks (most)
+        #: shares the array, so the rules see the same ranks by identity (``same_ranks``), not by a compare.
+        self._last_order: list[int] = []
+        self._last_ranks: np.ndarray = _ranks_array([])
 
     def _expected(self) -> int | None:
         """How many ranks a complete step has, once membership is known."""
@@ -405,12 +409,14 @@ class StepAssembler:
         ts, step_time, compute_time, comm_time, data_time, tokens, nodes = open_step.columns(order)
         n = len(order)
         self._learn_pace(step_time[0])
+        if order != self._last_order:
+            self._last_order, self._last_ranks = order, _ranks_array(order)
         return GroupStep(
             job=self.job,
             group=self.group,
             step=step,
             ts=sorted(ts)[n // 2],
-            ranks=np.fromiter(order, dtype=np.int64, count=n),
+            ranks=self._last_ranks,
             step_time=_floats(step_time, n),
             compute_time=_floats(compute_time, n),
             comm_time=_floats(comm_time, n),
@@ -444,6 +450,24 @@ class StepAssembler:
         self._extra_seen = -1
         self.last_closed = -1
         self._rank_step.clear()
+
+
+def _ranks_array(order: list[int]) -> np.ndarray:
+    ranks = np.fromiter(order, dtype=np.int64, count=len(order))
+    ranks.flags.writeable = False  # shared by the steps of the same ranks
+    return ranks
+
+
+def same_ranks(ranks: np.ndarray, last: np.ndarray) -> bool:
+    """Whether a step's ``ranks`` are ``last`` (a kept ``kept_ranks``): by identity for the steps of one assembler
+    with the same ranks (they share one read-only array), else by value."""
+    return ranks is last or (len(ranks) == len(last) and np.array_equal(ranks, last))
+
+
+def kept_ranks(ranks: np.ndarray) -> np.ndarray:
+    """``ranks`` to compare later steps' with (``same_ranks``): the array itself when read-only (no one can change
+    it under the keeper), else a copy."""
+    return ranks if not ranks.flags.writeable else ranks.copy()
 
 
 def _nan(value: float | None) -> float:

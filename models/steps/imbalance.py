@@ -37,7 +37,7 @@ from collections import deque
 import numpy as np
 
 from ..alerts import Alert, alert_id
-from .assembly import GroupStep
+from .assembly import GroupStep, kept_ranks, same_ranks
 from .cost import cost
 from .imbalance_evidence import (ClassImbalanceEvidence, Remedy, RemedyKind, RankClass, StageImbalanceEvidence,
                                  StageLoad)
@@ -155,7 +155,7 @@ class ImbalanceDetector:
         g = self._groups.get(step.group)
         if g is None:
             g = self._groups[step.group] = _GroupHistory(self.window)
-        changed = g.last is None or not np.array_equal(step.ranks, g.last[0])
+        changed = g.last is None or not same_ranks(step.ranks, g.last[0])
         if changed:  # most steps have the same ranks as the one before
             new = [int(r) for r in step.ranks if int(r) not in g.slot]
             if new:
@@ -163,7 +163,7 @@ class ImbalanceDetector:
                     g.slot[r] = len(g.ranks)
                     g.ranks.append(r)
                 g.values = np.vstack([g.values, np.full((len(new), self.window), np.nan)])
-            g.last = (step.ranks.copy(), np.fromiter((g.slot[int(r)] for r in step.ranks), dtype=np.int64,
+            g.last = (kept_ranks(step.ranks), np.fromiter((g.slot[int(r)] for r in step.ranks), dtype=np.int64,
                                                      count=len(step.ranks)))
         slots = g.last[1]
         g.values[slots, g.count % self.window] = x

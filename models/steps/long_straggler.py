@@ -35,7 +35,7 @@ import math
 import numpy as np
 
 from ..alerts import Alert, alert_id
-from .assembly import GroupStep
+from .assembly import GroupStep, kept_ranks, same_ranks
 from ..resolution import Resolution, with_resolution
 from .robust import median, nan_median, step_median
 from .straggler import choose_signal
@@ -112,7 +112,7 @@ class LongStragglerDetector:
     def _slots_for(self, ranks: np.ndarray) -> tuple[np.ndarray, bool]:
         """Slots of ``ranks``, and whether they differ from the previous step's (most steps: same ranks)."""
         last_ranks, last_slots = self._last_lookup
-        if len(ranks) == len(last_ranks) and np.array_equal(ranks, last_ranks):
+        if same_ranks(ranks, last_ranks):
             return last_slots, False
         new = [int(r) for r in ranks if int(r) not in self._slot]
         if new:
@@ -126,7 +126,7 @@ class LongStragglerDetector:
             self._onset = np.concatenate([self._onset, np.full(grow, -1, dtype=np.int64)])
             self._nodes.extend([None] * grow)
         slots = np.fromiter((self._slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
-        self._last_lookup = (ranks.copy(), slots)
+        self._last_lookup = (kept_ranks(ranks), slots)
         return slots, True
 
     def _peers(self, step: GroupStep, signal: str, x: np.ndarray) -> np.ndarray | float | None:

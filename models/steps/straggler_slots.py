@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .assembly import kept_ranks, same_ranks
+
 
 class RankSlots:
     """Rank -> slot, with the last step's lookup cached; ``nodes[slot]``: the rank's node (None: unknown)."""
@@ -29,7 +31,7 @@ class RankSlots:
     def lookup(self, ranks: np.ndarray) -> tuple[np.ndarray, int]:
         """The slots of ``ranks`` and how many of them are new (the caller grows its arrays by that many)."""
         last_ranks, last_slots = self._last_lookup
-        if len(ranks) == len(last_ranks) and np.array_equal(ranks, last_ranks):
+        if same_ranks(ranks, last_ranks):
             return last_slots, 0
         slot = self._slot
         new = [int(r) for r in ranks if int(r) not in slot]
@@ -38,7 +40,7 @@ class RankSlots:
             slot[r] = start + i
         self.nodes.extend([None] * len(new))
         slots = np.fromiter((slot[int(r)] for r in ranks), dtype=np.int64, count=len(ranks))
-        self._last_lookup = (ranks.copy(), slots)
+        self._last_lookup = (kept_ranks(ranks), slots)
         return slots, len(new)
 
     def first_of_run(self, slots: np.ndarray) -> int | None:
