@@ -341,10 +341,15 @@ class JobEngine:
         ``arrival``: one for all, or a list of each row's (a replay's lines of different arrivals in one batch).
         Rows a state cap left out go to ``refused`` (``take_refused``)."""
         job = self.jobs.get(name)
-        before = job.hang.rank_count if job is not None else 0
-        before_pgs = job.hang.pg_count if job is not None else 0
+        if job is None:
+            out = self._process_steps_run(name, cols, lo, hi, arrival)
+            self.store.count_ranks(name, job, 0, 0)
+            return out
+        hang = job.hang
+        before, before_pgs = hang.rank_count, hang.pg_count
         out = self._process_steps_run(name, cols, lo, hi, arrival)
-        self.store.count_ranks(name, job, before, before_pgs)
+        if hang.rank_count != before or hang.pg_count != before_pgs or self.jobs.get(name) is not job:
+            self.store.count_ranks(name, job, before, before_pgs)  # (else it adds nothing: most runs)
         return out
 
     def _process_steps_run(self, name: str, cols: StepColumns, lo: int, hi: int,

@@ -23,7 +23,7 @@ from collections import Counter, deque
 import numpy as np
 
 from ..steps.assembly import GroupStep
-from ..steps.robust import nan_sum, step_median
+from ..steps.robust import nan_sum, step_median, time_before
 
 
 class JobSLI:
@@ -63,10 +63,12 @@ class JobSLI:
         """One judged group step (several groups of one step count once for time, all for waste)."""
         if step.phase != "train":
             return
-        name, before = "before", step.step_time - step.comm_time  # (as models/jobhealth/throughput.py names it)
-        if np.isnan(before).any():
+        name = "before"  # (as models/jobhealth/throughput.py names it)
+        before, complete = time_before(step)
+        if not complete:
             name, before = "compute_time", step.compute_time
-        if before.size and not np.isnan(before).any():
+            complete = not np.isnan(before).any()
+        if before.size and complete:
             self.straggler_gpu_seconds += float(before.max() - step_median(step, name, before)) * len(before)
         if step.step <= self._last_step:
             return

@@ -45,7 +45,7 @@ from scipy.stats import mannwhitneyu
 from ..alert_types import AlertType
 from ..alerts import Alert, alert_id
 from ..steps.assembly import GroupStep
-from ..steps.robust import step_median
+from ..steps.robust import step_median, time_before
 from ..resolution import Resolution
 
 
@@ -149,9 +149,9 @@ def sample_from(step: GroupStep) -> StepSample:
 
     step_time = med("step_time")
     typical = step_time
-    before = step.step_time - step.comm_time  # time before entering the collectives
+    before, complete = time_before(step)  # time before entering the collectives
     median_before = slowest = float("nan")
-    if before.size and not np.isnan(before).any():
+    if before.size and complete:
         # The last rank to arrive waits least: its comm_time is the transfer itself.
         median_before, slowest = step_median(step, "before", before), float(np.max(before))
         typical = float(median_before + np.min(step.comm_time))

@@ -82,6 +82,8 @@ class GroupStep:
     medians: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: The signal the step rules judge it on, once chosen (models/steps/straggler_verdict.py ``choose_signal``): [] until then.
     chosen: list = field(default_factory=list, init=False, repr=False, compare=False)
+    #: Arrays derived from the step's columns, taken once by name (models/steps/robust.py ``time_before``).
+    derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 class _OpenStep:

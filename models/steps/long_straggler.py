@@ -160,8 +160,11 @@ class LongStragglerDetector:
         slots, changed = self._slots_for(step.ranks)
         col = self._evaluated % self.window
         self._evaluated += 1
-        with np.errstate(invalid="ignore", divide="ignore"):
+        if isinstance(peers, float):  # (> 0: no division by zero, nor 0/0, to silence)
             ratio = x / peers
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = x / peers
         self._ratio[slots, col] = ratio
         # What the group waited for each rank: its excess over the slowest of the others.
         self._wait[slots, col] = 0.0

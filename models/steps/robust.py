@@ -92,6 +92,18 @@ def step_median(step, name: str, values: np.ndarray | None = None) -> float:
     return value
 
 
+def time_before(step) -> tuple[np.ndarray, bool]:
+    """A closed step's time before its collectives, ``step_time - comm_time`` (read-only), and whether no rank's is
+    NaN: worked out once per step (the straggler, SLI and throughput rules each take it)."""
+    memo = step.derived
+    got = memo.get("before")
+    if got is None:
+        before = step.step_time - step.comm_time
+        before.flags.writeable = False
+        got = memo["before"] = (before, not np.isnan(before).any())
+    return got
+
+
 def sorted_percentile(ordered: list[float], q: float) -> float:
     """``float(np.percentile(values, q))`` (its default, linear interpolation) of the non-empty, finite ``values``
     given sorted, without its per-call cost (~30 us, for a hundred step times): numpy's virtual index and its

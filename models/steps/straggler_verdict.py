@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .assembly import GroupStep
-from .robust import median
+from .robust import median, time_before
 from .small_group import PairedPace
 
 SIGNALS = ("compute_time", "arrival", "step_time")
@@ -67,7 +67,7 @@ def _choose_signal(step: GroupStep) -> tuple[str, np.ndarray] | None:
         return "compute_time", step.compute_time
     if not (np.isnan(step.comm_time).any() or np.isnan(step.step_time).any()):
         # Time before the rank entered its collectives: the last to arrive waits least.
-        arrival = np.maximum(step.step_time - step.comm_time, 0.0)
+        arrival = np.maximum(time_before(step)[0], 0.0)
         arrival.flags.writeable = False  # shared by the rules that judge the step, as its columns are
         return "arrival", arrival
     if not np.isnan(step.step_time).any():
