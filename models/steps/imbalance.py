@@ -64,7 +64,7 @@ class _GroupHistory:
         self.classes: list[list[int]] = []  # current classes, slowest first ([] = none)
         self.class_map: dict[int, int] = {}  # rank -> index in ``classes``
         self.pending: int | None = None  # a new class count seen once, waiting for confirmation
-        self.last: tuple[np.ndarray, np.ndarray] | None = None  # (ranks, slots) of the previous step
+        self.last: tuple[np.ndarray, np.ndarray | slice] | None = None  # (ranks, slots) of the previous step
 
 
 class ImbalanceDetector:
@@ -163,10 +163,12 @@ class ImbalanceDetector:
                     g.slot[r] = len(g.ranks)
                     g.ranks.append(r)
                 g.values = np.vstack([g.values, np.full((len(new), self.window), np.nan)])
-            g.last = (kept_ranks(step.ranks), np.fromiter((g.slot[int(r)] for r in step.ranks), dtype=np.int64,
-                                                     count=len(step.ranks)))
-        slots = g.last[1]
-        g.values[slots, g.count % self.window] = x
+            slots = [g.slot[int(r)] for r in step.ranks]
+            # consecutive slots (the usual group): a slice, written without a gather
+            at = slice(slots[0], slots[-1] + 1) if slots and slots[-1] - slots[0] == len(slots) - 1 and \
+                slots == list(range(slots[0], slots[-1] + 1)) else np.array(slots, dtype=np.int64)
+            g.last = (kept_ranks(step.ranks), at)
+        g.values[g.last[1], g.count % self.window] = x
         g.count += 1
         g.medians.append(step_median(step, signal, x))
         g.maxima.append(nan_max(x))

@@ -190,7 +190,7 @@ class LongStragglerDetector:
         self._cusum[slots] = new
 
         out: list[Alert] = []
-        for i in np.flatnonzero(new >= self.threshold):
+        for i in (new >= self.threshold).nonzero()[0]:  # (1-D: flatnonzero's ravel for nothing)
             rank = int(step.ranks[i])
             if rank in self._firing:
                 continue

@@ -287,7 +287,7 @@ class StragglerDetector:
         out: list[Alert] = []
         # Held-off episodes that are over (by the hysteresis that resolves alerts).
         self._holdoff.release([r for r in self._holdoff.suppressed if self._clean(self._slots.of(r), quiet=True)])
-        candidates = np.flatnonzero(counts >= self.min_flagged)
+        candidates = (counts >= self.min_flagged).nonzero()[0]  # (1-D: flatnonzero's ravel for nothing)
         rate = self._background_now(slots, candidates) if len(candidates) else 0.0
         for i in candidates:
             rank, slot = int(step.ranks[i]), int(slots[i])

@@ -113,8 +113,8 @@ class IntermittentEpisodes:
         seen = self.seen
         counts = self.count[slots]
         floor_need = fewest_slow(seen, spike_rate_floor, coincidence_p, min_flagged)
-        maybe = np.flatnonzero((counts >= floor_need)  # the fewest at the lowest rate: a cheap filter
-                               & (self._ratio[slots] >= 1.0 + 2.0 * (ratio_threshold - 1.0)))
+        maybe = ((counts >= floor_need)  # the fewest at the lowest rate: a cheap filter
+                 & (self._ratio[slots] >= 1.0 + 2.0 * (ratio_threshold - 1.0))).nonzero()[0]
         if not len(maybe):
             return maybe
         total, others = int(self.count.sum()), len(self.count) - 1
