@@ -39,7 +39,7 @@ from ..alerts import Alert
 from ..evidence import HangCase, HangEvidence
 from ..jobhealth.throughput import Layer, ThroughputEvidence
 from .causes import SuspectedCause
-from .counters import CounterTrack
+from .counters import CounterLayout, CounterLayouts, CounterTrack
 from .link_baseline import BASELINE_FEATURES, LinkBaselines
 from ..wire.telemetry_events import GpuEvent, LinkEvent, XidEvent
 from .telemetry_tracker import ERROR_COUNTERS
@@ -87,7 +87,7 @@ NVLINK_FEATURES = ("nvlink_errors", "nvlink_down")
 class _Component:
     """One component's recent samples: a ring of rows ``(ts, feature...)`` (NaN: not in that sample)."""
 
-    __slots__ = ("features", "rows", "n", "tracks", "size", "width")
+    __slots__ = ("features", "rows", "n", "tracks", "size", "width", "layout", "err_values", "err_tracks")
 
     def __init__(self, features: tuple[str, ...], size: int) -> None:
         self.features = features
@@ -99,6 +99,11 @@ class _Component:
         self.rows = array("d")
         self.n = 0  # rows written so far
         self.tracks: dict[str, CounterTrack] | None = None  # from the first counter on (most components have few)
+        #: A port's counters in its sample before (``CounterLayouts``; None until its second sample), its error
+        #: counters' values then and their tracks: a quiet sample is checked against these in two C calls.
+        self.layout: CounterLayout | None = None
+        self.err_values: Any = None
+        self.err_tracks: tuple[CounterTrack, ...] = ()
 
     def delta(self, name: str, value: int, ts: float) -> tuple[int | None, float | None]:
         tracks = self.tracks
@@ -176,6 +181,7 @@ class FabricHistory:
         #: Samples taken so far: a comparison that found too few nodes to compare is worth repeating once
         #: this moved on (telemetry that arrived after the alert: models/telemetry/telemetry_hub.py).
         self.samples = 0
+        self._layouts = CounterLayouts(ERROR_COUNTERS, ("port_xmit_wait",))
 
     def _component(self, node: str, name: str, features: tuple[str, ...]) -> _Component:
         comps = self._nodes.get(node)
@@ -232,30 +238,54 @@ class FabricHistory:
         errors = 0
         err_rate: float | None = None
         wait = math.nan
-        for name, value in counters.items():
-            if name in ERROR_COUNTERS:
-                track = tracks.get(name)
-                if track is None:
-                    track = tracks[name] = CounterTrack()
-                prev = track.value
-                if prev is not None and value >= prev:  # the usual sample: ``CounterTrack.update``'s first branch
-                    dt = ts - track.ts
-                    track.value, track.ts = value, ts
-                    delta = value - prev
-                    if delta:
-                        errors += delta
-                    if dt >= 0.2:
-                        err_rate = (err_rate or 0.0) + delta / dt
-                    continue
-                delta, err = track.update(value, ts)
-                if delta:
-                    errors += delta
-                if err is not None:
-                    err_rate = (err_rate or 0.0) + err
-            elif name == "port_xmit_wait":
-                _, per_s = comp.delta(name, value, ts)
+        layout = comp.layout
+        if layout is not None and tuple(counters) == layout.names and layout.values(counters) == comp.err_values:
+            # the quiet sample: the same counters as the component's sample before (so one time behind every error
+            # counter) and none moved: the loop below would add 0 / dt of each to the error rate, 0.0
+            err_tracks = comp.err_tracks
+            if err_tracks:
+                if ts - err_tracks[0].ts >= 0.2:
+                    err_rate = 0.0
+                for track in err_tracks:
+                    track.ts = ts
+            if layout.rated:  # port_xmit_wait
+                _, per_s = comp.delta("port_xmit_wait", counters["port_xmit_wait"], ts)
                 if per_s is not None:
                     wait = per_s
+        else:
+            fresh = False  # a counter heard for the first time (a component heard once keeps no layout)
+            for name, value in counters.items():
+                if name in ERROR_COUNTERS:
+                    track = tracks.get(name)
+                    if track is None:
+                        track = tracks[name] = CounterTrack()
+                        fresh = True
+                    prev = track.value
+                    if prev is not None and value >= prev:  # the usual sample: ``CounterTrack.update``'s first branch
+                        dt = ts - track.ts
+                        track.value, track.ts = value, ts
+                        delta = value - prev
+                        if delta:
+                            errors += delta
+                        if dt >= 0.2:
+                            err_rate = (err_rate or 0.0) + delta / dt
+                        continue
+                    delta, err = track.update(value, ts)
+                    if delta:
+                        errors += delta
+                    if err is not None:
+                        err_rate = (err_rate or 0.0) + err
+                elif name == "port_xmit_wait":
+                    if name not in tracks:
+                        fresh = True
+                    _, per_s = comp.delta(name, value, ts)
+                    if per_s is not None:
+                        wait = per_s
+            layout = None if fresh else self._layouts.of(counters)
+            comp.layout = layout
+            if layout is not None:
+                comp.err_values = layout.values(counters)
+                comp.err_tracks = tuple(map(tracks.__getitem__, layout.errors))
         data = math.nan
         xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
         if xmit is not None and rcv is not None:
