@@ -213,9 +213,58 @@ class FabricHistory:
         """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one node: ``update`` of each in turn."""
         node = cols.node[lo]
         sample = self._port_sample
+        comps = self._nodes.get(node)
+        observe = self.baselines.observe if self.baselines is not None else None
+        nan = math.nan
         for ts, device, port, state, rate, counters in zip(cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi],
                                                           cols.state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
-            sample(node, ts, device, port, state, rate, counters)
+            where = f"{device}/{port}"
+            comp = comps.get(where) if comps is not None else None
+            layout = comp.layout if comp is not None else None
+            if (layout is None or state != "ACTIVE" or tuple(counters) != layout.names
+                    or layout.values(counters) != comp.err_values):
+                sample(node, ts, device, port, state, rate, counters)
+                comps = self._nodes.get(node)  # (a node first heard of, or another one forgotten)
+                continue
+            # ``_port_sample`` of the usual sample: up, its counters as in its sample before, no error counter moved
+            # moved: no errors, an error rate of 0.0 (one time behind every error counter), the transmit wait and
+            # data rates, the row, the baselines
+            err_rate = None
+            err_tracks = comp.err_tracks
+            if err_tracks:
+                if ts - err_tracks[0].ts >= 0.2:
+                    err_rate = 0.0
+                for track in err_tracks:
+                    track.ts = ts
+            wait = nan
+            if layout.rated:  # port_xmit_wait
+                _, per_s = comp.delta("port_xmit_wait", counters["port_xmit_wait"], ts)
+                if per_s is not None:
+                    wait = per_s
+            data = nan
+            xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
+            if xmit is not None and rcv is not None:
+                track = comp.tracks.get("data")
+                total = xmit + rcv
+                prev = track.value if track is not None else None
+                if prev is not None and total >= prev:
+                    dt = ts - track.ts
+                    track.value, track.ts = total, ts
+                    if dt >= 0.2:
+                        data = (total - prev) / dt * 4
+                else:
+                    _, per_s = comp.delta("data", total, ts)
+                    if per_s is not None:
+                        data = per_s * 4
+            link_rate = float(rate) if rate else nan
+            comp.add_row((ts, 0.0, wait, data, 0.0, link_rate))  # PORT_FEATURES' order
+            if observe is not None:
+                learn = {"link_errors": err_rate} if err_rate is not None else {}
+                if wait == wait:  # not NaN
+                    learn["xmit_wait"] = wait
+                if link_rate == link_rate:
+                    learn["link_rate"] = link_rate
+                observe(node, where, ts, learn)
         self.samples += hi - lo
         last = self._last.get(node, 0.0)
         newest = max(cols.ts[lo:hi])

@@ -378,13 +378,17 @@ class TelemetryTracker:
             layout = port.layout
             if (layout is not None and state == "ACTIVE" and (not rate or rate == port.max_rate)
                     and node.link_alert is None and not port.firing and not port.err_ring.bits
-                    and port.err_first is None and not port.err_totals and not layout.rated
+                    and port.err_first is None and not port.err_totals
                     and tuple(counters) == layout.names and layout.values(counters) == port.err_values):
                 # ``_port_sample`` of the usual sample of a clean port, up and at its top rate, its counters as in
-                # its sample before, no error counter moved and no rate counter: each error counter's time, the
-                # bandwidth, one more clean sample (nothing fires, nothing to resolve)
+                # its sample before, no error counter moved: each error counter's time, the rate counters (a spike
+                # at most), the bandwidth, one more clean sample (nothing fires, nothing to resolve)
                 for track in port.err_tracks:
                     track.ts = ts
+                if layout.rated:
+                    where = None
+                    for counter in layout.rated:
+                        where = self._rate(node, port, name, ts, device, number, counter, counters[counter], where)
                 bandwidth(node, port, name, ts, device, number, counters)
                 port.state = state
                 port.down_samples = 0
