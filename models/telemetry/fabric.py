@@ -210,14 +210,24 @@ class FabricHistory:
         self._last[event.node] = event.ts if event.ts > last else last
 
     def update_links(self, cols, lo: int, hi: int) -> None:
-        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one node: ``update`` of each in turn."""
-        node = cols.node[lo]
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one or more nodes' runs: ``update`` of each in
+        turn."""
         sample = self._port_sample
-        comps = self._nodes.get(node)
         observe = self.baselines.observe if self.baselines is not None else None
         nan = math.nan
-        for ts, device, port, state, rate, counters in zip(cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi],
-                                                          cols.state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
+        node = None
+        comps = None
+        newest = 0.0
+        for who, ts, device, port, state, rate, counters in zip(cols.node[lo:hi], cols.ts[lo:hi], cols.device[lo:hi],
+                                                               cols.port[lo:hi], cols.state[lo:hi], cols.rate[lo:hi],
+                                                               cols.counters[lo:hi]):
+            if who != node:  # the next node's run: the one before is the latest heard of (``update``'s ``_last``)
+                if node is not None:
+                    self._heard(node, newest)
+                node, newest = who, ts
+                comps = self._nodes.get(node)
+            elif ts > newest:
+                newest = ts
             where = f"{device}/{port}"
             comp = comps.get(where) if comps is not None else None
             layout = comp.layout if comp is not None else None
@@ -265,10 +275,13 @@ class FabricHistory:
                 if link_rate == link_rate:
                     learn["link_rate"] = link_rate
                 observe(node, where, ts, learn)
+        if node is not None:
+            self._heard(node, newest)
         self.samples += hi - lo
+
+    def _heard(self, node: str, ts: float) -> None:
         last = self._last.get(node, 0.0)
-        newest = max(cols.ts[lo:hi])
-        self._last[node] = newest if newest > last else last
+        self._last[node] = ts if ts > last else last
 
     def _link(self, ev: LinkEvent) -> None:
         self._port_sample(ev.node, ev.ts, ev.device, ev.port, ev.state, ev.rate, ev.counters)

@@ -346,19 +346,22 @@ class TelemetryTracker:
         return out
 
     def update_links(self, cols, lo: int, hi: int, refused: list[tuple[int, str]]) -> tuple[list[Alert], int]:
-        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one node,
-        as ``update`` of each in turn, up to the first row that fired or resolved an alert: ``(its alerts, the row
-        after it)``, or ``([], hi)``. A sample a cap left out is listed in ``refused`` as ``(row, what)``."""
-        name = cols.node[lo]
-        node = self._node(name)  # (``update`` moves the node to the LRU's end for each of its samples alike)
-        ports = node.ports
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one or more
+        nodes' runs, as ``update`` of each in turn, up to the first row that fired or resolved an alert: ``(its alerts,
+        the row after it)``, or ``([], hi)``. A sample a cap left out is listed in ``refused`` as ``(row, what)``."""
+        name = None
+        node = ports = None
         capped = self.capped
         sample = self._port_sample
         bandwidth = self._bandwidth
         seen = 0
-        for i, ts, device, number, state, rate, counters in zip(
-                range(lo, hi), cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi], cols.state[lo:hi],
-                cols.rate[lo:hi], cols.counters[lo:hi]):
+        for i, who, ts, device, number, state, rate, counters in zip(
+                range(lo, hi), cols.node[lo:hi], cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi],
+                cols.state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
+            if who != name:  # the next node's run (``update`` moves the node to the LRU's end for each sample alike)
+                name = who
+                node = self._node(name)
+                ports = node.ports
             port = ports.get((device, number))
             if port is None:  # a port's first sample: ``update``'s checks and caps
                 self.events_seen += seen
