@@ -87,7 +87,7 @@ NVLINK_FEATURES = ("nvlink_errors", "nvlink_down")
 class _Component:
     """One component's recent samples: a ring of rows ``(ts, feature...)`` (NaN: not in that sample)."""
 
-    __slots__ = ("features", "rows", "n", "tracks", "size", "width", "layout", "err_values", "err_tracks")
+    __slots__ = ("features", "rows", "n", "tracks", "size", "width", "layout", "err_values", "quiet_ts")
 
     def __init__(self, features: tuple[str, ...], size: int) -> None:
         self.features = features
@@ -99,11 +99,12 @@ class _Component:
         self.rows = array("d")
         self.n = 0  # rows written so far
         self.tracks: dict[str, CounterTrack] | None = None  # from the first counter on (most components have few)
-        #: A port's counters in its sample before (``CounterLayouts``; None until its second sample), its error
-        #: counters' values then and their tracks: a quiet sample is checked against these in two C calls.
+        #: A port's counters in its sample before (``CounterLayouts``; None until its second sample) and its error
+        #: counters' values then: a quiet sample is checked against these in two C calls. ``quiet_ts``: the time of
+        #: that sample, each of those error counters' time (their tracks' ``ts`` are caught up before they are read).
         self.layout: CounterLayout | None = None
         self.err_values: Any = None
-        self.err_tracks: tuple[CounterTrack, ...] = ()
+        self.quiet_ts = 0.0
 
     def delta(self, name: str, value: int, ts: float) -> tuple[int | None, float | None]:
         tracks = self.tracks
@@ -239,13 +240,8 @@ class FabricHistory:
             # ``_port_sample`` of the usual sample: up, its counters as in its sample before, no error counter moved
             # moved: no errors, an error rate of 0.0 (one time behind every error counter), the transmit wait and
             # data rates, the row, the baselines
-            err_rate = None
-            err_tracks = comp.err_tracks
-            if err_tracks:
-                if ts - err_tracks[0].ts >= 0.2:
-                    err_rate = 0.0
-                for track in err_tracks:
-                    track.ts = ts
+            err_rate = 0.0 if layout.errors and ts - comp.quiet_ts >= 0.2 else None
+            comp.quiet_ts = ts
             wait = nan
             if layout.rated:  # port_xmit_wait
                 _, per_s = comp.delta("port_xmit_wait", counters["port_xmit_wait"], ts)
@@ -304,17 +300,17 @@ class FabricHistory:
         if layout is not None and tuple(counters) == layout.names and layout.values(counters) == comp.err_values:
             # the quiet sample: the same counters as the component's sample before (so one time behind every error
             # counter) and none moved: the loop below would add 0 / dt of each to the error rate, 0.0
-            err_tracks = comp.err_tracks
-            if err_tracks:
-                if ts - err_tracks[0].ts >= 0.2:
-                    err_rate = 0.0
-                for track in err_tracks:
-                    track.ts = ts
+            if layout.errors and ts - comp.quiet_ts >= 0.2:
+                err_rate = 0.0
+            comp.quiet_ts = ts
             if layout.rated:  # port_xmit_wait
                 _, per_s = comp.delta("port_xmit_wait", counters["port_xmit_wait"], ts)
                 if per_s is not None:
                     wait = per_s
         else:
+            if layout is not None:  # the error counters' time, kept once for all of them while quiet
+                for name in layout.errors:
+                    tracks[name].ts = comp.quiet_ts
             fresh = False  # a counter heard for the first time (a component heard once keeps no layout)
             for name, value in counters.items():
                 if name in ERROR_COUNTERS:
@@ -347,7 +343,7 @@ class FabricHistory:
             comp.layout = layout
             if layout is not None:
                 comp.err_values = layout.values(counters)
-                comp.err_tracks = tuple(map(tracks.__getitem__, layout.errors))
+                comp.quiet_ts = ts
         data = math.nan
         xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
         if xmit is not None and rcv is not None:

@@ -147,7 +147,7 @@ class SpikeEpisode:
 class _PortState:
     __slots__ = ("counters", "baselines", "bw", "bw_baseline", "bw_dt", "max_rate", "state", "err_ring", "clean",
                  "firing", "err_first", "err_totals", "down_samples", "last_wait_rate", "layout", "err_values",
-                 "err_tracks")
+                 "quiet_ts")
 
     def __init__(self, size: int, min_samples: int, window: int) -> None:
         self.counters: dict[str, CounterTrack] = {}
@@ -164,11 +164,12 @@ class _PortState:
         self.err_first: float | None = None
         self.err_totals: dict[str, int] = {}
         self.down_samples = 0
-        #: The counters of the port's sample before (``CounterLayouts``; None until its second sample), its error
-        #: counters' values then and their tracks: a quiet sample is checked against these in two C calls.
+        #: The counters of the port's sample before (``CounterLayouts``; None until its second sample) and its error
+        #: counters' values then: a quiet sample is checked against these in two C calls. ``quiet_ts``: the time of
+        #: that sample, each of those error counters' time (their tracks' ``ts`` are caught up before they are read).
         self.layout: CounterLayout | None = None
         self.err_values: Any = None
-        self.err_tracks: tuple[CounterTrack, ...] = ()
+        self.quiet_ts = 0.0
 
 
 #: The empty fault map GPUs share until their first fault (read-only: a write to it raises, never leaks).
@@ -386,8 +387,7 @@ class TelemetryTracker:
                 # ``_port_sample`` of the usual sample of a clean port, up and at its top rate, its counters as in
                 # its sample before, no error counter moved: each error counter's time, the rate counters (a spike
                 # at most), the bandwidth, one more clean sample (nothing fires, nothing to resolve)
-                for track in port.err_tracks:
-                    track.ts = ts
+                port.quiet_ts = ts
                 if layout.rated:
                     where = None
                     for counter in layout.rated:
@@ -486,13 +486,15 @@ class TelemetryTracker:
         layout = port.layout
         if layout is not None and tuple(counters) == layout.names and layout.values(counters) == port.err_values:
             # the quiet sample: the same counters as the port's sample before, no error counter moved (the loop
-            # below would only stamp each error counter's time); the rate counters as below
-            for track in port.err_tracks:
-                track.ts = ts
+            # below would only stamp each error counter's time: one time for all of them); the rate counters as below
+            port.quiet_ts = ts
             for counter in layout.rated:
                 where = self._rate(node, port, name, ts, device, number, counter, counters[counter], where)
         else:
             tracks = port.counters
+            if layout is not None:  # the error counters' time, kept once for all of them while quiet
+                for counter in layout.errors:
+                    tracks[counter].ts = port.quiet_ts
             fresh = False  # a counter heard for the first time (a port heard once keeps no layout)
             for counter, value in counters.items():
                 error = ERROR_COUNTERS.get(counter)
@@ -522,7 +524,7 @@ class TelemetryTracker:
             port.layout = layout
             if layout is not None:
                 port.err_values = layout.values(counters)
-                port.err_tracks = tuple(map(tracks.__getitem__, layout.errors))
+                port.quiet_ts = ts
         self._bandwidth(node, port, name, ts, device, number, counters)
         if state == "ACTIVE" and (not rate or rate == port.max_rate):  # the usual: up, at its top rate (``_state``)
             port.state = state

@@ -50,10 +50,14 @@ def _forget_layouts(pipeline) -> int:
     hub.fabric.history._layouts._known.clear()
     for node in hub.tracker._nodes.values():
         for port in node.ports.values():
-            port.layout, port.err_values, port.err_tracks = None, None, ()
+            for name in port.layout.errors if port.layout is not None else ():
+                port.counters[name].ts = port.quiet_ts  # (caught up, as the next sample of another layout would)
+            port.layout, port.err_values, port.quiet_ts = None, None, 0.0
     for comps in hub.fabric.history._nodes.values():
         for comp in comps.values():
-            comp.layout, comp.err_values, comp.err_tracks = None, None, ()
+            for name in comp.layout.errors if comp.layout is not None else ():
+                comp.tracks[name].ts = comp.quiet_ts
+            comp.layout, comp.err_values, comp.quiet_ts = None, None, 0.0
     return held
 
 
