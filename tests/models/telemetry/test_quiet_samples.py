@@ -87,3 +87,21 @@ def test_layouts_are_bounded_and_shared():
     assert layouts.of({"x": 1}) is not None
     assert layouts.of({"y": 1}) is None  # past the bound: the per-counter road
     assert a.values({"symbol_error": 3, "x": 2}) == 3 and layouts.of({"x": 1}).values({"x": 1}) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_push_is_median_then_add(seed):
+    """``Baseline.push`` (the bandwidth's interval baseline) gives what ``median()`` while ready, then ``add``, gives,
+    bit for bit, with ``low()`` read between as the tracker reads it."""
+    rng = random.Random(seed)
+    size, least = rng.choice([(16, 3), (120, 10), (5, 1)])
+    a, b = counters_module.Baseline(size, least), counters_module.Baseline(size, least)
+    for _ in range(400):
+        x = rng.choice([rng.uniform(0, 10), float(rng.randrange(4)), rng.uniform(0, 1e12)])
+        expected = b.median() if b.ready else float("nan")
+        b.add(x)
+        got = a.push(x)
+        assert repr(got) == repr(expected)
+        if rng.random() < 0.5:
+            assert repr(a.low()) == repr(b.low()) and repr(a.median()) == repr(b.median())
+    assert list(a.values) == list(b.values)
