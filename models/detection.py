@@ -99,7 +99,7 @@ class DetectionEngine(JobEngine):
         return self.outlet.process(out, self.view)
 
     def _process_links(self, cols: LinkColumns) -> list[Alert]:
-        """``process`` of each link sample of ``cols`` in turn, by node runs (``TelemetryHub.process_links``): the
+        """``process`` of each link sample of ``cols`` in turn, in one call (``TelemetryHub.process_links``): the
         engine's count and clock caught up to a row before its alerts go through the outlet chain (the chain passes
         a sample without alerts by unchanged: it is not called for those)."""
         out: list[Alert] = []
@@ -120,10 +120,7 @@ class DetectionEngine(JobEngine):
             out.extend(self.outlet.process(alerts, self.view))
 
         self.outlet.observe(cols, self.view)  # (no stage reads link samples: for one that would)
-        refused: list[tuple[int, str]] = []
-        hub = self.telemetry
-        for _, lo, hi in cols.node_runs():
-            refused.extend(hub.process_links(cols, lo, hi, emit))
+        refused = self.telemetry.process_links(cols, 0, len(ts), emit)
         note(len(ts))
         self.refused_links = refused
         return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from operator import itemgetter
 
 
 def counter_delta(prev: int, cur: int) -> tuple[int | None, str]:
@@ -63,17 +64,44 @@ class Baseline:
 
     def median(self) -> float:
         if self._stale and (self._stale >= 8 or math.isnan(self._median) or len(self.values) < 16):
-            ordered = sorted(self.values)
-            n = len(ordered)
-            self._median = (ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2) if n else math.nan
-            self._low = ordered[(n - 1) // 10] if n else math.nan
-            self._stale = 0
+            self._sort()
         return self._median
+
+    def _sort(self) -> None:
+        """The median and low percentile from the values now (every 8 new values once 16 are held: each costs a
+        sort)."""
+        ordered = sorted(self.values)
+        n = len(ordered)
+        self._median = (ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2) if n else math.nan
+        self._low = ordered[(n - 1) // 10] if n else math.nan
+        self._stale = 0
 
     def low(self) -> float:
         """The 10th percentile of the recent values (cached with the median): what the rate usually falls to."""
-        self.median()
+        if self._stale and (self._stale >= 8 or math.isnan(self._median) or len(self.values) < 16):
+            self._sort()
         return self._low
+
+    def push(self, value: float) -> float:
+        """``median()`` while ``ready`` (else NaN), then ``add(value)``: one call for a rule that reads the baseline
+        before it learns each sample."""
+        values = self.values
+        n = len(values)
+        if n >= self.min_samples:
+            if self._stale and (self._stale >= 8 or math.isnan(self._median) or n < 16):
+                self._sort()
+            usual = self._median
+        else:
+            usual = math.nan
+        if n < self.size:
+            if not values:
+                values = self.values = array("d")
+            values.append(value)
+        else:
+            values[self._next] = value
+            self._next = (self._next + 1) % self.size
+        self._stale += 1
+        return usual
 
 
 class CounterTrack:
@@ -135,3 +163,42 @@ class BitRing:
     def count(self) -> int:
         """How many of the samples are yes."""
         return self.bits.bit_count()
+
+
+class CounterLayout:
+    """The counter names of a port's samples, in their order, with the ones a rule tracks picked out: the quiet-sample
+    check (the same names as the port's sample before, its error counters at the same values) reads the error
+    counters' values in one C call (``values``) instead of a lookup per counter."""
+
+    __slots__ = ("names", "errors", "values", "rated")
+
+    def __init__(self, names: tuple[str, ...], errors, rated) -> None:
+        self.names = names
+        self.errors = tuple(n for n in names if n in errors)
+        #: counters -> the error counters' values (a tuple; one value alone for one name; None for none)
+        self.values = itemgetter(*self.errors) if self.errors else _nothing
+        self.rated = tuple(n for n in names if n in rated)
+
+
+def _nothing(_counters) -> None:
+    return None
+
+
+class CounterLayouts:
+    """The distinct counter layouts a rule has seen, shared by its ports (a fleet's agents send a few); bounded: a
+    layout past ``limit`` is not kept, and its ports take the full per-counter road."""
+
+    __slots__ = ("_known", "limit", "errors", "rated")
+
+    def __init__(self, errors, rated, limit: int = 256) -> None:
+        self._known: dict[tuple[str, ...], CounterLayout] = {}
+        self.limit = limit
+        self.errors = errors
+        self.rated = rated
+
+    def of(self, counters: dict) -> CounterLayout | None:
+        names = tuple(counters)
+        layout = self._known.get(names)
+        if layout is None and len(self._known) < self.limit:
+            layout = self._known[names] = CounterLayout(names, self.errors, self.rated)
+        return layout

@@ -39,7 +39,7 @@ from ..alerts import Alert
 from ..evidence import HangCase, HangEvidence
 from ..jobhealth.throughput import Layer, ThroughputEvidence
 from .causes import SuspectedCause
-from .counters import CounterTrack
+from .counters import CounterLayout, CounterLayouts, CounterTrack
 from .link_baseline import BASELINE_FEATURES, LinkBaselines
 from ..wire.telemetry_events import GpuEvent, LinkEvent, XidEvent
 from .telemetry_tracker import ERROR_COUNTERS
@@ -87,7 +87,7 @@ NVLINK_FEATURES = ("nvlink_errors", "nvlink_down")
 class _Component:
     """One component's recent samples: a ring of rows ``(ts, feature...)`` (NaN: not in that sample)."""
 
-    __slots__ = ("features", "rows", "n", "tracks", "size", "width")
+    __slots__ = ("features", "rows", "n", "tracks", "size", "width", "layout", "err_values", "quiet_ts")
 
     def __init__(self, features: tuple[str, ...], size: int) -> None:
         self.features = features
@@ -99,6 +99,12 @@ class _Component:
         self.rows = array("d")
         self.n = 0  # rows written so far
         self.tracks: dict[str, CounterTrack] | None = None  # from the first counter on (most components have few)
+        #: A port's counters in its sample before (``CounterLayouts``; None until its second sample) and its error
+        #: counters' values then: a quiet sample is checked against these in two C calls. ``quiet_ts``: the time of
+        #: that sample, each of those error counters' time (their tracks' ``ts`` are caught up before they are read).
+        self.layout: CounterLayout | None = None
+        self.err_values: Any = None
+        self.quiet_ts = 0.0
 
     def delta(self, name: str, value: int, ts: float) -> tuple[int | None, float | None]:
         tracks = self.tracks
@@ -176,6 +182,7 @@ class FabricHistory:
         #: Samples taken so far: a comparison that found too few nodes to compare is worth repeating once
         #: this moved on (telemetry that arrived after the alert: models/telemetry/telemetry_hub.py).
         self.samples = 0
+        self._layouts = CounterLayouts(ERROR_COUNTERS, ("port_xmit_wait",))
 
     def _component(self, node: str, name: str, features: tuple[str, ...]) -> _Component:
         comps = self._nodes.get(node)
@@ -204,16 +211,73 @@ class FabricHistory:
         self._last[event.node] = event.ts if event.ts > last else last
 
     def update_links(self, cols, lo: int, hi: int) -> None:
-        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one node: ``update`` of each in turn."""
-        node = cols.node[lo]
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one or more nodes' runs: ``update`` of each in
+        turn."""
         sample = self._port_sample
-        for ts, device, port, state, rate, counters in zip(cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi],
-                                                          cols.state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
-            sample(node, ts, device, port, state, rate, counters)
+        observe = self.baselines.observe if self.baselines is not None else None
+        nan = math.nan
+        node = None
+        comps = None
+        newest = 0.0
+        for who, ts, device, port, state, rate, counters in zip(cols.node[lo:hi], cols.ts[lo:hi], cols.device[lo:hi],
+                                                               cols.port[lo:hi], cols.state[lo:hi], cols.rate[lo:hi],
+                                                               cols.counters[lo:hi]):
+            if who != node:  # the next node's run: the one before is the latest heard of (``update``'s ``_last``)
+                if node is not None:
+                    self._heard(node, newest)
+                node, newest = who, ts
+                comps = self._nodes.get(node)
+            elif ts > newest:
+                newest = ts
+            where = f"{device}/{port}"
+            comp = comps.get(where) if comps is not None else None
+            layout = comp.layout if comp is not None else None
+            if (layout is None or state != "ACTIVE" or tuple(counters) != layout.names
+                    or layout.values(counters) != comp.err_values):
+                sample(node, ts, device, port, state, rate, counters)
+                comps = self._nodes.get(node)  # (a node first heard of, or another one forgotten)
+                continue
+            # ``_port_sample`` of the usual sample: up, its counters as in its sample before, no error counter moved
+            # moved: no errors, an error rate of 0.0 (one time behind every error counter), the transmit wait and
+            # data rates, the row, the baselines
+            err_rate = 0.0 if layout.errors and ts - comp.quiet_ts >= 0.2 else None
+            comp.quiet_ts = ts
+            wait = nan
+            if layout.rated:  # port_xmit_wait
+                _, per_s = comp.delta("port_xmit_wait", counters["port_xmit_wait"], ts)
+                if per_s is not None:
+                    wait = per_s
+            data = nan
+            xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
+            if xmit is not None and rcv is not None:
+                track = comp.tracks.get("data")
+                total = xmit + rcv
+                prev = track.value if track is not None else None
+                if prev is not None and total >= prev:
+                    dt = ts - track.ts
+                    track.value, track.ts = total, ts
+                    if dt >= 0.2:
+                        data = (total - prev) / dt * 4
+                else:
+                    _, per_s = comp.delta("data", total, ts)
+                    if per_s is not None:
+                        data = per_s * 4
+            link_rate = float(rate) if rate else nan
+            comp.add_row((ts, 0.0, wait, data, 0.0, link_rate))  # PORT_FEATURES' order
+            if observe is not None:
+                learn = {"link_errors": err_rate} if err_rate is not None else {}
+                if wait == wait:  # not NaN
+                    learn["xmit_wait"] = wait
+                if link_rate == link_rate:
+                    learn["link_rate"] = link_rate
+                observe(node, where, ts, learn)
+        if node is not None:
+            self._heard(node, newest)
         self.samples += hi - lo
+
+    def _heard(self, node: str, ts: float) -> None:
         last = self._last.get(node, 0.0)
-        newest = max(cols.ts[lo:hi])
-        self._last[node] = newest if newest > last else last
+        self._last[node] = ts if ts > last else last
 
     def _link(self, ev: LinkEvent) -> None:
         self._port_sample(ev.node, ev.ts, ev.device, ev.port, ev.state, ev.rate, ev.counters)
@@ -232,30 +296,54 @@ class FabricHistory:
         errors = 0
         err_rate: float | None = None
         wait = math.nan
-        for name, value in counters.items():
-            if name in ERROR_COUNTERS:
-                track = tracks.get(name)
-                if track is None:
-                    track = tracks[name] = CounterTrack()
-                prev = track.value
-                if prev is not None and value >= prev:  # the usual sample: ``CounterTrack.update``'s first branch
-                    dt = ts - track.ts
-                    track.value, track.ts = value, ts
-                    delta = value - prev
-                    if delta:
-                        errors += delta
-                    if dt >= 0.2:
-                        err_rate = (err_rate or 0.0) + delta / dt
-                    continue
-                delta, err = track.update(value, ts)
-                if delta:
-                    errors += delta
-                if err is not None:
-                    err_rate = (err_rate or 0.0) + err
-            elif name == "port_xmit_wait":
-                _, per_s = comp.delta(name, value, ts)
+        layout = comp.layout
+        if layout is not None and tuple(counters) == layout.names and layout.values(counters) == comp.err_values:
+            # the quiet sample: the same counters as the component's sample before (so one time behind every error
+            # counter) and none moved: the loop below would add 0 / dt of each to the error rate, 0.0
+            if layout.errors and ts - comp.quiet_ts >= 0.2:
+                err_rate = 0.0
+            comp.quiet_ts = ts
+            if layout.rated:  # port_xmit_wait
+                _, per_s = comp.delta("port_xmit_wait", counters["port_xmit_wait"], ts)
                 if per_s is not None:
                     wait = per_s
+        else:
+            if layout is not None:  # the error counters' time, kept once for all of them while quiet
+                for name in layout.errors:
+                    tracks[name].ts = comp.quiet_ts
+            fresh = False  # a counter heard for the first time (a component heard once keeps no layout)
+            for name, value in counters.items():
+                if name in ERROR_COUNTERS:
+                    track = tracks.get(name)
+                    if track is None:
+                        track = tracks[name] = CounterTrack()
+                        fresh = True
+                    prev = track.value
+                    if prev is not None and value >= prev:  # the usual sample: ``CounterTrack.update``'s first branch
+                        dt = ts - track.ts
+                        track.value, track.ts = value, ts
+                        delta = value - prev
+                        if delta:
+                            errors += delta
+                        if dt >= 0.2:
+                            err_rate = (err_rate or 0.0) + delta / dt
+                        continue
+                    delta, err = track.update(value, ts)
+                    if delta:
+                        errors += delta
+                    if err is not None:
+                        err_rate = (err_rate or 0.0) + err
+                elif name == "port_xmit_wait":
+                    if name not in tracks:
+                        fresh = True
+                    _, per_s = comp.delta(name, value, ts)
+                    if per_s is not None:
+                        wait = per_s
+            layout = None if fresh else self._layouts.of(counters)
+            comp.layout = layout
+            if layout is not None:
+                comp.err_values = layout.values(counters)
+                comp.quiet_ts = ts
         data = math.nan
         xmit, rcv = counters.get("port_xmit_data"), counters.get("port_rcv_data")
         if xmit is not None and rcv is not None:

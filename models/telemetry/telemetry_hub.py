@@ -172,20 +172,26 @@ class TelemetryHub:
             takes for _, takes in route[1:])
 
     def process_links(self, cols, lo: int, hi: int, emit) -> list[tuple[int, str]]:
-        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one node:
-        the same state and alerts as ``process`` of each in turn. Each row's alerts (rare) go to ``emit(row, alerts)``
-        as soon as they are known, before the next row is taken. Returns the rows a state cap left out,
-        ``(row, what)``."""
-        node = cols.node[lo]
-        self._note_report(node, cols.ts[lo])
-        if hi - lo > 1:
-            self._note_report(node, cols.ts[lo + 1])  # (what its later samples note: once is all of it)
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one or more
+        nodes' runs: the same state and alerts as ``process`` of each in turn. Each row's alerts (rare) go to
+        ``emit(row, alerts)`` as soon as they are known, before the next row is taken, with every row up to it noted
+        and in the fabric history. Returns the rows a state cap left out, ``(row, what)``."""
         route = self._route["link"]
         tracker, history = self.tracker, self.fabric.history
+        runs = cols.node_runs() if lo == 0 and hi == len(cols) else [
+            (name, max(a, lo), min(b, hi)) for name, a, b in cols.node_runs() if a < hi and b > lo]
+        ts = cols.ts
         refused: list[tuple[int, str]] = []
-        at = lo
+        run, at = 0, lo
         while at < hi:
             out, upto = tracker.update_links(cols, at, hi, refused)
+            # the reports of the runs begun by then (those of its later samples: noting the second is all of it)
+            while run < len(runs) and runs[run][1] < upto:
+                node, a, b = runs[run]
+                self._note_report(node, ts[a])
+                if b - a > 1:
+                    self._note_report(node, ts[a + 1])
+                run += 1
             history.update_links(cols, at, upto)
             if out:
                 for rule, _ in route[1:]:

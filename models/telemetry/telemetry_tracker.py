@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..alerts import Alert, alert_id
-from .counters import Baseline, BitRing, CounterTrack
+from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack
 from .link_evidence import LinkErrorsEvidence, PortErrors
 from ..wire.telemetry_columns import LinkRow
 from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
@@ -146,7 +146,8 @@ class SpikeEpisode:
 
 class _PortState:
     __slots__ = ("counters", "baselines", "bw", "bw_baseline", "bw_dt", "max_rate", "state", "err_ring", "clean",
-                 "firing", "err_first", "err_totals", "down_samples", "last_wait_rate")
+                 "firing", "err_first", "err_totals", "down_samples", "last_wait_rate", "layout", "err_values",
+                 "quiet_ts")
 
     def __init__(self, size: int, min_samples: int, window: int) -> None:
         self.counters: dict[str, CounterTrack] = {}
@@ -163,6 +164,12 @@ class _PortState:
         self.err_first: float | None = None
         self.err_totals: dict[str, int] = {}
         self.down_samples = 0
+        #: The counters of the port's sample before (``CounterLayouts``; None until its second sample) and its error
+        #: counters' values then: a quiet sample is checked against these in two C calls. ``quiet_ts``: the time of
+        #: that sample, each of those error counters' time (their tracks' ``ts`` are caught up before they are read).
+        self.layout: CounterLayout | None = None
+        self.err_values: Any = None
+        self.quiet_ts = 0.0
 
 
 #: The empty fault map GPUs share until their first fault (read-only: a write to it raises, never leaks).
@@ -258,6 +265,7 @@ class TelemetryTracker:
         #: Re-publications of an open Xid fault (a new ``count``) held back: at most one every
         #: ``REPUBLISH_SECONDS`` per fault, the storm's counts summed into the next.
         self.updates_held = 0
+        self._layouts = CounterLayouts(ERROR_COUNTERS, RATE_COUNTERS)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -339,32 +347,64 @@ class TelemetryTracker:
         return out
 
     def update_links(self, cols, lo: int, hi: int, refused: list[tuple[int, str]]) -> tuple[list[Alert], int]:
-        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one node,
-        as ``update`` of each in turn, up to the first row that fired or resolved an alert: ``(its alerts, the row
-        after it)``, or ``([], hi)``. A sample a cap left out is listed in ``refused`` as ``(row, what)``."""
-        name = cols.node[lo]
-        node = self._node(name)  # (``update`` moves the node to the LRU's end for each of its samples alike)
-        ports = node.ports
+        """Rows ``lo:hi`` of ``cols`` (``LinkColumns``: models/wire/telemetry_columns.py), link samples of one or more
+        nodes' runs, as ``update`` of each in turn, up to the first row that fired or resolved an alert: ``(its alerts,
+        the row after it)``, or ``([], hi)``. A sample a cap left out is listed in ``refused`` as ``(row, what)``."""
+        name = None
+        node = ports = None
         capped = self.capped
         sample = self._port_sample
-        for i, ts, device, number, state, phys_state, rate, counters in zip(
-                range(lo, hi), cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi], cols.state[lo:hi],
-                cols.phys_state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
+        bandwidth = self._bandwidth
+        seen = 0
+        for i, who, ts, device, number, state, rate, counters in zip(
+                range(lo, hi), cols.node[lo:hi], cols.ts[lo:hi], cols.device[lo:hi], cols.port[lo:hi],
+                cols.state[lo:hi], cols.rate[lo:hi], cols.counters[lo:hi]):
+            if who != name:  # the next node's run (``update`` moves the node to the LRU's end for each sample alike)
+                name = who
+                node = self._node(name)
+                ports = node.ports
             port = ports.get((device, number))
             if port is None:  # a port's first sample: ``update``'s checks and caps
+                self.events_seen += seen
+                seen = 0
                 mark = capped["ports_per_node"], capped["ports_total"]
                 out = self.update(cols.event(i))
                 if capped["ports_per_node"] != mark[0]:
                     refused.append((i, "ports_per_node"))
                 elif capped["ports_total"] != mark[1]:
                     refused.append((i, "ports_total"))
-            else:
-                self.events_seen += 1
-                if ts > node.last_ts:
-                    node.last_ts = ts
-                out = sample(node, port, name, ts, device, number, state, phys_state, rate, counters)
+                if out:
+                    return out, i + 1
+                continue
+            seen += 1
+            if ts > node.last_ts:
+                node.last_ts = ts
+            layout = port.layout
+            if (layout is not None and state == "ACTIVE" and (not rate or rate == port.max_rate)
+                    and node.link_alert is None and not port.firing and not port.err_ring.bits
+                    and port.err_first is None and not port.err_totals
+                    and tuple(counters) == layout.names and layout.values(counters) == port.err_values):
+                # ``_port_sample`` of the usual sample of a clean port, up and at its top rate, its counters as in
+                # its sample before, no error counter moved: each error counter's time, the rate counters (a spike
+                # at most), the bandwidth, one more clean sample (nothing fires, nothing to resolve)
+                port.quiet_ts = ts
+                if layout.rated:
+                    where = None
+                    for counter in layout.rated:
+                        where = self._rate(node, port, name, ts, device, number, counter, counters[counter], where)
+                bandwidth(node, port, name, ts, device, number, counters)
+                port.state = state
+                port.down_samples = 0
+                ring = port.err_ring
+                if ring.n < ring.size:
+                    ring.n += 1
+                port.clean += 1
+                continue
+            out = sample(node, port, name, ts, device, number, state, cols.phys_state[i], rate, counters)
             if out:
+                self.events_seen += seen
                 return out, i + 1
+        self.events_seen += seen
         return [], hi
 
     def _feed(self, node: _NodeState, event) -> list[Alert]:
@@ -443,48 +483,48 @@ class TelemetryTracker:
         batch's row): the helpers that flag a spike or build an alert (rare) get it as a ``LinkRow``."""
         where: dict | None = None  # the spike's place, made only for a spike (most samples flag none)
         errors: dict[str, int] = {}
-        tracks = port.counters
-        for counter, value in counters.items():
-            error = ERROR_COUNTERS.get(counter)
-            if error is not None:
-                track = tracks.get(counter)
-                if track is None:
-                    track = tracks[counter] = CounterTrack()
-                elif track.value == value:  # the usual error counter: no new errors (``update``: delta 0)
-                    track.ts = ts
+        layout = port.layout
+        if layout is not None and tuple(counters) == layout.names and layout.values(counters) == port.err_values:
+            # the quiet sample: the same counters as the port's sample before, no error counter moved (the loop
+            # below would only stamp each error counter's time: one time for all of them); the rate counters as below
+            port.quiet_ts = ts
+            for counter in layout.rated:
+                where = self._rate(node, port, name, ts, device, number, counter, counters[counter], where)
+        else:
+            tracks = port.counters
+            if layout is not None:  # the error counters' time, kept once for all of them while quiet
+                for counter in layout.errors:
+                    tracks[counter].ts = port.quiet_ts
+            fresh = False  # a counter heard for the first time (a port heard once keeps no layout)
+            for counter, value in counters.items():
+                error = ERROR_COUNTERS.get(counter)
+                if error is not None:
+                    track = tracks.get(counter)
+                    if track is None:
+                        track = tracks[counter] = CounterTrack()
+                        fresh = True
+                    elif track.value == value:  # the usual error counter: no new errors (``update``: delta 0)
+                        track.ts = ts
+                        continue
+                    delta, per_s = track.update(value, ts)
+                    if delta:
+                        weight, label = error
+                        errors[counter] = delta
+                        if where is None:
+                            where = _place(device, number)
+                        self._flag(node, name, ts, signal=counter, label=label, weight=weight, count=delta,
+                                   peak=per_s or 0.0, **where)
                     continue
-                delta, per_s = track.update(value, ts)
-                if delta:
-                    weight, label = error
-                    errors[counter] = delta
-                    if where is None:
-                        where = _place(device, number)
-                    self._flag(node, name, ts, signal=counter, label=label, weight=weight, count=delta,
-                               peak=per_s or 0.0, **where)
-                continue
-            rated = RATE_COUNTERS.get(counter)
-            if rated is None:
-                continue  # no rule reads it (the data counters: ``_bandwidth``'s own track)
-            track = tracks.get(counter)
-            if track is None:
-                track = tracks[counter] = CounterTrack()
-            delta, per_s = track.update(value, ts)
-            if per_s is not None:
-                if counter == "port_xmit_wait":
-                    port.last_wait_rate = per_s
-                floor, weight, label = rated
-                base = port.baselines.get(counter)
-                if base is None:
-                    base = port.baselines[counter] = Baseline(self.baseline_samples, self.baseline_min_samples)
-                median = base.median() if base.ready else math.nan
-                if base.ready and per_s >= floor and per_s > self.rate_factor * max(median, floor / self.rate_factor):
-                    ratio = per_s / median if median > 0 else math.inf
-                    if where is None:
-                        where = _place(device, number)
-                    self._flag(node, name, ts, signal=counter, label=label, weight=weight, count=delta or 0,
-                               peak=min(ratio, 1e6), rate=round(per_s, 1), baseline=round(median, 1), **where)
-                else:
-                    base.add(per_s)
+                if counter in RATE_COUNTERS:
+                    if counter not in tracks:
+                        fresh = True
+                    where = self._rate(node, port, name, ts, device, number, counter, value, where)
+                # (no rule reads the others: the data counters are ``_bandwidth``'s own track)
+            layout = None if fresh else self._layouts.of(counters)
+            port.layout = layout
+            if layout is not None:
+                port.err_values = layout.values(counters)
+                port.quiet_ts = ts
         self._bandwidth(node, port, name, ts, device, number, counters)
         if state == "ACTIVE" and (not rate or rate == port.max_rate):  # the usual: up, at its top rate (``_state``)
             port.state = state
@@ -503,6 +543,32 @@ class TelemetryTracker:
             return []
         return self._link_alert(node, LinkRow((name, ts, device, number, state, phys_state, rate, counters)), port,
                                 errors, down)
+
+    def _rate(self, node: _NodeState, port: _PortState, name: str, ts: float, device: str, number: int,
+              counter: str, value: int, where: dict | None) -> dict | None:
+        """A rate counter's sample (``RATE_COUNTERS``): judged against its baseline, or learned; the spike's place."""
+        tracks = port.counters
+        track = tracks.get(counter)
+        if track is None:
+            track = tracks[counter] = CounterTrack()
+        delta, per_s = track.update(value, ts)
+        if per_s is not None:
+            if counter == "port_xmit_wait":
+                port.last_wait_rate = per_s
+            floor, weight, label = RATE_COUNTERS[counter]
+            base = port.baselines.get(counter)
+            if base is None:
+                base = port.baselines[counter] = Baseline(self.baseline_samples, self.baseline_min_samples)
+            median = base.median() if base.ready else math.nan
+            if base.ready and per_s >= floor and per_s > self.rate_factor * max(median, floor / self.rate_factor):
+                ratio = per_s / median if median > 0 else math.inf
+                if where is None:
+                    where = _place(device, number)
+                self._flag(node, name, ts, signal=counter, label=label, weight=weight, count=delta or 0,
+                           peak=min(ratio, 1e6), rate=round(per_s, 1), baseline=round(median, 1), **where)
+            else:
+                base.add(per_s)
+        return where
 
     @staticmethod
     def _where(ev: LinkEvent) -> dict:
@@ -530,9 +596,7 @@ class TelemetryTracker:
             dt = ts - prev_ts
         # After a collector gap the rate is an average over the gap (traffic and idle alike): neither judged nor
         # learned (issue 39: real RoCE traffic with gaps of seconds to minutes logged thousands of "collapses").
-        gaps = port.bw_dt
-        usual = gaps.median() if len(gaps.values) >= gaps.min_samples else math.nan  # (``gaps.ready``)
-        gaps.add(dt)
+        usual = port.bw_dt.push(dt)  # (NaN until the baseline is ready)
         if dt > GAP_FACTOR * usual:  # (False while ``usual`` is NaN)
             return
         bps = rate * 4

@@ -4,7 +4,7 @@ A node agent sends its InfiniBand/RoCE ports' samples together, one batch envelo
 telemetry is mostly these. Building and checking one ``LinkEvent`` per sample cost more than the node rules'
 usual work on it, so an envelope whose every item is a plain, valid link sample (the agent's usual: every field
 of its exact type and in range, no extra fields) is decoded field by field, with C-level checks per column, and
-the node rules take one node's run of samples in one call (``TelemetryHub.process_links``). Anything else (a
+the node rules take the batch's samples (each node's run in turn) in one call (``TelemetryHub.process_links``). Anything else (a
 sample of another kind, a bad field, an extra field, an integer timestamp) returns None: the envelope takes the
 per-event decoder, which keeps the good samples and dead-letters each bad one with its one-line reason.
 """
