@@ -31,6 +31,7 @@ from itertools import groupby
 
 import numpy as np
 
+from .robust import upper_middle
 from .settings import AssemblySettings  # noqa: F401  (defined in a light module; re-exported here)
 from ..wire.events import StepEvent
 
@@ -409,7 +410,7 @@ class StepAssembler:
             job=self.job,
             group=self.group,
             step=step,
-            ts=sorted(ts)[n // 2],
+            ts=upper_middle(ts),
             ranks=np.fromiter(order, dtype=np.int64, count=n),
             step_time=_floats(step_time, n),
             compute_time=_floats(compute_time, n),
