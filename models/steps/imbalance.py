@@ -41,6 +41,7 @@ from .assembly import GroupStep
 from .cost import cost
 from .imbalance_evidence import (ClassImbalanceEvidence, Remedy, RemedyKind, RankClass, StageImbalanceEvidence,
                                  StageLoad)
+from .layout import same_ranks
 from ..resolution import Resolution
 from .robust import nan_max, step_median
 from .straggler import choose_signal
@@ -155,7 +156,7 @@ class ImbalanceDetector:
         g = self._groups.get(step.group)
         if g is None:
             g = self._groups[step.group] = _GroupHistory(self.window)
-        changed = g.last is None or not np.array_equal(step.ranks, g.last[0])
+        changed = g.last is None or not same_ranks(step.ranks, g.last[0])
         if changed:  # most steps have the same ranks as the one before
             new = [int(r) for r in step.ranks if int(r) not in g.slot]
             if new:

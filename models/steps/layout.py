@@ -33,3 +33,9 @@ def layout_of(previous: RunLayout | None, ranks: list[int], nodes: list, gpus: l
     if previous is not None and previous.ranks == ranks and previous.nodes == nodes and previous.gpus == gpus:
         return previous
     return RunLayout(ranks, nodes, gpus)
+
+
+def same_ranks(ranks, last) -> bool:
+    """``np.array_equal`` of a closed step's ranks and a rule's last ones (1-D int arrays): the step rules ask it of
+    every step, and numpy's wrapper costs several times the comparison of a few dozen ranks."""
+    return ranks is last or (len(ranks) == len(last) and bool((ranks == last).all()))

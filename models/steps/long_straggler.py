@@ -36,6 +36,7 @@ import numpy as np
 
 from ..alerts import Alert, alert_id
 from .assembly import GroupStep
+from .layout import same_ranks
 from ..resolution import Resolution, with_resolution
 from .robust import median, nan_median, step_median
 from .straggler import choose_signal
@@ -112,7 +113,7 @@ class LongStragglerDetector:
     def _slots_for(self, ranks: np.ndarray) -> tuple[np.ndarray, bool]:
         """Slots of ``ranks``, and whether they differ from the previous step's (most steps: same ranks)."""
         last_ranks, last_slots = self._last_lookup
-        if len(ranks) == len(last_ranks) and np.array_equal(ranks, last_ranks):
+        if same_ranks(ranks, last_ranks):
             return last_slots, False
         new = [int(r) for r in ranks if int(r) not in self._slot]
         if new:

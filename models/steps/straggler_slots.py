@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .layout import same_ranks
+
 
 class RankSlots:
     """Rank -> slot, with the last step's lookup cached; ``nodes[slot]``: the rank's node (None: unknown)."""
@@ -29,7 +31,7 @@ class RankSlots:
     def lookup(self, ranks: np.ndarray) -> tuple[np.ndarray, int]:
         """The slots of ``ranks`` and how many of them are new (the caller grows its arrays by that many)."""
         last_ranks, last_slots = self._last_lookup
-        if len(ranks) == len(last_ranks) and np.array_equal(ranks, last_ranks):
+        if same_ranks(ranks, last_ranks):
             return last_slots, 0
         slot = self._slot
         new = [int(r) for r in ranks if int(r) not in slot]

@@ -33,3 +33,16 @@ def test_upper_middle_is_the_sorted_middle(seed):
         got = upper_middle(values)
         assert type(got) is float
         assert (got != got and want != want) or (got == want and math.copysign(1, got) == math.copysign(1, want))
+
+
+def test_same_ranks_is_array_equal():
+    import numpy as np
+
+    from stepwatch.models.steps.layout import same_ranks
+
+    rng = random.Random(5)
+    for _ in range(500):
+        a = np.array([rng.randrange(5) for _ in range(rng.randrange(0, 7))], dtype=np.int64)
+        b = np.array([rng.randrange(5) for _ in range(rng.randrange(0, 7))], dtype=np.int64)
+        for x, y in ((a, b), (a, a.copy()), (a, a), (a, a[::-1].copy())):
+            assert same_ranks(x, y) == np.array_equal(x, y)
