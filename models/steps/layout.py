@@ -39,3 +39,14 @@ def same_ranks(ranks, last) -> bool:
     """``np.array_equal`` of a closed step's ranks and a rule's last ones (1-D int arrays): the step rules ask it of
     every step, and numpy's wrapper costs several times the comparison of a few dozen ranks."""
     return ranks is last or (len(ranks) == len(last) and bool((ranks == last).all()))
+
+
+def all_named(nodes) -> bool:
+    """``None not in nodes`` for a column of node names (str, or None where unknown), by one C-level join: a str
+    compared with None takes the slow road of ``==``, several times the join's cost over thousands of ranks. Anything
+    else than a str also answers False (the callers' careful path takes it)."""
+    try:
+        "".join(nodes)
+    except TypeError:
+        return False
+    return True

@@ -46,3 +46,13 @@ def test_same_ranks_is_array_equal():
         b = np.array([rng.randrange(5) for _ in range(rng.randrange(0, 7))], dtype=np.int64)
         for x, y in ((a, b), (a, a.copy()), (a, a), (a, a[::-1].copy())):
             assert same_ranks(x, y) == np.array_equal(x, y)
+
+
+def test_all_named_is_none_not_in():
+    from stepwatch.models.steps.layout import all_named
+
+    rng = random.Random(6)
+    for _ in range(300):
+        nodes = [rng.choice([f"n{rng.randrange(9)}", None, "", "ü"]) for _ in range(rng.choice([0, 1, 3, 64, 1024]))]
+        assert all_named(nodes) == (None not in nodes)
+        assert all_named(tuple(nodes)) == (None not in nodes)
