@@ -433,7 +433,9 @@ class JobEngine:
         job.sli.observe(earliest)
         job.sli.observe(latest)
         step_times, world_sizes = part(cols.step_time), part(cols.world_size)
-        step_bounds = min(steps), max(steps)  # (once: the hang rule and its clock offsets take them too)
+        # (once: the hang rule and its clock offsets take them too; a run of one step, the usual, by one count)
+        first = steps[0]
+        step_bounds = (first, first) if steps.count(first) == len(steps) else (min(steps), max(steps))
         run = RankSteps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout, ts_array, step_bounds)
         # (event index, alert) of the rules fed each rank's steps (the hang rule's), in event order
         rank_alerts = [pair for rule in job.by_signal[Signal.RANK_STEPS] for pair in rule.on_rank_steps(run)]

@@ -435,7 +435,7 @@ class Pipeline:
         rows = arrival if type(arrival) is list else None  # each row's arrival (``feed_values``'s ``arrivals``)
         if rows is not None:
             arrival = rows[0]
-            if min(rows) == max(rows):  # one arrival after all: as any run
+            if rows.count(arrival) == len(rows):  # one arrival after all: as any run (one C pass, mostly identities)
                 rows = None
         if cols is None or (arrival is not None and (
                 max(cols.ts) > arrival + self.max_future_seconds if rows is None

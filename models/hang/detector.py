@@ -46,6 +46,7 @@ from ..alerts import Alert, alert_id
 from ..evidence import HangCase
 from ..resolution import Resolution
 from ..steps.clocks import ClockOffsets
+from ..steps.layout import all_named
 from ..tunable import runtime_fields
 from ..wire.events import PAUSE_PHASES, CollectiveEvent, Event, HeartbeatEvent, PhaseEvent, StackEvent, StepEvent
 from . import text
@@ -356,7 +357,7 @@ class HangDetector:
             self._reset_state()  # steps after the end: a restart
         p = self.progress
         node_layout = layout  # whose nodes are these (None: not the layout's)
-        if None in nodes:  # an event without its node: the node its rank was last seen on
+        if not all_named(nodes):  # an event without its node: the node its rank was last seen on
             slot_of, known = p.slot_of_rank.get, p.nodes
             nodes = [n if n is not None else (known[slot_of(r)] if r in p.slot_of_rank else None)
                      for r, n in zip(ranks, nodes)]

@@ -22,6 +22,7 @@ from enum import Enum
 import numpy as np
 
 from ..job_phase import TRAINING_PHASES, JobPhase
+from ..steps.layout import all_named
 from ..steps.robust import sorted_percentile
 from ..wire.events import PAUSE_PHASES, HeartbeatEvent
 from .evidence import RankPosition
@@ -431,7 +432,7 @@ class JobProgress:
             np.maximum.at(self.last_seen, idx, ts_a)
         node_list = self.nodes
         first_slot = self._first_of_run(slots)
-        if first_slot is not None and None not in nodes:
+        if first_slot is not None and all_named(nodes):
             node_list[first_slot:first_slot + len(slots)] = nodes  # consecutive slots: one slice write
         else:
             for slot, node in zip(slots, nodes):

@@ -31,6 +31,7 @@ from itertools import groupby
 
 import numpy as np
 
+from .robust import upper_middle
 from .settings import AssemblySettings  # noqa: F401  (defined in a light module; re-exported here)
 from ..wire.events import StepEvent
 
@@ -417,7 +418,7 @@ class StepAssembler:
             job=self.job,
             group=self.group,
             step=step,
-            ts=sorted(ts)[n // 2],
+            ts=upper_middle(ts),
             ranks=self._last_ranks,
             step_time=_floats(step_time, n),
             compute_time=_floats(compute_time, n),
@@ -458,18 +459,6 @@ def _ranks_array(order: list[int]) -> np.ndarray:
     ranks = np.fromiter(order, dtype=np.int64, count=len(order))
     ranks.flags.writeable = False  # shared by the steps of the same ranks
     return ranks
-
-
-def same_ranks(ranks: np.ndarray, last: np.ndarray) -> bool:
-    """Whether a step's ``ranks`` are ``last`` (a kept ``kept_ranks``): by identity for the steps of one assembler
-    with the same ranks (they share one read-only array), else by value."""
-    return ranks is last or (len(ranks) == len(last) and np.array_equal(ranks, last))
-
-
-def kept_ranks(ranks: np.ndarray) -> np.ndarray:
-    """``ranks`` to compare later steps' with (``same_ranks``): the array itself when read-only (no one can change
-    it under the keeper), else a copy."""
-    return ranks if not ranks.flags.writeable else ranks.copy()
 
 
 def _nan(value: float | None) -> float:

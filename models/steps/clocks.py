@@ -140,13 +140,17 @@ class ClockOffsets:
         self._ring[idx, self._count[idx] % h] = values - mid
         self._count[idx] += 1
         counts = self._count[idx]
-        offsets = np.empty(len(idx))
         full = counts >= h
-        if full.any():  # the usual case: the median of each full row at once
-            ordered = np.sort(self._ring[idx[full]], axis=1)
-            offsets[full] = ordered[:, h // 2] if h % 2 else (ordered[:, h // 2 - 1] + ordered[:, h // 2]) / 2
-        for i in np.flatnonzero(~full).tolist():  # a node's first few steps
-            offsets[i] = _median(sorted(self._ring[idx[i], :counts[i]].tolist()))
+        if full.all():  # the usual step: every row full, their medians at once without the masks (the same floats)
+            ordered = np.sort(self._ring[idx], axis=1)
+            offsets = ordered[:, h // 2] if h % 2 else (ordered[:, h // 2 - 1] + ordered[:, h // 2]) / 2
+        else:
+            offsets = np.empty(len(idx))
+            if full.any():  # the median of each full row at once
+                ordered = np.sort(self._ring[idx[full]], axis=1)
+                offsets[full] = ordered[:, h // 2] if h % 2 else (ordered[:, h // 2 - 1] + ordered[:, h // 2]) / 2
+            for i in np.flatnonzero(~full).tolist():  # a node's first few steps
+                offsets[i] = _median(sorted(self._ring[idx[i], :counts[i]].tolist()))
         beyond = np.abs(offsets) >= self.min_offset
         if not self.offsets and not beyond.any():
             return  # (the usual case: no clock off, none was: nothing to set or drop)

@@ -37,10 +37,11 @@ from collections import deque
 import numpy as np
 
 from ..alerts import Alert, alert_id
-from .assembly import GroupStep, kept_ranks, same_ranks
+from .assembly import GroupStep
 from .cost import cost
 from .imbalance_evidence import (ClassImbalanceEvidence, Remedy, RemedyKind, RankClass, StageImbalanceEvidence,
                                  StageLoad)
+from .layout import kept_ranks, same_ranks
 from ..resolution import Resolution
 from .robust import nan_max, step_median
 from .straggler import choose_signal

@@ -33,3 +33,27 @@ def layout_of(previous: RunLayout | None, ranks: list[int], nodes: list, gpus: l
     if previous is not None and previous.ranks == ranks and previous.nodes == nodes and previous.gpus == gpus:
         return previous
     return RunLayout(ranks, nodes, gpus)
+
+
+def same_ranks(ranks, last) -> bool:
+    """``np.array_equal`` of a closed step's ranks and a rule's last ones (1-D int arrays, ``last`` a ``kept_ranks``):
+    the step rules ask it of every step. By identity for the steps of one assembler with the same ranks (they share
+    one read-only array), else by value without numpy's wrapper (several times the comparison of a few dozen ranks)."""
+    return ranks is last or (len(ranks) == len(last) and bool((ranks == last).all()))
+
+
+def kept_ranks(ranks: np.ndarray) -> np.ndarray:
+    """``ranks`` to compare later steps' with (``same_ranks``): the array itself when read-only (no one can change
+    it under the keeper), else a copy."""
+    return ranks if not ranks.flags.writeable else ranks.copy()
+
+
+def all_named(nodes) -> bool:
+    """``None not in nodes`` for a column of node names (str, or None where unknown), by one C-level join: a str
+    compared with None takes the slow road of ``==``, several times the join's cost over thousands of ranks. Anything
+    else than a str also answers False (the callers' careful path takes it)."""
+    try:
+        "".join(nodes)
+    except TypeError:
+        return False
+    return True

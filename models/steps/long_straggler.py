@@ -35,7 +35,8 @@ import math
 import numpy as np
 
 from ..alerts import Alert, alert_id
-from .assembly import GroupStep, kept_ranks, same_ranks
+from .assembly import GroupStep
+from .layout import kept_ranks, same_ranks
 from ..resolution import Resolution, with_resolution
 from .robust import median, nan_median, step_median
 from .straggler import choose_signal

@@ -55,6 +55,20 @@ def list_median(values: list[float]) -> float:
     return got if got != 0.0 else median(np.array(values, dtype=float))
 
 
+def upper_middle(values: list[float]) -> float:
+    """``sorted(values)[len(values) // 2]`` of a non-empty list of floats (a closed step's ``ts``): for thousands of
+    values one partition instead of a sort (~8x less), the same element; NaN or a zero (whose sign a partition may
+    pick differently) take the sort."""
+    n = len(values)
+    if n <= 64:
+        return sorted(values)[n // 2]
+    a = np.fromiter(values, dtype=np.float64, count=n)
+    got = np.partition(a, n // 2)[n // 2]
+    if got != 0.0 and not np.isnan(a).any():
+        return float(got)
+    return sorted(values)[n // 2]
+
+
 def nan_median(values: np.ndarray) -> float:
     """``float(np.nanmedian(values))`` of a 1-D float array (NaN when nothing is reported), without the warning."""
     if len(values) <= _SMALL:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .assembly import kept_ranks, same_ranks
+from .layout import all_named, kept_ranks, same_ranks
 
 
 class RankSlots:
@@ -55,7 +55,7 @@ class RankSlots:
 
     def record_nodes(self, slots: np.ndarray, first: int | None, nodes: tuple[str | None, ...]) -> None:
         """The step's node of each rank (an unknown node keeps the one known)."""
-        if first is not None and None not in nodes:  # the usual step: one slice write
+        if first is not None and all_named(nodes):  # the usual step: one slice write
             self.nodes[first:first + len(slots)] = nodes
         else:
             for slot, node in zip(slots, nodes):

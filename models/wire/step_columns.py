@@ -150,6 +150,7 @@ _NUM_TYPES = frozenset({float, int})
 _OPT_NUM_TYPES = frozenset({float, int, _NONE})
 _OPT_INT_TYPES = frozenset({int, _NONE})
 _FLOAT = frozenset({float})
+_INT = frozenset({int})
 
 
 def _types(values: list) -> set:
@@ -223,9 +224,13 @@ def _columns(items: list, keys, *, exact: bool) -> StepColumns | None:
         c._arrays[name] = a
         return values if types == _FLOAT else a.tolist()
 
-    def counters(values: list) -> bool:
+    def counters(values: list, types: set) -> bool:
         # (ints only, checked before: Python's min and max compare them exactly, without an int64 array)
-        present = [v for v in values if v is not None] if None in values else values
+        first = values[0]
+        if values.count(first) == len(values):  # one value throughout (a run's step, its world size): ~10x less
+            return first is None or 0 <= first <= MAX_COUNTER
+        # (``types``: the column's, so a column of ints is not searched for a None)
+        present = [v for v in values if v is not None] if _NONE in types else values
         return not present or (min(present) >= 0 and max(present) <= MAX_COUNTER)
 
     try:
@@ -239,11 +244,14 @@ def _columns(items: list, keys, *, exact: bool) -> StepColumns | None:
         c._raw = None
         c.extra = None  # events with extra fields take the per-event decoder
         c.job = col("job")
-        c.jobs = set(c.job)  # (the types of the distinct values are those of all: only equal values are merged)
+        # (the types of the distinct values are those of all: only equal values are merged; one job throughout, the
+        # usual run, counted without hashing each row's own string object)
+        c.jobs = {c.job[0]} if c.job.count(c.job[0]) == n else set(c.job)
         if not _all_str(c.jobs):
             return None
         c.rank, c.step = col("rank"), col("step")
-        if _types(c.rank) != {int} or _types(c.step) != {int} or not counters(c.rank) or not counters(c.step):
+        if (_types(c.rank) != {int} or _types(c.step) != {int} or not counters(c.rank, _INT)
+                or not counters(c.step, _INT)):
             return None
         c.ts, c.step_time = col("ts"), col("step_time")
         ts_types, took_types = _types(c.ts), _types(c.step_time)
@@ -268,13 +276,18 @@ def _columns(items: list, keys, *, exact: bool) -> StepColumns | None:
                 return None
             setattr(c, name, values)
         none_column = [None] * n
+        sizes_types = _OPT_INT_TYPES
         for name in ("gpu", "world_size"):
             values = optional(name)
-            if values is not None and (not _types(values) <= _OPT_INT_TYPES or not counters(values)):
-                return None
+            if values is not None:
+                types = _types(values)
+                if not types <= _OPT_INT_TYPES or not counters(values, types):
+                    return None
+                if name == "world_size":
+                    sizes_types = types
             setattr(c, name, values or none_column)
         if c.world_size is not none_column and (
-                any(map(operator.ge, c.rank, c.world_size)) if None not in c.world_size
+                any(map(operator.ge, c.rank, c.world_size)) if _NONE not in sizes_types
                 else any(w is not None and r >= w for r, w in zip(c.rank, c.world_size))):
             return None
         c.node = optional("node") or none_column

@@ -13,7 +13,8 @@ import pytest
 from engine_driver import replay
 from small_job_gen import SmallJob
 from stepwatch.models.steps import assembly
-from stepwatch.models.steps.assembly import GroupStep, StepAssembler, kept_ranks, same_ranks
+from stepwatch.models.steps.assembly import GroupStep, StepAssembler
+from stepwatch.models.steps.layout import kept_ranks, same_ranks
 from stepwatch.models.steps.robust import time_before
 from stepwatch.models.wire.events import parse_event
 

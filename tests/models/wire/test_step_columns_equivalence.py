@@ -266,3 +266,18 @@ def test_a_phase_that_is_a_list_or_an_object_is_dead_lettered_not_raised(phase):
         assert [(d.cause, [r.index for r in d.rejects]) for d in out.deadletters] == [("decode", [None]),
                                                                                    ("decode", [1])]
         assert pipeline.engine.events_by_kind.total() == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_column_of_one_value_throughout_is_checked_as_before(seed):
+    """The decoder checks a column of one value (a run's step, its world size, its job) by that value alone: each
+    field set to one value, good or bad, across a run of ranks, gives the reference's columns or refusal."""
+    rng = random.Random(seed)
+    base = {"v": 1, "kind": "step", "job": "j", "rank": 0, "step": 2, "ts": 10.0, "step_time": 1.0, "node": "n",
+            "gpu": 0, "world_size": 64, "group": "g", "phase": "train"}
+    for name in ("job", "rank", "step", "gpu", "world_size", "node", "group"):
+        for value in [*_BAD, 7, 63, 64, 2**53]:
+            n = rng.choice([2, 17, 64])
+            events = [{**base, "rank": r % 64, "gpu": rng.choice([r % 8, None]), name: value} for r in range(n)]
+            items = orjson.loads(json.dumps(events))
+            _same(_step_columns(items), _reference(items))
