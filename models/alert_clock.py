@@ -14,7 +14,8 @@ Where the shift is made: at the end of the outlet chain (models/detection.py), o
 those stages read the job's times against node telemetry and one another on the hosts' clocks, and only what
 leaves carries the broker's. Which shift: chosen where the rule fired (``choose``, from the job's offset as of the
 firing row: a column run's earlier rows as one event at a time would have it), or, for an alert the outlet made of
-a job's (a node incident of its stragglers, a restart), where it leaves, from the job's offset then.
+a job's (a node incident of its stragglers, a restart), where it leaves, from the offset the job's latest alert was
+given (none if the job had none: its hosts' times). The end reads no engine state but these clocks.
 
 One alert keeps one shift from its first version to its resolution (its ``starts_at`` is part of how consumers
 follow it): the shift is kept by (alert id, ``starts_at`` on the hosts' clock), an episode, at most ``MAX_KEPT`` per
@@ -40,10 +41,12 @@ MAX_KEPT = 256
 class AlertClock:
     """One job's alert episodes and the seconds each one's times move (0: none)."""
 
-    __slots__ = ("_shift",)
+    __slots__ = ("_shift", "latest")
 
     def __init__(self) -> None:
         self._shift: dict[tuple[str, float], float] = {}  # (alert id, starts_at on the hosts' clock) -> seconds
+        #: The offset ``choose`` was last given (None: none yet, or no arrival known).
+        self.latest: float | None = None
 
     def __len__(self) -> int:
         """Episodes whose shift is kept (at most ``MAX_KEPT``)."""
@@ -54,6 +57,7 @@ class AlertClock:
         minus job time), where it is beyond the tolerance; none when None (no arrival known: replay of a file
         without ``_arrival``). A known episode keeps its own."""
         kept = self._shift
+        self.latest = offset
         for alert in alerts:
             key = (alert.id, alert.starts_at)
             shift = kept.pop(key, None)  # (put back last: the least recently seen go first)
@@ -68,9 +72,14 @@ class AlertClock:
         return self._shift.get((alert.id, alert.starts_at))
 
     def to_broker(self, alert: Alert) -> Alert:
-        """``alert`` with its times moved by its episode's shift (as it is when none was chosen)."""
+        """``alert`` with its times moved by its episode's shift; one no rule fired (the outlet made it of the job's)
+        is given its shift here, from the offset of the job's latest alert."""
         shift = self._shift.get((alert.id, alert.starts_at))
+        if shift is None:
+            self.choose([alert], self.latest)
+            shift = self._shift[alert.id, alert.starts_at]
         if not shift:
             return alert
         return dataclasses.replace(alert, starts_at=round(alert.starts_at + shift, 6), ends_at=None
                                    if alert.ends_at is None else round(alert.ends_at + shift, 6))
+

@@ -150,15 +150,13 @@ class DetectionEngine(JobEngine):
             jobs = self.jobs
             out = alerts
             for i, alert in enumerate(alerts):
-                name = alert.job
-                if not name:
+                if not alert.job:
                     continue  # a node's alert: its agent's times
-                job = leaving.get(name)
+                job = leaving.get(alert.job)  # (an evicted job's resolutions: its clock chose their shift)
                 if job is None or job.alert_clock.shift(alert) is None:
-                    job = jobs.get(name)
+                    job = jobs.get(alert.job)
                     if job is None:
                         continue  # forgotten: nothing to move it by
-                    job.on_broker_clock([alert], self.broker_arrivals)  # (one the outlet made: its offset now)
                 moved = job.alert_clock.to_broker(alert)
                 if moved is not alert:
                     if out is alerts:

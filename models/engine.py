@@ -89,7 +89,7 @@ class JobState:
         # timer's clock (0 in replay), so time-driven rules judge the job on its own clock.
         self.lags: deque[float] = deque(maxlen=256)
         self.offset: float | None = None  # ``clock_offset`` of ``lags`` as they are (None: not taken since they changed)
-        #: Moves the job's alert times onto the broker's clock when its hosts' clocks are off (models/alert_clock.py).
+        #: Each alert episode's shift onto the broker's clock, made where alerts leave (models/alert_clock.py).
         self.alert_clock = AlertClock()
         self.assemblers: dict[str, StepAssembler] = {}
         #: The job-wide phase (job-wide phase events; its end told by the ranks if the closing one is lost).

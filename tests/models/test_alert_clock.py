@@ -105,6 +105,8 @@ def test_the_shift_is_kept_per_episode_and_bounded():
     assert len(clock) <= MAX_KEPT
     assert clock.to_broker(dataclasses.replace(a, id="999")).starts_at == 80.0  # the latest kept
     assert clock.shift(dataclasses.replace(a, id="0")) is None  # the least recently seen forgotten
+    made = dataclasses.replace(a, id="incident", starts_at=300.0)  # one the outlet made of the job's alerts
+    assert clock.to_broker(made).starts_at == 280.0  # the offset the job's latest alert was given
 
 
 def test_enrichment_reads_the_hosts_times_and_only_what_leaves_moves():
