@@ -9,57 +9,77 @@ beyond ``TOLERANCE_SECONDS``; within it the lag is the producers' delivery (flus
 hosts' clocks are taken as right and nothing moves. Evidence times (a heartbeat's, a stall's start) stay the
 hosts' own: they are compared with the events that carry them.
 
+Where the shift is made: at the end of the outlet chain (models/detection.py), once every road (the live worker,
+``stepwatch replay``, restart recovery) has had the alert enriched by node telemetry, cited, classified and gated:
+those stages read the job's times against node telemetry and one another on the hosts' clocks, and only what
+leaves carries the broker's. Which shift: chosen where the rule fired (``choose``, from the job's offset as of the
+firing row: a column run's earlier rows as one event at a time would have it), or, for an alert the outlet made of
+a job's (a node incident of its stragglers, a restart), where it leaves, from the offset the job's latest alert was
+given (none if the job had none: its hosts' times). The end reads no engine state but these clocks.
+
 One alert keeps one shift from its first version to its resolution (its ``starts_at`` is part of how consumers
-follow it), so each open alert's shift is kept, at most ``MAX_OPEN`` of them.
+follow it): the shift is kept by (alert id, ``starts_at`` on the hosts' clock), an episode, at most ``MAX_KEPT`` per
+job, the least recently seen forgotten first (a resolved episode's stays a while: the outlet may publish it again,
+an intermittent straggler's next episode under its first id).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from .alerts import Alert, AlertStatus
+from .alerts import Alert
 
-#: Off (2026-12-05): node telemetry's enrichment (models/telemetry/telemetry_hub.py, the window from the alert's
-#: ``starts_at``) and the node incidents read alert times on the hosts' clocks, and they run after the engine: a
-#: shifted alert found no telemetry behind it (tests/models/telemetry/test_network_kafka.py, whose simulated job
-#: runs ahead of the broker, lost its cause). The shift belongs after them, at the outlet's end; until it moves
-#: there alert times stay the hosts' (the metamorphic grid's ``clocks +-30s`` delay: a strict xfail).
-ON = False
+#: On: published job alert times are the broker's where the job's hosts' clocks are off (off: the hosts' own).
+ON = True
 
 #: A job's median arrival lag within this many seconds is delivery, not a clock error (times left as stamped).
 TOLERANCE_SECONDS = 5.0
-#: Open alerts whose shift is kept per job (more: the oldest forgotten; a job has a handful).
-MAX_OPEN = 256
+#: Episodes whose shift is kept per job (more: the least recently seen forgotten; a job has a handful open).
+MAX_KEPT = 256
 
 
 class AlertClock:
-    __slots__ = ("_shift",)
+    """One job's alert episodes and the seconds each one's times move (0: none)."""
+
+    __slots__ = ("_shift", "latest")
 
     def __init__(self) -> None:
-        self._shift: dict[str, float] = {}  # alert id -> seconds added to its times (0: none)
+        self._shift: dict[tuple[str, float], float] = {}  # (alert id, starts_at on the hosts' clock) -> seconds
+        #: The offset ``choose`` was last given (None: none yet, or no arrival known).
+        self.latest: float | None = None
 
     def __len__(self) -> int:
-        """Alerts whose shift is kept (open ones, at most ``MAX_OPEN``)."""
+        """Episodes whose shift is kept (at most ``MAX_KEPT``)."""
         return len(self._shift)
 
-    def to_broker(self, alerts: list[Alert], offset: float | None) -> list[Alert]:
-        """``alerts`` of one job with their times on the broker's clock; ``offset``: the job's arrival lag
-        (broker minus job time), None when no arrival is known (replay of a file without ``_arrival``)."""
-        shifts = self._shift
-        out = alerts
-        for i, alert in enumerate(alerts):
-            shift = shifts.get(alert.id)
+    def choose(self, alerts: list[Alert], offset: float | None) -> None:
+        """Keep a shift for each of ``alerts`` (one job's) not seen before: ``offset``, the job's arrival lag (broker
+        minus job time), where it is beyond the tolerance; none when None (no arrival known: replay of a file
+        without ``_arrival``). A known episode keeps its own."""
+        kept = self._shift
+        self.latest = offset
+        for alert in alerts:
+            key = (alert.id, alert.starts_at)
+            shift = kept.pop(key, None)  # (put back last: the least recently seen go first)
             if shift is None:
                 shift = offset if offset is not None and abs(offset) > TOLERANCE_SECONDS else 0.0
-                if alert.status != AlertStatus.RESOLVED:
-                    shifts[alert.id] = shift
-                    if len(shifts) > MAX_OPEN:
-                        del shifts[next(iter(shifts))]
-            elif alert.status == AlertStatus.RESOLVED:
-                del shifts[alert.id]
-            if shift:
-                if out is alerts:
-                    out = list(alerts)
-                out[i] = dataclasses.replace(alert, starts_at=round(alert.starts_at + shift, 6), ends_at=None
-                                             if alert.ends_at is None else round(alert.ends_at + shift, 6))
-        return out
+            kept[key] = shift
+        while len(kept) > MAX_KEPT:
+            del kept[next(iter(kept))]
+
+    def shift(self, alert: Alert) -> float | None:
+        """The seconds ``alert``'s episode moves (None: not chosen, or forgotten)."""
+        return self._shift.get((alert.id, alert.starts_at))
+
+    def to_broker(self, alert: Alert) -> Alert:
+        """``alert`` with its times moved by its episode's shift; one no rule fired (the outlet made it of the job's)
+        is given its shift here, from the offset of the job's latest alert."""
+        shift = self._shift.get((alert.id, alert.starts_at))
+        if shift is None:
+            self.choose([alert], self.latest)
+            shift = self._shift[alert.id, alert.starts_at]
+        if not shift:
+            return alert
+        return dataclasses.replace(alert, starts_at=round(alert.starts_at + shift, 6), ends_at=None
+                                   if alert.ends_at is None else round(alert.ends_at + shift, 6))
+

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from . import alert_clock
 from .alerts import Alert
 from .engine import JobEngine
 from .engine_output import StepsJudged
@@ -75,7 +76,7 @@ class DetectionEngine(JobEngine):
         outlet chain. ``arrival``: as ``JobEngine.judge``'s."""
         alerts = self._detect(event, arrival)
         self.outlet.observe(event, self.view)  # (the stages' own state: the engine and telemetry never read it)
-        return self.outlet.process(alerts, self.view)
+        return self._leave(self.outlet.process(alerts, self.view))
 
     def process_batch(self, events: list[Event] | StepColumns | LinkColumns, *,
                       arrival: float | list[float] | None = None) -> list[Alert]:
@@ -96,7 +97,7 @@ class DetectionEngine(JobEngine):
         else:
             out = [alert for event in events for alert in self._detect(event, arrival)]
         self.outlet.observe(events, self.view)
-        return self.outlet.process(out, self.view)
+        return self._leave(self.outlet.process(out, self.view))
 
     def _process_links(self, cols: LinkColumns) -> list[Alert]:
         """``process`` of each link sample of ``cols`` in turn, in one call (``TelemetryHub.process_links``): the
@@ -117,7 +118,7 @@ class DetectionEngine(JobEngine):
 
         def emit(row: int, alerts: list[Alert]) -> None:
             note(row + 1)
-            out.extend(self.outlet.process(alerts, self.view))
+            out.extend(self._leave(self.outlet.process(alerts, self.view)))
 
         self.outlet.observe(cols, self.view)  # (no stage reads link samples: for one that would)
         refused = self.telemetry.process_links(cols, 0, len(ts), emit)
@@ -136,7 +137,32 @@ class DetectionEngine(JobEngine):
         alerts = self.telemetry.enrich(self.judge_tick(now)) + self.telemetry.tick(now)
         out = self.outlet.process(alerts, self.view)
         out.extend(self.outlet.tick(now, self.view))
-        return out
+        return self._leave(out)
+
+    def _leave(self, alerts: list[Alert]) -> list[Alert]:
+        """The end of the outlet chain, every road's: job alerts' times onto the broker's clock where the job's hosts'
+        are off (models/alert_clock.py). The stages before read them on the hosts' clocks, as node telemetry's."""
+        leaving = self.leaving
+        if alert_clock.ON and alerts:
+            jobs = self.jobs
+            out = alerts
+            for i, alert in enumerate(alerts):
+                if not alert.job:
+                    continue  # a node's alert: its agent's times
+                job = leaving.get(alert.job)  # (an evicted job's resolutions: its clock chose their shift)
+                if job is None or job.alert_clock.shift(alert) is None:
+                    job = jobs.get(alert.job)
+                    if job is None:
+                        continue  # forgotten: nothing to move it by
+                moved = job.alert_clock.to_broker(alert)
+                if moved is not alert:
+                    if out is alerts:
+                        out = list(alerts)
+                    out[i] = moved
+            alerts = out
+        if leaving:
+            leaving.clear()
+        return alerts
 
     def _detect(self, event: Event, arrival: float | None) -> list[Alert]:
         """One event's alerts, enriched, before the outlet chain."""

@@ -89,7 +89,7 @@ class JobState:
         # timer's clock (0 in replay), so time-driven rules judge the job on its own clock.
         self.lags: deque[float] = deque(maxlen=256)
         self.offset: float | None = None  # ``clock_offset`` of ``lags`` as they are (None: not taken since they changed)
-        #: Moves the job's alert times onto the broker's clock when its hosts' clocks are off (models/alert_clock.py).
+        #: Each alert episode's shift onto the broker's clock, made where alerts leave (models/alert_clock.py).
         self.alert_clock = AlertClock()
         self.assemblers: dict[str, StepAssembler] = {}
         #: The job-wide phase (job-wide phase events; its end told by the ranks if the closing one is lost).
@@ -172,14 +172,17 @@ class JobState:
         self.offset = None
 
     def on_broker_clock(self, alerts: list[Alert], broker: bool = True, offset: float | None = None) -> list[Alert]:
-        """This job's ``alerts`` with their times on the broker's clock (``AlertClock``; as they are when no
-        arrival is known, ``broker`` is False, or the hosts' clocks are right). ``offset``: the job's clock offset
-        as of the row that fired (a column run adds all its rows' lags before its rules run); None: as it is."""
+        """``alerts`` (this job's), unchanged: each new one's shift onto the broker's clock chosen (``AlertClock``;
+        none when no arrival is known, ``broker`` is False, or the hosts' clocks are right), to be made where alerts
+        leave (``DetectionEngine``). ``offset``: the job's clock offset as of the row that fired (a column run adds
+        all its rows' lags before its rules run); None: as it is."""
         if not alerts or not alert_clock_module.ON:
             return alerts
         if not broker or not self.lags:
-            return self.alert_clock.to_broker(alerts, None)
-        return self.alert_clock.to_broker(alerts, self.clock_offset() if offset is None else offset)
+            self.alert_clock.choose(alerts, None)
+        else:
+            self.alert_clock.choose(alerts, self.clock_offset() if offset is None else offset)
+        return alerts
 
 
 class JobEngine:
@@ -227,6 +230,8 @@ class JobEngine:
         #: Jobs the timer visited at the latest tick, and how many (the outlet's view, tests, bench/tick_bench.py).
         self.last_tick_jobs: list[JobState] = []
         self.last_tick_visits = 0
+        #: Jobs evicted since alerts last left (``DetectionEngine``): their alert clocks stamp their resolutions.
+        self.leaving: dict[str, JobState] = {}
         # (column batch, its runs' layouts) of the latest ``layouts`` call: one comparison per run and batch
         self._layouts: tuple[StepColumns, dict[tuple[int, int], RunLayout]] | None = None
 
@@ -512,6 +517,7 @@ class JobEngine:
         if now > self.clock:
             self.clock = now
         previous, self._tick_clock = self._tick_clock, now
+        self.leaving.clear()  # (left already: an engine driven without the outlet keeps them no longer)
         out: list[Alert] = []
         retention = self.settings.retention
         visits = self.last_tick_jobs = self._jobs_due(now)
@@ -585,9 +591,12 @@ class JobEngine:
         self.store.remove(job)
         self.observer.forget_job(job.job)
         at = max(self.clock, job.last_ts)
-        # (their published starts_at; ``at`` is the engine's clock already)
         opened = job.on_broker_clock(job.open_alerts(), self.broker_arrivals)
-        return [with_resolution(alert.resolved(at=at, summary=f"resolved (state evicted: {reason}): {alert.summary}"),
+        # Their shift is made where they leave (``leaving``); ``at`` is the engine's clock already.
+        self.leaving[job.job] = job
+        clock = job.alert_clock
+        return [with_resolution(alert.resolved(at=at - (clock.shift(alert) or 0.0),
+                                               summary=f"resolved (state evicted: {reason}): {alert.summary}"),
                                 Resolution.FORGOTTEN, reason) for alert in opened]
 
     # -- handlers -------------------------------------------------------------------------

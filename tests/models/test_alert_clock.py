@@ -11,18 +11,13 @@ import random
 import pytest
 
 from recordings import hang, straggler_and_slowdown
-from stepwatch.models.alert_clock import TOLERANCE_SECONDS, AlertClock
+from stepwatch.models.alert_clock import MAX_KEPT, TOLERANCE_SECONDS, AlertClock
 from stepwatch.models.alerts import Alert, AlertStatus
 from stepwatch.models.detection import DetectionEngine
-from stepwatch.models.wire.events import parse_event
 from stepwatch.models import alert_clock
+from stepwatch.models.wire.events import parse_event
+from stepwatch.models.wire.step_columns import StepColumns
 
-
-@pytest.fixture(autouse=True)
-def _clock_on(monkeypatch):
-    """The shift is off in the engine (models/alert_clock.py ``ON``: enrichment still reads the hosts' times);
-    these tests keep its mechanism right for when it moves after the outlet."""
-    monkeypatch.setattr(alert_clock, "ON", True)
 
 T0 = 1_770_000_000.0
 
@@ -93,15 +88,91 @@ def test_a_hang_is_stamped_on_the_broker_clock_whatever_the_hosts_error():
         _one_start_per_id(alerts)
 
 
-def test_the_shift_is_kept_per_open_alert_and_bounded():
+def test_the_shift_is_kept_per_episode_and_bounded():
     clock = AlertClock()
     a = Alert(id="a", status=AlertStatus.FIRING, type="straggler", severity="warning", job="j", ranks=(1,),
               nodes=(), starts_at=100.0, summary="s")
-    assert clock.to_broker([a], -20.0)[0].starts_at == 80.0
-    assert clock.to_broker([a], -21.0)[0].starts_at == 80.0  # the first version's shift, not a new estimate
-    done = clock.to_broker([a.resolved(at=130.0)], -25.0)[0]
-    assert (done.starts_at, done.ends_at) == (80.0, 110.0)
-    assert clock.to_broker([a], 1.0)[0].starts_at == 100.0  # resolved: forgotten, a new episode starts afresh
+    clock.choose([a], -20.0)
+    assert clock.to_broker(a).starts_at == 80.0
+    clock.choose([a], -21.0)
+    assert clock.to_broker(a).starts_at == 80.0  # the first version's shift, not a new estimate
+    done = a.resolved(at=130.0)
+    clock.choose([done], -25.0)
+    assert (clock.to_broker(done).starts_at, clock.to_broker(done).ends_at) == (80.0, 110.0)
+    again = dataclasses.replace(a, starts_at=200.0)  # a new episode of the id: chosen afresh
+    clock.choose([again], 1.0)
+    assert clock.to_broker(again) is again  # (within the tolerance: as stamped)
     for i in range(1000):
-        clock.to_broker([dataclasses.replace(a, id=str(i))], -20.0)
-    assert len(clock) <= 256
+        clock.choose([dataclasses.replace(a, id=str(i))], -20.0)
+    assert len(clock) <= MAX_KEPT
+    assert clock.to_broker(dataclasses.replace(a, id="999")).starts_at == 80.0  # the latest kept
+    assert clock.shift(dataclasses.replace(a, id="0")) is None  # the least recently seen forgotten
+    made = dataclasses.replace(a, id="incident", starts_at=300.0)  # one the outlet made of the job's alerts
+    assert clock.to_broker(made).starts_at == 280.0  # the offset the job's latest alert was given
+
+
+def test_enrichment_reads_the_hosts_times_and_only_what_leaves_moves():
+    """The shift is made at the end of the outlet chain: the engine's alerts (what node telemetry enriches and the
+    outlet cites) keep the hosts' times; the returned ones move by the job's offset, one shift per episode."""
+    events = straggler_and_slowdown("clk", t0=T0)
+    engine = DetectionEngine()
+    seen: list[Alert] = []
+    enrich = engine.telemetry.enrich
+
+    def spy(alerts):
+        seen.extend(alerts)
+        return enrich(alerts)
+
+    engine.telemetry.enrich = spy
+    out: list[Alert] = []
+    for e in events:
+        out.extend(engine.process(parse_event(dict(e, ts=e["ts"] + 30.0)), arrival=e["ts"] + 0.5))
+    hosts = {(a.id, a.status): a.starts_at for a in seen if a.type == "straggler"}
+    left = [a for a in out if a.type == "straggler"]
+    assert left and hosts
+    for a in left:
+        assert abs(hosts[a.id, a.status] - 29.5 - a.starts_at) < 0.1, a
+
+
+def _roads(events: list[dict], per_message: int, batched: bool) -> list[dict]:
+    """Each host stamps ``30 + rank / 2`` s ahead, and delivery slows (the job's lags move row by row); consecutive step events go as
+    column runs of up to ``per_message`` (``batched``) or one at a time, ticks at the same message bounds."""
+    engine = DetectionEngine()
+    out: list[Alert] = []
+    next_tick, i = T0, 0
+    while i < len(events):
+        j = i + 1
+        while j < len(events) and j - i < per_message and events[i]["kind"] == events[j]["kind"] == "step":
+            j += 1
+        chunk = events[i:j]
+        arrivals = [e["ts"] + 0.3 + 0.002 * (i + k) for k, e in enumerate(chunk)]  # (delivery slowly later)
+        stamped = [parse_event(dict(e, ts=round(e["ts"] + 30.0 + 0.5 * (e.get("rank") or 0), 6))) for e in chunk]
+        while next_tick < arrivals[0]:
+            out.extend(engine.tick(next_tick))
+            next_tick += 1.0
+        if batched and chunk[0]["kind"] == "step":
+            out.extend(engine.process_batch(StepColumns.of(stamped), arrival=arrivals))
+        else:
+            for ev, arrival in zip(stamped, arrivals):
+                out.extend(engine.process(ev, arrival=arrival))
+        i = j
+    for _ in range(900):
+        out.extend(engine.tick(next_tick))
+        next_tick += 1.0
+    # (what the clock decides; evidence.onset_ts differs by road apart from any clock: the outlet reads the job's
+    # recent steps after the whole run, one event at a time after the firing row)
+    return [{k: v for k, v in a.to_dict().items() if k in ("id", "status", "type", "ranks", "starts_at", "ends_at")}
+            for a in out]
+
+
+@pytest.mark.parametrize("per_message", [8, 64])
+def test_a_column_run_shifts_its_rows_alerts_as_one_event_at_a_time(per_message: int, monkeypatch):
+    """The shift of an alert fired by a column run's earlier row is the job's offset as of that row (the lags
+    change row by row here), so the column road publishes what one event at a time does."""
+    events = straggler_and_slowdown("col", t0=T0)
+    one = _roads(events, per_message, batched=False)
+    assert _roads(events, per_message, batched=True) == one
+    monkeypatch.setattr(alert_clock, "ON", False)
+    hosts = {(a["id"], a["status"]): a["starts_at"] for a in _roads(events, per_message, batched=False)}
+    moved = [hosts[a["id"], a["status"]] - a["starts_at"] for a in one if a["type"] == "straggler"]
+    assert moved and all(d > 25.0 for d in moved), moved  # (the hosts' median error, ~32 s, taken off)
