@@ -66,8 +66,9 @@ def straggler_job(straggler_worker, kafka_bootstrap, tmp_path, framework: str, *
                         args=("--framework", framework, "--steps", str(steps), "--slow-rank", str(slow_rank),
                               "--slow-from", str(slow_from), "--slow-extra-ms", "40", *extra))
     every = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
-                            until=lambda a: any(x["job"] == job and x["type"] == "straggler" and x["status"] == "resolved"
-                                                and "job ended" in x["summary"] for x in a))
+                            until=lambda a: any(x["job"] == job and x["type"] == "straggler"
+                                                and x["status"] == "resolved" and "job ended" in x["summary"]
+                                                for x in a))
     # Nothing for a job the worker was never given (the module's earlier jobs' alerts are their tests' subject).
     assert {a["job"] for a in every} <= set(JOBS), [(a["job"], a["summary"]) for a in every]
     alerts = [a for a in every if a["job"] == job]
