@@ -128,8 +128,13 @@ def run_sharded(args, framework: str, rank: int, monitor, slow: Slowness) -> Non
 def run_deepspeed(args, rank: int, monitor, slow: Slowness) -> None:
     """DeepSpeed ZeRO (stage ``--zero-stage``) on its CPU accelerator (``DS_ACCELERATOR=cpu``), gloo."""
     import deepspeed
+    import deepspeed.ops
     import torch
 
+    # DeepSpeed's CPU backend JIT-compiles its shared-memory all-reduce in C++ at init (30 s on 2 quiet cores, 150 s
+    # loaded; a clean clone every run, and worktrees with other flags rebuild each other's): it serves
+    # ``inference_all_reduce`` only, never ZeRO training, whose collectives go through torch.distributed (gloo).
+    deepspeed.ops.__compatible_ops__ = {"deepspeed_shm_comm": False}
     model = mlp(torch)
     config = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1,
               "optimizer": {"type": "SGD", "params": {"lr": 0.01}}, "zero_allow_untested_optimizer": True,

@@ -31,6 +31,7 @@ def main() -> int:
     parser.add_argument("--slow-extra-ms", type=float, default=40.0, help="extra compute on the slow rank")
     parser.add_argument("--stats", default="")
     parser.add_argument("--no-monitor", action="store_true")
+    parser.add_argument("--close-timeout", type=float, default=10.0, help="seconds to deliver what is queued at close")
     args = parser.parse_args()
 
     import torch
@@ -77,7 +78,7 @@ def main() -> int:
             opt.step()
     monitor.end()
     dist.barrier()
-    monitor.close(timeout=10)
+    monitor.close(timeout=args.close_timeout)
     stats = monitor.stats()
     stats["seq_started"] = monitor.seq_started.get("default", 0)
     stats["seq_completed"] = monitor.seq_completed.get("default", 0)

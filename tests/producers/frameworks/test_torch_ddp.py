@@ -134,7 +134,8 @@ def test_broker_down_training_completes_and_counts_every_drop(tmp_path):
 
     env = stepwatch_env(f"127.0.0.1:{free_port()}", "t-down.", STEPWATCH_JOB="ddp-down")  # nothing listens there
     started = time.monotonic()
-    stats = run_ddp_job(env, tmp_path, world=WORLD, args=("--steps", "40"))
+    # Nothing can be delivered: close gives up after 1 s (its 10 s default would only be waited out).
+    stats = run_ddp_job(env, tmp_path, world=WORLD, args=("--steps", "40", "--close-timeout", "1"))
     assert time.monotonic() - started < 120
     for s in stats:
         assert s["sent"] == 0 and not s["connected"], s

@@ -14,14 +14,14 @@ hang culprit with its stack, in the TP group where most ranks wait on it.
 
 from __future__ import annotations
 
-import os
+import uuid
 
 import pytest
 
 pytest.importorskip("torch", reason="torch not installed (pip install -e '.[train-test]')")
 
-from support import read_alerts, read_all_alerts  # noqa: E402
-from train_support import FW_RANK, run_ddp_job  # noqa: E402
+from support import WorkerProcess, full_or, read_alerts, read_all_alerts, stepwatch_env  # noqa: E402
+from train_support import FW_RANK, run_ddp_job, start_job  # noqa: E402
 
 pytestmark = pytest.mark.kafka
 
@@ -31,18 +31,47 @@ SLOW_FROM = 12
 NO_JOB_WIDE_RULE = {"STEPWATCH_JOB_HEALTH_THROUGHPUT_MIN_EFFECT": "10"}
 
 
-def straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, framework: str, *, world: int,
-                  slow_rank: int, extra: tuple[str, ...] = (), env_extra: dict[str, str] | None = None,
-                  group: str | None = "default", slow_from: int = SLOW_FROM, steps: int = 40):
-    worker = start_worker(**NO_JOB_WIDE_RULE)
-    job = f"{framework}-slow"
+#: What each framework's ranks import beyond torch: imported once, before the ranks are forked (tests/rank_zygote.py).
+PRELOAD = {"fsdp1": ("torch.distributed.fsdp",), "fsdp2": ("torch.distributed.fsdp",), "deepspeed": ("deepspeed",),
+           "hf": ("transformers.trainer", "transformers.models.gpt2.modeling_gpt2", "stepwatch.producers.hf"),
+           "lightning": ("lightning.pytorch", "stepwatch.producers.lightning")}
+
+
+@pytest.fixture(scope="module")
+def straggler_worker(kafka_bootstrap, tmp_path_factory):
+    """One worker judges every straggler job of this module, each under a job name of its own, as one worker
+    judges a cluster's jobs (a worker's start per test was ~6 s on a loaded 2-core machine): (prefix, worker)."""
+    prefix = f"t-fw-{uuid.uuid4().hex[:8]}."
+    tmp = tmp_path_factory.mktemp("fw-worker")
+    env = stepwatch_env(kafka_bootstrap, prefix, STEPWATCH_WORKER_DATADIR=str(tmp / "faust"), **NO_JOB_WIDE_RULE)
+    worker = WorkerProcess(env, tmp / "worker.log").wait_ready()
+    try:
+        yield prefix, worker
+    finally:
+        worker.discard()
+
+
+#: The jobs run on the shared worker so far, each with its slow rank: an alert for any other job fails the test.
+JOBS: dict[str, int] = {}
+
+
+def straggler_job(straggler_worker, kafka_bootstrap, tmp_path, framework: str, *, world: int, slow_rank: int,
+                  extra: tuple[str, ...] = (), env_extra: dict[str, str] | None = None, group: str | None = "default",
+                  slow_from: int = SLOW_FROM, steps: int = 40, job: str = ""):
+    topic_prefix, worker = straggler_worker
+    job = job or f"{framework}-slow"
+    JOBS[job] = slow_rank
     env = dict(worker.env, STEPWATCH_JOB=job, STEPWATCH_MONITOR_STACKS="0", **(env_extra or {}))
-    stats = run_ddp_job(env, tmp_path, world=world, script=FW_RANK, timeout=300,
+    stats = run_ddp_job(env, tmp_path, world=world, script=FW_RANK, timeout=300, preload=PRELOAD.get(framework, ()),
                         args=("--framework", framework, "--steps", str(steps), "--slow-rank", str(slow_rank),
                               "--slow-from", str(slow_from), "--slow-extra-ms", "40", *extra))
-    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
-                             until=lambda a: any(x["type"] == "straggler" and x["status"] == "resolved"
-                                                 and "job ended" in x["summary"] for x in a))
+    every = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
+                            until=lambda a: any(x["job"] == job and x["type"] == "straggler"
+                                                and x["status"] == "resolved" and "job ended" in x["summary"]
+                                                for x in a))
+    # Nothing for a job the worker was never given (the module's earlier jobs' alerts are their tests' subject).
+    assert {a["job"] for a in every} <= set(JOBS), [(a["job"], a["summary"]) for a in every]
+    alerts = [a for a in every if a["job"] == job]
     # Only the slow rank is ever named (on a loaded 2-core machine its alert may resolve and fire again
     # within the job; the last one is resolved by the job's end).
     assert alerts and {(a["job"], a["type"], tuple(a["ranks"])) for a in alerts} == {(job, "straggler", (slow_rank,))}, \
@@ -65,36 +94,35 @@ def straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, framewo
     return stats
 
 
-def test_fsdp2_slow_rank_named_with_the_two_lines(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+def test_fsdp2_slow_rank_named_with_the_two_lines(kafka_bootstrap, straggler_worker, tmp_path):
     # FSDP2 prefetches all-gathers (async), which overlap compute: its comm intervals cover some compute on
     # CPU, so the slow rank's compute gap is smaller than the extra time; 50 ms (~45 % of a step's compute here)
     # keeps detection within 10 steps on a loaded 2-core machine (40 ms passed, but once needed 11 steps).
-    straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "fsdp2", world=4, slow_rank=2,
+    straggler_job(straggler_worker, kafka_bootstrap, tmp_path, "fsdp2", world=4, slow_rank=2,
                   extra=("--slow-extra-ms", "50"))
 
 
-def test_fsdp1_slow_rank_named_with_the_two_lines(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
-    straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "fsdp1", world=4, slow_rank=1)
+def test_fsdp1_slow_rank_named_with_the_two_lines(kafka_bootstrap, straggler_worker, tmp_path):
+    straggler_job(straggler_worker, kafka_bootstrap, tmp_path, "fsdp1", world=4, slow_rank=1)
 
 
-def test_pipeline_p2p_waits_are_communication_one_straggler(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+def test_pipeline_p2p_waits_are_communication_one_straggler(kafka_bootstrap, straggler_worker, tmp_path):
     # 4 stages, stage 1 slow: stages 2 and 3 wait for it in recv, stage 0 for its gradients; one alert only.
-    straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "pipeline", world=4, slow_rank=1)
+    straggler_job(straggler_worker, kafka_bootstrap, tmp_path, "pipeline", world=4, slow_rank=1)
 
 
-def test_hf_trainer_ddp_slow_rank_named_with_the_callback_only(kafka_bootstrap, topic_prefix, start_worker,
-                                                              tmp_path):
+def test_hf_trainer_ddp_slow_rank_named_with_the_callback_only(kafka_bootstrap, straggler_worker, tmp_path):
     # The Trainer wraps the model in DDP itself; its bucket all-reduces are timed without user code.
-    stats = straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "hf", world=4, slow_rank=1,
+    stats = straggler_job(straggler_worker, kafka_bootstrap, tmp_path, "hf", world=4, slow_rank=1,
                           extra=("--slow-extra-ms", "50"))
     assert stats[0]["seq_started"]["default"] >= 40  # at least one DDP all-reduce per step
 
 
-def test_lightning_ddp_slow_rank_named_with_the_callback_only(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+def test_lightning_ddp_slow_rank_named_with_the_callback_only(kafka_bootstrap, straggler_worker, tmp_path):
     # ``Trainer(strategy="ddp", callbacks=[StepwatchCallback()])``, 4 processes made by the launcher (torchrun's
     # variables, as Lightning's own launcher or torchrun would): rank 3 ~40 % slower is the one straggler named.
     # Its compute is the idle 'device' time and a small MLP (~62 ms with 60 ms): 25 ms more is 40 % slower.
-    stats = straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "lightning", world=4, slow_rank=3,
+    stats = straggler_job(straggler_worker, kafka_bootstrap, tmp_path, "lightning", world=4, slow_rank=3,
                           extra=("--strategy", "ddp", "--device-ms", "60", "--slow-extra-ms", "25"))
     assert stats[0]["seq_started"]["default"] >= 40  # at least one DDP all-reduce per step
 
@@ -110,44 +138,32 @@ def test_lightning_fsdp_strategy_refuses_a_cpu_accelerator():
 
 #: ZeRO-3 does what ZeRO-2 does (gradients reduced on a group of its own) and all-gathers parameters on the default
 #: group too: CI runs it; ``STEPWATCH_FULL_GRID=1`` runs ZeRO-2 as well (a minute more on 2 cores).
-ZERO_STAGES = [2, 3] if os.environ.get("STEPWATCH_FULL_GRID") else [3]
+ZERO_STAGES = full_or([2, 3], [3])
 
 
 @pytest.mark.parametrize("stage", ZERO_STAGES)
-def test_deepspeed_zero_slow_rank_named_with_the_two_lines(kafka_bootstrap, topic_prefix, start_worker, tmp_path,
-                                                          stage):
+def test_deepspeed_zero_slow_rank_named_with_the_two_lines(kafka_bootstrap, straggler_worker, tmp_path, stage):
     # DeepSpeed on its CPU accelerator (gloo through torch.distributed): ZeRO-2 reduces gradients on a group
     # of its own, ZeRO-3 also all-gathers parameters on the default group; the hooks see both.
     import importlib.util
 
     assert importlib.util.find_spec("deepspeed"), "deepspeed missing: pip install -e '.[train-test]'"
-    straggler_job(start_worker, kafka_bootstrap, topic_prefix, tmp_path, "deepspeed", world=4, slow_rank=3,
+    straggler_job(straggler_worker, kafka_bootstrap, tmp_path, "deepspeed", world=4, slow_rank=3,
                   extra=("--zero-stage", str(stage), "--slow-extra-ms", "50"), env_extra={"DS_ACCELERATOR": "cpu"},
-                  group=None)
+                  group=None, job=f"deepspeed-zero{stage}-slow")
 
 
 def test_tp_dp_rank_stuck_before_tp_collective_is_the_hang_culprit(kafka_bootstrap, topic_prefix, start_worker,
                                                                   tmp_path):
     # The issue's job: 8 ranks, TP groups {0-3},{4-7}, DP groups {i, i+4}; rank 5 stuck before its TP
     # all-reduce blocks tp1 (ranks 4, 6, 7 wait there) and dp1 (rank 1 waits): the culprit's group is tp1.
-    import subprocess
-    import sys
-
-    from train_support import REPO, free_port
-
     worker = start_worker(STEPWATCH_HANG_TIMEOUT_SECONDS="300", STEPWATCH_HANG_WARNING_FLOOR_SECONDS="2",
                           STEPWATCH_HANG_HEARTBEAT_TIMEOUT_SECONDS="3", STEPWATCH_HANG_FIRST_STEP_TIMEOUT_SECONDS="120",
                           STEPWATCH_HANG_STACK_TIMEOUT_SECONDS="6")
-    port, world, stuck = free_port(), 8, 5
-    procs = []
-    for rank in range(world):
-        env = dict(worker.env, STEPWATCH_JOB="tpdp-hang", RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        log = open(tmp_path / f"rank{rank}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, str(FW_RANK), "--framework", "tpdp", "--steps", "400",
-                                        "--device-ms", "20", "--tp-size", "4", "--stall-rank", str(stuck),
-                                        "--stall-step", "15"],
-                                       env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log))
+    world, stuck = 8, 5
+    job = start_job(dict(worker.env, STEPWATCH_JOB="tpdp-hang"), tmp_path, world=world, script=FW_RANK,
+                    args=("--framework", "tpdp", "--steps", "400", "--device-ms", "20", "--tp-size", "4",
+                          "--stall-rank", str(stuck), "--stall-step", "15"))
     try:
         def culprit_stack(alerts):
             return any(a["type"] == "hang" and str(stuck) in a["evidence"].get("stacks", {}) for a in alerts)
@@ -164,7 +180,5 @@ def test_tp_dp_rank_stuck_before_tp_collective_is_the_hang_culprit(kafka_bootstr
         assert blocked == {"tp1": [4, 6, 7], "dp1": [1]}, ev["blocked_groups"]
         assert any(line.endswith(" load_shard_slowly") for line in ev["stacks"][str(stuck)]), ev["stacks"]
     finally:
-        for proc, log in procs:
-            proc.kill()
-            proc.wait()
-            log.close()
+        job.terminate()  # the zygote kills its ranks
+        job.wait()
