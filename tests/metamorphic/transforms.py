@@ -84,9 +84,16 @@ def node_offsets(rec: Recording) -> dict[str, float]:
 
 def time_scale(rec: Recording, step_seconds: float) -> Recording:
     """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
-    duration and gap of the job from its first step to its last; delivery lags, clock offsets, the periods of heartbeats and
-    telemetry (up to ``MAX_PERIOD``), what comes before the first step (start-up) and, when time speeds up, what
-    follows the last step (a hang's tail) keep their wall-clock length.
+    duration and gap of the job from its first step to its last; delivery lags, clock offsets, what comes before
+    the first step (start-up) and, when time speeds up, what follows the last step (a hang's tail) keep their
+    wall-clock length.
+
+    Heartbeats and node telemetry keep a wall-clock cadence, as a monitor's timer and the node agent do whatever
+    the step time (their base period, up to ``MAX_PERIOD`` when time slows down). A rank heartbeating through a
+    longer step sends its timer's heartbeats with the step it reached (``_timer_beats``); a rank silent in the
+    base stays silent; a hung rank heartbeats with no progress, as in the base. A node's sample that followed a
+    rank going silent (its death: an OOM kill) follows it by its own wall-clock distance, as the agent would
+    notice it at its next sample (``_silences``).
 
     Invariant: the same verdict (types, culprit, node, cause); the first alert's delay after the onset scales
     with the step time; a hang still warns before it is critical."""
@@ -109,27 +116,135 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
             return (1.0 - s) * (arrival - t0)
         return tail * (arrival - last) if arrival > last else 0.0
 
+    periods = _periods(rec)
+    silences = _silences(rec, periods) if s > 1 else {}
+    prev_sample: dict[tuple, float] = {}
     lines = []
+    beats: list[tuple[int, float]] = []  # (index in lines, base ts) of each heartbeat
     for line in rec.lines:
         e = line.event
         if "ts" not in e:
             lines.append(Line(t0 + s * (line.arrival - t0) + after(line.arrival), e))
             continue
         ts = warp(e["ts"], e.get("node")) + after(line.arrival)
+        if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
+            key = _stream(e)
+            near = silences.get(e.get("node"), ())
+            i = bisect.bisect_right(near, e["ts"]) - 1
+            # (the first sample after the silence began, within one period of it: the agent's next look)
+            if (i >= 0 and e["ts"] - near[i] <= periods.get(key, 5.0) and near[i] >= t0
+                    and prev_sample.get(key, float("-inf")) < near[i]):
+                ts = min(ts, warp(near[i], e.get("node")) + (e["ts"] - near[i]))
+            prev_sample[key] = e["ts"]
         event = dict(e, ts=round(ts, 6))
         for f in DURATION_FIELDS:
             if isinstance(e.get(f), (int, float)) and not isinstance(e.get(f), bool):
                 event[f] = round(e[f] * s, 6)
         if isinstance(e.get("start_ts"), (int, float)):
             event["start_ts"] = round(warp(e["start_ts"], e.get("node")), 6)
+        if e.get("kind") == "heartbeat":
+            beats.append((len(lines), e["ts"]))
         lines.append(Line(ts + (line.arrival - e["ts"]), event))
+    if s > 1:
+        lines = _merged(lines, _timer_beats(rec, lines, beats, periods, s))
     last_step = max((line.arrival for line in lines if line.event.get("kind") == "step"), default=None)
     if last_step is not None:  # a capture ends MAX_TAIL_S into a hang, whatever the pace (the drain goes on)
         lines = [line for line in lines if line.arrival <= last_step + MAX_TAIL_S]
     onset = t0 + s * (rec.onset - t0) if rec.onset is not None else None
     scaled = rec.derive(f"time_scale({step_seconds:g}s)", lines, onset=onset, scale=rec.scale * s)
-    periods = _periods(rec)
-    return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()}, name=None)
+    # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
+    return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
+                              if s <= 1 or k[0] != "heartbeat"}, name=None)
+
+
+#: A rank's events this many of its heartbeat periods apart are a silence (it died, froze, or went away), not
+#: a timer's gap: time_scale leaves it silent.
+SILENCE_PERIODS = 2.5
+
+
+def _silences(rec: Recording, periods: dict[tuple, float]) -> dict[str, list[float]]:
+    """Per node, the times (sorted, the base's) at which one of its ranks went silent: its last event before a
+    silence, or its last event at all where the recording's ranks went on after it."""
+    heard: dict[tuple, list[float]] = defaultdict(list)
+    node_of: dict[tuple, str] = {}
+    for e in rec.events():
+        if "rank" in e and not is_telemetry(e) and isinstance(e.get("ts"), (int, float)):
+            key = (e.get("job"), e.get("rank"))
+            heard[key].append(e["ts"])
+            if isinstance(e.get("node"), str):
+                node_of[key] = e["node"]
+    end = max((ts for series in heard.values() for ts in series), default=0.0)
+    out: dict[str, list[float]] = defaultdict(list)
+    for key, series in heard.items():
+        if key not in node_of:
+            continue
+        series.sort()
+        gap = SILENCE_PERIODS * periods.get(("heartbeat",) + key, 5.0)
+        for a, b in zip(series, series[1:] + [end + gap + 1.0]):
+            if b - a > gap:
+                out[node_of[key]].append(a)
+    return {node: sorted(v) for node, v in out.items()}
+
+
+def _timer_beats(rec: Recording, lines: list[Line], beats: list[tuple[int, float]], periods: dict[tuple, float],
+                 s: float) -> list[Line]:
+    """The heartbeats a monitor's timer sends between two of a slowed rank's heartbeats (``beats``: their index in
+    ``lines`` and base time), every ``min(p*s, MAX_PERIOD)`` seconds: the one before, brought up to the step the
+    rank reached by then (its sequence numbers advanced at the rank's usual rate, never past the next heartbeat's:
+    noise's ``_advanced``); none across a silence of the base's own (``SILENCE_PERIODS``)."""
+    done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for line in lines:
+        e = line.event
+        if e.get("kind") == "step" and isinstance(e.get("step"), int):
+            done[(e.get("job"), e.get("rank"))].append((e["ts"], e["step"]))
+    for series in done.values():
+        series.sort()
+    ahead = _beat_ahead(rec)
+    rates = _seq_rates(rec)
+    by_stream: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+    for i, base_ts in beats:
+        by_stream[_stream(lines[i].event)].append((i, base_ts))
+    added: list[Line] = []
+    for key, series in by_stream.items():
+        p = periods.get(key)
+        if not p:
+            continue
+        every = max(p, min(p * s, MAX_PERIOD["heartbeat"]))
+        steps = done.get(key[1:], [])
+        for (i, a), (j, b) in zip(series, series[1:]):
+            if b - a > SILENCE_PERIODS * p:
+                continue  # a silence of the base's own (a frozen or dead rank): not the timer's to fill
+            hb, nxt = lines[i], lines[j]
+            t = hb.event["ts"] + every
+            while t < nxt.event["ts"] - 0.5 * every and len(added) < 1_000_000:
+                copy = _moved(hb, t - hb.event["ts"])
+                k = bisect.bisect_right(steps, (t, float("inf"))) - 1
+                if k >= 0 and isinstance(hb.event.get("step"), int) and isinstance(nxt.event.get("step"), int):
+                    step = min(max(steps[k][1] + ahead.get(key, 0), hb.event["step"]), nxt.event["step"])
+                    if step > hb.event["step"]:
+                        copy = Line(copy.arrival, _advanced(copy.event, step, rates.get(key, {}), nxt.event))
+                added.append(copy)
+                t += every
+    return added
+
+
+def _beat_ahead(rec: Recording) -> dict[tuple, int]:
+    """Per heartbeat stream, how far its ``step`` is from the rank's last completed step event (the monitor's
+    convention: the step done, or the one under way), the median over its heartbeats."""
+    done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for e in rec.events("step"):
+        if isinstance(e.get("step"), int) and "ts" in e:
+            done[(e.get("job"), e.get("rank"))].append((e["ts"], e["step"]))
+    for series in done.values():
+        series.sort()
+    diffs: dict[tuple, list[int]] = defaultdict(list)
+    for e in rec.events("heartbeat"):
+        series = done.get((e.get("job"), e.get("rank")))
+        if series and isinstance(e.get("step"), int):
+            k = bisect.bisect_right(series, (e["ts"], float("inf"))) - 1
+            if k >= 0:
+                diffs[_stream(e)].append(e["step"] - series[k][1])
+    return {key: int(statistics.median(d)) for key, d in diffs.items()}
 
 
 def _periods(rec: Recording) -> dict[tuple, float]:
@@ -184,6 +299,63 @@ def recadence(rec: Recording, period: dict[tuple, float] | Callable[[tuple], flo
         progressed[key] = False
         out.append(line)
     return rec.derive(name, _merged(out, filled))
+
+
+def _seq_rates(rec: Recording) -> dict[tuple, dict[str, float]]:
+    """Per heartbeat stream, its sequence numbers' usual advance per step (``seq_completed``, ``pgs/NAME``)."""
+    seen: dict[tuple, list[dict]] = defaultdict(list)
+    for e in rec.events("heartbeat"):
+        if isinstance(e.get("step"), int):
+            seen[_stream(e)].append(e)
+    out = {}
+    for key, beats in seen.items():
+        per: dict[str, list[float]] = defaultdict(list)
+        for a, b in zip(beats, beats[1:]):
+            steps = b["step"] - a["step"]
+            if steps <= 0:
+                continue
+            for name, x, y in _seqs(a, b):
+                per[name].append((y - x) / steps)
+        out[key] = {name: statistics.median(v) for name, v in per.items()}
+    return out
+
+
+def _seqs(a: dict, b: dict):
+    for f in ("seq_started", "seq_completed"):
+        if isinstance(a.get(f), int) and isinstance(b.get(f), int):
+            yield f, a[f], b[f]
+    pa, pb = a.get("pgs"), b.get("pgs")
+    if isinstance(pa, dict) and isinstance(pb, dict):
+        for name, va in pa.items():
+            vb = pb.get(name)
+            if isinstance(va, dict) and isinstance(vb, dict):
+                for f in ("started", "completed"):
+                    if isinstance(va.get(f), int) and isinstance(vb.get(f), int):
+                        yield f"pgs/{name}/{f}", va[f], vb[f]
+
+
+def _advanced(e: dict, step: int, rates: dict[str, float], after: dict) -> dict:
+    """A heartbeat brought forward to ``step``: its sequence numbers as many steps further at their rates, never past
+    the heartbeat ``after`` it (an estimate ahead of the rank would make every other rank read as behind it)."""
+    k = step - e["step"]
+    ev = dict(e, step=step)
+    for f in ("seq_started", "seq_completed"):
+        if isinstance(e.get(f), int) and f in rates:
+            cap = after[f] if isinstance(after.get(f), int) else float("inf")
+            ev[f] = max(e[f], min(e[f] + round(rates[f] * k), cap))
+    if isinstance(e.get("pgs"), dict):
+        later = after.get("pgs") if isinstance(after.get("pgs"), dict) else {}
+        pgs = {}
+        for name, v in e["pgs"].items():
+            if isinstance(v, dict):
+                nxt = later.get(name) if isinstance(later.get(name), dict) else {}
+                v = dict(v, **{f: max(v[f], min(v[f] + round(rates[f"pgs/{name}/{f}"] * k),
+                                                 nxt[f] if isinstance(nxt.get(f), int) else float("inf")))
+                               for f in ("started", "completed")
+                               if isinstance(v.get(f), int) and f"pgs/{name}/{f}" in rates})
+            pgs[name] = v
+        ev["pgs"] = pgs
+    return ev
 
 
 def heartbeat_cadence(rec: Recording, seconds: float) -> Recording:
