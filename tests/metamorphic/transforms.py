@@ -86,7 +86,8 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
     duration and gap of the job from its first step to its last; delivery lags, clock offsets, what comes before
     the first step (start-up) and, when time speeds up, what follows the last step (a hang's tail) keep their
-    wall-clock length.
+    wall-clock length, and so does a marked checkpoint (``_checkpoints``: writing it takes the storage's time, not
+    the step's).
 
     Heartbeats and node telemetry keep a wall-clock cadence, as a monitor's timer and the node agent do whatever
     the step time (their base period, up to ``MAX_PERIOD`` when time slows down). A rank heartbeating through a
@@ -102,19 +103,24 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # Time is scaled from the first step on: what comes before it (start-up, compilation) keeps its length.
     t0 = min((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=rec.lines[0].arrival)
 
-    def warp(ts: float, node) -> float:
-        off = offsets.get(node, 0.0)
-        return t0 + s * (ts - off - t0) + off
-
     # After the last step nothing is step-paced (a hang's tail, the capture's end): it keeps its wall-clock length
     # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
     last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
-    tail = max(1.0, s) - s
+    tail = max(1.0, s)
+    # A marked checkpoint keeps its wall-clock length: its time is the storage's, not the step's.
+    held = _checkpoints(rec)
 
-    def after(arrival: float) -> float:
-        if arrival < t0:
-            return (1.0 - s) * (arrival - t0)
-        return tail * (arrival - last) if arrival > last else 0.0
+    def warp(ts: float, node) -> float:
+        """A time stamped on ``node``'s clock, moved (on the same clock: its offset is kept, as is every delivery
+        lag, by the caller): unchanged before the first step, scaled from there to the last but for checkpoints,
+        the tail after."""
+        off = offsets.get(node, 0.0)
+        x = ts - off
+        if x < t0:
+            return ts
+        y = min(x, last)
+        kept = sum(max(0.0, min(b, y) - max(a, t0)) for a, b in held if a < y)
+        return t0 + s * (y - t0) - (s - 1.0) * kept + tail * max(0.0, x - last) + off
 
     periods = _periods(rec)
     silences = _silences(rec, periods) if s > 1 else {}
@@ -124,9 +130,9 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     for line in rec.lines:
         e = line.event
         if "ts" not in e:
-            lines.append(Line(t0 + s * (line.arrival - t0) + after(line.arrival), e))
+            lines.append(Line(warp(line.arrival, None), e))
             continue
-        ts = warp(e["ts"], e.get("node")) + after(line.arrival)
+        ts = warp(e["ts"], e.get("node"))
         if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
             key = _stream(e)
             near = silences.get(e.get("node"), ())
@@ -150,11 +156,26 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     last_step = max((line.arrival for line in lines if line.event.get("kind") == "step"), default=None)
     if last_step is not None:  # a capture ends MAX_TAIL_S into a hang, whatever the pace (the drain goes on)
         lines = [line for line in lines if line.arrival <= last_step + MAX_TAIL_S]
-    onset = t0 + s * (rec.onset - t0) if rec.onset is not None else None
+    onset = warp(rec.onset, None) if rec.onset is not None else None
     scaled = rec.derive(f"time_scale({step_seconds:g}s)", lines, onset=onset, scale=rec.scale * s)
     # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
     return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
                               if s <= 1 or k[0] != "heartbeat"}, name=None)
+
+
+def _checkpoints(rec: Recording) -> list[tuple[float, float]]:
+    """The marked checkpoints (a job-wide ``checkpoint`` phase event to the job's next job-wide phase), base time."""
+    out = []
+    began: dict = {}
+    for e in rec.events("phase"):
+        if e.get("rank") is not None or not isinstance(e.get("ts"), (int, float)):
+            continue
+        job = e.get("job")
+        if job in began:
+            out.append((began.pop(job), e["ts"]))
+        if e.get("phase") == "checkpoint":
+            began[job] = e["ts"]
+    return sorted(out)
 
 
 #: A rank's events this many of its heartbeat periods apart are a silence (it died, froze, or went away), not
@@ -221,7 +242,11 @@ def _timer_beats(rec: Recording, lines: list[Line], beats: list[tuple[int, float
                 k = bisect.bisect_right(steps, (t, float("inf"))) - 1
                 if k >= 0 and isinstance(hb.event.get("step"), int) and isinstance(nxt.event.get("step"), int):
                     step = min(max(steps[k][1] + ahead.get(key, 0), hb.event["step"]), nxt.event["step"])
-                    if step > hb.event["step"]:
+                    if step >= nxt.event["step"] > hb.event["step"]:
+                        # At the next heartbeat's step: its state (where a hang stopped the rank's collectives;
+                        # an estimate at the rates would put every rank at the same point of the step).
+                        copy = _moved(nxt, t - nxt.event["ts"])
+                    elif step > hb.event["step"]:
                         copy = Line(copy.arrival, _advanced(copy.event, step, rates.get(key, {}), nxt.event))
                 added.append(copy)
                 t += every
@@ -230,7 +255,8 @@ def _timer_beats(rec: Recording, lines: list[Line], beats: list[tuple[int, float
 
 def _beat_ahead(rec: Recording) -> dict[tuple, int]:
     """Per heartbeat stream, how far its ``step`` is from the rank's last completed step event (the monitor's
-    convention: the step done, or the one under way), the median over its heartbeats."""
+    convention: the step done, or the one under way), the least over its heartbeats (a timer's heartbeat never
+    claims a step the rank may not have reached)."""
     done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
     for e in rec.events("step"):
         if isinstance(e.get("step"), int) and "ts" in e:
@@ -244,7 +270,7 @@ def _beat_ahead(rec: Recording) -> dict[tuple, int]:
             k = bisect.bisect_right(series, (e["ts"], float("inf"))) - 1
             if k >= 0:
                 diffs[_stream(e)].append(e["step"] - series[k][1])
-    return {key: int(statistics.median(d)) for key, d in diffs.items()}
+    return {key: max(0, min(d)) for key, d in diffs.items()}
 
 
 def _periods(rec: Recording) -> dict[tuple, float]:
