@@ -14,6 +14,7 @@ Memory is bounded: arrays per rank, bounded deques, process groups capped (``MAX
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -101,6 +102,9 @@ class JobProgress:
         self.has_step_events = False
         self.world_size: int | None = None
         self.step_times: deque[float] = deque(maxlen=step_history)  # recent train step times
+        #: The longest step time the job reported before its pace was learned (its first and warm-up steps, which
+        #: ``step_times`` leaves out), seconds (``HangDetector.thresholds``).
+        self.early_step_max = 0.0
         #: Recent stops the job went on from by itself (a hang warning resolved by its next step), seconds.
         self.pauses: deque[float] = deque(maxlen=PAUSES_KEPT)
         #: Recent marked pauses' lengths (a job-wide eval/checkpoint, or one rank's own), seconds: the job's usual
@@ -215,6 +219,13 @@ class JobProgress:
         warned at half the timeout, tests/metamorphic: "checkpoint 60s before the fault")."""
         last = self.advances[-1][1] if self.advances else ts
         return min(ts, last) - self.passed_at(step)
+
+    def longest_recent_step(self, count: int = 8) -> float:
+        """The longest time per step between the last ``count`` advances of the job's counter (seconds; 0 before
+        two): how long its steps took while the pace is not learned yet (warm-up steps count here, not in the p99)."""
+        recent = list(itertools.islice(reversed(self.advances), count))
+        return max(((t1 - t0) / (s1 - s0) for (s1, t1), (s0, t0) in zip(recent, recent[1:]) if s1 > s0),
+                   default=0.0)
 
     def step_time_stats(self, floor: float, factor: float) -> tuple[float, float]:
         """(the p99 of the recent train step times, the longest stop among them; 0 when none). A step time of
