@@ -86,7 +86,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
     duration and gap of the job from its first step to its last; delivery lags, clock offsets, what comes before
     the first step (start-up) and, when time speeds up, what follows the last step (a hang's tail) keep their
-    wall-clock length, and so does a marked checkpoint (``_checkpoints``: writing it takes the storage's time, not
+    wall-clock length, and so does a marked checkpoint (``checkpoints``: writing it takes the storage's time, not
     the step's).
 
     Heartbeats and node telemetry keep a wall-clock cadence, as a monitor's timer and the node agent do whatever
@@ -108,7 +108,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
     tail = max(1.0, s)
     # A marked checkpoint keeps its wall-clock length: its time is the storage's, not the step's.
-    held = _checkpoints(rec)
+    held = checkpoints(rec)
 
     def warp(ts: float, node) -> float:
         """A time stamped on ``node``'s clock, moved (on the same clock: its offset is kept, as is every delivery
@@ -163,7 +163,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
                               if s <= 1 or k[0] != "heartbeat"}, name=None)
 
 
-def _checkpoints(rec: Recording) -> list[tuple[float, float]]:
+def checkpoints(rec: Recording) -> list[tuple[float, float]]:
     """The marked checkpoints (a job-wide ``checkpoint`` phase event to the job's next job-wide phase), base time."""
     out = []
     began: dict = {}
