@@ -151,6 +151,12 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
         if e.get("kind") == "heartbeat":
             beats.append((len(lines), e["ts"]))
         lines.append(Line(ts + (line.arrival - e["ts"]), event))
+    # Delivered in the order the broker now has them (each line keeps its wall-clock delivery lag: two lines the
+    # base delivered together, one stamped a step earlier, now arrive a step apart, in the order of their arrival).
+    order = sorted(range(len(lines)), key=lambda i: lines[i].arrival)
+    position = {i: k for k, i in enumerate(order)}
+    beats = [(position[i], base_ts) for i, base_ts in beats]
+    lines = [lines[i] for i in order]
     if s > 1:
         lines = _merged(lines, _timer_beats(rec, lines, beats, periods, s))
     last_step = max((line.arrival for line in lines if line.event.get("kind") == "step"), default=None)
