@@ -242,6 +242,9 @@ PINNED: list[tuple[str, str]] = [
     ("hand:hang", "1 healthy job(s) beside"),
     ("gen3:slow_node_2gpu", "drift over 50% of the fault"),
     ("hand:straggler", "eval 30s 5 steps into the fault"),
+    # The third round's (time_scale's timers; tests/metamorphic/test_neighbours.py has their paces).
+    ("gen3:oom_killed_rank", "step 60s"),  # the kill's host sample follows the death by its own seconds
+    ("library:straggler-5pct-8", "step 0.1s"),  # a marked checkpoint in the delay keeps its wall-clock length
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
