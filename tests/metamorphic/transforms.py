@@ -86,8 +86,8 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
     duration and gap of the job from its first step to its last; delivery lags, clock offsets, what comes before
     the first step (start-up) and, when time speeds up, what follows the last step (a hang's tail) keep their
-    wall-clock length, and so does a marked checkpoint (``checkpoints``: writing it takes the storage's time, not
-    the step's).
+    wall-clock length, and so do a marked checkpoint and a stop between two steps (``held_intervals``: writing a
+    checkpoint takes the storage's time, a stall or a hang the job recovered from the fault's, not the step's).
 
     Heartbeats and node telemetry keep a wall-clock cadence, as a monitor's timer and the node agent do whatever
     the step time (their base period, up to ``MAX_PERIOD`` when time slows down). A rank heartbeating through a
@@ -107,8 +107,8 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
     last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
     tail = max(1.0, s)
-    # A marked checkpoint keeps its wall-clock length: its time is the storage's, not the step's.
-    held = checkpoints(rec)
+    # A marked checkpoint or a stop keeps its wall-clock length: its time is the storage's or the fault's, not the step's.
+    held = held_intervals(rec, offsets)
 
     def warp(ts: float, node) -> float:
         """A time stamped on ``node``'s clock, moved (on the same clock: its offset is kept, as is every delivery
@@ -167,6 +167,40 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
     return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
                               if s <= 1 or k[0] != "heartbeat"}, name=None)
+
+
+#: A job-wide gap between two steps' ends this many times the job's median one is a stop (an unmarked checkpoint, a
+#: stall or hang the job recovered from): time_scale keeps it at its wall-clock length.
+STOP_FACTOR = 10.0
+
+
+def held_intervals(rec: Recording, offsets: dict[str, float] | None = None) -> list[tuple[float, float]]:
+    """What time_scale keeps at its wall-clock length (base time, merged, sorted): the marked checkpoints and the
+    stops (``STOP_FACTOR``: from one normal step after a step's end to the next step's end, each step's end the
+    median of its ranks' on the job's clock)."""
+    offsets = node_offsets(rec) if offsets is None else offsets
+    ends: dict[tuple, list[float]] = defaultdict(list)
+    for e in rec.events("step"):
+        if isinstance(e.get("step"), int) and isinstance(e.get("ts"), (int, float)):
+            ends[(e.get("job"), e["step"])].append(e["ts"] - offsets.get(e.get("node"), 0.0))
+    by_job: dict = defaultdict(list)
+    for (job, step), ts in ends.items():
+        by_job[job].append((step, statistics.median(ts)))
+    out = list(checkpoints(rec))
+    for series in by_job.values():
+        series.sort()
+        gaps = [(a[1], b[1]) for a, b in zip(series, series[1:]) if b[0] == a[0] + 1 and b[1] > a[1]]
+        if len(gaps) < 3:
+            continue
+        usual = statistics.median(b - a for a, b in gaps)
+        out.extend((a + usual, b) for a, b in gaps if b - a > STOP_FACTOR * usual)
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted(out):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def checkpoints(rec: Recording) -> list[tuple[float, float]]:
