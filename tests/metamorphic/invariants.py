@@ -78,7 +78,8 @@ def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, 
     # (a marked checkpoint or a stop between the onset and the alert kept its wall-clock length too: time_scale)
     kept = min(was - lag, sum(max(0.0, min(b, base.first_at) - max(a, base_rec.onset))
                               for a, b in held_intervals(base_rec))) if s < 1 else 0.0
-    allowed = DELAY_FACTOR * (s * (was - lag - kept) + lag + kept) + DELAY_STEPS * var_rec.step_time() + (HANG_FLOOR_S if base.primary == "hang" else 0)
+    allowed = (DELAY_FACTOR * (s * (was - lag - kept) + lag + kept) + DELAY_STEPS * var_rec.step_time()
+               + (HANG_FLOOR_S if base.primary == "hang" else 0))
     # (no broker clock: the hosts' times are all there is; a late producer's events reach the worker that late)
     allowed += var_rec.clock_error + var_rec.lateness
     return None if took <= allowed else f"first {base.primary} {took:.1f} s after the onset > {allowed:.1f} s " \

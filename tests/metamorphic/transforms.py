@@ -107,7 +107,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
     last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
     tail = max(1.0, s)
-    # A marked checkpoint or a stop keeps its wall-clock length: its time is the storage's or the fault's, not the step's.
+    # A marked checkpoint or a stop keeps its wall-clock length: the storage's or the fault's time, not the step's.
     held = held_intervals(rec, offsets)
 
     def warp(ts: float, node) -> float:
