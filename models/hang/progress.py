@@ -256,7 +256,15 @@ class JobProgress:
         return self.job_phase.phase
 
     def in_checkpoint(self) -> bool:
-        return self.phase == "checkpoint" or "checkpoint" in self.rank_phase
+        """The job-wide phase is ``checkpoint``, or a rank's own is and it completed no step since it said so (a rank
+        that froze right after a checkpoint, its last heartbeat still saying it, is not in one for good)."""
+        if self.phase == "checkpoint":
+            return True
+        if "checkpoint" not in self.rank_phase:
+            return False
+        n = self.n
+        saving = np.fromiter((ph == "checkpoint" for ph in self.rank_phase[:n]), bool, count=n)
+        return bool((saving & (self.rank_progress[:n] <= self.phase_at[:n])).any())
 
     def observe_collective(self, slot: int, seq: int) -> None:
         """A collective event: the rank issued and completed collective ``seq``."""
