@@ -324,11 +324,6 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("step 0.", "types_kept", "checkpoint_stale", "open, not analysed: library:checkpoint-stops-16 loses its "
      "checkpoint_stale at 20 ms-2 s steps (the job's life shrinks with the pace while its checkpoints and stops keep "
      "their length: whether the rule's age limit should follow is the question)"),
-    ("step 0.", "types_kept", "hang", "open, suspected detector (not confirmed): library:hang-frozen-64 and "
-     "host-oom-64 at 20-100 ms steps raise no alert at all for their ~11-minute hang (a stop the job recovers from, "
-     "kept at its length). It holds at 0.25-1 s steps (5-20 s of training between a marked 22 s checkpoint and the "
-     "hang) and fails at 0.1 s (2 s between); the ranks' last heartbeats before the hang said `checkpoint`, those "
-     "after carry no phase: the job likely still read as in the checkpoint (30 min timeout, no rank 'left' it)"),
     ("step 0.02s", "types_kept", "straggler", "open, candidate detector (not confirmed): gen3's per-event delivery "
      "lags (0.4-4 s, kept at their wall-clock length) are 20-200 steps at 20 ms steps; delivered in arrival order "
      "(time_scale since the third round) a step's events come that far apart and the assembly (models/steps/"
