@@ -324,6 +324,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("step 0.", "types_kept", "checkpoint_stale", "open, not analysed: library:checkpoint-stops-16 loses its "
      "checkpoint_stale at 20 ms-2 s steps (the job's life shrinks with the pace while its checkpoints and stops keep "
      "their length: whether the rule's age limit should follow is the question)"),
+    ("step ", "types_kept", "lost ['hang']", "design (analysed): the base's hang is the unmarked-stop warning "
+     "(docs/hang.md, pauses the job went on from by itself): gen3:rank0_saves_alone's rank 0 saves alone for ~30 s "
+     "without markers, over the 30 s floor at 0.57 s steps; time_scale keeps the stop at its length, 3 steps or fewer "
+     "at 10-120 s steps, under 10x the p99: no warning, as the rule says"),
     ("step 0.02s", "types_kept", "straggler", "open, candidate detector (not confirmed): gen3's per-event delivery "
      "lags (0.4-4 s, kept at their wall-clock length) are 20-200 steps at 20 ms steps; delivered in arrival order "
      "(time_scale since the third round) a step's events come that far apart and the assembly (models/steps/"
