@@ -227,11 +227,15 @@ class HangDetector:
         critical = self.timeout_seconds
         if p.phase not in ("train", "warmup"):
             return None, critical, p.phase
-        # At every pace a warning strictly before the critical: at the latest a fraction of the timeout.
+        # At every pace a warning strictly before the critical: at the latest a fraction of the timeout ...
         latest = self.warning_timeout_fraction * critical if 0 < self.warning_timeout_fraction < 1 else math.inf
+        p99, stop = p.step_time_stats(self.warning_floor_seconds, self.warning_factor)
+        # ... but never within pause_factor x the job's own steps (a step is not a hang): its warm-up steps before
+        # the pace is learned (330 s at a 120 s pace), its p99 after (a pace near the timeout).
+        own = p99 if len(p.step_times) >= self.warning_min_steps else max(p.early_step_max, p.longest_recent_step())
+        latest = max(latest, self.pause_factor * own)
         if len(p.step_times) < self.warning_min_steps:
             return (latest if latest < critical else None), critical, p.phase
-        p99, stop = p.step_time_stats(self.warning_floor_seconds, self.warning_factor)
         warn = max(self.warning_factor * p99, self.warning_floor_seconds)
         longest = max(max(p.pauses, default=0.0), stop)  # stops it went on from: resolved warnings, long steps
         if longest:
@@ -356,6 +360,8 @@ class HangDetector:
         if self.progress.ended:
             self._reset_state()  # steps after the end: a restart
         p = self.progress
+        if len(p.step_times) < self.warning_min_steps:  # (the first few steps only: warm-up steps are steps)
+            p.early_step_max = max(p.early_step_max, max((t for t in step_times if t == t), default=0.0))
         node_layout = layout  # whose nodes are these (None: not the layout's)
         if not all_named(nodes):  # an event without its node: the node its rank was last seen on
             slot_of, known = p.slot_of_rank.get, p.nodes

@@ -14,6 +14,7 @@ Memory is bounded: arrays per rank, bounded deques, process groups capped (``MAX
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -102,6 +103,9 @@ class JobProgress:
         self.has_step_events = False
         self.world_size: int | None = None
         self.step_times: deque[float] = deque(maxlen=step_history)  # recent train step times
+        #: The longest step time the job reported before its pace was learned (its first and warm-up steps, which
+        #: ``step_times`` leaves out), seconds (``HangDetector.thresholds``).
+        self.early_step_max = 0.0
         #: Recent stops the job went on from by itself (a hang warning resolved by its next step), seconds.
         self.pauses: deque[float] = deque(maxlen=PAUSES_KEPT)
         #: Recent marked pauses' lengths (a job-wide eval/checkpoint, or one rank's own), seconds: the job's usual
@@ -217,6 +221,13 @@ class JobProgress:
         last = self.advances[-1][1] if self.advances else ts
         return min(ts, last) - self.passed_at(step)
 
+    def longest_recent_step(self, count: int = 8) -> float:
+        """The longest time per step between the last ``count`` advances of the job's counter (seconds; 0 before
+        two): how long its steps took while the pace is not learned yet (warm-up steps count here, not in the p99)."""
+        recent = list(itertools.islice(reversed(self.advances), count))
+        return max(((t1 - t0) / (s1 - s0) for (s1, t1), (s0, t0) in zip(recent, recent[1:]) if s1 > s0),
+                   default=0.0)
+
     def step_time_stats(self, floor: float, factor: float) -> tuple[float, float]:
         """(the p99 of the recent train step times, the longest stop among them; 0 when none). A step time of
         at least ``floor`` seconds and ``factor`` x their median is the job stopping inside a step, not a step
@@ -246,7 +257,15 @@ class JobProgress:
         return self.job_phase.phase
 
     def in_checkpoint(self) -> bool:
-        return self.phase == "checkpoint" or "checkpoint" in self.rank_phase
+        """The job-wide phase is ``checkpoint``, or a rank's own is and it completed no step since it said so (a rank
+        that froze right after a checkpoint, its last heartbeat still saying it, is not in one for good)."""
+        if self.phase == "checkpoint":
+            return True
+        if "checkpoint" not in self.rank_phase:
+            return False
+        n = self.n
+        saving = np.fromiter((ph == "checkpoint" for ph in self.rank_phase[:n]), bool, count=n)
+        return bool((saving & (self.rank_progress[:n] <= self.phase_at[:n])).any())
 
     def observe_collective(self, slot: int, seq: int) -> None:
         """A collective event: the rank issued and completed collective ``seq``."""

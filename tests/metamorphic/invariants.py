@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .recording import Recording
+from .transforms import held_intervals
 from .verdict import TELEMETRY_TYPES, Verdict
 
 #: The first alert may come this many times the base's delay (scaled with the step time) after the onset...
@@ -59,14 +60,26 @@ def cause(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, 
 
 def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
     """The first alert of the primary type comes after the onset within ``DELAY_FACTOR`` x the base's delay
-    scaled with the step time (+ ``DELAY_STEPS`` steps, + ``HANG_FLOOR_S`` for a hang)."""
+    scaled with the step time (+ ``DELAY_STEPS`` steps, + ``HANG_FLOOR_S`` for a hang).
+
+    When time speeds up, the part of the base's delay that was delivery lag (``Recording.delivery_lag``, at most
+    the delay) keeps its wall-clock length: the step that names the fault is judged once its ranks' events reach
+    the worker, and producers' flushes and the broker take as long at 20 ms steps as at 1 s steps (time_scale keeps
+    the lag); only detection's steps shrink. So does a marked checkpoint or a stop in the delay (the storage's or
+    the fault's time).
+    Slowing down scales the whole delay (the lag and the checkpoint are then the smaller part)."""
     if (base.primary is None or var.primary != base.primary or base_rec.onset is None or var_rec.onset is None
             or base.first_at is None or var.first_at is None):
         return None
     s = var_rec.scale / base_rec.scale
     was = max(0.0, base.first_at - base_rec.onset)
     took = var.first_at - var_rec.onset
-    allowed = DELAY_FACTOR * s * was + DELAY_STEPS * var_rec.step_time() + (HANG_FLOOR_S if base.primary == "hang" else 0)
+    lag = min(was, base_rec.delivery_lag()) if s < 1 else 0.0
+    # (a marked checkpoint or a stop between the onset and the alert kept its wall-clock length too: time_scale)
+    kept = min(was - lag, sum(max(0.0, min(b, base.first_at) - max(a, base_rec.onset))
+                              for a, b in held_intervals(base_rec))) if s < 1 else 0.0
+    allowed = (DELAY_FACTOR * (s * (was - lag - kept) + lag + kept) + DELAY_STEPS * var_rec.step_time()
+               + (HANG_FLOOR_S if base.primary == "hang" else 0))
     # (no broker clock: the hosts' times are all there is; a late producer's events reach the worker that late)
     allowed += var_rec.clock_error + var_rec.lateness
     return None if took <= allowed else f"first {base.primary} {took:.1f} s after the onset > {allowed:.1f} s " \

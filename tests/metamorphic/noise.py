@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .recording import Line, Recording, is_telemetry
-from .transforms import _merged, _moved, _periods, _sorted, _stream, pause_before_fault, world_size
+from .transforms import (_advanced, _merged, _moved, _periods, _seq_rates, _sorted, _stream, pause_before_fault,
+                         world_size)
 
 #: ``extra(job, rank, step, event) -> (field, seconds)``: the time added to one rank's step (None: none).
 Extra = Callable[[str, int, int, dict], "tuple[str, float] | None"]
@@ -210,63 +211,6 @@ def _beats_through(rec: Recording, out: list[Line], shifts: list[float]) -> list
             added.append(copy)
             t += p
     return added
-
-
-def _seq_rates(rec: Recording) -> dict[tuple, dict[str, float]]:
-    """Per heartbeat stream, its sequence numbers' usual advance per step (``seq_completed``, ``pgs/NAME``)."""
-    seen: dict[tuple, list[dict]] = defaultdict(list)
-    for e in rec.events("heartbeat"):
-        if isinstance(e.get("step"), int):
-            seen[_stream(e)].append(e)
-    out = {}
-    for key, beats in seen.items():
-        per: dict[str, list[float]] = defaultdict(list)
-        for a, b in zip(beats, beats[1:]):
-            steps = b["step"] - a["step"]
-            if steps <= 0:
-                continue
-            for name, x, y in _seqs(a, b):
-                per[name].append((y - x) / steps)
-        out[key] = {name: statistics.median(v) for name, v in per.items()}
-    return out
-
-
-def _seqs(a: dict, b: dict):
-    for f in ("seq_started", "seq_completed"):
-        if isinstance(a.get(f), int) and isinstance(b.get(f), int):
-            yield f, a[f], b[f]
-    pa, pb = a.get("pgs"), b.get("pgs")
-    if isinstance(pa, dict) and isinstance(pb, dict):
-        for name, va in pa.items():
-            vb = pb.get(name)
-            if isinstance(va, dict) and isinstance(vb, dict):
-                for f in ("started", "completed"):
-                    if isinstance(va.get(f), int) and isinstance(vb.get(f), int):
-                        yield f"pgs/{name}/{f}", va[f], vb[f]
-
-
-def _advanced(e: dict, step: int, rates: dict[str, float], after: dict) -> dict:
-    """A heartbeat brought forward to ``step``: its sequence numbers as many steps further at their rates, never past
-    the heartbeat ``after`` it (an estimate ahead of the rank would make every other rank read as behind it)."""
-    k = step - e["step"]
-    ev = dict(e, step=step)
-    for f in ("seq_started", "seq_completed"):
-        if isinstance(e.get(f), int) and f in rates:
-            cap = after[f] if isinstance(after.get(f), int) else float("inf")
-            ev[f] = max(e[f], min(e[f] + round(rates[f] * k), cap))
-    if isinstance(e.get("pgs"), dict):
-        later = after.get("pgs") if isinstance(after.get("pgs"), dict) else {}
-        pgs = {}
-        for name, v in e["pgs"].items():
-            if isinstance(v, dict):
-                nxt = later.get(name) if isinstance(later.get(name), dict) else {}
-                v = dict(v, **{f: max(v[f], min(v[f] + round(rates[f"pgs/{name}/{f}"] * k),
-                                                 nxt[f] if isinstance(nxt.get(f), int) else float("inf")))
-                               for f in ("started", "completed")
-                               if isinstance(v.get(f), int) and f"pgs/{name}/{f}" in rates})
-            pgs[name] = v
-        ev["pgs"] = pgs
-    return ev
 
 
 # -- 1. benign noise -----------------------------------------------------------------------------------------

@@ -77,6 +77,15 @@ class Recording:
         times = [e["step_time"] for e in self.events("step") if isinstance(e.get("step_time"), (int, float))]
         return statistics.median(times) if times else 1.0
 
+    def delivery_lag(self) -> float:
+        """How long its step events took from their stamp to the broker (seconds): the 90th percentile of
+        ``arrival - ts``, the lag most of a step's events arrive within (0 without arrival times)."""
+        if not self.arrival:
+            return 0.0
+        lags = sorted(max(0.0, line.arrival - line.event["ts"]) for line in self.lines
+                      if line.event.get("kind") == "step" and isinstance(line.event.get("ts"), (int, float)))
+        return lags[int(0.9 * (len(lags) - 1))] if lags else 0.0
+
     def span(self) -> tuple[float, float]:
         return self.lines[0].arrival, max(line.arrival for line in self.lines)
 

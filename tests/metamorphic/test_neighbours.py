@@ -131,3 +131,17 @@ def test_an_oom_killed_culprit_after_a_warmup_keeps_its_host_cause(seconds: floa
     source = "gen3:oom_killed_rank"
     assert base(source).verdict.cause == "host"
     assert not _held(source, t.pause_before_fault(base(source).rec, "warmup", seconds))
+
+
+# -- the third round: paces the grid does not try ----------------------------------------------------------------
+# At a long pace the harness used to stretch heartbeats and telemetry with the steps (a rank's heartbeats minutes
+# apart, the OOM kill's host sample minutes after the death); with timers that keep their wall-clock period, what
+# was left was the detector's: warm-up steps of 5-6 minutes at a 120 s pace warned as a hang at half the timeout
+# (models/hang/detector.py ``thresholds``: never within 1.5x the job's own steps). At a fast pace the delivery lag
+# and a marked checkpoint keep their wall-clock length, and so does the delay invariant's allowance for them.
+
+
+@pytest.mark.parametrize("source,seconds", [("gen3:tp_dp_hang", 90.0), ("gen3:oom_killed_rank", 45.0),
+                                            ("gen3:two_stragglers", 0.05), ("library:straggler-5pct-8", 0.05)])
+def test_a_fault_at_another_pace_keeps_its_verdict(source: str, seconds: float):
+    assert not _held(source, t.time_scale(base(source).rec, seconds))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import orjson
+import pytest
 
 from recordings import hang, straggler_and_slowdown
 
@@ -132,3 +133,73 @@ def test_stale_heartbeat_steps_go_back_never_forward():
              if new.event["kind"] == "heartbeat"]
     assert all(n <= o for n, o in pairs) and any(n < o for n, o in pairs)
     assert [line.arrival for line in stale.lines] == [line.arrival for line in rec.lines]
+
+
+def _slow_death(step: float = 0.5, hb: float = 2.0, steps: int = 60) -> Recording:
+    """4 ranks on 2 nodes: ``steps`` steps with a 20 s marked checkpoint half-way, heartbeats every ``hb`` s
+    (``step``: the step completed) and host samples every 5 s; then rank 3 dies (its node's next sample, 1.5 s later,
+    counts an OOM kill) and the others heartbeat without progress for 60 s (a hang)."""
+    events, t = [], T0
+    next_hb, next_host = T0, T0 + 0.7
+    done = {r: -1 for r in range(4)}
+
+    def until(end: float, alive) -> None:
+        nonlocal next_hb, next_host
+        while min(next_hb, next_host) <= end:
+            if next_hb <= next_host:
+                events.extend({"v": 1, "kind": "heartbeat", "job": "d", "rank": r, "node": f"n{r // 2}",
+                               "step": done[r], "ts": round(next_hb, 6)} for r in range(4) if alive(r) and done[r] >= 0)
+                next_hb += hb
+            else:
+                kills = 1 if not alive(3) else 0
+                events.extend({"v": 1, "kind": "host", "node": f"n{k}", "ts": round(next_host, 6), "load1": 1.0,
+                               "oom_kills": kills if k == 1 else 0} for k in range(2))
+                next_host += 5.0
+
+    for n in range(steps):
+        if n == steps // 2:
+            events.append({"v": 1, "kind": "phase", "job": "d", "phase": "checkpoint", "ts": round(t, 6)})
+            until(t + 20.0, lambda r: True)
+            t += 20.0
+            events.append({"v": 1, "kind": "phase", "job": "d", "phase": "train", "ts": round(t, 6)})
+        t += step
+        until(t, lambda r: True)
+        for r in range(4):
+            done[r] = n
+            events.append({"v": 1, "kind": "step", "job": "d", "rank": r, "node": f"n{r // 2}", "step": n,
+                           "ts": round(t, 6), "step_time": step})
+    death = next_host - 1.5  # rank 3's last heartbeat lies within hb before it
+    until(death, lambda r: True)
+    until(t + 60.0, lambda r: r != 3)
+    events.sort(key=lambda e: e["ts"])
+    return from_lines("d", [orjson.dumps(e) for e in events], onset=t)
+
+
+@pytest.mark.parametrize("seconds", [30.0, 60.0, 120.0])
+def test_time_scale_keeps_heartbeats_and_telemetry_on_their_timers(seconds):
+    rec = _slow_death()
+    slow = t.time_scale(rec, seconds)
+    steps = {r: sorted((e["ts"], e["step"]) for e in slow.events("step") if e["rank"] == r) for r in range(4)}
+    beats = {r: sorted((e["ts"], e["step"]) for e in slow.events("heartbeat") if e["rank"] == r) for r in range(4)}
+    last_step = max(ts for series in steps.values() for ts, _ in series)
+    for r in range(4):
+        # A stepping rank heartbeats at its timer's period (not the pace's), never ahead of the step it reached.
+        stepping = [ts for ts, _ in beats[r] if steps[r][0][0] <= ts <= (last_step if r != 3 else beats[3][-1][0])]
+        assert max(b - a for a, b in zip(stepping, stepping[1:])) <= 1.5 * t.MAX_PERIOD["heartbeat"] + 1e-6
+        for ts, step in beats[r]:
+            reached = max((s for when, s in steps[r] if when <= ts + 1e-6), default=-1)
+            assert step <= max(reached, 0), (r, ts, step, reached)
+        assert [s for _, s in beats[r]] == sorted(s for _, s in beats[r])
+    # The hung ranks heartbeat with no progress; the dead one stays silent after its last heartbeat.
+    assert {s for ts, s in beats[0] if ts > last_step} == {steps[0][-1][1]}
+    dead = beats[3][-1][0]
+    assert dead < last_step + 60.0 * max(1.0, seconds / 0.5) and not any(
+        e["ts"] > dead for e in slow.events() if e.get("rank") == 3)
+    # The agent's sample that counts the kill follows the rank's death by its own seconds, as in the base.
+    kill = min(e["ts"] for e in slow.events("host") if e.get("oom_kills"))
+    base_dead = max(e["ts"] for e in rec.events("heartbeat") if e["rank"] == 3)
+    base_kill = min(e["ts"] for e in rec.events("host") if e.get("oom_kills"))
+    assert abs((kill - dead) - (base_kill - base_dead)) < 1e-3
+    # A marked checkpoint keeps its wall-clock length.
+    marks = [e["ts"] for e in slow.events("phase")]
+    assert abs((marks[1] - marks[0]) - 20.0) < 1e-3

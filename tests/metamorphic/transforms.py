@@ -84,9 +84,17 @@ def node_offsets(rec: Recording) -> dict[str, float]:
 
 def time_scale(rec: Recording, step_seconds: float) -> Recording:
     """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
-    duration and gap of the job from its first step to its last; delivery lags, clock offsets, the periods of heartbeats and
-    telemetry (up to ``MAX_PERIOD``), what comes before the first step (start-up) and, when time speeds up, what
-    follows the last step (a hang's tail) keep their wall-clock length.
+    duration and gap of the job from its first step to its last; delivery lags, clock offsets, what comes before
+    the first step (start-up) and, when time speeds up, what follows the last step (a hang's tail) keep their
+    wall-clock length, and so do a marked checkpoint and a stop between two steps (``held_intervals``: writing a
+    checkpoint takes the storage's time, a stall or a hang the job recovered from the fault's, not the step's).
+
+    Heartbeats and node telemetry keep a wall-clock cadence, as a monitor's timer and the node agent do whatever
+    the step time (their base period, up to ``MAX_PERIOD`` when time slows down). A rank heartbeating through a
+    longer step sends its timer's heartbeats with the step it reached (``_timer_beats``); a rank silent in the
+    base stays silent; a hung rank heartbeats with no progress, as in the base. A node's sample that followed a
+    rank going silent (its death: an OOM kill) follows it by its own wall-clock distance, as the agent would
+    notice it at its next sample (``_silences``).
 
     Invariant: the same verdict (types, culprit, node, cause); the first alert's delay after the onset scales
     with the step time; a hang still warns before it is critical."""
@@ -95,41 +103,214 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # Time is scaled from the first step on: what comes before it (start-up, compilation) keeps its length.
     t0 = min((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=rec.lines[0].arrival)
 
-    def warp(ts: float, node) -> float:
-        off = offsets.get(node, 0.0)
-        return t0 + s * (ts - off - t0) + off
-
     # After the last step nothing is step-paced (a hang's tail, the capture's end): it keeps its wall-clock length
     # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
     last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
-    tail = max(1.0, s) - s
+    tail = max(1.0, s)
+    # A marked checkpoint or a stop keeps its wall-clock length: the storage's or the fault's time, not the step's.
+    held = held_intervals(rec, offsets)
 
-    def after(arrival: float) -> float:
-        if arrival < t0:
-            return (1.0 - s) * (arrival - t0)
-        return tail * (arrival - last) if arrival > last else 0.0
+    def warp(ts: float, node) -> float:
+        """A time stamped on ``node``'s clock, moved (on the same clock: its offset is kept, as is every delivery
+        lag, by the caller): unchanged before the first step, scaled from there to the last but for checkpoints,
+        the tail after."""
+        off = offsets.get(node, 0.0)
+        x = ts - off
+        if x < t0:
+            return ts
+        y = min(x, last)
+        kept = sum(max(0.0, min(b, y) - max(a, t0)) for a, b in held if a < y)
+        return t0 + s * (y - t0) - (s - 1.0) * kept + tail * max(0.0, x - last) + off
 
+    periods = _periods(rec)
+    silences = _silences(rec, periods) if s > 1 else {}
+    prev_sample: dict[tuple, float] = {}
     lines = []
+    beats: list[tuple[int, float]] = []  # (index in lines, base ts) of each heartbeat
     for line in rec.lines:
         e = line.event
         if "ts" not in e:
-            lines.append(Line(t0 + s * (line.arrival - t0) + after(line.arrival), e))
+            lines.append(Line(warp(line.arrival, None), e))
             continue
-        ts = warp(e["ts"], e.get("node")) + after(line.arrival)
+        ts = warp(e["ts"], e.get("node"))
+        if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
+            key = _stream(e)
+            near = silences.get(e.get("node"), ())
+            i = bisect.bisect_right(near, e["ts"]) - 1
+            # (the first sample after the silence began, within one period of it: the agent's next look)
+            if (i >= 0 and e["ts"] - near[i] <= periods.get(key, 5.0) and near[i] >= t0
+                    and prev_sample.get(key, float("-inf")) < near[i]):
+                ts = min(ts, warp(near[i], e.get("node")) + (e["ts"] - near[i]))
+            prev_sample[key] = e["ts"]
         event = dict(e, ts=round(ts, 6))
         for f in DURATION_FIELDS:
             if isinstance(e.get(f), (int, float)) and not isinstance(e.get(f), bool):
                 event[f] = round(e[f] * s, 6)
         if isinstance(e.get("start_ts"), (int, float)):
             event["start_ts"] = round(warp(e["start_ts"], e.get("node")), 6)
+        if e.get("kind") == "heartbeat":
+            beats.append((len(lines), e["ts"]))
         lines.append(Line(ts + (line.arrival - e["ts"]), event))
+    # Delivered in the order the broker now has them (each line keeps its wall-clock delivery lag: two lines the
+    # base delivered together, one stamped a step earlier, now arrive a step apart, in the order of their arrival).
+    order = sorted(range(len(lines)), key=lambda i: lines[i].arrival)
+    position = {i: k for k, i in enumerate(order)}
+    beats = [(position[i], base_ts) for i, base_ts in beats]
+    lines = [lines[i] for i in order]
+    if s > 1:
+        lines = _merged(lines, _timer_beats(rec, lines, beats, periods, s))
     last_step = max((line.arrival for line in lines if line.event.get("kind") == "step"), default=None)
     if last_step is not None:  # a capture ends MAX_TAIL_S into a hang, whatever the pace (the drain goes on)
         lines = [line for line in lines if line.arrival <= last_step + MAX_TAIL_S]
-    onset = t0 + s * (rec.onset - t0) if rec.onset is not None else None
+    onset = warp(rec.onset, None) if rec.onset is not None else None
     scaled = rec.derive(f"time_scale({step_seconds:g}s)", lines, onset=onset, scale=rec.scale * s)
-    periods = _periods(rec)
-    return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()}, name=None)
+    # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
+    return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
+                              if s <= 1 or k[0] != "heartbeat"}, name=None)
+
+
+#: A job-wide gap between two steps' ends this many times the job's median one is a stop (an unmarked checkpoint, a
+#: stall or hang the job recovered from): time_scale keeps it at its wall-clock length.
+STOP_FACTOR = 10.0
+
+
+def held_intervals(rec: Recording, offsets: dict[str, float] | None = None) -> list[tuple[float, float]]:
+    """What time_scale keeps at its wall-clock length (base time, merged, sorted): the marked checkpoints and the
+    stops (``STOP_FACTOR``: from one normal step after a step's end to the next step's end, each step's end the
+    median of its ranks' on the job's clock)."""
+    offsets = node_offsets(rec) if offsets is None else offsets
+    ends: dict[tuple, list[float]] = defaultdict(list)
+    for e in rec.events("step"):
+        if isinstance(e.get("step"), int) and isinstance(e.get("ts"), (int, float)):
+            ends[(e.get("job"), e["step"])].append(e["ts"] - offsets.get(e.get("node"), 0.0))
+    by_job: dict = defaultdict(list)
+    for (job, step), ts in ends.items():
+        by_job[job].append((step, statistics.median(ts)))
+    out = list(checkpoints(rec))
+    for series in by_job.values():
+        series.sort()
+        gaps = [(a[1], b[1]) for a, b in zip(series, series[1:]) if b[0] == a[0] + 1 and b[1] > a[1]]
+        if len(gaps) < 3:
+            continue
+        usual = statistics.median(b - a for a, b in gaps)
+        out.extend((a + usual, b) for a, b in gaps if b - a > STOP_FACTOR * usual)
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted(out):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def checkpoints(rec: Recording) -> list[tuple[float, float]]:
+    """The marked checkpoints (a job-wide ``checkpoint`` phase event to the job's next job-wide phase), base time."""
+    out = []
+    began: dict = {}
+    for e in rec.events("phase"):
+        if e.get("rank") is not None or not isinstance(e.get("ts"), (int, float)):
+            continue
+        job = e.get("job")
+        if job in began:
+            out.append((began.pop(job), e["ts"]))
+        if e.get("phase") == "checkpoint":
+            began[job] = e["ts"]
+    return sorted(out)
+
+
+#: A rank's events this many of its heartbeat periods apart are a silence (it died, froze, or went away), not
+#: a timer's gap: time_scale leaves it silent.
+SILENCE_PERIODS = 2.5
+
+
+def _silences(rec: Recording, periods: dict[tuple, float]) -> dict[str, list[float]]:
+    """Per node, the times (sorted, the base's) at which one of its ranks went silent: its last event before a
+    silence, or its last event at all where the recording's ranks went on after it."""
+    heard: dict[tuple, list[float]] = defaultdict(list)
+    node_of: dict[tuple, str] = {}
+    for e in rec.events():
+        if "rank" in e and not is_telemetry(e) and isinstance(e.get("ts"), (int, float)):
+            key = (e.get("job"), e.get("rank"))
+            heard[key].append(e["ts"])
+            if isinstance(e.get("node"), str):
+                node_of[key] = e["node"]
+    end = max((ts for series in heard.values() for ts in series), default=0.0)
+    out: dict[str, list[float]] = defaultdict(list)
+    for key, series in heard.items():
+        if key not in node_of:
+            continue
+        series.sort()
+        gap = SILENCE_PERIODS * periods.get(("heartbeat",) + key, 5.0)
+        for a, b in zip(series, series[1:] + [end + gap + 1.0]):
+            if b - a > gap:
+                out[node_of[key]].append(a)
+    return {node: sorted(v) for node, v in out.items()}
+
+
+def _timer_beats(rec: Recording, lines: list[Line], beats: list[tuple[int, float]], periods: dict[tuple, float],
+                 s: float) -> list[Line]:
+    """The heartbeats a monitor's timer sends between two of a slowed rank's heartbeats (``beats``: their index in
+    ``lines`` and base time), every ``min(p*s, MAX_PERIOD)`` seconds: the one before, brought up to the step the
+    rank reached by then (its sequence numbers advanced at the rank's usual rate, never past the next heartbeat's:
+    noise's ``_advanced``); none across a silence of the base's own (``SILENCE_PERIODS``)."""
+    done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for line in lines:
+        e = line.event
+        if e.get("kind") == "step" and isinstance(e.get("step"), int):
+            done[(e.get("job"), e.get("rank"))].append((e["ts"], e["step"]))
+    for series in done.values():
+        series.sort()
+    ahead = _beat_ahead(rec)
+    rates = _seq_rates(rec)
+    by_stream: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+    for i, base_ts in beats:
+        by_stream[_stream(lines[i].event)].append((i, base_ts))
+    added: list[Line] = []
+    for key, series in by_stream.items():
+        p = periods.get(key)
+        if not p:
+            continue
+        every = max(p, min(p * s, MAX_PERIOD["heartbeat"]))
+        steps = done.get(key[1:], [])
+        for (i, a), (j, b) in zip(series, series[1:]):
+            if b - a > SILENCE_PERIODS * p:
+                continue  # a silence of the base's own (a frozen or dead rank): not the timer's to fill
+            hb, nxt = lines[i], lines[j]
+            t = hb.event["ts"] + every
+            while t < nxt.event["ts"] - 0.5 * every and len(added) < 1_000_000:
+                copy = _moved(hb, t - hb.event["ts"])
+                k = bisect.bisect_right(steps, (t, float("inf"))) - 1
+                if k >= 0 and isinstance(hb.event.get("step"), int) and isinstance(nxt.event.get("step"), int):
+                    step = min(max(steps[k][1] + ahead.get(key, 0), hb.event["step"]), nxt.event["step"])
+                    if step >= nxt.event["step"] > hb.event["step"]:
+                        # At the next heartbeat's step: its state (where a hang stopped the rank's collectives;
+                        # an estimate at the rates would put every rank at the same point of the step).
+                        copy = _moved(nxt, t - nxt.event["ts"])
+                    elif step > hb.event["step"]:
+                        copy = Line(copy.arrival, _advanced(copy.event, step, rates.get(key, {}), nxt.event))
+                added.append(copy)
+                t += every
+    return added
+
+
+def _beat_ahead(rec: Recording) -> dict[tuple, int]:
+    """Per heartbeat stream, how far its ``step`` is from the rank's last completed step event (the monitor's
+    convention: the step done, or the one under way), the least over its heartbeats (a timer's heartbeat never
+    claims a step the rank may not have reached)."""
+    done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for e in rec.events("step"):
+        if isinstance(e.get("step"), int) and "ts" in e:
+            done[(e.get("job"), e.get("rank"))].append((e["ts"], e["step"]))
+    for series in done.values():
+        series.sort()
+    diffs: dict[tuple, list[int]] = defaultdict(list)
+    for e in rec.events("heartbeat"):
+        series = done.get((e.get("job"), e.get("rank")))
+        if series and isinstance(e.get("step"), int):
+            k = bisect.bisect_right(series, (e["ts"], float("inf"))) - 1
+            if k >= 0:
+                diffs[_stream(e)].append(e["step"] - series[k][1])
+    return {key: max(0, min(d)) for key, d in diffs.items()}
 
 
 def _periods(rec: Recording) -> dict[tuple, float]:
@@ -184,6 +365,63 @@ def recadence(rec: Recording, period: dict[tuple, float] | Callable[[tuple], flo
         progressed[key] = False
         out.append(line)
     return rec.derive(name, _merged(out, filled))
+
+
+def _seq_rates(rec: Recording) -> dict[tuple, dict[str, float]]:
+    """Per heartbeat stream, its sequence numbers' usual advance per step (``seq_completed``, ``pgs/NAME``)."""
+    seen: dict[tuple, list[dict]] = defaultdict(list)
+    for e in rec.events("heartbeat"):
+        if isinstance(e.get("step"), int):
+            seen[_stream(e)].append(e)
+    out = {}
+    for key, beats in seen.items():
+        per: dict[str, list[float]] = defaultdict(list)
+        for a, b in zip(beats, beats[1:]):
+            steps = b["step"] - a["step"]
+            if steps <= 0:
+                continue
+            for name, x, y in _seqs(a, b):
+                per[name].append((y - x) / steps)
+        out[key] = {name: statistics.median(v) for name, v in per.items()}
+    return out
+
+
+def _seqs(a: dict, b: dict):
+    for f in ("seq_started", "seq_completed"):
+        if isinstance(a.get(f), int) and isinstance(b.get(f), int):
+            yield f, a[f], b[f]
+    pa, pb = a.get("pgs"), b.get("pgs")
+    if isinstance(pa, dict) and isinstance(pb, dict):
+        for name, va in pa.items():
+            vb = pb.get(name)
+            if isinstance(va, dict) and isinstance(vb, dict):
+                for f in ("started", "completed"):
+                    if isinstance(va.get(f), int) and isinstance(vb.get(f), int):
+                        yield f"pgs/{name}/{f}", va[f], vb[f]
+
+
+def _advanced(e: dict, step: int, rates: dict[str, float], after: dict) -> dict:
+    """A heartbeat brought forward to ``step``: its sequence numbers as many steps further at their rates, never past
+    the heartbeat ``after`` it (an estimate ahead of the rank would make every other rank read as behind it)."""
+    k = step - e["step"]
+    ev = dict(e, step=step)
+    for f in ("seq_started", "seq_completed"):
+        if isinstance(e.get(f), int) and f in rates:
+            cap = after[f] if isinstance(after.get(f), int) else float("inf")
+            ev[f] = max(e[f], min(e[f] + round(rates[f] * k), cap))
+    if isinstance(e.get("pgs"), dict):
+        later = after.get("pgs") if isinstance(after.get("pgs"), dict) else {}
+        pgs = {}
+        for name, v in e["pgs"].items():
+            if isinstance(v, dict):
+                nxt = later.get(name) if isinstance(later.get(name), dict) else {}
+                v = dict(v, **{f: max(v[f], min(v[f] + round(rates[f"pgs/{name}/{f}"] * k),
+                                                 nxt[f] if isinstance(nxt.get(f), int) else float("inf")))
+                               for f in ("started", "completed")
+                               if isinstance(v.get(f), int) and f"pgs/{name}/{f}" in rates})
+            pgs[name] = v
+        ev["pgs"] = pgs
+    return ev
 
 
 def heartbeat_cadence(rec: Recording, seconds: float) -> Recording:
