@@ -345,10 +345,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "its steps without it (assembly max_wait) often enough that the job ends first (it fires with 10 s stalls)"),
     ("clocks", "no_new_types", "hang", "open (leftover c fixed the case found: steps a little behind the rank's "
      "heartbeat, stamped after the job's end by a host clock ahead, read as a new run that then hung)"),
-    ("clocks", "delay", "", "open, known: the broker-clock shift that fixed it (second round's a, "
-     "models/alert_clock.py) is off since the merge (alert_clock.ON = False: node telemetry's enrichment reads the "
-     "hosts' times): alert times "
-     "on hosts' clocks up to 30 s off the broker"),
+    ("clocks", "delay", "", "open: a job's alert times go on the broker's clock where its hosts' are off by more "
+     "than 5 s (models/alert_clock.py, at the end of the outlet chain); a delay under that, or without arrivals, is "
+     "on the hosts' clocks"),
     ("world 2", "", "", "design limit (leftover d: the healthy rank of a pair is no longer named; a straggler at the "
      "ratio threshold (10%) in a pair reads under it and is not named; a hang names both ranks)"),
     ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),
