@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from models.telemetry.counters import Baseline
 from models.telemetry.link_baseline import LinkBaselines
 
 
@@ -51,3 +52,31 @@ def test_observe_port_is_observe(seed):
     assert new.nodes() == old.nodes()
     assert [new.record(n) for n in new.nodes()] == [old.record(n) for n in old.nodes()]
     assert new._updates == old._updates and new.take_dirty() == old.take_dirty()
+
+
+def _same(a: float, b: float) -> bool:
+    return (a != a and b != b) or (a == b and math.copysign(1.0, a) == math.copysign(1.0, b))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_judge_and_take_back_are_read_then_add(seed):
+    """``Baseline.judge`` (+ ``take_back`` where the rule judged an outlier) against the reads and the add the
+    tracker made before: the same values read, the same ring, through warm-up, evictions, ties, NaN and -0.0."""
+    rng = random.Random(seed)
+    size, min_samples = rng.choice([(16, 3), (120, 10), (5, 1), (20, 0), (1, 1)])
+    old, new = Baseline(size, min_samples), Baseline(size, min_samples)
+    pool = [0.0, -0.0, 1.0, 1.0, 2.0, 1e9, math.nan, math.inf] + [rng.uniform(0, 100) for _ in range(5)]
+    for step in range(rng.randint(1, 400)):
+        value = rng.choice(pool) if rng.random() < 0.7 else rng.uniform(-10, 1e6)
+        low = rng.random() < 0.5
+        was = (old.low() if low else old.median()) if old.ready else math.nan
+        got = new.judge(value, low=low)
+        assert _same(got, was), (step, got, was)
+        if got == got and rng.random() < 0.3:  # judged an outlier: not learned
+            new.take_back()
+        else:
+            old.add(value)
+        assert bytes(new.values) == bytes(old.values)  # (bit for bit: NaN and -0.0 too)
+        assert new._next == old._next and new.ready == old.ready
+        if rng.random() < 0.2:  # the reads between (``_waiting``, the alert's median) see the same
+            assert _same(new.median(), old.median()) and _same(new.low(), old.low())
