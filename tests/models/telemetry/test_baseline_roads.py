@@ -80,3 +80,18 @@ def test_judge_and_take_back_are_read_then_add(seed):
         assert new._next == old._next and new.ready == old.ready
         if rng.random() < 0.2:  # the reads between (``_waiting``, the alert's median) see the same
             assert _same(new.median(), old.median()) and _same(new.low(), old.low())
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_median_and_low_are_the_sorted_ring(seed):
+    """The cached median and low percentile, when refreshed, are those of ``sorted`` over the ring (ties, NaN)."""
+    rng = random.Random(seed)
+    base = Baseline(rng.choice([1, 2, 16, 120]), 1)
+    pool = [0.0, -0.0, 1.0, 1.0, math.nan, math.inf, -math.inf]
+    for _ in range(rng.randint(1, 300)):
+        base.add(rng.choice(pool) if rng.random() < 0.5 else rng.uniform(-1e6, 1e6))
+        base._stale = 8  # (a refresh due now)
+        ordered = sorted(base.values)
+        n = len(ordered)
+        median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+        assert _same(base.median(), median) and _same(base.low(), ordered[(n - 1) // 10])
