@@ -263,7 +263,11 @@ class FabricHistory:
                     if per_s is not None:
                         data = per_s * 4
             link_rate = float(rate) if rate else nan
-            comp.add_row((ts, 0.0, wait, data, 0.0, link_rate))  # PORT_FEATURES' order
+            if comp.n < comp.size:  # ``add_row`` while the ring grows (the usual case), inline
+                comp.rows.extend((ts, 0.0, wait, data, 0.0, link_rate))  # PORT_FEATURES' order
+                comp.n += 1
+            else:
+                comp.add_row((ts, 0.0, wait, data, 0.0, link_rate))
             if observe is not None:
                 observe(node, where, ts, err_rate, wait, link_rate)  # (NaN, None: not in the sample)
         if node is not None:
