@@ -214,7 +214,7 @@ class FabricHistory:
         """Rows ``lo:hi`` of ``cols`` (``LinkColumns``), link samples of one or more nodes' runs: ``update`` of each in
         turn."""
         sample = self._port_sample
-        observe = self.baselines.observe if self.baselines is not None else None
+        observe = self.baselines.observe_port if self.baselines is not None else None
         nan = math.nan
         node = None
         comps = None
@@ -263,14 +263,13 @@ class FabricHistory:
                     if per_s is not None:
                         data = per_s * 4
             link_rate = float(rate) if rate else nan
-            comp.add_row((ts, 0.0, wait, data, 0.0, link_rate))  # PORT_FEATURES' order
+            if comp.n < comp.size:  # ``add_row`` while the ring grows (the usual case), inline
+                comp.rows.extend((ts, 0.0, wait, data, 0.0, link_rate))  # PORT_FEATURES' order
+                comp.n += 1
+            else:
+                comp.add_row((ts, 0.0, wait, data, 0.0, link_rate))
             if observe is not None:
-                learn = {"link_errors": err_rate} if err_rate is not None else {}
-                if wait == wait:  # not NaN
-                    learn["xmit_wait"] = wait
-                if link_rate == link_rate:
-                    learn["link_rate"] = link_rate
-                observe(node, where, ts, learn)
+                observe(node, where, ts, err_rate, wait, link_rate)  # (NaN, None: not in the sample)
         if node is not None:
             self._heard(node, newest)
         self.samples += hi - lo

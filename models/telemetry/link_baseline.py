@@ -170,6 +170,77 @@ class LinkBaselines:
             st[1] = dev + alpha * (abs(x - mean) - dev)
             st[2] = n + 1
 
+    def observe_port(self, node: str, component: str, ts: float, link_errors: float | None, xmit_wait: float,
+                     link_rate: float) -> None:
+        """``observe`` of a port's usual sample, without its dict: ``link_errors`` None, ``xmit_wait`` and
+        ``link_rate`` NaN where the sample has none (the fabric's quiet road: the same state, bit for bit)."""
+        comps = self._nodes.get(node)
+        entry = comps.get(component) if comps is not None else None
+        if entry is None or entry.last is None or ts <= entry.last:  # first, capped or reordered: the general road
+            values = {"link_errors": link_errors} if link_errors is not None else {}
+            if xmit_wait == xmit_wait:
+                values["xmit_wait"] = xmit_wait
+            if link_rate == link_rate:
+                values["link_rate"] = link_rate
+            self.observe(node, component, ts, values)
+            return
+        # ``observe``'s bookkeeping, then each feature in its order: a settled one at its level is only counted
+        last = entry.last
+        entry.last = ts
+        self._updates += 1
+        self._dirty.add(node)
+        stats = entry.stats
+        if link_errors is not None:
+            st = stats.get("link_errors")
+            if st is not None and link_errors == st[0] and st[1] == 0.0:
+                st[2] += 1
+            else:
+                self._learn(stats, "link_errors", link_errors, ts, last)
+        if xmit_wait == xmit_wait:
+            st = stats.get("xmit_wait")
+            if st is not None and xmit_wait == st[0] and st[1] == 0.0:
+                st[2] += 1
+            else:
+                self._learn(stats, "xmit_wait", xmit_wait, ts, last)
+        if link_rate == link_rate:
+            st = stats.get("link_rate")
+            if st is not None and link_rate == st[0] and st[1] == 0.0:
+                st[2] += 1
+            else:
+                self._learn(stats, "link_rate", link_rate, ts, last)
+
+    def _learn(self, stats: dict[str, list[float]], name: str, x: float, ts: float, last: float) -> None:
+        """One feature of ``observe``'s loop, the component's time already moved on from ``last``."""
+        st = stats.get(name)
+        if st is None:
+            if math.isfinite(x):
+                stats[name] = [x, 0.0, 1]
+            return
+        mean, dev, n = st
+        if x == mean and dev == 0.0:
+            st[2] = n + 1
+            return
+        if not math.isfinite(x):
+            return
+        spread = _MAD_TO_SIGMA * dev
+        floor = BASELINE_FEATURES[name][0]
+        if spread < floor:
+            spread = floor
+        lim = self.clip * spread
+        if x > mean + lim:
+            x = mean + lim
+        elif x < mean - lim:
+            x = mean - lim
+        decay = _LN2 * (ts - last) / self.half_life  # (``last`` is known here: the entry's first sample went by)
+        if decay > 1e-3:
+            decay = 1.0 - math.exp(-decay)
+        alpha = 1.0 / (n + 1)
+        if alpha < decay:
+            alpha = decay
+        st[0] = mean + alpha * (x - mean)
+        st[1] = dev + alpha * (abs(x - mean) - dev)
+        st[2] = n + 1
+
     # -- judging ---------------------------------------------------------------------------------
 
     def value(self, node: str, component: str, feature: str) -> BaselineValue | None:

@@ -559,15 +559,14 @@ class TelemetryTracker:
             base = port.baselines.get(counter)
             if base is None:
                 base = port.baselines[counter] = Baseline(self.baseline_samples, self.baseline_min_samples)
-            median = base.median() if base.ready else math.nan
-            if base.ready and per_s >= floor and per_s > self.rate_factor * max(median, floor / self.rate_factor):
+            median = base.judge(per_s)  # (NaN while not ``ready``: judged by nothing, learned)
+            if median == median and per_s >= floor and per_s > self.rate_factor * max(median, floor / self.rate_factor):
+                base.take_back()  # a spike is not learned
                 ratio = per_s / median if median > 0 else math.inf
                 if where is None:
                     where = _place(device, number)
                 self._flag(node, name, ts, signal=counter, label=label, weight=weight, count=delta or 0,
                            peak=min(ratio, 1e6), rate=round(per_s, 1), baseline=round(median, 1), **where)
-            else:
-                base.add(per_s)
         return where
 
     @staticmethod
@@ -604,17 +603,15 @@ class TelemetryTracker:
         # Judged against the link's own usual pattern: what it usually falls to (its 10th percentile), not its
         # median. A link busy all the time collapses below that; a bursty one (collectives between compute
         # phases, idle for checkpoints) usually falls to near zero, and its quiet samples are no collapse.
-        if len(base.values) >= base.min_samples:  # (``base.ready``)
-            low = base.low()
-            if low >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * low and (
-                    bps >= IDLE_SHARE * low or self._waiting(port)):
-                median = base.median()
-                self._flag(node, name, ts, signal="bandwidth", label="bandwidth collapse",
-                           weight=LINK_WEIGHTS["bandwidth"], peak=median / max(bps, 1.0),
-                           bytes_per_s=round(bps), baseline_bytes_per_s=round(median),
-                           usual_low_bytes_per_s=round(low), **_place(device, number))
-                return
-        base.add(bps)
+        low = base.judge(bps, low=True)  # (NaN while not ``ready``: learned)
+        if low >= BANDWIDTH_FLOOR and bps < self.bandwidth_collapse_ratio * low and (
+                bps >= IDLE_SHARE * low or self._waiting(port)):
+            base.take_back()  # a collapse is not learned
+            median = base.median()
+            self._flag(node, name, ts, signal="bandwidth", label="bandwidth collapse",
+                       weight=LINK_WEIGHTS["bandwidth"], peak=median / max(bps, 1.0),
+                       bytes_per_s=round(bps), baseline_bytes_per_s=round(median),
+                       usual_low_bytes_per_s=round(low), **_place(device, number))
 
     @staticmethod
     def _waiting(port: _PortState) -> bool:
