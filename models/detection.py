@@ -96,9 +96,8 @@ class DetectionEngine(JobEngine):
                 groups.extend(self._enriched(self.judge_steps(job, events, lo, hi, arrival)))
             self.outlet.observe(events, self.view)
             return self._leave(self._through_outlet(groups))
-        out = [alert for event in events for alert in self._detect(event, arrival)]
-        self.outlet.observe(events, self.view)
-        return self._leave(self.outlet.process(out, self.view))
+        # A list (kinds mixed): each event as ``process`` takes it, its alerts reading the jobs as of that event.
+        return [alert for event in events for alert in self.process(event, arrival=arrival)]
 
     def _through_outlet(self, groups: list[tuple[RowFacts | None, list[Alert]]]) -> list[Alert]:
         """Each group of a column batch's alerts through the outlet chain, in order, the view reading the job as of

@@ -21,15 +21,16 @@ from support import full_or
 ROWS = 64
 
 
-def _messages(name: str, shift: int, rows: int = ROWS) -> list[list[dict]]:
+def _messages(name: str, shift: int, rows: int = ROWS, mixed: bool = False) -> list[list[dict]]:
     """Step events in runs of ``rows`` rows across the recording's batches, the first ``shift`` long (runs start
-    mid-step); other kinds each a message of its own where they come."""
+    mid-step); other kinds each a message of its own where they come (``mixed``: in the runs, which then are a
+    list of events, not columns)."""
     out: list[list[dict]] = []
     run: list[dict] = []
     size = shift or rows
     for _, batch in scenarios.batches(scenarios.get(name)):
         for event in batch:
-            if event["kind"] != "step":
+            if event["kind"] != "step" and not mixed:
                 out.append([event])
                 continue
             run.append(event)
@@ -39,7 +40,7 @@ def _messages(name: str, shift: int, rows: int = ROWS) -> list[list[dict]]:
     return out + [run] if run else out
 
 
-def _alerts(messages: list[list[dict]], *, columns: bool, seed: int) -> list[dict]:
+def _alerts(messages: list[list[dict]], *, columns: bool, seed: int, mixed: bool = False) -> list[dict]:
     rng = random.Random(seed)
     offset = rng.uniform(-30.0, 30.0)  # the hosts' clocks off the broker's
     engine = DetectionEngine()
@@ -47,6 +48,8 @@ def _alerts(messages: list[list[dict]], *, columns: bool, seed: int) -> list[dic
     alerts, next_tick, runs = [], None, 0
     for events in messages:
         arrival = [e["ts"] + offset + rng.uniform(0.0, 0.5) for e in events]  # each row its own
+        if mixed:  # (a message's own: one for all)
+            arrival = [max(arrival)] * len(events)
         raw = orjson.dumps({"v": 1, "kind": "batch", "events": events})
         if columns:
             decoded, rejected = decode_message_columns(raw)
@@ -54,6 +57,7 @@ def _alerts(messages: list[list[dict]], *, columns: bool, seed: int) -> list[dic
                 runs += 1
                 alerts.extend(engine.process_batch(decoded, arrival=arrival))
             else:
+                runs += mixed and len(decoded) > 1
                 alerts.extend(engine.process_batch(decoded, arrival=arrival[0]))
         else:
             decoded, rejected = decode_message(raw)
@@ -83,3 +87,17 @@ def test_a_run_straddling_steps_gives_the_alerts_of_one_event_at_a_time(name, ro
     one = _alerts(messages, columns=False, seed=seed)
     assert any(a["type"] == "straggler" and a["status"] == "resolved" for a in one)  # the case: fires, resolves
     assert _alerts(messages, columns=True, seed=seed) == one
+
+
+MIXED = [(name, rows, shift, seed) for name in ("input-stall-64", "straggler-2x-8", "thermal-ramp-64")
+         for rows, shift, seed in ((256, 100, 0), (512, 7, 1))]
+
+
+@pytest.mark.parametrize("name,rows,shift,seed", full_or(MIXED, MIXED[1:3]))
+def test_a_mixed_message_gives_the_alerts_of_one_event_at_a_time(name, rows, shift, seed):
+    """A message of steps and other kinds (a list of events, one arrival) that closes several steps: the same, each
+    alert read as of its event."""
+    messages = _messages(name, shift, rows, mixed=True)
+    one = _alerts(messages, columns=False, seed=seed, mixed=True)
+    assert any(a["status"] == "resolved" and "onset_ts" in a["evidence"] for a in one)
+    assert _alerts(messages, columns=True, seed=seed, mixed=True) == one
