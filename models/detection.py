@@ -17,7 +17,7 @@ from collections import Counter
 from . import alert_clock
 from .alerts import Alert
 from .engine import JobEngine
-from .engine_output import StepsJudged
+from .engine_output import RowFacts, StepsJudged
 from .jobs_view import JobsView
 from .oncall.oncall import OnCall
 from .outlet import Outlet
@@ -91,13 +91,27 @@ class DetectionEngine(JobEngine):
             # the layouts before any run is taken (a job evicted by this batch keeps its own), for the stages too
             self.batch_layouts = (events, self.layouts(events))
             self.take_refused()  # this batch's only
-            out: list[Alert] = []
+            groups: list[tuple[RowFacts | None, list[Alert]]] = []
             for job, lo, hi in events.job_runs():
-                out.extend(self._enriched(self.judge_steps(job, events, lo, hi, arrival)))
-        else:
-            out = [alert for event in events for alert in self._detect(event, arrival)]
-        self.outlet.observe(events, self.view)
-        return self._leave(self.outlet.process(out, self.view))
+                groups.extend(self._enriched(self.judge_steps(job, events, lo, hi, arrival)))
+            self.outlet.observe(events, self.view)
+            return self._leave(self._through_outlet(groups))
+        # A list (kinds mixed): each event as ``process`` takes it, its alerts reading the jobs as of that event.
+        return [alert for event in events for alert in self.process(event, arrival=arrival)]
+
+    def _through_outlet(self, groups: list[tuple[RowFacts | None, list[Alert]]]) -> list[Alert]:
+        """Each group of a column batch's alerts through the outlet chain, in order, the view reading the job as of
+        the row that fired (one event at a time's facts, not the batch's end: ``JobsView.at``)."""
+        if not groups:
+            return self.outlet.process([], self.view)
+        out: list[Alert] = []
+        try:
+            for facts, alerts in groups:
+                self.view.at(facts)
+                out.extend(self.outlet.process(alerts, self.view))
+        finally:
+            self.view.at(None)
+        return out
 
     def _process_links(self, cols: LinkColumns) -> list[Alert]:
         """``process`` of each link sample of ``cols`` in turn, in one call (``TelemetryHub.process_links``): the
@@ -168,16 +182,18 @@ class DetectionEngine(JobEngine):
         """One event's alerts, enriched, before the outlet chain."""
         if isinstance(event, StepEvent):  # one step path: a lone step event is a batch of one
             self.take_refused()  # one event: its caller compares ``capped_mark`` (and the next batch's are its own)
-            return self._enriched(self.judge_steps(event.job, StepColumns.of([event]), 0, 1, arrival))
+            groups = self._enriched(self.judge_steps(event.job, StepColumns.of([event]), 0, 1, arrival))
+            return [alert for _, alerts in groups for alert in alerts]  # (one row: the job as it is now)
         if event.kind in TELEMETRY_KINDS:  # node telemetry is keyed by node, not by job
             self.note(event.kind, event.ts)
             return self.telemetry.process(event)
         hub = self.telemetry
         return [alert for _, group in self.judge(event, arrival=arrival) for alert in hub.enrich(group)]
 
-    def _enriched(self, run: StepsJudged | None) -> list[Alert]:
+    def _enriched(self, run: StepsJudged | None) -> list[tuple[RowFacts | None, list[Alert]]]:
         """A run's alerts enriched in event order, node telemetry caught up to each group's event before it is
-        enriched (as one event at a time), then the rest of the run observed."""
+        enriched (as one event at a time), then the rest of the run observed; each group with the job as of its row
+        (``StepsJudged.facts``; None: an evicted job's, as things are)."""
         if run is None:
             return []
         hub = self.telemetry
@@ -188,14 +204,16 @@ class DetectionEngine(JobEngine):
             return column if whole else column[lo:hi]
 
         ranks, nodes, steps, step_times = part(cols.rank), part(cols.node), part(cols.step), part(cols.step_time)
-        out: list[Alert] = []
+        out: list[tuple[RowFacts | None, list[Alert]]] = []
         seen = 0  # events observed by node telemetry so far (it names suspected causes)
-        for row, alerts in run.caused:
+        for k, (row, alerts) in enumerate(run.caused):
             i = row - lo
             hub.observe_steps(name, ranks[seen:i + 1], nodes[seen:i + 1], cols.gpu[lo + seen:lo + i + 1],
                               cols.data_time[lo + seen:lo + i + 1], steps[seen:i + 1], step_times[seen:i + 1])
             seen = i + 1
-            out.extend(hub.enrich(alerts))
+            enriched = hub.enrich(alerts)
+            if enriched:
+                out.append((run.facts[k] if k < len(run.facts) else None, enriched))
         if lo == hi:
             pass  # nothing the rules kept (a state cap): nothing to observe
         elif seen:
@@ -204,7 +222,10 @@ class DetectionEngine(JobEngine):
         else:  # the whole run: its own columns, and the batch's data-time array
             hub.observe_steps(name, ranks, nodes, part(cols.gpu), cols.array("data_time")[lo:hi], steps, step_times,
                               layout=run.layout)
-        return hub.enrich(list(run.evicted)) + out if run.evicted else out
+        if run.evicted:
+            evicted = hub.enrich(list(run.evicted))
+            return [(None, evicted)] + out if evicted else out
+        return out
 
     # -- state caps -----------------------------------------------------------------------
 

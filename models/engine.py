@@ -26,7 +26,7 @@ from .steps.robust import list_median
 from .wire.events import Event, StepEvent
 from .hang.detector import HangDetector, HangSettings
 from .jobhealth.job_health import JobHealthSettings
-from .engine_output import Caused, JobsObserver, StepsJudged, Unobserved
+from .engine_output import Caused, JobsObserver, RowFacts, StepsJudged, Unobserved
 from .registry import FEED_ORDER, JOB_RULES
 from .resolution import Resolution, with_resolution
 from .rule import JobRule, RankSteps, Signal, open_alerts_of
@@ -366,6 +366,7 @@ class JobEngine:
         tagged with its row, so that node telemetry catches up to it before it is enriched.
         """
         self.events_by_kind["step"] += hi - lo
+        first_row, clock_before = lo, self.clock  # (the clock as of a row that fires: ``_facts_at``)
         ts = cols.ts if lo == 0 and hi == len(cols) else cols.ts[lo:hi]
         # a big run's times as the decoder's array (a view): its bounds without a pass over the list
         ts_array = cols.array("ts")[lo:hi] if hi - lo >= 16 else None
@@ -442,6 +443,7 @@ class JobEngine:
         first = steps[0]
         step_bounds = (first, first) if steps.count(first) == len(steps) else (min(steps), max(steps))
         run = RankSteps(ranks, steps, ts, step_times, phases, nodes, world_sizes, layout, ts_array, step_bounds)
+        checkpoint_before = job.checkpoint.latest_step  # (its highest step as of a row that fires: ``_facts_at``)
         # (event index, alert) of the rules fed each rank's steps (the hang rule's), in event order
         rank_alerts = [pair for rule in job.by_signal[Signal.RANK_STEPS] for pair in rule.on_rank_steps(run)]
         if job.arrival.active:
@@ -481,7 +483,9 @@ class JobEngine:
                 results.append((start + j, 1, closed))
             start = i
         caused: list[Caused] = []
-        for i, what, value in sorted(results, key=lambda r: r[:2]) if len(results) > 1 else results:
+        facts: list[RowFacts] = []
+        ordered = sorted(results, key=lambda r: r[:2]) if len(results) > 1 else results
+        for k, (i, what, value) in enumerate(ordered):
             judged = value if what == 0 else self._judge(job, value)
             offset = None
             if judged and lags_before is not None and i < len(ts) - 1:
@@ -490,7 +494,11 @@ class JobEngine:
             evicted = []  # (with the first group: enriched together, once telemetry saw the rows up to it)
             if alerts:
                 caused.append((lo + i, alerts))
-        return StepsJudged(name, cols, lo, hi, layout, tuple(caused), tuple(evicted))
+            # the job as the outlet would read it after row i, once the row's every result is in (rare: alerts are)
+            while len(facts) < len(caused) and (k + 1 == len(ordered) or ordered[k + 1][0] != i):
+                facts.append(_facts_at(job, cols.ts[first_row:lo + i + 1], clock_before, checkpoint_before,
+                                       steps[:i + 1]))
+        return StepsJudged(name, cols, lo, hi, layout, tuple(caused), tuple(evicted), tuple(facts))
 
     def _new_job(self, job: str) -> JobState:
         return JobState(job, self)
@@ -695,6 +703,17 @@ def _offset_at(job: JobState, before: list[float], arrival, ts: list[float], row
     rows = [a - t for a, t in zip(arrival[:row + 1], ts)] if type(arrival) is list else [arrival - t for t in
                                                                                             ts[:row + 1]]
     return list_median((before + rows)[-(job.lags.maxlen or len(before) + len(rows)):])
+
+
+def _facts_at(job: JobState, ts: list[float], clock_before: float, checkpoint_before: int | None,
+              steps: list[int]) -> RowFacts:
+    """The job as one event at a time had it after the last of ``ts`` (the run's rows up to the one that fired;
+    ``steps``: the job's steps of them): the clock, the recent judged steps (all judged by then: those of later rows
+    are judged after it) and the checkpoint's highest step."""
+    latest = max(steps, default=-1)
+    highest = max(checkpoint_before, latest) if checkpoint_before is not None else (latest if latest >= 0 else None)
+    return RowFacts(job.job, max(clock_before, max(ts, default=clock_before)), job.sli.recent_steps(),
+                    (job.checkpoint.last_success_ts, highest))
 
 
 def _set_flops(sli: JobSLI, extra: dict) -> None:

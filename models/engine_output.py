@@ -16,9 +16,24 @@ from .alerts import Alert
 from .steps.layout import RunLayout
 from .wire.step_columns import StepColumns
 
+#: One judged step of a job, as the job's recent steps list it: (step, end ts, step time, tokens).
+StepRecord = tuple[int, float, float, float]
+
 #: (event index, the alerts that event caused, together): the index is the event's row in its batch (0 for a
 #: lone event). A group is enriched as one (the node rules that group stragglers read one group at a time).
 Caused = tuple[int, list[Alert]]
+
+
+@dataclass(frozen=True, slots=True)
+class RowFacts:
+    """What the outlet stages read of ``job`` as of the row of a column run that fired, as one event at a time has
+    them then: the engine's clock, the job's recent judged steps, its checkpoint (last success ts, highest step).
+    The run's later rows move all three before the outlet sees its alerts."""
+
+    job: str
+    clock: float
+    steps: tuple[StepRecord, ...]
+    checkpoint: tuple[float | None, int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +43,7 @@ class StepsJudged:
     ``cols``: the batch's columns, or the rows a state cap kept. ``caused``: in event order, rows of ``cols``; the
     alerts of a job evicted to make room for this one go with the first group. ``evicted``: those alerts when the
     run caused none (enriched once node telemetry observed the whole run). ``layout``: the run's ranks, nodes, GPUs.
+    ``facts``: beside each of ``caused``, the job as of its row (the outlet reads the job there, not at the run's end).
     """
 
     job: str
@@ -37,6 +53,7 @@ class StepsJudged:
     layout: RunLayout | None
     caused: tuple[Caused, ...] = ()
     evicted: tuple[Alert, ...] = ()
+    facts: tuple[RowFacts, ...] = ()
 
     def alerts(self) -> list[Alert]:
         """Every alert of the run, in order, as the rules gave them (before any enrichment)."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .detection import DetectionEngine
+    from .engine_output import RowFacts
     from .outlet import StepRecord
     from .telemetry.telemetry_hub import TelemetryHub
 
@@ -19,21 +20,29 @@ if TYPE_CHECKING:
 class JobsView:
     """``EngineView`` over a ``DetectionEngine``'s jobs and its ``TelemetryHub``: what the outlet stages may read."""
 
-    __slots__ = ("_engine", "_telemetry")
+    __slots__ = ("_engine", "_telemetry", "_at")
 
     def __init__(self, engine: DetectionEngine, telemetry: TelemetryHub) -> None:
         self._engine = engine
         self._telemetry = telemetry
+        self._at: RowFacts | None = None
+
+    def at(self, facts: RowFacts | None) -> None:
+        """Read the clock and ``facts.job``'s steps and checkpoint as of the row that fired (None: as they are now):
+        a column run's later rows have moved them since (``DetectionEngine.process_batch``)."""
+        self._at = facts
 
     @property
     def clock(self) -> float:
-        return self._engine.clock
+        return self._at.clock if self._at is not None else self._engine.clock
 
     def ranks_of(self, job: str) -> int:
         state = self._engine.jobs.get(job)
         return len(state.ranks) if state is not None else 0
 
     def recent_steps(self, job: str) -> tuple[StepRecord, ...]:
+        if self._at is not None and self._at.job == job:
+            return self._at.steps
         state = self._engine.jobs.get(job)
         return state.sli.recent_steps() if state is not None else ()
 
@@ -44,6 +53,8 @@ class JobsView:
         return self._engine.layouts(cols)  # (a batch not shared: tests that drive a stage alone)
 
     def checkpoint_of(self, job: str) -> tuple[float | None, int | None]:
+        if self._at is not None and self._at.job == job:
+            return self._at.checkpoint
         state = self._engine.jobs.get(job)
         if state is None:
             return None, None

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .alerts import Alert
-
-#: One judged step of a job, as the job's recent steps list it: (step, end ts, step time, tokens).
-StepRecord = tuple[int, float, float, float]
+from .engine_output import StepRecord  # (the stages' name for it too)
 
 
 @dataclass(frozen=True, kw_only=True)
