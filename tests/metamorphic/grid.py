@@ -254,6 +254,9 @@ KNOWN_BASES: dict[str, str] = {}
 #: Pairs of the sample that fail today, with the issue item that fixes them (strict xfail: remove the entry
 #: when that fix lands and the pair passes).
 KNOWN: dict[tuple[str, str], str] = {
+    ("gen3:varlen_accum_straggler", "clocks +-30s"):
+        "alert times on the hosts' clocks: the broker-clock shift (models/alert_clock.py, at the end of the outlet "
+        "chain) is off until it is one across a worker's restart (a recovery replays with record times moved on)",
     ("library:straggler-10pct-8", "world 2"):
         "design limit at the threshold: a 10% rank of a pair reads 1.09x paired (under ratio_threshold 1.1) and is "
         "not named; it no longer names the healthy rank when it recovers (tests/models/steps/test_pair_naming.py)",
@@ -345,9 +348,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "its steps without it (assembly max_wait) often enough that the job ends first (it fires with 10 s stalls)"),
     ("clocks", "no_new_types", "hang", "open (leftover c fixed the case found: steps a little behind the rank's "
      "heartbeat, stamped after the job's end by a host clock ahead, read as a new run that then hung)"),
-    ("clocks", "delay", "", "open: a job's alert times go on the broker's clock where its hosts' are off by more "
-     "than 5 s (models/alert_clock.py, at the end of the outlet chain); a delay under that, or without arrivals, is "
-     "on the hosts' clocks"),
+    ("clocks", "delay", "", "open, known: alert times on the hosts' clocks, up to 30 s off the broker; the shift "
+     "onto the broker's (models/alert_clock.py, at the end of the outlet chain) holds the pairs when on, and is off "
+     "until it is one across a worker's restart (tests/streams/test_recovery_kafka.py published a straggler twice)"),
     ("world 2", "", "", "design limit (leftover d: the healthy rank of a pair is no longer named; a straggler at the "
      "ratio threshold (10%) in a pair reads under it and is not named; a hang names both ranks)"),
     ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),
