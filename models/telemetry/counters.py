@@ -85,28 +85,6 @@ class Baseline:
             self._sort()
         return self._low
 
-    def push(self, value: float) -> float:
-        """``median()`` while ``ready`` (else NaN), then ``add(value)``: one call for a rule that reads the baseline
-        before it learns each sample."""
-        values = self.values
-        n = len(values)
-        if n >= self.min_samples:
-            if self._stale and (self._stale >= 8 or math.isnan(self._median) or n < 16):
-                self._sort()
-            usual = self._median
-        else:
-            usual = math.nan
-        if n < self.size:
-            if not values:
-                values = self.values = array("d")
-            values.append(value)
-        else:
-            values[self._next] = value
-            self._next = (self._next + 1) % self.size
-        self._stale += 1
-        return usual
-
-
     def judge(self, value: float, low: bool = False) -> float:
         """``median()`` (``low()`` with ``low``) while ``ready`` (else NaN), then ``add(value)``: one call for a rule
         that learns each sample unless it judges it an outlier (then it calls ``take_back``)."""

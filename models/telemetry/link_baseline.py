@@ -130,45 +130,10 @@ class LinkBaselines:
         entry.last = ts
         self._updates += 1
         self._dirty.add(node)
-        decay = None  # worked out for the first value that moves its baseline (the usual sample moves none)
         stats = entry.stats
         for name, x in values.items():
-            st = stats.get(name)
-            if st is None:
-                if name in BASELINE_FEATURES and math.isfinite(x):
-                    stats[name] = [x, 0.0, 1]
-                continue
-            mean, dev, n = st
-            if x == mean and dev == 0.0:  # the usual healthy sample (no errors, the same rate): counted only
-                st[2] = n + 1
-                continue
-            if not math.isfinite(x):
-                continue
-            # Clipped at the sample spread (the relative floor is for judging only: clipping at a share
-            # of the mean would let a sustained bad level grow the baseline geometrically).
-            spread = _MAD_TO_SIGMA * dev
-            floor = BASELINE_FEATURES[name][0]
-            if spread < floor:
-                spread = floor
-            lim = self.clip * spread
-            if x > mean + lim:
-                x = mean + lim
-            elif x < mean - lim:
-                x = mean - lim
-            # A running mean while young, then exponential forgetting by time.
-            if decay is None:
-                if last is None:
-                    decay = 0.0
-                else:
-                    decay = _LN2 * (ts - last) / self.half_life
-                    if decay > 1e-3:
-                        decay = 1.0 - math.exp(-decay)
-            alpha = 1.0 / (n + 1)
-            if alpha < decay:
-                alpha = decay
-            st[0] = mean + alpha * (x - mean)
-            st[1] = dev + alpha * (abs(x - mean) - dev)
-            st[2] = n + 1
+            if name in BASELINE_FEATURES:  # (a feature's stats exist only for these)
+                self._learn(stats, name, x, ts, last)
 
     def observe_port(self, node: str, component: str, ts: float, link_errors: float | None, xmit_wait: float,
                      link_rate: float) -> None:
@@ -209,19 +174,26 @@ class LinkBaselines:
             else:
                 self._learn(stats, "link_rate", link_rate, ts, last)
 
-    def _learn(self, stats: dict[str, list[float]], name: str, x: float, ts: float, last: float) -> None:
-        """One feature of ``observe``'s loop, the component's time already moved on from ``last``."""
+    def _learn(self, stats: dict[str, list[float]], name: str, x: float, ts: float, last: float | None) -> None:
+        """One feature of a sample, the component's time already moved on from ``last`` (None: its first sample):
+        a new feature's first finite value, the usual sample (at a settled level) only counted, else ``_move``."""
         st = stats.get(name)
         if st is None:
             if math.isfinite(x):
                 stats[name] = [x, 0.0, 1]
             return
+        if x == st[0] and st[1] == 0.0:  # the usual healthy sample (no errors, the same rate): counted only
+            st[2] += 1
+            return
+        if math.isfinite(x):
+            self._move(st, name, x, ts, last)
+
+    def _move(self, st: list[float], name: str, x: float, ts: float, last: float | None) -> None:
+        """A settled feature's baseline ``st`` (mean, deviation, count) moved by a finite ``x`` off its level; the
+        component's time moved on from ``last`` (None: its first sample) to ``ts``."""
         mean, dev, n = st
-        if x == mean and dev == 0.0:
-            st[2] = n + 1
-            return
-        if not math.isfinite(x):
-            return
+        # Clipped at the sample spread (the relative floor is for judging only: clipping at a share
+        # of the mean would let a sustained bad level grow the baseline geometrically).
         spread = _MAD_TO_SIGMA * dev
         floor = BASELINE_FEATURES[name][0]
         if spread < floor:
@@ -231,9 +203,13 @@ class LinkBaselines:
             x = mean + lim
         elif x < mean - lim:
             x = mean - lim
-        decay = _LN2 * (ts - last) / self.half_life  # (``last`` is known here: the entry's first sample went by)
-        if decay > 1e-3:
-            decay = 1.0 - math.exp(-decay)
+        # A running mean while young, then exponential forgetting by time.
+        if last is None:
+            decay = 0.0
+        else:
+            decay = _LN2 * (ts - last) / self.half_life
+            if decay > 1e-3:
+                decay = 1.0 - math.exp(-decay)
         alpha = 1.0 / (n + 1)
         if alpha < decay:
             alpha = decay

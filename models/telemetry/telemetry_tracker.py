@@ -595,7 +595,7 @@ class TelemetryTracker:
             dt = ts - prev_ts
         # After a collector gap the rate is an average over the gap (traffic and idle alike): neither judged nor
         # learned (issue 39: real RoCE traffic with gaps of seconds to minutes logged thousands of "collapses").
-        usual = port.bw_dt.push(dt)  # (NaN until the baseline is ready)
+        usual = port.bw_dt.judge(dt)  # (NaN until the baseline is ready)
         if dt > GAP_FACTOR * usual:  # (False while ``usual`` is NaN)
             return
         bps = rate * 4

@@ -90,8 +90,8 @@ def test_layouts_are_bounded_and_shared():
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_push_is_median_then_add(seed):
-    """``Baseline.push`` (the bandwidth's interval baseline) gives what ``median()`` while ready, then ``add``, gives,
+def test_judge_is_median_then_add(seed):
+    """``Baseline.judge`` (the bandwidth's interval baseline reads it without ``take_back``) gives what ``median()`` while ready, then ``add``, gives,
     bit for bit, with ``low()`` read between as the tracker reads it."""
     rng = random.Random(seed)
     size, least = rng.choice([(16, 3), (120, 10), (5, 1)])
@@ -100,7 +100,7 @@ def test_push_is_median_then_add(seed):
         x = rng.choice([rng.uniform(0, 10), float(rng.randrange(4)), rng.uniform(0, 1e12)])
         expected = b.median() if b.ready else float("nan")
         b.add(x)
-        got = a.push(x)
+        got = a.judge(x)
         assert repr(got) == repr(expected)
         if rng.random() < 0.5:
             assert repr(a.low()) == repr(b.low()) and repr(a.median()) == repr(b.median())
