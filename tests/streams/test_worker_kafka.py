@@ -1,29 +1,68 @@
-"""End to end on the real broker: simulator -> Kafka -> Faust worker -> alerts topic."""
+"""End to end on the real broker: simulator -> Kafka -> Faust worker -> alerts topic.
+
+The live tests share one worker per consumer mode (a start per test was 4-6 s on 2 cores), each test under
+job names of its own, as one worker judges a cluster's jobs; an alert for a job no test gave it fails.
+"""
 
 from __future__ import annotations
 
 import base64
 import time
+import uuid
 
 import orjson
 import pytest
 from kafka import KafkaProducer
 
 from conftest import WORKER_CONSUMERS
-from support import read_alerts, read_all_alerts, run_stepwatch, stepwatch_env
+from support import WorkerProcess, read_alerts, read_all_alerts, run_stepwatch, stepwatch_env
 
 pytestmark = pytest.mark.kafka
-both_consumers = pytest.mark.parametrize("worker_consumer", WORKER_CONSUMERS)
+#: Module scope: the tests of one consumer mode run together, on that mode's worker.
+both_consumers = pytest.mark.parametrize("worker_consumer", WORKER_CONSUMERS, scope="module")
+
+
+@pytest.fixture(scope="module")
+def worker(kafka_bootstrap, worker_consumer, tmp_path_factory):
+    """One ``stepwatch worker`` on this module's topics for one consumer mode; killed after the module."""
+    prefix = f"t-worker-{worker_consumer}-{uuid.uuid4().hex[:8]}."
+    tmp = tmp_path_factory.mktemp(f"worker-{worker_consumer}")
+    env = stepwatch_env(kafka_bootstrap, prefix, STEPWATCH_WORKER_CONSUMER=worker_consumer,
+                        STEPWATCH_WORKER_DATADIR=str(tmp / "faust"))
+    process = WorkerProcess(env, tmp / "worker.log").wait_ready()
+    try:
+        yield process
+    finally:
+        process.discard()
+
+
+#: The jobs given to the shared workers so far: an alert for any other job fails the test that reads it.
+JOBS: set[str] = set()
+
+
+def job_name(what: str) -> str:
+    job = f"{what}-{uuid.uuid4().hex[:6]}"
+    JOBS.add(job)
+    return job
+
+
+def alerts_topic(worker: WorkerProcess) -> str:
+    return worker.env["STEPWATCH_KAFKA_TOPIC_PREFIX"] + "alerts"
+
+
+def of_job(alerts: list[dict], job: str) -> list[dict]:
+    assert {a["job"] for a in alerts} <= JOBS, [(a["job"], a["summary"]) for a in alerts]
+    return [a for a in alerts if a["job"] == job]
 
 
 @both_consumers
-def test_straggler_alert_fires_then_resolves_with_the_right_rank(kafka_bootstrap, topic_prefix, start_worker):
-    worker = start_worker()
-    env = worker.env
-    run_stepwatch("simulate", "--ranks", "32", "--steps", "140", "--straggler", "13:40:1.3:90", "--speed", "0",
-                  env=env)
-    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts",
-                             until=lambda a: any(x["status"] == "resolved" for x in a))
+def test_straggler_alert_fires_then_resolves_with_the_right_rank(kafka_bootstrap, worker):
+    job = job_name("straggler")
+    run_stepwatch("simulate", "--job", job, "--ranks", "32", "--steps", "140", "--straggler", "13:40:1.3:90",
+                  "--speed", "0", env=worker.env)
+    alerts = of_job(read_all_alerts(kafka_bootstrap, alerts_topic(worker),
+                                    until=lambda a: any(x["job"] == job and x["status"] == "resolved" for x in a)),
+                    job)
     assert [a["status"] for a in alerts] == ["firing", "resolved"], worker.log_text()[-3000:]
     firing, resolved = alerts
     assert firing["type"] == "straggler" and firing["ranks"] == [13] and firing["nodes"] == ["node-001"]
@@ -35,44 +74,43 @@ def test_straggler_alert_fires_then_resolves_with_the_right_rank(kafka_bootstrap
 
 
 @both_consumers
-def test_healthy_run_produces_no_alert(kafka_bootstrap, topic_prefix, start_worker):
-    worker = start_worker()
-    run_stepwatch("simulate", "--ranks", "32", "--steps", "150", "--checkpoint-every", "40", "--speed", "0",
-                  env=worker.env)
-    # The marker job's straggler proves the worker got past the healthy job's events.
-    run_stepwatch("simulate", "--job", "marker", "--ranks", "8", "--steps", "40", "--straggler", "2:15:2.0",
+def test_healthy_run_produces_no_alert(kafka_bootstrap, worker):
+    healthy, marker = job_name("healthy"), job_name("marker")
+    run_stepwatch("simulate", "--job", healthy, "--ranks", "32", "--steps", "150", "--checkpoint-every", "40",
                   "--speed", "0", env=worker.env)
-    alerts = read_all_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: any(x["job"] == "marker"
-                                                                                           for x in a))
-    assert [a["job"] for a in alerts if a["status"] == "firing"] == ["marker"]
-    assert not [a for a in alerts if a["job"] == "sim-job"]
+    # The marker job's straggler proves the worker got past the healthy job's events.
+    run_stepwatch("simulate", "--job", marker, "--ranks", "8", "--steps", "40", "--straggler", "2:15:2.0",
+                  "--speed", "0", env=worker.env)
+    alerts = read_all_alerts(kafka_bootstrap, alerts_topic(worker), until=lambda a: any(x["job"] == marker
+                                                                                      for x in a))
+    assert [a["job"] for a in of_job(alerts, marker) if a["status"] == "firing"] == [marker]
+    assert not of_job(alerts, healthy)
 
 
 @both_consumers
-def test_bad_input_is_dead_lettered_and_the_worker_goes_on(kafka_bootstrap, topic_prefix, start_worker):
-    from kafka import KafkaConsumer
-
-    worker = start_worker()
+def test_bad_input_is_dead_lettered_and_the_worker_goes_on(kafka_bootstrap, worker):
+    garbage, after = job_name("garbage"), job_name("after-garbage")
+    prefix = worker.env["STEPWATCH_KAFKA_TOPIC_PREFIX"]
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
-    events_topic = topic_prefix + "events"
-    far_future = {"v": 1, "kind": "step", "job": "j", "rank": 0, "step": 1, "ts": time.time() + 10 * 86_400,
+    events_topic = prefix + "events"
+    far_future = {"v": 1, "kind": "step", "job": garbage, "rank": 0, "step": 1, "ts": time.time() + 10 * 86_400,
                   "step_time": 1.0}
-    bad_messages = [b"{not json", b"[1,2,3]", orjson.dumps({"v": 1, "kind": "step", "job": "j"}),
+    bad_messages = [b"{not json", b"[1,2,3]", orjson.dumps({"v": 1, "kind": "step", "job": garbage}),
                     orjson.dumps({"v": 9, "kind": "step"}), b"\xff\xfe\x00", orjson.dumps(far_future)]
     for raw in bad_messages:
-        producer.send(events_topic, key=b"j", value=raw)
+        producer.send(events_topic, key=garbage.encode(), value=raw)
     producer.flush()
     producer.close()
     # After the garbage, a real straggler must still be found.
-    run_stepwatch("simulate", "--job", "after-garbage", "--ranks", "8", "--steps", "40", "--straggler", "5:15:2.0",
+    run_stepwatch("simulate", "--job", after, "--ranks", "8", "--steps", "40", "--straggler", "5:15:2.0",
                   "--speed", "0", env=worker.env)
-    alerts = read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: bool(a))
-    assert alerts and alerts[0]["job"] == "after-garbage" and alerts[0]["ranks"] == [5]
+    alerts = of_job(read_alerts(kafka_bootstrap, alerts_topic(worker), until=lambda a: any(x["job"] == after
+                                                                                          for x in a)), after)
+    assert alerts and alerts[0]["ranks"] == [5]
 
-    consumer = KafkaConsumer(topic_prefix + "deadletter", bootstrap_servers=kafka_bootstrap,
-                             auto_offset_reset="earliest", consumer_timeout_ms=5000, group_id=None)
-    dead = [orjson.loads(r.value) for r in consumer]
-    consumer.close()
+    # Only this test sends the worker bad input: its dead letters are these, exactly (quiet: none after them).
+    dead = read_all_alerts(kafka_bootstrap, prefix + "deadletter", until=lambda d: len(d) >= len(bad_messages),
+                           quiet=2.0)
     assert len(dead) == len(bad_messages)
     assert [base64.b64decode(d["value_b64"]) for d in dead] == bad_messages
     assert all(d["topic"] == events_topic and d["offset"] is not None and d["reason"] for d in dead)
