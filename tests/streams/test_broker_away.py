@@ -1,14 +1,23 @@
-"""The worker while its broker is away (issue 28 item 8): a rate-limited log, ``/health`` degraded,
-and a shutdown that ends. The live test runs a broker of its own (killed mid-test, so not the
-session's); the limiter's own tests drive it with a fake clock.
+"""The worker while its broker is away, on a broker of the live test's own (stopped and killed mid-test, so
+not the session's); the limiter's own tests drive it with a fake clock.
+
+Stopped (issue 44 row 13): ``kill -STOP`` of the broker (connections still accepted, nothing answered, no
+client error for 40 s) makes ``/health`` degraded with ``broker_reachable: false`` within seconds, and
+``kill -CONT`` makes it ok again (streams/broker_watch.py's probe). Killed (issue 28 item 8): a rate-limited
+log, ``/health`` degraded, and a shutdown that ends. Both in one run: one broker and one worker to start.
+Stalled consumption: test_health_stall.py.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import signal
 
 import pytest
+
+import orjson
 
 from opsupport import free_port, get
 from stepwatch.streams.broker_watch import BrokerLogLimiter
@@ -53,7 +62,8 @@ def test_the_limiter_remembers_a_bounded_number_of_kinds():
 
 
 @pytest.mark.kafka
-def test_worker_with_its_broker_gone_logs_little_reports_degraded_and_stops(topic_prefix, tmp_path):
+def test_broker_stopped_resumed_then_killed_health_follows_the_log_stays_small_the_worker_stops(
+        topic_prefix, tmp_path):
     from stepwatch.localkafka import LocalKafka
     from support import WorkerProcess, stepwatch_env, wait_until
 
@@ -62,14 +72,32 @@ def test_worker_with_its_broker_gone_logs_little_reports_degraded_and_stops(topi
     env = stepwatch_env(broker.bootstrap, topic_prefix, STEPWATCH_WORKER_DATADIR=str(tmp_path / "faust"),
                         STEPWATCH_WORKER_WEB_PORT=str(port))
     worker = WorkerProcess(env, tmp_path / "worker.log")
+    health = f"http://127.0.0.1:{port}/health"
+
+    def answer() -> tuple[int, dict]:
+        status, body = get(health)
+        return status, orjson.loads(body) if body else {}
+
+    stopped = False
     try:
         worker.wait_ready()
-        status, body = get(f"http://127.0.0.1:{port}/health")
-        assert status == 200 and b'"status":"ok"' in body
+        wait_until(lambda: (a := answer())[0] == 200 and a[1]["status"] == "ok", timeout=60, what="/health ok")
+        # Stopped: nothing answers, no client error; the probe notices.
+        os.killpg(broker.proc.pid, signal.SIGSTOP)
+        stopped = True
+        status, body = wait_until(lambda: (a := answer())[0] == 503 and a, timeout=60, what="/health degraded",
+                                  interval=0.5)
+        assert body["status"] == "degraded" and body["broker_reachable"] is False, body
+        os.killpg(broker.proc.pid, signal.SIGCONT)
+        stopped = False
+        status, body = wait_until(lambda: (a := answer())[0] == 200 and a, timeout=90, what="/health ok again",
+                                  interval=0.5)
+        assert body["status"] == "ok" and body["broker_reachable"] is True, body
+
+        # Killed: the clients' reconnect errors, rate-limited.
         broker.kill()
-        wait_until(lambda: get(f"http://127.0.0.1:{port}/health")[0] == 503, timeout=60, what="/health degraded",
-                   interval=0.5)
-        assert b'"status":"degraded"' in get(f"http://127.0.0.1:{port}/health")[1]
+        wait_until(lambda: get(health)[0] == 503, timeout=60, what="/health degraded", interval=0.5)
+        assert b'"status":"degraded"' in get(health)[1]
         # Until the limiter has let a summary through, then: the reconnect errors held back outnumber
         # those printed many times over (without it, every one was printed: ~300 lines a second).
         summary = re.compile(r"Unable connect to node.*\((\d+) more like this held back since the last one\)")
@@ -79,6 +107,8 @@ def test_worker_with_its_broker_gone_logs_little_reports_degraded_and_stops(topi
         held = sum(int(n) for n in summary.findall(text))
         assert held >= 10 * printed, (printed, held)
     finally:
+        if stopped:
+            os.killpg(broker.proc.pid, signal.SIGCONT)
         code = worker.stop(timeout=60)  # SIGTERM; SIGKILL only after 60 s
         broker.stop()
     assert code in (0, 1), worker.log_text()[-3000:]  # it ended by itself (SIGKILL would be -9)

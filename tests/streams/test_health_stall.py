@@ -1,6 +1,6 @@
 """/health sees a stalled consumer (issue 44 row 13 and item 6): messages waiting and none consumed for
 ``STALL_SECONDS`` make it say degraded (503 on the page), and the next consumed message makes it ok again.
-The clock is passed in; the live broker-side checks: tests/streams/test_health_kafka.py."""
+The clock is passed in; the live broker-side checks: tests/streams/test_broker_away.py."""
 
 from __future__ import annotations
 
