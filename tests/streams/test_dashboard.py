@@ -49,11 +49,29 @@ def marked_rows(dom: str) -> list[str]:
     return re.findall(r'<div class="row marked straggler"[^>]*data-ranks="([^"]+)"', dom)
 
 
-def test_dashboard_shows_the_straggler_stripe_live(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+@pytest.fixture(scope="module")
+def stripe_worker(kafka_bootstrap, tmp_path_factory):
+    """One worker for the straggler stripe and the markup test (which sends it nothing): (port, worker)."""
+    import uuid
+
+    from support import WorkerProcess, stepwatch_env
+
     port = free_port()
+    tmp = tmp_path_factory.mktemp("dashboard-worker")
+    env = stepwatch_env(kafka_bootstrap, f"t-dashboard-{uuid.uuid4().hex[:8]}.", STEPWATCH_WORKER_WEB_PORT=str(port),
+                        STEPWATCH_WORKER_DATADIR=str(tmp / "faust"), STEPWATCH_STRAGGLER_WARMUP_STEPS="2",
+                        STEPWATCH_HANG_WARNING_FLOOR_SECONDS="600")
+    worker = WorkerProcess(env, tmp / "worker.log").wait_ready()
+    try:
+        yield port, worker
+    finally:
+        worker.discard()
+
+
+def test_dashboard_shows_the_straggler_stripe_live(kafka_bootstrap, stripe_worker, tmp_path):
+    port, worker = stripe_worker
     base = f"http://127.0.0.1:{port}"
-    worker = start_worker(STEPWATCH_WORKER_WEB_PORT=str(port), STEPWATCH_STRAGGLER_WARMUP_STEPS="2",
-                          STEPWATCH_HANG_WARNING_FLOOR_SECONDS="600")
+    topic_prefix = worker.env["STEPWATCH_KAFKA_TOPIC_PREFIX"]
     events = topic_prefix + "events"
     send_steps(kafka_bootstrap, events, job="demo", ranks=32, steps=range(0, 60), slow_rank=13, factor=1.3)
     read_alerts(kafka_bootstrap, topic_prefix + "alerts", until=lambda a: any(x["job"] == "demo" for x in a))
@@ -138,11 +156,10 @@ def test_dashboard_in_a_hang_marks_the_culprit_apart_and_says_how_long_no_step(k
     assert re.search(r'<div class="action">action: [^-<][^<]+</div>', alerts), alerts[:3000]
 
 
-def test_a_job_id_with_markup_puts_no_raw_tag_in_the_page(kafka_bootstrap, topic_prefix, start_worker, tmp_path):
+def test_a_job_id_with_markup_puts_no_raw_tag_in_the_page(stripe_worker, tmp_path):
     from urllib.parse import quote
 
-    port = free_port()
-    start_worker(STEPWATCH_WORKER_WEB_PORT=str(port))
+    port, _ = stripe_worker
     for job in ("__JOB__<img src=x onerror=document.title='pwned'>", "</script><img src=x onerror=alert(1)>",
                 "__TITLE__\"'&<marquee>"):
         dom = chromium(f"http://127.0.0.1:{port}/dashboard/{quote(job, safe='')}", tmp_path, "--dump-dom")
