@@ -96,7 +96,7 @@ def test_simulator_worker_and_alerts_over_sasl_ssl(secure_broker, topic_prefix, 
         assert PASSWORD not in worker.log_text()
         assert PASSWORD not in str(alerts)
     finally:
-        worker.stop()
+        worker.discard()  # nothing asserted on its stop
 
 
 def test_wrong_password_is_refused(secure_broker, topic_prefix, tmp_path):
@@ -118,10 +118,12 @@ def test_plaintext_client_cannot_use_the_secure_listener(secure_broker, topic_pr
 
 # -- the training side and the node agent (issue 15): only STEPWATCH_SECURITY_* configure them --------------------
 
-#: One rank of a tiny Lightning fit with the stepwatch callback; the callback's monitor reads its whole
-#: configuration, TLS/SASL included, from the environment. Prints how long the fit took and the counters.
-LIGHTNING_RANK = r"""
-import json, sys, time
+#: Tiny Lightning fits with the stepwatch callback, each a process forked after one import of torch and
+#: Lightning (an import per fit was 20-25 s of CPU on 2 cores; tests/rank_zygote.py does the same for jobs).
+#: The callback's monitor reads its whole configuration, TLS/SASL included, from the environment: each fit's
+#: own, set in its process before the callback is made. Each writes how long it took and the counters.
+LIGHTNING_FITS = r"""
+import json, os, sys, time
 import torch
 import lightning.pytorch as pl
 from torch import nn
@@ -138,24 +140,77 @@ class Tiny(pl.LightningModule):
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
-steps = int(sys.argv[1])
-callback = StepwatchCallback(heartbeat_interval=0.5)
-trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                     enable_model_summary=False, enable_checkpointing=False, callbacks=[callback])
-data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
-t0 = time.monotonic()
-trainer.fit(Tiny(), DataLoader(data, batch_size=4))
-fit_s = time.monotonic() - t0
-print(json.dumps({"fit_s": fit_s, **callback.monitor.stats()}), flush=True)
+def fit(env, steps, out):
+    os.environ.clear()
+    os.environ.update(env)
+    callback = StepwatchCallback(heartbeat_interval=0.5)
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, callbacks=[callback])
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    t0 = time.monotonic()
+    trainer.fit(Tiny(), DataLoader(data, batch_size=4))
+    fit_s = time.monotonic() - t0
+    with open(out, "w") as f:
+        json.dump({"fit_s": fit_s, **callback.monitor.stats()}, f)
+
+for job in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            fit(job["env"], job["steps"], job["out"])
+            code = 0
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        sys.exit(f"fit {job['out']} exited with {status}")
 """
 
 
-def lightning_rank(env, steps: int, timeout: float = 240) -> tuple[dict, str]:
+def lightning_fits(jobs: dict[str, tuple[dict, int]], tmp_path, timeout: float = 360) -> dict[str, tuple[dict, str]]:
+    """Run each named (env, steps) fit, one after the other, from one import: name -> (stats, its output)."""
     pytest.importorskip("lightning.pytorch", reason="lightning not installed (pip install -e '.[train-test]')")
-    result = subprocess.run([sys.executable, "-c", LIGHTNING_RANK, str(steps)], env=env, capture_output=True,
-                            text=True, timeout=timeout)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+    spec = [{"env": env, "steps": steps, "out": str(tmp_path / f"{name}.json"), "log": str(tmp_path / f"{name}.log")}
+            for name, (env, steps) in jobs.items()]
+    result = subprocess.run([sys.executable, "-c", LIGHTNING_FITS, json.dumps(spec)], capture_output=True, text=True,
+                            timeout=timeout, env=dict(next(iter(jobs.values()))[0], OMP_NUM_THREADS="1"))
+    logs = {name: (tmp_path / f"{name}.log").read_text(errors="replace") if (tmp_path / f"{name}.log").exists()
+            else "" for name in jobs}
+    assert result.returncode == 0, result.stderr[-2000:] + "".join(text[-3000:] for text in logs.values())
+    return {name: (json.loads((tmp_path / f"{name}.json").read_text()), logs[name]) for name in jobs}
+
+
+@pytest.fixture(scope="module")
+def fits(secure_broker, tmp_path_factory):
+    """The two fits of the monitor tests below, from one import: one with the right password (its events on
+    its own topic) and one with a wrong one. name -> (prefix, env, stats, its output)."""
+    from stepwatch.config import Settings
+    from stepwatch.security import client_config
+    from stepwatch.topics import create_topics
+
+    jobs, prefixes = {}, {}
+    for name, job, steps, extra in (("published", "secure-fit", 12, {}),
+                                    ("refused", "refused-fit", 120, {"STEPWATCH_MONITOR_QUEUE_SIZE": "50"})):
+        tmp = tmp_path_factory.mktemp(name)
+        prefixes[name] = f"t-{name}-fit-{uuid.uuid4().hex[:8]}."
+        env = secure_env(secure_broker, prefixes[name], tmp, STEPWATCH_JOB=job, **extra)
+        if name == "refused":
+            (tmp / "sasl-password").write_text("wrong-" + PASSWORD)
+        else:
+            create_topics(secure_broker["bootstrap"], [prefixes[name] + "events"], 1,
+                          client_config=client_config(Settings.from_env(env)))
+        jobs[name] = (env, steps)
+    ran = lightning_fits(jobs, tmp_path_factory.mktemp("fits"))
+    return {name: (prefixes[name], jobs[name][0], *ran[name]) for name in jobs}
 
 
 def read_topic(broker, topic: str, settings, until, timeout: float = 60) -> list[dict]:
@@ -176,29 +231,20 @@ def kafka_problem_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "stepwatch: " in line and "Kafka" in line]
 
 
-def test_rank_monitor_through_lightning_callback_publishes_over_sasl_ssl(secure_broker, topic_prefix, tmp_path):
+def test_rank_monitor_through_lightning_callback_publishes_over_sasl_ssl(secure_broker, fits):
     from stepwatch.config import Settings
-    from stepwatch.security import client_config
-    from stepwatch.topics import create_topics
 
-    env = secure_env(secure_broker, topic_prefix, tmp_path, STEPWATCH_JOB="secure-fit")
-    settings = Settings.from_env(env)
-    create_topics(secure_broker["bootstrap"], [topic_prefix + "events"], 1, client_config=client_config(settings))
-    stats, stderr = lightning_rank(env, steps=12)
+    prefix, env, stats, stderr = fits["published"]
     assert (stats["sent"], stats["dropped"], stats["connected"]) == (stats["produced"], 0, True), stderr[-3000:]
-    events = read_topic(secure_broker, topic_prefix + "events", settings,
+    events = read_topic(secure_broker, prefix + "events", Settings.from_env(env),
                         until=lambda evs: sum(e["kind"] == "step" for e in evs) >= 12)
     assert [e["step"] for e in events if e["kind"] == "step"] == list(range(12))
     assert {e["job"] for e in events} == {"secure-fit"}
     assert PASSWORD not in stderr
 
 
-def test_rank_monitor_with_wrong_password_says_so_once_and_training_is_not_blocked(secure_broker, topic_prefix,
-                                                                                    tmp_path):
-    env = secure_env(secure_broker, topic_prefix, tmp_path, STEPWATCH_JOB="refused-fit",
-                     STEPWATCH_MONITOR_QUEUE_SIZE="50")
-    (tmp_path / "sasl-password").write_text("wrong-" + PASSWORD)
-    stats, stderr = lightning_rank(env, steps=120)
+def test_rank_monitor_with_wrong_password_says_so_once_and_training_is_not_blocked(secure_broker, fits):
+    _, _, stats, stderr = fits["refused"]
     # Every step trained; none reached Kafka; what did not fit the queue is counted, the rest dropped at close.
     assert (stats["sent"], stats["connected"]) == (0, False)
     assert stats["produced"] >= 120 and stats["dropped"] == stats["produced"]
