@@ -99,18 +99,19 @@ def start_worker(kafka_bootstrap, topic_prefix, tmp_path, worker_consumer):
     """Factory: ``start_worker(**env)`` runs ``stepwatch worker`` on this test's topics, ready to consume.
 
     Returns the ``support.WorkerProcess``; every worker started is killed after the test (``discard``).
+    ``ready=False`` returns at once (call ``wait_ready()``): workers that start together overlap their starts.
     """
     from support import WorkerProcess, stepwatch_env
 
     started = []
 
-    def start(**extra_env: str):
+    def start(*, ready: bool = True, **extra_env: str):
         extra_env.setdefault("STEPWATCH_WORKER_CONSUMER", worker_consumer)
         extra_env.setdefault("STEPWATCH_WORKER_DATADIR", str(tmp_path / "faust"))
         env = stepwatch_env(kafka_bootstrap, topic_prefix, **extra_env)
         worker = WorkerProcess(env, tmp_path / f"worker-{len(started)}.log")
         started.append(worker)
-        return worker.wait_ready()
+        return worker.wait_ready() if ready else worker
 
     yield start
     for worker in started:

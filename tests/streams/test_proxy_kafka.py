@@ -54,8 +54,10 @@ def test_each_worker_proxies_to_the_owner_of_the_other_partition(kafka_bootstrap
     workers = [start_worker(STEPWATCH_KAFKA_PARTITIONS=str(PARTITIONS), STEPWATCH_WORKER_WEB_PORT=str(port),
                             STEPWATCH_WORKER_DATADIR=str(tmp_path / f"faust-{i}"),
                             STEPWATCH_WORKER_REGISTRY_INTERVAL="2",
-                            STEPWATCH_WORKER_PEER_KEY_FILE=str(tmp_path / "peer-key"))
+                            STEPWATCH_WORKER_PEER_KEY_FILE=str(tmp_path / "peer-key"), ready=False)
                for i, port in enumerate(ports)]
+    for worker in workers:  # started together: one start's wait, not two
+        worker.wait_ready()
 
     def health(i: int) -> dict:
         status, body = get_json(urls[i] + "/health")
