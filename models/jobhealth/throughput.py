@@ -40,7 +40,6 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from ..alert_types import AlertType
 from ..alerts import Alert, alert_id
@@ -264,6 +263,7 @@ class _Regression:
             return None
         # Rank test against the baseline: a stationary but noisy job (bimodal step times from
         # occasional hiccups) does not pass it; a real shift does within a few steps.
+        from scipy.stats import mannwhitneyu  # here: scipy.stats is most of a worker's import time
         p_value = mannwhitneyu(recent, list(self.baseline), alternative="greater").pvalue
         return effect if p_value < alpha else None
 

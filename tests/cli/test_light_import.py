@@ -79,3 +79,10 @@ def test_the_light_client_settings_parse_as_the_whole_tree_does():
     assert light.kafka.bootstrap == "b:9" and light.security.ssl_check_hostname is False
     with pytest.raises(ValueError, match="STEPWATCH_KAFKA_PARTITIONS"):
         ClientSettings.from_env({"STEPWATCH_KAFKA_PARTITIONS": "four"})
+
+
+def test_the_worker_and_replay_load_scipy_only_when_a_rule_needs_it():
+    # scipy.stats was most of a worker's import CPU (0.8 s of 1.4 s) for one rank test that
+    # runs only once a throughput drop is a candidate: every worker start and replay paid it.
+    modules = modules_after("stepwatch.streams.worker", "stepwatch.recording")
+    assert not [m for m in modules if m.split(".")[0] == "scipy"]
