@@ -30,17 +30,51 @@ import dataclasses
 from .alerts import Alert
 
 #: On: published job alert times are the broker's where the job's hosts' clocks are off (off: the hosts' own).
-#: Off: a worker restarted during catch-up replays its span with record times moved on to now
-#: (streams/recovery.py), so its offset, and the shifted ``starts_at`` of an alert it re-derives, differ from
-#: its previous life's, and the topic's copy no longer marks it a duplicate (tests/streams/test_recovery_kafka.py
-#: published the straggler twice). The shift must be one across worker lives first (e.g. dedup on the hosts'
-#: times, the shift carried in the alert).
-ON = False
+ON = True
 
 #: A job's median arrival lag within this many seconds is delivery, not a clock error (times left as stamped).
 TOLERANCE_SECONDS = 5.0
 #: Episodes whose shift is kept per job (more: the least recently seen forgotten; a job has a handful open).
 MAX_KEPT = 256
+#: The evidence key a shifted alert carries its shift in (seconds added to the hosts' times; absent: 0): what a
+#: restarted worker reads back to compare and keep an episode on the hosts' times (models/published.py).
+SHIFT_KEY = "clock_shift_seconds"
+
+
+def shift_of(alert: Alert) -> float:
+    """The seconds ``alert``'s times were moved onto the broker's clock (its ``SHIFT_KEY``; 0: none, or a record
+    read back that carries no number there)."""
+    shift = alert.evidence.get(SHIFT_KEY) if isinstance(alert.evidence, dict) else None
+    return float(shift) if isinstance(shift, (int, float)) and not isinstance(shift, bool) and \
+        abs(shift) < float("inf") else 0.0
+
+
+def hosts_start(alert: Alert) -> float:
+    """``alert``'s ``starts_at`` on its hosts' clock (the same in every worker life for one episode)."""
+    return alert.starts_at - shift_of(alert)
+
+
+#: Two hosts' times this close are one (a shifted time read back less its shift is the hosts' up to rounding).
+SAME_SECONDS = 1e-3
+
+
+def same_start(a: float, b: float) -> bool:
+    """Whether two starts on the hosts' clock (``hosts_start``) are one: equal but for the shift's rounding."""
+    return abs(a - b) < SAME_SECONDS
+
+
+def with_shift(alert: Alert, shift: float) -> Alert:
+    """``alert`` with its times moved by ``shift`` from the hosts' clock instead of its own shift (carried in its
+    evidence when not 0)."""
+    before = shift_of(alert)
+    if shift == before:
+        return alert
+    move = shift - before
+    evidence = {k: v for k, v in alert.evidence.items() if k != SHIFT_KEY}
+    if shift:
+        evidence[SHIFT_KEY] = round(shift, 6)
+    return dataclasses.replace(alert, starts_at=round(alert.starts_at + move, 6), evidence=evidence,
+                               ends_at=None if alert.ends_at is None else round(alert.ends_at + move, 6))
 
 
 class AlertClock:
@@ -83,8 +117,5 @@ class AlertClock:
         if shift is None:
             self.choose([alert], self.latest)
             shift = self._shift[alert.id, alert.starts_at]
-        if not shift:
-            return alert
-        return dataclasses.replace(alert, starts_at=round(alert.starts_at + shift, 6), ends_at=None
-                                   if alert.ends_at is None else round(alert.ends_at + shift, 6))
+        return with_shift(alert, shift) if shift else alert
 

@@ -154,29 +154,34 @@ class DetectionEngine(JobEngine):
         return self._leave(out)
 
     def _leave(self, alerts: list[Alert]) -> list[Alert]:
-        """The end of the outlet chain, every road's: job alerts' times onto the broker's clock where the job's hosts'
-        are off (models/alert_clock.py). The stages before read them on the hosts' clocks, as node telemetry's."""
-        leaving = self.leaving
-        if alert_clock.ON and alerts:
-            jobs = self.jobs
-            out = alerts
-            for i, alert in enumerate(alerts):
-                if not alert.job:
-                    continue  # a node's alert: its agent's times
-                job = leaving.get(alert.job)  # (an evicted job's resolutions: its clock chose their shift)
-                if job is None or job.alert_clock.shift(alert) is None:
-                    job = jobs.get(alert.job)
-                    if job is None:
-                        continue  # forgotten: nothing to move it by
-                moved = job.alert_clock.to_broker(alert)
-                if moved is not alert:
-                    if out is alerts:
-                        out = list(alerts)
-                    out[i] = moved
-            alerts = out
-        if leaving:
-            leaving.clear()
+        """The end of the outlet chain, every road's: ``on_broker_clock``; the evicted jobs' clocks let go."""
+        alerts = self.on_broker_clock(alerts)
+        if self.leaving:
+            self.leaving.clear()
         return alerts
+
+    def on_broker_clock(self, alerts: list[Alert]) -> list[Alert]:
+        """Job alerts' times onto the broker's clock where the job's hosts' are off (models/alert_clock.py), each
+        episode by the shift its job's clock chose (what leaves the outlet chain; restart recovery's open alerts).
+        The stages before read them on the hosts' clocks, as node telemetry's."""
+        if not alert_clock.ON or not alerts:
+            return alerts
+        leaving, jobs = self.leaving, self.jobs
+        out = alerts
+        for i, alert in enumerate(alerts):
+            if not alert.job:
+                continue  # a node's alert: its agent's times
+            job = leaving.get(alert.job)  # (an evicted job's resolutions: its clock chose their shift)
+            if job is None or job.alert_clock.shift(alert) is None:
+                job = jobs.get(alert.job)
+                if job is None:
+                    continue  # forgotten: nothing to move it by
+            moved = job.alert_clock.to_broker(alert)
+            if moved is not alert:
+                if out is alerts:
+                    out = list(alerts)
+                out[i] = moved
+        return out
 
     def _detect(self, event: Event, arrival: float | None) -> list[Alert]:
         """One event's alerts, enriched, before the outlet chain."""

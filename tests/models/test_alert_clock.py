@@ -22,13 +22,6 @@ from stepwatch.models.wire.step_columns import StepColumns
 T0 = 1_770_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _clock_on(monkeypatch):
-    """The shift is off in the worker (models/alert_clock.py ``ON``: not yet one across a worker's restart);
-    these tests are what it does when on."""
-    monkeypatch.setattr(alert_clock, "ON", True)
-
-
 def _replay(events: list[dict], error: float | None, delivery: float, seed: int) -> list[Alert]:
     """The events stamped ``error`` seconds off true time (None: no arrival known), each arriving ``delivery``
     (+ jitter) after its true time; the timer ticks every second on the broker's clock."""
