@@ -138,7 +138,6 @@ class AlertClock:
         return with_shift(alert, shift) if shift else alert
 
 
-
 class GoneClocks:
     """The alert clocks of jobs evicted (``MAX_GONE`` at most, the longest gone forgotten first): what leaves after
     its job is gone (an alert the outlet held, released in a later call) still goes on its episode's shift."""

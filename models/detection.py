@@ -196,7 +196,7 @@ class DetectionEngine(JobEngine):
         for clock in candidates:
             if clock.shift(alert) is not None:
                 return clock
-        return next((c for c in candidates[1 if leaving is not None else 0:]), None)
+        return job.alert_clock if job is not None else gone
 
     def _detect(self, event: Event, arrival: float | None) -> list[Alert]:
         """One event's alerts, enriched, before the outlet chain."""
