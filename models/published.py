@@ -29,8 +29,8 @@ class PublishedAlerts:
 
     def __init__(self, max_ids: int = 100_000) -> None:
         self.max_ids = max_ids
-        # id -> (status, severity, summary, starts_at on the hosts' clock, the shift it was published with)
-        self._last: dict[str, tuple[str, str, str, float, float]] = {}
+        # id -> (status, severity, summary, starts_at on the hosts' clock, the shift it was published with, starts_at)
+        self._last: dict[str, tuple[str, str, str, float, float, float]] = {}
         self.open: dict[str, Alert] = {}  # id -> the firing alert as last published
         # The rebuilt engine may name a problem it saw from the middle with another id than
         # the one already published (e.g. a later first step): publish it under the old id.
@@ -54,7 +54,8 @@ class PublishedAlerts:
         else:
             self.read_back.pop(alert.id, None)
         self._last.pop(alert.id, None)  # (re)inserted last: the bound forgets the least recently published
-        self._last[alert.id] = (alert.status, alert.severity, alert.summary, hosts_start(alert), shift_of(alert))
+        self._last[alert.id] = (alert.status, alert.severity, alert.summary, hosts_start(alert), shift_of(alert),
+                                alert.starts_at)
         if alert.status == AlertStatus.FIRING:
             self.open[alert.id] = alert
         else:
@@ -75,7 +76,7 @@ class PublishedAlerts:
         last = self._last.get(alert.id)
         if last is None:
             return False
-        status, severity, summary, starts_at, _ = last
+        status, severity, summary, starts_at, _, _ = last
         if (status, severity, summary) == (alert.status, alert.severity, alert.summary):
             return True
         began = hosts_start(alert)  # (the job's own clock: the same in every life for one episode)
@@ -104,7 +105,8 @@ class PublishedAlerts:
         last = self._last.get(alert.id)
         if last is None or last[4] == shift_of(alert) or not same_start(last[3], hosts_start(alert)):
             return alert
-        return with_shift(alert, last[4])  # the same episode: the times it was published with
+        # the same episode: the times it was published with (its starts_at as published, not moved twice and rounded)
+        return dataclasses.replace(with_shift(alert, last[4]), starts_at=last[5])
 
 
 def _gist(alert: Alert) -> tuple:

@@ -133,6 +133,9 @@ def test_a_restarted_worker_publishes_one_lifes_alerts_at_one_lifes_times(error,
     said_first = {episode(a) for a in first}
     expected = [a1 if episode(a2) in said_first else a2 for a1, a2 in zip(one(error, d1), one(error, d2))]
     assert times(both) == times(expected)
+    starts: dict[tuple[str, float], float] = {}
+    for a in both:  # one episode, one published starts_at, to the digit, across the lives
+        assert starts.setdefault(episode(a), a.starts_at) == a.starts_at, a
 
 
 @pytest.mark.parametrize("error", ERRORS)
