@@ -15,7 +15,14 @@ those stages read the job's times against node telemetry and one another on the 
 leaves carries the broker's. Which shift: chosen where the rule fired (``choose``, from the job's offset as of the
 firing row: a column run's earlier rows as one event at a time would have it), or, for an alert the outlet made of
 a job's (a node incident of its stragglers, a restart), where it leaves, from the offset the job's latest alert was
-given (none if the job had none: its hosts' times). The end reads no engine state but these clocks.
+given (none yet: the job's offset as of the timer's latest visit). An evicted job's clock is kept a while
+(``GoneClocks``): an alert of its that a stage held leaves later on its own shift. The end reads no engine state but
+these clocks.
+
+Across worker lives: the published alert carries its shift (``evidence.clock_shift_seconds``, ``SHIFT_KEY``, when
+not 0). A restarted worker's offsets are its own (its recovery span replayed at record times moved on to now), so
+what it re-derives is compared with what the topic holds on the hosts' clock, and a version of an episode read back
+goes out on the shift read back (models/published.py): one episode, one set of published times, in every life.
 
 One alert keeps one shift from its first version to its resolution (its ``starts_at`` is part of how consumers
 follow it): the shift is kept by (alert id, ``starts_at`` on the hosts' clock), an episode, at most ``MAX_KEPT`` per
@@ -26,32 +33,73 @@ an intermittent straggler's next episode under its first id).
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 
 from .alerts import Alert
 
 #: On: published job alert times are the broker's where the job's hosts' clocks are off (off: the hosts' own).
-#: Off: a worker restarted during catch-up replays its span with record times moved on to now
-#: (streams/recovery.py), so its offset, and the shifted ``starts_at`` of an alert it re-derives, differ from
-#: its previous life's, and the topic's copy no longer marks it a duplicate (tests/streams/test_recovery_kafka.py
-#: published the straggler twice). The shift must be one across worker lives first (e.g. dedup on the hosts'
-#: times, the shift carried in the alert).
-ON = False
+ON = True
 
 #: A job's median arrival lag within this many seconds is delivery, not a clock error (times left as stamped).
 TOLERANCE_SECONDS = 5.0
 #: Episodes whose shift is kept per job (more: the least recently seen forgotten; a job has a handful open).
 MAX_KEPT = 256
+#: Evicted jobs whose clocks are kept (more: the longest gone forgotten): an alert of theirs the outlet held
+#: (the gate) leaves in a later call, on the shift chosen for it.
+MAX_GONE = 512
+#: The evidence key a shifted alert carries its shift in (seconds added to the hosts' times; absent: 0): what a
+#: restarted worker reads back to compare and keep an episode on the hosts' times (models/published.py).
+SHIFT_KEY = "clock_shift_seconds"
+
+
+def shift_of(alert: Alert) -> float:
+    """The seconds ``alert``'s times were moved onto the broker's clock (its ``SHIFT_KEY``; 0: none, or a record
+    read back that carries no number there)."""
+    shift = alert.evidence.get(SHIFT_KEY) if isinstance(alert.evidence, dict) else None
+    return float(shift) if isinstance(shift, (int, float)) and not isinstance(shift, bool) and \
+        abs(shift) < float("inf") else 0.0
+
+
+def hosts_start(alert: Alert) -> float:
+    """``alert``'s ``starts_at`` on its hosts' clock (the same in every worker life for one episode)."""
+    return alert.starts_at - shift_of(alert)
+
+
+#: Two hosts' times this close are one (a shifted time read back less its shift is the hosts' up to rounding).
+SAME_SECONDS = 1e-3
+
+
+def same_start(a: float, b: float) -> bool:
+    """Whether two starts on the hosts' clock (``hosts_start``) are one: equal but for the shift's rounding."""
+    return abs(a - b) < SAME_SECONDS
+
+
+def with_shift(alert: Alert, shift: float) -> Alert:
+    """``alert`` with its times moved by ``shift`` from the hosts' clock instead of its own shift (carried in its
+    evidence when not 0)."""
+    before = shift_of(alert)
+    if shift == before:
+        return alert
+    move = shift - before
+    evidence = {k: v for k, v in alert.evidence.items() if k != SHIFT_KEY}
+    if shift:
+        evidence[SHIFT_KEY] = round(shift, 6)
+    return dataclasses.replace(alert, starts_at=round(alert.starts_at + move, 6), evidence=evidence,
+                               ends_at=None if alert.ends_at is None else round(alert.ends_at + move, 6))
 
 
 class AlertClock:
     """One job's alert episodes and the seconds each one's times move (0: none)."""
 
-    __slots__ = ("_shift", "latest")
+    __slots__ = ("_shift", "latest", "ticked")
 
     def __init__(self) -> None:
         self._shift: dict[tuple[str, float], float] = {}  # (alert id, starts_at on the hosts' clock) -> seconds
         #: The offset ``choose`` was last given (None: none yet, or no arrival known).
         self.latest: float | None = None
+        #: The job's offset as of the timer's latest visit (None: no arrival known): the shift of an alert the
+        #: outlet makes of a job no rule alert gave one (a restart of a healthy job).
+        self.ticked: float | None = None
 
     def __len__(self) -> int:
         """Episodes whose shift is kept (at most ``MAX_KEPT``)."""
@@ -61,16 +109,21 @@ class AlertClock:
         """Keep a shift for each of ``alerts`` (one job's) not seen before: ``offset``, the job's arrival lag (broker
         minus job time), where it is beyond the tolerance; none when None (no arrival known: replay of a file
         without ``_arrival``). A known episode keeps its own."""
-        kept = self._shift
         self.latest = offset
         for alert in alerts:
-            key = (alert.id, alert.starts_at)
-            shift = kept.pop(key, None)  # (put back last: the least recently seen go first)
-            if shift is None:
-                shift = offset if offset is not None and abs(offset) > TOLERANCE_SECONDS else 0.0
-            kept[key] = shift
+            self._keep(alert, offset)
+
+    def _keep(self, alert: Alert, offset: float | None) -> float:
+        """The shift of ``alert``'s episode, kept (chosen from ``offset`` if new)."""
+        kept = self._shift
+        key = (alert.id, alert.starts_at)
+        shift = kept.pop(key, None)  # (put back last: the least recently seen go first)
+        if shift is None:
+            shift = offset if offset is not None and abs(offset) > TOLERANCE_SECONDS else 0.0
+        kept[key] = shift
         while len(kept) > MAX_KEPT:
             del kept[next(iter(kept))]
+        return shift
 
     def shift(self, alert: Alert) -> float | None:
         """The seconds ``alert``'s episode moves (None: not chosen, or forgotten)."""
@@ -78,13 +131,31 @@ class AlertClock:
 
     def to_broker(self, alert: Alert) -> Alert:
         """``alert`` with its times moved by its episode's shift; one no rule fired (the outlet made it of the job's)
-        is given its shift here, from the offset of the job's latest alert."""
+        is given its shift here, from the offset of the job's latest alert (none: as of the timer's latest visit)."""
         shift = self._shift.get((alert.id, alert.starts_at))
         if shift is None:
-            self.choose([alert], self.latest)
-            shift = self._shift[alert.id, alert.starts_at]
-        if not shift:
-            return alert
-        return dataclasses.replace(alert, starts_at=round(alert.starts_at + shift, 6), ends_at=None
-                                   if alert.ends_at is None else round(alert.ends_at + shift, 6))
+            shift = self._keep(alert, self.latest if self.latest is not None else self.ticked)
+        return with_shift(alert, shift) if shift else alert
 
+
+class GoneClocks:
+    """The alert clocks of jobs evicted (``MAX_GONE`` at most, the longest gone forgotten first): what leaves after
+    its job is gone (an alert the outlet held, released in a later call) still goes on its episode's shift."""
+
+    __slots__ = ("_clocks",)
+
+    def __init__(self) -> None:
+        self._clocks: OrderedDict[str, AlertClock] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._clocks)
+
+    def keep(self, job: str, clock: AlertClock) -> None:
+        """``job`` was evicted: its ``clock`` kept, the newest gone."""
+        self._clocks.pop(job, None)
+        self._clocks[job] = clock
+        while len(self._clocks) > MAX_GONE:
+            self._clocks.popitem(last=False)
+
+    def get(self, job: str) -> AlertClock | None:
+        return self._clocks.get(job)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from . import alert_clock
+from .alert_clock import AlertClock, GoneClocks
 from .alerts import Alert
 from .engine import JobEngine
 from .engine_output import RowFacts, StepsJudged
@@ -57,6 +58,8 @@ class DetectionEngine(JobEngine):
         self.batch_layouts: tuple[StepColumns, dict] | None = None
         #: The rows of the last batch of link samples a state cap left out (``take_refused_links``).
         self.refused_links: list[tuple[int, str]] = []
+        #: Evicted jobs' alert clocks, for what of theirs leaves in a later call (models/alert_clock.py).
+        self.gone_clocks = GoneClocks()
 
     @property
     def incremental(self) -> bool:
@@ -154,29 +157,46 @@ class DetectionEngine(JobEngine):
         return self._leave(out)
 
     def _leave(self, alerts: list[Alert]) -> list[Alert]:
-        """The end of the outlet chain, every road's: job alerts' times onto the broker's clock where the job's hosts'
-        are off (models/alert_clock.py). The stages before read them on the hosts' clocks, as node telemetry's."""
-        leaving = self.leaving
-        if alert_clock.ON and alerts:
-            jobs = self.jobs
-            out = alerts
-            for i, alert in enumerate(alerts):
-                if not alert.job:
-                    continue  # a node's alert: its agent's times
-                job = leaving.get(alert.job)  # (an evicted job's resolutions: its clock chose their shift)
-                if job is None or job.alert_clock.shift(alert) is None:
-                    job = jobs.get(alert.job)
-                    if job is None:
-                        continue  # forgotten: nothing to move it by
-                moved = job.alert_clock.to_broker(alert)
-                if moved is not alert:
-                    if out is alerts:
-                        out = list(alerts)
-                    out[i] = moved
-            alerts = out
-        if leaving:
-            leaving.clear()
+        """The end of the outlet chain, every road's: ``on_broker_clock``; the evicted jobs' clocks kept a while."""
+        alerts = self.on_broker_clock(alerts)
+        if self.leaving:
+            for name, job in self.leaving.items():
+                self.gone_clocks.keep(name, job.alert_clock)
+            self.leaving.clear()
         return alerts
+
+    def on_broker_clock(self, alerts: list[Alert]) -> list[Alert]:
+        """Job alerts' times onto the broker's clock where the job's hosts' are off (models/alert_clock.py), each
+        episode by the shift its job's clock chose (what leaves the outlet chain; restart recovery's open alerts).
+        The stages before read them on the hosts' clocks, as node telemetry's."""
+        if not alert_clock.ON or not alerts:
+            return alerts
+        out = alerts
+        for i, alert in enumerate(alerts):
+            if not alert.job:
+                continue  # a node's alert: its agent's times
+            clock = self._clock_of(alert)
+            if clock is None:
+                continue  # forgotten: nothing to move it by
+            moved = clock.to_broker(alert)
+            if moved is not alert:
+                if out is alerts:
+                    out = list(alerts)
+                out[i] = moved
+        return out
+
+    def _clock_of(self, alert: Alert) -> AlertClock | None:
+        """The alert clock that chose ``alert``'s shift: its job's as evicted in this call, as tracked, or as
+        evicted earlier (the gate held it); none chose it: the tracked job's, else the evicted one's, to choose."""
+        leaving = self.leaving.get(alert.job)
+        job = self.jobs.get(alert.job)
+        gone = self.gone_clocks.get(alert.job)
+        candidates = [c for c in (leaving.alert_clock if leaving is not None else None,
+                                  job.alert_clock if job is not None else None, gone) if c is not None]
+        for clock in candidates:
+            if clock.shift(alert) is not None:
+                return clock
+        return job.alert_clock if job is not None else gone
 
     def _detect(self, event: Event, arrival: float | None) -> list[Alert]:
         """One event's alerts, enriched, before the outlet chain."""

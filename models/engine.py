@@ -538,7 +538,10 @@ class JobEngine:
                 self.jobs_evicted["idle"] += 1
                 out.extend(self._evict(job, f"no events for {idle:.0f} s"))
                 continue
-            job_now = now - job.clock_offset()  # the same instant on the job's own clock
+            offset = job.clock_offset()
+            job_now = now - offset  # the same instant on the job's own clock
+            # (the shift of an alert the outlet makes of a job no rule alert gave one: models/alert_clock.py)
+            job.alert_clock.ticked = offset if self.broker_arrivals and job.lags else None
             if job.ticked is not None and previous is not None and job.ticked < previous:
                 # Skipped ticks: hung then as now (an open hang is skipped only while its verdict cannot change).
                 job.sli.on_tick(previous - (now - job_now), hung=bool(job.hang.firing))

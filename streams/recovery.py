@@ -237,7 +237,8 @@ def rebuild(pipeline: Pipeline, span: RecoverySpan, now: float | None = None,
             published.alias[alert.id] = (published_id, topic_open[published_id].starts_at or alert.starts_at)
         engine_open[published_id or alert.id] = alert
     out: list[Alert] = []
-    for alert in engine_open.values():
+    # (the engine's own open alerts are on the hosts' clocks: published, they go on the broker's as any)
+    for alert in engine.on_broker_clock(list(engine_open.values())):
         if alert.id in published.alias:  # the same problem, already open under its published id
             continue
         if not published.is_duplicate(alert):  # (also: fired and resolved on the topic, from events re-read)

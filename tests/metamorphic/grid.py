@@ -254,9 +254,6 @@ KNOWN_BASES: dict[str, str] = {}
 #: Pairs of the sample that fail today, with the issue item that fixes them (strict xfail: remove the entry
 #: when that fix lands and the pair passes).
 KNOWN: dict[tuple[str, str], str] = {
-    ("gen3:varlen_accum_straggler", "clocks +-30s"):
-        "alert times on the hosts' clocks: the broker-clock shift (models/alert_clock.py, at the end of the outlet "
-        "chain) is off until it is one across a worker's restart (a recovery replays with record times moved on)",
     ("library:straggler-10pct-8", "world 2"):
         "design limit at the threshold: a 10% rank of a pair reads 1.09x paired (under ratio_threshold 1.1) and is "
         "not named; it no longer names the healthy rank when it recovers (tests/models/steps/test_pair_naming.py)",

@@ -80,9 +80,7 @@ def test_clocks_ahead_at_the_end_make_no_hang(spread: float, seed: int):
 # the broker's clock where the hosts' are off. Whatever the hosts' error, the first alert's delay is the base's.
 
 
-@pytest.mark.parametrize("source,spread,seed", [pytest.param("gen3:varlen_accum_straggler", 30.0, 5, marks=pytest.mark.xfail(
-    strict=True, reason="alert times on the hosts' clocks: models/alert_clock.py ON is off until the shift is "
-    "one across a worker's restart")),
+@pytest.mark.parametrize("source,spread,seed", [("gen3:varlen_accum_straggler", 30.0, 5),
                                                 ("gen3:two_stragglers", 45.0, 7),
                                                 ("gen3:straggler_recurs", 20.0, 9),
                                                 ("gen2:hang-before-collective", 30.0, 11)])

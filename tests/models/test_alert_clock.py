@@ -22,13 +22,6 @@ from stepwatch.models.wire.step_columns import StepColumns
 T0 = 1_770_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _clock_on(monkeypatch):
-    """The shift is off in the worker (models/alert_clock.py ``ON``: not yet one across a worker's restart);
-    these tests are what it does when on."""
-    monkeypatch.setattr(alert_clock, "ON", True)
-
-
 def _replay(events: list[dict], error: float | None, delivery: float, seed: int) -> list[Alert]:
     """The events stamped ``error`` seconds off true time (None: no arrival known), each arriving ``delivery``
     (+ jitter) after its true time; the timer ticks every second on the broker's clock."""
@@ -183,3 +176,43 @@ def test_a_column_run_shifts_its_rows_alerts_as_one_event_at_a_time(per_message:
     hosts = {(a["id"], a["status"]): a["starts_at"] for a in _roads(events, per_message, batched=False)}
     moved = [hosts[a["id"], a["status"]] - a["starts_at"] for a in one if a["type"] == "straggler"]
     assert moved and all(d > 25.0 for d in moved), moved  # (the hosts' median error, ~32 s, taken off)
+
+
+def _fed(job: str, error: float, events: list[dict]) -> tuple[DetectionEngine, list[Alert]]:
+    """An engine fed ``events`` stamped ``error`` s off, each arriving 0.5 s after its true time, ticked as it goes."""
+    engine = DetectionEngine()
+    out: list[Alert] = []
+    for e in events:
+        out.extend(engine.process(parse_event(dict(e, ts=round(e["ts"] + error, 6))), arrival=e["ts"] + 0.5))
+        out.extend(engine.tick(e["ts"] + 0.5))
+    return engine, out
+
+
+@pytest.mark.parametrize("error", [-40.0, 30.0])
+def test_a_shifted_alert_carries_its_shift_and_a_held_one_of_an_evicted_job_leaves_on_it(error: float):
+    """What leaves carries its shift (``SHIFT_KEY``: the hosts' times are starts_at less it). A version a stage held
+    (on the hosts' clock) that leaves once its job is evicted, in a later call, goes on its episode's shift."""
+    engine, out = _fed("gone", error, straggler_and_slowdown("gone", t0=T0))
+    fired = _first(out, "straggler")
+    assert abs(alert_clock.shift_of(fired) - (0.5 - error)) < 0.1, fired.evidence  # (arrival less stamp)
+    held = alert_clock.with_shift(fired, 0.0)  # the version a stage held, on the hosts' clock
+    assert alert_clock.SHIFT_KEY not in held.evidence
+    assert abs(held.starts_at - (fired.starts_at + error - 0.5)) < 0.1
+    engine.tick(T0 + 10 * 86_400.0)  # evicted as idle (a call of its own)
+    assert "gone" not in engine.jobs
+    left = engine.on_broker_clock([held])[0]
+    assert (left.starts_at, alert_clock.shift_of(left)) == (fired.starts_at, alert_clock.shift_of(fired))
+
+
+def test_an_alert_the_outlet_makes_of_a_job_no_rule_alerted_on_goes_on_the_broker_clock():
+    """A restart of a healthy job (``job_restart``, made by the outlet, no rule alert before it) takes the job's offset
+    as of the timer's latest visit; within the tolerance it keeps the hosts' times."""
+    for error, moved in ((30.0, True), (2.0, False)):
+        events = [e for e in straggler_and_slowdown("calm", t0=T0, slow=(0, 0), slowdown_from=10**6)
+                  if e["kind"] == "step"]
+        engine, out = _fed("calm", error, events)
+        assert not [a for a in out if a.job == "calm"]
+        restart = Alert(id="r1", status=AlertStatus.FIRING, type="job_restart", severity="warning", job="calm",
+                        ranks=(), nodes=(), starts_at=T0 + 50.0, summary="job_restart")
+        left = engine.on_broker_clock([restart])[0]
+        assert (abs(left.starts_at - (T0 + 50.0 + 0.5 - error)) < 0.1) if moved else left is restart, (error, left)

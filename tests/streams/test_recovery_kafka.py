@@ -121,6 +121,58 @@ def test_a_worker_killed_during_catch_up_restarts_without_a_duplicate_or_a_false
     assert {a["type"] for a in alerts} == {"straggler"}, logs  # no hang: the straggler only
 
 
+def test_a_straggler_killed_open_is_resolved_by_the_restart_at_the_times_it_was_published(
+        kafka_bootstrap, topic_prefix, start_worker, worker_consumer, tmp_path):
+    """The job's hosts' clocks are years off the broker (2023 events, an hour-old backlog), so its alert times go on
+    the broker's clock (models/alert_clock.py). The worker is killed with the straggler open; the restart reads on
+    later (its own offset) and publishes the resolution under the firing's ``starts_at`` and shift, read back
+    (models/published.py); both lives' times, on the hosts' clock, are replay's."""
+    from stepwatch.models.alert_clock import SHIFT_KEY
+
+    events, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"
+    create_topics(kafka_bootstrap, [topic_prefix + n for n in ("events", "alerts", "deadletter", "telemetry")], 1)
+    first, rest = backlog(reached_broker_at=time.time() - 3600)
+    group = topic_prefix.rstrip(".") + "-worker" + ("" if worker_consumer == "faust" else "-events")
+    ends = [i for i, (job, value, _) in enumerate(rest) if job == "job-s" and b'"step":72,' in value]
+    split = ends[0] if ends else len(rest) // 2  # the straggler (steps 60-75) open, not yet over
+    produce(kafka_bootstrap, events, first)
+    commit(kafka_bootstrap, group, events, len(first))
+    produce(kafka_bootstrap, events, rest[:split])
+    doomed = start_worker(STEPWATCH_WORKER_COMMIT_INTERVAL="3600", **ONE_PARTITION)
+
+    def straggler(status):
+        return lambda alerts: any(a["type"] == "straggler" and a["status"] == status for a in alerts)
+
+    read_alerts(kafka_bootstrap, alerts_topic, until=straggler("firing"), timeout=120)
+    doomed.proc.kill()
+    doomed.proc.wait()
+    produce(kafka_bootstrap, events, rest[split:])  # the straggler's end: the restart's to say
+    restarted = start_worker(**ONE_PARTITION)
+    alerts = read_all_alerts(kafka_bootstrap, alerts_topic, until=straggler("resolved"), timeout=120)
+
+    env = stepwatch_env(kafka_bootstrap, topic_prefix, **ONE_PARTITION)
+    recording = tmp_path / "events.jsonl"
+    run_stepwatch("record", "-o", str(recording), env=env)
+    replayed = [orjson.loads(line) for line in run_stepwatch("replay", str(recording), env=env).stdout.splitlines()
+                if line.strip()]
+    logs = "\n".join(w.log_text()[-3000:] for w in (doomed, restarted))
+    assert [k for k, n in Counter(published(alerts)).items() if n > 1] == [], logs
+    fired = [a for a in alerts if a["type"] == "straggler" and a["status"] == "firing"]
+    done = [a for a in alerts if a["type"] == "straggler" and a["status"] == "resolved"]
+    assert fired and done and abs(fired[0]["evidence"].get(SHIFT_KEY, 0.0)) > 3000, logs  # (shifted: the backlog)
+    for a in done:  # the restart resolved what the killed life fired, on its times
+        f = next(x for x in fired if x["id"] == a["id"])
+        assert (a["starts_at"], a["evidence"].get(SHIFT_KEY)) == (f["starts_at"], f["evidence"].get(SHIFT_KEY)), logs
+
+    def hosts(records):
+        return {(a["id"], a["status"]): a["starts_at"] - a["evidence"].get(SHIFT_KEY, 0.0)
+                for a in records if a["type"] == "straggler"}
+
+    live, offline = hosts(alerts), hosts(replayed)
+    assert live.keys() == offline.keys(), logs
+    assert all(abs(live[k] - offline[k]) < 1e-3 for k in live), (live, offline)  # (each shift rounded to the us)
+
+
 def test_an_open_node_suspect_is_not_fired_again_nor_its_action_recorded_again_after_a_restart(
         kafka_bootstrap, topic_prefix, start_worker):
     """A plain stop and start: the ledger read back from its topic judges the node again; what the alerts and
