@@ -482,7 +482,7 @@ class HangDetector:
         if event.rank is not None:
             slot = p.slot_for(event.rank, event.ts)
             was = p.rank_phase[slot]
-            p.set_rank_phase(slot, event.phase, event.ts)
+            p.set_rank_phase(slot, event.phase, event.ts, event.step)
             left = p.job_phase.rank_reports(event.rank, event.phase, ts=event.ts)  # a lost job-wide ``train``
             if left or (was == "checkpoint" and event.phase != "checkpoint"):
                 self._pause_ended(event.ts)
