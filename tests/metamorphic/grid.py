@@ -338,6 +338,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "without markers, over the 30 s floor at 0.57 s steps; time_scale keeps the stop at its length, 3 steps or fewer "
      "at 10-120 s steps, under 10x the p99: no warning, as the rule says. The same signature on gen3:restart_same_step "
      "(10 s, 60 s): the restarted job's harness limit above (not read one by one)"),
+    ("step ", "cause", "(base network)", "open, not analysed to the end: gen3:link_down_hang at 60-120 s steps: the "
+     "hang names no node and cause unknown (base: n01's port down); candidate harness: the port's samples in the "
+     "hang's tail, which time_scale stretches with the pace (its _silences follow a silent rank only; here every "
+     "rank heartbeats). Its false warm-up hang at 60 s (a 350 s warm-up step) is fixed (detector.py thresholds)"),
     ("step 120s", "culprit", "", "harness, presumed (not read one by one): gen3's restart bases (restart_spare, "
      "restart_same_step, restart_spare_sorted) at 120 s steps name other culprits or nodes: time_scale mixes a "
      "restarted job's two runs of the same steps (see primary job_restart above)"),
@@ -345,10 +349,6 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "(analysed): gen3:rank0_saves_alone's only hang is the allowed unmarked-stop warning at 31 s of a ~30 s save "
      "(the 30 s floor); at 0.1 s steps the first two saves stay under the floor and the third crosses it at step "
      "179, rank 0's own step already in: 7 ranks stopped while 1 steps, not 8 at one collective"),
-    ("step ", "cause", "(base network)", "open, not analysed to the end: gen3:link_down_hang at 60-120 s steps: the "
-     "hang names no node and cause unknown (base: n01's port down); candidate harness: the port's samples in the "
-     "hang's tail, which time_scale stretches with the pace (its _silences follow a silent rank only; here every "
-     "rank heartbeats). Its false warm-up hang at 60 s (a 350 s warm-up step) is fixed (detector.py thresholds)"),
     ("step ", "cause", "(base compute)", "open, not analysed: gen3:xid79_dead_rank's XID cause lost at 60-120 s "
      "steps; candidate harness like the OOM kill's (the node's sample after the rank's death stretched with the tail)"),
     ("step ", "no_new_types", "job_restart", "knife-edge base (analysed): gen2:restart-clean/-spare resume 20 steps "
