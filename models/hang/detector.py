@@ -66,6 +66,11 @@ _D = HangSettings()
 #: Event times more than this far ahead of the clock the rule is checked on are clamped to it
 #: (hosts' clock offsets are corrected before, models/steps/clocks.py; seconds).
 FUTURE_SLACK_SECONDS = 60.0
+#: Before the pace is learned, the warning waits this many times the job's longest step so far (its warm-up
+#: steps vary severalfold: a fixed 30 s floor hides that at a fast pace only) ...
+EARLY_STEP_FACTOR = 2.5
+#: ... but comes at the latest at this share of the timeout (a warning before the critical at every pace).
+EARLY_WARNING_SHARE = 0.75
 
 
 class Stop(Enum):
@@ -235,6 +240,10 @@ class HangDetector:
         own = p99 if len(p.step_times) >= self.warning_min_steps else max(p.early_step_max, p.longest_recent_step())
         latest = max(latest, self.pause_factor * own)
         if len(p.step_times) < self.warning_min_steps:
+            # Warm-up steps vary more than learned ones (compilation, autotuning: gen3's 2.0 -> 4.2 s, under the
+            # floor at its pace, 163 -> 350 s at 60 s steps): EARLY_STEP_FACTOR x the longest, still before the
+            # critical (at most EARLY_WARNING_SHARE of it, never earlier than pause_factor x the longest).
+            latest = max(latest, min(EARLY_STEP_FACTOR * own, EARLY_WARNING_SHARE * critical))
             return (latest if latest < critical else None), critical, p.phase
         warn = max(self.warning_factor * p99, self.warning_floor_seconds)
         longest = max(max(p.pauses, default=0.0), stop)  # stops it went on from: resolved warnings, long steps
@@ -473,7 +482,7 @@ class HangDetector:
         if event.rank is not None:
             slot = p.slot_for(event.rank, event.ts)
             was = p.rank_phase[slot]
-            p.set_rank_phase(slot, event.phase, event.ts)
+            p.set_rank_phase(slot, event.phase, event.ts, event.step)
             left = p.job_phase.rank_reports(event.rank, event.phase, ts=event.ts)  # a lost job-wide ``train``
             if left or (was == "checkpoint" and event.phase != "checkpoint"):
                 self._pause_ended(event.ts)

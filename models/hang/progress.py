@@ -134,6 +134,7 @@ class JobProgress:
         self.hb_done = np.zeros(0, dtype=np.int64)  # the latest heartbeat's seq_completed (-1: none)
         self.incarnation = np.zeros(0, dtype=np.int64)  # the rank's process incarnation (-1: never told)
         self.phase_at = np.zeros(0)  # when the rank's own phase last changed (its heartbeats, rank phase events)
+        self.phase_step = np.zeros(0, dtype=np.int64)  # the step it said that phase at (-1: not said)
         self.pause_in_at = np.zeros(0)  # when the rank last began reporting a pause phase (-inf: never)
         self.seq_at = np.zeros(0)  # when the rank's seq_started last rose
         # Ranks seen in a new process (an incarnation) since ``_incarnated_at`` (see ``_incarnation``).
@@ -265,7 +266,11 @@ class JobProgress:
             return False
         n = self.n
         saving = np.fromiter((ph == "checkpoint" for ph in self.rank_phase[:n]), bool, count=n)
-        return bool((saving & (self.rank_progress[:n] <= self.phase_at[:n])).any())
+        # By step where the rank said its step (its own step's end, stamped with the save's start, is no step after
+        # it; a clock correction or host offset can order the two either way), else by time.
+        said = self.phase_step[:n]
+        stays = np.where(said >= 0, self.last_step[:n] <= said, self.rank_progress[:n] <= self.phase_at[:n])
+        return bool((saving & stays).any())
 
     def observe_collective(self, slot: int, seq: int) -> None:
         """A collective event: the rank issued and completed collective ``seq``."""
@@ -294,6 +299,7 @@ class JobProgress:
             self.hb_done = np.concatenate([self.hb_done, np.full(grow, -1, dtype=np.int64)])
             self.incarnation = np.concatenate([self.incarnation, np.full(grow, -1, dtype=np.int64)])
             self.phase_at = np.concatenate([self.phase_at, np.zeros(grow)])
+            self.phase_step = np.concatenate([self.phase_step, np.full(grow, -1, dtype=np.int64)])
             self.pause_in_at = np.concatenate([self.pause_in_at, np.full(grow, -np.inf)])
             self.seq_at = np.concatenate([self.seq_at, np.zeros(grow)])
         self.rank_at[slot] = rank
@@ -312,6 +318,7 @@ class JobProgress:
             if old > self.max_step:
                 self.above -= 1
         self.last_step[slot] = -1
+        self.phase_step[slot] = -1  # (the old process's: its new one is judged by time until it says again)
         self.stepped[slot] = False
         self.seq_started[slot] = self.seq_completed[slot] = self.hb_done[slot] = -1
         for seqs in self.pg_seq.values():
@@ -555,12 +562,15 @@ class JobProgress:
                 for name, desc in event.pg_desc:
                     if name in self.pg_seq:  # bounded like the groups themselves
                         self.pg_desc[name] = desc
-        self.set_rank_phase(slot, event.phase, event.ts)
+        self.set_rank_phase(slot, event.phase, event.ts, event.step)
 
-    def set_rank_phase(self, slot: int, phase: str | None, ts: float) -> None:
-        """A rank's own phase (its heartbeat's, or its rank ``phase`` event), and since when it holds."""
+    def set_rank_phase(self, slot: int, phase: str | None, ts: float, step: int | None = None) -> None:
+        """A rank's own phase (its heartbeat's, or its rank ``phase`` event), and since when (and which step) it
+        holds."""
         was = self.rank_phase[slot]
         if phase != was:
+            # (a heartbeat's step may lag the rank's step events: the later of the two)
+            self.phase_step[slot] = max(step, int(self.last_step[slot])) if isinstance(step, int) and step >= 0 else -1
             if phase in PAUSE_PHASES:
                 self.pause_in_at[slot] = ts
             elif was in PAUSE_PHASES and phase is not None and ts > self.pause_in_at[slot]:

@@ -11,7 +11,10 @@ returns to ``train`` (or another non-end phase) afterwards. The detector fires
   sends checkpoint phases is not stale, it is silent about checkpoints. The alert says which
   (``evidence.basis``: ``"reported"`` or ``"policy"``). Without a policy the age limit is at
   least ``CADENCE_FACTOR`` x the job's own checkpoint interval (``age_limit``): a job of 60 s
-  steps that checkpoints every 100 steps has not stopped checkpointing after an hour; or
+  steps that checkpoints every 100 steps has not stopped checkpointing after an hour. Nor is a job
+  that has not stepped its own usual steps between checkpoints since the last one (``steps_due``):
+  no checkpoint was due, whatever the clock says (a hung job's unprotected work does not grow:
+  its hang is the hang rule's); or
 * a checkpoint took more than ``slow_factor`` times the median of the previous ones
   (at least ``min_history`` of them).
 
@@ -131,7 +134,10 @@ class CheckpointDetector:
         self.history = history
         self._durations: deque[float] = deque(maxlen=history)
         self._intervals: deque[float] = deque(maxlen=INTERVALS_KEPT)  # between the starts of checkpoints
+        self._step_intervals: deque[int] = deque(maxlen=INTERVALS_KEPT)  # the same in steps
         self._last_start: float | None = None  # when the latest checkpoint started
+        self._last_start_step: int | None = None  # the step it started at
+        self._first_step: int | None = None  # the job's first step seen
         self._started: tuple[float, int | None] | None = None  # (ts, step) of a checkpoint in progress
         self.last_success_ts: float | None = None
         self.last_success_step: int | None = None
@@ -151,6 +157,8 @@ class CheckpointDetector:
             self._job_start = ts
         if step is not None and step > self._latest_step:
             self._latest_step = step
+        if step is not None and self._first_step is None:
+            self._first_step = step
 
     def on_phase(self, ts: float, phase: str, step: int | None) -> list[Alert]:
         self.observe(ts, step)
@@ -160,7 +168,11 @@ class CheckpointDetector:
                 self._started = (ts, step)
                 if self._last_start is not None and ts > self._last_start:
                     self._intervals.append(ts - self._last_start)
+                at = step if step is not None else self.latest_step
+                if at is not None and self._last_start_step is not None and at > self._last_start_step:
+                    self._step_intervals.append(at - self._last_start_step)
                 self._last_start = ts
+                self._last_start_step = at
             return []
         if self._started is None or phase == "end":
             return []
@@ -202,6 +214,26 @@ class CheckpointDetector:
             return max(self._last_start - self._job_start, 0.0)
         return 0.0
 
+    def usual_steps(self) -> int | None:
+        """The job's usual steps between checkpoint starts (the median of the recent ones; before a second
+        checkpoint, from its first step seen to the first; None: not known, e.g. no steps reported)."""
+        if self._step_intervals:
+            return int(np.median(np.fromiter(self._step_intervals, float)))
+        if self._last_start_step is not None and self._first_step is not None:
+            return self._last_start_step - self._first_step if self._last_start_step > self._first_step else None
+        return None
+
+    def steps_due(self) -> bool:
+        """Whether a checkpoint was due by the job's own step cadence: without a policy, a job stale by the clock
+        must also have stepped past its usual steps between checkpoints since the last one. A job that stopped
+        stepping (a hang, a stall) or slowed has not missed a checkpoint it would have taken: the work a
+        checkpoint protects is steps, and the clock alone is one pace's measure (the hang's tail at 10 s steps is
+        an hour). True where no cadence in steps is known or a policy sets the limit (the user's word)."""
+        usual = self.usual_steps()
+        if self.required or usual is None or self.last_success_step is None or self._latest_step < 0:
+            return True
+        return self._latest_step - self.last_success_step > usual
+
     def age_limit(self) -> float:
         """The age past which the last checkpoint is stale (0: off): ``max_age_seconds``, and without a policy
         at least ``CADENCE_FACTOR`` x the job's usual interval (a job that always checkpointed every 2 h is
@@ -214,8 +246,8 @@ class CheckpointDetector:
         """The earliest time ``check`` can fire (``inf``: not before an event changes this rule's state)."""
         if self._age_alert is not None or self._job_start is None or not (self.seen_checkpoint or self.required):
             return float("inf")
-        if self.max_age_seconds <= 0:
-            return float("inf")  # only ``max_age_steps``, which events move
+        if self.max_age_seconds <= 0 or not self.steps_due():
+            return float("inf")  # only steps, which events bring (``max_age_steps``, ``steps_due``)
         since_ts = self.last_success_ts if self.last_success_ts is not None else self._job_start
         limit = self.age_limit()
         return max(since_ts, self._started[0] if self._started is not None else since_ts) + limit
@@ -233,7 +265,7 @@ class CheckpointDetector:
         limit = self.age_limit()
         if self._started is not None and now - self._started[0] <= limit:
             return []  # checkpointing on time now: one that never ends is the hang rule's (its checkpoint timeout)
-        too_old = limit > 0 and age > limit
+        too_old = limit > 0 and age > limit and self.steps_due()
         too_many = self.max_age_steps > 0 and steps is not None and steps > self.max_age_steps
         if not (too_old or too_many):
             return []

@@ -131,6 +131,7 @@ def test_checkpoint_staleness_fires_at_its_threshold_and_resolves_at_the_next_ch
     det.observe(0.0, 0)
     assert det.on_phase(10.0, "checkpoint", 10) == []
     assert det.on_phase(40.0, "train", 10) == []
+    det.observe(590.0, 25)  # stepping on past its usual 10 steps between checkpoints (a hung job is not stale)
     assert det.check(600.0) == []  # 560 s since the checkpoint ended
     fired = det.check(641.0)
     assert [a.type for a in fired] == ["checkpoint_stale"] and fired[0].evidence["reason"] == "age"
