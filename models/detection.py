@@ -240,8 +240,9 @@ class DetectionEngine(JobEngine):
             hub.observe_steps(name, ranks[seen:], nodes[seen:], cols.gpu[lo + seen:hi], cols.data_time[lo + seen:hi],
                               steps[seen:], step_times[seen:])
         else:  # the whole run: its own columns, and the batch's data-time array
-            hub.observe_steps(name, ranks, nodes, part(cols.gpu), cols.array("data_time")[lo:hi], steps, step_times,
-                              layout=run.layout)
+            # (None: no row reported a data time, as usual: the correlator skips the array's NaN checks)
+            data_times = None if cols.absent("data_time") else cols.array("data_time")[lo:hi]
+            hub.observe_steps(name, ranks, nodes, part(cols.gpu), data_times, steps, step_times, layout=run.layout)
         if run.evicted:
             evicted = hub.enrich(list(run.evicted))
             return [(None, evicted)] + out if evicted else out

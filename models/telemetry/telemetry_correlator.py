@@ -54,8 +54,8 @@ class TelemetryCorrelator:
 
     def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times, *,
                       layout=None) -> None:
-        """Where step events of one job ran and their data times, in order (a list or an array; absent: NaN);
-        ``layout``: the run's (models/steps/layout.py) when these are a whole run, else None."""
+        """Where step events of one job ran and their data times, in order (a list or an array; absent: NaN; None:
+        absent in every event); ``layout``: the run's (models/steps/layout.py) when these are a whole run, else None."""
         placement = self._placement.get(job)
         if placement is None:
             placement = self._placement[job] = {}
@@ -74,6 +74,10 @@ class TelemetryCorrelator:
                 self._last_run.pop(job, None)
                 last = None
         rings = self._data_time.get(job)
+        if data_times is None:  # none reported: what the all-NaN test below finds, without the arrays
+            if len(ranks) > 1:
+                return
+            data_times = [math.nan] * len(ranks)
         if len(ranks) > 1:
             values = np.asarray(data_times, dtype=np.float64)  # (the batch's own array: no copy)
             absent = np.isnan(values)

@@ -234,9 +234,10 @@ class TelemetryHub:
         jobs = dict.fromkeys((*self.correlator.placements(), *self.fabric.jobs()))
         return [job for job in jobs if wanted.intersection(self.job_nodes(job))]
 
-    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float],
+    def observe_steps(self, job: str, ranks: list[int], nodes: list, gpus: list, data_times: list[float] | None,
                       steps: list[int] = (), step_times: list[float] = (), *, layout=None) -> None:
-        """Step events of one job, in order; ``layout``: the run's (models/steps/layout.py) when these are a whole run."""
+        """Step events of one job, in order; ``layout``: the run's (models/steps/layout.py) when these are a whole run;
+        ``data_times``: None when no event reported one."""
         self.correlator.observe_steps(job, ranks, nodes, gpus, data_times, layout=layout)
         self._changed_jobs.add(job)
         if steps:

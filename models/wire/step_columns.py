@@ -88,6 +88,17 @@ class StepColumns:
             a.flags.writeable = False
         return a
 
+    def absent(self, name: str) -> bool:
+        """Whether number column ``name`` is absent in every row (the decoder's column of ``math.nan`` itself; a
+        reported value is never NaN: JSON has none), worked out once per batch."""
+        key = ("absent", name)
+        got = self._arrays.get(key)
+        if got is None:
+            values = getattr(self, name)
+            # (list.count compares by identity first: only the absent marker's own NaN object counts)
+            got = self._arrays[key] = type(values) is list and values.count(math.nan) == len(values)
+        return got
+
     def ahead_of(self, arrivals, slack: float) -> bool:
         """Whether some row is stamped more than ``slack`` seconds after its own arrival (``arrivals``, one a row): the
         future-timestamp check of a replay's merged lines, one array comparison instead of a step per row."""
