@@ -125,6 +125,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     periods = _periods(rec)
     silences = _silences(rec, periods) if s > 1 else {}
     prev_sample: dict[tuple, float] = {}
+    clock_of = _clock_nodes(rec)
     lines = []
     beats: list[tuple[int, float]] = []  # (index in lines, base ts) of each heartbeat
     for line in rec.lines:
@@ -132,7 +133,8 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
         if "ts" not in e:
             lines.append(Line(warp(line.arrival, None), e))
             continue
-        ts = warp(e["ts"], e.get("node"))
+        node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
+        ts = warp(e["ts"], node)
         if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
             key = _stream(e)
             near = silences.get(e.get("node"), ())
@@ -147,7 +149,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
             if isinstance(e.get(f), (int, float)) and not isinstance(e.get(f), bool):
                 event[f] = round(e[f] * s, 6)
         if isinstance(e.get("start_ts"), (int, float)):
-            event["start_ts"] = round(warp(e["start_ts"], e.get("node")), 6)
+            event["start_ts"] = round(warp(e["start_ts"], node), 6)
         if e.get("kind") == "heartbeat":
             beats.append((len(lines), e["ts"]))
         lines.append(Line(ts + (line.arrival - e["ts"]), event))
@@ -167,6 +169,17 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
     return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
                               if s <= 1 or k[0] != "heartbeat"}, name=None)
+
+
+def _clock_nodes(rec: Recording) -> dict[tuple, str]:
+    """Each (job, rank)'s node, for the events that name no node (a job-wide phase marker: sent by rank 0, stamped
+    on its host's clock): time_scale keeps their clock's offset as it keeps the others' (scaling it would move the
+    end marker seconds before rank 0's last step at a fast pace, and the job's last steps after its end)."""
+    out: dict[tuple, str] = {}
+    for e in rec.events():
+        if "rank" in e and isinstance(e.get("node"), str):
+            out.setdefault((e.get("job"), e["rank"]), e["node"])
+    return out
 
 
 #: A job-wide gap between two steps' ends this many times the job's median one is a stop (an unmarked checkpoint, a
