@@ -580,24 +580,39 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
     hang and does not hide the fault that follows it."""
     start, end = rec.span()
     goal = rec.onset if rec.onset is not None else start + (end - start) / 2
+    # Times on the job's clock (each host's offset taken out): with hosts seconds apart, a split by each host's
+    # own stamps would leave one node's ranks steps ahead of the others' through the pause (a partial hang).
+    offsets, clock_of = node_offsets(rec), _clock_nodes(rec)
+
+    def job_time(e: dict, when: float) -> float:
+        node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
+        return when - offsets.get(node, 0.0)
+
     ends: dict[tuple, list[float]] = defaultdict(list)
-    for e in rec.events("step"):
-        ends[(e.get("job"), e.get("step"))].append(e["ts"])
+    to_frame = []
+    for line in rec.lines:
+        e = line.event
+        if e.get("kind") == "step":
+            ends[(e.get("job"), e.get("step"))].append(job_time(e, e["ts"]))
+            to_frame.append(job_time(e, e["ts"]) - line.arrival)
+    # (the onset is true time: on the job's clock by the median arrival, a recording without one by its median host)
+    goal += statistics.median(to_frame) if to_frame else 0.0
     # The boundary: the end of the step whose first rank ended it closest before the goal, once all ranks did.
     before_goal = [(min(ts), max(ts)) for ts in ends.values() if min(ts) <= goal]
     at = max(before_goal)[1] + 1e-3 if before_goal else goal
     jobs = sorted({e["job"] for e in rec.events("step") if isinstance(e.get("job"), str)})
 
     def later(line: Line) -> bool:
-        return line.event.get("ts", line.arrival) > at
+        return job_time(line.event, line.event.get("ts", line.arrival)) > at
 
     before = [line for line in rec.lines if not later(line)]
     after = [_moved(line, seconds) for line in rec.lines if later(line)]
     inserted = []
     for job in jobs:
-        inserted.append(Line(at, {"v": 1, "kind": "phase", "job": job, "ts": round(at, 6), "phase": phase}))
-        inserted.append(Line(at + seconds, {"v": 1, "kind": "phase", "job": job, "ts": round(at + seconds, 6),
-                                            "phase": "train"}))
+        mark = at + offsets.get(clock_of.get((job, 0)), 0.0)  # (sent by rank 0, on its host's clock)
+        inserted.append(Line(mark, {"v": 1, "kind": "phase", "job": job, "ts": round(mark, 6), "phase": phase}))
+        inserted.append(Line(mark + seconds, {"v": 1, "kind": "phase", "job": job, "ts": round(mark + seconds, 6),
+                                              "phase": "train"}))
     last_hb: dict[tuple, Line] = {}
     for line in before:
         if line.event.get("kind") == "heartbeat":
@@ -606,9 +621,9 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
     for key, line in last_hb.items():
         p = max(periods.get(key, 5.0), 0.5)
         n = 1
-        while line.event["ts"] + n * p < at + seconds:
+        while job_time(line.event, line.event["ts"]) + n * p < at + seconds:
             moved = _moved(line, n * p)
-            if moved.event["ts"] > at:
+            if job_time(moved.event, moved.event["ts"]) > at:
                 inserted.append(moved)
             n += 1
     onset = rec.onset + seconds if rec.onset is not None else None
