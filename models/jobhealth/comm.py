@@ -126,7 +126,8 @@ class CommEvidence:
 
 class _Key:
     __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
-                 "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from")
+                 "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from",
+                 "judged_ts")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -137,6 +138,7 @@ class _Key:
         self.newest_ts = -math.inf
         self.p2p: deque[float] | None = None  # point-to-point: the last durations of any rank
         self.held_from: int | None = None  # point-to-point: the job's step it crossed at, while held
+        self.judged_ts = -math.inf  # the latest event time judged (``_assess``: what an alert is stamped with)
         self.transfer: deque[float] = deque(maxlen=window)
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
@@ -277,6 +279,9 @@ class CommSlowdownDetector:
 
     def _assess(self, key, state: _Key, seq: int, transfer: float, ts: float,
                 ranks: dict[int, tuple[float, float, str | None]]) -> list[Alert]:
+        # An incomplete collective is judged late (once far behind): its verdict is the window's, as of the newest
+        # collective in it, so that is its time (stamped with its own, a slowdown began before the link did).
+        state.judged_ts = ts = max(ts, state.judged_ts)
         state.transfer.append(transfer)
         healthy = state.firing is None and state.over == 0
         for rank, (duration, _, _) in ranks.items():
