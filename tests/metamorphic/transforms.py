@@ -699,8 +699,9 @@ def world_size(rec: Recording, size: int, hot: dict[str, frozenset[int]], hot_no
     """Every job of ``W`` ranks run on ``size`` ranks instead: larger, by copies of the job's healthy ranks and
     nodes beside it (rank ``r + i*W`` on node ``<node>~i``, copied from ``r`` unless ``r`` is one of the fault's
     ``hot`` ranks or on a ``hot_nodes`` node, then from a healthy rank); smaller, by keeping the fault's ranks
-    and the first healthy ones, numbered ``0..size-1`` in their order. Node telemetry follows the nodes kept or
-    copied.
+    and the first healthy ones, numbered ``0..size-1`` in their order (where step events name a peer group, a
+    pipeline stage, each keeps its share and the fault's a healthy peer: a straggler is judged among its stage's
+    ranks). Node telemetry follows the nodes kept or copied.
 
     Invariant: the same verdict, the culprit being the same rank (renumbered as ``Recording.ranks`` says) on
     the same node; the fault's share of the job does not change what it is."""
@@ -770,12 +771,27 @@ def _grown(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
 
 
 def _shrunk(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
+    role_of: dict[tuple[str, int], str] = {}  # a rank's peer group (a pipeline stage: step events' ``group``)
+    for e in rec.events("step"):
+        if isinstance(e.get("group"), str) and e["group"]:
+            role_of.setdefault((e["job"], e["rank"]), e["group"])
     keep: dict[str, dict[int, int]] = {}
     for job, w in worlds.items():
         first = sorted(hot.get(job, ()))
         rest = [r for r in range(w) if r not in first and node_of.get((job, r)) not in hot_nodes]
         rest += [r for r in range(w) if r not in first and r not in rest]
-        chosen = sorted((first + rest)[:max(size, len(first) + 1)])
+        roles = {role_of.get((job, r)) for r in range(w)}
+        if len(roles) > 1:  # every role keeps its share, a fault's role a healthy peer at least
+            chosen = list(first)
+            for role in sorted(roles, key=str):
+                members = [r for r in range(w) if role_of.get((job, r)) == role]
+                share = max(1, round(size * len(members) / w))
+                own = [r for r in first if r in members]
+                share = max(share, len(own) + 1) if own else share
+                chosen += [r for r in rest if r in members][:share - len(own)]
+            chosen.sort()
+        else:
+            chosen = sorted((first + rest)[:max(size, len(first) + 1)])
         keep[job] = {r: i for i, r in enumerate(chosen)}
     nodes = {node_of[(job, r)] for job, kept in keep.items() for r in kept if (job, r) in node_of}
     out = []
