@@ -570,10 +570,11 @@ def clock_offsets(rec: Recording, spread: float, seed: int = 0) -> Recording:
 # -- a pause around the fault ------------------------------------------------------------------------------
 
 
-def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
+def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_pause: bool = True) -> Recording:
     """A marked pause (``phase``: ``checkpoint``, ``eval`` or ``warmup``; job-wide phase events) of ``seconds``
     at the step boundary where the fault begins (a healthy recording: half-way through), once every rank ended
-    the step before it, every rank heartbeating through it where the recording has heartbeats; every event
+    the step before it, every rank heartbeating through it where the recording has heartbeats (through a
+    checkpoint or eval, saying so: ``timer_in_pause``); every event
     stamped after it happens ``seconds`` later (events stamped before it and still in flight arrive as they did).
 
     Invariant: the same verdict, the first alert's delay counted from the fault's onset; a pause is not a
@@ -594,11 +595,13 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
         e = line.event
         if e.get("kind") == "step":
             ends[(e.get("job"), e.get("step"))].append(job_time(e, e["ts"]))
-            to_frame.append(job_time(e, e["ts"]) - line.arrival)
-    # (the onset is true time: on the job's clock by the median arrival, a recording without one by its median host)
-    goal += statistics.median(to_frame) if to_frame else 0.0
+            to_frame.append(job_time(e, e["ts"]) - e["ts"])
+    # (the onset, true time or a host's stamp, on the job's clock by the median host: the hosts' clocks spread
+    # around the true time)
+    shift = statistics.median(to_frame) if to_frame else 0.0
+    goal += shift
     # The boundary: the end of the step whose first rank ended it closest before the goal, once all ranks did.
-    before_goal = [(min(ts), max(ts)) for ts in ends.values() if min(ts) <= goal]
+    before_goal = [(min(ts), max(ts)) for ts in ends.values() if min(ts) <= goal + 1e-3]  # (a stamp: the estimate's ms)
     at = max(before_goal)[1] + 1e-3 if before_goal else goal
     jobs = sorted({e["job"] for e in rec.events("step") if isinstance(e.get("job"), str)})
 
@@ -609,10 +612,10 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
     after = [_moved(line, seconds) for line in rec.lines if later(line)]
     inserted = []
     for job in jobs:
-        mark = at + offsets.get(clock_of.get((job, 0)), 0.0)  # (sent by rank 0, on its host's clock)
-        inserted.append(Line(mark, {"v": 1, "kind": "phase", "job": job, "ts": round(mark, 6), "phase": phase}))
-        inserted.append(Line(mark + seconds, {"v": 1, "kind": "phase", "job": job, "ts": round(mark + seconds, 6),
-                                              "phase": "train"}))
+        mark = at + offsets.get(clock_of.get((job, 0)), 0.0)  # (sent by rank 0, stamped on its host's clock)
+        inserted.append(Line(at - shift, {"v": 1, "kind": "phase", "job": job, "ts": round(mark, 6), "phase": phase}))
+        inserted.append(Line(at - shift + seconds, {"v": 1, "kind": "phase", "job": job,
+                                                    "ts": round(mark + seconds, 6), "phase": "train"}))
     last_hb: dict[tuple, Line] = {}
     for line in before:
         if line.event.get("kind") == "heartbeat":
@@ -620,6 +623,12 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
     periods = _periods(rec)
     for key, line in last_hb.items():
         p = max(periods.get(key, 5.0), 0.5)
+        # Through a checkpoint or eval a rank's timer says its phase (every rank marks its own, producers/monitor.py):
+        # a copy saying ``train`` reads as a rank that left the pause, and one whose last step event was lost as
+        # behind the others (a partial hang at the pause's end: gen3:slow_node_2gpu / eval).
+        # (``timer_in_pause`` False: copies as they were, for a pause inside a fault whose ranks may be stuck)
+        if timer_in_pause and phase in ("checkpoint", "eval"):
+            line = Line(line.arrival, dict(line.event, phase=phase))
         n = 1
         while job_time(line.event, line.event["ts"]) + n * p < at + seconds:
             moved = _moved(line, n * p)
