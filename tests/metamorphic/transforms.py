@@ -782,8 +782,8 @@ def _grown(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
 def _shrunk(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
     role_of: dict[tuple[str, int], str] = {}  # a rank's peer group (a pipeline stage: step events' ``group``)
     for e in rec.events("step"):
-        if isinstance(e.get("group"), str) and e["group"]:
-            role_of.setdefault((e["job"], e["rank"]), e["group"])
+        if isinstance(e.get("group"), (str, int)) and not isinstance(e["group"], bool) and e["group"] != "":
+            role_of.setdefault((e["job"], e["rank"]), str(e["group"]))
     keep: dict[str, dict[int, int]] = {}
     for job, w in worlds.items():
         first = sorted(hot.get(job, ()))
