@@ -316,6 +316,30 @@ def full(max_ranks: int = 1 << 30, max_world: int = 16_384) -> list[tuple[str, s
 #: (variant prefix, invariant, text in how it broke, cause): the first rule that matches a broken invariant of a
 #: failing pair explains it. Causes were read from the alerts of one failing pair each (their summaries).
 CAUSES: list[tuple[str, str, str, str]] = [
+    # The fourth round (straggler, pipeline, network, thermal, MoE and imbalance bases of every generator; BENCHMARKS.md
+    # "Extra bases, fourth round"): what was left after its fixes, analysed on one failing pair each.
+    ("step 0.", "delay", "first straggler", "harness (analysed, fourth round): gen3:no_arrival_skew has no arrival "
+     "times and hosts +-6 s apart, replayed in host-stamp order: at 20-100 ms steps a step's ranks lie 60-300 steps "
+     "apart in the file (over pending_steps_cap 256 at 20 ms, the memory bound) and its alert is stamped on the "
+     "hosts' clocks: named 3.6-4.3 s after the onset, inside the clocks' spread; the delay invariant allows a file "
+     "without arrival times no clock error"),
+    ("world ", "", "comm_slowdown", "harness (analysed, fourth round): shrinking keeps some ranks of a data-parallel "
+     "or expert group and drops others whose waits stay in the kept ranks' durations (gen2:pipeline-slow-stage / world "
+     "8 dropped rank 2, the last to reach dp0's all-reduce behind the slow stage of its replica; gen2:moe-rotating "
+     "drops the rotating slowest rank): a slower collective for no visible rank, as the 64-rank job never had"),
+    ("world 64", "types_kept", "imbalance", "harness (analysed, fourth round): gen3:mixed_gpu_classes' slower GPU "
+     "class is the imbalance's culprits, so growing copies them from healthy ranks: 8 slow ranks among 64 are "
+     "stragglers, no longer a class (the fault's share changed what it is)"),
+    ("late 1% by 30s", "no_new_types", "comm_slowdown", "open (analysed, fourth round): gen2:moe-rotating (quiet): a "
+     "collective judged without a stalled producer's rank takes the others' waits for it when that rank was the "
+     "step's slowest (MoE load rotates); with a straggler firing that rank's absence is now skipped (comm.py "
+     "``_straggler_missing``, gen2:pipeline-slow-stage), without one the minimum of an incomplete collective is not "
+     "known to be the transfer: judging only complete ones would silence a job one of whose producers is lost"),
+    ("late 1% by 30s", "types_kept", "straggler", "harness (analysed, fourth round) where the fault is shorter than "
+     "the stall: gen3:fast_15ms's straggler lasts 600 steps of 15 ms (9 s) and the job ends 9 s after; a producer "
+     "stalled 30 s delivers its events after the job's end (late after end, dropped); gen3:rank0_logging_role: "
+     "evidence lost (second round's e: an info 3% role fired at step 185 of 260)"),
+    # (the earlier rounds')
     ("step ", "no_new_types", "checkpoint_stale", "open, not analysed (third round): library's 64-rank hang bases "
      "at 10-120 s steps add a checkpoint_stale (fixed before for a job on its own cadence: the age limit is at least "
      "2x the job's checkpoint interval; their interval scales with the steps, their checkpoints no longer do)"),
