@@ -327,6 +327,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "or expert group and drops others whose waits stay in the kept ranks' durations (gen2:pipeline-slow-stage / world "
      "8 dropped rank 2, the last to reach dp0's all-reduce behind the slow stage of its replica; gen2:moe-rotating "
      "drops the rotating slowest rank): a slower collective for no visible rank, as the 64-rank job never had"),
+    ("world ", "no_new_types", "imbalance", "harness (analysed, fourth round): a pipeline job shrunk stage by stage "
+     "keeps 1-2 ranks of the straggler's stage (gen2:pipeline-slow-stage / world 2, 8): the straggler is half its "
+     "stage, whose median moves with it, an info stage imbalance beside the straggler (named, as in the base)"),
     ("world 64", "types_kept", "imbalance", "harness (analysed, fourth round): gen3:mixed_gpu_classes' slower GPU "
      "class is the imbalance's culprits, so growing copies them from healthy ranks: 8 slow ranks among 64 are "
      "stragglers, no longer a class (the fault's share changed what it is)"),
