@@ -342,6 +342,21 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "the stall: gen3:fast_15ms's straggler lasts 600 steps of 15 ms (9 s) and the job ends 9 s after; a producer "
      "stalled 30 s delivers its events after the job's end (late after end, dropped); gen3:rank0_logging_role: "
      "evidence lost (second round's e: an info 3% role fired at step 185 of 260)"),
+    ("late 1% by 30s", "types_kept", "throughput_drop", "open, not analysed (fourth round): gen2:drift, labelled "
+     "quiet, gets a throughput_drop in the base (its slow drift) and none with a producer stalled 30 s"),
+    ("late 1% by 30s", "culprit", "", "evidence lost (fourth round): gen3:stage_imbalance_only's imbalance names 7 "
+     "of its stage's 8 ranks: a stalled producer's rank was missing from the steps it fired at"),
+    ("late 2% by 5s", "no_new_types", "imbalance", "open, not analysed (fourth round): gen3:arrival_only_straggler "
+     "(arrival skew only, no compute times) adds an info imbalance with 5 s stalls"),
+    ("world 2", "no_new_types", "throughput_drop", "open, not analysed (fourth round): a straggler in a pair slows "
+     "the whole job as in the base, where the straggler named first takes the drop; the pair rule names it later"),
+    ("step ", "no_new_types", "hang", "open, not analysed (fourth round; the hang rules are another room's): "
+     "gen3:fast_15ms at 60-120 s steps (scaled 4,000-8,000x: a day of steps) gets a hang critical before any "
+     "warning; gen2:flaky-gpu at 120 s a new hang"),
+    ("step ", "culprit", "node", "open, not analysed (fourth round): gen3:link_down_hang's hang (a port down behind "
+     "node 1) names another node first at 60-120 s steps (hang diagnosis with the link's samples at their cadence)"),
+    ("world 64", "culprit", "", "open, not analysed (fourth round): gen3:link_down_hang grown to 64 names the hung "
+     "node's copies' ranks beside its own"),
     # (the earlier rounds')
     ("step ", "no_new_types", "checkpoint_stale", "open, not analysed (third round): library's 64-rank hang bases "
      "at 10-120 s steps add a checkpoint_stale (fixed before for a job on its own cadence: the age limit is at least "
