@@ -710,7 +710,8 @@ def world_size(rec: Recording, size: int, hot: dict[str, frozenset[int]], hot_no
     ``hot`` ranks or on a ``hot_nodes`` node, then from a healthy rank); smaller, by keeping the fault's ranks
     and the first healthy ones, numbered ``0..size-1`` in their order (where step events name a peer group, a
     pipeline stage, each keeps its share and the fault's a healthy peer: a straggler is judged among its stage's
-    ranks). Node telemetry follows the nodes kept or copied.
+    ranks; a node's fault naming no rank, a link behind it, keeps a rank of that node). Node telemetry follows
+    the nodes kept or copied.
 
     Invariant: the same verdict, the culprit being the same rank (renumbered as ``Recording.ranks`` says) on
     the same node; the fault's share of the job does not change what it is."""
@@ -787,6 +788,8 @@ def _shrunk(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
     keep: dict[str, dict[int, int]] = {}
     for job, w in worlds.items():
         first = sorted(hot.get(job, ()))
+        if not first:  # a node's fault with no rank named (a link behind it): a rank of that node stays in the job
+            first = sorted({n: r for r in reversed(range(w)) if (n := node_of.get((job, r))) in hot_nodes}.values())
         rest = [r for r in range(w) if r not in first and node_of.get((job, r)) not in hot_nodes]
         rest += [r for r in range(w) if r not in first and r not in rest]
         roles = {role_of.get((job, r)) for r in range(w)}
