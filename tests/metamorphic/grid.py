@@ -357,9 +357,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "node 1) names another node first at 60-120 s steps (hang diagnosis with the link's samples at their cadence)"),
     ("world 64", "culprit", "", "open, not analysed (fourth round): gen3:link_down_hang grown to 64 names the hung "
      "node's copies' ranks beside its own"),
-    ("step 0.02s", "culprit", "node None", "harness (fourth round, from its numbers): gen3:link_fault's slow link "
-     "lasts ~60 steps after its onset, 1.3 s at 20 ms, while the node's link samples keep their wall-clock cadence "
-     "(1 s): too few samples of the fault for the node's counters to name it (the comm_slowdown itself holds)"),
+    ("step 0.02s", "culprit", "node None", "harness (fourth round): gen3:link_fault's slow link "
+     "lasts the job's last 157 steps, 3.3 s at 20 ms, while the node's link samples keep their wall-clock cadence "
+     "(1 s): 3 samples of the fault, too few for the node's counters (3 of 10 with errors) to name it before the "
+     "job ends (the comm_slowdown itself fires)"),
     ("step 120s", "types_kept", "link_errors", "open, not analysed (fourth round): gen3:link_fault at 120 s steps "
      "loses its link_errors (the port's samples re-cadenced to 30 s over a fault stretched to hours) and with it "
      "the comm_slowdown's node and network cause"),
