@@ -126,7 +126,8 @@ class CommEvidence:
 
 class _Key:
     __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
-                 "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from")
+                 "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from",
+                 "judged_ts", "members")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -137,6 +138,8 @@ class _Key:
         self.newest_ts = -math.inf
         self.p2p: deque[float] | None = None  # point-to-point: the last durations of any rank
         self.held_from: int | None = None  # point-to-point: the job's step it crossed at, while held
+        self.judged_ts = -math.inf  # the latest event time judged (``_assess``: what an alert is stamped with)
+        self.members: set[int] = set()  # ranks seen in its collectives (bounded by the job's ranks)
         self.transfer: deque[float] = deque(maxlen=window)
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
@@ -269,7 +272,13 @@ class CommSlowdownDetector:
 
     def _judge(self, key, state: _Key, seq: int, ranks: dict[int, tuple[float, float, str | None]]) -> list[Alert]:
         state.last_seq = max(state.last_seq, seq)
+        state.members.update(ranks)
         if len(ranks) < 2:
+            return []
+        if len(ranks) < len(state.members) and self._straggler_missing(state, ranks):
+            # Judged without a firing straggler's rank (its events late or lost): the ranks in all waited for it,
+            # their shortest is its wait, not the transfer (a straggler's stalled producer is no network page).
+            self.explained_samples += 1
             return []
         transfer = min(d for d, _, _ in ranks.values())
         ts = max(t for _, t, _ in ranks.values())
@@ -277,6 +286,9 @@ class CommSlowdownDetector:
 
     def _assess(self, key, state: _Key, seq: int, transfer: float, ts: float,
                 ranks: dict[int, tuple[float, float, str | None]]) -> list[Alert]:
+        # An incomplete collective is judged late (once far behind): its verdict is the window's, as of the newest
+        # collective in it, so that is its time (stamped with its own, a slowdown began before the link did).
+        state.judged_ts = ts = max(ts, state.judged_ts)
         state.transfer.append(transfer)
         healthy = state.firing is None and state.over == 0
         for rank, (duration, _, _) in ranks.items():
@@ -319,6 +331,11 @@ class CommSlowdownDetector:
                     at=ts, summary=f"resolved: {key[1]} latency back to baseline ({alert.summary})",
                     evidence={**alert.evidence, "resolution": Resolution.RECOVERED}))
         return []
+
+    def _straggler_missing(self, state: _Key, ranks: dict) -> bool:
+        """Whether a firing straggler of the job (``explained``) is a rank of this key absent from ``ranks``."""
+        straggler = self.explained() if self.explained is not None else None
+        return straggler is not None and any(r in state.members and r not in ranks for r in straggler.ranks)
 
     def _held(self, state: _Key) -> bool:
         """A point-to-point key that crossed waits ``P2P_HOLD_STEPS`` of the job's steps before it fires."""

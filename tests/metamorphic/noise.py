@@ -447,7 +447,7 @@ def pause_after_onset(rec: Recording, phase: str, seconds: float, steps: int) ->
     if rec.onset is None:
         return rec.derive(f"{phase}_after_onset({seconds:g}s,{steps})", rec.lines)
     at = replace(rec, onset=rec.onset + rec.step_time() * steps)
-    out = pause_before_fault(at, phase, seconds)
+    out = pause_before_fault(at, phase, seconds, timer_in_pause=False)
     return replace(out, onset=rec.onset + seconds, applied=rec.applied + (f"{phase}_after_onset({seconds:g}s,{steps})",))
 
 

@@ -125,6 +125,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     periods = _periods(rec)
     silences = _silences(rec, periods) if s > 1 else {}
     prev_sample: dict[tuple, float] = {}
+    clock_of = _clock_nodes(rec)
     lines = []
     beats: list[tuple[int, float]] = []  # (index in lines, base ts) of each heartbeat
     for line in rec.lines:
@@ -132,7 +133,8 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
         if "ts" not in e:
             lines.append(Line(warp(line.arrival, None), e))
             continue
-        ts = warp(e["ts"], e.get("node"))
+        node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
+        ts = warp(e["ts"], node)
         if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
             key = _stream(e)
             near = silences.get(e.get("node"), ())
@@ -147,7 +149,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
             if isinstance(e.get(f), (int, float)) and not isinstance(e.get(f), bool):
                 event[f] = round(e[f] * s, 6)
         if isinstance(e.get("start_ts"), (int, float)):
-            event["start_ts"] = round(warp(e["start_ts"], e.get("node")), 6)
+            event["start_ts"] = round(warp(e["start_ts"], node), 6)
         if e.get("kind") == "heartbeat":
             beats.append((len(lines), e["ts"]))
         lines.append(Line(ts + (line.arrival - e["ts"]), event))
@@ -167,6 +169,17 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
     return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
                               if s <= 1 or k[0] != "heartbeat"}, name=None)
+
+
+def _clock_nodes(rec: Recording) -> dict[tuple, str]:
+    """Each (job, rank)'s node, for the events that name no node (a job-wide phase marker: sent by rank 0, stamped
+    on its host's clock): time_scale keeps their clock's offset as it keeps the others' (scaling it would move the
+    end marker seconds before rank 0's last step at a fast pace, and the job's last steps after its end)."""
+    out: dict[tuple, str] = {}
+    for e in rec.events():
+        if "rank" in e and isinstance(e.get("node"), str):
+            out.setdefault((e.get("job"), e["rank"]), e["node"])
+    return out
 
 
 #: A job-wide gap between two steps' ends this many times the job's median one is a stop (an unmarked checkpoint, a
@@ -557,34 +570,52 @@ def clock_offsets(rec: Recording, spread: float, seed: int = 0) -> Recording:
 # -- a pause around the fault ------------------------------------------------------------------------------
 
 
-def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
+def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_pause: bool = True) -> Recording:
     """A marked pause (``phase``: ``checkpoint``, ``eval`` or ``warmup``; job-wide phase events) of ``seconds``
     at the step boundary where the fault begins (a healthy recording: half-way through), once every rank ended
-    the step before it, every rank heartbeating through it where the recording has heartbeats; every event
+    the step before it, every rank heartbeating through it where the recording has heartbeats (through a
+    checkpoint or eval, saying so: ``timer_in_pause``); every event
     stamped after it happens ``seconds`` later (events stamped before it and still in flight arrive as they did).
 
     Invariant: the same verdict, the first alert's delay counted from the fault's onset; a pause is not a
     hang and does not hide the fault that follows it."""
     start, end = rec.span()
     goal = rec.onset if rec.onset is not None else start + (end - start) / 2
+    # Times on the job's clock (each host's offset taken out): with hosts seconds apart, a split by each host's
+    # own stamps would leave one node's ranks steps ahead of the others' through the pause (a partial hang).
+    offsets, clock_of = node_offsets(rec), _clock_nodes(rec)
+
+    def job_time(e: dict, when: float) -> float:
+        node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
+        return when - offsets.get(node, 0.0)
+
     ends: dict[tuple, list[float]] = defaultdict(list)
-    for e in rec.events("step"):
-        ends[(e.get("job"), e.get("step"))].append(e["ts"])
+    to_frame = []
+    for line in rec.lines:
+        e = line.event
+        if e.get("kind") == "step":
+            ends[(e.get("job"), e.get("step"))].append(job_time(e, e["ts"]))
+            to_frame.append(job_time(e, e["ts"]) - e["ts"])
+    # (the onset, true time or a host's stamp, on the job's clock by the median host: the hosts' clocks spread
+    # around the true time)
+    shift = statistics.median(to_frame) if to_frame else 0.0
+    goal += shift
     # The boundary: the end of the step whose first rank ended it closest before the goal, once all ranks did.
-    before_goal = [(min(ts), max(ts)) for ts in ends.values() if min(ts) <= goal]
+    before_goal = [(min(ts), max(ts)) for ts in ends.values() if min(ts) <= goal + 1e-3]  # (a stamp: the estimate's ms)
     at = max(before_goal)[1] + 1e-3 if before_goal else goal
     jobs = sorted({e["job"] for e in rec.events("step") if isinstance(e.get("job"), str)})
 
     def later(line: Line) -> bool:
-        return line.event.get("ts", line.arrival) > at
+        return job_time(line.event, line.event.get("ts", line.arrival)) > at
 
     before = [line for line in rec.lines if not later(line)]
     after = [_moved(line, seconds) for line in rec.lines if later(line)]
     inserted = []
     for job in jobs:
-        inserted.append(Line(at, {"v": 1, "kind": "phase", "job": job, "ts": round(at, 6), "phase": phase}))
-        inserted.append(Line(at + seconds, {"v": 1, "kind": "phase", "job": job, "ts": round(at + seconds, 6),
-                                            "phase": "train"}))
+        mark = at + offsets.get(clock_of.get((job, 0)), 0.0)  # (sent by rank 0, stamped on its host's clock)
+        inserted.append(Line(at - shift, {"v": 1, "kind": "phase", "job": job, "ts": round(mark, 6), "phase": phase}))
+        inserted.append(Line(at - shift + seconds, {"v": 1, "kind": "phase", "job": job,
+                                                    "ts": round(mark + seconds, 6), "phase": "train"}))
     last_hb: dict[tuple, Line] = {}
     for line in before:
         if line.event.get("kind") == "heartbeat":
@@ -592,10 +623,16 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float) -> Recording:
     periods = _periods(rec)
     for key, line in last_hb.items():
         p = max(periods.get(key, 5.0), 0.5)
+        # Through a checkpoint or eval a rank's timer says its phase (every rank marks its own, producers/monitor.py):
+        # a copy saying ``train`` reads as a rank that left the pause, and one whose last step event was lost as
+        # behind the others (a partial hang at the pause's end: gen3:slow_node_2gpu / eval).
+        # (``timer_in_pause`` False: copies as they were, for a pause inside a fault whose ranks may be stuck)
+        if timer_in_pause and phase in ("checkpoint", "eval"):
+            line = Line(line.arrival, dict(line.event, phase=phase))
         n = 1
-        while line.event["ts"] + n * p < at + seconds:
+        while job_time(line.event, line.event["ts"]) + n * p < at + seconds:
             moved = _moved(line, n * p)
-            if moved.event["ts"] > at:
+            if job_time(moved.event, moved.event["ts"]) > at:
                 inserted.append(moved)
             n += 1
     onset = rec.onset + seconds if rec.onset is not None else None
@@ -671,8 +708,10 @@ def world_size(rec: Recording, size: int, hot: dict[str, frozenset[int]], hot_no
     """Every job of ``W`` ranks run on ``size`` ranks instead: larger, by copies of the job's healthy ranks and
     nodes beside it (rank ``r + i*W`` on node ``<node>~i``, copied from ``r`` unless ``r`` is one of the fault's
     ``hot`` ranks or on a ``hot_nodes`` node, then from a healthy rank); smaller, by keeping the fault's ranks
-    and the first healthy ones, numbered ``0..size-1`` in their order. Node telemetry follows the nodes kept or
-    copied.
+    and the first healthy ones, numbered ``0..size-1`` in their order (where step events name a peer group, a
+    pipeline stage, each keeps its share and the fault's a healthy peer: a straggler is judged among its stage's
+    ranks; a node's fault naming no rank, a link behind it, keeps a rank of that node). Node telemetry follows
+    the nodes kept or copied.
 
     Invariant: the same verdict, the culprit being the same rank (renumbered as ``Recording.ranks`` says) on
     the same node; the fault's share of the job does not change what it is."""
@@ -742,12 +781,29 @@ def _grown(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
 
 
 def _shrunk(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
+    role_of: dict[tuple[str, int], str] = {}  # a rank's peer group (a pipeline stage: step events' ``group``)
+    for e in rec.events("step"):
+        if isinstance(e.get("group"), (str, int)) and not isinstance(e["group"], bool) and e["group"] != "":
+            role_of.setdefault((e["job"], e["rank"]), str(e["group"]))
     keep: dict[str, dict[int, int]] = {}
     for job, w in worlds.items():
         first = sorted(hot.get(job, ()))
+        if not first:  # a node's fault with no rank named (a link behind it): a rank of that node stays in the job
+            first = sorted({n: r for r in reversed(range(w)) if (n := node_of.get((job, r))) in hot_nodes}.values())
         rest = [r for r in range(w) if r not in first and node_of.get((job, r)) not in hot_nodes]
         rest += [r for r in range(w) if r not in first and r not in rest]
-        chosen = sorted((first + rest)[:max(size, len(first) + 1)])
+        roles = {role_of.get((job, r)) for r in range(w)}
+        if len(roles) > 1:  # every role keeps its share, a fault's role a healthy peer at least
+            chosen = list(first)
+            for role in sorted(roles, key=str):
+                members = [r for r in range(w) if role_of.get((job, r)) == role]
+                share = max(1, round(size * len(members) / w))
+                own = [r for r in first if r in members]
+                share = max(share, len(own) + 1) if own else share
+                chosen += [r for r in rest if r in members][:share - len(own)]
+            chosen.sort()
+        else:
+            chosen = sorted((first + rest)[:max(size, len(first) + 1)])
         keep[job] = {r: i for i, r in enumerate(chosen)}
     nodes = {node_of[(job, r)] for job, kept in keep.items() for r in kept if (job, r) in node_of}
     out = []
