@@ -113,7 +113,24 @@ def variants() -> list[Variant]:
                        applies=lambda b: b.telemetry, excused=WITHOUT_TELEMETRY))
     out.append(Variant("quiet telemetry", "telemetry", lambda b: t.quiet_telemetry(b.rec),
                        applies=lambda b: not b.telemetry, weight=2.0))
-    return out + noise_variants()
+    return out + noise_variants() + agent_variants()
+
+
+def agent_variants() -> list[Variant]:
+    """The node agent's family (issue 39's method for node telemetry): its sampling period, a restart that resets
+    its counters, its messages late, twice or out of order on their own, its clock, a fault that comes on slowly."""
+    tel = lambda b: b.telemetry  # noqa: E731
+    out = [Variant(f"agent every {s:g}s", "agent", lambda b, s=s: t.agent_period(b.rec, s), applies=tel,
+                   weight=2.0 if s < 5 else 1.0) for s in (1.0, 10.0, 30.0)]
+    out.append(Variant("agent restart (counters reset)", "agent", lambda b: t.agent_restart(b.rec), applies=tel))
+    for how in ("late", "duplicated", "reordered"):
+        out.append(Variant(f"telemetry {how}", "agent", lambda b, h=how: t.telemetry_delivery(b.rec, h, seed=11),
+                           applies=tel))
+    out.append(Variant("telemetry clocks +-30s", "agent", lambda b: t.telemetry_clock(b.rec, 30.0, seed=12),
+                       applies=tel))
+    out.append(Variant("telemetry fault drifts in over 10 min", "agent", lambda b: t.telemetry_drift(b.rec, 600.0),
+                       applies=lambda b: b.telemetry and b.rec.onset is not None))
+    return out
 
 
 def _straggler(b: Base) -> bool:
