@@ -266,7 +266,7 @@ PINNED: list[tuple[str, str]] = [
     ("gen3:throttled_gpu", "agent restart (counters reset)"),
     ("gen3:link_fault", "telemetry late"),
     ("gen3:link_fault", "agent every 10s"),
-    ("gen3:throttled_gpu", "agent every 30s"),  # gpu_hot/gpu_fault persist for a count of samples (KNOWN)
+    ("gen3:throttled_gpu", "agent every 30s"),  # gpu_hot/gpu_fault: a run of samples sustained in seconds too
 ]
 SAMPLE: list[tuple[str, str]] = DRAWN + [p for p in PINNED if p not in DRAWN]
 
@@ -279,9 +279,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("gen3:varlen_accum_straggler", "clocks +-30s"):
         "alert times on the hosts' clocks: the broker-clock shift (models/alert_clock.py, at the end of the outlet "
         "chain) is off until it is one across a worker's restart (a recovery replays with record times moved on)",
-    ("gen3:throttled_gpu", "agent every 30s"):
-        "gpu_hot/gpu_fault persist for 3 consecutive samples (a count, not seconds): a 65 s fault gets 2 at a 30 s "
-        "agent (models/telemetry/device_rules.py; CAUSES)",
     ("library:straggler-10pct-8", "world 2"):
         "design limit at the threshold: a 10% rank of a pair reads 1.09x paired (under ratio_threshold 1.1) and is "
         "not named; it no longer names the healthy rank when it recovers (tests/models/steps/test_pair_naming.py)",
@@ -394,10 +391,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("checkpoint marked around", "delay", "", "knife-edge base: library:straggler-10pct-8's rank reads 1.10-1.11x, "
      "at the 1.1 threshold; the 5 steps after the onset the phase skips were its clearest (the 30% base holds)"),
     # The node agent's family (neighbours6): found, causes read from the detectors' rules, not fixed yet.
-    ("agent every 30s", "types_kept", "gpu_", "open, detector (device_rules.py): gpu_hot and gpu_fault persist for "
-     "``gpu_hot_samples``/``throttle_min_samples`` (3) consecutive samples, a count, not seconds: 3 s of heat at a 1 s "
-     "agent, 60-90 s at a 30 s one; gen2:straggler-gpu-throttled's and gen3:throttled_gpu's 48-65 s faults get 2 hot "
-     "samples at 30 s (a run of 2 samples spanning the seconds 3 would at the usual period would hold)"),
+    ("agent every 30s", "types_kept", "gpu_", "fixed (neighbours6; listed for older runs): gpu_hot and gpu_fault "
+     "persisted for 3 consecutive samples, a count: 60-90 s at a 30 s agent, more than gen2:straggler-gpu-throttled's "
+     "and gen3:throttled_gpu's 48-65 s faults; now also 2 samples spanning 10 s (counters.sustained)"),
     ("agent every 30s", "types_kept", "fabric", "open, candidate detector (not confirmed): gen2:fabric-a/b lose the "
      "fabric verdict at a 30 s agent; link_errors needs ``link_error_min_samples`` (3) rising samples of its last "
      "``link_error_window``, a count again (the fabric verdict is built from the nodes' link_errors)"),
