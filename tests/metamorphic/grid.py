@@ -407,6 +407,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("telemetry clocks", "no_new_types", "link_errors", "open, candidate detector (not confirmed): gen2:fabric-a's "
      "nodes' error rises, stamped up to 30 s apart, no longer fall in one window of the fabric comparison: one node "
      "stands out alone (a node's link_errors beside the fabric verdict)"),
+    ("telemetry late", "no_new_types", "link_errors", "open, candidate detector (not confirmed): library:fabric-"
+     "switch-4jobs' nodes' error rises, one node's 30 s late, no longer fall in one window of the fabric comparison "
+     "(as with telemetry clocks +-30 s)"),
     ("", "warning_first", "", "issue 39 item 2: a hang critical before any warning (already in the base)"),
     ("", "cause", "cause None (base host)", "open: an OOM-killed rank's host cause lost (second round's b fixed it "
      "after a warm-up: a culprit dying while the others wait is silent, not torn down)"),
