@@ -218,3 +218,16 @@ class CounterLayouts:
         if layout is None and len(self._known) < self.limit:
             layout = self._known[names] = CounterLayout(names, self.errors, self.rated)
         return layout
+
+
+#: A run of bad samples is sustained when it spans this many seconds per sample the count asks for beyond the
+#: first (the agent's usual 5 s period): at a 30 s agent two samples say as much as three at 5 s.
+SUSTAINED_SECONDS_PER_SAMPLE = 5.0
+
+
+def sustained(run: int, since: float | None, ts: float, samples: int) -> bool:
+    """Whether a run of ``run`` consecutive bad samples, the first at ``since`` and the last at ``ts`` (the source's
+    clock), is sustained: ``samples`` of them, or two at least spanning the seconds ``samples`` would at the usual
+    period (a persistence that holds at every sampling period, not a count that takes 6x longer at 30 s)."""
+    return run >= samples or (run >= 2 and since is not None
+                              and ts - since >= (samples - 1) * SUSTAINED_SECONDS_PER_SAMPLE)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
 from ..wire.telemetry_events import GpuEvent
+from .counters import sustained
 
 
 class _JobSteps:
@@ -55,13 +56,14 @@ class _JobSteps:
 
 
 class _GpuWatch:
-    __slots__ = ("job_count", "advanced_at", "idle_since", "hot_run", "hbm_run", "clean", "clean_since", "alerts")
+    __slots__ = ("job_count", "advanced_at", "idle_since", "hot_run", "hot_since", "hbm_run", "clean", "clean_since", "alerts")
 
     def __init__(self) -> None:
         self.job_count: int | None = None
         self.advanced_at: float | None = None  # GPU clock when its job last reported new steps
         self.idle_since: float | None = None
         self.hot_run = 0
+        self.hot_since: float | None = None  # GPU clock of the hot run's first sample
         self.hbm_run = 0
         # Clean runs matter only while an alert is open: made then (24,000 forged GPUs held them empty; issue 44).
         self.clean: dict[str, int] | None = None
@@ -196,7 +198,9 @@ class DeviceRules:
         hot_held = AlertType.GPU_HOT in watch.alerts and ev.temp is not None and ev.temp > self.hot_temp_c - self.hot_clear_c
         if ev.temp is not None and (ev.temp >= self.hot_temp_c or hot_held):
             watch.hot_run += 1
-            if watch.hot_run >= self.hot_samples or hot_held:
+            if watch.hot_run == 1:
+                watch.hot_since = ev.ts
+            if sustained(watch.hot_run, watch.hot_since, ev.ts, self.hot_samples) or hot_held:
                 active[AlertType.GPU_HOT] = (
                     f"{ev.temp:.0f} C for {watch.hot_run} samples (threshold {self.hot_temp_c:.0f} C)",
                     {"temp_c": ev.temp, "samples": watch.hot_run, "threshold_c": self.hot_temp_c,

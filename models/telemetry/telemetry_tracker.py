@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..alerts import Alert, alert_id
-from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack
+from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack, sustained
 from .link_evidence import LinkErrorsEvidence, PortErrors
 from ..wire.telemetry_columns import LinkRow
 from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
@@ -177,7 +177,7 @@ _NONE: Any = MappingProxyType({})
 
 
 class _GpuState:
-    __slots__ = ("ecc", "clock", "throttle_run", "pcie_run", "nvlink_up", "nvlink_counters", "faults", "clean",
+    __slots__ = ("ecc", "clock", "throttle_run", "throttle_since", "pcie_run", "nvlink_up", "nvlink_counters", "faults", "clean",
                  "fault_last", "busy_clock", "busy_at", "temp", "fault_count", "fault_shown")
 
     def __init__(self, size: int, min_samples: int) -> None:
@@ -185,6 +185,7 @@ class _GpuState:
         self.ecc: dict[str, CounterTrack] | None = None
         self.clock = Baseline(size, min_samples)
         self.throttle_run = 0
+        self.throttle_since: float | None = None  # GPU clock of the throttled run's first sample
         self.pcie_run = 0
         self.nvlink_up: dict[int, bool] | None = None
         self.nvlink_counters: dict[tuple[int, str], CounterTrack] | None = None
@@ -761,13 +762,15 @@ class TelemetryTracker:
             ref = gpu.clock.median() if gpu.clock.ready else (ev.sm_clock_max or math.nan)
             if reasons and ref > 0 and ev.sm_clock < self.clock_drop_ratio * ref:
                 gpu.throttle_run += 1
+                if gpu.throttle_run == 1:
+                    gpu.throttle_since = ev.ts
                 kind = "thermal" if reasons & THROTTLE_THERMAL else "power"
                 names = [n for bit, n in THROTTLE_NAMES.items() if reasons & bit]
                 detail = {"sm_clock_mhz": ev.sm_clock, "baseline_clock_mhz": round(ref, 1), "reasons": names,
                           "temp_c": ev.temp, "power_w": ev.power}
                 self._flag(node, ev.node, ev.ts, signal="throttle", label=f"{kind} throttling",
                            weight=GPU_WEIGHTS["throttle"], peak=ref / max(ev.sm_clock, 1.0), **detail, **where)
-                if gpu.throttle_run >= self.throttle_min_samples:
+                if sustained(gpu.throttle_run, gpu.throttle_since, ev.ts, self.throttle_min_samples):
                     active["throttle"] = (f"{kind} throttling: SM clock {ev.sm_clock:.0f} MHz vs {ref:.0f} MHz "
                                           f"({', '.join(names)})" + (f", {ev.temp:.0f} C" if ev.temp else ""), detail)
             else:

@@ -829,3 +829,198 @@ def _shrunk(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
         out.append(Line(line.arrival, event))
     ranks = {(job, r): i for job, kept in keep.items() for r, i in kept.items()}
     return rec.derive(f"world_size({size})", out, ranks=ranks)
+
+
+# -- the node agent (issue 39's method for node telemetry) ---------------------------------------------------
+
+#: A telemetry event's cumulative integer fields (a reset or a slower agent must not read as a new rate): the
+#: ``counters`` of a ``link`` sample, a ``gpu`` sample's ECC counts.
+GPU_COUNTERS = ("ecc_sbe", "ecc_dbe")
+#: A ``gpu`` sample's gauges a slow drift ramps (numbers; the throttle bitmask is set once half-way).
+GPU_GAUGES = ("temp", "sm_clock", "power", "util", "sm_active")
+
+
+def _telemetry_stream(e: dict) -> tuple | None:
+    return _stream(e) if is_telemetry(e) and e.get("kind") in ("gpu", "host", "link") and "ts" in e else None
+
+
+def _counts(e: dict) -> dict[str, int]:
+    """A sample's cumulative integer fields by name (``counters/NAME`` for a link's, the field's for a GPU's)."""
+    out = {}
+    if isinstance(e.get("counters"), dict):
+        out.update({f"counters/{k}": v for k, v in e["counters"].items() if isinstance(v, int) and not isinstance(v, bool)})
+    for f in GPU_COUNTERS:
+        if isinstance(e.get(f), int) and not isinstance(e.get(f), bool):
+            out[f] = e[f]
+    return out
+
+
+def _with_counts(e: dict, counts: dict[str, int]) -> dict:
+    ev = dict(e)
+    if any(k.startswith("counters/") for k in counts):
+        ev["counters"] = dict(e["counters"], **{k[9:]: v for k, v in counts.items() if k.startswith("counters/")})
+    ev.update({k: v for k, v in counts.items() if not k.startswith("counters/")})
+    return ev
+
+
+def agent_period(rec: Recording, seconds: float) -> Recording:
+    """The node agent samples every ``seconds`` (its ``--interval``): a longer period keeps the samples at least
+    that far apart (cumulative counters lose no increment: the next sample has them); a shorter one adds samples
+    between two, gauges as the one before says, counters interpolated linearly (as a counter read in between would
+    have read at a steady rate). Steps, heartbeats, xid and topology events are as they were.
+
+    Invariant: the same verdict (types, culprit, node, cause): a counter's rate per second and a gauge's level
+    read the same at any sampling period; the first alert may come one period later."""
+    by_stream: dict[tuple, list[int]] = defaultdict(list)
+    for i, line in enumerate(rec.lines):
+        key = _telemetry_stream(line.event)
+        if key is not None:
+            by_stream[key].append(i)
+    drop: set[int] = set()
+    added: list[Line] = []
+    for idx in by_stream.values():
+        kept = rec.lines[idx[0]]
+        for i, j in zip(idx, idx[1:]):
+            a, b = rec.lines[i], rec.lines[j]
+            gap = b.event["ts"] - a.event["ts"]
+            if gap < seconds * 0.999 and b.event["ts"] - kept.event["ts"] < seconds * 0.999:
+                drop.add(j)
+                continue
+            kept = b
+            n = int(gap / seconds - 1e-9)
+            if n < 1 or gap <= 0:
+                continue
+            ca, cb = _counts(a.event), _counts(b.event)
+            for k in range(1, min(n + 1, 10_000)):
+                f = k * seconds / gap
+                counts = {name: int(v + (cb[name] - v) * f) if cb.get(name, -1) >= v else v for name, v in ca.items()}
+                moved = _moved(a, k * seconds)
+                added.append(Line(moved.arrival, _with_counts(dict(moved.event, ts=round(moved.event["ts"], 6)),
+                                                                counts)))
+    lines = [line for i, line in enumerate(rec.lines) if i not in drop]
+    return rec.derive(f"agent_period({seconds:g}s)", _merged(lines, added))
+
+
+def agent_restart(rec: Recording, at: float | None = None, down: float = 20.0) -> Recording:
+    """Every node's agent restarts at ``at`` (default: 60 s after the fault's onset, so the fault spans it; a
+    healthy recording half-way): no telemetry for ``down`` seconds, then its counters read from zero (a driver
+    reload, ``perfquery -R``: every cumulative counter restarts at the restart's value less what it had).
+
+    Invariant: the same verdict; a reset is no fault (no new alert, no new cause) and a fault across it is kept
+    (its culprit, node and cause; its first alert, given before the restart, at the same time)."""
+    start, end = rec.span()
+    if at is None:
+        at = rec.onset + 60.0 if rec.onset is not None else start + (end - start) / 2
+    before: dict[tuple, dict[str, int]] = {}
+    out = []
+    for line in rec.lines:
+        e = line.event
+        key = _telemetry_stream(e)
+        if key is None:
+            out.append(line)
+            continue
+        ts = e["ts"]
+        if ts < at:
+            before[key] = _counts(e)
+            out.append(line)
+        elif ts >= at + down:
+            zero = before.get(key, {})
+            counts = {name: max(0, v - zero.get(name, 0)) for name, v in _counts(e).items()}
+            out.append(Line(line.arrival, _with_counts(e, counts)))
+    return rec.derive(f"agent_restart({down:g}s down)", out)
+
+
+def telemetry_delivery(rec: Recording, how: str, seed: int = 0) -> Recording:
+    """Node telemetry alone delivered ``how``: ``late`` (a tenth of a node agent's messages held 30 s, its later
+    ones queued behind), ``duplicated`` (half sent twice) or ``reordered`` (each node's up to 5 s late, so
+    nodes' samples interleave out of time order); step and heartbeat events as they were.
+
+    Invariant: the same verdict (telemetry is keyed by node, its lateness is the agent's link, not a symptom);
+    a late sample may delay a telemetry-made alert by its lateness."""
+    rng = random.Random(seed)
+    tel = lambda line: is_telemetry(line.event)  # noqa: E731
+    if how == "late":
+        out = _delivered(rec, "telemetry_late(10%,30s)", lambda i, line: 30.0 if tel(line) and rng.random() < 0.1 else 0.0)
+        return replace(out, lateness=max(rec.lateness, 30.0))
+    if how == "duplicated":
+        return _delivered(rec, "telemetry_duplicated(50%)", lambda i, line: 0.0,
+                          copies=lambda i, line: 1 if tel(line) and rng.random() < 0.5 else 0)
+    if how == "reordered":
+        return _delivered(rec, "telemetry_reordered(5s)", lambda i, line: rng.random() * 5.0 if tel(line) else 0.0)
+    raise ValueError(f"telemetry_delivery: unknown how {how!r}")
+
+
+def telemetry_clock(rec: Recording, spread: float, seed: int = 0) -> Recording:
+    """Each node's agent stamps its telemetry on a clock off by up to +-``spread`` seconds (the agent's container
+    clock, not the training processes'): telemetry times move, step and heartbeat times do not; arrival times (the
+    broker's) stay; a recording without them is re-sorted by the stamped times.
+
+    Invariant: the same verdict; telemetry joined to steps by node within its time tolerance still is."""
+    rng = random.Random(seed)
+    nodes = sorted({e["node"] for e in rec.events() if is_telemetry(e) and isinstance(e.get("node"), str)})
+    offset = {n: round((rng.random() * 2 - 1) * spread, 3) for n in nodes}
+    out = []
+    for line in rec.lines:
+        e = line.event
+        off = offset.get(e.get("node"), 0.0) if is_telemetry(e) else 0.0
+        if not off or "ts" not in e:
+            out.append(line)
+            continue
+        event = dict(e, ts=round(e["ts"] + off, 6))
+        out.append(Line(line.arrival if rec.arrival else event["ts"], event))
+    what = f"telemetry_clock(+-{spread:g}s)"
+    return rec.derive(what, out) if rec.arrival else rec.derive(
+        what, _sorted(out), clock_error=max(rec.clock_error, max(map(abs, offset.values()), default=0.0)))
+
+
+def telemetry_drift(rec: Recording, seconds: float) -> Recording:
+    """The telemetry fault comes on over ``seconds`` instead of at once (a GPU heating up as its fan fails, a
+    cable's errors growing): from the onset, each telemetry stream that changed there moves linearly from its
+    last value before the onset to what the base says over ``seconds`` (gauges: the base's value weighed with
+    the last healthy one; the throttle bitmask once half-way; counters: the increase beyond the healthy rate,
+    weighed the same, so they stay cumulative). The onset (for the delay) is the drift's end.
+
+    Invariant: the same verdict (types, culprit, node, cause): a fault reached slowly is the same fault."""
+    if rec.onset is None:
+        return rec.derive(f"telemetry_drift({seconds:g}s)", rec.lines)
+    t0 = rec.onset
+    last: dict[tuple, dict] = {}
+    rate: dict[tuple, dict[str, float]] = {}
+    prev_before: dict[tuple, dict] = {}
+    for e in rec.events():
+        key = _telemetry_stream(e)
+        if key is not None and e["ts"] < t0:
+            if key in last and e["ts"] > last[key]["ts"]:
+                prev_before[key] = last[key]
+            last[key] = e
+    for key, e in last.items():
+        p = prev_before.get(key)
+        if p is not None:
+            ca, cb = _counts(p), _counts(e)
+            dt = e["ts"] - p["ts"]
+            rate[key] = {n: max(0.0, (cb[n] - v) / dt) for n, v in ca.items() if n in cb}
+    out = []
+    for line in rec.lines:
+        e = line.event
+        key = _telemetry_stream(e)
+        if key is None or e["ts"] < t0 or e["ts"] >= t0 + seconds or key not in last:
+            out.append(line)
+            continue
+        w = (e["ts"] - t0) / seconds
+        h = last[key]
+        ev = dict(e)
+        if e.get("kind") == "gpu":
+            for f in GPU_GAUGES:
+                if isinstance(e.get(f), (int, float)) and isinstance(h.get(f), (int, float)) \
+                        and not isinstance(e.get(f), bool):
+                    ev[f] = round(h[f] + (e[f] - h[f]) * w, 3)
+            if "throttle" in e and w < 0.5:
+                ev["throttle"] = h.get("throttle", 0)
+        hc, ec, r = _counts(h), _counts(e), rate.get(key, {})
+        counts = {}
+        for n, v in ec.items():
+            if n in hc and v >= hc[n]:
+                healthy = hc[n] + r.get(n, 0.0) * (e["ts"] - h["ts"])
+                counts[n] = int(min(v, healthy + max(0.0, v - healthy) * w))
+        out.append(Line(line.arrival, _with_counts(ev, counts) if counts else ev))
+    return rec.derive(f"telemetry_drift({seconds:g}s)", out, onset=t0 + seconds)
