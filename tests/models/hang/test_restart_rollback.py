@@ -76,3 +76,28 @@ def test_a_restart_from_a_checkpoint_is_the_new_runs_progress(ranks, pace, rollb
     alerts = list(replay(parse_event(e) for e in events))
     hangs = [a for a in alerts if a.type == "hang" and a.status == "firing"]
     assert not hangs, f"{pace} s steps, {rollback} back ({rollback * pace:.1f} s): {hangs[0].summary}"
+
+
+def hung(ranks: int, pace: float, back: int, lag: float, *, seed: int) -> list[dict]:
+    """The same job hangs after step ``top`` instead (its heartbeats go on, the sequence standing still), and a
+    step event of each rank ``back`` steps behind, stamped when it happened, arrives 10 s into the hang (a
+    producer's retry): a late event of the same process, never a restart."""
+    events = recording(ranks, pace, back, 0.0, lag, seed=seed)
+    top = max(40, int(30.0 / pace)) + back
+    cut = next(i for i, e in enumerate(events) if e["kind"] == "step" and e["step"] == top and e["rank"] == ranks - 1)
+    before, end = events[:cut + 1], events[cut]["ts"]
+    late = [dict(e) for e in before if e["kind"] == "step" and e["step"] == top - back]
+    beats = []
+    for k in range(1, int(max(120.0, 12 * pace) / 2.0)):
+        for r in range(ranks):
+            beats.append({"v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "step": top, "ts": round(end + 2.0 * k, 6),
+                          "node": f"n{r // 4}", "seq_started": top + 2, "seq_completed": top + 1})
+    return before + beats[:5 * ranks] + late + beats[5 * ranks:]
+
+
+@pytest.mark.parametrize("ranks,pace,back,lag,seed", [(4, 0.02, 50, 2.0, 1), (8, 0.39, 20, 10.0, 2),
+                                                       (8, 2.0, 5, 0.0, 3), (4, 30.0, 2, 2.0, 4)])
+def test_a_late_step_event_of_the_same_process_is_no_restart(ranks, pace, back, lag, seed):
+    alerts = list(replay(parse_event(e) for e in hung(ranks, pace, back, lag, seed=seed)))
+    assert [a for a in alerts if a.type == "hang" and a.status == "firing"], "the hang was taken for a restart"
+    assert not [a for a in alerts if a.type == "hang" and a.status == "resolved"]
