@@ -400,7 +400,7 @@ class HangDetector:
                 slot = p.slot_of_rank.get(rank)
                 if slot is None or not step < p.last_step[slot] - 1:
                     continue
-                restarted = self._incarnation(slot, step, t, node, None)
+                restarted = self._incarnation(slot, step, t, node, None, step_event=True)
                 if restarted is not None:  # the job restarted: the events from here on a fresh state
                     out = [(i, alert) for alert in restarted]
                     # (the clocks already saw these events, and their times are corrected: no second pass)
@@ -424,12 +424,12 @@ class HangDetector:
         return out
 
     def _incarnation(self, slot: int, step: int, ts: float, node: str | None, seq_completed: int | None, *,
-                     incarnation: int | None = None) -> list[Alert] | None:
+                     incarnation: int | None = None, step_event: bool = False) -> list[Alert] | None:
         """A rank's event from a new process of it (``JobProgress.new_process``). When the job restarted,
         the open hang resolves (it belonged to the processes that are gone) and the state starts afresh;
         returns those alerts, else None."""
         p = self.progress
-        seen = p.new_process(slot, step, ts, node, seq_completed, incarnation=incarnation)
+        seen = p.new_process(slot, step, ts, node, seq_completed, incarnation=incarnation, step_event=step_event)
         if seen is None:
             return None
         self.incarnations += 1

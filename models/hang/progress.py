@@ -40,6 +40,11 @@ OLD_PROCESS_SLACK_SECONDS = 15.0
 #: before the event (more than a delivery burst or a heartbeat thread's lag) is from a new process of it (a restart
 #: from a checkpoint); a step only a little behind is a late event.
 BURST_SECONDS = 30.0
+#: A rank's step event stamped more than this after its step last advanced, with a step at least two below it, is
+#: from a new process (a restart from a checkpoint) whatever the pace: one process's step events go up in stamp
+#: order, and a relaunch (process start, NCCL init, checkpoint load) takes longer than this, more than the
+#: clock-offset estimate moves between two events.
+RELAUNCH_SECONDS = 1.0
 #: Recent self-ended pauses kept (``JobProgress.pauses``): the pause factor applies to the longest of them.
 PAUSES_KEPT = 4
 #: Recent marked pause lengths kept (``JobProgress.marked_pauses``).
@@ -156,7 +161,7 @@ class JobProgress:
 
 
     def new_process(self, slot: int, step: int, ts: float, node: str | None, seq_completed: int | None, *,
-                    incarnation: int | None = None) -> Incarnation | None:
+                    incarnation: int | None = None, step_event: bool = False) -> Incarnation | None:
         """Whether a rank's event comes from a new process of it, in an event stamped after its latest (a late
         event of the old process is not one). Where the rank's events carry an ``incarnation`` (the monitor's
         process start), only a higher one is a new process. Without: it is on another node, its heartbeat's
@@ -173,7 +178,11 @@ class JobProgress:
                 return None  # the same process, or a late event of an older one
             self.incarnation[slot] = incarnation
         else:
-            if not ts > self.last_seen[slot]:
+            # A heartbeat is judged against the rank's heartbeats (one thread's stamps, in order), not its step
+            # events: a heartbeat that arrives seconds late is stamped before the new process's first step events.
+            seq_back = (seq_completed is not None and ts > self.last_hb[slot]
+                        and seq_completed < self.hb_done[slot])
+            if not (ts > self.last_seen[slot] or seq_back):
                 return None
             if incarnation is None and known >= 0:
                 return None  # this rank's heartbeats carry its incarnation: they, not a step number, tell
@@ -184,9 +193,11 @@ class JobProgress:
             # silent for longer than a burst may have been relaunched (a crash, a resume from a checkpoint): by the clock.
             silent = ts - self.last_seen[slot] > BURST_SECONDS
             late = ts - self.passed_at(step) if silent else self.progressed_since(step, ts)
-            back = old_step >= 0 and step < old_step - 1 and late > BURST_SECONDS
-            moved = node is not None and old_node is not None and node != old_node
-            seq_back = seq_completed is not None and seq_completed < self.hb_done[slot]
+            later = ts > self.last_seen[slot]
+            back = later and old_step >= 0 and step < old_step - 1 and (
+                late > BURST_SECONDS  # (a heartbeat's step may lag its rank's: only the job's progress tells)
+                or step_event and ts - self.rank_progress[slot] > RELAUNCH_SECONDS)
+            moved = later and node is not None and old_node is not None and node != old_node
             if not (back or moved or seq_back):
                 return None
         if self.incarnated and ts - self.incarnated_at > INCARNATION_WINDOW_SECONDS:

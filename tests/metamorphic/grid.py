@@ -374,11 +374,12 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "back after 20 s down, the job having passed that step ~28 s before at its 0.39 s pace: under the 30 s line past "
      "which a step going back is a restart (no incarnations); at 2-120 s steps it is minutes: a restart, reported "
      "(right; the scenario allows it)"),
-    ("heartbeat lag", "no_new_types", "hang", "open, candidate detector (analysed, not changed): gen2:restart-clean/"
-     "-spare's restart is not read as one (above: ~28 s < 30 s), so its recomputed steps 80-100 are no progress and "
-     "downtime plus recompute (~28-30 s) sits at the 30 s warning floor: 2 s of heartbeat lag tips it into a warning "
-     "naming 10 ranks. A restart read from step events going back on most ranks and advancing again (not seconds) "
-     "would hold it"),
+    ("heartbeat lag", "no_new_types", "hang", "fixed (branch restart2, detector): gen2:restart-clean/-spare's "
+     "restart (20 steps, ~28 s back) was read only past 30 s of the job's progress or from heartbeats whose seq went "
+     "back, and those, 2-15 s late, were stamped before the new run's first step events already in: its recomputed "
+     "steps were no progress, a warning at the 30 s floor. Now a step event 2+ below its rank's, stamped over 1 s "
+     "after the rank last advanced, or a heartbeat after the rank's last heartbeat with its seq back, is a new "
+     "process (progress.py new_process; tests/models/hang/test_restart_rollback.py); seen again: not analysed"),
     ("checkpoint 60s", "types_kept", "checkpoint_stale", "harness: the pause variant's marked checkpoint before the "
      "fault is a successful checkpoint: library:checkpoint-stops-16's age starts again, nothing is stale"),
     ("checkpoint 60s", "no_new_types", "checkpoint_stale", "harness (analysed): a 60 s marked checkpoint in "
