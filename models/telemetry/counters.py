@@ -231,3 +231,10 @@ def sustained(run: int, since: float | None, ts: float, samples: int) -> bool:
     period (a persistence that holds at every sampling period, not a count that takes 6x longer at 30 s)."""
     return run >= samples or (run >= 2 and since is not None
                               and ts - since >= (samples - 1) * SUSTAINED_SECONDS_PER_SAMPLE)
+
+
+def sustained_count(count: int, period: float, samples: int) -> bool:
+    """Whether ``count`` bad samples of a recent window, at the source's usual ``period`` seconds between samples
+    (NaN: not known yet), are sustained: ``samples`` of them, or two at least covering the seconds ``samples`` would
+    at the usual period (at 5 s the count alone, as before; at 10-30 s two samples)."""
+    return count >= samples or (count >= 2 and period * count >= samples * SUSTAINED_SECONDS_PER_SAMPLE)

@@ -7,7 +7,7 @@ pages and, through the node ledger, drain suggestions for healthy nodes. Here, t
 grouped before they leave the engine:
 
 * when a node's ``link_errors`` fires, the nodes whose ports logged errors within ``window``
-  seconds of it (each on its own clock; the same kind of error counter, and under the same
+  seconds of it (at least two of its agent's sampling periods) (each on its own clock; the same kind of error counter, and under the same
   switch where the agents' topology events name the switch at the other end of each cable)
   are counted; ``min_nodes`` or more is a **fabric incident**: one ``fabric`` alert (job empty,
   ``nodes`` = the nodes, ``evidence.switch`` when known with ``evidence.switch_ports`` the switch
@@ -144,9 +144,13 @@ class FabricIncidents:
             return []
         kinds = self._kinds(alert)
         at = alert.starts_at
-        trouble = self.tracker.link_trouble(at - self.window)
+        # At least two of the node's own sampling periods: at a 30 s agent the nodes' bad samples of one fault
+        # fall up to a period apart (a 30 s window split gen2:fabric-a's four nodes at random phases).
+        period = self.tracker.link_period(node)
+        window = max(self.window, 2 * period) if period == period else self.window
+        trouble = self.tracker.link_trouble(at - window)
         together = [n for n, (last, moved) in trouble.items()
-                    if last <= at + self.window and (moved & kinds or not kinds)
+                    if last <= at + window and (moved & kinds or not kinds)
                     and (key == FLEET or key in self.tracker.switches(n)) and n not in self._member_of]
         if node not in together:
             together.append(node)

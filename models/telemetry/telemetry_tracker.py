@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..alerts import Alert, alert_id
-from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack, sustained
+from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack, sustained, sustained_count
 from .link_evidence import LinkErrorsEvidence, PortErrors
 from ..wire.telemetry_columns import LinkRow
 from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
@@ -170,6 +170,12 @@ class _PortState:
         self.layout: CounterLayout | None = None
         self.err_values: Any = None
         self.quiet_ts = 0.0
+
+
+def _period(port: _PortState) -> float:
+    """The port's usual seconds between two samples from its first two on (its bandwidth's intervals; NaN: none,
+    a port without data counters), capped at a minute: a collector gap never stretches what it decides."""
+    return min(port.bw_dt.median(), 60.0) if port.bw_dt.values else math.nan
 
 
 #: The empty fault map GPUs share until their first fault (read-only: a write to it raises, never leaks).
@@ -434,6 +440,16 @@ class TelemetryTracker:
                 out[name] = (node.link_bad_at, frozenset(k for k, t in node.link_kinds.items() if t >= since))
         return out
 
+    def link_period(self, node: str) -> float:
+        """The node's usual seconds between two samples of a port (its agent's period), NaN until known: windows
+        over several nodes' port samples span at least a couple of these (a 30 s agent's samples are 30 s apart)."""
+        state = self._nodes.get(node)
+        if state is not None:
+            for port in state.ports.values():
+                if port.bw_dt.values:
+                    return _period(port)
+        return math.nan
+
     def switches(self, node: str) -> tuple[str, ...]:
         """The switches the node's NICs are cabled to, as its topology events said (empty: unknown)."""
         state = self._nodes.get(node)
@@ -667,7 +683,11 @@ class TelemetryTracker:
         if not port.firing:
             if port.clean >= self.link_error_window and (port.err_first is not None or port.err_totals):
                 port.err_first, port.err_totals = None, {}  # the last episode is over
-            if port.err_ring.count() >= self.link_error_min_samples:
+            count = port.err_ring.count()
+            # Sustained in the port's own time too: a count of 3 took 60-90 s at a 30 s agent (the bad-sample path
+            # only: the usual interval's median is read here, never on a quiet sample).
+            need = self.link_error_min_samples
+            if count >= need or (count >= 2 and sustained_count(count, _period(port), need)):
                 port.firing = True
         elif port.clean >= self.clear_after:
             port.firing = False
