@@ -499,9 +499,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("agent every 30s", "types_kept", "gpu_", "fixed (neighbours6; listed for older runs): gpu_hot and gpu_fault "
      "persisted for 3 consecutive samples, a count: 60-90 s at a 30 s agent, more than gen2:straggler-gpu-throttled's "
      "and gen3:throttled_gpu's 48-65 s faults; now also 2 samples spanning 10 s (counters.sustained)"),
-    ("agent every 30s", "types_kept", "fabric", "open, candidate detector (not confirmed): gen2:fabric-a/b lose the "
-     "fabric verdict at a 30 s agent; link_errors needs ``link_error_min_samples`` (3) rising samples of its last "
-     "``link_error_window``, a count again (the fabric verdict is built from the nodes' link_errors)"),
+    ("agent every 30s", "types_kept", "fabric", "fixed (agent2; listed for older runs): gen2:fabric-a/b lost the "
+     "fabric verdict at a 30 s agent: link_errors needed 3 rising samples of its last 10, a count (90 s at 30 s); now "
+     "also 2 covering 15 s of the port's own period (counters.sustained_count), and the fabric incident's window of "
+     "30 s, one period, split fabric-a's four nodes sampled 0.03 s apart: now at least two of the node's periods"),
     ("agent every ", "cause", "cause input_pipeline (base host)", "open, candidate detector (not confirmed): "
      "library:host-io-64's host cause turns to input_pipeline with host samples 10-30 s apart (the cause finder's "
      "host evidence window is narrower than the sampling period)"),
