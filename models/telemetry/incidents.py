@@ -297,6 +297,12 @@ class _NodeOpen:
     updates: int = 0
 
 
+def _first_cause(alert: Alert) -> tuple:
+    causes = alert.evidence.get("suspected_causes") or []
+    first = causes[0] if causes and isinstance(causes[0], dict) else {}
+    return (first.get("category"), first.get("component"), first.get("node"))
+
+
 class NodeIncidents:
     """Stragglers on most ranks of one node with one shared cause are one node incident.
 
@@ -340,9 +346,15 @@ class NodeIncidents:
                 out.append(alert)
             elif alert.status == AlertStatus.FIRING and alert.id in self._member_of:
                 # a new version of a member (its causes enriched later): the incident speaks for it
-                inc = self._open.get(self._member_of[alert.id])
+                key = self._member_of[alert.id]
+                inc = self._open.get(key)
                 if inc is not None:
                     inc.members[alert.id] = alert
+                    # its first cause changed (host samples 10-30 s apart come after the onset): the incident says
+                    # so too, a new version under its id, not its first member's cause forever
+                    worst = max(inc.members.values(), key=lambda a: StragglerEvidence.of(a).ratio or 0.0)
+                    if _first_cause(worst) != _first_cause(inc.alert):
+                        out.extend(self._publish(key, inc))
             elif alert.status == AlertStatus.FIRING:
                 key = (alert.job, alert.nodes[0], self._cause_kind(alert))
                 firing.setdefault(key, []).append(alert)

@@ -503,13 +503,14 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "fabric verdict at a 30 s agent: link_errors needed 3 rising samples of its last 10, a count (90 s at 30 s); now "
      "also 2 covering 15 s of the port's own period (counters.sustained_count), and the fabric incident's window of "
      "30 s, one period, split fabric-a's four nodes sampled 0.03 s apart: now at least two of the node's periods"),
-    ("agent every ", "cause", "cause input_pipeline (base host)", "open, candidate detector (not confirmed): "
-     "library:host-io-64's host cause turns to input_pipeline with host samples 10-30 s apart (the cause finder's "
-     "host evidence window is narrower than the sampling period)"),
-    ("telemetry late", "cause", "cause input_pipeline (base host)", "open, candidate detector (not confirmed): "
-     "host samples 30 s late miss the cause finder's window (library:host-io-64), as at a 10-30 s agent"),
-    ("telemetry clocks", "cause", "cause input_pipeline (base host)", "open, candidate detector (not confirmed): host "
-     "samples stamped up to 30 s off miss the cause finder's window (library:host-io-64)"),
+    ("agent every ", "cause", "cause input_pipeline (base host)", "fixed (agent2; listed for older runs): not the "
+     "host window: library:host-io-64's stragglers fire before a 10-30 s agent's second flagged host sample; the "
+     "members' causes turned host later, but their node incident (models/telemetry/incidents.py NodeIncidents) held "
+     "the new versions and kept its first member's input_pipeline; now published again when its cause changes"),
+    ("telemetry late", "cause", "cause input_pipeline (base host)", "fixed (agent2; listed for older runs): host "
+     "samples 30 s late came after the straggler fired; its node incident kept its first cause (as at a 10-30 s agent)"),
+    ("telemetry clocks", "cause", "cause input_pipeline (base host)", "fixed (agent2; listed for older runs): host "
+     "samples stamped up to 30 s off; its node incident kept its first cause (as at a 10-30 s agent)"),
     ("telemetry clocks", "no_new_types", "link_errors", "open, candidate detector (not confirmed): gen2:fabric-a's "
      "nodes' error rises, stamped up to 30 s apart, no longer fall in one window of the fabric comparison: one node "
      "stands out alone (a node's link_errors beside the fabric verdict)"),

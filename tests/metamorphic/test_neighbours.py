@@ -145,3 +145,16 @@ def test_an_oom_killed_culprit_after_a_warmup_keeps_its_host_cause(seconds: floa
                                             ("gen3:two_stragglers", 0.05), ("library:straggler-5pct-8", 0.05)])
 def test_a_fault_at_another_pace_keeps_its_verdict(source: str, seconds: float):
     assert not _held(source, t.time_scale(base(source).rec, seconds))
+
+
+# -- the node agent's family (agent2): a node incident's cause follows its members' ------------------------------
+# Host samples 10-30 s apart (or late, or stamped off) come after the straggler fired: its members' causes turned
+# host later, but the node incident of its 8 ranks kept its first member's input_pipeline (models/telemetry/
+# incidents.py NodeIncidents: a member's new version was held, the incident never published again).
+
+
+@pytest.mark.parametrize("seconds", [7.0, 10.0, 20.0, 30.0])
+def test_a_node_incident_keeps_its_host_cause_at_every_agent_period(seconds: float):
+    source = "library:host-io-64"
+    assert base(source).verdict.cause == "host"
+    assert not _held(source, t.agent_period(base(source).rec, seconds))
