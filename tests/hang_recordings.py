@@ -84,6 +84,19 @@ class Job:
                     self.heartbeat(r, t, step=step, started=seq, done=seq, phase=phase)
                 self.next_hb += self.hb
 
+    def warmup(self, seconds: list[float]) -> None:
+        """Warm-up steps of ``seconds`` each (step events and heartbeats say ``phase: warmup``, as gen3's and
+        torch's do); the job's pace is kept for the steps after."""
+        pace = self.step
+        for s in seconds:
+            self.step = s
+            first = len(self.events)
+            self.steps(1, phase="warmup")
+            for e in self.events[first:]:
+                if e["kind"] == "step":
+                    e["phase"] = "warmup"
+        self.step = pace
+
     def phase(self, phase: str) -> None:
         self.emit({"kind": "phase", "ts": round(self.now, 6), "phase": phase, "step": self.n})
 

@@ -82,6 +82,15 @@ def published(alerts: list[dict]) -> list[tuple[str, str, str]]:
     return [(a["id"], a["type"], a["status"]) for a in alerts]
 
 
+def record_and_replay(bootstrap: str, topic_prefix: str, tmp_path) -> list[dict]:
+    """``stepwatch record`` of the events topic, then ``stepwatch replay`` of that file: the alerts one road gives."""
+    env = stepwatch_env(bootstrap, topic_prefix, **ONE_PARTITION)
+    recording = tmp_path / "events.jsonl"
+    run_stepwatch("record", "-o", str(recording), env=env)
+    return [orjson.loads(line) for line in run_stepwatch("replay", str(recording), env=env).stdout.splitlines()
+            if line.strip()]
+
+
 def test_a_worker_killed_during_catch_up_restarts_without_a_duplicate_or_a_false_hang(
         kafka_bootstrap, topic_prefix, start_worker, worker_consumer, tmp_path):
     events, alerts_topic = topic_prefix + "events", topic_prefix + "alerts"
@@ -109,11 +118,7 @@ def test_a_worker_killed_during_catch_up_restarts_without_a_duplicate_or_a_false
     alerts = read_all_alerts(kafka_bootstrap, alerts_topic, until=straggler_done, timeout=60)
     assert "recovered partitions" in restarted.log_text()
 
-    env = stepwatch_env(kafka_bootstrap, topic_prefix, **ONE_PARTITION)
-    recording = tmp_path / "events.jsonl"
-    run_stepwatch("record", "-o", str(recording), env=env)
-    replayed = [orjson.loads(line) for line in run_stepwatch("replay", str(recording), env=env).stdout.splitlines()
-                if line.strip()]
+    replayed = record_and_replay(kafka_bootstrap, topic_prefix, tmp_path)
 
     logs = "\n".join(w.log_text()[-3000:] for w in (doomed, restarted))
     assert published(alerts) == published(replayed), logs
@@ -150,11 +155,7 @@ def test_a_straggler_killed_open_is_resolved_by_the_restart_at_the_times_it_was_
     restarted = start_worker(**ONE_PARTITION)
     alerts = read_all_alerts(kafka_bootstrap, alerts_topic, until=straggler("resolved"), timeout=120)
 
-    env = stepwatch_env(kafka_bootstrap, topic_prefix, **ONE_PARTITION)
-    recording = tmp_path / "events.jsonl"
-    run_stepwatch("record", "-o", str(recording), env=env)
-    replayed = [orjson.loads(line) for line in run_stepwatch("replay", str(recording), env=env).stdout.splitlines()
-                if line.strip()]
+    replayed = record_and_replay(kafka_bootstrap, topic_prefix, tmp_path)
     logs = "\n".join(w.log_text()[-3000:] for w in (doomed, restarted))
     assert [k for k, n in Counter(published(alerts)).items() if n > 1] == [], logs
     fired = [a for a in alerts if a["type"] == "straggler" and a["status"] == "firing"]

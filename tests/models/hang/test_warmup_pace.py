@@ -32,21 +32,10 @@ def _cases(n: int = 6, seed: int = 45) -> list[tuple[float, float, int]]:
     return out
 
 
-def _warmup(job: Job, count: int, seconds: float) -> None:
-    """``count`` warm-up steps of ``seconds`` each (step events say ``phase: warmup``, as gen3's and torch's do)."""
-    pace, job.step = job.step, seconds
-    first = len(job.events)
-    job.steps(count, phase="warmup")
-    for e in job.events[first:]:
-        if e["kind"] == "step":
-            e["phase"] = "warmup"
-    job.step = pace
-
-
 @pytest.mark.parametrize("pace, factor, warm", _cases())
 def test_warmup_steps_at_any_pace_are_no_hang(pace, factor, warm):
     job = Job(ranks=8, step=pace, hb=min(10.0, max(1.0, pace / 6)))
-    _warmup(job, warm, factor * pace)
+    job.warmup([factor * pace] * warm)
     job.steps(8)
     job.phase("end")
     alerts = hangs(replay(job.recording()))
@@ -56,7 +45,7 @@ def test_warmup_steps_at_any_pace_are_no_hang(pace, factor, warm):
 @pytest.mark.parametrize("pace, factor, warm", _cases())
 def test_a_hang_in_the_warmup_still_warns_before_the_critical(pace, factor, warm):
     job = Job(ranks=8, step=pace, hb=min(10.0, max(1.0, pace / 6)))
-    _warmup(job, warm, factor * pace)
+    job.warmup([factor * pace] * warm)
     job.wait(_D.timeout_seconds + 120.0, lambda r, t: {})  # every rank alive, none completes a step
     versions = hangs(replay(job.recording()))
     assert versions and versions[-1]["severity"] == "critical", [a["summary"] for a in versions]

@@ -36,23 +36,10 @@ def _cases(n: int = 6, seed: int = 39) -> list[tuple[float, float, float]]:
     return out
 
 
-def _warmup(job: Job, seconds: list[float]) -> None:
-    """Warm-up steps of ``seconds`` (step events say ``phase: warmup``)."""
-    pace = job.step
-    for s in seconds:
-        job.step = s
-        first = len(job.events)
-        job.steps(1, phase="warmup")
-        for e in job.events[first:]:
-            if e["kind"] == "step":
-                e["phase"] = "warmup"
-    job.step = pace
-
-
 @pytest.mark.parametrize("pace, first, growth", _cases())
 def test_a_warmup_step_longer_than_the_ones_before_is_no_hang(pace, first, growth):
     job = Job(ranks=8, step=pace, hb=min(10.0, max(1.0, pace / 6)))
-    _warmup(job, [first * pace, first * pace, first * pace * growth])
+    job.warmup([first * pace, first * pace, first * pace * growth])
     job.steps(8)
     job.phase("end")
     alerts = hangs(replay(job.recording()))
@@ -62,7 +49,7 @@ def test_a_warmup_step_longer_than_the_ones_before_is_no_hang(pace, first, growt
 @pytest.mark.parametrize("pace, first, growth", _cases())
 def test_a_hang_after_the_first_warmup_steps_still_warns_before_the_critical(pace, first, growth):
     job = Job(ranks=8, step=pace, hb=min(10.0, max(1.0, pace / 6)))
-    _warmup(job, [first * pace, first * pace])
+    job.warmup([first * pace, first * pace])
     job.wait(_D.timeout_seconds + 120.0, lambda r, t: {})  # every rank alive, none completes a step
     versions = hangs(replay(job.recording()))
     assert versions and versions[0]["severity"] == "warning", [a["summary"] for a in versions]
