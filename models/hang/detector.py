@@ -292,15 +292,18 @@ class HangDetector:
         """After the job's end: whether an event of ``rank`` at ``step`` is a late one of the run that ended,
         i.e. the rank is known, its step did not go back by more than a late event's (``new_process``'s rule: its
         heartbeat may have told a step its step events still carry in flight) and the event comes within
-        ``within`` seconds of its previous one on its own clock (a host whose clock runs ahead has its events
-        sorted late in a recording sorted by time; a restart relaunches the process and loads a checkpoint
-        first). A late event is remembered as the rank's latest (the next one continues from it)."""
+        ``within`` seconds of its previous one on its own clock, or ``pause_factor`` x the job's step time when
+        that is longer (a host whose clock runs ahead has its events sorted late in a recording sorted by time; a
+        restart relaunches the process and loads a checkpoint first). A late event is remembered as the rank's latest (the next one continues from it)."""
         p = self.progress
         slot = p.slot_of_rank.get(rank)
         if slot is None or (step < p.last_step[slot] and p.progressed_since(step, ts) > BURST_SECONDS):
             return False
         ts -= self.clocks.offset(p.nodes[slot])  # on the job's median clock, as ``last_seen``
-        if ts - p.last_seen[slot] > within:
+        gap = ts - p.last_seen[slot]
+        # A late rank's next event comes a step after its previous one: at 10-120 s steps that is longer than
+        # ``within`` (a host 7 s ahead has its last 10.3 s step sorted after the end), so its own pace counts.
+        if gap > within and gap > self.pause_factor * max(self.p99_step_time(), p.longest_recent_step()):
             return False
         p.last_step[slot] = max(step, int(p.last_step[slot]))
         p.last_seen[slot] = max(ts, float(p.last_seen[slot]))

@@ -73,6 +73,15 @@ def test_clock_offsets_move_stamps_not_arrivals():
     assert [line.arrival for line in skewed.lines] == [line.arrival for line in rec.lines]
 
 
+def test_clock_offsets_stamp_a_job_wide_marker_on_rank_0s_host():
+    rec = t.reordered(t.pause_before_fault(_hang(), "checkpoint", 60.0), 0.0)  # job-wide phase markers, no node
+    skewed = t.clock_offsets(rec, 30.0, seed=2)
+    rank0 = next(line.event["node"] for line in rec.lines if line.event.get("rank") == 0 and "node" in line.event)
+    moved = {line.event.get("node", "marker") if line.event["kind"] != "phase" else "marker":
+             round(line.event["ts"] - old.event["ts"], 3) for line, old in zip(skewed.lines, rec.lines)}
+    assert moved["marker"] == moved[rank0] != 0.0
+
+
 def test_pause_shifts_the_fault_and_brackets_it():
     rec = _hang()
     paused = t.pause_before_fault(rec, "checkpoint", 60.0)

@@ -543,17 +543,19 @@ def late(rec: Recording, share: float, delay: float, seed: int = 0) -> Recording
 
 def clock_offsets(rec: Recording, spread: float, seed: int = 0) -> Recording:
     """Each node's clock off by up to +-``spread`` seconds (broken NTP): every event stamped on it is that far
-    off; arrival times (the broker's clock) do not move. A recording without arrival times is re-sorted by the
+    off (a job-wide phase marker, which names no node, on rank 0's host, which sends it); arrival times (the broker's clock) do not move. A recording without arrival times is re-sorted by the
     stamped times, as an imported trace is.
 
     Invariant: the same verdict; which host's clock is wrong is not a fault of the job."""
     rng = random.Random(seed)
     nodes = sorted({e["node"] for e in rec.events() if isinstance(e.get("node"), str)})
     offset = {n: round((rng.random() * 2 - 1) * spread, 3) for n in nodes}
+    clock_of = _clock_nodes(rec)  # a job-wide marker (no node) is stamped on its sender's (rank 0's) host
     out = []
     for line in rec.lines:
         e = line.event
-        off = offset.get(e.get("node"), 0.0)
+        node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
+        off = offset.get(node, 0.0)
         if not off or "ts" not in e:
             out.append(line)
             continue
