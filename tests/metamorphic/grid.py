@@ -473,8 +473,12 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "long-horizon straggler the scenario allows but does not require (a 3% role at min_effect 3%: median ratio "
      "1.0301, fired at step 185 of 260); it needs ~170 of the rank's steps, and 30 s stalls of its producer close "
      "its steps without it (assembly max_wait) often enough that the job ends first (it fires with 10 s stalls)"),
-    ("clocks", "no_new_types", "hang", "open (leftover c fixed the case found: steps a little behind the rank's "
-     "heartbeat, stamped after the job's end by a host clock ahead, read as a new run that then hung)"),
+    ("clocks", "no_new_types", "hang", "fixed (branch clocks4, detector and harness; seen again: not analysed): "
+     "library:healthy-long-steps-16 / clocks +-30s, a host 7-14 s ahead without heartbeats, had its last 10.3 s "
+     "step sorted after the job's end and over 10 s after its previous one: read as a new run that then hung. A "
+     "rank's event after the end continues the ended run within pause_factor x the job's step time of its previous "
+     "one (HangDetector.continues; tests/models/hang/test_end_host_ahead.py), and clock_offsets stamps a job-wide "
+     "marker on rank 0's host (leftover c fixed the first case: steps a little behind the rank's heartbeat)"),
     ("clocks", "delay", "", "seen again, not analysed: alert times go on the broker's clock where the hosts' are "
      "off by more than 5 s (models/alert_clock.py, at the end of the outlet chain, one shift per episode across a "
      "worker's restart): the clocks family held 28 of 28 on the 14 bases"),
