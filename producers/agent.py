@@ -90,7 +90,7 @@ class KafkaSender:
 
         try:
             create_topics(self.bootstrap, [self.topic], self.partitions, replication_factor=self.replication_factor,
-                          timeout=10, client_config=client_config(self.settings))
+                          timeout=10, client_config=client_config(self.settings), append_time=[self.topic])
         except Exception as exc:  # the topic may exist, or be created by the operator
             log.info("could not create %s: %s", self.topic, exc)
 

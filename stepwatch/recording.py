@@ -854,7 +854,7 @@ def publish(lines: Iterable[bytes], settings: Settings, *, speed: float = 0.0, b
     ensure_topics(k, client_config=security)
     telemetry_topic = k.topic(settings.telemetry.topic)
     create_topics(k.bootstrap, [telemetry_topic], k.partitions, replication_factor=k.replication_factor,
-                  client_config=security)
+                  client_config=security, append_time=[telemetry_topic])
     from stepwatch.topics import ensure_config_topic
 
     ensure_config_topic(k, client_config=security)

@@ -6,6 +6,13 @@ from collections.abc import Iterable
 
 from stepwatch.config import KafkaSettings
 
+#: The config of topics that producers on training hosts and node agents write (events, telemetry; the shard
+#: stage's input and output): each record takes the broker's time (``LogAppendTime``), not the producer host's
+#: (``CreateTime``, Kafka's default). ``stepwatch record`` writes that time as a line's ``_arrival`` and recovery
+#: rebuilds on it; on a producer's clock a host running minutes off would move them, and replay would not see
+#: the arrivals the live worker saw (it reads on its own clock when records reach it).
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+
 
 def topic_names(kafka: KafkaSettings) -> list[str]:
     return [kafka.topic(kafka.events_topic), kafka.topic(kafka.alerts_topic), kafka.topic(kafka.deadletter_topic),
@@ -18,7 +25,8 @@ def ensure_topics(kafka: KafkaSettings, *, timeout: float = 30, client_config: d
     ``client_config``: kafka-python connection settings (TLS/SASL, see stepwatch.security).
     """
     create_topics(kafka.bootstrap, topic_names(kafka), kafka.partitions,
-                  replication_factor=kafka.replication_factor, timeout=timeout, client_config=client_config)
+                  replication_factor=kafka.replication_factor, timeout=timeout, client_config=client_config,
+                  append_time=[kafka.topic(kafka.events_topic)])
     ensure_config_topic(kafka, timeout=timeout, client_config=client_config)
     ensure_workers_topic(kafka, timeout=timeout, client_config=client_config)
     ensure_feedback_topic(kafka, timeout=timeout, client_config=client_config)
@@ -58,24 +66,26 @@ def create_topics(
     compacted: Iterable[str] = (),
     timeout: float = 30,
     client_config: dict | None = None,
+    append_time: Iterable[str] = (),
 ) -> None:
     """Create topics; existing topics are left as they are.
 
-    Names in ``compacted`` get ``cleanup.policy=compact``. Returns once every
-    partition has a leader, so producers can write at once.
+    Names in ``compacted`` get ``cleanup.policy=compact``, names in ``append_time`` the broker's time on each
+    record (``APPEND_TIME``). Returns once every partition has a leader, so producers can write at once.
     """
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
     names = list(dict.fromkeys(names))
-    compacted = set(compacted)
+    compacted, append_time = set(compacted), set(append_time)
     names += [n for n in compacted if n not in names]
     if not names:
         return
 
     def configs(name: str) -> dict[str, str]:
-        return {"cleanup.policy": "compact"} if name in compacted else {}
+        return {**({"cleanup.policy": "compact"} if name in compacted else {}),
+                **(APPEND_TIME if name in append_time else {})}
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="stepwatch-create-topics",
                              **(client_config or {}))

@@ -505,7 +505,7 @@ class ShardStage:
         kafka = self.settings.kafka
         create_topics(kafka.bootstrap, [self.input_topic, self.output_topic, self.deadletter_topic],
                       kafka.partitions, replication_factor=kafka.replication_factor,
-                      client_config=client_config(self.settings))
+                      client_config=client_config(self.settings), append_time=[self.input_topic, self.output_topic])
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, then flush, wait for acknowledgements, commit and leave the group."""

@@ -104,7 +104,7 @@ class TelemetryFeed:
         k = self.settings.kafka
         security = client_config(self.settings)
         create_topics(k.bootstrap, [self.topic], k.partitions, replication_factor=k.replication_factor,
-                      client_config=security)
+                      client_config=security, append_time=[self.topic])
         consumer = KafkaConsumer(bootstrap_servers=k.bootstrap, group_id=None, enable_auto_commit=False,
                                  auto_offset_reset="earliest", **security)
         partitions = consumer.partitions_for_topic(self.topic) or set()
