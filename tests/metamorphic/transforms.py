@@ -719,7 +719,7 @@ def world_size(rec: Recording, size: int, hot: dict[str, frozenset[int]], hot_no
     the same node; the fault's share of the job does not change what it is."""
     worlds: dict[str, int] = {}
     for e in rec.events("step"):
-        worlds[e["job"]] = max(worlds.get(e["job"], 0), e["rank"] + 1)
+        worlds[e["job"]] = max(worlds.get(e["job"], 0), int(e["rank"]) + 1)  # (loose envelopes: 3.0)
     if not worlds:
         return rec.derive(f"world_size({size})", rec.lines)
     node_of: dict[tuple[str, int], str] = {}
