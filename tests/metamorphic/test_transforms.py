@@ -3,6 +3,8 @@ small hand-made recording (tests/recordings.py), and the invariants fail a wrong
 
 from __future__ import annotations
 
+import random
+import statistics
 from collections import Counter
 
 import orjson
@@ -12,7 +14,7 @@ from recordings import hang, straggler_and_slowdown
 
 from . import transforms as t
 from .invariants import check
-from .recording import Recording, from_lines
+from .recording import Line, Recording, from_lines
 from .verdict import Verdict, verdict
 
 T0 = 1_764_000_000.0
@@ -203,3 +205,47 @@ def test_time_scale_keeps_heartbeats_and_telemetry_on_their_timers(seconds):
     # A marked checkpoint keeps its wall-clock length.
     marks = [e["ts"] for e in slow.events("phase")]
     assert abs((marks[1] - marks[0]) - 20.0) < 1e-3
+
+
+def _shifted(rec: Recording, hosts: float) -> Recording:
+    """The recording with every host clock ``hosts`` seconds off the broker's (stamps moved, arrivals kept)."""
+    lines = [Line(line.arrival, dict(line.event, ts=round(line.event["ts"] + hosts, 6)) if "ts" in line.event
+                  else line.event) for line in rec.lines]
+    return rec.derive("shifted", lines)
+
+
+def _pairs(n: int = 8, seed: int = 43) -> list[tuple[float, float, float]]:
+    """(pace s, host clocks' shift from the broker s, end marker's gap after the last step s)."""
+    rng = random.Random(seed)
+    return [(pace, round(rng.uniform(-3.0, 3.0), 3), round(rng.uniform(0.05, 20.0), 3))
+            for pace in (0.02, 0.1, 2.0, 10.0, 60.0, 120.0, 60.0, 120.0)[:n]]
+
+
+@pytest.mark.parametrize("pace, hosts, gap", _pairs())
+def test_time_scale_keeps_start_up_and_the_end_whatever_the_hosts_clocks(pace, hosts, gap):
+    """Invariant: host clocks off the broker's (seconds, either way) stretch nothing: what comes before the first
+    step keeps its stamps, the first step is where it was, the steps after it are the pace apart, and a job's end
+    marker that followed its last step within the warning floor follows it by as many seconds, whatever the pace
+    (gen3:fast_15ms at 60 s steps: hosts 1.6 s ahead made a 100-minute first step, critical; its end marker, 0.5 s
+    after the last step, came 30 minutes after it, dropped: a hang at the end)."""
+    events = straggler_and_slowdown("s", t0=T0, steps=60)
+    last = max(e["ts"] for e in events if e["kind"] == "step")
+    for e in events:
+        if e["kind"] == "phase" and e["phase"] == "end":
+            e["ts"] = round(last + gap, 6)
+    base = _shifted(from_lines("s", [orjson.dumps(e) for e in sorted(events, key=lambda e: e["ts"])],
+                               onset=T0 + 12), hosts)
+    scaled = t.time_scale(base, pace)
+    first = {e["rank"]: e["ts"] for e in base.events("step") if e["step"] == 0}
+    moved = [abs(e["ts"] - first[e["rank"]]) for e in scaled.events("step") if e["step"] == 0]
+    assert min(moved) < 1e-5 and max(moved) < 0.01 * max(1.0, scaled.scale)  # (the ranks' own ms apart, scaled)
+    before = [e["ts"] for e in base.events() if e["ts"] < min(first.values()) - 0.01]
+    assert [e["ts"] for e in scaled.events() if e["ts"] < min(first.values()) - 0.01] == before
+
+    def ends(rec: Recording) -> list[float]:
+        return [statistics.median(e["ts"] for e in rec.events("step") if e["step"] == k) for k in range(60)]
+
+    assert ends(scaled)[2] - ends(scaled)[1] == pytest.approx(scaled.scale * (ends(base)[2] - ends(base)[1]), rel=0.01)
+    end = [e["ts"] for e in scaled.events("phase") if e["phase"] == "end"]
+    scaled_last = max(e["ts"] for e in scaled.events("step"))
+    assert len(end) == 1 and end[0] - scaled_last == pytest.approx(gap, abs=1e-3)

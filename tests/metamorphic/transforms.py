@@ -89,6 +89,10 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     wall-clock length, and so do a marked checkpoint and a stop between two steps (``held_intervals``: writing a
     checkpoint takes the storage's time, a stall or a hang the job recovered from the fault's, not the step's).
 
+    The first and last step are found on the clock of what is moved (hosts' stamps, or the broker's arrivals: a
+    host clock ahead of the broker does not stretch start-up), and a job's end marker within ``END_KEPT_S`` of its
+    last step keeps its distance.
+
     Heartbeats and node telemetry keep a wall-clock cadence, as a monitor's timer and the node agent do whatever
     the step time (their base period, up to ``MAX_PERIOD`` when time slows down). A rank heartbeating through a
     longer step sends its timer's heartbeats with the step it reached (``_timer_beats``); a rank silent in the
@@ -100,26 +104,38 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     with the step time; a hang still warns before it is critical."""
     s = step_seconds / rec.step_time()
     offsets = node_offsets(rec)
-    # Time is scaled from the first step on: what comes before it (start-up, compilation) keeps its length.
-    t0 = min((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=rec.lines[0].arrival)
+    # Time is scaled from the first step on: what comes before it (start-up, compilation) keeps its length. The
+    # first and last step are taken on the clock a time is read on: the hosts' (their stamps, each node's offset
+    # from the earliest taken out) or the broker's (an arrival, the onset). Hosts a second or two ahead of the
+    # broker put every stamp that far past an arrival-clock first step: gen3:fast_15ms's, 1.6 s, scaled 3,800x at
+    # 60 s steps, made a first step of 100 minutes, critical at the first-step timeout.
+    stamps = [e["ts"] - offsets.get(e.get("node"), 0.0) for e in rec.events("step")
+              if isinstance(e.get("ts"), (int, float))]
+    arrivals = [line.arrival for line in rec.lines if line.event.get("kind") == "step"]
+    t0_broker = min(arrivals, default=rec.lines[0].arrival)
+    t0_host = min(stamps, default=t0_broker)
 
     # After the last step nothing is step-paced (a hang's tail, the capture's end): it keeps its wall-clock length
     # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
-    last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
+    last_broker = max(arrivals, default=float("inf"))
+    last_host = max(stamps, default=last_broker)
     tail = max(1.0, s)
     # A marked checkpoint or a stop keeps its wall-clock length: the storage's or the fault's time, not the step's.
     held = held_intervals(rec, offsets)
+    # (held_intervals is on the hosts' clock; on the broker's, moved by how far the first step's stamp and arrival lie)
+    held_broker = [(a - t0_host + t0_broker, b - t0_host + t0_broker) for a, b in held]
 
-    def warp(ts: float, node) -> float:
-        """A time stamped on ``node``'s clock, moved (on the same clock: its offset is kept, as is every delivery
-        lag, by the caller): unchanged before the first step, scaled from there to the last but for checkpoints,
-        the tail after."""
-        off = offsets.get(node, 0.0)
+    def warp(ts: float, node, *, broker: bool = False) -> float:
+        """A time stamped on ``node``'s clock (``broker``: the broker's, an arrival), moved (on the same clock: its
+        offset is kept, as is every delivery lag, by the caller): unchanged before the first step, scaled from
+        there to the last but for checkpoints, the tail after."""
+        off = 0.0 if broker else offsets.get(node, 0.0)
+        t0, last, kept_at = (t0_broker, last_broker, held_broker) if broker else (t0_host, last_host, held)
         x = ts - off
         if x < t0:
             return ts
         y = min(x, last)
-        kept = sum(max(0.0, min(b, y) - max(a, t0)) for a, b in held if a < y)
+        kept = sum(max(0.0, min(b, y) - max(a, t0)) for a, b in kept_at if a < y)
         return t0 + s * (y - t0) - (s - 1.0) * kept + tail * max(0.0, x - last) + off
 
     periods = _periods(rec)
@@ -131,16 +147,20 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     for line in rec.lines:
         e = line.event
         if "ts" not in e:
-            lines.append(Line(warp(line.arrival, None), e))
+            lines.append(Line(warp(line.arrival, None, broker=True), e))
             continue
         node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
         ts = warp(e["ts"], node)
+        if e.get("kind") == "phase" and e.get("phase") == "end":
+            over = e["ts"] - offsets.get(node, 0.0) - last_host
+            if 0.0 < over <= END_KEPT_S:  # a job's end right after its last step: the teardown's seconds
+                ts = warp(e["ts"] - over, node) + over
         if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
             key = _stream(e)
             near = silences.get(e.get("node"), ())
             i = bisect.bisect_right(near, e["ts"]) - 1
             # (the first sample after the silence began, within one period of it: the agent's next look)
-            if (i >= 0 and e["ts"] - near[i] <= periods.get(key, 5.0) and near[i] >= t0
+            if (i >= 0 and e["ts"] - near[i] <= periods.get(key, 5.0) and near[i] >= t0_host
                     and prev_sample.get(key, float("-inf")) < near[i]):
                 ts = min(ts, warp(near[i], e.get("node")) + (e["ts"] - near[i]))
             prev_sample[key] = e["ts"]
@@ -164,7 +184,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     last_step = max((line.arrival for line in lines if line.event.get("kind") == "step"), default=None)
     if last_step is not None:  # a capture ends MAX_TAIL_S into a hang, whatever the pace (the drain goes on)
         lines = [line for line in lines if line.arrival <= last_step + MAX_TAIL_S]
-    onset = warp(rec.onset, None) if rec.onset is not None else None
+    onset = warp(rec.onset, None, broker=True) if rec.onset is not None else None
     scaled = rec.derive(f"time_scale({step_seconds:g}s)", lines, onset=onset, scale=rec.scale * s)
     # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
     return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
@@ -181,6 +201,11 @@ def _clock_nodes(rec: Recording) -> dict[tuple, str]:
             out.setdefault((e.get("job"), e["rank"]), e["node"])
     return out
 
+
+#: A job's end marker this close after its last step (no hang in between: under the warning floor) follows it by
+#: its own seconds whatever the pace (a teardown's time): gen3:fast_15ms's end, 0.5 s (33 steps) after its last
+#: step, was a tail stretched 3,800x at 60 s steps, past the capture's end: the job hung at its end.
+END_KEPT_S = 30.0
 
 #: A job-wide gap between two steps' ends this many times the job's median one is a stop (an unmarked checkpoint, a
 #: stall or hang the job recovered from): time_scale keeps it at its wall-clock length.
