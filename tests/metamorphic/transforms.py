@@ -90,8 +90,9 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     checkpoint takes the storage's time, a stall or a hang the job recovered from the fault's, not the step's).
 
     The first and last step are found on the clock of what is moved (hosts' stamps, or the broker's arrivals: a
-    host clock ahead of the broker does not stretch start-up), and a job's end marker within ``END_KEPT_S`` of its
-    last step keeps its distance.
+    host clock ahead of the broker does not stretch start-up); a job's end marker within ``END_KEPT_S`` of its
+    last step keeps its distance, and so does, when time slows down, every node sample after the last step (the
+    tail stretches the job's timers, not the node agent's or the fault's seconds).
 
     Heartbeats and node telemetry keep a wall-clock cadence, as a monitor's timer and the node agent do whatever
     the step time (their base period, up to ``MAX_PERIOD`` when time slows down). A rank heartbeating through a
@@ -140,6 +141,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
 
     periods = _periods(rec)
     silences = _silences(rec, periods) if s > 1 else {}
+    aligned = telemetry_clocks(rec)
     prev_sample: dict[tuple, float] = {}
     clock_of = _clock_nodes(rec)
     lines = []
@@ -150,11 +152,17 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
             lines.append(Line(warp(line.arrival, None, broker=True), e))
             continue
         node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
-        ts = warp(e["ts"], node)
-        if e.get("kind") == "phase" and e.get("phase") == "end":
-            over = e["ts"] - offsets.get(node, 0.0) - last_host
-            if 0.0 < over <= END_KEPT_S:  # a job's end right after its last step: the teardown's seconds
-                ts = warp(e["ts"] - over, node) + over
+        shift = aligned.get((node, e.get("kind")), 0.0)
+        own = e["ts"] - shift  # (a node sample on its node's ranks' clock)
+        ts = warp(own, node) + shift
+        over = own - offsets.get(node, 0.0) - last_host
+        if over > 0.0 and ((s > 1 and is_telemetry(e)) or (
+                e.get("kind") == "phase" and e.get("phase") == "end" and over <= END_KEPT_S)):
+            # After the last step, a node's samples keep their wall-clock distance from it (the agent's timer and
+            # the fault's own time: a port down 1.3 s into gen3:link_down_hang's hang was 100 s in at 60 s steps,
+            # past the hang's window, its node's port read as up meanwhile); and so does a job's end marker right
+            # after its last step (the teardown's seconds).
+            ts = warp(own - over, node) + over + shift
         if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
             key = _stream(e)
             near = silences.get(e.get("node"), ())
@@ -189,6 +197,41 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
     return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
                               if s <= 1 or k[0] != "heartbeat"}, name=None)
+
+
+#: A node's samples whose stamps lie this much further from their arrival than its ranks' step events' do are on
+#: another clock (less: delivery lags, which differ by stream): time_scale reads them on the ranks' clock.
+CLOCK_ALIGN_MIN_S = 1.0
+
+
+def telemetry_clocks(rec: Recording) -> dict[tuple, float]:
+    """(node, telemetry kind) -> how far its stamps run ahead of its node's ranks' (seconds), where that is over
+    ``CLOCK_ALIGN_MIN_S``: the medians of stamp minus arrival, compared (a recording with arrival times only).
+
+    Scaling time moves a stamp by its distance from the job's steps times the factor, so a sample on a clock
+    seconds off its node's ranks' moves by minutes at a slow pace: gen3 stamps each stream on its own clock and an
+    Xid on true time, 2.5 s behind its node's ranks; gen3:xid79_dead_rank's Xid, 0.2 s after its rank's death,
+    landed 200 s before the hang at 60 s steps, out of the hang's cause window."""
+    if not rec.arrival:
+        return {}
+    ranks: dict[str, list[float]] = defaultdict(list)
+    samples: dict[tuple, list[float]] = defaultdict(list)
+    for line in rec.lines:
+        e = line.event
+        node, ts = e.get("node"), e.get("ts")
+        if not isinstance(node, str) or not isinstance(ts, (int, float)):
+            continue
+        if e.get("kind") == "step":
+            ranks[node].append(ts - line.arrival)
+        elif is_telemetry(e):
+            samples[(node, e.get("kind"))].append(ts - line.arrival)
+    out = {}
+    for (node, kind), ahead in samples.items():
+        if node in ranks:
+            shift = statistics.median(ahead) - statistics.median(ranks[node])
+            if abs(shift) > CLOCK_ALIGN_MIN_S:
+                out[(node, kind)] = shift
+    return out
 
 
 def _clock_nodes(rec: Recording) -> dict[tuple, str]:
