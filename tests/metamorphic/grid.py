@@ -357,16 +357,25 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "without markers, over the 30 s floor at 0.57 s steps; time_scale keeps the stop at its length, 3 steps or fewer "
      "at 10-120 s steps, under 10x the p99: no warning, as the rule says. The same signature on gen3:restart_same_step "
      "(10 s, 60 s): the restarted job's harness limit above (not read one by one)"),
-    ("step 0.02s", "culprit", "node None", "harness (fourth round): gen3:link_fault's slow link "
+    ("step 0.02s", "culprit", "(base n02)", "harness (fourth round): gen3:link_fault's slow link "
      "lasts the job's last 157 steps, 3.3 s at 20 ms, while the node's link samples keep their wall-clock cadence "
      "(1 s): 3 samples of the fault, too few for the node's counters (3 of 10 with errors) to name it before the "
-     "job ends (the comm_slowdown itself fires)"),
+     "job ends (the comm_slowdown itself fires; since branch slowhang it names another node, n03, not none)"),
     ("step 120s", "culprit", "node None (base n02)", "harness (analysed, branch slowhang): gen3:link_fault at 120 s "
      "steps keeps its link_errors (fixed since the fourth round) but its comm_slowdown names no node, cause unknown: "
      "the fault is step-paced, so time_scale spreads each 2 s link sample's error increase over 250 s, re-cadenced "
      "to 30 s copies: the port's error rate falls 125x and the comm_slowdown's +-60 s window (one step) holds one "
      "increase or none. A real link errs at a wall-clock rate; keeping it needs time_scale to scale counter "
      "increases with the pace (not done)"),
+    ("step 120s", "culprit", "node n00 (base n01)", "design (analysed, branch slowhang): gen3:link_down_hang's "
+     "warm-up steps (2.0, 2.0, 4.2 s at a 0.7 s pace) are 330, 330 and 700 s at 120 s steps: the third is past the "
+     "600 s timeout itself, a critical hang at step 1 by the user's rule (docs/hang.md: raise timeout_seconds for "
+     "steps that take most of it), the verdict's first hang; the port-down hang after it names n01 and its network "
+     "cause (fixed below)"),
+    ("step 0.02s", "types_kept", "lost ['gpu_fault', 'gpu_hot']", "knife-edge (analysed, branch slowhang): "
+     "gen2:straggler-gpu-throttled's throttled GPU scaled to 20 ms steps lasts 2 s before the job's end, 3 samples "
+     "of its 1 s agent, at the rule's 3-sample edge; reading the first step on the hosts' clock moved them 0.08 s "
+     "nearer the job's end and it no longer fires (held before by that margin)"),
     ("step ", "cause", "(base network)", "fixed (branch slowhang, harness): gen3:link_down_hang at 60-120 s steps named "
      "n00 first, cause unknown: its port, down 1.3 s after the last step, was in the hang's tail, which time_scale "
      "stretched with the pace (100 s in at 60 s steps, past the hang's +-60 s cause window, the port re-cadenced as "
@@ -453,7 +462,7 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "first and last step are read on the clock of what is moved and an end marker within 30 s of the last step "
      "keeps its distance (test_transforms.py test_time_scale_keeps_start_up_and_the_end_whatever_the_hosts_clocks); "
      "seen again: not analysed"),
-    ("step ", "culprit", "node", "fixed (branch slowhang, harness): gen3:link_down_hang's hang named n00 first at "
+    ("step ", "culprit", "(base n01)", "fixed (branch slowhang, harness): gen3:link_down_hang's hang named n00 first at "
      "60-120 s steps (see the (base network) cause row)"),
     ("world 64", "culprit", "", "open, not analysed (fourth round): gen3:link_down_hang grown to 64 names the hung "
      "node's copies' ranks beside its own"),
