@@ -469,9 +469,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("step 120s", "types_kept", "link_errors", "seen in the fourth round, not since (branch slowhang): gen3:link_fault "
      "at 120 s steps lost its link_errors; see its 120 s culprit row above"),
     # (the earlier rounds')
-    ("step ", "no_new_types", "checkpoint_stale", "open, not analysed (third round): library's 64-rank hang bases "
-     "at 10-120 s steps add a checkpoint_stale (fixed before for a job on its own cadence: the age limit is at least "
-     "2x the job's checkpoint interval; their interval scales with the steps, their checkpoints no longer do)"),
+    ("step ", "no_new_types", "checkpoint_stale", "not seen since the fourth round (branch slowhang: library:hang-hang-"
+     "64, hang-dead-64, hang-teardown-64, hang-frozen-64 and host-oom-64 hold at all six paces; the third round's "
+     "checkpoint_stale at 10-120 s steps went with checkpoint.py steps_due, the first row)"),
     # The third round (time_scale's timers and kept lengths: heartbeats, telemetry, start-up, checkpoints and stops
     # at their wall-clock length) left these on the extra hang and checkpoint bases, not analysed to the end:
     ("step 0.", "types_kept", "checkpoint_stale", "open, not analysed: library:checkpoint-stops-16 loses its "
