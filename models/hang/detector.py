@@ -249,6 +249,9 @@ class HangDetector:
         longest = max(max(p.pauses, default=0.0), stop)  # stops it went on from: resolved warnings, long steps
         if longest:
             warn = max(warn, self.pause_factor * longest)
+            # ... and so does a stop it went on from, still before the critical (at most EARLY_WARNING_SHARE of it):
+            # at 120 s steps a flaky GPU's 300-315 s steps, over half the timeout, warned at every one of them.
+            latest = max(latest, min(self.pause_factor * longest, EARLY_WARNING_SHARE * critical))
         warn = min(warn, latest)
         return (warn if warn < critical else None), critical, p.phase
 

@@ -3,6 +3,8 @@ small hand-made recording (tests/recordings.py), and the invariants fail a wrong
 
 from __future__ import annotations
 
+import random
+import statistics
 from collections import Counter
 
 import orjson
@@ -12,7 +14,7 @@ from recordings import hang, straggler_and_slowdown
 
 from . import transforms as t
 from .invariants import check
-from .recording import Recording, from_lines
+from .recording import Line, Recording, from_lines
 from .verdict import Verdict, verdict
 
 T0 = 1_764_000_000.0
@@ -212,3 +214,105 @@ def test_time_scale_keeps_heartbeats_and_telemetry_on_their_timers(seconds):
     # A marked checkpoint keeps its wall-clock length.
     marks = [e["ts"] for e in slow.events("phase")]
     assert abs((marks[1] - marks[0]) - 20.0) < 1e-3
+
+
+def _shifted(rec: Recording, hosts: float) -> Recording:
+    """The recording with every host clock ``hosts`` seconds off the broker's (stamps moved, arrivals kept)."""
+    lines = [Line(line.arrival, dict(line.event, ts=round(line.event["ts"] + hosts, 6)) if "ts" in line.event
+                  else line.event) for line in rec.lines]
+    return rec.derive("shifted", lines)
+
+
+def _pairs(n: int = 8, seed: int = 43) -> list[tuple[float, float, float]]:
+    """(pace s, host clocks' shift from the broker s, end marker's gap after the last step s)."""
+    rng = random.Random(seed)
+    return [(pace, round(rng.uniform(-3.0, 3.0), 3), round(rng.uniform(0.05, 20.0), 3))
+            for pace in (0.02, 0.1, 2.0, 10.0, 60.0, 120.0, 60.0, 120.0)[:n]]
+
+
+@pytest.mark.parametrize("pace, hosts, gap", _pairs())
+def test_time_scale_keeps_start_up_and_the_end_whatever_the_hosts_clocks(pace, hosts, gap):
+    """Invariant: host clocks off the broker's (seconds, either way) stretch nothing: what comes before the first
+    step keeps its stamps, the first step is where it was, the steps after it are the pace apart, and a job's end
+    marker that followed its last step within the warning floor follows it by as many seconds, whatever the pace
+    (gen3:fast_15ms at 60 s steps: hosts 1.6 s ahead made a 100-minute first step, critical; its end marker, 0.5 s
+    after the last step, came 30 minutes after it, dropped: a hang at the end)."""
+    events = straggler_and_slowdown("s", t0=T0, steps=60)
+    last = max(e["ts"] for e in events if e["kind"] == "step")
+    for e in events:
+        if e["kind"] == "phase" and e["phase"] == "end":
+            e["ts"] = round(last + gap, 6)
+    base = _shifted(from_lines("s", [orjson.dumps(e) for e in sorted(events, key=lambda e: e["ts"])],
+                               onset=T0 + 12), hosts)
+    scaled = t.time_scale(base, pace)
+    first = {e["rank"]: e["ts"] for e in base.events("step") if e["step"] == 0}
+    moved = [abs(e["ts"] - first[e["rank"]]) for e in scaled.events("step") if e["step"] == 0]
+    assert min(moved) < 1e-5 and max(moved) < 0.01 * max(1.0, scaled.scale)  # (the ranks' own ms apart, scaled)
+    before = [e["ts"] for e in base.events() if e["ts"] < min(first.values()) - 0.01]
+    assert [e["ts"] for e in scaled.events() if e["ts"] < min(first.values()) - 0.01] == before
+
+    def ends(rec: Recording) -> list[float]:
+        return [statistics.median(e["ts"] for e in rec.events("step") if e["step"] == k) for k in range(60)]
+
+    assert ends(scaled)[2] - ends(scaled)[1] == pytest.approx(scaled.scale * (ends(base)[2] - ends(base)[1]), rel=0.01)
+    end = [e["ts"] for e in scaled.events("phase") if e["phase"] == "end"]
+    scaled_last = max(e["ts"] for e in scaled.events("step"))
+    assert len(end) == 1 and end[0] - scaled_last == pytest.approx(gap, abs=1e-3)
+
+
+def _port_down_hang(clock: float, down: float, step: float = 0.5) -> Recording:
+    """2 nodes of 2 ranks, 40 steps of ``step`` s (heartbeats every 2 s), then every rank heartbeats without progress
+    for 120 s: n1's port goes down ``down`` s after the last step and a GPU of n1 logs an Xid 0.2 s after it;
+    the node samples (every 2 s) and the Xid are stamped on a clock ``clock`` s off the ranks' (broker times:
+    every event arrives 0.05 s after it happened)."""
+    events: list[tuple[float, dict]] = []  # (true time, event)
+    t, beat = T0, T0 + 0.3
+    for n in range(40):
+        t += step
+        while beat <= t:
+            events += [(beat, {"v": 1, "kind": "heartbeat", "job": "p", "rank": r, "node": f"n{r // 2}",
+                               "step": n - 1, "ts": round(beat, 6)}) for r in range(4) if n > 0]
+            beat += 2.0
+        events += [(t, {"v": 1, "kind": "step", "job": "p", "rank": r, "node": f"n{r // 2}", "step": n,
+                        "ts": round(t, 6), "step_time": step}) for r in range(4)]
+    last = t
+    while beat <= last + 120.0:
+        events += [(beat, {"v": 1, "kind": "heartbeat", "job": "p", "rank": r, "node": f"n{r // 2}", "step": 39,
+                           "ts": round(beat, 6)}) for r in range(4)]
+        beat += 2.0
+    sample = T0 + 0.9
+    while sample <= last + 120.0:
+        for k in range(2):
+            bad = k == 1 and sample >= last + down
+            events.append((sample, {"v": 1, "kind": "link", "node": f"n{k}", "ts": round(sample + clock, 6),
+                                    "device": "mlx5_0", "port": 1, "state": "DOWN" if bad else "ACTIVE",
+                                    "counters": {"symbol_error": 900 if bad else 0, "link_downed": int(bad)}}))
+        sample += 2.0
+    events.append((last + 0.2, {"v": 1, "kind": "xid", "node": "n1", "ts": round(last + 0.2 + clock, 6),
+                                "gpu": 1, "xid": 79, "message": "GPU has fallen off the bus."}))
+    events.sort(key=lambda p: p[0])
+    return from_lines("p", [orjson.dumps(dict(e, _arrival=round(at + 0.05, 6))) for at, e in events], onset=last)
+
+
+def _downs(pace: float) -> list[tuple[float, float, float]]:
+    rng = random.Random(int(pace * 100) + 47)
+    return [(pace, round(rng.choice((-1.0, 1.0)) * rng.uniform(1.5, 3.0), 3), round(rng.uniform(0.5, 20.0), 3))]
+
+
+@pytest.mark.parametrize("pace, clock, down", [c for pace in (10.0, 30.0, 60.0, 120.0) for c in _downs(pace)])
+def test_time_scale_keeps_node_samples_at_their_seconds_from_a_hang(pace, clock, down):
+    """Invariant: at a slow pace a node's samples stay where they were from the job's last step, in seconds: a
+    port that went down ``down`` s into the hang reads down within a sampling period after that, and an Xid
+    0.2 s into it stays within a second of it, whatever the clock the agent stamps them on (seconds off the
+    ranks', which time_scale reads from their arrival). gen3:link_down_hang at 60 s steps: its port down 1.3 s
+    into the hang was 100 s in, past the hang's cause window; gen3:xid79_dead_rank: its Xid, stamped 2.5 s
+    behind its node's ranks, was 200 s before the hang."""
+    base = _port_down_hang(clock, down)
+    slow = t.time_scale(base, pace)
+    last = max(e["ts"] for e in slow.events("step"))
+    first_down = min(e["ts"] for e in slow.events("link") if e["state"] == "DOWN") - clock
+    period = max(e2["ts"] - e1["ts"] for e1, e2 in zip(*(
+        [e for e in slow.events("link") if e["node"] == "n0"][i:] for i in (0, 1))))
+    assert down - 1e-3 <= first_down - last <= down + period + 2.0 + 1e-3
+    xid = next(slow.events("xid"))["ts"] - clock
+    assert abs(xid - last - 0.2) < 1.0

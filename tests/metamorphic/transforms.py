@@ -89,6 +89,11 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     wall-clock length, and so do a marked checkpoint and a stop between two steps (``held_intervals``: writing a
     checkpoint takes the storage's time, a stall or a hang the job recovered from the fault's, not the step's).
 
+    The first and last step are found on the clock of what is moved (hosts' stamps, or the broker's arrivals: a
+    host clock ahead of the broker does not stretch start-up); a job's end marker within ``END_KEPT_S`` of its
+    last step keeps its distance, and so does, when time slows down, every node sample after the last step (the
+    tail stretches the job's timers, not the node agent's or the fault's seconds).
+
     Heartbeats and node telemetry keep a wall-clock cadence, as a monitor's timer and the node agent do whatever
     the step time (their base period, up to ``MAX_PERIOD`` when time slows down). A rank heartbeating through a
     longer step sends its timer's heartbeats with the step it reached (``_timer_beats``); a rank silent in the
@@ -100,30 +105,43 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     with the step time; a hang still warns before it is critical."""
     s = step_seconds / rec.step_time()
     offsets = node_offsets(rec)
-    # Time is scaled from the first step on: what comes before it (start-up, compilation) keeps its length.
-    t0 = min((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=rec.lines[0].arrival)
+    # Time is scaled from the first step on: what comes before it (start-up, compilation) keeps its length. The
+    # first and last step are taken on the clock a time is read on: the hosts' (their stamps, each node's offset
+    # from the earliest taken out) or the broker's (an arrival, the onset). Hosts a second or two ahead of the
+    # broker put every stamp that far past an arrival-clock first step: gen3:fast_15ms's, 1.6 s, scaled 3,800x at
+    # 60 s steps, made a first step of 100 minutes, critical at the first-step timeout.
+    stamps = [e["ts"] - offsets.get(e.get("node"), 0.0) for e in rec.events("step")
+              if isinstance(e.get("ts"), (int, float))]
+    arrivals = [line.arrival for line in rec.lines if line.event.get("kind") == "step"]
+    t0_broker = min(arrivals, default=rec.lines[0].arrival)
+    t0_host = min(stamps, default=t0_broker)
 
     # After the last step nothing is step-paced (a hang's tail, the capture's end): it keeps its wall-clock length
     # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
-    last = max((line.arrival for line in rec.lines if line.event.get("kind") == "step"), default=float("inf"))
+    last_broker = max(arrivals, default=float("inf"))
+    last_host = max(stamps, default=last_broker)
     tail = max(1.0, s)
     # A marked checkpoint or a stop keeps its wall-clock length: the storage's or the fault's time, not the step's.
     held = held_intervals(rec, offsets)
+    # (held_intervals is on the hosts' clock; on the broker's, moved by how far the first step's stamp and arrival lie)
+    held_broker = [(a - t0_host + t0_broker, b - t0_host + t0_broker) for a, b in held]
 
-    def warp(ts: float, node) -> float:
-        """A time stamped on ``node``'s clock, moved (on the same clock: its offset is kept, as is every delivery
-        lag, by the caller): unchanged before the first step, scaled from there to the last but for checkpoints,
-        the tail after."""
-        off = offsets.get(node, 0.0)
+    def warp(ts: float, node, *, broker: bool = False) -> float:
+        """A time stamped on ``node``'s clock (``broker``: the broker's, an arrival), moved (on the same clock: its
+        offset is kept, as is every delivery lag, by the caller): unchanged before the first step, scaled from
+        there to the last but for checkpoints, the tail after."""
+        off = 0.0 if broker else offsets.get(node, 0.0)
+        t0, last, kept_at = (t0_broker, last_broker, held_broker) if broker else (t0_host, last_host, held)
         x = ts - off
         if x < t0:
             return ts
         y = min(x, last)
-        kept = sum(max(0.0, min(b, y) - max(a, t0)) for a, b in held if a < y)
+        kept = sum(max(0.0, min(b, y) - max(a, t0)) for a, b in kept_at if a < y)
         return t0 + s * (y - t0) - (s - 1.0) * kept + tail * max(0.0, x - last) + off
 
     periods = _periods(rec)
     silences = _silences(rec, periods) if s > 1 else {}
+    aligned = telemetry_clocks(rec)
     prev_sample: dict[tuple, float] = {}
     clock_of = _clock_nodes(rec)
     lines = []
@@ -131,16 +149,26 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     for line in rec.lines:
         e = line.event
         if "ts" not in e:
-            lines.append(Line(warp(line.arrival, None), e))
+            lines.append(Line(warp(line.arrival, None, broker=True), e))
             continue
         node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
-        ts = warp(e["ts"], node)
+        shift = aligned.get((node, e.get("kind")), 0.0)
+        own = e["ts"] - shift  # (a node sample on its node's ranks' clock)
+        ts = warp(own, node) + shift
+        over = own - offsets.get(node, 0.0) - last_host
+        if over > 0.0 and ((s > 1 and is_telemetry(e)) or (
+                e.get("kind") == "phase" and e.get("phase") == "end" and over <= END_KEPT_S)):
+            # After the last step, a node's samples keep their wall-clock distance from it (the agent's timer and
+            # the fault's own time: a port down 1.3 s into gen3:link_down_hang's hang was 100 s in at 60 s steps,
+            # past the hang's window, its node's port read as up meanwhile); and so does a job's end marker right
+            # after its last step (the teardown's seconds).
+            ts = warp(own - over, node) + over + shift
         if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
             key = _stream(e)
             near = silences.get(e.get("node"), ())
             i = bisect.bisect_right(near, e["ts"]) - 1
             # (the first sample after the silence began, within one period of it: the agent's next look)
-            if (i >= 0 and e["ts"] - near[i] <= periods.get(key, 5.0) and near[i] >= t0
+            if (i >= 0 and e["ts"] - near[i] <= periods.get(key, 5.0) and near[i] >= t0_host
                     and prev_sample.get(key, float("-inf")) < near[i]):
                 ts = min(ts, warp(near[i], e.get("node")) + (e["ts"] - near[i]))
             prev_sample[key] = e["ts"]
@@ -164,11 +192,46 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     last_step = max((line.arrival for line in lines if line.event.get("kind") == "step"), default=None)
     if last_step is not None:  # a capture ends MAX_TAIL_S into a hang, whatever the pace (the drain goes on)
         lines = [line for line in lines if line.arrival <= last_step + MAX_TAIL_S]
-    onset = warp(rec.onset, None) if rec.onset is not None else None
+    onset = warp(rec.onset, None, broker=True) if rec.onset is not None else None
     scaled = rec.derive(f"time_scale({step_seconds:g}s)", lines, onset=onset, scale=rec.scale * s)
     # (heartbeats of a slowed recording are at their timer's cadence already: _timer_beats)
     return recadence(scaled, {k: max(p, min(p * s, MAX_PERIOD[k[0]])) for k, p in periods.items()
                               if s <= 1 or k[0] != "heartbeat"}, name=None)
+
+
+#: A node's samples whose stamps lie this much further from their arrival than its ranks' step events' do are on
+#: another clock (less: delivery lags, which differ by stream): time_scale reads them on the ranks' clock.
+CLOCK_ALIGN_MIN_S = 1.0
+
+
+def telemetry_clocks(rec: Recording) -> dict[tuple, float]:
+    """(node, telemetry kind) -> how far its stamps run ahead of its node's ranks' (seconds), where that is over
+    ``CLOCK_ALIGN_MIN_S``: the medians of stamp minus arrival, compared (a recording with arrival times only).
+
+    Scaling time moves a stamp by its distance from the job's steps times the factor, so a sample on a clock
+    seconds off its node's ranks' moves by minutes at a slow pace: gen3 stamps each stream on its own clock and an
+    Xid on true time, 2.5 s behind its node's ranks; gen3:xid79_dead_rank's Xid, 0.2 s after its rank's death,
+    landed 200 s before the hang at 60 s steps, out of the hang's cause window."""
+    if not rec.arrival:
+        return {}
+    ranks: dict[str, list[float]] = defaultdict(list)
+    samples: dict[tuple, list[float]] = defaultdict(list)
+    for line in rec.lines:
+        e = line.event
+        node, ts = e.get("node"), e.get("ts")
+        if not isinstance(node, str) or not isinstance(ts, (int, float)):
+            continue
+        if e.get("kind") == "step":
+            ranks[node].append(ts - line.arrival)
+        elif is_telemetry(e):
+            samples[(node, e.get("kind"))].append(ts - line.arrival)
+    out = {}
+    for (node, kind), ahead in samples.items():
+        if node in ranks:
+            shift = statistics.median(ahead) - statistics.median(ranks[node])
+            if abs(shift) > CLOCK_ALIGN_MIN_S:
+                out[(node, kind)] = shift
+    return out
 
 
 def _clock_nodes(rec: Recording) -> dict[tuple, str]:
@@ -181,6 +244,11 @@ def _clock_nodes(rec: Recording) -> dict[tuple, str]:
             out.setdefault((e.get("job"), e["rank"]), e["node"])
     return out
 
+
+#: A job's end marker this close after its last step (no hang in between: under the warning floor) follows it by
+#: its own seconds whatever the pace (a teardown's time): gen3:fast_15ms's end, 0.5 s (33 steps) after its last
+#: step, was a tail stretched 3,800x at 60 s steps, past the capture's end: the job hung at its end.
+END_KEPT_S = 30.0
 
 #: A job-wide gap between two steps' ends this many times the job's median one is a stop (an unmarked checkpoint, a
 #: stall or hang the job recovered from): time_scale keeps it at its wall-clock length.
