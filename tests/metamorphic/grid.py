@@ -370,10 +370,12 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "179, rank 0's own step already in: 7 ranks stopped while 1 steps, not 8 at one collective"),
     ("step ", "cause", "(base compute)", "open, not analysed: gen3:xid79_dead_rank's XID cause lost at 60-120 s "
      "steps; candidate harness like the OOM kill's (the node's sample after the rank's death stretched with the tail)"),
-    ("step ", "no_new_types", "job_restart", "knife-edge base (analysed): gen2:restart-clean/-spare resume 20 steps "
-     "back after 20 s down, the job having passed that step ~28 s before at its 0.39 s pace: under the 30 s line past "
-     "which a step going back is a restart (no incarnations); at 2-120 s steps it is minutes: a restart, reported "
-     "(right; the scenario allows it)"),
+    ("step ", "no_new_types", "job_restart", "fixed (branch restart3, detector): gen2:restart-clean/-spare resume 20 "
+     "steps back after 20 s down at 0.39 s steps; RestartTracker wanted the reporting rank silent 30 s, and the "
+     "silence is the downtime plus a step: none in the base, one at 2-120 s steps. Now the hang rule's reading of a "
+     "new process (models/relaunch.py: a step event 2+ below the rank's own latest, stamped over 1 s after it) is the "
+     "restart's too: the base gets its job_restart and every pace keeps it (20 ms-120 s: 12 of 12 pairs, 4 before; "
+     "tests/models/oncall/test_restart_pace.py); seen again: not analysed"),
     ("heartbeat lag", "no_new_types", "hang", "fixed (branch restart2, detector): gen2:restart-clean/-spare's "
      "restart (20 steps, ~28 s back) was read only past 30 s of the job's progress or from heartbeats whose seq went "
      "back, and those, 2-15 s late, were stamped before the new run's first step events already in: its recomputed "
