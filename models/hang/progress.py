@@ -23,6 +23,7 @@ from enum import Enum
 import numpy as np
 
 from ..job_phase import TRAINING_PHASES, JobPhase
+from ..relaunch import RELAUNCH_WINDOW_SECONDS, relaunched
 from ..steps.layout import all_named
 from ..steps.robust import sorted_percentile
 from ..wire.events import PAUSE_PHASES, HeartbeatEvent
@@ -32,7 +33,7 @@ from .evidence import RankPosition
 DEFAULT_PG = "default"
 #: Ranks in new processes (steps or heartbeat sequence numbers back, a new node) within this many
 #: seconds of the first: a majority of them is a restart of the job; fewer, single ranks restarted.
-INCARNATION_WINDOW_SECONDS = 120.0
+INCARNATION_WINDOW_SECONDS = RELAUNCH_WINDOW_SECONDS
 #: After a job restart, rank events stamped more than this before its first new process are late ones of the
 #: processes that are gone (a reordered delivery): left out, or the fresh run would start its clock there.
 OLD_PROCESS_SLACK_SECONDS = 15.0
@@ -40,11 +41,6 @@ OLD_PROCESS_SLACK_SECONDS = 15.0
 #: before the event (more than a delivery burst or a heartbeat thread's lag) is from a new process of it (a restart
 #: from a checkpoint); a step only a little behind is a late event.
 BURST_SECONDS = 30.0
-#: A rank's step event stamped more than this after its step last advanced, with a step at least two below it, is
-#: from a new process (a restart from a checkpoint) whatever the pace: one process's step events go up in stamp
-#: order, and a relaunch (process start, NCCL init, checkpoint load) takes longer than this, more than the
-#: clock-offset estimate moves between two events.
-RELAUNCH_SECONDS = 1.0
 #: Recent self-ended pauses kept (``JobProgress.pauses``): the pause factor applies to the longest of them.
 PAUSES_KEPT = 4
 #: Recent marked pause lengths kept (``JobProgress.marked_pauses``).
@@ -194,9 +190,11 @@ class JobProgress:
             silent = ts - self.last_seen[slot] > BURST_SECONDS
             late = ts - self.passed_at(step) if silent else self.progressed_since(step, ts)
             later = ts > self.last_seen[slot]
-            back = later and old_step >= 0 and step < old_step - 1 and (
-                late > BURST_SECONDS  # (a heartbeat's step may lag its rank's: only the job's progress tells)
-                or step_event and ts - self.rank_progress[slot] > RELAUNCH_SECONDS)
+            # A step event by the rank's own clock (models/relaunch.py); a heartbeat's step may lag its rank's: only the
+            # job's progress tells.
+            back = later and (
+                step_event and relaunched(old_step, float(self.rank_progress[slot]), step, ts)
+                or old_step >= 0 and step < old_step - 1 and late > BURST_SECONDS)
             moved = later and node is not None and old_node is not None and node != old_node
             if not (back or moved or seq_back):
                 return None

@@ -12,16 +12,19 @@ it from the step events and says how much it cost:
 * ``gpu_hours_lost``: ranks (one GPU each) x (downtime + steps_recomputed x typical step time),
   with the typical step time given by the caller (``cost``; the engine's judged steps).
 
-A rank restarts when its *own* step goes back: its first step after its silence is below the
-step it last reported itself. Comparing with the job-wide highest step instead is wrong after a
-job-wide pause (checkpoint, eval, marked or not): ranks resume where they were, but their
-monitors flush in batches at different moments, so the first ranks' batches have already raised
-the job's highest step when a later rank's first step after the pause arrives (gen2 scenario
-``checkpoint-marked-slow-flush``). The ranks of one restart resume one by one; all of them whose
-silence overlaps the restart already found belong to it, so a job's restart is reported once.
+A job restarted when one of its ranks was relaunched: its step event is two or more steps below the step it last
+reported *itself*, stamped more than a second after it (models/relaunch.py, the reading the hang rule shares:
+one process's step events go up in stamp order). Seconds of silence or of rolled-back work say nothing whatever
+the pace: a 30 s line missed a 20 s relaunch of a job of 0.4 s steps and took any step back of a job of 60 s steps.
+Comparing with the job-wide highest step instead is wrong after a job-wide pause (checkpoint, eval, marked or not):
+ranks resume where they were, but their monitors flush in batches at different moments, so the first ranks'
+batches have already raised the job's highest step when a later rank's first step after the pause arrives (gen2
+scenario ``checkpoint-marked-slow-flush``). The ranks of one restart resume one by one, in late batches, on clocks
+seconds apart: a rank relaunched within ``RELAUNCH_WINDOW_SECONDS`` of the restart already found, not yet counted in
+it, or whose silence overlaps it, belongs to it, so a job's restart is reported once.
 
-Late or reordered events are not restarts: a rank's event stamped no later than that rank's
-previous one never counts, and neither does a small step back.
+Late, reordered or duplicated events are not restarts: a rank's event stamped no later than that rank's previous
+one never counts, and neither does one step back.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from enum import Enum
 from typing import Any
 
 from ..alert_types import AlertType
+from ..relaunch import MIN_STEPS_BACK, RELAUNCH_SECONDS, RELAUNCH_WINDOW_SECONDS, relaunched
 
 
 class RestartCause(str, Enum):
@@ -80,7 +84,7 @@ class Restart:
 
 
 class _Job:
-    __slots__ = ("ceiling", "high", "last_step", "last_ts", "restart", "tail")
+    __slots__ = ("ceiling", "high", "last_step", "last_ts", "restart", "resumed", "tail")
 
     def __init__(self) -> None:
         self.high = -1  # highest step since the latest restart (what a restart recomputes up to)
@@ -88,6 +92,7 @@ class _Job:
         self.last_ts: dict[int, float] = {}  # rank -> time of its latest event (in arrival order)
         self.last_step: dict[int, int] = {}  # rank -> step of its latest event (in arrival order)
         self.restart: tuple[float, float] | None = None  # the latest restart's silence: (began, ended)
+        self.resumed: set[int] = set()  # the ranks relaunched in it
         #: (ranks, steps, ts, layout) of the latest run not yet in ``last_ts``/``last_step`` (``settle``): a run of
         #: the same layout (models/steps/layout.py), so the same ranks, replaces it whole (every rank's latest
         #: values are the new run's), no dict writes per event.
@@ -109,11 +114,12 @@ class RestartTracker:
 
     * ``min_steps_back``: a step this many steps (or more) below the reporting rank's own last step
       is a candidate;
-    * ``min_silence_seconds``: ... when the reporting rank was silent at least this long before it;
+    * ``min_silence_seconds``: ... when stamped more than this after that step (the defaults: models/relaunch.py);
     * ``max_jobs``: jobs remembered (the least recently active is forgotten beyond).
     """
 
-    def __init__(self, *, min_steps_back: int = 2, min_silence_seconds: float = 30.0, max_jobs: int = 10_000) -> None:
+    def __init__(self, *, min_steps_back: int = MIN_STEPS_BACK, min_silence_seconds: float = RELAUNCH_SECONDS,
+                 max_jobs: int = 10_000) -> None:
         self.min_steps_back = min_steps_back
         self.min_silence_seconds = min_silence_seconds
         self.max_jobs = max_jobs
@@ -134,18 +140,22 @@ class RestartTracker:
         prev = state.last_ts.get(rank)
         own = state.last_step.get(rank)
         found = None
-        if (prev is not None and own is not None and step <= own - self.min_steps_back
-                and ts - prev >= self.min_silence_seconds
-                # A silence overlapping the restart already found: one of its ranks resuming (maybe in
-                # a late batch), not another restart. Another rank's clock, but these silences are
-                # >= min_silence_seconds and clocks differ by milliseconds.
-                and not (state.restart is not None and prev < state.restart[1] and ts > state.restart[0])):
-            high = max(state.high, own)
-            found = Restart(job=job, rank=rank, at=ts, silence_began_at=prev, downtime_seconds=round(ts - prev, 3),
-                            highest_step=high, resumed_step=step, steps_recomputed=high - step + 1,
-                            ranks=max(len(state.last_ts), 1))
-            state.high = step
-            state.restart = (prev, ts)
+        if prev is not None and own is not None and relaunched(own, prev, step, ts, min_steps_back=self.min_steps_back,
+                                                               min_seconds=self.min_silence_seconds):
+            last = state.restart
+            # One of the restart already found's ranks resuming (maybe in a late batch, on a clock seconds off), or
+            # one that resumed already, its state moved back by a late event of its old process: not another restart.
+            if last is not None and (rank not in state.resumed and abs(ts - last[1]) <= RELAUNCH_WINDOW_SECONDS
+                                     or prev < last[1] and ts > last[0]):
+                state.resumed.add(rank)
+            else:
+                high = max(state.high, own)
+                found = Restart(job=job, rank=rank, at=ts, silence_began_at=prev, downtime_seconds=round(ts - prev, 3),
+                                highest_step=high, resumed_step=step, steps_recomputed=high - step + 1,
+                                ranks=max(len(state.last_ts), 1))
+                state.high = step
+                state.restart = (prev, ts)
+                state.resumed = {rank}
         elif step > state.high:
             state.high = step
         if step > state.ceiling:

@@ -23,10 +23,10 @@ class OnCallSettings:
     placement_topic: str = "placement"
     #: A node alert names the jobs that had ranks on the node within this many seconds of it.
     placement_window_seconds: float = 300.0
-    #: A job restarted when its step counter goes back by more than this many steps ...
+    #: A job restarted when a rank's step goes back by at least this many steps below its own last one ...
     restart_min_steps_back: int = runtime(2, low=1, high=1_000_000)
-    #: ... after at least this many seconds without events from the rank that reports it.
-    restart_min_silence_seconds: float = runtime(30.0, low=0.0, high=86_400.0)
+    #: ... stamped more than this many seconds after it (a relaunch: models/relaunch.py, the hang rule's reading).
+    restart_min_silence_seconds: float = runtime(1.0, low=0.0, high=86_400.0)
     #: Action hooks: off by default. On: ``evidence.action`` of new node_suspect and critical device
     #: alerts goes to the actions topic (and the webhook, if set).
     hooks_enabled: bool = False

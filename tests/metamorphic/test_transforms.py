@@ -316,3 +316,44 @@ def test_time_scale_keeps_node_samples_at_their_seconds_from_a_hang(pace, clock,
     assert down - 1e-3 <= first_down - last <= down + period + 2.0 + 1e-3
     xid = next(slow.events("xid"))["ts"] - clock
     assert abs(xid - last - 0.2) < 1.0
+def _relaunched(pace: float, back: int, down: float, *, spread: float = 0.0, steps: int = 60) -> Recording:
+    """4 ranks on 2 nodes (node 1's clock ``spread`` s ahead) step every ``pace`` s; after step ``steps - 1`` all die
+    and ``down`` s later new processes resume at step ``steps - 1 - back`` (the steps after it computed twice) for
+    another ``steps`` steps; heartbeats every 2 s."""
+    events, t = [], T0
+
+    def run(first: int, count: int, t: float) -> float:
+        beat = t
+        for step in range(first, first + count):
+            t += pace
+            while beat < t:
+                events.extend({"v": 1, "kind": "heartbeat", "job": "r", "rank": r, "node": f"n{r // 2}",
+                               "step": step - 1, "ts": round(beat + spread * (r // 2), 6)} for r in range(4))
+                beat += 2.0
+            events.extend({"v": 1, "kind": "step", "job": "r", "rank": r, "node": f"n{r // 2}", "step": step,
+                           "ts": round(t + spread * (r // 2), 6), "step_time": pace} for r in range(4))
+        return t
+
+    t = run(0, steps, t)
+    run(steps - 1 - back, steps, t + down)
+    events.sort(key=lambda e: e["ts"])
+    return from_lines("r", [orjson.dumps(e) for e in events], onset=None)
+
+
+@pytest.mark.parametrize("pace,back,down,spread", [(0.39, 20, 20.0, 0.0), (0.5, 50, 5.0, 3.0), (2.0, 5, 90.0, 0.0),
+                                                   (0.1, 2, 30.0, 2.0), (10.0, 30, 20.0, 0.0)])
+@pytest.mark.parametrize("seconds", [0.02, 0.1, 2.0, 10.0, 60.0, 120.0])
+def test_time_scale_keeps_a_relaunchs_downtime(pace, back, down, spread, seconds):
+    """Invariant: a restarted job's downtime keeps its wall-clock length at every pace (the launcher's and the
+    checkpoint load's time, not the steps'): each rank's first step of the new run ends the downtime plus one step
+    after its last of the old run. Its two runs compute the same steps: read one by one, they never mix (mixed,
+    held_intervals took each repeated step's end as the median of both runs' and the downtime was scaled: at 20 ms
+    steps gen2:restart-clean's 20 s relaunch became 1 s, at 120 s steps 100 minutes)."""
+    rec = _relaunched(pace, back, down, spread=spread)
+    scaled = t.time_scale(rec, seconds)
+    assert abs(scaled.step_time() - seconds) < 1e-6
+    for r in range(4):
+        series = sorted((e["ts"], e["step"]) for e in scaled.events("step") if e["rank"] == r)
+        i = next(k for k in range(1, len(series)) if series[k][1] < series[k - 1][1])
+        gap = series[i][0] - series[i - 1][0]
+        assert abs(gap - (down + seconds)) < 0.01 * down + 1e-3, (r, gap, down + seconds)

@@ -86,8 +86,9 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
     duration and gap of the job from its first step to its last; delivery lags, clock offsets, what comes before
     the first step (start-up) and, when time speeds up, what follows the last step (a hang's tail) keep their
-    wall-clock length, and so do a marked checkpoint and a stop between two steps (``held_intervals``: writing a
-    checkpoint takes the storage's time, a stall or a hang the job recovered from the fault's, not the step's).
+    wall-clock length, and so do a marked checkpoint, a stop between two steps and a restarted job's downtime
+    (``held_intervals``: writing a checkpoint takes the storage's time, a stall or a hang the job recovered from the
+    fault's, a relaunch the launcher's, not the step's).
 
     The first and last step are found on the clock of what is moved (hosts' stamps, or the broker's arrivals: a
     host clock ahead of the broker does not stretch start-up); a job's end marker within ``END_KEPT_S`` of its
@@ -255,25 +256,40 @@ END_KEPT_S = 30.0
 STOP_FACTOR = 10.0
 
 
+#: A rank's step event at least this many steps below its own latest, stamped over ``RELAUNCH_S`` after it, begins a new
+#: run of its job (a relaunch from a checkpoint: the step numbers start again; models/relaunch.py's reading).
+RELAUNCH_STEPS_BACK = 2
+RELAUNCH_S = 1.0
+
+
 def held_intervals(rec: Recording, offsets: dict[str, float] | None = None) -> list[tuple[float, float]]:
-    """What time_scale keeps at its wall-clock length (base time, merged, sorted): the marked checkpoints and the
+    """What time_scale keeps at its wall-clock length (base time, merged, sorted): the marked checkpoints, the
     stops (``STOP_FACTOR``: from one normal step after a step's end to the next step's end, each step's end the
-    median of its ranks' on the job's clock)."""
+    median of its ranks' on the job's clock) and a relaunch's downtime (from one normal step after the old run's
+    last step's end to the new run's first step's end: a relaunch takes the launcher's and the checkpoint's time).
+    A restarted job's runs are read one by one (``_runs``): the steps it computes twice never mix."""
     offsets = node_offsets(rec) if offsets is None else offsets
     ends: dict[tuple, list[float]] = defaultdict(list)
-    for e in rec.events("step"):
-        if isinstance(e.get("step"), int) and isinstance(e.get("ts"), (int, float)):
-            ends[(e.get("job"), e["step"])].append(e["ts"] - offsets.get(e.get("node"), 0.0))
-    by_job: dict = defaultdict(list)
-    for (job, step), ts in ends.items():
-        by_job[job].append((step, statistics.median(ts)))
+    for e, run in _runs(rec, offsets):
+        ends[(e.get("job"), run, e["step"])].append(e["ts"] - offsets.get(e.get("node"), 0.0))
+    by_run: dict = defaultdict(list)
+    for (job, run, step), ts in ends.items():
+        by_run[(job, run)].append((step, statistics.median(ts)))
     out = list(checkpoints(rec))
-    for series in by_job.values():
+    usual_of: dict = {}
+    for key, series in sorted(by_run.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         series.sort()
         gaps = [(a[1], b[1]) for a, b in zip(series, series[1:]) if b[0] == a[0] + 1 and b[1] > a[1]]
+        usual = statistics.median(b - a for a, b in gaps) if gaps else usual_of.get(key[0])
+        if usual is not None:
+            usual_of.setdefault(key[0], usual)
+        before = by_run.get((key[0], key[1] - 1))
+        if before and usual is not None:  # the relaunch: the old run's last step's end to the new run's first's
+            a, b = max(ts for _, ts in before) + usual_of[key[0]], min(ts for _, ts in series)
+            if b > a:
+                out.append((a, b))
         if len(gaps) < 3:
             continue
-        usual = statistics.median(b - a for a, b in gaps)
         out.extend((a + usual, b) for a, b in gaps if b - a > STOP_FACTOR * usual)
     merged: list[tuple[float, float]] = []
     for a, b in sorted(out):
@@ -282,6 +298,30 @@ def held_intervals(rec: Recording, offsets: dict[str, float] | None = None) -> l
         else:
             merged.append((a, b))
     return merged
+
+
+def _runs(rec: Recording, offsets: dict[str, float]) -> list[tuple[dict, int]]:
+    """Each step event with its job's run (0, then 1 after the job's first relaunch, ...): a rank's events in stamp
+    order, a new run where its step goes back ``RELAUNCH_STEPS_BACK`` or more over ``RELAUNCH_S`` after its latest.
+    A rank's run is the job's: its first relaunch moves it to the job's newest run (its peers' late batches)."""
+    steps = [e for e in rec.events("step") if isinstance(e.get("step"), int) and isinstance(e.get("ts"), (int, float))]
+    steps.sort(key=lambda e: e["ts"] - offsets.get(e.get("node"), 0.0))
+    last: dict[tuple, tuple[int, float]] = {}
+    run_of: dict[tuple, int] = {}
+    newest: dict = defaultdict(int)
+    out = []
+    for e in steps:
+        rank, ts = (e.get("job"), e.get("rank")), e["ts"]
+        own = last.get(rank)
+        run = run_of.get(rank, 0)
+        if own is not None and e["step"] <= own[0] - RELAUNCH_STEPS_BACK and ts - own[1] > RELAUNCH_S:
+            run = run + 1 if run >= newest[e.get("job")] else newest[e.get("job")]
+            newest[e.get("job")] = run
+            run_of[rank] = run
+        if own is None or ts > own[1]:
+            last[rank] = (e["step"], ts)
+        out.append((e, run))
+    return out
 
 
 def checkpoints(rec: Recording) -> list[tuple[float, float]]:

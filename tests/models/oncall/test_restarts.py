@@ -102,9 +102,11 @@ def test_a_step_back_without_a_silence_or_stamped_earlier_is_no_restart():
     events, t = steady(0, 60, T0)
     tracker = RestartTracker()
     assert feed(tracker, events, False) == []
-    # a late event of an old step (its own, earlier, stamp); then an old step right after the last one
+    # a late event of an old step (its own, earlier, stamp); an old step within a second of the rank's last one
+    # (no relaunch is that quick: models/relaunch.py); one step back, a minute later
     assert tracker.update(JOB, 2, 10, T0 + 10.0) is None
-    assert tracker.update(JOB, 3, 40, t + 1.0) is None
+    assert tracker.update(JOB, 3, 40, t - 0.1) is None
+    assert tracker.update(JOB, 1, 59, t + 60.0) is None
 
 
 def test_batches_of_the_same_ranks_find_the_restart_one_by_one_does():

@@ -1,0 +1,35 @@
+"""A rank relaunched, read from its own step events: the one reading the hang rule (models/hang/progress.py
+``JobProgress.new_process``) and the ``job_restart`` alert (models/oncall/restarts.py ``RestartTracker``) share.
+
+One process's step events go up in stamp order. A rank's step event two or more steps below the rank's own
+latest, stamped more than ``RELAUNCH_SECONDS`` after it, comes from a new process of the rank: it was relaunched
+and resumed from a checkpoint. Neither the pace nor how many seconds of work were rolled back matters, so a
+relaunch reads the same at 20 ms and at 120 s steps (a silence of 30 s, the line this replaced, was under one
+step of a slow job and over a whole relaunch of a fast one). What is not a relaunch:
+
+* a late, reordered or duplicated event: stamped no later than the rank's latest (a duplicate's stamp is the same);
+* one step back: a late event racing the next one, or a step counter read a moment early;
+* a job-wide pause (checkpoint, eval, marked or not): every rank resumes at its own next step, whatever the
+  job's highest step when its batch arrives (gen2 ``checkpoint-marked-slow-flush``): the rank's own latest step is
+  the reference, never the job's.
+"""
+
+from __future__ import annotations
+
+#: A relaunch (process start, NCCL init, checkpoint load) takes longer than this, and one process's step events
+#: never go back: more than this between a rank's latest step event and one 2+ steps below it is a new process.
+#: Also more than a host clock's correction moves between two events of a rank.
+RELAUNCH_SECONDS = 1.0
+#: A step this many steps (or more) below the rank's own latest: one back is a late event racing the next.
+MIN_STEPS_BACK = 2
+#: The ranks of one relaunch report their first new steps within this many seconds of the first of them (their
+#: clocks may be tens of seconds apart, their batches late): a majority of a job's ranks new within it is the job
+#: restarting (the hang rule), and a rank's relaunch within it belongs to the restart already found (one alert).
+RELAUNCH_WINDOW_SECONDS = 120.0
+
+
+def relaunched(own_step: int, own_ts: float, step: int, ts: float, *, min_steps_back: int = MIN_STEPS_BACK,
+               min_seconds: float = RELAUNCH_SECONDS) -> bool:
+    """Whether a rank's step event (``step`` stamped ``ts``) comes from a new process, given the rank's own latest
+    step event before it (``own_step`` stamped ``own_ts``; a negative ``own_step``: none)."""
+    return own_step >= 0 and step <= own_step - min_steps_back and ts - own_ts > min_seconds

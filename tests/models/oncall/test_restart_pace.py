@@ -1,0 +1,146 @@
+"""A relaunch is one ``job_restart`` at every pace; a job-wide pause or late events never are one.
+
+Invariant: a job whose ranks all die and resume from a checkpoint 2+ steps back (new processes) is reported
+exactly once, whatever its step time (20 ms-120 s), how many steps (or seconds of work) it rolled back, how long
+it was down (2 s-3 min) and however its events are delivered (heartbeats late, step events duplicated, reordered,
+late past the relaunch, hosts' clocks tens of seconds apart). A job that stops for a checkpoint or an eval
+(marked or not) and resumes at its own next step, its ranks' batches flushed at different moments, or whose old
+step events arrive late (a producer's retry, stamped when they happened), is never reported as restarted.
+models/relaunch.py is the one reading (the hang rule's too). Before it, a 30 s silence line missed the grid's
+gen2:restart-clean (a 20 s relaunch at 0.39 s steps) and reported it at 2-120 s steps, where the silence is
+the downtime plus a step.
+
+Generated: seeded draws of paces, steps back, downtimes, delivery lags, clock spreads and world sizes, replayed
+through the detection engine (tests/engine_driver.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine_driver import replay
+from stepwatch.models.wire.events import parse_event
+
+T0 = 1_830_000_000.0
+JOB = "relaunch"
+
+
+def recording(ranks: int, pace: float, *, seed: int, back: int = 0, down: float = 0.0, pause: float = 0.0,
+              marked: bool = False, lag: float = 0.0, spread: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
+              late: float = 0.0, flush: float = 0.0) -> list[dict]:
+    """``ranks`` ranks (4 a node, the nodes' clocks off by -``spread`` .. ``spread`` s in turn) step every ``pace`` s. With ``back``:
+    after step ``top`` every rank dies and, ``down`` s later, new processes resume at step ``top - back`` (their
+    collective sequence numbers start again). With ``pause``: after step ``top`` the job stops that long for a
+    checkpoint (``marked``: rank 0's phase events around it) and goes on from ``top + 1``. Delivery: heartbeats
+    every 2-10 s ``lag`` s late, step events up to ``reorder`` s late each, a share ``dup`` of them twice, each
+    rank's steps after the stop flushed up to ``flush`` s late (ranks' batches at different moments), and with
+    ``late`` a few step events of the old run arriving that long after they happened. Every event in arrival
+    order."""
+    rng = random.Random(seed)
+    every = min(10.0, max(2.0, pace / 2))
+    offset = {node: (-1) ** node * spread * rng.uniform(0.5, 1.0) for node in range(ranks // 4 + 1)}  # (hosts apart)
+    top = max(30, int(20.0 / pace))  # steps before the stop: a warm job
+    lines: list[tuple[float, int, dict]] = []
+
+    def send(arrival: float, event: dict) -> None:
+        lines.append((arrival, len(lines), event))
+
+    def run(first: int, last: int, t: float, *, after_stop: bool) -> float:
+        seq, beat = 0, t + rng.uniform(0, every)
+        batch = {r: rng.uniform(0, flush) for r in range(ranks)} if after_stop else {}
+        t0 = t
+        for step in range(first, last + 1):
+            end = t + pace
+            while beat < end:
+                for r in range(ranks):
+                    stamp = beat + offset[r // 4]
+                    send(beat + lag * (1 + rng.random() / 2) + 0.01, {
+                        "v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "step": max(0, step - 1), "node": f"n{r // 4}",
+                        "ts": round(stamp, 6), "seq_started": seq + 1, "seq_completed": seq})
+                beat += every
+            seq += 1
+            for r in range(ranks):
+                real = end + rng.uniform(0, min(0.005, pace / 10))
+                event = {"v": 1, "kind": "step", "job": JOB, "rank": r, "step": step, "ts": round(real + offset[r // 4], 6),
+                         "step_time": pace, "node": f"n{r // 4}", "world_size": ranks}
+                # (a rank's buffer after the stop is held until its first flush: its batch keeps the steps' order)
+                arrival = max(real + 0.01 + rng.uniform(0, reorder), t0 + batch.get(r, 0.0))
+                send(arrival, event)
+                if rng.random() < dup:
+                    send(arrival + rng.uniform(0, 5.0), dict(event))
+            t = end
+        return t
+
+    t = run(0, top, T0, after_stop=False)
+    if late:  # the old run's last steps of two ranks, held in a producer's queue, arrive ``late`` s on
+        for r in (1, ranks - 1):
+            for step in (top - 1, top):
+                old = next(e for _, _, e in reversed(lines) if e["kind"] == "step" and e["rank"] == r and e["step"] == step)
+                send(t + late, dict(old))
+    if back:
+        run(top - back, top + 10 + int(30.0 / pace), t + down, after_stop=True)
+    else:
+        if marked:
+            send(t + 0.01, {"v": 1, "kind": "phase", "job": JOB, "phase": "checkpoint", "step": top,
+                            "ts": round(t + offset[0], 6)})
+            send(t + pause + 0.01, {"v": 1, "kind": "phase", "job": JOB, "phase": "train", "step": top,
+                                    "ts": round(t + pause + offset[0], 6)})
+        run(top + 1, top + 10 + int(30.0 / pace), t + pause, after_stop=True)
+    return [e for _, _, e in sorted(lines, key=lambda x: x[:2])]
+
+
+def restarts(events: list[dict]) -> list:
+    alerts = list(replay(parse_event(e) for e in events))
+    return [a for a in alerts if a.type == "job_restart" and a.status == "firing"]
+
+
+def relaunches() -> list[tuple]:
+    """Seeded draws: paces 20 ms-120 s, 2-1500 steps back, 2 s-3 min down, each delivery trouble in turn."""
+    rng = random.Random(2026)
+    out = []
+    for i in range(14):
+        pace = round(10 ** rng.uniform(-1.7, 2.08), 3)
+        back = min(1500, max(2, round(rng.uniform(1.0, 60.0) / pace))) if i % 2 else rng.choice((2, 5, 20))
+        back = min(back, max(30, int(20.0 / pace)))  # (to the run's first step at most)
+        down = round(rng.choice((rng.uniform(2.0, 29.0), rng.uniform(2.0, 29.0), rng.uniform(31.0, 180.0))), 1)
+        # (step events reordered by less than the rollback: reordered by more, a rank's first new event to arrive may
+        # be past its old last step, and the ones below it, stamped earlier, arrive as late ones)
+        reorder = round(min(3.0, back * pace / 3), 3)
+        trouble = ({}, {"lag": 10.0}, {"dup": 0.1, "reorder": reorder}, {"spread": 30.0}, {"late": 40.0},
+                   {"flush": 8.0, "spread": 5.0}, {"lag": 2.0, "reorder": reorder, "spread": 2.0})[i % 7]
+        out.append(pytest.param(rng.choice((4, 8, 16)) if pace > 0.2 else 4, pace, back, down, trouble, i,
+                                id=f"{pace}s-{back}back-{down}s-{'-'.join(trouble) or 'clean'}"))
+    # The grid's case: gen2:restart-clean's 0.39 s steps, 20 back, 20 s down (none before: under the 30 s line).
+    out.append(pytest.param(16, 0.39, 20, 20.0, {}, 100, id="grid-0.39s-20back-20s"))
+    return out
+
+
+@pytest.mark.parametrize("ranks,pace,back,down,trouble,seed", relaunches())
+def test_a_relaunch_is_one_job_restart_at_every_pace(ranks, pace, back, down, trouble, seed):
+    found = restarts(recording(ranks, pace, seed=seed, back=back, down=down, **trouble))
+    assert len(found) == 1, f"{pace} s steps, {back} back, {down} s down: {[a.summary for a in found]}"
+    ev = found[0].evidence
+    # (one rank's own clock: its downtime is the relaunch's plus its first new step, whatever the hosts' offsets)
+    assert ev["resumed_step"] <= ev["highest_step"] - 2 and ev["downtime_seconds"] >= down, found[0].summary
+
+
+def pauses() -> list[tuple]:
+    """Seeded draws: a checkpoint or eval of 5 s-3 min at 20 ms-120 s steps, marked or not, batches flushed late,
+    old step events arriving late, duplicates."""
+    rng = random.Random(39)
+    out = []
+    for i in range(10):
+        pace = round(10 ** rng.uniform(-1.7, 2.08), 3)
+        pause = round(rng.uniform(5.0, 180.0), 1)
+        trouble = ({"flush": 8.0}, {"late": 40.0, "lag": 10.0}, {"dup": 0.1, "reorder": 3.0, "spread": 30.0},
+                   {"flush": 3.0, "late": 5.0, "spread": 5.0}, {})[i % 5]
+        out.append(pytest.param(rng.choice((4, 8, 16)) if pace > 0.2 else 4, pace, pause, bool(i % 2), trouble, i,
+                                id=f"{pace}s-{pause}s-{'marked' if i % 2 else 'unmarked'}-{'-'.join(trouble) or 'clean'}"))
+    return out
+
+
+@pytest.mark.parametrize("ranks,pace,pause,marked,trouble,seed", pauses())
+def test_a_pause_or_late_events_are_no_restart(ranks, pace, pause, marked, trouble, seed):
+    found = restarts(recording(ranks, pace, seed=seed, pause=pause, marked=marked, **trouble))
+    assert not found, f"{pace} s steps, a {pause} s pause: {found[0].summary}"
