@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..alerts import Alert, alert_id
-from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack, sustained, sustained_count
+from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack, span, sustained
 from .link_evidence import LinkErrorsEvidence, PortErrors
 from ..wire.telemetry_columns import LinkRow
 from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
@@ -687,7 +687,7 @@ class TelemetryTracker:
             # Sustained in the port's own time too: a count of 3 took 60-90 s at a 30 s agent (the bad-sample path
             # only: the usual interval's median is read here, never on a quiet sample).
             need = self.link_error_min_samples
-            if count >= need or (count >= 2 and sustained_count(count, _period(port), need)):
+            if count >= need or (count >= 2 and sustained(count, need, (count - 1) * _period(port))):
                 port.firing = True
         elif port.clean >= self.clear_after:
             port.firing = False
@@ -790,7 +790,7 @@ class TelemetryTracker:
                           "temp_c": ev.temp, "power_w": ev.power}
                 self._flag(node, ev.node, ev.ts, signal="throttle", label=f"{kind} throttling",
                            weight=GPU_WEIGHTS["throttle"], peak=ref / max(ev.sm_clock, 1.0), **detail, **where)
-                if sustained(gpu.throttle_run, gpu.throttle_since, ev.ts, self.throttle_min_samples):
+                if sustained(gpu.throttle_run, self.throttle_min_samples, span(gpu.throttle_since, ev.ts)):
                     active["throttle"] = (f"{kind} throttling: SM clock {ev.sm_clock:.0f} MHz vs {ref:.0f} MHz "
                                           f"({', '.join(names)})" + (f", {ev.temp:.0f} C" if ev.temp else ""), detail)
             else:

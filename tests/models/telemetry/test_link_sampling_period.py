@@ -1,6 +1,6 @@
 """A port's errors and a fabric fault are judged alike at every sampling period of the node agent (the agent
 family of issue 39's grid, gen2:fabric-a/b at 30 s): ``link_errors`` is sustained by 3 bad samples of its window
-or 2 covering the seconds 3 do at 5 s (counters.sustained_count), and the fabric incident's window spans at least
+or 2 spanning the seconds 3 do at 5 s (counters.sustained), and the fabric incident's window spans at least
 two of the node's own sampling periods, so a 30-60 s fault on four nodes sampled at random phases is one ``fabric``
 alert and no node's own ``link_errors``, at 1-30 s; one bad sample never fires."""
 
@@ -83,11 +83,13 @@ def test_one_bad_sample_never_fires(period):
 
 
 def test_sustained_count_is_the_count_at_the_usual_period():
-    from stepwatch.models.telemetry.counters import sustained_count
+    # a window's bad samples at the port's usual period span (count - 1) periods (one function: counters.sustained)
+    from stepwatch.models.telemetry.counters import sustained
 
+    nan = float("nan")
     for samples in (2, 3, 5):
-        assert sustained_count(samples, float("nan"), samples)
-        assert not sustained_count(samples - 1, 5.0, samples)  # 5 s: the count alone, as before
-        assert not sustained_count(samples - 1, float("nan"), samples)  # a port without data counters
-        assert sustained_count(2, 30.0, samples) == (60.0 >= samples * 5.0)
-    assert not sustained_count(1, 60.0, 3)  # one sample, however long its period, is a blip
+        assert sustained(samples, samples, 0 * nan)
+        assert not sustained(samples - 1, samples, (samples - 2) * 5.0)  # 5 s: the count alone, as before
+        assert not sustained(samples - 1, samples, (samples - 2) * nan)  # a port without data counters
+        assert sustained(2, samples, 1 * 30.0)  # two samples of a 30 s agent span what 3 or 5 do at 5 s
+    assert not sustained(1, 3, 0 * 60.0)  # one sample, however long its period, is a blip
