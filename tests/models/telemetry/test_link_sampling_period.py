@@ -59,7 +59,8 @@ def test_nodes_sampled_together_arriving_in_any_order_are_one_fabric_alert(perio
     # gen2:fabric-a at 30 s: the agents sample within 0.1 s of each other (the fault began before all of them), a
     # round arrives in any order (a node firing first saw the others' samples of the round before, a period back).
     # (A fault beginning between the agents' samples of one round, seen one round late by some, is not covered:
-    # at 10-30 s the nodes ahead fire at their second sample, before the others' first of that round may arrive.)
+    # at 10-30 s the nodes ahead fire at their second sample, before the others' first of that round may arrive:
+    # without a timer, as here; the engine's timer lets a node's alert wait for them, test_fabric_clocks.py.)
     rng = random.Random(seed)
     phases = [rng.uniform(0.2, 0.3) for _ in range(4)]
     got = _firing(_fleet(period, phases, fault_for=fault, erring=4, shuffle=rng))
