@@ -100,7 +100,8 @@ class FabricIncidents:
         self.tracker = tracker
         self.min_nodes = min_nodes
         self.window = window
-        # 30 s of delivery lag (telemetry_delivery's late agent) and a tick: the other nodes' samples are in by then.
+        # An agent's samples stalled up to 30 s (a producer's retries, a broker's leader moving) and a tick of the
+        # worker's timer: the other nodes' samples of the same moment are in by then.
         self.hold = hold
         self.max_updates = max_updates
         self.max_incidents = max_incidents
@@ -177,9 +178,9 @@ class FabricIncidents:
         if len(together) < self.min_nodes or len(self._open) >= self.max_incidents:
             return None
         # The incident is as old as the first of its members' alerts (one waiting, or published when its wait ran out).
-        first = min([alert, *(a for n in together if n != node
-                              for a in ((self._waiting.get(n) or (None,))[0], self._paged.get(n)) if a is not None)],
-                    key=lambda a: a.starts_at)
+        earlier = [a for n in together if n != node
+                   for a in (self._waiting.get(n, (None,))[0], self._paged.get(n)) if a is not None]
+        first = min([alert, *earlier], key=lambda a: a.starts_at)
         began = LinkErrorsEvidence.of(first).began_at
         began = first.starts_at if began is None else float(began)
         at = alert.starts_at
