@@ -515,6 +515,11 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "gen2:fabric-a's first nodes to fire counted the others' errors in a 30 s window on their own stamps, the others' "
      "stamped up to 60 s apart: under 4 nodes, paged alone, then resolved 'grouped' once the incident formed; now each "
      "node is erring 'now' on its own clock (models/telemetry/incidents.py, TelemetryTracker.link_trouble)"),
+    ("step 60s", "no_new_types", "link_errors", "fixed (branch fabric3, detector; listed for older runs): gen2:fabric-a/b "
+     "at 60-120 s steps: the stretched error rises are sparse, each node's link_errors fired 10-30 min apart and alone "
+     "(no 4 nodes erring at one firing); the recount after the node's 45 s wait (FabricIncidents.hold) found 4 erring"),
+    ("step 120s", "no_new_types", "link_errors", "fixed (branch fabric3, detector; listed for older runs): as step 60s "
+     "(fabric lost too: every node paged alone)"),
     ("telemetry late", "no_new_types", "link_errors", "fixed (branch fabric3, detector; listed for older runs): "
      "library:fabric-switch-4jobs' first node fired before the other nodes' samples, 30 s late, had come: paged "
      "alone; now a node's link_errors that makes no incident waits 45 s of the worker's clock (FabricIncidents.hold) "
