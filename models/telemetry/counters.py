@@ -220,21 +220,20 @@ class CounterLayouts:
         return layout
 
 
-#: A run of bad samples is sustained when it spans this many seconds per sample the count asks for beyond the
-#: first (the agent's usual 5 s period): at a 30 s agent two samples say as much as three at 5 s.
+#: Bad samples are sustained when they span this many seconds per sample the count asks for beyond the first (the
+#: agent's usual 5 s period): at a 30 s agent two samples say as much as three at 5 s.
 SUSTAINED_SECONDS_PER_SAMPLE = 5.0
 
 
-def sustained(run: int, since: float | None, ts: float, samples: int) -> bool:
-    """Whether a run of ``run`` consecutive bad samples, the first at ``since`` and the last at ``ts`` (the source's
-    clock), is sustained: ``samples`` of them, or two at least spanning the seconds ``samples`` would at the usual
-    period (a persistence that holds at every sampling period, not a count that takes 6x longer at 30 s)."""
-    return run >= samples or (run >= 2 and since is not None
-                              and ts - since >= (samples - 1) * SUSTAINED_SECONDS_PER_SAMPLE)
+def sustained(count: int, need: int, seconds: float) -> bool:
+    """Whether ``count`` bad samples spanning ``seconds`` of the source's own clock (its first to its last; NaN: not
+    known) are sustained: ``need`` of them, or two at least spanning what ``need`` span at the usual period (a
+    persistence that holds at every sampling period, not a count that takes 6x longer at 30 s). One function for
+    every rule that asks "sustained?" (gpu_hot, throttling: a run's first and last sample; link_errors: the bad
+    samples of its window at the port's usual period, ``(count - 1) * period``)."""
+    return count >= need or (count >= 2 and seconds >= (need - 1) * SUSTAINED_SECONDS_PER_SAMPLE)
 
 
-def sustained_count(count: int, period: float, samples: int) -> bool:
-    """Whether ``count`` bad samples of a recent window, at the source's usual ``period`` seconds between samples
-    (NaN: not known yet), are sustained: ``samples`` of them, or two at least covering the seconds ``samples`` would
-    at the usual period (at 5 s the count alone, as before; at 10-30 s two samples)."""
-    return count >= samples or (count >= 2 and period * count >= samples * SUSTAINED_SECONDS_PER_SAMPLE)
+def span(since: float | None, ts: float) -> float:
+    """Seconds from a run's first bad sample (``since``; None: none yet) to its latest at ``ts``: ``sustained``'s."""
+    return ts - since if since is not None else 0.0

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from ..alert_types import AlertStatus, AlertType, Severity
 from ..alerts import Alert, alert_id
 from ..wire.telemetry_events import GpuEvent
-from .counters import sustained
+from .counters import span as _span, sustained
 
 
 class _JobSteps:
@@ -200,7 +200,7 @@ class DeviceRules:
             watch.hot_run += 1
             if watch.hot_run == 1:
                 watch.hot_since = ev.ts
-            if sustained(watch.hot_run, watch.hot_since, ev.ts, self.hot_samples) or hot_held:
+            if sustained(watch.hot_run, self.hot_samples, _span(watch.hot_since, ev.ts)) or hot_held:
                 active[AlertType.GPU_HOT] = (
                     f"{ev.temp:.0f} C for {watch.hot_run} samples (threshold {self.hot_temp_c:.0f} C)",
                     {"temp_c": ev.temp, "samples": watch.hot_run, "threshold_c": self.hot_temp_c,

@@ -6,15 +6,20 @@ pages and, through the node ledger, drain suggestions for healthy nodes. Here, t
 ``link_errors`` alerts of the telemetry tracker (models/telemetry/telemetry_tracker.py, one per node) are
 grouped before they leave the engine:
 
-* when a node's ``link_errors`` fires, the nodes whose ports logged errors within ``window``
-  seconds of it (at least two of its agent's sampling periods) (each on its own clock; the same kind of error counter, and under the same
-  switch where the agents' topology events name the switch at the other end of each cable)
-  are counted; ``min_nodes`` or more is a **fabric incident**: one ``fabric`` alert (job empty,
+* when a node's ``link_errors`` fires, the nodes whose ports are erring now are counted: each node judged on
+  its own clock (a bad port sample within ``window`` seconds, at least two of its agent's sampling periods, of
+  its latest sample: agents' clocks may be 30 s apart, so one node's stamp says nothing of another's), the same
+  kind of error counter, and under the same switch where the agents' topology events name the switch at the
+  other end of each cable; ``min_nodes`` or more is a **fabric incident**: one ``fabric`` alert (job empty,
   ``nodes`` = the nodes, ``evidence.switch`` when known with ``evidence.switch_ports`` the switch
   ports the members' cables end in where the agents' topology says, ``evidence.affected_jobs``
-  the jobs running there) instead of the node alerts. Node alerts of its members already published resolve
-  with ``evidence.resolution = "grouped"`` and the incident's id; later members join it (the
-  alert is published again, same id, with the longer node list);
+  the jobs running there) instead of the node alerts. Later members join it (the alert is published
+  again, same id, with the longer node list);
+* fewer: the node's alert waits ``hold`` seconds of the worker's clock (Alertmanager's group_wait) for the other
+  nodes' samples, which may come that late (a stalled agent, a slow link to the broker), and is counted again
+  then: a fabric incident with it among its members, or its own page. So a node of a fabric fault is never paged
+  on its own first. Without a timer (no ``tick`` yet) nothing waits. A node alert published before its incident
+  (its hold ran out first) resolves with ``evidence.resolution = "grouped"`` and the incident's id;
 * the fabric incident implicates no node in the node ledger (models/oncall/ledger.py): no drain;
 * it resolves once every member's node alert has resolved (ports clean again);
 * job-level alerts (comm_slowdown, a communication throughput_drop, a hang with no culprit)
@@ -82,18 +87,22 @@ class FabricIncidents:
     Hyperparameters:
 
     * ``min_nodes``: nodes erring at once that make a fabric incident (fewer: node alerts);
-    * ``window``: seconds (node clocks) within which other nodes' errors count as "at once";
+    * ``window``: seconds (each node's own clock) within which a node's errors count as "now";
+    * ``hold``: seconds (the worker's clock) a node alert waits for other nodes' errors before it is published;
     * ``max_updates``: re-publications of an incident as members join;
     * ``jobs_on``: ``nodes -> jobs running there`` (the hub's placement), for the evidence.
     """
 
-    def __init__(self, tracker, *, min_nodes: int = 4, window: float = 30.0, max_updates: int = 8,
+    def __init__(self, tracker, *, min_nodes: int = 4, window: float = 30.0, hold: float = 45.0, max_updates: int = 8,
                  max_incidents: int = 1000, jobs_on: Callable[[tuple[str, ...]], list[str]] | None = None) -> None:
         if min_nodes < 2:
             raise ValueError("fabric incidents need min_nodes >= 2")
         self.tracker = tracker
         self.min_nodes = min_nodes
         self.window = window
+        # An agent's samples stalled up to 30 s (a producer's retries, a broker's leader moving) and a tick of the
+        # worker's timer: the other nodes' samples of the same moment are in by then.
+        self.hold = hold
         self.max_updates = max_updates
         self.max_incidents = max_incidents
         self.jobs_on = jobs_on
@@ -101,6 +110,8 @@ class FabricIncidents:
         self._member_of: dict[str, str] = {}  # node -> group key of its incident
         self._paged: dict[str, Alert] = {}  # node -> its published, firing node alert
         self._recent: dict[str, FabricIncident] = {}  # group key -> the last resolved incident (for late alerts)
+        self._waiting: dict[str, tuple[Alert, float]] = {}  # node -> its node alert, not published, and since when
+        self._now: float | None = None  # the worker's clock as of the latest tick (None: no timer)
 
     # -- node alerts in, node or fabric alerts out ----------------------------------------------
 
@@ -135,6 +146,7 @@ class FabricIncidents:
         key = self._key(node, alert)
         inc = self._open.get(key)
         if inc is not None:  # a node of an open incident: it joins, its own alert is held back
+            self._waiting.pop(node, None)
             inc.held[node] = alert
             inc.counters.update(self._kinds(alert))
             if node not in inc.members:
@@ -142,30 +154,48 @@ class FabricIncidents:
                 self._member_of[node] = key
                 return self._publish(inc)
             return []
+        out = self._gather(node, key, alert)
+        if out is not None:
+            return out
+        if self._now is not None and self.hold > 0:  # the other nodes' samples may be late: wait for them
+            self._waiting[node] = (alert, self._now)
+            return []
+        self._paged[node] = alert
+        return [alert]
+
+    def _gather(self, node: str, key: str, alert: Alert) -> list[Alert] | None:
+        """The fabric incident ``node``'s firing ``alert`` makes with the nodes erring now (its alerts out), or None:
+        fewer than ``min_nodes``."""
         kinds = self._kinds(alert)
-        at = alert.starts_at
-        # At least two of the node's own sampling periods: at a 30 s agent the nodes' bad samples of one fault
-        # fall up to a period apart (a 30 s window split gen2:fabric-a's four nodes at random phases).
-        period = self.tracker.link_period(node)
-        window = max(self.window, 2 * period) if period == period else self.window
-        trouble = self.tracker.link_trouble(at - window)
-        together = [n for n, (last, moved) in trouble.items()
-                    if last <= at + window and (moved & kinds or not kinds)
-                    and (key == FLEET or key in self.tracker.switches(n)) and n not in self._member_of]
+        # the worker's clock: a node whose latest bad sample came long before (its agent silent since) is not "now"
+        seen = None if self._now is None else self._now - self.hold - 2 * self.window
+        trouble = self.tracker.link_trouble(self.window, seen)
+        together = [n for n, moved in trouble.items()
+                    if (moved & kinds or not kinds) and (key == FLEET or key in self.tracker.switches(n))
+                    and n not in self._member_of]
         if node not in together:
             together.append(node)
         if len(together) < self.min_nodes or len(self._open) >= self.max_incidents:
-            self._paged[node] = alert
-            return [alert]
-        began = LinkErrorsEvidence.of(alert).began_at
-        began = at if began is None else float(began)
+            return None
+        # The incident is as old as the first of its members' alerts (one waiting, or published when its wait ran out).
+        earlier = [a for n in together if n != node
+                   for a in (self._waiting.get(n, (None,))[0], self._paged.get(n)) if a is not None]
+        first = min([alert, *earlier], key=lambda a: a.starts_at)
+        began = LinkErrorsEvidence.of(first).began_at
+        began = first.starts_at if began is None else float(began)
+        at = alert.starts_at
         inc = _Open(key=key, id=alert_id("", "fabric", key or "fleet", round(began, 3)), began_at=began,
-                    starts_at=at, counters=set(kinds), members=dict.fromkeys(sorted(together)))
+                    starts_at=first.starts_at, counters=set(kinds), members=dict.fromkeys(sorted(together)))
         inc.held[node] = alert
+        self._waiting.pop(node, None)
         self._open[key] = inc
         out: list[Alert] = []
         for n in inc.members:
             self._member_of[n] = key
+            waiting = self._waiting.pop(n, None)
+            if waiting is not None:  # never published: the incident speaks for it
+                inc.held[n] = waiting[0]
+                inc.counters.update(self._kinds(waiting[0]))
             paged = self._paged.pop(n, None)
             if paged is not None:  # published before the incident was seen: it is this incident now
                 evidence = {**paged.evidence, "resolution": Resolution.GROUPED, "incident": inc.id}
@@ -174,10 +204,34 @@ class FabricIncidents:
                 inc.held[n] = paged
         return self._publish(inc) + out
 
+    def tick(self, now: float) -> list[Alert]:
+        """The node alerts whose wait ran out: counted again (a fabric incident now), else published."""
+        self._now = now
+        out: list[Alert] = []
+        for node, (alert, since) in list(self._waiting.items()):
+            if now - since < self.hold or node not in self._waiting:  # (taken by an incident formed just before)
+                continue
+            key = self._key(node, alert)
+            inc = self._open.get(key)
+            if inc is not None:
+                out.extend(self._firing(node, alert))
+                continue
+            made = self._gather(node, key, alert)
+            if made is not None:
+                out.extend(made)
+                continue
+            del self._waiting[node]
+            self._paged[node] = alert
+            out.append(alert)
+        return out
+
     def _resolved(self, node: str, alert: Alert) -> list[Alert]:
         key = self._member_of.get(node)
         inc = self._open.get(key) if key is not None else None
         if inc is None:
+            waiting = self._waiting.pop(node, None)
+            if waiting is not None:  # over before its wait: its page and its end, together
+                return [waiting[0], alert]
             paged = self._paged.pop(node, None)
             return [alert] if paged is not None or key is None else []
         inc.held.pop(node, None)
@@ -262,6 +316,7 @@ class FabricIncidents:
         out = [a.resolved(at=at, summary=f"resolved ({reason}): {a.summary}") for a in self.firing()]
         self._open.clear()
         self._member_of.clear()
+        self._waiting.clear()  # (their node alerts are the telemetry rule's to close)
         return out
 
 

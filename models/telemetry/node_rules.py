@@ -154,15 +154,19 @@ class _IncidentRule(NodeRule):
 
 class FabricRule(_IncidentRule):
     """Many nodes' ports erring at once: one fabric incident instead of a link alert per node
-    (models/telemetry/incidents.py). Takes the telemetry rule's alerts as they leave."""
+    (models/telemetry/incidents.py). Takes the telemetry rule's alerts as they leave; the timer releases a node's
+    alert that waited for the other nodes' samples."""
 
-    spec = RuleSpec(name="fabric", consumes=frozenset({Signal.ALERTS}), alert_types=(AlertType.FABRIC,),
+    spec = RuleSpec(name="fabric", consumes=frozenset({Signal.ALERTS, Signal.TICKS}), alert_types=(AlertType.FABRIC,),
                     failure_classes=("fabric",), settings=None, needs=("telemetry",))
 
     def __init__(self, env: NodeEnv, needs: dict[str, NodeRule]) -> None:
         telemetry = needs["telemetry"]
         assert isinstance(telemetry, TelemetryRule)
         self.incidents: FabricIncidents = FabricIncidents(telemetry.tracker, jobs_on=env.jobs_on)
+
+    def tick(self, now: float) -> list[Alert]:
+        return self.incidents.tick(now)
 
 
 

@@ -57,8 +57,8 @@ class TelemetrySettings:
     #: Consecutive throttled samples before a gpu_fault for throttling fires.
     throttle_min_samples: int = runtime(3, low=1, high=10_000)
     #: A port has sustained errors (link_errors alert) when its error counters rose in
-    #: ``link_error_min_samples`` of its last ``link_error_window`` samples (or 2 covering the seconds that many
-    #: take at 5 s, by the port's own sampling period: at a 30 s agent 2 samples).
+    #: ``link_error_min_samples`` of its last ``link_error_window`` samples (or 2 spanning the seconds that many
+    #: span at 5 s, by the port's own sampling period: at a 10-30 s agent 2 samples; counters.sustained).
     link_error_window: int = runtime(10, low=1, high=10_000)
     link_error_min_samples: int = runtime(3, low=1, high=10_000)
     #: A condition-based alert (throttling, link errors, link down) resolves after this many clean samples.

@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..alerts import Alert, alert_id
-from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack, sustained, sustained_count
+from .counters import Baseline, BitRing, CounterLayout, CounterLayouts, CounterTrack, span, sustained
 from .link_evidence import LinkErrorsEvidence, PortErrors
 from ..wire.telemetry_columns import LinkRow
 from ..wire.telemetry_events import GpuEvent, LinkEvent, TopologyEvent, XidEvent
@@ -221,7 +221,7 @@ _NO_SPIKES: deque = deque(maxlen=0)
 
 class _NodeState:
     __slots__ = ("gpus", "ports", "spikes", "open", "gpu_nics", "nic_ports", "nic_switch", "switch_ports", "last_ts",
-                 "link_alert", "link_bad_at", "link_kinds")
+                 "link_alert", "link_bad_at", "link_kinds", "link_bad_seen")
 
     def __init__(self, max_spikes: int) -> None:
         self.gpus: dict[int, _GpuState] = {}
@@ -236,6 +236,7 @@ class _NodeState:
         self.link_alert: Alert | None = None  # the node's one link_errors alert
         self.link_bad_at: float | None = None  # node time of the latest port sample with errors (or down)
         self.link_kinds: dict[str, float] = {}  # error counter (or "link_down") -> node time it last moved
+        self.link_bad_seen: float | None = None  # the worker's clock (ticks) when that latest bad sample came
 
 
 class TelemetryTracker:
@@ -273,6 +274,9 @@ class TelemetryTracker:
         #: ``REPUBLISH_SECONDS`` per fault, the storm's counts summed into the next.
         self.updates_held = 0
         self._layouts = CounterLayouts(ERROR_COUNTERS, RATE_COUNTERS)
+        #: The worker's clock as of the latest ``tick`` (None: no tick yet): when a node's bad port sample came, on
+        #: one clock for every node (their own clocks may be tens of seconds apart).
+        self.clock: float | None = None
 
     # -- state ----------------------------------------------------------------------------
 
@@ -431,23 +435,35 @@ class TelemetryTracker:
                                  for n in event.nics if n.get("switch") and n.get("neighbors")}
         return []
 
-    def link_trouble(self, since: float) -> dict[str, tuple[float, frozenset[str]]]:
-        """Nodes whose ports logged errors (or went down) at or after ``since`` (node time):
-        ``node -> (latest such time, the error counters that moved since)``."""
+    def link_trouble(self, window: float, seen_since: float | None = None) -> dict[str, frozenset[str]]:
+        """Nodes whose ports are erring now, each judged on its own clock (agents' clocks may be tens of seconds
+        apart: one node's time says nothing of another's): a port sample with errors (or down) within ``window``
+        seconds, or two of the node's own sampling periods, before the node's latest sample. With ``seen_since``
+        (the worker's clock), only nodes whose latest bad sample came at or after it (an agent silent since it erred
+        is not erring now). ``node -> the error counters that moved in that window``."""
         out = {}
         for name, node in self._nodes.items():
-            if node.link_bad_at is not None and node.link_bad_at >= since:
-                out[name] = (node.link_bad_at, frozenset(k for k, t in node.link_kinds.items() if t >= since))
+            bad = node.link_bad_at
+            if bad is None or (seen_since is not None and node.link_bad_seen is not None
+                               and node.link_bad_seen < seen_since):
+                continue
+            period = self._link_period(node)
+            since = node.last_ts - (max(window, 2 * period) if period == period else window)
+            if bad >= since:
+                out[name] = frozenset(k for k, t in node.link_kinds.items() if t >= since)
         return out
 
     def link_period(self, node: str) -> float:
         """The node's usual seconds between two samples of a port (its agent's period), NaN until known: windows
         over several nodes' port samples span at least a couple of these (a 30 s agent's samples are 30 s apart)."""
         state = self._nodes.get(node)
-        if state is not None:
-            for port in state.ports.values():
-                if port.bw_dt.values:
-                    return _period(port)
+        return self._link_period(state) if state is not None else math.nan
+
+    @staticmethod
+    def _link_period(state: _NodeState) -> float:
+        for port in state.ports.values():
+            if port.bw_dt.values:
+                return _period(port)
         return math.nan
 
     def switches(self, node: str) -> tuple[str, ...]:
@@ -678,6 +694,7 @@ class TelemetryTracker:
             if down:
                 node.link_kinds["link_down"] = ev.ts
             node.link_bad_at = ev.ts if node.link_bad_at is None else max(node.link_bad_at, ev.ts)
+            node.link_bad_seen = self.clock
         else:
             port.clean += 1
         if not port.firing:
@@ -687,7 +704,7 @@ class TelemetryTracker:
             # Sustained in the port's own time too: a count of 3 took 60-90 s at a 30 s agent (the bad-sample path
             # only: the usual interval's median is read here, never on a quiet sample).
             need = self.link_error_min_samples
-            if count >= need or (count >= 2 and sustained_count(count, _period(port), need)):
+            if count >= need or (count >= 2 and sustained(count, need, (count - 1) * _period(port))):
                 port.firing = True
         elif port.clean >= self.clear_after:
             port.firing = False
@@ -790,7 +807,7 @@ class TelemetryTracker:
                           "temp_c": ev.temp, "power_w": ev.power}
                 self._flag(node, ev.node, ev.ts, signal="throttle", label=f"{kind} throttling",
                            weight=GPU_WEIGHTS["throttle"], peak=ref / max(ev.sm_clock, 1.0), **detail, **where)
-                if sustained(gpu.throttle_run, gpu.throttle_since, ev.ts, self.throttle_min_samples):
+                if sustained(gpu.throttle_run, self.throttle_min_samples, span(gpu.throttle_since, ev.ts)):
                     active["throttle"] = (f"{kind} throttling: SM clock {ev.sm_clock:.0f} MHz vs {ref:.0f} MHz "
                                           f"({', '.join(names)})" + (f", {ev.temp:.0f} C" if ev.temp else ""), detail)
             else:
@@ -955,6 +972,7 @@ class TelemetryTracker:
 
     def tick(self, now: float) -> list[Alert]:
         """Resolve event-based GPU faults (Xid, ECC) not seen again for ``fault_hold_seconds`` of node time."""
+        self.clock = now
         out: list[Alert] = []
         for node in self._nodes.values():
             clock = max(node.last_ts, 0.0)

@@ -543,7 +543,7 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "and gen3:throttled_gpu's 48-65 s faults; now also 2 samples spanning 10 s (counters.sustained)"),
     ("agent every 30s", "types_kept", "fabric", "fixed (agent2; listed for older runs): gen2:fabric-a/b lost the "
      "fabric verdict at a 30 s agent: link_errors needed 3 rising samples of its last 10, a count (90 s at 30 s); now "
-     "also 2 covering 15 s of the port's own period (counters.sustained_count), and the fabric incident's window of "
+     "also 2 spanning 10 s of the port's own period (counters.sustained, one function with gpu_hot's since fabric3), and the fabric incident's window of "
      "30 s, one period, split fabric-a's four nodes sampled 0.03 s apart: now at least two of the node's periods"),
     ("agent every ", "cause", "cause input_pipeline (base host)", "fixed (agent2; listed for older runs): not the "
      "host window: library:host-io-64's stragglers fire before a 10-30 s agent's second flagged host sample; the "
@@ -553,12 +553,19 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "samples 30 s late came after the straggler fired; its node incident kept its first cause (as at a 10-30 s agent)"),
     ("telemetry clocks", "cause", "cause input_pipeline (base host)", "fixed (agent2; listed for older runs): host "
      "samples stamped up to 30 s off; its node incident kept its first cause (as at a 10-30 s agent)"),
-    ("telemetry clocks", "no_new_types", "link_errors", "open, candidate detector (not confirmed): gen2:fabric-a's "
-     "nodes' error rises, stamped up to 30 s apart, no longer fall in one window of the fabric comparison: one node "
-     "stands out alone (a node's link_errors beside the fabric verdict)"),
-    ("telemetry late", "no_new_types", "link_errors", "open, candidate detector (not confirmed): library:fabric-"
-     "switch-4jobs' nodes' error rises, one node's 30 s late, no longer fall in one window of the fabric comparison "
-     "(as with telemetry clocks +-30 s)"),
+    ("telemetry clocks", "no_new_types", "link_errors", "fixed (branch fabric3, detector; listed for older runs): "
+     "gen2:fabric-a's first nodes to fire counted the others' errors in a 30 s window on their own stamps, the others' "
+     "stamped up to 60 s apart: under 4 nodes, paged alone, then resolved 'grouped' once the incident formed; now each "
+     "node is erring 'now' on its own clock (models/telemetry/incidents.py, TelemetryTracker.link_trouble)"),
+    ("step 60s", "no_new_types", "link_errors", "fixed (branch fabric3, detector; listed for older runs): gen2:fabric-a/b "
+     "at 60-120 s steps: the stretched error rises are sparse, each node's link_errors fired 10-30 min apart and alone "
+     "(no 4 nodes erring at one firing); the recount after the node's 45 s wait (FabricIncidents.hold) found 4 erring"),
+    ("step 120s", "no_new_types", "link_errors", "fixed (branch fabric3, detector; listed for older runs): as step 60s "
+     "(fabric lost too: every node paged alone)"),
+    ("telemetry late", "no_new_types", "link_errors", "fixed (branch fabric3, detector; listed for older runs): "
+     "library:fabric-switch-4jobs' first node fired before the other nodes' samples, 30 s late, had come: paged "
+     "alone; now a node's link_errors that makes no incident waits 45 s of the worker's clock (FabricIncidents.hold) "
+     "and is counted again (tests/models/telemetry/test_fabric_clocks.py)"),
     ("", "warning_first", "", "issue 39 item 2: a hang critical before any warning (already in the base)"),
     ("", "cause", "cause None (base host)", "open: an OOM-killed rank's host cause lost (second round's b fixed it "
      "after a warm-up: a culprit dying while the others wait is silent, not torn down)"),

@@ -17,10 +17,12 @@ from stepwatch.models.oncall.citations import Citations
 def test_an_erring_port_and_the_job_alerts_behind_it_are_one_incident():
     alerts = list(replay(ev for _, ev in events(Job(fault="ib"))))
     types = [a.type for a in alerts]
-    assert types[0] == "link_errors" and {"comm_slowdown", "throughput_drop"} <= set(types), types
-    link = alerts[0]
-    assert {a.evidence["incident"] for a in alerts} == {link.id}, [(a.type, a.evidence.get("incident")) for a in alerts]
-    assert all(a.labels["incident"] == link.id for a in alerts)
+    assert {"link_errors", "comm_slowdown", "throughput_drop"} <= set(types), types
+    # (the port's link_errors waits for the other nodes' samples before it is paged, FabricIncidents.hold: the job's
+    # alerts come first and it joins their incident, as a GPU's own alerts join the straggler's before them)
+    first = alerts[0]
+    assert {a.evidence["incident"] for a in alerts} == {first.id}, [(a.type, a.evidence.get("incident")) for a in alerts]
+    assert all(a.labels["incident"] == first.id for a in alerts)
 
 
 def alert(ident, type_, *, job="", nodes=(), status="firing", cause=None, **evidence):

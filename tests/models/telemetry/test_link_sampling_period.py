@@ -1,6 +1,6 @@
 """A port's errors and a fabric fault are judged alike at every sampling period of the node agent (the agent
 family of issue 39's grid, gen2:fabric-a/b at 30 s): ``link_errors`` is sustained by 3 bad samples of its window
-or 2 covering the seconds 3 do at 5 s (counters.sustained_count), and the fabric incident's window spans at least
+or 2 spanning the seconds 3 do at 5 s (counters.sustained), and the fabric incident's window spans at least
 two of the node's own sampling periods, so a 30-60 s fault on four nodes sampled at random phases is one ``fabric``
 alert and no node's own ``link_errors``, at 1-30 s; one bad sample never fires."""
 
@@ -59,7 +59,8 @@ def test_nodes_sampled_together_arriving_in_any_order_are_one_fabric_alert(perio
     # gen2:fabric-a at 30 s: the agents sample within 0.1 s of each other (the fault began before all of them), a
     # round arrives in any order (a node firing first saw the others' samples of the round before, a period back).
     # (A fault beginning between the agents' samples of one round, seen one round late by some, is not covered:
-    # at 10-30 s the nodes ahead fire at their second sample, before the others' first of that round may arrive.)
+    # at 10-30 s the nodes ahead fire at their second sample, before the others' first of that round may arrive:
+    # without a timer, as here; the engine's timer lets a node's alert wait for them, test_fabric_clocks.py.)
     rng = random.Random(seed)
     phases = [rng.uniform(0.2, 0.3) for _ in range(4)]
     got = _firing(_fleet(period, phases, fault_for=fault, erring=4, shuffle=rng))
@@ -83,11 +84,13 @@ def test_one_bad_sample_never_fires(period):
 
 
 def test_sustained_count_is_the_count_at_the_usual_period():
-    from stepwatch.models.telemetry.counters import sustained_count
+    # a window's bad samples at the port's usual period span (count - 1) periods (one function: counters.sustained)
+    from stepwatch.models.telemetry.counters import sustained
 
+    nan = float("nan")
     for samples in (2, 3, 5):
-        assert sustained_count(samples, float("nan"), samples)
-        assert not sustained_count(samples - 1, 5.0, samples)  # 5 s: the count alone, as before
-        assert not sustained_count(samples - 1, float("nan"), samples)  # a port without data counters
-        assert sustained_count(2, 30.0, samples) == (60.0 >= samples * 5.0)
-    assert not sustained_count(1, 60.0, 3)  # one sample, however long its period, is a blip
+        assert sustained(samples, samples, 0 * nan)
+        assert not sustained(samples - 1, samples, (samples - 2) * 5.0)  # 5 s: the count alone, as before
+        assert not sustained(samples - 1, samples, (samples - 2) * nan)  # a port without data counters
+        assert sustained(2, samples, 1 * 30.0)  # two samples of a 30 s agent span what 3 or 5 do at 5 s
+    assert not sustained(1, 3, 0 * 60.0)  # one sample, however long its period, is a blip

@@ -56,6 +56,6 @@ def test_one_bad_sample_is_never_sustained(period, phase):
 def test_sustained_is_the_count_or_two_samples_spanning_its_seconds(samples):
     from stepwatch.models.telemetry.counters import sustained
 
-    assert sustained(samples, 0.0, 0.0, samples)
-    assert not sustained(1, 0.0, 1e6, samples) or samples == 1
-    assert sustained(2, 0.0, 5.0 * (samples - 1), samples) and not sustained(samples - 1, 0.0, 4.9 * (samples - 1), samples) or samples == 1
+    assert sustained(samples, samples, 0.0)
+    assert not sustained(1, samples, 1e6) or samples == 1
+    assert sustained(2, samples, 5.0 * (samples - 1)) and not sustained(samples - 1, samples, 4.9 * (samples - 1)) or samples == 1
