@@ -3,7 +3,7 @@ small hand-made recording (tests/recordings.py), and the invariants fail a wrong
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import orjson
 import pytest
@@ -12,7 +12,7 @@ from recordings import hang, straggler_and_slowdown
 
 from . import transforms as t
 from .invariants import check
-from .recording import Recording, from_lines
+from .recording import Line, Recording, from_lines
 from .verdict import Verdict, verdict
 
 T0 = 1_764_000_000.0
@@ -109,6 +109,21 @@ def test_world_size_grows_and_shrinks_around_the_culprit():
     assert all(e["node"] != "node-001~1" or e["rank"] not in (5,) for e in big.events("step"))
     small = t.world_size(rec, 2, {"s": frozenset({5})}, frozenset({"node-001"}))
     assert {e["rank"] for e in small.events("step")} == {0, 1} and small.rank_of("s", 5) == 1
+
+
+@pytest.mark.parametrize("size", (4, 8, 64))
+def test_world_size_grown_from_one_node_copies_only_healthy_ranks(size):
+    """Invariant: growing copies healthy ranks only, also where every rank is on the fault's node (gen3's
+    2-rank job on n00: its straggler was copied to 3 more ranks, a slow class the base never had)."""
+    one_node = t.world_size(_straggler(), 2, {"s": frozenset({5})}, frozenset({"node-001"}))
+    one_node = one_node.derive("one node", [Line(line.arrival, dict(line.event, node="node-001"))
+                                            if "node" in line.event else line for line in one_node.lines])
+    slow = one_node.rank_of("s", 5)
+    big = t.world_size(one_node, size, {"s": frozenset({slow})}, frozenset({"node-001"}))
+    compute = defaultdict(list)
+    for e in big.events("step"):
+        compute[e["rank"]].append(e.get("compute_time"))
+    assert [r for r in compute if compute[r] == compute[slow]] == [slow]
 
 
 def test_telemetry_added_and_removed():

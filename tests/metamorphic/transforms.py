@@ -734,7 +734,9 @@ def world_size(rec: Recording, size: int, hot: dict[str, frozenset[int]], hot_no
 def _grown(rec, size, worlds, node_of, hot, hot_nodes) -> Recording:
     template: dict[tuple[str, int], int] = {}
     for job, w in worlds.items():
-        cool = [r for r in range(w) if r not in hot.get(job, ()) and node_of.get((job, r)) not in hot_nodes]
+        cool = ([r for r in range(w) if r not in hot.get(job, ()) and node_of.get((job, r)) not in hot_nodes]
+                # (every rank on the fault's node, a job of one node: its healthy ranks are the templates)
+                or [r for r in range(w) if r not in hot.get(job, ())])
         for r in range(w):
             healthy = r not in hot.get(job, ()) and node_of.get((job, r)) not in hot_nodes
             template[(job, r)] = r if healthy or not cool else cool[r % len(cool)]
