@@ -462,8 +462,15 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "of its stage's 8 ranks: a stalled producer's rank was missing from the steps it fired at"),
     ("late 2% by 5s", "no_new_types", "imbalance", "open, not analysed (fourth round): gen3:arrival_only_straggler "
      "(arrival skew only, no compute times) adds an info imbalance with 5 s stalls"),
-    ("world 2", "no_new_types", "throughput_drop", "open, not analysed (fourth round): a straggler in a pair slows "
-     "the whole job as in the base, where the straggler named first takes the drop; the pair rule names it later"),
+    ("world ", "no_new_types", "throughput_drop", "harness (analysed, 12-05 evening, library:healthy-skew-64 / world "
+     "8): healthy bases shrunk to 2-64 ranks (healthy-skew-64, healthy-varlen/heavy-tail-128, gen3:noisy_healthy_64) "
+     "keep the first ranks and drop the one whose transient hiccup (steps 280-290 at 1.47 s, not 1.0) every other "
+     "rank waited for: the kept ranks' comm_time still holds the wait, and the smallest of them, read as the "
+     "transfer, is 0.65 s, not the last arriver's (a slower collective for no visible rank, as the comm_slowdown row "
+     "says); the full job's medians are the same and its last arriver is kept. A straggler in a pair (world 2 of a "
+     "straggler base): open, not analysed (the pair rule names it later than the drop fires). gen3:tiny_two_ranks "
+     "grown to 8-64 (a throughput_drop, the straggler 26 s late): fixed (harness, lead): every rank was on the "
+     "fault's node, so growing copied the straggler as the job's healthy template (transforms.py _grown)"),
     ("step ", "no_new_types", "hang", "fixed (branch slowhang, harness): gen3:fast_15ms at 60-120 s steps got a hang "
      "critical first and one at its end: time_scale took its first step on the broker's clock and scaled the "
      "stamps of hosts 1.6 s ahead of it from there (a 100-minute first step, critical at the first-step timeout), "
