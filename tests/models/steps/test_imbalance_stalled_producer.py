@@ -1,0 +1,70 @@
+"""Rank classes compare ranks on the same steps: a stalled producer makes no class.
+
+Invariant: ranks whose producers stall (their step events late past the assembly's wait: the steps close
+without them) change no class verdict: a job without classes gets none, a job with two classes gets the same
+two. Before, each rank's median was over whatever steps it had: a rank that stalled right after the job's slow
+first steps had only those, and it and its fellows were a class "2.9x" the others (gen3:arrival_only_straggler
+with 2% of its messages 5 s late: an info imbalance naming ranks 1 and 2).
+
+Generated: 4-16 ranks, 2 or a quarter of them stalling, 5-20 steps of stall after 2-4 first steps 2-3x slower,
+two paces.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from stepwatch.models.steps.assembly import GroupStep
+from stepwatch.models.steps.imbalance import ImbalanceDetector
+
+STEPS = 120
+
+
+def run(world: int, stalled: list[int], stall: int, warm: int, warm_factor: float, pace: float,
+        slow_class: frozenset[int] = frozenset(), seed: int = 0) -> list:
+    """The imbalance alerts of one group: first ``warm`` steps ``warm_factor`` slower for every rank, then
+    ``pace`` (3x for ``slow_class``); ``stalled`` ranks missing from steps ``warm .. warm + stall``."""
+    rng = random.Random(seed)
+    d = ImbalanceDetector(job="j")
+    out = []
+    for n in range(STEPS):
+        ranks = [r for r in range(world) if not (r in stalled and warm <= n < warm + stall)]
+        base = pace * (warm_factor if n < warm else 1.0)
+        compute = np.array([base * (3.0 if r in slow_class else 1.0) * rng.uniform(0.97, 1.03) for r in ranks])
+        k = len(ranks)
+        step = float(compute.max()) + 0.05
+        out += d.update(GroupStep(job="j", group="", step=n, ts=1000.0 + n * step, ranks=np.array(ranks),
+                                  step_time=np.full(k, step), compute_time=compute, comm_time=step - compute,
+                                  data_time=np.full(k, 0.001), tokens=np.full(k, 4096.0),
+                                  nodes=tuple(f"n{r // 4}" for r in ranks), phase="train",
+                                  missing=world - k))
+    return out
+
+
+def _cases():
+    for world in (4, 8, 16):
+        for stalled in sorted({2, world // 4} - {1}):
+            for stall in (5, 10, 20):
+                for warm, warm_factor in ((2, 3.0), (4, 2.0)):
+                    for pace in (0.02, 1.5):
+                        yield world, list(range(1, 1 + stalled)), stall, warm, warm_factor, pace
+
+
+@pytest.mark.parametrize("world", [4, 8, 16])
+def test_stalled_producers_make_no_rank_class(world):
+    got = [(c, a.summary) for c in _cases() if c[0] == world for a in run(*c) if a.status == "firing"]
+    assert got == []
+
+
+@pytest.mark.parametrize("world", [8, 16])
+def test_two_classes_stay_two_classes_through_a_stall(world):
+    slow = frozenset(range(0, world, 2))
+    for c in _cases():
+        if c[0] != world:
+            continue
+        firing = [a for a in run(*c, slow_class=slow) if a.status == "firing"]
+        assert [a.evidence["kind"] for a in firing] == ["classes"], c
+        assert [cl["ranks"] for cl in firing[0].evidence["classes"]] == [sorted(slow), sorted(set(range(world)) - slow)], c
