@@ -120,6 +120,8 @@ class ImbalanceDetector:
         self._groups: dict[str, _GroupHistory] = {}
         self._stage_alert: Alert | None = None
         self._stage_pending: tuple[str, ...] | None = None
+        #: The ranks the stage alert fired naming, and its summary then (``_stage_grown``'s versions extend it).
+        self._stage_named: tuple[frozenset[int], str] = (frozenset(), "")
         self._class_alerts: dict[str, Alert] = {}
         self._steps = 0
         self._rejudge: set[str] = set()  # groups whose classes are judged again at once (settings changed)
@@ -272,6 +274,7 @@ class ImbalanceDetector:
                       f"GPU-hours a day)" if price is not None else "") + ": repartition")
         ranks = tuple(r for n in slow for r in sorted(groups[n].ranks))
         nodes = tuple(sorted({groups[n].nodes[r] for n in slow for r in groups[n].ranks if r in groups[n].nodes}))
+        self._stage_named = (frozenset(ranks), summary)
         self._stage_alert = Alert(id=alert_id(self.job, "imbalance", "stage", *slow), status="firing",
                                   type="imbalance", severity="info", job=self.job, ranks=ranks, nodes=nodes,
                                   starts_at=step.ts, summary=summary, evidence=evidence.to_dict())
@@ -287,9 +290,14 @@ class ImbalanceDetector:
             return []
         ranks = tuple(r for n in slow for r in sorted(groups[n].ranks))
         nodes = tuple(sorted({groups[n].nodes[r] for n in slow for r in groups[n].ranks if r in groups[n].nodes}))
+        # (a summary of its own: a version saying what the last said is not published again)
+        named, first = self._stage_named
+        later = [r for r in ranks if r not in named]
+        summary = f"{first} (and rank{'s' if len(later) > 1 else ''} {', '.join(map(str, later))}, first seen since)"
         listed = [dict(g, ranks=sorted(groups[g["group"]].ranks)) if g["group"] in groups else g
                   for g in alert.evidence["groups"]]
-        self._stage_alert = replace(alert, ranks=ranks, nodes=nodes, evidence={**alert.evidence, "groups": listed})
+        self._stage_alert = replace(alert, ranks=ranks, nodes=nodes, summary=summary,
+                                    evidence={**alert.evidence, "groups": listed})
         return [self._stage_alert]
 
     # -- classes --------------------------------------------------------------------------

@@ -109,3 +109,5 @@ def test_a_stage_imbalance_names_the_whole_slow_stage_after_a_stall(stages, per_
                     assert {a.evidence["kind"] for a in firing} == {"stage"}, (slow, stalled, stall, pace)
                     assert list(firing[-1].ranks) == whole, (slow, stalled, stall, pace)
                     assert firing[-1].evidence["groups"][0]["ranks"] == whole
+                    # (each version says something new: one saying what the last said is not published)
+                    assert len({a.summary for a in firing}) == len(firing)
