@@ -19,12 +19,14 @@ newest, ``time_bound`` seconds of event time behind the newest event, or the old
 all waited for a straggler still to come, and sell its wait as transfer time.
 
 **A stalled producer is not a lost rank.** An incomplete collective missing a rank that has been silent (no
-collective of this key) since before the collective began, for less than ``gone_after`` seconds, is left
-unjudged: that rank's producer stalled (blocked on the broker, a GC pause) and its events are still to come; when
-it was the collective's last to arrive, the others' shortest duration is their wait for it (gen2:moe-rotating,
-whose slowest rank rotates, paged with 1% of its messages 30 s late). A rank silent ``gone_after`` (60 s: a Kafka
-producer's ``max.block.ms``, the longest it blocks before failing a send) is gone: the collectives without it are
-judged again, so a job one of whose producers died is still watched. A rank that reported since (an event lost,
+collective of this key) since before the collective began, for less than ``gone_after`` seconds, is missing a rank
+whose producer stalled (blocked on the broker, a GC pause): its events are still to come, and when it was the
+collective's last to arrive, the others' shortest duration is their wait for it (gen2:moe-rotating, whose slowest
+rank rotates, paged with 1% of its messages 30 s late). Its sample is bounded by what the ranks in say: a slower
+transfer lengthens every rank's own duration by as much, so it counts as no more above the baseline than the median
+rank's duration grew over its own baseline (a stalled slowest rank: theirs did not grow; a slower link: they all
+did, gen3:link_fault with the same stalls still fires). A rank silent ``gone_after`` (60 s: a Kafka producer's
+``max.block.ms``, the longest it blocks before failing a send) is gone, and one that reported since (an event lost,
 a clock ahead in a recording sorted by time) is neither: the collective is judged on the ranks in, as before.
 
 **Threshold changes** (``reconfigure``): an alert open when ``threshold`` is raised past its key's
@@ -207,7 +209,7 @@ class CommSlowdownDetector:
         self.job_step: Callable[[], int] | None = None
         #: Point-to-point samples left out because a straggler explained them (and alerts it resolved).
         self.explained_samples = 0
-        #: Incomplete collectives left unjudged: a missing rank's producer stalled (``_stalled_missing``).
+        #: Incomplete collectives missing a stalled producer's rank (``_stalled_missing``): bounded, or left out.
         self.stalled_samples = 0
 
     #: Settings ``reconfigure`` may change at run time.
@@ -297,10 +299,16 @@ class CommSlowdownDetector:
             # their shortest is its wait, not the transfer (a straggler's stalled producer is no network page).
             self.explained_samples += 1
             return []
-        if len(ranks) < len(state.members) and self._stalled_missing(state, ranks, began):
-            self.stalled_samples += 1  # its missing rank's events are late, not lost: no sample either way
-            return []
         transfer = min(d for d, _, _ in ranks.values())
+        if len(ranks) < len(state.members) and self._stalled_missing(state, ranks, began):
+            # Its missing rank's events are late, not lost, and it may be the last to arrive: the ranks in may all
+            # have waited for it. A slower transfer slows every rank's own duration by as much, so the sample is
+            # no slower than the baseline by more than theirs grew (a stalled slowest rank: they did not grow).
+            # (While the baseline fills, the sample as it is: at worst a baseline a little high, never a page.)
+            self.stalled_samples += 1
+            bound = self._wait_free(state, ranks)
+            if bound is not None:
+                transfer = min(transfer, bound)
         ts = max(t for _, t, _ in ranks.values())
         return self._assess(key, state, seq, transfer, ts, ranks)
 
@@ -362,6 +370,17 @@ class CommSlowdownDetector:
         (``began``: its earliest event time), for less than ``gone_after``: its producer stalled."""
         since = state.newest_ts - self.gone_after
         return any(since < t < began for r, t in state.last_ts.items() if r not in ranks)
+
+    def _wait_free(self, state: _Key, ranks: dict) -> float | None:
+        """The baseline transfer plus the median growth of the ranks' own durations over their own baselines
+        (None: the baseline still filling, or no rank of ``ranks`` with one)."""
+        if len(state.baseline) < self.min_baseline:
+            return None
+        growth = [d - float(np.median(b)) for r, (d, _, _) in ranks.items()
+                  if (b := state.rank_baseline.get(r)) is not None and len(b) >= 3]
+        if not growth:
+            return None
+        return float(np.median(state.baseline)) + float(np.median(growth))
 
     def _held(self, state: _Key) -> bool:
         """A point-to-point key that crossed waits ``P2P_HOLD_STEPS`` of the job's steps before it fires."""

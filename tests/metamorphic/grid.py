@@ -411,8 +411,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("late 1% by 30s", "no_new_types", "comm_slowdown", "fixed (branch late2, detector): gen2:moe-rotating (quiet): "
      "a collective judged without a stalled producer's rank took the others' waits for it when that rank was the "
      "step's slowest (MoE load rotates); an incomplete collective missing a rank silent since before it began, for "
-     "under ``gone_after`` (60 s, a Kafka producer's max.block.ms), is now left unjudged (comm.py "
-     "``_stalled_missing``): late, not lost; a rank silent longer is gone and the job is judged without it"),
+     "under ``gone_after`` (60 s, a Kafka producer's max.block.ms), now counts as no more above the baseline than "
+     "the ranks' own durations grew (comm.py ``_stalled_missing``, ``_wait_free``): a slower link lengthens them "
+     "all (gen3:link_fault with the same stalls, where nearly every collective misses a rank, still fires); leaving "
+     "such collectives unjudged silenced it"),
     ("late 1% by 30s", "types_kept", "straggler", "harness (analysed, fourth round) where the fault is shorter than "
      "the stall: gen3:fast_15ms's straggler lasts 600 steps of 15 ms (9 s) and the job ends 9 s after; a producer "
      "stalled 30 s delivers its events after the job's end (late after end, dropped); gen3:rank0_logging_role: "

@@ -100,3 +100,48 @@ def test_a_lost_producer_does_not_silence_the_job(world, gap):
                   link_from=40 + gone + 20)
     assert [a.type for a in alerts] == ["comm_slowdown"]
     assert alerts[0].starts_at >= T0 + gap * (40 + gone + 20)
+
+
+def rolling(world: int, gap: float, stall: int, link_from: int, seqs: int, seed: int = 0) -> list:
+    """Firing comm alerts of a job whose ranks' producers stall in turn, ``stall`` collectives each, half
+    overlapping (from collective 10 on, every collective misses some rank: 1% of a rank's messages 30 s late,
+    gen3:link_fault), the slowest rotating over every rank; transfers 2x from ``link_from``."""
+    rng = random.Random(seed)
+    d = CommSlowdownDetector(job="j")
+    held: dict[int, list[CollectiveEvent]] = {r: [] for r in range(world)}
+    step = max(stall // 2, 1)
+
+    def stalled(rank: int, seq: int) -> bool:
+        start = 10 + (rank % world) * step
+        period = world * step
+        return seq >= 10 and (seq - start) % period < stall and seq >= start
+
+    out = []
+    for seq in range(seqs):
+        for rank in range(world):
+            if held[rank] and not stalled(rank, seq):  # its stall ended: its queue drains first
+                for e in held[rank]:
+                    out += d.update(e)
+                held[rank].clear()
+        slowest = (seq // 2) % world
+        transfer = TRANSFER * (2.0 if seq >= link_from else 1.0)
+        for rank in range(world):
+            e = CollectiveEvent(job="j", rank=rank, seq=seq, op="all_reduce", pg="dp", ts=T0 + gap * seq,
+                                bytes=1 << 28, duration=transfer * rng.uniform(0.98, 1.02)
+                                + (0.0 if rank == slowest else WAIT * rng.uniform(0.9, 1.1)))
+            if stalled(rank, seq):
+                held[rank].append(e)
+            else:
+                out += d.update(e)
+    return [a for a in out if a.status == "firing"]
+
+
+@pytest.mark.parametrize("world,gap,stall", [(4, 0.5, 40), (8, 0.77, 40), (8, 0.25, 120), (16, 1.0, 30)])
+def test_a_slowed_link_fires_while_some_producer_is_always_stalled(world, gap, stall):
+    """Stalls that leave no collective complete do not silence the job: a link 2x slower fires (a rule leaving
+    every collective without a stalled rank unjudged never would), and the same job without it stays quiet."""
+    onset = 10 + world * stall
+    alerts = rolling(world, gap, stall, link_from=onset, seqs=onset + 120)
+    assert [a.type for a in alerts] == ["comm_slowdown"]
+    assert alerts[0].starts_at >= T0 + gap * onset
+    assert rolling(world, gap, stall, link_from=10 ** 9, seqs=onset + 120) == []
