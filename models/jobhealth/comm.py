@@ -98,6 +98,9 @@ SUMMARY_KEYS = 4
 #: (5) and a step, so that a slow stage is found first and takes the waits behind it for its own.
 P2P_HOLD_STEPS = 6
 
+#: Ranks whose own growth bounds a collective missing a stalled producer's rank (``_wait_free``): their median.
+GROWTH_RANKS = 32
+
 #: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
 #: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
 MAX_OP_KEYS = 1024
@@ -376,8 +379,13 @@ class CommSlowdownDetector:
         (None: the baseline still filling, or no rank of ``ranks`` with one)."""
         if len(state.baseline) < self.min_baseline:
             return None
-        growth = [d - float(np.median(b)) for r, (d, _, _) in ranks.items()
-                  if (b := state.rank_baseline.get(r)) is not None and len(b) >= 3]
+        growth = []
+        for r, (d, _, _) in ranks.items():
+            b = state.rank_baseline.get(r)
+            if b is not None and len(b) >= 3:
+                growth.append(d - float(np.median(b)))
+                if len(growth) >= GROWTH_RANKS:
+                    break  # enough for a median: a 16k-rank job's stall costs no 16k medians per collective
         if not growth:
             return None
         return float(np.median(state.baseline)) + float(np.median(growth))
