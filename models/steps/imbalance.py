@@ -293,7 +293,8 @@ class ImbalanceDetector:
         # (a summary of its own: a version saying what the last said is not published again)
         named, first = self._stage_named
         later = [r for r in ranks if r not in named]
-        summary = f"{first} (and rank{'s' if len(later) > 1 else ''} {', '.join(map(str, later))}, first seen since)"
+        shown = ", ".join(map(str, later[:8])) + (f" and {len(later) - 8} more" if len(later) > 8 else "")
+        summary = f"{first} (and rank{'s' if len(later) > 1 else ''} {shown}, first seen since)"
         listed = [dict(g, ranks=sorted(groups[g["group"]].ranks)) if g["group"] in groups else g
                   for g in alert.evidence["groups"]]
         self._stage_alert = replace(alert, ranks=ranks, nodes=nodes, summary=summary,
