@@ -51,7 +51,7 @@ from .straggler import choose_signal
 class _GroupHistory:
     """Per-step medians and per-rank values of one peer group."""
 
-    __slots__ = ("medians", "maxima", "step_times", "slot", "ranks", "values", "scale", "nodes", "count", "classes",
+    __slots__ = ("medians", "maxima", "step_times", "slot", "ranks", "values", "nodes", "count", "classes",
                  "class_map", "pending", "last")
 
     def __init__(self, window: int) -> None:
@@ -61,7 +61,6 @@ class _GroupHistory:
         self.slot: dict[int, int] = {}
         self.ranks: list[int] = []
         self.values = np.full((0, window), np.nan)
-        self.scale = np.full(window, np.nan)  # per column (step) of ``values``: the step's median, what ranks are compared on
         self.nodes: dict[int, str] = {}
         self.count = 0
         self.classes: list[list[int]] = []  # current classes, slowest first ([] = none)
@@ -178,9 +177,7 @@ class ImbalanceDetector:
             g.values[:, col] = np.nan
         g.values[g.last[1], col] = x
         g.count += 1
-        med = step_median(step, signal, x)
-        g.scale[col] = med if med > 0 else np.nan
-        g.medians.append(med)
+        g.medians.append(step_median(step, signal, x))
         g.maxima.append(nan_max(x))
         g.step_times.append(step_median(step, "step_time"))
         if changed or g.count % 100 == 1:  # nodes rarely change: not every step
@@ -313,9 +310,15 @@ class ImbalanceDetector:
         vals = g.values[:, :filled] if g.count <= self.window else g.values
         # Each rank over its steps' medians: ranks are compared on the same steps. A rank whose producer stalled
         # through the steady steps has only the job's slow first steps in, and was a class of its own
-        # (gen3:arrival_only_straggler with 2% of its messages 5 s late: 2 ranks "2.9x" the others).
+        # (gen3:arrival_only_straggler with 2% of its messages 5 s late: 2 ranks "2.9x" the others). The steps'
+        # medians are taken over the same ranks every step (those reporting the most): a step missing a rank of
+        # one class would move the median to the other (gen3:mixed_gpu_classes, two classes 8 and 8).
+        present = ~np.isnan(vals)
+        cover = present.sum(axis=1)
         with np.errstate(all="ignore"):
-            vals = vals / g.scale[:filled]
+            scale = np.nanmedian(vals[cover == cover.max()], axis=0)
+            scale[~(scale > 0)] = np.nan
+            vals = vals / scale
         if np.isnan(vals).any():
             with np.errstate(all="ignore"):
                 meds = np.nanmedian(vals, axis=1)
