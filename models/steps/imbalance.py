@@ -32,6 +32,7 @@ the membership silently).
 from __future__ import annotations
 
 import math
+import warnings
 from collections import deque
 from dataclasses import replace
 
@@ -315,7 +316,8 @@ class ImbalanceDetector:
         # one class would move the median to the other (gen3:mixed_gpu_classes, two classes 8 and 8).
         present = ~np.isnan(vals)
         cover = present.sum(axis=1)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a step none of them reported: NaN, left out
             scale = np.nanmedian(vals[cover == cover.max()], axis=0)
             scale[~(scale > 0)] = np.nan
             vals = vals / scale
