@@ -18,6 +18,17 @@ newest, ``time_bound`` seconds of event time behind the newest event, or the old
 ``max_pending`` open ones. Judging on the first ranks in would take the minimum over ranks that
 all waited for a straggler still to come, and sell its wait as transfer time.
 
+**A stalled producer is not a lost rank.** An incomplete collective missing a rank that has been silent (no
+collective of this key) since before the collective began, for less than ``gone_after`` seconds, is missing a rank
+whose producer stalled (blocked on the broker, a GC pause): its events are still to come, and when it was the
+collective's last to arrive, the others' shortest duration is their wait for it (gen2:moe-rotating, whose slowest
+rank rotates, paged with 1% of its messages 30 s late). Its sample is bounded by what the ranks in say: a slower
+transfer lengthens every rank's own duration by as much, so it counts as no more above the baseline than the median
+rank's duration grew over its own baseline (a stalled slowest rank: theirs did not grow; a slower link: they all
+did, gen3:link_fault with the same stalls still fires). A rank silent ``gone_after`` (60 s: a Kafka producer's
+``max.block.ms``, the longest it blocks before failing a send) is gone, and one that reported since (an event lost,
+a clock ahead in a recording sorted by time) is neither: the collective is judged on the ranks in, as before.
+
 **Threshold changes** (``reconfigure``): an alert open when ``threshold`` is raised past its key's
 recent increase resolves at its next collective with ``evidence.resolution = threshold_changed``, saying
 the latency is still up by that much; otherwise resolutions are ``recovered``.
@@ -87,6 +98,9 @@ SUMMARY_KEYS = 4
 #: (5) and a step, so that a slow stage is found first and takes the waits behind it for its own.
 P2P_HOLD_STEPS = 6
 
+#: Ranks whose own growth bounds a collective missing a stalled producer's rank (``_wait_free``): their median.
+GROWTH_RANKS = 32
+
 #: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
 #: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
 MAX_OP_KEYS = 1024
@@ -127,7 +141,7 @@ class CommEvidence:
 class _Key:
     __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
                  "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from",
-                 "judged_ts", "members")
+                 "judged_ts", "members", "last_ts")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -140,6 +154,7 @@ class _Key:
         self.held_from: int | None = None  # point-to-point: the job's step it crossed at, while held
         self.judged_ts = -math.inf  # the latest event time judged (``_assess``: what an alert is stamped with)
         self.members: set[int] = set()  # ranks seen in its collectives (bounded by the job's ranks)
+        self.last_ts: dict[int, float] = {}  # rank -> its newest event time in this key (a stall's silence)
         self.transfer: deque[float] = deque(maxlen=window)
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
@@ -167,7 +182,9 @@ class CommSlowdownDetector:
 
     def __init__(self, *, job: str, threshold: float = 0.30, window: int = 20, persistence: int = 10,
                  baseline_size: int = 200, min_baseline: int = 30, max_pending: int = 64, clear_after: int = 20,
-                 top_ranks: int = 3, max_lag: int = 32, time_bound: float = 30.0, p2p_window: int = 32) -> None:
+                 top_ranks: int = 3, max_lag: int = 32, time_bound: float = 30.0, p2p_window: int = 32,
+                 gone_after: float = 60.0) -> None:
+        self.gone_after = gone_after
         self.max_lag = max_lag
         self.time_bound = time_bound
         self.p2p_window = p2p_window
@@ -195,6 +212,8 @@ class CommSlowdownDetector:
         self.job_step: Callable[[], int] | None = None
         #: Point-to-point samples left out because a straggler explained them (and alerts it resolved).
         self.explained_samples = 0
+        #: Incomplete collectives missing a stalled producer's rank (``_stalled_missing``): bounded, or left out.
+        self.stalled_samples = 0
 
     #: Settings ``reconfigure`` may change at run time.
     TUNABLE = ("threshold", "window", "persistence")
@@ -218,6 +237,8 @@ class CommSlowdownDetector:
             state = self._keys[key] = _Key(self.baseline_size, self.window)
         if is_p2p(event.op):
             return self._p2p(key, state, event)
+        # (a late copy too: its rank is alive)
+        state.last_ts[event.rank] = max(state.last_ts.get(event.rank, event.ts), event.ts)
         if event.seq in state.judged_set or event.seq <= state.last_seq - self.max_lag:
             return []  # a late copy of a collective already judged
         by_rank = state.pending.setdefault(event.seq, {})
@@ -238,13 +259,13 @@ class CommSlowdownDetector:
 
     def _close(self, key, state: _Key, seq: int) -> list[Alert]:
         ranks = state.pending.pop(seq)
-        state.first_ts.pop(seq, None)
+        began = state.first_ts.pop(seq, math.inf)
         if len(state.judged) == state.judged.maxlen:
             state.judged_set.discard(state.judged[0])
         state.judged.append(seq)
         state.judged_set.add(seq)
         state.expected = max(state.expected, len(ranks))
-        return self._judge(key, state, seq, ranks)
+        return self._judge(key, state, seq, ranks, began)
 
     def _p2p(self, key, state: _Key, event: CollectiveEvent) -> list[Alert]:
         if state.p2p is None:
@@ -270,7 +291,8 @@ class CommSlowdownDetector:
         return self._assess(key, state, event.seq, min(state.p2p), event.ts,
                             {event.rank: (event.duration, event.ts, event.node)})
 
-    def _judge(self, key, state: _Key, seq: int, ranks: dict[int, tuple[float, float, str | None]]) -> list[Alert]:
+    def _judge(self, key, state: _Key, seq: int, ranks: dict[int, tuple[float, float, str | None]],
+               began: float = math.inf) -> list[Alert]:
         state.last_seq = max(state.last_seq, seq)
         state.members.update(ranks)
         if len(ranks) < 2:
@@ -281,6 +303,15 @@ class CommSlowdownDetector:
             self.explained_samples += 1
             return []
         transfer = min(d for d, _, _ in ranks.values())
+        if len(ranks) < len(state.members) and self._stalled_missing(state, ranks, began):
+            # Its missing rank's events are late, not lost, and it may be the last to arrive: the ranks in may all
+            # have waited for it. A slower transfer slows every rank's own duration by as much, so the sample is
+            # no slower than the baseline by more than theirs grew (a stalled slowest rank: they did not grow).
+            # (While the baseline fills, the sample as it is: at worst a baseline a little high, never a page.)
+            self.stalled_samples += 1
+            bound = self._wait_free(state, ranks)
+            if bound is not None:
+                transfer = min(transfer, bound)
         ts = max(t for _, t, _ in ranks.values())
         return self._assess(key, state, seq, transfer, ts, ranks)
 
@@ -336,6 +367,28 @@ class CommSlowdownDetector:
         """Whether a firing straggler of the job (``explained``) is a rank of this key absent from ``ranks``."""
         straggler = self.explained() if self.explained is not None else None
         return straggler is not None and any(r in state.members and r not in ranks for r in straggler.ranks)
+
+    def _stalled_missing(self, state: _Key, ranks: dict, began: float) -> bool:
+        """Whether a rank of this key absent from ``ranks`` has been silent since before the collective began
+        (``began``: its earliest event time), for less than ``gone_after``: its producer stalled."""
+        since = state.newest_ts - self.gone_after
+        return any(since < t < began for r, t in state.last_ts.items() if r not in ranks)
+
+    def _wait_free(self, state: _Key, ranks: dict) -> float | None:
+        """The baseline transfer plus the median growth of the ranks' own durations over their own baselines
+        (None: the baseline still filling, or no rank of ``ranks`` with one)."""
+        if len(state.baseline) < self.min_baseline:
+            return None
+        growth = []
+        for r, (d, _, _) in ranks.items():
+            b = state.rank_baseline.get(r)
+            if b is not None and len(b) >= 3:
+                growth.append(d - float(np.median(b)))
+                if len(growth) >= GROWTH_RANKS:
+                    break  # enough for a median: a 16k-rank job's stall costs no 16k medians per collective
+        if not growth:
+            return None
+        return float(np.median(state.baseline)) + float(np.median(growth))
 
     def _held(self, state: _Key) -> bool:
         """A point-to-point key that crossed waits ``P2P_HOLD_STEPS`` of the job's steps before it fires."""
