@@ -16,7 +16,8 @@ What the walk counts (a file of models/ or streams/ in no station and not a help
   (models/published.py);
 - helpers called from everywhere, never counted: ``HELPERS`` (alert and evidence records, the rule base classes,
   a run's layout record: models/steps/layout.py, worked out once per batch and read by every station; a job's
-  alert clock, models/alert_clock.py: its shifts chosen in the engine, made where alerts leave detection);
+  alert clock, models/alert_clock.py: its shifts chosen in the engine, made where alerts leave detection; the reading
+  of a rank's relaunch, models/relaunch.py: one rule for the hang rule and the outlet's restart tracker);
 - the pipeline's questions about state caps (``capped_mark`` before and after a lone event, ``take_refused``
   after a batch) are bookkeeping of the input, not the alert's road: they and what they call are left out;
 - the outlet's view (models/jobs_view.py) reads facts of the jobs' own records (recent steps, checkpoint): those
@@ -53,7 +54,7 @@ STATIONS = (
 )
 ROAD = [name for name, _ in STATIONS]
 HELPERS = ("models/alerts.py", "models/evidence.py", "models/rule.py", "models/resolution.py",
-           "models/alert_types.py", "models/steps/layout.py", "models/alert_clock.py")
+           "models/alert_types.py", "models/steps/layout.py", "models/alert_clock.py", "models/relaunch.py")
 BOOKKEEPING = frozenset({"capped_mark", "take_refused"})
 VIEW = "models/jobs_view.py"
 T0 = 1_700_000_000.0
