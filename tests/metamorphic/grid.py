@@ -407,12 +407,13 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "the rank's death read 2.5 s before the job's last step and was scaled 85x with the steps (200 s before the "
      "hang, out of its cause window); time_scale now reads a node's samples on its ranks' clock where their stamps "
      "run over 1 s off it (transforms.py telemetry_clocks, from stamp minus arrival); seen again: not analysed"),
-    ("step ", "no_new_types", "job_restart", "fixed (branch restart3, detector): gen2:restart-clean/-spare resume 20 "
-     "steps back after 20 s down at 0.39 s steps; RestartTracker wanted the reporting rank silent 30 s, and the "
-     "silence is the downtime plus a step: none in the base, one at 2-120 s steps. Now the hang rule's reading of a "
-     "new process (models/relaunch.py: a step event 2+ below the rank's own latest, stamped over 1 s after it) is the "
-     "restart's too: the base gets its job_restart and every pace keeps it (20 ms-120 s: 12 of 12 pairs, 4 before; "
-     "tests/models/oncall/test_restart_pace.py); seen again: not analysed"),
+    ("step ", "no_new_types", "job_restart", "knife-edge base (analysed; restart3's fix reverted at the merge): "
+     "gen2:restart-clean/-spare resume 20 steps back after 20 s down at 0.39 s steps; the restart tracker wants the "
+     "reporting rank's step back stamped over 30 s after its last (models/relaunch.py, the hang rule's reading with "
+     "its own line): none in the base, one at 2-120 s steps, where the silence is the downtime plus a step. The hang "
+     "rule's 1 s line was tried for the tracker too (branch restart3): a host clock stepped back 20 s and then a "
+     "late copy of an older event read as a relaunch, a false job_restart on a healthy job "
+     "(tests/models/test_composite_messy.py healthy_noise); most ranks going back would let the line come down"),
     ("heartbeat lag", "no_new_types", "hang", "fixed (branch restart2, detector): gen2:restart-clean/-spare's "
      "restart (20 steps, ~28 s back) was read only past 30 s of the job's progress or from heartbeats whose seq went "
      "back, and those, 2-15 s late, were stamped before the new run's first step events already in: its recomputed "
