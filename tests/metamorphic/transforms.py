@@ -721,25 +721,15 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
     before = [line for line in rec.lines if not later(line)]
     after = [_moved(line, seconds) for line in rec.lines if later(line)]
     inserted = []
-    boundary: dict[str, int] = {}  # each job's last step before the pause (every rank ended it)
     for job in jobs:
         mark = at + offsets.get(clock_of.get((job, 0)), 0.0)  # (sent by rank 0, stamped on its host's clock)
-        # ... saying the step it follows, as the monitor's do (producers/step_timer.py ``phase``): a host clock
-        # ahead stamps its ranks' last steps before the pause after the marker
-        done = [s for (j, s), ts in ends.items() if j == job and isinstance(s, int) and max(ts) < at]
-        said = {"step": max(done)} if done else {}
-        if done:
-            boundary[job] = max(done)
-        inserted.append(Line(at - shift, {"v": 1, "kind": "phase", "job": job, "ts": round(mark, 6), "phase": phase,
-                                          **said}))
+        inserted.append(Line(at - shift, {"v": 1, "kind": "phase", "job": job, "ts": round(mark, 6), "phase": phase}))
         inserted.append(Line(at - shift + seconds, {"v": 1, "kind": "phase", "job": job,
-                                                    "ts": round(mark + seconds, 6), "phase": "train", **said}))
+                                                    "ts": round(mark + seconds, 6), "phase": "train"}))
     last_hb: dict[tuple, Line] = {}
-    first_hb: dict[tuple, dict] = {}
     for line in before:
         if line.event.get("kind") == "heartbeat":
             last_hb[_stream(line.event)] = line
-            first_hb.setdefault(_stream(line.event), line.event)
     periods = _periods(rec)
     for key, line in last_hb.items():
         p = max(periods.get(key, 5.0), 0.5)
@@ -748,8 +738,7 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
         # behind the others (a partial hang at the pause's end: gen3:slow_node_2gpu / eval).
         # (``timer_in_pause`` False: copies as they were, for a pause inside a fault whose ranks may be stuck)
         if timer_in_pause and phase in ("checkpoint", "eval"):
-            line = Line(line.arrival, dict(line.event, phase=phase, **_at_boundary(first_hb[key], line.event,
-                                                                                     boundary.get(key[1]))))
+            line = Line(line.arrival, dict(line.event, phase=phase))
         n = 1
         while job_time(line.event, line.event["ts"]) + n * p < at + seconds:
             moved = _moved(line, n * p)
@@ -759,22 +748,6 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
     onset = rec.onset + seconds if rec.onset is not None else None
     lines = _sorted(before + inserted + after) if rec.arrival else before + _sorted(inserted) + after
     return rec.derive(f"{phase}_pause({seconds:g}s)", lines, onset=onset)
-
-
-def _at_boundary(first: dict, last: dict, step: int | None) -> dict:
-    """What a rank's heartbeat says in a pause after ``step`` (every rank ended it): that step and its collectives,
-    not those of its last heartbeat before, a few steps stale (ranks' heartbeats copied from different steps
-    read as some ranks past the collective the others wait at: left the pause). Collectives per step from the
-    rank's heartbeats before it; {} where they do not tell."""
-    s0, s1 = first.get("step"), last.get("step")
-    if step is None or not (isinstance(s0, int) and isinstance(s1, int)) or s1 >= step or s1 <= s0:
-        return {}
-    out: dict = {"step": step}
-    for f in ("seq_started", "seq_completed"):
-        q0, q1 = first.get(f), last.get(f)
-        if isinstance(q0, int) and isinstance(q1, int):
-            out[f] = q1 + round((q1 - q0) / (s1 - s0) * (step - s1))
-    return out
 
 
 # -- the watchdog's teardown ---------------------------------------------------------------------------------
