@@ -420,6 +420,13 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "steps were no progress, a warning at the 30 s floor. Now a step event 2+ below its rank's, stamped over 1 s "
      "after the rank last advanced, or a heartbeat after the rank's last heartbeat with its seq back, is a new "
      "process (progress.py new_process; tests/models/hang/test_restart_rollback.py); seen again: not analysed"),
+    ("checkpoint 60s", "no_new_types", "hang", "harness (analysed, 12-05 evening; open): gen3:three_ranks (and eval "
+     "30s), gen3:noisy_healthy_64: pause_before_fault copies each rank's last heartbeat before the pause, from "
+     "different steps (39, 42, 44 at 0.34 s steps): two ranks read as past the collective the third waits at, out "
+     "of the pause, and the third as stuck in it (a partial pause hang at 30 s). Copies saying the job's step and "
+     "its collectives fixed these (and found the killed-rank checkpoint bug, progress.py in_checkpoint) but broke "
+     "test_neighbours.py's stale-heartbeat and hang-after-pause cases: reverted"),
+    ("eval 30s", "no_new_types", "hang", "harness (analysed; open): gen3:three_ranks, see the checkpoint 60s row"),
     ("checkpoint 60s", "types_kept", "checkpoint_stale", "harness: the pause variant's marked checkpoint before the "
      "fault is a successful checkpoint: library:checkpoint-stops-16's age starts again, nothing is stale"),
     ("checkpoint 60s", "no_new_types", "checkpoint_stale", "harness (analysed): a 60 s marked checkpoint in "
