@@ -4,8 +4,8 @@
 One process's step events go up in stamp order. A rank's step event two or more steps below the rank's own
 latest, stamped more than ``RELAUNCH_SECONDS`` after it, comes from a new process of the rank: it was relaunched
 and resumed from a checkpoint. Neither the pace nor how many seconds of work were rolled back matters, so a
-relaunch reads the same at 20 ms and at 120 s steps (a silence of 30 s, the line this replaced, was under one
-step of a slow job and over a whole relaunch of a fast one). What is not a relaunch:
+relaunch reads the same at 20 ms and at 120 s steps. The restart tracker asks the same with a longer line, 30 s
+(models/oncall/restarts.py says why). What is not a relaunch:
 
 * a late, reordered or duplicated event: stamped no later than the rank's latest (a duplicate's stamp is the same);
 * one step back: a late event racing the next one, or a step counter read a moment early;

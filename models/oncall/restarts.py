@@ -13,9 +13,11 @@ it from the step events and says how much it cost:
   with the typical step time given by the caller (``cost``; the engine's judged steps).
 
 A job restarted when one of its ranks was relaunched: its step event is two or more steps below the step it last
-reported *itself*, stamped more than a second after it (models/relaunch.py, the reading the hang rule shares:
-one process's step events go up in stamp order). Seconds of silence or of rolled-back work say nothing whatever
-the pace: a 30 s line missed a 20 s relaunch of a job of 0.4 s steps and took any step back of a job of 60 s steps.
+reported *itself*, stamped more than ``min_silence_seconds`` after it (models/relaunch.py, the reading the hang rule
+shares with its own 1 s line: one process's step events go up in stamp order). The tracker's line is 30 s
+(``RESTART_SECONDS``, the ``oncall.restart_min_silence_seconds`` default): at 1 s a host clock stepped back 20 s and
+then a late copy of an older event read as a relaunch, a false page on a healthy job
+(tests/models/test_composite_messy.py healthy_noise); so a relaunch faster than 30 s is not reported.
 Comparing with the job-wide highest step instead is wrong after a job-wide pause (checkpoint, eval, marked or not):
 ranks resume where they were, but their monitors flush in batches at different moments, so the first ranks'
 batches have already raised the job's highest step when a later rank's first step after the pause arrives (gen2
@@ -34,7 +36,10 @@ from enum import Enum
 from typing import Any
 
 from ..alert_types import AlertType
-from ..relaunch import MIN_STEPS_BACK, RELAUNCH_SECONDS, RELAUNCH_WINDOW_SECONDS, relaunched
+from ..relaunch import MIN_STEPS_BACK, RELAUNCH_WINDOW_SECONDS, relaunched
+
+#: The tracker's line (``oncall.restart_min_silence_seconds``'s default; the module docstring says why not 1 s).
+RESTART_SECONDS = 30.0
 
 
 class RestartCause(str, Enum):
@@ -114,11 +119,11 @@ class RestartTracker:
 
     * ``min_steps_back``: a step this many steps (or more) below the reporting rank's own last step
       is a candidate;
-    * ``min_silence_seconds``: ... when stamped more than this after that step (the defaults: models/relaunch.py);
+    * ``min_silence_seconds``: ... when stamped more than this after that step;
     * ``max_jobs``: jobs remembered (the least recently active is forgotten beyond).
     """
 
-    def __init__(self, *, min_steps_back: int = MIN_STEPS_BACK, min_silence_seconds: float = RELAUNCH_SECONDS,
+    def __init__(self, *, min_steps_back: int = MIN_STEPS_BACK, min_silence_seconds: float = RESTART_SECONDS,
                  max_jobs: int = 10_000) -> None:
         self.min_steps_back = min_steps_back
         self.min_silence_seconds = min_silence_seconds
