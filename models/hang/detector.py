@@ -227,7 +227,7 @@ class HangDetector:
         p = self.progress
         if not p.completed_any:
             return None, max(self.first_step_timeout_seconds, self.timeout_seconds), "first_step"
-        if p.in_checkpoint(self.heartbeat_timeout()):
+        if p.in_checkpoint(self.heartbeat_timeout):
             return None, max(self.checkpoint_timeout_seconds, self.timeout_seconds), "checkpoint"
         critical = self.timeout_seconds
         if p.phase not in ("train", "warmup"):
@@ -480,7 +480,7 @@ class HangDetector:
         (or rank 0 saving alone for 5 minutes) made a warning the moment training resumed
         (tests/models/hang/test_gen3_hang_after_pause.py). Clamped like any progress (``clamp_future``)."""
         p = self.progress
-        if self._episode is None and not p.in_checkpoint(self.heartbeat_timeout()):
+        if self._episode is None and not p.in_checkpoint(self.heartbeat_timeout):
             p.progress_ts = max(p.progress_ts, ts)
 
     def _on_phase(self, event: PhaseEvent) -> list[Alert]:
@@ -833,7 +833,7 @@ class HangDetector:
             step=stop_step if stop_step >= 0 else None,
             job_step=p.max_step if p.max_step >= 0 else None,
             collective_seq=d.collective_seq,
-            phase="checkpoint" if p.in_checkpoint(self.heartbeat_timeout()) else p.phase,
+            phase="checkpoint" if p.in_checkpoint(self.heartbeat_timeout) else p.phase,
             timeout=timeout_kind,
             warning_after_seconds=None if warn is None else round(warn, 3),
             critical_after_seconds=round(critical, 3),

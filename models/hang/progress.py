@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -266,11 +267,12 @@ class JobProgress:
         """The job-wide phase."""
         return self.job_phase.phase
 
-    def in_checkpoint(self, silent_after: float = math.inf) -> bool:
+    def in_checkpoint(self, silent_after: Callable[[], float] | None = None) -> bool:
         """The job-wide phase is ``checkpoint``, or a rank's own is and it completed no step since it said so (a rank
         that froze right after a checkpoint, its last heartbeat still saying it, is not in one for good), and it has
-        not been silent ``silent_after`` seconds behind the job's latest event (a saving rank's heartbeats go on; a
-        rank killed at a checkpoint's end, its last heartbeat saying it, is not saving for 30 minutes)."""
+        not been silent ``silent_after()`` seconds behind the job's latest event (a saving rank's heartbeats go on; a
+        rank killed at a checkpoint's end, its last heartbeat saying it, is not saving for 30 minutes). A callable:
+        asked only where a rank's own checkpoint is in question (most calls return before)."""
         if self.phase == "checkpoint":
             return True
         if "checkpoint" not in self.rank_phase:
@@ -281,8 +283,10 @@ class JobProgress:
         # it; a clock correction or host offset can order the two either way), else by time.
         said = self.phase_step[:n]
         stays = np.where(said >= 0, self.last_step[:n] <= said, self.rank_progress[:n] <= self.phase_at[:n])
-        heard = self.latest_ts - self.last_seen[:n] < silent_after
-        return bool((saving & stays & heard).any())
+        held = saving & stays
+        if silent_after is not None and held.any():
+            held &= self.latest_ts - self.last_seen[:n] < silent_after()
+        return bool(held.any())
 
     def observe_collective(self, slot: int, seq: int) -> None:
         """A collective event: the rank issued and completed collective ``seq``."""
