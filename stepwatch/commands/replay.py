@@ -59,7 +59,10 @@ def add_parser(sub) -> None:
                         "one file sorted by event time whose hosts' clocks disagree is merged again per node the "
                         "same way (docs/training.md)")
     p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
-                   help="after the last event, run the timer rules this many seconds on (hangs at the end fire)")
+                   help="after the last event, run the timer rules this many seconds on, as the live worker's clock would go on: "
+                        "hangs at the end fire, and alerts that wait fire (a lone node's link_errors waits 45 s "
+                        "for other nodes' samples; a 2-rank job's drop waits for its straggler). Default 0: the "
+                        "alerts as of the recording's end")
     p.add_argument("--until", type=parse_when, metavar="WHEN",
                    help="after the last event, run the timer rules up to this time (Unix seconds or ISO 8601, UTC), "
                         "or this long after the last event (a duration: 30m, 2h; the same as --drain)")
