@@ -275,6 +275,12 @@ def _latest_ts(obj) -> float | None:
     return latest
 
 
+#: The live timer ticks through a silence (no line arrives: every rank of a job torn down, a node lost, before the
+#: relaunch); replay ticks through one of at most this long (seconds) as it would, then on the next line only (a
+#: capture's gap of days would otherwise cost a tick a second of it).
+GAP_TICK_SECONDS = 3_600.0
+
+
 class Elsewhere(NamedTuple):
     """A recording line another process feeds (``stepwatch replay --jobs``: the recording split by job): only its
     time, its ``_arrival`` (``arrival``) or else its latest event time (None: it states none), so that this
@@ -349,6 +355,24 @@ class RecordingSource:
                 return Tick(clock)
             return None
 
+        def gap(bound: float | None) -> bool:
+            """Whether a line (or another process's) that may move the clock to ``bound`` comes a whole interval or
+            more past the next tick: the live timer ticked in the silence before it (``gap_ticks``)."""
+            return next_tick is not None and bound is not None and bound >= next_tick + interval
+
+        def gap_ticks(bound: float) -> Iterator[Tick]:
+            """The ticks the live timer made in a silence before a line that moves the clock to ``bound`` (one an
+            interval from the next tick on, for ``GAP_TICK_SECONDS`` at most): a job whose every rank fell silent is
+            judged in it, not only once the next line (a relaunch's) is in. The line itself ticks as before."""
+            nonlocal next_tick, clock
+            stop = next_tick + GAP_TICK_SECONDS
+            while bound >= next_tick + interval and next_tick < stop:
+                clock = next_tick if clock is None else max(clock, next_tick)
+                yield Tick(next_tick)
+                next_tick += interval
+            if bound >= next_tick + interval:  # past the cap: the line ticks at its own time, as before
+                next_tick = bound
+
         for msg in self.lines if across else _line_by_line(self.lines):
             if type(msg) is RecordedBlock:  # plain lines parsed at once: the reads cut out of it by slices, as below
                 lines, values, stamps = msg
@@ -363,6 +387,21 @@ class RecordingSource:
                     # The first line whose arrival reaches the next tick (each line's arrival is its bound, below).
                     cut = i if next_tick is None else next(itertools.compress(
                         range(i, end), map(functools.partial(operator.le, next_tick), stamps[i:end])), None)
+                    if cut is not None and gap(stamps[cut]):  # a silence before that line: the lines before it, its ticks
+                        if cut > i:
+                            msgs += lines[i:cut]
+                            vals += values[i:cut]
+                            arrivals += stamps[i:cut]
+                            if bads is not None:
+                                bads += [None] * (cut - i)
+                            group_arrival = stamps[cut - 1]
+                            i = cut
+                        if msgs:
+                            yield read()
+                            seen(max(arrivals) if arrivals else group_arrival)
+                            reset()
+                        yield from gap_ticks(stamps[cut])
+                        continue
                     if cut is None:
                         if end < i + room:  # the block ends before the group is full: no read yet
                             cut = n
@@ -385,6 +424,12 @@ class RecordingSource:
                         yield tick
                 continue
             if type(msg) is Elsewhere:  # another process's line: the clock moves (and ticks fall) as with it here
+                if gap(msg.at):  # a silence before it, as before a line of this process's (below)
+                    if msgs:
+                        yield read()
+                        seen(max(arrivals) if arrivals else group_arrival)
+                        reset()
+                    yield from gap_ticks(msg.at)
                 if msg.arrival:
                     marks.append(msg.at)
                 elif msg.at is not None:
@@ -408,6 +453,13 @@ class RecordingSource:
                 msg()
                 continue
             message, value, bad, arrival = _recorded(msg)
+            bound = arrival if arrival is not None else _latest_ts(value)
+            if gap(bound):  # a silence before this line: the lines before it, then the live timer's ticks in it
+                if msgs:
+                    yield read()
+                    seen(max(arrivals) if arrivals else group_arrival)
+                    reset()
+                yield from gap_ticks(bound)
             if msgs and arrival != group_arrival and (not across or arrival is None or group_arrival is None):
                 yield read()
                 seen(max(arrivals) if arrivals else group_arrival)
@@ -425,7 +477,6 @@ class RecordingSource:
             # single-event lines is otherwise a call chain per event), cut wherever the clock could reach the
             # next tick, so that the ticks fall where they would line by line: the clock only moves on to a
             # line's arrival, or to one of its event times, so a line under the bound cannot have moved it there.
-            bound = arrival if arrival is not None else _latest_ts(value)
             if next_tick is not None and bound is not None and bound < next_tick and len(msgs) < limit:
                 continue
             yield read()
