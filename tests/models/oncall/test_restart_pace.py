@@ -17,6 +17,7 @@ through the detection engine (tests/engine_driver.py)."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -30,15 +31,18 @@ JOB = "relaunch"
 
 def recording(ranks: int, pace: float, *, seed: int, back: int = 0, down: float = 0.0, pause: float = 0.0,
               marked: bool = False, lag: float = 0.0, spread: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
-              late: float = 0.0, flush: float = 0.0) -> list[dict]:
+              late: float = 0.0, flush: float = 0.0, jump: float = 0.0, after: int | None = None,
+              spare: bool = False) -> list[dict]:
     """``ranks`` ranks (4 a node, the nodes' clocks off by -``spread`` .. ``spread`` s in turn) step every ``pace`` s. With ``back``:
     after step ``top`` every rank dies and, ``down`` s later, new processes resume at step ``top - back`` (their
     collective sequence numbers start again). With ``pause``: after step ``top`` the job stops that long for a
     checkpoint (``marked``: rank 0's phase events around it) and goes on from ``top + 1``. Delivery: heartbeats
     every 2-10 s ``lag`` s late, step events up to ``reorder`` s late each, a share ``dup`` of them twice, each
     rank's steps after the stop flushed up to ``flush`` s late (ranks' batches at different moments), and with
-    ``late`` a few step events of the old run arriving that long after they happened. Every event in arrival
-    order."""
+    ``late`` a few step events of the old run arriving that long after they happened. With ``jump``: node 0's clock
+    steps back that many seconds halfway through the first run (a copy of an event sent before it, late, is stamped
+    after the rank's latest ones). The relaunch runs on ``after`` ranks (an elastic job; all by default), the first
+    node's ranks on a spare (``spare``). Every event in arrival order."""
     rng = random.Random(seed)
     every = min(10.0, max(2.0, pace / 2))
     offset = {node: (-1) ** node * spread * rng.uniform(0.5, 1.0) for node in range(ranks // 4 + 1)}  # (hosts apart)
@@ -48,24 +52,30 @@ def recording(ranks: int, pace: float, *, seed: int, back: int = 0, down: float 
     def send(arrival: float, event: dict) -> None:
         lines.append((arrival, len(lines), event))
 
+    jumped = T0 + (max(30, int(20.0 / pace)) // 2) * pace if jump else math.inf  # when node 0's clock steps back
+
+    def clock(r: int, t: float) -> float:
+        return t + offset[r // 4] - (jump if r < 4 and t >= jumped else 0.0)
+
     def run(first: int, last: int, t: float, *, after_stop: bool) -> float:
         seq, beat = 0, t + rng.uniform(0, every)
-        batch = {r: rng.uniform(0, flush) for r in range(ranks)} if after_stop else {}
+        world = after if after_stop and after is not None and back else ranks
+        batch = {r: rng.uniform(0, flush) for r in range(world)} if after_stop else {}
+        node = (lambda r: "spare" if r < 4 else f"n{r // 4}") if after_stop and spare else (lambda r: f"n{r // 4}")
         t0 = t
         for step in range(first, last + 1):
             end = t + pace
             while beat < end:
-                for r in range(ranks):
-                    stamp = beat + offset[r // 4]
+                for r in range(world):
                     send(beat + lag * (1 + rng.random() / 2) + 0.01, {
-                        "v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "step": max(0, step - 1), "node": f"n{r // 4}",
-                        "ts": round(stamp, 6), "seq_started": seq + 1, "seq_completed": seq})
+                        "v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "step": max(0, step - 1), "node": node(r),
+                        "ts": round(clock(r, beat), 6), "seq_started": seq + 1, "seq_completed": seq})
                 beat += every
             seq += 1
-            for r in range(ranks):
+            for r in range(world):
                 real = end + rng.uniform(0, min(0.005, pace / 10))
-                event = {"v": 1, "kind": "step", "job": JOB, "rank": r, "step": step, "ts": round(real + offset[r // 4], 6),
-                         "step_time": pace, "node": f"n{r // 4}", "world_size": ranks}
+                event = {"v": 1, "kind": "step", "job": JOB, "rank": r, "step": step, "ts": round(clock(r, real), 6),
+                         "step_time": pace, "node": node(r), "world_size": world}
                 # (a rank's buffer after the stop is held until its first flush: its batch keeps the steps' order)
                 arrival = max(real + 0.01 + rng.uniform(0, reorder), t0 + batch.get(r, 0.0))
                 send(arrival, event)
@@ -80,8 +90,8 @@ def recording(ranks: int, pace: float, *, seed: int, back: int = 0, down: float 
             for step in (top - 1, top):
                 old = next(e for _, _, e in reversed(lines) if e["kind"] == "step" and e["rank"] == r and e["step"] == step)
                 send(t + late, dict(old))
-    if back:
-        run(top - back, top + 10 + int(30.0 / pace), t + down, after_stop=True)
+    if back:  # (an elastic job on fewer ranks is read a window into its new run: models/oncall/restarts.py)
+        run(top - back, top + 10 + int((150.0 if after is not None else 30.0) / pace), t + down, after_stop=True)
     else:
         if marked:
             send(t + 0.01, {"v": 1, "kind": "phase", "job": JOB, "phase": "checkpoint", "step": top,

@@ -83,8 +83,8 @@ def test_a_restart_from_a_checkpoint_is_found_once_even_in_late_batches(batched)
 def test_a_rank_whose_first_step_after_the_restart_is_stamped_earlier_belongs_to_it(batched):
     before, t = steady(0, 90, T0)
     # Rank 0 resumes later than rank 1 but its flush arrives first: rank 1's silence ends before
-    # rank 0's does, and still overlaps it.
-    after = [(0, s, t + 45.0 + (s - 80)) for s in range(80, 84)] + [(1, s, t + 40.0 + (s - 80)) for s in range(80, 84)]
+    # rank 0's does, and still overlaps it (ranks 2 and 3 after them: most of the job).
+    after = [(r, s, t + (45.0 if r == 0 else 40.0) + (s - 80)) for r in range(RANKS) for s in range(80, 84)]
     found = feed(RestartTracker(), before + after, batched)
     assert [(r.rank, r.resumed_step) for r in found] == [(0, 80)]
 
