@@ -1,16 +1,16 @@
-"""A relaunch is one ``job_restart`` at every pace; a job-wide pause or late events never are one.
+"""A relaunch is one ``job_restart`` at every pace; a job-wide pause, late events or one host's clock never are one.
 
 Invariant: a job whose ranks all die and resume from a checkpoint 2+ steps back (new processes) is reported
 exactly once, whatever its step time (20 ms-120 s), how many steps (or seconds of work) it rolled back, how long
-it was down (over the tracker's 30 s line, up to 3 min) and however its events are delivered (heartbeats late, step events duplicated, reordered,
-late past the relaunch, hosts' clocks tens of seconds apart). A job that stops for a checkpoint or an eval
-(marked or not) and resumes at its own next step, its ranks' batches flushed at different moments, or whose old
-step events arrive late (a producer's retry, stamped when they happened), is never reported as restarted.
-models/relaunch.py is the one reading (the hang rule's too, with a 1 s line; the tracker keeps 30 s: a host clock
-stepped back and a late copy of an older event read as a relaunch under it, tests/models/test_composite_messy.py
-healthy_noise). Open: gen2:restart-clean's 20 s relaunch at 0.39 s steps is under the line (not reported) and over
-it at 2-120 s steps, where the silence is the downtime plus a step; most ranks going back, as the hang rule asks,
-would let the line come down.
+it was down (3 s-3 min: under and over the 30 s line the tracker had), its world size (2-64 ranks), whether it
+comes back on fewer ranks (elastic) or on a spare node, and however its events are delivered (heartbeats late, step
+events duplicated, reordered, late past the relaunch, hosts' clocks tens of seconds apart). A job that stops for a
+checkpoint or an eval (marked or not) and resumes at its own next step, its ranks' batches flushed at different
+moments, whose old step events arrive late (a producer's retry, stamped when they happened), or one of whose hosts'
+clock steps back 20 s while copies of its events from before arrive late (tests/models/test_composite_messy.py
+healthy_noise: a false page when the tracker read one rank at 1 s; on 2-4 ranks that host is the whole job), is
+never reported as restarted. models/relaunch.py is the one reading (the hang rule's too): a rank went back 2+
+steps, stamped over 1 s after its latest, and on from there, and most of the job's ranks did.
 
 Generated: seeded draws of paces, steps back, downtimes, delivery lags, clock spreads and world sizes, replayed
 through the detection engine (tests/engine_driver.py)."""
@@ -108,23 +108,24 @@ def restarts(events: list[dict]) -> list:
 
 
 def relaunches() -> list[tuple]:
-    """Seeded draws: paces 20 ms-120 s, 2-1500 steps back, 31 s-3 min down, each delivery trouble in turn."""
+    """Seeded draws: paces 20 ms-120 s, 2-1500 steps back, 3 s-3 min down, 2-64 ranks, each delivery trouble in
+    turn, an elastic relaunch on half the ranks and one onto a spare node."""
     rng = random.Random(2026)
     out = []
-    for i in range(14):
+    for i in range(27):
         pace = round(10 ** rng.uniform(-1.7, 2.08), 3)
         back = min(1500, max(2, round(rng.uniform(1.0, 60.0) / pace))) if i % 2 else rng.choice((2, 5, 20))
         back = min(back, max(30, int(20.0 / pace)))  # (to the run's first step at most)
-        # (over the restart tracker's 30 s line, oncall.restart_min_silence_seconds: a relaunch faster than it is not
-        # reported, at any pace; docs/operations.md says why the line is not the hang rule's 1 s)
-        down = round(rng.uniform(31.0, 180.0), 1)
-        # (step events reordered by less than the rollback: reordered by more, a rank's first new event to arrive may
-        # be past its old last step, and the ones below it, stamped earlier, arrive as late ones)
-        reorder = round(min(3.0, back * pace / 3), 3)
+        down = round(10 ** rng.uniform(0.5, 2.25), 1)  # (under and over the 30 s line the tracker had)
+        # (step events reordered by less than the rollback and the downtime: reordered by more, a rank's first new
+        # event to arrive may be past its old last step, or its old process's last one after its new one's first)
+        reorder = round(min(3.0, back * pace / 3, down / 2), 3)
+        ranks = rng.choice((2, 4, 8, 16, 64) if pace >= 1.0 else (2, 4, 8, 16) if pace > 0.2 else (2, 4))
         trouble = ({}, {"lag": 10.0}, {"dup": 0.1, "reorder": reorder}, {"spread": 30.0}, {"late": 40.0},
-                   {"flush": 8.0, "spread": 5.0}, {"lag": 2.0, "reorder": reorder, "spread": 2.0})[i % 7]
-        out.append(pytest.param(rng.choice((4, 8, 16)) if pace > 0.2 else 4, pace, back, down, trouble, i,
-                                id=f"{pace}s-{back}back-{down}s-{'-'.join(trouble) or 'clean'}"))
+                   {"flush": 8.0, "spread": 5.0}, {"lag": 2.0, "reorder": reorder, "spread": 2.0},
+                   {"after": max(1, ranks // 2), "spread": 5.0}, {"spare": True, "dup": 0.05})[i % 9]
+        out.append(pytest.param(ranks, pace, back, down, trouble, i,
+                                id=f"{ranks}r-{pace}s-{back}back-{down}s-{'-'.join(trouble) or 'clean'}"))
     return out
 
 
@@ -138,17 +139,22 @@ def test_a_relaunch_is_one_job_restart_at_every_pace(ranks, pace, back, down, tr
 
 
 def pauses() -> list[tuple]:
-    """Seeded draws: a checkpoint or eval of 5 s-3 min at 20 ms-120 s steps, marked or not, batches flushed late,
-    old step events arriving late, duplicates."""
+    """Seeded draws: a checkpoint or eval of 5 s-3 min at 20 ms-120 s steps on 2-16 ranks, marked or not, batches
+    flushed late, old step events arriving late, duplicates; one host's clock stepped back 20 s and copies of its
+    ranks' events from before it arriving late (tests/models/test_composite_messy.py healthy_noise; on 2 or 4 ranks,
+    the whole job's host)."""
     rng = random.Random(39)
     out = []
-    for i in range(10):
+    for i in range(21):
         pace = round(10 ** rng.uniform(-1.7, 2.08), 3)
         pause = round(rng.uniform(5.0, 180.0), 1)
         trouble = ({"flush": 8.0}, {"late": 40.0, "lag": 10.0}, {"dup": 0.1, "reorder": 3.0, "spread": 30.0},
-                   {"flush": 3.0, "late": 5.0, "spread": 5.0}, {})[i % 5]
-        out.append(pytest.param(rng.choice((4, 8, 16)) if pace > 0.2 else 4, pace, pause, bool(i % 2), trouble, i,
-                                id=f"{pace}s-{pause}s-{'marked' if i % 2 else 'unmarked'}-{'-'.join(trouble) or 'clean'}"))
+                   {"flush": 3.0, "late": 5.0, "spread": 5.0}, {}, {"jump": 20.0, "dup": 0.2},
+                   {"jump": 20.0, "dup": 0.1, "reorder": 1.0, "spread": 5.0})[i % 7]
+        ranks = rng.choice((2, 4, 8, 16) if pace > 0.2 else (2, 4))
+        out.append(pytest.param(ranks, pace, pause, bool(i % 2), trouble, i,
+                                id=f"{ranks}r-{pace}s-{pause}s-{'marked' if i % 2 else 'unmarked'}-"
+                                   f"{'-'.join(trouble) or 'clean'}"))
     return out
 
 

@@ -3,6 +3,8 @@ never ranks resuming where they were after a job-wide pause (gen2 ``checkpoint-m
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from stepwatch.models.oncall.restarts import RestartTracker
@@ -122,3 +124,53 @@ def test_batches_of_the_same_ranks_find_the_restart_one_by_one_does():
         found.extend(tracker.update_many(JOB, ranks, steps, ts))
     assert len(one) == 1 and found == one
     assert (one[0].highest_step, one[0].resumed_step, one[0].ranks) == (30, 3, RANKS)
+
+
+def job(world: int, pace: float, *, seed: int, back: int = 0, down: float = 0.0, after: int | None = None,
+        jump: float = 0.0, dup: float = 0.0, per_host: int = 8) -> list[tuple[int, int, float]]:
+    """(rank, step, ts) in arrival order: ``world`` ranks, ``per_host`` a host, step every ``pace`` s for 60 steps.
+    With ``back``: all die and, ``down`` s later, ``after`` of them (all by default) resume ``back`` steps back for 40
+    steps (and 150 s more: an elastic job is read a window on). With ``jump``: host 0's clock steps back that many
+    seconds at step 30, and a share ``dup`` of every rank's events arrive again up to ``jump`` s late."""
+    rng = random.Random(seed)
+    out: list[tuple[float, int, tuple[int, int, float]]] = []
+
+    def run(first: int, last: int, t: float, ranks: int) -> float:
+        for step in range(first, last + 1):
+            t += pace
+            for r in range(ranks):
+                stamp = t + rng.uniform(0, pace / 10) - (jump if r < per_host and step >= 30 else 0.0)
+                out.append((t, len(out), (r, step, stamp)))
+                if rng.random() < dup:
+                    out.append((t + rng.uniform(0, jump), len(out), (r, step, stamp)))
+        return t
+
+    t = run(0, 60, T0, world)
+    if back:
+        run(60 - back, 100 + int(150.0 / pace), t + down, world if after is None else after)
+    return [e for _, _, e in sorted(out)]
+
+
+def _jobs() -> list:
+    rng = random.Random(7)
+    out = []
+    for i in range(12):
+        world = rng.choice((2, 3, 8, 64, 2048))
+        pace, back, down = round(10 ** rng.uniform(-1.7, 2.08), 3), rng.choice((2, 3, 10, 50)), rng.uniform(2.0, 200.0)
+        after = (None, max(1, world // 3), world)[i % 3]
+        out.append(pytest.param(world, pace, back, round(down, 1), after, i, id=f"{world}r-{pace}s-{back}back-"
+                                f"{down:.0f}s-{'all' if after is None else after}"))
+    return out
+
+
+@pytest.mark.parametrize("world,pace,back,down,after,seed", _jobs())
+def test_most_ranks_back_and_on_is_one_restart_one_host_is_none(world, pace, back, down, after, seed):
+    """Invariant: a job whose ranks all go back 2+ steps after any downtime over 1 s and go on from there is one
+    restart at every pace and world size (2-2048 ranks), also relaunched on a third of them (read a window on);
+    the same job whose first host's clock steps back 20 s while copies of its ranks' events arrive up to 20 s late
+    (a late copy stamped after its rank's latest, 2+ steps below) is none, even where that host is the whole job."""
+    events = job(world, pace, seed=seed, back=back, down=down, after=after)
+    found = feed(RestartTracker(), events, seed % 2 == 0)
+    assert [(r.resumed_step, r.highest_step) for r in found] == [(60 - back, 60)], found
+    noisy = job(world, pace, seed=seed, jump=20.0, dup=0.3)
+    assert feed(RestartTracker(), noisy, seed % 2 == 1) == []
