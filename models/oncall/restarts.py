@@ -167,8 +167,11 @@ class RestartTracker:
         own = state.last_step.get(rank)
         found = None
         g = state.gathering
-        if g is not None and ts - g.began > 2 * RELAUNCH_WINDOW_SECONDS:
-            g = state.gathering = None  # never most of the job: single ranks, or one host's clock
+        if (g is not None and ts - g.began > 2 * RELAUNCH_WINDOW_SECONDS and rank not in g.pending
+                and rank not in g.confirmed):
+            # Others went on minutes after: single ranks, or one host's clock. (Not by the ranks going back: a new
+            # process's first steps at a slow pace take many minutes.)
+            g = state.gathering = None
         back = prev is not None and own is not None and relaunched(
             own, prev, step, ts, min_steps_back=self.min_steps_back, min_seconds=self.min_silence_seconds)
         if back:
