@@ -14,12 +14,15 @@ it from the step events and says how much it cost:
 
 A rank was relaunched when its step event is two or more steps below the step it last reported *itself*, stamped
 more than ``min_silence_seconds`` after it (models/relaunch.py, the reading the hang rule shares, with the same 1 s
-line by default: one process's step events go up in stamp order), and its next step event goes on from there
-(``advanced``). The job restarted when most of its ranks were (``most``), within ``RELAUNCH_WINDOW_SECONDS`` of the
-first: of the ranks known, or, a window on, of the ranks that reported since (an elastic job relaunched on fewer
-ranks). One rank never is: a host clock stepped back 20 s and then a late copy of an older event read as a rank's
-relaunch (tests/models/test_composite_messy.py healthy_noise), the late copy's rank goes on past its old step and
-the job's other ranks go on. So a relaunch is a relaunch at any pace, however short it was down.
+line by default: one process's step events go up in stamp order), and its next two step events go on from there,
+none past its old step whatever its stamp (``advanced``). The job restarted when most of its ranks were (``most``):
+of the ranks known, or, ``RELAUNCH_WINDOW_SECONDS`` into the new run by a relaunched rank's clock, of the ranks that
+reported since (an elastic job relaunched on fewer ranks). A host's clock step is none: its clock stepped back 20 s,
+then a late copy of an older event went back (tests/models/test_composite_messy.py healthy_noise), but its ranks'
+real steps go on past their old ones (even where it is the job's only host) and the other hosts' ranks go on (one
+host of several is never most); the ranks going back are forgotten once others
+went on for two windows (not before: a new process's first steps at 120 s steps take many minutes).
+So a relaunch is a relaunch at any pace, however short it was down.
 Comparing with the job-wide highest step instead is wrong after a job-wide pause (checkpoint, eval, marked or not):
 ranks resume where they were, but their monitors flush in batches at different moments, so the first ranks'
 batches have already raised the job's highest step when a later rank's first step after the pause arrives (gen2
