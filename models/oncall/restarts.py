@@ -177,6 +177,8 @@ class RestartTracker:
             g = state.gathering = None
         back = prev is not None and own is not None and relaunched(
             own, prev, step, ts, min_steps_back=self.min_steps_back, min_seconds=self.min_silence_seconds)
+        if back and g is not None and rank in g.drafts and step > g.drafts[rank].resumed_step:
+            back = False  # its new process going on, after a late event of its old one moved the rank's latest back
         if back:
             last = state.restart
             # One of the restart already found's ranks resuming (maybe in a late batch, on a clock seconds off), or

@@ -92,6 +92,18 @@ def test_a_rank_whose_first_step_after_the_restart_is_stamped_earlier_belongs_to
 
 
 @pytest.mark.parametrize("batched", [False, True])
+def test_a_late_event_of_the_old_process_between_the_new_ones_changes_nothing(batched):
+    before, t = steady(0, 90, T0)
+    # Relaunched from 80 after 40 s; after each rank's first new step, its old process's step 89 arrives (late).
+    after = []
+    for rank in range(RANKS):
+        after += [(rank, 80, t + 40.0 + rank * 0.001), (rank, 89, t - 2.0 + rank * 0.001)]
+    more, _ = steady(81, 100, t + 41.0)
+    found = feed(RestartTracker(), before + after + more, batched)
+    assert [(r.rank, r.resumed_step, r.highest_step) for r in found] == [(0, 80, 90)], found
+
+
+@pytest.mark.parametrize("batched", [False, True])
 def test_two_restarts_are_two(batched):
     first, t = steady(0, 90, T0)
     second, t = steady(80, 120, t + 40.0)
