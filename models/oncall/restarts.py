@@ -12,18 +12,24 @@ it from the step events and says how much it cost:
 * ``gpu_hours_lost``: ranks (one GPU each) x (downtime + steps_recomputed x typical step time),
   with the typical step time given by the caller (``cost``; the engine's judged steps).
 
-A job restarted when one of its ranks was relaunched: its step event is two or more steps below the step it last
-reported *itself*, stamped more than ``min_silence_seconds`` after it (models/relaunch.py, the reading the hang rule
-shares with its own 1 s line: one process's step events go up in stamp order). The tracker's line is 30 s
-(``RESTART_SECONDS``, the ``oncall.restart_min_silence_seconds`` default): at 1 s a host clock stepped back 20 s and
-then a late copy of an older event read as a relaunch, a false page on a healthy job
-(tests/models/test_composite_messy.py healthy_noise); so a relaunch faster than 30 s is not reported.
+A rank was relaunched when its step event is two or more steps below the step it last reported *itself*, stamped
+more than ``min_silence_seconds`` after it (models/relaunch.py, the reading the hang rule shares, with the same 1 s
+line by default: one process's step events go up in stamp order), and its next two step events go on from there,
+none past its old step whatever its stamp (``advanced``). The job restarted when most of its ranks were (``most``):
+of the ranks known, or, ``RELAUNCH_WINDOW_SECONDS`` into the new run by a relaunched rank's clock, of the ranks that
+reported since (an elastic job relaunched on fewer ranks). A host's clock step is none: its clock stepped back 20 s,
+then a late copy of an older event went back (tests/models/test_composite_messy.py healthy_noise), but its ranks'
+real steps go on past their old ones (even where it is the job's only host) and the other hosts' ranks go on (one
+host of several is never most); the ranks going back are forgotten once others
+went on for two windows (not before: a new process's first steps at 120 s steps take many minutes).
+So a relaunch is a relaunch at any pace, however short it was down.
 Comparing with the job-wide highest step instead is wrong after a job-wide pause (checkpoint, eval, marked or not):
 ranks resume where they were, but their monitors flush in batches at different moments, so the first ranks'
 batches have already raised the job's highest step when a later rank's first step after the pause arrives (gen2
 scenario ``checkpoint-marked-slow-flush``). The ranks of one restart resume one by one, in late batches, on clocks
 seconds apart: a rank relaunched within ``RELAUNCH_WINDOW_SECONDS`` of the restart already found, not yet counted in
-it, or whose silence overlaps it, belongs to it, so a job's restart is reported once.
+it, or whose silence overlaps it, belongs to it, so a job's restart is reported once (when most ranks are back; its
+figures are the first rank's to go back, not refuted since).
 
 Late, reordered or duplicated events are not restarts: a rank's event stamped no later than that rank's previous
 one never counts, and neither does one step back.
@@ -36,10 +42,11 @@ from enum import Enum
 from typing import Any
 
 from ..alert_types import AlertType
-from ..relaunch import MIN_STEPS_BACK, RELAUNCH_WINDOW_SECONDS, relaunched
+from ..relaunch import MIN_STEPS_BACK, RELAUNCH_SECONDS, RELAUNCH_WINDOW_SECONDS, advanced, most, relaunched
 
-#: The tracker's line (``oncall.restart_min_silence_seconds``'s default; the module docstring says why not 1 s).
-RESTART_SECONDS = 30.0
+#: The tracker's line (``oncall.restart_min_silence_seconds``'s default): the hang rule's (most ranks going back, not
+#: a long silence, tell a relaunch from one host's clock step; the module docstring says why).
+RESTART_SECONDS = RELAUNCH_SECONDS
 
 
 class RestartCause(str, Enum):
@@ -88,8 +95,24 @@ class Restart:
         return round(self.ranks * (self.downtime_seconds + self.steps_recomputed * step_time) / 3600.0, 6)
 
 
+class _Gathering:
+    """Ranks going back since the first of them, not yet most of the job (``RestartTracker``)."""
+
+    __slots__ = ("began", "carried", "confirmed", "drafts", "heard", "pending", "refuted")
+
+    def __init__(self, began: float, heard: int) -> None:
+        self.began = began  # the first rank's step back's stamp
+        self.heard = heard  # ranks known then (ranks heard of later joined the relaunch: an elastic job grown)
+        self.drafts: dict[int, Restart] = {}  # rank -> the restart its step back would be (first to go back first)
+        #: rank -> (step back, its stamp, own step before it, the step it went on to since, -1: none yet)
+        self.pending: dict[int, tuple[int, float, int, int]] = {}
+        self.confirmed: set[int] = set()  # ranks that went back and on from there (two steps in a row)
+        self.refuted: set[int] = set()  # ranks that went past their old step since going back: no relaunch
+        self.carried: set[int] = set()  # ranks that went on in their old process since (counted against)
+
+
 class _Job:
-    __slots__ = ("ceiling", "high", "last_step", "last_ts", "restart", "resumed", "tail")
+    __slots__ = ("ceiling", "gathering", "high", "last_step", "last_ts", "restart", "resumed", "tail")
 
     def __init__(self) -> None:
         self.high = -1  # highest step since the latest restart (what a restart recomputes up to)
@@ -98,6 +121,7 @@ class _Job:
         self.last_step: dict[int, int] = {}  # rank -> step of its latest event (in arrival order)
         self.restart: tuple[float, float] | None = None  # the latest restart's silence: (began, ended)
         self.resumed: set[int] = set()  # the ranks relaunched in it
+        self.gathering: _Gathering | None = None  # ranks going back, not yet most of the job
         #: (ranks, steps, ts, layout) of the latest run not yet in ``last_ts``/``last_step`` (``settle``): a run of
         #: the same layout (models/steps/layout.py), so the same ranks, replaces it whole (every rank's latest
         #: values are the new run's), no dict writes per event.
@@ -119,7 +143,7 @@ class RestartTracker:
 
     * ``min_steps_back``: a step this many steps (or more) below the reporting rank's own last step
       is a candidate;
-    * ``min_silence_seconds``: ... when stamped more than this after that step;
+    * ``min_silence_seconds``: ... when stamped more than this after that step (and most ranks do so);
     * ``max_jobs``: jobs remembered (the least recently active is forgotten beyond).
     """
 
@@ -145,28 +169,83 @@ class RestartTracker:
         prev = state.last_ts.get(rank)
         own = state.last_step.get(rank)
         found = None
-        if prev is not None and own is not None and relaunched(own, prev, step, ts, min_steps_back=self.min_steps_back,
-                                                               min_seconds=self.min_silence_seconds):
+        g = state.gathering
+        if (g is not None and ts - g.began > 2 * RELAUNCH_WINDOW_SECONDS and rank not in g.pending
+                and rank not in g.confirmed):
+            # Others went on minutes after: single ranks, or one host's clock. (Not by the ranks going back: a new
+            # process's first steps at a slow pace take many minutes.)
+            g = state.gathering = None
+        back = prev is not None and own is not None and relaunched(
+            own, prev, step, ts, min_steps_back=self.min_steps_back, min_seconds=self.min_silence_seconds)
+        if back and g is not None and rank in g.drafts and step > g.drafts[rank].resumed_step:
+            back = False  # its new process going on, after a late event of its old one moved the rank's latest back
+        if back:
             last = state.restart
             # One of the restart already found's ranks resuming (maybe in a late batch, on a clock seconds off), or
             # one that resumed already, its state moved back by a late event of its old process: not another restart.
             if last is not None and (rank not in state.resumed and abs(ts - last[1]) <= RELAUNCH_WINDOW_SECONDS
                                      or prev < last[1] and ts > last[0]):
                 state.resumed.add(rank)
-            else:
+            elif g is None or rank not in g.refuted:
+                if g is None:
+                    g = state.gathering = _Gathering(ts, len(state.last_ts))
                 high = max(state.high, own)
-                found = Restart(job=job, rank=rank, at=ts, silence_began_at=prev, downtime_seconds=round(ts - prev, 3),
-                                highest_step=high, resumed_step=step, steps_recomputed=high - step + 1,
-                                ranks=max(len(state.last_ts), 1))
+                g.drafts.pop(rank, None)
+                g.drafts[rank] = Restart(
+                    job=job, rank=rank, at=ts, silence_began_at=prev, downtime_seconds=round(ts - prev, 3),
+                    highest_step=high, resumed_step=step, steps_recomputed=high - step + 1,
+                    ranks=max(len(state.last_ts), 1))
+                g.pending[rank] = (step, ts, own, -1)
+                g.confirmed.discard(rank)
+                g.carried.discard(rank)
+        else:
+            if g is not None:
+                found = self._gather(state, g, rank, step, ts, prev)
+            if step > state.high:
                 state.high = step
-                state.restart = (prev, ts)
-                state.resumed = {rank}
-        elif step > state.high:
-            state.high = step
         if step > state.ceiling:
             state.ceiling = step
         state.last_ts[rank] = ts
         state.last_step[rank] = step
+        return found
+
+    def _gather(self, state: _Job, g: _Gathering, rank: int, step: int, ts: float,
+                prev: float | None) -> Restart | None:
+        """A rank's event (no step back) while ranks are going back: the job's restart once most of them went on."""
+        pending = g.pending.get(rank)
+        if pending is not None:
+            back_to, back_ts, own, went_on = pending
+            if step > own:
+                # Past its old step, whatever the stamp (a host clock stepped back stamps its real steps earlier than
+                # the late copy that went back): its old process is alive, for this gathering.
+                del g.pending[rank]
+                g.drafts.pop(rank, None)
+                g.refuted.add(rank)
+                g.carried.add(rank)
+                return None
+            if ts <= back_ts or not advanced(max(back_to, went_on), own, step):
+                return None  # a late or repeated event of the rank: it tells nothing yet
+            if went_on < 0:  # (one step on: a late copy may follow a late copy; two in a row, a new process)
+                g.pending[rank] = (back_to, back_ts, own, step)
+                return None
+            del g.pending[rank]
+            g.confirmed.add(rank)
+        elif rank not in g.confirmed:
+            if prev is not None and ts > prev:
+                g.carried.add(rank)  # its old process went on
+            return None
+        joined = len(state.last_ts) - g.heard + (prev is None)
+        back = len(g.confirmed) + joined
+        # Most of the ranks known; or a window on (the rank's own clock), most of those that reported since: a job
+        # relaunched on fewer ranks (the others stay silent).
+        if not (most(back, len(state.last_ts) + (prev is None))
+                or ts - g.drafts[rank].at > RELAUNCH_WINDOW_SECONDS and most(back, back + len(g.carried))):
+            return None
+        found = next(iter(g.drafts.values()))  # the first rank to go back (not refuted since)
+        state.gathering = None
+        state.restart = (found.silence_began_at, found.at)
+        state.resumed = g.confirmed | set(g.pending)
+        state.high = max([step, *(state.last_step[r] for r in g.confirmed if r != rank and r in state.last_step)])
         return found
 
     def update_many(self, job: str, ranks, steps, ts, layout=None) -> list[Restart]:
@@ -175,7 +254,8 @@ class RestartTracker:
         if not len(steps):
             return []
         state = self._jobs.get(job)
-        if state is not None and state.ceiling >= 0 and min(steps) > state.ceiling - self.min_steps_back:
+        if (state is not None and state.ceiling >= 0 and state.gathering is None
+                and min(steps) > state.ceiling - self.min_steps_back):
             # No step is below any rank's own last one: nothing can be a restart; the same bookkeeping, in bulk.
             top = max(steps)
             state.high = max(state.high, top)

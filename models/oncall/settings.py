@@ -25,10 +25,9 @@ class OnCallSettings:
     placement_window_seconds: float = 300.0
     #: A job restarted when a rank's step goes back by at least this many steps below its own last one ...
     restart_min_steps_back: int = runtime(2, low=1, high=1_000_000)
-    #: ... stamped more than this many seconds after it (models/relaunch.py's reading with a longer line than the
-    #: hang rule's 1 s: a host clock stepped back seconds and then a late copy of an older event read as a relaunch
-    #: at 1 s, a false page on a healthy job; tests/models/test_composite_messy.py healthy_noise).
-    restart_min_silence_seconds: float = runtime(30.0, low=0.0, high=86_400.0)
+    #: ... stamped more than this many seconds after it, when most of the job's ranks do so (models/relaunch.py, the
+    #: hang rule's reading and line: one host's clock step and a late copy of an older event are one rank, never most).
+    restart_min_silence_seconds: float = runtime(1.0, low=0.0, high=86_400.0)
     #: Action hooks: off by default. On: ``evidence.action`` of new node_suspect and critical device
     #: alerts goes to the actions topic (and the webhook, if set).
     hooks_enabled: bool = False

@@ -411,13 +411,14 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "the rank's death read 2.5 s before the job's last step and was scaled 85x with the steps (200 s before the "
      "hang, out of its cause window); time_scale now reads a node's samples on its ranks' clock where their stamps "
      "run over 1 s off it (transforms.py telemetry_clocks, from stamp minus arrival); seen again: not analysed"),
-    ("step ", "no_new_types", "job_restart", "knife-edge base (analysed; restart3's fix reverted at the merge): "
-     "gen2:restart-clean/-spare resume 20 steps back after 20 s down at 0.39 s steps; the restart tracker wants the "
-     "reporting rank's step back stamped over 30 s after its last (models/relaunch.py, the hang rule's reading with "
-     "its own line): none in the base, one at 2-120 s steps, where the silence is the downtime plus a step. The hang "
-     "rule's 1 s line was tried for the tracker too (branch restart3): a host clock stepped back 20 s and then a "
-     "late copy of an older event read as a relaunch, a false job_restart on a healthy job "
-     "(tests/models/test_composite_messy.py healthy_noise); most ranks going back would let the line come down"),
+    ("step ", "no_new_types", "job_restart", "fixed (branch restart4, detector): gen2:restart-clean/-spare resume 20 "
+     "steps back after 20 s down at 0.39 s steps; the restart tracker wanted the reporting rank's step back stamped "
+     "over 30 s after its last: none in the base, one at 2-120 s steps. Now a relaunch is most of the job's ranks "
+     "going back 2+ steps, over the hang rule's 1 s, and on from there two steps without passing their old one "
+     "(models/relaunch.py advanced/most, models/oncall/restarts.py): the base gets its job_restart and every pace "
+     "keeps it (time scale, heartbeat lag, delivery, clock offsets: 90 -> 96 of 108 on the six restart bases). One "
+     "host's clock stepped back with late copies of its events is never one "
+     "(tests/models/oncall/test_restart_pace.py, test_restarts.py; test_composite_messy.py healthy_noise)"),
     ("heartbeat lag", "no_new_types", "hang", "fixed (branch restart2, detector): gen2:restart-clean/-spare's "
      "restart (20 steps, ~28 s back) was read only past 30 s of the job's progress or from heartbeats whose seq went "
      "back, and those, 2-15 s late, were stamped before the new run's first step events already in: its recomputed "

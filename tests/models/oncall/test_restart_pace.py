@@ -1,22 +1,23 @@
-"""A relaunch is one ``job_restart`` at every pace; a job-wide pause or late events never are one.
+"""A relaunch is one ``job_restart`` at every pace; a job-wide pause, late events or one host's clock never are one.
 
 Invariant: a job whose ranks all die and resume from a checkpoint 2+ steps back (new processes) is reported
 exactly once, whatever its step time (20 ms-120 s), how many steps (or seconds of work) it rolled back, how long
-it was down (over the tracker's 30 s line, up to 3 min) and however its events are delivered (heartbeats late, step events duplicated, reordered,
-late past the relaunch, hosts' clocks tens of seconds apart). A job that stops for a checkpoint or an eval
-(marked or not) and resumes at its own next step, its ranks' batches flushed at different moments, or whose old
-step events arrive late (a producer's retry, stamped when they happened), is never reported as restarted.
-models/relaunch.py is the one reading (the hang rule's too, with a 1 s line; the tracker keeps 30 s: a host clock
-stepped back and a late copy of an older event read as a relaunch under it, tests/models/test_composite_messy.py
-healthy_noise). Open: gen2:restart-clean's 20 s relaunch at 0.39 s steps is under the line (not reported) and over
-it at 2-120 s steps, where the silence is the downtime plus a step; most ranks going back, as the hang rule asks,
-would let the line come down.
+it was down (3 s-3 min: under and over the 30 s line the tracker had), its world size (2-64 ranks), whether it
+comes back on fewer ranks (elastic) or on a spare node, and however its events are delivered (heartbeats late, step
+events duplicated, reordered, late past the relaunch, hosts' clocks tens of seconds apart). A job that stops for a
+checkpoint or an eval (marked or not) and resumes at its own next step, its ranks' batches flushed at different
+moments, whose old step events arrive late (a producer's retry, stamped when they happened), or one of whose hosts'
+clock steps back 20 s while copies of its events from before arrive late (tests/models/test_composite_messy.py
+healthy_noise: a false page when the tracker read one rank at 1 s; on 2-4 ranks that host is the whole job), is
+never reported as restarted. models/relaunch.py is the one reading (the hang rule's too): a rank went back 2+
+steps, stamped over 1 s after its latest, and on from there, and most of the job's ranks did.
 
 Generated: seeded draws of paces, steps back, downtimes, delivery lags, clock spreads and world sizes, replayed
 through the detection engine (tests/engine_driver.py)."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -30,15 +31,18 @@ JOB = "relaunch"
 
 def recording(ranks: int, pace: float, *, seed: int, back: int = 0, down: float = 0.0, pause: float = 0.0,
               marked: bool = False, lag: float = 0.0, spread: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
-              late: float = 0.0, flush: float = 0.0) -> list[dict]:
+              late: float = 0.0, flush: float = 0.0, jump: float = 0.0, after: int | None = None,
+              spare: bool = False) -> list[dict]:
     """``ranks`` ranks (4 a node, the nodes' clocks off by -``spread`` .. ``spread`` s in turn) step every ``pace`` s. With ``back``:
     after step ``top`` every rank dies and, ``down`` s later, new processes resume at step ``top - back`` (their
     collective sequence numbers start again). With ``pause``: after step ``top`` the job stops that long for a
     checkpoint (``marked``: rank 0's phase events around it) and goes on from ``top + 1``. Delivery: heartbeats
     every 2-10 s ``lag`` s late, step events up to ``reorder`` s late each, a share ``dup`` of them twice, each
     rank's steps after the stop flushed up to ``flush`` s late (ranks' batches at different moments), and with
-    ``late`` a few step events of the old run arriving that long after they happened. Every event in arrival
-    order."""
+    ``late`` a few step events of the old run arriving that long after they happened. With ``jump``: node 0's clock
+    steps back that many seconds halfway through the first run (a copy of an event sent before it, late, is stamped
+    after the rank's latest ones). The relaunch runs on ``after`` ranks (an elastic job; all by default), the first
+    node's ranks on a spare (``spare``). Every event in arrival order."""
     rng = random.Random(seed)
     every = min(10.0, max(2.0, pace / 2))
     offset = {node: (-1) ** node * spread * rng.uniform(0.5, 1.0) for node in range(ranks // 4 + 1)}  # (hosts apart)
@@ -48,24 +52,30 @@ def recording(ranks: int, pace: float, *, seed: int, back: int = 0, down: float 
     def send(arrival: float, event: dict) -> None:
         lines.append((arrival, len(lines), event))
 
+    jumped = T0 + (max(30, int(20.0 / pace)) // 2) * pace if jump else math.inf  # when node 0's clock steps back
+
+    def clock(r: int, t: float) -> float:
+        return t + offset[r // 4] - (jump if r < 4 and t >= jumped else 0.0)
+
     def run(first: int, last: int, t: float, *, after_stop: bool) -> float:
         seq, beat = 0, t + rng.uniform(0, every)
-        batch = {r: rng.uniform(0, flush) for r in range(ranks)} if after_stop else {}
+        world = after if after_stop and after is not None and back else ranks
+        batch = {r: rng.uniform(0, flush) for r in range(world)} if after_stop else {}
+        node = (lambda r: "spare" if r < 4 else f"n{r // 4}") if after_stop and spare else (lambda r: f"n{r // 4}")
         t0 = t
         for step in range(first, last + 1):
             end = t + pace
             while beat < end:
-                for r in range(ranks):
-                    stamp = beat + offset[r // 4]
+                for r in range(world):
                     send(beat + lag * (1 + rng.random() / 2) + 0.01, {
-                        "v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "step": max(0, step - 1), "node": f"n{r // 4}",
-                        "ts": round(stamp, 6), "seq_started": seq + 1, "seq_completed": seq})
+                        "v": 1, "kind": "heartbeat", "job": JOB, "rank": r, "step": max(0, step - 1), "node": node(r),
+                        "ts": round(clock(r, beat), 6), "seq_started": seq + 1, "seq_completed": seq})
                 beat += every
             seq += 1
-            for r in range(ranks):
+            for r in range(world):
                 real = end + rng.uniform(0, min(0.005, pace / 10))
-                event = {"v": 1, "kind": "step", "job": JOB, "rank": r, "step": step, "ts": round(real + offset[r // 4], 6),
-                         "step_time": pace, "node": f"n{r // 4}", "world_size": ranks}
+                event = {"v": 1, "kind": "step", "job": JOB, "rank": r, "step": step, "ts": round(clock(r, real), 6),
+                         "step_time": pace, "node": node(r), "world_size": world}
                 # (a rank's buffer after the stop is held until its first flush: its batch keeps the steps' order)
                 arrival = max(real + 0.01 + rng.uniform(0, reorder), t0 + batch.get(r, 0.0))
                 send(arrival, event)
@@ -80,8 +90,8 @@ def recording(ranks: int, pace: float, *, seed: int, back: int = 0, down: float 
             for step in (top - 1, top):
                 old = next(e for _, _, e in reversed(lines) if e["kind"] == "step" and e["rank"] == r and e["step"] == step)
                 send(t + late, dict(old))
-    if back:
-        run(top - back, top + 10 + int(30.0 / pace), t + down, after_stop=True)
+    if back:  # (an elastic job on fewer ranks is read a window into its new run: models/oncall/restarts.py)
+        run(top - back, top + 10 + int((150.0 if after is not None else 30.0) / pace), t + down, after_stop=True)
     else:
         if marked:
             send(t + 0.01, {"v": 1, "kind": "phase", "job": JOB, "phase": "checkpoint", "step": top,
@@ -98,23 +108,24 @@ def restarts(events: list[dict]) -> list:
 
 
 def relaunches() -> list[tuple]:
-    """Seeded draws: paces 20 ms-120 s, 2-1500 steps back, 31 s-3 min down, each delivery trouble in turn."""
+    """Seeded draws: paces 20 ms-120 s, 2-1500 steps back, 3 s-3 min down, 2-64 ranks, each delivery trouble in
+    turn, an elastic relaunch on half the ranks and one onto a spare node."""
     rng = random.Random(2026)
     out = []
-    for i in range(14):
+    for i in range(27):
         pace = round(10 ** rng.uniform(-1.7, 2.08), 3)
         back = min(1500, max(2, round(rng.uniform(1.0, 60.0) / pace))) if i % 2 else rng.choice((2, 5, 20))
         back = min(back, max(30, int(20.0 / pace)))  # (to the run's first step at most)
-        # (over the restart tracker's 30 s line, oncall.restart_min_silence_seconds: a relaunch faster than it is not
-        # reported, at any pace; docs/operations.md says why the line is not the hang rule's 1 s)
-        down = round(rng.uniform(31.0, 180.0), 1)
-        # (step events reordered by less than the rollback: reordered by more, a rank's first new event to arrive may
-        # be past its old last step, and the ones below it, stamped earlier, arrive as late ones)
-        reorder = round(min(3.0, back * pace / 3), 3)
+        down = round(10 ** rng.uniform(0.5, 2.25), 1)  # (under and over the 30 s line the tracker had)
+        # (step events reordered by less than the rollback and the downtime: reordered by more, a rank's first new
+        # event to arrive may be past its old last step, or its old process's last one after its new one's first)
+        reorder = round(min(3.0, back * pace / 3, down / 2), 3)
+        ranks = rng.choice((2, 4, 8, 16, 64) if pace >= 1.0 else (2, 4, 8, 16) if pace > 0.2 else (2, 4))
         trouble = ({}, {"lag": 10.0}, {"dup": 0.1, "reorder": reorder}, {"spread": 30.0}, {"late": 40.0},
-                   {"flush": 8.0, "spread": 5.0}, {"lag": 2.0, "reorder": reorder, "spread": 2.0})[i % 7]
-        out.append(pytest.param(rng.choice((4, 8, 16)) if pace > 0.2 else 4, pace, back, down, trouble, i,
-                                id=f"{pace}s-{back}back-{down}s-{'-'.join(trouble) or 'clean'}"))
+                   {"flush": 8.0, "spread": 5.0}, {"lag": 2.0, "reorder": reorder, "spread": 2.0},
+                   {"after": max(1, ranks // 2), "spread": 5.0}, {"spare": True, "dup": 0.05})[i % 9]
+        out.append(pytest.param(ranks, pace, back, down, trouble, i,
+                                id=f"{ranks}r-{pace}s-{back}back-{down}s-{'-'.join(trouble) or 'clean'}"))
     return out
 
 
@@ -128,17 +139,22 @@ def test_a_relaunch_is_one_job_restart_at_every_pace(ranks, pace, back, down, tr
 
 
 def pauses() -> list[tuple]:
-    """Seeded draws: a checkpoint or eval of 5 s-3 min at 20 ms-120 s steps, marked or not, batches flushed late,
-    old step events arriving late, duplicates."""
+    """Seeded draws: a checkpoint or eval of 5 s-3 min at 20 ms-120 s steps on 2-16 ranks, marked or not, batches
+    flushed late, old step events arriving late, duplicates; one host's clock stepped back 20 s and copies of its
+    ranks' events from before it arriving late (tests/models/test_composite_messy.py healthy_noise; on 2 or 4 ranks,
+    the whole job's host)."""
     rng = random.Random(39)
     out = []
-    for i in range(10):
+    for i in range(21):
         pace = round(10 ** rng.uniform(-1.7, 2.08), 3)
         pause = round(rng.uniform(5.0, 180.0), 1)
         trouble = ({"flush": 8.0}, {"late": 40.0, "lag": 10.0}, {"dup": 0.1, "reorder": 3.0, "spread": 30.0},
-                   {"flush": 3.0, "late": 5.0, "spread": 5.0}, {})[i % 5]
-        out.append(pytest.param(rng.choice((4, 8, 16)) if pace > 0.2 else 4, pace, pause, bool(i % 2), trouble, i,
-                                id=f"{pace}s-{pause}s-{'marked' if i % 2 else 'unmarked'}-{'-'.join(trouble) or 'clean'}"))
+                   {"flush": 3.0, "late": 5.0, "spread": 5.0}, {}, {"jump": 20.0, "dup": 0.2},
+                   {"jump": 20.0, "dup": 0.1, "reorder": 1.0, "spread": 5.0})[i % 7]
+        ranks = rng.choice((2, 4, 8, 16) if pace > 0.2 else (2, 4))
+        out.append(pytest.param(ranks, pace, pause, bool(i % 2), trouble, i,
+                                id=f"{ranks}r-{pace}s-{pause}s-{'marked' if i % 2 else 'unmarked'}-"
+                                   f"{'-'.join(trouble) or 'clean'}"))
     return out
 
 

@@ -3,6 +3,8 @@ never ranks resuming where they were after a job-wide pause (gen2 ``checkpoint-m
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from stepwatch.models.oncall.restarts import RestartTracker
@@ -83,10 +85,22 @@ def test_a_restart_from_a_checkpoint_is_found_once_even_in_late_batches(batched)
 def test_a_rank_whose_first_step_after_the_restart_is_stamped_earlier_belongs_to_it(batched):
     before, t = steady(0, 90, T0)
     # Rank 0 resumes later than rank 1 but its flush arrives first: rank 1's silence ends before
-    # rank 0's does, and still overlaps it.
-    after = [(0, s, t + 45.0 + (s - 80)) for s in range(80, 84)] + [(1, s, t + 40.0 + (s - 80)) for s in range(80, 84)]
+    # rank 0's does, and still overlaps it (ranks 2 and 3 after them: most of the job).
+    after = [(r, s, t + (45.0 if r == 0 else 40.0) + (s - 80)) for r in range(RANKS) for s in range(80, 84)]
     found = feed(RestartTracker(), before + after, batched)
     assert [(r.rank, r.resumed_step) for r in found] == [(0, 80)]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_late_event_of_the_old_process_between_the_new_ones_changes_nothing(batched):
+    before, t = steady(0, 90, T0)
+    # Relaunched from 80 after 40 s; after each rank's first new step, its old process's step 89 arrives (late).
+    after = []
+    for rank in range(RANKS):
+        after += [(rank, 80, t + 40.0 + rank * 0.001), (rank, 89, t - 2.0 + rank * 0.001)]
+    more, _ = steady(81, 100, t + 41.0)
+    found = feed(RestartTracker(), before + after + more, batched)
+    assert [(r.rank, r.resumed_step, r.highest_step) for r in found] == [(0, 80, 90)], found
 
 
 @pytest.mark.parametrize("batched", [False, True])
@@ -122,3 +136,53 @@ def test_batches_of_the_same_ranks_find_the_restart_one_by_one_does():
         found.extend(tracker.update_many(JOB, ranks, steps, ts))
     assert len(one) == 1 and found == one
     assert (one[0].highest_step, one[0].resumed_step, one[0].ranks) == (30, 3, RANKS)
+
+
+def job(world: int, pace: float, *, seed: int, back: int = 0, down: float = 0.0, after: int | None = None,
+        jump: float = 0.0, dup: float = 0.0, per_host: int = 8) -> list[tuple[int, int, float]]:
+    """(rank, step, ts) in arrival order: ``world`` ranks, ``per_host`` a host, step every ``pace`` s for 60 steps.
+    With ``back``: all die and, ``down`` s later, ``after`` of them (all by default) resume ``back`` steps back for 40
+    steps (and 150 s more: an elastic job is read a window on). With ``jump``: host 0's clock steps back that many
+    seconds at step 30, and a share ``dup`` of every rank's events arrive again up to ``jump`` s late."""
+    rng = random.Random(seed)
+    out: list[tuple[float, int, tuple[int, int, float]]] = []
+
+    def run(first: int, last: int, t: float, ranks: int) -> float:
+        for step in range(first, last + 1):
+            t += pace
+            for r in range(ranks):
+                stamp = t + rng.uniform(0, pace / 10) - (jump if r < per_host and step >= 30 else 0.0)
+                out.append((t, len(out), (r, step, stamp)))
+                if rng.random() < dup:
+                    out.append((t + rng.uniform(0, jump), len(out), (r, step, stamp)))
+        return t
+
+    t = run(0, 60, T0, world)
+    if back:
+        run(60 - back, 100 + int(150.0 / pace), t + down, world if after is None else after)
+    return [e for _, _, e in sorted(out)]
+
+
+def _jobs() -> list:
+    rng = random.Random(7)
+    out = []
+    for i in range(12):
+        world = rng.choice((2, 3, 8, 64, 2048))
+        pace, back, down = round(10 ** rng.uniform(-1.7, 2.08), 3), rng.choice((2, 3, 10, 50)), rng.uniform(2.0, 200.0)
+        after = (None, max(1, world // 3), world)[i % 3]
+        out.append(pytest.param(world, pace, back, round(down, 1), after, i, id=f"{world}r-{pace}s-{back}back-"
+                                f"{down:.0f}s-{'all' if after is None else after}"))
+    return out
+
+
+@pytest.mark.parametrize("world,pace,back,down,after,seed", _jobs())
+def test_most_ranks_back_and_on_is_one_restart_one_host_is_none(world, pace, back, down, after, seed):
+    """Invariant: a job whose ranks all go back 2+ steps after any downtime over 1 s and go on from there is one
+    restart at every pace and world size (2-2048 ranks), also relaunched on a third of them (read a window on);
+    the same job whose first host's clock steps back 20 s while copies of its ranks' events arrive up to 20 s late
+    (a late copy stamped after its rank's latest, 2+ steps below) is none, even where that host is the whole job."""
+    events = job(world, pace, seed=seed, back=back, down=down, after=after)
+    found = feed(RestartTracker(), events, seed % 2 == 0)
+    assert [(r.resumed_step, r.highest_step) for r in found] == [(60 - back, 60)], found
+    noisy = job(world, pace, seed=seed, jump=20.0, dup=0.3)
+    assert feed(RestartTracker(), noisy, seed % 2 == 1) == []
