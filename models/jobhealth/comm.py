@@ -101,6 +101,11 @@ P2P_HOLD_STEPS = 6
 #: Ranks whose own growth bounds a collective missing a stalled producer's rank (``_wait_free``): their median.
 GROWTH_RANKS = 32
 
+#: Events a key's open collectives may hold while the oldest waits for a stalled producer's rank (``_holds``): a
+#: 30 s stall is 75 collectives of 0.4 s, 2,000 of 15 ms; past it (a large job: 1,024 ranks hold 32), the oldest
+#: is judged on the ranks in, bounded by their own growth (``_wait_free``).
+HOLD_EVENTS = 1 << 15
+
 #: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
 #: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
 MAX_OP_KEYS = 1024
@@ -141,7 +146,7 @@ class CommEvidence:
 class _Key:
     __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
                  "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from",
-                 "judged_ts", "members", "last_ts")
+                 "judged_ts", "members", "last_ts", "holding")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -155,6 +160,7 @@ class _Key:
         self.judged_ts = -math.inf  # the latest event time judged (``_assess``: what an alert is stamped with)
         self.members: set[int] = set()  # ranks seen in its collectives (bounded by the job's ranks)
         self.last_ts: dict[int, float] = {}  # rank -> its newest event time in this key (a stall's silence)
+        self.holding: tuple[int, tuple[int, ...]] | None = None  # the held oldest collective, its stalled ranks
         self.transfer: deque[float] = deque(maxlen=window)
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
@@ -239,8 +245,9 @@ class CommSlowdownDetector:
             return self._p2p(key, state, event)
         # (a late copy too: its rank is alive)
         state.last_ts[event.rank] = max(state.last_ts.get(event.rank, event.ts), event.ts)
-        if event.seq in state.judged_set or event.seq <= state.last_seq - self.max_lag:
-            return []  # a late copy of a collective already judged
+        if event.seq in state.judged_set or (event.seq <= state.last_seq - self.max_lag
+                                              and event.seq not in state.pending):
+            return []  # a late copy of a collective already judged (a held one takes its stalled rank's)
         by_rank = state.pending.setdefault(event.seq, {})
         by_rank[event.rank] = (event.duration, event.ts, event.node)
         state.first_ts[event.seq] = min(state.first_ts.get(event.seq, event.ts), event.ts)
@@ -249,16 +256,39 @@ class CommSlowdownDetector:
         if state.expected >= 2 and len(by_rank) >= state.expected:  # every rank is in
             out.extend(self._close(key, state, event.seq))
         newest = max(state.pending, default=event.seq)
-        for seq in sorted(state.pending):
-            # Incomplete (a rank's event lost or late): judged on the ranks in once far enough behind.
+        while state.pending:
+            # Incomplete (a rank's event lost or late): judged on the ranks in once far enough behind, oldest first,
+            # unless it waits for a stalled producer's rank (``_holds``): the ones behind it wait with it.
+            seq = min(state.pending)
             if (seq > newest - self.max_lag and state.newest_ts - state.first_ts[seq] < self.time_bound
                     and len(state.pending) <= self.max_pending):
+                break
+            if len(state.pending) <= max(self.max_pending, HOLD_EVENTS // max(state.expected, 1)) \
+                    and self._holds(state, seq):
                 break
             out.extend(self._close(key, state, seq))
         return out
 
+    def _holds(self, state: _Key, seq: int) -> bool:
+        """Whether the oldest open collective ``seq`` waits for a rank whose producer stalled: silent since before
+        the collective began, for less than ``gone_after``. Its events come late, in order: once one newer than
+        the collective's start is in (its own event for it, or a later one: that one was lost), or the rank is
+        gone, the collective is judged. (Its stalled ranks are found once, then only they are asked again.)"""
+        ranks, began = state.pending[seq], state.first_ts[seq]
+        since = state.newest_ts - self.gone_after
+        if state.holding is None or state.holding[0] != seq:
+            stalled = tuple(r for r, t in state.last_ts.items() if r not in ranks and since < t < began)
+            state.holding = (seq, stalled) if stalled else None
+            return bool(stalled)
+        if any(r not in ranks and since < state.last_ts[r] < began for r in state.holding[1]):
+            return True
+        state.holding = None
+        return False
+
     def _close(self, key, state: _Key, seq: int) -> list[Alert]:
         ranks = state.pending.pop(seq)
+        if state.holding is not None and state.holding[0] == seq:
+            state.holding = None
         began = state.first_ts.pop(seq, math.inf)
         if len(state.judged) == state.judged.maxlen:
             state.judged_set.discard(state.judged[0])
