@@ -146,7 +146,7 @@ class CommEvidence:
 class _Key:
     __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
                  "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from",
-                 "judged_ts", "members", "last_ts", "holding")
+                 "judged_ts", "members", "last_ts", "holding", "p2p_count", "p2p_last")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -161,6 +161,8 @@ class _Key:
         self.members: set[int] = set()  # ranks seen in its collectives (bounded by the job's ranks)
         self.last_ts: dict[int, float] = {}  # rank -> its newest event time in this key (a stall's silence)
         self.holding: tuple[int, tuple[int, ...]] | None = None  # the held oldest collective, its stalled ranks
+        self.p2p_count = 0  # point-to-point: events of the key so far
+        self.p2p_last: dict[int, tuple[int, float]] = {}  # point-to-point: rank -> (count, ts) at its last, stalest first
         self.transfer: deque[float] = deque(maxlen=window)
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
@@ -301,6 +303,10 @@ class CommSlowdownDetector:
         if state.p2p is None:
             state.p2p = deque(maxlen=self.p2p_window)
         state.p2p.append(event.duration)
+        state.p2p_count += 1
+        state.newest_ts = max(state.newest_ts, event.ts)
+        prev = state.p2p_last.pop(event.rank, None)  # (re-inserted last: the dict's first rank is the stalest)
+        state.p2p_last[event.rank] = (state.p2p_count, event.ts if prev is None else max(event.ts, prev[1]))
         if len(state.p2p) < state.p2p.maxlen:
             return []
         state.last_seq = max(state.last_seq, event.seq)
@@ -317,6 +323,11 @@ class CommSlowdownDetector:
                 at=event.ts, summary=f"resolved: the waits are {where}'s, a slow pipeline stage "
                                      f"(straggler {straggler.id}), not the network ({alert.summary})",
                 evidence={**alert.evidence, "resolution": Resolution.EXPLAINED, "explained_by": straggler.id}))
+        if self._p2p_stalled(state):
+            # A rank's producer stalled: the window lacks its samples, often the short ones (a slower stage's
+            # receives find their data ready), and the others' may all be waits: judged once its events are in.
+            self.stalled_samples += 1
+            return []
         # The transfer: the shortest of the recent ones (both sides were ready); the ranks: this one.
         return self._assess(key, state, event.seq, min(state.p2p), event.ts,
                             {event.rank: (event.duration, event.ts, event.node)})
@@ -403,6 +414,18 @@ class CommSlowdownDetector:
         (``began``: its earliest event time), for less than ``gone_after``: its producer stalled."""
         since = state.newest_ts - self.gone_after
         return any(since < t < began for r, t in state.last_ts.items() if r not in ranks)
+
+    def _p2p_stalled(self, state: _Key) -> bool:
+        """Whether a rank of a point-to-point key stalled: none of its events among the key's last ``p2p_window``
+        (its samples left the window; a key of more ranks than half the window: none in two rounds of every
+        rank's), for less than ``gone_after`` of event time (a rank silent that long is gone: dropped). Counted in
+        events, not seconds: a pace or a host clock ahead moves no one's turn."""
+        while state.p2p_last:
+            rank, (count, ts) = next(iter(state.p2p_last.items()))
+            if state.newest_ts - ts < self.gone_after:
+                return state.p2p_count - count >= max(self.p2p_window, 2 * len(state.p2p_last))
+            del state.p2p_last[rank]
+        return False
 
     def _wait_free(self, state: _Key, ranks: dict) -> float | None:
         """The baseline transfer plus the median growth of the ranks' own durations over their own baselines
