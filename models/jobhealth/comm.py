@@ -22,12 +22,15 @@ all waited for a straggler still to come, and sell its wait as transfer time.
 collective of this key) since before the collective began, for less than ``gone_after`` seconds, is missing a rank
 whose producer stalled (blocked on the broker, a GC pause): its events are still to come, and when it was the
 collective's last to arrive, the others' shortest duration is their wait for it (gen2:moe-rotating, whose slowest
-rank rotates, paged with 1% of its messages 30 s late). Its sample is bounded by what the ranks in say: a slower
-transfer lengthens every rank's own duration by as much, so it counts as no more above the baseline than the median
-rank's duration grew over its own baseline (a stalled slowest rank: theirs did not grow; a slower link: they all
-did, gen3:link_fault with the same stalls still fires). A rank silent ``gone_after`` (60 s: a Kafka producer's
-``max.block.ms``, the longest it blocks before failing a send) is gone, and one that reported since (an event lost,
-a clock ahead in a recording sorted by time) is neither: the collective is judged on the ranks in, as before.
+rank rotates, paged with 1% of its messages 30 s late). So it waits (``_holds``), and the open collectives behind
+it with it, until that rank's events come, and is judged with them: the others' growth cannot tell a wait for a new
+straggler from a slower transfer (gen2:straggler-gpu-throttled, rank 9 slow from step 50 and its producer stalled
+30 s, paged a comm_slowdown before its straggler). Past ``HOLD_EVENTS`` held (a large job) its sample is bounded by
+what the ranks in say: a slower transfer lengthens every rank's own duration by as much, so it counts as no more
+above the baseline than the median rank's duration grew over its own baseline (a stalled slowest rank: theirs did
+not grow; a slower link: they all did). A rank silent ``gone_after`` (60 s: a Kafka producer's ``max.block.ms``,
+the longest it blocks before failing a send) is gone, and one that reported since (an event lost, a clock ahead in
+a recording sorted by time) is neither: the collective is judged on the ranks in, as before.
 
 **Threshold changes** (``reconfigure``): an alert open when ``threshold`` is raised past its key's
 recent increase resolves at its next collective with ``evidence.resolution = threshold_changed``, saying
@@ -54,7 +57,9 @@ key's samples feed its baseline, and count towards a slowdown, only while no str
 it wait); a point-to-point key that stays slow fires only ``P2P_HOLD_STEPS`` of the job's steps after it
 crossed (``job_step()``), the straggler rule's chance to find the slow stage first; a straggler firing
 meanwhile takes the wait for its own (no ``comm_slowdown``); one firing while a point-to-point alert is open
-resolves it (``evidence.resolution: "explained"``, the straggler named).
+resolves it (``evidence.resolution: "explained"``, the straggler named). A point-to-point key is not judged while
+a rank's producer is stalled (``_p2p_stalled``: none of its events in the window): the stage whose receives find
+their data ready may be the stalled one, and the window then holds only waits (library:healthy-pipeline-p2p-32).
 """
 
 from __future__ import annotations
