@@ -22,12 +22,15 @@ all waited for a straggler still to come, and sell its wait as transfer time.
 collective of this key) since before the collective began, for less than ``gone_after`` seconds, is missing a rank
 whose producer stalled (blocked on the broker, a GC pause): its events are still to come, and when it was the
 collective's last to arrive, the others' shortest duration is their wait for it (gen2:moe-rotating, whose slowest
-rank rotates, paged with 1% of its messages 30 s late). Its sample is bounded by what the ranks in say: a slower
-transfer lengthens every rank's own duration by as much, so it counts as no more above the baseline than the median
-rank's duration grew over its own baseline (a stalled slowest rank: theirs did not grow; a slower link: they all
-did, gen3:link_fault with the same stalls still fires). A rank silent ``gone_after`` (60 s: a Kafka producer's
-``max.block.ms``, the longest it blocks before failing a send) is gone, and one that reported since (an event lost,
-a clock ahead in a recording sorted by time) is neither: the collective is judged on the ranks in, as before.
+rank rotates, paged with 1% of its messages 30 s late). So it waits (``_holds``), and the open collectives behind
+it with it, until that rank's events come, and is judged with them: the others' growth cannot tell a wait for a new
+straggler from a slower transfer (gen2:straggler-gpu-throttled, rank 9 slow from step 50 and its producer stalled
+30 s, paged a comm_slowdown before its straggler). Past ``HOLD_EVENTS`` held (a large job) its sample is bounded by
+what the ranks in say: a slower transfer lengthens every rank's own duration by as much, so it counts as no more
+above the baseline than the median rank's duration grew over its own baseline (a stalled slowest rank: theirs did
+not grow; a slower link: they all did). A rank silent ``gone_after`` (60 s: a Kafka producer's ``max.block.ms``,
+the longest it blocks before failing a send) is gone, and one that reported since (an event lost, a clock ahead in
+a recording sorted by time) is neither: the collective is judged on the ranks in, as before.
 
 **Threshold changes** (``reconfigure``): an alert open when ``threshold`` is raised past its key's
 recent increase resolves at its next collective with ``evidence.resolution = threshold_changed``, saying
@@ -54,7 +57,9 @@ key's samples feed its baseline, and count towards a slowdown, only while no str
 it wait); a point-to-point key that stays slow fires only ``P2P_HOLD_STEPS`` of the job's steps after it
 crossed (``job_step()``), the straggler rule's chance to find the slow stage first; a straggler firing
 meanwhile takes the wait for its own (no ``comm_slowdown``); one firing while a point-to-point alert is open
-resolves it (``evidence.resolution: "explained"``, the straggler named).
+resolves it (``evidence.resolution: "explained"``, the straggler named). A point-to-point key is not judged while
+a rank's producer is stalled (``_p2p_stalled``: none of its events in the window): the stage whose receives find
+their data ready may be the stalled one, and the window then holds only waits (library:healthy-pipeline-p2p-32).
 """
 
 from __future__ import annotations
@@ -101,6 +106,11 @@ P2P_HOLD_STEPS = 6
 #: Ranks whose own growth bounds a collective missing a stalled producer's rank (``_wait_free``): their median.
 GROWTH_RANKS = 32
 
+#: Events a key's open collectives may hold while the oldest waits for a stalled producer's rank (``_holds``): a
+#: 30 s stall is 75 collectives of 0.4 s, 2,000 of 15 ms; past it (a large job: 1,024 ranks hold 32), the oldest
+#: is judged on the ranks in, bounded by their own growth (``_wait_free``).
+HOLD_EVENTS = 1 << 15
+
 #: Distinct (process group, op, size bucket) keys judged per job; a collective of one more is left out
 #: and counted (``capped``): op names come from the ranks, and each key holds a baseline.
 MAX_OP_KEYS = 1024
@@ -141,7 +151,7 @@ class CommEvidence:
 class _Key:
     __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
                  "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from",
-                 "judged_ts", "members", "last_ts")
+                 "judged_ts", "members", "last_ts", "holding", "p2p_count", "p2p_last")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -155,6 +165,9 @@ class _Key:
         self.judged_ts = -math.inf  # the latest event time judged (``_assess``: what an alert is stamped with)
         self.members: set[int] = set()  # ranks seen in its collectives (bounded by the job's ranks)
         self.last_ts: dict[int, float] = {}  # rank -> its newest event time in this key (a stall's silence)
+        self.holding: tuple[int, tuple[int, ...]] | None = None  # the held oldest collective, its stalled ranks
+        self.p2p_count = 0  # point-to-point: events of the key so far
+        self.p2p_last: dict[int, tuple[int, float]] = {}  # point-to-point: rank -> (count, ts) at its last, stalest first
         self.transfer: deque[float] = deque(maxlen=window)
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
@@ -239,8 +252,9 @@ class CommSlowdownDetector:
             return self._p2p(key, state, event)
         # (a late copy too: its rank is alive)
         state.last_ts[event.rank] = max(state.last_ts.get(event.rank, event.ts), event.ts)
-        if event.seq in state.judged_set or event.seq <= state.last_seq - self.max_lag:
-            return []  # a late copy of a collective already judged
+        if event.seq in state.judged_set or (event.seq <= state.last_seq - self.max_lag
+                                              and event.seq not in state.pending):
+            return []  # a late copy of a collective already judged (a held one takes its stalled rank's)
         by_rank = state.pending.setdefault(event.seq, {})
         by_rank[event.rank] = (event.duration, event.ts, event.node)
         state.first_ts[event.seq] = min(state.first_ts.get(event.seq, event.ts), event.ts)
@@ -249,16 +263,39 @@ class CommSlowdownDetector:
         if state.expected >= 2 and len(by_rank) >= state.expected:  # every rank is in
             out.extend(self._close(key, state, event.seq))
         newest = max(state.pending, default=event.seq)
-        for seq in sorted(state.pending):
-            # Incomplete (a rank's event lost or late): judged on the ranks in once far enough behind.
+        while state.pending:
+            # Incomplete (a rank's event lost or late): judged on the ranks in once far enough behind, oldest first,
+            # unless it waits for a stalled producer's rank (``_holds``): the ones behind it wait with it.
+            seq = min(state.pending)
             if (seq > newest - self.max_lag and state.newest_ts - state.first_ts[seq] < self.time_bound
                     and len(state.pending) <= self.max_pending):
+                break
+            if len(state.pending) <= max(self.max_pending, HOLD_EVENTS // max(state.expected, 1)) \
+                    and self._holds(state, seq):
                 break
             out.extend(self._close(key, state, seq))
         return out
 
+    def _holds(self, state: _Key, seq: int) -> bool:
+        """Whether the oldest open collective ``seq`` waits for a rank whose producer stalled: silent since before
+        the collective began, for less than ``gone_after``. Its events come late, in order: once one newer than
+        the collective's start is in (its own event for it, or a later one: that one was lost), or the rank is
+        gone, the collective is judged. (Its stalled ranks are found once, then only they are asked again.)"""
+        ranks, began = state.pending[seq], state.first_ts[seq]
+        since = state.newest_ts - self.gone_after
+        if state.holding is None or state.holding[0] != seq:
+            stalled = tuple(r for r, t in state.last_ts.items() if r not in ranks and since < t < began)
+            state.holding = (seq, stalled) if stalled else None
+            return bool(stalled)
+        if any(r not in ranks and since < state.last_ts[r] < began for r in state.holding[1]):
+            return True
+        state.holding = None
+        return False
+
     def _close(self, key, state: _Key, seq: int) -> list[Alert]:
         ranks = state.pending.pop(seq)
+        if state.holding is not None and state.holding[0] == seq:
+            state.holding = None
         began = state.first_ts.pop(seq, math.inf)
         if len(state.judged) == state.judged.maxlen:
             state.judged_set.discard(state.judged[0])
@@ -271,6 +308,10 @@ class CommSlowdownDetector:
         if state.p2p is None:
             state.p2p = deque(maxlen=self.p2p_window)
         state.p2p.append(event.duration)
+        state.p2p_count += 1
+        state.newest_ts = max(state.newest_ts, event.ts)
+        prev = state.p2p_last.pop(event.rank, None)  # (re-inserted last: the dict's first rank is the stalest)
+        state.p2p_last[event.rank] = (state.p2p_count, event.ts if prev is None else max(event.ts, prev[1]))
         if len(state.p2p) < state.p2p.maxlen:
             return []
         state.last_seq = max(state.last_seq, event.seq)
@@ -287,6 +328,11 @@ class CommSlowdownDetector:
                 at=event.ts, summary=f"resolved: the waits are {where}'s, a slow pipeline stage "
                                      f"(straggler {straggler.id}), not the network ({alert.summary})",
                 evidence={**alert.evidence, "resolution": Resolution.EXPLAINED, "explained_by": straggler.id}))
+        if self._p2p_stalled(state):
+            # A rank's producer stalled: the window lacks its samples, often the short ones (a slower stage's
+            # receives find their data ready), and the others' may all be waits: judged once its events are in.
+            self.stalled_samples += 1
+            return []
         # The transfer: the shortest of the recent ones (both sides were ready); the ranks: this one.
         return self._assess(key, state, event.seq, min(state.p2p), event.ts,
                             {event.rank: (event.duration, event.ts, event.node)})
@@ -373,6 +419,18 @@ class CommSlowdownDetector:
         (``began``: its earliest event time), for less than ``gone_after``: its producer stalled."""
         since = state.newest_ts - self.gone_after
         return any(since < t < began for r, t in state.last_ts.items() if r not in ranks)
+
+    def _p2p_stalled(self, state: _Key) -> bool:
+        """Whether a rank of a point-to-point key stalled: none of its events among the key's last ``p2p_window``
+        (its samples left the window; a key of more ranks than half the window: none in two rounds of every
+        rank's), for less than ``gone_after`` of event time (a rank silent that long is gone: dropped). Counted in
+        events, not seconds: a pace or a host clock ahead moves no one's turn."""
+        while state.p2p_last:
+            rank, (count, ts) = next(iter(state.p2p_last.items()))
+            if state.newest_ts - ts < self.gone_after:
+                return state.p2p_count - count >= max(self.p2p_window, 2 * len(state.p2p_last))
+            del state.p2p_last[rank]
+        return False
 
     def _wait_free(self, state: _Key, ranks: dict) -> float | None:
         """The baseline transfer plus the median growth of the ranks' own durations over their own baselines

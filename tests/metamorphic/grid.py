@@ -466,16 +466,21 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "under ``gone_after`` (60 s, a Kafka producer's max.block.ms), now counts as no more above the baseline than "
      "the ranks' own durations grew (comm.py ``_stalled_missing``, ``_wait_free``): a slower link lengthens them "
      "all (gen3:link_fault with the same stalls, where nearly every collective misses a rank, still fires); leaving "
-     "such collectives unjudged silenced it. Open (analysed, late2; failed before too): gen2:straggler-gpu-throttled "
-     "and gen2:threshold-raised: a new straggler (rank 9 from step 50) whose own producer is stalled: the ranks in "
-     "grew by their wait for it, which the bound cannot tell from a slower transfer, and its straggler fires only "
-     "once its late events come (after the comm alert). Candidate: revise the stalled collectives when the late "
-     "rank's events arrive, before firing. library:healthy-pipeline-p2p-32 and pipeline-p2p-slow-stage-32 (failed "
-     "before too): point-to-point keys, another path (comm.py ``_p2p``), not analysed"),
+     "such collectives unjudged silenced it. Fixed (branch stalled2, detector): gen2:straggler-gpu-throttled and "
+     "gen2:threshold-raised: a new straggler (rank 9 from step 50) whose own producer is stalled: the ranks in grew "
+     "by their wait for it, which the bound cannot tell from a slower transfer; the oldest open collective now waits "
+     "for the stalled rank's late events (comm.py ``_holds``, bounded by HOLD_EVENTS, then the bound) and is judged "
+     "with them. Fixed (branch stalled2, detector): library:healthy-pipeline-p2p-32 and pipeline-p2p-slow-stage-32: "
+     "the point-to-point window (the key's last 32 durations) lost the stalled stage's ready receives and held only "
+     "the others' waits; a key is not judged while a rank has no event in its window (``_p2p_stalled``)"),
     ("late 1% by 30s", "types_kept", "straggler", "harness (analysed, fourth round) where the fault is shorter than "
      "the stall: gen3:fast_15ms's straggler lasts 600 steps of 15 ms (9 s) and the job ends 9 s after; a producer "
      "stalled 30 s delivers its events after the job's end (late after end, dropped); gen3:rank0_logging_role: "
-     "evidence lost (second round's e: an info 3% role fired at step 185 of 260)"),
+     "evidence lost (second round's e: an info 3% role fired at step 185 of 260); gen2:threshold-raised (analysed, "
+     "stalled2): its config raises the straggler threshold to 1.5 at 34 s (broker time); the stalls chain (rank 10 "
+     "late from step 6 to the end) and 10 of 16 ranks are stalled at the onset (step 40, 15 s), so its steps close "
+     "only after 30 s (max wait), after the new threshold: rank 5 (1.26x) is judged by it, no straggler (the "
+     "settings changed while the evidence was in flight)"),
     ("late 1% by 30s", "types_kept", "throughput_drop", "harness (analysed, late2): gen2:drift's base alert is right "
      "(0.2% a step compounds to 30% over its 150 steps; gen2 allows throughput_drop on it). Its 65 s run has most of "
      "its 16 ranks stalled 30 s; the job's ``end`` phase (no rank: its own producer in the transform, on time) "

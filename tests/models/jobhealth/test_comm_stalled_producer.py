@@ -133,6 +133,9 @@ def rolling(world: int, gap: float, stall: int, link_from: int, seqs: int, seed:
                 held[rank].append(e)
             else:
                 out += d.update(e)
+    for rank in range(world):  # the stalls end with the run: their queues drain (a producer delivers late, not never)
+        for e in held[rank]:
+            out += d.update(e)
     return [a for a in out if a.status == "firing"]
 
 
