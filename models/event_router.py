@@ -63,8 +63,9 @@ def on_phase(job, event: PhaseEvent) -> list[Alert]:
         job.ended = True
         job.ended_at = event.ts
         job.phases.begin("train", ts=event.ts)
-        # Steps still incomplete at the end (a rank's last events lost) are never judged: a later tick's
-        # flush would feed them to the rules just closed and re-open their alerts.
+        # Steps still open at the end (a rank's last events lost; the complete ones before were judged:
+        # JobEngine._held_at_end) are never judged: a later tick's flush would feed them to the rules just
+        # closed and re-open their alerts.
         job.assemblers.clear()
         for rule in job.rules:
             out.extend(rule.close(at=event.ts, resolution=Resolution.JOB_ENDED, reason="job ended"))

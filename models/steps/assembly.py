@@ -367,6 +367,16 @@ class StepAssembler:
             self._extra_lag = 0  # no late host for a while
         return self.max_lag_steps + self._extra_lag
 
+    def close_complete(self) -> list[GroupStep]:
+        """Close the open steps through the newest one every known rank reported, oldest first (at the job's
+        ``end``: a learned lag holds complete steps for a late host, ~100 steps at 20 ms; what follows the newest
+        complete one, ranks' last events lost or still in flight, stays open)."""
+        expected = self._expected()
+        if expected is None:
+            return []
+        complete = [s for s, o in self._open.items() if len(o.rows) >= expected]
+        return self._close_through(max(complete)) if complete else []
+
     def flush(self, now: float) -> list[GroupStep]:
         """Close steps that have waited too long (called from the timer)."""
         stale = [s for s, o in self._open.items() if now - o.first_seen >= self.max_wait_seconds]

@@ -336,6 +336,36 @@ def full(max_ranks: int = 1 << 30, max_world: int = 16_384) -> list[tuple[str, s
 #: (variant prefix, invariant, text in how it broke, cause): the first rule that matches a broken invariant of a
 #: failing pair explains it. Causes were read from the alerts of one failing pair each (their summaries).
 CAUSES: list[tuple[str, str, str, str]] = [
+    # The fifth round's unanalysed rows (branch fastlag: gen3 at fast paces and odd bases).
+    ("step ", "culprit", "(base [0, 1, 3])", "design (analysed, branch fastlag): gen3:start_and_end's jobB has no fault: "
+     "it stops after step 5319 without an end marker (all four ranks completed it), the allowed hang. Its culprits "
+     "are the ranks whose last heartbeat (every ~5 s, each rank's own phase) reported a lower collective seq than the "
+     "latest one's: base rank 2's said 358 (0, 1, 3 named), at 0.1 s steps rank 1's 283 (0, 2, 3), at 20 ms rank 0's "
+     "(1, 2, 3): a lottery of heartbeat phases, not a fault's rank. Candidate (models/hang, not this branch): ranks "
+     "whose step events show the job's last step completed are not 'behind' on a heartbeat older than it. At 60-120 "
+     "s steps (critical first, all four ranks): fixed (branch fastlag, harness): time_scale scaled jobB's 30 s "
+     "start-up, a minute into jobA's run, with jobA's steps (53 min: the 1200 s first-step timeout); a later job's "
+     "start-up now keeps its length (test_transforms.py test_time_scale_keeps_a_later_jobs_start_up)"),
+    ("step 0.", "delay", "first straggler", "harness (analysed, branch fastlag): gen3:gradual_slowdown and "
+     "straggler_recovers at 20 ms are named at the base's step (69, 10 after the first slow one; 52, 2 after) at every "
+     "pace: the delay is the alert's stamp, the upper median of the step's ranks' ends, on the clock of the host "
+     "ahead (gradual_slowdown: n01 2.1 s ahead of n00, 2.1 of the base's 4.4 s; straggler_recovers: hosts 0.7-1.1 s "
+     "ahead of the onset's clock at 20 ms). time_scale keeps clock offsets at wall length; the delay invariant keeps "
+     "only the delivery lag (p90 of arrival - stamp, 0 where hosts run ahead) and scales the offset with the steps. "
+     "(gen3:no_arrival_skew: the next row, the same stamps-on-hosts' clocks cause)"),
+    ("step ", "delay", "(base 0.0 s", "harness, knife-edge (analysed, branch fastlag): gen3:fast_flush_bursts' base "
+     "alert is stamped 2.0 s before its onset (rank 3's host n00 runs behind the onset's clock), so the base delay "
+     "reads 0 and slower paces allow only DELAY_STEPS (10 steps); the straggler (1.3x) is named 10.5-11.6 steps after "
+     "its onset at 2-120 s steps (21 s at 2 s, 1394 s at 120 s). Its 120 s new hang of the fifth round is gone since "
+     "branch slowhang's first/last step on the moved clock"),
+    ("reordered 3s", "delay", "(base 0.0 s", "harness (analysed in part, branch fastlag): gen3:fast_flush_bursts, "
+     "base delay read 0 (its alert stamped 2.0 s before the onset, see the step row) and reordering grants no "
+     "lateness: 3 s of it is 200 of its 15 ms steps, near pending_steps_cap (256), and its producers already flush "
+     "once a second; named 4.0 s after the onset (6 s after the base's stamp). Not read step by step"),
+    ("clocks +-30s", "delay", "(base 0.0 s", "harness (analysed in part, branch fastlag): gen3:fast_flush_bursts, "
+     "base delay read 0 (see the step row); with hosts 30 s off, the alert goes on the broker's clock by one shift "
+     "per job (models/alert_clock.py), so its stamp carries the straggler host's distance from the job's shift: "
+     "12.5 s, and the invariant allows a clock error only to recordings without arrival times"),
     ("step ", "no_new_types", "checkpoint_stale", "fixed in the fourth round where the job hung (library:host-oom-64 "
      "at 10 s steps: stale an hour into its hang, 29 steps after a checkpoint every 100: a job that has not stepped "
      "its usual steps between checkpoints missed none, checkpoint.py steps_due); seen again: not analysed"),
@@ -531,7 +561,11 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "(docs/hang.md, pauses the job went on from by itself): gen3:rank0_saves_alone's rank 0 saves alone for ~30 s "
      "without markers, over the 30 s floor at 0.57 s steps; time_scale keeps the stop at its length, 3 steps or fewer "
      "at 10-120 s steps, under 10x the p99: no warning, as the rule says"),
-    ("step 0.02s", "types_kept", "straggler", "harness (analysed, fourth round): scaled to 20 ms, gen3's fault "
+    ("step 0.02s", "types_kept", "straggler", "fixed (branch fastlag, detector; the analysis below stands): a job's "
+     "end now judges the complete steps the assembly held (engine.py _held_at_end, assembly.py close_complete; "
+     "tests/models/steps/test_fast_pace_delivery_lag.py): gen3:small_2x2 and envelopes_loose_types keep their 2 s "
+     "straggler (lag 107 steps learned, one lost event holding the 76 complete steps after it); seen again: not "
+     "analysed. Before: harness (analysed, fourth round): scaled to 20 ms, gen3's fault "
      "lasts 1.8-2 s (90-100 steps) and ends with its job, shorter than the per-event delivery lags the variant keeps "
      "at wall length (exponential, 0.3 s mean, up to 4 s: 200 steps); the assembly assembles (measured on "
      "varlen_accum_straggler: lag learned 106 steps, 74 of 180 steps closed, 106 held for late events) and the job's "

@@ -372,3 +372,54 @@ def test_time_scale_keeps_a_relaunchs_downtime(pace, back, down, spread, seconds
         i = next(k for k in range(1, len(series)) if series[k][1] < series[k - 1][1])
         gap = series[i][0] - series[i - 1][0]
         assert abs(gap - (down + seconds)) < 0.01 * down + 1e-3, (r, gap, down + seconds)
+
+
+def _two_jobs(later: float, startup: float, hosts: float, lag: float = 0.05) -> Recording:
+    """Job "a" (2 ranks, 0.5 s steps) from T0 for 100 steps; job "b" (2 ranks, 0.4 s steps, heartbeats every 5 s)
+    begins ``later`` s into it and heartbeats ``startup`` s before its first step; every host ``hosts`` s off the
+    broker's clock, every event arriving ``lag`` s after it happened."""
+    events: list[dict] = []
+    for n in range(100):
+        events += [{"v": 1, "kind": "step", "job": "a", "rank": r, "node": "a0", "step": n,
+                    "ts": round(T0 + 0.5 * (n + 1), 6), "step_time": 0.5} for r in range(2)]
+    first = T0 + later + startup
+    beat = T0 + later
+    while beat < first:
+        events += [{"v": 1, "kind": "heartbeat", "job": "b", "rank": r, "node": "b0", "step": -1, "phase": "train",
+                    "ts": round(beat + 0.1 * r, 6)} for r in range(2)]
+        beat += 5.0
+    for n in range(60):
+        events += [{"v": 1, "kind": "step", "job": "b", "rank": r, "node": "b0", "step": n,
+                    "ts": round(first + 0.4 * n, 6), "step_time": 0.4} for r in range(2)]
+    raw = [orjson.dumps(dict(e, ts=round(e["ts"] + hosts, 6), _arrival=round(e["ts"] + lag, 6)))
+           for e in sorted(events, key=lambda e: e["ts"])]
+    return from_lines("two", raw, onset=None)
+
+
+def _later_jobs(seed: int = 47) -> list[tuple[float, float, float, float]]:
+    """(pace s, when job b begins s, its start-up s, hosts' shift from the broker s)."""
+    rng = random.Random(seed)
+    return [(pace, round(rng.uniform(5.0, 40.0), 3), round(rng.uniform(6.0, 35.0), 3), round(rng.uniform(-3.0, 3.0), 3))
+            for pace in (0.02, 0.1, 2.0, 10.0, 60.0, 120.0, 0.05, 30.0)]
+
+
+@pytest.mark.parametrize("pace, later, startup, hosts", _later_jobs())
+def test_time_scale_keeps_a_later_jobs_start_up(pace, later, startup, hosts):
+    """Invariant: a job that begins after another's first step keeps its own start-up at its wall-clock length
+    before its own first step, whatever the pace (a launcher's and the framework's seconds, not the other job's
+    steps); its first step is where the scaled time puts it. gen3:start_and_end's jobB, heartbeating 30 s before
+    its first step a minute into jobA's run, had that start-up scaled with jobA's steps: 53 minutes at 60 s steps,
+    a critical first-step hang with no warning."""
+    base = _two_jobs(later, startup, hosts)
+    scaled = t.time_scale(base, pace)
+
+    def start_up(rec: Recording) -> tuple[float, float]:
+        first = min(e["ts"] for e in rec.events("step") if e["job"] == "b")
+        beats = [e["ts"] for e in rec.events("heartbeat") if e["job"] == "b" and e["ts"] < first]
+        return first, first - min(beats)
+
+    first, length = start_up(scaled)
+    assert length == pytest.approx(start_up(base)[1], abs=1e-3)
+    # (job b's first step on the scaled time of job a's: its distance from a's first step's end scaled, the hosts'
+    # offset kept)
+    assert first - (T0 + 0.5 + hosts) == pytest.approx(scaled.scale * (later + startup - 0.5), rel=1e-3, abs=1e-3)

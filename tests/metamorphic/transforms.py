@@ -85,7 +85,7 @@ def node_offsets(rec: Recording) -> dict[str, float]:
 def time_scale(rec: Recording, step_seconds: float) -> Recording:
     """Every step takes ``step_seconds`` (the recording's median step time is scaled to it), and so does every
     duration and gap of the job from its first step to its last; delivery lags, clock offsets, what comes before
-    the first step (start-up) and, when time speeds up, what follows the last step (a hang's tail) keep their
+    a job's first step (start-up, a job that starts later's too) and, when time speeds up, what follows the last step (a hang's tail) keep their
     wall-clock length, and so do a marked checkpoint, a stop between two steps and a restarted job's downtime
     (``held_intervals``: writing a checkpoint takes the storage's time, a stall or a hang the job recovered from the
     fault's, a relaunch the launcher's, not the step's).
@@ -116,6 +116,17 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     arrivals = [line.arrival for line in rec.lines if line.event.get("kind") == "step"]
     t0_broker = min(arrivals, default=rec.lines[0].arrival)
     t0_host = min(stamps, default=t0_broker)
+    # A job that starts later has its own start-up, kept as long before its own first step (gen3:start_and_end's
+    # jobB heartbeats 30 s before its first step, a minute into jobA's run: scaled with jobA's steps at 60 s steps,
+    # 53 minutes of start-up, critical at the 1200 s first-step timeout).
+    first_host: dict = {}
+    first_broker: dict = {}
+    for line in rec.lines:
+        e = line.event
+        if e.get("kind") == "step" and isinstance(e.get("ts"), (int, float)):
+            job = e.get("job")
+            first_host[job] = min(first_host.get(job, e["ts"]), e["ts"] - offsets.get(e.get("node"), 0.0))
+            first_broker[job] = min(first_broker.get(job, line.arrival), line.arrival)
 
     # After the last step nothing is step-paced (a hang's tail, the capture's end): it keeps its wall-clock length
     # when time speeds up (a hang lasts as long at 20 ms steps) and stretches with it when time slows down.
@@ -127,13 +138,17 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # (held_intervals is on the hosts' clock; on the broker's, moved by how far the first step's stamp and arrival lie)
     held_broker = [(a - t0_host + t0_broker, b - t0_host + t0_broker) for a, b in held]
 
-    def warp(ts: float, node, *, broker: bool = False) -> float:
+    def warp(ts: float, node, *, broker: bool = False, job=None) -> float:
         """A time stamped on ``node``'s clock (``broker``: the broker's, an arrival), moved (on the same clock: its
         offset is kept, as is every delivery lag, by the caller): unchanged before the first step, scaled from
-        there to the last but for checkpoints, the tail after."""
+        there to the last but for checkpoints, the tail after; an event of ``job`` before that job's own first
+        step keeps its distance before it (its start-up)."""
         off = 0.0 if broker else offsets.get(node, 0.0)
         t0, last, kept_at = (t0_broker, last_broker, held_broker) if broker else (t0_host, last_host, held)
         x = ts - off
+        start = (first_broker if broker else first_host).get(job) if job is not None else None
+        if start is not None and t0 < start and x < start:
+            return warp(start + off, node, broker=broker) - (start - x)
         if x < t0:
             return ts
         y = min(x, last)
@@ -150,12 +165,12 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     for line in rec.lines:
         e = line.event
         if "ts" not in e:
-            lines.append(Line(warp(line.arrival, None, broker=True), e))
+            lines.append(Line(warp(line.arrival, None, broker=True, job=e.get("job")), e))
             continue
         node = e.get("node") if "node" in e else clock_of.get((e.get("job"), e.get("rank", 0)))
         shift = aligned.get((node, e.get("kind")), 0.0)
         own = e["ts"] - shift  # (a node sample on its node's ranks' clock)
-        ts = warp(own, node) + shift
+        ts = warp(own, node, job=e.get("job")) + shift
         over = own - offsets.get(node, 0.0) - last_host
         if over > 0.0 and ((s > 1 and is_telemetry(e)) or (
                 e.get("kind") == "phase" and e.get("phase") == "end" and over <= END_KEPT_S)):
@@ -178,7 +193,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
             if isinstance(e.get(f), (int, float)) and not isinstance(e.get(f), bool):
                 event[f] = round(e[f] * s, 6)
         if isinstance(e.get("start_ts"), (int, float)):
-            event["start_ts"] = round(warp(e["start_ts"], node), 6)
+            event["start_ts"] = round(warp(e["start_ts"], node, job=e.get("job")), 6)
         if e.get("kind") == "heartbeat":
             beats.append((len(lines), e["ts"]))
         lines.append(Line(ts + (line.arrival - e["ts"]), event))
