@@ -3,7 +3,9 @@
 Ranks report the same step at slightly different times (and over different Kafka
 messages). Peer comparison needs all of a step's ranks side by side, so each group keeps a
 small, bounded set of open steps and closes one when every known rank has reported, when half
-the group's ranks reported a step ``max_lag_steps`` newer, or when it has waited ``max_wait_seconds``.
+the group's ranks reported a step ``max_lag_steps`` newer, or when it has waited ``max_wait_seconds`` (or
+``WAIT_SHARE`` of the job's own step time, if longer: at 2-minute steps a slow rank reports its step's end tens of
+seconds after the others, and 3 steps of lag are 6 minutes, so the wait is what closes a step there).
 
 The lag counts from the newest step *half the ranks* reached, not the newest any rank reached: in a
 recording sorted by event time (an imported trace), a host whose clock runs seconds behind has its
@@ -48,6 +50,11 @@ PENDING_REPORTS = 262_144
 LAG_MEMORY = 100
 #: The longest flush interval of a rank's producer the learned lag outlasts between bursts (a second is usual).
 BURST_SECONDS = 2.0
+#: The share of the job's own step time (its pace) an incomplete step waits at least, where that is longer than
+#: ``max_wait_seconds``: a 30 % straggler at 120 s steps ends its step 36 s after its peers. At most
+#: ``WAIT_CAP_SECONDS`` (a rank reporting absurd step times cannot hold steps open for hours).
+WAIT_SHARE = 0.5
+WAIT_CAP_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -142,6 +149,8 @@ class StepAssembler:
         self.group = group
         self.max_lag_steps = max_lag_steps
         self.max_wait_seconds = max_wait_seconds
+        #: Seconds an incomplete step waits: ``max_wait_seconds``, or ``WAIT_SHARE`` of a slow job's pace (``_learn_pace``).
+        self.wait_seconds = max_wait_seconds
         self.max_pending_steps = max_pending_steps
         self.max_pending_seconds = max_pending_seconds
         self.pending_steps_cap = pending_steps_cap
@@ -359,7 +368,7 @@ class StepAssembler:
         """The earliest time ``flush`` closes anything (``inf``: no open step); only ``add`` moves it."""
         if not self._open:
             return float("inf")
-        return min(o.first_seen for o in self._open.values()) + self.max_wait_seconds
+        return min(o.first_seen for o in self._open.values()) + self.wait_seconds
 
     def _lag(self) -> int:
         """Steps behind the half of the ranks at which an incomplete step closes."""
@@ -379,7 +388,8 @@ class StepAssembler:
 
     def flush(self, now: float) -> list[GroupStep]:
         """Close steps that have waited too long (called from the timer)."""
-        stale = [s for s, o in self._open.items() if now - o.first_seen >= self.max_wait_seconds]
+        wait = self.wait_seconds
+        stale = [s for s, o in self._open.items() if now - o.first_seen >= wait]
         return self._close_through(max(stale)) if stale else []
 
     def _close_complete(self, step: int) -> list[GroupStep]:
@@ -453,6 +463,7 @@ class StepAssembler:
         self.burst_steps = max(self.max_pending_steps, int(min(
             self.pending_steps_cap, BURST_SECONDS / pace, PENDING_REPORTS / max(len(self.members), 1))))
         self._lag_memory = max(LAG_MEMORY, 2 * self.burst_steps)
+        self.wait_seconds = max(self.max_wait_seconds, min(WAIT_SHARE * pace, WAIT_CAP_SECONDS))
 
     def _reset(self) -> None:
         self._open.clear()

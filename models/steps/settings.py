@@ -76,7 +76,8 @@ class AssemblySettings:
     #: A step is evaluated once every known rank of its group reported, or once half the group's
     #: ranks reported a step this many steps newer (late ranks are then left out of that step) ...
     max_lag_steps: int = 3
-    #: ... or once it has waited this many seconds of event time.
+    #: ... or once it has waited this many seconds of event time (or half the job's own step time, if longer, at
+    #: most 300 s: at 2-minute steps a slow rank reports its step's end tens of seconds after its peers).
     max_wait_seconds: float = 30.0
     #: Steps held open per group at least: the most a late rank's events may trail by (the learned lag's
     #: bound), and the memory bound for jobs with missing ranks ...

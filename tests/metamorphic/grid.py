@@ -277,11 +277,6 @@ KNOWN_BASES: dict[str, str] = {}
 #: Pairs of the sample that fail today, with the issue item that fixes them (strict xfail: remove the entry
 #: when that fix lands and the pair passes).
 KNOWN: dict[tuple[str, str], str] = {
-    ("hand:straggler", "step 120s"):
-        "step assembly at slow paces (models/steps, open): time_scale stretches rank 5's step events 38 s behind the "
-        "others' at 120 s steps; the assembler closes a step after max_wait_seconds (30 s) without it, as the live "
-        "worker would, and the straggler is lost. Passed before branch slowhang2 only because replay did not tick "
-        "in that 38 s silence (its first tick came after the straggler's own line)",
     ("library:straggler-10pct-8", "world 2"):
         "design limit at the threshold: a 10% rank of a pair reads 1.09x paired (under ratio_threshold 1.1) and is "
         "not named; it no longer names the healthy rank when it recovers (tests/models/steps/test_pair_naming.py)",
@@ -606,10 +601,11 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),
     ("heartbeat step", "", "", "issue 39 item 4: heartbeats behind the step events lose the hang warning"),
     ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),
-    ("step 120s", "types_kept", "lost ['straggler']", "open, step assembly (analysed, branch slowhang2): "
+    ("step 120s", "types_kept", "lost ['straggler']", "fixed (lead, detector; seen again: not analysed; analysed on branch slowhang2): "
      "hand:straggler's rank 5 steps 38 s behind the others at 120 s steps (its 0.08 s lag x477); the step assembler's "
      "30 s max_wait (models/steps/settings.py) closes the step without it, as live; it held only while replay did not "
-     "tick in a silence (models/sources.py gap_ticks). Candidate: the wait scaled with the job's pace"),
+     "tick in a silence (models/sources.py gap_ticks). An incomplete step now waits half the job's pace where that is "
+     "over the 30 s (assembly.py WAIT_SHARE, at most 300 s; tests/models/steps/test_slow_pace_report_spread.py)"),
     ("unmarked eval 30s", "", "", "design (docs/hang.md, pauses the job went on from by itself): a stop without "
      "phase markers over the 30 s warning floor warns once, as a hang's first 30 s would (20 s holds); on gen3's "
      "bases that warning names 7 of 8 ranks as a partial hang (one rank's next step came in just before the "
