@@ -512,6 +512,11 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "late from step 6 to the end) and 10 of 16 ranks are stalled at the onset (step 40, 15 s), so its steps close "
      "only after 30 s (max wait), after the new threshold: rank 5 (1.26x) is judged by it, no straggler (the "
      "settings changed while the evidence was in flight)"),
+    ("late 1% by 30s", "types_kept", "comm_slowdown", "harness (analysed, stalled2): gen2:comm-threshold-raised's "
+     "base fires at 32 s and its config raises comm.threshold to 2.0 at 49 s (broker time); its stalls chain (rank 9 "
+     "late from step 4 to the end), so every collective waits for late events (comm.py ``_holds``) and the slowdown "
+     "is judged ~30 s later, after the new threshold (its +80% under it): the settings changed while the evidence "
+     "was in flight (before stalled2 it fired bounded by the ranks' growth, naming ranks 6, 14, 15: culprit broke)"),
     ("late 1% by 30s", "types_kept", "throughput_drop", "harness (analysed, late2): gen2:drift's base alert is right "
      "(0.2% a step compounds to 30% over its 150 steps; gen2 allows throughput_drop on it). Its 65 s run has most of "
      "its 16 ranks stalled 30 s; the job's ``end`` phase (no rank: its own producer in the transform, on time) "
