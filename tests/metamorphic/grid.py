@@ -351,6 +351,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "ahead (gradual_slowdown: n01 2.1 s ahead of n00, 2.1 of the base's 4.4 s; straggler_recovers: hosts 0.7-1.1 s "
      "ahead of the onset's clock at 20 ms). time_scale keeps clock offsets at wall length; the delay invariant keeps "
      "only the delivery lag (p90 of arrival - stamp, 0 where hosts run ahead) and scales the offset with the steps. "
+     "gen3:slow_node and envelopes_loose_types at 20 ms (lost before branch fastlag's end judging): named when the "
+     "job's end judges the steps the assembly held, 1.6-2.8 s after the onset: the learned lag (~100 steps, the tail "
+     "of per-event lags up to 3-4 s, at wall length) against the p90 lag the invariant keeps (harness, knife-edge). "
      "(gen3:no_arrival_skew: the next row, the same stamps-on-hosts' clocks cause)"),
     ("step ", "delay", "(base 0.0 s", "harness, knife-edge (analysed, branch fastlag): gen3:fast_flush_bursts' base "
      "alert is stamped 2.0 s before its onset (rank 3's host n00 runs behind the onset's clock), so the base delay "
