@@ -345,6 +345,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "s steps (critical first, all four ranks): fixed (branch fastlag, harness): time_scale scaled jobB's 30 s "
      "start-up, a minute into jobA's run, with jobA's steps (53 min: the 1200 s first-step timeout); a later job's "
      "start-up now keeps its length (test_transforms.py test_time_scale_keeps_a_later_jobs_start_up)"),
+    ("step 0.02s", "culprit", "culprits [6] (base [5])", "open, not analysed (branch fastlag): "
+     "gen3:node_suspect_two_jobs at 20 ms lost its straggler before the end judging; now named 7.5 s after the onset "
+     "but rank 6, not 5 (two jobs on one suspect node)"),
     ("step 0.", "delay", "first straggler", "harness (analysed, branch fastlag): gen3:gradual_slowdown and "
      "straggler_recovers at 20 ms are named at the base's step (69, 10 after the first slow one; 52, 2 after) at every "
      "pace: the delay is the alert's stamp, the upper median of the step's ranks' ends, on the clock of the host "
