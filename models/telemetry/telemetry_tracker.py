@@ -277,6 +277,9 @@ class TelemetryTracker:
         #: The worker's clock as of the latest ``tick`` (None: no tick yet): when a node's bad port sample came, on
         #: one clock for every node (their own clocks may be tens of seconds apart).
         self.clock: float | None = None
+        #: Nodes with something for ``tick`` to age (an event fault or an open spike episode): a tick visits only
+        #: them, so a fleet without faults costs a tick nothing (replay ticks through silences, as live).
+        self._ticking: set[str] = set()
 
     # -- state ----------------------------------------------------------------------------
 
@@ -487,6 +490,7 @@ class TelemetryTracker:
             ep = SpikeEpisode(node=name, component=component, category=category, signal=signal, label=label,
                               weight=weight, began=ts, last=ts, gpu=gpu, device=device, port=port)
             node.open[key] = ep
+            self._ticking.add(name)
             if node.spikes is _NO_SPIKES:
                 node.spikes = deque(maxlen=self.max_spikes_per_node)
             node.spikes.append(ep)
@@ -932,6 +936,7 @@ class TelemetryTracker:
                      detail: dict, count: int = 1) -> list[Alert]:
         gpu.own_faults()
         gpu.fault_last[key] = ts
+        self._ticking.add(node)
         total = gpu.fault_count[key] = gpu.fault_count.get(key, 0) + count
         alert = gpu.faults.get(key)
         if alert is not None and not key.startswith("xid"):
@@ -974,7 +979,13 @@ class TelemetryTracker:
         """Resolve event-based GPU faults (Xid, ECC) not seen again for ``fault_hold_seconds`` of node time."""
         self.clock = now
         out: list[Alert] = []
-        for node in self._nodes.values():
+        ticking = self._ticking
+        if not ticking:
+            return out
+        # (in the nodes' own order, as when every node was visited: the alerts' order is the same)
+        names = [n for n in self._nodes if n in ticking] if len(ticking) < len(self._nodes) else list(self._nodes)
+        for name in names:
+            node = self._nodes[name]
             clock = max(node.last_ts, 0.0)
             for index, gpu in node.gpus.items():
                 for key, last in list(gpu.fault_last.items()):
@@ -999,6 +1010,9 @@ class TelemetryTracker:
             # Close spike episodes that have been quiet (keeps `open` small).
             for key in [k for k, ep in node.open.items() if clock - ep.last > EPISODE_GAP]:
                 del node.open[key]
+        # (nodes evicted since, or with nothing left to age, leave the set)
+        self._ticking = {n for n in names if self._nodes[n].open
+                         or any(g.fault_last or g.fault_shown for g in self._nodes[n].gpus.values())}
         return out
 
 
