@@ -373,6 +373,16 @@ class RecordingSource:
             if bound >= next_tick + interval:  # past the cap: the line ticks at its own time, as before
                 next_tick = bound
 
+        def take(lines: list, values: list, stamps: list[float], lo: int, hi: int) -> None:
+            """A block's lines ``lo:hi`` into the group read next."""
+            nonlocal msgs, vals, arrivals, bads, group_arrival
+            msgs += lines[lo:hi]
+            vals += values[lo:hi]
+            arrivals += stamps[lo:hi]
+            if bads is not None:
+                bads += [None] * (hi - lo)
+            group_arrival = stamps[hi - 1]
+
         for msg in self.lines if across else _line_by_line(self.lines):
             if type(msg) is RecordedBlock:  # plain lines parsed at once: the reads cut out of it by slices, as below
                 lines, values, stamps = msg
@@ -389,12 +399,7 @@ class RecordingSource:
                         range(i, end), map(functools.partial(operator.le, next_tick), stamps[i:end])), None)
                     if cut is not None and gap(stamps[cut]):  # a silence before that line: the lines before it, its ticks
                         if cut > i:
-                            msgs += lines[i:cut]
-                            vals += values[i:cut]
-                            arrivals += stamps[i:cut]
-                            if bads is not None:
-                                bads += [None] * (cut - i)
-                            group_arrival = stamps[cut - 1]
+                            take(lines, values, stamps, i, cut)
                             i = cut
                         if msgs:
                             yield read()
@@ -408,12 +413,7 @@ class RecordingSource:
                         else:
                             cut = end - 1  # the group is full at that line
                     taken = min(cut + 1, n)
-                    msgs += lines[i:taken]
-                    vals += values[i:taken]
-                    arrivals += stamps[i:taken]
-                    if bads is not None:
-                        bads += [None] * (taken - i)
-                    group_arrival = stamps[taken - 1]
+                    take(lines, values, stamps, i, taken)
                     i = taken
                     if cut == n:
                         break
