@@ -10,6 +10,7 @@ clock; ``stepwatch replay`` feeds it a recording and ticks it with the recording
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import Counter, OrderedDict, deque
 
@@ -443,13 +444,18 @@ class JobEngine:
         # The lags before this run: an alert of an earlier row is stamped with the offset as of its row, as one
         # event at a time would (``_offset_at``).
         # (Only while the shift is on: the copy is per run.)
-        lags_before = (list(job.lags) if arrival is not None and self.broker_arrivals and alert_clock_module.ON
-                       else None)
-        if type(arrival) is list:  # each row its own arrival (a replay's lines merged into one batch)
-            n = -(job.lags.maxlen or len(ts))
-            job.add_lags([a - t for a, t in zip(arrival[lo:hi][n:], ts[n:])])
-        elif arrival is not None:
-            job.add_lags([arrival - t for t in ts[-(job.lags.maxlen or len(ts)):]])
+        # (Not a copy of the 256 lags per run: the lags the run pushes out, the rest is still in ``job.lags``.)
+        lags_before = None
+        if arrival is not None:
+            lags = job.lags
+            added = min(len(ts), lags.maxlen or len(ts))  # what the run adds below
+            if self.broker_arrivals and alert_clock_module.ON:
+                dropped = len(lags) + added - (lags.maxlen or len(lags) + added)
+                lags_before = (list(itertools.islice(lags, dropped)) if dropped > 0 else [], added)
+            if type(arrival) is list:  # each row its own arrival (a replay's lines merged into one batch)
+                job.add_lags([a - t for a, t in zip(arrival[hi - added:hi], ts[-added:])])
+            else:
+                job.add_lags([arrival - t for t in ts[-added:]])
         job.sli.observe(earliest)
         job.sli.observe(latest)
         step_times, world_sizes = part(cols.step_time), part(cols.world_size)
@@ -503,7 +509,9 @@ class JobEngine:
             judged = value if what == 0 else self._judge(job, value)
             offset = None
             if judged and lags_before is not None and i < len(ts) - 1:
-                offset = _offset_at(job, lags_before, arrival[lo:hi] if type(arrival) is list else arrival, ts, i)
+                pushed_out, added = lags_before
+                before = pushed_out + list(job.lags)[:len(job.lags) - added]  # the lags before this run
+                offset = _offset_at(job, before, arrival[lo:hi] if type(arrival) is list else arrival, ts, i)
             alerts = evicted + job.on_broker_clock(judged, self.broker_arrivals, offset)
             evicted = []  # (with the first group: enriched together, once telemetry saw the rows up to it)
             if alerts:
