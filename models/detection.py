@@ -12,6 +12,8 @@ engine tells the hub of jobs' nodes and jobs forgotten as it goes (its ``observe
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections import Counter
 
 from . import alert_clock
@@ -37,6 +39,10 @@ CAPPED_MARK = ("ranks_per_job", "gpus_per_node", "ports_per_node", "process_grou
 class DetectionEngine(JobEngine):
     """The job rules (``JobEngine``), node telemetry (``telemetry``) and the outlet chain (``outlet``, its on-call
     state ``oncall``, reading ``view``): ``process``, ``process_batch`` and ``tick`` return finished alerts."""
+
+    #: Whether a column batch whose jobs' lines interleave is judged job by job (``_by_job``: the same alerts and
+    #: state, fewer runs); False (tests compare the alerts both ways): run by run.
+    join_runs = True
 
     def __init__(self, settings=None) -> None:
         super().__init__(settings)
@@ -94,13 +100,87 @@ class DetectionEngine(JobEngine):
             # the layouts before any run is taken (a job evicted by this batch keeps its own), for the stages too
             self.batch_layouts = (events, self.layouts(events))
             self.take_refused()  # this batch's only
-            groups: list[tuple[RowFacts | None, list[Alert]]] = []
-            for job, lo, hi in events.job_runs():
-                groups.extend(self._enriched(self.judge_steps(job, events, lo, hi, arrival)))
+            runs = events.job_runs()
+            groups = self._by_job(events, runs, arrival) if self.join_runs and len(runs) > len(events.jobs) else None
+            if groups is None:
+                groups = []
+                for job, lo, hi in runs:
+                    groups.extend(self._enriched(self.judge_steps(job, events, lo, hi, arrival)))
             self.outlet.observe(events, self.view)
             return self._leave(self._through_outlet(groups))
         # A list (kinds mixed): each event as ``process`` takes it, its alerts reading the jobs as of that event.
         return [alert for event in events for alert in self.process(event, arrival=arrival)]
+
+    def _by_job(self, cols: StepColumns, runs: list[tuple[str, int, int]],
+                arrival) -> list[tuple[RowFacts | None, list[Alert]]] | None:
+        """``process_batch``'s runs of a batch whose jobs' lines interleave (a replay's merged single-event lines: a
+        step of a 4-rank job arrives in pieces between other jobs' lines), each job's rows judged as one run, the jobs
+        in the order of their last run; then node telemetry observes and enriches by the batch's own runs, in row
+        order, and the alerts come out in row order: the same alerts and state as run by run. None: not taken (a job
+        new to the batch, or a rank cap within reach: what the cap leaves out, and which job a new one evicts,
+        follow the order of the runs).
+
+        Why the same: the rules of a job read only that job's state, and a job's rows are judged in their order
+        either way; what is shared follows the last run of each job (the jobs' LRU and activity order, which the
+        tick visits in) or is a maximum (the engine's clock; a row's facts take the clock as of that row, below);
+        node telemetry sees the same calls in the same order (it reads nothing of the rules)."""
+        jobs, retention, n = self.jobs, self.settings.retention, len(cols)
+        for name in cols.jobs:
+            job = jobs.get(name)
+            if job is None or job.ended or job.hang.rank_count + 2 * n > self.store.rank_limit(job, retention):
+                return None
+        rows: dict[str, list[int]] = {}
+        last: dict[str, int] = {}
+        for name, lo, hi in runs:
+            mine = rows.get(name)
+            if mine is None:
+                rows[name] = list(range(lo, hi))
+            else:
+                mine.extend(range(lo, hi))
+            last[name] = hi
+        order = sorted(last, key=last.__getitem__)
+        taken = [row for name in order for row in rows[name]]
+        joined = cols.take(taken)
+        joined_arrival = list(map(arrival.__getitem__, taken)) if type(arrival) is list else arrival
+        clock = self.clock
+        layouts = self._layouts
+        found: list[tuple[int, RowFacts | None, list[Alert]]] = []  # (row of ``cols``, facts, alerts)
+        runs_judged: list[StepsJudged] = []
+        start = 0
+        for name in order:
+            end = start + len(rows[name])
+            judged = self.judge_steps(name, joined, start, end, joined_arrival)
+            start = end
+            if judged is None:
+                continue
+            runs_judged.append(judged)
+            if not judged.caused:
+                continue
+            for k, (row, alerts) in enumerate(judged.caused):
+                facts = judged.facts[k] if k < len(judged.facts) else None
+                found.append((taken[row], facts, alerts))
+        self._layouts = layouts  # (the batch's own: what the stages and the recorder read of it)
+        if not found:  # nothing to enrich (most batches): node telemetry keeps each job's rows apart, so by job too
+            for judged in runs_judged:
+                self._enriched(judged)
+            return []
+        found.sort(key=lambda f: f[0])  # (stable: a row's groups keep their order)
+        # the engine's clock as of each row, as run by run (the latest time of the rows before and the row)
+        at = list(itertools.accumulate(cols.ts, max, initial=clock))
+        found = [(row, facts if facts is None or facts.clock == at[row + 1] else
+                  dataclasses.replace(facts, clock=at[row + 1]), alerts) for row, facts, alerts in found]
+        shared = self.batch_layouts[1] if self.batch_layouts is not None and self.batch_layouts[0] is cols else {}
+        out: list[tuple[RowFacts | None, list[Alert]]] = []
+        k = 0
+        for name, lo, hi in runs:
+            mine = []
+            while k < len(found) and found[k][0] < hi:
+                mine.append(found[k])
+                k += 1
+            run = StepsJudged(name, cols, lo, hi, shared.get((lo, hi)), tuple((row, alerts) for row, _, alerts in mine),
+                              (), tuple(facts for _, facts, _ in mine))
+            out.extend(self._enriched(run))
+        return out
 
     def _through_outlet(self, groups: list[tuple[RowFacts | None, list[Alert]]]) -> list[Alert]:
         """Each group of a column batch's alerts through the outlet chain, in order, the view reading the job as of

@@ -77,6 +77,23 @@ class StepColumns:
     def __len__(self) -> int:
         return len(self.rank)
 
+    def take(self, rows: list[int]) -> "StepColumns":
+        """Rows ``rows`` of this batch, in that order, as a batch of their own (each column gathered; the events
+        too where they are made, or their parsed items)."""
+        c = StepColumns()
+        for name in ("job", "rank", "step", "ts", "step_time", "compute_time", "data_time", "comm_time", "tokens",
+                     "samples", "node", "gpu", "group", "world_size", "phase"):
+            setattr(c, name, list(map(getattr(self, name).__getitem__, rows)))
+        c.jobs = set(c.job)
+        c.extra = None if self.extra is None else list(map(self.extra.__getitem__, rows))
+        c._arrays, c._raw = {}, None
+        c._events = None if self._events is None else list(map(self._events.__getitem__, rows))
+        if self.items is not None:
+            c.items = list(map(self.items.__getitem__, rows))
+        else:  # (a decoder process's batch: its rows parsed here)
+            c.items = c._events = list(map(self.events().__getitem__, rows))
+        return c
+
     def array(self, name: str):
         """Number column ``name`` as a read-only float64 array (NaN: absent), made once per batch and shared by
         whoever needs it (the decoder keeps those it makes while checking ranges)."""
