@@ -11,15 +11,67 @@ import random
 import numpy as np
 import pytest
 
+from small_job_gen import SmallJob
 from stepwatch.models.jobhealth import throughput
-from stepwatch.models.steps.assembly import GroupStep
+from stepwatch.models.steps import long_straggler, straggler, straggler_background, straggler_episodes
+from stepwatch.models.steps.assembly import GroupStep, StepAssembler
+from stepwatch.models.steps.long_straggler import LongStragglerDetector
 from stepwatch.models.steps.robust import step_median, time_before
+from stepwatch.models.steps.straggler import StragglerDetector
+from stepwatch.models.wire.events import parse_event
 
 NAN = float("nan")
 
 
+def _steps(job: SmallJob) -> list[GroupStep]:
+    a = StepAssembler(job=job.job, group="")
+    return [s for e in job.events() for s in a.add(parse_event(e))]
+
+
 def _floats(a: np.ndarray) -> list[str]:
     return [repr(v) for v in np.asarray(a, dtype=float).ravel().tolist()]
+
+
+def _state(short: StragglerDetector, long: LongStragglerDetector) -> tuple:
+    h = short._history
+    e = short._episodes
+    return (_floats(h.slow), h.clean_run.tolist(), h.episode_start.tolist(), _floats(h.ratio), h.evaluated,
+            repr(short._background._slow), repr(short._background._n), sorted(short._firing),
+            _floats(e._ring), e.count.tolist(), e._steps.tolist(), e._episode_slow.tolist(), e._episode_steps.tolist(),
+            _floats(e._ratio), _floats(e._peer), e.n,
+            _floats(long._cusum), long._onset.tolist(), _floats(long._ratio), _floats(long._wait), sorted(long._firing))
+
+
+def _run(job: SmallJob) -> list:
+    short, long = StragglerDetector(job=job.job), LongStragglerDetector(job=job.job, window=60, resolve_steps=30)
+    out = []
+    for step in _steps(job):
+        alerts = short.update(step) + long.update(step, exclude=short.speaking_for())
+        out.append((alerts, _state(short, long)))
+    return out
+
+
+@pytest.mark.parametrize("seed, ranks, slow_rank, factor", [(1, 4, None, 1.0), (2, 4, 2, 1.4), (3, 5, 1, 1.08),
+                                                            (4, 8, 3, 1.05), (5, 6, 0, 2.0), (6, 16, 7, 1.1)])
+def test_rules_with_their_shortcuts_leave_the_long_ways_state_after_every_step(seed, ranks, slow_rank, factor,
+                                                                               monkeypatch):
+    """Invariant: for any job, the shortcuts change no alert and no state: each skips only work whose result it
+    proves unchanged (no slow verdict: no episode starts, every clean run grows, only the verdicts leaving the
+    intermittent ring change its counts; CUSUMs at 0 with no rank above
+    the bar stay at 0)."""
+    job = SmallJob(job=f"j{seed}", ranks=ranks, steps=260, seed=seed, slow_rank=slow_rank, slow_factor=factor,
+                   slow_from=60, lose=0.03)
+    fast = _run(job)
+    monkeypatch.setattr(long_straggler, "at_rest", lambda *a: False)
+    monkeypatch.setattr(straggler, "none_slow", lambda flags: False)
+    monkeypatch.setattr(straggler_background, "none_slow", lambda flags: False)
+    monkeypatch.setattr(straggler_episodes, "none_slow", lambda flags: False)
+    slow = _run(job)
+    assert len(fast) == len(slow) > 200
+    for n, (a, b) in enumerate(zip(fast, slow)):
+        assert a == b, n
+    if slow_rank is not None and factor >= 1.4:
+        assert any(alert.ranks == (slow_rank,) for alerts, _ in fast for alert in alerts)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -80,3 +132,18 @@ def test_throughput_sample_is_the_numpy_ways_float(seed):
         got, want = throughput.sample_from(step), _sample_the_numpy_way(twin)
         assert repr(got) == repr(want), (step.step_time, step.comm_time, step.tokens)
 
+
+@pytest.mark.parametrize("seed", range(3))
+def test_top_two_are_argmax_and_partitions_floats(seed):
+    """Invariant: for any 1-D array of 2+ values (ties, NaN, zeros of either sign, infinities), the long-horizon
+    rule's wait is taken at ``np.argmax``'s index from ``np.partition``'s two largest floats."""
+    rng = random.Random(seed)
+    specials = [NAN, -0.0, 0.0, float("inf"), -float("inf"), 1.0, 1.0 + 2 ** -52, 0.5]
+    for _ in range(3000):
+        n = rng.choice([2, 3, 4, 5, 8, 16, 17, 64])
+        x = np.array([rng.choice(specials) if rng.random() < 0.25 else round(rng.uniform(0, 2), rng.randint(0, 6))
+                      for _ in range(n)])
+        top, first, second = long_straggler._top_two(x)
+        want_second, want_first = np.partition(x, n - 2)[-2:]
+        assert (top, repr(float(first)), repr(float(second))) == \
+            (int(np.argmax(x)), repr(float(want_first)), repr(float(want_second))), x.tolist()
