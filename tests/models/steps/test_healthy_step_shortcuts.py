@@ -2,7 +2,7 @@
 state the long way leaves, and give its floats: on generated jobs (sizes, slow ranks, lost events), every alert and
 every ring, CUSUM and rate after every step are those of the rules with their shortcuts off; numpy's median of
 NaN-free rows is nanmedian's float (the imbalance rule's class split); the throughput sample of a step is the float
-the numpy way gives, the sign of a zero included."""
+the numpy way gives, the sign of a zero included; a big group's max is np.nanmax's float."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from stepwatch.models.steps import (long_straggler, straggler, straggler_backgro
                                     straggler_episodes)
 from stepwatch.models.steps.assembly import GroupStep, StepAssembler
 from stepwatch.models.steps.long_straggler import LongStragglerDetector
-from stepwatch.models.steps.robust import step_median, time_before
+from stepwatch.models.steps.robust import nan_max, step_median, time_before
 from stepwatch.models.steps.straggler import StragglerDetector
 from stepwatch.models.wire.events import parse_event
 
@@ -155,3 +155,20 @@ def test_top_two_are_argmax_and_partitions_floats(seed):
         want_second, want_first = np.partition(x, n - 2)[-2:]
         assert (top, repr(float(first)), repr(float(second))) == \
             (int(np.argmax(x)), repr(float(want_first)), repr(float(want_second))), x.tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_nan_max_of_many_values_is_numpys_float(seed):
+    """Invariant: for any 1-D array (17 to 300 values: a big group's ranks; holes or none, zeros of either sign,
+    infinities), ``nan_max`` is ``np.nanmax``'s float, NaN when all are NaN."""
+    rng = random.Random(seed)
+    specials = [NAN, -0.0, 0.0, float("inf"), -float("inf"), 1.0, 5e-324]
+    for _ in range(2000):
+        n = rng.choice([17, 32, 64, 65, 300])
+        share = rng.choice([0.0, 0.0, 0.01, 0.3, 1.0])
+        x = np.array([rng.choice(specials) if rng.random() < share else -round(rng.uniform(0, 2), rng.randint(0, 6))
+                      if rng.random() < 0.2 else round(rng.uniform(0, 2), rng.randint(0, 6)) for _ in range(n)])
+        if rng.random() < 0.1:
+            x[:] = rng.choice([-0.0, 0.0, NAN])
+        want = float(np.nanmax(x)) if (~np.isnan(x)).any() else NAN
+        assert repr(nan_max(x)) == repr(want), x.tolist()
