@@ -23,7 +23,7 @@ from collections import Counter, deque
 import numpy as np
 
 from ..steps.assembly import GroupStep
-from ..steps.robust import nan_sum, step_median, time_before
+from ..steps.robust import nan_max, nan_sum, step_median, time_before
 
 
 class JobSLI:
@@ -69,7 +69,8 @@ class JobSLI:
             name, before = "compute_time", step.compute_time
             complete = not np.isnan(before).any()
         if before.size and complete:
-            self.straggler_gpu_seconds += float(before.max() - step_median(step, name, before)) * len(before)
+            # (no NaN: ``nan_max`` is ``before.max()``'s float, without numpy's call on a few ranks)
+            self.straggler_gpu_seconds += float(nan_max(before) - step_median(step, name, before)) * len(before)
         if step.step <= self._last_step:
             return
         self._last_step = step.step

@@ -314,11 +314,14 @@ class ImbalanceDetector:
         # (gen3:arrival_only_straggler with 2% of its messages 5 s late: 2 ranks "2.9x" the others). The steps'
         # medians are taken over the same ranks every step (those reporting the most): a step missing a rank of
         # one class would move the median to the other (gen3:mixed_gpu_classes, two classes 8 and 8).
-        present = ~np.isnan(vals)
-        cover = present.sum(axis=1)
+        cover = (~np.isnan(vals)).sum(axis=1)
+        top = cover.max()
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a step none of them reported: NaN, left out
-            scale = np.nanmedian(vals[cover == cover.max()], axis=0)
+            if top == vals.shape[1]:  # the rows taken hold no NaN (the usual case): nanmedian's value, 8x cheaper
+                scale = np.median(vals if cover.min() == top else vals[cover == top], axis=0)
+            else:
+                scale = np.nanmedian(vals[cover == top], axis=0)
             scale[~(scale > 0)] = np.nan
             vals = vals / scale
         if np.isnan(vals).any():

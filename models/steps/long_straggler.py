@@ -44,6 +44,27 @@ from .straggler_evidence import LongStragglerCost, LongStragglerEvidence
 from ..evidence import StragglerSignal
 
 
+def _top_two(x: np.ndarray) -> tuple[int, float, float]:
+    """``np.argmax(x)`` and the two largest values as ``np.partition`` gives them (1-D, at least 2 values): a few
+    ranks' in Python when neither is NaN nor a zero (whose sign numpy's pick sets), the same index and floats."""
+    if len(x) <= 16:
+        values = x.tolist()
+        ordered = sorted(values)
+        first, second = ordered[-1], ordered[-2]
+        if first == first and second == second and first != 0.0 and second != 0.0 and \
+                not any(v != v for v in values):
+            return values.index(first), first, second
+    second, first = np.partition(x, len(x) - 2)[-2:]
+    return int(np.argmax(x)), first, second
+
+
+def at_rest(cusum: np.ndarray, ratio: np.ndarray, above: float) -> bool:
+    """Whether a step leaves these CUSUMs as they are: every one at 0 and no ratio over ``above`` nor NaN (a NaN max
+    fails the test), so each would go to ``max(0, 0 + _down) = 0`` (``_down < 0``: ``p_alt > 0.5``). Ten numpy
+    calls on a few ranks' arrays the usual step of a healthy job skips."""
+    return bool(ratio.size) and not cusum.any() and bool(ratio.max() <= above)
+
+
 class LongStragglerDetector:
     """Per-rank sequential test on the ratio to the peer median, for one (job, group).
 
@@ -170,8 +191,7 @@ class LongStragglerDetector:
         # What the group waited for each rank: its excess over the slowest of the others.
         self._wait[slots, col] = 0.0
         if len(x) > 1:
-            top = int(np.argmax(x))
-            second, first = np.partition(x, len(x) - 2)[-2:]
+            top, first, second = _top_two(x)
             self._wait[slots[top], col] = first - second
         typical = step_median(step, "step_time")  # NaN: no rank reported one
         self._step_time[col] = typical if typical == typical else float(np.nanmax(x))
@@ -181,9 +201,11 @@ class LongStragglerDetector:
                 if node is not None:
                     self._nodes[slot] = node
 
+        old = self._cusum[slots]
+        if self.threshold > 0 and at_rest(old, ratio, 1.0 + self.min_effect / 2):
+            return self._resolutions(step)  # the usual step: no CUSUM moves, no onset, none at the threshold
         above = ratio > 1.0 + self.min_effect / 2  # NaN (no class peers) is never above
         judged = ~np.isnan(ratio)
-        old = self._cusum[slots]
         new = np.where(judged, np.maximum(0.0, old + np.where(above, self._up, self._down)), old)
         # Cap: a rank that was slow for days must not need days to look healthy again.
         new = np.minimum(new, 2 * self.threshold)
@@ -205,6 +227,11 @@ class LongStragglerDetector:
                 alert = self._fire(rank, slot, signal, step, job_ranks or len(step.ranks))
                 self._firing[rank] = alert
                 out.append(alert)
+        return out + self._resolutions(step)
+
+    def _resolutions(self, step: GroupStep) -> list[Alert]:
+        """Open alerts whose rank is back in line over the last ``resolve_steps`` steps, resolved."""
+        out: list[Alert] = []
         for rank in list(self._firing):
             if step.step - self._fired[rank].detected_step < self.resolve_steps:
                 continue  # judge "back" on steps after the alert only (the window before holds healthy ones)

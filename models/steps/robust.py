@@ -91,6 +91,10 @@ def nan_max(values: np.ndarray) -> float:
         top = max(kept)
         if top != 0.0:  # (which of several zeros is the max sets its sign: numpy's pick)
             return float(top)
+    else:
+        top = values.max()  # NaN when any is: else no NaN, and a max that is no zero is np.nanmax's, in one call
+        if top == top and top != 0.0:
+            return float(top)
     return float(np.nanmax(values)) if np.any(~np.isnan(values)) else float("nan")
 
 

@@ -67,7 +67,7 @@ from . import straggler_alerts as alerts
 from .assembly import GroupStep
 from .robust import step_median
 from .small_group import PairedPace
-from .straggler_background import SpikeRate, not_coincidence
+from .straggler_background import SpikeRate, none_slow, not_coincidence
 from .straggler_data_wait import DataWait
 from .straggler_episodes import IntermittentEpisodes
 from .straggler_evidence import Baseline
@@ -274,10 +274,13 @@ class StragglerDetector:
             if signal == "compute_time" and not small else None
         # Ranks missing from this step carry their old verdicts; they neither fire nor clear.
         counts = history.slow[at].sum(axis=1)
-        new_episode = slow & (counts == 1) & (history.episode_start[at] < 0)
-        history.episode_start[slots[new_episode]] = step.step
         busy = slow if data_slow is None else slow | data_slow
-        history.clean_run[at] = np.where(busy, 0, history.clean_run[at] + 1)
+        if not none_slow(busy):
+            new_episode = slow & (counts == 1) & (history.episode_start[at] < 0)
+            history.episode_start[slots[new_episode]] = step.step
+            history.clean_run[at] = np.where(busy, 0, history.clean_run[at] + 1)
+        else:  # no rank slow (the usual step): no episode starts, every clean run grows
+            history.clean_run[at] += 1
         history.episode_start[slots[counts == 0]] = -1
 
         if small:  # a step joins the baselines only while no rank of the group is off its pace, flagged or firing

@@ -17,6 +17,12 @@ from .straggler_odds import binomial_tail, poisson_tail
 WINDOW_RATE_P = 0.01
 
 
+def none_slow(flags: np.ndarray) -> bool:
+    """No verdict among ``flags`` is slow: the step rules' cheap test for the usual step of a healthy job, which
+    then skips bookkeeping that would leave the same state (tests/models/steps/test_healthy_step_shortcuts.py)."""
+    return not flags.any()
+
+
 class SpikeRate:
     """Decayed counts of isolated slow rank-steps (the job's independent spikes)."""
 
@@ -33,7 +39,13 @@ class SpikeRate:
         """The verdicts about to leave the window (column ``col`` of ``slow_ring``), of ranks with no other slow step
         in it and not firing: what isolated spikes look like in this job (a rank slow on and off, e.g. warming up
         to a straggler, is left out, or one rank of 64 would inflate the rate by 1.5%)."""
-        counts = slow_ring[at].sum(axis=1)
+        rows = slow_ring[at]
+        if not firing and none_slow(rows):  # no slow verdict in the window (the usual step): all kept, none slow
+            decay = 0.5 ** (1.0 / self.HALFLIFE)
+            self._slow = decay * self._slow + 0.0
+            self._n = decay * self._n + float(len(ranks))
+            return
+        counts = rows.sum(axis=1)
         keep = counts <= 1
         if firing:
             keep &= ~np.isin(ranks, np.fromiter(firing, dtype=np.int64))

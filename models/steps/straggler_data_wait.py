@@ -9,6 +9,7 @@ import numpy as np
 
 from .assembly import GroupStep
 from .robust import step_median
+from .straggler_background import none_slow
 from .straggler_history import resized
 from .straggler_verdict import normal_mad
 
@@ -42,7 +43,10 @@ class DataWait:
         spread = max(normal_mad(d, peer), spread_floor * compute_median, 1e-9)
         excess = d - peer
         data_slow = (excess >= (ratio_threshold - 1.0) * compute_median) & (excess / spread >= z_threshold)
-        self.run[at] = np.where(data_slow, self.run[at] + 1, 0)
+        if none_slow(data_slow):  # the usual step: every run ends (np.where's 0s, without it)
+            self.run[at] = 0
+        else:
+            self.run[at] = np.where(data_slow, self.run[at] + 1, 0)
         self._ring[at, col] = d
         self._peer_ring[at, col] = peer
         self.compute = compute_median

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .straggler_background import none_slow
 from .straggler_history import resized
 from .straggler_odds import binomial_tail
 
@@ -94,6 +95,14 @@ class IntermittentEpisodes:
             return
         col = self.n % width
         self.n += 1
+        if none_slow(slow):  # the usual step: only the verdicts leaving the ring change a count, no ratio moves
+            leaving = self._ring[at, col]
+            if leaving.any():
+                self.count[at] -= leaving
+                self._ring[at, col] = False
+            self._steps[col] = step
+            self._episode_steps[at] += 1
+            return
         self.count[at] += slow.astype(np.int64) - self._ring[at, col]
         self._ring[at, col] = slow
         self._steps[col] = step
