@@ -346,9 +346,14 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "s steps (critical first, all four ranks): fixed (branch fastlag, harness): time_scale scaled jobB's 30 s "
      "start-up, a minute into jobA's run, with jobA's steps (53 min: the 1200 s first-step timeout); a later job's "
      "start-up now keeps its length (test_transforms.py test_time_scale_keeps_a_later_jobs_start_up)"),
-    ("step 0.02s", "culprit", "culprits [6] (base [5])", "open, not analysed (branch fastlag): "
-     "gen3:node_suspect_two_jobs at 20 ms lost its straggler before the end judging; now named 7.5 s after the onset "
-     "but rank 6, not 5 (two jobs on one suspect node)"),
+    ("step 0.02s", "culprit", "culprits [6] (base [5])", "fixed (branch neighbours7, harness): "
+     "gen3:node_suspect_two_jobs runs jobA2 and jobB2 on the same nodes n00-n02, each job with host clocks of its own "
+     "(gen3 draws each job's); time_scale took one offset per node over both jobs, wrong by 1-3 s for each job, and "
+     "scaled that error with the steps: at 20 ms n01's events came 1.4 s late against n00's (jobA2's last steps, "
+     "the straggler's, still in flight at its end marker: lost; jobB2's rank 6 named first), at 120 s jobB2's step 0 "
+     "spread 440 s over its nodes (a new first-step hang). Offsets are now per (job, node) (transforms.py "
+     "node_offsets; test_transforms.py test_time_scale_keeps_each_jobs_clock_offsets_on_shared_nodes, 12 generated "
+     "paces x start gaps x clocks, all fail without); both pairs hold"),
     ("step 0.", "delay", "first straggler", "harness (analysed, branch fastlag): gen3:gradual_slowdown and "
      "straggler_recovers at 20 ms are named at the base's step (69, 10 after the first slow one; 52, 2 after) at every "
      "pace: the delay is the alert's stamp, the upper median of the step's ranks' ends, on the clock of the host "
