@@ -270,15 +270,16 @@ def across_teardown(named: HangDiagnosis, d: HangDiagnosis) -> HangDiagnosis:
     named culprit (``named``) stays, the alert says the job was torn down; else the fresh ``d``."""
     if d.case == HangCase.CULPRIT_BEFORE_COLLECTIVE or not (d.silent or d.job_silent):
         return d  # still alive and at their collectives: the fresh diagnosis is the better one
-    # (the culprits are not among the torn down: their silence is ``culprits_alive``; a rank dead in its step, named
-    # behind the collective while its heartbeat timeout ran, was listed as torn down with the ranks waiting for it)
-    culprits = set(named.culprits)
-    before = set(named.silent) | culprits
+    before = set(named.silent)
     gone = tuple(r for r in d.silent if r not in before)
     if d.job_silent and not gone:  # every rank went quiet at once
-        gone = tuple(r for r in named.waiting if r not in before)
-    if not gone:
+        gone = tuple(r for r in named.waiting + named.culprits if r not in before)
+    culprits = set(named.culprits)
+    if not any(r not in culprits for r in gone):
         return d  # only the culprit went quiet (frozen, killed) while the rest wait: silent_ranks says it
+    # (the culprits are not among the torn down: their silence is ``culprits_alive``; a rank dead in its step, named
+    # behind the collective while its heartbeat timeout ran, was listed with the ranks that waited for it)
+    gone = tuple(r for r in gone if r not in culprits)
     silent_now = set(d.silent)
     alive = not d.job_silent and not any(r in silent_now for r in named.culprits)
     reason = (f"{named.reason}; then the job was torn down: {len(gone)} rank(s) went silent after the "
