@@ -480,8 +480,10 @@ class JobEngine:
         if newest > job.latest_step:
             job.latest_step = newest
         phase = job.phases.phase
-        if phase != "train":  # job-wide phase markers cover steps without a phase of their own
-            phases = [phase if p == "train" else p for p in phases]
+        if phase != "train":  # job-wide phase markers cover steps without a phase of their own, stamped since
+            # (a stalled producer's training steps arriving after the checkpoint marker are still training)
+            since = job.phases.since
+            phases = [phase if p == "train" and t >= since else p for p, t in zip(phases, ts)]
         # what the assemblers keep, as columns (models/steps/assembly.py ``step_row``)
         columns = (ts, step_times, part(cols.compute_time), part(cols.comm_time), part(cols.data_time),
                    part(cols.tokens), nodes)

@@ -277,6 +277,9 @@ def across_teardown(named: HangDiagnosis, d: HangDiagnosis) -> HangDiagnosis:
     culprits = set(named.culprits)
     if not any(r not in culprits for r in gone):
         return d  # only the culprit went quiet (frozen, killed) while the rest wait: silent_ranks says it
+    # (the culprits are not among the torn down: their silence is ``culprits_alive``; a rank dead in its step, named
+    # behind the collective while its heartbeat timeout ran, was listed with the ranks that waited for it)
+    gone = tuple(r for r in gone if r not in culprits)
     silent_now = set(d.silent)
     alive = not d.job_silent and not any(r in silent_now for r in named.culprits)
     reason = (f"{named.reason}; then the job was torn down: {len(gone)} rank(s) went silent after the "

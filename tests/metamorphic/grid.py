@@ -346,9 +346,14 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "s steps (critical first, all four ranks): fixed (branch fastlag, harness): time_scale scaled jobB's 30 s "
      "start-up, a minute into jobA's run, with jobA's steps (53 min: the 1200 s first-step timeout); a later job's "
      "start-up now keeps its length (test_transforms.py test_time_scale_keeps_a_later_jobs_start_up)"),
-    ("step 0.02s", "culprit", "culprits [6] (base [5])", "open, not analysed (branch fastlag): "
-     "gen3:node_suspect_two_jobs at 20 ms lost its straggler before the end judging; now named 7.5 s after the onset "
-     "but rank 6, not 5 (two jobs on one suspect node)"),
+    ("step 0.02s", "culprit", "culprits [6] (base [5])", "fixed (branch neighbours7, harness): "
+     "gen3:node_suspect_two_jobs runs jobA2 and jobB2 on the same nodes n00-n02, each job with host clocks of its own "
+     "(gen3 draws each job's); time_scale took one offset per node over both jobs, wrong by 1-3 s for each job, and "
+     "scaled that error with the steps: at 20 ms n01's events came 1.4 s late against n00's (jobA2's last steps, "
+     "the straggler's, still in flight at its end marker: lost; jobB2's rank 6 named first), at 120 s jobB2's step 0 "
+     "spread 440 s over its nodes (a new first-step hang). Offsets are now per (job, node) (transforms.py "
+     "node_offsets; test_transforms.py test_time_scale_keeps_each_jobs_clock_offsets_on_shared_nodes, 12 generated "
+     "paces x start gaps x clocks, all fail without); both pairs hold"),
     ("step 0.", "delay", "first straggler", "harness (analysed, branch fastlag): gen3:gradual_slowdown and "
      "straggler_recovers at 20 ms are named at the base's step (69, 10 after the first slow one; 52, 2 after) at every "
      "pace: the delay is the alert's stamp, the upper median of the step's ranks' ends, on the clock of the host "
@@ -533,6 +538,25 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "gen3:stage_imbalance_only's imbalance named 7 "
      "of its stage's 8 ranks: rank 15's producer stalled through the stage's first steps; the open stage alert now "
      "gets a new version naming the slow stages' ranks seen after it fired (imbalance.py ``_stage_grown``)"),
+    ("late 1% by 30s", "delay", "first straggler", "fixed (branch neighbours7, detector): library:intermittent-64 "
+     "(rank 51 1.4x for 10 steps of every 50 from step 80) was named at its second burst (step 130, 82 s after the "
+     "onset): 8-21 of its 64 producers are in a 30 s stall at any step, the assembly learned their lag and held "
+     "steps 76-99 for them, and their events arrived during the marked checkpoint after step 99 (115-137 s): the "
+     "job's phase at arrival was stamped on them, the steps closed as checkpoint steps, never judged. A job-wide "
+     "pause marker now covers the step events stamped since it began (engine.py; "
+     "tests/models/steps/test_late_steps_before_pause.py, 9 generated jobs, all fail without). gen3:lost_train_marker "
+     "(named 59.5 s after its onset, 37.2 s allowed, not analysed before) holds with it too"),
+    ("late 1% by 30s", "no_new_types", "new ['hang']", "detector (analysed, branch neighbours7; open): "
+     "gen2:straggler-2-ranks has 2 ranks (0.4 s steps, heartbeats every 2 s); rank 0's producer stalls at 8.5 s "
+     "(step 22) and rank 1's at 16.5 s (step 40), both for 30 s. The hang rule's job counter is the lower median of "
+     "the ranks' steps: of 2 ranks, the lower one, rank 0's step 22 (8.4 s). A tick at 38.43 s, 0.1 s before rank "
+     "0's queue arrives, reads the job stalled 30.01 s, the warning floor: a hang warning (rank 0 'stuck': live on "
+     "the job's latest event, 16.5 s, while rank 1 'still steps'), resolved 0.1 s later. Not a tick lottery only: "
+     "with 1% of messages late by 31-60 s (seeds 0 and 2 of 3) one stalled producer of the pair warns every time "
+     "(a rank silent past the floor holds a 2-rank job's counter; one of 64 never moves the median). Candidate: a "
+     "rank nothing was heard from since its own last step does not hold the counter while another rank completed "
+     "steps after it (synchronous ranks cannot); not done: the counter is the hang rule's core (docs/hang.md) and "
+     "progress.py is being changed on another branch"),
     ("late 2% by 5s", "no_new_types", "imbalance", "fixed (branch late2, detector): gen3:arrival_only_straggler "
      "added an info class imbalance (ranks 1, 2 \"2.9x\"): their producers stalled through steps 3-11, so their "
      "medians held only the job's slow first 3 steps; classes now compare each rank over its steps' medians, and a "

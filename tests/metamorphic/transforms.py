@@ -61,25 +61,35 @@ def _moved(line: Line, dt: float, *, ts: bool = True) -> Line:
     return Line(line.arrival + dt, event)
 
 
-# -- time scale ---------------------------------------------------------------------------------------------
-
-
-def node_offsets(rec: Recording) -> dict[str, float]:
+def node_offsets(rec: Recording) -> dict:
     """Each node's clock offset from the earliest (seconds), from the step ends it shares with the others: in
-    synchronous training every rank ends a step at once, what differs is the clocks."""
+    synchronous training every rank ends a step at once, what differs is the clocks. Keyed by node (over every
+    job: for events that name no job, a node sample) and by (job, node): a recording may carry two jobs on the same
+    nodes with clocks of their own (gen3 draws each job's; NTP may step a clock between two jobs), and an offset
+    wrong by a second is scaled with the steps by time_scale (gen3:node_suspect_two_jobs at 120 s steps: jobB's
+    ranks' step 0 spread 440 s across its nodes, a new hang)."""
     ends: dict[tuple, dict[str, float]] = defaultdict(dict)
     for e in rec.events("step"):
         node = e.get("node")
         if isinstance(node, str):
             key = (e.get("job"), e.get("step"))
             ends[key][node] = min(ends[key].get(node, e["ts"]), e["ts"])
-    diffs: dict[str, list[float]] = defaultdict(list)
-    for by_node in ends.values():
+    diffs: dict = defaultdict(list)
+    for (job, _), by_node in ends.items():
         if len(by_node) > 1:
             low = min(by_node.values())
             for node, ts in by_node.items():
                 diffs[node].append(ts - low)
-    return {node: statistics.median(d) for node, d in diffs.items()}
+                diffs[(job, node)].append(ts - low)
+    return {key: statistics.median(d) for key, d in diffs.items()}
+
+
+def _offset(offsets: dict, node, job=None) -> float:
+    """``node``'s clock offset (``node_offsets``) as ``job``'s events read it, else over every job's."""
+    return offsets.get((job, node), offsets.get(node, 0.0))
+
+
+# -- time scale ---------------------------------------------------------------------------------------------
 
 
 def time_scale(rec: Recording, step_seconds: float) -> Recording:
@@ -111,7 +121,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
     # from the earliest taken out) or the broker's (an arrival, the onset). Hosts a second or two ahead of the
     # broker put every stamp that far past an arrival-clock first step: gen3:fast_15ms's, 1.6 s, scaled 3,800x at
     # 60 s steps, made a first step of 100 minutes, critical at the first-step timeout.
-    stamps = [e["ts"] - offsets.get(e.get("node"), 0.0) for e in rec.events("step")
+    stamps = [e["ts"] - _offset(offsets, e.get("node"), e.get("job")) for e in rec.events("step")
               if isinstance(e.get("ts"), (int, float))]
     arrivals = [line.arrival for line in rec.lines if line.event.get("kind") == "step"]
     t0_broker = min(arrivals, default=rec.lines[0].arrival)
@@ -125,7 +135,7 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
         e = line.event
         if e.get("kind") == "step" and isinstance(e.get("ts"), (int, float)):
             job = e.get("job")
-            first_host[job] = min(first_host.get(job, e["ts"]), e["ts"] - offsets.get(e.get("node"), 0.0))
+            first_host[job] = min(first_host.get(job, e["ts"]), e["ts"] - _offset(offsets, e.get("node"), job))
             first_broker[job] = min(first_broker.get(job, line.arrival), line.arrival)
 
     # After the last step nothing is step-paced (a hang's tail, the capture's end): it keeps its wall-clock length
@@ -143,12 +153,12 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
         offset is kept, as is every delivery lag, by the caller): unchanged before the first step, scaled from
         there to the last but for checkpoints, the tail after; an event of ``job`` before that job's own first
         step keeps its distance before it (its start-up)."""
-        off = 0.0 if broker else offsets.get(node, 0.0)
+        off = 0.0 if broker else _offset(offsets, node, job)
         t0, last, kept_at = (t0_broker, last_broker, held_broker) if broker else (t0_host, last_host, held)
         x = ts - off
         start = (first_broker if broker else first_host).get(job) if job is not None else None
         if start is not None and t0 < start and x < start:
-            return warp(start + off, node, broker=broker) - (start - x)
+            return warp(start + off, node, broker=broker, job=job) - (start - x)
         if x < t0:
             return ts
         y = min(x, last)
@@ -171,14 +181,14 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
         shift = aligned.get((node, e.get("kind")), 0.0)
         own = e["ts"] - shift  # (a node sample on its node's ranks' clock)
         ts = warp(own, node, job=e.get("job")) + shift
-        over = own - offsets.get(node, 0.0) - last_host
+        over = own - _offset(offsets, node, e.get("job")) - last_host
         if over > 0.0 and ((s > 1 and is_telemetry(e)) or (
                 e.get("kind") == "phase" and e.get("phase") == "end" and over <= END_KEPT_S)):
             # After the last step, a node's samples keep their wall-clock distance from it (the agent's timer and
             # the fault's own time: a port down 1.3 s into gen3:link_down_hang's hang was 100 s in at 60 s steps,
             # past the hang's window, its node's port read as up meanwhile); and so does a job's end marker right
             # after its last step (the teardown's seconds).
-            ts = warp(own - over, node) + over + shift
+            ts = warp(own - over, node, job=e.get("job")) + over + shift
         if s > 1 and is_telemetry(e) and e.get("kind") in PERIODIC:
             key = _stream(e)
             near = silences.get(e.get("node"), ())
@@ -277,7 +287,7 @@ RELAUNCH_STEPS_BACK = 2
 RELAUNCH_S = 1.0
 
 
-def held_intervals(rec: Recording, offsets: dict[str, float] | None = None) -> list[tuple[float, float]]:
+def held_intervals(rec: Recording, offsets: dict | None = None) -> list[tuple[float, float]]:
     """What time_scale keeps at its wall-clock length (base time, merged, sorted): the marked checkpoints, the
     stops (``STOP_FACTOR``: from one normal step after a step's end to the next step's end, each step's end the
     median of its ranks' on the job's clock) and a relaunch's downtime (from one normal step after the old run's
@@ -286,7 +296,7 @@ def held_intervals(rec: Recording, offsets: dict[str, float] | None = None) -> l
     offsets = node_offsets(rec) if offsets is None else offsets
     ends: dict[tuple, list[float]] = defaultdict(list)
     for e, run in _runs(rec, offsets):
-        ends[(e.get("job"), run, e["step"])].append(e["ts"] - offsets.get(e.get("node"), 0.0))
+        ends[(e.get("job"), run, e["step"])].append(e["ts"] - _offset(offsets, e.get("node"), e.get("job")))
     by_run: dict = defaultdict(list)
     for (job, run, step), ts in ends.items():
         by_run[(job, run)].append((step, statistics.median(ts)))
@@ -315,12 +325,12 @@ def held_intervals(rec: Recording, offsets: dict[str, float] | None = None) -> l
     return merged
 
 
-def _runs(rec: Recording, offsets: dict[str, float]) -> list[tuple[dict, int]]:
+def _runs(rec: Recording, offsets: dict) -> list[tuple[dict, int]]:
     """Each step event with its job's run (0, then 1 after the job's first relaunch, ...): a rank's events in stamp
     order, a new run where its step goes back ``RELAUNCH_STEPS_BACK`` or more over ``RELAUNCH_S`` after its latest.
     A rank's run is the job's: its first relaunch moves it to the job's newest run (its peers' late batches)."""
     steps = [e for e in rec.events("step") if isinstance(e.get("step"), int) and isinstance(e.get("ts"), (int, float))]
-    steps.sort(key=lambda e: e["ts"] - offsets.get(e.get("node"), 0.0))
+    steps.sort(key=lambda e: e["ts"] - _offset(offsets, e.get("node"), e.get("job")))
     last: dict[tuple, tuple[int, float]] = {}
     run_of: dict[tuple, int] = {}
     newest: dict = defaultdict(int)
