@@ -15,17 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from hang_recordings import T0, Job, hangs, node, replay
-from stepwatch.models.hang.settings import HangSettings
-
-_D = HangSettings()
-
-
-def _warning_after(pace: float) -> float:
-    """The learned-pace warning (no pause learned): 10x the p99, at least the floor, at the latest half the
-    timeout (or 1.5x the pace)."""
-    latest = max(_D.warning_timeout_fraction * _D.timeout_seconds, _D.pause_factor * pace)
-    return min(max(_D.warning_factor * pace, _D.warning_floor_seconds), latest)
+from hang_recordings import T0, Job, hangs, replay, steps_beats_before, warning_after
 
 
 def _cases() -> list[tuple[float, int, float, float, bool]]:
@@ -38,29 +28,13 @@ def _cases() -> list[tuple[float, int, float, float, bool]]:
     return out
 
 
-def _steps(job: Job, count: int) -> None:
-    """``count`` steps at the job's pace, every rank's heartbeats during a step saying the step before (as
-    tests/models/hang/test_repeated_stop_pace.py's: ``Job.steps`` sends them with the step's number, ahead of its
-    step events at a slow pace, so the counter would move on heartbeats and learn no step time)."""
-    for _ in range(count):
-        end = job.now + job.step
-        while job.next_hb < end:
-            for r in range(job.ranks):
-                job.heartbeat(r, job.next_hb)
-            job.next_hb += job.hb
-        job.now, job.n, job.seq = end, job.n + 1, job.seq + 2
-        for r in range(job.ranks):
-            job.emit({"kind": "step", "rank": r, "step": job.n, "ts": round(end + job.rng.uniform(0, 0.001), 6),
-                      "step_time": job.step, "node": node(r), "world_size": job.ranks})
-
-
 def _job(pace: float, ranks: int, hb: float, held: float, arrival: bool) -> tuple[list[bytes], float, float, float]:
     """The recording, the job's last step's time, W, and the relaunch's time."""
     job = Job(ranks=ranks, step=pace, hb=hb, next_hb=T0 + hb / 2)
     job.n = 0
-    _steps(job, max(30, int(60 / pace)))
+    steps_beats_before(job, max(30, int(60 / pace)))
     last, stopped_at, seq = job.now, job.n, job.seq
-    warn = _warning_after(pace)
+    warn = warning_after(pace)
     dead = {ranks - 2, ranks - 1}  # a node's last two ranks die with it at the stop
     # The others wait in the next collective, heartbeating, until the watchdog tears them down (before W) ...
     job.wait(held * warn, lambda r, t: None if r in dead else {"started": seq + 1, "done": seq})
@@ -69,7 +43,7 @@ def _job(pace: float, ranks: int, hb: float, held: float, arrival: bool) -> tupl
     relaunch = last + warn + 60.0
     job.now = relaunch
     job.n, job.seq, job.next_hb = stopped_at - 5, 0, relaunch
-    _steps(job, 10)
+    steps_beats_before(job, 10)
     job.phase("end")
     lines = job.recording()
     if arrival:  # a broker capture: each line's arrival a moment after its time

@@ -19,7 +19,7 @@ import random
 
 import pytest
 
-from stepwatch.models.jobhealth.comm import CommSlowdownDetector
+from comm_stall import feed_stalled
 from stepwatch.models.wire.events import CollectiveEvent
 
 T0 = 1000.0
@@ -34,25 +34,18 @@ def feed(stages: int, gap: float, stall: float, ready: int, stalled: int, *, lin
     events ``stall`` seconds from round ``STALL_AT`` and then delivers them in order; transfers 2x from
     ``link_from``."""
     rng = random.Random(seed)
-    d = CommSlowdownDetector(job="j")
     n = max(int(stall / gap), 1)
-    held: list[CollectiveEvent] = []
-    out = []
-    for seq in range(STALL_AT + n + 300):
-        if seq == STALL_AT + n:  # the stall ends: its queue drains first
-            for e in held:
-                out += d.update(e)
-            held.clear()
+
+    def receives(seq: int):
         transfer = TRANSFER * (2.0 if link_from is not None and seq >= link_from else 1.0)
         for stage in range(stages):
-            e = CollectiveEvent(job="j", rank=stage * 8, seq=seq, op="recv", pg="pp0", ts=T0 + gap * seq + stage * 1e-3,
-                                bytes=1 << 22, duration=transfer * rng.uniform(0.99, 1.05)
-                                + (0.0 if stage == ready else WAIT * rng.uniform(0.8, 1.2)))
-            if stage == stalled and STALL_AT <= seq < STALL_AT + n:
-                held.append(e)
-            else:
-                out += d.update(e)
-    return [a for a in out if a.status == "firing"]
+            yield CollectiveEvent(job="j", rank=stage * 8, seq=seq, op="recv", pg="pp0",
+                                  ts=T0 + gap * seq + stage * 1e-3, bytes=1 << 22,
+                                  duration=transfer * rng.uniform(0.99, 1.05)
+                                  + (0.0 if stage == ready else WAIT * rng.uniform(0.8, 1.2)))
+
+    return feed_stalled(STALL_AT + n + 300, receives,
+                        lambda e: e.rank == stalled * 8 and STALL_AT <= e.seq < STALL_AT + n, STALL_AT + n)
 
 
 def _cases():

@@ -23,7 +23,7 @@ import random
 
 import pytest
 
-from stepwatch.models.jobhealth.comm import CommSlowdownDetector
+from comm_stall import feed_stalled
 from stepwatch.models.wire.events import CollectiveEvent
 
 T0 = 1000.0
@@ -39,29 +39,20 @@ def feed(world: int, gap: float, stall: float, slow: int, stall_at: int, *, stra
     producer is stalled ``stall`` seconds from collective ``ONSET + stall_at`` (its events then delivered in order
     as one burst, before the next collective's); transfers 2x from ``ONSET`` if ``link``."""
     rng = random.Random(seed)
-    d = CommSlowdownDetector(job="j")
     n = max(int(stall / gap), 1)
     start = ONSET + stall_at
-    seqs = start + n + 120
-    held: list[CollectiveEvent] = []
-    out = []
-    for seq in range(seqs):
-        if seq == start + n:  # the stall ends: its queue drains first (a producer keeps its order)
-            for e in held:
-                out += d.update(e)
-            held.clear()
+
+    def collective(seq: int):
         last = slow if straggler and seq >= ONSET else (seq // 2) % world  # the collective's last arriver
         wait = WAIT if straggler and seq >= ONSET else JITTER
         transfer = TRANSFER * (2.0 if link and seq >= ONSET else 1.0)
         for rank in range(world):
-            e = CollectiveEvent(job="j", rank=rank, seq=seq, op="all_reduce", pg="dp", ts=T0 + gap * seq,
-                                bytes=1 << 28, duration=transfer * rng.uniform(0.98, 1.02)
-                                + (0.0 if rank == last else wait * rng.uniform(0.9, 1.1)))
-            if rank == slow and start <= seq < start + n:
-                held.append(e)
-            else:
-                out += d.update(e)
-    return [a for a in out if a.status == "firing"]
+            yield CollectiveEvent(job="j", rank=rank, seq=seq, op="all_reduce", pg="dp", ts=T0 + gap * seq,
+                                  bytes=1 << 28, duration=transfer * rng.uniform(0.98, 1.02)
+                                  + (0.0 if rank == last else wait * rng.uniform(0.9, 1.1)))
+
+    return feed_stalled(start + n + 120, collective, lambda e: e.rank == slow and start <= e.seq < start + n,
+                        start + n)
 
 
 def _cases():
