@@ -25,6 +25,7 @@ import pytest
 
 from hang_recordings import T0, Job, culprits, hangs, replay, steps_beats_before, warning_after
 from stepwatch.models.hang.settings import HangSettings
+from support import full_or
 
 _D = HangSettings()
 
@@ -71,7 +72,14 @@ def _job(pace: float, ranks: int, hb: float, lived: float, torn: str, pgs: bool)
     return job, dead, last
 
 
-@pytest.mark.parametrize("pace, ranks, hb, lived, torn, pgs", _cases())
+def _sample(cases: list) -> list:
+    """CI's third of the grid: each (pace, teardown) pair once, the world sizes in turn, so that every pair of
+    pace, world size and teardown is still in (the slowhang finding's 90-120 s paces and the 0.3 s, counters,
+    half torn down case among them); ``STEPWATCH_FULL_GRID=1`` runs all 54."""
+    return [c for n, c in enumerate(cases) if (n // 9 + n // 3 % 3 + n % 3) % 3 == 0]
+
+
+@pytest.mark.parametrize("pace, ranks, hb, lived, torn, pgs", full_or(_cases(), _sample(_cases())))
 def test_a_rank_dead_in_its_step_is_the_culprit(pace, ranks, hb, lived, torn, pgs):
     job, dead, last = _job(pace, ranks, hb, lived, torn, pgs)
     versions = hangs(replay(job.recording(), drain=_D.timeout_seconds + 120.0))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from hang_recordings import T0, Job, hangs, replay, steps_beats_before, warning_after
+from support import full_or
 
 
 def _cases() -> list[tuple[float, int, float, float, bool]]:
@@ -52,7 +53,14 @@ def _job(pace: float, ranks: int, hb: float, held: float, arrival: bool) -> tupl
     return lines, last, warn, relaunch
 
 
-@pytest.mark.parametrize("pace, ranks, hb, held, arrival", _cases())
+def _sample(cases: list) -> list:
+    """CI's third of the grid: each (pace, share held) pair once, the world sizes in turn, so that every pair of
+    pace, world size and share is still in (without the fix, replay ticking through the silence, every one of
+    the 30 fails); ``STEPWATCH_FULL_GRID=1`` runs all 30."""
+    return [c for n, c in enumerate(cases) if (n // 6 + n // 2 % 3 + n % 2) % 3 == 0]
+
+
+@pytest.mark.parametrize("pace, ranks, hb, held, arrival", full_or(_cases(), _sample(_cases())))
 def test_a_silent_stop_warns_before_its_relaunch(pace, ranks, hb, held, arrival):
     lines, last, warn, relaunch = _job(pace, ranks, hb, held, arrival)
     assert last + warn < relaunch  # (the stop is over the threshold)
