@@ -24,6 +24,7 @@ import random
 import pytest
 
 from comm_stall import feed_stalled
+from support import full_or
 from stepwatch.models.wire.events import CollectiveEvent
 
 T0 = 1000.0
@@ -61,13 +62,26 @@ def _cases():
         yield world, gap, stall, {"first": 0, "middle": world // 2, "last": world - 1}[which], stall_at
 
 
+def _sample(cases) -> list:
+    """CI's third of the cases: each (pace, stall, stall start) once, the stalled rank in turn, so that every
+    pair of them is still in (with ``_holds`` off 69 of these 108 fire: every one at
+    0.1 s, the 30 and 45 s stalls at 0.4 s, the 45 s ones at 1 s); ``STEPWATCH_FULL_GRID=1`` runs all."""
+    gaps, stalls, starts = (0.1, 0.4, 1.0), (10.0, 30.0, 45.0), (-10, 0, 5, 40)
+    return [(w, gap, stall, slow, at) for w, gap, stall, slow, at in cases
+            if (0 if slow == 0 else 2 if slow == w - 1 else 1)
+            == (gaps.index(gap) + stalls.index(stall) + starts.index(at)) % 3]
+
+
+_RUN = full_or(list(_cases()), _sample(_cases()))
+
+
 @pytest.mark.parametrize("world", [4, 8, 16])
 def test_a_slow_rank_whose_producer_stalls_is_no_comm_slowdown(world):
     """No comm alert for a new straggler whose own events come late, whatever the stall, pace, rank and where
     the stall starts (before the fix: an alert for every case at 0.1 s, for the 30 s and 45 s stalls at 0.4 s,
     for three in four 45 s stalls at 1 s)."""
     fired = [(gap, stall, slow, stall_at, alerts[0].summary[:80])
-             for w, gap, stall, slow, stall_at in _cases() if w == world
+             for w, gap, stall, slow, stall_at in _RUN if w == world
              if (alerts := feed(world, gap, stall, slow, stall_at, seed=slow + stall_at + int(stall)))]
     assert fired == []
 
@@ -77,7 +91,7 @@ def test_a_healthy_job_whose_producer_stalls_is_no_comm_slowdown(world):
     """No comm alert on a healthy job (the slowest rotating) whatever rank's producer stalls, for how long, at
     what pace."""
     fired = [(gap, stall, slow, stall_at, alerts[0].summary[:80])
-             for w, gap, stall, slow, stall_at in _cases() if w == world and stall_at in (0, 40)
+             for w, gap, stall, slow, stall_at in _RUN if w == world and stall_at in (0, 40)
              if (alerts := feed(world, gap, stall, slow, stall_at, straggler=False, seed=slow + int(stall)))]
     assert fired == []
 
