@@ -139,6 +139,33 @@ class Job:
         return [orjson.dumps(e) for e in sorted(self.events, key=lambda e: e["ts"])]
 
 
+def steps_beats_before(job: Job, count: int, seconds: float | None = None) -> None:
+    """``count`` steps of ``seconds`` (the job's pace by default), every rank's heartbeats during a step saying the
+    step before (``Job.steps`` sends them after the step, with its number: ahead of the step events at a slow pace,
+    so the counter would move on heartbeats and learn no step time); none before the job's first step."""
+    for _ in range(count):
+        length = job.step if seconds is None else seconds
+        end = job.now + length
+        while job.next_hb < end:
+            for r in range(job.ranks if job.n >= 0 else 0):
+                job.heartbeat(r, job.next_hb)
+            job.next_hb += job.hb
+        job.now, job.n, job.seq = end, job.n + 1, job.seq + 2
+        for r in range(job.ranks):
+            job.emit({"kind": "step", "rank": r, "step": job.n, "ts": round(end + job.rng.uniform(0, 0.001), 6),
+                      "step_time": round(length, 6), "node": node(r), "world_size": job.ranks})
+
+
+def warning_after(pace: float) -> float:
+    """When the hang rule warns at a learned pace (no pause learned): ``warning_factor`` x the pace, at least the
+    floor, at the latest a share of the timeout (or ``pause_factor`` x the pace)."""
+    from stepwatch.models.hang.settings import HangSettings
+
+    d = HangSettings()
+    latest = max(d.warning_timeout_fraction * d.timeout_seconds, d.pause_factor * pace)
+    return min(max(d.warning_factor * pace, d.warning_floor_seconds), latest)
+
+
 def replay(lines: list[bytes], *, settings=None, drain: float = 0.0, pipeline=None) -> list[dict]:
     """The alerts of a recording through the replay pipeline (``pipeline``, or a fresh one), as dicts, in order."""
     from stepwatch.models.pipeline import Pipeline, run_recording

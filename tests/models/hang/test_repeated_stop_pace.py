@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from hang_recordings import T0, Job, hangs, node, replay
+from hang_recordings import T0, Job, hangs, replay, steps_beats_before, warning_after
 from stepwatch.models.hang.detector import EARLY_WARNING_SHARE
 from stepwatch.models.hang.settings import HangSettings
 
@@ -22,8 +22,7 @@ _D = HangSettings()
 
 def _old_threshold(pace: float) -> float:
     """The learned-pace warning before any stop: 10x p99 (the floor), at the latest half the timeout."""
-    latest = max(_D.warning_timeout_fraction * _D.timeout_seconds, _D.pause_factor * pace)
-    return min(max(_D.warning_factor * pace, _D.warning_floor_seconds), latest)
+    return warning_after(pace)
 
 
 def _cases(seed: int = 41) -> list[tuple[float, float]]:
@@ -40,29 +39,13 @@ def _cases(seed: int = 41) -> list[tuple[float, float]]:
     return out
 
 
-def _steps(job: Job, count: int, seconds: float | None = None) -> None:
-    """``count`` steps of ``seconds`` (the job's pace by default), every rank's heartbeats during a step saying the
-    step before (``Job.steps`` sends them after the step, with its number: ahead of the step events at a slow pace)."""
-    for _ in range(count):
-        length = job.step if seconds is None else seconds
-        end = job.now + length
-        while job.next_hb < end:
-            for r in range(job.ranks if job.n >= 0 else 0):
-                job.heartbeat(r, job.next_hb)
-            job.next_hb += job.hb
-        job.now, job.n, job.seq = end, job.n + 1, job.seq + 2
-        for r in range(job.ranks):
-            job.emit({"kind": "step", "rank": r, "step": job.n, "ts": round(end + job.rng.uniform(0, 0.001), 6),
-                      "step_time": round(length, 6), "node": node(r), "world_size": job.ranks})
-
-
 def _job(pace: float, stop: float, *, hang: bool) -> Job:
     hb = min(10.0, max(1.0, pace / 6))
     job = Job(ranks=8, step=pace, hb=hb, next_hb=T0 + hb / 2)  # (heartbeats between the steps' ends)
-    _steps(job, 12)
+    steps_beats_before(job, 12)
     for share in (1.0, 1.02, 0.97, 1.03):  # the stop again, a few percent longer or shorter
-        _steps(job, 1, stop * share)
-        _steps(job, 6 if pace >= 10 else max(6, int(60 / pace)))
+        steps_beats_before(job, 1, stop * share)
+        steps_beats_before(job, 6 if pace >= 10 else max(6, int(60 / pace)))
     if hang:
         job.wait(_D.timeout_seconds + 120.0, lambda r, t: {})
     else:

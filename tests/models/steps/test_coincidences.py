@@ -11,10 +11,12 @@ from stepwatch.config import Settings, StragglerSettings
 from stepwatch.models.detection import DetectionEngine
 
 from steady_jobs import SteadyJob, firing
+from support import full_or
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", full_or([0, 1, 2], [0]))
 def test_independent_spikes_in_a_big_healthy_job_raise_no_straggler(seed):
+    # CI runs seed 0 (STEPWATCH_FULL_GRID=1 all three): under the plain k-of-n rule it alone fires 23 times.
     # 128 ranks, 1.5% noise, 1% of rank-steps 1.5-2.5x at random (GC, page faults, ECC retries).
     job = SteadyJob(ranks=128, steps=3000, noise=0.015, spike_rate=0.01, seed=seed)
     engine, alerts = job.run()

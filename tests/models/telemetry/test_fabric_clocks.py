@@ -20,6 +20,7 @@ import pytest
 from stepwatch.config import Settings
 from stepwatch.models.detection import DetectionEngine
 from stepwatch.models.wire.telemetry_events import LinkEvent, TopologyEvent
+from support import full_or
 
 T0 = 1_700_000_000.0
 FAULT_AT, FAULT_FOR = 300.0, 120.0
@@ -75,7 +76,14 @@ CASES = [(nodes, period, spread, late, seed)
          for late in (0.0, 30.0) for seed in range(2)]
 
 
-@pytest.mark.parametrize("nodes,period,spread,late,seed", CASES)
+def _sample(cases: list) -> list:
+    """CI's half: every (nodes, period, spread, late) cell with one of its two seeds, in turn (with the hold off,
+    ``FabricIncidents(hold=0)``, 12 of these 48 fail: every 30 s late one); ``STEPWATCH_FULL_GRID=1`` runs both."""
+    axes = ((4, 6, 16), (1.0, 5.0, 10.0, 30.0), (0.0, 30.0), (0.0, 30.0))
+    return [c for c in cases if c[4] == sum(a.index(v) for a, v in zip(axes, c)) % 2]
+
+
+@pytest.mark.parametrize("nodes,period,spread,late,seed", full_or(CASES, _sample(CASES)))
 def test_a_fabric_fault_is_one_incident_and_no_node_alert(nodes, period, spread, late, seed):
     alerts = _run(nodes, nodes, period, spread, late, seed=seed * 1000 + nodes)
     assert not _firing(alerts, "link_errors"), [a["summary"][:120] for a in _firing(alerts, "link_errors")]

@@ -171,18 +171,29 @@ def test_simulator_clock_skew_moves_timestamps_of_one_node_only():
     assert out[1:] == batch[1:] and batch[0]["ts"] == 10.0
 
 
-@pytest.mark.parametrize("kind,rank,node,component", [("ib_errors", 26, "node-003", "mlx5_0/1"),
-                                                      ("rate_down", 50, "node-006", "mlx5_0/1"),
-                                                      ("nvlink_errors", 13, "node-001", "gpu5/nvlink0")])
-def test_simulator_comm_faults_are_named_by_replay(tmp_path, kind, rank, node, component):
+@pytest.mark.parametrize("kind,rank,node,component,spawn", [("ib_errors", 26, "node-003", "mlx5_0/1", True),
+                                                            ("rate_down", 50, "node-006", "mlx5_0/1", False),
+                                                            ("nvlink_errors", 13, "node-001", "gpu5/nvlink0", False)])
+def test_simulator_comm_faults_are_named_by_replay(tmp_path, capsys, kind, rank, node, component, spawn):
+    # One fault runs ``stepwatch simulate`` and ``replay`` as subprocesses (the installed command's road); the
+    # others call the same ``main`` in this process (two interpreter starts fewer each, the same code).
     import orjson
+    from stepwatch.cli import main
     from support import run_stepwatch, stepwatch_env
 
     recording = tmp_path / "run.jsonl"
-    env = stepwatch_env("unused:1", "x.")
-    run_stepwatch("simulate", "--ranks", "64", "--steps", "130", "--comm-fault", f"{kind}:{rank}:60",
-                  "--clock-skew", "node-002:4", "--clock-skew", f"{node}:-2.5", "--out", str(recording), env=env)
-    alerts = [orjson.loads(line) for line in run_stepwatch("replay", str(recording), env=env).stdout.splitlines()]
+    simulate = ["simulate", "--ranks", "64", "--steps", "130", "--comm-fault", f"{kind}:{rank}:60",
+                "--clock-skew", "node-002:4", "--clock-skew", f"{node}:-2.5", "--out", str(recording)]
+    if spawn:
+        env = stepwatch_env("unused:1", "x.")
+        run_stepwatch(*simulate, env=env)
+        out = run_stepwatch("replay", str(recording), env=env).stdout
+    else:
+        assert main(simulate) == 0
+        capsys.readouterr()
+        assert main(["replay", str(recording)]) == 0
+        out = capsys.readouterr().out
+    alerts = [orjson.loads(line) for line in out.splitlines()]
     comm = [a for a in alerts if a["type"] == "comm_slowdown" and a["status"] == "firing"]
     assert comm and comm[-1]["nodes"][0] == node
     assert comm[-1]["evidence"]["suspected_causes"][0]["component"] == component
