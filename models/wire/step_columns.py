@@ -33,6 +33,8 @@ class StepColumns:
     __slots__ = ("items", "job", "rank", "step", "ts", "step_time", "compute_time", "data_time", "comm_time",
                  "tokens", "samples", "node", "gpu", "group", "world_size", "phase", "jobs", "extra", "_events",
                  "_arrays", "_raw")
+    #: The per-row columns (``take`` gathers each: a column added to the slots is taken too).
+    _COLUMNS = tuple(name for name in __slots__ if name not in ("items", "jobs", "extra", "_events", "_arrays", "_raw"))
 
     kind = "step"
 
@@ -81,8 +83,7 @@ class StepColumns:
         """Rows ``rows`` of this batch, in that order, as a batch of their own (each column gathered; the events
         too where they are made, or their parsed items)."""
         c = StepColumns()
-        for name in ("job", "rank", "step", "ts", "step_time", "compute_time", "data_time", "comm_time", "tokens",
-                     "samples", "node", "gpu", "group", "world_size", "phase"):
+        for name in self._COLUMNS:
             setattr(c, name, list(map(getattr(self, name).__getitem__, rows)))
         c.jobs = set(c.job)
         c.extra = None if self.extra is None else list(map(self.extra.__getitem__, rows))
