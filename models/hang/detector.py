@@ -93,6 +93,9 @@ class _Episode:
     base: Alert | None = None  # the alert before stack evidence was added
     base_evidence: HangAlertEvidence | None = None  # ``base``'s evidence, typed
     named: HangDiagnosis | None = None  # the latest culprit diagnosis (kept across a teardown)
+    #: When the job stopped, where it fired on the counter without ranks in flight (``counter_without_passed``; kept
+    #: while open: one step's events arriving rank by rank would move it), else -inf.
+    since: float = -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,7 +682,11 @@ class HangDetector:
         # Ranks whose events are in flight while another rank completed later steps (a producer's stall) do not
         # hold the counter here (``JobProgress.counter_without_passed``).
         since, job_step = p.progress_ts, p.max_step
-        if now - since >= first:
+        ep = self._episode
+        if ep is not None:
+            if ep.kind is Stop.JOB and ep.since > since:
+                since, job_step = ep.since, ep.job_step
+        elif now - since >= first:
             unheld = p.counter_without_passed()
             if unheld is not None and unheld[1] > since:
                 job_step, since = unheld
@@ -743,7 +750,8 @@ class HangDetector:
                 slots = np.flatnonzero(stuck_mask)
                 stuck_steps = {int(p.rank_at[s]): int(p.last_step[s]) for s in slots}
             self._episode = _Episode(alert=alert, evidence=evidence, kind=kind, job_step=max(p.max_step, stop_step),
-                                     stuck_steps=stuck_steps, key=key, base=base, base_evidence=base_evidence)
+                                     stuck_steps=stuck_steps, key=key, base=base, base_evidence=base_evidence,
+                                     since=since if kind is Stop.JOB and since > p.progress_ts else -math.inf)
         else:
             ep.alert, ep.evidence, ep.key, ep.base, ep.base_evidence = alert, evidence, key, base, base_evidence
         if diagnosis.case == HangCase.CULPRIT_BEFORE_COLLECTIVE and not diagnosis.torn_down:
