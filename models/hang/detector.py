@@ -93,6 +93,9 @@ class _Episode:
     base: Alert | None = None  # the alert before stack evidence was added
     base_evidence: HangAlertEvidence | None = None  # ``base``'s evidence, typed
     named: HangDiagnosis | None = None  # the latest culprit diagnosis (kept across a teardown)
+    #: When the job stopped, where it fired on the counter without ranks in flight (``counter_without_passed``; kept
+    #: while open: one step's events arriving rank by rank would move it), else -inf.
+    since: float = -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -676,7 +679,18 @@ class HangDetector:
         # reporting while others step on cannot be told from ranks that finished (the last workers of an
         # asynchronous job outlive the others in a real trace: tests/cli/test_importer.py): such a job stalls only
         # when no rank steps. With heartbeats, live ranks that do not step are stuck (a partial hang).
-        stalled = now - p.progress_ts
+        # Ranks whose events are in flight while another rank completed later steps (a producer's stall) do not
+        # hold the counter here (``JobProgress.counter_without_passed``).
+        since, job_step = p.progress_ts, p.max_step
+        ep = self._episode
+        if ep is not None:
+            if ep.kind is Stop.JOB and ep.since > since:
+                since, job_step = ep.since, ep.job_step
+        elif now - since >= first:
+            unheld = p.counter_without_passed()
+            if unheld is not None and unheld[1] > since:
+                job_step, since = unheld
+        stalled = now - since
         if p.n and not p.has_heartbeats:
             stalled = min(stalled, now - float(p.rank_progress[:p.n].max()))
         kind = None
@@ -700,9 +714,9 @@ class HangDetector:
             return []
         severity = Severity.CRITICAL if stalled >= critical else Severity.WARNING
         ep = self._episode
-        diagnosis = self.diagnose(now, stuck_after=first, resumed_after=p.progress_ts if (
+        diagnosis = self.diagnose(now, stuck_after=first, resumed_after=since if (
             ep is not None and ep.kind is Stop.JOB and kind is Stop.JOB) else None,
-            hang_since=p.progress_ts if kind is Stop.JOB else None)
+            hang_since=since if kind is Stop.JOB else None)
         if pause is not None and kind is Stop.JOB:
             diagnosis = self._in_pause(diagnosis, pause)
         if ep is not None and ep.named is not None:
@@ -717,8 +731,8 @@ class HangDetector:
         key = self._key(severity, diagnosis) + self._stack_key(now)
         if ep is not None and ep.key == key and not (kind is Stop.JOB and ep.kind is Stop.PARTIAL):
             return []
-        since = p.progress_ts if kind is Stop.JOB else now - stalled
-        stop_step = p.max_step if kind is Stop.JOB else int(p.last_step[:p.n][stuck_mask].min())
+        since = since if kind is Stop.JOB else now - stalled
+        stop_step = job_step if kind is Stop.JOB else int(p.last_step[:p.n][stuck_mask].min())
         if ep is None:
             ident = alert_id(self.job, AlertType.HANG, stop_step, round(since, 3))
             starts_at = now
@@ -735,8 +749,9 @@ class HangDetector:
             if kind is Stop.PARTIAL:
                 slots = np.flatnonzero(stuck_mask)
                 stuck_steps = {int(p.rank_at[s]): int(p.last_step[s]) for s in slots}
-            self._episode = _Episode(alert=alert, evidence=evidence, kind=kind, job_step=p.max_step,
-                                     stuck_steps=stuck_steps, key=key, base=base, base_evidence=base_evidence)
+            self._episode = _Episode(alert=alert, evidence=evidence, kind=kind, job_step=max(p.max_step, stop_step),
+                                     stuck_steps=stuck_steps, key=key, base=base, base_evidence=base_evidence,
+                                     since=since if kind is Stop.JOB and since > p.progress_ts else -math.inf)
         else:
             ep.alert, ep.evidence, ep.key, ep.base, ep.base_evidence = alert, evidence, key, base, base_evidence
         if diagnosis.case == HangCase.CULPRIT_BEFORE_COLLECTIVE and not diagnosis.torn_down:

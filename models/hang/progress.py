@@ -548,6 +548,36 @@ class JobProgress:
         median = int(np.partition(steps, k)[k])
         return median if median > self.max_step else None
 
+    def counter_without_passed(self) -> tuple[int, float] | None:
+        """The counter with the ranks that cannot be holding the job left out: ``(step, since)``, where that is
+        further than the counter, else None. A rank nothing was heard from (no step, heartbeat or collective) since
+        another rank completed a later step than its own is not where it was: synchronous ranks cannot complete
+        step N before every rank reached step N's collectives, so its events are in flight (its producer stalled,
+        they come late). Of 2 ranks the lower median is the lower rank: one producer's 30 s stall read as the job's
+        (gen2:straggler-2-ranks, late 1% by 30s). A rank hung with live heartbeats is heard from after the others'
+        last steps, and a dead one stops them at its next collective: both hold it as before. ``since``: when the
+        other ranks' median passed ``step`` at the latest (those at or past it completed their latest steps by
+        then)."""
+        n = self.n
+        if n < 2:
+            return None
+        steps, seen, progress = self.last_step[:n], self.last_seen[:n], self.rank_progress[:n]
+        known = steps >= 0
+        # The latest completion of a higher step, per rank: over the ranks sorted by step, a suffix maximum.
+        order = np.argsort(steps, kind="stable")
+        done = np.where(known[order], progress[order], -np.inf)
+        latest_above = np.append(np.maximum.accumulate(done[::-1])[::-1], -np.inf)
+        passed = known & (latest_above[np.searchsorted(steps[order], steps, side="right")] > seen)
+        if not passed.any():
+            return None
+        held = known & ~passed  # (never empty: the highest step's ranks are not passed)
+        values = np.sort(steps[held])
+        median = int(values[(len(values) - 1) // 2])
+        if median <= self.max_step:
+            return None
+        need = len(values) - (len(values) - 1) // 2  # ranks at or past the median: it passed once they all had
+        return median, float(np.sort(progress[held & (steps >= median)])[need - 1])
+
     def set_counter(self, step: int) -> None:
         self.max_step = step
         if self.n <= SMALL_RUN:
