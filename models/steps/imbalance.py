@@ -325,7 +325,8 @@ class ImbalanceDetector:
             scale[~(scale > 0)] = np.nan
             vals = vals / scale
         if np.isnan(vals).any():
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a rank with no step left: NaN, left out below
                 meds = np.nanmedian(vals, axis=1)
         else:
             meds = np.median(vals, axis=1)
