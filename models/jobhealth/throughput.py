@@ -44,7 +44,7 @@ import numpy as np
 from ..alert_types import AlertType
 from ..alerts import Alert, alert_id
 from ..steps.assembly import GroupStep
-from ..steps.robust import _PAIRWISE_FROM, nan_max, nan_sum, step_median, time_before
+from ..steps.robust import kept_sum, least, nan_max, step_median, time_before
 from ..resolution import Resolution
 
 
@@ -154,16 +154,9 @@ def sample_from(step: GroupStep) -> StepSample:
         # The last rank to arrive waits least: its comm_time is the transfer itself. (No NaN in ``before``: none in
         # ``comm_time`` either, and ``nan_max`` is ``np.max``'s float.)
         median_before, slowest = step_median(step, "before", before), nan_max(before)
-        transfer = _least(step.comm_time)
+        transfer = least(step.comm_time)
         typical = float(median_before + transfer)
-    tokens = step.tokens
-    if tokens is not None and len(tokens) < _PAIRWISE_FROM:  # a few ranks: numpy's sum of the kept, in Python
-        counted = sum(1 for t in tokens.tolist() if t == t)
-        total = nan_sum(tokens) if counted else float("nan")
-    else:
-        kept = tokens[~np.isnan(tokens)] if tokens is not None else np.zeros(0)
-        counted = kept.size
-        total = float(kept.sum()) if counted else float("nan")
+    total, counted = kept_sum(step.tokens)
     tps = float(total / typical) if counted and typical > 0 else float("nan")
     per_rank = tps / counted if counted else float("nan")
     # The communication layer is the transfer itself (the smallest comm_time: the last rank to arrive
@@ -174,16 +167,6 @@ def sample_from(step: GroupStep) -> StepSample:
         transfer = float(comm.min()) if comm.size else float("nan")
     return StepSample(step.step, step.ts, step_time, typical, med("compute_time"), transfer,
                       med("data_time"), tps, per_rank, step.missing, step.group or "", median_before, total, slowest)
-
-
-def _least(values: np.ndarray) -> float:
-    """``float(np.min(values))`` of a non-empty 1-D float array without NaN: a few values in Python (a zero, whose
-    sign numpy's pick sets, from numpy)."""
-    if len(values) <= 16:
-        low = min(values.tolist())
-        if low != 0.0:
-            return float(low)
-    return float(values.min())
 
 
 def combine(samples: list[StepSample]) -> StepSample:

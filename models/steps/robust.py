@@ -98,6 +98,16 @@ def nan_max(values: np.ndarray) -> float:
     return float(np.nanmax(values)) if np.any(~np.isnan(values)) else float("nan")
 
 
+def least(values: np.ndarray) -> float:
+    """``float(np.min(values))`` of a non-empty 1-D float array without NaN: a few values in Python (a zero, whose
+    sign numpy's pick sets, from numpy)."""
+    if len(values) <= _SMALL:
+        low = min(values.tolist())
+        if low != 0.0:
+            return float(low)
+    return float(values.min())
+
+
 def step_median(step, name: str, values: np.ndarray | None = None) -> float:
     """A closed step's median of ``name`` (a ``GroupStep``, models/steps/assembly.py), taken once per step: the
     step rules take the same medians of every step. ``values``: what ``name`` stands for when it is not a
@@ -154,3 +164,15 @@ def nan_sum(values: np.ndarray) -> float:
         if x == x:  # a NaN counts as the 0 numpy puts in its place: adding it changes nothing
             total += x
     return total
+
+
+def kept_sum(values: np.ndarray | None) -> tuple[float, int]:
+    """``float(kept.sum())`` of a 1-D float array's values that are not NaN (``kept``), and how many they are: (NaN,
+    0) when none is (or no array). A few values in Python (``nan_sum``'s loop adds the kept in numpy's order)."""
+    if values is None:
+        return float("nan"), 0
+    if len(values) < _PAIRWISE_FROM:
+        counted = sum(1 for x in values.tolist() if x == x)
+        return (nan_sum(values) if counted else float("nan")), counted
+    kept = values[~np.isnan(values)]
+    return (float(kept.sum()) if kept.size else float("nan")), int(kept.size)
