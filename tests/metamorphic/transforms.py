@@ -780,17 +780,52 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
 
 def teardown(rec: Recording, culprits: dict[str, frozenset[int]], after: float) -> Recording:
     """``after`` seconds into a hang the NCCL watchdog kills the ranks that waited: every event of a job's rank
-    that is not one of its ``culprits`` stops then (the culprits, stuck where no signal handler runs, go on).
+    that is not one of its ``culprits`` stops then. A culprit stuck where no signal handler runs goes on sending
+    what it sent while stuck (a hung training thread's heartbeats, until the launcher's SIGKILL), but it never
+    gets past the hang: its peers are gone, so no collective of its can complete. From its first event after the
+    teardown that reports progress past what it reported before it (a later step, a heartbeat's step or
+    collective counters gone up: a frozen rank resumed, a hung one went on) it is gone too (its collective fails
+    on the dead communicator, or the launcher's SIGKILL, which reaches a stopped process, came first). A killed
+    job sends no job-wide marker either (no ``phase: end``).
 
     Invariant: the same hang, the same culprit rank and node (torn-down ranks are never promoted to culprits,
     issue 39 item 3); a warning before the critical."""
     if rec.onset is None:
         return rec.derive(f"teardown({after:g}s)", rec.lines)
     cut = rec.onset + after
-    out = [line for line in rec.lines
-           if not (line.arrival >= cut and line.event.get("job") in culprits and "rank" in line.event
-                   and line.event["rank"] not in culprits[line.event["job"]])]
+    reached: dict[tuple[str, int, str], int] = {}  # a culprit's highest step and collective counters before the cut
+    gone: set[tuple[str, int]] = set()
+    out = []
+    for line in rec.lines:
+        e = line.event
+        job = e.get("job")
+        if job not in culprits:
+            out.append(line)
+            continue
+        if "rank" not in e:
+            if not (line.arrival >= cut and e.get("kind") == "phase"):
+                out.append(line)
+            continue
+        rank = e["rank"]
+        if rank not in culprits[job]:
+            if line.arrival < cut:
+                out.append(line)
+            continue
+        counters = [(k, e[k]) for k in _PROGRESS if isinstance(e.get(k), int)]
+        if line.arrival < cut:
+            for k, v in counters:
+                reached[job, rank, k] = max(v, reached.get((job, rank, k), v))
+            out.append(line)
+            continue
+        if (job, rank) not in gone and any(v > reached.get((job, rank, k), v - 1) for k, v in counters):
+            gone.add((job, rank))
+        if (job, rank) not in gone:
+            out.append(line)
     return rec.derive(f"teardown({after:g}s)", out)
+
+
+#: A rank's fields that only go up as it goes on (its last completed step, its collectives issued and completed).
+_PROGRESS = ("step", "seq_started", "seq_completed")
 
 
 # -- node telemetry ------------------------------------------------------------------------------------------
