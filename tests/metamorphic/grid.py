@@ -640,7 +640,13 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "worker's restart): the clocks family held 28 of 28 on the 14 bases"),
     ("world 2", "", "", "design limit (leftover d: the healthy rank of a pair is no longer named; a straggler at the "
      "ratio threshold (10%) in a pair reads under it and is not named; a hang names both ranks)"),
-    ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits"),
+    ("teardown", "culprit", "", "issue 39 item 3: ranks torn down after the hang began are promoted to culprits. "
+     "Fixed (branch hangfrozen, harness): library:hang-frozen-64 / teardown 120s and 300s named 32 torn-down ranks: "
+     "the variant let the frozen culprit resume 660 s in and complete its last 80 steps alone (and a job-wide "
+     "phase: end), impossible once its peers are gone, so the silent ranks read as behind it; a culprit now never "
+     "goes past the hang after the teardown, nor does the job end (transforms.teardown; tests/metamorphic/"
+     "test_transforms.py, test_teardown.py). Seen, not fixed (detector): a named culprit that does catch up (issues "
+     "the collective the torn-down ranks waited in, then nothing) turns the alert 'undetermined'"),
     ("heartbeat step", "", "", "issue 39 item 4: heartbeats behind the step events lose the hang warning"),
     ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),
     ("step 120s", "types_kept", "lost ['straggler']", "fixed (lead, detector; seen again: not analysed; analysed on branch slowhang2): "

@@ -473,3 +473,61 @@ def test_time_scale_keeps_each_jobs_clock_offsets_on_shared_nodes(pace, later, c
     assert got.keys() == want.keys()
     worst = max(abs(got[k] - want[k]) for k in want)
     assert worst < 0.01, worst
+
+
+def _sim_hang(world: int, pace: float, kind: str, duration: float, *, hb: float = 5.0, seed: int = 0,
+              steps: int = 16, at: int = 10) -> tuple[Recording, dict[str, frozenset[int]]]:
+    """The simulator's job of ``world`` ranks at ``pace`` s steps whose rank ``world // 3`` stops before step
+    ``at``'s first collective (``kind``: ``hang`` heartbeats on, ``frozen`` silent, ``dead`` exits) for ``duration``
+    s, then resumes (a dead rank never does: the job is killed then); its onset and culprit by job."""
+    from stepwatch.sim.simulator import ClusterSimulator, HangFault, SimulationSpec
+
+    culprit = world // 3
+    fault = HangFault(rank=culprit, step=at, kind=kind, duration=duration, recover=kind != "dead")
+    spec = SimulationSpec(job="j", ranks=world, steps=steps, seed=seed, compute_time=0.8 * pace,
+                          data_time=0.05 * pace, comm_time=0.15 * pace, warmup_steps=2, heartbeat_interval=hb,
+                          hangs=(fault,), start_time=T0)
+    lines = sorted((Line(float(e["ts"]), e) for _, batch in ClusterSimulator(spec).steps() for e in batch),
+                   key=lambda line: line.arrival)
+    onset = max(line.event["ts"] for line in lines if line.event.get("kind") == "step" and line.event["step"] == at - 1)
+    return Recording(f"sim-{kind}-{world}", tuple(lines), onset=onset, arrival=False), {"j": frozenset({culprit})}
+
+
+def _teardowns(n: int = 18, seed: int = 61) -> list[tuple[int, float, float, str, float]]:
+    """(world, pace s, teardown s after the onset, the culprit's kind, s it stays stopped past the teardown)."""
+    rng = random.Random(seed)
+    kinds = ("frozen", "hang", "dead")
+    return [(rng.choice((8, 16, 64, 256)), rng.choice((0.1, 0.5, 2.0, 10.0, 60.0)), rng.choice((60.0, 120.0, 300.0, 600.0)),
+             kinds[i % 3], round(rng.uniform(20.0, 400.0), 1)) for i in range(n)]
+
+
+_PROGRESS = ("step", "seq_started", "seq_completed")
+
+
+@pytest.mark.parametrize("world, pace, after, kind, more", _teardowns())
+def test_teardown_keeps_the_culprit_stuck_and_the_job_unended(world, pace, after, kind, more):
+    """Invariant: after the watchdog tore the waiting ranks down, nothing of the job goes past the hang: no waiting
+    rank is heard from, the culprit reports no step or collective past what it had reported before the teardown
+    (its peers are gone: a frozen rank that resumes, or a hung one that goes on, fails in its next collective or was
+    SIGKILLed with the job), and no job-wide marker comes (a killed job sends no ``phase: end``); what came before
+    the teardown is kept, and so is a stuck culprit's heartbeating while it stays stuck. (library:hang-frozen-64's
+    culprit resumed 660 s in and completed its last 80 steps alone after a teardown at 120 s: the torn-down ranks
+    then read as behind it and were named.)"""
+    rec, hot = _sim_hang(world, pace, kind, after + more)
+    cut = rec.onset + after
+    torn = t.teardown(rec, hot, after)
+    culprit = next(iter(hot["j"]))
+    assert [line for line in torn.lines if line.arrival < cut] == [line for line in rec.lines if line.arrival < cut]
+    later = [line.event for line in torn.lines if line.arrival >= cut]
+    assert {e.get("rank") for e in later} <= {culprit}
+    assert not [e for e in later if e.get("kind") == "phase"]
+    reached = {k: max((e[k] for e in rec.events() if e.get("rank") == culprit and isinstance(e.get(k), int)
+                       and e["ts"] < cut), default=-1) for k in _PROGRESS}
+    assert all(e[k] <= reached[k] for e in later for k in _PROGRESS if isinstance(e.get(k), int))
+    # The base's culprit does go on after it (this case tests something), and while stuck it is kept as it was.
+    went_on = [e for e in rec.events() if e.get("rank") == culprit and e["ts"] >= cut
+               and any(isinstance(e.get(k), int) and e[k] > reached[k] for k in _PROGRESS)]
+    assert bool(went_on) == (kind != "dead")
+    stuck = [e for e in rec.events() if e.get("rank") == culprit and cut <= e["ts"] < rec.onset + after + more]
+    assert [e for e in later if e["ts"] < rec.onset + after + more] == stuck
+    assert bool(stuck) == (kind == "hang")
