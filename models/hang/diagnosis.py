@@ -103,6 +103,13 @@ def diagnose(p: JobProgress, now: float, *, heartbeat_timeout: float, stuck_afte
         waiting_mask = with_seq & (seq == collective_seq) & (done < seq)
     else:
         behind_mask = waiting_mask = np.zeros(n, dtype=bool)
+    gone = torn_mask & waiting_mask
+    if gone.any():
+        # A rank that issued the collective only after every rank torn down waiting in it was last heard of came too
+        # late (a hung rank that went on, a frozen one resumed): its peers were gone, the collective cannot complete,
+        # so it is behind it as before, not one more rank waiting in it.
+        late = waiting_mask & live & (p.seq_at[:n] > p.last_seen[:n][gone].max())
+        behind_mask, waiting_mask = behind_mask | late, waiting_mask & ~late
     dying = torn_mask & behind_mask
     if dying.any() and not (torn_mask & ~behind_mask).any() and not p.pg_seq:
         # The watchdog tears down the ranks that wait in the collective; while they all live, one behind it that fell

@@ -645,8 +645,9 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "the variant let the frozen culprit resume 660 s in and complete its last 80 steps alone (and a job-wide "
      "phase: end), impossible once its peers are gone, so the silent ranks read as behind it; a culprit now never "
      "goes past the hang after the teardown, nor does the job end (transforms.teardown; tests/metamorphic/"
-     "test_transforms.py, test_teardown.py). Seen, not fixed (detector): a named culprit that does catch up (issues "
-     "the collective the torn-down ranks waited in, then nothing) turns the alert 'undetermined'"),
+     "test_transforms.py, test_teardown.py). Seen and fixed too (branch hangfrozen, detector): a culprit that does "
+     "catch up after the teardown (issues the collective the torn-down ranks waited in, then nothing) turned the alert "
+     "'undetermined'; it is still behind it (models/hang/diagnosis.py; tests/models/hang/test_teardown_catch_up.py)"),
     ("heartbeat step", "", "", "issue 39 item 4: heartbeats behind the step events lose the hang warning"),
     ("heartbeat lag", "", "", "issue 39 item 4: heartbeats behind the step events"),
     ("step 120s", "types_kept", "lost ['straggler']", "fixed (lead, detector; seen again: not analysed; analysed on branch slowhang2): "
