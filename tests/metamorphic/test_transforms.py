@@ -497,8 +497,9 @@ def _teardowns(n: int = 18, seed: int = 61) -> list[tuple[int, float, float, str
     """(world, pace s, teardown s after the onset, the culprit's kind, s it stays stopped past the teardown)."""
     rng = random.Random(seed)
     kinds = ("frozen", "hang", "dead")
-    return [(rng.choice((8, 16, 64, 256)), rng.choice((0.1, 0.5, 2.0, 10.0, 60.0)), rng.choice((60.0, 120.0, 300.0, 600.0)),
-             kinds[i % 3], round(rng.uniform(20.0, 400.0), 1)) for i in range(n)]
+    return [(rng.choice((8, 16, 64, 256)), rng.choice((0.1, 0.5, 2.0, 10.0, 60.0)),
+             rng.choice((60.0, 120.0, 300.0, 600.0)), kinds[i % 3], round(rng.uniform(20.0, 400.0), 1))
+            for i in range(n)]
 
 
 _PROGRESS = ("step", "seq_started", "seq_completed")
