@@ -467,13 +467,20 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "steps were no progress, a warning at the 30 s floor. Now a step event 2+ below its rank's, stamped over 1 s "
      "after the rank last advanced, or a heartbeat after the rank's last heartbeat with its seq back, is a new "
      "process (progress.py new_process; tests/models/hang/test_restart_rollback.py); seen again: not analysed"),
-    ("checkpoint 60s", "no_new_types", "hang", "harness (analysed, 12-05 evening; open): gen3:three_ranks (and eval "
-     "30s), gen3:noisy_healthy_64: pause_before_fault copies each rank's last heartbeat before the pause, from "
-     "different steps (39, 42, 44 at 0.34 s steps): two ranks read as past the collective the third waits at, out "
-     "of the pause, and the third as stuck in it (a partial pause hang at 30 s). Copies saying the job's step and "
-     "its collectives fixed these (and found the killed-rank checkpoint bug, progress.py in_checkpoint) but broke "
-     "test_neighbours.py's stale-heartbeat and hang-after-pause cases: reverted"),
-    ("eval 30s", "no_new_types", "hang", "harness (analysed; open): gen3:three_ranks, see the checkpoint 60s row"),
+    ("checkpoint 60s", "no_new_types", "hang", "fixed (branch harness8, harness): gen3:three_ranks (and eval 30s), "
+     "gen3:noisy_healthy_64: pause_before_fault copied each rank's last heartbeat before the pause, from different "
+     "steps (39, 42, 44 at 0.34 s steps): two ranks read as past the collective the third waits at (their counts "
+     "stamped on hosts ahead of the marker), a partial pause hang at 30 s. Every rank enters a pause at one step "
+     "boundary: its heartbeats through it now say that step and one count for the job, every collective of the step "
+     "done (transforms.py _pause_positions: each rank's count at a step's end from its step events, not its "
+     "heartbeat's step, carried on at its whole rate per step, the least of them, never below a count before the pause "
+     "nor above one after it); the base's heartbeats resume unchanged after it. The reverted attempt carried the counts "
+     "on at a rate read from the heartbeats' own steps: stale steps (heartbeat_stale_step) put them past the counts "
+     "after the pause, read as new processes (test_neighbours.py). test_transforms.py "
+     "test_pause_heartbeats_say_the_boundary_every_rank_ended (40 generated jobs, all fail without), test_neighbours.py "
+     "test_a_pause_after_heartbeats_at_different_steps_is_no_partial_hang; pause family on 21 bases 60 -> 62 of 63"),
+    ("eval 30s", "no_new_types", "hang", "fixed (branch harness8, harness): gen3:three_ranks, see the checkpoint 60s "
+     "row"),
     ("checkpoint 60s", "types_kept", "checkpoint_stale", "harness: the pause variant's marked checkpoint before the "
      "fault is a successful checkpoint: library:checkpoint-stops-16's age starts again, nothing is stale"),
     ("checkpoint 60s", "no_new_types", "checkpoint_stale", "harness (analysed): a 60 s marked checkpoint in "

@@ -96,6 +96,83 @@ def test_pause_shifts_the_fault_and_brackets_it():
     assert {e["rank"] for e in during} == {0, 1, 2, 3}
 
 
+def _sync_job(ranks: int, pace: float, per_step: int, hb_every: float, spread: float, hang: bool,
+              seed: int) -> tuple[Recording, int]:
+    """A synchronous job of steps of ``pace`` s, ``per_step`` collectives each (4 at start-up), each rank's host
+    clock up to ``spread`` s off, heartbeats every ``hb_every`` s at each rank's own phase saying the last step
+    ended and the collectives done by then; the onset after 45 s at least (step 40 at least), where (``hang``) the
+    last rank never reaches the step's first collective that the others wait in (20 more steps without). Returns it,
+    the last step before the onset and the job's count at its end."""
+    rng = random.Random(seed)
+    off = [(rng.random() * 2 - 1) * spread for _ in range(ranks)]
+    off = [round(x - statistics.median(off), 3) for x in off]  # (around the true time: the onset's clock)
+    onset = max(40, int(45.0 / pace))  # (45 s of heartbeats before it at least)
+    steps = onset + 20
+    events: list[tuple[float, dict]] = []
+
+    def count(t: float) -> tuple[int, int]:  # (steps ended, collectives done) at true time t
+        k = min(int((t - T0) / pace), onset if hang else steps)
+        done = 4 + per_step * k
+        if k < (onset if hang else steps):
+            done += min(per_step, int(((t - T0) / pace - k) * (per_step + 1)))
+        return k, done
+
+    for k in range(onset if hang else steps):
+        for r in range(ranks):
+            end = T0 + (k + 1) * pace + rng.random() * 0.01 * pace
+            events.append((end + 0.05, {"v": 1, "kind": "step", "job": "j", "rank": r, "node": f"n{r}", "step": k,
+                                        "ts": round(end + off[r], 6), "step_time": pace}))
+    last = T0 + steps * pace + (60.0 if hang else 0.0)
+    for r in range(ranks):
+        t = T0 + rng.random() * hb_every
+        while t < last:
+            k, done = count(t)
+            started = done + 1 if hang and k >= onset and r != ranks - 1 else done
+            events.append((t + 0.05, {"v": 1, "kind": "heartbeat", "job": "j", "rank": r, "node": f"n{r}",
+                                      "ts": round(t + off[r], 6), "step": k - 1, "phase": "train",
+                                      "seq_started": started, "seq_completed": done,
+                                      "pgs": {"default": {"started": started, "completed": done}}}))
+            t += hb_every
+    events.sort(key=lambda x: x[0])
+    rec = Recording("sync", tuple(Line(a, e) for a, e in events), onset=T0 + onset * pace + 0.02 * pace)
+    return rec, onset - 1, 4 + per_step * onset
+
+
+_PAUSE_CASES = random.Random(39).sample([
+    (ranks, pace, per_step, hb, spread, hang, stale)
+    for ranks in (2, 3, 8) for pace in (0.1, 0.34, 2.0) for per_step in (1, 3) for hb in (2.0, 5.0, 7.0)
+    for spread in (0.0, 3.0) for hang in (False, True) for stale in (0.0, 2.0)], 40)
+
+
+@pytest.mark.parametrize("ranks,pace,per_step,hb_every,spread,hang,stale", _PAUSE_CASES)
+def test_pause_heartbeats_say_the_boundary_every_rank_ended(ranks, pace, per_step, hb_every, spread, hang, stale):
+    """Invariant: through a marked checkpoint or eval every rank's heartbeat says the step the pause follows and the
+    job's one count of collectives at that step's end, none in flight, whatever step and count its last heartbeat
+    before said (each rank heartbeats at its own phase), its host clock, a heartbeat thread a few steps stale and a
+    hang right after the pause; and after the pause the base's heartbeats resume unchanged, no count going back.
+    (gen3:three_ranks / checkpoint 60s: copies of heartbeats from steps 39, 42 and 44 read as two ranks past the
+    collective the third waited at, a false partial pause hang; counts carried on at a stale step's rate went
+    past the ones after the pause, read as new processes: test_neighbours.py's stale heartbeats.)"""
+    rec, step, want = _sync_job(ranks, pace, per_step, hb_every, spread, hang, seed=ranks * 7 + per_step)
+    if stale:
+        rec = t.heartbeat_stale_step(rec, stale)
+    for phase, seconds in (("checkpoint", 60.0), ("eval", 30.0)):
+        paused = t.pause_before_fault(rec, phase, seconds)
+        inside = [e for e in paused.events("heartbeat") if e["phase"] == phase]
+        assert {e["rank"] for e in inside} == set(range(ranks))
+        said = {(e["step"], e["seq_started"], e["seq_completed"], e["pgs"]["default"]["started"],
+                 e["pgs"]["default"]["completed"]) for e in inside}
+        assert said == {(step, want, want, want, want)}, (phase, sorted(said)[:4])
+        # (the base's heartbeats kept as they were, but for their times; each rank's counts never go back)
+        fields = ("rank", "step", "seq_started", "seq_completed")
+        assert Counter(tuple(e[f] for f in fields) for e in paused.events("heartbeat") if e["phase"] == "train") \
+            == Counter(tuple(e[f] for f in fields) for e in rec.events("heartbeat"))
+        for r in range(ranks):
+            counts = [e["seq_completed"] for e in sorted(paused.events("heartbeat"), key=lambda e: e["ts"])
+                      if e["rank"] == r]
+            assert counts == sorted(counts)
+
+
 def test_teardown_silences_the_waiting_ranks_only():
     rec = _hang()
     torn = t.teardown(rec, {"h": frozenset({3})}, 20.0)
