@@ -58,6 +58,28 @@ def cause(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, 
     return None if var.cause == base.cause else f"cause {var.cause} (base {base.cause})"
 
 
+#: A host's clock offset from the broker's is read from the quickest deliveries of its step events (this quantile of
+#: arrival minus stamp: a delivery lag is never negative, the quickest are near 0).
+QUICKEST = 0.01
+
+
+def stamp_offset(rec: Recording, at: float) -> float:
+    """How far the clock that stamped an alert at ``at`` runs ahead of the recording's arrival clock (the broker's,
+    the onset's), seconds: an alert named at a step is stamped with a rank's end of it (the upper median of its ranks'),
+    on that rank's host's clock; that host's offset is read from its step events' quickest deliveries (``QUICKEST``).
+    0 without arrival times, or where no step event carries that stamp (a hang's tick, an alert time put on the
+    broker's clock: models/alert_clock.py)."""
+    if not rec.arrival:
+        return 0.0
+    node = next((line.event.get("node") for line in rec.lines if line.event.get("kind") == "step"
+                 and isinstance(line.event.get("ts"), (int, float)) and abs(line.event["ts"] - at) < 1e-6), None)
+    if node is None:
+        return 0.0
+    lags = sorted(line.arrival - line.event["ts"] for line in rec.lines if line.event.get("kind") == "step"
+                  and line.event.get("node") == node and isinstance(line.event.get("ts"), (int, float)))
+    return -lags[int(QUICKEST * (len(lags) - 1))]
+
+
 def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
     """The first alert of the primary type comes after the onset within ``DELAY_FACTOR`` x the base's delay
     scaled with the step time (+ ``DELAY_STEPS`` steps, + ``HANG_FLOOR_S`` for a hang).
@@ -67,13 +89,16 @@ def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, 
     the worker, and producers' flushes and the broker take as long at 20 ms steps as at 1 s steps (time_scale keeps
     the lag); only detection's steps shrink. So does a marked checkpoint or a stop in the delay (the storage's or
     the fault's time).
-    Slowing down scales the whole delay (the lag and the checkpoint are then the smaller part)."""
+    Slowing down scales the whole delay (the lag and the checkpoint are then the smaller part).
+    Both delays are read on the onset's clock (the broker's): an alert stamped on a host's clock that runs ahead or
+    behind has that host's offset taken out (``stamp_offset``), which time_scale keeps at its wall-clock length and
+    which is no part of the delay to scale."""
     if (base.primary is None or var.primary != base.primary or base_rec.onset is None or var_rec.onset is None
             or base.first_at is None or var.first_at is None):
         return None
     s = var_rec.scale / base_rec.scale
-    was = max(0.0, base.first_at - base_rec.onset)
-    took = var.first_at - var_rec.onset
+    was = max(0.0, base.first_at - stamp_offset(base_rec, base.first_at) - base_rec.onset)
+    took = var.first_at - stamp_offset(var_rec, var.first_at) - var_rec.onset
     lag = min(was, base_rec.delivery_lag()) if s < 1 else 0.0
     # (a marked checkpoint or a stop between the onset and the alert kept its wall-clock length too: time_scale)
     kept = min(was - lag, sum(max(0.0, min(b, base.first_at) - max(a, base_rec.onset))

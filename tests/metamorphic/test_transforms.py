@@ -97,17 +97,17 @@ def test_pause_shifts_the_fault_and_brackets_it():
 
 
 def _sync_job(ranks: int, pace: float, per_step: int, hb_every: float, spread: float, hang: bool,
-              seed: int) -> tuple[Recording, int]:
+              seed: int, tail: int = 20) -> tuple[Recording, int, int]:
     """A synchronous job of steps of ``pace`` s, ``per_step`` collectives each (4 at start-up), each rank's host
     clock up to ``spread`` s off, heartbeats every ``hb_every`` s at each rank's own phase saying the last step
     ended and the collectives done by then; the onset after 45 s at least (step 40 at least), where (``hang``) the
-    last rank never reaches the step's first collective that the others wait in (20 more steps without). Returns it,
+    last rank never reaches the step's first collective that the others wait in (``tail`` more steps without). Returns it,
     the last step before the onset and the job's count at its end."""
     rng = random.Random(seed)
     off = [(rng.random() * 2 - 1) * spread for _ in range(ranks)]
     off = [round(x - statistics.median(off), 3) for x in off]  # (around the true time: the onset's clock)
     onset = max(40, int(45.0 / pace))  # (45 s of heartbeats before it at least)
-    steps = onset + 20
+    steps = onset + tail
     events: list[tuple[float, dict]] = []
 
     def count(t: float) -> tuple[int, int]:  # (steps ended, collectives done) at true time t
@@ -227,6 +227,36 @@ def test_the_invariants_fail_a_wrong_verdict():
     late = Verdict(good.types, "hang", "h", good.culprits, good.node, None, T0 + 900)
     assert "delay" in check(good, late, rec, rec)
     assert set(check(good, verdict([]), rec, rec)) == {"types_kept", "culprit"}
+
+
+@pytest.mark.parametrize("pace,ahead,after,late", [
+    (pace, ahead, after, late) for pace in (0.02, 0.05, 0.1, 2.0, 10.0) for ahead in (-2.5, -1.0, 1.0, 2.5)
+    for after in (3, 10) for late in (False, True)])
+def test_the_delay_is_read_on_the_onsets_clock_whatever_host_stamped_the_alert(pace, ahead, after, late):
+    """Invariant: a straggler named ``after`` steps after the onset in the base and, in a variant at another pace,
+    at the same step or 4 later, is on time, whatever the offset from the broker's clock (the onset's) of the host
+    whose step end stamped it: time_scale keeps host clock offsets at their wall-clock length, so the delay
+    invariant takes the stamping host's offset out of both delays (gen3:gradual_slowdown and straggler_recovers at
+    20 ms: alerts stamped on a host 0.7-2.5 s ahead, its offset scaled with the steps as if part of the delay;
+    gen3:fast_flush_bursts at 2-120 s steps: stamped 2 s behind, its base delay read 0)."""
+    rec, onset_step, _ = _sync_job(3, 0.34, 3, 5.0, 0.0, False, seed=11, tail=60)
+    rec = rec.derive(None, [Line(line.arrival, dict(line.event, ts=line.event["ts"] + ahead))
+                            if line.event.get("rank") == 0 else line for line in rec.lines])  # (rank 0's host)
+    var = t.time_scale(rec, pace)
+
+    def stamp(r: Recording, step: int) -> float:
+        return next(e["ts"] for e in r.events("step") if e["rank"] == 0 and e["step"] == step)
+
+    step = onset_step + after
+    base = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}), first_at=stamp(rec, step))
+    got = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}),
+                  first_at=stamp(var, step + (4 if late else 0)))
+    assert "delay" not in check(base, got, rec, var)
+    assert "delay" not in check(base, base, rec, rec)
+    if pace > 1.0:  # (and one named far later still breaks it; sped up, the base's lag keeps its length: seconds)
+        slow = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}),
+                       first_at=stamp(var, onset_step + 3 * after + 12))
+        assert "delay" in check(base, slow, rec, var)
 
 
 def test_stale_heartbeat_steps_go_back_never_forward():
