@@ -6,6 +6,8 @@ Each returns None when it holds, else one line saying how it broke. A transforma
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
 from collections.abc import Callable
 
 from .recording import Recording
@@ -63,6 +65,68 @@ def cause(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, 
 QUICKEST = 0.01
 
 
+def _host_offsets(rec: Recording) -> dict:
+    """Each node's clock offset from the arrival clock (the broker's), read from its step events' quickest deliveries
+    (``QUICKEST``); {} without arrival times."""
+    lags: dict = defaultdict(list)
+    if rec.arrival:
+        for line in rec.lines:
+            e = line.event
+            if e.get("kind") == "step" and isinstance(e.get("ts"), (int, float)):
+                lags[e.get("node")].append(line.arrival - e["ts"])
+    return {node: -sorted(v)[int(QUICKEST * (len(v) - 1))] for node, v in lags.items()}
+
+
+#: A step closes without a rank once half its job's ranks reported a step this many newer (the step assembly's lag,
+#: models/steps/settings.py ``max_lag_steps``): a stalled producer's events that come after are lost to it.
+CLOSE_LAG = 3
+
+
+def whole_steps(rec: Recording, job: str | None) -> list[tuple[int, float]] | None:
+    """Each step after the onset that the worker could judge whole, with its seconds from the onset, in step order: every rank's
+    event of it arrived before half the job's ranks had reported a step ``CLOSE_LAG`` newer (the step's time the
+    median of its ranks' stamps, on the onset's clock: ``_host_offsets``). None without arrival times.
+
+    A late producer's stall holds its events past that and the steps close without them; stalls chained across
+    producers (one rank's queue arriving while another's is held) leave no whole step for longer than any one stall
+    (gen2:straggler-2-ranks / late 1% by 30s: the first 6 whole steps in a row 33 s after the onset, four stalls of its
+    2 ranks, three whole steps twice between)."""
+    if not rec.arrival or rec.onset is None:
+        return None
+    offsets = _host_offsets(rec)
+    arrived: dict[int, list[float]] = defaultdict(list)
+    stamps: dict[int, list[float]] = defaultdict(list)
+    ranks = set()
+    for line in rec.lines:
+        e = line.event
+        if e.get("kind") == "step" and e.get("job") == job and isinstance(e.get("step"), int) \
+                and isinstance(e.get("ts"), (int, float)):
+            arrived[e["step"]].append(line.arrival)
+            stamps[e["step"]].append(e["ts"] - offsets.get(e.get("node"), 0.0))
+            ranks.add(e.get("rank"))
+    half = (len(ranks) + 1) // 2
+    out = []
+    for step in sorted(arrived):
+        when = statistics.median(stamps[step])
+        if when < rec.onset or len(arrived[step]) < len(ranks):
+            continue
+        newer = sorted(arrived.get(step + CLOSE_LAG, ()))
+        if len(newer) < half or max(arrived[step]) <= newer[half - 1]:
+            out.append((step, when - rec.onset))
+    return out
+
+
+def evidence_at(steps: list[tuple[int, float]], need: int) -> float | None:
+    """Seconds from the onset to the end of the first run of ``need`` consecutive whole steps (``whole_steps``: the
+    evidence a rule judging a window of steps had in the base), else to the last whole step; None: none."""
+    run = 0
+    for i, (step, when) in enumerate(steps):
+        run = run + 1 if i and step == steps[i - 1][0] + 1 else 1
+        if run >= need:
+            return when
+    return steps[-1][1] if steps else None
+
+
 def stamp_offset(rec: Recording, at: float) -> float:
     """How far the clock that stamped an alert at ``at`` runs ahead of the recording's arrival clock (the broker's,
     the onset's), seconds: an alert named at a step is stamped with a rank's end of it (the upper median of its ranks'),
@@ -105,8 +169,17 @@ def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, 
                               for a, b in held_intervals(base_rec))) if s < 1 else 0.0
     allowed = (DELAY_FACTOR * (s * (was - lag - kept) + lag + kept) + DELAY_STEPS * var_rec.step_time()
                + (HANG_FLOOR_S if base.primary == "hang" else 0))
-    # (no broker clock: the hosts' times are all there is; a late producer's events reach the worker that late)
-    allowed += var_rec.clock_error + var_rec.lateness
+    # (no broker clock: the hosts' times are all there is; a late producer's events reach the worker that late: by
+    # as far as the first step judged whole after the onset moved, else by one stall)
+    late = var_rec.lateness
+    if late:
+        # (as many whole steps after the onset as the base had judged by its alert: when the variant had them)
+        had, got = whole_steps(base_rec, base.job), whole_steps(var_rec, var.job)
+        need = max(1, sum(1 for _, x in had or () if x <= was))
+        before, after = evidence_at(had or [], need), evidence_at(got or [], need)
+        if before is not None and after is not None:
+            late = max(0.0, after - before)
+    allowed += var_rec.clock_error + late
     return None if took <= allowed else f"first {base.primary} {took:.1f} s after the onset > {allowed:.1f} s " \
                                         f"(base {was:.1f} s, x{s:g} time)"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -257,6 +258,44 @@ def test_the_delay_is_read_on_the_onsets_clock_whatever_host_stamped_the_alert(p
         slow = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}),
                        first_at=stamp(var, onset_step + 3 * after + 12))
         assert "delay" in check(base, slow, rec, var)
+
+
+@pytest.mark.parametrize("ranks,pace,stall,chain", [
+    (ranks, pace, stall, chain) for ranks in (2, 4, 8) for pace in (0.2, 0.5, 2.0) for stall in (20.0, 30.0)
+    for chain in (1, 2, 3)])
+def test_chained_producer_stalls_delay_the_alert_by_the_whole_steps_they_held(ranks, pace, stall, chain):
+    """Invariant: where producers' stalls chain (half the ranks' producers stall ``stall`` s from just before the
+    onset, the other half's before the first half's queue arrives, ``chain`` stalls in all), a straggler named as
+    many steps after the first step whose events all came on time as the base named it after the onset is on time:
+    the delay allows what the variant's delivery held (the steps after the onset the worker could judge whole), not
+    one stall (gen2:straggler-2-ranks / late 1% by 30s: four stalls of its 2 ranks' producers, no whole step for
+    32 s after the onset, named 2.4 s after its events came). A straggler named 40 steps later still breaks it."""
+    rec, onset_step, _ = _sync_job(ranks, pace, 3, 5.0, 0.0, False, seed=5, tail=int(4 * stall / pace) + 60)
+    halves = (frozenset(range(ranks // 2)), frozenset(range(ranks // 2, ranks)))
+    starts = [rec.onset - 1.0 + i * 0.7 * stall for i in range(chain)]
+
+    def held(line: Line) -> float:  # (a stalled producer's messages queue behind it: sent when it recovers)
+        at = line.arrival
+        for i, a in enumerate(starts):
+            if line.event.get("rank") in halves[i % 2] and a <= at < a + stall:
+                at = a + stall
+        return at
+
+    var = replace(rec.derive("stalls", sorted((Line(held(line), line.event) for line in rec.lines),
+                                              key=lambda line: line.arrival), arrival=True), lateness=stall)
+
+    def stamp(step: int) -> float:
+        return next(e["ts"] for e in rec.events("step") if e["rank"] == 0 and e["step"] == step)
+
+    after = 6
+    named = onset_step + after
+    base = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}), first_at=stamp(named))
+    recovered = starts[-1] + stall  # (the first step all of whose events came on time, then as many as the base)
+    first = next(e["step"] for e in rec.events("step") if e["ts"] >= recovered)
+    got = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}), first_at=stamp(first + after))
+    assert "delay" not in check(base, got, rec, var)
+    slow = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}), first_at=stamp(first + after + 40))
+    assert "delay" in check(base, slow, rec, var)
 
 
 def test_stale_heartbeat_steps_go_back_never_forward():
