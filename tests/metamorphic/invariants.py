@@ -83,9 +83,9 @@ CLOSE_LAG = 3
 
 
 def whole_steps(rec: Recording, job: str | None) -> list[tuple[int, float]] | None:
-    """Each step after the onset that the worker could judge whole, with its seconds from the onset, in step order: every rank's
-    event of it arrived before half the job's ranks had reported a step ``CLOSE_LAG`` newer (the step's time the
-    median of its ranks' stamps, on the onset's clock: ``_host_offsets``). None without arrival times.
+    """Each step after the onset that the worker could judge whole, with its seconds from the onset, in step order:
+    every rank's event of it arrived before half the job's ranks had reported a step ``CLOSE_LAG`` newer (the step's
+    time the median of its ranks' stamps, on the onset's clock: ``_host_offsets``). None without arrival times.
 
     A late producer's stall holds its events past that and the steps close without them; stalls chained across
     producers (one rank's queue arriving while another's is held) leave no whole step for longer than any one stall
