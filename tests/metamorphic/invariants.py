@@ -130,18 +130,13 @@ def evidence_at(steps: list[tuple[int, float]], need: int) -> float | None:
 def stamp_offset(rec: Recording, at: float) -> float:
     """How far the clock that stamped an alert at ``at`` runs ahead of the recording's arrival clock (the broker's,
     the onset's), seconds: an alert named at a step is stamped with a rank's end of it (the upper median of its ranks'),
-    on that rank's host's clock; that host's offset is read from its step events' quickest deliveries (``QUICKEST``).
-    0 without arrival times, or where no step event carries that stamp (a hang's tick, an alert time put on the
-    broker's clock: models/alert_clock.py)."""
+    on that rank's host's clock (``_host_offsets``). 0 without arrival times, or where no step event carries that
+    stamp (a hang's tick, an alert time put on the broker's clock: models/alert_clock.py)."""
     if not rec.arrival:
         return 0.0
     node = next((line.event.get("node") for line in rec.lines if line.event.get("kind") == "step"
                  and isinstance(line.event.get("ts"), (int, float)) and abs(line.event["ts"] - at) < 1e-6), None)
-    if node is None:
-        return 0.0
-    lags = sorted(line.arrival - line.event["ts"] for line in rec.lines if line.event.get("kind") == "step"
-                  and line.event.get("node") == node and isinstance(line.event.get("ts"), (int, float)))
-    return -lags[int(QUICKEST * (len(lags) - 1))]
+    return 0.0 if node is None else _host_offsets(rec).get(node, 0.0)
 
 
 def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, excused) -> str | None:
