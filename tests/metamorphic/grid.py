@@ -370,14 +370,17 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "slower paces allowed only DELAY_STEPS (10 steps); the straggler (1.3x) is named 10.5-11.6 steps after its onset "
      "at 2-120 s steps. The delay invariant now takes the stamping host's offset out (see the step 0. row): 4 -> 0 "
      "failing paces"),
-    ("reordered 3s", "delay", "(base 0.0 s", "harness (analysed in part, branch fastlag): gen3:fast_flush_bursts, "
-     "base delay read 0 (its alert stamped 2.0 s before the onset, see the step row) and reordering grants no "
-     "lateness: 3 s of it is 200 of its 15 ms steps, near pending_steps_cap (256), and its producers already flush "
-     "once a second; named 4.0 s after the onset (6 s after the base's stamp). Not read step by step"),
-    ("clocks +-30s", "delay", "(base 0.0 s", "harness (analysed in part, branch fastlag): gen3:fast_flush_bursts, "
-     "base delay read 0 (see the step row); with hosts 30 s off, the alert goes on the broker's clock by one shift "
-     "per job (models/alert_clock.py), so its stamp carries the straggler host's distance from the job's shift: "
-     "12.5 s, and the invariant allows a clock error only to recordings without arrival times"),
+    ("reordered ", "delay", "first straggler", "harness (analysed in part, branch fastlag; re-read on branch "
+     "harness8): gen3:fast_flush_bursts, whose base alert is stamped 2.0 s behind its onset (rank 3's host n00): its "
+     "delay read 0 and every variant's negative, so reordering by 0.5 s held vacuously. On the onset's clock (the "
+     "stamping host's offset out, invariants.py stamp_offset) the base names it 0.2 s after the onset, reordering by "
+     "0.5 s 0.5 s after (allowed 0.5: knife-edge) and by 3 s 4.0 s after: reordering grants no lateness, and 3 s of "
+     "it is 200 of its 15 ms steps, near pending_steps_cap (256), its producers already flushing once a second. "
+     "Granting it the late variants' whole-step allowance (tried) is too loose here: the whole-step rule ignores the "
+     "lag the assembly learns for such bursts (16 s allowed). Not read step by step"),
+    ("clocks +-30s", "delay", "(base 0.0 s", "fixed (branch harness8, harness): gen3:fast_flush_bursts, base delay "
+     "read 0 (its alert stamped 2.0 s behind the onset); its clocks +-30s variant's alert goes on the broker's clock "
+     "(models/alert_clock.py), its base's did not: both delays are now read on the onset's clock (stamp_offset)"),
     ("step ", "no_new_types", "checkpoint_stale", "fixed in the fourth round where the job hung (library:host-oom-64 "
      "at 10 s steps: stale an hour into its hang, 29 steps after a checkpoint every 100: a job that has not stepped "
      "its usual steps between checkpoints missed none, checkpoint.py steps_due); seen again: not analysed"),
@@ -526,7 +529,8 @@ CAUSES: list[tuple[str, str, str, str]] = [
     ("late 1% by 30s", "types_kept", "straggler", "harness (analysed, fourth round) where the fault is shorter than "
      "the stall: gen3:fast_15ms's straggler lasts 600 steps of 15 ms (9 s) and the job ends 9 s after; a producer "
      "stalled 30 s delivers its events after the job's end (late after end, dropped); gen3:rank0_logging_role: "
-     "evidence lost (second round's e: an info 3% role fired at step 185 of 260); gen2:threshold-raised (analysed, "
+     "evidence lost (second round's e: an info 3% role fired at step 185 of 260); gen3:fast_flush_bursts (seen on "
+     "branch harness8, as before it: not analysed); gen2:threshold-raised (analysed, "
      "stalled2): its config raises the straggler threshold to 1.5 at 34 s (broker time); the stalls chain (rank 10 "
      "late from step 6 to the end) and 10 of 16 ranks are stalled at the onset (step 40, 15 s), so its steps close "
      "only after 30 s (max wait), after the new threshold: rank 5 (1.26x) is judged by it, no straggler (the "
@@ -555,7 +559,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "allowed one stall (Recording.lateness, 30 s); it now allows as much later as the variant's worker first had as "
      "many whole steps in a row after the onset as the base had judged by its alert (invariants.py whole_steps, "
      "evidence_at: a step is whole when every rank's event of it arrived before half the ranks had reported a step 3 "
-     "newer, the assembly's lag). test_transforms.py "
+     "newer, the assembly's lag), never less than one stall nor more than the stalls chained from the onset held the "
+     "job's events (stalled_until). Limit: the whole-step rule ignores a lag the assembly learns, so it can count "
+     "fewer whole steps than the detector kept (gen3:straggler_recurs: 3, 54 s after the onset; the chain bound, 73 "
+     "s, allows that). test_transforms.py "
      "test_chained_producer_stalls_delay_the_alert_by_the_whole_steps_they_held (54 generated: 2-8 ranks, 0.2-2 s steps, "
      "20-30 s stalls chained 1-3 deep; 27 fail without, and one named 40 steps later still breaks it). 14 other late "
      "pairs (straggler and hang bases) hold as before"),

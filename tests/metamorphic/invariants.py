@@ -116,6 +116,29 @@ def whole_steps(rec: Recording, job: str | None) -> list[tuple[int, float]] | No
     return out
 
 
+#: A message is held (a producer's stall) where it arrived this many seconds after its stamp (the onset's clock).
+HELD_S = 2.0
+
+
+def stalled_until(rec: Recording, job: str | None, within: float = 0.0) -> float:
+    """Seconds from the onset to the end of the stalls chained from it: the union of the job's held step events'
+    spans (stamp to arrival, ``HELD_S``) reached from the onset's first ``within`` seconds (the evidence the base
+    judged), one stall's queue arriving while another producer's is held (0: none held there)."""
+    if not rec.arrival or rec.onset is None:
+        return 0.0
+    offsets = _host_offsets(rec)
+    spans = sorted((e["ts"] - offsets.get(e.get("node"), 0.0), line.arrival) for line in rec.lines
+                   if (e := line.event).get("kind") == "step" and e.get("job") == job
+                   and isinstance(e.get("ts"), (int, float))
+                   and line.arrival - (e["ts"] - offsets.get(e.get("node"), 0.0)) > HELD_S)
+    end = rec.onset
+    for a, b in spans:
+        if a > max(end, rec.onset + within):
+            break
+        end = max(end, b)
+    return end - rec.onset
+
+
 def evidence_at(steps: list[tuple[int, float]], need: int) -> float | None:
     """Seconds from the onset to the end of the first run of ``need`` consecutive whole steps (``whole_steps``: the
     evidence a rule judging a window of steps had in the base), else to the last whole step; None: none."""
@@ -173,7 +196,8 @@ def delay(base: Verdict, var: Verdict, base_rec: Recording, var_rec: Recording, 
         need = max(1, sum(1 for _, x in had or () if x <= was))
         before, after = evidence_at(had or [], need), evidence_at(got or [], need)
         if before is not None and after is not None:
-            late = max(0.0, after - before)
+            # (never less than one stall, never more than the stalls chained from the onset held the job's events)
+            late = max(late, min(after - before, stalled_until(var_rec, var.job, was)))
     allowed += var_rec.clock_error + late
     return None if took <= allowed else f"first {base.primary} {took:.1f} s after the onset > {allowed:.1f} s " \
                                         f"(base {was:.1f} s, x{s:g} time)"
