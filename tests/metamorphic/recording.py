@@ -47,7 +47,7 @@ class Recording:
     clock_error: float = 0.0
     #: Seconds a producer's messages may arrive late (``late``: a stall, the messages after it queued behind): a
     #: fault's events in them reach the worker that much later (their steps close without them), and so may its
-    #: first alert (invariants.py).
+    #: first alert (invariants.py: where the steps after the onset tell how late their events were, by that instead).
     lateness: float = 0.0
     ranks: dict[tuple[str, int], int] = field(default_factory=dict, compare=False)
     nodes: dict[str, str] = field(default_factory=dict, compare=False)

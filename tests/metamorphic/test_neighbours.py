@@ -41,6 +41,17 @@ def test_heartbeats_a_step_behind_through_a_pause_are_not_a_restart(source: str)
     assert not _held(source, rec)
 
 
+@pytest.mark.parametrize("source,phase,seconds", [("gen3:three_ranks", "checkpoint", 60.0),
+                                                  ("gen3:three_ranks", "checkpoint", 120.0),
+                                                  ("gen3:three_ranks", "eval", 45.0),
+                                                  ("gen3:noisy_healthy_64", "checkpoint", 60.0)])
+def test_a_pause_after_heartbeats_at_different_steps_is_no_partial_hang(source: str, phase: str, seconds: float):
+    """Every rank enters a marked pause at one step boundary: its heartbeats through it say that step and the job's
+    collectives done, whichever step each rank's last heartbeat before it said (gen3:three_ranks: 39, 42 and 44, read
+    as two ranks past the collective the third waited at, a partial pause hang at 30 s)."""
+    assert not _held(source, t.pause_before_fault(base(source).rec, phase, seconds))
+
+
 # -- b: a producer's late messages are not a slowdown -----------------------------------------------------------
 # Late messages at the start left the first steps incomplete, so the throughput rule's baseline began later; on a
 # job of variable sequence lengths its step time alone then crossed the threshold while its tokens per second

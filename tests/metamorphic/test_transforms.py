@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -96,6 +97,83 @@ def test_pause_shifts_the_fault_and_brackets_it():
     assert {e["rank"] for e in during} == {0, 1, 2, 3}
 
 
+def _sync_job(ranks: int, pace: float, per_step: int, hb_every: float, spread: float, hang: bool,
+              seed: int, tail: int = 20) -> tuple[Recording, int, int]:
+    """A synchronous job of steps of ``pace`` s, ``per_step`` collectives each (4 at start-up), each rank's host
+    clock up to ``spread`` s off, heartbeats every ``hb_every`` s at each rank's own phase saying the last step
+    ended and the collectives done by then; the onset after 45 s at least (step 40 at least), where (``hang``) the
+    last rank never reaches the step's first collective that the others wait in (``tail`` more steps without). Returns it,
+    the last step before the onset and the job's count at its end."""
+    rng = random.Random(seed)
+    off = [(rng.random() * 2 - 1) * spread for _ in range(ranks)]
+    off = [round(x - statistics.median(off), 3) for x in off]  # (around the true time: the onset's clock)
+    onset = max(40, int(45.0 / pace))  # (45 s of heartbeats before it at least)
+    steps = onset + tail
+    events: list[tuple[float, dict]] = []
+
+    def count(t: float) -> tuple[int, int]:  # (steps ended, collectives done) at true time t
+        k = min(int((t - T0) / pace), onset if hang else steps)
+        done = 4 + per_step * k
+        if k < (onset if hang else steps):
+            done += min(per_step, int(((t - T0) / pace - k) * (per_step + 1)))
+        return k, done
+
+    for k in range(onset if hang else steps):
+        for r in range(ranks):
+            end = T0 + (k + 1) * pace + rng.random() * 0.01 * pace
+            events.append((end + 0.05, {"v": 1, "kind": "step", "job": "j", "rank": r, "node": f"n{r}", "step": k,
+                                        "ts": round(end + off[r], 6), "step_time": pace}))
+    last = T0 + steps * pace + (60.0 if hang else 0.0)
+    for r in range(ranks):
+        t = T0 + rng.random() * hb_every
+        while t < last:
+            k, done = count(t)
+            started = done + 1 if hang and k >= onset and r != ranks - 1 else done
+            events.append((t + 0.05, {"v": 1, "kind": "heartbeat", "job": "j", "rank": r, "node": f"n{r}",
+                                      "ts": round(t + off[r], 6), "step": k - 1, "phase": "train",
+                                      "seq_started": started, "seq_completed": done,
+                                      "pgs": {"default": {"started": started, "completed": done}}}))
+            t += hb_every
+    events.sort(key=lambda x: x[0])
+    rec = Recording("sync", tuple(Line(a, e) for a, e in events), onset=T0 + onset * pace + 0.02 * pace)
+    return rec, onset - 1, 4 + per_step * onset
+
+
+_PAUSE_CASES = random.Random(39).sample([
+    (ranks, pace, per_step, hb, spread, hang, stale)
+    for ranks in (2, 3, 8) for pace in (0.1, 0.34, 2.0) for per_step in (1, 3) for hb in (2.0, 5.0, 7.0)
+    for spread in (0.0, 3.0) for hang in (False, True) for stale in (0.0, 2.0)], 40)
+
+
+@pytest.mark.parametrize("ranks,pace,per_step,hb_every,spread,hang,stale", _PAUSE_CASES)
+def test_pause_heartbeats_say_the_boundary_every_rank_ended(ranks, pace, per_step, hb_every, spread, hang, stale):
+    """Invariant: through a marked checkpoint or eval every rank's heartbeat says the step the pause follows and the
+    job's one count of collectives at that step's end, none in flight, whatever step and count its last heartbeat
+    before said (each rank heartbeats at its own phase), its host clock, a heartbeat thread a few steps stale and a
+    hang right after the pause; and after the pause the base's heartbeats resume unchanged, no count going back.
+    (gen3:three_ranks / checkpoint 60s: copies of heartbeats from steps 39, 42 and 44 read as two ranks past the
+    collective the third waited at, a false partial pause hang; counts carried on at a stale step's rate went
+    past the ones after the pause, read as new processes: test_neighbours.py's stale heartbeats.)"""
+    rec, step, want = _sync_job(ranks, pace, per_step, hb_every, spread, hang, seed=ranks * 7 + per_step)
+    if stale:
+        rec = t.heartbeat_stale_step(rec, stale)
+    for phase, seconds in (("checkpoint", 60.0), ("eval", 30.0)):
+        paused = t.pause_before_fault(rec, phase, seconds)
+        inside = [e for e in paused.events("heartbeat") if e["phase"] == phase]
+        assert {e["rank"] for e in inside} == set(range(ranks))
+        said = {(e["step"], e["seq_started"], e["seq_completed"], e["pgs"]["default"]["started"],
+                 e["pgs"]["default"]["completed"]) for e in inside}
+        assert said == {(step, want, want, want, want)}, (phase, sorted(said)[:4])
+        # (the base's heartbeats kept as they were, but for their times; each rank's counts never go back)
+        fields = ("rank", "step", "seq_started", "seq_completed")
+        assert Counter(tuple(e[f] for f in fields) for e in paused.events("heartbeat") if e["phase"] == "train") \
+            == Counter(tuple(e[f] for f in fields) for e in rec.events("heartbeat"))
+        for r in range(ranks):
+            counts = [e["seq_completed"] for e in sorted(paused.events("heartbeat"), key=lambda e: e["ts"])
+                      if e["rank"] == r]
+            assert counts == sorted(counts)
+
+
 def test_teardown_silences_the_waiting_ranks_only():
     rec = _hang()
     torn = t.teardown(rec, {"h": frozenset({3})}, 20.0)
@@ -150,6 +228,74 @@ def test_the_invariants_fail_a_wrong_verdict():
     late = Verdict(good.types, "hang", "h", good.culprits, good.node, None, T0 + 900)
     assert "delay" in check(good, late, rec, rec)
     assert set(check(good, verdict([]), rec, rec)) == {"types_kept", "culprit"}
+
+
+@pytest.mark.parametrize("pace,ahead,after,late", [
+    (pace, ahead, after, late) for pace in (0.02, 0.05, 0.1, 2.0, 10.0) for ahead in (-2.5, -1.0, 1.0, 2.5)
+    for after in (3, 10) for late in (False, True)])
+def test_the_delay_is_read_on_the_onsets_clock_whatever_host_stamped_the_alert(pace, ahead, after, late):
+    """Invariant: a straggler named ``after`` steps after the onset in the base and, in a variant at another pace,
+    at the same step or 4 later, is on time, whatever the offset from the broker's clock (the onset's) of the host
+    whose step end stamped it: time_scale keeps host clock offsets at their wall-clock length, so the delay
+    invariant takes the stamping host's offset out of both delays (gen3:gradual_slowdown and straggler_recovers at
+    20 ms: alerts stamped on a host 0.7-2.5 s ahead, its offset scaled with the steps as if part of the delay;
+    gen3:fast_flush_bursts at 2-120 s steps: stamped 2 s behind, its base delay read 0)."""
+    rec, onset_step, _ = _sync_job(3, 0.34, 3, 5.0, 0.0, False, seed=11, tail=60)
+    rec = rec.derive(None, [Line(line.arrival, dict(line.event, ts=line.event["ts"] + ahead))
+                            if line.event.get("rank") == 0 else line for line in rec.lines])  # (rank 0's host)
+    var = t.time_scale(rec, pace)
+
+    def stamp(r: Recording, step: int) -> float:
+        return next(e["ts"] for e in r.events("step") if e["rank"] == 0 and e["step"] == step)
+
+    step = onset_step + after
+    base = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}), first_at=stamp(rec, step))
+    got = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}),
+                  first_at=stamp(var, step + (4 if late else 0)))
+    assert "delay" not in check(base, got, rec, var)
+    assert "delay" not in check(base, base, rec, rec)
+    if pace > 1.0:  # (and one named far later still breaks it; sped up, the base's lag keeps its length: seconds)
+        slow = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}),
+                       first_at=stamp(var, onset_step + 3 * after + 12))
+        assert "delay" in check(base, slow, rec, var)
+
+
+@pytest.mark.parametrize("ranks,pace,stall,chain", [
+    (ranks, pace, stall, chain) for ranks in (2, 4, 8) for pace in (0.2, 0.5, 2.0) for stall in (20.0, 30.0)
+    for chain in (1, 2, 3)])
+def test_chained_producer_stalls_delay_the_alert_by_the_whole_steps_they_held(ranks, pace, stall, chain):
+    """Invariant: where producers' stalls chain (half the ranks' producers stall ``stall`` s from just before the
+    onset, the other half's before the first half's queue arrives, ``chain`` stalls in all), a straggler named as
+    many steps after the first step whose events all came on time as the base named it after the onset is on time:
+    the delay allows what the variant's delivery held (the steps after the onset the worker could judge whole), not
+    one stall (gen2:straggler-2-ranks / late 1% by 30s: four stalls of its 2 ranks' producers, no whole step for
+    32 s after the onset, named 2.4 s after its events came). A straggler named 40 steps later still breaks it."""
+    rec, onset_step, _ = _sync_job(ranks, pace, 3, 5.0, 0.0, False, seed=5, tail=int(4 * stall / pace) + 60)
+    halves = (frozenset(range(ranks // 2)), frozenset(range(ranks // 2, ranks)))
+    starts = [rec.onset - 1.0 + i * 0.7 * stall for i in range(chain)]
+
+    def held(line: Line) -> float:  # (a stalled producer's messages queue behind it: sent when it recovers)
+        at = line.arrival
+        for i, a in enumerate(starts):
+            if line.event.get("rank") in halves[i % 2] and a <= at < a + stall:
+                at = a + stall
+        return at
+
+    var = replace(rec.derive("stalls", sorted((Line(held(line), line.event) for line in rec.lines),
+                                              key=lambda line: line.arrival), arrival=True), lateness=stall)
+
+    def stamp(step: int) -> float:
+        return next(e["ts"] for e in rec.events("step") if e["rank"] == 0 and e["step"] == step)
+
+    after = 6
+    named = onset_step + after
+    base = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}), first_at=stamp(named))
+    recovered = starts[-1] + stall  # (the first step all of whose events came on time, then as many as the base)
+    first = next(e["step"] for e in rec.events("step") if e["ts"] >= recovered)
+    got = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}), first_at=stamp(first + after))
+    assert "delay" not in check(base, got, rec, var)
+    slow = Verdict(frozenset({"straggler"}), "straggler", "j", frozenset({0}), first_at=stamp(first + after + 40))
+    assert "delay" in check(base, slow, rec, var)
 
 
 def test_stale_heartbeat_steps_go_back_never_forward():

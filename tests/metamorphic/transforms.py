@@ -709,7 +709,8 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
     """A marked pause (``phase``: ``checkpoint``, ``eval`` or ``warmup``; job-wide phase events) of ``seconds``
     at the step boundary where the fault begins (a healthy recording: half-way through), once every rank ended
     the step before it, every rank heartbeating through it where the recording has heartbeats (through a
-    checkpoint or eval, saying so: ``timer_in_pause``); every event
+    checkpoint or eval, saying so, that step and the job's collectives done: ``timer_in_pause``, ``_pause_positions``;
+    after it, the base's heartbeats as they were); every event
     stamped after it happens ``seconds`` later (events stamped before it and still in flight arrive as they did).
 
     Invariant: the same verdict, the first alert's delay counted from the fault's onset; a pause is not a
@@ -756,14 +757,17 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
         if line.event.get("kind") == "heartbeat":
             last_hb[_stream(line.event)] = line
     periods = _periods(rec)
+    paused = timer_in_pause and phase in ("checkpoint", "eval")
+    said = _pause_positions(rec, at, job_time) if paused else {}
     for key, line in last_hb.items():
         p = max(periods.get(key, 5.0), 0.5)
         # Through a checkpoint or eval a rank's timer says its phase (every rank marks its own, producers/monitor.py):
         # a copy saying ``train`` reads as a rank that left the pause, and one whose last step event was lost as
-        # behind the others (a partial hang at the pause's end: gen3:slow_node_2gpu / eval).
+        # behind the others (a partial hang at the pause's end: gen3:slow_node_2gpu / eval); and where every rank
+        # is, the step the pause follows with its collectives done (``_pause_positions``).
         # (``timer_in_pause`` False: copies as they were, for a pause inside a fault whose ranks may be stuck)
-        if timer_in_pause and phase in ("checkpoint", "eval"):
-            line = Line(line.arrival, dict(line.event, phase=phase))
+        if paused:
+            line = Line(line.arrival, _at_pause(line.event, said.get(key), phase))
         n = 1
         while job_time(line.event, line.event["ts"]) + n * p < at + seconds:
             moved = _moved(line, n * p)
@@ -773,6 +777,120 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
     onset = rec.onset + seconds if rec.onset is not None else None
     lines = _sorted(before + inserted + after) if rec.arrival else before + _sorted(inserted) + after
     return rec.derive(f"{phase}_pause({seconds:g}s)", lines, onset=onset)
+
+
+def _counters(e: dict) -> dict[str, int]:
+    """A heartbeat's collective counts, completed: ``seq`` (the top-level) and ``pgs/NAME`` per process group."""
+    out = {"seq": e["seq_completed"]} if isinstance(e.get("seq_completed"), int) else {}
+    if isinstance(e.get("pgs"), dict):
+        out.update((f"pgs/{name}", v["completed"]) for name, v in e["pgs"].items()
+                   if isinstance(v, dict) and isinstance(v.get("completed"), int))
+    return out
+
+
+#: A rank's count at its job's pause is read from its last this many heartbeats before it ...
+PAUSE_BEATS = 8
+#: ... and its rate per step, read over its run, is a whole number where it is this close to one.
+RATE_SNAP = 0.2
+
+
+def _pause_positions(rec: Recording, at: float, job_time: Callable[[dict, float], float]) -> dict[tuple, dict]:
+    """What each rank's heartbeat says through a pause that begins at ``at`` (the job's clock), per heartbeat stream:
+    ``step``, the last step every rank of its job ended before it (with the stream's usual lead, ``_beat_ahead``),
+    and per counter (``_counters``) one count for the whole job, every collective of that step done.
+
+    A real pause is entered by every rank at one step boundary: no collective is in flight and a synchronous job's
+    ranks have done the same collectives. Copies of each rank's last heartbeat before it (steps 39, 42 and 44 of
+    gen3:three_ranks at 0.34 s steps) read as two ranks past the collective the third waits at: a false partial
+    pause hang. The count is each rank's count at a step's end (its last ``PAUSE_BEATS`` heartbeats' counts less
+    the steps each had ended, read from its step events, not the heartbeat's ``step``, which may lag:
+    ``heartbeat_stale_step``, times its rate per step) carried on to the boundary, the least over the job's ranks
+    (a heartbeat taken within a step over-counts by the step's collectives under way), never below
+    a count some rank had done before the pause nor above one some rank says after it (the base's heartbeats resume
+    unchanged: a count going back reads as a new process, and a hang right after the pause keeps its culprit behind
+    the collective the others wait in)."""
+    done: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    boundary: dict = {}
+    ends: dict[tuple, float] = {}
+    for e in rec.events("step"):
+        if isinstance(e.get("step"), int) and isinstance(e.get("ts"), (int, float)):
+            done[(e.get("job"), e.get("rank"))].append((e["ts"], e["step"]))
+            key = (e.get("job"), e["step"])
+            ends[key] = max(ends.get(key, float("-inf")), job_time(e, e["ts"]))
+    for (job, step), end in ends.items():
+        if end < at:
+            boundary[job] = max(boundary.get(job, step), step)
+    for series in done.values():
+        series.sort()
+    beats: dict[tuple, list[dict]] = defaultdict(list)
+    for e in rec.events("heartbeat"):
+        if isinstance(e.get("ts"), (int, float)):
+            beats[_stream(e)].append(e)
+    ahead = _beat_ahead(rec)
+    lows: dict[tuple, int] = {}
+    highs: dict[tuple, int] = {}
+    guesses: dict[tuple, list[int]] = defaultdict(list)
+    for key, series in beats.items():
+        job = key[1]
+        if job not in boundary:
+            continue
+        series.sort(key=lambda e: job_time(e, e["ts"]))
+        steps = done.get(key[1:], [])
+
+        def reached(e: dict) -> int | None:  # the rank's last step ended by the heartbeat (its host's clock)
+            k = bisect.bisect_right(steps, (e["ts"], float("inf"))) - 1
+            return steps[k][1] if k >= 0 else None
+
+        prior = [e for e in series if job_time(e, e["ts"]) <= at]
+        nxt = next((e for e in series if job_time(e, e["ts"]) > at), None)
+        for name, v in _counters(nxt).items() if nxt else ():
+            highs[(job, name)] = min(highs.get((job, name), v), v)
+        if not prior:
+            continue
+        last = prior[-1]
+        known = [(k, _counters(e)) for e in prior if (k := reached(e)) is not None]
+        for name, v in _counters(last).items():
+            lows[(job, name)] = max(lows.get((job, name), v), v)
+            # Its rate per step over the run's heartbeats (from the last count that went back, a new process's); a
+            # step issues a whole number of collectives (a heartbeat within a step counts some of the next).
+            run = [(k, c[name]) for k, c in known if name in c]
+            for i in range(len(run) - 1, 0, -1):
+                if run[i][1] < run[i - 1][1]:
+                    run = run[i:]
+                    break
+            if len(run) < 2 or run[-1][0] <= run[0][0]:
+                continue
+            rate = (run[-1][1] - run[0][1]) / (run[-1][0] - run[0][0])
+            rate = round(rate) if abs(rate - round(rate)) < RATE_SNAP else rate
+            # The count at a step's end: the least of a heartbeat's count less the steps it had ended at that rate
+            # (one taken within a step over-counts by the collectives of the step under way).
+            at_end = min(c - rate * k for k, c in run[-PAUSE_BEATS:])
+            guesses[(job, name)].append(round(at_end + rate * boundary[job]))
+    counts = {}
+    for pool, low in lows.items():
+        guess = min(guesses[pool], default=low)
+        counts[pool] = max(low, min(guess, highs.get(pool, guess)))
+    return {key: {"step": boundary[key[1]] + ahead.get(key, 0),
+                  "counts": {name: v for (job, name), v in counts.items() if job == key[1]}}
+            for key in beats if key[1] in boundary}
+
+
+def _at_pause(e: dict, said: dict | None, phase: str) -> dict:
+    """A heartbeat copied into a pause: its ``phase``, and the step and counts ``said`` (``_pause_positions``), each
+    collective started as done."""
+    out = dict(e, phase=phase)
+    if not said:
+        return out
+    if isinstance(e.get("step"), int):
+        out["step"] = said["step"]
+    counts = said["counts"]
+    if "seq" in counts and isinstance(e.get("seq_completed"), int):
+        out["seq_started"] = out["seq_completed"] = counts["seq"]
+    if isinstance(e.get("pgs"), dict):
+        out["pgs"] = {name: dict(v, started=counts[f"pgs/{name}"], completed=counts[f"pgs/{name}"])
+                      if isinstance(v, dict) and f"pgs/{name}" in counts and isinstance(v.get("completed"), int)
+                      else v for name, v in e["pgs"].items()}
+    return out
 
 
 # -- the watchdog's teardown ---------------------------------------------------------------------------------
