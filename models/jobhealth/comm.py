@@ -14,7 +14,7 @@ slowdown slows every rank alike, and the node behind it comes from the job's tel
 **When a collective is judged** (whatever order its events arrive in: live, or a recording
 sorted by event time with node clocks seconds apart): once every rank of it is in (as many as
 the most this key's collectives ever had), else once it is ``max_lag`` sequence numbers behind the
-newest, ``time_bound`` seconds of event time behind the newest event, or the oldest of
+newest, once a rank of it is ``time_bound`` seconds past it (on that rank's own clock), or the oldest of
 ``max_pending`` open ones. Judging on the first ranks in would take the minimum over ranks that
 all waited for a straggler still to come, and sell its wait as transfer time.
 
@@ -267,7 +267,7 @@ class CommSlowdownDetector:
             # Incomplete (a rank's event lost or late): judged on the ranks in once far enough behind, oldest first,
             # unless it waits for a stalled producer's rank (``_holds``): the ones behind it wait with it.
             seq = min(state.pending)
-            if (seq > newest - self.max_lag and state.newest_ts - state.first_ts[seq] < self.time_bound
+            if (seq > newest - self.max_lag and not self._moved_on(state, seq, event)
                     and len(state.pending) <= self.max_pending):
                 break
             if len(state.pending) <= max(self.max_pending, HOLD_EVENTS // max(state.expected, 1)) \
@@ -275,6 +275,15 @@ class CommSlowdownDetector:
                 break
             out.extend(self._close(key, state, seq))
         return out
+
+    def _moved_on(self, state: _Key, seq: int, event: CollectiveEvent) -> bool:
+        """Whether ``event``'s rank, one of collective ``seq``'s, is ``time_bound`` seconds past it: both times on
+        its own host's clock. The newest event of any host against the collective's earliest compared two clocks,
+        tens of seconds apart where NTP is broken: the first collectives were judged on their first ranks in,
+        ``expected`` learned that many, and the straggler's wait became the transfer (gen2:straggler-64 / clocks
+        +-30s; tests/models/jobhealth/test_comm_clock_offsets.py)."""
+        mine = state.pending[seq].get(event.rank)
+        return mine is not None and event.ts - mine[1] >= self.time_bound
 
     def _holds(self, state: _Key, seq: int) -> bool:
         """Whether the oldest open collective ``seq`` waits for a rank whose producer stalled: silent since before

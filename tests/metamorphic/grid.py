@@ -336,6 +336,42 @@ def full(max_ranks: int = 1 << 30, max_world: int = 16_384) -> list[tuple[str, s
 #: (variant prefix, invariant, text in how it broke, cause): the first rule that matches a broken invariant of a
 #: failing pair explains it. Causes were read from the alerts of one failing pair each (their summaries).
 CAUSES: list[tuple[str, str, str, str]] = [
+    # The gen2/gen3 bases never run through the grid before (branch gridgen: 19 bases, families time scale,
+    # delivery, clock offsets, heartbeat lag, pause, teardown, world size up to 64).
+    ("clocks +-30s", "no_new_types", "comm_slowdown", "fixed (branch gridgen, detector): gen2:straggler-64 paged a "
+     "critical comm_slowdown beside its straggler: an incomplete collective's 30 s bound compared the newest event's "
+     "stamp (a host up to 30 s ahead) with the collective's earliest (a host behind), so its first collectives were "
+     "judged on their first 6 ranks in, the rule learned that its collectives have 6 ranks (``expected``) and every "
+     "later one was complete without the straggler: the others' waits for it were the transfer (156 ms vs 56). The "
+     "bound is now read on one rank's own clock (comm.py ``_moved_on``; tests/models/jobhealth/"
+     "test_comm_clock_offsets.py, 16-64 ranks, 2-45 s spreads, in order or shuffled)"),
+    ("step 0.02s", "types_kept", "lost ['job_restart']", "harness (analysed, branch gridgen): "
+     "gen3:hang_teardown_restart at 20 ms steps: gen3 draws each event's delivery lag on its own (exponential, up to "
+     "~3 s) and time_scale keeps it at wall length, so one rank's own events arrive up to ~100 steps out of order (a "
+     "producer's queue keeps its order). The restart tracker reads a rank's own latest step in arrival order: ranks "
+     "1, 4, 6 and 7's last old-process events to arrive were late ones of steps 18-44, so their new run's steps "
+     "40-46 read as going on (carried), not back: 4 of 8 ranks relaunched, not most. The hang rule saw the restart "
+     "(5 of 8). Candidate hardening (models/oncall/restarts.py, not done): a rank's own highest step of its process, "
+     "not its last to arrive"),
+    ("step ", "culprit", "primary hang (base straggler)", "harness (analysed, branch gridgen): gen3:clock_step_45s "
+     "(n01's clock steps 45 s ahead at its straggler's onset, step ~147 of 260) at 20 ms, 60 and 120 s steps: "
+     "time_scale takes one clock offset per node (node_offsets, the median over the run: n01's before the step) and "
+     "scales the 45 s step with the pace: at 60 s steps n01's step ends are stamped 5,681 s after the others' (a "
+     "new hang, 12 ranks 'stopped' while n01's step); at 20 ms 1.9 s (its partial hang 'at step 0, 56 s ago' not "
+     "read to the end). A clock that steps keeps its 45 s at any pace; modelling it needs time-varying offsets in "
+     "node_offsets (not done)"),
+    ("warmup 20s", "culprit", "primary hang (base straggler)", "harness (analysed, branch gridgen): "
+     "gen3:clock_step_45s: pause_before_fault's boundary is the latest end of the step before the fault on the job's "
+     "clock (node_offsets, constant per node), and n01's clock stepped 45 s ahead just before: the boundary went 45 s "
+     "late, the other nodes' next ~100 steps stayed before the pause while n01's moved 20 s after it, and they read "
+     "as stuck for n01 (12 of 16 ranks, a partial hang at step 225). The same time-varying offsets would fix it "
+     "(tests/metamorphic/transforms.py, branch harness8's room: not done)"),
+    ("world 2", "types_kept", "lost ['straggler']", "open: detector, design limit of a pair (analysed, branch "
+     "gridgen): gen3:input_stall shrunk to 2 ranks: the data-wait channel (straggler_data_wait.py) compares a rank's "
+     "data_time with its peers' median, which in a pair is the mean of both, against a MAD spread of half their gap: "
+     "z ~0.7 at any stall, never over z_threshold; the compute rule sees equal computes; only the job's "
+     "throughput_drop (17%, input pipeline layer) fires. A pair needs the paired reading small_group.py gives "
+     "compute (not done). (gen3:flaky_gpu / world 2's new throughput_drop: not read)"),
     # The fifth round's unanalysed rows (branch fastlag: gen3 at fast paces and odd bases).
     ("step ", "culprit", "(base [0, 1, 3])", "design (analysed, branch fastlag): gen3:start_and_end's jobB has no fault: "
      "it stops after step 5319 without an end marker (all four ranks completed it), the allowed hang. Its culprits "
