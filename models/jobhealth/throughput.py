@@ -153,7 +153,10 @@ def sample_from(step: GroupStep) -> StepSample:
     if before.size and complete:
         # The last rank to arrive waits least: its comm_time is the transfer itself. (No NaN in ``before``: none in
         # ``comm_time`` either, and ``nan_max`` is ``np.max``'s float.)
-        median_before, slowest = step_median(step, "before", before), nan_max(before)
+        # Of two ranks the median is their mean, which moves by half of one rank's stall: the typical rank of a
+        # pair is the quicker one (a job-wide slowdown moves both, one slow rank is the straggler rule's).
+        median_before = step_median(step, "before", before) if before.size != 2 else least(before)
+        slowest = nan_max(before)
         transfer = least(step.comm_time)
         typical = float(median_before + transfer)
     total, counted = kept_sum(step.tokens)

@@ -270,8 +270,8 @@ class StragglerDetector:
         history.record(at, slow, ratio, z, x, peers if peers is not None else peer)
         self._slots.record_nodes(slots, first, step.nodes)
         data_slow = self._data.judge(step, at, col, peer, ratio_threshold=self.ratio_threshold,
-                                     z_threshold=self.z_threshold, spread_floor=self.spread_floor) \
-            if signal == "compute_time" and not small else None
+                                     z_threshold=self.z_threshold, spread_floor=self.spread_floor, small=small) \
+            if signal == "compute_time" else None
         # Ranks missing from this step carry their old verdicts; they neither fire nor clear.
         counts = history.slow[at].sum(axis=1)
         busy = slow if data_slow is None else slow | data_slow

@@ -366,7 +366,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "late, the other nodes' next ~100 steps stayed before the pause while n01's moved 20 s after it, and they read "
      "as stuck for n01 (12 of 16 ranks, a partial hang at step 225). The same time-varying offsets would fix it "
      "(tests/metamorphic/transforms.py, branch harness8's room: not done)"),
-    ("world 2", "types_kept", "lost ['straggler']", "open: detector, design limit of a pair (analysed, branch "
+    ("world 2", "types_kept", "lost ['straggler']", "fixed (lead, detector): a rank of 2-3 is compared with its "
+     "other ranks' data waits, its noise from its own gaps to them, and a pair's typical rank for the throughput "
+     "rule is its quicker one (straggler_data_wait.py, throughput.py; tests/models/steps/"
+     "test_small_group_input_stall.py, 32 generated stalls fail without). Was: open: detector, design limit of a pair (analysed, branch "
      "gridgen): gen3:input_stall shrunk to 2 ranks: the data-wait channel (straggler_data_wait.py) compares a rank's "
      "data_time with its peers' median, which in a pair is the mean of both, against a MAD spread of half their gap: "
      "z ~0.7 at any stall, never over z_threshold; the compute rule sees equal computes; only the job's "
