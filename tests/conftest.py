@@ -9,6 +9,11 @@ fixture never start a JVM.
 Isolation on a shared broker comes from names, not from fresh brokers:
 ``topic_prefix`` and ``consumer_group`` are unique per test.
 
+Parallel runs (``scripts/test`` with ``STEPWATCH_TEST_WORKERS`` > 1: ``-n N --dist loadgroup``): every test
+that uses the session broker (the ``kafka_bootstrap`` fixture, directly or through another fixture, or the
+``kafka`` marker) is put in one xdist group, so one worker starts one broker and runs them in order, as a serial
+run does; the other workers run the pure tests beside it.
+
 Skips: every skipped test is listed at the end with its reason; in CI (``CI=true``) a skip
 not on the allow-list (tests/allowed_skips.py) makes the run fail.
 """
@@ -69,6 +74,44 @@ def topic_prefix(request: pytest.FixtureRequest) -> str:
 def consumer_group(request: pytest.FixtureRequest) -> str:
     """Unique consumer group id for one test, e.g. ``g-faust-forward-1a2b3c4d``."""
     return f"g-{_short_test_name(request)}-{uuid.uuid4().hex[:8]}"
+
+
+#: The xdist group (``--dist loadgroup``) of every test that needs a Kafka broker. One group, not a broker per
+#: worker: a second JVM on a 2-core CI machine would slow the timing-bound broker tests, and these tests mostly
+#: wait (on the broker, worker subprocesses, training ranks), so one worker suffices for them.
+KAFKA_GROUP = "kafka"
+
+
+def _needs_broker(item: pytest.Item) -> bool:
+    return "kafka_bootstrap" in item.fixturenames or item.get_closest_marker("kafka") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group into the node id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _needs_broker(item):
+            item.add_marker(pytest.mark.xdist_group(KAFKA_GROUP))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which sends the ids to the scheduler
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Group the broker tests where xdist could not: loadgroup schedules by the ``@group`` suffix of the node ids a
+    worker sends, and pytest-xdist 3.8 appends it to ``item._nodeid``, which pytest 9.2 no longer reads (a node's
+    id is ``item._id``, a ``NodeId``): without this every broker test would be a group of its own, spread over the
+    workers, each starting a broker."""
+    if not session.config.getoption("loadgroup", default=False):  # set on xdist workers under --dist loadgroup
+        return
+    suffix = "@" + KAFKA_GROUP
+    for item in session.items:
+        if not _needs_broker(item) or item.nodeid.endswith(suffix):
+            continue
+        if isinstance(getattr(item, "_id", None), str) or not hasattr(item, "_id"):
+            item._nodeid = item.nodeid + suffix  # pytest < 9.2 (xdist did this already)
+        else:
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(item.nodeid + suffix)
+        assert item.nodeid.endswith(suffix), item.nodeid
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -144,8 +187,13 @@ def pytest_runtest_logreport(report) -> None:
         _skips.append((report.nodeid, _skip_reason(report)))
 
 
+def plain_nodeid(nodeid: str) -> str:
+    """``nodeid`` without the ``@group`` that ``--dist loadgroup`` appends to a grouped test's id."""
+    return nodeid.removesuffix("@" + KAFKA_GROUP)
+
+
 def unexpected_skips() -> list[tuple[str, str]]:
-    return [(nodeid, reason) for nodeid, reason in _skips if allowed(nodeid) is None]
+    return [(nodeid, reason) for nodeid, reason in _skips if allowed(plain_nodeid(nodeid)) is None]
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -159,9 +207,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     ci = in_ci()
     terminalreporter.section("skipped tests", sep="=", yellow=True)
     for nodeid, reason in _skips:
-        why = allowed(nodeid)
+        why = allowed(plain_nodeid(nodeid))
         mark = f"allowed: {why}" if why is not None else ("NOT ALLOWED IN CI" if ci else "would fail in CI")
-        terminalreporter.write_line(f"SKIPPED {nodeid}: {reason} [{mark}]")
+        terminalreporter.write_line(f"SKIPPED {plain_nodeid(nodeid)}: {reason} [{mark}]")
     bad = unexpected_skips()
     if ci and bad:
         terminalreporter.write_line(f"FAIL: {len(bad)} skipped test(s) not on the allow-list (tests/allowed_skips.py); "

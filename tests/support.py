@@ -27,7 +27,9 @@ def full_or(full, sample):
 
 def stepwatch_env(bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
     """Environment pointing every stepwatch command at one test's topics and app id."""
-    env = dict(os.environ)
+    # Not the runner's terminal size: pytest-xdist's workers have COLUMNS=80, and `stepwatch alerts` cuts its lines
+    # to COLUMNS where set (a script, without it, gets every character).
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env.update(
         KAFKA_BOOTSTRAP=bootstrap,
         STEPWATCH_KAFKA_TOPIC_PREFIX=prefix,
