@@ -346,6 +346,19 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "(comm.py _fire, rank_recent_at; tests/models/jobhealth/test_comm_stale_ranks.py, 8 generated cases, 7 fail "
      "without). Left open: the number of ranks a complete collective has (expected) is learned from a collective "
      "judged incomplete and never grows back while each is judged at that count"),
+    ("without telemetry", "culprit", "node None", "harness (analysed, branch gridlib): library:net-ib-errors-64 and "
+     "net-rate-down-64: the base's comm_slowdown names its node from the job's node telemetry (docs/network.md); "
+     "without telemetry there is nothing to name it from. The variant excuses the telemetry types and the cause, "
+     "not the node read from them (not changed here: the invariants are another branch's room)"),
+    ("clocks +-30s", "no_new_types", "throughput_drop", "open: detector, presumed (analysed in part, branch gridlib): "
+     "library:multi-job-3's mj-straggler-128 (rank 100 1.29x from step 120; no arrival times, re-sorted by stamps "
+     "of hosts up to 55 s apart) gets a throughput_drop 'layer: communication' at step 196. The rule's typical step "
+     "takes the transfer from the last rank to arrive (the least comm_time); steps closed without the straggler's "
+     "node (its events tens of seconds behind in stamp order) are left out up to max_incomplete_steps (100) in a "
+     "row, then taken as the job's new normal, and the least comm_time of the ranks in then holds their wait for "
+     "the straggler. Not read step by step"),
+    ("late 1% by 30s", "delay", "first throughput_drop", "not analysed (branch gridlib): library:noisy-neighbour-64's "
+     "throughput_drop 68.5 s after the onset (base 6.7 s; allowed 53.4 s with the lateness)"),
     ("step ", "crash", "RecursionError", "fixed (branch gridlib, harness): library:multi-job-3 (three jobs on shared "
      "nodes) crashed time_scale at every pace: a job's start-up marker (a phase event, its node from its rank) was "
      "moved as its job's first step moved minus its distance, the first step put back on the node's clock as start "
