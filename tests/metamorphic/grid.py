@@ -337,14 +337,14 @@ def full(max_ranks: int = 1 << 30, max_world: int = 16_384) -> list[tuple[str, s
 #: failing pair explains it. Causes were read from the alerts of one failing pair each (their summaries).
 CAUSES: list[tuple[str, str, str, str]] = [
     # The library bases never run through the grid (branch gridlib: 26 bases of at most 128 ranks).
-    ("clocks +-30s", "culprit", "(base [])", "fixed (branch gridlib, detector): library:comm-slowdown-2.5x-64 and "
-     "comm-slowdown-1.4x-128 (no arrival times: re-sorted by stamps of hosts up to 55 s apart) named 'slowed most' "
+    ("clocks +-30s", "culprit", "(base [])", "fixed (branch gridlib, detector): library:comm-slowdown-2.5x-64, "
+     "comm-slowdown-1.4x-128, net-ib-errors-64 and net-rate-down-64 (no arrival times: re-sorted by stamps of hosts up to 55 s apart) named 'slowed most' "
      "ranks, one node's (node-004: 32, 33, 35; 115, 117, 119), for a slowdown of every rank alike: the rule judged "
      "its first collective on 9 ranks (the time bound) and from then on every collective on the first 9 in, the "
      "rest judged out; the other ranks' recent durations were of collectives long before the slowdown, read as not "
      "grown. Ranks are now compared only with ranks whose recent durations are of the recent collectives "
      "(comm.py _fire, rank_recent_at; tests/models/jobhealth/test_comm_stale_ranks.py, 8 generated cases, 7 fail "
-     "without). Left open: the number of ranks a complete collective has (expected) is learned from a collective "
+     "without; the four pairs hold). Left open: the number of ranks a complete collective has (expected) is learned from a collective "
      "judged incomplete and never grows back while each is judged at that count"),
     ("without telemetry", "culprit", "node None", "harness (analysed, branch gridlib): library:net-ib-errors-64 and "
      "net-rate-down-64: the base's comm_slowdown names its node from the job's node telemetry (docs/network.md); "
