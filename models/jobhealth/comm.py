@@ -371,10 +371,14 @@ class CommSlowdownDetector:
         state.transfer.append(transfer)
         state.assessed += 1
         healthy = state.firing is None and state.over == 0
+        at = state.assessed
         for rank, (duration, _, _) in ranks.items():
-            recent = state.rank_recent.setdefault(rank, deque(maxlen=self.window))
+            recent = state.rank_recent.get(rank)
+            if recent is None:  # (not setdefault: that builds two deques a rank per collective)
+                recent = state.rank_recent[rank] = deque(maxlen=self.window)
+                state.rank_recent_at[rank] = deque(maxlen=self.window)
             recent.append(duration)
-            state.rank_recent_at.setdefault(rank, deque(maxlen=self.window)).append(state.assessed)
+            state.rank_recent_at[rank].append(at)
             if healthy:
                 state.rank_baseline.setdefault(rank, deque(maxlen=self.baseline_size)).append(duration)
         if len(state.baseline) < self.min_baseline:
