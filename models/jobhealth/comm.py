@@ -7,9 +7,9 @@ ranks is its transfer time. Per (process group, op, message-size bucket) the det
 a bounded baseline of those transfer times and fires ``comm_slowdown`` when the median of
 the last ``window`` collectives stays ``threshold`` (default 30%) above the baseline median
 for ``persistence`` consecutive collectives. It names ranks (and their nodes) only when their
-own durations grew more than the other ranks' by the straggler rule's robust test: a network
-slowdown slows every rank alike, and the node behind it comes from the job's telemetry
-(models/telemetry/fabric.py).
+own durations grew more than the other ranks' by the straggler rule's robust test (among the
+ranks whose recent durations are of the recent collectives): a network slowdown slows every
+rank alike, and the node behind it comes from the job's telemetry (models/telemetry/fabric.py).
 
 **When a collective is judged** (whatever order its events arrive in: live, or a recording
 sorted by event time with node clocks seconds apart): once every rank of it is in (as many as
@@ -151,7 +151,7 @@ class CommEvidence:
 class _Key:
     __slots__ = ("pending", "transfer", "baseline", "rank_baseline", "rank_recent", "over", "firing", "fired",
                  "last_seq", "expected", "judged", "judged_set", "first_ts", "newest_ts", "p2p", "held_from",
-                 "judged_ts", "members", "last_ts", "holding", "p2p_count", "p2p_last")
+                 "judged_ts", "members", "last_ts", "holding", "p2p_count", "p2p_last", "assessed", "rank_recent_at")
 
     def __init__(self, baseline_size: int, window: int) -> None:
         self.pending: dict[int, dict[int, tuple[float, float, str | None]]] = {}  # seq -> rank -> (dur, ts, node)
@@ -172,6 +172,8 @@ class _Key:
         self.baseline: deque[float] = deque(maxlen=baseline_size)
         self.rank_baseline: dict[int, deque[float]] = {}
         self.rank_recent: dict[int, deque[float]] = {}
+        self.assessed = 0  # samples judged so far (a collective's index in the key)
+        self.rank_recent_at: dict[int, deque[int]] = {}  # rank -> the indices of its recent durations
         self.over = 0
         self.firing: Alert | None = None
         self.fired: CommEvidence | None = None  # what ``firing`` was fired with
@@ -376,10 +378,16 @@ class CommSlowdownDetector:
         # collective in it, so that is its time (stamped with its own, a slowdown began before the link did).
         state.judged_ts = ts = max(ts, state.judged_ts)
         state.transfer.append(transfer)
+        state.assessed += 1
         healthy = state.firing is None and state.over == 0
+        at = state.assessed
         for rank, (duration, _, _) in ranks.items():
-            recent = state.rank_recent.setdefault(rank, deque(maxlen=self.window))
+            recent = state.rank_recent.get(rank)
+            if recent is None:  # (not setdefault: that builds two deques a rank per collective)
+                recent = state.rank_recent[rank] = deque(maxlen=self.window)
+                state.rank_recent_at[rank] = deque(maxlen=self.window)
             recent.append(duration)
+            state.rank_recent_at[rank].append(at)
             if healthy:
                 state.rank_baseline.setdefault(rank, deque(maxlen=self.baseline_size)).append(duration)
         if len(state.baseline) < self.min_baseline:
@@ -515,7 +523,14 @@ class CommSlowdownDetector:
     def _fire(self, key, state: _Key, seq: int, ts: float, base: float, recent: float, rel: float,
               ranks: dict[int, tuple[float, float, str | None]]) -> tuple[Alert, CommEvidence]:
         growth = []
+        # Compared only with ranks whose recent durations are of the recent collectives (the oldest within two
+        # windows): a rank judged out of most of them (its events late past the judging, lost, or its host clock
+        # far behind in a recording sorted by event time) holds older, pre-slowdown durations, and beside it the
+        # ranks judged read as grown more (library:comm-slowdown-2.5x-64, hosts 30 s apart: node-004's ranks).
+        since = state.assessed - 2 * self.window
         for rank, recent_durations in state.rank_recent.items():
+            if state.p2p is None and state.rank_recent_at[rank][0] <= since:
+                continue
             baseline = state.rank_baseline.get(rank)
             if baseline and len(baseline) >= 3:
                 b = float(np.median(baseline))

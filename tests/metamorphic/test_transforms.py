@@ -678,3 +678,70 @@ def test_teardown_keeps_the_culprit_stuck_and_the_job_unended(world, pace, after
     stuck = [e for e in rec.events() if e.get("rank") == culprit and cut <= e["ts"] < rec.onset + after + more]
     assert [e for e in later if e["ts"] < rec.onset + after + more] == stuck
     assert bool(stuck) == (kind == "hang")
+
+
+def _start_up_on_skewed_nodes(later: float, startup: float, clocks: dict[tuple[str, str], float],
+                              seed: int) -> Recording:
+    """Jobs "a" and "b" (12 ranks each, two on each of nodes n0-n5, 0.4 s steps, 60 steps) on the same nodes, b's
+    first step ``later`` s after a's, each job's events stamped on clocks of its own (``clocks[(job, node)]``: s off
+    true time) with a host's jitter (up to 2 ms a stamp, drawn with ``seed``: the nodes' offsets are medians, not
+    differences of two stamps); job b heartbeating on each of its nodes every 5 s for ``startup`` s before its
+    first step; every event arriving 0.05 s after it happened."""
+    rng = random.Random(seed)
+    events = []
+    for job, start in (("a", T0), ("b", T0 + later)):
+        for n in range(60):
+            for r in range(12):
+                node = f"n{r // 2}"
+                true = start + 0.4 * (n + 1)
+                events.append({"v": 1, "kind": "step", "job": job, "rank": r, "node": node, "step": n, "step_time": 0.4,
+                               "ts": round(true + clocks[(job, node)] + rng.uniform(0.0, 0.002), 6), "_arrival": true + 0.05})
+    first = T0 + later + 0.4
+    beat = first - startup
+    while beat < first - 0.5:
+        events += [{"v": 1, "kind": "heartbeat", "job": "b", "rank": r, "node": f"n{r // 2}", "step": -1,
+                    "phase": "train", "ts": round(beat + clocks[("b", f"n{r // 2}")], 6), "_arrival": beat + 0.05}
+                   for r in range(12)]
+        beat += 5.0
+    events.sort(key=lambda e: e["_arrival"])
+    return from_lines("start-up", [orjson.dumps(dict(e, _arrival=round(e["_arrival"], 6))) for e in events],
+                      onset=None)
+
+
+def _start_up_clocks(seed: int = 59) -> list[tuple[float, float, float, dict, int]]:
+    """(pace s, when b's first step comes s, its start-up s, each job's host clocks, the jitter's seed)."""
+    rng = random.Random(seed)
+    out = []
+    for pace in (0.02, 0.1, 2.0, 10.0, 60.0, 120.0):
+        for k in range(2):
+            clocks = {(job, f"n{n}"): round(rng.uniform(-3.0, 3.0), 3) for job in "ab" for n in range(6)}
+            out.append((pace, round(rng.uniform(5.0, 20.0), 3), round(rng.uniform(6.0, 30.0), 3), clocks, k))
+    return out
+
+
+@pytest.mark.parametrize("pace, later, startup, clocks, seed", _start_up_clocks())
+def test_time_scale_keeps_a_later_jobs_start_up_on_each_nodes_clock(pace, later, startup, clocks, seed):
+    """Invariant: whatever the pace and each node's clock offset, every event of a job before its own first step
+    keeps its wall-clock distance before that step on its node's clock (its start-up), and time_scale returns.
+    The start-up was moved as 'the first step, moved' minus its distance, the first step put back on the node's
+    clock as start + offset - offset: where that rounds below start it was start-up again, and time_scale recursed
+    until the stack ran out (library:multi-job-3, three jobs on shared nodes: a RecursionError at every pace)."""
+    base = _start_up_on_skewed_nodes(later, startup, clocks, seed)
+    scaled = t.time_scale(base, pace)
+
+    def start_ups(rec: Recording) -> dict[int, float]:
+        """Each rank of b: its earliest heartbeat's distance before its node's first step of b."""
+        first = {}
+        for e in rec.events("step"):
+            if e["job"] == "b":
+                first[e["node"]] = min(first.get(e["node"], e["ts"]), e["ts"])
+        out: dict = {}
+        for e in rec.events("heartbeat"):
+            if e["job"] == "b" and e["ts"] < first[e["node"]]:
+                out[e["rank"]] = max(out.get(e["rank"], 0.0), first[e["node"]] - e["ts"])
+        return out
+
+    want, got = start_ups(base), start_ups(scaled)
+    assert got.keys() == want.keys() and want
+    # (up to the first step's stamps' jitter, scaled with the steps as a step's time is)
+    assert max(abs(got[k] - want[k]) for k in want) < 0.002 * max(1.0, scaled.scale) + 1e-3

@@ -158,12 +158,18 @@ def time_scale(rec: Recording, step_seconds: float) -> Recording:
         x = ts - off
         start = (first_broker if broker else first_host).get(job) if job is not None else None
         if start is not None and t0 < start and x < start:
-            return warp(start + off, node, broker=broker, job=job) - (start - x)
+            # (the job's first step moved, from x = start itself: start + off - off may round below start, and a
+            # warp of that recursed until the stack ran out, library:multi-job-3 at every pace)
+            return moved(start, t0, last, kept_at) + off - (start - x)
         if x < t0:
             return ts
+        return moved(x, t0, last, kept_at) + off
+
+    def moved(x: float, t0: float, last: float, kept_at) -> float:
+        """``warp`` of a time ``x`` at or after the first step ``t0``, on the clock it was read on (offset taken out)."""
         y = min(x, last)
         kept = sum(max(0.0, min(b, y) - max(a, t0)) for a, b in kept_at if a < y)
-        return t0 + s * (y - t0) - (s - 1.0) * kept + tail * max(0.0, x - last) + off
+        return t0 + s * (y - t0) - (s - 1.0) * kept + tail * max(0.0, x - last)
 
     periods = _periods(rec)
     silences = _silences(rec, periods) if s > 1 else {}
