@@ -15,7 +15,7 @@ from recordings import hang, straggler_and_slowdown
 
 from . import transforms as t
 from .invariants import check
-from .recording import Line, Recording, from_lines
+from .recording import Line, Recording, from_lines, replay
 from .verdict import Verdict, verdict
 
 T0 = 1_764_000_000.0
@@ -745,3 +745,64 @@ def test_time_scale_keeps_a_later_jobs_start_up_on_each_nodes_clock(pace, later,
     assert got.keys() == want.keys() and want
     # (up to the first step's stamps' jitter, scaled with the steps as a step's time is)
     assert max(abs(got[k] - want[k]) for k in want) < 0.002 * max(1.0, scaled.scale) + 1e-3
+
+
+def _checkpointed_job(ranks: int, pace: float, save: float, end_lag: float, seed: int) -> Recording:
+    """A healthy job of ``ranks`` ranks at ``pace`` s steps, 120 steps, whose marked checkpoint after step 59 takes
+    ``save`` s; its end marker (``train``) arrives ``end_lag`` s after it was sent, the other events 0.05-0.2 s;
+    the recording's onset is step 60's start, right after the checkpoint (as the library's steady bases: the fault
+    begins at the step after a checkpoint)."""
+    rng = random.Random(seed)
+    lines = [Line(T0, {"v": 1, "kind": "phase", "job": "ck", "ts": T0, "phase": "train"})]
+    t = T0
+    onset = None
+    for step in range(120):
+        t += pace
+        for rank in range(ranks):
+            ts = t + rng.uniform(0, 0.002 * pace)
+            lines.append(Line(ts + rng.uniform(0.05, 0.2), {
+                "v": 1, "kind": "step", "job": "ck", "rank": rank, "step": step, "ts": round(ts, 6),
+                "step_time": pace, "compute_time": 0.8 * pace, "comm_time": 0.2 * pace, "node": f"n{rank // 4}",
+                "world_size": ranks}))
+        if step == 59:
+            begin = t  # (sent by rank 0 as its step ended: before the other hosts' stamps of that step's end)
+            lines.append(Line(begin + 0.05, {"v": 1, "kind": "phase", "job": "ck", "ts": round(begin, 6),
+                                             "phase": "checkpoint", "step": 60}))
+            t = begin + save
+            lines.append(Line(t + end_lag, {"v": 1, "kind": "phase", "job": "ck", "ts": round(t, 6),
+                                            "phase": "train", "step": 60}))
+            onset = t - 0.5 * save  # (inside the base's pause: the boundary the variant looks for is step 59's end)
+    lines.append(Line(t + 0.2, {"v": 1, "kind": "phase", "job": "ck", "ts": round(t + 0.1, 6), "phase": "end"}))
+    lines.sort(key=lambda line: line.arrival)
+    return Recording("ck", tuple(lines), onset=onset)
+
+
+@pytest.mark.parametrize("ranks, pace, save, end_lag, phase, seconds, seed", [
+    (ranks, pace, save, end_lag, phase, seconds, seed)
+    for ranks, pace, save, end_lag, phase, seconds, seed in zip(
+        [4, 8, 16, 64, 8, 4, 16, 8, 64, 4, 8, 16],
+        [0.2, 1.0, 0.5, 1.5, 0.3, 2.0, 1.0, 0.5, 0.4, 1.0, 0.2, 1.5],
+        [22.0, 10.0, 25.0, 20.0, 15.0, 28.0, 22.0, 12.0, 25.0, 18.0, 26.0, 20.0],
+        [0.15, 0.15, 0.3, 0.15, 0.5, 0.15, 0.2, 0.4, 0.15, 0.3, 0.15, 0.2],
+        ["warmup", "eval", "checkpoint", "warmup", "eval", "warmup", "checkpoint", "warmup", "eval", "warmup",
+         "checkpoint", "eval"],
+        [20.0, 30.0, 60.0, 20.0, 30.0, 20.0, 60.0, 20.0, 30.0, 20.0, 60.0, 30.0],
+        range(12))])
+def test_a_pause_where_the_base_is_already_paused_follows_the_base_pause(ranks, pace, save, end_lag, phase,
+                                                                         seconds, seed):
+    """Invariant: a pause variant placed where the base is in its own marked pause begins after the base's pause
+    ends (its marker stamped and arriving after the base's end marker) and leaves the base's pause whole: no
+    stretch reads as training without steps, and a healthy job gets no hang. (Inserted inside it, the variant's
+    own ``train`` cut the base's checkpoint short: library:steady-5pct-noise4-64 / warmup 20s, a hang.)"""
+    base = _checkpointed_job(ranks, pace, save, end_lag, seed)
+    varied = t.pause_before_fault(base, phase, seconds)
+    begin, end = (next(line for line in varied.lines if line.event.get("kind") == "phase"
+                       and line.event.get("step") == 60 and line.event["phase"] == which)
+                  for which in ("checkpoint", "train"))
+    inserted = [line for line in varied.lines if line.event.get("kind") == "phase" and "step" not in line.event
+                and T0 < line.event["ts"] and line.event["phase"] != "end"]
+    assert [line.event["phase"] for line in inserted] == [phase, "train"]
+    assert inserted[0].event["ts"] > end.event["ts"] and inserted[0].arrival > end.arrival
+    assert end.event["ts"] - begin.event["ts"] == pytest.approx(save, abs=1e-5)
+    alerts = [a for a in replay(varied) if a["status"] == "firing"]
+    assert not [a for a in alerts if a["type"] == "hang"], [a["summary"] for a in alerts]

@@ -745,6 +745,7 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
     # The boundary: the end of the step whose first rank ended it closest before the goal, once all ranks did.
     before_goal = [(min(ts), max(ts)) for ts in ends.values() if min(ts) <= goal + 1e-3]  # (a stamp: the estimate's ms)
     at = max(before_goal)[1] + 1e-3 if before_goal else goal
+    at, sent = _after_open_pause(rec, at, job_time)
     jobs = sorted({e["job"] for e in rec.events("step") if isinstance(e.get("job"), str)})
 
     def later(line: Line) -> bool:
@@ -755,8 +756,9 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
     inserted = []
     for job in jobs:
         mark = at + offsets.get(clock_of.get((job, 0)), 0.0)  # (sent by rank 0, stamped on its host's clock)
-        inserted.append(Line(at - shift, {"v": 1, "kind": "phase", "job": job, "ts": round(mark, 6), "phase": phase}))
-        inserted.append(Line(at - shift + seconds, {"v": 1, "kind": "phase", "job": job,
+        arrival = max(at - shift, sent + 1e-3)
+        inserted.append(Line(arrival, {"v": 1, "kind": "phase", "job": job, "ts": round(mark, 6), "phase": phase}))
+        inserted.append(Line(arrival + seconds, {"v": 1, "kind": "phase", "job": job,
                                                     "ts": round(mark + seconds, 6), "phase": "train"}))
     last_hb: dict[tuple, Line] = {}
     for line in before:
@@ -783,6 +785,30 @@ def pause_before_fault(rec: Recording, phase: str, seconds: float, *, timer_in_p
     onset = rec.onset + seconds if rec.onset is not None else None
     lines = _sorted(before + inserted + after) if rec.arrival else before + _sorted(inserted) + after
     return rec.derive(f"{phase}_pause({seconds:g}s)", lines, onset=onset)
+
+
+def _after_open_pause(rec: Recording, at: float, job_time: Callable[[dict, float], float]) -> tuple[float, float]:
+    """``at`` (the job's clock), or, where a job's own marked pause (checkpoint, eval) is open there, just after
+    the job-wide marker that ends it: the next step begins after the base's pause, so the variant's pause follows
+    it. (Inserted inside it, the variant's own end marker, ``train``, cut the base's pause short, and the rest of
+    it read as training without steps: library:steady-5pct-noise4-64 / warmup 20s, a hang 30 s after the base's
+    checkpoint at step 100 began.) With the arrival of that end marker (-inf where none): the variant's marker is
+    sent after it, so it arrives after it too."""
+    marks: dict = defaultdict(list)
+    for line in rec.lines:
+        e = line.event
+        if e.get("kind") == "phase" and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("phase"), str):
+            marks[e.get("job")].append((job_time(e, e["ts"]), e["phase"], line.arrival))
+    moved, sent = at, float("-inf")
+    for series in marks.values():
+        series.sort(key=lambda m: m[0])
+        before = [phase for ts, phase, _ in series if ts <= at]
+        if before and before[-1] in ("checkpoint", "eval"):
+            ends = [(ts, arrival) for ts, phase, arrival in series if ts > at and phase not in ("checkpoint", "eval")]
+            if ends:
+                moved = max(moved, ends[0][0] + 1e-3)
+                sent = max(sent, ends[0][1] if ends[0][1] is not None else float("-inf"))
+    return moved, sent
 
 
 def _counters(e: dict) -> dict[str, int]:
