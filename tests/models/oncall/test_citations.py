@@ -118,10 +118,12 @@ def _two_ranks(**kw):
     return [(a.type, a.status) for a in alerts], engine.oncall.citations
 
 
-def test_a_two_rank_jobs_drop_that_fires_before_its_straggler_is_held_and_absorbed():
-    # Through the engine: the drop's change point fires a step before the straggler rule (tests/fabric_gen.py).
+def test_a_two_rank_jobs_straggler_pages_alone():
+    # Through the engine: a pair's typical rank for the throughput rule is its quicker one, so its straggler's cost
+    # is no drop at the source (it was: the drop's change point fired a step before the straggler rule, and the
+    # outlet held and absorbed it; the outlet still does for a drop that comes, test above). tests/fabric_gen.py.
     alerts, citations = _two_ranks(straggler=1, straggler_factor=1.4)
-    assert alerts == [("straggler", "firing")] and citations.absorbed == 1
+    assert alerts == [("straggler", "firing")] and citations.absorbed == 0
     assert citations.state_size()["held"] == 0
 
 
