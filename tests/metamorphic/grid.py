@@ -395,7 +395,10 @@ CAUSES: list[tuple[str, str, str, str]] = [
      "takes the transfer from the last rank to arrive (the least comm_time); steps closed without the straggler's "
      "node (its events tens of seconds behind in stamp order) are left out up to max_incomplete_steps (100) in a "
      "row, then taken as the job's new normal, and the least comm_time of the ranks in then holds their wait for "
-     "the straggler. Not read step by step"),
+     "the straggler. Not read step by step. (Lead, measured: the variant's node offsets in that job run -28 to +27 s, "
+     "the straggler's node-012 -1.9 s, so 28 s behind the nodes most ahead; the drop's communication delta, 0.24 s, "
+     "is the straggler's compute excess, 1.029 - 0.799 s. Live, the broker's clock orders them: a replay-only "
+     "reading of a recording without arrival times)"),
     ("late 1% by 30s", "delay", "first throughput_drop", "not analysed (branch gridlib): library:noisy-neighbour-64's "
      "throughput_drop 68.5 s after the onset (base 6.7 s; allowed 53.4 s with the lateness)"),
     # (the second run's, branch gridlib, 09:05: found, not analysed; the first is the most important, a false hang)
