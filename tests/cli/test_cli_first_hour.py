@@ -414,10 +414,13 @@ def test_a_busy_web_port_is_one_line_naming_it(kafka_bootstrap):
         "this host? give this one --web-port PORT (or STEPWATCH_WORKER_WEB_PORT; 0: no web server)")
 
 
-def _interrupted(args: list[str], *, env: dict[str, str], ready: str = "", until=None, **popen
+def _interrupted(args: list[str], *, env: dict[str, str], ready: str = "", until=None, unblock=None, **popen
                  ) -> subprocess.CompletedProcess:
     """``stepwatch ARGS`` sent SIGINT (Ctrl-C) once ``ready`` shows on its stderr, or once ``until(proc)``
-    returns (a condition it waits for, never a fixed sleep)."""
+    returns (a condition it waits for, never a fixed sleep). ``unblock()``: called while it has not exited, for a
+    process whose signal came during a write to a full pipe: Python's buffered writer goes on with the rest of a
+    partial write in C, and the KeyboardInterrupt is raised only once that write returns (the suite hung on it
+    once, 2026-12-06)."""
     import signal
 
     proc = subprocess.Popen([sys.executable, "-m", "stepwatch.cli", *args], cwd=REPO, env=env,
@@ -431,6 +434,14 @@ def _interrupted(args: list[str], *, env: dict[str, str], ready: str = "", until
             if ready in seen[-1]:
                 break
     proc.send_signal(signal.SIGINT)
+    for _ in range(120):
+        try:
+            proc.wait(timeout=0.5 if unblock is not None else 60)
+            break
+        except subprocess.TimeoutExpired:
+            if unblock is None:
+                raise
+            unblock()
     rest = proc.stderr.read().decode()
     proc.wait(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, "", "".join(seen) + rest)
@@ -446,8 +457,14 @@ def test_ctrl_c_exits_130_quietly_in_simulate_and_replay(tmp_path):
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
+        def drain():
+            try:
+                os.read(reader, 1 << 20)
+            except BlockingIOError:
+                pass
+
         simulate = _interrupted(["simulate", "--ranks", "4", "--steps", "100000", "--out", str(fifo)], env=env,
-                                until=lambda proc: select.select([reader], [], [], 60))
+                                until=lambda proc: select.select([reader], [], [], 60), unblock=drain)
     finally:
         os.close(reader)
     assert simulate.returncode == 130, simulate.stderr
