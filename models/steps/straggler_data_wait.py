@@ -46,24 +46,19 @@ class DataWait:
         if np.isnan(d).any():
             return None
         floor = max(spread_floor * compute_median, 1e-9)
-        if small:
-            peer = _others_median(d)
-            excess = d - peer
-            self._ring[at, col] = d
-            self._peer_ring[at, col] = peer
-            gaps = self._ring[at] - self._peer_ring[at]
-            spread = np.maximum(_own_spread(gaps), floor)
+        peer = _others_median(d) if small else step_median(step, "data_time")
+        excess = d - peer
+        self._ring[at, col] = d
+        self._peer_ring[at, col] = peer
+        if small:  # each rank's noise: the spread of its own gaps over the window, this step's included
+            spread = np.maximum(_own_spread(self._ring[at] - self._peer_ring[at]), floor)
         else:
-            peer = step_median(step, "data_time")
             spread = max(normal_mad(d, peer), floor)
-            excess = d - peer
         data_slow = (excess >= (ratio_threshold - 1.0) * compute_median) & (excess / spread >= z_threshold)
         if none_slow(data_slow):  # the usual step: every run ends (np.where's 0s, without it)
             self.run[at] = 0
         else:
             self.run[at] = np.where(data_slow, self.run[at] + 1, 0)
-        self._ring[at, col] = d
-        self._peer_ring[at, col] = peer
         self.compute = compute_median
         return data_slow
 
@@ -87,8 +82,5 @@ def _own_spread(gaps: np.ndarray) -> np.ndarray:
     for i, row in enumerate(gaps):
         row = row[~np.isnan(row)]
         if len(row):
-            out[i] = float(np.median(np.abs(row - np.median(row)))) / _NORMAL_MAD_SCALE
+            out[i] = normal_mad(row, float(np.median(row)))
     return out
-
-
-_NORMAL_MAD_SCALE = 0.6744897501960817
